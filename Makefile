@@ -1,0 +1,28 @@
+# `make test` and `make demo` set themselves up: a .venv with the package installed in editable mode.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+export TF_CPP_MIN_LOG_LEVEL ?= 2
+
+.PHONY: install test test-fast demo bench clean
+
+$(STAMP): setup.cfg pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[test]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow"
+
+demo: $(STAMP)
+	$(PY) examples/demo.py
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache

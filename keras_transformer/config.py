@@ -1,0 +1,231 @@
+"""`TransformerConfig`: every hyperparameter of the model and its training in one place.
+
+Presets are data (`PRESETS`); YAML files load into the same dataclass and are
+validated with messages that name the offending field.
+"""
+
+import dataclasses
+import typing
+
+import yaml
+
+POSITION_KINDS = ("sinusoidal", "learned")
+TIE_MODES = ("all", "decoder", "none")
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerConfig:
+    """Hyperparameters of a Transformer (Vaswani et al., 2017) and its training.
+
+    Every field has a default, so a config can be written with only the fields
+    that matter. Unknown fields, bad sizes and bad options raise `ValueError`
+    naming the field.
+
+    Example:
+
+    >>> config = TransformerConfig(vocab_size=8000, num_layers=3, d_model=256,
+    ...                            num_heads=4, d_ff=1024, dropout=0.1)
+    >>> config.head_dim
+    64
+    >>> TransformerConfig.preset("base", vocab_size=37000).d_model
+    512
+    """
+
+    # --- vocabulary -----------------------------------------------------------
+    vocab_size: int = 37000  # shared source/target vocabulary size (the paper's BPE has 37k)
+    source_vocab_size: typing.Optional[int] = None  # separate source vocabulary; None -> vocab_size
+    target_vocab_size: typing.Optional[int] = None  # separate target vocabulary; None -> vocab_size
+    pad_id: int = 0  # padding id; never attended to, never in the loss
+    unk_id: int = 1  # unknown-token id
+    bos_id: int = 2  # begin-of-sequence id; the decoder's first input
+    eos_id: int = 3  # end-of-sequence id; decoding stops on it
+    # --- architecture ---------------------------------------------------------
+    num_layers: int = 6  # N, layers in the encoder and in the decoder
+    num_encoder_layers: typing.Optional[int] = None  # override N for the encoder
+    num_decoder_layers: typing.Optional[int] = None  # override N for the decoder
+    d_model: int = 512  # width of every sub-layer output and of the embeddings
+    num_heads: int = 8  # h, attention heads; d_k = d_v = d_model / h unless given below
+    d_ff: int = 2048  # inner width of the position-wise feed-forward network
+    key_dim: typing.Optional[int] = None  # d_k per head (Table 3 row B); None -> d_model / h
+    value_dim: typing.Optional[int] = None  # d_v per head; None -> key_dim
+    max_length: int = 256  # longest sequence (positions) the model accepts
+    position: str = "sinusoidal"  # "sinusoidal" (paper) or "learned" (Table 3 row E)
+    norm_first: bool = False  # False: post-norm LayerNorm(x + Sublayer(x)) as the paper; True: pre-norm
+    layer_norm_epsilon: float = 1e-6  # LayerNorm epsilon
+    tie_embeddings: str = "all"  # "all" (src+tgt+softmax, shared vocab), "decoder" (tgt+softmax), "none"
+    use_rezero: bool = False  # ReZero: scale each sub-layer output by a learned scalar that starts at 0
+    scale_attention_logits: bool = True  # divide QK^T by sqrt(d_k) (the "scaled" in scaled dot-product)
+    attention_window: typing.Optional[int] = None  # restricted self-attention: attend within +-r positions
+    # --- regularization -------------------------------------------------------
+    dropout: float = 0.1  # P_drop on embeddings+PE and on every sub-layer output
+    attention_dropout: float = 0.0  # dropout on attention weights
+    ffn_dropout: float = 0.0  # dropout on the ReLU activations inside the FFN
+    label_smoothing: float = 0.1  # epsilon_ls of the label-smoothed cross-entropy
+    # --- optimization ---------------------------------------------------------
+    warmup_steps: int = 4000  # linear warmup of the Noam schedule
+    learning_rate_scale: float = 1.0  # multiplies the Noam schedule
+    beta_1: float = 0.9  # Adam beta1
+    beta_2: float = 0.98  # Adam beta2
+    epsilon: float = 1e-9  # Adam epsilon
+    # --- decoding -------------------------------------------------------------
+    beam_size: int = 4  # beam width (paper: 4)
+    length_penalty: float = 0.6  # GNMT length penalty alpha (paper: 0.6)
+    max_decode_extra: int = 50  # decode at most source length + this many tokens
+
+    def __post_init__(self):
+        # Accept booleans for tie_embeddings: True -> "all", False -> "none".
+        if isinstance(self.tie_embeddings, bool):
+            object.__setattr__(self, "tie_embeddings", "all" if self.tie_embeddings else "none")
+        self.validate()
+
+    # ------------------------------------------------------------------ derived
+    @property
+    def encoder_layers(self) -> int:
+        """Number of encoder layers."""
+        return self.num_encoder_layers if self.num_encoder_layers is not None else self.num_layers
+
+    @property
+    def decoder_layers(self) -> int:
+        """Number of decoder layers."""
+        return self.num_decoder_layers if self.num_decoder_layers is not None else self.num_layers
+
+    @property
+    def src_vocab_size(self) -> int:
+        """Source vocabulary size."""
+        return self.source_vocab_size if self.source_vocab_size is not None else self.vocab_size
+
+    @property
+    def tgt_vocab_size(self) -> int:
+        """Target vocabulary size."""
+        return self.target_vocab_size if self.target_vocab_size is not None else self.vocab_size
+
+    @property
+    def head_dim(self) -> int:
+        """d_k, the per-head key (and query) size."""
+        return self.key_dim if self.key_dim is not None else self.d_model // self.num_heads
+
+    @property
+    def head_value_dim(self) -> int:
+        """d_v, the per-head value size."""
+        return self.value_dim if self.value_dim is not None else self.head_dim
+
+    # --------------------------------------------------------------- validation
+    def validate(self):
+        """Raises `ValueError` naming the first invalid field."""
+        positive = ["vocab_size", "num_layers", "d_model", "num_heads", "d_ff", "max_length",
+                    "warmup_steps", "beam_size"]
+        optional_positive = ["source_vocab_size", "target_vocab_size", "num_encoder_layers",
+                             "num_decoder_layers", "key_dim", "value_dim", "attention_window"]
+        for name in positive:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"TransformerConfig.{name} must be a positive integer, got {value!r}.")
+        for name in optional_positive:
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+                raise ValueError(
+                    f"TransformerConfig.{name} must be a positive integer or None, got {value!r}.")
+        if self.key_dim is None and self.d_model % self.num_heads:
+            raise ValueError(
+                f"TransformerConfig: d_model={self.d_model} is not divisible by num_heads="
+                f"{self.num_heads}; choose sizes with d_model % num_heads == 0 or set key_dim.")
+        for name in ("dropout", "attention_dropout", "ffn_dropout", "label_smoothing"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+                raise ValueError(f"TransformerConfig.{name} must be in [0, 1), got {value!r}.")
+        if self.position not in POSITION_KINDS:
+            raise ValueError(f"TransformerConfig.position must be one of {POSITION_KINDS}, "
+                             f"got {self.position!r}.")
+        if self.tie_embeddings not in TIE_MODES:
+            raise ValueError(f"TransformerConfig.tie_embeddings must be one of {TIE_MODES} "
+                             f"(or a bool), got {self.tie_embeddings!r}.")
+        if self.tie_embeddings == "all" and self.src_vocab_size != self.tgt_vocab_size:
+            raise ValueError(
+                "TransformerConfig.tie_embeddings='all' shares one matrix between source and target, "
+                f"but source_vocab_size={self.src_vocab_size} != target_vocab_size={self.tgt_vocab_size}.")
+        special = {"pad_id": self.pad_id, "unk_id": self.unk_id, "bos_id": self.bos_id,
+                   "eos_id": self.eos_id}
+        for name, value in special.items():
+            if not isinstance(value, int) or not 0 <= value < min(self.src_vocab_size, self.tgt_vocab_size):
+                raise ValueError(f"TransformerConfig.{name}={value!r} is outside the vocabulary.")
+        if len(set(special.values())) != len(special):
+            raise ValueError(f"TransformerConfig: special ids must differ, got {special}.")
+        for name in ("layer_norm_epsilon", "learning_rate_scale", "epsilon"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"TransformerConfig.{name} must be > 0, got {getattr(self, name)!r}.")
+        for name in ("beta_1", "beta_2"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"TransformerConfig.{name} must be in [0, 1), got {getattr(self, name)!r}.")
+        if self.length_penalty < 0 or self.max_decode_extra < 0:
+            raise ValueError("TransformerConfig.length_penalty and max_decode_extra must be >= 0.")
+
+    # ------------------------------------------------------------ construction
+    @classmethod
+    def preset(cls, name: str, **overrides) -> "TransformerConfig":
+        """Returns the preset `name` ("tiny", "small", "base", "big") with `overrides` applied.
+
+        Example:
+
+        >>> TransformerConfig.preset("big", vocab_size=37000).num_heads
+        16
+        """
+        if name not in PRESETS:
+            raise ValueError(f"Unknown preset {name!r}; choose one of {sorted(PRESETS)}.")
+        return cls.from_dict({**PRESETS[name], **overrides})
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "TransformerConfig":
+        """Builds a config from a dict, rejecting unknown keys by name.
+
+        Example:
+
+        >>> TransformerConfig.from_dict({"vocab_size": 100, "d_model": 64, "num_heads": 4}).d_ff
+        2048
+        """
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"Unknown TransformerConfig field(s): {', '.join(unknown)}. "
+                             f"Known fields: {', '.join(sorted(known))}.")
+        return cls(**values)
+
+    def to_dict(self) -> dict:
+        """Returns the fields as a plain dict (YAML- and JSON-friendly)."""
+        return dataclasses.asdict(self)
+
+    def replace(self, **changes) -> "TransformerConfig":
+        """Returns a copy with `changes` applied (and validated)."""
+        return self.from_dict({**self.to_dict(), **changes})
+
+    def save_yaml(self, path) -> None:
+        """Writes the config to a YAML file.
+
+        Example:
+
+        >>> import tempfile, os
+        >>> path = os.path.join(tempfile.mkdtemp(), "model.yaml")
+        >>> TransformerConfig.preset("tiny", vocab_size=100).save_yaml(path)
+        >>> TransformerConfig.from_yaml(path).d_model
+        64
+        """
+        with open(path, "w", encoding="utf-8") as f:
+            yaml.safe_dump(self.to_dict(), f, sort_keys=False)
+
+    @classmethod
+    def from_yaml(cls, path) -> "TransformerConfig":
+        """Reads a config written by `save_yaml` (or by hand)."""
+        with open(path, encoding="utf-8") as f:
+            values = yaml.safe_load(f) or {}
+        if not isinstance(values, dict):
+            raise ValueError(f"{path}: expected a mapping of TransformerConfig fields, got {type(values).__name__}.")
+        return cls.from_dict(values)
+
+
+# The paper's Table 3 "base" and "big", plus two sizes that train on a laptop CPU.
+PRESETS = {
+    "tiny": dict(num_layers=2, d_model=64, num_heads=4, d_ff=256, dropout=0.1, max_length=128,
+                 warmup_steps=400),
+    "small": dict(num_layers=3, d_model=256, num_heads=4, d_ff=1024, dropout=0.1, warmup_steps=4000),
+    "base": dict(num_layers=6, d_model=512, num_heads=8, d_ff=2048, dropout=0.1, warmup_steps=4000),
+    "big": dict(num_layers=6, d_model=1024, num_heads=16, d_ff=4096, dropout=0.3, warmup_steps=4000),
+}

@@ -1,0 +1,1 @@
+"""Data: synthetic tasks, parallel-corpus reading, tokenizers and the tf.data pipeline."""

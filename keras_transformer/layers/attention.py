@@ -1,0 +1,263 @@
+"""Scaled dot-product attention and the two multi-head layers built on it.
+
+`MultiHeadAttention` takes queries from one sequence and keys/values from
+another (the decoder's cross-attention). `MultiHeadSelfAttention` projects
+queries, keys and values with one fused matrix and can be causal (the decoder's
+masked self-attention) or restricted to a window of neighbours (the paper's
+Table 1, "self-attention (restricted)").
+
+Both layers can run incrementally: keys and values are kept in one cache tensor
+`(B, S, H, d_k + d_v)`, the fused projection's own layout, so decoding a new
+token costs one projection of that token only.
+"""
+
+import keras
+from keras import ops
+
+from keras_transformer import masking
+
+
+def scaled_dot_product_attention(query, key, value, attention_mask=None, scale=True,
+                                 dropout_layer=None, training=None):
+    """softmax(Q K^T / sqrt(d_k)) V, per head.
+
+    Args:
+        query: `(B, T, H, d_k)`.
+        key: `(B, S, H, d_k)`.
+        value: `(B, S, H, d_v)`.
+        attention_mask: bool, broadcastable to `(B, T, S)`; True means "may attend".
+            Masked keys get exactly zero weight.
+        scale: divide the logits by sqrt(d_k) (True, the paper), or not.
+        dropout_layer: optional `keras.layers.Dropout` applied to the weights.
+        training: passed to the dropout layer.
+
+    Returns:
+        `(outputs, weights)`: `(B, T, H, d_v)` and `(B, H, T, S)`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> q = k = v = np.ones((1, 2, 1, 4), "float32")
+    >>> out, w = scaled_dot_product_attention(q, k, v)
+    >>> w.numpy()[0, 0].tolist()
+    [[0.5, 0.5], [0.5, 0.5]]
+    """
+    if scale:
+        query = query * ops.cast(1.0 / (ops.shape(query)[-1] ** 0.5), query.dtype)
+    scores = ops.einsum("bthd,bshd->bhts", query, key)  # (B, H, T, S)
+    # Softmax in float32 so that masking and normalisation are exact under mixed precision.
+    scores = ops.cast(scores, "float32")
+    if attention_mask is not None:
+        mask = ops.expand_dims(ops.cast(attention_mask, "bool"), 1)  # (B, 1, T, S)
+        scores = ops.where(mask, scores, ops.cast(-1e9, "float32"))
+    weights = ops.softmax(scores, axis=-1)
+    if attention_mask is not None:
+        weights = ops.where(mask, weights, ops.zeros_like(weights))  # exactly zero, even for all-masked rows
+    weights = ops.cast(weights, value.dtype)
+    dropped = dropout_layer(weights, training=training) if dropout_layer is not None else weights
+    outputs = ops.einsum("bhts,bshd->bthd", dropped, value)  # (B, T, H, d_v)
+    return outputs, weights
+
+
+class _AttentionBase(keras.layers.Layer):
+    """Shared arguments, output projection and config of the two attention layers."""
+
+    def __init__(self, num_heads, key_dim, value_dim=None, output_dim=None, dropout=0.0,
+                 use_bias=True, scale_logits=True, kernel_initializer="glorot_uniform", **kwargs):
+        super().__init__(**kwargs)
+        self.num_heads = int(num_heads)
+        self.key_dim = int(key_dim)
+        self.value_dim = int(value_dim) if value_dim is not None else self.key_dim
+        self.output_dim = int(output_dim) if output_dim is not None else None
+        self.dropout = float(dropout)
+        self.use_bias = bool(use_bias)
+        self.scale_logits = bool(scale_logits)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        for name in ("num_heads", "key_dim", "value_dim"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{type(self).__name__}: {name} must be positive, got {getattr(self, name)}.")
+        self.attention_dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy,
+                                                      name="attention_dropout")
+        self.output_dense = None  # created in build(), once the model width is known
+
+    def _dense(self, units, name):
+        return keras.layers.Dense(units, use_bias=self.use_bias,
+                                  kernel_initializer=keras.initializers.get(
+                                      keras.initializers.serialize(self.kernel_initializer)),
+                                  dtype=self.dtype_policy, name=name)
+
+    def _build_output(self, query_shape):
+        out_dim = self.output_dim or query_shape[-1]
+        self.output_dense = self._dense(out_dim, "output")
+        self.output_dense.build((*query_shape[:-1], self.num_heads * self.value_dim))
+
+    def _split_heads(self, x, size):
+        batch, length = ops.shape(x)[0], ops.shape(x)[1]
+        return ops.reshape(x, (batch, length, self.num_heads, size))
+
+    def _merge_heads(self, x):
+        batch, length = ops.shape(x)[0], ops.shape(x)[1]
+        return ops.reshape(x, (batch, length, self.num_heads * self.value_dim))
+
+    def _attend(self, query, key_value, attention_mask, training):
+        """The one hook that runs attention: `query (B,T,H,dk)`, `key_value (B,S,H,dk+dv)`."""
+        key = key_value[..., : self.key_dim]
+        value = key_value[..., self.key_dim:]
+        outputs, weights = scaled_dot_product_attention(
+            query, key, value, attention_mask, scale=self.scale_logits,
+            dropout_layer=self.attention_dropout, training=training)
+        return self.output_dense(self._merge_heads(outputs)), weights
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "num_heads": self.num_heads,
+            "key_dim": self.key_dim,
+            "value_dim": self.value_dim,
+            "output_dim": self.output_dim,
+            "dropout": self.dropout,
+            "use_bias": self.use_bias,
+            "scale_logits": self.scale_logits,
+            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+        }
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class MultiHeadAttention(_AttentionBase):
+    """Multi-head attention with queries from one sequence, keys and values from another.
+
+    head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V); output = Concat(head_1..h) W^O.
+    Keys and values come from one fused projection of `value`.
+
+    Args:
+        num_heads: h.
+        key_dim: d_k, the per-head size of queries and keys.
+        value_dim: d_v, the per-head size of values (default: key_dim).
+        output_dim: width of the output (default: the query width).
+        dropout: dropout rate on the attention weights.
+        use_bias: whether projections have biases.
+        scale_logits: divide QK^T by sqrt(d_k) (the paper) or not.
+
+    Call args:
+        query: `(B, T, D)`.
+        value: `(B, S, D_kv)`; ignored when `cache` is given.
+        attention_mask: bool, broadcastable to `(B, T, S)`.
+        cache: optional precomputed keys/values `(B, S, H, d_k + d_v)` from
+            `compute_key_value(value)`; decoding computes it once per sentence.
+        return_attention_scores: also return the `(B, H, T, S)` weights.
+
+    Example:
+
+    >>> import numpy as np
+    >>> layer = MultiHeadAttention(num_heads=2, key_dim=4)
+    >>> layer(np.zeros((1, 3, 8)), np.zeros((1, 5, 8))).shape
+    (1, 3, 8)
+    """
+
+    def __init__(self, num_heads, key_dim, **kwargs):
+        super().__init__(num_heads, key_dim, **kwargs)
+        self.query_dense = self._dense(self.num_heads * self.key_dim, "query")
+        self.key_value_dense = self._dense(self.num_heads * (self.key_dim + self.value_dim), "key_value")
+
+    def build(self, query_shape, value_shape=None):
+        value_shape = query_shape if value_shape is None else value_shape
+        if value_shape[-1] is None or query_shape[-1] is None:
+            raise ValueError(f"{self.name}: the last axis of query and value must be known, "
+                             f"got query {query_shape} and value {value_shape}.")
+        self.query_dense.build(query_shape)
+        self.key_value_dense.build(value_shape)
+        self._build_output(query_shape)
+
+    def compute_key_value(self, value):
+        """Projects `value (B, S, D)` to the fused keys/values cache `(B, S, H, d_k + d_v)`."""
+        return self._split_heads(self.key_value_dense(value), self.key_dim + self.value_dim)
+
+    def call(self, query, value=None, attention_mask=None, cache=None,
+             return_attention_scores=False, training=None):
+        q = self._split_heads(self.query_dense(query), self.key_dim)  # (B, T, H, dk)
+        key_value = cache if cache is not None else self.compute_key_value(value)  # (B, S, H, dk+dv)
+        outputs, weights = self._attend(q, key_value, attention_mask, training)
+        return (outputs, weights) if return_attention_scores else outputs
+
+    def compute_output_shape(self, query_shape, value_shape=None):
+        return (*query_shape[:-1], self.output_dim or query_shape[-1])
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class MultiHeadSelfAttention(_AttentionBase):
+    """Multi-head self-attention with one fused QKV projection.
+
+    Args:
+        num_heads, key_dim, value_dim, output_dim, dropout, use_bias, scale_logits:
+            as in `MultiHeadAttention`.
+        causal: position i attends only to positions <= i (decoder self-attention).
+        window: if set, position i attends only to positions j with |i - j| <= window
+            (restricted self-attention, the paper's Table 1).
+
+    Call args:
+        x: `(B, T, D)`.
+        attention_mask: bool, broadcastable to `(B, T, S)` (S = T, or the cache length).
+        cache: optional `(B, S_max, H, d_k + d_v)` key/value cache; the keys/values
+            of `x` are written at `cache_index` and the updated cache is returned.
+        cache_index: position of `x[:, 0]` in the sequence (a scalar tensor).
+        return_attention_scores: also return the `(B, H, T, S)` weights.
+
+    Returns:
+        The `(B, T, D)` output; with a cache, `(output, cache)`; with scores, the
+        weights come last.
+
+    Example:
+
+    >>> import numpy as np
+    >>> layer = MultiHeadSelfAttention(num_heads=2, key_dim=4, causal=True)
+    >>> layer(np.zeros((2, 3, 8))).shape
+    (2, 3, 8)
+    """
+
+    def __init__(self, num_heads, key_dim, causal=False, window=None, **kwargs):
+        super().__init__(num_heads, key_dim, **kwargs)
+        self.causal = bool(causal)
+        self.window = int(window) if window is not None else None
+        if self.window is not None and self.window < 0:
+            raise ValueError(f"{type(self).__name__}: window must be >= 0, got {self.window}.")
+        self.qkv_dense = self._dense(self.num_heads * (2 * self.key_dim + self.value_dim), "qkv")
+
+    def build(self, x_shape):
+        if x_shape[-1] is None:
+            raise ValueError(f"{self.name}: the last axis of the input must be known, got {x_shape}.")
+        self.qkv_dense.build(x_shape)
+        self._build_output(x_shape)
+
+    def call(self, x, attention_mask=None, cache=None, cache_index=None,
+             return_attention_scores=False, training=None):
+        qkv = self._split_heads(self.qkv_dense(x), 2 * self.key_dim + self.value_dim)  # (B, T, H, 2dk+dv)
+        query = qkv[..., : self.key_dim]  # (B, T, H, dk)
+        key_value = qkv[..., self.key_dim:]  # (B, T, H, dk+dv)
+        offset = 0
+        if cache is not None:
+            offset = 0 if cache_index is None else cache_index
+            key_value = ops.slice_update(cache, [0, offset, 0, 0], ops.cast(key_value, cache.dtype))
+            cache = key_value
+        query_length, key_length = ops.shape(query)[1], ops.shape(key_value)[1]
+        structural = None
+        if self.causal:
+            structural = masking.causal_mask(query_length, key_length, offset)
+        if self.window is not None:
+            structural = masking.merge_masks(
+                structural, masking.window_mask(query_length, key_length, self.window, offset))
+        if structural is not None:
+            structural = ops.expand_dims(structural, 0)  # (1, T, S)
+        mask = masking.merge_masks(attention_mask, structural)
+        outputs, weights = self._attend(query, key_value, mask, training)
+        result = (outputs,)
+        if cache is not None:
+            result += (cache,)
+        if return_attention_scores:
+            result += (weights,)
+        return result[0] if len(result) == 1 else result
+
+    def compute_output_shape(self, x_shape):
+        return (*x_shape[:-1], self.output_dim or x_shape[-1])
+
+    def get_config(self):
+        return {**super().get_config(), "causal": self.causal, "window": self.window}

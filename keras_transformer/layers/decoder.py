@@ -1,0 +1,191 @@
+"""One decoder layer, and the stack of N of them, with key/value caches for decoding."""
+
+import keras
+from keras import ops
+
+from keras_transformer import masking
+from keras_transformer.layers.attention import MultiHeadAttention, MultiHeadSelfAttention
+from keras_transformer.layers.encoder import _layer_options, _LayerOptions
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class DecoderLayer(_LayerOptions):
+    """Masked self-attention, cross-attention over the encoder output, then a FFN.
+
+    Each of the three sub-layers sits in a residual sublayer connection.
+
+    Args: as `EncoderLayer` (the window, if any, applies to self-attention).
+
+    Call args:
+        x: `(B, T, d_model)` embedded target prefix.
+        memory: `(B, S, d_model)` encoder output (may be None when
+            `cross_attention_cache` is given).
+        target_padding_mask: bool `(B, T)`, True for real target tokens.
+        memory_padding_mask: bool `(B, S)`, True for real source tokens.
+        self_attention_cache: `(B, T_max, H, d_k + d_v)`; when given, the new
+            keys/values are written at `cache_index` and the cache is returned.
+        cache_index: position of `x[:, 0]` in the target sequence.
+        cross_attention_cache: `(B, S, H, d_k + d_v)` projected encoder output,
+            from `cross_attention.compute_key_value(memory)`.
+        return_attention_scores: also return `{"self": (B,H,T,T'), "cross": (B,H,T,S)}`.
+
+    Returns:
+        `(B, T, d_model)`; with a self-attention cache `(x, cache)`; scores last.
+
+    Example:
+
+    >>> import numpy as np
+    >>> layer = DecoderLayer(d_model=8, num_heads=2, d_ff=16)
+    >>> layer(np.zeros((1, 3, 8)), np.zeros((1, 5, 8))).shape
+    (1, 3, 8)
+    """
+
+    def __init__(self, d_model, num_heads, d_ff, **kwargs):
+        super().__init__(d_model, num_heads, d_ff, **kwargs)
+        self.self_attention = MultiHeadSelfAttention(causal=True, window=self.attention_window,
+                                                     name="self_attention", **self._attention_args())
+        self.self_attention_block = self._block("self_attention_block")
+        self.cross_attention = MultiHeadAttention(name="cross_attention", **self._attention_args())
+        self.cross_attention_block = self._block("cross_attention_block")
+        self.feed_forward = self._feed_forward()
+        self.feed_forward_block = self._block("feed_forward_block")
+
+    def build(self, x_shape, memory_shape=None):
+        self._check_width(x_shape)
+        memory_shape = memory_shape if memory_shape is not None else x_shape
+        self.self_attention.build(x_shape)
+        self.cross_attention.build(x_shape, memory_shape)
+        for block in (self.self_attention_block, self.cross_attention_block, self.feed_forward_block):
+            block.build(x_shape)
+        self.feed_forward.build(x_shape)
+
+    def call(self, x, memory=None, target_padding_mask=None, memory_padding_mask=None,
+             self_attention_cache=None, cache_index=None, cross_attention_cache=None,
+             return_attention_scores=False, training=None):
+        self_mask = (masking.key_padding_attention_mask(target_padding_mask)
+                     if target_padding_mask is not None and self_attention_cache is None else None)
+        memory_mask = (masking.key_padding_attention_mask(memory_padding_mask)
+                       if memory_padding_mask is not None else None)
+
+        # Masked self-attention (causal; cached keys/values when decoding step by step).
+        residual = x  # (B, T, D)
+        h = self.self_attention_block.normalize(x)
+        if self_attention_cache is not None:
+            h, self_attention_cache, self_weights = self.self_attention(
+                h, attention_mask=self_mask, cache=self_attention_cache, cache_index=cache_index,
+                return_attention_scores=True, training=training)
+        else:
+            h, self_weights = self.self_attention(h, attention_mask=self_mask, return_attention_scores=True,
+                                                  training=training)
+        x = self.self_attention_block(residual, h, training=training)
+
+        # Cross-attention: queries from the decoder, keys and values from the encoder output.
+        residual = x
+        h = self.cross_attention_block.normalize(x)
+        h, cross_weights = self.cross_attention(h, memory, attention_mask=memory_mask,
+                                                cache=cross_attention_cache, return_attention_scores=True,
+                                                training=training)
+        x = self.cross_attention_block(residual, h, training=training)
+
+        # Position-wise feed-forward.
+        residual = x
+        h = self.feed_forward(self.feed_forward_block.normalize(x), training=training)
+        x = self.feed_forward_block(residual, h, training=training)
+
+        result = (x,)
+        if self_attention_cache is not None:
+            result += (self_attention_cache,)
+        if return_attention_scores:
+            result += ({"self": self_weights, "cross": cross_weights},)
+        return result[0] if len(result) == 1 else result
+
+    def compute_output_shape(self, x_shape, memory_shape=None):
+        return tuple(x_shape)
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class TransformerDecoder(_LayerOptions):
+    """N decoder layers; with pre-norm, a final LayerNorm on top.
+
+    For decoding, the caches of all layers are stacked into one tensor each:
+    self-attention `(B, N, T_max, H, d_k + d_v)` from `initial_cache`, and
+    cross-attention `(B, N, S, H, d_k + d_v)` from `cross_attention_cache(memory)`.
+
+    Args:
+        num_layers: N.
+        Other args: as `DecoderLayer`.
+
+    Call args: as `DecoderLayer`, with the stacked caches; with
+        `return_attention_scores` a list of per-layer score dicts comes last.
+
+    Example:
+
+    >>> import numpy as np
+    >>> dec = TransformerDecoder(num_layers=2, d_model=8, num_heads=2, d_ff=16)
+    >>> dec(np.zeros((1, 3, 8)), np.zeros((1, 5, 8))).shape
+    (1, 3, 8)
+    """
+
+    def __init__(self, num_layers, d_model, num_heads, d_ff, **kwargs):
+        super().__init__(d_model, num_heads, d_ff, **kwargs)
+        self.num_layers = int(num_layers)
+        if self.num_layers <= 0:
+            raise ValueError(f"TransformerDecoder: num_layers must be positive, got {num_layers}.")
+        options = {k: v for k, v in _layer_options(self).items() if k not in ("d_model", "num_heads", "d_ff")}
+        self.decoder_layers = [
+            DecoderLayer(self.d_model, self.num_heads, self.d_ff, dtype=self.dtype_policy,
+                         name=f"layer_{i}", **options)
+            for i in range(self.num_layers)
+        ]
+        self.final_norm = (keras.layers.LayerNormalization(epsilon=self.layer_norm_epsilon,
+                                                           dtype=self.dtype_policy, name="final_norm")
+                           if self.norm_first else None)
+
+    def build(self, x_shape, memory_shape=None):
+        self._check_width(x_shape)
+        for layer in self.decoder_layers:
+            layer.build(x_shape, memory_shape)
+        if self.final_norm is not None:
+            self.final_norm.build(x_shape)
+
+    def initial_cache(self, batch_size, max_length, dtype=None):
+        """Zeros `(B, N, T_max, H, d_k + d_v)` for the self-attention keys/values."""
+        return ops.zeros((batch_size, self.num_layers, max_length, self.num_heads,
+                          self.key_dim + self.value_dim), dtype=dtype or self.compute_dtype)
+
+    def cross_attention_cache(self, memory):
+        """Projects the encoder output once for all layers: `(B, N, S, H, d_k + d_v)`."""
+        return ops.stack([layer.cross_attention.compute_key_value(memory) for layer in self.decoder_layers],
+                         axis=1)
+
+    def call(self, x, memory=None, target_padding_mask=None, memory_padding_mask=None,
+             self_attention_cache=None, cache_index=None, cross_attention_cache=None,
+             return_attention_scores=False, training=None):
+        new_caches, all_weights = [], []
+        for i, layer in enumerate(self.decoder_layers):
+            outputs = layer(
+                x, memory, target_padding_mask=target_padding_mask, memory_padding_mask=memory_padding_mask,
+                self_attention_cache=None if self_attention_cache is None else self_attention_cache[:, i],
+                cache_index=cache_index,
+                cross_attention_cache=None if cross_attention_cache is None else cross_attention_cache[:, i],
+                return_attention_scores=True, training=training)
+            if self_attention_cache is not None:
+                x, cache, weights = outputs
+                new_caches.append(cache)
+            else:
+                x, weights = outputs
+            all_weights.append(weights)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        result = (x,)
+        if self_attention_cache is not None:
+            result += (ops.stack(new_caches, axis=1),)
+        if return_attention_scores:
+            result += (all_weights,)
+        return result[0] if len(result) == 1 else result
+
+    def compute_output_shape(self, x_shape, memory_shape=None):
+        return tuple(x_shape)
+
+    def get_config(self):
+        return {**super().get_config(), "num_layers": self.num_layers}

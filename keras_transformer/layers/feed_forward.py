@@ -1,0 +1,50 @@
+"""The position-wise feed-forward network FFN(x) = max(0, x W1 + b1) W2 + b2."""
+
+import keras
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class PositionWiseFeedForward(keras.layers.Layer):
+    """Two dense layers applied to every position alike, with a ReLU between.
+
+    Args:
+        d_model: output width.
+        d_ff: inner width (2048 in the base model).
+        dropout: dropout on the inner activations (0 in the paper).
+        activation: inner activation (ReLU in the paper).
+
+    Example:
+
+    >>> import numpy as np
+    >>> PositionWiseFeedForward(d_model=8, d_ff=32)(np.zeros((2, 5, 8))).shape
+    (2, 5, 8)
+    """
+
+    def __init__(self, d_model, d_ff, dropout=0.0, activation="relu", **kwargs):
+        super().__init__(**kwargs)
+        self.d_model = int(d_model)
+        self.d_ff = int(d_ff)
+        self.dropout = float(dropout)
+        self.activation = keras.activations.serialize(keras.activations.get(activation))
+        if self.d_model <= 0 or self.d_ff <= 0:
+            raise ValueError(f"PositionWiseFeedForward: d_model and d_ff must be positive, "
+                             f"got {self.d_model} and {self.d_ff}.")
+        self.inner = keras.layers.Dense(self.d_ff, activation=activation, dtype=self.dtype_policy,
+                                        name="inner")
+        self.inner_dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy, name="inner_dropout")
+        self.outer = keras.layers.Dense(self.d_model, dtype=self.dtype_policy, name="outer")
+
+    def build(self, x_shape):
+        self.inner.build(x_shape)
+        self.outer.build((*x_shape[:-1], self.d_ff))
+
+    def call(self, x, training=None):
+        hidden = self.inner_dropout(self.inner(x), training=training)  # (B, T, d_ff)
+        return self.outer(hidden)  # (B, T, d_model)
+
+    def compute_output_shape(self, x_shape):
+        return (*x_shape[:-1], self.d_model)
+
+    def get_config(self):
+        return {**super().get_config(), "d_model": self.d_model, "d_ff": self.d_ff,
+                "dropout": self.dropout, "activation": self.activation}

@@ -1,0 +1,82 @@
+"""Positional encodings: the paper's sinusoids, or learned positions (Table 3, row E)."""
+
+import keras
+import numpy as np
+from keras import ops
+
+
+def sinusoidal_position_encoding(length, d_model):
+    """Returns the `(length, d_model)` float32 table of the paper's section 3.5.
+
+    PE(pos, 2i) = sin(pos / 10000^(2i / d_model)), PE(pos, 2i + 1) = cos(pos / 10000^(2i / d_model)).
+
+    Example:
+
+    >>> table = sinusoidal_position_encoding(4, 6)
+    >>> table.shape, float(table[0, 1])
+    ((4, 6), 1.0)
+    """
+    positions = np.arange(length, dtype=np.float64)[:, None]  # (L, 1)
+    two_i = np.arange(0, d_model, 2, dtype=np.float64)[None, :]  # (1, ceil(D/2))
+    angles = positions / np.power(10000.0, two_i / d_model)
+    table = np.zeros((length, d_model), dtype=np.float64)
+    table[:, 0::2] = np.sin(angles)
+    table[:, 1::2] = np.cos(angles[:, : d_model // 2])
+    return table.astype("float32")
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class PositionalEncoding(keras.layers.Layer):
+    """Adds position information to a `(B, T, D)` sequence of embeddings.
+
+    Args:
+        max_length: the longest sequence accepted.
+        kind: "sinusoidal" (fixed, the paper) or "learned" (a trainable table).
+
+    Call args:
+        x: `(B, T, D)` embeddings.
+        start_index: position of `x[:, 0]` (decoding one token at a time).
+
+    Example:
+
+    >>> import numpy as np
+    >>> layer = PositionalEncoding(max_length=10)
+    >>> out = layer(np.zeros((1, 3, 4), "float32"))
+    >>> np.allclose(out[0], sinusoidal_position_encoding(3, 4))
+    True
+    """
+
+    def __init__(self, max_length, kind="sinusoidal", initializer="glorot_uniform", **kwargs):
+        super().__init__(**kwargs)
+        if kind not in ("sinusoidal", "learned"):
+            raise ValueError(f"PositionalEncoding: kind must be 'sinusoidal' or 'learned', got {kind!r}.")
+        self.max_length = int(max_length)
+        self.kind = kind
+        self.initializer = keras.initializers.get(initializer)
+        self.table = None
+
+    def build(self, x_shape):
+        d_model = x_shape[-1]
+        if d_model is None:
+            raise ValueError(f"{self.name}: the embedding width must be known, got shape {x_shape}.")
+        if self.kind == "learned":
+            self.table = self.add_weight(name="positions", shape=(self.max_length, d_model),
+                                         initializer=self.initializer, trainable=True)
+        else:
+            self.table = sinusoidal_position_encoding(self.max_length, d_model)
+
+    def call(self, x, start_index=0):
+        length = x.shape[1]
+        if isinstance(length, int) and isinstance(start_index, int) and start_index + length > self.max_length:
+            raise ValueError(f"{self.name}: sequence of length {start_index + length} exceeds "
+                             f"max_length={self.max_length}; truncate inputs or raise max_length.")
+        table = ops.cast(ops.convert_to_tensor(self.table), x.dtype)
+        positions = ops.slice(table, [start_index, 0], [ops.shape(x)[1], ops.shape(x)[2]])
+        return x + ops.expand_dims(positions, 0)
+
+    def compute_output_shape(self, x_shape):
+        return tuple(x_shape)
+
+    def get_config(self):
+        return {**super().get_config(), "max_length": self.max_length, "kind": self.kind,
+                "initializer": keras.initializers.serialize(self.initializer)}

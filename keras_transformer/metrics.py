@@ -1,0 +1,51 @@
+"""Token accuracy over non-pad positions."""
+
+import keras
+from keras import ops
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class MaskedAccuracy(keras.metrics.Metric):
+    """Fraction of non-pad target tokens whose argmax prediction is right.
+
+    Args:
+        pad_id: label id excluded from the count.
+
+    Example:
+
+    >>> import numpy as np
+    >>> metric = MaskedAccuracy(pad_id=0)
+    >>> logits = np.array([[[0, 1, 0], [1, 0, 0], [0, 0, 1]]], "float32")
+    >>> metric.update_state(np.array([[1, 2, 0]]), logits)
+    >>> float(metric.result())
+    0.5
+    """
+
+    def __init__(self, pad_id=0, name="masked_accuracy", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.pad_id = int(pad_id)
+        self.correct = self.add_variable(shape=(), initializer="zeros", name="correct")
+        self.total = self.add_variable(shape=(), initializer="zeros", name="total")
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        labels = ops.cast(y_true, "int32")
+        predictions = ops.cast(ops.argmax(y_pred, axis=-1), "int32")
+        weights = ops.cast(ops.not_equal(labels, self.pad_id), "float32")
+        if sample_weight is not None:
+            sample_weight = ops.cast(sample_weight, "float32")
+            while len(sample_weight.shape) < len(weights.shape):
+                sample_weight = ops.expand_dims(sample_weight, -1)
+            weights = weights * sample_weight
+        hits = ops.cast(ops.equal(labels, predictions), "float32") * weights
+        self.correct.assign_add(ops.sum(hits))
+        self.total.assign_add(ops.sum(weights))
+
+    def result(self):
+        return self.correct / ops.maximum(self.total, 1.0)
+
+    def reset_state(self):
+        self.correct.assign(0.0)
+        self.total.assign(0.0)
+
+    def get_config(self):
+        return {**super().get_config(), "pad_id": self.pad_id}

@@ -1,0 +1,169 @@
+"""`build_model`: the Transformer of "Attention Is All You Need" as a functional Keras model.
+
+Besides the model, this module offers `encode` and `decode`, which run the
+model's own layers separately, so that decoding can encode a source once and
+then run the decoder one token at a time with key/value caches.
+"""
+
+import keras
+
+from keras_transformer.config import TransformerConfig
+from keras_transformer.layers import (PositionalEncoding, TokenEmbedding, TransformerDecoder,
+                                      TransformerEncoder)
+from keras_transformer.masking import PaddingMask, padding_mask
+
+
+def _stack_options(config):
+    return dict(d_model=config.d_model, num_heads=config.num_heads, d_ff=config.d_ff,
+                dropout=config.dropout, attention_dropout=config.attention_dropout,
+                ffn_dropout=config.ffn_dropout, key_dim=config.key_dim, value_dim=config.value_dim,
+                norm_first=config.norm_first, use_rezero=config.use_rezero,
+                scale_attention_logits=config.scale_attention_logits,
+                layer_norm_epsilon=config.layer_norm_epsilon, attention_window=config.attention_window)
+
+
+def build_model(config: TransformerConfig, name="transformer") -> keras.Model:
+    """Builds the encoder-decoder Transformer described by `config`.
+
+    Inputs are a dict `{"source": int32 (B, S), "target": int32 (B, T)}` where
+    `target` is the decoder input (the reference shifted right, starting with
+    `bos_id`), padded with `pad_id`. The output is float32 logits `(B, T, V)`.
+
+    Layer names (used by `encode`/`decode` and by checkpoints):
+    `shared_embedding` (tie "all") or `source_embedding`/`target_embedding`,
+    `source_position`, `target_position`, `encoder`, `decoder`, and
+    `output_projection` when the softmax weights are not tied.
+
+    Args:
+        config: a `TransformerConfig`.
+        name: the model's name.
+
+    Returns:
+        A functional `keras.Model`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> config = TransformerConfig.preset("tiny", vocab_size=100)
+    >>> model = build_model(config)
+    >>> model({"source": np.ones((2, 7), "int32"), "target": np.ones((2, 5), "int32")}).shape
+    (2, 5, 100)
+    """
+    if not isinstance(config, TransformerConfig):
+        raise TypeError(f"build_model expects a TransformerConfig, got {type(config).__name__}.")
+    source = keras.Input(shape=(None,), dtype="int32", name="source")
+    target = keras.Input(shape=(None,), dtype="int32", name="target")
+    source_padding = PaddingMask(config.pad_id, name="source_padding")(source)  # (B, S)
+    target_padding = PaddingMask(config.pad_id, name="target_padding")(target)  # (B, T)
+
+    if config.tie_embeddings == "all":
+        source_embedding = target_embedding = TokenEmbedding(config.vocab_size, config.d_model,
+                                                             name="shared_embedding")
+    else:
+        source_embedding = TokenEmbedding(config.src_vocab_size, config.d_model, name="source_embedding")
+        target_embedding = TokenEmbedding(config.tgt_vocab_size, config.d_model, name="target_embedding")
+
+    # Encoder: embed, add positions, dropout, N layers.
+    x = source_embedding(source)  # (B, S, D)
+    x = PositionalEncoding(config.max_length, config.position, name="source_position")(x)
+    x = keras.layers.Dropout(config.dropout, name="source_dropout")(x)
+    memory = TransformerEncoder(config.encoder_layers, name="encoder", **_stack_options(config))(
+        x, padding_mask=source_padding)  # (B, S, D)
+
+    # Decoder: embed the shifted target, add positions, dropout, N layers.
+    y = target_embedding(target)  # (B, T, D)
+    y = PositionalEncoding(config.max_length, config.position, name="target_position")(y)
+    y = keras.layers.Dropout(config.dropout, name="target_dropout")(y)
+    y = TransformerDecoder(config.decoder_layers, name="decoder", **_stack_options(config))(
+        y, memory, target_padding_mask=target_padding, memory_padding_mask=source_padding)  # (B, T, D)
+
+    # Pre-softmax projection, tied to the target embedding or its own matrix.
+    if config.tie_embeddings in ("all", "decoder"):
+        logits = target_embedding(y, reverse=True)
+    else:
+        logits = keras.layers.Dense(config.tgt_vocab_size, use_bias=False, name="output_projection")(y)
+    logits = keras.layers.Activation("linear", dtype="float32", name="logits")(logits)  # (B, T, V)
+    return keras.Model({"source": source, "target": target}, logits, name=name)
+
+
+def _embeddings(model):
+    names = {layer.name for layer in model.layers}
+    if "shared_embedding" in names:
+        shared = model.get_layer("shared_embedding")
+        return shared, shared
+    return model.get_layer("source_embedding"), model.get_layer("target_embedding")
+
+
+def encode(model, source, pad_id=0, training=False, return_attention_scores=False):
+    """Runs the encoder of a `build_model` model.
+
+    Args:
+        model: a model from `build_model`.
+        source: int `(B, S)` token ids.
+        pad_id: the padding id.
+        training: run dropout.
+        return_attention_scores: also return the per-layer self-attention weights.
+
+    Returns:
+        `(memory, source_padding)`: `(B, S, D)` and bool `(B, S)`; scores last if asked.
+
+    Example:
+
+    >>> import numpy as np
+    >>> model = build_model(TransformerConfig.preset("tiny", vocab_size=50))
+    >>> memory, mask = encode(model, np.array([[5, 6, 0]]))
+    >>> memory.shape, mask.numpy().tolist()
+    ((1, 3, 64), [[True, True, False]])
+    """
+    source_embedding, _ = _embeddings(model)
+    source_padding = padding_mask(source, pad_id)
+    x = source_embedding(source)
+    x = model.get_layer("source_position")(x)
+    x = model.get_layer("source_dropout")(x, training=training)
+    outputs = model.get_layer("encoder")(x, padding_mask=source_padding, training=training,
+                                         return_attention_scores=return_attention_scores)
+    if return_attention_scores:
+        return outputs[0], source_padding, outputs[1]
+    return outputs, source_padding
+
+
+def decode(model, target, memory=None, source_padding=None, target_padding=None, self_attention_cache=None,
+           cache_index=None, cross_attention_cache=None, training=False, return_attention_scores=False):
+    """Runs the decoder and output projection of a `build_model` model.
+
+    Without caches this is the teacher-forced pass over the whole `target`.
+    With `self_attention_cache` (from `model.get_layer("decoder").initial_cache`)
+    `target` holds the tokens at `cache_index` onwards (usually one) and the
+    updated cache is returned as well.
+
+    Returns:
+        float32 logits `(B, T, V)`; with a cache `(logits, cache)`; scores last if asked.
+
+    Example:
+
+    >>> import numpy as np
+    >>> model = build_model(TransformerConfig.preset("tiny", vocab_size=50))
+    >>> memory, mask = encode(model, np.array([[5, 6, 7]]))
+    >>> decode(model, np.array([[2, 9]]), memory, mask).shape
+    (1, 2, 50)
+    """
+    _, target_embedding = _embeddings(model)
+    start = 0 if cache_index is None else cache_index
+    y = target_embedding(target)
+    y = model.get_layer("target_position")(y, start_index=start)
+    y = model.get_layer("target_dropout")(y, training=training)
+    outputs = model.get_layer("decoder")(
+        y, memory, target_padding_mask=target_padding, memory_padding_mask=source_padding,
+        self_attention_cache=self_attention_cache, cache_index=cache_index,
+        cross_attention_cache=cross_attention_cache, return_attention_scores=return_attention_scores,
+        training=training)
+    outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+    hidden = outputs[0]
+    names = {layer.name for layer in model.layers}
+    if "output_projection" in names:
+        logits = model.get_layer("output_projection")(hidden)
+    else:
+        logits = target_embedding(hidden, reverse=True)
+    logits = keras.ops.cast(logits, "float32")
+    result = (logits,) + outputs[1:]
+    return result[0] if len(result) == 1 else result

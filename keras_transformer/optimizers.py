@@ -1,0 +1,29 @@
+"""The paper's optimizer: Adam(beta1=0.9, beta2=0.98, eps=1e-9) on the Noam schedule."""
+
+import keras
+
+from keras_transformer.schedules import NoamSchedule
+
+
+def make_optimizer(config, gradient_accumulation_steps=None, **kwargs):
+    """Returns `keras.optimizers.Adam` configured as in section 5.3 of the paper.
+
+    Args:
+        config: a `TransformerConfig` (uses d_model, warmup_steps, learning_rate_scale,
+            beta_1, beta_2, epsilon).
+        gradient_accumulation_steps: accumulate gradients over this many batches
+            before each update (a larger effective batch on small hardware).
+        **kwargs: passed on to `keras.optimizers.Adam` (e.g. `clipnorm`).
+
+    Example:
+
+    >>> from keras_transformer.config import TransformerConfig
+    >>> optimizer = make_optimizer(TransformerConfig.preset("tiny", vocab_size=100))
+    >>> optimizer.beta_2, optimizer.epsilon
+    (0.98, 1e-09)
+    """
+    schedule = NoamSchedule(config.d_model, config.warmup_steps, config.learning_rate_scale)
+    if gradient_accumulation_steps is not None and gradient_accumulation_steps > 1:
+        kwargs["gradient_accumulation_steps"] = int(gradient_accumulation_steps)
+    return keras.optimizers.Adam(learning_rate=schedule, beta_1=config.beta_1, beta_2=config.beta_2,
+                                 epsilon=config.epsilon, **kwargs)
