@@ -1,0 +1,80 @@
+"""TransformerConfig: presets, defaults, validation messages, YAML round trips."""
+
+import pytest
+
+from keras_transformer import TransformerConfig
+from keras_transformer.config import PRESETS
+
+
+def test_issue_example_works_with_defaults():
+    config = TransformerConfig(vocab_size=8000, num_layers=3, d_model=256, num_heads=4, d_ff=1024, dropout=0.1)
+    assert config.head_dim == 64
+    assert config.encoder_layers == config.decoder_layers == 3
+    assert config.tie_embeddings == "all" and config.position == "sinusoidal" and not config.norm_first
+
+
+@pytest.mark.parametrize("name, layers, d_model, d_ff, heads, dropout", [
+    ("base", 6, 512, 2048, 8, 0.1), ("big", 6, 1024, 4096, 16, 0.3)])
+def test_paper_presets(name, layers, d_model, d_ff, heads, dropout):
+    config = TransformerConfig.preset(name, vocab_size=37000)
+    assert (config.num_layers, config.d_model, config.d_ff, config.num_heads, config.dropout) == (
+        layers, d_model, d_ff, heads, dropout)
+    assert config.label_smoothing == 0.1 and config.warmup_steps == 4000
+    assert (config.beta_1, config.beta_2, config.epsilon) == (0.9, 0.98, 1e-9)
+
+
+def test_all_presets_build_and_overrides_apply():
+    for name in PRESETS:
+        assert TransformerConfig.preset(name, vocab_size=100, dropout=0.2).dropout == 0.2
+
+
+def test_separate_vocab_and_layer_overrides():
+    config = TransformerConfig(vocab_size=100, source_vocab_size=120, target_vocab_size=90, tie_embeddings="decoder",
+                               num_layers=2, num_encoder_layers=4, d_model=64, num_heads=4)
+    assert (config.src_vocab_size, config.tgt_vocab_size) == (120, 90)
+    assert (config.encoder_layers, config.decoder_layers) == (4, 2)
+
+
+@pytest.mark.parametrize("overrides, fragment", [
+    (dict(d_model=100, num_heads=3), "not divisible by num_heads"),
+    (dict(d_model=0), "d_model must be a positive integer"),
+    (dict(num_layers=-1), "num_layers must be a positive integer"),
+    (dict(dropout=1.0), "dropout must be in [0, 1)"),
+    (dict(attention_dropout=-0.1), "attention_dropout must be in [0, 1)"),
+    (dict(position="rotary"), "position must be one of"),
+    (dict(tie_embeddings="encoder"), "tie_embeddings must be one of"),
+    (dict(source_vocab_size=10, target_vocab_size=20), "source_vocab_size=10 != target_vocab_size=20"),
+    (dict(pad_id=5, unk_id=5), "special ids must differ"),
+])
+def test_validation_names_the_problem(overrides, fragment):
+    values = dict(vocab_size=100, d_model=64, num_heads=4)
+    values.update(overrides)
+    with pytest.raises(ValueError) as error:
+        TransformerConfig(**values)
+    assert fragment in str(error.value)
+
+
+def test_unknown_preset_and_unknown_field():
+    with pytest.raises(ValueError, match="Unknown preset 'huge'"):
+        TransformerConfig.preset("huge")
+    with pytest.raises(ValueError, match="d_modle"):
+        TransformerConfig.from_dict({"d_modle": 512})
+
+
+def test_bool_tie_embeddings_is_normalised():
+    assert TransformerConfig(vocab_size=50, d_model=8, num_heads=2, tie_embeddings=False).tie_embeddings == "none"
+    assert TransformerConfig(vocab_size=50, d_model=8, num_heads=2, tie_embeddings=True).tie_embeddings == "all"
+
+
+def test_yaml_round_trip(tmp_path):
+    config = TransformerConfig.preset("small", vocab_size=8000, norm_first=True, position="learned")
+    path = tmp_path / "config.yaml"
+    config.save_yaml(path)
+    assert TransformerConfig.from_yaml(path) == config
+
+
+def test_yaml_with_bad_key_names_it(tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text("vocab_size: 100\nnum_haeds: 4\n")
+    with pytest.raises(ValueError, match="num_haeds"):
+        TransformerConfig.from_yaml(path)

@@ -1,0 +1,170 @@
+"""build_model: shapes, causality, padding, weight tying, parameter counts, round trips."""
+
+import ast
+import pathlib
+
+import keras
+import numpy as np
+import pytest
+
+import keras_transformer as kt
+
+RNG = np.random.default_rng(1)
+PACKAGE = pathlib.Path(kt.__file__).parent
+
+
+def tiny(**overrides):
+    values = dict(vocab_size=40, dropout=0.0)
+    values.update(overrides)
+    return kt.TransformerConfig.preset("tiny", **values)
+
+
+def logits(model, source, target):
+    return keras.ops.convert_to_numpy(model({"source": source, "target": target}, training=False))
+
+
+def random_batch(batch=2, source_length=7, target_length=6, vocab=40):
+    return (RNG.integers(4, vocab, size=(batch, source_length)).astype("int32"),
+            RNG.integers(4, vocab, size=(batch, target_length)).astype("int32"))
+
+
+def test_inputs_outputs_and_dtypes():
+    model = kt.build_model(tiny())
+    assert set(model.input) == {"source", "target"}
+    source, target = random_batch()
+    out = model({"source": source, "target": target})
+    assert out.shape == (2, 6, 40)
+    assert keras.backend.standardize_dtype(out.dtype) == "float32"
+
+
+@pytest.mark.parametrize("options", [dict(), dict(norm_first=True), dict(position="learned", use_rezero=True)])
+def test_causality_future_targets_never_change_earlier_logits(options):
+    model = kt.build_model(tiny(**options))
+    source, target = random_batch(batch=1, target_length=8)
+    base = logits(model, source, target)
+    for t in (0, 3, 7):
+        changed = target.copy()
+        changed[0, t] = (changed[0, t] + 1 - 4) % 36 + 4
+        out = logits(model, source, changed)
+        np.testing.assert_allclose(out[:, :t], base[:, :t], atol=1e-5)
+        assert np.abs(out[:, t:] - base[:, t:]).max() > 1e-4  # position t and later do see the change
+
+
+def test_appending_padding_changes_no_real_position():
+    model = kt.build_model(tiny(norm_first=True))
+    source, target = random_batch(batch=2, source_length=5, target_length=4)
+    base = logits(model, source, target)
+    padded_source = np.concatenate([source, np.zeros((2, 6), "int32")], axis=1)
+    padded_target = np.concatenate([target, np.zeros((2, 3), "int32")], axis=1)
+    np.testing.assert_allclose(logits(model, padded_source, target), base, atol=1e-5)
+    np.testing.assert_allclose(logits(model, padded_source, padded_target)[:, :4], base, atol=1e-5)
+
+
+def test_padding_inside_a_batch_matches_the_sentence_alone():
+    model = kt.build_model(tiny())
+    source, target = random_batch(batch=2, source_length=6, target_length=5)
+    source[1, 3:] = 0
+    target[1, 2:] = 0
+    batch = logits(model, source, target)
+    alone = logits(model, source[1:, :3], target[1:, :2])
+    np.testing.assert_allclose(batch[1:, :2], alone, atol=1e-5)
+
+
+@pytest.mark.parametrize("preset, paper", [("base", 65e6), ("big", 213e6)])
+def test_parameter_counts_match_the_paper(preset, paper):
+    model = kt.build_model(kt.TransformerConfig.preset(preset, vocab_size=37000))
+    assert abs(model.count_params() / paper - 1) < 0.05, model.count_params()
+
+
+def test_weight_tying_modes():
+    config = tiny(vocab_size=50, d_model=16, num_heads=2, d_ff=32, num_layers=1)
+    counts = {}
+    for mode in ("all", "decoder", "none"):
+        model = kt.build_model(config.replace(tie_embeddings=mode))
+        names = {layer.name for layer in model.layers}
+        counts[mode] = model.count_params()
+        if mode == "all":
+            assert "shared_embedding" in names and "output_projection" not in names
+        elif mode == "decoder":
+            assert {"source_embedding", "target_embedding"} <= names and "output_projection" not in names
+        else:
+            assert "output_projection" in names
+    assert counts["decoder"] - counts["all"] == 50 * 16
+    assert counts["none"] - counts["decoder"] == 50 * 16
+
+
+def test_tied_projection_uses_the_embedding_matrix():
+    model = kt.build_model(tiny())
+    source, target = random_batch(batch=1)
+    table = keras.ops.convert_to_numpy(model.get_layer("shared_embedding").embeddings)
+    memory, mask = kt.encode(model, source)
+    hidden_logits = keras.ops.convert_to_numpy(kt.decode(model, target, memory, mask))
+    np.testing.assert_allclose(hidden_logits, logits(model, source, target), atol=1e-5)
+    # Changing the embedding matrix changes the logits through the projection, too.
+    model.get_layer("shared_embedding").embeddings.assign(table * 2)
+    assert np.abs(logits(model, source, target) - hidden_logits).max() > 1e-3
+
+
+def test_separate_vocabularies_give_target_sized_logits():
+    config = tiny(source_vocab_size=30, target_vocab_size=45, tie_embeddings="none")
+    model = kt.build_model(config)
+    out = model({"source": np.ones((1, 3), "int32"), "target": np.ones((1, 2), "int32")})
+    assert out.shape == (1, 2, 45)
+
+
+@pytest.mark.parametrize("options", [dict(), dict(tie_embeddings="none", norm_first=True, position="learned")])
+def test_model_config_and_keras_file_round_trips(options, tmp_path):
+    model = kt.build_model(tiny(**options))
+    source, target = random_batch()
+    expected = logits(model, source, target)
+    clone = keras.Model.from_config(model.get_config())
+    clone.set_weights(model.get_weights())
+    np.testing.assert_allclose(logits(clone, source, target), expected, atol=1e-6)
+    path = tmp_path / "model.keras"
+    model.save(path)
+    restored = keras.saving.load_model(path)
+    np.testing.assert_allclose(logits(restored, source, target), expected, atol=1e-6)
+
+
+def test_cached_decoding_equals_full_pass():
+    model = kt.build_model(tiny(num_layers=3))
+    source, target = random_batch(batch=2, target_length=7)
+    source[0, 5:] = 0
+    full = logits(model, source, target)
+    memory, mask = kt.encode(model, source)
+    decoder = model.get_layer("decoder")
+    cache, cross = decoder.initial_cache(2, 7), decoder.cross_attention_cache(memory)
+    steps = []
+    for t in range(7):
+        step, cache = kt.decode(model, target[:, t:t + 1], None, mask, self_attention_cache=cache, cache_index=t,
+                                cross_attention_cache=cross)
+        steps.append(keras.ops.convert_to_numpy(step))
+    np.testing.assert_allclose(np.concatenate(steps, axis=1), full, atol=1e-5)
+
+
+def test_build_model_rejects_a_non_config():
+    with pytest.raises(TypeError, match="TransformerConfig"):
+        kt.build_model({"vocab_size": 10})
+
+
+MODEL_MODULES = ["config.py", "masking.py", "model.py", "losses.py", "metrics.py", "schedules.py", "optimizers.py",
+                 "decoding.py", "data/synthetic.py", *[f"layers/{p.name}" for p in (PACKAGE / "layers").glob("*.py")]]
+
+
+@pytest.mark.parametrize("module", MODEL_MODULES)
+def test_model_modules_import_only_keras_numpy_and_the_standard_library(module):
+    path = PACKAGE / module
+    if not path.exists():
+        pytest.skip(f"{module} not present")
+    allowed_third_party = {"keras", "numpy", "yaml"}
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            names = [node.module]
+        for name in names:
+            top = name.split(".")[0]
+            assert top not in {"tensorflow", "tensorflow_text", "tf_keras", "torch", "jax"}, f"{module} imports {name}"
+            assert top in allowed_third_party | {"keras_transformer"} or top in __import__("sys").stdlib_module_names, (
+                f"{module} imports {name}")

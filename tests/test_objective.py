@@ -1,0 +1,99 @@
+"""Loss, metric, schedule and optimizer against hand computations."""
+
+import json
+import math
+
+import keras
+import numpy as np
+import pytest
+
+import keras_transformer as kt
+
+
+def hand_loss(labels, logits, eps, pad_id=0):
+    """Label-smoothed cross-entropy written the long way: explicit smoothed targets and log-softmax."""
+    total, count = 0.0, 0
+    vocab = logits.shape[-1]
+    for b in range(labels.shape[0]):
+        for t in range(labels.shape[1]):
+            if labels[b, t] == pad_id:
+                continue
+            z = logits[b, t].astype(np.float64)
+            log_p = z - (np.log(np.sum(np.exp(z - z.max()))) + z.max())
+            q = np.full(vocab, eps / vocab)
+            q[labels[b, t]] += 1 - eps
+            total += -np.sum(q * log_p)
+            count += 1
+    return total / count
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1, 0.3])
+def test_label_smoothed_loss_matches_hand_computation_and_ignores_pads(eps):
+    rng = np.random.default_rng(0)
+    labels = np.array([[5, 2, 7, 0, 0], [1, 3, 0, 0, 0]])
+    logits = rng.normal(size=(2, 5, 9)).astype("float32") * 3
+    loss = kt.LabelSmoothedCrossEntropy(eps, pad_id=0)
+    assert float(loss(labels, logits)) == pytest.approx(hand_loss(labels, logits, eps), rel=1e-5)
+    # Pad positions may hold anything without changing the loss.
+    noisy = logits.copy()
+    noisy[labels == 0] = 100.0
+    assert float(loss(labels, noisy)) == pytest.approx(float(loss(labels, logits)), rel=1e-6)
+
+
+def test_label_smoothing_zero_equals_keras_sparse_crossentropy_on_unpadded_tokens():
+    rng = np.random.default_rng(1)
+    labels = rng.integers(1, 9, size=(3, 4))
+    logits = rng.normal(size=(3, 4, 9)).astype("float32")
+    ours = float(kt.LabelSmoothedCrossEntropy(0.0, pad_id=0)(labels, logits))
+    reference = float(keras.losses.SparseCategoricalCrossentropy(from_logits=True)(labels, logits))
+    assert ours == pytest.approx(reference, rel=1e-5)
+
+
+def test_loss_and_metric_round_trip_configs():
+    loss = kt.LabelSmoothedCrossEntropy(0.2, pad_id=3)
+    clone = keras.saving.deserialize_keras_object(json.loads(json.dumps(keras.saving.serialize_keras_object(loss))))
+    assert (clone.label_smoothing, clone.pad_id) == (0.2, 3)
+    metric = kt.MaskedAccuracy(pad_id=3)
+    assert kt.MaskedAccuracy.from_config(metric.get_config()).pad_id == 3
+    with pytest.raises(ValueError, match="label_smoothing"):
+        kt.LabelSmoothedCrossEntropy(1.5)
+
+
+def test_masked_accuracy_counts_only_real_tokens():
+    metric = kt.MaskedAccuracy(pad_id=0)
+    labels = np.array([[4, 5, 0], [6, 0, 0]])
+    predictions = np.array([[4, 9, 5], [6, 1, 0]])  # two of three real tokens right
+    metric.update_state(labels, keras.ops.one_hot(predictions, 10))
+    assert float(metric.result()) == pytest.approx(2 / 3)
+    metric.reset_state()
+    assert float(metric.result()) == 0.0
+
+
+@pytest.mark.parametrize("step", [1, 100, 4000, 4001, 100000])
+def test_noam_schedule_matches_formula(step):
+    schedule = kt.NoamSchedule(d_model=512, warmup_steps=4000)
+    expected = 512 ** -0.5 * min(step ** -0.5, step * 4000 ** -1.5)
+    assert float(schedule(step)) == pytest.approx(expected, rel=1e-6)
+
+
+def test_noam_schedule_peaks_at_warmup_and_round_trips():
+    schedule = kt.NoamSchedule(d_model=256, warmup_steps=100, scale=2.0)
+    values = [float(schedule(s)) for s in range(1, 400)]
+    assert int(np.argmax(values)) + 1 == 100
+    clone = keras.optimizers.schedules.deserialize(keras.optimizers.schedules.serialize(schedule))
+    assert float(clone(250)) == pytest.approx(float(schedule(250)))
+    assert float(schedule(0)) == float(schedule(1))
+    with pytest.raises(ValueError, match="warmup_steps"):
+        kt.NoamSchedule(256, warmup_steps=0)
+
+
+def test_make_optimizer_is_the_papers_adam():
+    config = kt.TransformerConfig.preset("base", vocab_size=100)
+    optimizer = kt.make_optimizer(config)
+    assert isinstance(optimizer, keras.optimizers.Adam)
+    assert (optimizer.beta_1, optimizer.beta_2, optimizer.epsilon) == (0.9, 0.98, 1e-9)
+    assert isinstance(optimizer._learning_rate, kt.NoamSchedule)
+    assert float(optimizer._learning_rate(4000)) == pytest.approx(512 ** -0.5 * 4000 ** -0.5)
+    assert kt.make_optimizer(config, gradient_accumulation_steps=4).gradient_accumulation_steps == 4
+    assert math.isclose(float(kt.make_optimizer(config.replace(learning_rate_scale=2.0))._learning_rate(10)),
+                        2 * float(optimizer._learning_rate(10)))
