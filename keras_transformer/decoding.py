@@ -1,0 +1,397 @@
+"""Greedy decoding, beam search and forced-decode scoring for a `build_model` Transformer.
+
+Decoding as the paper used it: beam search with beam 4 and the GNMT length
+penalty lp(Y) = ((5 + |Y|) / 6) ** alpha with alpha = 0.6, at most
+"source length + 50" output tokens, batched over sentences of different
+lengths.
+
+How a batch is decoded:
+
+1. The encoder runs once: memory `(B, S, D)`; the cross-attention keys and
+   values of every decoder layer are projected from it once as well.
+2. Each step feeds only the newest token `(B*K, 1)` to the decoder. Its
+   self-attention keys/values are written into a cache `(B*K, N, T_max, H, d_k + d_v)`
+   at the step's position, so a step costs one token's worth of work.
+3. Beam search keeps `K` alive and `K` finished hypotheses per sentence in
+   fixed-shape tensors; when hypotheses are reordered, the cache rows are
+   reordered with one gather.
+
+Everything is `keras.ops` inside one `keras.ops.while_loop` with fixed-shape
+state, so the functions run eagerly, inside `tf.function`, with
+`jit_compile=True`, and in a SavedModel. The loop stops as soon as every
+sentence is done.
+
+Padding never changes a result: each sentence's own length limit is computed
+from its own (unpadded) source length, and padded source positions get exactly
+zero attention.
+"""
+
+from keras import ops
+
+from keras_transformer.model import decode, encode
+
+NEG_INF = float("-inf")
+
+
+def length_penalty(length, alpha=0.6):
+    """The GNMT length penalty lp(Y) = ((5 + |Y|) / 6) ** alpha (Wu et al., 2016).
+
+    Beam search ranks finished hypotheses by log P(Y | X) / lp(Y); with
+    `alpha=0` this is the plain log-probability.
+
+    Args:
+        length: int tensor (any shape), the number of output tokens (with eos).
+        alpha: the exponent; 0.6 in the paper.
+
+    Returns:
+        float32 tensor of the shape of `length`.
+
+    Example:
+
+    >>> float(length_penalty(1, alpha=0.6))
+    1.0
+    >>> round(float(length_penalty(7, alpha=1.0)), 4)
+    2.0
+    """
+    length = ops.cast(length, "float32")
+    return ops.power((5.0 + length) / 6.0, float(alpha))
+
+
+def max_positions(model):
+    """The longest target sequence `model` accepts (its positional-encoding length).
+
+    Example:
+
+    >>> from keras_transformer import TransformerConfig, build_model
+    >>> max_positions(build_model(TransformerConfig.preset("tiny", vocab_size=50)))
+    128
+    """
+    return model.get_layer("target_position").max_length
+
+
+def output_limits(model, source, pad_id=0, max_extra=50, max_length=None):
+    """How many tokens each sentence may produce, and the width of the output buffer.
+
+    A sentence with `n` source tokens (its eos included, padding excluded) may
+    produce `n + max_extra` tokens, capped by `max_length` and by the model's
+    maximum target length.
+
+    Args:
+        model: a `build_model` model.
+        source: int `(B, S)` token ids padded with `pad_id`.
+        pad_id: the padding id.
+        max_extra: extra tokens allowed beyond the source length (paper: 50).
+        max_length: optional absolute cap on output tokens.
+
+    Returns:
+        `(limits, steps)`: int32 `(B,)` per-sentence limits, and the buffer width
+        `min(S + max_extra, cap)` (a Python int when `S` is static, which keeps
+        every loop tensor's shape static for XLA).
+
+    Example:
+
+    >>> import numpy as np
+    >>> from keras_transformer import TransformerConfig, build_model
+    >>> model = build_model(TransformerConfig.preset("tiny", vocab_size=50))
+    >>> limits, steps = output_limits(model, np.array([[5, 3, 0], [5, 6, 3]]), max_extra=2)
+    >>> limits.numpy().tolist(), steps
+    ([4, 5], 5)
+    """
+    cap = max_positions(model)
+    if max_length is not None:
+        cap = min(cap, int(max_length))
+    width = ops.shape(source)[1]
+    source_cap = model.get_layer("source_position").max_length
+    if isinstance(width, int) and width > source_cap:
+        raise ValueError(f"The source batch has {width} positions but the model accepts at most "
+                         f"{source_cap}; truncate the sources (Translator does) or build a model "
+                         f"with a larger max_length.")
+    source_lengths = ops.sum(ops.cast(ops.not_equal(source, pad_id), "int32"), axis=1)  # (B,)
+    limits = ops.clip(source_lengths + int(max_extra), 1, cap)  # (B,)
+    if isinstance(width, int):
+        steps = max(1, min(width + int(max_extra), cap))
+    else:
+        steps = ops.clip(width + int(max_extra), 1, cap)
+    return limits, steps
+
+
+# ----------------------------------------------------------------- helpers
+
+
+def _write_column(sequences, column, values):
+    """Returns `sequences (..., T)` with `values (...)` written at `column`."""
+    positions = ops.arange(ops.shape(sequences)[-1], dtype="int32")
+    return ops.where(ops.equal(positions, column), ops.expand_dims(values, -1), sequences)
+
+
+def _flat_index(beam_index, beams):
+    """`(B, M)` beam numbers -> `(B*M,)` row numbers of a `(B*beams, ...)` tensor."""
+    batch = ops.shape(beam_index)[0]
+    offsets = ops.expand_dims(ops.arange(batch, dtype="int32") * beams, 1)  # (B, 1)
+    return ops.reshape(offsets + ops.cast(beam_index, "int32"), (-1,))
+
+
+def _gather_beams(x, beam_index):
+    """`x (B, K, ...)`, `beam_index (B, M)` -> `(B, M, ...)`: x[b, beam_index[b, m]]."""
+    shape = ops.shape(x)
+    flat = ops.reshape(x, (shape[0] * shape[1], *shape[2:]))
+    picked = ops.take(flat, _flat_index(beam_index, shape[1]), axis=0)
+    return ops.reshape(picked, (shape[0], ops.shape(beam_index)[1], *shape[2:]))
+
+
+def _step_function(model, source, pad_id, bos_id, beams, steps, use_cache):
+    """Encodes `source` once and returns `(step, cache)` for a `(B*beams)`-row decoder.
+
+    `step(sequences, t, cache)` takes the token buffer `(B*beams, steps + 1)`
+    (column 0 is bos, column t the newest token) and returns the next-token
+    log-probabilities `(B*beams, V)` and the updated cache. Padding and bos can
+    never be produced, so their log-probabilities are -inf; the others are the
+    model's own (not renormalised), so scores match `score`.
+
+    With `use_cache=False` each step reruns the decoder over the whole
+    fixed-width prefix buffer (the baseline the benchmark compares with).
+    """
+    memory, source_padding = encode(model, source, pad_id)  # (B, S, D), (B, S)
+    source_padding = ops.repeat(source_padding, beams, axis=0)  # (B*K, S)
+    decoder = model.get_layer("decoder")
+
+    def next_log_probs(logits):  # (B*K, V)
+        log_probs = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
+        vocab = ops.arange(ops.shape(log_probs)[-1], dtype="int32")
+        never = ops.logical_or(ops.equal(vocab, pad_id), ops.equal(vocab, bos_id))  # (V,)
+        return ops.where(never, NEG_INF, log_probs)
+
+    if use_cache:
+        cross = ops.repeat(decoder.cross_attention_cache(memory), beams, axis=0)  # (B*K, N, S, H, dk+dv)
+        rows = ops.shape(cross)[0]
+        cache = decoder.initial_cache(rows, steps)  # (B*K, N, T_max, H, dk+dv)
+
+        def step(sequences, t, cache):
+            token = ops.expand_dims(ops.take(sequences, t, axis=1), 1)  # (B*K, 1)
+            logits, cache = decode(model, token, None, source_padding, self_attention_cache=cache,
+                                   cache_index=t, cross_attention_cache=cross)
+            return next_log_probs(logits[:, 0]), cache
+        return step, cache
+
+    memory = ops.repeat(memory, beams, axis=0)  # (B*K, S, D)
+
+    def uncached_step(sequences, t, cache):
+        logits = decode(model, sequences[:, :steps], memory, source_padding)  # (B*K, T_max, V)
+        return next_log_probs(ops.take(logits, t, axis=1)), cache
+    return uncached_step, ops.zeros((1,))
+
+
+# ----------------------------------------------------------------- decoding
+
+
+def greedy_decode(model, source, max_extra=50, max_length=None, pad_id=0, bos_id=2, eos_id=3,
+                  use_cache=True):
+    """Decodes a batch by taking the most likely token at every step.
+
+    Args:
+        model: a `build_model` model.
+        source: int `(B, S)` source ids (tokens then eos), padded with `pad_id`.
+        max_extra: each sentence produces at most its source length + `max_extra` tokens.
+        max_length: optional absolute cap on output tokens (the model's own
+            maximum length always applies).
+        pad_id, bos_id, eos_id: the special ids (`TransformerConfig` defaults).
+        use_cache: decode with the key/value cache (True), or rerun the decoder
+            over the whole prefix at every step (False; for benchmarks and tests).
+
+    Returns:
+        `(tokens, scores)`: int32 `(B, T)` outputs ending with eos (unless cut
+        by the length limit), padded with `pad_id`; float32 `(B,)` log P(tokens | source).
+
+    Example:
+
+    >>> import numpy as np
+    >>> from keras_transformer import TransformerConfig, build_model
+    >>> model = build_model(TransformerConfig.preset("tiny", vocab_size=50))
+    >>> tokens, scores = greedy_decode(model, np.array([[7, 8, 3], [9, 3, 0]]), max_extra=4)
+    >>> tuple(tokens.shape), tuple(scores.shape)
+    ((2, 7), (2,))
+    """
+    source = ops.convert_to_tensor(source, "int32")
+    batch = ops.shape(source)[0]
+    limits, steps = output_limits(model, source, pad_id, max_extra, max_length)  # (B,), T_max
+    step, cache = _step_function(model, source, pad_id, bos_id, 1, steps, use_cache)
+
+    sequences = _write_column(ops.full((batch, steps + 1), pad_id, dtype="int32"), 0,
+                              ops.full((batch,), bos_id, dtype="int32"))  # (B, T_max + 1)
+    state = {
+        "t": ops.convert_to_tensor(0, "int32"),
+        "sequences": sequences,
+        "cache": cache,
+        "scores": ops.zeros((batch,), "float32"),
+        "finished": ops.zeros((batch,), "bool"),
+    }
+
+    def cond(state):
+        return ops.logical_and(ops.less(state["t"], steps), ops.logical_not(ops.all(state["finished"])))
+
+    def body(state):
+        t, finished = state["t"], state["finished"]
+        log_probs, cache = step(state["sequences"], t, state["cache"])  # (B, V)
+        token = ops.cast(ops.argmax(log_probs, axis=-1), "int32")  # (B,)
+        token = ops.where(finished, pad_id, token)
+        gain = ops.take_along_axis(log_probs, ops.expand_dims(token, 1), axis=1)[:, 0]  # (B,)
+        scores = state["scores"] + ops.where(finished, 0.0, gain)
+        finished = finished | ops.equal(token, eos_id) | ops.greater_equal(t + 1, limits)
+        return {"t": t + 1, "sequences": _write_column(state["sequences"], t + 1, token),
+                "cache": cache, "scores": scores, "finished": finished}
+
+    state = ops.while_loop(cond, body, state)
+    return state["sequences"][:, 1:], state["scores"]
+
+
+def beam_search(model, source, beam_size=4, alpha=0.6, max_extra=50, max_length=None, num_return=1,
+                pad_id=0, bos_id=2, eos_id=3, use_cache=True):
+    """Beam search with the GNMT length penalty, batched, with a key/value cache.
+
+    At every step each alive hypothesis is extended by every token and the
+    best `2 * beam_size` candidates are kept. Those among the best
+    `beam_size` that end (with eos, or at the sentence's length limit) join
+    the finished list, scored log P / lp(length); the best `beam_size` that
+    did not end stay alive. A sentence is done when no alive hypothesis can
+    still beat its `beam_size`-th finished one (log-probabilities only fall
+    and lp grows with length, so alive_log_prob / lp(limit) bounds every
+    future score); the loop stops when every sentence is done. With
+    `beam_size=1` and `alpha=0` this is exactly greedy decoding.
+
+    Args:
+        model: a `build_model` model.
+        source: int `(B, S)` source ids (tokens then eos), padded with `pad_id`.
+        beam_size: K, hypotheses kept per sentence (paper: 4).
+        alpha: length-penalty exponent (paper: 0.6); 0 ranks by log-probability.
+        max_extra: each sentence produces at most its source length + `max_extra` tokens.
+        max_length: optional absolute cap on output tokens.
+        num_return: how many of the best hypotheses to return (n-best), <= beam_size.
+        pad_id, bos_id, eos_id: the special ids.
+        use_cache: as in `greedy_decode`.
+
+    Returns:
+        `(tokens, scores)`: int32 `(B, num_return, T)` hypotheses, best first,
+        ending with eos and padded with `pad_id`; float32 `(B, num_return)`
+        scores log P(tokens | source) / lp(length), where length counts eos.
+
+    Example:
+
+    >>> import numpy as np
+    >>> from keras_transformer import TransformerConfig, build_model
+    >>> model = build_model(TransformerConfig.preset("tiny", vocab_size=50))
+    >>> tokens, scores = beam_search(model, np.array([[7, 8, 3]]), beam_size=3, num_return=2,
+    ...                              max_extra=4)
+    >>> tuple(tokens.shape), tuple(scores.shape)
+    ((1, 2, 7), (1, 2))
+    """
+    beams = int(beam_size)
+    if beams < 1:
+        raise ValueError(f"beam_search: beam_size must be >= 1, got {beam_size}.")
+    if not 1 <= int(num_return) <= beams:
+        raise ValueError(f"beam_search: num_return must be in [1, beam_size={beams}], got {num_return}.")
+    source = ops.convert_to_tensor(source, "int32")
+    batch = ops.shape(source)[0]
+    limits, steps = output_limits(model, source, pad_id, max_extra, max_length)  # (B,), T_max
+    best_possible_penalty = length_penalty(limits, alpha)  # (B,)
+    step, cache = _step_function(model, source, pad_id, bos_id, beams, steps, use_cache)
+
+    empty = ops.full((batch, beams, steps + 1), pad_id, dtype="int32")  # (B, K, T_max + 1)
+    first_beam_only = ops.where(ops.arange(beams) == 0, 0.0, NEG_INF)  # only beam 0 is live at t = 0
+    state = {
+        "t": ops.convert_to_tensor(0, "int32"),
+        "alive": _write_column(empty, 0, ops.full((batch, beams), bos_id, dtype="int32")),
+        "alive_log_probs": ops.tile(ops.expand_dims(ops.cast(first_beam_only, "float32"), 0), (batch, 1)),
+        "finished": empty,
+        "finished_scores": ops.full((batch, beams), NEG_INF, dtype="float32"),
+        "done": ops.zeros((batch,), "bool"),
+        "cache": cache,
+    }
+    top_k_rank = ops.arange(2 * beams) < beams  # (2K,): candidates inside the beam proper
+
+    def cond(state):
+        return ops.logical_and(ops.less(state["t"], steps), ops.logical_not(ops.all(state["done"])))
+
+    def body(state):
+        t = state["t"]
+        length = t + 1  # tokens in every hypothesis after this step, eos included
+
+        # Extend every alive hypothesis by every token: (B, K, V) -> best 2K candidates.
+        flat_alive = ops.reshape(state["alive"], (batch * beams, steps + 1))
+        log_probs, cache = step(flat_alive, t, state["cache"])  # (B*K, V)
+        vocab = ops.shape(log_probs)[-1]
+        candidates = ops.expand_dims(state["alive_log_probs"], 2) + ops.reshape(log_probs, (batch, beams, vocab))
+        top_log_probs, top_index = ops.top_k(ops.reshape(candidates, (batch, beams * vocab)), 2 * beams)
+        top_beam = ops.cast(top_index // vocab, "int32")  # (B, 2K) which hypothesis it extends
+        top_token = ops.cast(top_index % vocab, "int32")  # (B, 2K) with which token
+        top_sequences = _write_column(_gather_beams(state["alive"], top_beam), length, top_token)
+
+        at_limit = ops.expand_dims(ops.greater_equal(length, limits), 1)  # (B, 1)
+        is_eos = ops.equal(top_token, eos_id)
+
+        # Alive: the best K candidates that go on (no eos, room left).
+        goes_on = ops.logical_not(is_eos | at_limit)
+        alive_log_probs, alive_pick = ops.top_k(ops.where(goes_on, top_log_probs, NEG_INF), beams)
+        alive = _gather_beams(top_sequences, alive_pick)  # (B, K, T_max + 1)
+        parent = ops.take_along_axis(top_beam, alive_pick, axis=1)  # (B, K)
+        if use_cache:
+            cache = ops.take(cache, _flat_index(parent, beams), axis=0)  # reorder the cache rows
+
+        # Finished: candidates inside the beam proper that end, merged with those found before.
+        ends = (is_eos | at_limit) & top_k_rank
+        new_scores = ops.where(ends, top_log_probs / length_penalty(length, alpha), NEG_INF)
+        finished_scores, pick = ops.top_k(ops.concatenate([state["finished_scores"], new_scores], 1), beams)
+        finished = _gather_beams(ops.concatenate([state["finished"], top_sequences], 1), pick)
+
+        # Done when the best alive hypothesis cannot beat the K-th finished one any more.
+        best_alive_bound = alive_log_probs[:, 0] / best_possible_penalty  # (B,)
+        done = ops.greater_equal(finished_scores[:, -1], best_alive_bound)
+        return {"t": length, "alive": alive, "alive_log_probs": alive_log_probs, "finished": finished,
+                "finished_scores": finished_scores, "done": done, "cache": cache}
+
+    state = ops.while_loop(cond, body, state)
+    scores = state["finished_scores"][:, :num_return]  # (B, R)
+    tokens = state["finished"][:, :num_return, 1:]  # (B, R, T_max)
+    # A slot that never received a hypothesis (tiny vocabularies only) comes back as all padding.
+    tokens = ops.where(ops.expand_dims(ops.isfinite(scores), 2), tokens, pad_id)
+    return tokens, scores
+
+
+def score(model, source, target, alpha=0.0, pad_id=0, bos_id=2):
+    """Forced decoding: the model's log P(target | source), optionally length-normalised.
+
+    Runs the teacher-forced pass once (decoder input = bos + target[:-1]) and
+    sums the log-probabilities of the target tokens. Scores of `greedy_decode`
+    and `beam_search` outputs (with the same `alpha`) agree with this.
+
+    Args:
+        model: a `build_model` model.
+        source: int `(B, S)` source ids (tokens then eos), padded with `pad_id`.
+        target: int `(B, T)` target ids (tokens then eos), padded with `pad_id`.
+        alpha: length-penalty exponent; 0 gives the plain log-probability.
+        pad_id, bos_id: the special ids.
+
+    Returns:
+        float32 `(B,)`: sum of log-probabilities / lp(target length).
+
+    Example:
+
+    >>> import numpy as np
+    >>> from keras_transformer import TransformerConfig, build_model
+    >>> model = build_model(TransformerConfig.preset("tiny", vocab_size=50))
+    >>> score(model, np.array([[7, 8, 3]]), np.array([[9, 3, 0]])).shape
+    (1,)
+    """
+    source = ops.convert_to_tensor(source, "int32")
+    target = ops.convert_to_tensor(target, "int32")
+    bos = ops.full((ops.shape(target)[0], 1), bos_id, dtype="int32")
+    decoder_input = ops.concatenate([bos, target[:, :-1]], axis=1)  # (B, T), shifted right
+    memory, source_padding = encode(model, source, pad_id)
+    logits = decode(model, decoder_input, memory, source_padding)  # (B, T, V)
+    log_probs = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
+    token_log_probs = ops.take_along_axis(log_probs, ops.expand_dims(target, -1), axis=-1)[..., 0]  # (B, T)
+    real = ops.not_equal(target, pad_id)
+    total = ops.sum(ops.where(real, token_log_probs, 0.0), axis=1)
+    return total / length_penalty(ops.sum(ops.cast(real, "int32"), axis=1), alpha)
+
+
+__all__ = ["beam_search", "greedy_decode", "length_penalty", "max_positions", "output_limits", "score"]

@@ -1,0 +1,278 @@
+"""BLEU on detokenized text, the published Multi30k BLEU protocol, and checkpoint averaging.
+
+Two ways to report BLEU, both with sacreBLEU:
+
+- `bleu(hypotheses, references)`: sacreBLEU's own 13a tokenization on
+  detokenized text, cased (the default) or `lowercase=True`. This is the
+  comparable, reproducible figure (with `signature`).
+- `multi30k_bleu(hypotheses, references, lang)`: the protocol of the published
+  Multi30k results. Hypotheses are lowercased, Moses-punctuation-normalized and
+  Moses-tokenized with escaping (`&apos;`, `&quot;`, ... via sacremoses), then
+  scored against the distributed `*.lc.norm.tok.*` references with
+  `tokenize="none"`. Applied to the raw English validation references, the
+  preprocessing reproduces `val.lc.norm.tok.en` line for line.
+
+Checkpoint averaging (the paper averages the last 5 checkpoints for base
+models, the last 20 for big ones): checkpoints are Keras weight files
+`{workdir}/checkpoints/ckpt-{epoch:04d}.weights.h5`, loadable with
+`model.load_weights`.
+"""
+
+import gzip
+import os
+import re
+
+import numpy as np
+import sacrebleu
+
+CHECKPOINT_PATTERN = re.compile(r"^ckpt-(?:step-)?(\d+)\.weights\.h5$")
+
+
+# --------------------------------------------------------------------- BLEU
+
+
+def read_lines(path):
+    """Reads a UTF-8 text file (plain or `.gz`) into a list of lines without newlines.
+
+    Example:
+
+    >>> read_lines("../shared/data/multi30k/val.en.gz")[0]  # doctest: +SKIP
+    'A group of men are loading cotton onto a truck'
+    """
+    path = os.fspath(path)
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in f]
+
+
+def _check_lengths(hypotheses, references):
+    if len(hypotheses) != len(references):
+        raise ValueError(f"BLEU needs one hypothesis per reference: got {len(hypotheses)} hypotheses "
+                         f"and {len(references)} references.")
+
+
+def bleu(hypotheses, references, lowercase=False, tokenize="13a"):
+    """Corpus BLEU with sacreBLEU on detokenized text.
+
+    Args:
+        hypotheses: list of `str`, one translation per line.
+        references: list of `str` (one reference set) or a list of such lists.
+        lowercase: case-insensitive BLEU (sacreBLEU's `--lowercase`).
+        tokenize: sacreBLEU tokenizer ("13a", its default; "none" for
+            pre-tokenized text).
+
+    Returns:
+        A `sacrebleu.BLEUScore`: `.score` is the BLEU value in [0, 100]; the
+        metric's signature is `sacrebleu.BLEU(lowercase=..., tokenize=...).get_signature()`.
+
+    Example:
+
+    >>> bleu(["A man rides a bike."], ["A man rides a bike."]).score
+    100.0
+    """
+    if references and isinstance(references[0], str):
+        references = [references]
+    for reference_set in references:
+        _check_lengths(hypotheses, reference_set)
+    metric = sacrebleu.BLEU(lowercase=lowercase, tokenize=tokenize)
+    return metric.corpus_score(list(hypotheses), [list(r) for r in references])
+
+
+def moses_preprocess(lines, lang, lowercase=True):
+    """The Multi30k preprocessing: lowercase, Moses punctuation normalization, Moses tokenization.
+
+    Tokenization escapes special characters as the Moses `tokenizer.perl`
+    does (`'` -> `&apos;`, `"` -> `&quot;`), as in the `*.lc.norm.tok.*` files.
+
+    Args:
+        lines: list of `str`.
+        lang: language code ("en", "de", "fr").
+        lowercase: lowercase first (the published protocol does).
+
+    Returns:
+        List of `str`, tokens separated by single spaces.
+
+    Example:
+
+    >>> moses_preprocess(["A boy's red hat."], "en")
+    ['a boy &apos;s red hat .']
+    """
+    from sacremoses import MosesPunctNormalizer, MosesTokenizer
+
+    normalizer, tokenizer = MosesPunctNormalizer(lang=lang), MosesTokenizer(lang=lang)
+    processed = []
+    for line in lines:
+        line = line.lower() if lowercase else line
+        processed.append(tokenizer.tokenize(normalizer.normalize(line), escape=True, return_str=True))
+    return processed
+
+
+def multi30k_bleu(hypotheses, references, lang):
+    """BLEU by the published Multi30k protocol.
+
+    Args:
+        hypotheses: detokenized translations (list of `str`).
+        references: the `*.lc.norm.tok.{lang}` lines (already lowercased,
+            normalized and tokenized), e.g. `read_lines(".../test_2016_flickr.lc.norm.tok.de.gz")`.
+        lang: the target language code, for the Moses rules.
+
+    Returns:
+        A `sacrebleu.BLEUScore` computed with `tokenize="none"`.
+
+    Example:
+
+    >>> multi30k_bleu(["A boy's hat."], ["a boy &apos;s hat ."], "en").score
+    100.0
+    """
+    return bleu(moses_preprocess(hypotheses, lang), references, tokenize="none")
+
+
+def evaluate_translations(hypotheses, references, lang=None, tokenized_references=None):
+    """All the BLEU figures we report, as a dict of floats.
+
+    Args:
+        hypotheses: detokenized translations.
+        references: raw (detokenized, cased) references.
+        lang: target language code (needed with `tokenized_references`).
+        tokenized_references: optional `*.lc.norm.tok.*` lines for the
+            Multi30k protocol.
+
+    Returns:
+        `{"bleu": cased sacreBLEU, "bleu_lowercase": ..., "bleu_multi30k": ...}`
+        (the last only with `tokenized_references`).
+
+    Example:
+
+    >>> evaluate_translations(["A dog runs."], ["A dog runs."])
+    {'bleu': 100.0, 'bleu_lowercase': 100.0}
+    """
+    result = {"bleu": bleu(hypotheses, references).score,
+              "bleu_lowercase": bleu(hypotheses, references, lowercase=True).score}
+    if tokenized_references is not None:
+        if lang is None:
+            raise ValueError("evaluate_translations: the Multi30k protocol needs the target language (lang=).")
+        result["bleu_multi30k"] = multi30k_bleu(hypotheses, tokenized_references, lang).score
+    return result
+
+
+# ------------------------------------------------------------- checkpoints
+
+
+def load_checkpoint(path, model):
+    """`model.load_weights(path)` with an error that names a missing or unreadable file.
+
+    Example:
+
+    >>> load_checkpoint("workdir/checkpoints/ckpt-0010.weights.h5", model)  # doctest: +SKIP
+    """
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"Checkpoint not found: {path}")
+    try:
+        model.load_weights(path)
+    except Exception as error:  # h5py/keras raise many types; the user needs the file name
+        raise ValueError(f"Could not load checkpoint {path} (corrupt, truncated, or from a model with "
+                         f"other sizes): {type(error).__name__}: {error}") from error
+    return model
+
+
+def _checkpoint_number(name):
+    match = CHECKPOINT_PATTERN.match(name)
+    return int(match.group(1)) if match else None
+
+
+def latest_checkpoints(directory, n=5):
+    """The last `n` checkpoints in `directory`, oldest first.
+
+    Checkpoints are files named `ckpt-{number}.weights.h5` (epoch-numbered,
+    e.g. `ckpt-0012.weights.h5`) or `ckpt-step-{number}.weights.h5`; "last"
+    means the highest numbers. Epoch- and step-numbered files are not mixed:
+    if both exist, the epoch-numbered ones are used.
+
+    Args:
+        directory: the checkpoint folder (`{workdir}/checkpoints`).
+        n: how many (paper: 5 for base, 20 for big); fewer are returned if
+            fewer exist.
+
+    Returns:
+        List of paths.
+
+    Example:
+
+    >>> latest_checkpoints("workdir/checkpoints", n=2)  # doctest: +SKIP
+    ['workdir/checkpoints/ckpt-0009.weights.h5', 'workdir/checkpoints/ckpt-0010.weights.h5']
+    """
+    directory = os.fspath(directory)
+    if not os.path.isdir(directory):
+        raise FileNotFoundError(f"Checkpoint directory not found: {directory}")
+    if n < 1:
+        raise ValueError(f"latest_checkpoints: n must be >= 1, got {n}.")
+    names = [name for name in os.listdir(directory) if _checkpoint_number(name) is not None]
+    epochs = [name for name in names if not name.startswith("ckpt-step-")]
+    names = epochs or names
+    if not names:
+        raise FileNotFoundError(f"No checkpoints named ckpt-NNNN.weights.h5 in {directory}")
+    names.sort(key=_checkpoint_number)
+    return [os.path.join(directory, name) for name in names[-n:]]
+
+
+def average_checkpoints(paths, model):
+    """Loads the element-wise mean of several checkpoints' weights into `model`.
+
+    Each checkpoint is loaded into `model` in turn and its weights are summed
+    in float64; the mean is then assigned (in each weight's own dtype).
+    Integer-valued variables, if any, keep the last checkpoint's value.
+
+    Args:
+        paths: list of `.weights.h5` files of the same architecture as `model`.
+        model: the model to fill (its current weights are overwritten).
+
+    Returns:
+        `model`, holding the averaged weights.
+
+    Example:
+
+    >>> average_checkpoints(latest_checkpoints("workdir/checkpoints", 5), model)  # doctest: +SKIP
+    """
+    paths = [os.fspath(p) for p in paths]
+    if not paths:
+        raise ValueError("average_checkpoints: no checkpoint paths given.")
+    totals = None
+    for path in paths:
+        load_checkpoint(path, model)
+        values = [np.asarray(v) for v in model.get_weights()]
+        if totals is None:
+            totals = [v.astype("float64") for v in values]
+        else:
+            totals = [t + v for t, v in zip(totals, values)]
+    last = model.get_weights()
+    averaged = [(t / len(paths)).astype(v.dtype) if np.issubdtype(v.dtype, np.floating) else v
+                for t, v in zip(totals, last)]
+    model.set_weights(averaged)
+    return model
+
+
+def average_last_checkpoints(directory, model, n=5, output=None):
+    """Averages the last `n` checkpoints of `directory` into `model`, optionally saving the result.
+
+    This is what the `average` command runs.
+
+    Args:
+        directory: the checkpoint folder.
+        model: a model of the checkpoints' architecture.
+        n: how many checkpoints (paper: 5 base, 20 big).
+        output: optional path of a `.weights.h5` file to write.
+
+    Returns:
+        The list of averaged checkpoint paths.
+
+    Example:
+
+    >>> average_last_checkpoints("workdir/checkpoints", model, n=5,  # doctest: +SKIP
+    ...                          output="workdir/averaged.weights.h5")
+    """
+    paths = latest_checkpoints(directory, n)
+    average_checkpoints(paths, model)
+    if output is not None:
+        model.save_weights(os.fspath(output))
+    return paths

@@ -1,0 +1,227 @@
+"""`Translator`: raw strings in, translated strings out (tokenize, beam search, detokenize).
+
+This is the TensorFlow side of decoding: the tokenizers are tensorflow-text
+graphs, and the whole path runs in one `tf.function` that the export module
+saves in a SavedModel. The search itself is `keras_transformer.decoding`.
+
+Sources longer than the model accepts are truncated: a source keeps its first
+`max_length - 1` tokens and then its end-of-sequence token, so the encoder sees
+at most `max_length` positions (`max_length` is the model's positional-encoding
+length, `TransformerConfig.max_length`).
+"""
+
+import os
+
+import tensorflow as tf
+
+from keras_transformer import decoding
+from keras_transformer.config import TransformerConfig
+
+
+class Translator(tf.Module):
+    """Translates batches of sentences with a `build_model` Transformer.
+
+    Every method below that takes `tf.string` works inside `tf.function` and
+    is exportable; `translate` is the one a SavedModel serves.
+
+    Args:
+        model: a `build_model` model (the Translator keeps a reference, so a
+            model still training is decoded with its current weights).
+        source_tokenizer: has `tokenize(tf.string [N]) -> int [N, None]` (ragged
+            or dense) and `eos_id`/`pad_id`.
+        target_tokenizer: has `detokenize(int [N, L]) -> tf.string [N]` (dropping
+            pad/bos/eos) and `tokenize`, `pad_id`, `bos_id`, `eos_id`. Defaults
+            to `source_tokenizer` (a shared vocabulary).
+        beam_size: beams per sentence; 1 with `alpha=0` is greedy decoding.
+        alpha: GNMT length-penalty exponent.
+        max_extra: a translation has at most source length + `max_extra` tokens.
+        jit_compile: compile the search with XLA (one compilation per distinct
+            batch shape; worth it for repeated shapes and long batches).
+        name: the module's name.
+
+    Example:
+
+    >>> translator = Translator(model, source_tokenizer, target_tokenizer)  # doctest: +SKIP
+    >>> translator(["A man rides a bike."])  # doctest: +SKIP
+    ['Ein Mann fährt Fahrrad.']
+    """
+
+    def __init__(self, model, source_tokenizer, target_tokenizer=None, beam_size=4, alpha=0.6, max_extra=50,
+                 jit_compile=False, name="translator"):
+        super().__init__(name=name)
+        self.model = model
+        self.source_tokenizer = source_tokenizer
+        self.target_tokenizer = target_tokenizer if target_tokenizer is not None else source_tokenizer
+        self.beam_size = int(beam_size)
+        self.alpha = float(alpha)
+        self.max_extra = int(max_extra)
+        if self.beam_size < 1:
+            raise ValueError(f"Translator: beam_size must be >= 1, got {beam_size}.")
+        self.max_source_length = model.get_layer("source_position").max_length
+        self.max_target_length = decoding.max_positions(model)
+        self._jit_compile = bool(jit_compile)
+        self._search = tf.function(self._search_ids, jit_compile=True) if jit_compile else self._search_ids
+
+    # --------------------------------------------------------------- constructors
+    @classmethod
+    def from_checkpoint(cls, config, checkpoint, tokenizers, **options):
+        """Builds the model of `config`, loads `checkpoint` into it and wraps it.
+
+        Args:
+            config: a `TransformerConfig` or the path of its YAML file.
+            checkpoint: a `.weights.h5` file, or a list of them to average
+                (`evaluation.average_checkpoints`).
+            tokenizers: `(source_tokenizer, target_tokenizer)`, or a directory
+                that `keras_transformer.data.tokenizers.load_tokenizers` reads.
+            **options: `Translator` arguments; `beam_size`, `alpha` and
+                `max_extra` default to the config's decoding fields.
+
+        Returns:
+            A `Translator`.
+
+        Example:
+
+        >>> translator = Translator.from_checkpoint("workdir/config.yaml",  # doctest: +SKIP
+        ...     "workdir/checkpoints/ckpt-0010.weights.h5", "workdir/vocab")
+        """
+        from keras_transformer import evaluation
+        from keras_transformer.model import build_model
+
+        if not isinstance(config, TransformerConfig):
+            config = TransformerConfig.from_yaml(os.fspath(config))
+        if isinstance(tokenizers, (str, os.PathLike)):
+            from keras_transformer.data.tokenizers import load_tokenizers
+            tokenizers = load_tokenizers(os.fspath(tokenizers))
+        model = build_model(config)
+        paths = [checkpoint] if isinstance(checkpoint, (str, os.PathLike)) else list(checkpoint)
+        if len(paths) == 1:
+            evaluation.load_checkpoint(paths[0], model)
+        else:
+            evaluation.average_checkpoints(paths, model)
+        options = {"beam_size": config.beam_size, "alpha": config.length_penalty,
+                   "max_extra": config.max_decode_extra, **options}
+        source_tokenizer, target_tokenizer = tokenizers
+        return cls(model, source_tokenizer, target_tokenizer, **options)
+
+    # -------------------------------------------------------------------- ids
+    def encode_sources(self, sentences):
+        """Tokenizes strings into the model's source ids: tokens then eos, padded.
+
+        Over-long sentences keep their first `max_length - 1` tokens.
+
+        Args:
+            sentences: `tf.string [N]`.
+
+        Returns:
+            int32 `[N, S]` with `S <= max_length`.
+        """
+        tokens = self.source_tokenizer.tokenize(sentences)
+        pad_id = self.source_tokenizer.pad_id
+        if not isinstance(tokens, tf.RaggedTensor):
+            tokens = tf.RaggedTensor.from_tensor(tokens, padding=pad_id)
+        tokens = tf.cast(tokens, tf.int32)[:, : self.max_source_length - 1]
+        eos = tf.fill([tokens.nrows(), 1], tf.constant(self.source_tokenizer.eos_id, tf.int32))
+        tokens = tf.concat([tokens, tf.RaggedTensor.from_tensor(eos)], axis=1)
+        return tokens.to_tensor(default_value=pad_id)
+
+    def encode_targets(self, sentences):
+        """Tokenizes reference translations into target ids (tokens then eos), for `score`."""
+        tokens = self.target_tokenizer.tokenize(sentences)
+        pad_id = self.target_tokenizer.pad_id
+        if not isinstance(tokens, tf.RaggedTensor):
+            tokens = tf.RaggedTensor.from_tensor(tokens, padding=pad_id)
+        tokens = tf.cast(tokens, tf.int32)[:, : self.max_target_length - 1]
+        eos = tf.fill([tokens.nrows(), 1], tf.constant(self.target_tokenizer.eos_id, tf.int32))
+        return tf.concat([tokens, tf.RaggedTensor.from_tensor(eos)], axis=1).to_tensor(default_value=pad_id)
+
+    def _search_ids(self, source):
+        target = self.target_tokenizer
+        return decoding.beam_search(self.model, source, beam_size=self.beam_size, alpha=self.alpha,
+                                    max_extra=self.max_extra, num_return=self.beam_size, pad_id=target.pad_id,
+                                    bos_id=target.bos_id, eos_id=target.eos_id)
+
+    def translate_ids(self, source):
+        """Beam search on source ids.
+
+        Args:
+            source: int32 `[N, S]` from `encode_sources`.
+
+        Returns:
+            `(tokens, scores)`: int32 `[N, beam_size, T]` hypotheses, best first,
+            and float32 `[N, beam_size]` length-normalised log-probabilities.
+        """
+        return self._search(tf.convert_to_tensor(source, tf.int32))
+
+    # ----------------------------------------------------------------- strings
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    def translate(self, sentences):
+        """Translates a batch of sentences.
+
+        Args:
+            sentences: `tf.string [N]`.
+
+        Returns:
+            `{"translation": tf.string [N], "score": float32 [N]}`: the best
+            hypothesis and its length-normalised log-probability.
+        """
+        tokens, scores = self.translate_ids(self.encode_sources(sentences))
+        return {"translation": self.target_tokenizer.detokenize(tokens[:, 0]), "score": scores[:, 0]}
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    def n_best(self, sentences):
+        """All `beam_size` hypotheses per sentence, best first.
+
+        Returns:
+            `{"translations": tf.string [N, beam_size], "scores": float32 [N, beam_size]}`.
+        """
+        tokens, scores = self.translate_ids(self.encode_sources(sentences))
+        shape = tf.shape(tokens)  # (N, K, T)
+        flat = self.target_tokenizer.detokenize(tf.reshape(tokens, [shape[0] * shape[1], shape[2]]))
+        return {"translations": tf.reshape(flat, shape[:2]), "scores": scores}
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.string)])
+    def score(self, sources, targets):
+        """Forced decoding: log P(target | source) of given pairs, length-normalised with `alpha`.
+
+        Returns:
+            float32 `[N]`, comparable with the scores of `translate`.
+        """
+        target = self.target_tokenizer
+        return decoding.score(self.model, self.encode_sources(sources), self.encode_targets(targets),
+                              alpha=self.alpha, pad_id=target.pad_id, bos_id=target.bos_id)
+
+    def __call__(self, sentences):
+        """Python convenience: a `str` or a list of `str` in, the same out."""
+        single = isinstance(sentences, str)
+        batch = [sentences] if single else list(sentences)
+        outputs = self.translate(tf.constant(batch, tf.string))["translation"].numpy()
+        texts = [t.decode("utf-8") for t in outputs]
+        return texts[0] if single else texts
+
+    def translate_lines(self, lines, batch_size=64):
+        """Translates a list of sentences in batches of similar length, keeping their order.
+
+        Sorting by length keeps padding (and so wasted work) low; padding never
+        changes a translation.
+
+        Args:
+            lines: a list of `str`.
+            batch_size: sentences per batch.
+
+        Returns:
+            A list of `str`, one per line.
+
+        Example:
+
+        >>> translator.translate_lines(["A dog.", "Two men play football."])  # doctest: +SKIP
+        ['Ein Hund.', 'Zwei Männer spielen Fußball.']
+        """
+        lines = list(lines)
+        order = sorted(range(len(lines)), key=lambda i: len(lines[i].split()))
+        outputs = [None] * len(lines)
+        for start in range(0, len(order), batch_size):
+            chunk = order[start:start + batch_size]
+            result = self.translate(tf.constant([lines[i] for i in chunk], tf.string))["translation"].numpy()
+            for i, text in zip(chunk, result):
+                outputs[i] = text.decode("utf-8")
+        return outputs
