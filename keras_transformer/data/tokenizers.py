@@ -1,0 +1,538 @@
+"""Subword vocabularies and the tensorflow-text tokenizers that apply them.
+
+The default is a SentencePiece BPE model learned on the source and target
+training text together (one shared vocabulary):
+
+* it is reversible: SentencePiece keeps whitespace as a piece (``▁``), so
+  ``detokenize(tokenize(s)) == s`` up to the documented normalization (NFKC,
+  whitespace runs collapsed, leading/trailing whitespace removed; case folding
+  too with ``lowercase=True``). Byte fallback spells a character never seen in
+  training as its UTF-8 bytes, so even those come back instead of ``⁇``;
+* a shared vocabulary lets source embedding, target embedding and the softmax
+  share one matrix (``TransformerConfig.tie_embeddings="all"``), as in the
+  paper (37k shared BPE for WMT En-De); on Multi30k the strongest published
+  Transformer used a joint BPE of about 10k;
+* the tokenizer is a `tf.Module` around ``tensorflow_text.SentencepieceTokenizer``:
+  it runs eagerly, inside `tf.function`, in `tf.data` and in a SavedModel (the
+  SentencePiece model travels inside the graph, so the exported model needs
+  only ``tensorflow`` and ``tensorflow_text``).
+
+WordPiece (``model_type="wordpiece"``, learned with keras-nlp's
+``compute_word_piece_vocabulary`` and applied with
+``tensorflow_text.FastWordpieceTokenizer``) is available for comparison. It is
+not the default because it is not reversible: it splits off punctuation and
+drops the information about where spaces were, so detokenized output reads
+"A man , on a bike ." and must be post-processed before BLEU.
+
+The SentencePiece model is learned with the SentencePiece trainer that
+keras-nlp's ``compute_sentence_piece_proto`` wraps, with the same reserved ids
+(pad=0, unk=1, bos=2, eos=3) and normalization (``nmt_nfkc``, or
+``nmt_nfkc_cf`` when lowercasing). We call the trainer ourselves because
+``compute_sentence_piece_proto`` does not expose ``byte_fallback`` and
+``character_coverage``: without them 8 of the 1,014 Multi30k validation
+sentences come back with ``⁇`` in place of a digit or an accented capital
+(see ``tests/test_tokenizers.py``). ``byte_fallback=False,
+character_coverage=0.9995`` reproduces keras-nlp's model.
+
+Reserved ids are the same for every tokenizer and match `TransformerConfig`:
+pad 0, unk 1, bos (begin) 2, eos (end) 3.
+
+Files: ``SubwordTokenizer.save(directory)`` writes ``tokenizer.json`` (kind,
+size, options) and ``sentencepiece.model`` or ``wordpiece.vocab``.
+`save_tokenizers` writes a shared tokenizer into ``directory`` itself and
+separate ones into ``directory/source`` and ``directory/target``;
+`load_tokenizers` reads either layout back.
+"""
+
+import io
+import json
+import os
+import re
+
+import tensorflow as tf
+import tensorflow_text as tf_text
+
+from keras_transformer.data import corpus
+
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+MODEL_TYPES = ("bpe", "unigram", "wordpiece")
+CONFIG_FILE = "tokenizer.json"
+SENTENCEPIECE_FILE = "sentencepiece.model"
+WORDPIECE_FILE = "wordpiece.vocab"
+WORDPIECE_RESERVED = ("[PAD]", "[UNK]", "[BOS]", "[EOS]")
+_FORMAT = "keras_transformer.SubwordTokenizer"
+_FORMAT_VERSION = 1
+
+
+class SubwordTokenizer(tf.Module):
+    """A subword tokenizer with fixed reserved ids, usable eagerly, in tf.function, tf.data and SavedModels.
+
+    Build one with `SubwordTokenizer.train` (learn a vocabulary) or
+    `SubwordTokenizer.load` (read a saved one). `tokenize` adds no bos/eos;
+    the pipeline adds them. `detokenize` accepts model output as it comes
+    (dense, padded, with bos/eos) and returns readable text.
+
+    Args:
+        model: a serialized SentencePiece model (bytes) for ``"bpe"`` and
+            ``"unigram"``, or the list of WordPiece tokens for ``"wordpiece"``.
+        model_type: ``"bpe"``, ``"unigram"`` or ``"wordpiece"``.
+        lowercase: whether text is case-folded before tokenization (WordPiece
+            only; a SentencePiece model carries its own normalization).
+        name: the `tf.Module` name.
+
+    Example:
+
+    >>> tokenizer = SubwordTokenizer.train(["A man rides a bike.", "A dog runs."] * 20, vocab_size=290)
+    >>> ids = tokenizer.tokenize(["A man runs."])
+    >>> tokenizer.detokenize(ids).numpy()
+    array([b'A man runs.'], dtype=object)
+    >>> tokenizer.pad_id, tokenizer.unk_id, tokenizer.bos_id, tokenizer.eos_id
+    (0, 1, 2, 3)
+    """
+
+    pad_id = PAD_ID
+    unk_id = UNK_ID
+    bos_id = BOS_ID
+    eos_id = EOS_ID
+
+    def __init__(self, model, model_type="bpe", lowercase=False, name="subword_tokenizer"):
+        super().__init__(name=name)
+        if model_type not in MODEL_TYPES:
+            raise ValueError(f"model_type must be one of {MODEL_TYPES}, got {model_type!r}.")
+        self._model_type = model_type
+        self._lowercase = bool(lowercase)
+        if model_type == "wordpiece":
+            vocabulary = [str(token) for token in model]
+            if tuple(vocabulary[:4]) != WORDPIECE_RESERVED:
+                raise ValueError(f"A WordPiece vocabulary must start with the reserved tokens {WORDPIECE_RESERVED} "
+                                 f"(ids 0-3), got {vocabulary[:4]}.")
+            self._model = vocabulary
+            self._vocab_size = len(vocabulary)
+            self._tokenizer = tf_text.FastWordpieceTokenizer(
+                vocab=vocabulary, token_out_type=tf.int32, unknown_token=WORDPIECE_RESERVED[UNK_ID],
+                support_detokenization=True)
+            self._vocabulary = tf.constant(vocabulary)
+        else:
+            if not isinstance(model, (bytes, bytearray)):
+                raise TypeError(f"A SentencePiece tokenizer needs the serialized model as bytes, got {type(model)}.")
+            self._model = bytes(model)
+            self._vocab_size = _check_sentencepiece_ids(self._model)
+            self._tokenizer = tf_text.SentencepieceTokenizer(model=self._model, out_type=tf.int32)
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def vocab_size(self) -> int:
+        """Number of ids, reserved ones included (use it as `TransformerConfig.vocab_size`)."""
+        return self._vocab_size
+
+    @property
+    def model_type(self) -> str:
+        """``"bpe"``, ``"unigram"`` or ``"wordpiece"``."""
+        return self._model_type
+
+    @property
+    def lowercase(self) -> bool:
+        """Whether text is case-folded before tokenization."""
+        return self._lowercase
+
+    # ------------------------------------------------------------------ tokenization
+    def tokenize(self, strings):
+        """Turns sentences into subword ids, without bos/eos.
+
+        Args:
+            strings: a string tensor ``[N]`` or a Python list of str (a scalar
+                string gives a 1-D result).
+
+        Returns:
+            `tf.RaggedTensor` int32 ``[N, None]`` of ids in ``[0, vocab_size)``.
+
+        Example:
+
+        >>> tokenizer = SubwordTokenizer.train(["a cat", "a hat"] * 10, vocab_size=270)
+        >>> tokenizer.tokenize(["a cat", "a hat"]).shape.as_list()
+        [2, None]
+        """
+        strings = tf.convert_to_tensor(strings, dtype=tf.string)
+        if self._model_type == "wordpiece" and self._lowercase:
+            strings = tf_text.case_fold_utf8(strings)
+        ids = self._tokenizer.tokenize(strings)
+        return tf.cast(ids, tf.int32)
+
+    def detokenize(self, ids):
+        """Turns ids back into text, reading each row up to its first eos.
+
+        Pad and bos ids are dropped; everything from the first eos on is
+        ignored; ids outside the vocabulary read as unk. So model output can
+        be passed as it comes.
+
+        Args:
+            ids: int tensor ``[N, L]`` (dense, may hold pad/bos/eos), a
+                `tf.RaggedTensor` ``[N, None]``, or a single sequence ``[L]``.
+
+        Returns:
+            string tensor ``[N]`` (a scalar for a single sequence).
+
+        Example:
+
+        >>> tokenizer = SubwordTokenizer.train(["a cat", "a hat"] * 10, vocab_size=270)
+        >>> ids = tokenizer.tokenize(["a cat"]).to_tensor()
+        >>> padded = tf.concat([[[tokenizer.bos_id]], ids, [[tokenizer.eos_id, 7, 0]]], axis=1)
+        >>> tokenizer.detokenize(padded).numpy()
+        array([b'a cat'], dtype=object)
+        """
+        if isinstance(ids, tf.RaggedTensor):
+            ids = ids.to_tensor(default_value=PAD_ID)
+        ids = tf.cast(tf.convert_to_tensor(ids), tf.int32)
+        single = ids.shape.rank == 1
+        if single:
+            ids = ids[tf.newaxis]
+        before_eos = tf.math.cumsum(tf.cast(tf.equal(ids, EOS_ID), tf.int32), axis=1) == 0
+        keep = before_eos & tf.not_equal(ids, PAD_ID) & tf.not_equal(ids, BOS_ID)
+        ids = tf.where((ids < 0) | (ids >= self._vocab_size), UNK_ID, ids)
+        tokens = tf.ragged.boolean_mask(ids, keep)
+        text = self._tokenizer.detokenize(tokens)
+        return text[0] if single else text
+
+    def id_to_piece(self, ids):
+        """The subword string of each id (for inspecting tokenizations and labelling attention maps).
+
+        Args:
+            ids: int tensor of any shape.
+
+        Returns:
+            string tensor of the same shape.
+
+        Example:
+
+        >>> tokenizer = SubwordTokenizer.train(["a cat", "a hat"] * 10, vocab_size=270)
+        >>> tokenizer.id_to_piece([0, 1, 2, 3]).numpy().tolist()
+        [b'<pad>', b'<unk>', b'<s>', b'</s>']
+        """
+        ids = tf.cast(tf.convert_to_tensor(ids), tf.int32)
+        if self._model_type == "wordpiece":
+            return tf.gather(self._vocabulary, ids)
+        return self._tokenizer.id_to_string(ids)
+
+    # ------------------------------------------------------------------ learning
+    @classmethod
+    def train(cls, texts_or_files, vocab_size, model_type="bpe", lowercase=False, byte_fallback=True,
+              character_coverage=1.0, **options) -> "SubwordTokenizer":
+        """Learns a subword vocabulary from text.
+
+        Args:
+            texts_or_files: sentences (a list of str or a `tf.data.Dataset` of
+                strings), or text files (one path, or a list of paths; plain
+                or .gz UTF-8). A list of str is read as files when its items
+                are `os.PathLike` or when one of them names an existing file
+                (then every one must exist).
+            vocab_size: number of ids including the 4 reserved ones; with
+                SentencePiece byte fallback at least 4 + 256 + the number of
+                distinct characters.
+            model_type: ``"bpe"`` (default), ``"unigram"`` or ``"wordpiece"``.
+            lowercase: case-fold the text (then detokenized text is lowercase).
+            byte_fallback: SentencePiece only: spell characters outside the
+                vocabulary as UTF-8 byte pieces instead of unk (exact
+                reversibility). Adds 256 pieces to the vocabulary.
+            character_coverage: SentencePiece only: share of characters that
+                must be covered by single-character pieces (1.0: all seen).
+            **options: further SentencePiece trainer options (for example
+                ``input_sentence_size=2_000_000, shuffle_input_sentence=True``
+                to learn from a sample of a large corpus).
+
+        Returns:
+            A new `SubwordTokenizer`.
+
+        Raises:
+            ValueError: the text is too small for `vocab_size` (the message
+                gives the largest size that works) or an option is invalid.
+
+        Example:
+
+        >>> tokenizer = SubwordTokenizer.train(["Ein Hund läuft.", "Ein Mann."] * 10, vocab_size=280)
+        >>> tokenizer.vocab_size
+        280
+        """
+        if model_type not in MODEL_TYPES:
+            raise ValueError(f"model_type must be one of {MODEL_TYPES}, got {model_type!r}.")
+        sentences = _sentences(texts_or_files)
+        if not sentences:
+            raise ValueError("Cannot learn a vocabulary from no text: every sentence given is empty.")
+        if model_type == "wordpiece":
+            if options:
+                raise ValueError(f"Unknown WordPiece options {sorted(options)}.")
+            vocabulary = _learn_wordpiece(sentences, vocab_size, lowercase)
+            return cls(vocabulary, model_type="wordpiece", lowercase=lowercase)
+        proto = _learn_sentencepiece(sentences, vocab_size, model_type, lowercase, byte_fallback,
+                                     character_coverage, options)
+        return cls(proto, model_type=model_type, lowercase=lowercase)
+
+    # ------------------------------------------------------------------ files
+    def save(self, directory):
+        """Writes the tokenizer's files (its assets) into `directory`, creating it if needed.
+
+        Writes ``tokenizer.json`` and ``sentencepiece.model`` (or
+        ``wordpiece.vocab``); `SubwordTokenizer.load` reads them back.
+
+        Args:
+            directory: folder to write into, for example next to a checkpoint.
+
+        Returns:
+            The list of paths written.
+
+        Example:
+
+        >>> import tempfile
+        >>> tokenizer = SubwordTokenizer.train(["a cat", "a hat"] * 10, vocab_size=270)
+        >>> folder = tempfile.mkdtemp()
+        >>> sorted(os.path.basename(p) for p in tokenizer.save(folder))
+        ['sentencepiece.model', 'tokenizer.json']
+        """
+        directory = os.fspath(directory)
+        os.makedirs(directory, exist_ok=True)
+        if self._model_type == "wordpiece":
+            model_file = WORDPIECE_FILE
+            with open(os.path.join(directory, model_file), "w", encoding="utf-8") as handle:
+                handle.write("".join(token + "\n" for token in self._model))
+        else:
+            model_file = SENTENCEPIECE_FILE
+            with open(os.path.join(directory, model_file), "wb") as handle:
+                handle.write(self._model)
+        config = {"format": _FORMAT, "version": _FORMAT_VERSION, "model_type": self._model_type,
+                  "model_file": model_file, "vocab_size": self._vocab_size, "lowercase": self._lowercase,
+                  "pad_id": PAD_ID, "unk_id": UNK_ID, "bos_id": BOS_ID, "eos_id": EOS_ID}
+        with open(os.path.join(directory, CONFIG_FILE), "w", encoding="utf-8") as handle:
+            json.dump(config, handle, indent=2)
+            handle.write("\n")
+        return [os.path.join(directory, model_file), os.path.join(directory, CONFIG_FILE)]
+
+    @classmethod
+    def load(cls, directory) -> "SubwordTokenizer":
+        """Reads a tokenizer written by `save`.
+
+        Args:
+            directory: the folder `save` wrote.
+
+        Returns:
+            The `SubwordTokenizer`.
+
+        Raises:
+            FileNotFoundError: the folder or one of its files is missing (the
+                message names the path and how to create it).
+            ValueError: the files are not a keras_transformer tokenizer or
+                disagree with each other.
+
+        Example:
+
+        >>> import tempfile
+        >>> folder = tempfile.mkdtemp()
+        >>> _ = SubwordTokenizer.train(["a cat", "a hat"] * 10, vocab_size=270).save(folder)
+        >>> SubwordTokenizer.load(folder).vocab_size
+        270
+        """
+        directory = os.fspath(directory)
+        config_path = os.path.join(directory, CONFIG_FILE)
+        if not os.path.isdir(directory):
+            raise FileNotFoundError(
+                f"No tokenizer at {directory}: the folder does not exist. Learn one with "
+                "SubwordTokenizer.train(...).save(directory) or train_tokenizers(..., directory=...).")
+        if not os.path.isfile(config_path):
+            raise FileNotFoundError(
+                f"No tokenizer at {directory}: {CONFIG_FILE} is missing (found: "
+                f"{sorted(os.listdir(directory)) or 'nothing'}). Learn one with "
+                "SubwordTokenizer.train(...).save(directory).")
+        with open(config_path, encoding="utf-8") as handle:
+            try:
+                config = json.load(handle)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"{config_path} is not valid JSON: {error}.") from None
+        if config.get("format") != _FORMAT:
+            raise ValueError(f"{config_path} does not describe a keras_transformer tokenizer "
+                             f"(format={config.get('format')!r}).")
+        reserved = {name: config.get(name) for name in ("pad_id", "unk_id", "bos_id", "eos_id")}
+        if reserved != {"pad_id": PAD_ID, "unk_id": UNK_ID, "bos_id": BOS_ID, "eos_id": EOS_ID}:
+            raise ValueError(f"{config_path} has reserved ids {reserved}; keras_transformer needs pad=0, unk=1, "
+                             "bos=2, eos=3.")
+        model_path = os.path.join(directory, config["model_file"])
+        if not os.path.isfile(model_path):
+            raise FileNotFoundError(f"Tokenizer file {model_path} named in {config_path} is missing.")
+        if config["model_type"] == "wordpiece":
+            with open(model_path, encoding="utf-8") as handle:
+                model = handle.read().split("\n")[:-1]
+        else:
+            with open(model_path, "rb") as handle:
+                model = handle.read()
+        tokenizer = cls(model, model_type=config["model_type"], lowercase=config.get("lowercase", False))
+        if tokenizer.vocab_size != config["vocab_size"]:
+            raise ValueError(f"{model_path} holds {tokenizer.vocab_size} ids but {config_path} says "
+                             f"vocab_size={config['vocab_size']}.")
+        return tokenizer
+
+
+# ---------------------------------------------------------------------- pairs
+def train_tokenizers(source_texts_or_files, target_texts_or_files, vocab_size, shared=True, directory=None,
+                     **options):
+    """Learns the source and target tokenizers, shared (one vocabulary for both) or separate.
+
+    Args:
+        source_texts_or_files: source training text (see `SubwordTokenizer.train`).
+        target_texts_or_files: target training text.
+        vocab_size: size of the shared vocabulary, or with ``shared=False`` an
+            int for both or a pair ``(source_size, target_size)``.
+        shared: learn one vocabulary from both sides (the default, needed for
+            ``TransformerConfig.tie_embeddings="all"``).
+        directory: if given, the tokenizers are saved there with `save_tokenizers`.
+        **options: passed to `SubwordTokenizer.train` (``model_type``, ``lowercase``, ...).
+
+    Returns:
+        ``(source_tokenizer, target_tokenizer)``; the same object twice when shared.
+
+    Example:
+
+    >>> src, tgt = train_tokenizers(["A dog runs."] * 10, ["Ein Hund läuft."] * 10, vocab_size=280)
+    >>> src is tgt
+    True
+    """
+    if shared:
+        if not isinstance(vocab_size, int):
+            raise ValueError(f"A shared vocabulary has one size, got vocab_size={vocab_size!r}.")
+        texts = _sentences(source_texts_or_files) + _sentences(target_texts_or_files)
+        source = target = SubwordTokenizer.train(texts, vocab_size, **options)
+    else:
+        source_size, target_size = (vocab_size, vocab_size) if isinstance(vocab_size, int) else vocab_size
+        source = SubwordTokenizer.train(source_texts_or_files, source_size, **options)
+        target = SubwordTokenizer.train(target_texts_or_files, target_size, **options)
+    if directory is not None:
+        save_tokenizers(directory, source, target)
+    return source, target
+
+
+def save_tokenizers(directory, source_tokenizer, target_tokenizer):
+    """Saves a tokenizer pair: a shared one into `directory`, separate ones into ``source/`` and ``target/``.
+
+    Args:
+        directory: folder to write (created if needed), e.g. ``<run>/tokenizer``.
+        source_tokenizer: the source `SubwordTokenizer`.
+        target_tokenizer: the target `SubwordTokenizer` (the same object when shared).
+
+    Returns:
+        The list of paths written.
+
+    Example:
+
+    >>> import tempfile
+    >>> tok = SubwordTokenizer.train(["a cat", "a hat"] * 10, vocab_size=270)
+    >>> folder = tempfile.mkdtemp()
+    >>> _ = save_tokenizers(folder, tok, tok)
+    >>> src, tgt = load_tokenizers(folder)
+    >>> src is tgt
+    True
+    """
+    directory = os.fspath(directory)
+    if source_tokenizer is target_tokenizer:
+        return source_tokenizer.save(directory)
+    return (source_tokenizer.save(os.path.join(directory, "source"))
+            + target_tokenizer.save(os.path.join(directory, "target")))
+
+
+def load_tokenizers(directory):
+    """Loads the tokenizer pair `save_tokenizers` wrote, shared or separate.
+
+    Args:
+        directory: the folder given to `save_tokenizers`.
+
+    Returns:
+        ``(source_tokenizer, target_tokenizer)``; the same object twice when shared.
+
+    Raises:
+        FileNotFoundError: the folder holds neither layout (the message says what was expected).
+
+    Example:
+
+    >>> import tempfile
+    >>> load_tokenizers(tempfile.mkdtemp())  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    FileNotFoundError: No tokenizers at ...
+    """
+    directory = os.fspath(directory)
+    if os.path.isfile(os.path.join(directory, CONFIG_FILE)):
+        tokenizer = SubwordTokenizer.load(directory)
+        return tokenizer, tokenizer
+    source_dir, target_dir = os.path.join(directory, "source"), os.path.join(directory, "target")
+    if os.path.isdir(source_dir) or os.path.isdir(target_dir):
+        return SubwordTokenizer.load(source_dir), SubwordTokenizer.load(target_dir)
+    found = sorted(os.listdir(directory)) if os.path.isdir(directory) else None
+    raise FileNotFoundError(
+        f"No tokenizers at {directory}: expected {CONFIG_FILE} (shared vocabulary) or source/ and target/ "
+        f"folders, found {found if found is not None else 'no such folder'}. Learn them with "
+        "train_tokenizers(..., directory=...).")
+
+
+# ---------------------------------------------------------------------- helpers
+def _sentences(texts_or_files):
+    """A list of str from sentences, a dataset of strings, one file or a list of files."""
+    if isinstance(texts_or_files, tf.data.Dataset):
+        return [text.decode("utf-8") for text in texts_or_files.as_numpy_iterator() if text.strip()]
+    if isinstance(texts_or_files, (str, os.PathLike)):
+        texts_or_files = [texts_or_files]
+    items = list(texts_or_files)
+    as_files = any(isinstance(item, os.PathLike) for item in items) or any(
+        isinstance(item, str) and len(item) < 4096 and os.path.isfile(item) for item in items)
+    if not as_files:
+        return [item for item in items if item.strip()]
+    sentences = []
+    for path in items:
+        lines, _ = corpus.read_lines(path)
+        sentences.extend(line for line in lines if line.strip())
+    return sentences
+
+
+def _learn_sentencepiece(sentences, vocab_size, model_type, lowercase, byte_fallback, character_coverage,
+                         options):
+    """Runs the SentencePiece trainer with keras_transformer's reserved ids; returns the serialized model."""
+    import sentencepiece  # the trainer behind keras_nlp.tokenizers.compute_sentence_piece_proto
+
+    writer = io.BytesIO()
+    settings = dict(vocab_size=vocab_size, model_type=model_type,
+                    normalization_rule_name="nmt_nfkc_cf" if lowercase else "nmt_nfkc",
+                    pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
+                    byte_fallback=byte_fallback, character_coverage=character_coverage,
+                    num_threads=min(os.cpu_count() or 1, 16), minloglevel=2)
+    settings.update(options)
+    try:
+        sentencepiece.SentencePieceTrainer.train(sentence_iterator=iter(sentences), model_writer=writer,
+                                                 **settings)
+    except RuntimeError as error:
+        message = str(error)
+        limit = re.search(r"value <= (\d+)", message)
+        if limit:
+            raise ValueError(f"Cannot learn {vocab_size} {model_type} pieces from {len(sentences)} sentences: "
+                             f"the text supports at most vocab_size={limit.group(1)}. Use a smaller vocab_size "
+                             "or more text.") from None
+        raise ValueError(f"SentencePiece training failed: {message}") from None
+    return writer.getvalue()
+
+
+def _learn_wordpiece(sentences, vocab_size, lowercase):
+    """Learns a WordPiece vocabulary with keras-nlp, reserved tokens first."""
+    from keras_nlp.tokenizers import compute_word_piece_vocabulary
+
+    data = tf.data.Dataset.from_tensor_slices(tf.constant(sentences)).batch(1024)
+    return compute_word_piece_vocabulary(data, vocab_size, lowercase=lowercase,
+                                         reserved_tokens=list(WORDPIECE_RESERVED))
+
+
+def _check_sentencepiece_ids(model):
+    """Checks a serialized SentencePiece model's reserved ids; returns its vocabulary size."""
+    import sentencepiece
+
+    try:
+        processor = sentencepiece.SentencePieceProcessor(model_proto=model)
+    except (RuntimeError, TypeError) as error:
+        raise ValueError(f"Not a SentencePiece model: {error}") from None
+    ids = {"pad": processor.pad_id(), "unk": processor.unk_id(), "bos": processor.bos_id(),
+           "eos": processor.eos_id()}
+    if ids != {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID}:
+        raise ValueError(f"This SentencePiece model has reserved ids {ids}; keras_transformer needs pad=0, unk=1, "
+                         "bos=2, eos=3. Learn it with SubwordTokenizer.train (or the SentencePiece trainer with "
+                         "pad_id=0 unk_id=1 bos_id=2 eos_id=3).")
+    return processor.vocab_size()
