@@ -25,7 +25,7 @@ import re
 import numpy as np
 import sacrebleu
 
-CHECKPOINT_PATTERN = re.compile(r"^ckpt-(?:step-)?(\d+)\.weights\.h5$")
+CHECKPOINT_PATTERN = re.compile(r"^(?:ckpt|step)-(\d+)\.weights\.h5$")
 
 
 # --------------------------------------------------------------------- BLEU
@@ -67,7 +67,7 @@ def bleu(hypotheses, references, lowercase=False, tokenize="13a"):
 
     Example:
 
-    >>> bleu(["A man rides a bike."], ["A man rides a bike."]).score
+    >>> round(bleu(["A man rides a bike."], ["A man rides a bike."]).score, 2)
     100.0
     """
     if references and isinstance(references[0], str):
@@ -121,7 +121,7 @@ def multi30k_bleu(hypotheses, references, lang):
 
     Example:
 
-    >>> multi30k_bleu(["A boy's hat."], ["a boy &apos;s hat ."], "en").score
+    >>> round(multi30k_bleu(["A boy's hat."], ["a boy &apos;s hat ."], "en").score, 2)
     100.0
     """
     return bleu(moses_preprocess(hypotheses, lang), references, tokenize="none")
@@ -143,8 +143,9 @@ def evaluate_translations(hypotheses, references, lang=None, tokenized_reference
 
     Example:
 
-    >>> evaluate_translations(["A dog runs."], ["A dog runs."])
-    {'bleu': 100.0, 'bleu_lowercase': 100.0}
+    >>> scores = evaluate_translations(["A dog runs."], ["A dog runs."])
+    >>> sorted(scores), round(scores["bleu"], 2)
+    (['bleu', 'bleu_lowercase'], 100.0)
     """
     result = {"bleu": bleu(hypotheses, references).score,
               "bleu_lowercase": bleu(hypotheses, references, lowercase=True).score}
@@ -184,10 +185,10 @@ def _checkpoint_number(name):
 def latest_checkpoints(directory, n=5):
     """The last `n` checkpoints in `directory`, oldest first.
 
-    Checkpoints are files named `ckpt-{number}.weights.h5` (epoch-numbered,
-    e.g. `ckpt-0012.weights.h5`) or `ckpt-step-{number}.weights.h5`; "last"
-    means the highest numbers. Epoch- and step-numbered files are not mixed:
-    if both exist, the epoch-numbered ones are used.
+    Checkpoints are files named `ckpt-{epoch}.weights.h5` (e.g.
+    `ckpt-0012.weights.h5`, one per epoch) or `step-{step}.weights.h5` (every
+    N steps); "last" means the highest numbers. The two kinds are not mixed:
+    if epoch checkpoints exist they are used, else the step ones.
 
     Args:
         directory: the checkpoint folder (`{workdir}/checkpoints`).
@@ -208,10 +209,10 @@ def latest_checkpoints(directory, n=5):
     if n < 1:
         raise ValueError(f"latest_checkpoints: n must be >= 1, got {n}.")
     names = [name for name in os.listdir(directory) if _checkpoint_number(name) is not None]
-    epochs = [name for name in names if not name.startswith("ckpt-step-")]
+    epochs = [name for name in names if name.startswith("ckpt-")]
     names = epochs or names
     if not names:
-        raise FileNotFoundError(f"No checkpoints named ckpt-NNNN.weights.h5 in {directory}")
+        raise FileNotFoundError(f"No checkpoints named ckpt-NNNN.weights.h5 or step-NNNN.weights.h5 in {directory}")
     names.sort(key=_checkpoint_number)
     return [os.path.join(directory, name) for name in names[-n:]]
 

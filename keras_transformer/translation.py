@@ -88,6 +88,8 @@ class Translator(tf.Module):
         from keras_transformer.model import build_model
 
         if not isinstance(config, TransformerConfig):
+            if not os.path.isfile(os.fspath(config)):
+                raise FileNotFoundError(f"Model config not found: {os.fspath(config)}")
             config = TransformerConfig.from_yaml(os.fspath(config))
         if isinstance(tokenizers, (str, os.PathLike)):
             from keras_transformer.data.tokenizers import load_tokenizers
@@ -102,6 +104,38 @@ class Translator(tf.Module):
                    "max_extra": config.max_decode_extra, **options}
         source_tokenizer, target_tokenizer = tokenizers
         return cls(model, source_tokenizer, target_tokenizer, **options)
+
+    @classmethod
+    def from_workdir(cls, workdir, checkpoint=None, average=None, tokenizers=None, **options):
+        """Loads a Translator from a training workdir (`keras_transformer.training` layout).
+
+        Reads `workdir/model.yaml`, the tokenizers in `workdir/data/vocab` and
+        the weights of `workdir/checkpoints`.
+
+        Args:
+            workdir: the folder `keras-transformer train` wrote.
+            checkpoint: a `.weights.h5` path; None takes the last epoch checkpoint.
+            average: if set, average the last `average` checkpoints instead
+                (paper: 5 for base, 20 for big).
+            tokenizers: override the tokenizers (e.g. for synthetic data,
+                which has no vocabulary folder).
+            **options: `Translator` arguments.
+
+        Returns:
+            A `Translator`.
+
+        Example:
+
+        >>> translator = Translator.from_workdir("runs/multi30k", average=5)  # doctest: +SKIP
+        """
+        from keras_transformer import evaluation
+
+        workdir = os.fspath(workdir)
+        directory = os.path.join(workdir, "checkpoints")
+        if checkpoint is None:
+            checkpoint = evaluation.latest_checkpoints(directory, int(average or 1))
+        tokenizers = tokenizers if tokenizers is not None else os.path.join(workdir, "data", "vocab")
+        return cls.from_checkpoint(os.path.join(workdir, "model.yaml"), checkpoint, tokenizers, **options)
 
     # -------------------------------------------------------------------- ids
     def encode_sources(self, sentences):

@@ -1,0 +1,210 @@
+"""Greedy decoding and beam search: the cache, padding, beam 1, scores, XLA, limits."""
+
+import ast
+import pathlib
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_transformer as kt
+from keras_transformer import decoding
+
+# Sources of different lengths (tokens then eos 3), padded with 0.
+SOURCES = [[5, 6, 7, 3], [8, 9, 10, 11, 12, 13, 14, 15, 3], [16, 17, 3], [20, 21, 22, 23, 24, 25, 3]]
+
+
+_GRAPHS = {}
+
+
+def run(search, model, source, **options):
+    """`search(model, source, **options)` in one tf.function per (search, model, options) with dynamic shapes.
+
+    Graph mode keeps these tests fast; eager and XLA execution are compared with it below.
+    """
+    key = (search.__name__, id(model), tuple(sorted(options.items())))
+    if key not in _GRAPHS:
+        _GRAPHS[key] = tf.function(lambda s: search(model, s, **options),
+                                   input_signature=[tf.TensorSpec([None, None], tf.int32)])
+    return _GRAPHS[key](tf.constant(source, tf.int32))
+
+
+def padded(rows, width=None):
+    width = width or max(len(r) for r in rows)
+    return np.array([r + [0] * (width - len(r)) for r in rows], "int32")
+
+
+@pytest.fixture(scope="module")
+def random_model():
+    """An untrained tiny model with pre-norm (dropout off): flat distributions, long outputs."""
+    import keras
+
+    keras.utils.set_random_seed(1)
+    return kt.build_model(kt.TransformerConfig.preset("tiny", vocab_size=40, dropout=0.0, norm_first=True))
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_cached_steps_equal_full_pass(norm_first):
+    """Feeding the target one token at a time through the cache gives the full pass's logits."""
+    import keras
+
+    keras.utils.set_random_seed(2)
+    model = kt.build_model(kt.TransformerConfig.preset("tiny", vocab_size=40, norm_first=norm_first))
+    source = padded(SOURCES[:3])
+    target = np.random.default_rng(0).integers(4, 40, size=(3, 9)).astype("int32")
+    target[:, 0] = 2  # bos
+
+    full = kt.model.decode(model, target, *kt.model.encode(model, source))  # (B, T, V)
+    assert np.allclose(full, model({"source": source, "target": target}), atol=1e-5)
+
+    memory, source_padding = kt.model.encode(model, source)
+    decoder = model.get_layer("decoder")
+    cross = decoder.cross_attention_cache(memory)
+    cache = decoder.initial_cache(3, 12)  # longer than needed: unused slots must not matter
+    steps = []
+    for t in range(target.shape[1]):
+        logits, cache = kt.model.decode(model, target[:, t:t + 1], None, source_padding,
+                                        self_attention_cache=cache, cache_index=t, cross_attention_cache=cross)
+        steps.append(logits[:, 0])
+    np.testing.assert_allclose(np.stack(steps, 1), full, atol=1e-5)
+
+
+def test_scores_are_the_model_log_probabilities(random_model):
+    """Reported scores equal forced-decode scores of the returned tokens."""
+    source = padded(SOURCES)
+    tokens, scores = run(decoding.greedy_decode, random_model, source, max_extra=5)
+    np.testing.assert_allclose(scores, decoding.score(random_model, source, tokens), atol=1e-4)
+
+    tokens, scores = run(decoding.beam_search, random_model, source, beam_size=3, alpha=0.6, max_extra=5,
+                         num_return=3)
+    flat_tokens = np.reshape(tokens, (-1, tokens.shape[-1]))
+    forced = decoding.score(random_model, np.repeat(source, 3, axis=0), flat_tokens, alpha=0.6)
+    np.testing.assert_allclose(np.reshape(scores, -1), forced, atol=1e-4)
+    assert np.all(np.diff(scores, axis=1) <= 1e-6), "n-best must come best first"
+    for hypotheses in tokens.numpy().tolist():  # the n-best hypotheses of a sentence differ
+        assert len({tuple(h) for h in hypotheses}) == 3
+
+
+@pytest.mark.parametrize("fixture", ["random_model", "trained_copy_model"])
+def test_beam_size_one_is_greedy(fixture, request):
+    model = request.getfixturevalue(fixture)
+    model = model[0] if isinstance(model, tuple) else model
+    source = padded(SOURCES)
+    greedy_tokens, greedy_scores = run(decoding.greedy_decode, model, source, max_extra=5)
+    beam_tokens, beam_scores = run(decoding.beam_search, model, source, beam_size=1, alpha=0.0, max_extra=5)
+    np.testing.assert_array_equal(beam_tokens[:, 0], greedy_tokens)
+    np.testing.assert_allclose(beam_scores[:, 0], greedy_scores, atol=1e-5)
+
+
+@pytest.mark.parametrize("search", ["greedy", "beam"])
+def test_padding_and_batch_neighbours_change_nothing(search, trained_copy_model, random_model):
+    """A sentence decoded alone gives the same output as inside a batch with longer sentences."""
+    def decode_with(model, source):
+        if search == "greedy":
+            return run(decoding.greedy_decode, model, source, max_extra=5)
+        return run(decoding.beam_search, model, source, beam_size=4, alpha=0.6, max_extra=5, num_return=2)
+
+    for model in (trained_copy_model[0], random_model):
+        batch_tokens, batch_scores = decode_with(model, padded(SOURCES))
+        for i, sentence in enumerate(SOURCES):
+            alone_tokens, alone_scores = decode_with(model, padded([sentence]))
+            width = alone_tokens.shape[-1]
+            np.testing.assert_array_equal(alone_tokens[0], batch_tokens[i][..., :width])
+            assert np.all(batch_tokens[i][..., width:] == 0)
+            np.testing.assert_allclose(alone_scores[0], batch_scores[i], atol=1e-4)
+
+
+def test_beam_search_scores_at_least_greedy(trained_copy_model):
+    """On a trained model, beam search's output scores at least as well as greedy's (and often better)."""
+    from keras_transformer.data.synthetic import make_arrays, synthetic_pairs
+
+    model, _ = trained_copy_model
+    sources, _ = synthetic_pairs("copy", num_examples=48, vocab_size=32, min_length=3, max_length=10, seed=7)
+    source = make_arrays(sources, sources)[0]["source"]
+    for alpha in (0.0, 0.6):
+        greedy_tokens, _ = run(decoding.greedy_decode, model, source, max_extra=5)
+        beam_tokens, beam_scores = run(decoding.beam_search, model, source, beam_size=4, alpha=alpha, max_extra=5)
+        greedy_scores = decoding.score(model, source, greedy_tokens, alpha=alpha).numpy()
+        beam_scores = beam_scores[:, 0].numpy()
+        np.testing.assert_allclose(decoding.score(model, source, beam_tokens[:, 0], alpha=alpha), beam_scores,
+                                   atol=1e-4)
+        assert np.all(beam_scores >= greedy_scores - 1e-4), (beam_scores - greedy_scores).min()
+        assert np.any(beam_scores > greedy_scores + 1e-3), "beam search never did better than greedy"
+
+
+def test_uncached_search_gives_the_same_output(random_model):
+    source = padded(SOURCES)
+    for search in (decoding.greedy_decode, decoding.beam_search):
+        cached_tokens, cached_scores = run(search, random_model, source, max_extra=5)
+        plain_tokens, plain_scores = run(search, random_model, source, max_extra=5, use_cache=False)
+        np.testing.assert_array_equal(cached_tokens, plain_tokens)
+        np.testing.assert_allclose(cached_scores, plain_scores, atol=1e-4)
+
+
+def test_xla_compiled_search_matches_eager(trained_copy_model):
+    model, _ = trained_copy_model
+    source = padded(SOURCES)
+
+    @tf.function(jit_compile=True)
+    def compiled(source):
+        greedy = decoding.greedy_decode(model, source, max_extra=5)
+        beam = decoding.beam_search(model, source, beam_size=4, alpha=0.6, max_extra=5, num_return=4)
+        return greedy, beam
+
+    (greedy_tokens, greedy_scores), (beam_tokens, beam_scores) = compiled(tf.constant(source))
+    eager_greedy = decoding.greedy_decode(model, source, max_extra=5)
+    eager_beam = decoding.beam_search(model, source, beam_size=4, alpha=0.6, max_extra=5, num_return=4)
+    np.testing.assert_array_equal(greedy_tokens, eager_greedy[0])
+    np.testing.assert_array_equal(beam_tokens, eager_beam[0])
+    np.testing.assert_allclose(greedy_scores, eager_greedy[1], atol=1e-4)
+    np.testing.assert_allclose(beam_scores, eager_beam[1], atol=1e-4)
+
+
+def test_graph_with_dynamic_shapes_matches_eager(random_model):
+    """One traced graph with unknown batch and length serves every batch (the SavedModel case)."""
+    for rows in (SOURCES, SOURCES[:1]):
+        graph_tokens, graph_scores = run(decoding.beam_search, random_model, padded(rows), beam_size=3,
+                                         alpha=0.6, max_extra=5, num_return=3)
+        eager_tokens, eager_scores = decoding.beam_search(random_model, padded(rows), beam_size=3, alpha=0.6,
+                                                          max_extra=5, num_return=3)
+        np.testing.assert_array_equal(graph_tokens, eager_tokens)
+        np.testing.assert_allclose(graph_scores, eager_scores, atol=1e-4)
+
+
+def test_output_length_limits(random_model):
+    """At most source length + max_extra tokens per sentence, capped by max_length and the model."""
+    source = padded(SOURCES)
+    lengths = np.array([len(s) for s in SOURCES])
+    for search in (decoding.greedy_decode, decoding.beam_search):
+        tokens, _ = run(search, random_model, source, max_extra=3)
+        produced = (np.reshape(tokens, (len(SOURCES), -1, tokens.shape[-1])) != 0).sum(-1)
+        assert tokens.shape[-1] == source.shape[1] + 3
+        assert np.all(produced <= (lengths + 3)[:, None])
+        tokens, _ = run(search, random_model, source, max_extra=50, max_length=6)
+        assert tokens.shape[-1] == 6
+    # The untrained model rarely emits eos, so most sentences run to their own limit.
+    tokens, _ = run(decoding.greedy_decode, random_model, source, max_extra=3)
+    assert np.sum((tokens.numpy() != 0).sum(-1) == lengths + 3) >= 2
+
+
+def test_bad_arguments_are_named(random_model):
+    with pytest.raises(ValueError, match="beam_size"):
+        decoding.beam_search(random_model, padded(SOURCES), beam_size=0)
+    with pytest.raises(ValueError, match="num_return"):
+        decoding.beam_search(random_model, padded(SOURCES), beam_size=2, num_return=3)
+    with pytest.raises(ValueError, match="max_length"):
+        decoding.greedy_decode(random_model, np.ones((1, 200), "int32"))
+
+
+def test_length_penalty_formula():
+    np.testing.assert_allclose(decoding.length_penalty(np.array([1, 7, 20]), 0.6),
+                               ((5 + np.array([1, 7, 20])) / 6) ** 0.6, rtol=1e-6)
+
+
+def test_decoding_imports_no_tensorflow():
+    tree = ast.parse(pathlib.Path(decoding.__file__).read_text())
+    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+                for alias in node.names}
+    imported |= {node.module.split(".")[0] for node in ast.walk(tree)
+                 if isinstance(node, ast.ImportFrom) and node.module}
+    assert "tensorflow" not in imported

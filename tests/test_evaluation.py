@@ -1,0 +1,120 @@
+"""BLEU helpers on Multi30k, checkpoint averaging, and the BLEU callback."""
+
+import csv
+import math
+
+import keras
+import numpy as np
+import pytest
+
+import keras_transformer as kt
+from keras_transformer import evaluation
+from keras_transformer.callbacks import BleuCallback
+
+
+# --------------------------------------------------------------------- BLEU
+
+
+def test_references_against_themselves_score_100(multi30k_dir):
+    references = evaluation.read_lines(multi30k_dir / "val.de.gz")
+    assert len(references) == 1014
+    assert evaluation.bleu(references, references).score == pytest.approx(100.0)
+    assert evaluation.bleu(references, references, lowercase=True).score == pytest.approx(100.0)
+    scores = evaluation.evaluate_translations(references, references)
+    assert scores == pytest.approx({"bleu": 100.0, "bleu_lowercase": 100.0})
+
+
+def test_multi30k_protocol_reproduces_the_tokenized_references(multi30k_dir):
+    """Lowercase + Moses normalize + Moses tokenize (escaped) turns the raw references into *.lc.norm.tok.*."""
+    raw = evaluation.read_lines(multi30k_dir / "val.en.gz")
+    tokenized = evaluation.read_lines(multi30k_dir / "val.lc.norm.tok.en.gz")
+    assert evaluation.moses_preprocess(raw, "en") == tokenized
+    assert evaluation.multi30k_bleu(raw, tokenized, "en").score == pytest.approx(100.0)
+    assert evaluation.multi30k_bleu(tokenized, tokenized, "en").score < 100.0  # input must be detokenized text
+
+    raw_de = evaluation.read_lines(multi30k_dir / "val.de.gz")
+    tokenized_de = evaluation.read_lines(multi30k_dir / "val.lc.norm.tok.de.gz")
+    scores = evaluation.evaluate_translations(raw_de, raw_de, lang="de", tokenized_references=tokenized_de)
+    assert scores["bleu_multi30k"] > 99.9  # one of 1,014 lines differs in quote placement
+
+
+def test_bleu_is_case_sensitive_only_when_asked():
+    hypotheses = ["a man rides a red bike down the street ."]
+    references = ["A man rides a red bike down the street ."]
+    assert evaluation.bleu(hypotheses, references).score < 100.0
+    assert evaluation.bleu(hypotheses, references, lowercase=True).score == pytest.approx(100.0)
+    with pytest.raises(ValueError, match="2 hypotheses and 1 references"):
+        evaluation.bleu(hypotheses * 2, references)
+
+
+# -------------------------------------------------------------- checkpoints
+
+
+def tiny_model(seed):
+    keras.utils.set_random_seed(seed)
+    return kt.build_model(kt.TransformerConfig.preset("tiny", vocab_size=30, num_layers=1))
+
+
+def test_averaging_two_checkpoints_gives_the_elementwise_mean(tmp_path):
+    first, second = tiny_model(1), tiny_model(2)
+    paths = [tmp_path / "ckpt-0001.weights.h5", tmp_path / "ckpt-0002.weights.h5"]
+    first.save_weights(paths[0])
+    second.save_weights(paths[1])
+    averaged = evaluation.average_checkpoints(paths, tiny_model(3))
+    for a, b, mean in zip(first.get_weights(), second.get_weights(), averaged.get_weights()):
+        np.testing.assert_allclose(mean, (a.astype("float64") + b) / 2, rtol=1e-6, atol=1e-7)
+    assert any(not np.allclose(a, b) for a, b in zip(first.get_weights(), second.get_weights()))
+
+
+def test_latest_checkpoints_orders_by_number(tmp_path):
+    for name in ("ckpt-0002.weights.h5", "ckpt-0010.weights.h5", "ckpt-0009.weights.h5", "step-00000500.weights.h5",
+                 "best.weights.h5", "notes.txt"):
+        (tmp_path / name).write_bytes(b"")
+    names = [p.rsplit("/", 1)[-1] for p in evaluation.latest_checkpoints(tmp_path, n=2)]
+    assert names == ["ckpt-0009.weights.h5", "ckpt-0010.weights.h5"]
+    assert len(evaluation.latest_checkpoints(tmp_path, n=20)) == 3
+    with pytest.raises(FileNotFoundError, match="missing"):
+        evaluation.latest_checkpoints(tmp_path / "missing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="No checkpoints"):
+        evaluation.latest_checkpoints(tmp_path / "empty")
+
+
+def test_missing_and_corrupt_checkpoints_name_the_file(tmp_path):
+    model = tiny_model(1)
+    with pytest.raises(FileNotFoundError, match="ckpt-0007.weights.h5"):
+        evaluation.load_checkpoint(tmp_path / "ckpt-0007.weights.h5", model)
+    corrupt = tmp_path / "ckpt-0008.weights.h5"
+    corrupt.write_bytes(b"not an HDF5 file")
+    with pytest.raises(ValueError, match="ckpt-0008.weights.h5"):
+        evaluation.average_checkpoints([corrupt], model)
+
+
+# ------------------------------------------------------------------ callback
+
+
+def test_bleu_callback_logs_bleu_and_keeps_the_best(trained_copy_model, word_tokenizer, tmp_path):
+    """BLEU reaches CSVLogger through `logs`; the best weights are saved."""
+    from keras_transformer.data.synthetic import make_arrays, synthetic_pairs
+
+    trained, config = trained_copy_model
+    model = kt.build_model(config)
+    model.set_weights(trained.get_weights())
+    model.compile(optimizer=keras.optimizers.SGD(1e-4), loss=kt.LabelSmoothedCrossEntropy(0.1))
+    sources, _ = synthetic_pairs("copy", num_examples=8, vocab_size=32, min_length=3, max_length=6, seed=3)
+    lines = [" ".join(f"w{i}" for i in s) for s in sources]
+    inputs, labels = make_arrays(sources, sources)
+    best = tmp_path / "best.weights.h5"
+    callback = BleuCallback(lines, lines, tokenizers=(word_tokenizer, word_tokenizer), every_n_epochs=2,
+                            best_path=best, translator_options={"beam_size": 1, "alpha": 0.0, "max_extra": 3},
+                            verbose=0)
+    history = model.fit(inputs, labels, epochs=2, verbose=0,
+                        callbacks=[callback, keras.callbacks.CSVLogger(str(tmp_path / "history.csv"))])
+    assert math.isnan(history.history["val_bleu"][0])
+    assert 0.0 < history.history["val_bleu"][1] <= 100.0
+    expected = evaluation.bleu(callback.translator.translate_lines(lines), lines).score
+    assert history.history["val_bleu"][1] == pytest.approx(expected)
+    with open(tmp_path / "history.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert float(rows[1]["val_bleu"]) == pytest.approx(expected)
+    assert best.is_file() and callback.best == pytest.approx(expected)

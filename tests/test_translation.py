@@ -1,0 +1,85 @@
+"""Translator: strings in, strings out, consistent with the id-level search; truncation; XLA; export."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_transformer import decoding
+from keras_transformer.translation import Translator
+
+SENTENCES = ["w5 w6 w7", "w8 w9 w10 w11 w12 w13 w14", "w16", "w20 w21 w22 w23 w24 w25"]
+
+
+@pytest.fixture(scope="module")
+def translator(trained_copy_model, word_tokenizer):
+    model, _ = trained_copy_model
+    return Translator(model, word_tokenizer, word_tokenizer, beam_size=4, alpha=0.6, max_extra=5)
+
+
+def test_translate_equals_search_on_ids(translator, trained_copy_model, word_tokenizer):
+    """Tokenize + beam search + detokenize, with nothing lost or added on the way."""
+    model, _ = trained_copy_model
+    result = translator.translate(tf.constant(SENTENCES))
+    source = translator.encode_sources(tf.constant(SENTENCES))
+    expected_source = [[int(w[1:]) for w in s.split()] + [3] for s in SENTENCES]
+    width = max(len(s) for s in expected_source)
+    assert source.numpy().tolist() == [s + [0] * (width - len(s)) for s in expected_source]
+
+    tokens, scores = decoding.beam_search(model, source, beam_size=4, alpha=0.6, max_extra=5)
+    expected = [" ".join(f"w{i}" for i in row if i > 3) for row in tokens[:, 0].numpy().tolist()]
+    assert [t.decode() for t in result["translation"].numpy()] == expected
+    np.testing.assert_allclose(result["score"], scores[:, 0], atol=1e-4)
+    assert translator(SENTENCES) == expected
+    assert translator(SENTENCES[0]) == expected[0]
+    # The model copies, imperfectly after a short training; most words come back.
+    recovered = [len(set(e.split()) & set(s.split())) / len(s.split()) for e, s in zip(expected, SENTENCES)]
+    assert np.mean(recovered) > 0.5
+
+
+def test_score_of_own_translation_equals_its_search_score(translator):
+    result = translator.translate(tf.constant(SENTENCES))
+    forced = translator.score(tf.constant(SENTENCES), result["translation"])
+    np.testing.assert_allclose(forced, result["score"], atol=1e-4)
+
+
+def test_n_best_is_sorted_and_starts_with_the_translation(translator):
+    best = translator.translate(tf.constant(SENTENCES))
+    n_best = translator.n_best(tf.constant(SENTENCES))
+    assert n_best["translations"].shape == (len(SENTENCES), 4)
+    assert np.all(np.diff(n_best["scores"].numpy(), axis=1) <= 1e-6)
+    assert n_best["translations"][:, 0].numpy().tolist() == best["translation"].numpy().tolist()
+
+
+def test_translate_lines_keeps_order(translator):
+    lines = SENTENCES[::-1] + SENTENCES
+    assert translator.translate_lines(lines, batch_size=3) == translator(SENTENCES[::-1]) + translator(SENTENCES)
+
+
+def test_over_long_empty_and_unknown_inputs(translator):
+    """Over-long input is truncated to the model's max_length (its eos kept); odd inputs still translate."""
+    long_sentence = " ".join(f"w{4 + i % 28}" for i in range(3000))
+    source = translator.encode_sources(tf.constant([long_sentence, "w5"]))
+    assert source.shape == (2, translator.max_source_length)
+    assert source[0, -1] == 3 and source[1].numpy().tolist()[:2] == [5, 3]
+    batch = [long_sentence, "", "   ", "w5 zebra w6", "w7"]
+    outputs = translator(batch)
+    assert len(outputs) == len(batch) and all(isinstance(o, str) for o in outputs)
+    assert outputs[-1] == translator("w7")  # neighbours (even a 3000-word one) change nothing
+
+
+def test_xla_translator_matches(trained_copy_model, word_tokenizer, translator):
+    model, _ = trained_copy_model
+    compiled = Translator(model, word_tokenizer, beam_size=4, alpha=0.6, max_extra=5, jit_compile=True)
+    assert compiled(SENTENCES) == translator(SENTENCES)
+
+
+@pytest.mark.slow
+def test_saved_model_round_trip(trained_copy_model, word_tokenizer, tmp_path):
+    """The Translator exports as a SavedModel whose signature gives the in-memory translations."""
+    model, _ = trained_copy_model
+    small = Translator(model, word_tokenizer, beam_size=2, alpha=0.6, max_extra=3)
+    expected = small(SENTENCES)
+    tf.saved_model.save(small, str(tmp_path), signatures={"serving_default": small.translate})
+    loaded = tf.saved_model.load(str(tmp_path))
+    result = loaded.signatures["serving_default"](tf.constant(SENTENCES))
+    assert [t.decode() for t in result["translation"].numpy()] == expected
