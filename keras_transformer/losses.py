@@ -2,6 +2,7 @@
 
 import keras
 from keras import ops
+from keras.src.losses.loss import scale_loss_for_distribution
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -56,7 +57,9 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
                 sample_weight = ops.expand_dims(sample_weight, -1)
             weights = weights * sample_weight
         total = ops.sum(per_token * weights)
-        return total / ops.maximum(ops.sum(weights), 1.0)
+        # Under a tf.distribute strategy Keras sums gradients over replicas and expects each
+        # replica's loss divided by the replica count, as keras.losses.Loss.__call__ does.
+        return scale_loss_for_distribution(total / ops.maximum(ops.sum(weights), 1.0))
 
     def get_config(self):
         config = super().get_config()
