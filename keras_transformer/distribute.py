@@ -1,0 +1,289 @@
+"""Choosing and building the `tf.distribute` strategy that training runs under.
+
+One name in the experiment config (`training.strategy`) picks the strategy:
+
+| name           | strategy                                   | when `auto` picks it                          |
+|----------------|--------------------------------------------|-----------------------------------------------|
+| `default`      | `tf.distribute.get_strategy()` (no-op)     | one GPU or CPU only                           |
+| `one_device`   | `OneDeviceStrategy` on `devices[0]`        | never                                         |
+| `mirrored`     | `MirroredStrategy` over the local devices  | more than one local GPU                       |
+| `multi_worker` | `MultiWorkerMirroredStrategy` (`TF_CONFIG`)| `TF_CONFIG` names more than one worker        |
+| `tpu`          | `TPUStrategy` from a `TPUClusterResolver`  | a TPU is announced (`TPU_NAME`, Colab, Cloud) |
+
+Batch sizes scale with replicas as follows (see `global_batch_size` and
+`docs/distributed.md`): with `batch_scaling: per_replica` (the default, as in
+OpenNMT-tf) the configured batch is what each replica sees and the global batch
+grows with the number of replicas; with `batch_scaling: global` the configured
+batch is the global one and each replica gets its share, so one step does the
+same arithmetic on 1 or 8 devices.
+
+This module is TensorFlow-specific on purpose: model code never imports it.
+"""
+
+import json
+import os
+
+import tensorflow as tf
+
+STRATEGIES = ("auto", "default", "one_device", "mirrored", "multi_worker", "tpu")
+BATCH_SCALINGS = ("per_replica", "global")
+
+# Environment variables that announce a TPU (Cloud TPU VMs, Colab, GKE).
+_TPU_ENV = ("TPU_NAME", "COLAB_TPU_ADDR", "TPU_ACCELERATOR_TYPE", "KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS")
+
+
+def cluster_spec_from_env():
+    """Returns the parsed `TF_CONFIG` (a dict) or `None` when it is not set.
+
+    Raises:
+        ValueError: `TF_CONFIG` is set but is not valid JSON with a `cluster` and a `task`.
+
+    Example:
+
+    >>> import os
+    >>> os.environ.pop("TF_CONFIG", None) and None
+    >>> cluster_spec_from_env() is None
+    True
+    """
+    raw = os.environ.get("TF_CONFIG")
+    if not raw:
+        return None
+    try:
+        spec = json.loads(raw)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"TF_CONFIG is not valid JSON ({error}): {raw!r}") from error
+    if not isinstance(spec, dict) or "cluster" not in spec or "task" not in spec:
+        raise ValueError(f"TF_CONFIG must hold 'cluster' and 'task', got {raw!r}.")
+    return spec
+
+
+def _num_workers(spec):
+    cluster = spec.get("cluster", {})
+    return sum(len(cluster.get(kind, [])) for kind in ("chief", "worker"))
+
+
+def _tpu_announced():
+    return any(os.environ.get(name) for name in _TPU_ENV) or os.path.exists("/dev/accel0")
+
+
+def resolve_strategy_name(name="auto"):
+    """Turns `"auto"` into the concrete strategy name for this machine; checks explicit names.
+
+    `auto` looks, in this order, for `TF_CONFIG` with more than one worker
+    (`multi_worker`), an announced TPU (`tpu`), more than one local GPU
+    (`mirrored`), and otherwise uses `default`.
+
+    Args:
+        name: one of `STRATEGIES`.
+
+    Returns:
+        A name from `STRATEGIES` other than `"auto"`.
+
+    Example:
+
+    >>> resolve_strategy_name("mirrored")
+    'mirrored'
+    """
+    if name not in STRATEGIES:
+        raise ValueError(f"Unknown strategy {name!r}; choose one of {STRATEGIES}.")
+    if name != "auto":
+        return name
+    spec = cluster_spec_from_env()
+    if spec is not None and _num_workers(spec) > 1:
+        return "multi_worker"
+    if _tpu_announced():
+        return "tpu"
+    if len(tf.config.list_physical_devices("GPU")) > 1:
+        return "mirrored"
+    return "default"
+
+
+def make_strategy(name="auto", devices=None, tpu=None, communication="auto"):
+    """Builds the `tf.distribute.Strategy` called `name`.
+
+    Call it before any other TensorFlow work in the process: multi-worker and TPU
+    strategies configure the runtime and fail once it is running.
+
+    Args:
+        name: one of `STRATEGIES` (`"auto"` chooses with `resolve_strategy_name`).
+        devices: device strings for `mirrored` (default: all local GPUs, else the CPU)
+            and `one_device` (default: the first GPU, else the CPU).
+        tpu: TPU name or address for `tpu` (default: taken from the environment).
+        communication: all-reduce for `multi_worker`: `"auto"`, `"ring"` or `"nccl"`.
+
+    Returns:
+        The strategy. Use it as `with strategy.scope(): model = build_model(config)`.
+
+    Example:
+
+    >>> strategy = make_strategy("default")
+    >>> strategy.num_replicas_in_sync
+    1
+    """
+    resolved = resolve_strategy_name(name)
+    if resolved == "default":
+        return tf.distribute.get_strategy()
+    if resolved == "one_device":
+        if devices:
+            device = devices[0]
+        else:
+            device = "/gpu:0" if tf.config.list_physical_devices("GPU") else "/cpu:0"
+        return tf.distribute.OneDeviceStrategy(device)
+    if resolved == "mirrored":
+        return tf.distribute.MirroredStrategy(devices=list(devices) if devices else None)
+    if resolved == "multi_worker":
+        spec = cluster_spec_from_env()
+        if spec is None:
+            raise ValueError("strategy 'multi_worker' needs TF_CONFIG describing the cluster and this task; "
+                             "see docs/distributed.md.")
+        implementations = {"auto": tf.distribute.experimental.CommunicationImplementation.AUTO,
+                           "ring": tf.distribute.experimental.CommunicationImplementation.RING,
+                           "nccl": tf.distribute.experimental.CommunicationImplementation.NCCL}
+        if communication not in implementations:
+            raise ValueError(f"Unknown communication {communication!r}; choose one of {sorted(implementations)}.")
+        options = tf.distribute.experimental.CommunicationOptions(implementation=implementations[communication])
+        return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+    # TPU
+    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu)
+    tf.config.experimental_connect_to_cluster(resolver)
+    tf.tpu.experimental.initialize_tpu_system(resolver)
+    return tf.distribute.TPUStrategy(resolver)
+
+
+def global_batch_size(batch_size, num_replicas, scaling="per_replica"):
+    """The global batch (sentences or tokens) that one training step consumes.
+
+    Args:
+        batch_size: the configured batch size.
+        num_replicas: `strategy.num_replicas_in_sync`.
+        scaling: `"per_replica"`: `batch_size` is each replica's share, so the
+            global batch is `batch_size * num_replicas`; `"global"`: `batch_size`
+            is the global batch and must split evenly over the replicas.
+
+    Returns:
+        The global batch size as an int.
+
+    Example:
+
+    >>> global_batch_size(4096, 8), global_batch_size(4096, 8, "global")
+    (32768, 4096)
+    """
+    if scaling not in BATCH_SCALINGS:
+        raise ValueError(f"Unknown batch_scaling {scaling!r}; choose one of {BATCH_SCALINGS}.")
+    if scaling == "per_replica":
+        return int(batch_size) * int(num_replicas)
+    if batch_size % num_replicas:
+        raise ValueError(f"The global batch size {batch_size} does not split evenly over "
+                         f"{num_replicas} replicas; choose a multiple of {num_replicas}.")
+    return int(batch_size)
+
+
+def task_info(strategy=None):
+    """Returns `(task_type, task_id, is_chief)` for this process.
+
+    Without a multi-worker cluster this is `(None, 0, True)`. The chief is task
+    `chief` 0, or `worker` 0 when the cluster has no `chief` entry; only the
+    chief writes the shared outputs (checkpoints, history, TensorBoard logs).
+
+    Example:
+
+    >>> task_info(make_strategy("default"))
+    (None, 0, True)
+    """
+    resolver = getattr(strategy, "cluster_resolver", None) if strategy is not None else None
+    if resolver is None or not getattr(resolver, "task_type", None):
+        return None, 0, True
+    task_type, task_id = resolver.task_type, int(resolver.task_id or 0)
+    has_chief = bool(resolver.cluster_spec().as_dict().get("chief"))
+    is_chief = task_type == "chief" or (task_type == "worker" and task_id == 0 and not has_chief)
+    return task_type, task_id, is_chief
+
+
+def describe(strategy):
+    """One line naming the strategy, its replicas and this task, for logs.
+
+    Example:
+
+    >>> describe(make_strategy("default"))
+    '_DefaultDistributionStrategy with 1 replica(s)'
+    """
+    task_type, task_id, is_chief = task_info(strategy)
+    line = f"{type(strategy).__name__} with {strategy.num_replicas_in_sync} replica(s)"
+    if task_type:
+        line += f", task {task_type}:{task_id}{' (chief)' if is_chief else ''}"
+    return line
+
+
+
+def apply_keras_workarounds(model):
+    """Lets `model.fit`/`evaluate` run under `MultiWorkerMirroredStrategy` (Keras 3 workarounds).
+
+    Keras 3's TensorFlow trainer has two multi-worker bugs (keras-team/keras
+    issues 20329 and 20585) that this fixes for `model`:
+
+    1. Before the first step it builds the model by pulling one batch and
+       calling `strategy.reduce("MEAN", batch)`; with dict inputs
+       (`{"source", "target"}`) that fails ("Attempt to convert a value
+       ({'source': PerReplica...}) ... to a Tensor"). The build only needs the
+       batch's shapes, so this model uses this worker's first local value.
+    2. Each step averages the logs with `strategy.reduce("MEAN", v, axis=0)`,
+       which fails on scalar losses and metrics ("Invalid reduction dimension 0
+       for input with 0 dimensions"). Scalars are averaged over all replicas
+       instead; every other case keeps Keras' own code.
+
+    Harmless under the other strategies, and a no-op for models built outside
+    any strategy scope.
+
+    Args:
+        model: a Keras model created under a strategy scope.
+
+    Returns:
+        The same model.
+
+    Example:
+
+    >>> import keras
+    >>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    >>> apply_keras_workarounds(model) is model
+    True
+    """
+    strategy = getattr(model, "_distribute_strategy", None)
+    if strategy is None or not hasattr(model, "_symbolic_build"):
+        return model
+    _patch_multi_worker_log_reduction()
+
+    def local_value(value):
+        if isinstance(value, tf.distribute.DistributedValues):
+            return strategy.experimental_local_results(value)[0]
+        return value
+
+    def maybe_symbolic_build(iterator=None, data_batch=None):
+        if iterator is not None:
+            for _, _, batches in iterator:
+                data_batch = tf.nest.map_structure(local_value, next(batches))
+                break
+        with strategy.scope():
+            model._symbolic_build(data_batch=data_batch)
+
+    model._maybe_symbolic_build = maybe_symbolic_build
+    return model
+
+
+def _patch_multi_worker_log_reduction():
+    from keras.src.backend.tensorflow import trainer as keras_tf_trainer
+    original = keras_tf_trainer.reduce_per_replica
+    if getattr(original, "_keras_transformer_patch", False):
+        return
+
+    def reduce_per_replica(values, strategy, reduction):
+        if reduction in ("auto", "mean") and isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+            def reduce(value):
+                if getattr(value, "shape", None) is not None and value.shape.rank == 0:
+                    # The mean over all replicas. (reduce "MEAN" of a plain tensor gives the sum over workers.)
+                    return strategy.reduce("SUM", value, axis=None) / strategy.num_replicas_in_sync
+                return original(value, strategy, reduction)
+            return tf.nest.map_structure(reduce, values)
+        return original(values, strategy, reduction)
+
+    reduce_per_replica._keras_transformer_patch = True
+    keras_tf_trainer.reduce_per_replica = reduce_per_replica
