@@ -44,6 +44,7 @@ separate ones into ``directory/source`` and ``directory/target``;
 `load_tokenizers` reads either layout back.
 """
 
+import hashlib
 import io
 import json
 import os
@@ -51,6 +52,7 @@ import re
 
 import tensorflow as tf
 import tensorflow_text as tf_text
+from tensorflow_text.python.ops import sentencepiece_tokenizer as _tf_text_sentencepiece
 
 from keras_transformer.data import corpus
 
@@ -117,7 +119,7 @@ class SubwordTokenizer(tf.Module):
                 raise TypeError(f"A SentencePiece tokenizer needs the serialized model as bytes, got {type(model)}.")
             self._model = bytes(model)
             self._vocab_size = _check_sentencepiece_ids(self._model)
-            self._tokenizer = tf_text.SentencepieceTokenizer(model=self._model, out_type=tf.int32)
+            self._tokenizer = _SentencepieceTokenizer(self._model)
 
     # ------------------------------------------------------------------ properties
     @property
@@ -468,6 +470,40 @@ def load_tokenizers(directory):
 
 
 # ---------------------------------------------------------------------- helpers
+class _NamedSentencepieceResource(tf.saved_model.experimental.TrackableResource):
+    """The SentencePiece model resource, created under a fixed shared name."""
+
+    def __init__(self, model, shared_name):
+        super().__init__()
+        self._model = model
+        self._shared_name = shared_name
+        _ = self.resource_handle  # creates the resource now, as tensorflow-text does
+
+    def _create_resource(self):
+        return _tf_text_sentencepiece.gen_sentencepiece_tokenizer.sentencepiece_op(
+            model=self._model, shared_name=self._shared_name)
+
+
+class _SentencepieceTokenizer(tf_text.SentencepieceTokenizer):
+    """``tensorflow_text.SentencepieceTokenizer`` whose model survives ``tf.random.set_seed``.
+
+    tensorflow-text creates its model resource without a name, so it belongs
+    to the op kernel and is deleted whenever the eager kernel cache is cleared:
+    by ``tf.random.set_seed``, ``keras.utils.set_random_seed`` and
+    ``keras.backend.clear_session`` (tensorflow/text#570). Every later call
+    then fails with "Resource .../SentencepieceResource does not exist". A
+    training script seeds after loading its tokenizers, so the resource is
+    created here under a name derived from the model's bytes, which keeps it in
+    the resource manager (also in SavedModels, whose resource initializer
+    carries the name).
+    """
+
+    def __init__(self, model):
+        super().__init__(model=model, out_type=tf.int32)
+        name = "keras_transformer_sentencepiece_" + hashlib.sha256(model).hexdigest()[:32]
+        self._model_resource = _NamedSentencepieceResource(model, name)
+
+
 def _sentences(texts_or_files):
     """A list of str from sentences, a dataset of strings, one file or a list of files."""
     if isinstance(texts_or_files, tf.data.Dataset):
