@@ -10,6 +10,10 @@ import tensorflow as tf
 import keras_transformer as kt
 from keras_transformer import decoding
 
+# Options shared by most tests, so that each (search, model, options) graph is traced once.
+BEAM = dict(beam_size=4, alpha=0.6, max_extra=5, num_return=4)
+GREEDY = dict(max_extra=5)
+
 # Sources of different lengths (tokens then eos 3), padded with 0.
 SOURCES = [[5, 6, 7, 3], [8, 9, 10, 11, 12, 13, 14, 15, 3], [16, 17, 3], [20, 21, 22, 23, 24, 25, 3]]
 
@@ -72,17 +76,16 @@ def test_cached_steps_equal_full_pass(norm_first):
 def test_scores_are_the_model_log_probabilities(random_model):
     """Reported scores equal forced-decode scores of the returned tokens."""
     source = padded(SOURCES)
-    tokens, scores = run(decoding.greedy_decode, random_model, source, max_extra=5)
+    tokens, scores = run(decoding.greedy_decode, random_model, source, **GREEDY)
     np.testing.assert_allclose(scores, decoding.score(random_model, source, tokens), atol=1e-4)
 
-    tokens, scores = run(decoding.beam_search, random_model, source, beam_size=3, alpha=0.6, max_extra=5,
-                         num_return=3)
+    tokens, scores = run(decoding.beam_search, random_model, source, **BEAM)
     flat_tokens = np.reshape(tokens, (-1, tokens.shape[-1]))
-    forced = decoding.score(random_model, np.repeat(source, 3, axis=0), flat_tokens, alpha=0.6)
+    forced = decoding.score(random_model, np.repeat(source, 4, axis=0), flat_tokens, alpha=0.6)
     np.testing.assert_allclose(np.reshape(scores, -1), forced, atol=1e-4)
     assert np.all(np.diff(scores, axis=1) <= 1e-6), "n-best must come best first"
     for hypotheses in tokens.numpy().tolist():  # the n-best hypotheses of a sentence differ
-        assert len({tuple(h) for h in hypotheses}) == 3
+        assert len({tuple(h) for h in hypotheses}) == 4
 
 
 @pytest.mark.parametrize("fixture", ["random_model", "trained_copy_model"])
@@ -90,7 +93,7 @@ def test_beam_size_one_is_greedy(fixture, request):
     model = request.getfixturevalue(fixture)
     model = model[0] if isinstance(model, tuple) else model
     source = padded(SOURCES)
-    greedy_tokens, greedy_scores = run(decoding.greedy_decode, model, source, max_extra=5)
+    greedy_tokens, greedy_scores = run(decoding.greedy_decode, model, source, **GREEDY)
     beam_tokens, beam_scores = run(decoding.beam_search, model, source, beam_size=1, alpha=0.0, max_extra=5)
     np.testing.assert_array_equal(beam_tokens[:, 0], greedy_tokens)
     np.testing.assert_allclose(beam_scores[:, 0], greedy_scores, atol=1e-5)
@@ -101,8 +104,8 @@ def test_padding_and_batch_neighbours_change_nothing(search, trained_copy_model,
     """A sentence decoded alone gives the same output as inside a batch with longer sentences."""
     def decode_with(model, source):
         if search == "greedy":
-            return run(decoding.greedy_decode, model, source, max_extra=5)
-        return run(decoding.beam_search, model, source, beam_size=4, alpha=0.6, max_extra=5, num_return=2)
+            return run(decoding.greedy_decode, model, source, **GREEDY)
+        return run(decoding.beam_search, model, source, **BEAM)
 
     for model in (trained_copy_model[0], random_model):
         batch_tokens, batch_scores = decode_with(model, padded(SOURCES))
@@ -122,8 +125,8 @@ def test_beam_search_scores_at_least_greedy(trained_copy_model):
     sources, _ = synthetic_pairs("copy", num_examples=48, vocab_size=32, min_length=3, max_length=10, seed=7)
     source = make_arrays(sources, sources)[0]["source"]
     for alpha in (0.0, 0.6):
-        greedy_tokens, _ = run(decoding.greedy_decode, model, source, max_extra=5)
-        beam_tokens, beam_scores = run(decoding.beam_search, model, source, beam_size=4, alpha=alpha, max_extra=5)
+        greedy_tokens, _ = run(decoding.greedy_decode, model, source, **GREEDY)
+        beam_tokens, beam_scores = run(decoding.beam_search, model, source, **{**BEAM, "alpha": alpha})
         greedy_scores = decoding.score(model, source, greedy_tokens, alpha=alpha).numpy()
         beam_scores = beam_scores[:, 0].numpy()
         np.testing.assert_allclose(decoding.score(model, source, beam_tokens[:, 0], alpha=alpha), beam_scores,
@@ -135,8 +138,9 @@ def test_beam_search_scores_at_least_greedy(trained_copy_model):
 def test_uncached_search_gives_the_same_output(random_model):
     source = padded(SOURCES)
     for search in (decoding.greedy_decode, decoding.beam_search):
-        cached_tokens, cached_scores = run(search, random_model, source, max_extra=5)
-        plain_tokens, plain_scores = run(search, random_model, source, max_extra=5, use_cache=False)
+        options = GREEDY if search is decoding.greedy_decode else BEAM
+        cached_tokens, cached_scores = run(search, random_model, source, **options)
+        plain_tokens, plain_scores = run(search, random_model, source, **options, use_cache=False)
         np.testing.assert_array_equal(cached_tokens, plain_tokens)
         np.testing.assert_allclose(cached_scores, plain_scores, atol=1e-4)
 
@@ -147,13 +151,11 @@ def test_xla_compiled_search_matches_eager(trained_copy_model):
 
     @tf.function(jit_compile=True)
     def compiled(source):
-        greedy = decoding.greedy_decode(model, source, max_extra=5)
-        beam = decoding.beam_search(model, source, beam_size=4, alpha=0.6, max_extra=5, num_return=4)
-        return greedy, beam
+        return decoding.greedy_decode(model, source, **GREEDY), decoding.beam_search(model, source, **BEAM)
 
     (greedy_tokens, greedy_scores), (beam_tokens, beam_scores) = compiled(tf.constant(source))
-    eager_greedy = decoding.greedy_decode(model, source, max_extra=5)
-    eager_beam = decoding.beam_search(model, source, beam_size=4, alpha=0.6, max_extra=5, num_return=4)
+    eager_greedy = decoding.greedy_decode(model, source, **GREEDY)
+    eager_beam = decoding.beam_search(model, source, **BEAM)
     np.testing.assert_array_equal(greedy_tokens, eager_greedy[0])
     np.testing.assert_array_equal(beam_tokens, eager_beam[0])
     np.testing.assert_allclose(greedy_scores, eager_greedy[1], atol=1e-4)
@@ -163,10 +165,8 @@ def test_xla_compiled_search_matches_eager(trained_copy_model):
 def test_graph_with_dynamic_shapes_matches_eager(random_model):
     """One traced graph with unknown batch and length serves every batch (the SavedModel case)."""
     for rows in (SOURCES, SOURCES[:1]):
-        graph_tokens, graph_scores = run(decoding.beam_search, random_model, padded(rows), beam_size=3,
-                                         alpha=0.6, max_extra=5, num_return=3)
-        eager_tokens, eager_scores = decoding.beam_search(random_model, padded(rows), beam_size=3, alpha=0.6,
-                                                          max_extra=5, num_return=3)
+        graph_tokens, graph_scores = run(decoding.beam_search, random_model, padded(rows), **BEAM)
+        eager_tokens, eager_scores = decoding.beam_search(random_model, padded(rows), **BEAM)
         np.testing.assert_array_equal(graph_tokens, eager_tokens)
         np.testing.assert_allclose(graph_scores, eager_scores, atol=1e-4)
 
@@ -176,14 +176,14 @@ def test_output_length_limits(random_model):
     source = padded(SOURCES)
     lengths = np.array([len(s) for s in SOURCES])
     for search in (decoding.greedy_decode, decoding.beam_search):
-        tokens, _ = run(search, random_model, source, max_extra=3)
+        tokens, _ = search(random_model, source, max_extra=3)
         produced = (np.reshape(tokens, (len(SOURCES), -1, tokens.shape[-1])) != 0).sum(-1)
         assert tokens.shape[-1] == source.shape[1] + 3
         assert np.all(produced <= (lengths + 3)[:, None])
-        tokens, _ = run(search, random_model, source, max_extra=50, max_length=6)
+        tokens, _ = search(random_model, source, max_extra=50, max_length=6)
         assert tokens.shape[-1] == 6
     # The untrained model rarely emits eos, so most sentences run to their own limit.
-    tokens, _ = run(decoding.greedy_decode, random_model, source, max_extra=3)
+    tokens, _ = decoding.greedy_decode(random_model, source, max_extra=3)
     assert np.sum((tokens.numpy() != 0).sum(-1) == lengths + 3) >= 2
 
 
