@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer import TransformerConfig
-from keras_transformer.data.tokenizers import (SubwordTokenizer, load_tokenizers, save_tokenizers,
+from keras_transformer.data.tokenizers import (SubwordTokenizer, load_tokenizers,
                                                train_tokenizers)
 
 

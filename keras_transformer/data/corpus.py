@@ -49,7 +49,7 @@ class CorpusSummary:
     >>> summary.kept, summary.dropped
     (7, 3)
     >>> print(summary)
-    train.en / train.de: 10 pairs read, 7 kept; dropped 1 empty, 2 over max length None
+    train.en / train.de: 10 pairs read, 7 kept; dropped 1 empty, 2 over max length 100
     """
 
     source_file: str  # where the source sentences came from ("<memory>" for in-memory lists)

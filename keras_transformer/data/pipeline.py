@@ -1,0 +1,447 @@
+"""The tf.data pipeline: parallel text files in, token-budget batches out.
+
+Steps, in order:
+
+1. read the files (`corpus.read_parallel_corpus`: alignment, empty pairs, UTF-8);
+2. tokenize both sides in a few large batched calls of the tensorflow-text
+   tokenizers, so lengths are known before any batch is built;
+3. drop (training) or cut (inference) pairs longer than ``max_length``
+   positions (`corpus.limit_length`), counted in the `CorpusSummary`;
+4. build ``({"source": tokens + eos, "target": bos + tokens}, labels = tokens + eos)``,
+   cache, shuffle (training only);
+5. group pairs of the same length (the longer side, in steps of
+   ``bucket_width``) and batch each group by a token budget: a bucket whose
+   pairs are at most ``L`` positions long gets ``tokens_per_batch // L``
+   pairs, so every batch holds at most ``tokens_per_batch`` source and at
+   most ``tokens_per_batch`` target positions, padding included;
+6. prefetch.
+
+Token budget and tf.distribute: ``tokens_per_batch`` is the GLOBAL budget of
+one training step, as in the paper (about 25,000 source + 25,000 target tokens
+per step over 8 GPUs). ``model.fit`` under a strategy splits every batch
+across the ``R`` replicas, so each replica sees about ``tokens_per_batch / R``
+tokens. To give every replica data, batch sizes are multiples of ``R`` and the
+few end-of-epoch remainder batches with fewer than ``R`` pairs (at most one per
+bucket per epoch, different pairs each epoch) are skipped. ``R`` is read from
+the strategy in scope when the dataset is built, or given as ``num_replicas``.
+To keep the per-replica batch of a single-device run, multiply
+``tokens_per_batch`` by ``R``.
+
+The tokenized corpus is held in memory (for Multi30k a few MB; for WMT14
+En-De about 1 GB), which is what makes exact filter counts and token budgets
+possible before the first batch.
+"""
+
+import dataclasses
+import logging
+import os
+import typing
+
+import numpy as np
+import tensorflow as tf
+
+from keras_transformer.data import corpus, tokenizers
+
+logger = logging.getLogger(__name__)
+
+PAD_ID, BOS_ID, EOS_ID = tokenizers.PAD_ID, tokenizers.BOS_ID, tokenizers.EOS_ID
+_TOKENIZE_CHUNK = 16384  # sentences per tokenizer call when tokenizing a corpus
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+    """Where the parallel text is and how it becomes batches.
+
+    Every field has a default; unknown or invalid fields raise `ValueError`
+    naming the field.
+
+    Example:
+
+    >>> config = DataConfig(train_source="train.en.gz", train_target="train.de.gz", tokens_per_batch=4096)
+    >>> config.vocab_size, config.shared_vocab, config.max_length
+    (10000, True, 128)
+    >>> DataConfig.from_dict(config.to_dict()) == config
+    True
+    """
+
+    # --- files ----------------------------------------------------------------
+    train_source: typing.Optional[str] = None  # training source file, one sentence per line (plain or .gz UTF-8)
+    train_target: typing.Optional[str] = None  # training target file, line-aligned with train_source
+    valid_source: typing.Optional[str] = None  # validation source file (optional)
+    valid_target: typing.Optional[str] = None  # validation target file
+    source_language: str = "en"  # language codes, for names and reports only
+    target_language: str = "de"
+    errors: str = "strict"  # invalid UTF-8: "strict" fails with file and line, "replace" uses U+FFFD
+    # --- vocabulary -----------------------------------------------------------
+    tokenizer_dir: typing.Optional[str] = None  # saved tokenizers; learned from the training files if absent
+    model_type: str = "bpe"  # SentencePiece "bpe" (joint BPE, reversible), "unigram", or "wordpiece"
+    vocab_size: int = 10000  # ids incl. pad/unk/bos/eos; ~10k joint BPE is the best published Multi30k setting
+    shared_vocab: bool = True  # one vocabulary for both languages (needed for tie_embeddings="all")
+    lowercase: bool = False  # case-fold text before learning and tokenizing (output is then lowercase)
+    # --- batching -------------------------------------------------------------
+    tokens_per_batch: int = 4096  # GLOBAL budget per step: <= this many source and target positions, padding incl.
+    max_length: int = 128  # longest sequence in positions (tokens + bos/eos); longer pairs dropped in training
+    bucket_width: int = 1  # lengths grouped per bucket; 1 gives the least padding
+    shuffle_buffer: typing.Optional[int] = None  # pairs in the shuffle buffer; None: the whole corpus
+    cache: bool = True  # keep the built examples in memory across epochs
+    seed: typing.Optional[int] = None  # shuffle seed; None: a different order every run
+
+    def __post_init__(self):
+        for name in ("vocab_size", "tokens_per_batch", "max_length", "bucket_width"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"DataConfig.{name} must be a positive integer, got {value!r}.")
+        if self.max_length < 2:
+            raise ValueError(f"DataConfig.max_length must be at least 2 (bos/eos plus a token), got {self.max_length}.")
+        if self.tokens_per_batch < self.max_length:
+            raise ValueError(f"DataConfig.tokens_per_batch={self.tokens_per_batch} is smaller than max_length="
+                             f"{self.max_length}: the longest pair would not fit in a batch.")
+        if self.shuffle_buffer is not None and (not isinstance(self.shuffle_buffer, int) or self.shuffle_buffer <= 0):
+            raise ValueError(f"DataConfig.shuffle_buffer must be a positive integer or None, "
+                             f"got {self.shuffle_buffer!r}.")
+        if self.model_type not in tokenizers.MODEL_TYPES:
+            raise ValueError(f"DataConfig.model_type must be one of {tokenizers.MODEL_TYPES}, got {self.model_type!r}.")
+        if self.errors not in corpus.ERROR_MODES:
+            raise ValueError(f"DataConfig.errors must be one of {corpus.ERROR_MODES}, got {self.errors!r}.")
+        if (self.train_source is None) != (self.train_target is None):
+            raise ValueError("DataConfig.train_source and train_target must be given together.")
+        if (self.valid_source is None) != (self.valid_target is None):
+            raise ValueError("DataConfig.valid_source and valid_target must be given together.")
+
+    @classmethod
+    def from_dict(cls, values):
+        """Builds a config from a mapping (a YAML section), rejecting unknown keys by name.
+
+        Example:
+
+        >>> DataConfig.from_dict({"tokens_per_batch": 2048}).tokens_per_batch
+        2048
+        """
+        known = {field.name for field in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"Unknown DataConfig fields {unknown}; known fields: {sorted(known)}.")
+        return cls(**values)
+
+    def to_dict(self):
+        """The fields as a plain dict (for YAML).
+
+        Example:
+
+        >>> DataConfig().to_dict()["model_type"]
+        'bpe'
+        """
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchStatistics:
+    """Sizes and padding of the batches of a dataset (see `batch_statistics`).
+
+    Example:
+
+    >>> stats = BatchStatistics(batches=1, sentences=2, source_tokens=6, target_tokens=5,
+    ...                         source_positions=8, target_positions=6, max_source_positions=8,
+    ...                         max_target_positions=6)
+    >>> round(stats.padding_fraction, 3)
+    0.214
+    """
+
+    batches: int  # number of batches
+    sentences: int  # sentence pairs in all batches
+    source_tokens: int  # non-pad source ids (eos included)
+    target_tokens: int  # non-pad target ids (bos included)
+    source_positions: int  # B * S summed over batches (padding included)
+    target_positions: int  # B * T summed over batches
+    max_source_positions: int  # largest B * S of one batch
+    max_target_positions: int  # largest B * T of one batch
+
+    @property
+    def padding_fraction(self) -> float:
+        """Share of all source and target positions that are padding."""
+        positions = self.source_positions + self.target_positions
+        return 1.0 - (self.source_tokens + self.target_tokens) / positions if positions else 0.0
+
+
+# ---------------------------------------------------------------------- entry points
+def make_dataset(source_file, target_file, source_tokenizer, target_tokenizer, *, tokens_per_batch=4096,
+                 max_length=128, training=True, bucket_width=1, shuffle_buffer=None, cache=True,
+                 num_replicas=None, errors="strict", seed=None):
+    """Reads a parallel corpus and returns its token-budget batches for `model.fit`.
+
+    Args:
+        source_file: source-language file, one sentence per line (plain or .gz UTF-8).
+        target_file: target-language file, line-aligned with `source_file`.
+        source_tokenizer: `SubwordTokenizer` for the source side.
+        target_tokenizer: `SubwordTokenizer` for the target side (may be the same object).
+        tokens_per_batch: global budget per batch: at most this many source
+            positions ``B * S`` and this many target positions ``B * T``,
+            padding included (see the module docstring for tf.distribute).
+        max_length: longest sequence in positions (tokens + eos / bos + tokens),
+            at most `TransformerConfig.max_length`; None for no limit.
+        training: True drops over-long pairs and shuffles; False truncates
+            over-long sides and keeps the (bucketed) order fixed.
+        bucket_width: width of the length buckets; 1 gives the least padding.
+        shuffle_buffer: shuffle buffer in pairs; None shuffles the whole corpus.
+        cache: keep the built examples in memory across epochs.
+        num_replicas: replicas sharing each batch; None reads the strategy in scope.
+        errors: invalid UTF-8 handling, ``"strict"`` or ``"replace"``.
+        seed: shuffle seed (None: different each run).
+
+    Returns:
+        ``(dataset, summary)``: a `tf.data.Dataset` of
+        ``({"source": int32 [B, S], "target": int32 [B, T]}, labels int32 [B, T])``
+        with source = tokens + eos, target = bos + tokens, labels = tokens + eos,
+        padded with 0; and the `CorpusSummary` of what was read and dropped
+        (also logged at INFO).
+
+    Example:
+
+    >>> import pathlib, tempfile
+    >>> from keras_transformer.data.tokenizers import SubwordTokenizer
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (folder / "a.en").write_text("A dog runs.\\nA man sits.\\n" * 8, encoding="utf-8")
+    >>> _ = (folder / "a.de").write_text("Ein Hund läuft.\\nEin Mann sitzt.\\n" * 8, encoding="utf-8")
+    >>> tok = SubwordTokenizer.train([folder / "a.en", folder / "a.de"], vocab_size=290)
+    >>> ds, summary = make_dataset(folder / "a.en", folder / "a.de", tok, tok, tokens_per_batch=64, max_length=32)
+    >>> inputs, labels = next(iter(ds))
+    >>> sorted(inputs), labels.dtype.name, summary.kept
+    (['source', 'target'], 'int32', 16)
+    """
+    sources, targets, summary = corpus.read_parallel_corpus(source_file, target_file, errors=errors)
+    return _make(sources, targets, summary, source_tokenizer, target_tokenizer, tokens_per_batch=tokens_per_batch,
+                 max_length=max_length, training=training, bucket_width=bucket_width,
+                 shuffle_buffer=shuffle_buffer, cache=cache, num_replicas=num_replicas, seed=seed)
+
+
+def make_dataset_from_texts(sources, targets, source_tokenizer, target_tokenizer, **options):
+    """`make_dataset` for sentence pairs already in memory (e.g. from TensorFlow Datasets).
+
+    Args:
+        sources: list of source sentences.
+        targets: list of target sentences, aligned with `sources`.
+        source_tokenizer: `SubwordTokenizer` for the source side.
+        target_tokenizer: `SubwordTokenizer` for the target side.
+        **options: the keyword arguments of `make_dataset` except ``errors``.
+
+    Returns:
+        ``(dataset, summary)`` as `make_dataset`.
+
+    Example:
+
+    >>> from keras_transformer.data.tokenizers import SubwordTokenizer
+    >>> tok = SubwordTokenizer.train(["a cat", "eine Katze"] * 10, vocab_size=270)
+    >>> ds, summary = make_dataset_from_texts(["a cat", ""], ["eine Katze", "leer"], tok, tok, tokens_per_batch=64)
+    >>> summary.kept, summary.empty
+    (1, 1)
+    """
+    sources, targets, summary = corpus.summarize_texts(sources, targets)
+    return _make(sources, targets, summary, source_tokenizer, target_tokenizer, **options)
+
+
+def make_datasets(config, source_tokenizer, target_tokenizer, num_replicas=None):
+    """The training and validation datasets a `DataConfig` describes.
+
+    Args:
+        config: a `DataConfig` with ``train_source``/``train_target`` set.
+        source_tokenizer: `SubwordTokenizer` for the source side.
+        target_tokenizer: `SubwordTokenizer` for the target side.
+        num_replicas: replicas sharing each batch; None reads the strategy in scope.
+
+    Returns:
+        ``(train_dataset, train_summary, valid_dataset, valid_summary)``; the
+        validation pair is ``(None, None)`` when the config has no validation files.
+
+    Example:
+
+    >>> import pathlib, tempfile
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (folder / "a.en").write_text("A dog runs.\\n" * 8, encoding="utf-8")
+    >>> _ = (folder / "a.de").write_text("Ein Hund läuft.\\n" * 8, encoding="utf-8")
+    >>> config = DataConfig(train_source=str(folder / "a.en"), train_target=str(folder / "a.de"),
+    ...                     vocab_size=280, tokens_per_batch=256)
+    >>> src_tok, tgt_tok = load_or_train_tokenizers(config, folder / "tokenizer")
+    >>> train, summary, valid, _ = make_datasets(config, src_tok, tgt_tok)
+    >>> summary.kept, valid is None
+    (8, True)
+    """
+    if config.train_source is None:
+        raise ValueError("DataConfig.train_source and train_target are needed to build the training data.")
+    options = dict(tokens_per_batch=config.tokens_per_batch, max_length=config.max_length,
+                   bucket_width=config.bucket_width, cache=config.cache, num_replicas=num_replicas,
+                   errors=config.errors)
+    train, train_summary = make_dataset(config.train_source, config.train_target, source_tokenizer,
+                                        target_tokenizer, training=True, shuffle_buffer=config.shuffle_buffer,
+                                        seed=config.seed, **options)
+    valid = valid_summary = None
+    if config.valid_source is not None:
+        valid, valid_summary = make_dataset(config.valid_source, config.valid_target, source_tokenizer,
+                                            target_tokenizer, training=False, **options)
+    return train, train_summary, valid, valid_summary
+
+
+def load_or_train_tokenizers(config, directory=None):
+    """Loads the tokenizers of a `DataConfig`, learning and saving them from its training files if absent.
+
+    Args:
+        config: a `DataConfig`.
+        directory: where the tokenizers live; defaults to ``config.tokenizer_dir``.
+
+    Returns:
+        ``(source_tokenizer, target_tokenizer)`` (one object twice when shared).
+
+    Example:
+
+    >>> import pathlib, tempfile
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (folder / "a.en").write_text("A dog runs.\\n" * 8, encoding="utf-8")
+    >>> _ = (folder / "a.de").write_text("Ein Hund läuft.\\n" * 8, encoding="utf-8")
+    >>> config = DataConfig(train_source=str(folder / "a.en"), train_target=str(folder / "a.de"), vocab_size=280)
+    >>> src, tgt = load_or_train_tokenizers(config, folder / "tokenizer")   # learns and saves
+    >>> src, tgt = load_or_train_tokenizers(config, folder / "tokenizer")   # loads
+    >>> src.vocab_size
+    280
+    """
+    directory = directory if directory is not None else config.tokenizer_dir
+    if directory is None:
+        raise ValueError("No tokenizer directory: set DataConfig.tokenizer_dir or pass directory.")
+    directory = os.fspath(directory)
+    if os.path.isfile(os.path.join(directory, tokenizers.CONFIG_FILE)) or os.path.isdir(
+            os.path.join(directory, "source")):
+        return tokenizers.load_tokenizers(directory)
+    if config.train_source is None:
+        raise FileNotFoundError(f"No tokenizers at {directory} and no DataConfig.train_source to learn them from.")
+    logger.info("Learning a %s %s vocabulary of %d from %s and %s into %s",
+                "shared" if config.shared_vocab else "separate", config.model_type, config.vocab_size,
+                config.train_source, config.train_target, directory)
+    sources, targets, _ = corpus.read_parallel_corpus(config.train_source, config.train_target, errors=config.errors)
+    return tokenizers.train_tokenizers(sources, targets, config.vocab_size, shared=config.shared_vocab,
+                                       directory=directory, model_type=config.model_type,
+                                       lowercase=config.lowercase)
+
+
+def batch_statistics(dataset):
+    """Counts sentences, tokens and padding over one pass of a batched dataset.
+
+    Args:
+        dataset: yields ``({"source": [B, S], "target": [B, T]}, labels)``.
+
+    Returns:
+        a `BatchStatistics`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> inputs = {"source": np.array([[5, 3, 0], [5, 6, 3]]), "target": np.array([[2, 5], [2, 6]])}
+    >>> ds = tf.data.Dataset.from_tensors((inputs, np.array([[5, 3], [6, 3]])))
+    >>> stats = batch_statistics(ds)
+    >>> stats.sentences, stats.source_tokens, stats.source_positions
+    (2, 5, 6)
+    """
+    counts = dict(batches=0, sentences=0, source_tokens=0, target_tokens=0, source_positions=0,
+                  target_positions=0, max_source_positions=0, max_target_positions=0)
+    for inputs, _ in dataset.as_numpy_iterator():
+        source, target = inputs["source"], inputs["target"]
+        counts["batches"] += 1
+        counts["sentences"] += source.shape[0]
+        counts["source_tokens"] += int(np.count_nonzero(source != PAD_ID))
+        counts["target_tokens"] += int(np.count_nonzero(target != PAD_ID))
+        counts["source_positions"] += source.size
+        counts["target_positions"] += target.size
+        counts["max_source_positions"] = max(counts["max_source_positions"], source.size)
+        counts["max_target_positions"] = max(counts["max_target_positions"], target.size)
+    return BatchStatistics(**counts)
+
+
+# ---------------------------------------------------------------------- internals
+def _tokenize_corpus(tokenizer, texts):
+    """Tokenizes a list of sentences in large batched calls; returns an int32 RaggedTensor [N, None]."""
+    chunks = [tokenizer.tokenize(tf.constant(texts[start:start + _TOKENIZE_CHUNK], dtype=tf.string))
+              for start in range(0, len(texts), _TOKENIZE_CHUNK)]
+    return tf.concat(chunks, axis=0) if len(chunks) > 1 else chunks[0]
+
+
+def bucket_plan(longest, tokens_per_batch, bucket_width=1, num_replicas=1, shortest=1):
+    """Length boundaries and per-bucket batch sizes that keep every batch within the token budget.
+
+    Bucket ``i`` holds pairs of length (positions, the longer side) in
+    ``[boundaries[i-1], boundaries[i])``; its batch size is
+    ``tokens_per_batch // (its longest length)``, rounded down to a multiple
+    of `num_replicas`.
+
+    Args:
+        longest: longest pair length in the data (positions).
+        tokens_per_batch: the budget.
+        bucket_width: lengths per bucket.
+        num_replicas: batch sizes are multiples of this.
+        shortest: shortest pair length in the data.
+
+    Returns:
+        ``(boundaries, batch_sizes)`` for `tf.data.Dataset.bucket_by_sequence_length`
+        (``len(batch_sizes) == len(boundaries) + 1``).
+
+    Example:
+
+    >>> bucket_plan(longest=6, tokens_per_batch=24, bucket_width=2, shortest=2)
+    ([4, 6], [8, 4, 4])
+    """
+    if tokens_per_batch < num_replicas * longest:
+        raise ValueError(
+            f"tokens_per_batch={tokens_per_batch} cannot hold {num_replicas} pair(s) of the longest length {longest}; "
+            f"raise tokens_per_batch to at least {num_replicas * longest} or lower max_length.")
+    boundaries = list(range(shortest + bucket_width, longest + 1, bucket_width))
+    uppers = [boundary - 1 for boundary in boundaries] + [longest]
+    batch_sizes = [max(tokens_per_batch // upper // num_replicas, 1) * num_replicas for upper in uppers]
+    return boundaries, batch_sizes
+
+
+def _to_example(source, target):
+    """One pair of token sequences -> ({"source": tokens + eos, "target": bos + tokens}, tokens + eos)."""
+    eos = tf.constant([EOS_ID], tf.int32)
+    bos = tf.constant([BOS_ID], tf.int32)
+    return {"source": tf.concat([source, eos], 0), "target": tf.concat([bos, target], 0)}, tf.concat([target, eos], 0)
+
+
+def _example_length(inputs, labels):
+    del labels
+    return tf.maximum(tf.shape(inputs["source"])[0], tf.shape(inputs["target"])[0])
+
+
+def _make(sources, targets, summary, source_tokenizer, target_tokenizer, *, tokens_per_batch=4096, max_length=128,
+          training=True, bucket_width=1, shuffle_buffer=None, cache=True, num_replicas=None, seed=None):
+    if num_replicas is None:
+        num_replicas = tf.distribute.get_strategy().num_replicas_in_sync
+    if not sources:
+        raise ValueError(f"No sentence pairs to batch: {summary}.")
+    source_ids = _tokenize_corpus(source_tokenizer, sources)
+    target_ids = _tokenize_corpus(target_tokenizer, targets)
+    source_ids, target_ids, summary = corpus.limit_length(
+        source_ids, target_ids, max_length, "filter" if training else "truncate", summary)
+    if summary.kept == 0:
+        raise ValueError(f"No sentence pairs left to batch: {summary}.")
+
+    lengths = np.maximum(source_ids.row_lengths().numpy(), target_ids.row_lengths().numpy()) + 1  # + eos / bos
+    boundaries, batch_sizes = bucket_plan(int(lengths.max()), tokens_per_batch, bucket_width, num_replicas,
+                                          shortest=int(lengths.min()))
+    # Each bucket yields ceil(count / size) batches per epoch whatever the order; with R replicas its last,
+    # partial batch is skipped when it holds fewer than R pairs. Both are known now, so they are counted exactly.
+    counts = np.bincount(np.searchsorted(boundaries, lengths, side="right"), minlength=len(batch_sizes))
+    remainders = counts % np.array(batch_sizes)
+    skipped = (remainders > 0) & (remainders < num_replicas)
+    num_batches = int(np.sum(-(-counts // np.array(batch_sizes))) - np.count_nonzero(skipped))
+    summary = dataclasses.replace(summary, replica_remainder=int(np.sum(remainders[skipped])))
+    logger.info("%s; %d batches of at most %d source and %d target positions", summary, num_batches,
+                tokens_per_batch, tokens_per_batch)
+
+    dataset = tf.data.Dataset.from_tensor_slices((source_ids, target_ids))
+    dataset = dataset.map(_to_example, num_parallel_calls=tf.data.AUTOTUNE)
+    if cache:
+        dataset = dataset.cache()
+    if training:
+        buffer = shuffle_buffer or len(lengths)
+        dataset = dataset.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
+    dataset = dataset.bucket_by_sequence_length(_example_length, boundaries, batch_sizes, drop_remainder=False)
+    if num_replicas > 1:  # every replica must get at least one pair
+        dataset = dataset.filter(lambda inputs, labels: tf.shape(labels)[0] >= num_replicas)
+    dataset = dataset.apply(tf.data.experimental.assert_cardinality(num_batches))  # fit() shows progress
+    return dataset.prefetch(tf.data.AUTOTUNE), summary

@@ -1,0 +1,233 @@
+"""The tf.data pipeline on Multi30k: layout, token budgets, counts, padding, distribution (issue 3, items 3-4)."""
+
+import gzip
+import json
+import subprocess
+import sys
+import textwrap
+import unicodedata
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_transformer.data.pipeline import (BatchStatistics, DataConfig, batch_statistics, bucket_plan,
+                                             make_dataset, make_dataset_from_texts, make_datasets)
+
+BUDGET = 2048
+MAX_LENGTH = 40  # positions; 66 of the 29,000 Multi30k training pairs are longer (8k joint BPE)
+
+
+def read_split(multi30k_dir, name):
+    with gzip.open(multi30k_dir / name, "rt", encoding="utf-8") as handle:
+        return handle.read().split("\n")[:-1]
+
+
+def normalized(text):
+    return " ".join(unicodedata.normalize("NFKC", text).split())
+
+
+@pytest.fixture(scope="module")
+def train_batches(multi30k_dir, multi30k_tokenizer):
+    """One epoch of the training split in 2,048-token batches, as numpy, and the reading summary."""
+    dataset, summary = make_dataset(multi30k_dir / "train.en.gz", multi30k_dir / "train.de.gz", multi30k_tokenizer,
+                                    multi30k_tokenizer, tokens_per_batch=BUDGET, max_length=MAX_LENGTH, seed=1)
+    return list(dataset.as_numpy_iterator()), summary, dataset
+
+
+@pytest.fixture(scope="module")
+def train_lengths(multi30k_tokenizer, multi30k_train_pairs):
+    """Token counts of every training pair (English, German), computed without the pipeline."""
+    english, german, _ = multi30k_train_pairs
+    return (multi30k_tokenizer.tokenize(english).row_lengths().numpy(),
+            multi30k_tokenizer.tokenize(german).row_lengths().numpy())
+
+
+def fixed_size_padding(source_lengths, target_lengths, batch_size=64):
+    """Padding of the usual alternative, computed from lengths: shuffled batches of 64 padded to their longest."""
+    source, target = source_lengths + 1, target_lengths + 1  # + eos, bos +
+    order = np.random.default_rng(1).permutation(len(source))
+    tokens = positions = 0
+    for start in range(0, len(order), batch_size):
+        batch = order[start:start + batch_size]
+        tokens += source[batch].sum() + target[batch].sum()
+        positions += len(batch) * (source[batch].max() + target[batch].max())
+    return 1 - tokens / positions
+
+
+def test_examples_are_laid_out_for_teacher_forcing(train_batches):
+    batches, _, dataset = train_batches
+    assert dataset.element_spec[0]["source"].shape.as_list() == [None, None]
+    assert dataset.element_spec[0]["source"].dtype == tf.int32 and dataset.element_spec[1].dtype == tf.int32
+    for inputs, labels in batches[:20]:
+        source, target = inputs["source"], inputs["target"]
+        assert target.shape == labels.shape
+        source_lengths = (source != 0).sum(1)
+        target_lengths = (target != 0).sum(1)
+        rows = np.arange(len(source))
+        assert np.all(source[rows, source_lengths - 1] == 3)  # source = tokens + eos, then pads
+        assert np.all(target[:, 0] == 2)  # target = bos + tokens (decoder input, shifted right)
+        assert np.all(labels[rows, target_lengths - 1] == 3)  # labels = tokens + eos
+        assert np.all((labels != 0).sum(1) == target_lengths)
+        for row in rows:  # labels are the decoder input shifted left by one
+            n = target_lengths[row]
+            np.testing.assert_array_equal(labels[row, : n - 1], target[row, 1:n])
+            assert np.all(source[row, source_lengths[row]:] == 0) and np.all(target[row, n:] == 0)
+        assert not np.any(source[:, :-1][source[:, :-1] == 3] != 3)  # eos only at the end of each row
+        assert np.all(((source == 3).sum(1) == 1) & ((labels == 3).sum(1) == 1) & ((target == 2).sum(1) == 1))
+
+
+def test_batches_hold_real_translation_pairs(multi30k_dir, multi30k_tokenizer):
+    english, german = read_split(multi30k_dir, "val.en.gz"), read_split(multi30k_dir, "val.de.gz")
+    pairs = {(normalized(e), normalized(g)) for e, g in zip(english, german)}
+    dataset, summary = make_dataset(multi30k_dir / "val.en.gz", multi30k_dir / "val.de.gz", multi30k_tokenizer,
+                                    multi30k_tokenizer, tokens_per_batch=BUDGET, max_length=None, training=False)
+    seen = []
+    for inputs, labels in dataset:
+        sources = multi30k_tokenizer.detokenize(inputs["source"]).numpy()
+        targets = multi30k_tokenizer.detokenize(labels).numpy()
+        seen += [(s.decode(), t.decode()) for s, t in zip(sources, targets)]
+    assert summary.kept == len(seen) == 1014
+    assert set(seen) == pairs  # every pair once, source and target still aligned
+
+
+def test_every_batch_is_within_its_token_budget(train_batches):
+    batches, _, _ = train_batches
+    source_positions = np.array([inputs["source"].size for inputs, _ in batches])
+    target_positions = np.array([inputs["target"].size for inputs, _ in batches])
+    assert source_positions.max() <= BUDGET and target_positions.max() <= BUDGET
+    # "About N tokens": the full batches (all but one remainder per bucket) use most of the budget.
+    fill = np.maximum(source_positions, target_positions) / BUDGET
+    assert np.median(fill) > 0.9, np.median(fill)
+    sizes = [len(labels) for _, labels in batches]
+    assert max(sizes) > 2 * min(s for s in sizes if s > 8)  # short sentences get bigger batches
+
+
+def test_pairs_out_equal_pairs_in_minus_reported_filtered(train_batches, train_lengths):
+    batches, summary, dataset = train_batches
+    # An independent count of pairs over MAX_LENGTH positions (MAX_LENGTH - 1 tokens plus eos/bos).
+    longest = np.maximum(*train_lengths)
+    expected_too_long = int(np.sum(longest > MAX_LENGTH - 1))
+    assert expected_too_long > 0 and summary.too_long == expected_too_long
+    assert sum(len(labels) for _, labels in batches) == summary.lines - summary.dropped == summary.kept
+    assert summary.kept == 29000 - expected_too_long
+    assert len(batches) == int(dataset.cardinality())  # fit() knows the epoch length
+    assert f"{expected_too_long} over max length {MAX_LENGTH}" in str(summary)
+
+
+def test_padding_is_far_below_fixed_size_batches(train_batches, train_lengths):
+    batches, _, _ = train_batches
+    source_tokens = sum(int((inputs["source"] != 0).sum()) for inputs, _ in batches)
+    positions = sum(inputs["source"].size + inputs["target"].size for inputs, _ in batches)
+    target_tokens = sum(int((inputs["target"] != 0).sum()) for inputs, _ in batches)
+    budget_padding = 1 - (source_tokens + target_tokens) / positions
+    fixed = fixed_size_padding(*train_lengths)
+    ratio = budget_padding / fixed
+    print(f"\npadding: token budget {budget_padding:.1%}, fixed 64-sentence batches {fixed:.1%}, "
+          f"ratio {ratio:.2f}")
+    assert budget_padding < 0.1 and ratio < 0.3
+
+
+def test_over_long_pairs_are_truncated_for_inference(multi30k_dir, multi30k_tokenizer):
+    english = read_split(multi30k_dir, "val.en.gz")
+    german = read_split(multi30k_dir, "val.de.gz")
+    lengths = np.maximum(multi30k_tokenizer.tokenize(english).row_lengths().numpy(),
+                         multi30k_tokenizer.tokenize(german).row_lengths().numpy())
+    dataset, summary = make_dataset(multi30k_dir / "val.en.gz", multi30k_dir / "val.de.gz", multi30k_tokenizer,
+                                    multi30k_tokenizer, tokens_per_batch=BUDGET, max_length=16, training=False)
+    assert summary.truncated == int(np.sum(lengths > 15)) > 0
+    assert summary.too_long == 0 and summary.kept == 1014
+    stats = batch_statistics(dataset)
+    assert stats.sentences == 1014
+    for inputs, labels in dataset.as_numpy_iterator():
+        assert inputs["source"].shape[1] <= 16 and labels.shape[1] <= 16
+        assert np.all((labels == 3).sum(1) == 1)  # a truncated target still ends with eos
+
+
+def test_training_order_is_shuffled_each_epoch_and_inference_order_is_fixed(multi30k_dir, multi30k_tokenizer):
+    args = (multi30k_dir / "val.en.gz", multi30k_dir / "val.de.gz", multi30k_tokenizer, multi30k_tokenizer)
+    train, _ = make_dataset(*args, tokens_per_batch=BUDGET, seed=3)
+    first = [labels[:, 0].tolist() for _, labels in train.as_numpy_iterator()]
+    second = [labels[:, 0].tolist() for _, labels in train.as_numpy_iterator()]
+    assert first != second and sorted(sum(first, [])) == sorted(sum(second, []))
+    valid, _ = make_dataset(*args, tokens_per_batch=BUDGET, training=False)
+    once = [labels.tolist() for _, labels in valid.as_numpy_iterator()]
+    assert once == [labels.tolist() for _, labels in valid.as_numpy_iterator()]
+
+
+def test_bucket_plan_keeps_budgets_and_replica_multiples():
+    boundaries, sizes = bucket_plan(longest=50, tokens_per_batch=1000, bucket_width=1, num_replicas=4, shortest=3)
+    uppers = [b - 1 for b in boundaries] + [50]
+    assert all(size * upper <= 1000 and size % 4 == 0 and size > 0 for size, upper in zip(sizes, uppers))
+    assert len(sizes) == len(boundaries) + 1 and boundaries[0] == 4
+    with pytest.raises(ValueError, match="cannot hold 4 pair.*longest length 300.*at least 1200"):
+        bucket_plan(longest=300, tokens_per_batch=1000, num_replicas=4)
+
+
+def test_every_replica_gets_data_under_a_mirrored_strategy(multi30k_dir, multi30k_tokenizer_dir):
+    """Two logical CPU replicas: each gets >= 1 pair of every batch; the global budget holds."""
+    script = textwrap.dedent(f"""
+        import json
+        import tensorflow as tf
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+        from keras_transformer.data.tokenizers import load_tokenizers
+        from keras_transformer.data.pipeline import make_dataset
+        source, target = load_tokenizers({str(multi30k_tokenizer_dir)!r})
+        strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+        with strategy.scope():  # num_replicas is read from the strategy
+            dataset, summary = make_dataset({str(multi30k_dir / "val.en.gz")!r}, {str(multi30k_dir / "val.de.gz")!r},
+                                            source, target, tokens_per_batch=600, max_length=64, seed=0)
+        per_replica, global_positions = [], []
+        for inputs, labels in strategy.experimental_distribute_dataset(dataset):
+            parts = strategy.experimental_local_results(inputs["source"])
+            per_replica.append([int(p.shape[0]) for p in parts])
+            global_positions.append(sum(int(p.shape[0]) for p in parts) * max(int(p.shape[1]) for p in parts))
+        print(json.dumps(dict(per_replica=per_replica, positions=global_positions, kept=summary.kept,
+                              skipped=summary.replica_remainder, lines=summary.lines,
+                              batches=int(dataset.cardinality()))))
+    """)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert len(report["per_replica"]) == report["batches"]
+    assert min(min(sizes) for sizes in report["per_replica"]) >= 1
+    assert max(report["positions"]) <= 600
+    assert sum(map(sum, report["per_replica"])) == report["kept"] == report["lines"] - report["skipped"]
+
+
+def test_make_datasets_from_a_data_config(multi30k_dir, multi30k_tokenizer):
+    config = DataConfig(train_source=str(multi30k_dir / "val.en.gz"), train_target=str(multi30k_dir / "val.de.gz"),
+                        valid_source=str(multi30k_dir / "test_2016_flickr.en.gz"),
+                        valid_target=str(multi30k_dir / "test_2016_flickr.de.gz"),
+                        tokens_per_batch=1024, max_length=48, seed=0)
+    train, train_summary, valid, valid_summary = make_datasets(config, multi30k_tokenizer, multi30k_tokenizer)
+    assert train_summary.lines == 1014 and valid_summary.lines == 1000
+    assert batch_statistics(valid).sentences == 1000
+    assert batch_statistics(train).max_source_positions <= 1024
+
+
+def test_data_config_rejects_bad_fields():
+    with pytest.raises(ValueError, match=r"Unknown DataConfig fields \['batch_size'\]"):
+        DataConfig.from_dict({"batch_size": 64})
+    with pytest.raises(ValueError, match="tokens_per_batch=100 is smaller than max_length=128"):
+        DataConfig(tokens_per_batch=100)
+    with pytest.raises(ValueError, match="DataConfig.model_type must be one of"):
+        DataConfig(model_type="chars")
+    with pytest.raises(ValueError, match="train_source and train_target must be given together"):
+        DataConfig(train_source="train.en")
+
+
+def test_in_memory_pairs_and_nothing_left(multi30k_tokenizer):
+    dataset, summary = make_dataset_from_texts(["A dog.", " ", "A cat."], ["Ein Hund.", "leer", "Eine Katze."],
+                                               multi30k_tokenizer, multi30k_tokenizer, tokens_per_batch=64)
+    assert (summary.kept, summary.empty) == (2, 1) and batch_statistics(dataset).sentences == 2
+    with pytest.raises(ValueError, match="No sentence pairs left to batch.*1 over max length 3"):
+        make_dataset_from_texts(["A very long sentence indeed."], ["Ein sehr langer Satz."], multi30k_tokenizer,
+                                multi30k_tokenizer, max_length=3)
+
+
+def test_batch_statistics_counts_padding():
+    stats = BatchStatistics(batches=1, sentences=2, source_tokens=3, target_tokens=3, source_positions=4,
+                            target_positions=4, max_source_positions=4, max_target_positions=4)
+    assert stats.padding_fraction == pytest.approx(0.25)
