@@ -239,3 +239,20 @@ def test_tokenizer_survives_seeding_and_clear_session(multi30k_tokenizer):
     assert tokenizer.tokenize(texts).to_list() == expected
     assert tf.RaggedTensor.from_tensor(traced(tf.constant(texts)), padding=0).to_list() == expected
     assert tokenizer.detokenize(tokenizer.tokenize(texts)).numpy().tolist() == [t.encode() for t in texts]
+
+
+def test_wordpiece_option_learns_with_keras_nlp_but_is_not_reversible(multi30k_dir, tmp_path):
+    english = read_split(multi30k_dir, "val.en.gz")[:100]
+    german = read_split(multi30k_dir, "val.de.gz")[:100]
+    source, target = train_tokenizers(english, german, 400, model_type="wordpiece", lowercase=True,
+                                      directory=tmp_path)
+    assert source is target and source.model_type == "wordpiece"
+    assert 0 < source.vocab_size <= 400  # keras-nlp's learner may stop below the requested size
+    assert source.id_to_piece([0, 1, 2, 3]).numpy().tolist() == [b"[PAD]", b"[UNK]", b"[BOS]", b"[EOS]"]
+    loaded, _ = load_tokenizers(tmp_path)
+    ids = loaded.tokenize(english[:2])
+    assert ids.to_list() == source.tokenize(english[:2]).to_list()
+    dense = tf.concat([tf.fill([2, 1], 2), ids.to_tensor(), tf.constant([[3, 9], [3, 9]])], axis=1)
+    # Lowercased, and punctuation split off: why SentencePiece is the default.
+    assert loaded.detokenize(dense).numpy().tolist() == [b"a group of men are loading cotton onto a truck",
+                                                         b"a man sleeping in a green room on a couch ."]

@@ -230,7 +230,8 @@ class SubwordTokenizer(tf.Module):
             vocab_size: number of ids including the 4 reserved ones; with
                 SentencePiece byte fallback at least 4 + 256 + the number of
                 distinct characters.
-            model_type: ``"bpe"`` (default), ``"unigram"`` or ``"wordpiece"``.
+            model_type: ``"bpe"`` (default), ``"unigram"`` or ``"wordpiece"`` (keras-nlp's learner may
+                return fewer ids than `vocab_size` on small text; check `vocab_size`).
             lowercase: case-fold the text (then detokenized text is lowercase).
             byte_fallback: SentencePiece only: spell characters outside the
                 vocabulary as UTF-8 byte pieces instead of unk (exact
