@@ -355,9 +355,9 @@ def load_model(path, checkpoint=None, average=None):
 
     A training workdir holds ``model.yaml``, ``data/vocab/`` and
     ``checkpoints/ckpt-*.weights.h5`` (see `keras_transformer.training`). An
-    exported folder is recognised when it holds ``model.yaml``, a tokenizer
-    folder (``vocab/``, ``tokenizer/`` or ``assets/vocab/``) and a
-    ``*.weights.h5`` file.
+    exported model (`keras_transformer.export`) keeps the same three things in
+    ``assets.extra/``: ``model.yaml``, ``vocab/`` and ``model.weights.h5``; any
+    folder with ``model.yaml``, ``vocab/`` and one ``*.weights.h5`` file works.
 
     Args:
         path: the workdir or exported folder.
@@ -377,11 +377,14 @@ def load_model(path, checkpoint=None, average=None):
     from keras_transformer.model import build_model
 
     path = os.fspath(path)
+    if not os.path.isfile(os.path.join(path, "model.yaml")) and os.path.isfile(
+            os.path.join(path, "assets.extra", "model.yaml")):
+        path = os.path.join(path, "assets.extra")  # an exported SavedModel folder
     config_path = os.path.join(path, "model.yaml")
     if not os.path.isfile(config_path):
         raise FileNotFoundError(f"{path} is not a training workdir or exported model: it has no model.yaml.")
     config = TransformerConfig.from_yaml(config_path)
-    vocab = next((os.path.join(path, d) for d in ("data/vocab", "vocab", "tokenizer", "assets/vocab")
+    vocab = next((os.path.join(path, d) for d in ("data/vocab", "vocab")
                   if os.path.isdir(os.path.join(path, d))), None)
     if vocab is None:
         raise FileNotFoundError(f"No tokenizer folder in {path}: expected data/vocab/ (a training workdir) "
