@@ -69,51 +69,117 @@ class CheckpointError(RuntimeError):
 
 
 # ------------------------------------------------------------------ config schema
+def _pipeline_fields():
+    """The fields of the data pipeline's `DataConfig` (tokenizer and batching of real text)."""
+    from keras_transformer.data.pipeline import DataConfig
+    return [f.name for f in dataclasses.fields(DataConfig)]
+
+
 @dataclasses.dataclass(frozen=True)
 class DataSection:
-    """Where the sentence pairs come from and how they are batched.
+    """Where the sentence pairs come from and how they are batched (the YAML `data:` section).
 
     `kind: synthetic` trains on the copy/reverse task of
     `keras_transformer.data.synthetic` (no files, no tokenizer). `kind: text`
     reads parallel text files; `kind: tfds` reads a TensorFlow Datasets
     translation set (needs `pip install tensorflow-datasets` and internet).
-    Both text kinds learn a subword vocabulary once, store it in
-    `workdir/data/vocab`, and batch with `keras_transformer.data.pipeline`.
+    For both text kinds the section also takes every field of
+    `keras_transformer.data.pipeline.DataConfig` (`train_source`,
+    `valid_source`, `vocab_size`, `model_type`, `tokens_per_batch`, ...),
+    kept in `pipeline`; the vocabulary is learned once and stored in
+    `workdir/data/vocab`.
+
+    `vocab_size`, `max_length` and `seed` serve both kinds: the synthetic
+    task's vocabulary, longest sentence and seed, or the pipeline's.
 
     Example:
 
-    >>> DataSection(kind="synthetic", task="reverse").vocab_size
+    >>> DataSection.from_dict({"kind": "synthetic", "task": "reverse"}).synthetic_vocab_size
     32
     """
 
     kind: str = "synthetic"  # "synthetic", "text" (parallel files) or "tfds" (TensorFlow Datasets)
+    vocab_size: typing.Optional[int] = None  # synthetic: 32 by default; text: DataConfig.vocab_size (10000)
+    max_length: typing.Optional[int] = None  # synthetic: longest sentence (10); text: DataConfig.max_length
+    seed: typing.Optional[int] = None  # synthetic pairs / shuffling seed (default: training.seed)
     # --- synthetic task ---------------------------------------------------------
     task: str = "copy"  # "copy" or "reverse"
-    vocab_size: int = 32  # synthetic vocabulary, reserved ids included
     train_examples: int = 2000  # synthetic training pairs
     val_examples: int = 256  # synthetic validation pairs
-    min_length: int = 3  # shortest synthetic sequence
-    max_length: int = 10  # longest synthetic sequence
-    seed: int = 0  # seed of the synthetic pairs
+    min_length: int = 3  # shortest synthetic sentence
     batch_size: int = 64  # synthetic: sentences per batch (see training.batch_scaling)
     shuffle: bool = True  # synthetic: reshuffle the training pairs every epoch
-    # --- parallel text files (kind: text) ---------------------------------------
-    train_source: typing.Optional[str] = None  # plain or .gz, one sentence per line
-    train_target: typing.Optional[str] = None
-    val_source: typing.Optional[str] = None
-    val_target: typing.Optional[str] = None
-    test_source: typing.Optional[str] = None  # evaluated with BLEU after training, if given
-    test_target: typing.Optional[str] = None
+    # --- evaluation files (kind: text) ----------------------------------------
+    valid_tokenized_target: typing.Optional[str] = None  # *.lc.norm.tok.* references for Multi30k BLEU
+    test_source: typing.Optional[str] = None  # translated and scored after training, if given
+    test_target: typing.Optional[str] = None  # raw references of test_source
+    test_tokenized_target: typing.Optional[str] = None  # *.lc.norm.tok.* references for Multi30k BLEU
     # --- TensorFlow Datasets (kind: tfds) ---------------------------------------
     tfds_name: typing.Optional[str] = None  # e.g. "wmt14_translate/de-en"
     tfds_train_split: str = "train"
-    tfds_val_split: str = "validation"
-    tfds_test_split: str = "test"
-    source_language: typing.Optional[str] = None  # tfds feature of the source side, e.g. "en"
-    target_language: typing.Optional[str] = None  # tfds feature of the target side, e.g. "de"
+    tfds_valid_split: typing.Optional[str] = "validation"
+    tfds_test_split: typing.Optional[str] = "test"
+    tfds_data_dir: typing.Optional[str] = None  # where TFDS keeps downloads (default ~/tensorflow_datasets)
     tfds_max_examples: typing.Optional[int] = None  # read at most this many training pairs
-    # --- tokenizer and tf.data pipeline (kind: text or tfds) ---------------------
-    pipeline: dict = dataclasses.field(default_factory=dict)  # fields of data.pipeline.DataConfig
+    # --- the data pipeline's DataConfig fields (kind: text or tfds) -----------------
+    pipeline: dict = dataclasses.field(default_factory=dict)  # written flat in YAML, not as a sub-section
+
+    @classmethod
+    def from_dict(cls, values):
+        """Builds the section from its flat YAML mapping, rejecting unknown keys by name."""
+        values = dict(values or {})
+        own = [f.name for f in dataclasses.fields(cls) if f.name != "pipeline"]
+        if "pipeline" in values:
+            raise ConfigError("data.pipeline is not a key: write the DataConfig fields directly under data:.")
+        kind = values.get("kind", "synthetic")
+        pipeline_keys = _pipeline_fields() if kind != "synthetic" else []
+        for key in values:
+            if key not in own and key not in pipeline_keys:
+                if kind == "synthetic" and key in _pipeline_fields():
+                    raise ConfigError(f"data.{key} applies to data.kind 'text' or 'tfds', not 'synthetic'.")
+                _reject_unknown({key: None}, own + pipeline_keys, "data.")
+        section = cls(**{k: v for k, v in values.items() if k in own},
+                      pipeline={k: v for k, v in values.items() if k not in own})
+        section.validate()
+        return section
+
+    def to_dict(self):
+        """The flat mapping written to YAML: the fields that apply to this kind, pipeline fields beside them."""
+        values = {k: v for k, v in dataclasses.asdict(self).items() if k != "pipeline"}
+        names = list(values)
+        synthetic = names[names.index("task"):names.index("shuffle") + 1]
+        text = names[names.index("valid_tokenized_target"):names.index("test_tokenized_target") + 1]
+        tfds = names[names.index("tfds_name"):]
+        dropped = {"synthetic": text + tfds, "text": synthetic + tfds, "tfds": synthetic}[self.kind]
+        return {**{k: v for k, v in values.items() if k not in dropped}, **self.pipeline}
+
+    @property
+    def synthetic_vocab_size(self):
+        """The synthetic task's vocabulary (reserved ids included)."""
+        return self.vocab_size if self.vocab_size is not None else 32
+
+    @property
+    def synthetic_max_length(self):
+        """The synthetic task's longest sentence."""
+        return self.max_length if self.max_length is not None else 10
+
+    def data_config(self, tokenizer_dir=None, tokens_per_batch=None, seed=None):
+        """The pipeline's `DataConfig` for text kinds, with the shared fields filled in."""
+        from keras_transformer.data.pipeline import DataConfig
+        values = dict(self.pipeline)
+        for name in ("vocab_size", "max_length", "seed"):
+            if getattr(self, name) is not None:
+                values[name] = getattr(self, name)
+        if seed is not None and self.seed is None:
+            values["seed"] = seed
+        if tokenizer_dir is not None:
+            values["tokenizer_dir"] = str(tokenizer_dir)
+        if tokens_per_batch is not None:
+            values["tokens_per_batch"] = int(tokens_per_batch)
+        try:
+            return DataConfig.from_dict(values)
+        except ValueError as error:
+            raise ConfigError(f"data: {error}") from error
 
     def validate(self):
         """Raises `ConfigError` naming the first bad field."""
@@ -123,26 +189,29 @@ class DataSection:
             from keras_transformer.data.synthetic import TASKS
             if self.task not in TASKS:
                 raise ConfigError(f"data.task must be one of {TASKS}, got {self.task!r}.")
-            for name in ("vocab_size", "train_examples", "val_examples", "min_length", "max_length",
-                         "batch_size"):
-                if not isinstance(getattr(self, name), int) or getattr(self, name) <= 0:
-                    raise ConfigError(f"data.{name} must be a positive integer, got {getattr(self, name)!r}.")
-            if self.min_length > self.max_length:
-                raise ConfigError(f"data.min_length={self.min_length} exceeds data.max_length={self.max_length}.")
-        if self.kind == "text":
-            for name in ("train_source", "train_target"):
-                if not getattr(self, name):
-                    raise ConfigError(f"data.kind 'text' needs data.{name} (a file path).")
-            if bool(self.val_source) != bool(self.val_target):
-                raise ConfigError("data.val_source and data.val_target must be given together.")
-            if bool(self.test_source) != bool(self.test_target):
-                raise ConfigError("data.test_source and data.test_target must be given together.")
+            for name in ("train_examples", "val_examples", "min_length", "batch_size", "synthetic_vocab_size",
+                         "synthetic_max_length"):
+                value = getattr(self, name)
+                if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                    raise ConfigError(f"data.{name.replace('synthetic_', '')} must be a positive integer, "
+                                      f"got {value!r}.")
+            if self.min_length > self.synthetic_max_length:
+                raise ConfigError(f"data.min_length={self.min_length} exceeds data.max_length="
+                                  f"{self.synthetic_max_length}.")
+            if self.synthetic_vocab_size <= 4:
+                raise ConfigError(f"data.vocab_size={self.synthetic_vocab_size} leaves no symbols after the 4 "
+                                  "reserved ids.")
+            return
+        config = self.data_config()
+        if self.kind == "text" and config.train_source is None:
+            raise ConfigError("data.kind 'text' needs data.train_source and data.train_target (file paths).")
         if self.kind == "tfds":
-            for name in ("tfds_name", "source_language", "target_language"):
-                if not getattr(self, name):
-                    raise ConfigError(f"data.kind 'tfds' needs data.{name}.")
-        if not isinstance(self.pipeline, dict):
-            raise ConfigError(f"data.pipeline must be a mapping of DataConfig fields, got {self.pipeline!r}.")
+            if not self.tfds_name:
+                raise ConfigError("data.kind 'tfds' needs data.tfds_name, e.g. wmt14_translate/de-en.")
+            if config.train_source is not None:
+                raise ConfigError("data.kind 'tfds' reads TensorFlow Datasets: leave data.train_source unset.")
+        if bool(self.test_source) != bool(self.test_target):
+            raise ConfigError("data.test_source and data.test_target must be given together.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,7 +241,10 @@ class TrainingSection:
     keep_checkpoints: typing.Optional[int] = None  # epoch checkpoints to keep; None keeps all (for averaging)
     backup_every_steps: typing.Optional[int] = None  # BackupAndRestore every N batches; None: each epoch
     init_checkpoint: typing.Optional[str] = None  # start from these weights (fine-tuning)
-    validation: bool = True  # evaluate on the validation data after each epoch
+    validation: bool = True  # evaluate loss and accuracy on the validation data after each epoch
+    bleu_every_epochs: typing.Optional[int] = None  # text data: decode the validation set every N epochs (val_bleu)
+    bleu_beam_size: int = 1  # beam for that validation BLEU (1: greedy, fast)
+    bleu_max_sentences: typing.Optional[int] = None  # decode only the first N validation sentences
     tensorboard: bool = True  # write TensorBoard logs to workdir/logs
     verbose: typing.Any = "auto"  # Keras progress: "auto", 0 (silent), 1 (bar), 2 (one line per epoch)
 
@@ -193,11 +265,13 @@ class TrainingSection:
             raise ConfigError(f"training.jit_compile must be true, false or 'auto', got {self.jit_compile!r}.")
         if self.verbose not in ("auto", 0, 1, 2):
             raise ConfigError(f"training.verbose must be 'auto', 0, 1 or 2, got {self.verbose!r}.")
-        for name in ("steps_per_epoch", "checkpoint_every_steps", "keep_checkpoints", "backup_every_steps"):
+        for name in ("steps_per_epoch", "checkpoint_every_steps", "keep_checkpoints", "backup_every_steps",
+                     "bleu_every_epochs", "bleu_max_sentences"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value <= 0):
                 raise ConfigError(f"training.{name} must be a positive integer or null, got {value!r}.")
-        for name in ("steps_per_execution", "gradient_accumulation_steps", "keep_step_checkpoints"):
+        for name in ("steps_per_execution", "gradient_accumulation_steps", "keep_step_checkpoints",
+                     "bleu_beam_size"):
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
                 raise ConfigError(f"training.{name} must be a positive integer, got {value!r}.")
@@ -229,11 +303,16 @@ class DecodingSection:
     length_penalty: typing.Optional[float] = None  # GNMT alpha (paper: 0.6)
     max_decode_extra: typing.Optional[int] = None  # decode at most source length + this (paper: 50)
     batch_size: int = 64  # sentences decoded together when evaluating
+    average_last: typing.Optional[int] = None  # test evaluation averages the last N checkpoints (paper: 5 / 20)
 
     def validate(self):
         """Raises `ConfigError` naming the first bad field."""
-        if not isinstance(self.batch_size, int) or self.batch_size <= 0:
-            raise ConfigError(f"decoding.batch_size must be a positive integer, got {self.batch_size!r}.")
+        for name in ("batch_size", "average_last", "beam_size", "max_decode_extra"):
+            value = getattr(self, name)
+            if value is None and name != "batch_size":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ConfigError(f"decoding.{name} must be a positive integer, got {value!r}.")
 
     def overrides(self):
         """The TransformerConfig fields this section sets."""
@@ -275,6 +354,9 @@ class ExperimentConfig:
             section_values = values.get(name) or {}
             if not isinstance(section_values, dict):
                 raise ConfigError(f"Section {name!r} must be a mapping, got {section_values!r}.")
+            if section_class is DataSection:
+                sections[name] = DataSection.from_dict(section_values)
+                continue
             _reject_unknown(section_values, [f.name for f in dataclasses.fields(section_class)], f"{name}.")
             sections[name] = section_class(**section_values)
             sections[name].validate()
@@ -282,22 +364,31 @@ class ExperimentConfig:
 
     def to_dict(self):
         """Nested plain dicts (YAML-friendly)."""
-        return {"model": dict(self.model), "data": dataclasses.asdict(self.data),
+        return {"model": dict(self.model), "data": self.data.to_dict(),
                 "training": dataclasses.asdict(self.training), "decoding": dataclasses.asdict(self.decoding)}
 
-    def model_config(self, vocab_size=None):
-        """The `TransformerConfig`: preset (if any), then the model fields, then the decoding overrides.
+    def model_config(self, vocabulary=None):
+        """The `TransformerConfig`: preset (if any), the model fields, the data's vocabulary, decoding overrides.
 
         Args:
-            vocab_size: the data's vocabulary size, used when the model section gives none.
+            vocabulary: the data's vocabulary size (an int), or a dict of
+                `vocab_size` / `source_vocab_size` / `target_vocab_size`; used where
+                the model section gives none, and checked where it does.
+
+        Example:
+
+        >>> ExperimentConfig.from_dict({"model": {"preset": "tiny"}}).model_config(100).vocab_size
+        100
         """
         fields = dict(self.model)
         preset = fields.pop("preset", None)
-        if vocab_size is not None:
-            given = fields.get("vocab_size")
-            if given is not None and given < vocab_size:
-                raise ConfigError(f"model.vocab_size={given} is smaller than the data's vocabulary ({vocab_size}).")
-            fields.setdefault("vocab_size", vocab_size)
+        if isinstance(vocabulary, int):
+            vocabulary = {"vocab_size": vocabulary}
+        for name, size in (vocabulary or {}).items():
+            given = fields.get(name)
+            if given is not None and given < size:
+                raise ConfigError(f"model.{name}={given} is smaller than the data's vocabulary ({size}).")
+            fields.setdefault(name, size)
         fields.update(self.decoding.overrides())
         try:
             if preset is not None:
@@ -313,18 +404,16 @@ def _reject_unknown(values, known, prefix):
     for key in values:
         if key not in known:
             close = difflib.get_close_matches(str(key), list(known), n=1)
-            hint = f" Did you mean {prefix}{close[0]!r}?" if close else ""
-            raise ConfigError(f"Unknown config key {prefix}{key!r}.{hint} "
+            hint = f" Did you mean '{prefix}{close[0]}'?" if close else ""
+            raise ConfigError(f"Unknown config key '{prefix}{key}'.{hint} "
                               f"Known keys{' in ' + prefix.rstrip('.') if prefix else ''}: {', '.join(known)}.")
 
 
 def _deep_merge(base, update):
     merged = dict(base)
     for key, value in update.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict) and key != "pipeline":
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
             merged[key] = _deep_merge(merged[key], value)
-        elif isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = {**merged[key], **value}
         else:
             merged[key] = value
     return merged
@@ -459,12 +548,27 @@ def epoch_checkpoints(workdir):
     return sorted(pathlib.Path(workdir, "checkpoints").glob("ckpt-[0-9][0-9][0-9][0-9].weights.h5"))
 
 
+def _weights_only(model):
+    """The same layers as an uncompiled model: its `save_weights` leaves out the optimizer's state.
+
+    A compiled model's `.weights.h5` also holds Adam's two moments (three times
+    the size); checkpoints for evaluation, averaging and export need only the
+    weights. The BackupAndRestore backup keeps the optimizer, so resuming is exact.
+    """
+    view = getattr(model, "_keras_transformer_weights_view", None)
+    if view is None:
+        view = keras.Model(model.inputs, model.outputs, name=model.name)
+        model._keras_transformer_weights_view = view
+    return view
+
+
 def _atomic_save_weights(model, path):
-    """Writes weights next to `path` and renames, so a kill never leaves a half-written checkpoint."""
+    """Writes the model weights (no optimizer state) next to `path` and renames, so a kill never leaves a
+    half-written checkpoint."""
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name[:-len('.weights.h5')]}.tmp.weights.h5")
-    model.save_weights(str(temporary), overwrite=True)
+    _weights_only(model).save_weights(str(temporary), overwrite=True)
     os.replace(temporary, path)
 
 
@@ -601,15 +705,25 @@ def _backup_callback(backup_dir, save_freq):
 # ------------------------------------------------------------------ data
 @dataclasses.dataclass
 class TrainingData:
-    """What `build_data` returns: datasets of `({"source", "target"}, labels)` and the vocabulary size."""
+    """What `build_data` returns."""
 
-    train: typing.Any
-    validation: typing.Any
-    vocab_size: int
-    tokenizers: typing.Any = None  # the data pipeline's tokenizers for text data; None for synthetic
+    train: typing.Any  # tf.data.Dataset of ({"source", "target"}, labels)
+    validation: typing.Any  # the same for validation, or None
+    source_vocab_size: int
+    target_vocab_size: int
+    tokenizers: typing.Any = None  # (source, target) SubwordTokenizers for text data; None for synthetic
+    valid_pairs: typing.Any = None  # (sources, references) raw validation text, for BLEU
+
+    def model_fields(self):
+        """The TransformerConfig vocabulary fields this data needs."""
+        if self.source_vocab_size == self.target_vocab_size and (
+                self.tokenizers is None or self.tokenizers[0] is self.tokenizers[1]):
+            return {"vocab_size": self.source_vocab_size}
+        return {"vocab_size": max(self.source_vocab_size, self.target_vocab_size),
+                "source_vocab_size": self.source_vocab_size, "target_vocab_size": self.target_vocab_size}
 
 
-def _synthetic_arrays(section, data_dir):
+def _synthetic_arrays(section, data_dir, seed):
     """Builds the synthetic pairs once and keeps them in `data_dir/synthetic.npz`."""
     from keras_transformer.data.synthetic import make_arrays, synthetic_pairs
     path = pathlib.Path(data_dir) / "synthetic.npz"
@@ -617,8 +731,8 @@ def _synthetic_arrays(section, data_dir):
         with np.load(path) as arrays:
             return {name: arrays[name] for name in arrays.files}
     total = section.train_examples + section.val_examples
-    sources, targets = synthetic_pairs(section.task, total, section.vocab_size, section.min_length,
-                                       section.max_length, seed=section.seed)
+    sources, targets = synthetic_pairs(section.task, total, section.synthetic_vocab_size, section.min_length,
+                                       section.synthetic_max_length, seed=seed)
     inputs, labels = make_arrays(sources, targets)
     n = section.train_examples
     arrays = {"train_source": inputs["source"][:n], "train_target": inputs["target"][:n], "train_labels": labels[:n],
@@ -632,58 +746,163 @@ def _synthetic_arrays(section, data_dir):
 
 def _synthetic_data(section, data_dir, global_batch, seed, num_replicas):
     import tensorflow as tf
-    arrays = _synthetic_arrays(section, data_dir)
+    arrays = _synthetic_arrays(section, data_dir, seed)
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
 
-    def dataset(prefix, shuffle):
+    def dataset(prefix, training):
         ds = tf.data.Dataset.from_tensor_slices(
             ({"source": arrays[f"{prefix}_source"], "target": arrays[f"{prefix}_target"]},
              arrays[f"{prefix}_labels"]))
-        if shuffle and section.shuffle:
+        if training and section.shuffle:
             ds = ds.shuffle(len(arrays[f"{prefix}_labels"]), seed=seed, reshuffle_each_iteration=True)
         # Equal batches keep every replica busy and make one step the same work on 1 or N devices.
-        return ds.batch(global_batch, drop_remainder=shuffle or num_replicas > 1).prefetch(2).with_options(options)
+        return ds.batch(global_batch, drop_remainder=training or num_replicas > 1).prefetch(2).with_options(options)
 
     if len(arrays["train_labels"]) < global_batch:
         raise ConfigError(f"data.train_examples={len(arrays['train_labels'])} is smaller than one global batch "
                           f"({global_batch}); lower data.batch_size or add examples.")
     validation = dataset("val", False) if len(arrays["val_labels"]) >= global_batch else None
-    return TrainingData(dataset("train", True), validation, section.vocab_size)
+    size = section.synthetic_vocab_size
+    return TrainingData(dataset("train", True), validation, size, size)
+
+
+def _wait_for(path, timeout=3600, poll=2.0):
+    """Waits until `path` exists (a non-chief worker waiting for the chief's vocabulary)."""
+    deadline = time.time() + timeout
+    while not pathlib.Path(path).exists():
+        if time.time() > deadline:
+            raise TimeoutError(f"Waited {timeout} s for {path}, which the chief worker writes. Is the workdir on a "
+                               "file system all workers share? See docs/distributed.md.")
+        time.sleep(poll)
+
+
+def tfds_pairs(section, split, max_examples=None):
+    """Reads `(sources, targets)` of one split of a TensorFlow Datasets translation set.
+
+    Args:
+        section: a `DataSection` with `tfds_name`, `source_language`, `target_language`.
+        split: the split name, e.g. "train".
+        max_examples: read at most this many pairs.
+
+    Returns:
+        Two lists of `str`.
+
+    Raises:
+        ConfigError: tensorflow-datasets is not installed, or the set lacks a language.
+    """
+    try:
+        import tensorflow_datasets as tfds
+    except ImportError as error:
+        raise ConfigError("data.kind 'tfds' needs TensorFlow Datasets: `pip install tensorflow-datasets`; the "
+                          f"first run downloads {section.tfds_name} (internet access needed).") from error
+    languages = (section.pipeline.get("source_language", "en"), section.pipeline.get("target_language", "de"))
+    dataset = tfds.load(section.tfds_name, split=split, data_dir=section.tfds_data_dir)
+    if max_examples:
+        dataset = dataset.take(int(max_examples))
+    sources, targets = [], []
+    for example in dataset.as_numpy_iterator():
+        for language in languages:
+            if language not in example:
+                raise ConfigError(f"data: {section.tfds_name} has no language {language!r}; it has "
+                                  f"{sorted(example)}. Set data.source_language / data.target_language.")
+        sources.append(example[languages[0]].decode("utf-8"))
+        targets.append(example[languages[1]].decode("utf-8"))
+    return sources, targets
+
+
+def _tokenizers(section, config, vocab_dir, wait_for_chief, texts=None):
+    """Loads the vocabulary from `vocab_dir`, or learns it once (atomically) from the training text."""
+    import shutil
+
+    from keras_transformer.data import pipeline, tokenizers
+    vocab_dir = pathlib.Path(vocab_dir)
+    if not vocab_dir.exists() and wait_for_chief:
+        log.info("Waiting for the chief worker's vocabulary in %s", vocab_dir)
+        _wait_for(vocab_dir)
+    if vocab_dir.exists():
+        return tokenizers.load_tokenizers(vocab_dir)
+    staging = vocab_dir.with_name(f".{vocab_dir.name}.tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    if texts is None:
+        pair = pipeline.load_or_train_tokenizers(config, staging)
+    else:
+        pair = tokenizers.train_tokenizers(texts[0], texts[1], config.vocab_size, shared=config.shared_vocab,
+                                           directory=staging, model_type=config.model_type,
+                                           lowercase=config.lowercase)
+    os.replace(staging, vocab_dir)
+    log.info("Vocabulary of %d (%s) stored in %s", pair[0].vocab_size,
+             "shared" if pair[0] is pair[1] else f"target {pair[1].vocab_size}", vocab_dir)
+    return pair
+
+
+def _text_data(section, data_dir, replicas, batch_scaling, seed, wait_for_chief):
+    from keras_transformer import distribute
+    from keras_transformer.data import corpus, pipeline
+    base = section.data_config(seed=seed)
+    tokens = distribute.global_batch_size(base.tokens_per_batch, replicas, batch_scaling)
+    config = section.data_config(tokenizer_dir=pathlib.Path(data_dir) / "vocab", tokens_per_batch=tokens, seed=seed)
+    if section.kind == "text":
+        source_tokenizer, target_tokenizer = _tokenizers(section, config, pathlib.Path(data_dir) / "vocab",
+                                                         wait_for_chief)
+        train, train_summary, valid, valid_summary = pipeline.make_datasets(
+            config, source_tokenizer, target_tokenizer, num_replicas=replicas)
+        valid_pairs = None
+        if config.valid_source is not None:
+            valid_pairs = corpus.read_parallel_corpus(config.valid_source, config.valid_target, config.errors)[:2]
+    else:
+        sources, targets = tfds_pairs(section, section.tfds_train_split, section.tfds_max_examples)
+        source_tokenizer, target_tokenizer = _tokenizers(section, config, pathlib.Path(data_dir) / "vocab",
+                                                         wait_for_chief, texts=(sources, targets))
+        options = dict(tokens_per_batch=config.tokens_per_batch, max_length=config.max_length,
+                       bucket_width=config.bucket_width, cache=config.cache, num_replicas=replicas)
+        train, train_summary = pipeline.make_dataset_from_texts(
+            sources, targets, source_tokenizer, target_tokenizer, training=True,
+            shuffle_buffer=config.shuffle_buffer, seed=config.seed, **options)
+        valid = valid_summary = valid_pairs = None
+        if section.tfds_valid_split:
+            valid_pairs = tfds_pairs(section, section.tfds_valid_split)
+            valid, valid_summary = pipeline.make_dataset_from_texts(
+                *valid_pairs, source_tokenizer, target_tokenizer, training=False, **options)
+    log.info("Training data: %s", train_summary)
+    if valid_summary is not None:
+        log.info("Validation data: %s", valid_summary)
+    return TrainingData(train, valid, source_tokenizer.vocab_size, target_tokenizer.vocab_size,
+                        tokenizers=(source_tokenizer, target_tokenizer), valid_pairs=valid_pairs)
 
 
 def build_data(section, data_dir, strategy=None, batch_scaling="per_replica", seed=0, wait_for_chief=False):
-    """Builds the training and validation datasets described by a `DataSection`.
+    """Builds the training and validation datasets a `DataSection` describes.
 
-    Built once: synthetic arrays or the learned vocabulary are stored in
-    `data_dir` and read back on the next run.
+    Built once: the synthetic pairs or the learned vocabulary are stored in
+    `data_dir` (`synthetic.npz`, `vocab/`) and read back by every later run.
 
     Args:
         section: a `DataSection`.
         data_dir: where the data and vocabulary are kept (`workdir/data`).
         strategy: the `tf.distribute` strategy (batch sizes scale with its replicas).
-        batch_scaling: `"per_replica"` or `"global"` (see `distribute.global_batch_size`).
-        seed: shuffling seed.
+        batch_scaling: `"per_replica"` or `"global"` (see `distribute.global_batch_size`):
+            how `data.batch_size` (synthetic) or `data.tokens_per_batch` (text) is read.
+        seed: the seed of the synthetic pairs and of shuffling, unless `data.seed` is set.
         wait_for_chief: a non-chief worker waits for the chief's vocabulary instead of learning one.
 
     Returns:
         A `TrainingData`.
+
+    Example:
+
+    >>> data = build_data(DataSection(train_examples=64, val_examples=64, batch_size=32), "/tmp/kt_doc_data")
+    >>> inputs, labels = next(iter(data.train))
+    >>> inputs["source"].shape[0], data.source_vocab_size
+    (32, 32)
     """
     from keras_transformer import distribute
     replicas = strategy.num_replicas_in_sync if strategy is not None else 1
+    seed = section.seed if section.seed is not None else seed
     if section.kind == "synthetic":
         global_batch = distribute.global_batch_size(section.batch_size, replicas, batch_scaling)
         return _synthetic_data(section, data_dir, global_batch, seed, replicas)
     return _text_data(section, data_dir, replicas, batch_scaling, seed, wait_for_chief)
-
-
-def _text_data(section, data_dir, replicas, batch_scaling, seed, wait_for_chief):
-    try:
-        from keras_transformer.data import pipeline  # noqa: F401
-    except ImportError as error:
-        raise ConfigError(f"data.kind {section.kind!r} needs keras_transformer.data.pipeline, "
-                          f"which could not be imported ({error}).") from error
-    raise NotImplementedError("Text-corpus training is wired once keras_transformer.data.pipeline lands.")
 
 
 # ------------------------------------------------------------------ precision
@@ -713,8 +932,23 @@ def resolve_precision(requested, strategy=None):
 
 
 # ------------------------------------------------------------------ workdir
+# Keys that may change between runs in one workdir: they do not change the weights' meaning or the vocabulary.
+_RESUMABLE_CHANGES = {
+    "model": {"beam_size", "length_penalty", "max_decode_extra", "dropout", "attention_dropout", "ffn_dropout",
+              "label_smoothing", "warmup_steps", "learning_rate_scale"},
+    "data": {"batch_size", "shuffle", "tokens_per_batch", "bucket_width", "shuffle_buffer", "cache", "seed",
+             "max_length", "errors", "valid_source", "valid_target", "valid_tokenized_target", "test_source",
+             "test_target", "test_tokenized_target", "tfds_valid_split", "tfds_test_split", "tfds_data_dir"},
+}
+
+
 def _check_same_experiment(path, resolved):
-    """A workdir belongs to one model and one data set: refuse to resume it with others."""
+    """A workdir belongs to one model and one vocabulary: refuse to resume it with others.
+
+    Training settings, batch sizes, regularisation and evaluation files may
+    change between runs (`_RESUMABLE_CHANGES`); model sizes and the data the
+    vocabulary was learned from may not.
+    """
     if not path.is_file():
         return
     saved = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
@@ -722,6 +956,8 @@ def _check_same_experiment(path, resolved):
     for section in ("model", "data"):
         old, new = saved.get(section) or {}, resolved[section]
         for key in sorted(set(old) | set(new)):
+            if key in _RESUMABLE_CHANGES[section]:
+                continue
             if old.get(key) != new.get(key):
                 changed.append(f"{section}.{key}: {old.get(key)!r} -> {new.get(key)!r}")
     if changed:
@@ -812,7 +1048,7 @@ def _train(experiment, workdir, output, strategy, is_chief, policy):
     training = experiment.training
     data = build_data(experiment.data, workdir / "data" if is_chief else output / "data", strategy,
                       training.batch_scaling, seed=training.seed, wait_for_chief=not is_chief)
-    model_config = experiment.model_config(data.vocab_size)
+    model_config = experiment.model_config(data.model_fields())
     resolved = experiment.to_dict()
     resolved["model"] = model_config.to_dict()
     _check_same_experiment(output / "experiment.yaml", resolved)
@@ -832,9 +1068,26 @@ def _train(experiment, workdir, output, strategy, is_chief, policy):
         if training.init_checkpoint:
             load_weights(model, training.init_checkpoint)
 
+    # Order matters: callbacks that add to the epoch logs come before the ones that write them.
     callbacks = [
         _backup_callback(output / "backup", training.backup_every_steps or "epoch"),
         LearningRateLogger(),
+    ]
+    if training.bleu_every_epochs and data.valid_pairs is not None:
+        from keras_transformer.callbacks import BleuCallback
+        sources, references = (list(side[:training.bleu_max_sentences]) for side in data.valid_pairs)
+        tokenized = None
+        if experiment.data.valid_tokenized_target:
+            from keras_transformer.evaluation import read_lines
+            tokenized = read_lines(experiment.data.valid_tokenized_target)[:len(references)]
+        callbacks.append(BleuCallback(
+            sources, references, tokenizers=data.tokenizers, every_n_epochs=training.bleu_every_epochs,
+            lang=experiment.data.pipeline.get("target_language") if tokenized else None,
+            tokenized_references=tokenized, best_path=output / "checkpoints" / "best.weights.h5",
+            batch_size=experiment.decoding.batch_size,
+            translator_options={"beam_size": training.bleu_beam_size, "alpha": model_config.length_penalty,
+                                "max_extra": model_config.max_decode_extra}))
+    callbacks += [
         keras.callbacks.TerminateOnNaN(),
         EpochCheckpoint(output / "checkpoints", keep=training.keep_checkpoints),
         HistoryCSV(output / "history.csv"),
@@ -870,15 +1123,185 @@ def _summary(config):
 
 
 def train_and_evaluate(config, workdir):
-    """Trains (or resumes) and then evaluates on the test data, if the config names any.
+    """Trains (or resumes), then translates and scores the test data if the config names any.
+
+    This is what `keras-transformer train` runs. The test translations go to
+    `workdir/test.hyp.txt` and the scores to `workdir/test_scores.yaml`; with
+    `decoding.average_last: N` the last N epoch checkpoints are averaged first
+    (the paper's final models).
 
     Args:
         config: an `ExperimentConfig`, a dict of sections, or a YAML path.
         workdir: the run's folder.
 
     Returns:
-        `(result, scores)`: a `TrainingResult` and a dict of evaluation scores (empty
-        when the data has no test split).
+        `(result, scores)`: a `TrainingResult` and a dict of BLEU scores (empty
+        without test data or on non-chief workers).
+
+    Example:
+
+    >>> result, scores = train_and_evaluate("configs/multi30k_en_de.yaml", "runs/en_de")  # doctest: +SKIP
+    >>> sorted(scores)                                                                   # doctest: +SKIP
+    ['bleu', 'bleu_lowercase', 'bleu_multi30k']
     """
-    result = train(config, workdir)
-    return result, {}
+    experiment = as_experiment(config)
+    result = train(experiment, workdir)
+    data = experiment.data
+    if data.kind == "synthetic" or pathlib.Path(result.workdir) != pathlib.Path(workdir):
+        return result, {}
+    if data.kind == "text" and data.test_source:
+        sources, references = data.test_source, data.test_target
+    elif data.kind == "tfds" and data.tfds_test_split:
+        sources, references = tfds_pairs(data, data.tfds_test_split)
+    else:
+        return result, {}
+    decoding = experiment.decoding
+    if decoding.average_last:
+        translator = load_translator(workdir, average=decoding.average_last)
+    else:
+        from keras_transformer.translation import Translator
+        config = result.model_config
+        translator = Translator(result.model, *result.tokenizers, beam_size=config.beam_size,
+                                alpha=config.length_penalty, max_extra=config.max_decode_extra)
+    scores = evaluate(translator, sources, references, tokenized_reference=data.test_tokenized_target,
+                      lang=data.pipeline.get("target_language"), batch_size=decoding.batch_size,
+                      output=pathlib.Path(workdir) / "test.hyp.txt")
+    _write_yaml(pathlib.Path(workdir) / "test_scores.yaml", scores)
+    log.info("Test scores: %s", ", ".join(f"{k} {v:.2f}" for k, v in scores.items()))
+    return result, scores
+
+
+# ------------------------------------------------------------------ using a trained run
+def load_translator(model, checkpoint=None, average=None, **options):
+    """A `Translator` for a training workdir or an exported model directory.
+
+    Args:
+        model: a workdir written by `train` (`model.yaml`, `data/vocab`,
+            `checkpoints/`) or a directory written by `keras-transformer export`.
+        checkpoint: a `.weights.h5` file (workdir only); default: the last epoch checkpoint.
+        average: average the last `average` checkpoints instead (workdir only).
+        **options: `Translator` arguments (`beam_size`, `alpha`, `max_extra`);
+            default: the model config's decoding fields.
+
+    Returns:
+        A `keras_transformer.translation.Translator`.
+
+    Raises:
+        FileNotFoundError / ValueError: a missing or unreadable checkpoint or folder (named).
+
+    Example:
+
+    >>> translator = load_translator("runs/en_de", average=5, beam_size=4)  # doctest: +SKIP
+    >>> translator(["A man rides a bike."])                                  # doctest: +SKIP
+    """
+    path = pathlib.Path(model)
+    options = {key: value for key, value in options.items() if value is not None}
+    if (path / "saved_model.pb").is_file():
+        if checkpoint is not None or average is not None:
+            raise ConfigError(f"{path} is an exported model: --checkpoint and --average apply to training workdirs.")
+        from keras_transformer.export import load_keras_translator
+        return load_keras_translator(path, **options)
+    if not (path / "model.yaml").is_file():
+        raise FileNotFoundError(f"{path} is neither a training workdir (no model.yaml) nor an exported model "
+                                "(no saved_model.pb).")
+    if not (path / "data" / "vocab").exists():
+        raise ConfigError(f"{path} has no vocabulary (data/vocab): it was trained on synthetic data, which has no "
+                          "text to translate.")
+    from keras_transformer.translation import Translator
+    return Translator.from_workdir(path, checkpoint=checkpoint, average=average, **options)
+
+
+def _lines(source):
+    if isinstance(source, (str, os.PathLike)):
+        from keras_transformer.evaluation import read_lines
+        if not pathlib.Path(source).is_file():
+            raise FileNotFoundError(f"File not found: {source}")
+        return read_lines(source)
+    return list(source)
+
+
+def translate(model, sentences, checkpoint=None, average=None, batch_size=64, **options):
+    """Translates sentences with a trained workdir or an exported model (`keras-transformer translate`).
+
+    Args:
+        model: a training workdir, an export directory, or a `Translator`.
+        sentences: a list of `str`.
+        checkpoint, average, **options: see `load_translator`.
+        batch_size: sentences decoded together.
+
+    Returns:
+        A list of `str`, one translation per sentence.
+
+    Example:
+
+    >>> translate("saved_models/multi30k_en_de", ["A man rides a bike."])  # doctest: +SKIP
+    ['Ein Mann fährt Fahrrad.']
+    """
+    translator = model if hasattr(model, "translate_lines") else load_translator(model, checkpoint, average, **options)
+    return translator.translate_lines(list(sentences), batch_size=batch_size)
+
+
+def evaluate(model, source, reference, tokenized_reference=None, lang=None, checkpoint=None, average=None,
+             batch_size=64, output=None, **options):
+    """Translates `source` and scores it with sacreBLEU (`keras-transformer evaluate`).
+
+    Args:
+        model: a training workdir, an export directory, or a `Translator`.
+        source: the source file (plain or .gz) or a list of sentences.
+        reference: the reference file or list, raw text (cased sacreBLEU).
+        tokenized_reference: optional `*.lc.norm.tok.*` references: adds the
+            published Multi30k BLEU (needs `lang`).
+        lang: the target language code, for the Multi30k protocol.
+        checkpoint, average, **options: see `load_translator`.
+        batch_size: sentences decoded together.
+        output: if given, the translations are written there, one per line.
+
+    Returns:
+        `{"bleu": ..., "bleu_lowercase": ...}` plus `"bleu_multi30k"` with tokenized references.
+
+    Example:
+
+    >>> evaluate("runs/en_de", "test.en", "test.de")  # doctest: +SKIP
+    {'bleu': 38.1, 'bleu_lowercase': 39.5}
+    """
+    from keras_transformer import evaluation
+    sources, references = _lines(source), _lines(reference)
+    if len(sources) != len(references):
+        raise ValueError(f"{len(sources)} source sentences but {len(references)} references.")
+    tokenized = _lines(tokenized_reference) if tokenized_reference is not None else None
+    if tokenized is not None and lang is None:
+        raise ConfigError("The Multi30k BLEU protocol (tokenized references) needs the target language (lang).")
+    hypotheses = translate(model, sources, checkpoint, average, batch_size, **options)
+    if output is not None:
+        pathlib.Path(output).write_text("".join(line + "\n" for line in hypotheses), encoding="utf-8")
+    scores = evaluation.evaluate_translations(hypotheses, references, lang=lang, tokenized_references=tokenized)
+    return {key: round(float(value), 2) for key, value in scores.items()}
+
+
+def average(workdir, last=5, output=None):
+    """Averages the last `last` epoch checkpoints of a workdir into one weights file (`keras-transformer average`).
+
+    Args:
+        workdir: a training workdir (`model.yaml`, `checkpoints/`).
+        last: how many checkpoints (the paper: 5 for base, 20 for big).
+        output: the `.weights.h5` file to write; default `workdir/averaged.weights.h5`.
+
+    Returns:
+        `(output, paths)`: the written file and the averaged checkpoints.
+
+    Example:
+
+    >>> average("runs/en_de", last=5)  # doctest: +SKIP
+    ('runs/en_de/averaged.weights.h5', [... 5 paths ...])
+    """
+    from keras_transformer import evaluation
+    from keras_transformer.model import build_model
+    workdir = pathlib.Path(workdir)
+    if not (workdir / "model.yaml").is_file():
+        raise FileNotFoundError(f"{workdir} is not a training workdir: {workdir / 'model.yaml'} is missing.")
+    output = pathlib.Path(output) if output is not None else workdir / "averaged.weights.h5"
+    if not output.name.endswith(".weights.h5"):
+        raise ConfigError(f"The averaged weights file must end in .weights.h5, got {output}.")
+    model = build_model(TransformerConfig.from_yaml(workdir / "model.yaml"))
+    paths = evaluation.average_last_checkpoints(workdir / "checkpoints", model, n=int(last), output=output)
+    return output, paths

@@ -1,0 +1,212 @@
+"""The `keras-transformer` command: one subcommand per library function.
+
+```
+keras-transformer train     --config FILE.yaml [--config MORE.yaml] [--set key=value ...] --workdir DIR
+keras-transformer evaluate  --model DIR --source FILE --reference FILE [--tokenized-reference FILE --lang de]
+keras-transformer translate --model DIR "A man rides a bike." ...        (or sentences on stdin)
+keras-transformer export    --workdir DIR --out DIR [--average N]
+keras-transformer average   --workdir DIR [--last N] [--output FILE]
+```
+
+Each subcommand parses its arguments and calls one function of the library
+(`training.train_and_evaluate`, `training.evaluate`, `training.translate`,
+`export.export`, `training.average`); everything they do can be done from
+Python the same way. Errors that name a problem (a bad config key, a missing
+checkpoint) are printed as one line and the command exits with status 2.
+"""
+
+import argparse
+import json
+import logging
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+_EXAMPLES = """examples:
+  keras-transformer train --config configs/tiny_copy.yaml --workdir runs/tiny_copy
+  keras-transformer train --config configs/multi30k_en_de.yaml --set training.epochs=30 --workdir runs/en_de
+  keras-transformer translate --model saved_models/multi30k_en_de "A man rides a bike."
+  keras-transformer evaluate --model runs/en_de --average 5 --source test.en.gz --reference test.de.gz
+  keras-transformer average --workdir runs/en_de --last 5
+  keras-transformer export --workdir runs/en_de --average 5 --out saved_models/en_de
+"""
+
+
+def _decoding_arguments(parser):
+    group = parser.add_argument_group("decoding (default: the model config's)")
+    group.add_argument("--beam-size", type=int, help="beams per sentence; 1 is greedy")
+    group.add_argument("--alpha", type=float, help="length penalty exponent (paper: 0.6)")
+    group.add_argument("--max-extra", type=int, help="a translation has at most source length + this many tokens")
+    group.add_argument("--batch-size", type=int, default=64, help="sentences decoded together (default 64)")
+
+
+def _weights_arguments(parser):
+    group = parser.add_argument_group("weights (training workdirs only)")
+    group.add_argument("--checkpoint", help="a .weights.h5 file (default: the last epoch checkpoint)")
+    group.add_argument("--average", type=int, metavar="N", help="average the last N epoch checkpoints")
+
+
+def build_parser():
+    """The argument parser of `keras-transformer` (all subcommands).
+
+    Example:
+
+    >>> build_parser().parse_args(["average", "--workdir", "runs/x"]).last
+    5
+    """
+    parser = argparse.ArgumentParser(
+        prog="keras-transformer", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_EXAMPLES,
+        description="Train, evaluate, translate with, average and export Transformer models "
+                    "(Vaswani et al., 2017).")
+    parser.add_argument("--verbose", "-v", action="store_true", help="show TensorFlow's own log lines too")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    train = commands.add_parser(
+        "train", help="train (or resume) from a YAML experiment config",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Trains the experiment in --config, resuming whatever an earlier run left in --workdir "
+                    "(run the same command again after any interruption). If the config names test data, "
+                    "the finished model is then evaluated on it.",
+        epilog="The YAML has sections model (TransformerConfig fields or preset:), data, training and decoding; "
+               "see keras_transformer/training.py and configs/.\n"
+               "  --set training.epochs=20 --set model.dropout=0.3 --set training.strategy=mirrored")
+    train.add_argument("--config", action="append", required=True, metavar="FILE.yaml",
+                       help="experiment config; repeat to layer files (later ones win)")
+    train.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", dest="overrides",
+                       help="override one config value (YAML syntax); repeatable, later ones win")
+    train.add_argument("--workdir", required=True, metavar="DIR",
+                       help="folder for checkpoints, logs, history.csv and the vocabulary")
+    train.add_argument("--dry-run", action="store_true", help="print the resolved config and stop")
+
+    evaluate = commands.add_parser("evaluate", help="translate a test set and report sacreBLEU",
+                                   description="Translates --source and scores the output against --reference "
+                                               "with sacreBLEU (cased and lowercased); with --tokenized-reference "
+                                               "and --lang also the published Multi30k protocol.")
+    evaluate.add_argument("--model", required=True, metavar="DIR", help="a training workdir or an exported model")
+    evaluate.add_argument("--source", required=True, help="source sentences, one per line (plain or .gz)")
+    evaluate.add_argument("--reference", required=True, help="reference translations, one per line")
+    evaluate.add_argument("--tokenized-reference", help="*.lc.norm.tok.* references (Multi30k protocol)")
+    evaluate.add_argument("--lang", help="target language code, for the Multi30k protocol")
+    evaluate.add_argument("--output", help="write the translations to this file")
+    _weights_arguments(evaluate)
+    _decoding_arguments(evaluate)
+
+    translate = commands.add_parser("translate", help="translate sentences (arguments or stdin)",
+                                    description="Translates the sentences given as arguments, or else each line "
+                                                "of standard input, and prints one translation per line.")
+    translate.add_argument("--model", required=True, metavar="DIR", help="a training workdir or an exported model")
+    translate.add_argument("sentences", nargs="*", help="sentences to translate (default: read stdin)")
+    _weights_arguments(translate)
+    _decoding_arguments(translate)
+
+    export = commands.add_parser("export", help="write a SavedModel (strings in, translations out)",
+                                 description="Exports a training workdir's model as a TensorFlow SavedModel with "
+                                             "tokenization and beam search inside.")
+    export.add_argument("--workdir", required=True, metavar="DIR", help="the training workdir")
+    export.add_argument("--out", required=True, metavar="DIR", help="the export folder")
+    export.add_argument("--overwrite", action="store_true", help="replace an existing export")
+    _weights_arguments(export)
+    group = export.add_argument_group("decoding baked into the graph (default: the model config's)")
+    group.add_argument("--beam-size", type=int)
+    group.add_argument("--alpha", type=float)
+    group.add_argument("--max-extra", type=int)
+
+    average = commands.add_parser("average", help="average the last N checkpoints into one weights file",
+                                  description="Averages the last N epoch checkpoints of a workdir (the paper: 5 "
+                                              "for base models, 20 for big ones).")
+    average.add_argument("--workdir", required=True, metavar="DIR", help="the training workdir")
+    average.add_argument("--last", type=int, default=5, metavar="N", help="how many checkpoints (default 5)")
+    average.add_argument("--output", metavar="FILE", help="default: WORKDIR/averaged.weights.h5")
+    return parser
+
+
+def _train(args):
+    from keras_transformer import training
+    experiment = training.load_experiment(args.config, args.overrides)
+    if args.dry_run:
+        import yaml
+        print(yaml.safe_dump(experiment.to_dict(), sort_keys=False), end="")
+        return 0
+    _, scores = training.train_and_evaluate(experiment, args.workdir)
+    if scores:
+        print(json.dumps(scores))
+    return 0
+
+
+def _decoding_options(args):
+    return {"beam_size": args.beam_size, "alpha": args.alpha, "max_extra": args.max_extra}
+
+
+def _evaluate(args):
+    from keras_transformer import training
+    scores = training.evaluate(args.model, args.source, args.reference, tokenized_reference=args.tokenized_reference,
+                               lang=args.lang, checkpoint=args.checkpoint, average=args.average,
+                               batch_size=args.batch_size, output=args.output, **_decoding_options(args))
+    print(json.dumps(scores))
+    return 0
+
+
+def _translate(args):
+    from keras_transformer import training
+    sentences = args.sentences or [line.rstrip("\n") for line in sys.stdin]
+    for line in training.translate(args.model, sentences, checkpoint=args.checkpoint, average=args.average,
+                                   batch_size=args.batch_size, **_decoding_options(args)):
+        print(line)
+    return 0
+
+
+def _export(args):
+    try:
+        from keras_transformer import export
+    except ImportError as error:
+        raise RuntimeError(f"`export` needs keras_transformer.export, which could not be imported ({error}); "
+                           "it comes with the SavedModel export feature.") from error
+    directory = export.export(args.workdir, args.out, checkpoint=args.checkpoint, average=args.average,
+                              beam_size=args.beam_size, alpha=args.alpha, max_extra=args.max_extra,
+                              overwrite=args.overwrite)
+    print(directory)
+    return 0
+
+
+def _average(args):
+    from keras_transformer import training
+    output, paths = training.average(args.workdir, last=args.last, output=args.output)
+    print(f"Averaged {len(paths)} checkpoint(s) ({os.path.basename(paths[0])} .. {os.path.basename(paths[-1])}) "
+          f"into {output}")
+    return 0
+
+
+_COMMANDS = {"train": _train, "evaluate": _evaluate, "translate": _translate, "export": _export,
+             "average": _average}
+
+
+def main(argv=None):
+    """Runs `keras-transformer` with `argv` (default: the command line) and returns the exit status.
+
+    Example:
+
+    >>> main(["train", "--config", "configs/tiny_copy.yaml", "--workdir", "/tmp/kt", "--dry-run"])  # doctest: +SKIP
+    """
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if not args.verbose:
+        logging.getLogger("tensorflow").setLevel(logging.ERROR)
+        logging.getLogger("absl").setLevel(logging.ERROR)
+    try:
+        return _COMMANDS[args.command](args)
+    except (ValueError, OSError, RuntimeError) as error:
+        if args.verbose:
+            raise
+        from keras_transformer.training import CheckpointError, ConfigError
+        hint = "" if isinstance(error, (ConfigError, CheckpointError, OSError)) else " (-v shows the traceback)"
+        print(f"keras-transformer {args.command}: error: {error}{hint}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"keras-transformer {args.command}: interrupted; run the same command again to resume.",
+              file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
