@@ -6,6 +6,7 @@ keras-transformer evaluate  --model DIR --source FILE --reference FILE [--tokeni
 keras-transformer translate --model DIR "A man rides a bike." ...        (or sentences on stdin)
 keras-transformer export    --workdir DIR --out DIR [--average N]
 keras-transformer average   --workdir DIR [--last N] [--output FILE]
+keras-transformer plot-attention --model DIR "A man rides a bike." --out DIR   (PNG heatmaps per layer and head)
 ```
 
 Each subcommand parses its arguments and calls one function of the library
@@ -118,6 +119,21 @@ def build_parser():
     average.add_argument("--workdir", required=True, metavar="DIR", help="the training workdir")
     average.add_argument("--last", type=int, default=5, metavar="N", help="how many checkpoints (default 5)")
     average.add_argument("--output", metavar="FILE", help="default: WORKDIR/averaged.weights.h5")
+
+    plot = commands.add_parser("plot-attention", help="translate a sentence and draw its attention maps",
+                               description="Translates the sentence and writes PNG heatmaps of encoder "
+                                           "self-attention, decoder self-attention and cross-attention per layer "
+                                           "and head, with the subword tokens on the axes (docs/attention.md).")
+    plot.add_argument("--model", required=True, metavar="DIR", help="a training workdir or an exported model")
+    plot.add_argument("sentence", help="the source sentence")
+    plot.add_argument("--out", required=True, metavar="DIR", help="folder for the PNG files")
+    plot.add_argument("--translation", help="draw the maps for this target instead of the model's translation")
+    plot.add_argument("--layout", choices=("grid", "heads"), default="grid",
+                      help="grid: one PNG per layer with all heads; heads: one PNG per layer and head")
+    plot.add_argument("--kinds", nargs="+", choices=("encoder_self", "decoder_self", "cross"),
+                      default=["encoder_self", "decoder_self", "cross"], help="which attention to draw")
+    plot.add_argument("--beam-size", type=int, help="beams for the translation; 1 is greedy (default: the model's)")
+    _weights_arguments(plot)
     return parser
 
 
@@ -177,8 +193,18 @@ def _average(args):
     return 0
 
 
+def _plot_attention(args):
+    from keras_transformer import plotting
+    maps, paths = plotting.plot_attention_for_path(args.model, args.sentence, args.out, checkpoint=args.checkpoint,
+                                                   average=args.average, beam_size=args.beam_size,
+                                                   translation=args.translation, layout=args.layout,
+                                                   kinds=tuple(args.kinds))
+    print(f"{maps.translation}\nWrote {len(paths)} picture(s) to {args.out}")
+    return 0
+
+
 _COMMANDS = {"train": _train, "evaluate": _evaluate, "translate": _translate, "export": _export,
-             "average": _average}
+             "average": _average, "plot-attention": _plot_attention}
 
 
 def main(argv=None):
