@@ -34,7 +34,7 @@ resumes. Each row's weights, config and vocabulary are kept in
 
 Usage::
 
-    python examples/model_variations.py --rows all --updates 250 --workdir runs/model_variations
+    python examples/model_variations.py --rows all --updates 150 --workdir runs/model_variations
     python examples/model_variations.py --rows ablation --updates 20 --train-subset 2000 --val-subset 100  # smoke
 
 Example (Python):
@@ -306,13 +306,13 @@ def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--rows", default="all", help="table3, ablation, all, or comma-separated row names")
-    parser.add_argument("--updates", type=int, default=250, help="training updates per row (the budget)")
+    parser.add_argument("--updates", type=int, default=150, help="training updates per row (the budget)")
     parser.add_argument("--warmup", type=int, default=None, help="Noam warmup updates (default: updates // 6)")
     parser.add_argument("--peak-lr", type=float, default=1.5e-3, help="the base row's peak learning rate")
     parser.add_argument("--tokens-per-batch", type=int, default=2048, help="source and target positions per batch")
     parser.add_argument("--vocab-size", type=int, default=8000, help="shared BPE vocabulary size")
     parser.add_argument("--beam", type=int, default=1, help="beam size for BLEU (1: greedy)")
-    parser.add_argument("--decode-batch", type=int, default=128, help="sentences per decoding batch")
+    parser.add_argument("--decode-batch", type=int, default=256, help="sentences per decoding batch")
     parser.add_argument("--precision", default="mixed_bfloat16", help="Keras dtype policy")
     parser.add_argument("--jit-compile", action="store_true",
                         help="XLA-compile the train step (one compilation per batch shape: slow to start)")

@@ -139,9 +139,11 @@ def test_plot_attention_for_a_training_workdir(model, tokenizer, tmp_path):
     loaded, source_tokenizer, _, _ = plotting.load_model(workdir)
     for a, b in zip(loaded.get_weights(), model.get_weights()):
         np.testing.assert_array_equal(a, b)
-    maps, paths = plotting.plot_attention_for_path(workdir, SOURCE, tmp_path / "out", translation=TARGET,
-                                                   kinds=("cross",))
-    assert [os.path.basename(p) for p in paths] == ["cross_layer1.png", "cross_layer2.png"]
+    # The command runs plot_attention_for_path on the workdir.
+    from keras_transformer import cli
+    assert cli.main(["plot-attention", "--model", str(workdir), SOURCE, "--out", str(tmp_path / "out"),
+                     "--translation", TARGET, "--kinds", "cross"]) == 0
+    assert sorted(os.listdir(tmp_path / "out")) == ["cross_layer1.png", "cross_layer2.png", "translation.txt"]
     assert "Ein Hund" in (tmp_path / "out" / "translation.txt").read_text(encoding="utf-8")
     with pytest.raises(FileNotFoundError, match="model.yaml"):
         plotting.load_model(tmp_path / "out")
