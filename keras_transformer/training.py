@@ -1105,7 +1105,8 @@ def _train(experiment, workdir, output, strategy, is_chief, policy):
     validation = data.validation if training.validation else None
     start = time.time()
     history = model.fit(data.train, validation_data=validation, epochs=training.epochs,
-                        steps_per_epoch=training.steps_per_epoch, callbacks=callbacks, verbose=training.verbose)
+                        steps_per_epoch=training.steps_per_epoch, callbacks=callbacks, verbose=training.verbose,
+                        shuffle=False)  # the datasets shuffle themselves
     log.info("Trained %d epoch(s) in %.1f s; checkpoints in %s", len(history.epoch), time.time() - start,
              output / "checkpoints")
     losses = history.history.get("loss", [])

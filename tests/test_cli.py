@@ -1,0 +1,173 @@
+"""The keras-transformer command: help, errors that name the problem, the subcommands' wiring, resume after SIGKILL."""
+
+import csv
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from keras_transformer import cli
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+TINY = REPO / "configs" / "tiny_copy.yaml"
+SUBCOMMANDS = ("train", "evaluate", "translate", "export", "average")
+
+
+def test_help_lists_every_subcommand_with_examples(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["--help"])
+    assert exit_info.value.code == 0
+    text = capsys.readouterr().out
+    for name in SUBCOMMANDS:
+        assert name in text
+    assert "keras-transformer train --config configs/tiny_copy.yaml" in text
+
+
+@pytest.mark.parametrize("name", SUBCOMMANDS)
+def test_each_subcommand_has_help(capsys, name):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main([name, "--help"])
+    assert exit_info.value.code == 0
+    assert "usage: keras-transformer " + name in capsys.readouterr().out
+
+
+def test_train_requires_config_and_workdir(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["train", "--workdir", "x"])
+    assert exit_info.value.code == 2
+    assert "--config" in capsys.readouterr().err
+
+
+def test_bad_key_exits_2_and_names_it(tmp_path, capsys):
+    status = cli.main(["train", "--config", str(TINY), "--set", "training.epochz=3", "--workdir", str(tmp_path)])
+    assert status == 2
+    assert "Unknown config key 'training.epochz'" in capsys.readouterr().err
+    assert not (tmp_path / "checkpoints").exists()
+
+
+def test_dry_run_shows_the_overrides_later_ones_winning(tmp_path, capsys):
+    import yaml
+    status = cli.main(["train", "--config", str(TINY), "--set", "training.epochs=3", "--set", "model.dropout=0.2",
+                       "--set", "training.epochs=4", "--workdir", str(tmp_path), "--dry-run"])
+    assert status == 0
+    resolved = yaml.safe_load(capsys.readouterr().out)
+    assert resolved["training"]["epochs"] == 4 and resolved["model"]["dropout"] == 0.2
+    assert resolved["model"]["preset"] == "tiny"
+
+
+def test_export_without_the_export_module_fails_clearly(monkeypatch, tmp_path, capsys):
+    monkeypatch.setitem(sys.modules, "keras_transformer.export", None)  # makes the import fail
+    status = cli.main(["export", "--workdir", str(tmp_path), "--out", str(tmp_path / "out")])
+    assert status == 2
+    assert "`export` needs keras_transformer.export" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def tiny_workdir(tmp_path_factory):
+    """A workdir as `train` writes it (model.yaml, data/vocab, two checkpoints), without training."""
+    from keras_transformer.config import TransformerConfig
+    from keras_transformer.data.tokenizers import train_tokenizers
+    from keras_transformer.model import build_model
+
+    workdir = tmp_path_factory.mktemp("workdir")
+    source, _ = train_tokenizers(["a man rides a bike", "two dogs play"] * 20, ["ein mann", "zwei hunde"] * 20,
+                                 vocab_size=300, directory=workdir / "data" / "vocab")
+    config = TransformerConfig.preset("tiny", vocab_size=source.vocab_size, num_layers=1, max_length=32)
+    config.save_yaml(workdir / "model.yaml")
+    (workdir / "checkpoints").mkdir()
+    for epoch in (1, 2):
+        build_model(config).save_weights(str(workdir / "checkpoints" / f"ckpt-{epoch:04d}.weights.h5"))
+    return workdir
+
+
+def test_average_writes_the_mean_of_the_last_checkpoints(tiny_workdir, capsys):
+    from keras_transformer.config import TransformerConfig
+    from keras_transformer.model import build_model
+
+    assert cli.main(["average", "--workdir", str(tiny_workdir), "--last", "2"]) == 0
+    assert "Averaged 2 checkpoint(s)" in capsys.readouterr().out
+    config = TransformerConfig.from_yaml(tiny_workdir / "model.yaml")
+    models = [build_model(config) for _ in range(3)]
+    for model, name in zip(models, ("ckpt-0001", "ckpt-0002")):
+        model.load_weights(str(tiny_workdir / "checkpoints" / f"{name}.weights.h5"))
+    models[2].load_weights(str(tiny_workdir / "averaged.weights.h5"))
+    for a, b, mean in zip(*(model.get_weights() for model in models)):
+        np.testing.assert_allclose(mean, (a + b) / 2, rtol=1e-6, atol=1e-7)
+
+
+def test_translate_names_a_missing_checkpoint(tiny_workdir, capsys):
+    missing = tiny_workdir / "checkpoints" / "ckpt-0009.weights.h5"
+    status = cli.main(["translate", "--model", str(tiny_workdir), "--checkpoint", str(missing), "a man"])
+    assert status == 2
+    assert str(missing) in capsys.readouterr().err
+
+
+def test_translate_names_a_corrupt_checkpoint(tiny_workdir, tmp_path, capsys):
+    corrupt = tmp_path / "ckpt-0003.weights.h5"
+    corrupt.write_bytes(b"\x89HDF\r\n\x1a\n broken")
+    status = cli.main(["translate", "--model", str(tiny_workdir), "--checkpoint", str(corrupt), "a man"])
+    assert status == 2
+    assert str(corrupt) in capsys.readouterr().err
+
+
+def test_translate_and_evaluate_run_on_a_workdir(tiny_workdir, tmp_path, capsys):
+    import json
+    assert cli.main(["translate", "--model", str(tiny_workdir), "--beam-size", "1", "--max-extra", "3",
+                     "a man rides a bike", "two dogs play"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 2
+    (tmp_path / "src.txt").write_text("a man rides a bike\ntwo dogs play\n", encoding="utf-8")
+    (tmp_path / "ref.txt").write_text("ein mann\nzwei hunde\n", encoding="utf-8")
+    assert cli.main(["evaluate", "--model", str(tiny_workdir), "--source", str(tmp_path / "src.txt"),
+                     "--reference", str(tmp_path / "ref.txt"), "--beam-size", "1", "--max-extra", "3",
+                     "--output", str(tmp_path / "hyp.txt")]) == 0
+    scores = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert set(scores) == {"bleu", "bleu_lowercase"} and 0 <= scores["bleu"] <= 100
+    assert len((tmp_path / "hyp.txt").read_text(encoding="utf-8").splitlines()) == 2
+
+
+# ------------------------------------------------------------------ kill -9, then the same command again
+def _history_epochs(path):
+    with open(path, newline="", encoding="utf-8") as f:
+        return [int(row["epoch"]) for row in csv.DictReader(f)]
+
+
+@pytest.mark.slow
+def test_train_killed_with_sigkill_resumes_with_the_same_command(tmp_path):
+    workdir = tmp_path / "run"
+    command = [sys.executable, "-m", "keras_transformer.cli", "train", "--config", str(TINY), "--workdir",
+               str(workdir), "--set", "training.verbose=2", "--set", "training.tensorboard=false"]
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""}
+    env.pop("TF_CONFIG", None)
+    first = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    second_checkpoint = workdir / "checkpoints" / "ckpt-0002.weights.h5"
+    deadline = time.time() + 240
+    try:
+        while not second_checkpoint.exists() and first.poll() is None and time.time() < deadline:
+            time.sleep(0.05)
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=30)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert first.returncode == -signal.SIGKILL, first.stdout.read().decode()[-3000:]
+    killed_at = _history_epochs(workdir / "history.csv")
+    assert 2 <= len(killed_at) < 8  # killed mid-run, after its first checkpoints
+    first_checkpoint_time = (workdir / "checkpoints" / "ckpt-0001.weights.h5").stat().st_mtime_ns
+
+    second = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0, second.stdout[-3000:]
+    assert "Epoch 1/8" not in second.stdout  # it resumed instead of starting over
+    epochs = _history_epochs(workdir / "history.csv")
+    assert epochs == list(range(1, 9))  # one row per epoch, never going back
+    assert sorted(p.name for p in (workdir / "checkpoints").glob("ckpt-*")) == [
+        f"ckpt-{epoch:04d}.weights.h5" for epoch in range(1, 9)]
+    assert (workdir / "checkpoints" / "ckpt-0001.weights.h5").stat().st_mtime_ns == first_checkpoint_time
+    with open(workdir / "history.csv", newline="", encoding="utf-8") as f:
+        last = list(csv.DictReader(f))[-1]
+    assert int(last["step"]) == 8 * 32  # the optimizer's step count carried over the kill
+    assert float(last["val_masked_accuracy"]) > 0.95  # configs/tiny_copy.yaml learns the copy task

@@ -1,0 +1,253 @@
+"""The experiment config (YAML, --set), the history file, checkpoints and the training loop's files."""
+
+import csv
+import pathlib
+
+import numpy as np
+import pytest
+import yaml
+
+from keras_transformer import training
+from keras_transformer.config import TransformerConfig
+from keras_transformer.model import build_model
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+TINY = REPO / "configs" / "tiny_copy.yaml"
+
+# Small enough to build and fit in a few seconds.
+SMALL = ["data.train_examples=64", "data.val_examples=32", "data.batch_size=32", "training.epochs=1",
+         "training.verbose=0", "training.tensorboard=false"]
+
+
+def _write(path, values):
+    path.write_text(yaml.safe_dump(values), encoding="utf-8")
+    return path
+
+
+# ------------------------------------------------------------------ config: keys and overrides
+@pytest.mark.parametrize("values, key", [
+    ({"training": {"epochz": 3}}, "training.epochz"),
+    ({"model": {"preset": "tiny", "d_modle": 64}}, "model.d_modle"),
+    ({"data": {"kind": "synthetic", "taks": "copy"}}, "data.taks"),
+    ({"decoding": {"beam": 4}}, "decoding.beam"),
+    ({"optimizer": {"lr": 1}}, "optimizer"),
+])
+def test_unknown_yaml_key_is_rejected_with_its_name_and_file(tmp_path, values, key):
+    path = _write(tmp_path / "bad.yaml", values)
+    with pytest.raises(training.ConfigError) as error:
+        training.load_experiment(path)
+    assert key in str(error.value)
+    assert str(path) in str(error.value)
+
+
+def test_close_misspelling_gets_a_suggestion(tmp_path):
+    with pytest.raises(training.ConfigError, match="Did you mean 'training.epochs'"):
+        training.load_experiment(_write(tmp_path / "bad.yaml", {"training": {"epochz": 3}}))
+
+
+def test_pipeline_key_on_synthetic_data_is_named():
+    with pytest.raises(training.ConfigError, match="data.tokens_per_batch applies to data.kind 'text'"):
+        training.load_experiment(TINY, ["data.tokens_per_batch=4096"])
+
+
+def test_set_overrides_apply_in_order_and_are_typed():
+    experiment = training.load_experiment(TINY, [
+        "training.epochs=2", "training.epochs=5",  # later wins
+        "model.dropout=0.25", "training.mixed_precision=mixed_bfloat16", "training.tensorboard=false",
+        "training.devices=['/cpu:0', '/cpu:1']", "training.steps_per_epoch=null", "data.task=reverse"])
+    assert experiment.training.epochs == 5
+    assert experiment.model["dropout"] == 0.25
+    assert experiment.training.mixed_precision == "mixed_bfloat16"
+    assert experiment.training.tensorboard is False
+    assert experiment.training.devices == ["/cpu:0", "/cpu:1"]
+    assert experiment.training.steps_per_epoch is None
+    assert experiment.data.task == "reverse"
+    # The rest of the file is untouched.
+    assert experiment.model["preset"] == "tiny" and experiment.data.train_examples == 2048
+
+
+def test_later_files_override_earlier_ones_key_by_key(tmp_path):
+    override = _write(tmp_path / "more.yaml", {"training": {"epochs": 3}, "model": {"num_layers": 1}})
+    experiment = training.load_experiment([TINY, override], ["training.epochs=4"])
+    assert experiment.training.epochs == 4  # --set beats every file
+    assert experiment.model["num_layers"] == 1 and experiment.model["preset"] == "tiny"
+    assert experiment.training.jit_compile is False  # kept from the first file
+
+
+@pytest.mark.parametrize("text", ["training.epochs", "epochs=3", "training..epochs=3", "training.epochs=[1,"])
+def test_malformed_set_is_rejected(text):
+    with pytest.raises(training.ConfigError, match="--set"):
+        training.load_experiment(TINY, [text])
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"training": {"strategy": "horovod"}}, "training.strategy"),
+    ({"training": {"mixed_precision": "fp8"}}, "training.mixed_precision"),
+    ({"training": {"epochs": 0}}, "training.epochs"),
+    ({"data": {"kind": "csv"}}, "data.kind"),
+    ({"data": {"kind": "text"}}, "data.train_source"),
+    ({"model": {"preset": "huge"}}, "model.preset"),
+])
+def test_bad_values_are_rejected_with_the_field_named(tmp_path, values, message):
+    with pytest.raises(training.ConfigError, match=message.replace(".", r"\.")):
+        training.load_experiment(_write(tmp_path / "bad.yaml", values))
+
+
+def test_model_section_preset_overrides_vocabulary_and_decoding():
+    experiment = training.load_experiment(TINY, ["decoding.beam_size=5", "model.d_ff=128"])
+    config = experiment.model_config(24)
+    assert (config.d_model, config.d_ff, config.vocab_size, config.beam_size) == (64, 128, 24, 5)
+    with pytest.raises(training.ConfigError, match="model.vocab_size=10 is smaller"):
+        training.load_experiment(TINY, ["model.vocab_size=10"]).model_config(24)
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "configs").glob("*.yaml")), ids=lambda p: p.name)
+def test_shipped_configs_load_and_resolve(path):
+    experiment = training.load_experiment(path)
+    vocabulary = experiment.data.synthetic_vocab_size if experiment.data.kind == "synthetic" else 8000
+    config = experiment.model_config(vocabulary)
+    assert isinstance(config, TransformerConfig)
+    # The resolved config round-trips through YAML, as train() stores it.
+    assert training.ExperimentConfig.from_dict(yaml.safe_load(yaml.safe_dump(experiment.to_dict()))) == experiment
+
+
+def test_paper_configs_follow_table_3():
+    base = training.load_experiment(REPO / "configs" / "wmt14_en_de_base.yaml").model_config(37000)
+    big = training.load_experiment(REPO / "configs" / "wmt14_en_de_big.yaml").model_config(37000)
+    assert (base.num_layers, base.d_model, base.d_ff, base.num_heads, base.dropout) == (6, 512, 2048, 8, 0.1)
+    assert (big.num_layers, big.d_model, big.d_ff, big.num_heads, big.dropout) == (6, 1024, 4096, 16, 0.3)
+    for config in (base, big):
+        assert (config.warmup_steps, config.label_smoothing, config.beam_size, config.length_penalty) == (
+            4000, 0.1, 4, 0.6)
+
+
+# ------------------------------------------------------------------ history.csv
+def _rows(path):
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def test_history_csv_drops_rows_of_epochs_that_run_again(tmp_path):
+    # A run killed after writing epoch 3's row but before its backup resumes at epoch index 2:
+    # the stale row 3 goes, the new one comes, and the epochs never go back.
+    path = tmp_path / "history.csv"
+    path.write_text("epoch,loss\n1,3.0\n2,2.0\n3,1.5\n", encoding="utf-8")
+    history = training.HistoryCSV(path)
+    history.on_epoch_begin(2)
+    history.on_epoch_end(2, {"loss": 1.25, "val_loss": 1.5})
+    history.on_epoch_begin(3)
+    history.on_epoch_end(3, {"loss": 1.0, "val_loss": 1.25})
+    rows = _rows(path)
+    assert [row["epoch"] for row in rows] == ["1", "2", "3", "4"]
+    assert rows[2]["loss"] == "1.25" and rows[0]["val_loss"] == ""
+    assert list(rows[0])[0] == "epoch"
+
+
+# ------------------------------------------------------------------ checkpoints
+@pytest.fixture(scope="module")
+def tiny_model():
+    return build_model(TransformerConfig.preset("tiny", vocab_size=24))
+
+
+def test_missing_checkpoint_error_names_the_file(tiny_model, tmp_path):
+    path = tmp_path / "checkpoints" / "ckpt-0003.weights.h5"
+    with pytest.raises(training.CheckpointError, match=f"Checkpoint not found: {path}"):
+        training.load_weights(tiny_model, path)
+
+
+@pytest.mark.parametrize("corruption", ["garbage", "truncated"])
+def test_corrupt_checkpoint_error_names_the_file(tiny_model, tmp_path, corruption):
+    path = tmp_path / "ckpt-0001.weights.h5"
+    if corruption == "garbage":
+        path.write_bytes(b"not an HDF5 file")
+    else:
+        tiny_model.save_weights(str(path))
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.raises(training.CheckpointError, match="corrupt") as error:
+        training.load_weights(tiny_model, path)
+    assert str(path) in str(error.value)
+
+
+def test_checkpoint_of_another_model_is_named(tiny_model, tmp_path):
+    other = build_model(TransformerConfig.preset("tiny", vocab_size=24, d_ff=128))
+    path = tmp_path / "other.weights.h5"
+    other.save_weights(str(path))
+    with pytest.raises(training.CheckpointError, match="does not match this model") as error:
+        training.load_weights(tiny_model, path)
+    assert str(path) in str(error.value)
+
+
+def test_train_with_missing_init_checkpoint_names_it(tmp_path):
+    missing = tmp_path / "pretrained.weights.h5"
+    with pytest.raises(training.CheckpointError, match=f"Checkpoint not found: {missing}"):
+        training.train(training.load_experiment(TINY, SMALL + [f"training.init_checkpoint={missing}"]),
+                       tmp_path / "run")
+
+
+def test_corrupt_backup_stops_resume_with_the_file_named(tmp_path):
+    workdir = tmp_path / "run"
+    (workdir / "backup").mkdir(parents=True)
+    (workdir / "backup" / "latest.weights.h5").write_bytes(b"\x89HDF\r\n\x1a\n truncated")
+    (workdir / "backup" / "training_metadata.json").write_text('{"epoch": 1, "batch": 0}')
+    with pytest.raises(training.CheckpointError) as error:
+        training.train(training.load_experiment(TINY, SMALL), workdir)
+    assert str(workdir / "backup" / "latest.weights.h5") in str(error.value)
+    assert "corrupt" in str(error.value)
+
+
+def test_workdir_of_another_model_is_refused(tmp_path):
+    workdir = tmp_path / "run"
+    workdir.mkdir()
+    experiment = training.load_experiment(TINY, SMALL)
+    resolved = experiment.to_dict()
+    resolved["model"] = experiment.model_config(24).replace(d_ff=128).to_dict()
+    (workdir / "experiment.yaml").write_text(yaml.safe_dump(resolved), encoding="utf-8")
+    with pytest.raises(training.ConfigError, match=r"model.d_ff: 128 -> 256"):
+        training.train(experiment, workdir)
+
+
+# ------------------------------------------------------------------ a whole (short) run
+@pytest.mark.slow
+def test_train_writes_the_documented_workdir(tmp_path):
+    workdir = tmp_path / "run"
+    result = training.train(training.load_experiment(TINY, SMALL + ["training.epochs=2",
+                                                                    "training.checkpoint_every_steps=1"]), workdir)
+    assert [path.name for path in result.checkpoints] == ["ckpt-0001.weights.h5", "ckpt-0002.weights.h5"]
+    assert sorted(p.name for p in (workdir / "checkpoints").glob("step-*")) == [
+        "step-00000002.weights.h5", "step-00000003.weights.h5", "step-00000004.weights.h5"]  # keeps the last 3
+    rows = _rows(workdir / "history.csv")
+    assert [row["epoch"] for row in rows] == ["1", "2"] and {"loss", "val_loss", "step"} <= set(rows[0])
+    assert TransformerConfig.from_yaml(workdir / "model.yaml") == result.model_config
+    assert yaml.safe_load((workdir / "experiment.yaml").read_text())["training"]["epochs"] == 2
+    assert (workdir / "data" / "synthetic.npz").is_file() and (workdir / "backup").is_dir()
+    # An epoch checkpoint holds the weights only, and loads into a fresh model.
+    fresh = build_model(result.model_config)
+    training.load_weights(fresh, result.checkpoints[-1])
+    for loaded, trained in zip(fresh.get_weights(), result.model.get_weights()):
+        np.testing.assert_array_equal(loaded, trained)
+    # Running the finished command again trains nothing more and keeps the history.
+    again = training.train(training.load_experiment(TINY, SMALL + ["training.epochs=2"]), workdir)
+    assert again.history.get("loss", []) == [] and len(_rows(workdir / "history.csv")) == 2
+
+
+@pytest.mark.parametrize("requested, expected", [
+    ("float32", "float32"), (False, "float32"), ("mixed_bfloat16", "mixed_bfloat16"),
+    ("auto", "mixed_bfloat16"),  # no GPU in CI: bfloat16, no loss scaling
+])
+def test_precision_resolution(requested, expected):
+    import tensorflow as tf
+    if tf.config.list_physical_devices("GPU") and requested == "auto":
+        expected = "mixed_float16"
+    assert training.resolve_precision(requested) == expected
+
+
+@pytest.mark.slow
+def test_mixed_bfloat16_trains_and_restores_the_global_policy(tmp_path):
+    import keras
+    before = keras.config.dtype_policy().name
+    result = training.train(training.load_experiment(TINY, SMALL + ["training.mixed_precision=mixed_bfloat16"]),
+                            tmp_path / "run")
+    assert result.model.dtype_policy.name == "mixed_bfloat16"
+    assert result.model.get_layer("logits").compute_dtype == "float32"
+    assert np.isfinite(result.history["loss"][-1])
+    assert keras.config.dtype_policy().name == before
