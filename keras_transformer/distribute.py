@@ -40,10 +40,12 @@ def cluster_spec_from_env():
 
     Example:
 
-    >>> import os
-    >>> os.environ.pop("TF_CONFIG", None) and None
-    >>> cluster_spec_from_env() is None
-    True
+    >>> import json, os
+    >>> os.environ["TF_CONFIG"] = json.dumps({"cluster": {"worker": ["host:2222"]},
+    ...                                       "task": {"type": "worker", "index": 0}})
+    >>> cluster_spec_from_env()["task"]
+    {'type': 'worker', 'index': 0}
+    >>> del os.environ["TF_CONFIG"]
     """
     raw = os.environ.get("TF_CONFIG")
     if not raw:

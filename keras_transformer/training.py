@@ -5,8 +5,8 @@ An experiment config has four sections, each a frozen dataclass below:
 ```yaml
 model:      # TransformerConfig fields, or `preset: tiny|small|base|big` plus overrides
   preset: tiny
-data:       # where sentence pairs come from (DataSection)
-  kind: synthetic
+data:       # where sentence pairs come from (DataSection): synthetic, text files or TFDS,
+  kind: synthetic  # plus the data pipeline's DataConfig fields (vocab_size, tokens_per_batch, ...)
 training:   # epochs, strategy, precision, checkpoints (TrainingSection)
   epochs: 8
 decoding:   # beam search settings written into the saved TransformerConfig (DecodingSection)
@@ -17,18 +17,22 @@ decoding:   # beam search settings written into the saved TransformerConfig (Dec
 override earlier ones key by key) and then `--set section.key=value` overrides
 (later values win). Unknown keys are rejected with the key named.
 
-`train(config, workdir)` is what `keras-transformer train` calls. Everything it
-writes lives in `workdir`:
+`train(config, workdir)` trains; `train_and_evaluate(config, workdir)`, which
+`keras-transformer train` calls, then scores the test data if the config names
+any. Everything they write lives in `workdir`:
 
 ```
 workdir/
   experiment.yaml        the resolved experiment config (all four sections, every field)
   model.yaml             the TransformerConfig (`TransformerConfig.from_yaml`)
-  data/                  built once: synthetic arrays, or the vocabulary (tokenizer assets)
-  checkpoints/           ckpt-0001.weights.h5, ... one per epoch (weights only); step-*.weights.h5 if asked
-  backup/                BackupAndRestore state: running the same command again resumes here
+  data/                  built once: synthetic.npz, or vocab/ (the learned tokenizers)
+  checkpoints/           ckpt-0001.weights.h5, ... one per epoch (weights only, no optimizer state);
+                         step-XXXXXXXX.weights.h5 every N steps if asked; best.weights.h5 (best val_bleu)
+  backup/                BackupAndRestore state (weights + optimizer + epoch): the same command resumes here
   logs/                  TensorBoard
-  history.csv            one row per epoch, `epoch` first; appended across resumes, epochs never go back
+  history.csv            one row per epoch, `epoch` (1-based) first; appended across resumes, never going back
+  test.hyp.txt, test_scores.yaml   test translations and BLEU (`train_and_evaluate`, text data only)
+  worker-1/ ...          the same files of the other workers of a multi-worker cluster
 ```
 
 Run the same command again after any interruption (Ctrl-C, SIGKILL, a lost
