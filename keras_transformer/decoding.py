@@ -378,7 +378,7 @@ def score(model, source, target, alpha=0.0, pad_id=0, bos_id=2):
     >>> import numpy as np
     >>> from keras_transformer import TransformerConfig, build_model
     >>> model = build_model(TransformerConfig.preset("tiny", vocab_size=50))
-    >>> score(model, np.array([[7, 8, 3]]), np.array([[9, 3, 0]])).shape
+    >>> tuple(score(model, np.array([[7, 8, 3]]), np.array([[9, 3, 0]])).shape)
     (1,)
     """
     source = ops.convert_to_tensor(source, "int32")
