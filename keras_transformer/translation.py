@@ -4,7 +4,8 @@ This is the TensorFlow side of decoding: the tokenizers are tensorflow-text
 graphs, and the whole path runs in one `tf.function` that the export module
 saves in a SavedModel. The search itself is `keras_transformer.decoding`.
 
-Sources longer than the model accepts are truncated: a source keeps its first
+Input that is not valid UTF-8 has its bad bytes replaced by U+FFFD; an empty or
+whitespace-only input translates to "" with score 0. Sources longer than the model accepts are truncated: a source keeps its first
 `max_length - 1` tokens and then its end-of-sequence token, so the encoder sees
 at most `max_length` positions (`max_length` is the model's positional-encoding
 length, `TransformerConfig.max_length`).
@@ -16,6 +17,17 @@ import tensorflow as tf
 
 from keras_transformer import decoding
 from keras_transformer.config import TransformerConfig
+
+
+def _valid_utf8(strings):
+    """Replaces invalid UTF-8 bytes with U+FFFD, so no input can break tokenization or output."""
+    return tf.strings.unicode_transcode(tf.convert_to_tensor(strings, tf.string), "UTF-8", "UTF-8",
+                                        errors="replace", replacement_char=0xFFFD)
+
+
+def _is_blank(strings):
+    """True for empty or whitespace-only strings."""
+    return tf.equal(tf.strings.length(tf.strings.strip(tf.convert_to_tensor(strings, tf.string))), 0)
 
 
 class Translator(tf.Module):
@@ -149,7 +161,7 @@ class Translator(tf.Module):
         Returns:
             int32 `[N, S]` with `S <= max_length`.
         """
-        tokens = self.source_tokenizer.tokenize(sentences)
+        tokens = self.source_tokenizer.tokenize(_valid_utf8(sentences))
         pad_id = self.source_tokenizer.pad_id
         if not isinstance(tokens, tf.RaggedTensor):
             tokens = tf.RaggedTensor.from_tensor(tokens, padding=pad_id)
@@ -160,7 +172,7 @@ class Translator(tf.Module):
 
     def encode_targets(self, sentences):
         """Tokenizes reference translations into target ids (tokens then eos), for `score`."""
-        tokens = self.target_tokenizer.tokenize(sentences)
+        tokens = self.target_tokenizer.tokenize(_valid_utf8(sentences))
         pad_id = self.target_tokenizer.pad_id
         if not isinstance(tokens, tf.RaggedTensor):
             tokens = tf.RaggedTensor.from_tensor(tokens, padding=pad_id)
@@ -199,7 +211,10 @@ class Translator(tf.Module):
             hypothesis and its length-normalised log-probability.
         """
         tokens, scores = self.translate_ids(self.encode_sources(sentences))
-        return {"translation": self.target_tokenizer.detokenize(tokens[:, 0]), "score": scores[:, 0]}
+        blank = _is_blank(sentences)  # empty or whitespace-only inputs translate to "" with score 0
+        translation = _valid_utf8(self.target_tokenizer.detokenize(tokens[:, 0]))
+        return {"translation": tf.where(blank, tf.constant(""), translation),
+                "score": tf.where(blank, tf.zeros_like(scores[:, 0]), scores[:, 0])}
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
     def n_best(self, sentences):
@@ -210,8 +225,10 @@ class Translator(tf.Module):
         """
         tokens, scores = self.translate_ids(self.encode_sources(sentences))
         shape = tf.shape(tokens)  # (N, K, T)
-        flat = self.target_tokenizer.detokenize(tf.reshape(tokens, [shape[0] * shape[1], shape[2]]))
-        return {"translations": tf.reshape(flat, shape[:2]), "scores": scores}
+        flat = _valid_utf8(self.target_tokenizer.detokenize(tf.reshape(tokens, [shape[0] * shape[1], shape[2]])))
+        blank = tf.broadcast_to(_is_blank(sentences)[:, tf.newaxis], shape[:2])
+        return {"translations": tf.where(blank, tf.constant(""), tf.reshape(flat, shape[:2])),
+                "scores": tf.where(blank, tf.zeros_like(scores), scores)}
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.string)])
     def score(self, sources, targets):

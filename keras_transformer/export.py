@@ -1,0 +1,200 @@
+"""SavedModel export: strings in, translations out, with tokenization and beam search in the graph.
+
+An export directory is a plain TensorFlow SavedModel that loads in a process
+importing only `tensorflow` and `tensorflow_text` (the SentencePiece ops):
+
+```
+saved_models/multi30k_en_de/
+  saved_model.pb, variables/       the graph and its weights (float32)
+  assets/                          the tokenizer files (vocabulary), as SavedModel assets
+  assets.extra/                    model.yaml, model.weights.h5, vocab/: rebuild the Keras model
+                                   (attention maps, fine-tuning) without the graph
+  README.md                        the model card (shipped models)
+```
+
+Signatures:
+
+- `serving_default(inputs: string [N]) -> {translation: string [N], score: float32 [N]}`
+- `n_best(inputs: string [N]) -> {translations: string [N, K], scores: float32 [N, K]}`
+- `translate_ids(source_ids: int32 [N, S]) -> {tokens: int32 [N, T], score: float32 [N]}`
+- `score(sources: string [N], targets: string [N]) -> {score: float32 [N]}` (forced decoding)
+
+Scores are length-normalised log-probabilities (GNMT penalty with the export's alpha).
+"""
+
+import os
+import shutil
+import tempfile
+
+import tensorflow as tf
+
+from keras_transformer.translation import Translator
+
+EXTRA_DIR = "assets.extra"
+MODEL_CONFIG = "model.yaml"
+MODEL_WEIGHTS = "model.weights.h5"
+VOCAB_DIR = "vocab"
+
+
+class TranslatorModule(tf.Module):
+    """The `tf.Module` written to a SavedModel: a `Translator` plus its assets and signatures.
+
+    Args:
+        translator: a `Translator` (model, tokenizers, beam settings).
+        asset_files: files (the tokenizer's vocabulary) copied into the SavedModel's `assets/`.
+
+    Example:
+
+    >>> module = TranslatorModule(translator, ["vocab/sentencepiece.model"])  # doctest: +SKIP
+    >>> tf.saved_model.save(module, "out", signatures=module.signatures())  # doctest: +SKIP
+    """
+
+    def __init__(self, translator, asset_files=(), name="translator_module"):
+        super().__init__(name=name)
+        self.translator = translator
+        # Keras variables, listed explicitly so the SavedModel keeps every weight the graph reads.
+        self.model_variables = [v.value if hasattr(v, "value") else v for v in translator.model.variables]
+        self.vocabulary_assets = [tf.saved_model.Asset(path) for path in asset_files]
+        self.beam_size = tf.constant(translator.beam_size)
+        self.alpha = tf.constant(translator.alpha)
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
+    def serve(self, inputs):
+        """Best translation and its score for each input string."""
+        outputs = self.translator.translate(inputs)
+        return {"translation": outputs["translation"], "score": outputs["score"]}
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
+    def n_best(self, inputs):
+        """All beam hypotheses, best first."""
+        return self.translator.n_best(inputs)
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32, name="source_ids")])
+    def translate_ids(self, source_ids):
+        """Token ids in (tokens then eos, pad 0), best hypothesis ids out."""
+        tokens, scores = self.translator.translate_ids(source_ids)
+        return {"tokens": tokens[:, 0], "score": scores[:, 0]}
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="sources"),
+                                  tf.TensorSpec([None], tf.string, name="targets")])
+    def score(self, sources, targets):
+        """Forced decoding: the score of given translations."""
+        return {"score": self.translator.score(sources, targets)}
+
+    def signatures(self):
+        """The signature map for `tf.saved_model.save`."""
+        return {
+            "serving_default": self.serve.get_concrete_function(),
+            "n_best": self.n_best.get_concrete_function(),
+            "translate_ids": self.translate_ids.get_concrete_function(),
+            "score": self.score.get_concrete_function(),
+        }
+
+
+def export_translator(translator, directory, config=None, overwrite=False):
+    """Writes `translator` as a SavedModel (see the module docstring for the layout).
+
+    Args:
+        translator: a `keras_transformer.translation.Translator`.
+        directory: output folder.
+        config: the model's `TransformerConfig`; with it, `assets.extra/` also holds
+            the Keras weights, config and vocabulary, so `load_keras_translator`
+            can rebuild the model.
+        overwrite: replace an existing export.
+
+    Returns:
+        The export directory.
+
+    Example:
+
+    >>> export_translator(translator, "saved_models/my_model", config)  # doctest: +SKIP
+    """
+    directory = os.fspath(directory)
+    if os.path.exists(os.path.join(directory, "saved_model.pb")):
+        if not overwrite:
+            raise FileExistsError(f"{directory} already holds a SavedModel; pass overwrite=True to replace it.")
+        for name in ("saved_model.pb", "fingerprint.pb", "variables", "assets", EXTRA_DIR):
+            path = os.path.join(directory, name)
+            if os.path.isdir(path):
+                shutil.rmtree(path)
+            elif os.path.exists(path):
+                os.remove(path)
+    os.makedirs(directory, exist_ok=True)
+    from keras_transformer.data.tokenizers import save_tokenizers
+
+    with tempfile.TemporaryDirectory() as staging:
+        vocab = os.path.join(staging, VOCAB_DIR)
+        files = save_tokenizers(vocab, translator.source_tokenizer, translator.target_tokenizer)
+        module = TranslatorModule(translator, files)
+        tf.saved_model.save(module, directory, signatures=module.signatures())
+        extra = os.path.join(directory, EXTRA_DIR)
+        os.makedirs(extra, exist_ok=True)
+        shutil.copytree(vocab, os.path.join(extra, VOCAB_DIR), dirs_exist_ok=True)
+    if config is not None:
+        config.save_yaml(os.path.join(extra, MODEL_CONFIG))
+        translator.model.save_weights(os.path.join(extra, MODEL_WEIGHTS))
+    return directory
+
+
+def export(workdir, directory, checkpoint=None, average=None, beam_size=None, alpha=None, max_extra=None,
+           overwrite=False):
+    """Exports a training workdir's model: the library function behind `keras-transformer export`.
+
+    Args:
+        workdir: the folder `keras-transformer train` wrote (model.yaml, data/vocab, checkpoints/).
+        directory: output folder for the SavedModel.
+        checkpoint: a `.weights.h5` file; default: the last checkpoint (or the average below).
+        average: average the last `average` checkpoints (paper: 5 base, 20 big).
+        beam_size, alpha, max_extra: decoding settings baked into the graph (default: the config's).
+        overwrite: replace an existing export.
+
+    Returns:
+        The export directory.
+
+    Example:
+
+    >>> export("runs/multi30k_en_de", "saved_models/multi30k_en_de", average=10)  # doctest: +SKIP
+    """
+    from keras_transformer.config import TransformerConfig
+
+    options = {k: v for k, v in dict(beam_size=beam_size, alpha=alpha, max_extra=max_extra).items()
+               if v is not None}
+    translator = Translator.from_workdir(workdir, checkpoint=checkpoint, average=average, **options)
+    config = TransformerConfig.from_yaml(os.path.join(os.fspath(workdir), "model.yaml"))
+    return export_translator(translator, directory, config=config, overwrite=overwrite)
+
+
+def load_keras_translator(directory, **options):
+    """Rebuilds an in-memory `Translator` (Keras model + tokenizers) from an export's `assets.extra/`.
+
+    Args:
+        directory: an export written with a config.
+        **options: `Translator` arguments (beam_size, alpha, ...).
+
+    Returns:
+        A `Translator`.
+
+    Example:
+
+    >>> translator = load_keras_translator("saved_models/multi30k_en_de")  # doctest: +SKIP
+    """
+    extra = os.path.join(os.fspath(directory), EXTRA_DIR)
+    weights = os.path.join(extra, MODEL_WEIGHTS)
+    if not os.path.isfile(weights):
+        raise FileNotFoundError(f"{directory} has no Keras weights ({weights}); export it with a config.")
+    return Translator.from_checkpoint(os.path.join(extra, MODEL_CONFIG), weights, os.path.join(extra, VOCAB_DIR),
+                                      **options)
+
+
+def load_exported(directory):
+    """`tf.saved_model.load` with a clear error when the folder is not an export.
+
+    Example:
+
+    >>> loaded = load_exported("saved_models/multi30k_en_de")  # doctest: +SKIP
+    >>> loaded.signatures["serving_default"](tf.constant(["A man rides a bike."]))  # doctest: +SKIP
+    """
+    directory = os.fspath(directory)
+    if not os.path.isfile(os.path.join(directory, "saved_model.pb")):
+        raise FileNotFoundError(f"No SavedModel at {directory} (saved_model.pb is missing).")
+    return tf.saved_model.load(directory)
