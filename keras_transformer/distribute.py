@@ -30,6 +30,7 @@ BATCH_SCALINGS = ("per_replica", "global")
 
 # Environment variables that announce a TPU (Cloud TPU VMs, Colab, GKE).
 _TPU_ENV = ("TPU_NAME", "COLAB_TPU_ADDR", "TPU_ACCELERATOR_TYPE", "KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS")
+_TPU_DEVICE = "/dev/accel0"  # a TPU VM's first TPU chip
 
 
 def cluster_spec_from_env():
@@ -65,7 +66,7 @@ def _num_workers(spec):
 
 
 def _tpu_announced():
-    return any(os.environ.get(name) for name in _TPU_ENV) or os.path.exists("/dev/accel0")
+    return any(os.environ.get(name) for name in _TPU_ENV) or os.path.exists(_TPU_DEVICE)
 
 
 def resolve_strategy_name(name="auto"):

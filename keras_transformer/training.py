@@ -602,22 +602,24 @@ class EpochCheckpoint(keras.callbacks.Callback):
 
 
 class StepCheckpoint(keras.callbacks.Callback):
-    """Saves `checkpoints/step-{step:08d}.weights.h5` every `every` optimizer steps, keeping the last `keep`."""
+    """Saves `checkpoints/step-{step:08d}.weights.h5` every `every` optimizer updates, keeping the last `keep`.
+
+    Steps are optimizer updates (`optimizer.iterations`), so with gradient
+    accumulation one step spans several batches.
+    """
 
     def __init__(self, directory, every, keep=3):
         super().__init__()
         self.directory = pathlib.Path(directory)
         self.every = int(every)
         self.keep = int(keep)
-        self._step = 0
-
-    def on_train_begin(self, logs=None):
-        self._step = int(self.model.optimizer.iterations.numpy())
+        self._saved = None
 
     def on_train_batch_end(self, batch, logs=None):
-        self._step += 1
-        if self._step % self.every == 0:
-            _atomic_save_weights(self.model, self.directory / f"step-{self._step:08d}.weights.h5")
+        step = int(self.model.optimizer.iterations.numpy())
+        if step % self.every == 0 and step != self._saved:
+            self._saved = step
+            _atomic_save_weights(self.model, self.directory / f"step-{step:08d}.weights.h5")
             for old in sorted(self.directory.glob("step-[0-9]*.weights.h5"))[:-self.keep]:
                 old.unlink(missing_ok=True)
 

@@ -46,7 +46,7 @@ def test_auto_on_this_machine_is_default_without_gpus(monkeypatch):
     import tensorflow as tf
     for name in ("TF_CONFIG",) + distribute._TPU_ENV:
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(distribute.os.path, "exists", lambda path: False)  # no /dev/accel0
+    monkeypatch.setattr(distribute, "_TPU_DEVICE", "/nonexistent/accel0")
     gpus = len(tf.config.list_physical_devices("GPU"))
     assert distribute.resolve_strategy_name("auto") == ("mirrored" if gpus > 1 else "default")
 
