@@ -10,6 +10,7 @@ from keras_transformer.layers import (DecoderLayer, EncoderLayer, MultiHeadAtten
                                       PositionalEncoding, PositionWiseFeedForward, SublayerConnection,
                                       TokenEmbedding, TransformerDecoder, TransformerEncoder,
                                       scaled_dot_product_attention, sinusoidal_position_encoding)
+from keras_transformer.decoding import beam_search, greedy_decode, length_penalty, score
 from keras_transformer.losses import LabelSmoothedCrossEntropy
 from keras_transformer.masking import PaddingMask, causal_mask, padding_mask
 from keras_transformer.metrics import MaskedAccuracy
@@ -23,6 +24,7 @@ __all__ = [
     "PRESETS", "DecoderLayer", "EncoderLayer", "LabelSmoothedCrossEntropy", "MaskedAccuracy",
     "MultiHeadAttention", "MultiHeadSelfAttention", "NoamSchedule", "PaddingMask", "PositionWiseFeedForward",
     "PositionalEncoding", "SublayerConnection", "TokenEmbedding", "TransformerConfig", "TransformerDecoder",
-    "TransformerEncoder", "build_model", "causal_mask", "decode", "encode", "make_optimizer", "padding_mask",
-    "scaled_dot_product_attention", "sinusoidal_position_encoding",
+    "TransformerEncoder", "beam_search", "build_model", "causal_mask", "decode", "encode", "greedy_decode",
+    "length_penalty", "make_optimizer", "padding_mask", "scaled_dot_product_attention", "score",
+    "sinusoidal_position_encoding",
 ]
