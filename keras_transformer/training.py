@@ -744,7 +744,7 @@ def _synthetic_arrays(section, data_dir, seed):
     arrays = {"train_source": inputs["source"][:n], "train_target": inputs["target"][:n], "train_labels": labels[:n],
               "val_source": inputs["source"][n:], "val_target": inputs["target"][n:], "val_labels": labels[n:]}
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(".synthetic.tmp.npz")
+    temporary = path.with_name(f".synthetic.{os.getpid()}.tmp.npz")  # workers may write at once
     np.savez(temporary, **arrays)
     os.replace(temporary, path)
     return arrays
@@ -1052,8 +1052,8 @@ def _train(experiment, workdir, output, strategy, is_chief, policy):
     from keras_transformer.optimizers import make_optimizer
 
     training = experiment.training
-    data = build_data(experiment.data, workdir / "data" if is_chief else output / "data", strategy,
-                      training.batch_scaling, seed=training.seed, wait_for_chief=not is_chief)
+    data = build_data(experiment.data, workdir / "data", strategy, training.batch_scaling, seed=training.seed,
+                      wait_for_chief=not is_chief)
     model_config = experiment.model_config(data.model_fields())
     resolved = experiment.to_dict()
     resolved["model"] = model_config.to_dict()

@@ -91,7 +91,7 @@ _MIRRORED = textwrap.dedent("""
     common = ["data.train_examples=128", "data.val_examples=32", "data.min_length=6", "data.max_length=6",
               "data.batch_size=32", "data.shuffle=false", "training.batch_scaling=global", "training.epochs=3",
               "training.verbose=0", "training.tensorboard=false", "training.validation=false",
-              "model.epsilon=1.0", "model.learning_rate_scale=20"]
+              "model.epsilon=1.0", "model.learning_rate_scale=20", "training.clipnorm=null"]
     runs = {"mirrored": ["training.strategy=mirrored", "training.devices=['/cpu:0', '/cpu:1']"],
             "one_device": ["training.strategy=one_device", "training.devices=['/cpu:0']"]}
     out = {}
