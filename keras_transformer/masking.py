@@ -14,7 +14,7 @@ def padding_mask(ids, pad_id=0):
     Example:
 
     >>> import numpy as np
-    >>> padding_mask(np.array([[5, 6, 0]])).tolist()
+    >>> keras.ops.convert_to_numpy(padding_mask(np.array([[5, 6, 0]]))).tolist()
     [[True, True, False]]
     """
     return ops.not_equal(ids, pad_id)
@@ -28,7 +28,7 @@ def causal_mask(query_length, key_length=None, offset=0):
 
     Example:
 
-    >>> causal_mask(3).tolist()[1]
+    >>> keras.ops.convert_to_numpy(causal_mask(3)).tolist()[1]
     [True, True, False]
     """
     key_length = query_length if key_length is None else key_length
@@ -42,7 +42,7 @@ def window_mask(query_length, key_length=None, window=1, offset=0):
 
     Example:
 
-    >>> window_mask(4, window=1).tolist()[0]
+    >>> keras.ops.convert_to_numpy(window_mask(4, window=1)).tolist()[0]
     [True, True, False, False]
     """
     key_length = query_length if key_length is None else key_length
@@ -62,7 +62,7 @@ def merge_masks(*masks):
     Example:
 
     >>> import numpy as np
-    >>> merge_masks(np.array([[True, False]]), None, np.array([[True, True]])).tolist()
+    >>> keras.ops.convert_to_numpy(merge_masks(np.array([[True, False]]), None, np.array([[True, True]]))).tolist()
     [[True, False]]
     """
     result = None
@@ -84,7 +84,7 @@ class PaddingMask(keras.layers.Layer):
     Example:
 
     >>> import numpy as np
-    >>> PaddingMask(pad_id=0)(np.array([[7, 0]])).numpy().tolist()
+    >>> keras.ops.convert_to_numpy(PaddingMask(pad_id=0)(np.array([[7, 0]]))).tolist()
     [[True, False]]
     """
 

@@ -46,7 +46,7 @@ def build_model(config: TransformerConfig, name="transformer") -> keras.Model:
     >>> import numpy as np
     >>> config = TransformerConfig.preset("tiny", vocab_size=100)
     >>> model = build_model(config)
-    >>> model({"source": np.ones((2, 7), "int32"), "target": np.ones((2, 5), "int32")}).shape
+    >>> tuple(model({"source": np.ones((2, 7), "int32"), "target": np.ones((2, 5), "int32")}).shape)
     (2, 5, 100)
     """
     if not isinstance(config, TransformerConfig):
@@ -112,7 +112,7 @@ def encode(model, source, pad_id=0, training=False, return_attention_scores=Fals
     >>> import numpy as np
     >>> model = build_model(TransformerConfig.preset("tiny", vocab_size=50))
     >>> memory, mask = encode(model, np.array([[5, 6, 0]]))
-    >>> memory.shape, mask.numpy().tolist()
+    >>> tuple(memory.shape), keras.ops.convert_to_numpy(mask).tolist()
     ((1, 3, 64), [[True, True, False]])
     """
     source_embedding, _ = _embeddings(model)
@@ -144,7 +144,7 @@ def decode(model, target, memory=None, source_padding=None, target_padding=None,
     >>> import numpy as np
     >>> model = build_model(TransformerConfig.preset("tiny", vocab_size=50))
     >>> memory, mask = encode(model, np.array([[5, 6, 7]]))
-    >>> decode(model, np.array([[2, 9]]), memory, mask).shape
+    >>> tuple(decode(model, np.array([[2, 9]]), memory, mask).shape)
     (1, 2, 50)
     """
     _, target_embedding = _embeddings(model)

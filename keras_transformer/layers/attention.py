@@ -39,7 +39,7 @@ def scaled_dot_product_attention(query, key, value, attention_mask=None, scale=T
     >>> import numpy as np
     >>> q = k = v = np.ones((1, 2, 1, 4), "float32")
     >>> out, w = scaled_dot_product_attention(q, k, v)
-    >>> w.numpy()[0, 0].tolist()
+    >>> keras.ops.convert_to_numpy(w)[0, 0].tolist()
     [[0.5, 0.5], [0.5, 0.5]]
     """
     if scale:
@@ -151,7 +151,7 @@ class MultiHeadAttention(_AttentionBase):
 
     >>> import numpy as np
     >>> layer = MultiHeadAttention(num_heads=2, key_dim=4)
-    >>> layer(np.zeros((1, 3, 8)), np.zeros((1, 5, 8))).shape
+    >>> tuple(layer(np.zeros((1, 3, 8)), np.zeros((1, 5, 8))).shape)
     (1, 3, 8)
     """
 
@@ -211,7 +211,7 @@ class MultiHeadSelfAttention(_AttentionBase):
 
     >>> import numpy as np
     >>> layer = MultiHeadSelfAttention(num_heads=2, key_dim=4, causal=True)
-    >>> layer(np.zeros((2, 3, 8))).shape
+    >>> tuple(layer(np.zeros((2, 3, 8))).shape)
     (2, 3, 8)
     """
 

@@ -36,7 +36,7 @@ class DecoderLayer(_LayerOptions):
 
     >>> import numpy as np
     >>> layer = DecoderLayer(d_model=8, num_heads=2, d_ff=16)
-    >>> layer(np.zeros((1, 3, 8)), np.zeros((1, 5, 8))).shape
+    >>> tuple(layer(np.zeros((1, 3, 8)), np.zeros((1, 5, 8))).shape)
     (1, 3, 8)
     """
 
@@ -122,7 +122,7 @@ class TransformerDecoder(_LayerOptions):
 
     >>> import numpy as np
     >>> dec = TransformerDecoder(num_layers=2, d_model=8, num_heads=2, d_ff=16)
-    >>> dec(np.zeros((1, 3, 8)), np.zeros((1, 5, 8))).shape
+    >>> tuple(dec(np.zeros((1, 3, 8)), np.zeros((1, 5, 8))).shape)
     (1, 3, 8)
     """
 

@@ -23,7 +23,7 @@ class TokenEmbedding(keras.layers.Layer):
 
     >>> import numpy as np
     >>> emb = TokenEmbedding(vocab_size=10, d_model=4)
-    >>> emb(np.array([[1, 2]])).shape, emb(np.zeros((1, 2, 4)), reverse=True).shape
+    >>> tuple(emb(np.array([[1, 2]])).shape), tuple(emb(np.zeros((1, 2, 4)), reverse=True).shape)
     ((1, 2, 4), (1, 2, 10))
     """
 

@@ -88,7 +88,7 @@ class EncoderLayer(_LayerOptions):
     Example:
 
     >>> import numpy as np
-    >>> EncoderLayer(d_model=8, num_heads=2, d_ff=16)(np.zeros((1, 4, 8))).shape
+    >>> tuple(EncoderLayer(d_model=8, num_heads=2, d_ff=16)(np.zeros((1, 4, 8))).shape)
     (1, 4, 8)
     """
 
@@ -139,7 +139,7 @@ class TransformerEncoder(_LayerOptions):
 
     >>> import numpy as np
     >>> enc = TransformerEncoder(num_layers=2, d_model=8, num_heads=2, d_ff=16)
-    >>> enc(np.zeros((1, 4, 8))).shape
+    >>> tuple(enc(np.zeros((1, 4, 8))).shape)
     (1, 4, 8)
     """
 

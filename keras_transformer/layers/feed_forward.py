@@ -16,7 +16,7 @@ class PositionWiseFeedForward(keras.layers.Layer):
     Example:
 
     >>> import numpy as np
-    >>> PositionWiseFeedForward(d_model=8, d_ff=32)(np.zeros((2, 5, 8))).shape
+    >>> tuple(PositionWiseFeedForward(d_model=8, d_ff=32)(np.zeros((2, 5, 8))).shape)
     (2, 5, 8)
     """
 
