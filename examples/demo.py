@@ -32,6 +32,7 @@ def translate_with_shipped_model():
         print(f"(no exported model in {SHIPPED.relative_to(ROOT)} yet; skipping the translation part)\n")
         return
     import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (registers the SentencePiece ops the graph uses)
 
     print(f"== Translating with the shipped model {SHIPPED.relative_to(ROOT)}")
     start = time.time()
