@@ -60,11 +60,12 @@ def test_dry_run_shows_the_overrides_later_ones_winning(tmp_path, capsys):
     assert resolved["model"]["preset"] == "tiny"
 
 
-def test_export_without_the_export_module_fails_clearly(monkeypatch, tmp_path, capsys):
-    monkeypatch.setitem(sys.modules, "keras_transformer.export", None)  # makes the import fail
-    status = cli.main(["export", "--workdir", str(tmp_path), "--out", str(tmp_path / "out")])
+def test_export_of_a_workdir_without_checkpoints_fails_clearly(tmp_path, capsys):
+    missing = tmp_path / "no_such_run"
+    status = cli.main(["export", "--workdir", str(missing), "--out", str(tmp_path / "out")])
     assert status == 2
-    assert "`export` needs keras_transformer.export" in capsys.readouterr().err
+    assert str(missing) in capsys.readouterr().err
+    assert not (tmp_path / "out" / "saved_model.pb").exists()
 
 
 @pytest.fixture(scope="module")
