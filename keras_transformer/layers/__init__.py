@@ -6,11 +6,13 @@ from keras_transformer.layers.decoder import DecoderLayer, TransformerDecoder
 from keras_transformer.layers.embedding import TokenEmbedding
 from keras_transformer.layers.encoder import EncoderLayer, TransformerEncoder
 from keras_transformer.layers.feed_forward import PositionWiseFeedForward
+from keras_transformer.layers.normalization import LayerNormalization
 from keras_transformer.layers.position import PositionalEncoding, sinusoidal_position_encoding
 from keras_transformer.layers.sublayer import SublayerConnection
 
 __all__ = [
-    "DecoderLayer", "EncoderLayer", "MultiHeadAttention", "MultiHeadSelfAttention", "PositionWiseFeedForward",
-    "PositionalEncoding", "SublayerConnection", "TokenEmbedding", "TransformerDecoder", "TransformerEncoder",
+    "DecoderLayer", "EncoderLayer", "LayerNormalization", "MultiHeadAttention", "MultiHeadSelfAttention",
+    "PositionWiseFeedForward", "PositionalEncoding", "SublayerConnection", "TokenEmbedding", "TransformerDecoder",
+    "TransformerEncoder",
     "scaled_dot_product_attention", "sinusoidal_position_encoding",
 ]

@@ -6,6 +6,7 @@ from keras import ops
 from keras_transformer import masking
 from keras_transformer.layers.attention import MultiHeadAttention, MultiHeadSelfAttention
 from keras_transformer.layers.encoder import _layer_options, _LayerOptions
+from keras_transformer.layers.normalization import LayerNormalization
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -137,8 +138,8 @@ class TransformerDecoder(_LayerOptions):
                          name=f"layer_{i}", **options)
             for i in range(self.num_layers)
         ]
-        self.final_norm = (keras.layers.LayerNormalization(epsilon=self.layer_norm_epsilon,
-                                                           dtype=self.dtype_policy, name="final_norm")
+        self.final_norm = (LayerNormalization(epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy,
+                                              name="final_norm")
                            if self.norm_first else None)
 
     def build(self, x_shape, memory_shape=None):

@@ -5,6 +5,7 @@ import keras
 from keras_transformer import masking
 from keras_transformer.layers.attention import MultiHeadSelfAttention
 from keras_transformer.layers.feed_forward import PositionWiseFeedForward
+from keras_transformer.layers.normalization import LayerNormalization
 from keras_transformer.layers.sublayer import SublayerConnection
 
 
@@ -154,8 +155,8 @@ class TransformerEncoder(_LayerOptions):
                          name=f"layer_{i}", **options)
             for i in range(self.num_layers)
         ]
-        self.final_norm = (keras.layers.LayerNormalization(epsilon=self.layer_norm_epsilon,
-                                                           dtype=self.dtype_policy, name="final_norm")
+        self.final_norm = (LayerNormalization(epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy,
+                                              name="final_norm")
                            if self.norm_first else None)
 
     def build(self, x_shape):

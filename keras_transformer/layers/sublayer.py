@@ -2,6 +2,8 @@
 
 import keras
 
+from keras_transformer.layers.normalization import LayerNormalization
+
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class SublayerConnection(keras.layers.Layer):
@@ -36,8 +38,7 @@ class SublayerConnection(keras.layers.Layer):
         self.dropout = float(dropout)
         self.use_rezero = bool(use_rezero)
         self.epsilon = float(epsilon)
-        self.norm = keras.layers.LayerNormalization(epsilon=self.epsilon, dtype=self.dtype_policy,
-                                                    name="layer_norm")
+        self.norm = LayerNormalization(epsilon=self.epsilon, dtype=self.dtype_policy, name="layer_norm")
         self.output_dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy, name="dropout")
         self.rezero_alpha = None
 
