@@ -24,9 +24,16 @@ shared, noisy machine: quote the paired median ratio on the last line, not the
 absolute figures (separate runs drift by +-15%).
 
 Output: JSON lines, one per implementation (non-pad target tokens/s, median step
-time, parameters, achieved model GFLOP/s and the fraction of the measured matmul
-peak), one line with the peak-matmul probe, and last the paired median ratios
-of the first implementation against each of the others.
+time and CPU seconds, parameters, achieved model GFLOP/s and its fraction of the
+measured matmul peak), one line with the peak-matmul probe (best float32 and
+bfloat16 square matmul, by wall clock and per CPU-second), and last the paired
+median ratios of the first implementation against each of the others, by wall
+clock and by CPU seconds per step. Model FLOPs are the matmuls of forward and
+backward over the padded batch (`model_gflop_per_step`). Both fractions of peak
+are printed: by wall clock (the probe's wall figure is a lower bound of the
+peak when other jobs share the machine) and per CPU-second (model GFLOP per
+CPU-second of the step over the probe's GFLOP per CPU-second), which other jobs
+disturb much less.
 
 Usage:
 
@@ -243,7 +250,8 @@ def build_torch(dtype, compiled):
             return self.dropout(self.embedding(ids) * math.sqrt(d) + self.positions[: ids.shape[1]])
 
         def forward(self, source, target):
-            causal = nn.Transformer.generate_square_subsequent_mask(target.shape[1])
+            length = target.shape[1]
+            causal = torch.triu(torch.ones(length, length, dtype=torch.bool), diagonal=1)  # True = may not attend
             h = self.transformer(self.embed(source), self.embed(target), tgt_mask=causal, tgt_is_causal=True,
                                  src_key_padding_mask=source == PAD, tgt_key_padding_mask=target == PAD,
                                  memory_key_padding_mask=source == PAD)
@@ -399,6 +407,7 @@ def drive(args):
                                                          for name, rates in peaks.items()},
                           "cpu_count": os.cpu_count()}), flush=True)
     subject = impls[0]
+
     def paired(series):
         return {f"{subject}/{other}": round(statistics.median(
             [o / s for s, o in zip(series[subject], series[other])]), 3) for other in impls[1:]}
