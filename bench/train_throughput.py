@@ -39,6 +39,7 @@ Usage:
 
     python bench/train_throughput.py --impl ours,keras_hub,torch
     python bench/train_throughput.py --impl ours_xla,keras_hub --dtype mixed_bfloat16 --steps 30
+    python bench/train_throughput.py --impl ours@mixed_bfloat16,keras_hub@float32   # mixed dtypes, still paired
 """
 
 import argparse
@@ -174,8 +175,10 @@ def build_keras_hub(jit_compile):
 class KerasRunner:
     """One Keras implementation: a compiled model stepped with train_on_batch."""
 
-    def __init__(self, impl, batches):
+    def __init__(self, impl, batches, dtype):
+        import keras
         import tensorflow as tf
+        keras.config.set_dtype_policy(dtype)  # layers take the policy in force when they are built
         builder = build_ours if impl.startswith("ours") else build_keras_hub
         self.model = builder(jit_compile=impl.endswith("_xla"))
         self.batches = [({"source": tf.constant(s), "target": tf.constant(t)}, tf.constant(y))
@@ -306,6 +309,19 @@ def torch_probe():
 
 
 # --------------------------------------------------------------------------- worker and driver
+DTYPES = ("float32", "mixed_bfloat16")
+
+
+def _name(impl):
+    """`ours@mixed_bfloat16` -> `ours`."""
+    return impl.split("@")[0]
+
+
+def _dtype(impl, default):
+    """`ours@mixed_bfloat16` -> `mixed_bfloat16`; `ours` -> the `--dtype` default."""
+    return impl.split("@")[1] if "@" in impl else default
+
+
 def worker(args):
     """Runs the implementations of one framework; steps them when the parent says so."""
     protocol = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
@@ -315,10 +331,10 @@ def worker(args):
     if args.worker == "tf":
         _keras_setup(args.dtype)
         peaks = tf_probe() if args.probe else {}
-        runners = {impl: KerasRunner(impl, batches) for impl in impls}
+        runners = {impl: KerasRunner(_name(impl), batches, _dtype(impl, args.dtype)) for impl in impls}
     else:
         peaks = torch_probe() if args.probe else {}
-        runners = {impl: TorchRunner(impl, batches, args.dtype) for impl in impls}
+        runners = {impl: TorchRunner(_name(impl), batches, _dtype(impl, args.dtype)) for impl in impls}
     for impl, runner in runners.items():
         for i in range(args.warmup):
             runner.step(i)
@@ -338,12 +354,12 @@ def worker(args):
 
 def drive(args):
     impls = args.impl.split(",")
-    unknown = [impl for impl in impls if impl not in FRAMEWORK]
+    unknown = [impl for impl in impls if _name(impl) not in FRAMEWORK or _dtype(impl, args.dtype) not in DTYPES]
     if unknown:
         raise SystemExit(f"unknown --impl {unknown}; choose from {sorted(FRAMEWORK)}")
     groups = {}
     for impl in impls:
-        groups.setdefault(FRAMEWORK[impl], []).append(impl)
+        groups.setdefault(FRAMEWORK[_name(impl)], []).append(impl)
     if "torch" in groups:
         try:
             import importlib.util
@@ -351,7 +367,7 @@ def drive(args):
                 raise ImportError
         except ImportError:
             print(json.dumps({"skipped": groups.pop("torch"), "reason": "torch is not installed"}), flush=True)
-            impls = [impl for impl in impls if FRAMEWORK[impl] != "torch"]
+            impls = [impl for impl in impls if FRAMEWORK[_name(impl)] != "torch"]
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
     workers = {}
     for framework, members in groups.items():
@@ -388,10 +404,11 @@ def drive(args):
 
     tokens = float(np.mean([np.count_nonzero(labels) for _, _, labels in make_batches(args.batches)]))
     gflop = model_gflop_per_step()
-    peak = peaks.get("bfloat16" if args.dtype == "mixed_bfloat16" else "float32")
     for impl in impls:
+        dtype = _dtype(impl, args.dtype)
+        peak = peaks.get("bfloat16" if dtype == "mixed_bfloat16" else "float32")
         median, median_cpu = statistics.median(times[impl]), statistics.median(cpu_times[impl])
-        record = {"impl": impl, "dtype": args.dtype, "steps": len(times[impl]), "median_step_s": round(median, 4),
+        record = {"impl": _name(impl), "dtype": dtype, "steps": len(times[impl]), "median_step_s": round(median, 4),
                   "median_cpu_s": round(median_cpu, 4), "tokens_per_s": round(tokens / median, 1),
                   "params": params[impl], "model_gflop_per_step": round(gflop, 2),
                   "gflop_per_s": round(gflop / median, 1),
@@ -422,8 +439,9 @@ def drive(args):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--impl", default="ours,keras_hub,torch",
-                        help=f"comma-separated, first one is compared to the others; from {sorted(FRAMEWORK)}")
-    parser.add_argument("--dtype", default="float32", choices=["float32", "mixed_bfloat16"])
+                        help=f"comma-separated, first one is compared to the others; from {sorted(FRAMEWORK)}, "
+                             "each optionally with its own dtype: ours@mixed_bfloat16,keras_hub@float32")
+    parser.add_argument("--dtype", default="float32", choices=DTYPES, help="dtype policy of every impl without @")
     parser.add_argument("--steps", type=int, default=20, help="timed steps per implementation")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps (tracing, XLA compilation)")
     parser.add_argument("--batches", type=int, default=4, help="distinct batches, cycled")
