@@ -30,6 +30,16 @@ def _is_blank(strings):
     return tf.equal(tf.strings.length(tf.strings.strip(tf.convert_to_tensor(strings, tf.string))), 0)
 
 
+def _encode(tokenizer, sentences, max_length):
+    """Tokenizes strings into ids followed by eos, keeping at most `max_length` positions, padded."""
+    tokens = tokenizer.tokenize(_valid_utf8(sentences))
+    if not isinstance(tokens, tf.RaggedTensor):
+        tokens = tf.RaggedTensor.from_tensor(tokens, padding=tokenizer.pad_id)
+    tokens = tf.cast(tokens, tf.int32)[:, : max_length - 1]
+    eos = tf.fill([tokens.nrows(), 1], tf.constant(tokenizer.eos_id, tf.int32))
+    return tf.concat([tokens, tf.RaggedTensor.from_tensor(eos)], axis=1).to_tensor(default_value=tokenizer.pad_id)
+
+
 class Translator(tf.Module):
     """Translates batches of sentences with a `build_model` Transformer.
 
@@ -161,24 +171,11 @@ class Translator(tf.Module):
         Returns:
             int32 `[N, S]` with `S <= max_length`.
         """
-        tokens = self.source_tokenizer.tokenize(_valid_utf8(sentences))
-        pad_id = self.source_tokenizer.pad_id
-        if not isinstance(tokens, tf.RaggedTensor):
-            tokens = tf.RaggedTensor.from_tensor(tokens, padding=pad_id)
-        tokens = tf.cast(tokens, tf.int32)[:, : self.max_source_length - 1]
-        eos = tf.fill([tokens.nrows(), 1], tf.constant(self.source_tokenizer.eos_id, tf.int32))
-        tokens = tf.concat([tokens, tf.RaggedTensor.from_tensor(eos)], axis=1)
-        return tokens.to_tensor(default_value=pad_id)
+        return _encode(self.source_tokenizer, sentences, self.max_source_length)
 
     def encode_targets(self, sentences):
         """Tokenizes reference translations into target ids (tokens then eos), for `score`."""
-        tokens = self.target_tokenizer.tokenize(_valid_utf8(sentences))
-        pad_id = self.target_tokenizer.pad_id
-        if not isinstance(tokens, tf.RaggedTensor):
-            tokens = tf.RaggedTensor.from_tensor(tokens, padding=pad_id)
-        tokens = tf.cast(tokens, tf.int32)[:, : self.max_target_length - 1]
-        eos = tf.fill([tokens.nrows(), 1], tf.constant(self.target_tokenizer.eos_id, tf.int32))
-        return tf.concat([tokens, tf.RaggedTensor.from_tensor(eos)], axis=1).to_tensor(default_value=pad_id)
+        return _encode(self.target_tokenizer, sentences, self.max_target_length)
 
     def _search_ids(self, source):
         target = self.target_tokenizer
