@@ -36,6 +36,13 @@ MODEL_WEIGHTS = "model.weights.h5"
 VOCAB_DIR = "vocab"
 
 
+class _Untracked:
+    """A plain holder: tf.Module tracks attributes that are trackable, not this."""
+
+    def __init__(self, translator):
+        self.translator = translator
+
+
 class TranslatorModule(tf.Module):
     """The `tf.Module` written to a SavedModel: a `Translator` plus its assets and signatures.
 
@@ -51,12 +58,21 @@ class TranslatorModule(tf.Module):
 
     def __init__(self, translator, asset_files=(), name="translator_module"):
         super().__init__(name=name)
-        self.translator = translator
-        # Keras variables, listed explicitly so the SavedModel keeps every weight the graph reads.
+        # The translator is held where tf.Module does not track it: tracked, its Keras model would write
+        # every weight a second time (the Keras variables beside the tf.Variables the graph reads).
+        self._held = _Untracked(translator)
+        # What the graph reads, tracked once: the weights as tf.Variables and the tokenizers' resources.
         self.model_variables = [v.value if hasattr(v, "value") else v for v in translator.model.variables]
+        self.source_tokenizer = translator.source_tokenizer
+        self.target_tokenizer = translator.target_tokenizer
         self.vocabulary_assets = [tf.saved_model.Asset(path) for path in asset_files]
         self.beam_size = tf.constant(translator.beam_size)
         self.alpha = tf.constant(translator.alpha)
+
+    @property
+    def translator(self):
+        """The `Translator` the signatures run."""
+        return self._held.translator
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
     def serve(self, inputs):

@@ -121,6 +121,20 @@ def test_keras_model_travels_in_assets_extra(exported):
     assert rebuilt(SENTENCES) == translator(SENTENCES)
 
 
+def test_saved_model_stores_each_weight_once(exported):
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    directory, translator = exported
+    saved = saved_model_pb2.SavedModel()
+    saved.ParseFromString((directory / "saved_model.pb").read_bytes())
+    stored = [node.variable for node in saved.meta_graphs[0].object_graph_def.nodes
+              if node.WhichOneof("kind") == "variable"]
+    assert sorted(v.name for v in stored) == sorted(v.path for v in translator.model.variables)
+    data = sum(f.stat().st_size for f in (directory / "variables").glob("variables.data-*"))
+    weights = sum(np.prod(v.shape) * 4 for v in translator.model.variables)
+    assert weights <= data < 1.1 * weights
+
+
 SAVED_MODEL_CLI = ("import sys, tensorflow_text; from tensorflow.python.tools import saved_model_cli; "
                    "sys.argv[0] = 'saved_model_cli'; saved_model_cli.main()")
 
