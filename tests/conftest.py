@@ -113,13 +113,3 @@ def multi30k_tokenizer_dir(multi30k_tokenizer, tmp_path_factory):
     directory = tmp_path_factory.mktemp("multi30k_tokenizer")
     save_tokenizers(directory, multi30k_tokenizer, multi30k_tokenizer)
     return directory
-
-
-@pytest.fixture(autouse=True)
-def _doctest_namespace(doctest_namespace):
-    """Names the docstring examples may use without importing them."""
-    import keras
-    import numpy
-
-    doctest_namespace["keras"] = keras
-    doctest_namespace["np"] = numpy
