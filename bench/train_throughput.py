@@ -190,23 +190,33 @@ class KerasRunner:
         return float(self.model.train_on_batch(x, y))  # returns host floats: the step has finished
 
 
-def _best_rate(matmul, sizes=(1024, 2048, 3072), repeats=6):
+def _best_rate(matmul, sizes=(1024, 2048, 3072), repeats=6, budget_s=4.0):
     """Best GFLOP/s of `matmul(n)` over sizes and repeats, by wall clock and per CPU-second.
 
     On a shared machine the wall-clock figure is a lower bound of the peak; the CPU-time
     figure (FLOPs per CPU-second of this process, times the core count) is not hurt by
     other jobs, and approaches the hardware's peak when this process has the cores.
+    Each size gets at most `budget_s` seconds, and a size that overruns it ends the probe:
+    a dtype without a native kernel (bfloat16 on a CPU without AVX512_BF16/AMX, through
+    PyTorch) runs a scalar fallback whose 3072 x 3072 matmuls would take minutes.
     """
     wall = per_cpu = 0.0
     for n in sizes:
         run = matmul(n)
         run()
+        flop = 2 * n ** 3 / 1e9
+        spent = 0.0
         for _ in range(repeats):
             cpu, start = time.process_time(), time.perf_counter()
             run()
-            flop = 2 * n ** 3 / 1e9
-            wall = max(wall, flop / (time.perf_counter() - start))
+            seconds = time.perf_counter() - start
+            spent += seconds
+            wall = max(wall, flop / seconds)
             per_cpu = max(per_cpu, flop / max(time.process_time() - cpu, 1e-9))
+            if spent > budget_s:
+                break
+        if spent > budget_s:
+            break
     return {"wall": wall, "per_cpu_second": per_cpu}
 
 
@@ -369,16 +379,17 @@ def drive(args):
             print(json.dumps({"skipped": groups.pop("torch"), "reason": "torch is not installed"}), flush=True)
             impls = [impl for impl in impls if FRAMEWORK[_name(impl)] != "torch"]
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
-    workers = {}
+    workers, params, peaks = {}, {}, {}
     for framework, members in groups.items():
         command = [sys.executable, os.path.abspath(__file__), "--worker", framework, "--impl", ",".join(members),
                    "--dtype", args.dtype, "--warmup", str(args.warmup), "--batches", str(args.batches),
                    "--probe" if args.probe else "--no-probe"]
-        workers[framework] = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                              env=env, bufsize=1)
-    params, peaks = {}, {}
-    for framework, process in workers.items():  # workers build, probe and warm up one after the other
+        process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                   env=env, bufsize=1)
+        # Wait until this worker has built, probed and warmed up before starting the next one:
+        # two probes at once would share the cores and understate the peak.
         ready = json.loads(process.stdout.readline())
+        workers[framework] = process
         params.update(ready["ready"])
         for name, rates in ready["peaks"].items():
             best = peaks.setdefault(name, {"wall": 0.0, "per_cpu_second": 0.0})

@@ -230,15 +230,36 @@ def test_train_writes_the_documented_workdir(tmp_path):
     assert again.history.get("loss", []) == [] and len(_rows(workdir / "history.csv")) == 2
 
 
+def _native_bfloat16_cpu():
+    """Read independently of the code under test: any CPU with AVX512_BF16 or AMX-BF16 in its flags."""
+    import subprocess
+    flags = subprocess.run(["grep", "-m1", "^flags", "/proc/cpuinfo"], capture_output=True, text=True).stdout.split()
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
 @pytest.mark.parametrize("requested, expected", [
     ("float32", "float32"), (False, "float32"), ("mixed_bfloat16", "mixed_bfloat16"),
-    ("auto", "mixed_bfloat16"),  # no GPU in CI: bfloat16, no loss scaling
+    ("auto", None), (True, None),
 ])
 def test_precision_resolution(requested, expected):
     import tensorflow as tf
-    if tf.config.list_physical_devices("GPU") and requested == "auto":
-        expected = "mixed_float16"
+    if expected is None:  # auto: float16 on GPUs; on CPUs bfloat16 only where the CPU has bfloat16 instructions
+        if tf.config.list_physical_devices("GPU"):
+            expected = "mixed_float16"
+        else:
+            expected = "mixed_bfloat16" if _native_bfloat16_cpu() else "float32"
     assert training.resolve_precision(requested) == expected
+
+
+@pytest.mark.parametrize("cpuinfo, native", [
+    ("processor\t: 0\nflags\t\t: fpu sse2 avx2 fma avx512f avx512_bf16 amx_tile\n", True),  # Cooper Lake+, Zen 4
+    ("flags\t\t: fpu avx2 amx_bf16 amx_tile\n", True),  # Sapphire Rapids
+    ("flags\t\t: fpu sse2 avx2 fma avx512f avx512bw\n", False),  # AVX-512 without bfloat16
+    ("flags\t\t: fpu sse2 avx2 fma\nbugs\t\t: avx512_bf16\n", False),  # only the flags line counts
+    ("", False),
+])
+def test_native_bfloat16_detection(cpuinfo, native):
+    assert training.cpu_has_native_bfloat16(cpuinfo) is native
 
 
 @pytest.mark.slow
