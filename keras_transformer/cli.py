@@ -6,12 +6,13 @@ keras-transformer evaluate  --model DIR --source FILE --reference FILE [--tokeni
 keras-transformer translate --model DIR "A man rides a bike." ...        (or sentences on stdin)
 keras-transformer export    --workdir DIR --out DIR [--average N]
 keras-transformer average   --workdir DIR [--last N] [--output FILE]
+keras-transformer pack      --config FILE.yaml [--set key=value ...] --workdir DIR   (token ids for other backends)
 keras-transformer plot-attention --model DIR "A man rides a bike." --out DIR   (PNG heatmaps per layer and head)
 ```
 
 Each subcommand parses its arguments and calls one function of the library
 (`training.train_and_evaluate`, `training.evaluate`, `training.translate`,
-`export.export`, `training.average`); everything they do can be done from
+`export.export`, `training.average`, `training.pack_arrays`); everything they do can be done from
 Python the same way. Errors that name a problem (a bad config key, a missing
 checkpoint) are printed as one line and the command exits with status 2.
 """
@@ -120,6 +121,19 @@ def build_parser():
     average.add_argument("--last", type=int, default=5, metavar="N", help="how many checkpoints (default 5)")
     average.add_argument("--output", metavar="FILE", help="default: WORKDIR/averaged.weights.h5")
 
+    pack = commands.add_parser(
+        "pack", help="tokenize a config's data into WORKDIR/arrays.npz for training on another backend",
+        description="Learns or loads the vocabulary as train does and writes the tokenized training and validation "
+                    "pairs to WORKDIR/arrays.npz with the experiment and model configs. Train the folder on any "
+                    "Keras backend (JAX on a GPU machine without TensorFlow) with "
+                    "`python -m keras_transformer.arrays WORKDIR`; evaluate, translate and export read it here "
+                    "(docs/gpu.md).")
+    pack.add_argument("--config", action="append", required=True, metavar="FILE.yaml",
+                      help="experiment config; repeat to layer files (later ones win)")
+    pack.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", dest="overrides",
+                      help="override one config value (YAML syntax); repeatable")
+    pack.add_argument("--workdir", required=True, metavar="DIR", help="the folder to write")
+
     plot = commands.add_parser("plot-attention", help="translate a sentence and draw its attention maps",
                                description="Translates the sentence and writes PNG heatmaps of encoder "
                                            "self-attention, decoder self-attention and cross-attention per layer "
@@ -193,6 +207,13 @@ def _average(args):
     return 0
 
 
+def _pack(args):
+    from keras_transformer import training
+    counts = training.pack_arrays(training.load_experiment(args.config, args.overrides), args.workdir)
+    print(json.dumps(counts))
+    return 0
+
+
 def _plot_attention(args):
     from keras_transformer import plotting
     maps, paths = plotting.plot_attention_for_path(args.model, args.sentence, args.out, checkpoint=args.checkpoint,
@@ -204,7 +225,7 @@ def _plot_attention(args):
 
 
 _COMMANDS = {"train": _train, "evaluate": _evaluate, "translate": _translate, "export": _export,
-             "average": _average, "plot-attention": _plot_attention}
+             "average": _average, "pack": _pack, "plot-attention": _plot_attention}
 
 
 def main(argv=None):

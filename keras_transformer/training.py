@@ -1214,6 +1214,68 @@ def train_and_evaluate(config, workdir):
     return result, scores
 
 
+# ------------------------------------------------------------------ packing for other backends
+def pack_arrays(config, workdir):
+    """Tokenizes an experiment's text data into `workdir/arrays.npz`, for `keras_transformer.arrays`.
+
+    This is `keras-transformer pack`: the TensorFlow half of training on a
+    machine without TensorFlow (a GPU machine with JAX, say). It learns or
+    loads the vocabulary in `workdir/data/vocab` exactly as `train` does,
+    tokenizes the training pairs (over-long ones dropped, as in training) and
+    the validation pairs (over-long sides truncated), and writes them with
+    `experiment.yaml` and `model.yaml`. The folder then travels;
+    `python -m keras_transformer.arrays WORKDIR` trains it on any backend and
+    every command that takes a workdir (evaluate, translate, export) reads the
+    result here.
+
+    Args:
+        config: an `ExperimentConfig`, a dict of sections, or a YAML path (`data.kind: text`).
+        workdir: the folder to write.
+
+    Returns:
+        A dict of counts: `train_pairs`, `valid_pairs`, `train_target_tokens`.
+
+    Raises:
+        ConfigError: not text data, or a workdir that holds another experiment.
+    """
+    from keras_transformer import arrays
+    from keras_transformer.data import corpus, pipeline
+    experiment = as_experiment(config)
+    section = experiment.data
+    if section.kind != "text":
+        raise ConfigError(f"pack needs data.kind: text (files), got {section.kind!r}.")
+    workdir = pathlib.Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    data_config = section.data_config(tokenizer_dir=workdir / "data" / "vocab", seed=experiment.training.seed)
+    source_tokenizer, target_tokenizer = _tokenizers(section, data_config, workdir / "data" / "vocab", False)
+    vocabulary = TrainingData(None, None, source_tokenizer.vocab_size, target_tokenizer.vocab_size,
+                              tokenizers=(source_tokenizer, target_tokenizer))
+    model_config = experiment.model_config(vocabulary.model_fields())
+    resolved = experiment.to_dict()
+    resolved["model"] = model_config.to_dict()
+    _check_same_experiment(workdir / "experiment.yaml", resolved)
+
+    splits, counts = {}, {}
+    for split, source_file, target_file, mode in (
+            ("train", data_config.train_source, data_config.train_target, "filter"),
+            ("valid", data_config.valid_source, data_config.valid_target, "truncate")):
+        if source_file is None:
+            continue
+        sources, targets, summary = corpus.read_parallel_corpus(source_file, target_file, data_config.errors)
+        source_ids, target_ids, summary = corpus.limit_length(
+            pipeline._tokenize_corpus(source_tokenizer, sources), pipeline._tokenize_corpus(target_tokenizer, targets),
+            data_config.max_length, mode, summary)
+        splits[split] = tuple(arrays.arrays_to_ragged(ids.flat_values.numpy(), ids.row_lengths().numpy())
+                              for ids in (source_ids, target_ids))
+        counts[f"{split}_pairs"] = len(splits[split][0])
+        log.info("Packed %s: %s", split, summary)
+    counts["train_target_tokens"] = int(sum(len(t) + 1 for t in splits["train"][1]))
+    arrays.save_arrays(workdir / arrays.ARRAYS_FILE, splits)
+    _write_yaml(workdir / "experiment.yaml", resolved)
+    model_config.save_yaml(workdir / "model.yaml")
+    return counts
+
+
 # ------------------------------------------------------------------ using a trained run
 def load_translator(model, checkpoint=None, average=None, **options):
     """A `Translator` for a training workdir or an exported model directory.

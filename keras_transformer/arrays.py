@@ -1,0 +1,369 @@
+"""Training from packed token ids on any Keras backend: the path to a GPU machine without TensorFlow.
+
+The `train` command's data pipeline is TensorFlow's (tf.data, tensorflow-text).
+A machine with JAX or PyTorch and a GPU but no TensorFlow can still train the
+same model from the same vocabulary, in two steps:
+
+1. Where TensorFlow is installed, `keras-transformer pack --config C --workdir W`
+   (`training.pack_arrays`) learns or loads the vocabulary exactly as `train`
+   does and writes the tokenized training and validation pairs to
+   `W/arrays.npz`, next to `experiment.yaml`, `model.yaml` and `data/vocab`.
+2. On any backend, `python -m keras_transformer.arrays W` (`train_arrays`)
+   trains from those arrays with token-budget batches built in numpy, writes
+   one checkpoint per epoch to `W/checkpoints` (the `train` command's names),
+   a resumable backup, `W/history.csv`, and the average of the last N epochs.
+
+The workdir then serves every TensorFlow-side command unchanged:
+`keras-transformer evaluate --model W --average N ...`, `export --workdir W`.
+
+Batches: a pair's length is its longer side plus one (eos / bos), rounded up
+to a multiple of `length_multiple`; every batch holds pairs of one rounded
+length L, `tokens_per_batch // L` of them. Batch shapes are therefore few
+(one per L), which is what XLA (`jit_compile=True`, the default here, and the
+only fast way on a GPU) needs: each new shape compiles once.
+
+This module imports only keras, numpy and the package's model code.
+"""
+
+import argparse
+import csv
+import json
+import logging
+import os
+import pathlib
+import time
+
+import keras
+import numpy as np
+import yaml
+
+from keras_transformer.config import TransformerConfig
+
+log = logging.getLogger(__name__)
+
+ARRAYS_FILE = "arrays.npz"
+_SPLITS = ("train", "valid")
+
+
+# ------------------------------------------------------------------ packing format
+def ragged_to_arrays(sequences):
+    """`[array, ...]` -> `(values, lengths)`: the packed form stored in `arrays.npz`.
+
+    Example:
+
+    >>> values, lengths = ragged_to_arrays([[5, 6], [7]])
+    >>> values.tolist(), lengths.tolist()
+    ([5, 6, 7], [2, 1])
+    """
+    lengths = np.array([len(s) for s in sequences], dtype=np.int32)
+    values = (np.concatenate([np.asarray(s, dtype=np.int32) for s in sequences]) if len(sequences)
+              else np.zeros((0,), np.int32))
+    return values.astype(np.int32), lengths
+
+
+def arrays_to_ragged(values, lengths):
+    """The inverse of `ragged_to_arrays`: a list of int32 arrays.
+
+    Example:
+
+    >>> [s.tolist() for s in arrays_to_ragged(np.array([5, 6, 7]), np.array([2, 1]))]
+    [[5, 6], [7]]
+    """
+    lengths = np.asarray(lengths, dtype=np.int64)
+    if lengths.sum() != len(values):
+        raise ValueError(f"Packed arrays disagree: the lengths add up to {int(lengths.sum())} ids but there are "
+                         f"{len(values)} values.")
+    return np.split(np.asarray(values, dtype=np.int32), np.cumsum(lengths)[:-1]) if len(lengths) else []
+
+
+def save_arrays(path, splits):
+    """Writes `{"train": (sources, targets), "valid": (...)}` (lists of id arrays) to an `.npz` file."""
+    arrays = {}
+    for split, (sources, targets) in splits.items():
+        if len(sources) != len(targets):
+            raise ValueError(f"{split}: {len(sources)} source and {len(targets)} target sequences.")
+        for side, sequences in (("source", sources), ("target", targets)):
+            arrays[f"{split}_{side}_values"], arrays[f"{split}_{side}_lengths"] = ragged_to_arrays(sequences)
+    path = pathlib.Path(path)
+    temporary = path.with_name(f".{path.name}.tmp.npz")
+    np.savez_compressed(temporary, **arrays)
+    os.replace(temporary, path)
+
+
+def load_arrays(path):
+    """Reads an `arrays.npz`: `{"train": (sources, targets), "valid": (...)}`, splits that are present."""
+    path = pathlib.Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"No packed data at {path}: run `keras-transformer pack --config ... "
+                                f"--workdir {path.parent}` where TensorFlow is installed first.")
+    with np.load(path) as data:
+        splits = {}
+        for split in _SPLITS:
+            if f"{split}_source_values" in data:
+                splits[split] = tuple(arrays_to_ragged(data[f"{split}_{side}_values"], data[f"{split}_{side}_lengths"])
+                                      for side in ("source", "target"))
+    if "train" not in splits:
+        raise ValueError(f"{path} holds no training pairs (train_source_values).")
+    return splits
+
+
+# ------------------------------------------------------------------ batches
+def make_batches(sources, targets, tokens_per_batch, *, length_multiple=8, pad_id=0, bos_id=2, eos_id=3,
+                 rng=None):
+    """Token-budget batches of `(source, target_input, labels)` int32 arrays, as the TensorFlow pipeline forms them.
+
+    Each pair becomes source = tokens + eos, target input = bos + tokens,
+    labels = tokens + eos. Pairs are grouped by their rounded length L (longer
+    side + 1, rounded up to `length_multiple`) and batched `tokens_per_batch // L`
+    at a time, padded with `pad_id` to width L on both sides. With `rng`, pairs
+    are shuffled within their group and the batches' order is shuffled;
+    without, the order is deterministic (validation).
+
+    Args:
+        sources, targets: lists of int id arrays (no bos/eos), aligned.
+        tokens_per_batch: most positions per side in one batch, padding included.
+        length_multiple: batch widths are multiples of it (few shapes for XLA).
+        pad_id, bos_id, eos_id: special ids.
+        rng: a `numpy.random.Generator` to shuffle with, or None.
+
+    Returns:
+        A list of `(source (B, L), target_input (B, L), labels (B, L))`.
+
+    Raises:
+        ValueError: misaligned inputs, or a pair longer than `tokens_per_batch`.
+
+    Example:
+
+    >>> [b[1].tolist() for b in make_batches([[7], [8, 9]], [[5], [6]], 16, length_multiple=4)]
+    [[[2, 5, 0, 0], [2, 6, 0, 0]]]
+    """
+    if len(sources) != len(targets):
+        raise ValueError(f"make_batches: {len(sources)} source but {len(targets)} target sequences.")
+    if not len(sources):
+        return []
+    multiple = max(1, int(length_multiple))
+    lengths = np.maximum([len(s) for s in sources], [len(t) for t in targets]) + 1
+    widths = -(-lengths // multiple) * multiple
+    if widths.max() > tokens_per_batch:
+        longest = int(np.argmax(widths))
+        raise ValueError(f"Pair {longest} needs {int(widths[longest])} positions (rounded to a multiple of "
+                         f"{multiple}), more than tokens_per_batch={tokens_per_batch}.")
+    batches = []
+    for width in np.unique(widths):
+        members = np.flatnonzero(widths == width)
+        if rng is not None:
+            members = rng.permutation(members)
+        size = max(1, int(tokens_per_batch) // int(width))
+        for start in range(0, len(members), size):
+            chunk = members[start:start + size]
+            source = np.full((len(chunk), width), pad_id, np.int32)
+            target_input = np.full((len(chunk), width), pad_id, np.int32)
+            labels = np.full((len(chunk), width), pad_id, np.int32)
+            for row, index in enumerate(chunk):
+                s, t = sources[index], targets[index]
+                source[row, :len(s)] = s
+                source[row, len(s)] = eos_id
+                target_input[row, 0] = bos_id
+                target_input[row, 1:len(t) + 1] = t
+                labels[row, :len(t)] = t
+                labels[row, len(t)] = eos_id
+            batches.append((source, target_input, labels))
+    if rng is not None:
+        batches = [batches[i] for i in rng.permutation(len(batches))]
+    return batches
+
+
+# ------------------------------------------------------------------ training
+def _weights_view(model):
+    """The model's layers without the optimizer: what epoch checkpoints hold (as `train` writes them)."""
+    return keras.Model(model.inputs, model.outputs, name=model.name)
+
+
+def _atomic(path, write):
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name.split('.')[0]}.tmp{''.join(path.suffixes)}")
+    write(str(temporary))
+    os.replace(temporary, path)
+
+
+def _evaluate(model, batches):
+    """Token-weighted validation loss and accuracy over `batches`."""
+    total_loss = total_correct = total_tokens = 0.0
+    for source, target_input, labels in batches:
+        logs = model.test_on_batch({"source": source, "target": target_input}, labels, return_dict=True)
+        tokens = float(np.count_nonzero(labels))
+        total_loss += float(logs["loss"]) * tokens
+        total_correct += float(logs.get("masked_accuracy", 0.0)) * tokens
+        total_tokens += tokens
+    return total_loss / max(total_tokens, 1.0), total_correct / max(total_tokens, 1.0)
+
+
+def _average_weights(paths, model):
+    """Sets `model`'s weights to the mean of the `.weights.h5` files `paths` (each loaded into `model` first)."""
+    total = None
+    for path in paths:
+        model.load_weights(str(path))
+        weights = [np.asarray(w, dtype=np.float64) for w in model.get_weights()]
+        total = weights if total is None else [a + b for a, b in zip(total, weights)]
+    model.set_weights([(w / len(paths)).astype(v.dtype) for w, v in zip(total, model.get_weights())])
+
+
+def train_arrays(workdir, epochs=None, *, jit_compile=True, precision="float32", average_last=None,
+                 length_multiple=8, tokens_per_batch=None, seed=None, keep_checkpoints=None, verbose=1):
+    """Trains the packed experiment in `workdir` (see `training.pack_arrays`), resuming a previous run.
+
+    Args:
+        workdir: a folder written by `pack_arrays` (`experiment.yaml`,
+            `model.yaml`, `arrays.npz`).
+        epochs: total epochs (default: the experiment's `training.epochs`).
+        jit_compile: compile each step with XLA (the fast path on a GPU).
+        precision: Keras dtype policy, e.g. `"mixed_bfloat16"` on a GPU.
+        average_last: after training, average the last N epoch checkpoints into
+            `checkpoints/average-last-N.weights.h5` (default: the experiment's
+            `decoding.average_last`, if any).
+        length_multiple: batch widths are multiples of it.
+        tokens_per_batch: default: the experiment's `data.tokens_per_batch`.
+        seed: default: the experiment's `training.seed`; epoch e shuffles with seed + e.
+        keep_checkpoints: keep only the newest N epoch checkpoints (None: all).
+        verbose: 1 logs a line per epoch.
+
+    Returns:
+        A dict: `history` (rows of `history.csv` written by this call),
+        `checkpoints` (paths), `average` (path or None), `updates`, `seconds`,
+        `target_tokens` (non-pad labels trained on by this call).
+
+    Raises:
+        FileNotFoundError: no `arrays.npz` / `model.yaml` in `workdir`.
+    """
+    from keras_transformer.losses import LabelSmoothedCrossEntropy
+    from keras_transformer.metrics import MaskedAccuracy
+    from keras_transformer.model import build_model
+    from keras_transformer.optimizers import make_optimizer
+
+    workdir = pathlib.Path(workdir)
+    for needed in ("model.yaml", "experiment.yaml"):
+        if not (workdir / needed).is_file():
+            raise FileNotFoundError(f"{workdir} is not a packed workdir: {workdir / needed} is missing "
+                                    "(`keras-transformer pack` writes it).")
+    experiment = yaml.safe_load((workdir / "experiment.yaml").read_text(encoding="utf-8")) or {}
+    training_section, data_section = experiment.get("training", {}), experiment.get("data", {})
+    epochs = int(epochs if epochs is not None else training_section.get("epochs", 1))
+    seed = int(seed if seed is not None else training_section.get("seed", 0))
+    tokens_per_batch = int(tokens_per_batch or data_section.get("tokens_per_batch", 4096))
+    if average_last is None:
+        average_last = experiment.get("decoding", {}).get("average_last")
+    splits = load_arrays(workdir / ARRAYS_FILE)
+    config = TransformerConfig.from_yaml(workdir / "model.yaml")
+    special = dict(pad_id=config.pad_id, bos_id=config.bos_id, eos_id=config.eos_id)
+    valid_batches = (make_batches(*splits["valid"], tokens_per_batch, length_multiple=length_multiple, **special)
+                     if "valid" in splits else None)
+
+    keras.utils.set_random_seed(seed)
+    previous_policy = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(precision)
+    try:
+        model = build_model(config)
+        model.compile(optimizer=make_optimizer(config),
+                      loss=LabelSmoothedCrossEntropy(config.label_smoothing, pad_id=config.pad_id),
+                      metrics=[MaskedAccuracy(pad_id=config.pad_id)], jit_compile=jit_compile)
+        model.optimizer.build(model.trainable_variables)
+    finally:
+        keras.config.set_dtype_policy(previous_policy)
+    weights_view = _weights_view(model)
+
+    backup, state_path = workdir / "backup" / "arrays_latest.weights.h5", workdir / "backup" / "arrays_state.json"
+    start_epoch = 0
+    if state_path.is_file() and backup.is_file():
+        start_epoch = int(json.loads(state_path.read_text())["epochs_done"])
+        model.load_weights(str(backup))  # weights and optimizer state (step count included)
+        log.info("Resuming after epoch %d from %s", start_epoch, backup)
+
+    history_path, rows = workdir / "history.csv", []
+    fields = ["epoch", "loss", "masked_accuracy", "val_loss", "val_masked_accuracy", "updates", "seconds",
+              "target_tokens_per_s", "learning_rate"]
+    checkpoints = []
+    total_updates = total_tokens = 0
+    started = time.perf_counter()
+    for epoch in range(start_epoch, epochs):
+        batches = make_batches(*splits["train"], tokens_per_batch, length_multiple=length_multiple,
+                               rng=np.random.default_rng(seed + epoch), **special)
+        epoch_start = time.perf_counter()
+        loss_sum = correct_sum = tokens = 0.0
+        for source, target_input, labels in batches:
+            logs = model.train_on_batch({"source": source, "target": target_input}, labels, return_dict=True)
+            count = float(np.count_nonzero(labels))
+            loss_sum += float(logs["loss"]) * count
+            correct_sum += float(logs["masked_accuracy"]) * count
+            tokens += count
+        seconds = time.perf_counter() - epoch_start
+        if not np.isfinite(loss_sum):
+            raise FloatingPointError(f"Training stopped: the loss became {loss_sum} in epoch {epoch + 1}; the last "
+                                     f"good weights are in {workdir / 'checkpoints'}.")
+        row = {"epoch": epoch + 1, "loss": loss_sum / tokens, "masked_accuracy": correct_sum / tokens,
+               "val_loss": "", "val_masked_accuracy": "", "updates": int(model.optimizer.iterations.numpy()),
+               "seconds": round(seconds, 2), "target_tokens_per_s": round(tokens / seconds, 1),
+               "learning_rate": float(keras.ops.convert_to_numpy(model.optimizer.learning_rate))}
+        if valid_batches:
+            row["val_loss"], row["val_masked_accuracy"] = _evaluate(model, valid_batches)
+        checkpoint = workdir / "checkpoints" / f"ckpt-{epoch + 1:04d}.weights.h5"
+        _atomic(checkpoint, lambda path: weights_view.save_weights(path))
+        _atomic(backup, lambda path: model.save_weights(path))
+        _atomic(state_path, lambda path: pathlib.Path(path).write_text(json.dumps({"epochs_done": epoch + 1})))
+        new_file = not history_path.is_file()
+        with open(history_path, "a", newline="", encoding="utf-8") as f:
+            writer = csv.DictWriter(f, fieldnames=fields)
+            if new_file:
+                writer.writeheader()
+            writer.writerow(row)
+        rows.append(row)
+        checkpoints.append(checkpoint)
+        total_updates += len(batches)
+        total_tokens += tokens
+        if keep_checkpoints:
+            existing = sorted((workdir / "checkpoints").glob("ckpt-[0-9][0-9][0-9][0-9].weights.h5"))
+            for old in existing[:-int(keep_checkpoints)]:
+                old.unlink()
+        if verbose:
+            log.info("epoch %d/%d: loss %.4f, accuracy %.4f, val_loss %s, %d updates, %.1f s, %.0f target tokens/s",
+                     epoch + 1, epochs, row["loss"], row["masked_accuracy"], row["val_loss"], row["updates"],
+                     seconds, row["target_tokens_per_s"])
+
+    average_path = None
+    if average_last:
+        existing = sorted((workdir / "checkpoints").glob("ckpt-[0-9][0-9][0-9][0-9].weights.h5"))
+        if existing:
+            chosen = existing[-int(average_last):]
+            _average_weights(chosen, weights_view)
+            average_path = workdir / "checkpoints" / f"average-last-{int(average_last)}.weights.h5"
+            _atomic(average_path, lambda path: weights_view.save_weights(path))
+            log.info("Averaged %d checkpoints (%s .. %s) into %s", len(chosen), chosen[0].name, chosen[-1].name,
+                     average_path)
+    return {"history": rows, "checkpoints": checkpoints, "average": average_path, "updates": total_updates,
+            "seconds": time.perf_counter() - started, "target_tokens": int(total_tokens)}
+
+
+def main(argv=None):
+    """`python -m keras_transformer.arrays WORKDIR [--epochs N] [--precision P] ...`"""
+    parser = argparse.ArgumentParser(prog="python -m keras_transformer.arrays",
+                                     description="Train a packed workdir (keras-transformer pack) on any Keras backend.")
+    parser.add_argument("workdir")
+    parser.add_argument("--epochs", type=int, help="total epochs (default: the experiment's)")
+    parser.add_argument("--precision", default="float32", help="Keras dtype policy, e.g. mixed_bfloat16 on a GPU")
+    parser.add_argument("--no-jit", action="store_true", help="do not compile steps with XLA")
+    parser.add_argument("--average-last", type=int, help="average the last N epoch checkpoints at the end")
+    parser.add_argument("--tokens-per-batch", type=int, help="default: the experiment's data.tokens_per_batch")
+    parser.add_argument("--length-multiple", type=int, default=8, help="batch widths are multiples of it")
+    parser.add_argument("--keep-checkpoints", type=int, help="keep only the newest N epoch checkpoints")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    result = train_arrays(args.workdir, args.epochs, jit_compile=not args.no_jit, precision=args.precision,
+                          average_last=args.average_last, length_multiple=args.length_multiple,
+                          tokens_per_batch=args.tokens_per_batch, keep_checkpoints=args.keep_checkpoints)
+    print(json.dumps({"backend": keras.config.backend(), "updates": result["updates"],
+                      "seconds": round(result["seconds"], 1), "target_tokens": result["target_tokens"],
+                      "average": str(result["average"]) if result["average"] else None}))
+
+
+if __name__ == "__main__":
+    main()

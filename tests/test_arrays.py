@@ -1,0 +1,150 @@
+"""Packing token ids and training from them (keras_transformer.arrays): the path to a GPU machine without TensorFlow."""
+
+import csv
+import gzip
+
+import numpy as np
+import pytest
+
+from keras_transformer import arrays, training
+
+
+def _rows(batch):
+    """Each row of a (source, target_input, labels) batch without its padding, as a tuple of tuples."""
+    source, target_input, labels = (np.asarray(a) for a in batch)
+    return [tuple(tuple(int(v) for v in side[i][side[i] != 0]) for side in (source, target_input, labels))
+            for i in range(len(source))]
+
+
+def test_batches_hold_every_pair_once_within_the_budget():
+    rng = np.random.default_rng(0)
+    sources = [rng.integers(4, 50, rng.integers(1, 30)) for _ in range(300)]
+    targets = [rng.integers(4, 50, rng.integers(1, 30)) for _ in range(300)]
+    batches = arrays.make_batches(sources, targets, 256, length_multiple=8, rng=np.random.default_rng(1))
+    rows = [row for batch in batches for row in _rows(batch)]
+    expected = [(tuple(s) + (3,), (2,) + tuple(t), tuple(t) + (3,)) for s, t in zip(sources, targets)]
+    assert sorted(rows) == sorted(expected)  # every pair exactly once, eos / bos where the pipeline puts them
+    widths = {b[0].shape[1] for b in batches}
+    assert all(w % 8 == 0 for w in widths) and len(widths) <= 4  # few shapes: 8, 16, 24, 32
+    for source, target_input, labels in batches:
+        assert source.shape == target_input.shape == labels.shape
+        assert source.shape[0] <= 256 // source.shape[1]  # the token budget, padding included
+        longest = max(np.count_nonzero(source, 1).max(), np.count_nonzero(labels, 1).max())
+        assert source.shape[1] - 8 < longest <= source.shape[1]  # the narrowest multiple of 8 that fits
+    # Another seed gives another order; no seed gives a fixed one.
+    assert [b[0].tolist() for b in arrays.make_batches(sources, targets, 256)] == \
+           [b[0].tolist() for b in arrays.make_batches(sources, targets, 256)]
+    other = arrays.make_batches(sources, targets, 256, rng=np.random.default_rng(2))
+    assert [b[0].tolist() for b in other] != [b[0].tolist() for b in batches]
+
+
+def test_batches_reject_bad_input():
+    with pytest.raises(ValueError, match="2 source but 1 target"):
+        arrays.make_batches([[4], [5]], [[6]], 64)
+    with pytest.raises(ValueError, match="more than tokens_per_batch=16"):
+        arrays.make_batches([list(range(4, 30))], [[5]], 16)
+    assert arrays.make_batches([], [], 64) == []
+
+
+def test_packed_arrays_round_trip_and_name_missing_files(tmp_path):
+    sequences = [np.array([5, 6, 7]), np.array([8]), np.array([9, 10])]
+    arrays.save_arrays(tmp_path / "a.npz", {"train": (sequences, sequences[::-1])})
+    loaded = arrays.load_arrays(tmp_path / "a.npz")
+    assert [s.tolist() for s in loaded["train"][0]] == [[5, 6, 7], [8], [9, 10]]
+    assert [s.tolist() for s in loaded["train"][1]] == [[9, 10], [8], [5, 6, 7]]
+    assert "valid" not in loaded
+    with pytest.raises(FileNotFoundError, match="keras-transformer pack"):
+        arrays.load_arrays(tmp_path / "missing.npz")
+    with pytest.raises(ValueError, match="lengths add up to 3"):
+        arrays.arrays_to_ragged(np.array([1, 2]), np.array([1, 2]))
+
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory, multi30k_dir):
+    """A workdir packed from 400 Multi30k training pairs and 40 validation pairs (shared vocabulary of 600)."""
+    folder = tmp_path_factory.mktemp("packed")
+    for split, count in (("train", 400), ("val", 40)):
+        for lang in ("en", "de"):
+            with gzip.open(multi30k_dir / f"{split}.{lang}.gz", "rt", encoding="utf-8") as f:
+                lines = [next(f) for _ in range(count)]
+            (folder / f"{split}.{lang}").write_text("".join(lines), encoding="utf-8")
+    experiment = {
+        "model": {"preset": "tiny", "dropout": 0.0, "warmup_steps": 20},
+        "data": {"kind": "text", "train_source": str(folder / "train.en"), "train_target": str(folder / "train.de"),
+                 "valid_source": str(folder / "val.en"), "valid_target": str(folder / "val.de"),
+                 "vocab_size": 600, "tokens_per_batch": 512, "max_length": 64},
+        "training": {"epochs": 2, "seed": 3},
+        "decoding": {"average_last": 2},
+    }
+    workdir = folder / "run"
+    counts = training.pack_arrays(experiment, workdir)
+    return workdir, counts, folder
+
+
+def test_pack_writes_the_pairs_the_vocabulary_reads_back(packed):
+    from keras_transformer.data import tokenizers
+    workdir, counts, folder = packed
+    assert (workdir / "model.yaml").is_file() and (workdir / "data" / "vocab").is_dir()
+    splits = arrays.load_arrays(workdir / arrays.ARRAYS_FILE)
+    source_tokenizer, target_tokenizer = tokenizers.load_tokenizers(workdir / "data" / "vocab")
+    # Training pairs with a side over max_length - 1 = 63 tokens are dropped, as the training pipeline does;
+    # validation pairs are all kept (truncated if needed).
+    lengths = [source_tokenizer.tokenize((folder / f"train.{lang}").read_text(encoding="utf-8").splitlines())
+               .row_lengths().numpy() for lang in ("en", "de")]
+    fitting = int(np.sum(np.maximum(*lengths) <= 63))
+    assert 300 < fitting < 400  # the small vocabulary makes some sentences long
+    assert counts["train_pairs"] == len(splits["train"][0]) == fitting and counts["valid_pairs"] == 40
+    # The stored ids decode to the original sentences (SentencePiece is lossless on this text).
+    originals = (folder / "val.de").read_text(encoding="utf-8").splitlines()
+    ids = splits["valid"][1]
+    width = max(len(s) for s in ids)
+    padded = np.zeros((len(ids), width + 1), np.int32)
+    for i, s in enumerate(ids):
+        padded[i, :len(s)] = s
+        padded[i, len(s)] = 3  # eos
+    decoded = [t.decode("utf-8") for t in target_tokenizer.detokenize(padded).numpy()]
+    truncated = [i for i, s in enumerate(ids) if len(s) == 63]
+    assert len(truncated) < 10
+    for i, (text, original) in enumerate(zip(decoded, originals)):
+        if i in truncated:  # an over-long validation side is cut at 63 tokens: a prefix of the sentence
+            assert original.startswith(text) and len(text) < len(original.strip())
+        else:
+            assert text == original.strip()
+    assert counts["train_target_tokens"] == sum(len(t) + 1 for t in splits["train"][1])
+
+
+@pytest.mark.slow
+def test_train_arrays_trains_resumes_and_feeds_the_workdir_commands(packed):
+    workdir, _, folder = packed
+    first = arrays.train_arrays(workdir, epochs=2, jit_compile=False)
+    assert [p.name for p in first["checkpoints"]] == ["ckpt-0001.weights.h5", "ckpt-0002.weights.h5"]
+    assert first["average"].name == "average-last-2.weights.h5"
+    # Running again with more epochs resumes after epoch 2: one more epoch, the update count goes on.
+    second = arrays.train_arrays(workdir, epochs=3, jit_compile=False)
+    assert [p.name for p in second["checkpoints"]] == ["ckpt-0003.weights.h5"]
+    with open(workdir / "history.csv", encoding="utf-8") as f:
+        history = list(csv.DictReader(f))
+    assert [int(r["epoch"]) for r in history] == [1, 2, 3]
+    per_epoch = first["updates"] // 2
+    assert [int(r["updates"]) for r in history] == [per_epoch, 2 * per_epoch, 3 * per_epoch]
+    losses = [float(r["loss"]) for r in history]
+    assert losses[2] < losses[0] and float(history[2]["val_loss"]) < float(history[0]["val_loss"])
+    # The workdir serves the TensorFlow-side commands: the averaged weights translate through load_translator.
+    translator = training.load_translator(workdir, checkpoint=second["average"], beam_size=2)
+    assert len(translator(["A man is riding a bike.", "Two dogs."])) == 2
+    # The average is the mean of the last two epoch checkpoints.
+    from keras_transformer.config import TransformerConfig
+    from keras_transformer.model import build_model
+    model = build_model(TransformerConfig.from_yaml(workdir / "model.yaml"))
+    checkpoints = [workdir / "checkpoints" / f"ckpt-000{i}.weights.h5" for i in (2, 3)]
+    weights = []
+    for path in checkpoints + [second["average"]]:
+        model.load_weights(str(path))
+        weights.append(model.get_weights())
+    for a, b, mean in zip(*weights):
+        np.testing.assert_allclose(mean, (a + b) / 2, rtol=1e-5, atol=1e-6)
+
+
+def test_train_arrays_names_a_workdir_that_was_not_packed(tmp_path):
+    with pytest.raises(FileNotFoundError, match="keras-transformer pack"):
+        arrays.train_arrays(tmp_path)
