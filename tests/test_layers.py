@@ -264,3 +264,25 @@ def test_mixed_precision_layers_compute_in_bfloat16():
     out = layer(RNG.normal(size=(1, 3, 8)).astype("float32"))
     assert keras.backend.standardize_dtype(out.dtype) == "bfloat16"
     assert all(keras.backend.standardize_dtype(w.dtype) == "float32" for w in layer.weights)
+
+
+def test_layer_normalization_gradient_matches_keras_autodiff():
+    """Our LayerNormalization writes its gradient by hand; Keras' layer, differentiated by TensorFlow, agrees."""
+    import tensorflow as tf
+
+    from keras_transformer.layers.normalization import LayerNormalization
+    rng = np.random.default_rng(0)
+    x = tf.constant(rng.normal(size=(4, 5, 16)).astype("float32") * 2 + 1)
+    upstream = tf.constant(rng.normal(size=(4, 5, 16)).astype("float32"))
+    weights = [rng.normal(size=16).astype("float32"), rng.normal(size=16).astype("float32")]
+    results = []
+    for layer in (LayerNormalization(epsilon=1e-6), keras.layers.LayerNormalization(epsilon=1e-6)):
+        layer.build(x.shape)
+        layer.set_weights(weights)
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = layer(x)
+            total = tf.reduce_sum(y * upstream)
+        results.append([y, *tape.gradient(total, [x, *layer.trainable_variables])])
+    for ours, theirs, name in zip(*results, ["outputs", "d inputs", "d gamma", "d beta"]):
+        np.testing.assert_allclose(ours.numpy(), theirs.numpy(), atol=1e-5, err_msg=name)

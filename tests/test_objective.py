@@ -97,3 +97,31 @@ def test_make_optimizer_is_the_papers_adam():
     assert kt.make_optimizer(config, gradient_accumulation_steps=4).gradient_accumulation_steps == 4
     assert math.isclose(float(kt.make_optimizer(config.replace(learning_rate_scale=2.0))._learning_rate(10)),
                         2 * float(optimizer._learning_rate(10)))
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_label_smoothed_loss_gradient_matches_autodiff_of_the_one_hot_formula(eps):
+    """The loss's gradient is written by hand (losses.smoothed_cross_entropy); autodiff of the textbook formula agrees."""
+    import tensorflow as tf
+    rng = np.random.default_rng(0)
+    vocab = 50
+    logits = tf.constant(rng.normal(size=(3, 7, vocab)).astype("float32") * 3)
+    labels = rng.integers(1, vocab, (3, 7)).astype("int32")
+    labels[0, 5:] = 0  # pads
+    labels = tf.constant(labels)
+
+    def reference(labels, logits):
+        target = tf.one_hot(labels, vocab) * (1 - eps) + eps / vocab
+        per_token = -tf.reduce_sum(target * tf.nn.log_softmax(logits), -1)
+        weights = tf.cast(labels != 0, tf.float32)
+        return tf.reduce_sum(per_token * weights) / tf.reduce_sum(weights)
+
+    gradients = []
+    for fn in (kt.LabelSmoothedCrossEntropy(eps, pad_id=0), reference):
+        with tf.GradientTape() as tape:
+            tape.watch(logits)
+            value = fn(labels, logits)
+        gradients.append((float(value), tape.gradient(value, logits).numpy()))
+    assert gradients[0][0] == pytest.approx(gradients[1][0], rel=1e-6)
+    np.testing.assert_allclose(gradients[0][1], gradients[1][1], atol=1e-7)
+    assert np.abs(gradients[1][1]).max() > 1e-3  # a real gradient, not zeros on both sides

@@ -155,6 +155,22 @@ def test_training_order_is_shuffled_each_epoch_and_inference_order_is_fixed(mult
     assert once == [labels.tolist() for _, labels in valid.as_numpy_iterator()]
 
 
+def test_partial_batches_are_spread_over_the_epoch(train_batches):
+    """Bucketing emits every bucket's partial last batch when the input runs out, in bucket order; the batches are
+    shuffled afterwards, so an epoch (and the checkpoint after it) does not end with a run of small batches sorted
+    from short to long sentences."""
+    batches, _, _ = train_batches
+    widths = np.array([inputs["source"].shape[1] for inputs, _ in batches])
+    sizes = np.array([labels.shape[0] for _, labels in batches])
+    full = {width: sizes[widths == width].max() for width in set(widths.tolist())}
+    partial = np.flatnonzero([size < full[width] for size, width in zip(sizes, widths)])
+    assert len(partial) >= 20  # about one per bucket (length)
+    # Unshuffled, they would fill the last len(partial) places; shuffled, their mean position is mid-epoch.
+    assert partial.mean() < 0.75 * len(batches)
+    tail = widths[-20:]
+    assert not np.all(np.diff(tail) >= 0)  # the epoch does not end sorted by length
+
+
 def test_bucket_plan_keeps_budgets_and_replica_multiples():
     boundaries, sizes = bucket_plan(longest=50, tokens_per_batch=1000, bucket_width=1, num_replicas=4, shortest=3)
     uppers = [b - 1 for b in boundaries] + [50]

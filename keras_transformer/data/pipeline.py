@@ -14,7 +14,10 @@ Steps, in order:
    pairs are at most ``L`` positions long gets ``tokens_per_batch // L``
    pairs, so every batch holds at most ``tokens_per_batch`` source and at
    most ``tokens_per_batch`` target positions, padding included;
-6. prefetch.
+6. shuffle the batches (training only; up to ``BATCH_SHUFFLE_BUFFER`` of them),
+   so the buckets' partial last batches, which bucketing emits together at the
+   end of the input, spread over the epoch;
+7. prefetch.
 
 Token budget and tf.distribute: ``tokens_per_batch`` is the GLOBAL budget of
 one training step, as in the paper (about 25,000 source + 25,000 target tokens
@@ -45,6 +48,7 @@ from keras_transformer.data import corpus, tokenizers
 logger = logging.getLogger(__name__)
 
 PAD_ID, BOS_ID, EOS_ID = tokenizers.PAD_ID, tokenizers.BOS_ID, tokenizers.EOS_ID
+BATCH_SHUFFLE_BUFFER = 1024  # batches shuffled after bucketing (training); a whole epoch of Multi30k
 _TOKENIZE_CHUNK = 16384  # sentences per tokenizer call when tokenizing a corpus
 
 
@@ -443,5 +447,12 @@ def _make(sources, targets, summary, source_tokenizer, target_tokenizer, *, toke
     dataset = dataset.bucket_by_sequence_length(_example_length, boundaries, batch_sizes, drop_remainder=False)
     if num_replicas > 1:  # every replica must get at least one pair
         dataset = dataset.filter(lambda inputs, labels: tf.shape(labels)[0] >= num_replicas)
+    if training:
+        # Shuffle the batches too. Bucketing emits each bucket's partial last batch when the input runs out, in
+        # bucket order: without this, every epoch would end with a run of small batches going from short to
+        # long sentences, and every epoch checkpoint would be taken right after it (measured: half the
+        # validation accuracy gain per epoch on Multi30k; docs/BENCHMARKS.md).
+        dataset = dataset.shuffle(min(num_batches, BATCH_SHUFFLE_BUFFER),
+                                  seed=None if seed is None else seed + 1, reshuffle_each_iteration=True)
     dataset = dataset.apply(tf.data.experimental.assert_cardinality(num_batches))  # fit() shows progress
     return dataset.prefetch(tf.data.AUTOTUNE), summary
