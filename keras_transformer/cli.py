@@ -49,6 +49,14 @@ def _weights_arguments(parser):
     group.add_argument("--average", type=int, metavar="N", help="average the last N epoch checkpoints")
 
 
+def _experiment_arguments(parser, workdir_help):
+    parser.add_argument("--config", action="append", required=True, metavar="FILE.yaml",
+                        help="experiment config; repeat to layer files (later ones win)")
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", dest="overrides",
+                        help="override one config value (YAML syntax); repeatable, later ones win")
+    parser.add_argument("--workdir", required=True, metavar="DIR", help=workdir_help)
+
+
 def build_parser():
     """The argument parser of `keras-transformer` (all subcommands).
 
@@ -73,12 +81,7 @@ def build_parser():
         epilog="The YAML has sections model (TransformerConfig fields or preset:), data, training and decoding; "
                "see keras_transformer/training.py and configs/.\n"
                "  --set training.epochs=20 --set model.dropout=0.3 --set training.strategy=mirrored")
-    train.add_argument("--config", action="append", required=True, metavar="FILE.yaml",
-                       help="experiment config; repeat to layer files (later ones win)")
-    train.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", dest="overrides",
-                       help="override one config value (YAML syntax); repeatable, later ones win")
-    train.add_argument("--workdir", required=True, metavar="DIR",
-                       help="folder for checkpoints, logs, history.csv and the vocabulary")
+    _experiment_arguments(train, "folder for checkpoints, logs, history.csv and the vocabulary")
     train.add_argument("--dry-run", action="store_true", help="print the resolved config and stop")
 
     evaluate = commands.add_parser("evaluate", help="translate a test set and report sacreBLEU",
@@ -128,11 +131,7 @@ def build_parser():
                     "Keras backend (JAX on a GPU machine without TensorFlow) with "
                     "`python -m keras_transformer.arrays WORKDIR`; evaluate, translate and export read it here "
                     "(docs/gpu.md).")
-    pack.add_argument("--config", action="append", required=True, metavar="FILE.yaml",
-                      help="experiment config; repeat to layer files (later ones win)")
-    pack.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", dest="overrides",
-                      help="override one config value (YAML syntax); repeatable")
-    pack.add_argument("--workdir", required=True, metavar="DIR", help="the folder to write")
+    _experiment_arguments(pack, "the folder to write (vocabulary, configs, arrays.npz)")
 
     plot = commands.add_parser("plot-attention", help="translate a sentence and draw its attention maps",
                                description="Translates the sentence and writes PNG heatmaps of encoder "

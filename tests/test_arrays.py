@@ -148,3 +148,13 @@ def test_train_arrays_trains_resumes_and_feeds_the_workdir_commands(packed):
 def test_train_arrays_names_a_workdir_that_was_not_packed(tmp_path):
     with pytest.raises(FileNotFoundError, match="keras-transformer pack"):
         arrays.train_arrays(tmp_path)
+
+
+def test_pack_command_refuses_data_without_text(tmp_path, capsys):
+    import pathlib
+
+    from keras_transformer import cli
+    tiny = pathlib.Path(__file__).resolve().parents[1] / "configs" / "tiny_copy.yaml"  # synthetic data
+    status = cli.main(["pack", "--config", str(tiny), "--workdir", str(tmp_path / "run")])
+    assert status == 2
+    assert "pack needs data.kind: text" in capsys.readouterr().err
