@@ -22,7 +22,8 @@ length L, `tokens_per_batch // L` of them. Batch shapes are therefore few
 (one per L), which is what XLA (`jit_compile=True`, the default here, and the
 only fast way on a GPU) needs: each new shape compiles once.
 
-This module imports only keras, numpy and the package's model code.
+This module needs only keras, numpy and the package itself: no TensorFlow, which `training` imports only
+inside the functions that use it (the checkpoint helpers reused here do not).
 """
 
 import argparse
@@ -174,11 +175,6 @@ def make_batches(sources, targets, tokens_per_batch, *, length_multiple=8, pad_i
 
 
 # ------------------------------------------------------------------ training
-def _weights_view(model):
-    """The model's layers without the optimizer: what epoch checkpoints hold (as `train` writes them)."""
-    return keras.Model(model.inputs, model.outputs, name=model.name)
-
-
 def _atomic(path, write):
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -197,16 +193,6 @@ def _evaluate(model, batches):
         total_correct += float(logs.get("masked_accuracy", 0.0)) * tokens
         total_tokens += tokens
     return total_loss / max(total_tokens, 1.0), total_correct / max(total_tokens, 1.0)
-
-
-def _average_weights(paths, model):
-    """Sets `model`'s weights to the mean of the `.weights.h5` files `paths` (each loaded into `model` first)."""
-    total = None
-    for path in paths:
-        model.load_weights(str(path))
-        weights = [np.asarray(w, dtype=np.float64) for w in model.get_weights()]
-        total = weights if total is None else [a + b for a, b in zip(total, weights)]
-    model.set_weights([(w / len(paths)).astype(v.dtype) for w, v in zip(total, model.get_weights())])
 
 
 def train_arrays(workdir, epochs=None, *, jit_compile=True, precision="float32", average_last=None,
@@ -240,6 +226,7 @@ def train_arrays(workdir, epochs=None, *, jit_compile=True, precision="float32",
     from keras_transformer.metrics import MaskedAccuracy
     from keras_transformer.model import build_model
     from keras_transformer.optimizers import make_optimizer
+    from keras_transformer.training import _atomic_save_weights, _weights_only
 
     workdir = pathlib.Path(workdir)
     for needed in ("model.yaml", "experiment.yaml"):
@@ -270,7 +257,7 @@ def train_arrays(workdir, epochs=None, *, jit_compile=True, precision="float32",
         model.optimizer.build(model.trainable_variables)
     finally:
         keras.config.set_dtype_policy(previous_policy)
-    weights_view = _weights_view(model)
+    weights_view = _weights_only(model)  # epoch checkpoints hold the weights, not the optimizer (as `train` writes)
 
     backup, state_path = workdir / "backup" / "arrays_latest.weights.h5", workdir / "backup" / "arrays_state.json"
     start_epoch = 0
@@ -307,7 +294,7 @@ def train_arrays(workdir, epochs=None, *, jit_compile=True, precision="float32",
         if valid_batches:
             row["val_loss"], row["val_masked_accuracy"] = _evaluate(model, valid_batches)
         checkpoint = workdir / "checkpoints" / f"ckpt-{epoch + 1:04d}.weights.h5"
-        _atomic(checkpoint, lambda path: weights_view.save_weights(path))
+        _atomic_save_weights(model, checkpoint)
         _atomic(backup, lambda path: model.save_weights(path))
         _atomic(state_path, lambda path: pathlib.Path(path).write_text(json.dumps({"epochs_done": epoch + 1})))
         new_file = not history_path.is_file()
@@ -334,9 +321,10 @@ def train_arrays(workdir, epochs=None, *, jit_compile=True, precision="float32",
         existing = sorted((workdir / "checkpoints").glob("ckpt-[0-9][0-9][0-9][0-9].weights.h5"))
         if existing:
             chosen = existing[-int(average_last):]
-            _average_weights(chosen, weights_view)
+            from keras_transformer.evaluation import average_checkpoints
+            average_checkpoints(chosen, weights_view)
             average_path = workdir / "checkpoints" / f"average-last-{int(average_last)}.weights.h5"
-            _atomic(average_path, lambda path: weights_view.save_weights(path))
+            _atomic_save_weights(model, average_path)
             log.info("Averaged %d checkpoints (%s .. %s) into %s", len(chosen), chosen[0].name, chosen[-1].name,
                      average_path)
     return {"history": rows, "checkpoints": checkpoints, "average": average_path, "updates": total_updates,
