@@ -110,7 +110,7 @@ def load_arrays(path):
 
 # ------------------------------------------------------------------ batches
 def make_batches(sources, targets, tokens_per_batch, *, length_multiple=8, pad_id=0, bos_id=2, eos_id=3,
-                 rng=None):
+                 rng=None, pad_rows=False):
     """Token-budget batches of `(source, target_input, labels)` int32 arrays, as the TensorFlow pipeline forms them.
 
     Each pair becomes source = tokens + eos, target input = bos + tokens,
@@ -118,7 +118,10 @@ def make_batches(sources, targets, tokens_per_batch, *, length_multiple=8, pad_i
     side + 1, rounded up to `length_multiple`) and batched `tokens_per_batch // L`
     at a time, padded with `pad_id` to width L on both sides. With `rng`, pairs
     are shuffled within their group and the batches' order is shuffled;
-    without, the order is deterministic (validation).
+    without, the order is deterministic (validation). With `pad_rows`, a
+    group's last, partial batch is filled up with rows of padding (which the
+    loss and the metrics ignore), so every batch of width L has the same shape
+    and XLA compiles one step per width instead of two.
 
     Args:
         sources, targets: lists of int id arrays (no bos/eos), aligned.
@@ -126,6 +129,7 @@ def make_batches(sources, targets, tokens_per_batch, *, length_multiple=8, pad_i
         length_multiple: batch widths are multiples of it (few shapes for XLA).
         pad_id, bos_id, eos_id: special ids.
         rng: a `numpy.random.Generator` to shuffle with, or None.
+        pad_rows: give every batch of one width the same number of rows.
 
     Returns:
         A list of `(source (B, L), target_input (B, L), labels (B, L))`.
@@ -157,9 +161,10 @@ def make_batches(sources, targets, tokens_per_batch, *, length_multiple=8, pad_i
         size = max(1, int(tokens_per_batch) // int(width))
         for start in range(0, len(members), size):
             chunk = members[start:start + size]
-            source = np.full((len(chunk), width), pad_id, np.int32)
-            target_input = np.full((len(chunk), width), pad_id, np.int32)
-            labels = np.full((len(chunk), width), pad_id, np.int32)
+            rows = size if pad_rows else len(chunk)
+            source = np.full((rows, width), pad_id, np.int32)
+            target_input = np.full((rows, width), pad_id, np.int32)
+            labels = np.full((rows, width), pad_id, np.int32)
             for row, index in enumerate(chunk):
                 s, t = sources[index], targets[index]
                 source[row, :len(s)] = s
@@ -243,6 +248,7 @@ def train_arrays(workdir, epochs=None, *, jit_compile=True, precision="float32",
     splits = load_arrays(workdir / ARRAYS_FILE)
     config = TransformerConfig.from_yaml(workdir / "model.yaml")
     special = dict(pad_id=config.pad_id, bos_id=config.bos_id, eos_id=config.eos_id)
+    special = dict(special, pad_rows=jit_compile)  # one batch shape per width: one XLA compilation each
     valid_batches = (make_batches(*splits["valid"], tokens_per_batch, length_multiple=length_multiple, **special)
                      if "valid" in splits else None)
 
@@ -271,6 +277,7 @@ def train_arrays(workdir, epochs=None, *, jit_compile=True, precision="float32",
               "target_tokens_per_s", "learning_rate"]
     checkpoints = []
     total_updates = total_tokens = 0
+    seen_shapes = set()
     started = time.perf_counter()
     for epoch in range(start_epoch, epochs):
         batches = make_batches(*splits["train"], tokens_per_batch, length_multiple=length_multiple,
@@ -278,7 +285,13 @@ def train_arrays(workdir, epochs=None, *, jit_compile=True, precision="float32",
         epoch_start = time.perf_counter()
         loss_sum = correct_sum = tokens = 0.0
         for source, target_input, labels in batches:
+            new_shape = source.shape not in seen_shapes
+            step_start = time.perf_counter()
             logs = model.train_on_batch({"source": source, "target": target_input}, labels, return_dict=True)
+            if new_shape:  # the first step of a shape traces (and with XLA compiles) it: slow, worth knowing
+                seen_shapes.add(source.shape)
+                log.info("epoch %d: first batch of shape %s took %.1f s", epoch + 1, source.shape,
+                         time.perf_counter() - step_start)
             count = float(np.count_nonzero(labels))
             loss_sum += float(logs["loss"]) * count
             correct_sum += float(logs["masked_accuracy"]) * count

@@ -38,6 +38,28 @@ def test_batches_hold_every_pair_once_within_the_budget():
     assert [b[0].tolist() for b in other] != [b[0].tolist() for b in batches]
 
 
+def test_padded_rows_give_one_shape_per_width_and_the_same_loss():
+    rng = np.random.default_rng(4)
+    sources = [rng.integers(4, 50, rng.integers(1, 20)) for _ in range(100)]
+    targets = [rng.integers(4, 50, rng.integers(1, 20)) for _ in range(100)]
+    plain = arrays.make_batches(sources, targets, 128)
+    padded = arrays.make_batches(sources, targets, 128, pad_rows=True)
+    assert len({b[0].shape for b in plain}) > len({b[0].shape[1] for b in plain})  # partial batches: other shapes
+    assert len({b[0].shape for b in padded}) == len({b[0].shape[1] for b in padded})  # one shape per width
+    assert [_rows(b)[:len(p[0])] for b, p in zip(padded, plain)] == [_rows(p) for p in plain]
+    assert all(not np.any(b[i][len(p[0]):]) for b, p in zip(padded, plain) for i in range(3))  # the rest is padding
+    # The loss and the accuracy ignore the padding rows.
+    from keras_transformer import LabelSmoothedCrossEntropy, TransformerConfig, build_model
+    from keras_transformer.metrics import MaskedAccuracy
+    model = build_model(TransformerConfig.preset("tiny", vocab_size=50, dropout=0.0))
+    model.compile(loss=LabelSmoothedCrossEntropy(0.1), metrics=[MaskedAccuracy()])
+    partial = next(i for i, (b, p) in enumerate(zip(padded, plain)) if len(b[0]) > len(p[0]))
+    logs = [model.test_on_batch({"source": b[0], "target": b[1]}, b[2], return_dict=True)
+            for b in (plain[partial], padded[partial])]
+    assert logs[0]["loss"] == pytest.approx(logs[1]["loss"], rel=1e-5)
+    assert logs[0]["masked_accuracy"] == pytest.approx(logs[1]["masked_accuracy"], abs=1e-6)
+
+
 def test_batches_reject_bad_input():
     with pytest.raises(ValueError, match="2 source but 1 target"):
         arrays.make_batches([[4], [5]], [[6]], 64)
@@ -158,3 +180,37 @@ def test_pack_command_refuses_data_without_text(tmp_path, capsys):
     status = cli.main(["pack", "--config", str(tiny), "--workdir", str(tmp_path / "run")])
     assert status == 2
     assert "pack needs data.kind: text" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_train_packed_script_trains_side_by_side_and_averages(packed, tmp_path):
+    import os
+    import pathlib
+    import shutil
+    import subprocess
+    import sys
+    workdir, _, _ = packed
+    root = pathlib.Path(__file__).resolve().parents[1]
+    copies = []
+    for name in ("a", "b"):  # fresh copies of the packed folder (the other test trains the original)
+        copy = tmp_path / name
+        shutil.copytree(workdir, copy, ignore=shutil.ignore_patterns("checkpoints", "backup", "history.csv"))
+        copies.append(copy)
+    env = dict(os.environ, PYTHON=sys.executable, PYTHONPATH=str(root), KERAS_BACKEND="tensorflow",
+               ARRAYS_OPTIONS="--no-jit")
+    done = subprocess.run(["bash", str(root / "examples" / "train_packed.sh"), "2", "600", "2", *map(str, copies)],
+                          env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout + done.stderr
+    for copy in copies:
+        with open(copy / "history.csv", encoding="utf-8") as f:
+            assert [int(r["epoch"]) for r in csv.DictReader(f)] == [1, 2]
+        assert (copy / "checkpoints" / "average-last-2.weights.h5").is_file()
+    # A time limit stops a run between epochs: what finished is kept and averaged; rerunning resumes.
+    limited = subprocess.run(["bash", str(root / "examples" / "train_packed.sh"), "50", "1", "2", str(copies[0])],
+                             env=env, capture_output=True, text=True, timeout=900)
+    assert limited.returncode == 0, limited.stdout + limited.stderr
+    with open(copies[0] / "history.csv", encoding="utf-8") as f:
+        assert [int(r["epoch"]) for r in csv.DictReader(f)] == [1, 2]
+    bad = subprocess.run(["bash", str(root / "examples" / "train_packed.sh"), "1", "10", "1", str(tmp_path)],
+                         env=env, capture_output=True, text=True)
+    assert bad.returncode == 2 and "not a packed workdir" in bad.stderr

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Trains several packed workdirs (keras-transformer pack) side by side on one machine, with a time limit,
+# then averages the last N epoch checkpoints of each. For a GPU machine without TensorFlow (docs/gpu.md):
+# a Multi30k-sized model leaves most of a large GPU idle, so several runs share it with little slowdown each.
+#
+#   bash examples/train_packed.sh EPOCHS SECONDS AVERAGE WORKDIR...
+#
+# Each run stops after EPOCHS epochs or SECONDS seconds (SIGTERM), whichever comes first; finished epochs are
+# kept (checkpoints are written atomically) and rerunning resumes after the last one. Logs go to WORKDIR/train.log; the averages to
+# WORKDIR/checkpoints/average-last-AVERAGE.weights.h5. Extra options for `python -m keras_transformer.arrays`
+# can be given in ARRAYS_OPTIONS (e.g. "--precision mixed_bfloat16").
+set -u
+if [ $# -lt 4 ]; then
+    echo "usage: $0 EPOCHS SECONDS AVERAGE WORKDIR..." >&2
+    exit 2
+fi
+epochs=$1 seconds=$2 average=$3
+shift 3
+for workdir in "$@"; do
+    if [ ! -f "$workdir/arrays.npz" ]; then
+        echo "$workdir is not a packed workdir (no arrays.npz): run keras-transformer pack first" >&2
+        exit 2
+    fi
+done
+export XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONUNBUFFERED=1  # JAX: let the runs share the GPU's memory
+python=${PYTHON:-python3}
+for workdir in "$@"; do
+    # shellcheck disable=SC2086
+    timeout -k 30 "$seconds" "$python" -m keras_transformer.arrays "$workdir" --epochs "$epochs" \
+        --keep-checkpoints "$average" \
+        --average-last "$average" ${ARRAYS_OPTIONS:-} >>"$workdir/train.log" 2>&1 &
+done
+wait
+status=0
+for workdir in "$@"; do  # --epochs 0: train nothing more, average what the run finished
+    "$python" -m keras_transformer.arrays "$workdir" --epochs 0 --average-last "$average" \
+        >>"$workdir/train.log" 2>&1 &
+done
+for job in $(jobs -p); do
+    wait "$job" || status=1
+done
+for workdir in "$@"; do
+    echo "== $workdir: $(grep -c . "$workdir/history.csv" 2>/dev/null || echo 0) history lines"
+    tail -n 2 "$workdir/history.csv" 2>/dev/null
+done
+exit $status
