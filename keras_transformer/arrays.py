@@ -247,8 +247,8 @@ def train_arrays(workdir, epochs=None, *, jit_compile=True, precision="float32",
         average_last = experiment.get("decoding", {}).get("average_last")
     splits = load_arrays(workdir / ARRAYS_FILE)
     config = TransformerConfig.from_yaml(workdir / "model.yaml")
-    special = dict(pad_id=config.pad_id, bos_id=config.bos_id, eos_id=config.eos_id)
-    special = dict(special, pad_rows=jit_compile)  # one batch shape per width: one XLA compilation each
+    # pad_rows under XLA: one batch shape per width, so one compilation each
+    special = dict(pad_id=config.pad_id, bos_id=config.bos_id, eos_id=config.eos_id, pad_rows=jit_compile)
     valid_batches = (make_batches(*splits["valid"], tokens_per_batch, length_multiple=length_multiple, **special)
                      if "valid" in splits else None)
 
