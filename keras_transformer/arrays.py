@@ -344,6 +344,115 @@ def train_arrays(workdir, epochs=None, *, jit_compile=True, precision="float32",
             "seconds": time.perf_counter() - started, "target_tokens": int(total_tokens)}
 
 
+# ------------------------------------------------------------------ scoring without TensorFlow
+def _sentencepiece_processors(vocab_dir):
+    """`(source, target)` SentencePiece processors of a workdir's `data/vocab` (shared or separate), no TensorFlow."""
+    import sentencepiece
+
+    vocab_dir = pathlib.Path(vocab_dir)
+    folders = [vocab_dir] if (vocab_dir / "tokenizer.json").is_file() else [vocab_dir / "source", vocab_dir / "target"]
+    processors = []
+    for folder in folders:
+        if not (folder / "tokenizer.json").is_file():
+            raise FileNotFoundError(f"No tokenizer at {folder}: expected tokenizer.json (keras-transformer pack "
+                                    "writes data/vocab).")
+        settings = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
+        if settings.get("model_type") not in ("bpe", "unigram"):
+            raise NotImplementedError(f"Scoring without TensorFlow reads SentencePiece vocabularies (bpe, unigram); "
+                                      f"{folder} is {settings.get('model_type')!r}: use keras-transformer evaluate.")
+        processors.append(sentencepiece.SentencePieceProcessor(model_file=str(folder / settings["model_file"])))
+    return processors[0], processors[-1]
+
+
+def translate_lines(model, lines, source_processor, target_processor, *, beam_size=4, alpha=0.6, max_extra=50,
+                    batch_size=128, eos_id=3, pad_id=0, bos_id=2):
+    """Beam search on raw sentences with SentencePiece processors, on any Keras backend (no TensorFlow).
+
+    Does what `Translator.translate_lines` does: sentences are tokenized (at most
+    `max_length - 1` tokens, then eos), decoded longest first in batches whose
+    width is rounded up to a multiple of 8 (few shapes), and detokenized;
+    blank lines translate to "".
+
+    Args:
+        model: a `build_model` model.
+        lines: source sentences (str).
+        source_processor, target_processor: `sentencepiece.SentencePieceProcessor`s.
+        beam_size, alpha, max_extra: beam search settings (`decoding.beam_search`).
+        batch_size: sentences per batch.
+        eos_id, pad_id, bos_id: special ids.
+
+    Returns:
+        The translations, in the order of `lines`.
+    """
+    from keras_transformer import decoding
+
+    max_source = model.get_layer("source_position").max_length
+    ids = [source_processor.encode(line)[:max_source - 1] + [eos_id] if line.strip() else [] for line in lines]
+    order = sorted((i for i, s in enumerate(ids) if s), key=lambda i: -len(ids[i]))
+    translations = [""] * len(lines)
+    for start in range(0, len(order), int(batch_size)):
+        chunk = order[start:start + int(batch_size)]
+        width = min(max_source, -(-len(ids[chunk[0]]) // 8) * 8)
+        source = np.full((len(chunk), width), pad_id, np.int32)
+        for row, index in enumerate(chunk):
+            source[row, :len(ids[index])] = ids[index]
+        tokens, _ = decoding.beam_search(model, source, beam_size=beam_size, alpha=alpha, max_extra=max_extra,
+                                         pad_id=pad_id, bos_id=bos_id, eos_id=eos_id)
+        tokens = keras.ops.convert_to_numpy(tokens)[:, 0]
+        for row, index in enumerate(chunk):
+            sentence = tokens[row].tolist()
+            sentence = sentence[:sentence.index(eos_id)] if eos_id in sentence else sentence
+            translations[index] = target_processor.decode([t for t in sentence if t not in (pad_id, bos_id)])
+    return translations
+
+
+def evaluate_arrays(workdir, checkpoint, source, reference, *, tokenized_reference=None, lang=None, beam_size=None,
+                    alpha=None, max_extra=None, batch_size=128, output=None):
+    """Translates `source` with a packed workdir's weights and scores it, without TensorFlow.
+
+    The TensorFlow-free twin of `keras-transformer evaluate` for a machine that
+    trains with `train_arrays` (a GPU machine with JAX): it reads the
+    workdir's `model.yaml` and SentencePiece vocabulary, decodes with
+    `decoding.beam_search` and scores with `evaluation.evaluate_translations`.
+    Needs the `sentencepiece` package (and `sacremoses` for the Multi30k protocol).
+
+    Args:
+        workdir: a packed workdir (`keras-transformer pack`).
+        checkpoint: a `.weights.h5` file (e.g. `checkpoints/average-last-10.weights.h5`).
+        source, reference: text files, one sentence per line (plain or .gz).
+        tokenized_reference, lang: optional `*.lc.norm.tok.*` references and
+            the target language, for the published Multi30k protocol.
+        beam_size, alpha, max_extra: default: the model config's decoding fields.
+        batch_size: sentences decoded together.
+        output: optional path to write the translations to.
+
+    Returns:
+        The dict of `evaluation.evaluate_translations` (cased and lowercased
+        sacreBLEU, and `bleu_multi30k` with `tokenized_reference`).
+    """
+    from keras_transformer import evaluation
+    from keras_transformer.model import build_model
+
+    workdir = pathlib.Path(workdir)
+    config = TransformerConfig.from_yaml(workdir / "model.yaml")
+    source_processor, target_processor = _sentencepiece_processors(workdir / "data" / "vocab")
+    model = build_model(config)
+    evaluation.load_checkpoint(str(checkpoint), model)
+    lines = evaluation.read_lines(source)
+    references = evaluation.read_lines(reference)
+    hypotheses = translate_lines(
+        model, lines, source_processor, target_processor,
+        beam_size=config.beam_size if beam_size is None else beam_size,
+        alpha=config.length_penalty if alpha is None else alpha,
+        max_extra=config.max_decode_extra if max_extra is None else max_extra,
+        batch_size=batch_size, eos_id=config.eos_id, pad_id=config.pad_id, bos_id=config.bos_id)
+    if output:
+        _atomic(output, lambda path: pathlib.Path(path).write_text("".join(h + "\n" for h in hypotheses),
+                                                                  encoding="utf-8"))
+    tokenized = evaluation.read_lines(tokenized_reference) if tokenized_reference else None
+    return evaluation.evaluate_translations(hypotheses, references, lang=lang, tokenized_references=tokenized)
+
+
 def main(argv=None):
     """`python -m keras_transformer.arrays WORKDIR [--epochs N] [--precision P] ...`"""
     parser = argparse.ArgumentParser(prog="python -m keras_transformer.arrays",
@@ -356,8 +465,29 @@ def main(argv=None):
     parser.add_argument("--tokens-per-batch", type=int, help="default: the experiment's data.tokens_per_batch")
     parser.add_argument("--length-multiple", type=int, default=8, help="batch widths are multiples of it")
     parser.add_argument("--keep-checkpoints", type=int, help="keep only the newest N epoch checkpoints")
+    scoring = parser.add_argument_group("scoring instead of training (no TensorFlow needed)")
+    scoring.add_argument("--evaluate", nargs=2, metavar=("SOURCE", "REFERENCE"),
+                         help="translate SOURCE with --checkpoint and score it against REFERENCE")
+    scoring.add_argument("--checkpoint", help="a .weights.h5 file (default: checkpoints/average-last-N.weights.h5 "
+                         "with N from --average-last, else the newest epoch checkpoint)")
+    scoring.add_argument("--tokenized-reference", help="*.lc.norm.tok.* references (Multi30k protocol)")
+    scoring.add_argument("--lang", help="target language code, for the Multi30k protocol")
+    scoring.add_argument("--beam-size", type=int, help="default: the model config's")
+    scoring.add_argument("--alpha", type=float, help="length penalty exponent; default: the model config's")
+    scoring.add_argument("--output", help="write the translations to this file")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    if args.evaluate:
+        checkpoint = args.checkpoint
+        if checkpoint is None:
+            folder = pathlib.Path(args.workdir) / "checkpoints"
+            epochs = sorted(folder.glob("ckpt-[0-9][0-9][0-9][0-9].weights.h5"))
+            checkpoint = (folder / f"average-last-{args.average_last}.weights.h5" if args.average_last
+                          else epochs[-1] if epochs else folder / "ckpt-0001.weights.h5")
+        scores = evaluate_arrays(args.workdir, checkpoint, *args.evaluate, tokenized_reference=args.tokenized_reference,
+                                 lang=args.lang, beam_size=args.beam_size, alpha=args.alpha, output=args.output)
+        print(json.dumps({k: round(v, 2) for k, v in scores.items()}))
+        return
     result = train_arrays(args.workdir, args.epochs, jit_compile=not args.no_jit, precision=args.precision,
                           average_last=args.average_last, length_multiple=args.length_multiple,
                           tokens_per_batch=args.tokens_per_batch, keep_checkpoints=args.keep_checkpoints)

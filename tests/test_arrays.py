@@ -214,3 +214,44 @@ def test_train_packed_script_trains_side_by_side_and_averages(packed, tmp_path):
     bad = subprocess.run(["bash", str(root / "examples" / "train_packed.sh"), "1", "10", "1", str(tmp_path)],
                          env=env, capture_output=True, text=True)
     assert bad.returncode == 2 and "not a packed workdir" in bad.stderr
+
+
+@pytest.mark.slow
+def test_scoring_without_tensorflow_matches_the_translator(packed, tmp_path, capsys):
+    import shutil
+
+    from keras_transformer.data import tokenizers
+    from keras_transformer.evaluation import read_lines
+    workdir, _, folder = packed
+    copy = tmp_path / "run"
+    shutil.copytree(workdir, copy, ignore=shutil.ignore_patterns("checkpoints", "backup", "history.csv"))
+    checkpoint = arrays.train_arrays(copy, epochs=1, jit_compile=False, average_last=None)["checkpoints"][-1]
+    lines = read_lines(folder / "val.en")
+    # SentencePiece through the `sentencepiece` package gives the ids of the tensorflow-text tokenizer.
+    source_processor, target_processor = arrays._sentencepiece_processors(copy / "data" / "vocab")
+    tokenizer, _ = tokenizers.load_tokenizers(copy / "data" / "vocab")
+    assert [source_processor.encode(line) for line in lines] == tokenizer.tokenize(lines).to_list()
+    # Same translations as the TensorFlow Translator, and the scores of evaluate_translations.
+    translator = training.load_translator(copy, checkpoint=checkpoint, beam_size=2, alpha=0.6)
+    expected = translator(lines + ["   "])
+    from keras_transformer.config import TransformerConfig
+    from keras_transformer.model import build_model
+    model = build_model(TransformerConfig.from_yaml(copy / "model.yaml"))
+    model.load_weights(str(checkpoint))
+    got = arrays.translate_lines(model, lines + ["   "], source_processor, target_processor, beam_size=2, alpha=0.6,
+                                 batch_size=16)
+    assert got[-1] == "" and sum(a == b for a, b in zip(got, expected)) >= len(lines) - 1
+    scores = arrays.evaluate_arrays(copy, checkpoint, folder / "val.en", folder / "val.de", beam_size=2, alpha=0.6,
+                                    output=tmp_path / "hyp.txt")
+    from keras_transformer.evaluation import evaluate_translations
+    assert scores == evaluate_translations(read_lines(tmp_path / "hyp.txt"), read_lines(folder / "val.de"))
+    assert scores["bleu"] == pytest.approx(evaluate_translations(expected[:-1], read_lines(folder / "val.de"))["bleu"],
+                                           abs=0.5)
+    with pytest.raises(FileNotFoundError, match="Checkpoint not found"):
+        arrays.evaluate_arrays(copy, copy / "missing.weights.h5", folder / "val.en", folder / "val.de")
+    # The command line prints the same figures (the newest epoch checkpoint by default).
+    import json
+    arrays.main([str(copy), "--evaluate", str(folder / "val.en"), str(folder / "val.de"), "--beam-size", "2",
+                 "--alpha", "0.6"])
+    printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert printed == {k: round(v, 2) for k, v in scores.items()}
