@@ -94,12 +94,14 @@ def main(argv=None):
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--no-jit", action="store_true")
     parser.add_argument("--peak-tflops", type=float, help="nominal peak of the compute dtype, for a second MFU")
+    parser.add_argument("--probe-sizes", type=int, nargs="+", default=[4096, 8192],
+                        help="square matmul sizes of the peak probe (smaller on a CPU: 8192 takes seconds a product)")
     args = parser.parse_args(argv)
     probes = {}
     for precision in args.precision:
         compute = keras.dtype_policies.get(precision).compute_dtype
         if compute not in probes:
-            probes[compute] = matmul_probe(compute)
+            probes[compute] = matmul_probe(compute, sizes=args.probe_sizes)
             print(json.dumps({"probe": f"matmul {compute}", "backend": keras.config.backend(),
                               "tflops": round(probes[compute], 2)}), flush=True)
         for batch_size in args.batch_size:
