@@ -6,8 +6,8 @@
 #   bash examples/train_packed.sh EPOCHS SECONDS AVERAGE WORKDIR...
 #
 # Each run stops after EPOCHS epochs or SECONDS seconds (SIGTERM), whichever comes first; finished epochs are
-# kept (checkpoints are written atomically) and rerunning resumes after the last one. Logs go to WORKDIR/train.log; the averages to
-# WORKDIR/checkpoints/average-last-AVERAGE.weights.h5. Extra options for `python -m keras_transformer.arrays`
+# kept (checkpoints are written atomically) and rerunning resumes after the last one. Logs go to
+# WORKDIR/train.log; the averages to WORKDIR/checkpoints/average-last-AVERAGE.weights.h5. Extra options for `python -m keras_transformer.arrays`
 # can be given in ARRAYS_OPTIONS (e.g. "--precision mixed_bfloat16").
 set -u
 if [ $# -lt 4 ]; then
@@ -24,11 +24,10 @@ for workdir in "$@"; do
 done
 export XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONUNBUFFERED=1  # JAX: let the runs share the GPU's memory
 python=${PYTHON:-python3}
-for workdir in "$@"; do
+for workdir in "$@"; do  # --average-last 0: averaged below, runs the time limit stopped included
     # shellcheck disable=SC2086
     timeout -k 30 "$seconds" "$python" -m keras_transformer.arrays "$workdir" --epochs "$epochs" \
-        --keep-checkpoints "$average" \
-        --average-last "$average" ${ARRAYS_OPTIONS:-} >>"$workdir/train.log" 2>&1 &
+        --keep-checkpoints "$average" --average-last 0 ${ARRAYS_OPTIONS:-} >>"$workdir/train.log" 2>&1 &
 done
 wait
 status=0

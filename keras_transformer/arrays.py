@@ -478,12 +478,10 @@ def main(argv=None):
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     if args.evaluate:
-        checkpoint = args.checkpoint
-        if checkpoint is None:
-            folder = pathlib.Path(args.workdir) / "checkpoints"
-            epochs = sorted(folder.glob("ckpt-[0-9][0-9][0-9][0-9].weights.h5"))
-            checkpoint = (folder / f"average-last-{args.average_last}.weights.h5" if args.average_last
-                          else epochs[-1] if epochs else folder / "ckpt-0001.weights.h5")
+        from keras_transformer.evaluation import latest_checkpoints
+        folder = pathlib.Path(args.workdir) / "checkpoints"
+        checkpoint = args.checkpoint or (folder / f"average-last-{args.average_last}.weights.h5" if args.average_last
+                                         else latest_checkpoints(folder, 1)[0])
         scores = evaluate_arrays(args.workdir, checkpoint, *args.evaluate, tokenized_reference=args.tokenized_reference,
                                  lang=args.lang, beam_size=args.beam_size, alpha=args.alpha, output=args.output)
         print(json.dumps({k: round(v, 2) for k, v in scores.items()}))
