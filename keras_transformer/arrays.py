@@ -477,6 +477,14 @@ def main(argv=None):
     scoring.add_argument("--output", help="write the translations to this file")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    try:
+        _run(args)
+    except (FileNotFoundError, ValueError, NotImplementedError, FloatingPointError) as error:
+        parser.exit(2, f"{parser.prog}: error: {error}\n")  # bad input: the message, not a traceback
+
+
+def _run(args):
+    """Scores (`--evaluate`) or trains, as `main` parsed."""
     if args.evaluate:
         from keras_transformer.evaluation import latest_checkpoints
         folder = pathlib.Path(args.workdir) / "checkpoints"

@@ -172,6 +172,16 @@ def test_train_arrays_names_a_workdir_that_was_not_packed(tmp_path):
         arrays.train_arrays(tmp_path)
 
 
+def test_command_line_reports_bad_input_without_a_traceback(tmp_path, capsys):
+    for argv in ([str(tmp_path)], [str(tmp_path), "--evaluate", "src.txt", "ref.txt"]):
+        with pytest.raises(SystemExit) as stopped:
+            arrays.main(argv)
+        assert stopped.value.code == 2
+        err = capsys.readouterr().err
+        assert "error:" in err and "Traceback" not in err
+    assert "Checkpoint directory not found" in err
+
+
 def test_pack_command_refuses_data_without_text(tmp_path, capsys):
     import pathlib
 
