@@ -146,9 +146,16 @@ def test_train_killed_with_sigkill_resumes_with_the_same_command(tmp_path):
     env.pop("TF_CONFIG", None)
     first = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     second_checkpoint = workdir / "checkpoints" / "ckpt-0002.weights.h5"
+
+    def two_epochs_done():  # the epoch-2 checkpoint is written before its history row: wait for both
+        try:
+            return second_checkpoint.exists() and len(_history_epochs(workdir / "history.csv")) >= 2
+        except (OSError, ValueError, KeyError, TypeError):  # not there yet, or a row half written
+            return False
+
     deadline = time.time() + 240
     try:
-        while not second_checkpoint.exists() and first.poll() is None and time.time() < deadline:
+        while not two_epochs_done() and first.poll() is None and time.time() < deadline:
             time.sleep(0.05)
         first.send_signal(signal.SIGKILL)
         first.wait(timeout=30)
