@@ -10,11 +10,12 @@ How a batch is decoded:
 1. The encoder runs once: memory `(B, S, D)`; the cross-attention keys and
    values of every decoder layer are projected from it once as well.
 2. Each step feeds only the newest token `(B*K, 1)` to the decoder. Its
-   self-attention keys/values are written into a cache `(B*K, N, T_max, H, d_k + d_v)`
-   at the step's position, so a step costs one token's worth of work.
+   self-attention keys/values are written into each layer's cache
+   `(B*K, T_max, H, d_k + d_v)` at the step's position, so a step costs one
+   token's worth of work.
 3. Beam search keeps `K` alive and `K` finished hypotheses per sentence in
-   fixed-shape tensors; when hypotheses are reordered, the cache rows are
-   reordered with one gather.
+   fixed-shape tensors; when hypotheses are reordered, each layer's cache rows
+   are reordered with one gather.
 
 Everything is `keras.ops` inside one `keras.ops.while_loop` with fixed-shape
 state, so the functions run eagerly, inside `tf.function`, with
@@ -162,9 +163,10 @@ def _step_function(model, source, pad_id, bos_id, beams, steps, use_cache):
         return ops.where(never, NEG_INF, log_probs)
 
     if use_cache:
-        cross = ops.repeat(decoder.cross_attention_cache(memory), beams, axis=0)  # (B*K, N, S, H, dk+dv)
-        rows = ops.shape(cross)[0]
-        cache = decoder.initial_cache(rows, steps)  # (B*K, N, T_max, H, dk+dv)
+        # one cache per layer: N x (B*K, S, H, dk+dv) for cross-attention, N x (B*K, T_max, H, dk+dv) for self-attention
+        cross = tuple(ops.repeat(c, beams, axis=0) for c in decoder.cross_attention_cache(memory))
+        rows = ops.shape(cross[0])[0]
+        cache = decoder.initial_cache(rows, steps)
 
         def step(sequences, t, cache):
             token = ops.expand_dims(ops.take(sequences, t, axis=1), 1)  # (B*K, 1)
@@ -334,7 +336,8 @@ def beam_search(model, source, beam_size=4, alpha=0.6, max_extra=50, max_length=
         alive = _gather_beams(top_sequences, alive_pick)  # (B, K, T_max + 1)
         parent = ops.take_along_axis(top_beam, alive_pick, axis=1)  # (B, K)
         if use_cache:
-            cache = ops.take(cache, _flat_index(parent, beams), axis=0)  # reorder the cache rows
+            rows = _flat_index(parent, beams)  # reorder every layer's cache rows
+            cache = tuple(ops.take(layer_cache, rows, axis=0) for layer_cache in cache)
 
         # Finished: candidates inside the beam proper that end, merged with those found before.
         ends = (is_eos | at_limit) & top_k_rank

@@ -138,17 +138,21 @@ def evaluate_translations(hypotheses, references, lang=None, tokenized_reference
             Multi30k protocol.
 
     Returns:
-        `{"bleu": cased sacreBLEU, "bleu_lowercase": ..., "bleu_multi30k": ...}`
-        (the last only with `tokenized_references`).
+        `{"bleu": cased sacreBLEU, "bleu_lowercase": ..., "length_ratio": ...,
+        "bleu_multi30k": ...}` (the last only with `tokenized_references`).
+        `length_ratio` is the hypotheses' length over the references' in
+        sacreBLEU's tokens; below 1 BLEU's brevity penalty applies, which is
+        what tuning the length-penalty `alpha` on a validation set is about.
 
     Example:
 
-    >>> scores = evaluate_translations(["A dog runs."], ["A dog runs."])
-    >>> sorted(scores), round(scores["bleu"], 2)
-    (['bleu', 'bleu_lowercase'], 100.0)
+    >>> scores = evaluate_translations(["A dog runs ."], ["A dog runs fast ."])
+    >>> sorted(scores), round(scores["length_ratio"], 2)
+    (['bleu', 'bleu_lowercase', 'length_ratio'], 0.8)
     """
-    result = {"bleu": bleu(hypotheses, references).score,
-              "bleu_lowercase": bleu(hypotheses, references, lowercase=True).score}
+    cased = bleu(hypotheses, references)
+    result = {"bleu": cased.score, "bleu_lowercase": bleu(hypotheses, references, lowercase=True).score,
+              "length_ratio": cased.sys_len / cased.ref_len if cased.ref_len else 0.0}
     if tokenized_references is not None:
         if lang is None:
             raise ValueError("evaluate_translations: the Multi30k protocol needs the target language (lang=).")

@@ -1185,7 +1185,7 @@ def train_and_evaluate(config, workdir):
 
     >>> result, scores = train_and_evaluate("configs/multi30k_en_de.yaml", "runs/en_de")  # doctest: +SKIP
     >>> sorted(scores)                                                                   # doctest: +SKIP
-    ['bleu', 'bleu_lowercase', 'bleu_multi30k']
+    ['bleu', 'bleu_lowercase', 'bleu_multi30k', 'length_ratio']
     """
     experiment = as_experiment(config)
     result = train(experiment, workdir)
@@ -1362,12 +1362,13 @@ def evaluate(model, source, reference, tokenized_reference=None, lang=None, chec
         output: if given, the translations are written there, one per line.
 
     Returns:
-        `{"bleu": ..., "bleu_lowercase": ...}` plus `"bleu_multi30k"` with tokenized references.
+        `{"bleu": ..., "bleu_lowercase": ..., "length_ratio": ...}` plus `"bleu_multi30k"` with
+        tokenized references (`evaluation.evaluate_translations`), rounded to 2 decimals (ratio: 4).
 
     Example:
 
     >>> evaluate("runs/en_de", "test.en", "test.de")  # doctest: +SKIP
-    {'bleu': 38.1, 'bleu_lowercase': 39.5}
+    {'bleu': 38.1, 'bleu_lowercase': 39.5, 'length_ratio': 0.9712}
     """
     from keras_transformer import evaluation
     sources, references = _lines(source), _lines(reference)
@@ -1380,7 +1381,7 @@ def evaluate(model, source, reference, tokenized_reference=None, lang=None, chec
     if output is not None:
         pathlib.Path(output).write_text("".join(line + "\n" for line in hypotheses), encoding="utf-8")
     scores = evaluation.evaluate_translations(hypotheses, references, lang=lang, tokenized_references=tokenized)
-    return {key: round(float(value), 2) for key, value in scores.items()}
+    return {key: round(float(value), 4 if key == "length_ratio" else 2) for key, value in scores.items()}
 
 
 def average(workdir, last=5, output=None):

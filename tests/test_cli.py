@@ -101,6 +101,47 @@ def test_average_writes_the_mean_of_the_last_checkpoints(tiny_workdir, capsys):
         np.testing.assert_allclose(mean, (a + b) / 2, rtol=1e-6, atol=1e-7)
 
 
+def test_tune_alpha_scores_each_alpha_and_marks_the_best(tiny_workdir, tmp_path):
+    import importlib.util
+
+    from keras_transformer import evaluation
+    spec = importlib.util.spec_from_file_location("tune_alpha", REPO / "examples" / "tune_alpha.py")
+    tune_alpha = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tune_alpha)
+    (tmp_path / "src.txt").write_text("a man rides a bike\ntwo dogs play\n", encoding="utf-8")
+    (tmp_path / "ref.txt").write_text("ein mann\nzwei hunde\n", encoding="utf-8")
+    rows = tune_alpha.tune(str(tiny_workdir), str(tmp_path / "src.txt"), str(tmp_path / "ref.txt"), [0.0, 3.0],
+                           beam_size=2, output_prefix=str(tmp_path / "hyp-"))
+    assert [row["alpha"] for row in rows] == [0.0, 3.0]
+    for row in rows:  # each row scores the translations it wrote
+        hypotheses = evaluation.read_lines(tmp_path / f"hyp-{row['alpha']}.txt")
+        expected = evaluation.evaluate_translations(hypotheses, ["ein mann", "zwei hunde"])
+        assert row["bleu"] == pytest.approx(expected["bleu"], abs=0.01)
+        assert row["length_ratio"] == pytest.approx(expected["length_ratio"], abs=1e-4)
+    made_up = [{"alpha": 0.6, "bleu": 30.0, "bleu_lowercase": 31.0, "length_ratio": 0.95},
+               {"alpha": 1.0, "bleu": 30.5, "bleu_lowercase": 31.2, "length_ratio": 0.99}]
+    lines = tune_alpha.table(made_up).splitlines()
+    assert lines[0] == "| alpha | bleu | bleu_lowercase | length_ratio |"
+    assert lines[2] == "| 0.6 | 30 | 31 | 0.9500 |" and lines[3] == "| 1 | **30.5** | 31.2 | 0.9900 |"
+
+
+def test_translate_throughput_bench_times_what_translate_prints(tiny_workdir, tmp_path, capsys):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("translate_throughput", REPO / "bench" / "translate_throughput.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    (tmp_path / "src.txt").write_text("a man rides a bike\ntwo dogs play\na man\n", encoding="utf-8")
+    assert bench.main([str(tiny_workdir), "--source", str(tmp_path / "src.txt"), "--sentences", "2",
+                       "--beam-size", "2", "--max-extra", "3", "--repeats", "2", "--output",
+                       str(tmp_path / "hyp.txt")]) == 0
+    table = dict(line.split("  ", 1) for line in capsys.readouterr().out.splitlines())
+    assert table["sentences, batch size, beam, alpha, max extra"].strip() == "2, 64, 2, 1, 3"
+    assert len(table["passes (s)"].split(",")) == 2
+    assert cli.main(["translate", "--model", str(tiny_workdir), "--beam-size", "2", "--alpha", "1.0",
+                     "--max-extra", "3", "a man rides a bike", "two dogs play"]) == 0
+    assert (tmp_path / "hyp.txt").read_text(encoding="utf-8").splitlines() == capsys.readouterr().out.splitlines()
+
+
 def test_translate_names_a_missing_checkpoint(tiny_workdir, capsys):
     missing = tiny_workdir / "checkpoints" / "ckpt-0009.weights.h5"
     status = cli.main(["translate", "--model", str(tiny_workdir), "--checkpoint", str(missing), "a man"])
@@ -127,7 +168,7 @@ def test_translate_and_evaluate_run_on_a_workdir(tiny_workdir, tmp_path, capsys)
                      "--reference", str(tmp_path / "ref.txt"), "--beam-size", "1", "--max-extra", "3",
                      "--output", str(tmp_path / "hyp.txt")]) == 0
     scores = json.loads(capsys.readouterr().out.splitlines()[-1])
-    assert set(scores) == {"bleu", "bleu_lowercase"} and 0 <= scores["bleu"] <= 100
+    assert set(scores) == {"bleu", "bleu_lowercase", "length_ratio"} and 0 <= scores["bleu"] <= 100
     assert len((tmp_path / "hyp.txt").read_text(encoding="utf-8").splitlines()) == 2
 
 

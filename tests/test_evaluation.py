@@ -21,7 +21,14 @@ def test_references_against_themselves_score_100(multi30k_dir):
     assert evaluation.bleu(references, references).score == pytest.approx(100.0)
     assert evaluation.bleu(references, references, lowercase=True).score == pytest.approx(100.0)
     scores = evaluation.evaluate_translations(references, references)
-    assert scores == pytest.approx({"bleu": 100.0, "bleu_lowercase": 100.0})
+    assert scores == pytest.approx({"bleu": 100.0, "bleu_lowercase": 100.0, "length_ratio": 1.0})
+
+
+def test_length_ratio_counts_sacrebleu_tokens():
+    """The ratio behind BLEU's brevity penalty: hypothesis tokens over reference tokens (13a tokenization)."""
+    scores = evaluation.evaluate_translations(["Ein Hund läuft.", "Zwei Katzen"],
+                                              ["Ein Hund läuft schnell.", "Zwei Katzen schlafen ."])
+    assert scores["length_ratio"] == pytest.approx(6 / 9)  # "läuft." is two tokens; 4 + 2 against 5 + 4
 
 
 def test_multi30k_protocol_reproduces_the_tokenized_references(multi30k_dir):

@@ -142,6 +142,31 @@ def test_cached_decoding_equals_full_pass():
     np.testing.assert_allclose(np.concatenate(steps, axis=1), full, atol=1e-5)
 
 
+def test_decoder_caches_are_one_tensor_per_layer():
+    model = kt.build_model(tiny(num_layers=3))
+    source, target = random_batch(batch=2, target_length=7)
+    memory, mask = kt.encode(model, source)
+    decoder = model.get_layer("decoder")
+    cache, cross = decoder.initial_cache(2, 7), decoder.cross_attention_cache(memory)
+    d_kv = 2 * 64 // decoder.num_heads
+    assert [tuple(c.shape) for c in cache] == [(2, 7, decoder.num_heads, d_kv)] * 3
+    assert [tuple(c.shape) for c in cross] == [(2, source.shape[1], decoder.num_heads, d_kv)] * 3
+    # the step writes position 0 of every layer's cache and nothing else
+    _, updated = kt.decode(model, target[:, :1], None, mask, self_attention_cache=cache, cache_index=0,
+                           cross_attention_cache=cross)
+    assert isinstance(updated, tuple) and len(updated) == 3
+    for layer_cache in updated:
+        layer_cache = keras.ops.convert_to_numpy(layer_cache)
+        assert np.abs(layer_cache[:, 0]).sum() > 0 and not layer_cache[:, 1:].any()
+    stacked = keras.ops.stack(cache, axis=1)  # the old (B, N, T, H, d) layout is refused by name
+    with pytest.raises(ValueError, match="self_attention_cache must be a tuple of one tensor per layer"):
+        kt.decode(model, target[:, :1], None, mask, self_attention_cache=stacked, cache_index=0,
+                  cross_attention_cache=cross)
+    with pytest.raises(ValueError, match=r"cross_attention_cache .* got 2 tensors"):
+        kt.decode(model, target[:, :1], None, mask, self_attention_cache=cache, cache_index=0,
+                  cross_attention_cache=cross[:2])
+
+
 def test_build_model_rejects_a_non_config():
     with pytest.raises(TypeError, match="TransformerConfig"):
         kt.build_model({"vocab_size": 10})

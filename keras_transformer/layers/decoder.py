@@ -108,15 +108,20 @@ class DecoderLayer(_LayerOptions):
 class TransformerDecoder(_LayerOptions):
     """N decoder layers; with pre-norm, a final LayerNorm on top.
 
-    For decoding, the caches of all layers are stacked into one tensor each:
-    self-attention `(B, N, T_max, H, d_k + d_v)` from `initial_cache`, and
-    cross-attention `(B, N, S, H, d_k + d_v)` from `cross_attention_cache(memory)`.
+    For decoding, each layer keeps its own caches: a tuple of N self-attention
+    caches `(B, T_max, H, d_k + d_v)` from `initial_cache`, and a tuple of N
+    cross-attention caches `(B, S, H, d_k + d_v)` from `cross_attention_cache(memory)`.
+    (Separate tensors, not one stacked `(B, N, ...)` tensor: a decoding step then
+    writes one position of each layer's cache instead of slicing and
+    re-stacking all layers' caches, which made batched beam search about 1.65x
+    slower; docs/BENCHMARKS.md.)
 
     Args:
         num_layers: N.
         Other args: as `DecoderLayer`.
 
-    Call args: as `DecoderLayer`, with the stacked caches; with
+    Call args: as `DecoderLayer`, with the tuples of per-layer caches (the
+        updated self-attention tuple is returned); with
         `return_attention_scores` a list of per-layer score dicts comes last.
 
     Example:
@@ -150,25 +155,34 @@ class TransformerDecoder(_LayerOptions):
             self.final_norm.build(x_shape)
 
     def initial_cache(self, batch_size, max_length, dtype=None):
-        """Zeros `(B, N, T_max, H, d_k + d_v)` for the self-attention keys/values."""
-        return ops.zeros((batch_size, self.num_layers, max_length, self.num_heads,
-                          self.key_dim + self.value_dim), dtype=dtype or self.compute_dtype)
+        """Zeros for the self-attention keys/values: a tuple of N `(B, T_max, H, d_k + d_v)` tensors."""
+        shape = (batch_size, max_length, self.num_heads, self.key_dim + self.value_dim)
+        return tuple(ops.zeros(shape, dtype=dtype or self.compute_dtype) for _ in range(self.num_layers))
 
     def cross_attention_cache(self, memory):
-        """Projects the encoder output once for all layers: `(B, N, S, H, d_k + d_v)`."""
-        return ops.stack([layer.cross_attention.compute_key_value(memory) for layer in self.decoder_layers],
-                         axis=1)
+        """Projects the encoder output once per layer: a tuple of N `(B, S, H, d_k + d_v)` tensors."""
+        return tuple(layer.cross_attention.compute_key_value(memory) for layer in self.decoder_layers)
+
+    def _per_layer(self, cache, name):
+        """Checks that `cache` is None or holds one tensor per layer, and returns it as a tuple."""
+        if cache is None:
+            return (None,) * self.num_layers
+        if not isinstance(cache, (list, tuple)) or len(cache) != self.num_layers:
+            found = f"{len(cache)} tensors" if isinstance(cache, (list, tuple)) else type(cache).__name__
+            raise ValueError(f"TransformerDecoder: {name} must be a tuple of one tensor per layer "
+                             f"({self.num_layers}; see initial_cache and cross_attention_cache), got {found}.")
+        return tuple(cache)
 
     def call(self, x, memory=None, target_padding_mask=None, memory_padding_mask=None,
              self_attention_cache=None, cache_index=None, cross_attention_cache=None,
              return_attention_scores=False, training=None):
+        self_caches = self._per_layer(self_attention_cache, "self_attention_cache")
+        cross_caches = self._per_layer(cross_attention_cache, "cross_attention_cache")
         new_caches, all_weights = [], []
-        for i, layer in enumerate(self.decoder_layers):
+        for layer, self_cache, cross_cache in zip(self.decoder_layers, self_caches, cross_caches):
             outputs = layer(
                 x, memory, target_padding_mask=target_padding_mask, memory_padding_mask=memory_padding_mask,
-                self_attention_cache=None if self_attention_cache is None else self_attention_cache[:, i],
-                cache_index=cache_index,
-                cross_attention_cache=None if cross_attention_cache is None else cross_attention_cache[:, i],
+                self_attention_cache=self_cache, cache_index=cache_index, cross_attention_cache=cross_cache,
                 return_attention_scores=True, training=training)
             if self_attention_cache is not None:
                 x, cache, weights = outputs
@@ -180,7 +194,7 @@ class TransformerDecoder(_LayerOptions):
             x = self.final_norm(x)
         result = (x,)
         if self_attention_cache is not None:
-            result += (ops.stack(new_caches, axis=1),)
+            result += (tuple(new_caches),)
         if return_attention_scores:
             result += (all_weights,)
         return result[0] if len(result) == 1 else result
