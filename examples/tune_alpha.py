@@ -27,14 +27,11 @@ def tune(model, source, reference, alphas, *, tokenized_reference=None, lang=Non
          beam_size=None, batch_size=64, output_prefix=None):
     """Scores one decode of `source` per alpha; returns `[{"alpha": a, "bleu": ..., "length_ratio": ...}, ...]`."""
     rows = []
-    for alpha in alphas:
-        options = {"alpha": float(alpha)}
-        if beam_size is not None:
-            options["beam_size"] = int(beam_size)
+    for alpha in alphas:  # beam_size None: the model config's (load_translator drops None options)
         output = f"{output_prefix}{alpha}.txt" if output_prefix else None
         scores = training.evaluate(model, source, reference, tokenized_reference=tokenized_reference, lang=lang,
                                    checkpoint=checkpoint, average=average, batch_size=batch_size, output=output,
-                                   **options)
+                                   alpha=float(alpha), beam_size=beam_size)
         rows.append({"alpha": float(alpha), **scores})
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     return rows
