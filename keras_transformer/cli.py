@@ -2,13 +2,16 @@
 
 ```
 keras-transformer train     --config FILE.yaml [--config MORE.yaml] [--set key=value ...] --workdir DIR
-keras-transformer evaluate  --model DIR --source FILE --reference FILE [--tokenized-reference FILE --lang de]
-keras-transformer translate --model DIR "A man rides a bike." ...        (or sentences on stdin)
-keras-transformer export    --workdir DIR --out DIR [--average N]
+keras-transformer evaluate  --model DIR [--model DIR ...] --source FILE --reference FILE
+                            [--tokenized-reference FILE --lang de]
+keras-transformer translate --model DIR [--model DIR ...] "A man rides a bike." ...   (or sentences on stdin)
+keras-transformer export    --workdir DIR [--workdir DIR ...] --out DIR [--average N]
 keras-transformer average   --workdir DIR [--last N] [--output FILE]
 keras-transformer pack      --config FILE.yaml [--set key=value ...] --workdir DIR   (token ids for other backends)
 keras-transformer plot-attention --model DIR "A man rides a bike." --out DIR   (PNG heatmaps per layer and head)
 ```
+
+A repeated --model (or --workdir for export) decodes those models as one ensemble.
 
 Each subcommand parses its arguments and calls one function of the library
 (`training.train_and_evaluate`, `training.evaluate`, `training.translate`,
@@ -32,6 +35,7 @@ _EXAMPLES = """examples:
   keras-transformer evaluate --model runs/en_de --average 5 --source test.en.gz --reference test.de.gz
   keras-transformer average --workdir runs/en_de --last 5
   keras-transformer export --workdir runs/en_de --average 5 --out saved_models/en_de
+  keras-transformer evaluate --model runs/en_de --model runs/en_de_seed2 --average 5 --source test.en.gz ...
 """
 
 
@@ -43,10 +47,18 @@ def _decoding_arguments(parser):
     group.add_argument("--batch-size", type=int, default=64, help="sentences decoded together (default 64)")
 
 
-def _weights_arguments(parser):
+def _weights_arguments(parser, ensemble=False):
     group = parser.add_argument_group("weights (training workdirs only)")
-    group.add_argument("--checkpoint", help="a .weights.h5 file (default: the last epoch checkpoint)")
+    if ensemble:
+        group.add_argument("--checkpoint", action="append", help="a .weights.h5 file (default: the last epoch "
+                           "checkpoint); with several --model, one --checkpoint per model, in the same order")
+    else:
+        group.add_argument("--checkpoint", help="a .weights.h5 file (default: the last epoch checkpoint)")
     group.add_argument("--average", type=int, metavar="N", help="average the last N epoch checkpoints")
+
+
+MODEL_HELP = ("a training workdir or an exported model; repeat it to decode several models sharing a vocabulary "
+              "as one ensemble (the mean of their next-token distributions)")
 
 
 def _experiment_arguments(parser, workdir_help):
@@ -88,30 +100,32 @@ def build_parser():
                                    description="Translates --source and scores the output against --reference "
                                                "with sacreBLEU (cased and lowercased); with --tokenized-reference "
                                                "and --lang also the published Multi30k protocol.")
-    evaluate.add_argument("--model", required=True, metavar="DIR", help="a training workdir or an exported model")
+    evaluate.add_argument("--model", required=True, action="append", metavar="DIR", help=MODEL_HELP)
     evaluate.add_argument("--source", required=True, help="source sentences, one per line (plain or .gz)")
     evaluate.add_argument("--reference", required=True, help="reference translations, one per line")
     evaluate.add_argument("--tokenized-reference", help="*.lc.norm.tok.* references (Multi30k protocol)")
     evaluate.add_argument("--lang", help="target language code, for the Multi30k protocol")
     evaluate.add_argument("--output", help="write the translations to this file")
-    _weights_arguments(evaluate)
+    _weights_arguments(evaluate, ensemble=True)
     _decoding_arguments(evaluate)
 
     translate = commands.add_parser("translate", help="translate sentences (arguments or stdin)",
                                     description="Translates the sentences given as arguments, or else each line "
                                                 "of standard input, and prints one translation per line.")
-    translate.add_argument("--model", required=True, metavar="DIR", help="a training workdir or an exported model")
+    translate.add_argument("--model", required=True, action="append", metavar="DIR", help=MODEL_HELP)
     translate.add_argument("sentences", nargs="*", help="sentences to translate (default: read stdin)")
-    _weights_arguments(translate)
+    _weights_arguments(translate, ensemble=True)
     _decoding_arguments(translate)
 
     export = commands.add_parser("export", help="write a SavedModel (strings in, translations out)",
                                  description="Exports a training workdir's model as a TensorFlow SavedModel with "
                                              "tokenization and beam search inside.")
-    export.add_argument("--workdir", required=True, metavar="DIR", help="the training workdir")
+    export.add_argument("--workdir", required=True, action="append", metavar="DIR",
+                        help="the training workdir; repeat it to export several (sharing a vocabulary) as one "
+                             "ensemble")
     export.add_argument("--out", required=True, metavar="DIR", help="the export folder")
     export.add_argument("--overwrite", action="store_true", help="replace an existing export")
-    _weights_arguments(export)
+    _weights_arguments(export, ensemble=True)
     group = export.add_argument_group("decoding baked into the graph (default: the model config's)")
     group.add_argument("--beam-size", type=int)
     group.add_argument("--alpha", type=float)
@@ -167,10 +181,21 @@ def _decoding_options(args):
     return {"beam_size": args.beam_size, "alpha": args.alpha, "max_extra": args.max_extra}
 
 
+def _weights(args):
+    """`--model`/`--checkpoint` (repeatable) as `load_translator` takes them: one path, or lists for an ensemble."""
+    models, checkpoints = args.model, args.checkpoint
+    if len(models) == 1:
+        if checkpoints is not None and len(checkpoints) > 1:
+            raise ValueError(f"One --model takes one --checkpoint, got {len(checkpoints)}.")
+        return models[0], checkpoints[0] if checkpoints else None
+    return models, checkpoints
+
+
 def _evaluate(args):
     from keras_transformer import training
-    scores = training.evaluate(args.model, args.source, args.reference, tokenized_reference=args.tokenized_reference,
-                               lang=args.lang, checkpoint=args.checkpoint, average=args.average,
+    model, checkpoint = _weights(args)
+    scores = training.evaluate(model, args.source, args.reference, tokenized_reference=args.tokenized_reference,
+                               lang=args.lang, checkpoint=checkpoint, average=args.average,
                                batch_size=args.batch_size, output=args.output, **_decoding_options(args))
     print(json.dumps(scores))
     return 0
@@ -179,7 +204,8 @@ def _evaluate(args):
 def _translate(args):
     from keras_transformer import training
     sentences = args.sentences or [line.rstrip("\n") for line in sys.stdin]
-    for line in training.translate(args.model, sentences, checkpoint=args.checkpoint, average=args.average,
+    model, checkpoint = _weights(args)
+    for line in training.translate(model, sentences, checkpoint=checkpoint, average=args.average,
                                    batch_size=args.batch_size, **_decoding_options(args)):
         print(line)
     return 0
@@ -191,7 +217,9 @@ def _export(args):
     except ImportError as error:
         raise RuntimeError(f"`export` needs keras_transformer.export, which could not be imported ({error}); "
                            "it comes with the SavedModel export feature.") from error
-    directory = export.export(args.workdir, args.out, checkpoint=args.checkpoint, average=args.average,
+    args.model = args.workdir
+    workdir, checkpoint = _weights(args)
+    directory = export.export(workdir, args.out, checkpoint=checkpoint, average=args.average,
                               beam_size=args.beam_size, alpha=args.alpha, max_extra=args.max_extra,
                               overwrite=args.overwrite)
     print(directory)

@@ -22,10 +22,17 @@ state, so the functions run eagerly, inside `tf.function`, with
 `jit_compile=True`, and in a SavedModel. The loop stops as soon as every
 sentence is done.
 
+An ensemble (a list of models sharing a vocabulary) decodes the same way:
+each member encodes once and keeps its own caches, and each step scores
+tokens by the log of the members' mean probability (what `score` computes
+too), so beam scores stay log-probabilities of one distribution.
+
 Padding never changes a result: each sentence's own length limit is computed
 from its own (unpadded) source length, and padded source positions get exactly
 zero attention.
 """
+
+import math
 
 from keras import ops
 
@@ -78,7 +85,8 @@ def output_limits(model, source, pad_id=0, max_extra=50, max_length=None):
     maximum target length.
 
     Args:
-        model: a `build_model` model.
+        model: a `build_model` model, or a list of them to decode as an ensemble
+            (`ensemble_members`; the mean of their next-token distributions).
         source: int `(B, S)` token ids padded with `pad_id`.
         pad_id: the padding id.
         max_extra: extra tokens allowed beyond the source length (paper: 50).
@@ -140,27 +148,50 @@ def _gather_beams(x, beam_index):
     return ops.reshape(picked, (shape[0], ops.shape(beam_index)[1], *shape[2:]))
 
 
-def _step_function(model, source, pad_id, bos_id, beams, steps, use_cache):
-    """Encodes `source` once and returns `(step, cache)` for a `(B*beams)`-row decoder.
+def ensemble_members(model):
+    """`model`, or a list of models decoded as one ensemble, as a checked list.
 
-    `step(sequences, t, cache)` takes the token buffer `(B*beams, steps + 1)`
-    (column 0 is bos, column t the newest token) and returns the next-token
-    log-probabilities `(B*beams, V)` and the updated cache. Padding and bos can
-    never be produced, so their log-probabilities are -inf; the others are the
-    model's own (not renormalised), so scores match `score`.
+    Members must agree on everything decoding relies on: the output vocabulary
+    and the source and target length limits (they may differ in anything
+    else: layers, norm placement, d_model). Their special ids are the caller's
+    (one `pad_id`/`bos_id`/`eos_id` for all), so they must share the
+    vocabulary itself, not only its size; `load_translator` checks the files.
 
-    With `use_cache=False` each step reruns the decoder over the whole
-    fixed-width prefix buffer (the baseline the benchmark compares with).
+    Args:
+        model: a `build_model` model or a non-empty list/tuple of them.
+
+    Returns:
+        A list of models.
+
+    Raises:
+        ValueError: an empty list, or members that disagree (named).
+
+    Example:
+
+    >>> from keras_transformer import TransformerConfig, build_model
+    >>> config = TransformerConfig.preset("tiny", vocab_size=50)
+    >>> len(ensemble_members([build_model(config), build_model(config)]))
+    2
     """
+    models = list(model) if isinstance(model, (list, tuple)) else [model]
+    if not models:
+        raise ValueError("An ensemble needs at least one model; got an empty list.")
+    checks = (("an output vocabulary of", lambda m: int(m.outputs[0].shape[-1])),
+              ("a source max_length of", lambda m: m.get_layer("source_position").max_length),
+              ("a target max_length of", max_positions))
+    for index, other in enumerate(models[1:], start=1):
+        for what, read in checks:
+            if read(other) != read(models[0]):
+                raise ValueError(f"Ensemble member {index} has {what} {read(other)} but member 0 has "
+                                 f"{read(models[0])}: ensembled models must share the vocabulary and length limits.")
+    return models
+
+
+def _member_step(model, source, pad_id, beams, steps, use_cache):
+    """One model's half of `_step_function`: `(step, cache)` returning raw log-softmax rows."""
     memory, source_padding = encode(model, source, pad_id)  # (B, S, D), (B, S)
     source_padding = ops.repeat(source_padding, beams, axis=0)  # (B*K, S)
     decoder = model.get_layer("decoder")
-
-    def next_log_probs(logits):  # (B*K, V)
-        log_probs = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
-        vocab = ops.arange(ops.shape(log_probs)[-1], dtype="int32")
-        never = ops.logical_or(ops.equal(vocab, pad_id), ops.equal(vocab, bos_id))  # (V,)
-        return ops.where(never, NEG_INF, log_probs)
 
     if use_cache:
         # one cache per layer: N x (B*K, S, H, dk+dv) for cross-attention, N x (B*K, T_max, H, dk+dv) for self-attention
@@ -172,15 +203,55 @@ def _step_function(model, source, pad_id, bos_id, beams, steps, use_cache):
             token = ops.expand_dims(ops.take(sequences, t, axis=1), 1)  # (B*K, 1)
             logits, cache = decode(model, token, None, source_padding, self_attention_cache=cache,
                                    cache_index=t, cross_attention_cache=cross)
-            return next_log_probs(logits[:, 0]), cache
+            return ops.log_softmax(logits[:, 0], axis=-1), cache
         return step, cache
 
     memory = ops.repeat(memory, beams, axis=0)  # (B*K, S, D)
 
     def uncached_step(sequences, t, cache):
         logits = decode(model, sequences[:, :steps], memory, source_padding)  # (B*K, T_max, V)
-        return next_log_probs(ops.take(logits, t, axis=1)), cache
-    return uncached_step, ops.zeros((1,))
+        return ops.log_softmax(ops.take(logits, t, axis=1), axis=-1), cache
+    return uncached_step, ()
+
+
+def _combine(log_probs):
+    """Members' next-token log-probabilities -> the ensemble's: log of the mean probability."""
+    if len(log_probs) == 1:
+        return log_probs[0]
+    return ops.logsumexp(ops.stack(log_probs), axis=0) - math.log(len(log_probs))
+
+
+def _step_function(models, source, pad_id, bos_id, beams, steps, use_cache):
+    """Encodes `source` once per model and returns `(step, cache)` for a `(B*beams)`-row decoder.
+
+    `step(sequences, t, cache)` takes the token buffer `(B*beams, steps + 1)`
+    (column 0 is bos, column t the newest token) and returns the next-token
+    log-probabilities `(B*beams, V)` and the updated cache. Padding and bos can
+    never be produced, so their log-probabilities are -inf; the others are the
+    model's own (not renormalised), so scores match `score`. An ensemble's
+    log-probabilities are those of its members' mean distribution.
+
+    The cache is one flat tuple of per-layer tensors, every member's in turn
+    (so the beam reorder is one gather per tensor). With `use_cache=False`
+    each step reruns the decoder over the whole fixed-width prefix buffer (the
+    baseline the benchmark compares with) and the cache is a dummy tensor.
+    """
+    members = [_member_step(m, source, pad_id, beams, steps, use_cache) for m in models]
+    sizes = [len(cache) for _, cache in members]
+    cache = tuple(tensor for _, member_cache in members for tensor in member_cache) if use_cache else ops.zeros((1,))
+
+    def step(sequences, t, cache):
+        outputs, updated, start = [], [], 0
+        for (member, _), size in zip(members, sizes):
+            log_probs, member_cache = member(sequences, t, cache[start:start + size] if use_cache else ())
+            outputs.append(ops.cast(log_probs, "float32"))
+            updated.extend(member_cache)
+            start += size
+        log_probs = _combine(outputs)
+        vocab = ops.arange(ops.shape(log_probs)[-1], dtype="int32")
+        never = ops.logical_or(ops.equal(vocab, pad_id), ops.equal(vocab, bos_id))  # (V,)
+        return ops.where(never, NEG_INF, log_probs), (tuple(updated) if use_cache else cache)
+    return step, cache
 
 
 # ----------------------------------------------------------------- decoding
@@ -191,7 +262,8 @@ def greedy_decode(model, source, max_extra=50, max_length=None, pad_id=0, bos_id
     """Decodes a batch by taking the most likely token at every step.
 
     Args:
-        model: a `build_model` model.
+        model: a `build_model` model, or a list of them to decode as an ensemble
+            (`ensemble_members`; the mean of their next-token distributions).
         source: int `(B, S)` source ids (tokens then eos), padded with `pad_id`.
         max_extra: each sentence produces at most its source length + `max_extra` tokens.
         max_length: optional absolute cap on output tokens (the model's own
@@ -215,8 +287,9 @@ def greedy_decode(model, source, max_extra=50, max_length=None, pad_id=0, bos_id
     """
     source = ops.convert_to_tensor(source, "int32")
     batch = ops.shape(source)[0]
-    limits, steps = output_limits(model, source, pad_id, max_extra, max_length)  # (B,), T_max
-    step, cache = _step_function(model, source, pad_id, bos_id, 1, steps, use_cache)
+    models = ensemble_members(model)
+    limits, steps = output_limits(models[0], source, pad_id, max_extra, max_length)  # (B,), T_max
+    step, cache = _step_function(models, source, pad_id, bos_id, 1, steps, use_cache)
 
     sequences = _write_column(ops.full((batch, steps + 1), pad_id, dtype="int32"), 0,
                               ops.full((batch,), bos_id, dtype="int32"))  # (B, T_max + 1)
@@ -261,7 +334,8 @@ def beam_search(model, source, beam_size=4, alpha=0.6, max_extra=50, max_length=
     `beam_size=1` and `alpha=0` this is exactly greedy decoding.
 
     Args:
-        model: a `build_model` model.
+        model: a `build_model` model, or a list of them to decode as an ensemble
+            (`ensemble_members`; the mean of their next-token distributions).
         source: int `(B, S)` source ids (tokens then eos), padded with `pad_id`.
         beam_size: K, hypotheses kept per sentence (paper: 4).
         alpha: length-penalty exponent (paper: 0.6); 0 ranks by log-probability.
@@ -293,9 +367,10 @@ def beam_search(model, source, beam_size=4, alpha=0.6, max_extra=50, max_length=
         raise ValueError(f"beam_search: num_return must be in [1, beam_size={beams}], got {num_return}.")
     source = ops.convert_to_tensor(source, "int32")
     batch = ops.shape(source)[0]
-    limits, steps = output_limits(model, source, pad_id, max_extra, max_length)  # (B,), T_max
+    models = ensemble_members(model)
+    limits, steps = output_limits(models[0], source, pad_id, max_extra, max_length)  # (B,), T_max
     best_possible_penalty = length_penalty(limits, alpha)  # (B,)
-    step, cache = _step_function(model, source, pad_id, bos_id, beams, steps, use_cache)
+    step, cache = _step_function(models, source, pad_id, bos_id, beams, steps, use_cache)
 
     empty = ops.full((batch, beams, steps + 1), pad_id, dtype="int32")  # (B, K, T_max + 1)
     first_beam_only = ops.where(ops.arange(beams) == 0, 0.0, NEG_INF)  # only beam 0 is live at t = 0
@@ -367,7 +442,8 @@ def score(model, source, target, alpha=0.0, pad_id=0, bos_id=2):
     and `beam_search` outputs (with the same `alpha`) agree with this.
 
     Args:
-        model: a `build_model` model.
+        model: a `build_model` model, or a list of them to decode as an ensemble
+            (`ensemble_members`; the mean of their next-token distributions).
         source: int `(B, S)` source ids (tokens then eos), padded with `pad_id`.
         target: int `(B, T)` target ids (tokens then eos), padded with `pad_id`.
         alpha: length-penalty exponent; 0 gives the plain log-probability.
@@ -388,13 +464,16 @@ def score(model, source, target, alpha=0.0, pad_id=0, bos_id=2):
     target = ops.convert_to_tensor(target, "int32")
     bos = ops.full((ops.shape(target)[0], 1), bos_id, dtype="int32")
     decoder_input = ops.concatenate([bos, target[:, :-1]], axis=1)  # (B, T), shifted right
-    memory, source_padding = encode(model, source, pad_id)
-    logits = decode(model, decoder_input, memory, source_padding)  # (B, T, V)
-    log_probs = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
+    members = []
+    for member in ensemble_members(model):
+        memory, source_padding = encode(member, source, pad_id)
+        logits = decode(member, decoder_input, memory, source_padding)  # (B, T, V)
+        members.append(ops.log_softmax(ops.cast(logits, "float32"), axis=-1))
+    log_probs = _combine(members)
     token_log_probs = ops.take_along_axis(log_probs, ops.expand_dims(target, -1), axis=-1)[..., 0]  # (B, T)
     real = ops.not_equal(target, pad_id)
     total = ops.sum(ops.where(real, token_log_probs, 0.0), axis=1)
     return total / length_penalty(ops.sum(ops.cast(real, "int32"), axis=1), alpha)
 
 
-__all__ = ["beam_search", "greedy_decode", "length_penalty", "max_positions", "output_limits", "score"]
+__all__ = ["beam_search", "ensemble_members", "greedy_decode", "length_penalty", "max_positions", "output_limits", "score"]

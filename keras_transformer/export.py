@@ -8,7 +8,8 @@ saved_models/multi30k_en_de/
   saved_model.pb, variables/       the graph and its weights (float32)
   assets/                          the tokenizer files (vocabulary), as SavedModel assets
   assets.extra/                    model.yaml, model.weights.h5, vocab/: rebuild the Keras model
-                                   (attention maps, fine-tuning) without the graph
+                                   (attention maps, fine-tuning) without the graph; an ensemble has
+                                   members/0/, members/1/, ... each with model.yaml and model.weights.h5
   README.md                        the model card (shipped models)
 ```
 
@@ -19,7 +20,9 @@ Signatures:
 - `translate_ids(source_ids: int32 [N, S]) -> {tokens: int32 [N, T], score: float32 [N]}`
 - `score(sources: string [N], targets: string [N]) -> {score: float32 [N]}` (forced decoding)
 
-Scores are length-normalised log-probabilities (GNMT penalty with the export's alpha).
+Scores are length-normalised log-probabilities (GNMT penalty with the export's alpha). An
+ensemble (a `Translator` over several models) exports the same way, with every member's
+weights in the one graph.
 """
 
 import os
@@ -33,6 +36,7 @@ from keras_transformer.translation import Translator
 EXTRA_DIR = "assets.extra"
 MODEL_CONFIG = "model.yaml"
 MODEL_WEIGHTS = "model.weights.h5"
+MEMBERS_DIR = "members"
 VOCAB_DIR = "vocab"
 
 
@@ -62,7 +66,8 @@ class TranslatorModule(tf.Module):
         # every weight a second time (the Keras variables beside the tf.Variables the graph reads).
         self._held = _Untracked(translator)
         # What the graph reads, tracked once: the weights as tf.Variables and the tokenizers' resources.
-        self.model_variables = [v.value if hasattr(v, "value") else v for v in translator.model.variables]
+        self.model_variables = [v.value if hasattr(v, "value") else v
+                                for model in translator.models for v in model.variables]
         self.source_tokenizer = translator.source_tokenizer
         self.target_tokenizer = translator.target_tokenizer
         self.vocabulary_assets = [tf.saved_model.Asset(path) for path in asset_files]
@@ -113,9 +118,9 @@ def export_translator(translator, directory, config=None, overwrite=False):
     Args:
         translator: a `keras_transformer.translation.Translator`.
         directory: output folder.
-        config: the model's `TransformerConfig`; with it, `assets.extra/` also holds
-            the Keras weights, config and vocabulary, so `load_keras_translator`
-            can rebuild the model.
+        config: the model's `TransformerConfig` (an ensemble: a list, one per
+            member); with it, `assets.extra/` also holds the Keras weights, config
+            and vocabulary, so `load_keras_translator` can rebuild the model.
         overwrite: replace an existing export.
 
     Returns:
@@ -126,6 +131,10 @@ def export_translator(translator, directory, config=None, overwrite=False):
     >>> export_translator(translator, "saved_models/my_model", config)  # doctest: +SKIP
     """
     directory = os.fspath(directory)
+    configs = None if config is None else (list(config) if isinstance(config, (list, tuple)) else [config])
+    if configs is not None and len(configs) != len(translator.models):
+        raise ValueError(f"export_translator: {len(configs)} config(s) for a translator of "
+                         f"{len(translator.models)} model(s); give one config per model.")
     if os.path.exists(os.path.join(directory, "saved_model.pb")):
         if not overwrite:
             raise FileExistsError(f"{directory} already holds a SavedModel; pass overwrite=True to replace it.")
@@ -146,9 +155,13 @@ def export_translator(translator, directory, config=None, overwrite=False):
         extra = os.path.join(directory, EXTRA_DIR)
         os.makedirs(extra, exist_ok=True)
         shutil.copytree(vocab, os.path.join(extra, VOCAB_DIR), dirs_exist_ok=True)
-    if config is not None:
-        config.save_yaml(os.path.join(extra, MODEL_CONFIG))
-        translator.model.save_weights(os.path.join(extra, MODEL_WEIGHTS))
+    if configs is not None:
+        single = len(configs) == 1
+        for index, (member_config, model) in enumerate(zip(configs, translator.models)):
+            folder = extra if single else os.path.join(extra, MEMBERS_DIR, str(index))
+            os.makedirs(folder, exist_ok=True)
+            member_config.save_yaml(os.path.join(folder, MODEL_CONFIG))
+            model.save_weights(os.path.join(folder, MODEL_WEIGHTS))
     return directory
 
 
@@ -157,9 +170,11 @@ def export(workdir, directory, checkpoint=None, average=None, beam_size=None, al
     """Exports a training workdir's model: the library function behind `keras-transformer export`.
 
     Args:
-        workdir: the folder `keras-transformer train` wrote (model.yaml, data/vocab, checkpoints/).
+        workdir: the folder `keras-transformer train` wrote (model.yaml, data/vocab, checkpoints/);
+            a list of workdirs sharing a vocabulary exports them as one ensemble.
         directory: output folder for the SavedModel.
         checkpoint: a `.weights.h5` file; default: the last checkpoint (or the average below).
+            An ensemble takes a list, one per workdir (or None).
         average: average the last `average` checkpoints (paper: 5 base, 20 big).
         beam_size, alpha, max_extra: decoding settings baked into the graph (default: the config's).
         overwrite: replace an existing export.
@@ -173,11 +188,17 @@ def export(workdir, directory, checkpoint=None, average=None, beam_size=None, al
     """
     from keras_transformer.config import TransformerConfig
 
-    options = {k: v for k, v in dict(beam_size=beam_size, alpha=alpha, max_extra=max_extra).items()
-               if v is not None}
-    translator = Translator.from_workdir(workdir, checkpoint=checkpoint, average=average, **options)
-    config = TransformerConfig.from_yaml(os.path.join(os.fspath(workdir), "model.yaml"))
-    return export_translator(translator, directory, config=config, overwrite=overwrite)
+    from keras_transformer.training import load_translator
+
+    workdirs = list(workdir) if isinstance(workdir, (list, tuple)) else [workdir]
+    for path in workdirs:
+        if not os.path.isfile(os.path.join(os.fspath(path), "model.yaml")):
+            raise FileNotFoundError(f"{path} is not a training workdir: {os.path.join(os.fspath(path), 'model.yaml')} "
+                                    "is missing.")
+    translator = load_translator(workdirs if len(workdirs) > 1 else workdirs[0], checkpoint=checkpoint,
+                                 average=average, beam_size=beam_size, alpha=alpha, max_extra=max_extra)
+    configs = [TransformerConfig.from_yaml(os.path.join(os.fspath(path), "model.yaml")) for path in workdirs]
+    return export_translator(translator, directory, config=configs, overwrite=overwrite)
 
 
 def load_keras_translator(directory, **options):
@@ -195,6 +216,13 @@ def load_keras_translator(directory, **options):
     >>> translator = load_keras_translator("saved_models/multi30k_en_de")  # doctest: +SKIP
     """
     extra = os.path.join(os.fspath(directory), EXTRA_DIR)
+    members = os.path.join(extra, MEMBERS_DIR)
+    if os.path.isdir(members):
+        folders = sorted((name for name in os.listdir(members) if name.isdigit()), key=int)
+        return Translator.ensemble(
+            [Translator.from_checkpoint(os.path.join(members, name, MODEL_CONFIG),
+                                        os.path.join(members, name, MODEL_WEIGHTS),
+                                        os.path.join(extra, VOCAB_DIR), **options) for name in folders], **options)
     weights = os.path.join(extra, MODEL_WEIGHTS)
     if not os.path.isfile(weights):
         raise FileNotFoundError(f"{directory} has no Keras weights ({weights}); export it with a config.")

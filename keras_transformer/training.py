@@ -1277,14 +1277,52 @@ def pack_arrays(config, workdir):
 
 
 # ------------------------------------------------------------------ using a trained run
+def _vocabulary_dir(path):
+    """The vocabulary folder of a training workdir or an export."""
+    path = pathlib.Path(path)
+    return path / "assets.extra" / "vocab" if (path / "saved_model.pb").is_file() else path / "data" / "vocab"
+
+
+def _vocabulary_files(path):
+    folder = _vocabulary_dir(path)
+    return {item.name: item.read_bytes() for item in sorted(folder.iterdir()) if item.is_file()} \
+        if folder.is_dir() else {}
+
+
+def _load_ensemble(models, checkpoint, average, **options):
+    """`load_translator` for several workdirs/exports: one Translator decoding them as an ensemble."""
+    if checkpoint is None:
+        checkpoints = [None] * len(models)
+    elif isinstance(checkpoint, (str, os.PathLike)):
+        raise ConfigError(f"An ensemble of {len(models)} models takes one checkpoint per model (or none), "
+                          f"got the single checkpoint {checkpoint}.")
+    else:
+        checkpoints = list(checkpoint)
+        if len(checkpoints) != len(models):
+            raise ConfigError(f"An ensemble of {len(models)} models takes one checkpoint per model (or none), "
+                              f"got {len(checkpoints)}.")
+    translators = [load_translator(path, path_checkpoint, average, **options)
+                   for path, path_checkpoint in zip(models, checkpoints)]
+    vocabulary = _vocabulary_files(models[0])
+    for path in models[1:]:
+        if _vocabulary_files(path) != vocabulary:
+            raise ConfigError(f"{path} has a different vocabulary from {models[0]} ({_vocabulary_dir(path)} against "
+                              f"{_vocabulary_dir(models[0])}): ensembled models must share their vocabulary.")
+    from keras_transformer.translation import Translator
+    return Translator.ensemble(translators)
+
+
 def load_translator(model, checkpoint=None, average=None, **options):
-    """A `Translator` for a training workdir or an exported model directory.
+    """A `Translator` for a training workdir or an exported model directory, or an ensemble of them.
 
     Args:
         model: a workdir written by `train` (`model.yaml`, `data/vocab`,
-            `checkpoints/`) or a directory written by `keras-transformer export`.
+            `checkpoints/`) or a directory written by `keras-transformer export`;
+            a list of them decodes them as one ensemble (they must share the
+            vocabulary files; decoding defaults come from the first).
         checkpoint: a `.weights.h5` file (workdir only); default: the last epoch checkpoint.
-        average: average the last `average` checkpoints instead (workdir only).
+            For an ensemble, a list with one entry (or None) per model.
+        average: average the last `average` checkpoints instead (workdirs only; each member).
         **options: `Translator` arguments (`beam_size`, `alpha`, `max_extra`);
             default: the model config's decoding fields.
 
@@ -1292,13 +1330,25 @@ def load_translator(model, checkpoint=None, average=None, **options):
         A `keras_transformer.translation.Translator`.
 
     Raises:
-        FileNotFoundError / ValueError: a missing or unreadable checkpoint or folder (named).
+        FileNotFoundError / ValueError: a missing or unreadable checkpoint or folder (named), or
+        ensemble members with different vocabularies.
 
     Example:
 
     >>> translator = load_translator("runs/en_de", average=5, beam_size=4)  # doctest: +SKIP
     >>> translator(["A man rides a bike."])                                  # doctest: +SKIP
+    >>> ensemble = load_translator(["runs/en_de", "runs/en_de_seed2"], average=5)  # doctest: +SKIP
     """
+    if isinstance(model, (list, tuple)):
+        if not model:
+            raise ConfigError("load_translator: no model given (an empty list).")
+        if len(model) > 1:
+            return _load_ensemble([pathlib.Path(m) for m in model], checkpoint, average, **options)
+        model = model[0]
+        if isinstance(checkpoint, (list, tuple)):
+            if len(checkpoint) != 1:
+                raise ConfigError(f"One model takes one checkpoint, got {len(checkpoint)}.")
+            checkpoint = checkpoint[0]
     path = pathlib.Path(model)
     options = {key: value for key, value in options.items() if value is not None}
     if (path / "saved_model.pb").is_file():
@@ -1329,7 +1379,8 @@ def translate(model, sentences, checkpoint=None, average=None, batch_size=64, **
     """Translates sentences with a trained workdir or an exported model (`keras-transformer translate`).
 
     Args:
-        model: a training workdir, an export directory, or a `Translator`.
+        model: a training workdir, an export directory, a list of them (an
+            ensemble; see `load_translator`), or a `Translator`.
         sentences: a list of `str`.
         checkpoint, average, **options: see `load_translator`.
         batch_size: sentences decoded together.
@@ -1351,7 +1402,8 @@ def evaluate(model, source, reference, tokenized_reference=None, lang=None, chec
     """Translates `source` and scores it with sacreBLEU (`keras-transformer evaluate`).
 
     Args:
-        model: a training workdir, an export directory, or a `Translator`.
+        model: a training workdir, an export directory, a list of them (an
+            ensemble; see `load_translator`), or a `Translator`.
         source: the source file (plain or .gz) or a list of sentences.
         reference: the reference file or list, raw text (cased sacreBLEU).
         tokenized_reference: optional `*.lc.norm.tok.*` references: adds the

@@ -48,7 +48,9 @@ class Translator(tf.Module):
 
     Args:
         model: a `build_model` model (the Translator keeps a reference, so a
-            model still training is decoded with its current weights).
+            model still training is decoded with its current weights), or a
+            list of models sharing the tokenizers, decoded as an ensemble (the
+            mean of their next-token distributions; `decoding.ensemble_members`).
         source_tokenizer: has `tokenize(tf.string [N]) -> int [N, None]` (ragged
             or dense) and `eos_id`/`pad_id`.
         target_tokenizer: has `detokenize(int [N, L]) -> tf.string [N]` (dropping
@@ -71,7 +73,7 @@ class Translator(tf.Module):
     def __init__(self, model, source_tokenizer, target_tokenizer=None, beam_size=4, alpha=0.6, max_extra=50,
                  jit_compile=False, name="translator"):
         super().__init__(name=name)
-        self.model = model
+        self.models = decoding.ensemble_members(model)
         self.source_tokenizer = source_tokenizer
         self.target_tokenizer = target_tokenizer if target_tokenizer is not None else source_tokenizer
         self.beam_size = int(beam_size)
@@ -79,10 +81,18 @@ class Translator(tf.Module):
         self.max_extra = int(max_extra)
         if self.beam_size < 1:
             raise ValueError(f"Translator: beam_size must be >= 1, got {beam_size}.")
-        self.max_source_length = model.get_layer("source_position").max_length
-        self.max_target_length = decoding.max_positions(model)
+        self.max_source_length = self.models[0].get_layer("source_position").max_length
+        self.max_target_length = decoding.max_positions(self.models[0])
         self._jit_compile = bool(jit_compile)
         self._search = tf.function(self._search_ids, jit_compile=True) if jit_compile else self._search_ids
+
+    @property
+    def model(self):
+        """The model of a single-model Translator (an ensemble's members are in `models`)."""
+        if len(self.models) != 1:
+            raise AttributeError(f"This Translator decodes an ensemble of {len(self.models)} models: "
+                                 "use `translator.models`.")
+        return self.models[0]
 
     # --------------------------------------------------------------- constructors
     @classmethod
@@ -126,6 +136,28 @@ class Translator(tf.Module):
                    "max_extra": config.max_decode_extra, **options}
         source_tokenizer, target_tokenizer = tokenizers
         return cls(model, source_tokenizer, target_tokenizer, **options)
+
+    @classmethod
+    def ensemble(cls, translators, **options):
+        """One Translator decoding the models of several Translators as an ensemble.
+
+        The members must share the tokenizers (the caller checks: `load_translator`
+        compares the vocabulary files); tokenizers and decoding settings come from
+        the first, unless given in `options`.
+
+        Example:
+
+        >>> both = Translator.ensemble([Translator.from_workdir("runs/a"),  # doctest: +SKIP
+        ...                             Translator.from_workdir("runs/b")])
+        """
+        translators = list(translators)
+        if not translators:
+            raise ValueError("Translator.ensemble: no translators given.")
+        first = translators[0]
+        settings = {"beam_size": first.beam_size, "alpha": first.alpha, "max_extra": first.max_extra,
+                    "jit_compile": first._jit_compile, **options}
+        return cls([model for t in translators for model in t.models], first.source_tokenizer,
+                   first.target_tokenizer, **settings)
 
     @classmethod
     def from_workdir(cls, workdir, checkpoint=None, average=None, tokenizers=None, **options):
@@ -179,7 +211,7 @@ class Translator(tf.Module):
 
     def _search_ids(self, source):
         target = self.target_tokenizer
-        return decoding.beam_search(self.model, source, beam_size=self.beam_size, alpha=self.alpha,
+        return decoding.beam_search(self.models, source, beam_size=self.beam_size, alpha=self.alpha,
                                     max_extra=self.max_extra, num_return=self.beam_size, pad_id=target.pad_id,
                                     bos_id=target.bos_id, eos_id=target.eos_id)
 
@@ -235,7 +267,7 @@ class Translator(tf.Module):
             float32 `[N]`, comparable with the scores of `translate`.
         """
         target = self.target_tokenizer
-        return decoding.score(self.model, self.encode_sources(sources), self.encode_targets(targets),
+        return decoding.score(self.models, self.encode_sources(sources), self.encode_targets(targets),
                               alpha=self.alpha, pad_id=target.pad_id, bos_id=target.bos_id)
 
     def __call__(self, sentences):

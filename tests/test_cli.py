@@ -172,6 +172,75 @@ def test_translate_and_evaluate_run_on_a_workdir(tiny_workdir, tmp_path, capsys)
     assert len((tmp_path / "hyp.txt").read_text(encoding="utf-8").splitlines()) == 2
 
 
+@pytest.fixture(scope="module")
+def second_workdir(tiny_workdir, tmp_path_factory):
+    """Another run on tiny_workdir's vocabulary: a model of another shape, one checkpoint."""
+    import shutil
+
+    from keras_transformer.config import TransformerConfig
+    from keras_transformer.model import build_model
+
+    workdir = tmp_path_factory.mktemp("second")
+    shutil.copytree(tiny_workdir / "data", workdir / "data")
+    first = TransformerConfig.from_yaml(tiny_workdir / "model.yaml")
+    config = TransformerConfig.preset("tiny", vocab_size=first.vocab_size, num_layers=2, d_model=32, d_ff=64,
+                                      max_length=32)
+    config.save_yaml(workdir / "model.yaml")
+    (workdir / "checkpoints").mkdir()
+    build_model(config).save_weights(str(workdir / "checkpoints" / "ckpt-0001.weights.h5"))
+    return workdir
+
+
+def test_repeated_model_decodes_an_ensemble_and_exports_it(tiny_workdir, second_workdir, tmp_path, capsys):
+    """`--model A --model B` translates with the mean of both models' distributions, as built here by hand."""
+    import tensorflow as tf
+
+    from keras_transformer import decoding
+    from keras_transformer.translation import Translator
+
+    sentences = ["a man rides a bike", "two dogs play"]
+    options = ["--beam-size", "2", "--alpha", "0.6", "--max-extra", "4"]
+    assert cli.main(["translate", "--model", str(tiny_workdir), "--model", str(second_workdir), *options,
+                     *sentences]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    members = [Translator.from_workdir(w, beam_size=2, alpha=0.6, max_extra=4) for w in (tiny_workdir, second_workdir)]
+    source = members[0].encode_sources(tf.constant(sentences))
+    tokens, _ = decoding.beam_search([m.model for m in members], source, beam_size=2, alpha=0.6, max_extra=4)
+    by_hand = [t.decode("utf-8") for t in members[0].target_tokenizer.detokenize(tokens[:, 0]).numpy()]
+    assert printed == by_hand
+
+    assert cli.main(["export", "--workdir", str(tiny_workdir), "--workdir", str(second_workdir),
+                     "--out", str(tmp_path / "both"), *options]) == 0
+    capsys.readouterr()
+    assert cli.main(["translate", "--model", str(tmp_path / "both"), *options, *sentences]) == 0
+    assert capsys.readouterr().out.splitlines() == by_hand
+
+
+def test_ensemble_errors_name_the_problem(tiny_workdir, second_workdir, tmp_path, capsys):
+    import shutil
+
+    from keras_transformer.data.tokenizers import train_tokenizers
+
+    other = tmp_path / "other_vocab"
+    shutil.copytree(second_workdir, other)
+    shutil.rmtree(other / "data" / "vocab")
+    train_tokenizers(["a cat sleeps on a sofa", "three birds sing"] * 20, ["eine katze", "drei vögel"] * 20,
+                     vocab_size=300, directory=other / "data" / "vocab")
+    status = cli.main(["translate", "--model", str(tiny_workdir), "--model", str(other), "a man"])
+    assert status == 2
+    error = capsys.readouterr().err
+    assert str(other) in error and "different vocabulary" in error
+    checkpoint = str(tiny_workdir / "checkpoints" / "ckpt-0001.weights.h5")
+    status = cli.main(["translate", "--model", str(tiny_workdir), "--model", str(second_workdir),
+                       "--checkpoint", checkpoint, "a man"])
+    assert status == 2
+    assert "one checkpoint per model" in capsys.readouterr().err
+    status = cli.main(["translate", "--model", str(tiny_workdir), "--checkpoint", checkpoint,
+                       "--checkpoint", checkpoint, "a man"])
+    assert status == 2
+    assert "One --model takes one --checkpoint, got 2" in capsys.readouterr().err
+
+
 # ------------------------------------------------------------------ kill -9, then the same command again
 def _history_epochs(path):
     with open(path, newline="", encoding="utf-8") as f:

@@ -195,6 +195,67 @@ def test_bad_arguments_are_named(random_model):
         decoding.greedy_decode(random_model, np.ones((1, 200), "int32"))
 
 
+@pytest.fixture(scope="module")
+def other_model():
+    """A second untrained model over the same 40 tokens, of another shape (post-norm, 1 layer, d_model 32)."""
+    import keras
+
+    keras.utils.set_random_seed(7)
+    return kt.build_model(kt.TransformerConfig.preset("tiny", vocab_size=40, dropout=0.0, norm_first=False,
+                                                      num_layers=1, d_model=32, d_ff=64))
+
+
+def _softmax(logits):
+    shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    return shifted / shifted.sum(axis=-1, keepdims=True)
+
+
+def test_ensemble_scores_the_mean_of_the_members_distributions(random_model, other_model):
+    """An ensemble's forced-decode score is sum_t log(mean_i p_i(y_t)), computed here from each model's own pass."""
+    source = padded(SOURCES)
+    target = np.random.default_rng(4).integers(4, 40, size=(4, 6)).astype("int32")
+    target[:, -1] = 3  # eos
+    decoder_input = np.concatenate([np.full((4, 1), 2, "int32"), target[:, :-1]], axis=1)
+    mean = np.mean([_softmax(np.asarray(model({"source": source, "target": decoder_input}), "float64"))
+                    for model in (random_model, other_model)], axis=0)  # (B, T, V)
+    expected = np.log(np.take_along_axis(mean, target[..., None], axis=-1)[..., 0]).sum(axis=1)
+    np.testing.assert_allclose(decoding.score([random_model, other_model], source, target), expected, rtol=1e-4)
+    alone = decoding.score(random_model, source, target)
+    assert np.abs(np.asarray(alone) - expected).max() > 0.1  # the second member does change the scores
+
+
+def test_ensemble_search_scores_are_its_forced_scores(random_model, other_model):
+    members = [random_model, other_model]
+    source = padded(SOURCES)
+    tokens, scores = run(decoding.beam_search, members, source, **BEAM)
+    flat_tokens = np.reshape(tokens, (-1, tokens.shape[-1]))
+    forced = decoding.score(members, np.repeat(source, 4, axis=0), flat_tokens, alpha=0.6)
+    np.testing.assert_allclose(np.reshape(scores, -1), forced, atol=1e-4)
+    tokens, scores = run(decoding.greedy_decode, members, source, **GREEDY)
+    np.testing.assert_allclose(scores, decoding.score(members, source, tokens), atol=1e-4)
+    uncached, uncached_scores = decoding.greedy_decode(members, source, use_cache=False, **GREEDY)
+    np.testing.assert_array_equal(uncached, tokens)
+
+
+def test_ensemble_of_one_model_twice_is_that_model(trained_copy_model):
+    model = trained_copy_model[0] if isinstance(trained_copy_model, tuple) else trained_copy_model
+    source = padded(SOURCES)
+    tokens, scores = run(decoding.beam_search, model, source, **BEAM)
+    twice, twice_scores = run(decoding.beam_search, [model, model], source, **BEAM)
+    np.testing.assert_array_equal(twice, tokens)
+    np.testing.assert_allclose(twice_scores, scores, atol=1e-5)
+
+
+def test_ensemble_members_must_agree_on_vocabulary_and_lengths(random_model):
+    with pytest.raises(ValueError, match="output vocabulary of 41 but member 0 has 40"):
+        decoding.ensemble_members([random_model, kt.build_model(kt.TransformerConfig.preset("tiny", vocab_size=41))])
+    shorter = kt.build_model(kt.TransformerConfig.preset("tiny", vocab_size=40, max_length=64))
+    with pytest.raises(ValueError, match="max_length of 64 but member 0 has 128"):
+        decoding.beam_search([random_model, shorter], padded(SOURCES))
+    with pytest.raises(ValueError, match="at least one model"):
+        decoding.greedy_decode([], padded(SOURCES))
+
+
 def test_length_penalty_formula():
     np.testing.assert_allclose(decoding.length_penalty(np.array([1, 7, 20]), 0.6),
                                ((5 + np.array([1, 7, 20])) / 6) ** 0.6, rtol=1e-6)

@@ -36,16 +36,21 @@ def exported(tmp_path_factory, multi30k_dir):
                                          d_ff=64, max_length=48, warmup_steps=20, beam_size=3)
     model = kt.build_model(config)
     translator = Translator(model, source_tokenizer, target_tokenizer, beam_size=3, alpha=0.6, max_extra=8)
-    # A few updates so the outputs are not uniform noise.
+    train_briefly(translator, config, english, german)
+    directory = tmp_path_factory.mktemp("export") / "en_de"
+    export_translator(translator, directory, config=config)
+    return directory, translator
+
+
+def train_briefly(translator, config, english, german):
+    """A few updates on the first 128 pairs, so the outputs are not uniform noise."""
+    model = translator.model
     source = translator.encode_sources(tf.constant(english[:128])).numpy()
     target = translator.encode_targets(tf.constant(german[:128])).numpy()
     decoder_input = np.concatenate([np.full((len(target), 1), config.bos_id), target[:, :-1]], axis=1)
     decoder_input[decoder_input == config.eos_id] = config.pad_id
     model.compile(optimizer=kt.make_optimizer(config), loss=kt.LabelSmoothedCrossEntropy(0.1))
     model.fit({"source": source, "target": decoder_input}, target, batch_size=32, epochs=2, verbose=0)
-    directory = tmp_path_factory.mktemp("export") / "en_de"
-    export_translator(translator, directory, config=config)
-    return directory, translator
 
 
 TF_ONLY_CLIENT = """
@@ -101,6 +106,43 @@ def test_tensorflow_only_process_serves_what_the_in_memory_translator_gives(expo
     # Forced decoding (scoring given translations) agrees with the in-memory Translator.
     expected_forced = translator.score(tf.constant(SENTENCES), tf.constant(REFERENCES)).numpy()
     np.testing.assert_allclose(served["forced"], expected_forced, rtol=1e-4, atol=1e-4)
+
+
+def test_exported_ensemble_serves_what_the_in_memory_ensemble_gives(exported, multi30k_dir, tmp_path):
+    """Two models (of different shapes) sharing the tokenizers export as one SavedModel decoding their ensemble."""
+    import keras
+
+    directory, translator = exported
+    keras.utils.set_random_seed(5)
+    config = kt.TransformerConfig.from_yaml(directory / "assets.extra" / "model.yaml")
+    other_config = kt.TransformerConfig.preset("tiny", vocab_size=config.vocab_size, num_layers=2, d_model=48,
+                                               num_heads=4, d_ff=96, max_length=48, norm_first=False)
+    other = Translator(kt.build_model(other_config), translator.source_tokenizer, translator.target_tokenizer)
+    train_briefly(other, other_config, read_lines(multi30k_dir / "val.en.gz")[:300],
+                  read_lines(multi30k_dir / "val.de.gz")[:300])
+    ensemble = Translator.ensemble([translator, other])
+    assert len(ensemble.models) == 2 and (ensemble.beam_size, ensemble.alpha) == (3, 0.6)
+    with pytest.raises(AttributeError, match="ensemble of 2 models"):
+        ensemble.model
+    with pytest.raises(ValueError, match="one config per model"):
+        export_translator(ensemble, tmp_path / "bad", config=config)
+    export_translator(ensemble, tmp_path / "ensemble", config=[config, other_config])
+    assert sorted(p.name for p in (tmp_path / "ensemble" / "assets.extra" / "members").iterdir()) == ["0", "1"]
+
+    texts = SENTENCES + BAD_INPUTS[:2]
+    served = run_tf_only(TF_ONLY_CLIENT, tmp_path / "ensemble", json.dumps(texts), json.dumps(REFERENCES))
+    raw = [t.encode("utf-8") for t in texts] + [b"bad \xff\xfe bytes \xc3"]
+    expected = ensemble.translate(tf.constant(raw))
+    assert served["translation"] == [t.decode("utf-8") for t in expected["translation"].numpy()]
+    np.testing.assert_allclose(served["score"], expected["score"].numpy(), rtol=1e-4, atol=1e-4)
+    expected_forced = ensemble.score(tf.constant(SENTENCES), tf.constant(REFERENCES)).numpy()
+    np.testing.assert_allclose(served["forced"], expected_forced, rtol=1e-4, atol=1e-4)
+    # The ensemble's forced scores are neither member's (each member's distribution alone).
+    for member in (translator, other):
+        alone = member.score(tf.constant(SENTENCES), tf.constant(REFERENCES)).numpy()
+        assert np.abs(alone - expected_forced).max() > 1e-3
+    rebuilt = load_keras_translator(tmp_path / "ensemble", beam_size=3, alpha=0.6, max_extra=8)
+    assert len(rebuilt.models) == 2 and rebuilt(SENTENCES) == ensemble(SENTENCES)
 
 
 def test_ids_signature_matches_the_string_signature(exported):
