@@ -7,7 +7,8 @@ Loads a training workdir's model (or an exported model's Keras weights), decodes
 sentences of `val.en.gz` with beam search through `tf.function` (every batch shape is traced in a warm-up pass that
 is not timed), then times `--repeats` passes. Prints a table: median seconds per pass, sentences/s and output
 words/s. `--output` writes the translations, so two checkouts (before / after a decoding change) can be timed
-alternately and their outputs compared with `cmp`: the figure to quote is the ratio of the medians.
+alternately and their outputs compared with `cmp`: the figure to quote is the ratio of the medians. Several
+models (each with its `--checkpoint`, in order) are decoded as one ensemble.
 """
 
 import argparse
@@ -21,8 +22,8 @@ DATA = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data" / "multi3
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("model", help="a training workdir or an exported model")
-    parser.add_argument("--checkpoint", help="a .weights.h5 file (workdirs only)")
+    parser.add_argument("model", nargs="+", help="a training workdir or an exported model; several: an ensemble")
+    parser.add_argument("--checkpoint", action="append", help="a .weights.h5 file (workdirs only); one per model")
     parser.add_argument("--source", default=str(DATA / "val.en.gz"))
     parser.add_argument("--sentences", type=int, default=320)
     parser.add_argument("--batch-size", type=int, default=64)
@@ -38,7 +39,10 @@ def main(argv=None):
     with opener(args.source, "rt", encoding="utf-8") as f:
         lines = [line.rstrip("\n") for line in f][:args.sentences]
     start = time.perf_counter()
-    translator = load_translator(args.model, checkpoint=args.checkpoint, beam_size=args.beam_size,
+    single = len(args.model) == 1
+    checkpoint = args.checkpoint[0] if single and args.checkpoint else args.checkpoint
+    translator = load_translator(args.model[0] if single else args.model, checkpoint=checkpoint,
+                                 beam_size=args.beam_size,
                                  alpha=args.alpha, max_extra=args.max_extra)
     load = time.perf_counter() - start
     start = time.perf_counter()
@@ -53,7 +57,7 @@ def main(argv=None):
     words = sum(len(t.split()) for t in translations)
     if args.output:
         pathlib.Path(args.output).write_text("".join(t + "\n" for t in translations), encoding="utf-8")
-    rows = [("sentences, batch size, beam, alpha, max extra",
+    rows = [("models", str(len(args.model))), ("sentences, batch size, beam, alpha, max extra",
              f"{len(lines)}, {args.batch_size}, {args.beam_size}, {args.alpha:g}, {args.max_extra}"),
             ("load (s)", f"{load:.1f}"), ("warm-up pass, tracing included (s)", f"{warm_up:.1f}"),
             ("pass: median (s)", f"{median:.2f}"), ("passes (s)", ", ".join(f"{s:.2f}" for s in seconds)),

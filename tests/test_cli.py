@@ -136,6 +136,7 @@ def test_translate_throughput_bench_times_what_translate_prints(tiny_workdir, tm
                        str(tmp_path / "hyp.txt")]) == 0
     table = dict(line.split("  ", 1) for line in capsys.readouterr().out.splitlines())
     assert table["sentences, batch size, beam, alpha, max extra"].strip() == "2, 64, 2, 1, 3"
+    assert table["models"].strip() == "1"
     assert len(table["passes (s)"].split(",")) == 2
     assert cli.main(["translate", "--model", str(tiny_workdir), "--beam-size", "2", "--alpha", "1.0",
                      "--max-extra", "3", "a man rides a bike", "two dogs play"]) == 0
