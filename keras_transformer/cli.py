@@ -181,9 +181,8 @@ def _decoding_options(args):
     return {"beam_size": args.beam_size, "alpha": args.alpha, "max_extra": args.max_extra}
 
 
-def _weights(args):
-    """`--model`/`--checkpoint` (repeatable) as `load_translator` takes them: one path, or lists for an ensemble."""
-    models, checkpoints = args.model, args.checkpoint
+def _weights(models, checkpoints):
+    """Repeated `--model`/`--checkpoint` as `load_translator` takes them: one path, or lists for an ensemble."""
     if len(models) == 1:
         if checkpoints is not None and len(checkpoints) > 1:
             raise ValueError(f"One --model takes one --checkpoint, got {len(checkpoints)}.")
@@ -193,7 +192,7 @@ def _weights(args):
 
 def _evaluate(args):
     from keras_transformer import training
-    model, checkpoint = _weights(args)
+    model, checkpoint = _weights(args.model, args.checkpoint)
     scores = training.evaluate(model, args.source, args.reference, tokenized_reference=args.tokenized_reference,
                                lang=args.lang, checkpoint=checkpoint, average=args.average,
                                batch_size=args.batch_size, output=args.output, **_decoding_options(args))
@@ -204,7 +203,7 @@ def _evaluate(args):
 def _translate(args):
     from keras_transformer import training
     sentences = args.sentences or [line.rstrip("\n") for line in sys.stdin]
-    model, checkpoint = _weights(args)
+    model, checkpoint = _weights(args.model, args.checkpoint)
     for line in training.translate(model, sentences, checkpoint=checkpoint, average=args.average,
                                    batch_size=args.batch_size, **_decoding_options(args)):
         print(line)
@@ -217,8 +216,7 @@ def _export(args):
     except ImportError as error:
         raise RuntimeError(f"`export` needs keras_transformer.export, which could not be imported ({error}); "
                            "it comes with the SavedModel export feature.") from error
-    args.model = args.workdir
-    workdir, checkpoint = _weights(args)
+    workdir, checkpoint = _weights(args.workdir, args.checkpoint)
     directory = export.export(workdir, args.out, checkpoint=checkpoint, average=args.average,
                               beam_size=args.beam_size, alpha=args.alpha, max_extra=args.max_extra,
                               overwrite=args.overwrite)
