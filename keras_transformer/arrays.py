@@ -110,7 +110,7 @@ def load_arrays(path):
 
 # ------------------------------------------------------------------ batches
 def make_batches(sources, targets, tokens_per_batch, *, length_multiple=8, pad_id=0, bos_id=2, eos_id=3,
-                 rng=None, pad_rows=False):
+                 rng=None, pad_rows=False, teacher=None, return_indices=False):
     """Token-budget batches of `(source, target_input, labels)` int32 arrays, as the TensorFlow pipeline forms them.
 
     Each pair becomes source = tokens + eos, target input = bos + tokens,
@@ -130,9 +130,14 @@ def make_batches(sources, targets, tokens_per_batch, *, length_multiple=8, pad_i
         pad_id, bos_id, eos_id: special ids.
         rng: a `numpy.random.Generator` to shuffle with, or None.
         pad_rows: give every batch of one width the same number of rows.
+        teacher: optional `(ids, probabilities)` of `distillation.teacher_top_k`
+            (one `(len(target) + 1, k)` array each per pair): the labels become
+            the packed float32 `(B, L, 1 + 2k)` of `distillation.pack_labels`.
+        return_indices: also return, per batch, the indices of its pairs.
 
     Returns:
-        A list of `(source (B, L), target_input (B, L), labels (B, L))`.
+        A list of `(source (B, L), target_input (B, L), labels (B, L))`; with
+        `return_indices`, `(batches, indices)`.
 
     Raises:
         ValueError: misaligned inputs, or a pair longer than `tokens_per_batch`.
@@ -144,8 +149,10 @@ def make_batches(sources, targets, tokens_per_batch, *, length_multiple=8, pad_i
     """
     if len(sources) != len(targets):
         raise ValueError(f"make_batches: {len(sources)} source but {len(targets)} target sequences.")
+    if teacher is not None and not (len(teacher[0]) == len(teacher[1]) == len(targets)):
+        raise ValueError(f"make_batches: {len(targets)} pairs but teacher distributions for {len(teacher[0])}.")
     if not len(sources):
-        return []
+        return ([], []) if return_indices else []
     multiple = max(1, int(length_multiple))
     lengths = np.maximum([len(s) for s in sources], [len(t) for t in targets]) + 1
     widths = -(-lengths // multiple) * multiple
@@ -153,7 +160,7 @@ def make_batches(sources, targets, tokens_per_batch, *, length_multiple=8, pad_i
         longest = int(np.argmax(widths))
         raise ValueError(f"Pair {longest} needs {int(widths[longest])} positions (rounded to a multiple of "
                          f"{multiple}), more than tokens_per_batch={tokens_per_batch}.")
-    batches = []
+    batches, indices = [], []
     for width in np.unique(widths):
         members = np.flatnonzero(widths == width)
         if rng is not None:
@@ -173,10 +180,20 @@ def make_batches(sources, targets, tokens_per_batch, *, length_multiple=8, pad_i
                 target_input[row, 1:len(t) + 1] = t
                 labels[row, :len(t)] = t
                 labels[row, len(t)] = eos_id
+            if teacher is not None:
+                k = teacher[0][chunk[0]].shape[-1]
+                ids, probabilities = np.zeros((rows, width, k), np.int32), np.zeros((rows, width, k), np.float32)
+                for row, index in enumerate(chunk):
+                    n = len(targets[index]) + 1
+                    ids[row, :n], probabilities[row, :n] = teacher[0][index], teacher[1][index]
+                from keras_transformer.distillation import pack_labels
+                labels = pack_labels(labels, ids, probabilities)
             batches.append((source, target_input, labels))
+            indices.append(chunk)
     if rng is not None:
-        batches = [batches[i] for i in rng.permutation(len(batches))]
-    return batches
+        order = rng.permutation(len(batches))
+        batches, indices = [batches[i] for i in order], [indices[i] for i in order]
+    return (batches, indices) if return_indices else batches
 
 
 # ------------------------------------------------------------------ training
@@ -201,7 +218,8 @@ def _evaluate(model, batches):
 
 
 def train_arrays(workdir, epochs=None, *, jit_compile=True, precision="float32", average_last=None,
-                 length_multiple=8, tokens_per_batch=None, seed=None, keep_checkpoints=None, verbose=1):
+                 length_multiple=8, tokens_per_batch=None, seed=None, keep_checkpoints=None, init_weights=None,
+                 initial_updates=0, teacher=None, distill_weight=0.5, verbose=1):
     """Trains the packed experiment in `workdir` (see `training.pack_arrays`), resuming a previous run.
 
     Args:
@@ -217,6 +235,14 @@ def train_arrays(workdir, epochs=None, *, jit_compile=True, precision="float32",
         tokens_per_batch: default: the experiment's `data.tokens_per_batch`.
         seed: default: the experiment's `training.seed`; epoch e shuffles with seed + e.
         keep_checkpoints: keep only the newest N epoch checkpoints (None: all).
+        init_weights: start a new run from these weights (fine-tuning,
+            distillation); ignored when resuming.
+        initial_updates: a new run's optimizer starts at this update count, so
+            the learning-rate schedule continues there (e.g. the updates the
+            `init_weights` run made) instead of warming up again.
+        teacher: a `distillation.save_teacher` file made for this workdir:
+            train with `distillation.DistillationLoss` towards it.
+        distill_weight: the teacher term's weight w in that loss.
         verbose: 1 logs a line per epoch.
 
     Returns:
@@ -225,8 +251,12 @@ def train_arrays(workdir, epochs=None, *, jit_compile=True, precision="float32",
         `target_tokens` (non-pad labels trained on by this call).
 
     Raises:
-        FileNotFoundError: no `arrays.npz` / `model.yaml` in `workdir`.
+        FileNotFoundError: no `arrays.npz` / `model.yaml` in `workdir`, or
+            no `init_weights` / `teacher` file.
+        ValueError: a teacher file made for other training pairs.
     """
+    from keras_transformer import distillation
+    from keras_transformer.evaluation import load_checkpoint
     from keras_transformer.losses import LabelSmoothedCrossEntropy
     from keras_transformer.metrics import MaskedAccuracy
     from keras_transformer.model import build_model
@@ -249,6 +279,7 @@ def train_arrays(workdir, epochs=None, *, jit_compile=True, precision="float32",
     config = TransformerConfig.from_yaml(workdir / "model.yaml")
     # pad_rows under XLA: one batch shape per width, so one compilation each
     special = dict(pad_id=config.pad_id, bos_id=config.bos_id, eos_id=config.eos_id, pad_rows=jit_compile)
+    teacher_arrays = distillation.load_teacher(teacher, splits["train"][1])[:2] if teacher else None
     valid_batches = (make_batches(*splits["valid"], tokens_per_batch, length_multiple=length_multiple, **special)
                      if "valid" in splits else None)
 
@@ -257,9 +288,13 @@ def train_arrays(workdir, epochs=None, *, jit_compile=True, precision="float32",
     keras.config.set_dtype_policy(precision)
     try:
         model = build_model(config)
-        model.compile(optimizer=make_optimizer(config),
-                      loss=LabelSmoothedCrossEntropy(config.label_smoothing, pad_id=config.pad_id),
-                      metrics=[MaskedAccuracy(pad_id=config.pad_id)], jit_compile=jit_compile)
+        if teacher:
+            loss = distillation.DistillationLoss(config.label_smoothing, distill_weight, pad_id=config.pad_id)
+            metric = distillation.DistillationAccuracy(pad_id=config.pad_id)
+        else:
+            loss = LabelSmoothedCrossEntropy(config.label_smoothing, pad_id=config.pad_id)
+            metric = MaskedAccuracy(pad_id=config.pad_id)
+        model.compile(optimizer=make_optimizer(config), loss=loss, metrics=[metric], jit_compile=jit_compile)
         model.optimizer.build(model.trainable_variables)
     finally:
         keras.config.set_dtype_policy(previous_policy)
@@ -271,6 +306,11 @@ def train_arrays(workdir, epochs=None, *, jit_compile=True, precision="float32",
         start_epoch = int(json.loads(state_path.read_text())["epochs_done"])
         model.load_weights(str(backup))  # weights and optimizer state (step count included)
         log.info("Resuming after epoch %d from %s", start_epoch, backup)
+    else:
+        if init_weights:
+            load_checkpoint(init_weights, model)
+            log.info("Starting from the weights in %s", init_weights)
+        model.optimizer.iterations.assign(int(initial_updates))
 
     history_path, rows = workdir / "history.csv", []
     fields = ["epoch", "loss", "masked_accuracy", "val_loss", "val_masked_accuracy", "updates", "seconds",
@@ -281,7 +321,7 @@ def train_arrays(workdir, epochs=None, *, jit_compile=True, precision="float32",
     started = time.perf_counter()
     for epoch in range(start_epoch, epochs):
         batches = make_batches(*splits["train"], tokens_per_batch, length_multiple=length_multiple,
-                               rng=np.random.default_rng(seed + epoch), **special)
+                               rng=np.random.default_rng(seed + epoch), teacher=teacher_arrays, **special)
         epoch_start = time.perf_counter()
         loss_sum = correct_sum = tokens = 0.0
         for source, target_input, labels in batches:
@@ -292,7 +332,7 @@ def train_arrays(workdir, epochs=None, *, jit_compile=True, precision="float32",
                 seen_shapes.add(source.shape)
                 log.info("epoch %d: first batch of shape %s took %.1f s", epoch + 1, source.shape,
                          time.perf_counter() - step_start)
-            count = float(np.count_nonzero(labels))
+            count = float(np.count_nonzero(labels if labels.ndim == 2 else labels[..., 0]))
             loss_sum += float(logs["loss"]) * count
             correct_sum += float(logs["masked_accuracy"]) * count
             tokens += count
@@ -465,6 +505,12 @@ def main(argv=None):
     parser.add_argument("--tokens-per-batch", type=int, help="default: the experiment's data.tokens_per_batch")
     parser.add_argument("--length-multiple", type=int, default=8, help="batch widths are multiples of it")
     parser.add_argument("--keep-checkpoints", type=int, help="keep only the newest N epoch checkpoints")
+    parser.add_argument("--init-weights", help="start a new run from these weights (ignored when resuming)")
+    parser.add_argument("--initial-updates", type=int, default=0,
+                        help="a new run's schedule starts at this update count (e.g. the init run's updates)")
+    parser.add_argument("--teacher", help="distil from this teacher file (python -m keras_transformer.distillation)")
+    parser.add_argument("--distill-weight", type=float, default=0.5,
+                        help="the teacher term's weight in the loss (default 0.5)")
     scoring = parser.add_argument_group("scoring instead of training (no TensorFlow needed)")
     scoring.add_argument("--evaluate", nargs=2, metavar=("SOURCE", "REFERENCE"),
                          help="translate SOURCE with --checkpoint and score it against REFERENCE")
@@ -496,7 +542,9 @@ def _run(args):
         return
     result = train_arrays(args.workdir, args.epochs, jit_compile=not args.no_jit, precision=args.precision,
                           average_last=args.average_last, length_multiple=args.length_multiple,
-                          tokens_per_batch=args.tokens_per_batch, keep_checkpoints=args.keep_checkpoints)
+                          tokens_per_batch=args.tokens_per_batch, keep_checkpoints=args.keep_checkpoints,
+                          init_weights=args.init_weights, initial_updates=args.initial_updates, teacher=args.teacher,
+                          distill_weight=args.distill_weight)
     print(json.dumps({"backend": keras.config.backend(), "updates": result["updates"],
                       "seconds": round(result["seconds"], 1), "target_tokens": result["target_tokens"],
                       "average": str(result["average"]) if result["average"] else None}))

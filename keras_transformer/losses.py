@@ -94,8 +94,11 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
         return smoothed_cross_entropy(y_true, y_pred, self.label_smoothing)
 
     def __call__(self, y_true, y_pred, sample_weight=None):
-        per_token = self.call(y_true, y_pred)
-        weights = ops.cast(ops.not_equal(ops.cast(y_true, "int32"), self.pad_id), "float32")
+        return self._masked_mean(self.call(y_true, y_pred), y_true, sample_weight)
+
+    def _masked_mean(self, per_token, labels, sample_weight=None):
+        """The mean of `per_token` `(B, T)` over the positions whose label is not `pad_id` (times any weight)."""
+        weights = ops.cast(ops.not_equal(ops.cast(labels, "int32"), self.pad_id), "float32")
         if sample_weight is not None:
             sample_weight = ops.cast(sample_weight, "float32")
             while len(sample_weight.shape) < len(weights.shape):

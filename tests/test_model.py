@@ -173,7 +173,7 @@ def test_build_model_rejects_a_non_config():
 
 
 MODEL_MODULES = ["config.py", "masking.py", "model.py", "losses.py", "metrics.py", "schedules.py", "optimizers.py",
-                 "decoding.py", "data/synthetic.py", *[f"layers/{p.name}" for p in (PACKAGE / "layers").glob("*.py")]]
+                 "decoding.py", "distillation.py", "data/synthetic.py", *[f"layers/{p.name}" for p in (PACKAGE / "layers").glob("*.py")]]
 
 
 @pytest.mark.parametrize("module", MODEL_MODULES)

@@ -1,0 +1,321 @@
+"""Word-level knowledge distillation: one model trained towards an ensemble's next-token distributions.
+
+An ensemble of several runs translates better than any one of them
+(docs/BENCHMARKS.md) but costs each member's decoding. Distillation moves
+part of that gain into a single model (Hinton et al. 2015; for translation,
+"word-level" distillation in Kim and Rush 2016): the student is trained on the
+usual references, and at every target position also towards the teachers'
+mean distribution over the next token, given the reference prefix (teacher
+forcing), so no decoding of the training set is needed.
+
+Two steps, on any Keras backend (this module imports only keras and numpy):
+
+1. `teacher_top_k` runs the teachers over a packed workdir's training pairs
+   once and keeps, for every target position, the `top_k` most likely ids of
+   the members' mean distribution and their probabilities;
+   `save_teacher` writes them to `WORKDIR/teacher.npz`
+   (`python -m keras_transformer.distillation WORKDIR --member DIR CKPT ...`).
+2. `arrays.train_arrays(WORKDIR, teacher=..., distill_weight=w)` (or
+   `python -m keras_transformer.arrays WORKDIR --teacher WORKDIR/teacher.npz`)
+   trains with `DistillationLoss`: per target token,
+   `(1 - w) * label-smoothed cross-entropy(reference) + w * cross-entropy(teacher)`,
+   the teacher's top-k probabilities renormalized to sum to one.
+
+Batches carry the teacher in their labels: a float32 `(B, T, 1 + 2k)` array of
+`[label, k teacher ids, k teacher probabilities]` per position
+(`pack_labels`); plain `(B, T)` int labels (validation) give the ordinary
+label-smoothed loss, so validation losses compare with undistilled runs.
+"""
+
+import argparse
+import json
+import logging
+import pathlib
+
+import keras
+import numpy as np
+from keras import ops
+
+from keras_transformer.losses import LabelSmoothedCrossEntropy, smoothed_cross_entropy
+from keras_transformer.metrics import MaskedAccuracy
+
+log = logging.getLogger(__name__)
+
+TEACHER_FILE = "teacher.npz"
+
+
+# ------------------------------------------------------------------ the teachers' distributions
+def teacher_top_k(models, sources, targets, *, top_k=8, tokens_per_batch=8192, pad_id=0, bos_id=2, eos_id=3):
+    """The teachers' mean next-token distribution at every target position, truncated to its `top_k` ids.
+
+    Each pair is fed as training feeds it (source + eos; bos + target), every
+    member in inference mode; the members' softmax outputs are averaged (the
+    distribution ensemble decoding uses, `decoding.beam_search`).
+
+    Args:
+        models: one `build_model` model or a list of them sharing the vocabulary
+            (checked as `decoding.ensemble_members` does).
+        sources, targets: lists of id arrays (no bos/eos), as in `arrays.npz`.
+        top_k: ids kept per position.
+        tokens_per_batch: positions per side in one forward batch.
+        pad_id, bos_id, eos_id: special ids.
+
+    Returns:
+        `(ids, probabilities)`: two lists with one array per pair, of shape
+        `(len(target) + 1, top_k)` (the last row predicts eos), int32 and
+        float32, most likely first.
+
+    Raises:
+        ValueError: `top_k` out of range, or members that disagree.
+
+    Example:
+
+    >>> from keras_transformer import TransformerConfig, build_model
+    >>> model = build_model(TransformerConfig.preset("tiny", vocab_size=50))
+    >>> ids, probabilities = teacher_top_k([model], [[5, 6]], [[7, 8, 9]], top_k=4)
+    >>> ids[0].shape, probabilities[0].shape
+    ((4, 4), (4, 4))
+    """
+    from keras_transformer import arrays, decoding
+
+    members = decoding.ensemble_members(models)
+    vocab_size = int(members[0].outputs[0].shape[-1])
+    if not 1 <= int(top_k) <= vocab_size:
+        raise ValueError(f"top_k must be between 1 and the vocabulary size {vocab_size}, got {top_k}.")
+    top_k = int(top_k)
+    batches, chunks = arrays.make_batches(sources, targets, tokens_per_batch, pad_id=pad_id, bos_id=bos_id,
+                                          eos_id=eos_id, return_indices=True)
+    ids, probabilities = [None] * len(targets), [None] * len(targets)
+    for number, ((source, target_input, _), chunk) in enumerate(zip(batches, chunks)):
+        mean = 0.0
+        for model in members:  # called directly: a compiled step would retrace for every batch shape
+            logits = ops.convert_to_numpy(ops.cast(model({"source": source, "target": target_input}, training=False),
+                                                   "float32"))
+            logits -= logits.max(-1, keepdims=True)
+            np.exp(logits, out=logits)
+            mean = mean + logits / logits.sum(-1, keepdims=True)
+        mean = mean / len(members)
+        if (number + 1) % 20 == 0 or number + 1 == len(batches):
+            log.info("teacher: %d of %d batches", number + 1, len(batches))
+        best = np.argpartition(-mean, top_k - 1, axis=-1)[..., :top_k]
+        best_p = np.take_along_axis(mean, best, axis=-1)
+        order = np.argsort(-best_p, axis=-1, kind="stable")
+        best, best_p = np.take_along_axis(best, order, -1), np.take_along_axis(best_p, order, -1)
+        for row, index in enumerate(chunk):
+            n = len(targets[index]) + 1
+            ids[index] = best[row, :n].astype(np.int32)
+            probabilities[index] = best_p[row, :n].astype(np.float32)
+    return ids, probabilities
+
+
+def save_teacher(path, ids, probabilities, **metadata):
+    """Writes `teacher_top_k`'s output to an `.npz` file (probabilities as float16), with JSON `metadata`."""
+    from keras_transformer.arrays import _atomic
+
+    if len(ids) != len(probabilities):
+        raise ValueError(f"save_teacher: {len(ids)} id arrays but {len(probabilities)} probability arrays.")
+    lengths = np.array([len(i) for i in ids], np.int32)
+    k = ids[0].shape[-1] if len(ids) else 0
+    values = {"lengths": lengths,
+              "ids": np.concatenate(ids).astype(np.int32) if len(ids) else np.zeros((0, k), np.int32),
+              "probabilities": (np.concatenate(probabilities).astype(np.float16) if len(ids)
+                                else np.zeros((0, k), np.float16)),
+              "metadata": np.array(json.dumps(metadata))}
+    _atomic(path, lambda temporary: np.savez_compressed(open(temporary, "wb"), **values))
+
+
+def load_teacher(path, targets=None):
+    """Reads a `save_teacher` file: `(ids, probabilities, metadata)`, lists of per-pair arrays.
+
+    Args:
+        path: the `.npz` file.
+        targets: the training targets it must match (one row per target
+            token plus eos), or None not to check.
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: it does not match `targets` (another workdir's teacher).
+    """
+    path = pathlib.Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"No teacher distributions at {path}: run `python -m keras_transformer.distillation "
+                                f"WORKDIR --member DIR CHECKPOINT ...` first.")
+    with np.load(path) as data:
+        lengths, ids, probabilities = data["lengths"], data["ids"], data["probabilities"].astype(np.float32)
+        metadata = json.loads(str(data["metadata"]))
+    if targets is not None:
+        expected = np.array([len(t) + 1 for t in targets])
+        if len(expected) != len(lengths) or not np.array_equal(expected, lengths):
+            raise ValueError(f"{path} does not match these training pairs ({len(lengths)} pairs in the file, "
+                             f"{len(expected)} here, or other lengths): it was made for another workdir's data.")
+    cuts = np.cumsum(lengths)[:-1]
+    return np.split(ids, cuts), np.split(probabilities, cuts), metadata
+
+
+def pack_labels(labels, ids, probabilities):
+    """`(B, T)` labels + `(B, T, k)` teacher ids and probabilities -> the float32 `(B, T, 1 + 2k)` labels.
+
+    Example:
+
+    >>> pack_labels(np.array([[4]]), np.array([[[4, 9]]]), np.array([[[0.75, 0.25]]])).tolist()
+    [[[4.0, 4.0, 9.0, 0.75, 0.25]]]
+    """
+    return np.concatenate([np.asarray(labels, np.float32)[..., None], np.asarray(ids, np.float32),
+                           np.asarray(probabilities, np.float32)], axis=-1)
+
+
+def _split_labels(y_true):
+    """Packed labels -> `(labels int32 (B, T), ids int32 (B, T, k), probabilities float32 (B, T, k))`."""
+    k = (int(y_true.shape[-1]) - 1) // 2
+    return (ops.cast(y_true[..., 0], "int32"), ops.cast(y_true[..., 1:1 + k], "int32"),
+            ops.cast(y_true[..., 1 + k:], "float32"))
+
+
+# ------------------------------------------------------------------ loss and metric
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class DistillationLoss(LabelSmoothedCrossEntropy):
+    """`(1 - w) * label-smoothed CE(reference) + w * CE(teacher's top-k distribution)`, per non-pad token.
+
+    With packed labels (`pack_labels`) both terms are used; with plain int
+    labels the loss is `LabelSmoothedCrossEntropy`'s, so validation losses
+    stay comparable. The teacher term is the cross-entropy
+    `-sum_j p_j log q(id_j)` with the top-k probabilities renormalized; it
+    differs from the KL divergence by the teacher's entropy, a constant, so
+    the gradients are the same.
+
+    Args:
+        label_smoothing: eps of the reference term.
+        distill_weight: w in [0, 1].
+        pad_id: label id excluded from the loss.
+
+    Example:
+
+    >>> logits = np.log(np.array([[[0.5, 0.25, 0.25]]], "float32"))
+    >>> y = pack_labels([[1]], [[[2]]], [[[1.0]]])
+    >>> round(float(DistillationLoss(0.0, 0.5)(y, logits)), 4)  # (log 4 + log 4) / 2
+    1.3863
+    """
+
+    def __init__(self, label_smoothing=0.1, distill_weight=0.5, pad_id=0, name="distillation_loss", **kwargs):
+        super().__init__(label_smoothing, pad_id=pad_id, name=name, **kwargs)
+        if not 0.0 <= float(distill_weight) <= 1.0:
+            raise ValueError(f"distill_weight must be in [0, 1], got {distill_weight}.")
+        self.distill_weight = float(distill_weight)
+
+    def labels(self, y_true):
+        """The reference ids `(B, T)` of plain or packed labels."""
+        return ops.cast(y_true, "int32") if len(y_true.shape) == 2 else _split_labels(y_true)[0]
+
+    def call(self, y_true, y_pred):
+        """Per-token losses `(B, T)` (pads included; `__call__` masks them)."""
+        if len(y_true.shape) == 2:
+            return smoothed_cross_entropy(y_true, y_pred, self.label_smoothing)
+        labels, ids, probabilities = _split_labels(y_true)
+        reference = smoothed_cross_entropy(labels, y_pred, self.label_smoothing)
+        log_q = ops.log_softmax(ops.cast(y_pred, "float32"), axis=-1)
+        probabilities = probabilities / ops.maximum(ops.sum(probabilities, axis=-1, keepdims=True), 1e-9)
+        teacher = -ops.sum(probabilities * ops.take_along_axis(log_q, ids, axis=-1), axis=-1)
+        return (1.0 - self.distill_weight) * reference + self.distill_weight * teacher
+
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        per_token = self.call(y_true, y_pred)
+        return self._masked_mean(per_token, self.labels(y_true), sample_weight)
+
+    def get_config(self):
+        return {**super().get_config(), "distill_weight": self.distill_weight}
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class DistillationAccuracy(MaskedAccuracy):
+    """`MaskedAccuracy` against the reference ids of plain or packed (`pack_labels`) labels."""
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        labels = y_true if len(y_true.shape) == 2 else _split_labels(y_true)[0]
+        return super().update_state(labels, y_pred, sample_weight)
+
+
+# ------------------------------------------------------------------ command line
+def _load_member(workdir, checkpoint):
+    from keras_transformer.config import TransformerConfig
+    from keras_transformer.evaluation import load_checkpoint
+    from keras_transformer.model import build_model
+
+    model_yaml = pathlib.Path(workdir) / "model.yaml"
+    if not model_yaml.is_file():
+        raise FileNotFoundError(f"{workdir} is not a workdir: {model_yaml} is missing.")
+    return load_checkpoint(checkpoint, build_model(TransformerConfig.from_yaml(model_yaml)))
+
+
+def _vocabulary(workdir):
+    folder = pathlib.Path(workdir) / "data" / "vocab"
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def make_teacher(workdir, members, *, top_k=8, tokens_per_batch=8192, output=None):
+    """Writes the teachers' top-k distributions over `workdir`'s training pairs to `workdir/teacher.npz`.
+
+    Args:
+        workdir: a packed workdir (`keras-transformer pack`), the student's.
+        members: `[(teacher_workdir, checkpoint), ...]`; each teacher's
+            `data/vocab` must equal the student's.
+        top_k, tokens_per_batch: as in `teacher_top_k`.
+        output: default `workdir/teacher.npz`.
+
+    Returns:
+        A dict: `path`, `pairs`, `positions`, `coverage` (mean top-k
+        probability mass), `agreement` (how often the teachers' most likely id is the reference).
+
+    Raises:
+        FileNotFoundError / ValueError: a missing file, or a teacher with another vocabulary (named).
+    """
+    from keras_transformer.arrays import ARRAYS_FILE, load_arrays
+    from keras_transformer.config import TransformerConfig
+
+    workdir = pathlib.Path(workdir)
+    if not members:
+        raise ValueError("make_teacher needs at least one --member WORKDIR CHECKPOINT.")
+    vocabulary = _vocabulary(workdir)
+    if not vocabulary:
+        raise FileNotFoundError(f"{workdir / 'data' / 'vocab'} holds no vocabulary: is {workdir} a packed workdir?")
+    for teacher, _ in members:
+        if _vocabulary(teacher) != vocabulary:
+            raise ValueError(f"Teacher {teacher} has a different vocabulary from the student {workdir} "
+                             f"(their data/vocab folders differ): distillation needs the same vocabulary.")
+    sources, targets = load_arrays(workdir / ARRAYS_FILE)["train"]
+    config = TransformerConfig.from_yaml(workdir / "model.yaml")
+    models = [_load_member(teacher, checkpoint) for teacher, checkpoint in members]
+    ids, probabilities = teacher_top_k(models, sources, targets, top_k=top_k, tokens_per_batch=tokens_per_batch,
+                                       pad_id=config.pad_id, bos_id=config.bos_id, eos_id=config.eos_id)
+    path = pathlib.Path(output or workdir / TEACHER_FILE)
+    save_teacher(path, ids, probabilities, members=[[str(t), str(c)] for t, c in members], top_k=int(top_k))
+    coverage = float(np.mean(np.concatenate([p.sum(-1) for p in probabilities])))
+    labels = np.concatenate([np.append(t, config.eos_id) for t in targets])
+    agreement = float(np.mean(np.concatenate([i[:, 0] for i in ids]) == labels))
+    return {"path": str(path), "pairs": len(ids), "positions": int(len(labels)), "coverage": round(coverage, 4),
+            "agreement": round(agreement, 4)}
+
+
+def main(argv=None):
+    """`python -m keras_transformer.distillation WORKDIR --member DIR CHECKPOINT [--member ...] [--top-k K]`"""
+    parser = argparse.ArgumentParser(
+        prog="python -m keras_transformer.distillation",
+        description="Write an ensemble's top-k next-token distributions over a packed workdir's training pairs "
+                    "(WORKDIR/teacher.npz), for `python -m keras_transformer.arrays WORKDIR --teacher ...`.")
+    parser.add_argument("workdir", help="the student's packed workdir (keras-transformer pack)")
+    parser.add_argument("--member", nargs=2, action="append", metavar=("WORKDIR", "CHECKPOINT"), required=True,
+                        help="a teacher: its workdir and weights file; repeat for an ensemble")
+    parser.add_argument("--top-k", type=int, default=8, help="ids kept per position (default 8)")
+    parser.add_argument("--tokens-per-batch", type=int, default=8192, help="positions per forward batch")
+    parser.add_argument("--output", help="default: WORKDIR/teacher.npz")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    try:
+        result = make_teacher(args.workdir, args.member, top_k=args.top_k, tokens_per_batch=args.tokens_per_batch,
+                              output=args.output)
+    except (FileNotFoundError, ValueError) as error:
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
