@@ -4,6 +4,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 export TF_CPP_MIN_LOG_LEVEL ?= 2
+# One pytest worker per core (at most 4); a test file stays on one worker, so its module fixtures are built once.
+PARALLEL ?= -n auto --maxprocesses 4 --dist loadfile
 
 .PHONY: install test test-fast demo bench clean
 
@@ -16,10 +18,10 @@ $(STAMP): setup.cfg pyproject.toml
 install: $(STAMP)
 
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(PARALLEL)
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q $(PARALLEL) -m "not slow"
 
 demo: $(STAMP)
 	$(PY) examples/demo.py

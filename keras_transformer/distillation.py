@@ -211,11 +211,11 @@ class DistillationLoss(LabelSmoothedCrossEntropy):
         if len(y_true.shape) == 2:
             return smoothed_cross_entropy(y_true, y_pred, self.label_smoothing)
         labels, ids, probabilities = _split_labels(y_true)
-        reference = smoothed_cross_entropy(labels, y_pred, self.label_smoothing)
-        log_q = ops.log_softmax(ops.cast(y_pred, "float32"), axis=-1)
         probabilities = probabilities / ops.maximum(ops.sum(probabilities, axis=-1, keepdims=True), 1e-9)
-        teacher = -ops.sum(probabilities * ops.take_along_axis(log_q, ids, axis=-1), axis=-1)
-        return (1.0 - self.distill_weight) * reference + self.distill_weight * teacher
+        # Both terms in one pass, with the gradient written out (losses.smoothed_cross_entropy):
+        # autodiff of a separate log-softmax and gather made a distilled step ~1.6x a plain one.
+        return smoothed_cross_entropy(labels, y_pred, self.label_smoothing, ids, probabilities,
+                                      self.distill_weight)
 
     def __call__(self, y_true, y_pred, sample_weight=None):
         per_token = self.call(y_true, y_pred)

@@ -5,7 +5,8 @@ from keras import ops
 from keras.src.losses.loss import scale_loss_for_distribution
 
 
-def smoothed_cross_entropy(labels, logits, label_smoothing=0.1):
+def smoothed_cross_entropy(labels, logits, label_smoothing=0.1, soft_ids=None, soft_probabilities=None,
+                           soft_weight=0.0):
     """Per-token label-smoothed cross-entropy `(B, T)` from logits `(B, T, V)`, pads included.
 
     loss = logsumexp(z) - (1 - eps) * z_y - eps * mean(z). The gradient is given by
@@ -14,10 +15,20 @@ def smoothed_cross_entropy(labels, logits, label_smoothing=0.1):
     `(B, T, V)` gradients, a large share of a training step with a big
     vocabulary (docs/BENCHMARKS.md has the figures).
 
+    With `soft_ids` and `soft_probabilities` (a sparse distribution per position,
+    e.g. a teacher's top k; `distillation.py`) the target is the mixture
+    `(1 - w) * smoothed one-hot + w * soft`, w = `soft_weight`:
+    loss = logsumexp(z) - (1 - w) * ((1 - eps) * z_y + eps * mean(z)) - w * sum_j p_j z_{id_j},
+    the same as `(1 - w) * smoothed CE + w * CE(soft)` when the p_j sum to one,
+    with the gradient `softmax(z) - target` in one pass as well.
+
     Args:
         labels: int `(B, T)` target ids.
         logits: `(B, T, V)`, computed in float32.
         label_smoothing: eps in [0, 1).
+        soft_ids: optional int `(B, T, k)` ids of the soft target.
+        soft_probabilities: float `(B, T, k)` their probabilities (summing to one, or zero at pads).
+        soft_weight: w in [0, 1], the soft target's share.
 
     Returns:
         float32 `(B, T)` losses.
@@ -28,31 +39,61 @@ def smoothed_cross_entropy(labels, logits, label_smoothing=0.1):
     >>> logits = np.log(np.array([[[0.25, 0.75]]], "float32"))
     >>> round(float(smoothed_cross_entropy(np.array([[1]]), logits, 0.0)[0, 0]), 4)
     0.2877
+    >>> # half towards the label 1, half towards id 0: (-log 0.75 - log 0.25) / 2
+    >>> round(float(smoothed_cross_entropy(np.array([[1]]), logits, 0.0, np.array([[[0]]]),
+    ...                                    np.array([[[1.0]]], "float32"), 0.5)[0, 0]), 4)
+    0.837
     """
     eps = float(label_smoothing)
+    soft = soft_ids is not None
+    w = float(soft_weight) if soft else 0.0
+    hard = 1.0 - w
 
-    @ops.custom_gradient
-    def cross_entropy(z, y):  # z: float32 (B, T, V), y: int32 (B, T)
+    def forward(z, y, ids, p):
         vocab_size = ops.shape(z)[-1]
         shifted = z - ops.max(z, axis=-1, keepdims=True)
         exp = ops.exp(shifted)  # kept for the gradient
         total = ops.sum(exp, axis=-1, keepdims=True)  # (B, T, 1)
         true_logit = ops.take_along_axis(shifted, ops.expand_dims(y, -1), axis=-1)  # (B, T, 1)
-        loss = ops.log(total) - (1.0 - eps) * true_logit
-        if eps > 0:
-            loss = loss - eps * ops.mean(shifted, axis=-1, keepdims=True)
+        loss = ops.log(total) - hard * (1.0 - eps) * true_logit
+        if eps > 0 and hard > 0:
+            loss = loss - hard * eps * ops.mean(shifted, axis=-1, keepdims=True)
+        if soft:
+            loss = loss - w * ops.sum(p * ops.take_along_axis(shifted, ids, axis=-1), axis=-1, keepdims=True)
         loss = ops.squeeze(loss, -1)  # (B, T)
 
-        def grad(*args, upstream=None):
-            upstream = ops.expand_dims(args[0] if upstream is None else upstream, -1)  # (B, T, 1)
-            uniform = eps / ops.cast(vocab_size, z.dtype)
+        def grad(upstream):
+            upstream = ops.expand_dims(upstream, -1)  # (B, T, 1)
+            uniform = hard * eps / ops.cast(vocab_size, z.dtype)
             is_label = ops.equal(ops.expand_dims(y, -1), ops.arange(vocab_size, dtype=y.dtype))  # (B, T, V)
-            target = ops.where(is_label, upstream * (1.0 - eps + uniform), upstream * uniform)
-            return exp * (upstream / total) - target, None
+            target = ops.where(is_label, upstream * (hard * (1.0 - eps) + uniform), upstream * uniform)
+            if soft:  # + w * p_j at (b, t, id_j): one scatter of B*T*k values into a zero (B*T, V) tensor
+                k = ops.shape(ids)[-1]
+                rows = ops.repeat(ops.arange(ops.shape(ids)[0] * ops.shape(ids)[1], dtype="int32"), k)
+                flat = ops.stack([rows, ops.reshape(ops.cast(ids, "int32"), [-1])], axis=1)
+                spread = ops.scatter(flat, ops.reshape(upstream * (w * p), [-1]),
+                                     [ops.shape(ids)[0] * ops.shape(ids)[1], vocab_size])
+                target = target + ops.reshape(spread, ops.shape(z))
+            return exp * (upstream / total) - target
 
         return loss, grad
 
-    return cross_entropy(ops.cast(logits, "float32"), ops.cast(labels, "int32"))
+    z, y = ops.cast(logits, "float32"), ops.cast(labels, "int32")
+    if soft:
+        @ops.custom_gradient
+        def cross_entropy(z, y, ids, p):
+            loss, grad = forward(z, y, ids, p)
+            return loss, lambda *args, upstream=None: (grad(args[0] if upstream is None else upstream),
+                                                       None, None, None)
+
+        return cross_entropy(z, y, ops.cast(soft_ids, "int32"), ops.cast(soft_probabilities, "float32"))
+
+    @ops.custom_gradient
+    def cross_entropy(z, y):  # z: float32 (B, T, V), y: int32 (B, T)
+        loss, grad = forward(z, y, None, None)
+        return loss, lambda *args, upstream=None: (grad(args[0] if upstream is None else upstream), None)
+
+    return cross_entropy(z, y)
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")

@@ -65,6 +65,16 @@ def test_distillation_loss_against_numpy():
     loss = distillation.DistillationLoss(eps, w)
     packed = distillation.pack_labels(labels, ids, probabilities)
     assert float(loss(packed, logits)) == pytest.approx(expected, rel=1e-5)
+    # The gradient is written by hand: softmax minus the mixed target, over the non-pad positions.
+    import tensorflow as tf
+    z = tf.constant(logits)
+    with tf.GradientTape() as tape:
+        tape.watch(z)
+        value = loss(packed, z)
+    soft = np.zeros((2, 4, 7))
+    np.put_along_axis(soft, ids, teacher_p, -1)
+    expected_gradient = (_softmax(logits) - (1 - w) * smoothed - w * soft) * mask[..., None] / mask.sum()
+    np.testing.assert_allclose(tape.gradient(value, z).numpy(), expected_gradient, atol=1e-6)
     # Plain labels (validation) give the label-smoothed loss alone, as an undistilled run reports it.
     assert float(loss(labels, logits)) == pytest.approx(float(LabelSmoothedCrossEntropy(eps)(labels, logits)),
                                                        rel=1e-6)
