@@ -308,7 +308,7 @@ def train_arrays(workdir, epochs=None, *, jit_compile=True, precision="float32",
         log.info("Resuming after epoch %d from %s", start_epoch, backup)
     else:
         if init_weights:
-            load_checkpoint(init_weights, model)
+            load_checkpoint(init_weights, weights_view)  # weights only: the new run's optimizer starts fresh
             log.info("Starting from the weights in %s", init_weights)
         model.optimizer.iterations.assign(int(initial_updates))
 

@@ -127,6 +127,29 @@ def test_a_student_learns_the_task_from_the_teacher_alone(trained_copy_model, tm
     assert float(history[-1]["learning_rate"]) == pytest.approx(float(schedule(1000 + result["updates"])), rel=1e-5)
 
 
+def test_init_weights_start_a_run_from_another_models_weights(trained_copy_model, tmp_path):
+    import warnings
+
+    from keras_transformer.data.synthetic import synthetic_pairs
+
+    model, config = trained_copy_model
+    pairs = synthetic_pairs("copy", num_examples=128, vocab_size=config.vocab_size, min_length=3, max_length=10,
+                            seed=9)
+    weights = tmp_path / "copy.weights.h5"
+    keras.Model(model.inputs, model.outputs).save_weights(str(weights))  # weights only, as epoch checkpoints are
+    accuracy = {}
+    for name, init in (("random", None), ("init", weights)):
+        workdir = _workdir(tmp_path / name, config, *pairs, pairs, epochs=1)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            arrays.train_arrays(workdir, jit_compile=False, init_weights=init)  # warm-up: tiny steps
+        assert not [w for w in caught if "Skipping variable loading" in str(w.message)]
+        with open(workdir / "history.csv", encoding="utf-8") as f:
+            accuracy[name] = float(next(csv.DictReader(f))["val_masked_accuracy"])
+    # A few warm-up steps teach a fresh model next to nothing; started from the copy model it copies.
+    assert accuracy["random"] < 0.3 and accuracy["init"] > 0.5
+
+
 def test_teacher_files_and_members_are_checked(tmp_path, capsys):
     config = TransformerConfig.preset("tiny", vocab_size=50)
     sources, targets = _pairs(1, 12)
