@@ -113,3 +113,49 @@ def multi30k_tokenizer_dir(multi30k_tokenizer, tmp_path_factory):
     directory = tmp_path_factory.mktemp("multi30k_tokenizer")
     save_tokenizers(directory, multi30k_tokenizer, multi30k_tokenizer)
     return directory
+
+
+# ---------------------------------------------------------------- packed arrays (test_arrays, test_jax_backend)
+# A small packed workdir: the input of keras_transformer.arrays, which trains on any Keras backend.
+
+
+@pytest.fixture(scope="session")
+def packed(tmp_path_factory, multi30k_dir):
+    """`(workdir, counts, folder)`: 400 Multi30k training and 40 validation pairs packed (shared vocabulary of 600).
+
+    Tests that train take a fresh copy (`copy_packed`): this one is shared by the session.
+    """
+    import gzip
+
+    from keras_transformer import training
+
+    folder = tmp_path_factory.mktemp("packed")
+    for split, count in (("train", 400), ("val", 40)):
+        for lang in ("en", "de"):
+            with gzip.open(multi30k_dir / f"{split}.{lang}.gz", "rt", encoding="utf-8") as f:
+                lines = [next(f) for _ in range(count)]
+            (folder / f"{split}.{lang}").write_text("".join(lines), encoding="utf-8")
+    experiment = {
+        "model": {"preset": "tiny", "dropout": 0.0, "warmup_steps": 20},
+        "data": {"kind": "text", "train_source": str(folder / "train.en"), "train_target": str(folder / "train.de"),
+                 "valid_source": str(folder / "val.en"), "valid_target": str(folder / "val.de"),
+                 "vocab_size": 600, "tokens_per_batch": 512, "max_length": 64},
+        "training": {"epochs": 2, "seed": 3},
+        "decoding": {"average_last": 2},
+    }
+    workdir = folder / "run"
+    counts = training.pack_arrays(experiment, workdir)
+    return workdir, counts, folder
+
+
+
+@pytest.fixture
+def copy_packed(packed, tmp_path):
+    """`copy_packed(name)`: a fresh copy of the packed workdir in this test's folder, without any run's
+    checkpoints, backup or history (other tests train the shared one)."""
+    import shutil
+
+    def copy(name="run"):
+        return shutil.copytree(packed[0], tmp_path / name,
+                               ignore=shutil.ignore_patterns("checkpoints", "backup", "history.csv"))
+    return copy

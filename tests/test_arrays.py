@@ -1,7 +1,6 @@
 """Packing token ids and training from them (keras_transformer.arrays): the path to a GPU machine without TensorFlow."""
 
 import csv
-import gzip
 
 import numpy as np
 import pytest
@@ -79,28 +78,6 @@ def test_packed_arrays_round_trip_and_name_missing_files(tmp_path):
         arrays.load_arrays(tmp_path / "missing.npz")
     with pytest.raises(ValueError, match="lengths add up to 3"):
         arrays.arrays_to_ragged(np.array([1, 2]), np.array([1, 2]))
-
-
-@pytest.fixture(scope="module")
-def packed(tmp_path_factory, multi30k_dir):
-    """A workdir packed from 400 Multi30k training pairs and 40 validation pairs (shared vocabulary of 600)."""
-    folder = tmp_path_factory.mktemp("packed")
-    for split, count in (("train", 400), ("val", 40)):
-        for lang in ("en", "de"):
-            with gzip.open(multi30k_dir / f"{split}.{lang}.gz", "rt", encoding="utf-8") as f:
-                lines = [next(f) for _ in range(count)]
-            (folder / f"{split}.{lang}").write_text("".join(lines), encoding="utf-8")
-    experiment = {
-        "model": {"preset": "tiny", "dropout": 0.0, "warmup_steps": 20},
-        "data": {"kind": "text", "train_source": str(folder / "train.en"), "train_target": str(folder / "train.de"),
-                 "valid_source": str(folder / "val.en"), "valid_target": str(folder / "val.de"),
-                 "vocab_size": 600, "tokens_per_batch": 512, "max_length": 64},
-        "training": {"epochs": 2, "seed": 3},
-        "decoding": {"average_last": 2},
-    }
-    workdir = folder / "run"
-    counts = training.pack_arrays(experiment, workdir)
-    return workdir, counts, folder
 
 
 def test_pack_writes_the_pairs_the_vocabulary_reads_back(packed):
@@ -193,19 +170,13 @@ def test_pack_command_refuses_data_without_text(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_train_packed_script_trains_side_by_side_and_averages(packed, tmp_path):
+def test_train_packed_script_trains_side_by_side_and_averages(copy_packed, tmp_path):
     import os
     import pathlib
-    import shutil
     import subprocess
     import sys
-    workdir, _, _ = packed
     root = pathlib.Path(__file__).resolve().parents[1]
-    copies = []
-    for name in ("a", "b"):  # fresh copies of the packed folder (the other test trains the original)
-        copy = tmp_path / name
-        shutil.copytree(workdir, copy, ignore=shutil.ignore_patterns("checkpoints", "backup", "history.csv"))
-        copies.append(copy)
+    copies = [copy_packed("a"), copy_packed("b")]
     env = dict(os.environ, PYTHON=sys.executable, PYTHONPATH=str(root), KERAS_BACKEND="tensorflow",
                ARRAYS_OPTIONS="--no-jit")
     done = subprocess.run(["bash", str(root / "examples" / "train_packed.sh"), "2", "600", "2", *map(str, copies)],
@@ -227,14 +198,11 @@ def test_train_packed_script_trains_side_by_side_and_averages(packed, tmp_path):
 
 
 @pytest.mark.slow
-def test_scoring_without_tensorflow_matches_the_translator(packed, tmp_path, capsys):
-    import shutil
-
+def test_scoring_without_tensorflow_matches_the_translator(packed, copy_packed, tmp_path, capsys):
     from keras_transformer.data import tokenizers
     from keras_transformer.evaluation import read_lines
-    workdir, _, folder = packed
-    copy = tmp_path / "run"
-    shutil.copytree(workdir, copy, ignore=shutil.ignore_patterns("checkpoints", "backup", "history.csv"))
+    folder = packed[2]
+    copy = copy_packed()
     checkpoint = arrays.train_arrays(copy, epochs=1, jit_compile=False, average_last=None)["checkpoints"][-1]
     lines = read_lines(folder / "val.en")
     # SentencePiece through the `sentencepiece` package gives the ids of the tensorflow-text tokenizer.

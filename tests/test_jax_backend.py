@@ -1,0 +1,172 @@
+"""The JAX backend, the one the shipped models were trained on (docs/gpu.md), checked against numpy and TensorFlow.
+
+Keras fixes its backend at import, so each check runs a script in a fresh interpreter with `KERAS_BACKEND=jax`,
+as on the GPU machine. That machine has no TensorFlow, so the scripts cannot import it either: Keras then takes
+its TensorFlow-free paths too (it seeds TensorFlow and reads files through `tf.io` only where it finds it).
+"""
+
+import csv
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SHIPPED_DE = ROOT / "saved_models" / "multi30k_en_de"
+
+
+HIDE_TENSORFLOW = """
+class _NoTensorFlow:  # as on the GPU machine: importing TensorFlow fails
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("tensorflow", "tensorflow_text", "tf_keras"):
+            raise ImportError(f"No module named {name!r} (hidden: the JAX machine has no TensorFlow)")
+sys.meta_path.insert(0, _NoTensorFlow())
+"""
+
+
+def run_jax(script, *args, env=None, timeout=900):
+    """Runs `script` with Keras on JAX (CPU) in a fresh interpreter; returns the JSON object it prints last."""
+    prelude = f"import json, sys\n{HIDE_TENSORFLOW}\nimport numpy as np\nimport keras\n" \
+              "assert keras.backend.backend() == 'jax', keras.backend.backend()\n"
+    environment = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT),
+                   "TF_CPP_MIN_LOG_LEVEL": "3", **(env or {})}
+    result = subprocess.run([sys.executable, "-c", prelude + script, *map(str, args)],
+                            capture_output=True, text=True, timeout=timeout, env=environment)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def _log_softmax(x):
+    x = x - x.max(-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+
+LOSSES_SCRIPT = """
+import jax
+from keras_transformer import distillation
+from keras_transformer.losses import LabelSmoothedCrossEntropy
+inputs = np.load(sys.argv[1])
+logits, labels = jax.numpy.asarray(inputs["logits"]), inputs["labels"]
+packed = distillation.pack_labels(labels, inputs["ids"], inputs["probabilities"])
+eps, w = float(inputs["eps"]), float(inputs["w"])
+out = {}
+for name, loss, targets in (("smoothed", LabelSmoothedCrossEntropy(eps), labels),
+                            ("distilled", distillation.DistillationLoss(eps, w), packed)):
+    value, gradient = jax.jit(jax.value_and_grad(lambda z: loss(targets, z)))(logits)
+    out[name] = {"value": float(value), "gradient": np.asarray(gradient).tolist()}
+print(json.dumps(out))
+"""
+
+
+def test_losses_and_their_hand_written_gradients_under_jax(tmp_path):
+    """Both losses define their gradient by hand (`losses.smoothed_cross_entropy`); under jax.jit and jax.grad
+    they give the textbook values: softmax minus the (mixed) target over the non-pad positions."""
+    rng = np.random.default_rng(7)
+    vocab, eps, w = 11, 0.1, 0.3
+    logits = (rng.normal(size=(3, 5, vocab)) * 2).astype("float32")
+    labels = rng.integers(1, vocab, (3, 5))
+    labels[0, 3:] = 0
+    labels[2, 1:] = 0  # pads
+    ids = (rng.integers(0, vocab, (3, 5, 1)) + np.arange(4)) % vocab  # four distinct ids per position
+    probabilities = rng.uniform(0.05, 0.6, (3, 5, 4))  # unnormalized, as a top-k cut leaves them
+    np.savez(tmp_path / "inputs.npz", logits=logits, labels=labels, ids=ids, probabilities=probabilities, eps=eps, w=w)
+    got = run_jax(LOSSES_SCRIPT, tmp_path / "inputs.npz")
+
+    log_q = _log_softmax(logits.astype("float64"))
+    mask = labels != 0
+    smoothed = np.full(logits.shape, eps / vocab) + (1 - eps) * np.eye(vocab)[labels]
+    soft = np.zeros(logits.shape)
+    np.put_along_axis(soft, ids, probabilities / probabilities.sum(-1, keepdims=True), -1)
+    for name, target in (("smoothed", smoothed), ("distilled", (1 - w) * smoothed + w * soft)):
+        per_token = -(target * log_q).sum(-1)
+        assert got[name]["value"] == pytest.approx(per_token[mask].mean(), rel=1e-5), name
+        expected_gradient = (np.exp(log_q) - target) * mask[..., None] / mask.sum()
+        np.testing.assert_allclose(got[name]["gradient"], expected_gradient, atol=1e-6, err_msg=name)
+    assert np.abs(expected_gradient).max() > 1e-2  # a real gradient
+
+
+TRAIN_SCRIPT = """
+from keras_transformer import arrays
+arrays.main([sys.argv[1], "--epochs", sys.argv[2], "--length-multiple", "32"])  # two widths: two compilations
+print(json.dumps({"done": True}))
+"""
+
+
+@pytest.mark.slow
+def test_training_under_jax_resumes_and_reports_the_loss_tensorflow_computes(packed, copy_packed, tmp_path):
+    """The GPU recipe's path on CPU: `keras_transformer.arrays` with XLA on JAX, two epochs, then a resume to a
+    third. The epoch checkpoints load into the TensorFlow model, whose validation loss (numpy's label-smoothed
+    cross-entropy of its logits, over batches formed another way) is the one the JAX run reported."""
+    from keras_transformer import arrays
+    from keras_transformer.config import TransformerConfig
+    from keras_transformer.model import build_model
+    workdir = copy_packed()
+    cache = {"JAX_COMPILATION_CACHE_DIR": str(tmp_path / "jax_cache")}  # as docs/gpu.md: the resume compiles less
+    run_jax(TRAIN_SCRIPT, workdir, 2, env=cache)
+    run_jax(TRAIN_SCRIPT, workdir, 3, env=cache)
+    with open(workdir / "history.csv", encoding="utf-8") as f:
+        history = list(csv.DictReader(f))
+    assert [int(r["epoch"]) for r in history] == [1, 2, 3]
+    updates = [int(r["updates"]) for r in history]
+    assert updates == [updates[0], 2 * updates[0], 3 * updates[0]]  # the resumed optimizer went on counting
+    assert float(history[2]["loss"]) < float(history[0]["loss"])
+    assert float(history[2]["val_loss"]) < float(history[0]["val_loss"])
+
+    config = TransformerConfig.from_yaml(workdir / "model.yaml")
+    model = build_model(config)
+    sources, targets = arrays.load_arrays(workdir / arrays.ARRAYS_FILE)["valid"]
+    batches = arrays.make_batches(sources, targets, 512, pad_id=config.pad_id, bos_id=config.bos_id,
+                                  eos_id=config.eos_id)
+    eps = config.label_smoothing
+    for row in (history[1], history[2]):
+        model.load_weights(str(workdir / "checkpoints" / f"ckpt-{int(row['epoch']):04d}.weights.h5"))
+        total = tokens = 0.0
+        for source, target_input, labels in batches:
+            log_q = _log_softmax(np.asarray(model({"source": source, "target": target_input}, training=False),
+                                            "float64"))
+            target = np.full(log_q.shape, eps / log_q.shape[-1]) + (1 - eps) * np.eye(log_q.shape[-1])[labels]
+            per_token = -(target * log_q).sum(-1)
+            total += per_token[labels != 0].sum()
+            tokens += np.count_nonzero(labels)
+        assert total / tokens == pytest.approx(float(row["val_loss"]), rel=1e-4)
+
+
+SHIPPED_SCRIPT = """
+import pathlib
+from keras_transformer import arrays
+from keras_transformer.config import TransformerConfig
+from keras_transformer.model import build_model
+extra = pathlib.Path(sys.argv[1]) / "assets.extra"
+config = TransformerConfig.from_yaml(extra / "model.yaml")
+model = build_model(config)
+model.load_weights(str(extra / "model.weights.h5"))
+source, target = arrays._sentencepiece_processors(extra / "vocab")
+lines = json.loads(sys.argv[2])
+print(json.dumps(arrays.translate_lines(model, lines, source, target, beam_size=config.beam_size,
+                                        alpha=config.length_penalty, max_extra=config.max_decode_extra)))
+"""
+
+
+@pytest.mark.slow
+def test_shipped_model_translates_alike_under_jax_and_from_its_saved_model(multi30k_dir):
+    """The shipped EN->DE model's Keras weights (assets.extra) decode on JAX without TensorFlow as its SavedModel
+    does, and the translations are real German (sentence BLEU against the references)."""
+    import gzip
+
+    import sacrebleu
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
+    with gzip.open(multi30k_dir / "val.en.gz", "rt", encoding="utf-8") as f:
+        lines = [next(f).strip() for _ in range(24)]
+    with gzip.open(multi30k_dir / "val.de.gz", "rt", encoding="utf-8") as f:
+        references = [next(f).strip() for _ in range(24)]
+    on_jax = run_jax(SHIPPED_SCRIPT, SHIPPED_DE, json.dumps(lines))
+    served = tf.saved_model.load(str(SHIPPED_DE)).signatures["serving_default"](tf.constant(lines))
+    from_saved_model = [t.decode("utf-8") for t in served["translation"].numpy()]
+    same = sum(a == b for a, b in zip(on_jax, from_saved_model))
+    assert same >= len(lines) - 1, list(zip(on_jax, from_saved_model))  # a near tie may flip one beam
+    assert sacrebleu.corpus_bleu(on_jax, [references]).score > 30
