@@ -34,6 +34,7 @@ def main(argv=None):
     parser.add_argument("--output", help="write the translations here")
     args = parser.parse_args(argv)
 
+    from keras_transformer.evaluation import one_line
     from keras_transformer.training import load_translator
     opener = gzip.open if args.source.endswith(".gz") else open
     with opener(args.source, "rt", encoding="utf-8") as f:
@@ -56,7 +57,7 @@ def main(argv=None):
     median = statistics.median(seconds)
     words = sum(len(t.split()) for t in translations)
     if args.output:
-        pathlib.Path(args.output).write_text("".join(t + "\n" for t in translations), encoding="utf-8")
+        pathlib.Path(args.output).write_text("".join(one_line(t) + "\n" for t in translations), encoding="utf-8")
     rows = [("models", str(len(args.model))), ("sentences, batch size, beam, alpha, max extra",
              f"{len(lines)}, {args.batch_size}, {args.beam_size}, {args.alpha:g}, {args.max_extra}"),
             ("load (s)", f"{load:.1f}"), ("warm-up pass, tracing included (s)", f"{warm_up:.1f}"),

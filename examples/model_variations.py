@@ -244,7 +244,7 @@ def run_row(row, args, data):
     config.save_yaml(folder / "model.yaml")
     model.save_weights(folder / "model.weights.h5")
     data.tokenizer.save(folder / "vocab")
-    (folder / "val.hyp.de").write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
+    (folder / "val.hyp.de").write_text("".join(evaluation.one_line(h) + "\n" for h in hypotheses), encoding="utf-8")
     keras.config.set_dtype_policy("float32")
     return {"row": row.name, "group": row.group, "updates": args.updates, "tokens_per_batch": args.tokens_per_batch,
             "params": int(model.count_params()), "train_loss": float(history.history["loss"][-1]),

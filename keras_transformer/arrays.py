@@ -486,6 +486,7 @@ def evaluate_arrays(workdir, checkpoint, source, reference, *, tokenized_referen
         alpha=config.length_penalty if alpha is None else alpha,
         max_extra=config.max_decode_extra if max_extra is None else max_extra,
         batch_size=batch_size, eos_id=config.eos_id, pad_id=config.pad_id, bos_id=config.bos_id)
+    hypotheses = [evaluation.one_line(h) for h in hypotheses]  # one line each in the output file, as scored
     if output:
         _atomic(output, lambda path: pathlib.Path(path).write_text("".join(h + "\n" for h in hypotheses),
                                                                   encoding="utf-8"))

@@ -111,7 +111,8 @@ def build_parser():
 
     translate = commands.add_parser("translate", help="translate sentences (arguments or stdin)",
                                     description="Translates the sentences given as arguments, or else each line "
-                                                "of standard input, and prints one translation per line.")
+                                                "of standard input, and prints one translation per line (a line break "
+                                                "inside a translation becomes a space).")
     translate.add_argument("--model", required=True, action="append", metavar="DIR", help=MODEL_HELP)
     translate.add_argument("sentences", nargs="*", help="sentences to translate (default: read stdin)")
     _weights_arguments(translate, ensemble=True)
@@ -201,12 +202,12 @@ def _evaluate(args):
 
 
 def _translate(args):
-    from keras_transformer import training
+    from keras_transformer import evaluation, training
     sentences = args.sentences or [line.rstrip("\n") for line in sys.stdin]
     model, checkpoint = _weights(args.model, args.checkpoint)
     for line in training.translate(model, sentences, checkpoint=checkpoint, average=args.average,
                                    batch_size=args.batch_size, **_decoding_options(args)):
-        print(line)
+        print(evaluation.one_line(line))  # one output line per input sentence
     return 0
 
 

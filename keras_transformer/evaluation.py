@@ -26,6 +26,8 @@ import numpy as np
 import sacrebleu
 
 CHECKPOINT_PATTERN = re.compile(r"^(?:ckpt|step)-(\d+)\.weights\.h5$")
+# The characters `str.splitlines` breaks at (a test derives the same set from it).
+_LINE_BREAKS = re.compile("[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]+")
 
 
 # --------------------------------------------------------------------- BLEU
@@ -43,6 +45,23 @@ def read_lines(path):
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rt", encoding="utf-8") as f:
         return [line.rstrip("\n") for line in f]
+
+
+def one_line(text):
+    """`text` with each run of line-break characters (those `str.splitlines` breaks at) made one space.
+
+    The line-oriented outputs (the `translate` command, `--output` files of
+    `evaluate`) pass each translation through it, and the scores are computed
+    on what they write: one line per source sentence, even when a model emits
+    a line break (byte-fallback pieces, an under-trained model). The Python
+    API (`Translator`, `training.translate`) returns the text unchanged.
+
+    Example:
+
+    >>> one_line("Ein Mann\\nfährt\\x0bRad.")
+    'Ein Mann fährt Rad.'
+    """
+    return _LINE_BREAKS.sub(" ", text)
 
 
 def _check_lengths(hypotheses, references):

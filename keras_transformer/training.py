@@ -1411,7 +1411,8 @@ def evaluate(model, source, reference, tokenized_reference=None, lang=None, chec
         lang: the target language code, for the Multi30k protocol.
         checkpoint, average, **options: see `load_translator`.
         batch_size: sentences decoded together.
-        output: if given, the translations are written there, one per line.
+        output: if given, the translations are written there, one per line
+            (line breaks inside a translation become spaces: `evaluation.one_line`).
 
     Returns:
         `{"bleu": ..., "bleu_lowercase": ..., "length_ratio": ...}` plus `"bleu_multi30k"` with
@@ -1429,7 +1430,8 @@ def evaluate(model, source, reference, tokenized_reference=None, lang=None, chec
     tokenized = _lines(tokenized_reference) if tokenized_reference is not None else None
     if tokenized is not None and lang is None:
         raise ConfigError("The Multi30k BLEU protocol (tokenized references) needs the target language (lang).")
-    hypotheses = translate(model, sources, checkpoint, average, batch_size, **options)
+    hypotheses = [evaluation.one_line(h) for h in translate(model, sources, checkpoint, average, batch_size,
+                                                             **options)]
     if output is not None:
         pathlib.Path(output).write_text("".join(line + "\n" for line in hypotheses), encoding="utf-8")
     scores = evaluation.evaluate_translations(hypotheses, references, lang=lang, tokenized_references=tokenized)

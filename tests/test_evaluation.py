@@ -125,3 +125,14 @@ def test_bleu_callback_logs_bleu_and_keeps_the_best(trained_copy_model, word_tok
         rows = list(csv.DictReader(f))
     assert float(rows[1]["val_bleu"]) == pytest.approx(expected)
     assert best.is_file() and callback.best == pytest.approx(expected)
+
+
+def test_one_line_replaces_exactly_the_characters_splitlines_breaks_at():
+    from keras_transformer.evaluation import one_line
+    characters = [chr(c) for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF]
+    breaks = [c for c in characters if len(f"a{c}b".splitlines()) == 2]
+    assert "\n" in breaks and "\x0b" in breaks and "\u2028" in breaks
+    for c in breaks:
+        assert one_line(f"a{c}b") == "a b" and one_line(f"a{c}{c}\r\nb").splitlines() == ["a b"]
+    others = "".join(c for c in characters if c not in set(breaks))
+    assert one_line(others) == others  # nothing else changes
