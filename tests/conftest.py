@@ -148,7 +148,6 @@ def packed(tmp_path_factory, multi30k_dir):
     return workdir, counts, folder
 
 
-
 @pytest.fixture
 def copy_packed(packed, tmp_path):
     """`copy_packed(name)`: a fresh copy of the packed workdir in this test's folder, without any run's
