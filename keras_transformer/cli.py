@@ -201,9 +201,18 @@ def _evaluate(args):
     return 0
 
 
+def _stdin_lines():
+    """stdin's lines, split as files are (`data.textfile`); bytes that are not UTF-8 become U+FFFD, whatever
+    error handler the locale gives `sys.stdin`."""
+    from keras_transformer.data import textfile
+    if not hasattr(sys.stdin, "buffer"):  # a text stream put in its place (embedding, tests)
+        return [line.rstrip("\n") for line in sys.stdin]
+    return textfile.read_stream(sys.stdin.buffer, "stdin", errors="replace")[0]
+
+
 def _translate(args):
     from keras_transformer import evaluation, training
-    sentences = args.sentences or [line.rstrip("\n") for line in sys.stdin]
+    sentences = args.sentences or _stdin_lines()
     model, checkpoint = _weights(args.model, args.checkpoint)
     for line in training.translate(model, sentences, checkpoint=checkpoint, average=args.average,
                                    batch_size=args.batch_size, **_decoding_options(args)):

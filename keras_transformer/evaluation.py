@@ -18,12 +18,13 @@ models, the last 20 for big ones): checkpoints are Keras weight files
 `model.load_weights`.
 """
 
-import gzip
 import os
 import re
 
 import numpy as np
 import sacrebleu
+
+from keras_transformer.data import textfile
 
 CHECKPOINT_PATTERN = re.compile(r"^(?:ckpt|step)-(\d+)\.weights\.h5$")
 # The characters `str.splitlines` breaks at (a test derives the same set from it).
@@ -34,17 +35,19 @@ _LINE_BREAKS = re.compile("[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]+")
 
 
 def read_lines(path):
-    """Reads a UTF-8 text file (plain or `.gz`) into a list of lines without newlines.
+    """Reads a UTF-8 text file (plain or gzip) into a list of lines without their line ends.
+
+    Lines are what the training data's reader takes them to be
+    (`keras_transformer.data.textfile`): split on ``\\n`` only, gzip detected
+    from the content; invalid UTF-8 raises `InvalidUTF8Error` (a `ValueError`)
+    naming the file, the line and the byte.
 
     Example:
 
     >>> read_lines("../shared/data/multi30k/val.en.gz")[0]  # doctest: +SKIP
     'A group of men are loading cotton onto a truck'
     """
-    path = os.fspath(path)
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f]
+    return textfile.read_file(path)[0]
 
 
 def one_line(text):

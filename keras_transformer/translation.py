@@ -4,11 +4,14 @@ This is the TensorFlow side of decoding: the tokenizers are tensorflow-text
 graphs, and the whole path runs in one `tf.function` that the export module
 saves in a SavedModel. The search itself is `keras_transformer.decoding`.
 
-Input that is not valid UTF-8 has its bad bytes replaced by U+FFFD; an empty or
-whitespace-only input translates to "" with score 0. Sources longer than the model accepts are truncated: a source keeps its first
-`max_length - 1` tokens and then its end-of-sequence token, so the encoder sees
-at most `max_length` positions (`max_length` is the model's positional-encoding
-length, `TransformerConfig.max_length`).
+Input that is not valid UTF-8 has its bad bytes replaced by U+FFFD (Python
+strings too: the lone surrogates by which Python keeps undecodable bytes of
+stdin or argv count as bad bytes); an empty or whitespace-only input
+translates to "" with score 0. Sources longer than the model accepts are
+truncated: a source keeps its first `max_length - 1` tokens and then its
+end-of-sequence token, so the encoder sees at most `max_length` positions
+(`max_length` is the model's positional-encoding length,
+`TransformerConfig.max_length`).
 """
 
 import os
@@ -23,6 +26,22 @@ def _valid_utf8(strings):
     """Replaces invalid UTF-8 bytes with U+FFFD, so no input can break tokenization or output."""
     return tf.strings.unicode_transcode(tf.convert_to_tensor(strings, tf.string), "UTF-8", "UTF-8",
                                         errors="replace", replacement_char=0xFFFD)
+
+
+def _utf8_bytes(line):
+    """A `str` (or `bytes`) as UTF-8 bytes for a string tensor.
+
+    Python keeps the undecodable bytes of stdin, argv and file names as lone
+    surrogates ("surrogateescape"), which TensorFlow refuses to convert; those
+    bytes are restored here (and any other lone surrogate is passed through as
+    its invalid 3-byte form), so that `_valid_utf8` replaces them with U+FFFD.
+    """
+    if isinstance(line, bytes):
+        return line
+    try:
+        return line.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return line.encode("utf-8", "surrogatepass")
 
 
 def _is_blank(strings):
@@ -271,10 +290,10 @@ class Translator(tf.Module):
                               alpha=self.alpha, pad_id=target.pad_id, bos_id=target.bos_id)
 
     def __call__(self, sentences):
-        """Python convenience: a `str` or a list of `str` in, the same out."""
-        single = isinstance(sentences, str)
+        """Python convenience: a `str` or a list of `str` in, the same out (`bytes` are taken as UTF-8)."""
+        single = isinstance(sentences, (str, bytes))
         batch = [sentences] if single else list(sentences)
-        outputs = self.translate(tf.constant(batch, tf.string))["translation"].numpy()
+        outputs = self.translate(tf.constant([_utf8_bytes(s) for s in batch], tf.string))["translation"].numpy()
         texts = [t.decode("utf-8") for t in outputs]
         return texts[0] if single else texts
 
@@ -285,7 +304,7 @@ class Translator(tf.Module):
         changes a translation.
 
         Args:
-            lines: a list of `str`.
+            lines: a list of `str` (or UTF-8 `bytes`).
             batch_size: sentences per batch.
 
         Returns:
@@ -301,7 +320,8 @@ class Translator(tf.Module):
         outputs = [None] * len(lines)
         for start in range(0, len(order), batch_size):
             chunk = order[start:start + batch_size]
-            result = self.translate(tf.constant([lines[i] for i in chunk], tf.string))["translation"].numpy()
+            batch = tf.constant([_utf8_bytes(lines[i]) for i in chunk], tf.string)
+            result = self.translate(batch)["translation"].numpy()
             for i, text in zip(chunk, result):
                 outputs[i] = text.decode("utf-8")
         return outputs

@@ -173,6 +173,20 @@ def test_translate_and_evaluate_run_on_a_workdir(tiny_workdir, tmp_path, capsys)
     assert len((tmp_path / "hyp.txt").read_text(encoding="utf-8").splitlines()) == 2
 
 
+def test_translate_reads_stdin_bytes_that_are_not_utf8_as_replacement_characters(tiny_workdir, capsys,
+                                                                                    monkeypatch):
+    """Whatever error handler the locale gives stdin (strict here), bad bytes translate as U+FFFD, like bad bytes
+    in an argument (which Python hands over as lone surrogates)."""
+    import io
+    raw = b"a man \xff rides\r\ntwo dogs \xc3\n"
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(raw), encoding="utf-8", errors="strict"))
+    options = ["translate", "--model", str(tiny_workdir), "--beam-size", "1", "--max-extra", "3"]
+    assert cli.main(options) == 0
+    from_stdin = capsys.readouterr().out
+    assert cli.main(options + ["a man \ufffd rides", b"two dogs \xc3".decode("utf-8", "surrogateescape")]) == 0
+    assert capsys.readouterr().out == from_stdin and len(from_stdin.splitlines()) == 2
+
+
 def test_line_breaks_inside_translations_keep_one_output_line_per_sentence(tiny_workdir, tmp_path, capsys,
                                                                           monkeypatch):
     """An under-trained or byte-fallback model can emit line-break characters; the line-oriented outputs still give

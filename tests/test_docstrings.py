@@ -16,9 +16,9 @@ def test_public_name_has_a_docstring_with_an_example(name):
 
 
 CORE_MODULES = ["config", "masking", "model", "losses", "metrics", "schedules", "optimizers", "decoding",
-                "data.synthetic", "layers.attention", "layers.decoder", "layers.embedding", "layers.encoder",
-                "layers.feed_forward", "layers.normalization", "layers.position", "layers.sublayer", "arrays",
-                "distillation"]
+                "data.synthetic", "data.textfile", "layers.attention", "layers.decoder", "layers.embedding",
+                "layers.encoder", "layers.feed_forward", "layers.normalization", "layers.position", "layers.sublayer",
+                "arrays", "distillation"]
 
 
 @pytest.mark.parametrize("module", CORE_MODULES)

@@ -24,6 +24,23 @@ def test_references_against_themselves_score_100(multi30k_dir):
     assert scores == pytest.approx({"bleu": 100.0, "bleu_lowercase": 100.0, "length_ratio": 1.0})
 
 
+def test_read_lines_splits_files_as_the_corpus_reader_does(tmp_path):
+    """Hypotheses and references are lines as training data are: a lone \\r, \\x0b or U+2028 inside a line does
+    not split it (text-mode files would, shifting every later line); gzip is known by content, not name."""
+    import gzip
+
+    from keras_transformer.data import corpus
+    lines = ["one\rstill one", "two\x0bstill two\u2028", "", "three"]
+    data = b"\xef\xbb\xbf" + "\r\n".join(lines).encode("utf-8") + b"\n"
+    (tmp_path / "plain.txt").write_bytes(data)
+    (tmp_path / "packed.txt").write_bytes(gzip.compress(data))  # gzip without a .gz name
+    for name in ("plain.txt", "packed.txt"):
+        assert evaluation.read_lines(tmp_path / name) == lines == corpus.read_lines(tmp_path / name)[0]
+    (tmp_path / "bad.txt").write_bytes(b"fine\nalso fine\nbad \xff here\n")
+    with pytest.raises(ValueError, match=r"bad\.txt:3: invalid UTF-8 \(byte 4 of the line: b'\\xff'\)"):
+        evaluation.read_lines(tmp_path / "bad.txt")
+
+
 def test_length_ratio_counts_sacrebleu_tokens():
     """The ratio behind BLEU's brevity penalty: hypothesis tokens over reference tokens (13a tokenization)."""
     scores = evaluation.evaluate_translations(["Ein Hund läuft.", "Zwei Katzen"],

@@ -67,6 +67,18 @@ def test_over_long_empty_and_unknown_inputs(translator):
     assert outputs[-1] == translator("w7")  # neighbours (even a 3000-word one) change nothing
 
 
+def test_undecodable_input_bytes_become_replacement_characters(translator):
+    """Bad bytes translate as U+FFFD however they arrive: bytes, or str as Python reads them from stdin/argv."""
+    raw = b"w5 \xff w6 \xc3"
+    as_python_reads_stdin = raw.decode("utf-8", "surrogateescape")  # lone surrogates, which tf.constant refuses
+    expected = translator(raw.decode("utf-8", "replace"))  # "w5 \ufffd w6 \ufffd", replaced by Python instead
+    assert translator([raw, as_python_reads_stdin]) == [expected, expected]
+    assert translator.translate_lines([as_python_reads_stdin, "w7", raw], batch_size=2) == [
+        expected, translator("w7"), expected]
+    other_surrogate = "w5 \ud800 w6 \ufffd"  # not from surrogateescape: still replaced, not an error
+    assert translator(other_surrogate) == expected
+
+
 def test_xla_translator_matches(trained_copy_model, word_tokenizer, translator):
     model, _ = trained_copy_model
     compiled = Translator(model, word_tokenizer, beam_size=4, alpha=0.6, max_extra=5, jit_compile=True)

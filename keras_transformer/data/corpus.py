@@ -20,15 +20,15 @@ many pairs went in and how many came out:
 """
 
 import dataclasses
-import gzip
 import os
 import typing
 
 import tensorflow as tf
 
-ERROR_MODES = ("strict", "replace")
+from keras_transformer.data import textfile
+
+ERROR_MODES = textfile.ERROR_MODES
 LENGTH_MODES = ("filter", "truncate")
-_GZIP_MAGIC = b"\x1f\x8b"
 
 
 class CorpusError(ValueError):
@@ -90,16 +90,6 @@ class CorpusSummary:
         return text
 
 
-def _open_binary(path):
-    """Opens `path` for binary reading, decompressing gzip when the file starts with its magic bytes."""
-    path = os.fspath(path)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"Corpus file not found: {path}")
-    with open(path, "rb") as probe:
-        magic = probe.read(2)
-    return gzip.open(path, "rb") if magic == _GZIP_MAGIC else open(path, "rb")
-
-
 def read_lines(path, errors="strict"):
     """Reads a UTF-8 text file (plain or gzip) into a list of lines without their line ends.
 
@@ -122,27 +112,11 @@ def read_lines(path, errors="strict"):
     >>> read_lines(path, errors="replace")
     (['one', 'two\\ufffd'], {1})
     """
-    if errors not in ERROR_MODES:
-        raise ValueError(f"errors must be one of {ERROR_MODES}, got {errors!r}.")
-    lines, replaced = [], set()
-    with _open_binary(path) as handle:
-        for number, raw in enumerate(handle, start=1):
-            raw = raw.rstrip(b"\n").rstrip(b"\r")
-            if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
-                raw = raw[3:]
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as error:
-                if errors == "strict":
-                    bad = raw[error.start:error.end]
-                    raise CorpusError(
-                        f"{os.fspath(path)}:{number}: invalid UTF-8 (byte {error.start} of the line: {bad!r}); "
-                        "fix the file or read it with errors='replace' to replace bad bytes with U+FFFD."
-                    ) from None
-                line = raw.decode("utf-8", errors="replace")
-                replaced.add(number - 1)
-            lines.append(line)
-    return lines, replaced
+    try:
+        return textfile.read_file(path, errors)
+    except textfile.InvalidUTF8Error as error:
+        raise CorpusError(f"{error}; fix the file or read it with errors='replace' to replace bad bytes with "
+                          "U+FFFD.") from None
 
 
 def read_parallel_corpus(source_file, target_file, errors="strict"):
@@ -239,6 +213,8 @@ def limit_length(source_ids, target_ids, max_length, mode, summary=None):
     Example:
 
     >>> import tensorflow as tf
+
+from keras_transformer.data import textfile
     >>> src = tf.ragged.constant([[5, 6, 7], [5]])
     >>> tgt = tf.ragged.constant([[8], [9, 9]])
     >>> src, tgt, summary = limit_length(src, tgt, max_length=3, mode="filter")

@@ -1,0 +1,89 @@
+"""One sentence per line: reading UTF-8 text files and streams the same way everywhere (no TensorFlow).
+
+The corpus reader (training data), `evaluation.read_lines` (sources and
+references to score, on any backend) and the `translate` command's stdin all
+read lines with `read_stream`, so a file means the same lines to each of them:
+
+* plain or gzip-compressed, detected from the content, not the name;
+* split on ``\\n`` only (a ``\\r`` before it is dropped), never on the other
+  characters Python's ``str.splitlines`` or text-mode files break at (a lone
+  ``\\r``, U+2028, ``\\x0b``, ...), which would shift one file against another;
+* a leading UTF-8 byte-order mark is removed;
+* invalid UTF-8 raises `InvalidUTF8Error` naming the file, the line and the
+  byte, or with ``errors="replace"`` becomes U+FFFD.
+"""
+
+import gzip
+import os
+
+ERROR_MODES = ("strict", "replace")
+_GZIP_MAGIC = b"\x1f\x8b"
+_BOM = b"\xef\xbb\xbf"
+
+
+class InvalidUTF8Error(ValueError):
+    """A line that is not valid UTF-8 (the message names the file, line and byte)."""
+
+
+def open_binary(path):
+    """Opens `path` for binary reading, decompressing gzip when the file starts with its magic bytes."""
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"File not found: {path}")
+    with open(path, "rb") as probe:
+        magic = probe.read(2)
+    return gzip.open(path, "rb") if magic == _GZIP_MAGIC else open(path, "rb")
+
+
+def read_stream(handle, name, errors="strict"):
+    """Reads the lines of a binary stream (see the module docstring for what a line is).
+
+    Args:
+        handle: an iterable of `bytes` lines, e.g. a file opened with "rb" or
+            `sys.stdin.buffer`.
+        name: what error messages call the stream (a path, "stdin").
+        errors: ``"strict"`` raises `InvalidUTF8Error`; ``"replace"`` replaces
+            invalid bytes with U+FFFD.
+
+    Returns:
+        ``(lines, replaced)``: the lines without their line ends and the set of
+        0-based indices of the lines in which bytes were replaced.
+
+    Example:
+
+    >>> import io
+    >>> read_stream(io.BytesIO(b"one\\r\\ntwo\\xff\\x0bthree\\n"), "example", errors="replace")
+    (['one', 'two\\ufffd\\x0bthree'], {1})
+    """
+    if errors not in ERROR_MODES:
+        raise ValueError(f"errors must be one of {ERROR_MODES}, got {errors!r}.")
+    lines, replaced = [], set()
+    for number, raw in enumerate(handle, start=1):
+        raw = raw.rstrip(b"\n").rstrip(b"\r")
+        if number == 1 and raw.startswith(_BOM):
+            raw = raw[len(_BOM):]
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            if errors == "strict":
+                raise InvalidUTF8Error(f"{name}:{number}: invalid UTF-8 (byte {error.start} of the line: "
+                                       f"{raw[error.start:error.end]!r})") from None
+            line = raw.decode("utf-8", errors="replace")
+            replaced.add(number - 1)
+        lines.append(line)
+    return lines, replaced
+
+
+def read_file(path, errors="strict"):
+    """`read_stream` on a file (plain or gzip); returns ``(lines, replaced)``.
+
+    Example:
+
+    >>> import pathlib, tempfile
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "a.txt"
+    >>> _ = path.write_bytes(b"\\xef\\xbb\\xbfone\\rstill one\\n")
+    >>> read_file(path)
+    (['one\\rstill one'], set())
+    """
+    with open_binary(path) as handle:
+        return read_stream(handle, os.fspath(path), errors)
