@@ -134,9 +134,14 @@ def build_parser():
 
     average = commands.add_parser("average", help="average the last N checkpoints into one weights file",
                                   description="Averages the last N epoch checkpoints of a workdir (the paper: 5 "
-                                              "for base models, 20 for big ones).")
-    average.add_argument("--workdir", required=True, metavar="DIR", help="the training workdir")
-    average.add_argument("--last", type=int, default=5, metavar="N", help="how many checkpoints (default 5)")
+                                              "for base models, 20 for big ones), or the weights files given "
+                                              "with --checkpoint (e.g. a run and its continuation in another "
+                                              "workdir).")
+    average.add_argument("--workdir", required=True, metavar="DIR", help="the training workdir (its model.yaml)")
+    average.add_argument("--last", type=int, metavar="N", help="how many checkpoints (default 5)")
+    average.add_argument("--checkpoint", action="append", metavar="FILE",
+                         help="a .weights.h5 file of the workdir's architecture to average instead (one option per "
+                              "file)")
     average.add_argument("--output", metavar="FILE", help="default: WORKDIR/averaged.weights.h5")
 
     pack = commands.add_parser(
@@ -236,7 +241,7 @@ def _export(args):
 
 def _average(args):
     from keras_transformer import training
-    output, paths = training.average(args.workdir, last=args.last, output=args.output)
+    output, paths = training.average(args.workdir, last=args.last, output=args.output, checkpoints=args.checkpoint)
     print(f"Averaged {len(paths)} checkpoint(s) ({os.path.basename(paths[0])} .. {os.path.basename(paths[-1])}) "
           f"into {output}")
     return 0

@@ -1438,13 +1438,16 @@ def evaluate(model, source, reference, tokenized_reference=None, lang=None, chec
     return {key: round(float(value), 4 if key == "length_ratio" else 2) for key, value in scores.items()}
 
 
-def average(workdir, last=5, output=None):
+def average(workdir, last=None, output=None, checkpoints=None):
     """Averages the last `last` epoch checkpoints of a workdir into one weights file (`keras-transformer average`).
 
     Args:
         workdir: a training workdir (`model.yaml`, `checkpoints/`).
-        last: how many checkpoints (the paper: 5 for base, 20 for big).
+        last: how many checkpoints (the paper: 5 for base, 20 for big); default 5.
         output: the `.weights.h5` file to write; default `workdir/averaged.weights.h5`.
+        checkpoints: instead of the last ones, these `.weights.h5` files of the
+            workdir's architecture (from any folder), e.g. a run's
+            average and that of its continuation in another workdir.
 
     Returns:
         `(output, paths)`: the written file and the averaged checkpoints.
@@ -1459,9 +1462,17 @@ def average(workdir, last=5, output=None):
     workdir = pathlib.Path(workdir)
     if not (workdir / "model.yaml").is_file():
         raise FileNotFoundError(f"{workdir} is not a training workdir: {workdir / 'model.yaml'} is missing.")
+    if checkpoints and last is not None:
+        raise ConfigError("average: give --last N (the workdir's last checkpoints) or --checkpoint files, not both.")
     output = pathlib.Path(output) if output is not None else workdir / "averaged.weights.h5"
     if not output.name.endswith(".weights.h5"):
         raise ConfigError(f"The averaged weights file must end in .weights.h5, got {output}.")
     model = build_model(TransformerConfig.from_yaml(workdir / "model.yaml"))
-    paths = evaluation.average_last_checkpoints(workdir / "checkpoints", model, n=int(last), output=output)
+    if checkpoints:
+        paths = [os.fspath(path) for path in checkpoints]
+        evaluation.average_checkpoints(paths, model)
+        model.save_weights(os.fspath(output))
+    else:
+        paths = evaluation.average_last_checkpoints(workdir / "checkpoints", model, n=int(5 if last is None else last),
+                                                    output=output)
     return output, paths

@@ -101,6 +101,31 @@ def test_average_writes_the_mean_of_the_last_checkpoints(tiny_workdir, capsys):
         np.testing.assert_allclose(mean, (a + b) / 2, rtol=1e-6, atol=1e-7)
 
 
+def test_average_takes_weights_files_from_anywhere(tiny_workdir, tmp_path, capsys):
+    """--checkpoint files (e.g. an average and that of a continued run elsewhere) instead of the last N."""
+    from keras_transformer.config import TransformerConfig
+    from keras_transformer.model import build_model
+
+    first, second = (tiny_workdir / "checkpoints" / f"ckpt-000{n}.weights.h5" for n in (1, 2))
+    elsewhere = tmp_path / "continued.weights.h5"
+    elsewhere.write_bytes(second.read_bytes())
+    output = tmp_path / "mean.weights.h5"
+    assert cli.main(["average", "--workdir", str(tiny_workdir), "--checkpoint", str(first), "--checkpoint",
+                     str(elsewhere), "--output", str(output)]) == 0
+    assert "Averaged 2 checkpoint(s) (ckpt-0001.weights.h5 .. continued.weights.h5)" in capsys.readouterr().out
+    config = TransformerConfig.from_yaml(tiny_workdir / "model.yaml")
+    models = [build_model(config) for _ in range(3)]
+    for model, path in zip(models, (first, second, output)):
+        model.load_weights(str(path))
+    for a, b, mean in zip(*(model.get_weights() for model in models)):
+        np.testing.assert_allclose(mean, (a + b) / 2, rtol=1e-6, atol=1e-7)
+    missing = tmp_path / "nope.weights.h5"
+    assert cli.main(["average", "--workdir", str(tiny_workdir), "--checkpoint", str(missing)]) == 2
+    assert str(missing) in capsys.readouterr().err
+    assert cli.main(["average", "--workdir", str(tiny_workdir), "--last", "2", "--checkpoint", str(first)]) == 2
+    assert "not both" in capsys.readouterr().err
+
+
 def test_tune_alpha_scores_each_alpha_and_marks_the_best(tiny_workdir, tmp_path):
     import importlib.util
 
