@@ -16,12 +16,12 @@ from keras_transformer.masking import PaddingMask, causal_mask, padding_mask
 from keras_transformer.metrics import MaskedAccuracy
 from keras_transformer.model import build_model, decode, encode
 from keras_transformer.optimizers import make_optimizer
-from keras_transformer.schedules import NoamSchedule
+from keras_transformer.schedules import LinearCooldown, NoamSchedule
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "PRESETS", "DecoderLayer", "EncoderLayer", "LabelSmoothedCrossEntropy", "MaskedAccuracy",
+    "PRESETS", "DecoderLayer", "EncoderLayer", "LabelSmoothedCrossEntropy", "LinearCooldown", "MaskedAccuracy",
     "MultiHeadAttention", "MultiHeadSelfAttention", "NoamSchedule", "PaddingMask", "PositionWiseFeedForward",
     "PositionalEncoding", "SublayerConnection", "TokenEmbedding", "TransformerConfig", "TransformerDecoder",
     "TransformerEncoder", "beam_search", "build_model", "causal_mask", "decode", "encode", "greedy_decode",

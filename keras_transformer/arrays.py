@@ -219,7 +219,7 @@ def _evaluate(model, batches):
 
 def train_arrays(workdir, epochs=None, *, jit_compile=True, precision="float32", average_last=None,
                  length_multiple=8, tokens_per_batch=None, seed=None, keep_checkpoints=None, init_weights=None,
-                 initial_updates=0, teacher=None, distill_weight=0.5, verbose=1):
+                 initial_updates=0, teacher=None, distill_weight=0.5, cooldown_epochs=None, verbose=1):
     """Trains the packed experiment in `workdir` (see `training.pack_arrays`), resuming a previous run.
 
     Args:
@@ -243,6 +243,10 @@ def train_arrays(workdir, epochs=None, *, jit_compile=True, precision="float32",
         teacher: a `distillation.save_teacher` file made for this workdir:
             train with `distillation.DistillationLoss` towards it.
         distill_weight: the teacher term's weight w in that loss.
+        cooldown_epochs: over the last K of the `epochs`, the learning rate
+            falls linearly to zero (`schedules.LinearCooldown`), reaching it at
+            the run's last update; the same arguments give the same schedule
+            when the run resumes.
         verbose: 1 logs a line per epoch.
 
     Returns:
@@ -283,6 +287,16 @@ def train_arrays(workdir, epochs=None, *, jit_compile=True, precision="float32",
     valid_batches = (make_batches(*splits["valid"], tokens_per_batch, length_multiple=length_multiple, **special)
                      if "valid" in splits else None)
 
+    cooldown = None
+    if cooldown_epochs:
+        if not 0 < int(cooldown_epochs) <= epochs:
+            raise ValueError(f"cooldown_epochs must be between 1 and the run's {epochs} epochs, got {cooldown_epochs}.")
+        counts = [len(make_batches(*splits["train"], tokens_per_batch, length_multiple=length_multiple,
+                                   rng=np.random.default_rng(seed + epoch), **special)) for epoch in range(epochs)]
+        first = epochs - int(cooldown_epochs)  # updates are counted from the new run's initial_updates
+        cooldown = (int(initial_updates) + sum(counts[:first]), sum(counts[first:]))
+        log.info("Cooldown: the learning rate falls linearly to 0 from update %d over %d updates", *cooldown)
+
     keras.utils.set_random_seed(seed)
     previous_policy = keras.config.dtype_policy()
     keras.config.set_dtype_policy(precision)
@@ -294,7 +308,8 @@ def train_arrays(workdir, epochs=None, *, jit_compile=True, precision="float32",
         else:
             loss = LabelSmoothedCrossEntropy(config.label_smoothing, pad_id=config.pad_id)
             metric = MaskedAccuracy(pad_id=config.pad_id)
-        model.compile(optimizer=make_optimizer(config), loss=loss, metrics=[metric], jit_compile=jit_compile)
+        model.compile(optimizer=make_optimizer(config, cooldown=cooldown), loss=loss, metrics=[metric],
+                      jit_compile=jit_compile)
         model.optimizer.build(model.trainable_variables)
     finally:
         keras.config.set_dtype_policy(previous_policy)
@@ -512,6 +527,8 @@ def main(argv=None):
     parser.add_argument("--teacher", help="distil from this teacher file (python -m keras_transformer.distillation)")
     parser.add_argument("--distill-weight", type=float, default=0.5,
                         help="the teacher term's weight in the loss (default 0.5)")
+    parser.add_argument("--cooldown-epochs", type=int,
+                        help="over the last K epochs the learning rate falls linearly to zero")
     scoring = parser.add_argument_group("scoring instead of training (no TensorFlow needed)")
     scoring.add_argument("--evaluate", nargs=2, metavar=("SOURCE", "REFERENCE"),
                          help="translate SOURCE with --checkpoint and score it against REFERENCE")
@@ -545,6 +562,7 @@ def _run(args):
                           average_last=args.average_last, length_multiple=args.length_multiple,
                           tokens_per_batch=args.tokens_per_batch, keep_checkpoints=args.keep_checkpoints,
                           init_weights=args.init_weights, initial_updates=args.initial_updates, teacher=args.teacher,
+                          cooldown_epochs=args.cooldown_epochs,
                           distill_weight=args.distill_weight)
     print(json.dumps({"backend": keras.config.backend(), "updates": result["updates"],
                       "seconds": round(result["seconds"], 1), "target_tokens": result["target_tokens"],

@@ -2,10 +2,10 @@
 
 import keras
 
-from keras_transformer.schedules import NoamSchedule
+from keras_transformer.schedules import LinearCooldown, NoamSchedule
 
 
-def make_optimizer(config, gradient_accumulation_steps=None, **kwargs):
+def make_optimizer(config, gradient_accumulation_steps=None, cooldown=None, **kwargs):
     """Returns `keras.optimizers.Adam` configured as in section 5.3 of the paper.
 
     Args:
@@ -13,6 +13,8 @@ def make_optimizer(config, gradient_accumulation_steps=None, **kwargs):
             beta_1, beta_2, epsilon).
         gradient_accumulation_steps: accumulate gradients over this many batches
             before each update (a larger effective batch on small hardware).
+        cooldown: `(start, steps)`: from update `start` the learning rate falls
+            linearly to zero over `steps` updates (`LinearCooldown`).
         **kwargs: passed on to `keras.optimizers.Adam` (e.g. `clipnorm`).
 
     Example:
@@ -23,6 +25,8 @@ def make_optimizer(config, gradient_accumulation_steps=None, **kwargs):
     (0.98, 1e-09)
     """
     schedule = NoamSchedule(config.d_model, config.warmup_steps, config.learning_rate_scale)
+    if cooldown is not None:
+        schedule = LinearCooldown(schedule, *cooldown)
     if gradient_accumulation_steps is not None and gradient_accumulation_steps > 1:
         kwargs["gradient_accumulation_steps"] = int(gradient_accumulation_steps)
     return keras.optimizers.Adam(learning_rate=schedule, beta_1=config.beta_1, beta_2=config.beta_2,

@@ -41,3 +41,45 @@ class NoamSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
     def get_config(self):
         return {"d_model": self.d_model, "warmup_steps": self.warmup_steps, "scale": self.scale}
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class LinearCooldown(keras.optimizers.schedules.LearningRateSchedule):
+    """Another schedule, multiplied from update `start` by a factor falling linearly to 0 over `steps` updates.
+
+    lr(step) = schedule(step) * clip((start + steps - step) / steps, 0, 1):
+    unchanged before `start`, zero from `start + steps` on. Ending a run at a
+    learning rate of zero settles the weights without checkpoint averaging
+    (a "cooldown"); `python -m keras_transformer.arrays --cooldown-epochs K`
+    puts it on the last K epochs of a run.
+
+    Args:
+        schedule: the schedule to cool down (e.g. `NoamSchedule`).
+        start: the update at which the decay begins.
+        steps: the number of updates it lasts (positive).
+
+    Example:
+
+    >>> cooled = LinearCooldown(NoamSchedule(d_model=512, warmup_steps=4000), start=8000, steps=2000)
+    >>> base = NoamSchedule(d_model=512, warmup_steps=4000)
+    >>> [round(float(cooled(s) / base(s)), 3) for s in (7000, 8000, 8500, 10000, 12000)]
+    [1.0, 1.0, 0.75, 0.0, 0.0]
+    """
+
+    def __init__(self, schedule, start, steps):
+        super().__init__()
+        if isinstance(schedule, dict):
+            schedule = keras.saving.deserialize_keras_object(schedule)
+        if int(start) < 0 or int(steps) <= 0:
+            raise ValueError(f"LinearCooldown: start must be >= 0 and steps positive, got {start}, {steps}.")
+        self.schedule = schedule
+        self.start = int(start)
+        self.steps = int(steps)
+
+    def __call__(self, step):
+        remaining = (float(self.start + self.steps) - ops.cast(step, "float32")) / float(self.steps)
+        return self.schedule(step) * ops.clip(remaining, 0.0, 1.0)
+
+    def get_config(self):
+        return {"schedule": keras.saving.serialize_keras_object(self.schedule), "start": self.start,
+                "steps": self.steps}

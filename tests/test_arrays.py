@@ -144,6 +144,28 @@ def test_train_arrays_trains_resumes_and_feeds_the_workdir_commands(packed):
         np.testing.assert_allclose(mean, (a + b) / 2, rtol=1e-5, atol=1e-6)
 
 
+def test_cooldown_epochs_bring_the_learning_rate_linearly_to_zero_at_the_last_update(copy_packed):
+    from keras_transformer.config import TransformerConfig
+    workdir = copy_packed()
+    with pytest.raises(ValueError, match="cooldown_epochs"):
+        arrays.train_arrays(workdir, epochs=2, cooldown_epochs=3, jit_compile=False)
+    arrays.train_arrays(workdir, epochs=3, cooldown_epochs=2, initial_updates=50, jit_compile=False,
+                        average_last=None)
+    with open(workdir / "history.csv", encoding="utf-8") as f:
+        history = list(csv.DictReader(f))
+    updates = [int(r["updates"]) for r in history]  # after each epoch, counted from 50
+    config = TransformerConfig.from_yaml(workdir / "model.yaml")
+    start, end = updates[0], updates[2]  # the cooldown spans epochs 2 and 3
+
+    def expected(step):
+        noam = config.learning_rate_scale * config.d_model ** -0.5 * min(step ** -0.5,
+                                                                         step * config.warmup_steps ** -1.5)
+        return noam * min(max((end - step) / (end - start), 0.0), 1.0)
+    assert updates[0] > 50 and [float(r["learning_rate"]) for r in history] == pytest.approx(
+        [expected(u) for u in updates], rel=1e-5, abs=1e-12)
+    assert float(history[1]["learning_rate"]) > 0 and float(history[2]["learning_rate"]) == 0.0
+
+
 def test_train_arrays_names_a_workdir_that_was_not_packed(tmp_path):
     with pytest.raises(FileNotFoundError, match="keras-transformer pack"):
         arrays.train_arrays(tmp_path)

@@ -87,6 +87,21 @@ def test_noam_schedule_peaks_at_warmup_and_round_trips():
         kt.NoamSchedule(256, warmup_steps=0)
 
 
+def test_linear_cooldown_scales_the_schedule_down_to_zero_and_round_trips():
+    base = kt.NoamSchedule(d_model=256, warmup_steps=100, scale=2.0)
+    cooled = kt.LinearCooldown(base, start=300, steps=200)
+    for step, factor in ((1, 1.0), (299, 1.0), (300, 1.0), (350, 0.75), (499, 0.005), (500, 0.0), (900, 0.0)):
+        expected = 2.0 * 256 ** -0.5 * min(step ** -0.5, step * 100 ** -1.5) * factor
+        assert float(cooled(step)) == pytest.approx(expected, rel=1e-5, abs=1e-12)
+    clone = keras.optimizers.schedules.deserialize(keras.optimizers.schedules.serialize(cooled))
+    assert isinstance(clone.schedule, kt.NoamSchedule)
+    assert [float(clone(s)) for s in (250, 400)] == pytest.approx([float(cooled(s)) for s in (250, 400)])
+    optimizer = kt.make_optimizer(kt.TransformerConfig.preset("tiny", vocab_size=100), cooldown=(300, 200))
+    assert isinstance(optimizer._learning_rate, kt.LinearCooldown) and optimizer._learning_rate.steps == 200
+    with pytest.raises(ValueError, match="steps"):
+        kt.LinearCooldown(base, start=10, steps=0)
+
+
 def test_make_optimizer_is_the_papers_adam():
     config = kt.TransformerConfig.preset("base", vocab_size=100)
     optimizer = kt.make_optimizer(config)
