@@ -246,7 +246,8 @@ def train_arrays(workdir, epochs=None, *, jit_compile=True, precision="float32",
         cooldown_epochs: over the last K of the `epochs`, the learning rate
             falls linearly to zero (`schedules.LinearCooldown`), reaching it at
             the run's last update; the same arguments give the same schedule
-            when the run resumes.
+            when the run resumes (default: the experiment's
+            `training.cooldown_epochs`, if any).
         verbose: 1 logs a line per epoch.
 
     Returns:
@@ -276,6 +277,8 @@ def train_arrays(workdir, epochs=None, *, jit_compile=True, precision="float32",
     training_section, data_section = experiment.get("training", {}), experiment.get("data", {})
     epochs = int(epochs if epochs is not None else training_section.get("epochs", 1))
     seed = int(seed if seed is not None else training_section.get("seed", 0))
+    if cooldown_epochs is None:
+        cooldown_epochs = training_section.get("cooldown_epochs")
     tokens_per_batch = int(tokens_per_batch or data_section.get("tokens_per_batch", 4096))
     if average_last is None:
         average_last = experiment.get("decoding", {}).get("average_last")
@@ -528,7 +531,8 @@ def main(argv=None):
     parser.add_argument("--distill-weight", type=float, default=0.5,
                         help="the teacher term's weight in the loss (default 0.5)")
     parser.add_argument("--cooldown-epochs", type=int,
-                        help="over the last K epochs the learning rate falls linearly to zero")
+                        help="over the last K epochs the learning rate falls linearly to zero (default: the "
+                             "experiment's training.cooldown_epochs)")
     scoring = parser.add_argument_group("scoring instead of training (no TensorFlow needed)")
     scoring.add_argument("--evaluate", nargs=2, metavar=("SOURCE", "REFERENCE"),
                          help="translate SOURCE with --checkpoint and score it against REFERENCE")

@@ -239,6 +239,7 @@ class TrainingSection:
     steps_per_execution: int = 1  # batches per tf.function call (fewer Python round trips)
     gradient_accumulation_steps: int = 1  # accumulate gradients over this many batches per update
     clipnorm: typing.Optional[float] = None  # clip each gradient to this norm
+    cooldown_epochs: typing.Optional[int] = None  # over the last K epochs the learning rate falls linearly to zero
     seed: int = 1234  # keras.utils.set_random_seed: initial weights, dropout, shuffling
     checkpoint_every_steps: typing.Optional[int] = None  # also write checkpoints/step-XXXXXXXX.weights.h5
     keep_step_checkpoints: int = 3  # how many step checkpoints to keep
@@ -270,7 +271,7 @@ class TrainingSection:
         if self.verbose not in ("auto", 0, 1, 2):
             raise ConfigError(f"training.verbose must be 'auto', 0, 1 or 2, got {self.verbose!r}.")
         for name in ("steps_per_epoch", "checkpoint_every_steps", "keep_checkpoints", "backup_every_steps",
-                     "bleu_every_epochs", "bleu_max_sentences"):
+                     "bleu_every_epochs", "bleu_max_sentences", "cooldown_epochs"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value <= 0):
                 raise ConfigError(f"training.{name} must be a positive integer or null, got {value!r}.")
@@ -279,6 +280,9 @@ class TrainingSection:
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
                 raise ConfigError(f"training.{name} must be a positive integer, got {value!r}.")
+        if self.cooldown_epochs is not None and self.cooldown_epochs > self.epochs:
+            raise ConfigError(f"training.cooldown_epochs ({self.cooldown_epochs}) is more than training.epochs "
+                              f"({self.epochs}).")
 
     @property
     def policy(self):
@@ -1098,10 +1102,16 @@ def _train(experiment, workdir, output, strategy, is_chief, policy):
     model_config.save_yaml(output / "model.yaml")
     log.info("Model: %s; dtype policy %s", _summary(model_config), policy)
 
+    cooldown = None
+    if training.cooldown_epochs:  # the optimizer counts batches (accumulated or not): so does the schedule
+        per_epoch = training.steps_per_epoch or int(data.train.cardinality())
+        cooldown = ((training.epochs - training.cooldown_epochs) * per_epoch, training.cooldown_epochs * per_epoch)
+        log.info("Cooldown: the learning rate falls linearly to 0 from update %d over %d updates", *cooldown)
+
     with strategy.scope():
         model = build_model(model_config)
         optimizer = make_optimizer(model_config, gradient_accumulation_steps=training.gradient_accumulation_steps,
-                                   **({"clipnorm": training.clipnorm} if training.clipnorm else {}))
+                                   cooldown=cooldown, **({"clipnorm": training.clipnorm} if training.clipnorm else {}))
         model.compile(optimizer=optimizer,
                       loss=LabelSmoothedCrossEntropy(model_config.label_smoothing, pad_id=model_config.pad_id),
                       metrics=[MaskedAccuracy(pad_id=model_config.pad_id)],

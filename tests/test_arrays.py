@@ -149,6 +149,13 @@ def test_cooldown_epochs_bring_the_learning_rate_linearly_to_zero_at_the_last_up
     workdir = copy_packed()
     with pytest.raises(ValueError, match="cooldown_epochs"):
         arrays.train_arrays(workdir, epochs=2, cooldown_epochs=3, jit_compile=False)
+    import yaml
+    experiment = yaml.safe_load((workdir / "experiment.yaml").read_text(encoding="utf-8"))
+    assert "cooldown_epochs" in experiment["training"]  # pack writes the key, which is the default here
+    experiment["training"]["cooldown_epochs"] = 3
+    (workdir / "experiment.yaml").write_text(yaml.safe_dump(experiment), encoding="utf-8")
+    with pytest.raises(ValueError, match="cooldown_epochs must be between 1 and the run's 2 epochs, got 3"):
+        arrays.train_arrays(workdir, epochs=2, jit_compile=False)
     arrays.train_arrays(workdir, epochs=3, cooldown_epochs=2, initial_updates=50, jit_compile=False,
                         average_last=None)
     with open(workdir / "history.csv", encoding="utf-8") as f:

@@ -84,6 +84,7 @@ def test_malformed_set_is_rejected(text):
     ({"training": {"strategy": "horovod"}}, "training.strategy"),
     ({"training": {"mixed_precision": "fp8"}}, "training.mixed_precision"),
     ({"training": {"epochs": 0}}, "training.epochs"),
+    ({"training": {"epochs": 3, "cooldown_epochs": 4}}, "training.cooldown_epochs"),
     ({"data": {"kind": "csv"}}, "data.kind"),
     ({"data": {"kind": "text"}}, "data.train_source"),
     ({"model": {"preset": "huge"}}, "model.preset"),
@@ -210,8 +211,10 @@ def test_workdir_of_another_model_is_refused(tmp_path):
 @pytest.mark.slow
 def test_train_writes_the_documented_workdir(tmp_path):
     workdir = tmp_path / "run"
+    cooldown = ["training.cooldown_epochs=1"]  # the second epoch's learning rate falls linearly to 0
     result = training.train(training.load_experiment(TINY, SMALL + ["training.epochs=2",
-                                                                    "training.checkpoint_every_steps=1"]), workdir)
+                                                                    "training.checkpoint_every_steps=1"] + cooldown),
+                            workdir)
     assert [path.name for path in result.checkpoints] == ["ckpt-0001.weights.h5", "ckpt-0002.weights.h5"]
     assert sorted(p.name for p in (workdir / "checkpoints").glob("step-*")) == [
         "step-00000002.weights.h5", "step-00000003.weights.h5", "step-00000004.weights.h5"]  # keeps the last 3
@@ -219,6 +222,10 @@ def test_train_writes_the_documented_workdir(tmp_path):
     assert [row["epoch"] for row in rows] == ["1", "2"] and {"loss", "val_loss", "step"} <= set(rows[0])
     assert TransformerConfig.from_yaml(workdir / "model.yaml") == result.model_config
     assert yaml.safe_load((workdir / "experiment.yaml").read_text())["training"]["epochs"] == 2
+    config, steps = result.model_config, [int(row["step"]) for row in rows]  # 2 batches an epoch: 2, 4
+    noam = [config.learning_rate_scale * config.d_model ** -0.5 * min(s ** -0.5, s * config.warmup_steps ** -1.5)
+            for s in steps]
+    assert [float(row["learning_rate"]) for row in rows] == pytest.approx([noam[0], 0.0], rel=1e-5, abs=1e-12)
     assert (workdir / "data" / "synthetic.npz").is_file() and (workdir / "backup").is_dir()
     # An epoch checkpoint holds the weights only, and loads into a fresh model.
     fresh = build_model(result.model_config)
@@ -226,7 +233,7 @@ def test_train_writes_the_documented_workdir(tmp_path):
     for loaded, trained in zip(fresh.get_weights(), result.model.get_weights()):
         np.testing.assert_array_equal(loaded, trained)
     # Running the finished command again trains nothing more and keeps the history.
-    again = training.train(training.load_experiment(TINY, SMALL + ["training.epochs=2"]), workdir)
+    again = training.train(training.load_experiment(TINY, SMALL + ["training.epochs=2"] + cooldown), workdir)
     assert again.history.get("loss", []) == [] and len(_rows(workdir / "history.csv")) == 2
 
 
