@@ -516,23 +516,27 @@ def main(argv=None):
     """`python -m keras_transformer.arrays WORKDIR [--epochs N] [--precision P] ...`"""
     parser = argparse.ArgumentParser(prog="python -m keras_transformer.arrays",
                                      description="Train a packed workdir (keras-transformer pack) on any Keras backend.")
+    from keras_transformer.cli import integer_at_least
+    positive, non_negative = integer_at_least(1), integer_at_least(0)
     parser.add_argument("workdir")
-    parser.add_argument("--epochs", type=int, help="total epochs (default: the experiment's)")
+    parser.add_argument("--epochs", type=non_negative,
+                        help="total epochs (default: the experiment's; a finished or smaller count trains nothing)")
     parser.add_argument("--precision", default="float32", help="Keras dtype policy, e.g. mixed_bfloat16 on a GPU")
     parser.add_argument("--no-jit", action="store_true", help="do not compile steps with XLA")
-    parser.add_argument("--average-last", type=int, help="average the last N epoch checkpoints at the end")
-    parser.add_argument("--tokens-per-batch", type=int, help="default: the experiment's data.tokens_per_batch")
-    parser.add_argument("--length-multiple", type=int, default=8, help="batch widths are multiples of it")
-    parser.add_argument("--keep-checkpoints", type=int, help="keep only the newest N epoch checkpoints")
+    parser.add_argument("--average-last", type=non_negative,
+                        help="average the last N epoch checkpoints at the end (default: the experiment's; 0: none)")
+    parser.add_argument("--tokens-per-batch", type=positive, help="default: the experiment's data.tokens_per_batch")
+    parser.add_argument("--length-multiple", type=positive, default=8, help="batch widths are multiples of it")
+    parser.add_argument("--keep-checkpoints", type=positive, help="keep only the newest N epoch checkpoints")
     parser.add_argument("--init-weights", help="start a new run from these weights (ignored when resuming)")
-    parser.add_argument("--initial-updates", type=int, default=0,
+    parser.add_argument("--initial-updates", type=non_negative, default=0,
                         help="a new run's schedule starts at this update count (e.g. the init run's updates)")
     parser.add_argument("--teacher", help="distil from this teacher file (python -m keras_transformer.distillation)")
     parser.add_argument("--distill-weight", type=float, default=0.5,
                         help="the teacher term's weight in the loss (default 0.5)")
-    parser.add_argument("--cooldown-epochs", type=int,
+    parser.add_argument("--cooldown-epochs", type=non_negative,
                         help="over the last K epochs the learning rate falls linearly to zero (default: the "
-                             "experiment's training.cooldown_epochs)")
+                             "experiment's training.cooldown_epochs; 0: none)")
     scoring = parser.add_argument_group("scoring instead of training (no TensorFlow needed)")
     scoring.add_argument("--evaluate", nargs=2, metavar=("SOURCE", "REFERENCE"),
                          help="translate SOURCE with --checkpoint and score it against REFERENCE")
@@ -540,7 +544,7 @@ def main(argv=None):
                          "with N from --average-last, else the newest epoch checkpoint)")
     scoring.add_argument("--tokenized-reference", help="*.lc.norm.tok.* references (Multi30k protocol)")
     scoring.add_argument("--lang", help="target language code, for the Multi30k protocol")
-    scoring.add_argument("--beam-size", type=int, help="default: the model config's")
+    scoring.add_argument("--beam-size", type=positive, help="default: the model config's")
     scoring.add_argument("--alpha", type=float, help="length penalty exponent; default: the model config's")
     scoring.add_argument("--output", help="write the translations to this file")
     args = parser.parse_args(argv)

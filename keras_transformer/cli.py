@@ -39,12 +39,30 @@ _EXAMPLES = """examples:
 """
 
 
+def integer_at_least(minimum):
+    """An argparse type: an integer of at least `minimum`, refused by name otherwise (exit status 2)."""
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+    parse.__name__ = "integer"
+    return parse
+
+
+_POSITIVE, _NON_NEGATIVE = integer_at_least(1), integer_at_least(0)
+
+
 def _decoding_arguments(parser):
     group = parser.add_argument_group("decoding (default: the model config's)")
-    group.add_argument("--beam-size", type=int, help="beams per sentence; 1 is greedy")
+    group.add_argument("--beam-size", type=_POSITIVE, help="beams per sentence; 1 is greedy")
     group.add_argument("--alpha", type=float, help="length penalty exponent (paper: 0.6)")
-    group.add_argument("--max-extra", type=int, help="a translation has at most source length + this many tokens")
-    group.add_argument("--batch-size", type=int, default=64, help="sentences decoded together (default 64)")
+    group.add_argument("--max-extra", type=_NON_NEGATIVE,
+                       help="a translation has at most source length + this many tokens")
+    group.add_argument("--batch-size", type=_POSITIVE, default=64, help="sentences decoded together (default 64)")
 
 
 def _weights_arguments(parser, ensemble=False):
@@ -54,7 +72,7 @@ def _weights_arguments(parser, ensemble=False):
                            "checkpoint); with several --model, one --checkpoint per model, in the same order")
     else:
         group.add_argument("--checkpoint", help="a .weights.h5 file (default: the last epoch checkpoint)")
-    group.add_argument("--average", type=int, metavar="N", help="average the last N epoch checkpoints")
+    group.add_argument("--average", type=_POSITIVE, metavar="N", help="average the last N epoch checkpoints")
 
 
 MODEL_HELP = ("a training workdir or an exported model; repeat it to decode several models sharing a vocabulary "
@@ -128,9 +146,9 @@ def build_parser():
     export.add_argument("--overwrite", action="store_true", help="replace an existing export")
     _weights_arguments(export, ensemble=True)
     group = export.add_argument_group("decoding baked into the graph (default: the model config's)")
-    group.add_argument("--beam-size", type=int)
+    group.add_argument("--beam-size", type=_POSITIVE)
     group.add_argument("--alpha", type=float)
-    group.add_argument("--max-extra", type=int)
+    group.add_argument("--max-extra", type=_NON_NEGATIVE)
 
     average = commands.add_parser("average", help="average the last N checkpoints into one weights file",
                                   description="Averages the last N epoch checkpoints of a workdir (the paper: 5 "
@@ -138,7 +156,7 @@ def build_parser():
                                               "with --checkpoint (e.g. a run and its continuation in another "
                                               "workdir).")
     average.add_argument("--workdir", required=True, metavar="DIR", help="the training workdir (its model.yaml)")
-    average.add_argument("--last", type=int, metavar="N", help="how many checkpoints (default 5)")
+    average.add_argument("--last", type=_POSITIVE, metavar="N", help="how many checkpoints (default 5)")
     average.add_argument("--checkpoint", action="append", metavar="FILE",
                          help="a .weights.h5 file of the workdir's architecture to average instead (one option per "
                               "file)")
@@ -165,7 +183,8 @@ def build_parser():
                       help="grid: one PNG per layer with all heads; heads: one PNG per layer and head")
     plot.add_argument("--kinds", nargs="+", choices=("encoder_self", "decoder_self", "cross"),
                       default=["encoder_self", "decoder_self", "cross"], help="which attention to draw")
-    plot.add_argument("--beam-size", type=int, help="beams for the translation; 1 is greedy (default: the model's)")
+    plot.add_argument("--beam-size", type=_POSITIVE,
+                      help="beams for the translation; 1 is greedy (default: the model's)")
     _weights_arguments(plot)
     return parser
 
@@ -206,22 +225,37 @@ def _evaluate(args):
     return 0
 
 
-def _stdin_lines():
-    """stdin's lines, split as files are (`data.textfile`); bytes that are not UTF-8 become U+FFFD, whatever
-    error handler the locale gives `sys.stdin`."""
+STDIN_CHUNK_BATCHES = 32  # translate reads stdin this many batches at a time and prints each chunk's lines
+
+
+def _stdin_chunks(size):
+    """stdin's lines in lists of `size`, split as files are (`data.textfile`); bytes that are not UTF-8 become
+    U+FFFD, whatever error handler the locale gives `sys.stdin`."""
     from keras_transformer.data import textfile
-    if not hasattr(sys.stdin, "buffer"):  # a text stream put in its place (embedding, tests)
-        return [line.rstrip("\n") for line in sys.stdin]
-    return textfile.read_stream(sys.stdin.buffer, "stdin", errors="replace")[0]
+    if hasattr(sys.stdin, "buffer"):
+        lines = (line for line, _ in textfile.iter_stream(sys.stdin.buffer, "stdin", errors="replace"))
+    else:  # a text stream put in its place (embedding)
+        lines = (line.rstrip("\n") for line in sys.stdin)
+    chunk = []
+    for line in lines:
+        chunk.append(line)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
 
 
 def _translate(args):
     from keras_transformer import evaluation, training
-    sentences = args.sentences or _stdin_lines()
     model, checkpoint = _weights(args.model, args.checkpoint)
-    for line in training.translate(model, sentences, checkpoint=checkpoint, average=args.average,
-                                   batch_size=args.batch_size, **_decoding_options(args)):
-        print(evaluation.one_line(line))  # one output line per input sentence
+    translator = training.load_translator(model, checkpoint, args.average, **_decoding_options(args))
+    # Arguments are one chunk; stdin goes in chunks, so that output starts early and memory stays bounded.
+    chunks = [args.sentences] if args.sentences else _stdin_chunks(args.batch_size * STDIN_CHUNK_BATCHES)
+    for chunk in chunks:
+        for line in training.translate(translator, chunk, batch_size=args.batch_size):
+            print(evaluation.one_line(line))  # one output line per input sentence
+        sys.stdout.flush()
     return 0
 
 

@@ -302,11 +302,13 @@ def main(argv=None):
         prog="python -m keras_transformer.distillation",
         description="Write an ensemble's top-k next-token distributions over a packed workdir's training pairs "
                     "(WORKDIR/teacher.npz), for `python -m keras_transformer.arrays WORKDIR --teacher ...`.")
+    from keras_transformer.cli import integer_at_least
     parser.add_argument("workdir", help="the student's packed workdir (keras-transformer pack)")
     parser.add_argument("--member", nargs=2, action="append", metavar=("WORKDIR", "CHECKPOINT"), required=True,
                         help="a teacher: its workdir and weights file; repeat for an ensemble")
-    parser.add_argument("--top-k", type=int, default=8, help="ids kept per position (default 8)")
-    parser.add_argument("--tokens-per-batch", type=int, default=8192, help="positions per forward batch")
+    parser.add_argument("--top-k", type=integer_at_least(1), default=8, help="ids kept per position (default 8)")
+    parser.add_argument("--tokens-per-batch", type=integer_at_least(1), default=8192,
+                        help="positions per forward batch")
     parser.add_argument("--output", help="default: WORKDIR/teacher.npz")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")

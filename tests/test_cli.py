@@ -43,6 +43,33 @@ def test_train_requires_config_and_workdir(capsys):
     assert "--config" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("command, flag, value, message", [
+    (["translate", "--model", "m", "a"], "--batch-size", "0", "must be at least 1, got 0"),  # was a range() error
+    (["evaluate", "--model", "m", "--source", "s", "--reference", "r"], "--batch-size", "-1", "at least 1"),  # crashed
+    (["translate", "--model", "m", "a"], "--average", "0", "at least 1"),  # was ignored: the last checkpoint alone
+    (["translate", "--model", "m", "a"], "--max-extra", "-5", "at least 0"),  # cut every translation short
+    (["translate", "--model", "m", "a"], "--beam-size", "two", "expected an integer, got 'two'"),
+    (["average", "--workdir", "w"], "--last", "0", "at least 1"),
+    (["export", "--workdir", "w", "--out", "o"], "--beam-size", "0", "at least 1"),
+])
+def test_counts_out_of_range_exit_2_naming_the_flag(capsys, command, flag, value, message):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(command + [flag, value])
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err
+    assert f"argument {flag}" in error and message in error
+
+
+def test_python_module_commands_refuse_counts_out_of_range(capsys):
+    from keras_transformer import arrays, distillation
+    for main, argv, flag in ((arrays.main, ["w", "--average-last", "-1"], "--average-last"),  # 0: no average
+                             (arrays.main, ["w", "--cooldown-epochs", "-1"], "--cooldown-epochs"),
+                             (distillation.main, ["w", "--member", "a", "b", "--top-k", "0"], "--top-k")):
+        with pytest.raises(SystemExit) as exit_info:
+            main(argv)
+        assert exit_info.value.code == 2 and f"argument {flag}" in capsys.readouterr().err
+
+
 def test_bad_key_exits_2_and_names_it(tmp_path, capsys):
     status = cli.main(["train", "--config", str(TINY), "--set", "training.epochz=3", "--workdir", str(tmp_path)])
     assert status == 2
@@ -210,6 +237,30 @@ def test_translate_reads_stdin_bytes_that_are_not_utf8_as_replacement_characters
     from_stdin = capsys.readouterr().out
     assert cli.main(options + ["a man \ufffd rides", b"two dogs \xc3".decode("utf-8", "surrogateescape")]) == 0
     assert capsys.readouterr().out == from_stdin and len(from_stdin.splitlines()) == 2
+
+
+def test_translate_streams_stdin_in_chunks_with_the_output_of_one_call(tiny_workdir, capsys, monkeypatch):
+    """stdin is translated a chunk (32 batches) at a time: the first chunk's lines are out before the rest of stdin is
+    read, and the lines are those of one call on all the sentences (a translation never depends on its batch)."""
+    import io
+    sentences = [f"{'a man' if i % 3 else 'two dogs'} {'rides a bike ' * (i % 4)}play".strip() for i in range(40)]
+    out = io.StringIO()
+    lines_out_when_read = {}
+
+    class Stdin:  # the binary stream under sys.stdin, noting how much was printed when each line is read
+        def __iter__(self):
+            for number, sentence in enumerate(sentences, start=1):
+                lines_out_when_read[number] = out.getvalue().count("\n")
+                yield sentence.encode("utf-8") + b"\n"
+
+    monkeypatch.setattr(sys, "stdin", type("TextStdin", (), {"buffer": Stdin()})())
+    monkeypatch.setattr(sys, "stdout", out)
+    options = ["translate", "--model", str(tiny_workdir), "--beam-size", "1", "--max-extra", "3", "--batch-size", "1"]
+    assert cli.main(options) == 0  # chunks of 1 x 32 lines: 32, then 8
+    assert lines_out_when_read[32] == 0 and lines_out_when_read[33] == 32
+    monkeypatch.undo()
+    assert cli.main(options[:-2] + sentences) == 0  # all 40 as arguments: one call, batches of 64
+    assert out.getvalue() == capsys.readouterr().out and len(out.getvalue().splitlines()) == 40
 
 
 def test_line_breaks_inside_translations_keep_one_output_line_per_sentence(tiny_workdir, tmp_path, capsys,

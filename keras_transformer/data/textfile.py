@@ -2,7 +2,7 @@
 
 The corpus reader (training data), `evaluation.read_lines` (sources and
 references to score, on any backend) and the `translate` command's stdin all
-read lines with `read_stream`, so a file means the same lines to each of them:
+read lines with `iter_stream`, so a file means the same lines to each of them:
 
 * plain or gzip-compressed, detected from the content, not the name;
 * split on ``\\n`` only (a ``\\r`` before it is dropped), never on the other
@@ -35,15 +35,39 @@ def open_binary(path):
     return gzip.open(path, "rb") if magic == _GZIP_MAGIC else open(path, "rb")
 
 
-def read_stream(handle, name, errors="strict"):
-    """Reads the lines of a binary stream (see the module docstring for what a line is).
+def iter_stream(handle, name, errors="strict"):
+    """Yields the lines of a binary stream one at a time, as `(line, replaced)` (see the module docstring).
 
     Args:
         handle: an iterable of `bytes` lines, e.g. a file opened with "rb" or
             `sys.stdin.buffer`.
         name: what error messages call the stream (a path, "stdin").
         errors: ``"strict"`` raises `InvalidUTF8Error`; ``"replace"`` replaces
-            invalid bytes with U+FFFD.
+            invalid bytes with U+FFFD (and `replaced` is True for that line).
+
+    Example:
+
+    >>> import io
+    >>> list(iter_stream(io.BytesIO(b"one\\r\\ntwo\\xff\\n"), "example", errors="replace"))
+    [('one', False), ('two\\ufffd', True)]
+    """
+    if errors not in ERROR_MODES:
+        raise ValueError(f"errors must be one of {ERROR_MODES}, got {errors!r}.")
+    for number, raw in enumerate(handle, start=1):
+        raw = raw.rstrip(b"\n").rstrip(b"\r")
+        if number == 1 and raw.startswith(_BOM):
+            raw = raw[len(_BOM):]
+        try:
+            yield raw.decode("utf-8"), False
+        except UnicodeDecodeError as error:
+            if errors == "strict":
+                raise InvalidUTF8Error(f"{name}:{number}: invalid UTF-8 (byte {error.start} of the line: "
+                                       f"{raw[error.start:error.end]!r})") from None
+            yield raw.decode("utf-8", errors="replace"), True
+
+
+def read_stream(handle, name, errors="strict"):
+    """All the lines of a binary stream (`iter_stream`).
 
     Returns:
         ``(lines, replaced)``: the lines without their line ends and the set of
@@ -55,22 +79,11 @@ def read_stream(handle, name, errors="strict"):
     >>> read_stream(io.BytesIO(b"one\\r\\ntwo\\xff\\x0bthree\\n"), "example", errors="replace")
     (['one', 'two\\ufffd\\x0bthree'], {1})
     """
-    if errors not in ERROR_MODES:
-        raise ValueError(f"errors must be one of {ERROR_MODES}, got {errors!r}.")
     lines, replaced = [], set()
-    for number, raw in enumerate(handle, start=1):
-        raw = raw.rstrip(b"\n").rstrip(b"\r")
-        if number == 1 and raw.startswith(_BOM):
-            raw = raw[len(_BOM):]
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as error:
-            if errors == "strict":
-                raise InvalidUTF8Error(f"{name}:{number}: invalid UTF-8 (byte {error.start} of the line: "
-                                       f"{raw[error.start:error.end]!r})") from None
-            line = raw.decode("utf-8", errors="replace")
-            replaced.add(number - 1)
+    for index, (line, bad) in enumerate(iter_stream(handle, name, errors)):
         lines.append(line)
+        if bad:
+            replaced.add(index)
     return lines, replaced
 
 
