@@ -137,7 +137,8 @@ def export_translator(translator, directory, config=None, overwrite=False):
                          f"{len(translator.models)} model(s); give one config per model.")
     if os.path.exists(os.path.join(directory, "saved_model.pb")):
         if not overwrite:
-            raise FileExistsError(f"{directory} already holds a SavedModel; pass overwrite=True to replace it.")
+            raise FileExistsError(f"{directory} already holds a SavedModel; replace it with --overwrite "
+                                  "(overwrite=True in Python).")
         for name in ("saved_model.pb", "fingerprint.pb", "variables", "assets", EXTRA_DIR):
             path = os.path.join(directory, name)
             if os.path.isdir(path):

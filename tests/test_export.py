@@ -203,3 +203,12 @@ def test_missing_export_is_a_clear_error(tmp_path):
         load_exported(tmp_path)
     with pytest.raises(FileNotFoundError, match="no Keras weights"):
         load_keras_translator(tmp_path)
+
+
+def test_an_existing_export_is_kept_unless_overwrite_is_asked(exported):
+    directory, translator = exported
+    before = {p.name: p.stat().st_mtime_ns for p in directory.iterdir()}
+    with pytest.raises(FileExistsError, match="already holds a SavedModel; replace it with --overwrite"):
+        export_translator(translator, directory)
+    assert {p.name: p.stat().st_mtime_ns for p in directory.iterdir()} == before
+
