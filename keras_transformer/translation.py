@@ -38,6 +38,8 @@ def _utf8_bytes(line):
     """
     if isinstance(line, bytes):
         return line
+    if not isinstance(line, str):
+        raise TypeError(f"Translator: sentences must be str (or UTF-8 bytes), got {type(line).__name__}: {line!r}.")
     try:
         return line.encode("utf-8", "surrogateescape")
     except UnicodeEncodeError:
@@ -315,12 +317,12 @@ class Translator(tf.Module):
         >>> translator.translate_lines(["A dog.", "Two men play football."])  # doctest: +SKIP
         ['Ein Hund.', 'Zwei Männer spielen Fußball.']
         """
-        lines = list(lines)
+        lines = [_utf8_bytes(line) for line in lines]
         order = sorted(range(len(lines)), key=lambda i: len(lines[i].split()))
         outputs = [None] * len(lines)
         for start in range(0, len(order), batch_size):
             chunk = order[start:start + batch_size]
-            batch = tf.constant([_utf8_bytes(lines[i]) for i in chunk], tf.string)
+            batch = tf.constant([lines[i] for i in chunk], tf.string)
             result = self.translate(batch)["translation"].numpy()
             for i, text in zip(chunk, result):
                 outputs[i] = text.decode("utf-8")

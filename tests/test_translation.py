@@ -77,6 +77,8 @@ def test_undecodable_input_bytes_become_replacement_characters(translator):
         expected, translator("w7"), expected]
     other_surrogate = "w5 \ud800 w6 \ufffd"  # not from surrogateescape: still replaced, not an error
     assert translator(other_surrogate) == expected
+    with pytest.raises(TypeError, match="sentences must be str .* got NoneType"):
+        translator.translate_lines(["w5", None])
 
 
 def test_xla_translator_matches(trained_copy_model, word_tokenizer, translator):
