@@ -34,6 +34,8 @@ zero attention.
 
 import math
 
+import numpy as np
+
 from keras import ops
 
 from keras_transformer.model import decode, encode
@@ -146,6 +148,34 @@ def _gather_beams(x, beam_index):
     flat = ops.reshape(x, (shape[0] * shape[1], *shape[2:]))
     picked = ops.take(flat, _flat_index(beam_index, shape[1]), axis=0)
     return ops.reshape(picked, (shape[0], ops.shape(beam_index)[1], *shape[2:]))
+
+
+def _token_ids(caller, name, ids, model=None, embedding="source"):
+    """`ids` as an int32 `(B, L)` tensor, or an error that names the problem.
+
+    The rank is checked for any input; the values (integers, inside the
+    model's vocabulary) when they are concrete (lists, numpy arrays), since a
+    token id outside the vocabulary would otherwise fail deep in the embedding
+    gather, or on some devices silently read another row.
+    """
+    if isinstance(ids, (list, tuple, np.ndarray)):
+        array = np.asarray(ids)
+        if array.ndim != 2:
+            raise ValueError(f"{caller}: {name} must be token ids of shape (batch, length), got shape {array.shape}.")
+        if array.size and not np.issubdtype(array.dtype, np.integer):
+            raise TypeError(f"{caller}: {name} must hold integer token ids, got dtype {array.dtype}.")
+        layer = None
+        if model is not None:
+            names = {layer.name for layer in model.layers}
+            layer = next((model.get_layer(n) for n in ("shared_embedding", f"{embedding}_embedding") if n in names),
+                         None)
+        if layer is not None and array.size and (array.min() < 0 or array.max() >= layer.vocab_size):
+            raise ValueError(f"{caller}: {name} ids must be in [0, {layer.vocab_size}) (the model's vocabulary), "
+                             f"got values from {array.min()} to {array.max()}.")
+    tensor = ops.convert_to_tensor(ids, "int32")
+    if len(tensor.shape) != 2:
+        raise ValueError(f"{caller}: {name} must be token ids of shape (batch, length), got shape {tensor.shape}.")
+    return tensor
 
 
 def ensemble_members(model):
@@ -285,9 +315,9 @@ def greedy_decode(model, source, max_extra=50, max_length=None, pad_id=0, bos_id
     >>> tuple(tokens.shape), tuple(scores.shape)
     ((2, 7), (2,))
     """
-    source = ops.convert_to_tensor(source, "int32")
-    batch = ops.shape(source)[0]
     models = ensemble_members(model)
+    source = _token_ids("greedy_decode", "source", source, models[0])
+    batch = ops.shape(source)[0]
     limits, steps = output_limits(models[0], source, pad_id, max_extra, max_length)  # (B,), T_max
     step, cache = _step_function(models, source, pad_id, bos_id, 1, steps, use_cache)
 
@@ -365,9 +395,9 @@ def beam_search(model, source, beam_size=4, alpha=0.6, max_extra=50, max_length=
         raise ValueError(f"beam_search: beam_size must be >= 1, got {beam_size}.")
     if not 1 <= int(num_return) <= beams:
         raise ValueError(f"beam_search: num_return must be in [1, beam_size={beams}], got {num_return}.")
-    source = ops.convert_to_tensor(source, "int32")
-    batch = ops.shape(source)[0]
     models = ensemble_members(model)
+    source = _token_ids("beam_search", "source", source, models[0])
+    batch = ops.shape(source)[0]
     limits, steps = output_limits(models[0], source, pad_id, max_extra, max_length)  # (B,), T_max
     best_possible_penalty = length_penalty(limits, alpha)  # (B,)
     step, cache = _step_function(models, source, pad_id, bos_id, beams, steps, use_cache)
@@ -460,8 +490,9 @@ def score(model, source, target, alpha=0.0, pad_id=0, bos_id=2):
     >>> tuple(score(model, np.array([[7, 8, 3]]), np.array([[9, 3, 0]])).shape)
     (1,)
     """
-    source = ops.convert_to_tensor(source, "int32")
-    target = ops.convert_to_tensor(target, "int32")
+    first = ensemble_members(model)[0]
+    source = _token_ids("score", "source", source, first)
+    target = _token_ids("score", "target", target, first, embedding="target")
     bos = ops.full((ops.shape(target)[0], 1), bos_id, dtype="int32")
     decoder_input = ops.concatenate([bos, target[:, :-1]], axis=1)  # (B, T), shifted right
     members = []

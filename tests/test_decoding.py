@@ -195,6 +195,25 @@ def test_bad_arguments_are_named(random_model):
         decoding.greedy_decode(random_model, np.ones((1, 200), "int32"))
 
 
+
+@pytest.mark.parametrize("source, error, message", [
+    (np.array([5, 6, 3]), ValueError, r"source must be token ids of shape \(batch, length\), got shape \(3,\)"),
+    (tf.zeros((1, 2, 3), tf.int32), ValueError, r"shape \(batch, length\), got shape \(1, 2, 3\)"),
+    (np.array([[5.5, 6.0, 3.0]]), TypeError, "integer token ids, got dtype float64"),  # was silently cut to 5
+    (np.array([[5, 40, 3]]), ValueError,
+     r"ids must be in \[0, 40\) \(the model's vocabulary\), got values from 3 to 40"),
+    (np.array([[5, -2, 3]]), ValueError, "got values from -2 to 5"),  # was decoded without a word
+])
+def test_source_ids_that_are_not_a_batch_of_vocabulary_ids_are_named(random_model, source, error, message):
+    for search in (decoding.greedy_decode, decoding.beam_search):
+        with pytest.raises(error, match=message):
+            search(random_model, source, max_extra=2)
+    with pytest.raises(error, match=message):
+        decoding.score(random_model, source, np.array([[7, 3, 0]]))
+    with pytest.raises(ValueError, match="score: target ids must be in"):
+        decoding.score(random_model, np.array([[7, 3]]), np.array([[7, 99, 3]]))
+
+
 @pytest.fixture(scope="module")
 def other_model():
     """A second untrained model over the same 40 tokens, of another shape (post-norm, 1 layer, d_model 32)."""
