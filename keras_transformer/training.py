@@ -1105,6 +1105,9 @@ def _train(experiment, workdir, output, strategy, is_chief, policy):
     cooldown = None
     if training.cooldown_epochs:  # the optimizer counts batches (accumulated or not): so does the schedule
         per_epoch = training.steps_per_epoch or int(data.train.cardinality())
+        if per_epoch <= 0:  # tf.data's UNKNOWN (-2) or INFINITE (-1) cardinality
+            raise ConfigError("training.cooldown_epochs needs the number of batches per epoch, which this data "
+                              "does not tell: set training.steps_per_epoch.")
         cooldown = ((training.epochs - training.cooldown_epochs) * per_epoch, training.cooldown_epochs * per_epoch)
         log.info("Cooldown: the learning rate falls linearly to 0 from update %d over %d updates", *cooldown)
 
