@@ -207,6 +207,21 @@ def test_workdir_of_another_model_is_refused(tmp_path):
         training.train(experiment, workdir)
 
 
+def test_cooldown_on_data_of_unknown_length_asks_for_steps_per_epoch(tmp_path, monkeypatch):
+    """The cooldown's span needs the batches per epoch: a dataset that cannot tell is refused before training."""
+    real_build_data = training.build_data
+
+    def unknown_length(*args, **kwargs):
+        data = real_build_data(*args, **kwargs)
+        data.train = data.train.filter(lambda features, labels: True)  # cardinality becomes UNKNOWN
+        return data
+    monkeypatch.setattr(training, "build_data", unknown_length)
+    experiment = training.load_experiment(TINY, SMALL + ["training.epochs=2", "training.cooldown_epochs=1"])
+    with pytest.raises(training.ConfigError, match="set training.steps_per_epoch"):
+        training.train(experiment, tmp_path / "run")
+    assert not list((tmp_path / "run").glob("checkpoints/*.weights.h5"))
+
+
 # ------------------------------------------------------------------ a whole (short) run
 @pytest.mark.slow
 def test_train_writes_the_documented_workdir(tmp_path):
