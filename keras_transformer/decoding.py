@@ -164,11 +164,8 @@ def _token_ids(caller, name, ids, model=None, embedding="source"):
             raise ValueError(f"{caller}: {name} must be token ids of shape (batch, length), got shape {array.shape}.")
         if array.size and not np.issubdtype(array.dtype, np.integer):
             raise TypeError(f"{caller}: {name} must hold integer token ids, got dtype {array.dtype}.")
-        layer = None
-        if model is not None:
-            names = {layer.name for layer in model.layers}
-            layer = next((model.get_layer(n) for n in ("shared_embedding", f"{embedding}_embedding") if n in names),
-                         None)
+        layers = {layer.name: layer for layer in model.layers} if model is not None else {}
+        layer = layers.get("shared_embedding") or layers.get(f"{embedding}_embedding")
         if layer is not None and array.size and (array.min() < 0 or array.max() >= layer.vocab_size):
             raise ValueError(f"{caller}: {name} ids must be in [0, {layer.vocab_size}) (the model's vocabulary), "
                              f"got values from {array.min()} to {array.max()}.")

@@ -282,7 +282,7 @@ def average_checkpoints(paths, model):
 def average_last_checkpoints(directory, model, n=5, output=None):
     """Averages the last `n` checkpoints of `directory` into `model`, optionally saving the result.
 
-    This is what the `average` command runs.
+    The `average` command does the same (or averages the files it is given).
 
     Args:
         directory: the checkpoint folder.

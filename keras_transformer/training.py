@@ -1481,11 +1481,8 @@ def average(workdir, last=None, output=None, checkpoints=None):
     if not output.name.endswith(".weights.h5"):
         raise ConfigError(f"The averaged weights file must end in .weights.h5, got {output}.")
     model = build_model(TransformerConfig.from_yaml(workdir / "model.yaml"))
-    if checkpoints:
-        paths = [os.fspath(path) for path in checkpoints]
-        evaluation.average_checkpoints(paths, model)
-        model.save_weights(os.fspath(output))
-    else:
-        paths = evaluation.average_last_checkpoints(workdir / "checkpoints", model, n=int(5 if last is None else last),
-                                                    output=output)
+    paths = ([os.fspath(path) for path in checkpoints] if checkpoints
+             else evaluation.latest_checkpoints(workdir / "checkpoints", int(5 if last is None else last)))
+    evaluation.average_checkpoints(paths, model)
+    model.save_weights(os.fspath(output))
     return output, paths
