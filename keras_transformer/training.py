@@ -48,6 +48,7 @@ import difflib
 import logging
 import os
 import pathlib
+import sys
 import time
 import typing
 
@@ -251,7 +252,8 @@ class TrainingSection:
     bleu_beam_size: int = 1  # beam for that validation BLEU (1: greedy, fast)
     bleu_max_sentences: typing.Optional[int] = None  # decode only the first N validation sentences
     tensorboard: bool = True  # write TensorBoard logs to workdir/logs
-    verbose: typing.Any = "auto"  # Keras progress: "auto", 0 (silent), 1 (bar), 2 (one line per epoch)
+    verbose: typing.Any = "auto"  # progress: 0 (silent), 1 (bar), 2 (one line per epoch), "auto" (a bar on a
+                                  # terminal, one line per epoch into a log file or pipe)
 
     def validate(self):
         """Raises `ConfigError` naming the first bad field."""
@@ -919,6 +921,26 @@ def build_data(section, data_dir, strategy=None, batch_scaling="per_replica", se
 _NATIVE_BFLOAT16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
+def progress_verbosity(setting, stream=None):
+    """The `verbose` value for `Model.fit`: `setting` itself, or for "auto" a progress bar when `stream`
+    (default: stdout) is a terminal and one line per epoch otherwise.
+
+    Keras' own "auto" draws the bar everywhere, so a run under `nohup ... > train.log` would write a redrawn bar
+    line for every batch into its log.
+
+    >>> import io
+    >>> progress_verbosity("auto", io.StringIO()), progress_verbosity(1, io.StringIO())
+    (2, 1)
+    """
+    if setting != "auto":
+        return setting
+    stream = sys.stdout if stream is None else stream
+    try:
+        return 1 if stream.isatty() else 2
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return 2
+
+
 def cpu_has_native_bfloat16(cpuinfo=None):
     """Whether the CPU multiplies bfloat16 natively (AVX512_BF16 or AMX), from `/proc/cpuinfo`.
 
@@ -1160,7 +1182,8 @@ def _train(experiment, workdir, output, strategy, is_chief, policy):
     validation = data.validation if training.validation else None
     start = time.time()
     history = model.fit(data.train, validation_data=validation, epochs=training.epochs,
-                        steps_per_epoch=training.steps_per_epoch, callbacks=callbacks, verbose=training.verbose,
+                        steps_per_epoch=training.steps_per_epoch, callbacks=callbacks,
+                        verbose=progress_verbosity(training.verbose),
                         shuffle=False)  # the datasets shuffle themselves
     log.info("Trained %d epoch(s) in %.1f s; checkpoints in %s", len(history.epoch), time.time() - start,
              output / "checkpoints")

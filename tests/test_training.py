@@ -222,6 +222,30 @@ def test_cooldown_on_data_of_unknown_length_asks_for_steps_per_epoch(tmp_path, m
     assert not list((tmp_path / "run").glob("checkpoints/*.weights.h5"))
 
 
+class _Stream:
+    def __init__(self, tty):
+        self.tty = tty
+
+    def isatty(self):
+        return self.tty
+
+
+@pytest.mark.parametrize("setting, tty, expected", [
+    ("auto", True, 1), ("auto", False, 2), (0, True, 0), (1, False, 1), (2, True, 2)])
+def test_progress_verbosity_draws_a_bar_only_on_a_terminal(setting, tty, expected):
+    assert training.progress_verbosity(setting, _Stream(tty)) == expected
+
+
+def test_progress_into_a_log_file_is_one_line_per_epoch(tmp_path, capsys):
+    """Under `nohup ... > train.log` (stdout not a terminal) the default writes no redrawn progress bar."""
+    steady = [option for option in SMALL if not option.startswith("training.verbose")]
+    training.train(training.load_experiment(TINY, steady + ["training.epochs=2"]), tmp_path / "run")
+    out = capsys.readouterr().out
+    assert "\u2501" not in out and "\r" not in out  # the bar's characters, and its carriage-return redraws
+    assert out.count("Epoch 1/2") == 1 and out.count("Epoch 2/2") == 1
+    assert len([line for line in out.splitlines() if "val_loss" in line]) == 2
+
+
 # ------------------------------------------------------------------ a whole (short) run
 @pytest.mark.slow
 def test_train_writes_the_documented_workdir(tmp_path):
