@@ -175,6 +175,14 @@ def _token_ids(caller, name, ids, model=None, embedding="source"):
     return tensor
 
 
+def _check_same_batch(caller, source, target):
+    """Refuses a source and a target batch of different sizes where both sizes are known (Python ints)."""
+    sources, targets = ops.shape(source)[0], ops.shape(target)[0]
+    if isinstance(sources, int) and isinstance(targets, int) and sources != targets:
+        raise ValueError(f"{caller}: {sources} source sentence(s) but {targets} target(s); "
+                         "give one target per source.")
+
+
 def ensemble_members(model):
     """`model`, or a list of models decoded as one ensemble, as a checked list.
 
@@ -472,7 +480,8 @@ def score(model, source, target, alpha=0.0, pad_id=0, bos_id=2):
         model: a `build_model` model, or a list of them to decode as an ensemble
             (`ensemble_members`; the mean of their next-token distributions).
         source: int `(B, S)` source ids (tokens then eos), padded with `pad_id`.
-        target: int `(B, T)` target ids (tokens then eos), padded with `pad_id`.
+        target: int `(B, T)` target ids (tokens then eos), padded with `pad_id`: one
+            row per source row (a batch of another size is refused, naming both).
         alpha: length-penalty exponent; 0 gives the plain log-probability.
         pad_id, bos_id: the special ids.
 
@@ -490,6 +499,7 @@ def score(model, source, target, alpha=0.0, pad_id=0, bos_id=2):
     first = ensemble_members(model)[0]
     source = _token_ids("score", "source", source, first)
     target = _token_ids("score", "target", target, first, embedding="target")
+    _check_same_batch("score", source, target)
     bos = ops.full((ops.shape(target)[0], 1), bos_id, dtype="int32")
     decoder_input = ops.concatenate([bos, target[:, :-1]], axis=1)  # (B, T), shifted right
     members = []

@@ -61,6 +61,20 @@ def _encode(tokenizer, sentences, max_length):
     return tf.concat([tokens, tf.RaggedTensor.from_tensor(eos)], axis=1).to_tensor(default_value=tokenizer.pad_id)
 
 
+def _one_target_per_source(caller, sources, targets):
+    """`sources, targets` behind a run-time check that they hold as many sentences, naming both counts.
+
+    The check is an op of the graph (a traced batch has no size yet), so an
+    exported signature refuses other pairs as well.
+    """
+    sources, targets = tf.convert_to_tensor(sources, tf.string), tf.convert_to_tensor(targets, tf.string)
+    same = tf.debugging.Assert(tf.equal(tf.size(sources), tf.size(targets)),
+                               [f"{caller}: got", tf.size(sources), "source(s) but", tf.size(targets),
+                                "target(s); give one target per source."])
+    with tf.control_dependencies([same]):
+        return tf.identity(sources), tf.identity(targets)
+
+
 class Translator(tf.Module):
     """Translates batches of sentences with a `build_model` Transformer.
 
@@ -284,9 +298,15 @@ class Translator(tf.Module):
     def score(self, sources, targets):
         """Forced decoding: log P(target | source) of given pairs, length-normalised with `alpha`.
 
+        Args:
+            sources: `tf.string [N]`.
+            targets: `tf.string [N]`, one translation per source; other counts
+                raise `tf.errors.InvalidArgumentError` naming both.
+
         Returns:
             float32 `[N]`, comparable with the scores of `translate`.
         """
+        sources, targets = _one_target_per_source("Translator.score", sources, targets)
         target = self.target_tokenizer
         return decoding.score(self.models, self.encode_sources(sources), self.encode_targets(targets),
                               alpha=self.alpha, pad_id=target.pad_id, bos_id=target.bos_id)

@@ -195,6 +195,16 @@ def test_bad_arguments_are_named(random_model):
         decoding.greedy_decode(random_model, np.ones((1, 200), "int32"))
 
 
+@pytest.mark.parametrize("sources, targets", [(2, 1), (1, 2), (3, 2)])
+def test_score_refuses_a_target_batch_of_another_size(random_model, sources, targets):
+    """2 sources and 1 target were broadcast into 2 scores (1 and 2 too); 3 and 2 failed inside a matmul."""
+    source, target = padded(SOURCES[:3])[:sources], padded(SOURCES[:3])[:targets]
+    with pytest.raises(ValueError, match=rf"score: {sources} source sentence\(s\) but {targets} target\(s\)"):
+        decoding.score(random_model, source, target)
+    with pytest.raises(ValueError, match=rf"score: {sources} source sentence\(s\) but {targets} target\(s\)"):
+        decoding.score([random_model, random_model], source, target)
+
+
 
 @pytest.mark.parametrize("source, error, message", [
     (np.array([5, 6, 3]), ValueError, r"source must be token ids of shape \(batch, length\), got shape \(3,\)"),

@@ -81,6 +81,14 @@ def test_undecodable_input_bytes_become_replacement_characters(translator):
         translator.translate_lines(["w5", None])
 
 
+@pytest.mark.parametrize("sources, targets", [(2, 1), (1, 2), (3, 2)])
+def test_score_refuses_a_different_number_of_targets(translator, sources, targets):
+    """2 sources and 1 target gave 2 scores (the target broadcast); 3 and 2 failed inside a matmul."""
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=rf"Translator.score: got\] \[{sources}\] \[source\(s\) but\] \[{targets}\]"):
+        translator.score(tf.constant(SENTENCES[:sources]), tf.constant(SENTENCES[:targets]))
+
+
 def test_xla_translator_matches(trained_copy_model, word_tokenizer, translator):
     model, _ = trained_copy_model
     compiled = Translator(model, word_tokenizer, beam_size=4, alpha=0.6, max_extra=5, jit_compile=True)
