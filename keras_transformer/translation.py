@@ -326,17 +326,25 @@ class Translator(tf.Module):
         changes a translation.
 
         Args:
-            lines: a list of `str` (or UTF-8 `bytes`).
+            lines: a list (any iterable) of `str` (or UTF-8 `bytes`); one sentence
+                alone goes through `translator(sentence)` instead.
             batch_size: sentences per batch.
 
         Returns:
             A list of `str`, one per line.
+
+        Raises:
+            TypeError: `lines` is one `str` or `bytes` (not taken character by character).
 
         Example:
 
         >>> translator.translate_lines(["A dog.", "Two men play football."])  # doctest: +SKIP
         ['Ein Hund.', 'Zwei Männer spielen Fußball.']
         """
+        if isinstance(lines, (str, bytes)):
+            raise TypeError(f"Translator.translate_lines takes an iterable of lines (a list of str), got one "
+                            f"{type(lines).__name__}: {lines[:40]!r}; translate one sentence with "
+                            "translator(sentence) or translator([sentence]).")
         lines = [_utf8_bytes(line) for line in lines]
         order = sorted(range(len(lines)), key=lambda i: len(lines[i].split()))
         outputs = [None] * len(lines)

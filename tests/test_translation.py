@@ -81,6 +81,18 @@ def test_undecodable_input_bytes_become_replacement_characters(translator):
         translator.translate_lines(["w5", None])
 
 
+@pytest.mark.parametrize("line", ["w5 w6 w7", b"w5 w6 w7"])
+def test_translate_lines_refuses_one_sentence_instead_of_a_list(translator, line):
+    """A str was translated character by character (one output per character)."""
+    from keras_transformer import training
+
+    with pytest.raises(TypeError, match=r"translate_lines takes an iterable of lines .* translator\(sentence\)"):
+        translator.translate_lines(line)
+    with pytest.raises(TypeError, match=r"translate takes a list of sentences, got one (str|bytes)"):
+        training.translate(translator, line)
+    assert translator.translate_lines([line]) == [translator(line)]
+
+
 @pytest.mark.parametrize("sources, targets", [(2, 1), (1, 2), (3, 2)])
 def test_score_refuses_a_different_number_of_targets(translator, sources, targets):
     """2 sources and 1 target gave 2 scores (the target broadcast); 3 and 2 failed inside a matmul."""
