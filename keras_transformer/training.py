@@ -383,7 +383,8 @@ class ExperimentConfig:
         Args:
             vocabulary: the data's vocabulary size (an int), or a dict of
                 `vocab_size` / `source_vocab_size` / `target_vocab_size`; used where
-                the model section gives none, and checked where it does.
+                the model section gives none, and checked where it does (the
+                model's vocabulary is the tokenizer's: a `Translator` refuses any other).
 
         Example:
 
@@ -396,8 +397,10 @@ class ExperimentConfig:
             vocabulary = {"vocab_size": vocabulary}
         for name, size in (vocabulary or {}).items():
             given = fields.get(name)
-            if given is not None and given < size:
-                raise ConfigError(f"model.{name}={given} is smaller than the data's vocabulary ({size}).")
+            if given is not None and given != size:
+                relation = "smaller" if given < size else "larger"
+                raise ConfigError(f"model.{name}={given} is {relation} than the data's vocabulary ({size}); "
+                                  f"leave model.{name} out to take the data's.")
             fields.setdefault(name, size)
         fields.update(self.decoding.overrides())
         try:

@@ -75,6 +75,23 @@ def _one_target_per_source(caller, sources, targets):
         return tf.identity(sources), tf.identity(targets)
 
 
+def _check_vocabulary_sizes(model, source_tokenizer, target_tokenizer, which):
+    """Refuses tokenizers whose vocabulary size is not that of the embedding their ids go through.
+
+    Ids beyond the embedding would fail inside the graph; a smaller vocabulary
+    (another one, most likely) would decode into nonsense without a word.
+    """
+    layers = {layer.name: layer for layer in model.layers}
+    for side, tokenizer in (("source", source_tokenizer), ("target", target_tokenizer)):
+        embedding = layers.get("shared_embedding") or layers[f"{side}_embedding"]
+        size = getattr(tokenizer, "vocab_size", None)
+        if size is not None and int(size) != embedding.vocab_size:
+            field = "vocab_size" if embedding.name == "shared_embedding" else f"{side}_vocab_size"
+            raise ValueError(f"Translator: the {side} tokenizer has a vocabulary of {int(size)} ids but {which} "
+                             f"has {embedding.vocab_size} ({embedding.name}, TransformerConfig.{field}); "
+                             "use the vocabulary the model was trained with.")
+
+
 class Translator(tf.Module):
     """Translates batches of sentences with a `build_model` Transformer.
 
@@ -87,9 +104,11 @@ class Translator(tf.Module):
             list of models sharing the tokenizers, decoded as an ensemble (the
             mean of their next-token distributions; `decoding.ensemble_members`).
         source_tokenizer: has `tokenize(tf.string [N]) -> int [N, None]` (ragged
-            or dense) and `eos_id`/`pad_id`.
+            or dense) and `eos_id`/`pad_id`; its `vocab_size`, where it has one,
+            must be the size of the model's source embedding.
         target_tokenizer: has `detokenize(int [N, L]) -> tf.string [N]` (dropping
-            pad/bos/eos) and `tokenize`, `pad_id`, `bos_id`, `eos_id`. Defaults
+            pad/bos/eos) and `tokenize`, `pad_id`, `bos_id`, `eos_id`; its
+            `vocab_size` must be the size of the target embedding. Defaults
             to `source_tokenizer` (a shared vocabulary).
         beam_size: beams per sentence; 1 with `alpha=0` is greedy decoding.
         alpha: GNMT length-penalty exponent.
@@ -97,6 +116,10 @@ class Translator(tf.Module):
         jit_compile: compile the search with XLA (one compilation per distinct
             batch shape; worth it for repeated shapes and long batches).
         name: the module's name.
+
+    Raises:
+        ValueError: a decoding setting out of range, or a tokenizer whose
+            vocabulary size is not the model's (both sizes named).
 
     Example:
 
@@ -116,6 +139,9 @@ class Translator(tf.Module):
         self.max_extra = int(max_extra)
         if self.beam_size < 1:
             raise ValueError(f"Translator: beam_size must be >= 1, got {beam_size}.")
+        for index, model in enumerate(self.models):
+            _check_vocabulary_sizes(model, self.source_tokenizer, self.target_tokenizer,
+                                    "the model" if len(self.models) == 1 else f"ensemble member {index}")
         self.max_source_length = self.models[0].get_layer("source_position").max_length
         self.max_target_length = decoding.max_positions(self.models[0])
         self._jit_compile = bool(jit_compile)

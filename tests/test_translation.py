@@ -101,6 +101,27 @@ def test_score_refuses_a_different_number_of_targets(translator, sources, target
         translator.score(tf.constant(SENTENCES[:sources]), tf.constant(SENTENCES[:targets]))
 
 
+def test_a_vocabulary_of_another_size_than_the_model_is_refused(word_tokenizer, tmp_path):
+    """Larger ended in an InvalidArgumentError from the embedding gather; smaller translated into nonsense."""
+    import keras_transformer as kt
+
+    for size in (40, 20):
+        with pytest.raises(ValueError, match=rf"source tokenizer has a vocabulary of 32 ids but the model has {size} "
+                                             r"\(shared_embedding, TransformerConfig.vocab_size\)"):
+            Translator(kt.build_model(kt.TransformerConfig.preset("tiny", vocab_size=size)), word_tokenizer)
+    separate = kt.TransformerConfig.preset("tiny", vocab_size=40, source_vocab_size=32, target_vocab_size=40,
+                                           tie_embeddings="none", num_layers=1)
+    with pytest.raises(ValueError, match=r"target tokenizer has a vocabulary of 32 ids but the model has 40 "
+                                         r"\(target_embedding, TransformerConfig.target_vocab_size\)"):
+        Translator(kt.build_model(separate), word_tokenizer, word_tokenizer)
+    config = kt.TransformerConfig.preset("tiny", vocab_size=40, num_layers=1)
+    config.save_yaml(tmp_path / "model.yaml")
+    kt.build_model(config).save_weights(tmp_path / "model.weights.h5")
+    with pytest.raises(ValueError, match="32 ids but the model has 40"):
+        Translator.from_checkpoint(tmp_path / "model.yaml", tmp_path / "model.weights.h5",
+                                   (word_tokenizer, word_tokenizer))
+
+
 def test_xla_translator_matches(trained_copy_model, word_tokenizer, translator):
     model, _ = trained_copy_model
     compiled = Translator(model, word_tokenizer, beam_size=4, alpha=0.6, max_extra=5, jit_compile=True)
