@@ -111,8 +111,8 @@ class Translator(tf.Module):
             `vocab_size` must be the size of the target embedding. Defaults
             to `source_tokenizer` (a shared vocabulary).
         beam_size: beams per sentence; 1 with `alpha=0` is greedy decoding.
-        alpha: GNMT length-penalty exponent.
-        max_extra: a translation has at most source length + `max_extra` tokens.
+        alpha: GNMT length-penalty exponent, finite and >= 0.
+        max_extra: a translation has at most source length + `max_extra` tokens (>= 0).
         jit_compile: compile the search with XLA (one compilation per distinct
             batch shape; worth it for repeated shapes and long batches).
         name: the module's name.
@@ -139,6 +139,7 @@ class Translator(tf.Module):
         self.max_extra = int(max_extra)
         if self.beam_size < 1:
             raise ValueError(f"Translator: beam_size must be >= 1, got {beam_size}.")
+        decoding._check_options("Translator", max_extra=self.max_extra, alpha=self.alpha)
         for index, model in enumerate(self.models):
             _check_vocabulary_sizes(model, self.source_tokenizer, self.target_tokenizer,
                                     "the model" if len(self.models) == 1 else f"ensemble member {index}")

@@ -101,6 +101,19 @@ def test_score_refuses_a_different_number_of_targets(translator, sources, target
         translator.score(tf.constant(SENTENCES[:sources]), tf.constant(SENTENCES[:targets]))
 
 
+@pytest.mark.parametrize("options, message", [
+    (dict(max_extra=-5), "Translator: max_extra .* must be >= 0, got -5"),
+    (dict(alpha=float("nan")), r"Translator: alpha .* must be a finite number >= 0 .* got nan"),
+    (dict(alpha=float("inf")), "got inf"),
+    (dict(alpha=-0.5), "got -0.5"),
+])
+def test_decoding_settings_out_of_range_are_refused(trained_copy_model, word_tokenizer, options, message):
+    model, _ = trained_copy_model
+    with pytest.raises(ValueError, match=message):
+        Translator(model, word_tokenizer, **options)
+    assert Translator(model, word_tokenizer, alpha=0, max_extra=0).alpha == 0.0  # 0 stays valid for both
+
+
 def test_a_vocabulary_of_another_size_than_the_model_is_refused(word_tokenizer, tmp_path):
     """Larger ended in an InvalidArgumentError from the embedding gather; smaller translated into nonsense."""
     import keras_transformer as kt
