@@ -516,7 +516,7 @@ def main(argv=None):
     """`python -m keras_transformer.arrays WORKDIR [--epochs N] [--precision P] ...`"""
     parser = argparse.ArgumentParser(prog="python -m keras_transformer.arrays",
                                      description="Train a packed workdir (keras-transformer pack) on any Keras backend.")
-    from keras_transformer.cli import integer_at_least
+    from keras_transformer.cli import integer_at_least, number_at_least
     positive, non_negative = integer_at_least(1), integer_at_least(0)
     parser.add_argument("workdir")
     parser.add_argument("--epochs", type=non_negative,
@@ -545,7 +545,8 @@ def main(argv=None):
     scoring.add_argument("--tokenized-reference", help="*.lc.norm.tok.* references (Multi30k protocol)")
     scoring.add_argument("--lang", help="target language code, for the Multi30k protocol")
     scoring.add_argument("--beam-size", type=positive, help="default: the model config's")
-    scoring.add_argument("--alpha", type=float, help="length penalty exponent; default: the model config's")
+    scoring.add_argument("--alpha", type=number_at_least(0),
+                         help="length penalty exponent, >= 0; default: the model config's")
     scoring.add_argument("--output", help="write the translations to this file")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")

@@ -23,6 +23,7 @@ checkpoint) are printed as one line and the command exits with status 2.
 import argparse
 import json
 import logging
+import math
 import os
 import sys
 
@@ -53,13 +54,30 @@ def integer_at_least(minimum):
     return parse
 
 
+def number_at_least(minimum):
+    """An argparse type: a finite number of at least `minimum` (nan and inf refused), refused by name otherwise."""
+    def parse(text):
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value:g}")
+        return value
+    parse.__name__ = "number"
+    return parse
+
+
 _POSITIVE, _NON_NEGATIVE = integer_at_least(1), integer_at_least(0)
+_ALPHA = number_at_least(0)  # the length-penalty exponent: 0 ranks by log-probability alone
 
 
 def _decoding_arguments(parser):
     group = parser.add_argument_group("decoding (default: the model config's)")
     group.add_argument("--beam-size", type=_POSITIVE, help="beams per sentence; 1 is greedy")
-    group.add_argument("--alpha", type=float, help="length penalty exponent (paper: 0.6)")
+    group.add_argument("--alpha", type=_ALPHA, help="length penalty exponent, >= 0 (paper: 0.6)")
     group.add_argument("--max-extra", type=_NON_NEGATIVE,
                        help="a translation has at most source length + this many tokens")
     group.add_argument("--batch-size", type=_POSITIVE, default=64, help="sentences decoded together (default 64)")
@@ -147,7 +165,7 @@ def build_parser():
     _weights_arguments(export, ensemble=True)
     group = export.add_argument_group("decoding baked into the graph (default: the model config's)")
     group.add_argument("--beam-size", type=_POSITIVE)
-    group.add_argument("--alpha", type=float)
+    group.add_argument("--alpha", type=_ALPHA)
     group.add_argument("--max-extra", type=_NON_NEGATIVE)
 
     average = commands.add_parser("average", help="average the last N checkpoints into one weights file",

@@ -5,6 +5,7 @@ validated with messages that name the offending field.
 """
 
 import dataclasses
+import math
 import typing
 
 import yaml
@@ -156,8 +157,9 @@ class TransformerConfig:
         for name in ("beta_1", "beta_2"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"TransformerConfig.{name} must be in [0, 1), got {getattr(self, name)!r}.")
-        if self.length_penalty < 0 or self.max_decode_extra < 0:
-            raise ValueError("TransformerConfig.length_penalty and max_decode_extra must be >= 0.")
+        if not (math.isfinite(self.length_penalty) and self.length_penalty >= 0) or self.max_decode_extra < 0:
+            raise ValueError("TransformerConfig.length_penalty must be finite and >= 0 and max_decode_extra >= 0, "
+                             f"got {self.length_penalty!r} and {self.max_decode_extra!r}.")
 
     # ------------------------------------------------------------ construction
     @classmethod

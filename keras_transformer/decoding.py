@@ -33,6 +33,7 @@ zero attention.
 """
 
 import math
+import numbers
 
 import numpy as np
 
@@ -91,7 +92,7 @@ def output_limits(model, source, pad_id=0, max_extra=50, max_length=None):
             (`ensemble_members`; the mean of their next-token distributions).
         source: int `(B, S)` token ids padded with `pad_id`.
         pad_id: the padding id.
-        max_extra: extra tokens allowed beyond the source length (paper: 50).
+        max_extra: extra tokens allowed beyond the source length (paper: 50); >= 0.
         max_length: optional absolute cap on output tokens.
 
     Returns:
@@ -108,6 +109,7 @@ def output_limits(model, source, pad_id=0, max_extra=50, max_length=None):
     >>> limits.numpy().tolist(), steps
     ([4, 5], 5)
     """
+    _check_options("output_limits", max_extra=max_extra)
     cap = max_positions(model)
     if max_length is not None:
         cap = min(cap, int(max_length))
@@ -173,6 +175,28 @@ def _token_ids(caller, name, ids, model=None, embedding="source"):
     if len(tensor.shape) != 2:
         raise ValueError(f"{caller}: {name} must be token ids of shape (batch, length), got shape {tensor.shape}.")
     return tensor
+
+
+def _check_options(caller, max_extra=0, alpha=0.0):
+    """Refuses a negative `max_extra` and a negative or non-finite `alpha`.
+
+    Only Python (and numpy) numbers are checked; these options are never
+    traced, so a check here costs nothing inside `tf.function` or XLA.
+    """
+    if isinstance(max_extra, numbers.Real) and not max_extra >= 0:
+        raise ValueError(f"{caller}: max_extra (output tokens allowed beyond the source length) must be >= 0, "
+                         f"got {max_extra}.")
+    if isinstance(alpha, numbers.Real) and not (math.isfinite(alpha) and alpha >= 0):
+        raise ValueError(f"{caller}: alpha (the length-penalty exponent) must be a finite number >= 0 "
+                         f"(0: plain log-probability), got {alpha}.")
+
+
+def _check_same_batch(caller, source, target):
+    """Refuses a source and a target batch of different sizes where both sizes are known (Python ints)."""
+    sources, targets = ops.shape(source)[0], ops.shape(target)[0]
+    if isinstance(sources, int) and isinstance(targets, int) and sources != targets:
+        raise ValueError(f"{caller}: {sources} source sentence(s) but {targets} target(s); "
+                         "give one target per source.")
 
 
 def ensemble_members(model):
@@ -292,7 +316,7 @@ def greedy_decode(model, source, max_extra=50, max_length=None, pad_id=0, bos_id
         model: a `build_model` model, or a list of them to decode as an ensemble
             (`ensemble_members`; the mean of their next-token distributions).
         source: int `(B, S)` source ids (tokens then eos), padded with `pad_id`.
-        max_extra: each sentence produces at most its source length + `max_extra` tokens.
+        max_extra: each sentence produces at most its source length + `max_extra` tokens (>= 0).
         max_length: optional absolute cap on output tokens (the model's own
             maximum length always applies).
         pad_id, bos_id, eos_id: the special ids (`TransformerConfig` defaults).
@@ -312,6 +336,7 @@ def greedy_decode(model, source, max_extra=50, max_length=None, pad_id=0, bos_id
     >>> tuple(tokens.shape), tuple(scores.shape)
     ((2, 7), (2,))
     """
+    _check_options("greedy_decode", max_extra=max_extra)
     models = ensemble_members(model)
     source = _token_ids("greedy_decode", "source", source, models[0])
     batch = ops.shape(source)[0]
@@ -365,8 +390,8 @@ def beam_search(model, source, beam_size=4, alpha=0.6, max_extra=50, max_length=
             (`ensemble_members`; the mean of their next-token distributions).
         source: int `(B, S)` source ids (tokens then eos), padded with `pad_id`.
         beam_size: K, hypotheses kept per sentence (paper: 4).
-        alpha: length-penalty exponent (paper: 0.6); 0 ranks by log-probability.
-        max_extra: each sentence produces at most its source length + `max_extra` tokens.
+        alpha: length-penalty exponent (paper: 0.6), finite and >= 0; 0 ranks by log-probability.
+        max_extra: each sentence produces at most its source length + `max_extra` tokens (>= 0).
         max_length: optional absolute cap on output tokens.
         num_return: how many of the best hypotheses to return (n-best), <= beam_size.
         pad_id, bos_id, eos_id: the special ids.
@@ -392,6 +417,7 @@ def beam_search(model, source, beam_size=4, alpha=0.6, max_extra=50, max_length=
         raise ValueError(f"beam_search: beam_size must be >= 1, got {beam_size}.")
     if not 1 <= int(num_return) <= beams:
         raise ValueError(f"beam_search: num_return must be in [1, beam_size={beams}], got {num_return}.")
+    _check_options("beam_search", max_extra=max_extra, alpha=alpha)
     models = ensemble_members(model)
     source = _token_ids("beam_search", "source", source, models[0])
     batch = ops.shape(source)[0]
@@ -472,8 +498,9 @@ def score(model, source, target, alpha=0.0, pad_id=0, bos_id=2):
         model: a `build_model` model, or a list of them to decode as an ensemble
             (`ensemble_members`; the mean of their next-token distributions).
         source: int `(B, S)` source ids (tokens then eos), padded with `pad_id`.
-        target: int `(B, T)` target ids (tokens then eos), padded with `pad_id`.
-        alpha: length-penalty exponent; 0 gives the plain log-probability.
+        target: int `(B, T)` target ids (tokens then eos), padded with `pad_id`: one
+            row per source row (a batch of another size is refused, naming both).
+        alpha: length-penalty exponent, finite and >= 0; 0 gives the plain log-probability.
         pad_id, bos_id: the special ids.
 
     Returns:
@@ -490,6 +517,8 @@ def score(model, source, target, alpha=0.0, pad_id=0, bos_id=2):
     first = ensemble_members(model)[0]
     source = _token_ids("score", "source", source, first)
     target = _token_ids("score", "target", target, first, embedding="target")
+    _check_same_batch("score", source, target)
+    _check_options("score", alpha=alpha)
     bos = ops.full((ops.shape(target)[0], 1), bos_id, dtype="int32")
     decoder_input = ops.concatenate([bos, target[:, :-1]], axis=1)  # (B, T), shifted right
     members = []

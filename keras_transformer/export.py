@@ -18,7 +18,8 @@ Signatures:
 - `serving_default(inputs: string [N]) -> {translation: string [N], score: float32 [N]}`
 - `n_best(inputs: string [N]) -> {translations: string [N, K], scores: float32 [N, K]}`
 - `translate_ids(source_ids: int32 [N, S]) -> {tokens: int32 [N, T], score: float32 [N]}`
-- `score(sources: string [N], targets: string [N]) -> {score: float32 [N]}` (forced decoding)
+- `score(sources: string [N], targets: string [N]) -> {score: float32 [N]}` (forced decoding; one target per
+  source, other counts fail naming both)
 
 Scores are length-normalised log-probabilities (GNMT penalty with the export's alpha). An
 ensemble (a `Translator` over several models) exports the same way, with every member's

@@ -383,7 +383,8 @@ class ExperimentConfig:
         Args:
             vocabulary: the data's vocabulary size (an int), or a dict of
                 `vocab_size` / `source_vocab_size` / `target_vocab_size`; used where
-                the model section gives none, and checked where it does.
+                the model section gives none, and checked where it does (the
+                model's vocabulary is the tokenizer's: a `Translator` refuses any other).
 
         Example:
 
@@ -396,8 +397,10 @@ class ExperimentConfig:
             vocabulary = {"vocab_size": vocabulary}
         for name, size in (vocabulary or {}).items():
             given = fields.get(name)
-            if given is not None and given < size:
-                raise ConfigError(f"model.{name}={given} is smaller than the data's vocabulary ({size}).")
+            if given is not None and given != size:
+                relation = "smaller" if given < size else "larger"
+                raise ConfigError(f"model.{name}={given} is {relation} than the data's vocabulary ({size}); "
+                                  f"leave model.{name} out to take the data's.")
             fields.setdefault(name, size)
         fields.update(self.decoding.overrides())
         try:
@@ -1417,18 +1420,26 @@ def translate(model, sentences, checkpoint=None, average=None, batch_size=64, **
     Args:
         model: a training workdir, an export directory, a list of them (an
             ensemble; see `load_translator`), or a `Translator`.
-        sentences: a list of `str`.
+        sentences: a list of `str` (one sentence: a list of one).
         checkpoint, average, **options: see `load_translator`.
         batch_size: sentences decoded together.
 
     Returns:
         A list of `str`, one translation per sentence.
 
+    Raises:
+        TypeError: `sentences` is one `str` or `bytes` (neither a file name nor
+            taken character by character).
+
     Example:
 
     >>> translate("saved_models/multi30k_en_de", ["A man rides a bike."])  # doctest: +SKIP
     ['Ein Mann fährt Fahrrad.']
     """
+    if isinstance(sentences, (str, bytes)):
+        raise TypeError(f"translate takes a list of sentences, got one {type(sentences).__name__}: "
+                        f"{sentences[:40]!r}; give one sentence as [sentence], and a file's lines as "
+                        "keras_transformer.evaluation.read_lines(path).")
     translator = model if hasattr(model, "translate_lines") else load_translator(model, checkpoint, average, **options)
     return translator.translate_lines(list(sentences), batch_size=batch_size)
 

@@ -61,6 +61,37 @@ def _encode(tokenizer, sentences, max_length):
     return tf.concat([tokens, tf.RaggedTensor.from_tensor(eos)], axis=1).to_tensor(default_value=tokenizer.pad_id)
 
 
+def _one_target_per_source(caller, sources, targets):
+    """`sources, targets` behind a run-time check that they hold as many sentences, naming both counts.
+
+    The check is an op of the graph (a traced batch has no size yet), so an
+    exported signature refuses other pairs as well.
+    """
+    sources, targets = tf.convert_to_tensor(sources, tf.string), tf.convert_to_tensor(targets, tf.string)
+    same = tf.debugging.Assert(tf.equal(tf.size(sources), tf.size(targets)),
+                               [f"{caller}: got", tf.size(sources), "source(s) but", tf.size(targets),
+                                "target(s); give one target per source."])
+    with tf.control_dependencies([same]):
+        return tf.identity(sources), tf.identity(targets)
+
+
+def _check_vocabulary_sizes(model, source_tokenizer, target_tokenizer, which):
+    """Refuses tokenizers whose vocabulary size is not that of the embedding their ids go through.
+
+    Ids beyond the embedding would fail inside the graph; a smaller vocabulary
+    (another one, most likely) would decode into nonsense without a word.
+    """
+    layers = {layer.name: layer for layer in model.layers}
+    for side, tokenizer in (("source", source_tokenizer), ("target", target_tokenizer)):
+        embedding = layers.get("shared_embedding") or layers[f"{side}_embedding"]
+        size = getattr(tokenizer, "vocab_size", None)
+        if size is not None and int(size) != embedding.vocab_size:
+            field = "vocab_size" if embedding.name == "shared_embedding" else f"{side}_vocab_size"
+            raise ValueError(f"Translator: the {side} tokenizer has a vocabulary of {int(size)} ids but {which} "
+                             f"has {embedding.vocab_size} ({embedding.name}, TransformerConfig.{field}); "
+                             "use the vocabulary the model was trained with.")
+
+
 class Translator(tf.Module):
     """Translates batches of sentences with a `build_model` Transformer.
 
@@ -73,16 +104,22 @@ class Translator(tf.Module):
             list of models sharing the tokenizers, decoded as an ensemble (the
             mean of their next-token distributions; `decoding.ensemble_members`).
         source_tokenizer: has `tokenize(tf.string [N]) -> int [N, None]` (ragged
-            or dense) and `eos_id`/`pad_id`.
+            or dense) and `eos_id`/`pad_id`; its `vocab_size`, where it has one,
+            must be the size of the model's source embedding.
         target_tokenizer: has `detokenize(int [N, L]) -> tf.string [N]` (dropping
-            pad/bos/eos) and `tokenize`, `pad_id`, `bos_id`, `eos_id`. Defaults
+            pad/bos/eos) and `tokenize`, `pad_id`, `bos_id`, `eos_id`; its
+            `vocab_size` must be the size of the target embedding. Defaults
             to `source_tokenizer` (a shared vocabulary).
         beam_size: beams per sentence; 1 with `alpha=0` is greedy decoding.
-        alpha: GNMT length-penalty exponent.
-        max_extra: a translation has at most source length + `max_extra` tokens.
+        alpha: GNMT length-penalty exponent, finite and >= 0.
+        max_extra: a translation has at most source length + `max_extra` tokens (>= 0).
         jit_compile: compile the search with XLA (one compilation per distinct
             batch shape; worth it for repeated shapes and long batches).
         name: the module's name.
+
+    Raises:
+        ValueError: a decoding setting out of range, or a tokenizer whose
+            vocabulary size is not the model's (both sizes named).
 
     Example:
 
@@ -102,6 +139,10 @@ class Translator(tf.Module):
         self.max_extra = int(max_extra)
         if self.beam_size < 1:
             raise ValueError(f"Translator: beam_size must be >= 1, got {beam_size}.")
+        decoding._check_options("Translator", max_extra=self.max_extra, alpha=self.alpha)
+        for index, model in enumerate(self.models):
+            _check_vocabulary_sizes(model, self.source_tokenizer, self.target_tokenizer,
+                                    "the model" if len(self.models) == 1 else f"ensemble member {index}")
         self.max_source_length = self.models[0].get_layer("source_position").max_length
         self.max_target_length = decoding.max_positions(self.models[0])
         self._jit_compile = bool(jit_compile)
@@ -284,9 +325,15 @@ class Translator(tf.Module):
     def score(self, sources, targets):
         """Forced decoding: log P(target | source) of given pairs, length-normalised with `alpha`.
 
+        Args:
+            sources: `tf.string [N]`.
+            targets: `tf.string [N]`, one translation per source; other counts
+                raise `tf.errors.InvalidArgumentError` naming both.
+
         Returns:
             float32 `[N]`, comparable with the scores of `translate`.
         """
+        sources, targets = _one_target_per_source("Translator.score", sources, targets)
         target = self.target_tokenizer
         return decoding.score(self.models, self.encode_sources(sources), self.encode_targets(targets),
                               alpha=self.alpha, pad_id=target.pad_id, bos_id=target.bos_id)
@@ -306,17 +353,25 @@ class Translator(tf.Module):
         changes a translation.
 
         Args:
-            lines: a list of `str` (or UTF-8 `bytes`).
+            lines: a list (any iterable) of `str` (or UTF-8 `bytes`); one sentence
+                alone goes through `translator(sentence)` instead.
             batch_size: sentences per batch.
 
         Returns:
             A list of `str`, one per line.
+
+        Raises:
+            TypeError: `lines` is one `str` or `bytes` (not taken character by character).
 
         Example:
 
         >>> translator.translate_lines(["A dog.", "Two men play football."])  # doctest: +SKIP
         ['Ein Hund.', 'Zwei Männer spielen Fußball.']
         """
+        if isinstance(lines, (str, bytes)):
+            raise TypeError(f"Translator.translate_lines takes an iterable of lines (a list of str), got one "
+                            f"{type(lines).__name__}: {lines[:40]!r}; translate one sentence with "
+                            "translator(sentence) or translator([sentence]).")
         lines = [_utf8_bytes(line) for line in lines]
         order = sorted(range(len(lines)), key=lambda i: len(lines[i].split()))
         outputs = [None] * len(lines)

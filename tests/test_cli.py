@@ -51,6 +51,11 @@ def test_train_requires_config_and_workdir(capsys):
     (["translate", "--model", "m", "a"], "--beam-size", "two", "expected an integer, got 'two'"),
     (["average", "--workdir", "w"], "--last", "0", "at least 1"),
     (["export", "--workdir", "w", "--out", "o"], "--beam-size", "0", "at least 1"),
+    (["translate", "--model", "m", "a"], "--alpha", "nan", "expected a finite number, got 'nan'"),  # printed ""
+    (["evaluate", "--model", "m", "--source", "s", "--reference", "r"], "--alpha", "inf", "finite number"),
+    (["translate", "--model", "m", "a"], "--alpha", "-0.5", "must be at least 0, got -0.5"),
+    (["export", "--workdir", "w", "--out", "o"], "--alpha", "NaN", "finite number"),  # baked into the graph
+    (["translate", "--model", "m", "a"], "--alpha", "much", "expected a number, got 'much'"),
 ])
 def test_counts_out_of_range_exit_2_naming_the_flag(capsys, command, flag, value, message):
     with pytest.raises(SystemExit) as exit_info:
@@ -60,10 +65,16 @@ def test_counts_out_of_range_exit_2_naming_the_flag(capsys, command, flag, value
     assert f"argument {flag}" in error and message in error
 
 
+def test_alpha_zero_and_other_finite_values_parse():
+    for value, expected in (("0", 0.0), ("0.6", 0.6), ("1e-1", 0.1)):
+        assert cli.build_parser().parse_args(["translate", "--model", "m", "--alpha", value, "a"]).alpha == expected
+
+
 def test_python_module_commands_refuse_counts_out_of_range(capsys):
     from keras_transformer import arrays, distillation
     for main, argv, flag in ((arrays.main, ["w", "--average-last", "-1"], "--average-last"),  # 0: no average
                              (arrays.main, ["w", "--cooldown-epochs", "-1"], "--cooldown-epochs"),
+                             (arrays.main, ["w", "--evaluate", "s", "r", "--alpha", "nan"], "--alpha"),
                              (distillation.main, ["w", "--member", "a", "b", "--top-k", "0"], "--top-k")):
         with pytest.raises(SystemExit) as exit_info:
             main(argv)

@@ -45,6 +45,8 @@ def test_separate_vocab_and_layer_overrides():
     (dict(tie_embeddings="encoder"), "tie_embeddings must be one of"),
     (dict(source_vocab_size=10, target_vocab_size=20), "source_vocab_size=10 != target_vocab_size=20"),
     (dict(pad_id=5, unk_id=5), "special ids must differ"),
+    (dict(length_penalty=float("nan")), "length_penalty must be finite and >= 0"),  # passed: nan < 0 is False
+    (dict(length_penalty=-0.1), "got -0.1"),
 ])
 def test_validation_names_the_problem(overrides, fragment):
     values = dict(vocab_size=100, d_model=64, num_heads=4)

@@ -195,6 +195,34 @@ def test_bad_arguments_are_named(random_model):
         decoding.greedy_decode(random_model, np.ones((1, 200), "int32"))
 
 
+@pytest.mark.parametrize("search", [decoding.greedy_decode, decoding.beam_search])
+def test_negative_max_extra_is_refused(random_model, search):
+    """-5 was taken as "5 fewer than the source": one token out, the CLI's `--max-extra` refusing it all along."""
+    with pytest.raises(ValueError, match=rf"{search.__name__}: max_extra .* must be >= 0, got -5"):
+        search(random_model, padded(SOURCES), max_extra=-5)
+    with pytest.raises(ValueError, match="output_limits: max_extra"):
+        decoding.output_limits(random_model, padded(SOURCES), max_extra=-1)
+
+
+@pytest.mark.parametrize("alpha", [float("nan"), float("inf"), -0.5, np.float32("nan")])
+def test_alpha_that_is_not_a_finite_non_negative_number_is_refused(random_model, alpha):
+    """A NaN alpha made every finished score NaN: the output was empty (`translate --alpha=nan`)."""
+    with pytest.raises(ValueError, match=r"beam_search: alpha \(the length-penalty exponent\) must be a finite"):
+        decoding.beam_search(random_model, padded(SOURCES), alpha=alpha, max_extra=2)
+    with pytest.raises(ValueError, match="score: alpha"):
+        decoding.score(random_model, padded(SOURCES), padded(SOURCES), alpha=alpha)
+
+
+@pytest.mark.parametrize("sources, targets", [(2, 1), (1, 2), (3, 2)])
+def test_score_refuses_a_target_batch_of_another_size(random_model, sources, targets):
+    """2 sources and 1 target were broadcast into 2 scores (1 and 2 too); 3 and 2 failed inside a matmul."""
+    source, target = padded(SOURCES[:3])[:sources], padded(SOURCES[:3])[:targets]
+    with pytest.raises(ValueError, match=rf"score: {sources} source sentence\(s\) but {targets} target\(s\)"):
+        decoding.score(random_model, source, target)
+    with pytest.raises(ValueError, match=rf"score: {sources} source sentence\(s\) but {targets} target\(s\)"):
+        decoding.score([random_model, random_model], source, target)
+
+
 
 @pytest.mark.parametrize("source, error, message", [
     (np.array([5, 6, 3]), ValueError, r"source must be token ids of shape \(batch, length\), got shape \(3,\)"),

@@ -156,6 +156,16 @@ def test_ids_signature_matches_the_string_signature(exported):
     np.testing.assert_allclose(by_ids["score"].numpy(), expected["score"].numpy(), atol=1e-4)
 
 
+def test_score_signature_refuses_a_different_number_of_targets(exported):
+    """Two sources and one target gave two identical scores (the target broadcast over the batch)."""
+    directory, _ = exported
+    score = load_exported(directory).signatures["score"]
+    for sources, targets in ((2, 1), (1, 2)):
+        with pytest.raises(tf.errors.InvalidArgumentError,
+                           match=rf"got\] \[{sources}\] \[source\(s\) but\] \[{targets}\] \[target\(s\); give"):
+            score(sources=tf.constant(SENTENCES[:sources]), targets=tf.constant(REFERENCES[:targets]))
+
+
 def test_keras_model_travels_in_assets_extra(exported):
     directory, translator = exported
     assert (directory / "assets" / "sentencepiece.model").exists()

@@ -167,6 +167,23 @@ def test_decoder_caches_are_one_tensor_per_layer():
                   cross_attention_cache=cross[:2])
 
 
+@pytest.mark.parametrize("sources, targets", [(2, 1), (1, 2), (3, 2)])
+def test_source_and_target_batches_of_different_sizes_are_refused(sources, targets):
+    """(2, S) sources with (1, T) targets gave (2, T, V) logits (attention broadcast the batch of one)."""
+    model = kt.build_model(tiny())
+    source, target = random_batch(batch=max(sources, targets))
+    message = rf"target batch of {targets} sequence\(s\) but a source batch of {sources}"
+    with pytest.raises(ValueError, match=message):
+        model({"source": source[:sources], "target": target[:targets]})
+    memory, mask = kt.encode(model, source[:sources])
+    with pytest.raises(ValueError, match=message):
+        kt.decode(model, target[:targets], memory, mask)
+    decoder = model.get_layer("decoder")
+    with pytest.raises(ValueError, match=message):  # the cached step: no memory, only its projections
+        kt.decode(model, target[:targets, :1], None, mask, self_attention_cache=decoder.initial_cache(targets, 4),
+                  cache_index=0, cross_attention_cache=decoder.cross_attention_cache(memory))
+
+
 def test_build_model_rejects_a_non_config():
     with pytest.raises(TypeError, match="TransformerConfig"):
         kt.build_model({"vocab_size": 10})

@@ -100,6 +100,9 @@ def test_model_section_preset_overrides_vocabulary_and_decoding():
     assert (config.d_model, config.d_ff, config.vocab_size, config.beam_size) == (64, 128, 24, 5)
     with pytest.raises(training.ConfigError, match="model.vocab_size=10 is smaller"):
         training.load_experiment(TINY, ["model.vocab_size=10"]).model_config(24)
+    # Larger passed, and the model then met a tokenizer of another size: a Translator refuses that pair.
+    with pytest.raises(training.ConfigError, match="model.vocab_size=32 is larger than the data's vocabulary"):
+        training.load_experiment(TINY, ["model.vocab_size=32"]).model_config(24)
 
 
 @pytest.mark.parametrize("path", sorted((REPO / "configs").glob("*.yaml")), ids=lambda p: p.name)

@@ -81,6 +81,60 @@ def test_undecodable_input_bytes_become_replacement_characters(translator):
         translator.translate_lines(["w5", None])
 
 
+@pytest.mark.parametrize("line", ["w5 w6 w7", b"w5 w6 w7"])
+def test_translate_lines_refuses_one_sentence_instead_of_a_list(translator, line):
+    """A str was translated character by character (one output per character)."""
+    from keras_transformer import training
+
+    with pytest.raises(TypeError, match=r"translate_lines takes an iterable of lines .* translator\(sentence\)"):
+        translator.translate_lines(line)
+    with pytest.raises(TypeError, match=r"translate takes a list of sentences, got one (str|bytes)"):
+        training.translate(translator, line)
+    assert translator.translate_lines([line]) == [translator(line)]
+
+
+@pytest.mark.parametrize("sources, targets", [(2, 1), (1, 2), (3, 2)])
+def test_score_refuses_a_different_number_of_targets(translator, sources, targets):
+    """2 sources and 1 target gave 2 scores (the target broadcast); 3 and 2 failed inside a matmul."""
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=rf"Translator.score: got\] \[{sources}\] \[source\(s\) but\] \[{targets}\]"):
+        translator.score(tf.constant(SENTENCES[:sources]), tf.constant(SENTENCES[:targets]))
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(max_extra=-5), "Translator: max_extra .* must be >= 0, got -5"),
+    (dict(alpha=float("nan")), r"Translator: alpha .* must be a finite number >= 0 .* got nan"),
+    (dict(alpha=float("inf")), "got inf"),
+    (dict(alpha=-0.5), "got -0.5"),
+])
+def test_decoding_settings_out_of_range_are_refused(trained_copy_model, word_tokenizer, options, message):
+    model, _ = trained_copy_model
+    with pytest.raises(ValueError, match=message):
+        Translator(model, word_tokenizer, **options)
+    assert Translator(model, word_tokenizer, alpha=0, max_extra=0).alpha == 0.0  # 0 stays valid for both
+
+
+def test_a_vocabulary_of_another_size_than_the_model_is_refused(word_tokenizer, tmp_path):
+    """Larger ended in an InvalidArgumentError from the embedding gather; smaller translated into nonsense."""
+    import keras_transformer as kt
+
+    for size in (40, 20):
+        with pytest.raises(ValueError, match=rf"source tokenizer has a vocabulary of 32 ids but the model has {size} "
+                                             r"\(shared_embedding, TransformerConfig.vocab_size\)"):
+            Translator(kt.build_model(kt.TransformerConfig.preset("tiny", vocab_size=size)), word_tokenizer)
+    separate = kt.TransformerConfig.preset("tiny", vocab_size=40, source_vocab_size=32, target_vocab_size=40,
+                                           tie_embeddings="none", num_layers=1)
+    with pytest.raises(ValueError, match=r"target tokenizer has a vocabulary of 32 ids but the model has 40 "
+                                         r"\(target_embedding, TransformerConfig.target_vocab_size\)"):
+        Translator(kt.build_model(separate), word_tokenizer, word_tokenizer)
+    config = kt.TransformerConfig.preset("tiny", vocab_size=40, num_layers=1)
+    config.save_yaml(tmp_path / "model.yaml")
+    kt.build_model(config).save_weights(tmp_path / "model.weights.h5")
+    with pytest.raises(ValueError, match="32 ids but the model has 40"):
+        Translator.from_checkpoint(tmp_path / "model.yaml", tmp_path / "model.weights.h5",
+                                   (word_tokenizer, word_tokenizer))
+
+
 def test_xla_translator_matches(trained_copy_model, word_tokenizer, translator):
     model, _ = trained_copy_model
     compiled = Translator(model, word_tokenizer, beam_size=4, alpha=0.6, max_extra=5, jit_compile=True)

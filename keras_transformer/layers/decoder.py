@@ -9,6 +9,22 @@ from keras_transformer.layers.encoder import _layer_options, _LayerOptions
 from keras_transformer.layers.normalization import LayerNormalization
 
 
+def _check_batch_sizes(x, memory, memory_padding_mask, cross_attention_cache):
+    """Refuses a target batch `x` whose size differs from the source side's, where both sizes are known.
+
+    Attention would otherwise broadcast a batch of one against the other
+    (or fail deep inside a matmul). Sizes are compared only when both are
+    Python ints (eager calls, static shapes); symbolic batch sizes pass.
+    """
+    targets = ops.shape(x)[0]
+    for name, tensor in (("memory", memory), ("memory_padding_mask", memory_padding_mask),
+                         ("cross_attention_cache", cross_attention_cache)):
+        sources = ops.shape(tensor)[0] if tensor is not None else None
+        if isinstance(targets, int) and isinstance(sources, int) and targets != sources:
+            raise ValueError(f"The decoder got a target batch of {targets} sequence(s) but a source batch of "
+                             f"{sources} ({name}); give one target per source.")
+
+
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class DecoderLayer(_LayerOptions):
     """Masked self-attention, cross-attention over the encoder output, then a FFN.
@@ -63,6 +79,7 @@ class DecoderLayer(_LayerOptions):
     def call(self, x, memory=None, target_padding_mask=None, memory_padding_mask=None,
              self_attention_cache=None, cache_index=None, cross_attention_cache=None,
              return_attention_scores=False, training=None):
+        _check_batch_sizes(x, memory, memory_padding_mask, cross_attention_cache)
         self_mask = (masking.key_padding_attention_mask(target_padding_mask)
                      if target_padding_mask is not None and self_attention_cache is None else None)
         memory_mask = (masking.key_padding_attention_mask(memory_padding_mask)
