@@ -130,7 +130,8 @@ def build_parser():
                "see keras_transformer/training.py and configs/.\n"
                "  --set training.epochs=20 --set model.dropout=0.3 --set training.strategy=mirrored")
     _experiment_arguments(train, "folder for checkpoints, logs, history.csv and the vocabulary")
-    train.add_argument("--dry-run", action="store_true", help="print the resolved config and stop")
+    train.add_argument("--dry-run", action="store_true",
+                       help="check the config (the model section, that the data files exist) and print it resolved")
 
     evaluate = commands.add_parser("evaluate", help="translate a test set and report sacreBLEU",
                                    description="Translates --source and scores the output against --reference "
@@ -209,7 +210,8 @@ def build_parser():
 
 def _train(args):
     from keras_transformer import training
-    experiment = training.load_experiment(args.config, args.overrides)
+    experiment = training.load_experiment(args.config, args.overrides)  # checks the model section too
+    experiment.data.check_files()  # also for --dry-run: a wrong path shows now, not after the vocabulary is learned
     if args.dry_run:
         import yaml
         print(yaml.safe_dump(experiment.to_dict(), sort_keys=False), end="")

@@ -147,7 +147,8 @@ class TransformerConfig:
         special = {"pad_id": self.pad_id, "unk_id": self.unk_id, "bos_id": self.bos_id,
                    "eos_id": self.eos_id}
         for name, value in special.items():
-            if not isinstance(value, int) or not 0 <= value < min(self.src_vocab_size, self.tgt_vocab_size):
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < min(
+                    self.src_vocab_size, self.tgt_vocab_size):
                 raise ValueError(f"TransformerConfig.{name}={value!r} is outside the vocabulary.")
         if len(set(special.values())) != len(special):
             raise ValueError(f"TransformerConfig: special ids must differ, got {special}.")
@@ -157,6 +158,8 @@ class TransformerConfig:
         for name in ("beta_1", "beta_2"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"TransformerConfig.{name} must be in [0, 1), got {getattr(self, name)!r}.")
+        if isinstance(self.max_decode_extra, bool) or not isinstance(self.max_decode_extra, int):
+            raise ValueError(f"TransformerConfig.max_decode_extra must be an integer, got {self.max_decode_extra!r}.")
         if not (math.isfinite(self.length_penalty) and self.length_penalty >= 0) or self.max_decode_extra < 0:
             raise ValueError("TransformerConfig.length_penalty must be finite and >= 0 and max_decode_extra >= 0, "
                              f"got {self.length_penalty!r} and {self.max_decode_extra!r}.")

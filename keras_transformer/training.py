@@ -15,7 +15,10 @@ decoding:   # beam search settings written into the saved TransformerConfig (Dec
 
 `load_experiment(paths, overrides)` reads one or more YAML files (later files
 override earlier ones key by key) and then `--set section.key=value` overrides
-(later values win). Unknown keys are rejected with the key named.
+(later values win). Unknown keys are rejected with the key named, and the model
+section is built into a `TransformerConfig` right away, so that bad sizes fail
+before any data work; `train` (and `--dry-run`) also check that the data files
+exist.
 
 `train(config, workdir)` trains; `train_and_evaluate(config, workdir)`, which
 `keras-transformer train` calls, then scores the test data if the config names
@@ -74,6 +77,11 @@ class CheckpointError(RuntimeError):
 
 
 # ------------------------------------------------------------------ config schema
+def _is_integer(value):
+    """An int that is not a bool: YAML's `true` is an int to Python, but never a count."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _pipeline_fields():
     """The fields of the data pipeline's `DataConfig` (tokenizer and batching of real text)."""
     from keras_transformer.data.pipeline import DataConfig
@@ -190,6 +198,8 @@ class DataSection:
         """Raises `ConfigError` naming the first bad field."""
         if self.kind not in DATA_KINDS:
             raise ConfigError(f"data.kind must be one of {DATA_KINDS}, got {self.kind!r}.")
+        if self.seed is not None and (not _is_integer(self.seed) or self.seed < 0):
+            raise ConfigError(f"data.seed must be a non-negative integer or null, got {self.seed!r}.")
         if self.kind == "synthetic":
             from keras_transformer.data.synthetic import TASKS
             if self.task not in TASKS:
@@ -197,7 +207,7 @@ class DataSection:
             for name in ("train_examples", "val_examples", "min_length", "batch_size", "synthetic_vocab_size",
                          "synthetic_max_length"):
                 value = getattr(self, name)
-                if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                if not _is_integer(value) or value <= 0:
                     raise ConfigError(f"data.{name.replace('synthetic_', '')} must be a positive integer, "
                                       f"got {value!r}.")
             if self.min_length > self.synthetic_max_length:
@@ -215,8 +225,41 @@ class DataSection:
                 raise ConfigError("data.kind 'tfds' needs data.tfds_name, e.g. wmt14_translate/de-en.")
             if config.train_source is not None:
                 raise ConfigError("data.kind 'tfds' reads TensorFlow Datasets: leave data.train_source unset.")
+            if self.tfds_max_examples is not None and (not _is_integer(self.tfds_max_examples)
+                                                       or self.tfds_max_examples <= 0):
+                raise ConfigError(f"data.tfds_max_examples must be a positive integer or null, "
+                                  f"got {self.tfds_max_examples!r}.")
         if bool(self.test_source) != bool(self.test_target):
             raise ConfigError("data.test_source and data.test_target must be given together.")
+
+    def check_files(self):
+        """Raises `ConfigError` naming the first data file (key and path) that is missing or is a folder.
+
+        `train` and `pack_arrays` call it before any data work, and `keras-transformer train --dry-run` too,
+        so that a typo in a test file's name is not found after hours of training.
+
+        Example:
+
+        >>> DataSection.from_dict({"kind": "text", "train_source": "/nonexistent.en",
+        ...                        "train_target": "/nonexistent.de"}).check_files()
+        Traceback (most recent call last):
+        ...
+        keras_transformer.training.ConfigError: data.train_source: file not found: /nonexistent.en
+        """
+        if self.kind == "synthetic":
+            return
+        files = {name: self.pipeline.get(name) for name in ("train_source", "train_target", "valid_source",
+                                                             "valid_target")}
+        files.update((name, getattr(self, name)) for name in ("valid_tokenized_target", "test_source", "test_target",
+                                                               "test_tokenized_target"))
+        for name, path in files.items():
+            if path is None:
+                continue
+            path = pathlib.Path(path)
+            if path.is_dir():
+                raise ConfigError(f"data.{name}: {path} is a directory, not a file.")
+            if not path.is_file():
+                raise ConfigError(f"data.{name}: file not found: {path}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -258,30 +301,33 @@ class TrainingSection:
     def validate(self):
         """Raises `ConfigError` naming the first bad field."""
         from keras_transformer import distribute
-        if not isinstance(self.epochs, int) or self.epochs <= 0:
+        if not _is_integer(self.epochs) or self.epochs <= 0:
             raise ConfigError(f"training.epochs must be a positive integer, got {self.epochs!r}.")
         if self.strategy not in distribute.STRATEGIES:
             raise ConfigError(f"training.strategy must be one of {distribute.STRATEGIES}, got {self.strategy!r}.")
         if self.batch_scaling not in distribute.BATCH_SCALINGS:
             raise ConfigError(f"training.batch_scaling must be one of {distribute.BATCH_SCALINGS}, "
                               f"got {self.batch_scaling!r}.")
-        if self.mixed_precision not in PRECISIONS + (True, False, None):
+        if not (isinstance(self.mixed_precision, bool) or self.mixed_precision is None
+                or self.mixed_precision in PRECISIONS):
             raise ConfigError(f"training.mixed_precision must be one of {PRECISIONS} or a bool, "
                               f"got {self.mixed_precision!r}.")
-        if self.jit_compile not in (True, False, "auto"):
+        if not (isinstance(self.jit_compile, bool) or self.jit_compile == "auto"):
             raise ConfigError(f"training.jit_compile must be true, false or 'auto', got {self.jit_compile!r}.")
-        if self.verbose not in ("auto", 0, 1, 2):
+        if isinstance(self.verbose, bool) or self.verbose not in ("auto", 0, 1, 2):
             raise ConfigError(f"training.verbose must be 'auto', 0, 1 or 2, got {self.verbose!r}.")
         for name in ("steps_per_epoch", "checkpoint_every_steps", "keep_checkpoints", "backup_every_steps",
                      "bleu_every_epochs", "bleu_max_sentences", "cooldown_epochs"):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or value <= 0):
+            if value is not None and (not _is_integer(value) or value <= 0):
                 raise ConfigError(f"training.{name} must be a positive integer or null, got {value!r}.")
         for name in ("steps_per_execution", "gradient_accumulation_steps", "keep_step_checkpoints",
                      "bleu_beam_size"):
             value = getattr(self, name)
-            if not isinstance(value, int) or value <= 0:
+            if not _is_integer(value) or value <= 0:
                 raise ConfigError(f"training.{name} must be a positive integer, got {value!r}.")
+        if not _is_integer(self.seed) or self.seed < 0:
+            raise ConfigError(f"training.seed must be a non-negative integer, got {self.seed!r}.")
         if self.cooldown_epochs is not None and self.cooldown_epochs > self.epochs:
             raise ConfigError(f"training.cooldown_epochs ({self.cooldown_epochs}) is more than training.epochs "
                               f"({self.epochs}).")
@@ -321,7 +367,7 @@ class DecodingSection:
             value = getattr(self, name)
             if value is None and name != "batch_size":
                 continue
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            if not _is_integer(value) or value <= 0:
                 raise ConfigError(f"decoding.{name} must be a positive integer, got {value!r}.")
 
     def overrides(self):
@@ -348,10 +394,18 @@ class ExperimentConfig:
     decoding: DecodingSection = dataclasses.field(default_factory=DecodingSection)
 
     @classmethod
-    def from_dict(cls, values):
-        """Builds and validates an experiment from nested dicts, rejecting unknown keys by name."""
+    def from_dict(cls, values, check_model=True):
+        """Builds and validates an experiment from nested dicts, rejecting unknown keys by name.
+
+        With `check_model` (the default) the model section is also built into a `TransformerConfig`
+        (`check_model`), so that bad sizes fail here and not after the data work; `load_experiment` turns it off
+        for each file alone, whose model section may need a later file or `--set` to be complete.
+        """
         values = dict(values or {})
         _reject_unknown(values, SECTIONS, "")
+        for name in SECTIONS:
+            if values.get(name) is not None and not isinstance(values[name], dict):
+                raise ConfigError(f"Section {name!r} must be a mapping, got {values[name]!r}.")
         model = dict(values.get("model") or {})
         _reject_unknown(model, [f.name for f in dataclasses.fields(TransformerConfig)] + ["preset"], "model.")
         if "preset" in model:
@@ -362,15 +416,16 @@ class ExperimentConfig:
         for name, section_class in (("data", DataSection), ("training", TrainingSection),
                                     ("decoding", DecodingSection)):
             section_values = values.get(name) or {}
-            if not isinstance(section_values, dict):
-                raise ConfigError(f"Section {name!r} must be a mapping, got {section_values!r}.")
             if section_class is DataSection:
                 sections[name] = DataSection.from_dict(section_values)
                 continue
             _reject_unknown(section_values, [f.name for f in dataclasses.fields(section_class)], f"{name}.")
             sections[name] = section_class(**section_values)
             sections[name].validate()
-        return cls(model=model, **sections)
+        experiment = cls(model=model, **sections)
+        if check_model:
+            experiment.check_model()
+        return experiment
 
     def to_dict(self):
         """Nested plain dicts (YAML-friendly)."""
@@ -409,6 +464,31 @@ class ExperimentConfig:
             return TransformerConfig.from_dict(fields)
         except ValueError as error:
             raise ConfigError(f"model: {error}") from error
+
+    def check_model(self):
+        """Raises `ConfigError` if the model section cannot make a `TransformerConfig` (bad sizes or types).
+
+        The vocabulary's size is known once it is learned from the data; until then the configured one stands in
+        (the model section's, else `data.vocab_size`); no other check of the model fields depends on it.
+        `from_dict` calls it, so `load_experiment`, `--dry-run` and `train` refuse such a config before any
+        data work.
+
+        Example:
+
+        >>> ExperimentConfig(model={"d_model": 60, "num_heads": 7}).check_model()
+        Traceback (most recent call last):
+        ...
+        keras_transformer.training.ConfigError: model: TransformerConfig: d_model=60 is not divisible by num_heads=7; ...
+        """
+        if self.data.kind == "synthetic":  # the vocabulary is the configured one: check it all
+            self.model_config(self.data.synthetic_vocab_size)
+            return
+        if self.model.get("vocab_size") is not None:
+            self.model_config()
+            return
+        given = [size for size in (self.model.get("source_vocab_size"), self.model.get("target_vocab_size"))
+                 if _is_integer(size) and size > 0]
+        self.model_config(max(given) if given else self.data.data_config().vocab_size)
 
 
 def _reject_unknown(values, known, prefix):
@@ -481,6 +561,8 @@ def load_experiment(paths=(), overrides=()):
     values = {}
     for path in paths:
         path = pathlib.Path(path)
+        if path.is_dir():
+            raise ConfigError(f"Config file {path} is a directory, not a file.")
         if not path.is_file():
             raise ConfigError(f"Config file not found: {path}")
         try:
@@ -490,7 +572,7 @@ def load_experiment(paths=(), overrides=()):
         if not isinstance(loaded, dict):
             raise ConfigError(f"{path}: expected a mapping with sections {SECTIONS}, got {type(loaded).__name__}.")
         try:
-            ExperimentConfig.from_dict(loaded)  # name the file that holds a bad key
+            ExperimentConfig.from_dict(loaded, check_model=False)  # name the file that holds a bad key
         except ConfigError as error:
             raise ConfigError(f"{path}: {error}") from error
         values = _deep_merge(values, loaded)
@@ -1075,7 +1157,7 @@ def train(config, workdir):
         A `TrainingResult`.
 
     Raises:
-        ConfigError: a bad config, or a workdir that holds another experiment.
+        ConfigError: a bad config, a missing data file, or a workdir that holds another experiment.
         CheckpointError: an unreadable `training.init_checkpoint` or backup (the file is named).
         FloatingPointError: the loss became NaN (training stopped).
 
@@ -1086,6 +1168,8 @@ def train(config, workdir):
     True
     """
     experiment = as_experiment(config)
+    experiment.check_model()  # before any data work: a bad model section or a missing file fails in seconds
+    experiment.data.check_files()
     workdir = pathlib.Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     training = experiment.training
@@ -1283,6 +1367,8 @@ def pack_arrays(config, workdir):
     section = experiment.data
     if section.kind != "text":
         raise ConfigError(f"pack needs data.kind: text (files), got {section.kind!r}.")
+    experiment.check_model()
+    section.check_files()
     workdir = pathlib.Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     data_config = section.data_config(tokenizer_dir=workdir / "data" / "vocab", seed=experiment.training.seed)

@@ -125,6 +125,90 @@ def test_paper_configs_follow_table_3():
             4000, 0.1, 4, 0.6)
 
 
+@pytest.mark.parametrize("override", [
+    "training.epochs=true", "training.steps_per_epoch=true", "training.bleu_beam_size=true", "training.seed=true",
+    "training.verbose=true", "training.jit_compile=1", "training.mixed_precision=1", "data.seed=true",
+    "model.max_decode_extra=true"])
+def test_booleans_are_not_counts(override):
+    """YAML's `true` is an int to Python (`True == 1`): it was taken as epochs=1, a seed of 1, and so on."""
+    key = override.split("=")[0]
+    with pytest.raises(training.ConfigError, match=key.split(".")[-1]):
+        training.load_experiment(TINY, [override])
+
+
+def test_a_section_that_is_not_a_mapping_is_named_with_its_file(tmp_path):
+    path = tmp_path / "model5.yaml"
+    path.write_text("model: 5\n", encoding="utf-8")
+    with pytest.raises(training.ConfigError) as error:
+        training.load_experiment(path)  # was TypeError: 'int' object is not iterable
+    assert str(error.value) == f"{path}: Section 'model' must be a mapping, got 5."
+
+
+def test_a_folder_given_as_config_file_is_named_as_a_folder(tmp_path):
+    with pytest.raises(training.ConfigError, match=f"Config file {tmp_path} is a directory"):
+        training.load_experiment(tmp_path)
+
+
+def _text_experiment(folder, **data):
+    """A text-data experiment on two-line files in `folder` (never trained: these tests stop before the data)."""
+    for name in ("train.en", "train.de", "val.en", "val.de"):
+        (folder / name).write_text("a man\ntwo dogs\n", encoding="utf-8")
+    files = {key: str(folder / name) for key, name in (("train_source", "train.en"), ("train_target", "train.de"),
+                                                      ("valid_source", "val.en"), ("valid_target", "val.de"))}
+    return {"model": {"preset": "tiny"}, "data": {"kind": "text", "vocab_size": 100, **files, **data},
+            "training": {"epochs": 1}}
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["model.d_model=60", "model.num_heads=7"], "d_model=60 is not divisible by num_heads=7"),
+    (["model.d_model=abc"], "d_model must be a positive integer, got 'abc'"),
+    (["model.num_layers=-1"], "num_layers must be a positive integer, got -1"),
+    (["model.dropout=2"], r"dropout must be in \[0, 1\), got 2"),
+])
+def test_a_bad_model_section_fails_before_any_data_work(tmp_path, overrides, message):
+    """load_experiment (and so --dry-run) and train refuse it: train used to learn the vocabulary first."""
+    config = _write(tmp_path / "text.yaml", _text_experiment(tmp_path))
+    with pytest.raises(training.ConfigError, match="model: .*" + message):
+        training.load_experiment(config, overrides)
+    values = _text_experiment(tmp_path)
+    for override in overrides:
+        keys, value = training.parse_override(override)
+        values["model"][keys[1]] = value
+    experiment = training.ExperimentConfig(model=values["model"],
+                                           data=training.DataSection.from_dict(values["data"]))
+    with pytest.raises(training.ConfigError, match=message):
+        training.train(experiment, tmp_path / "run")
+    assert not (tmp_path / "run" / "data").exists()
+
+
+def test_a_model_section_completed_by_a_later_file_or_set_is_accepted(tmp_path):
+    """Each file alone is checked for keys, not for model sizes that a later file or --set may complete."""
+    base = _write(tmp_path / "base.yaml", {"model": {"preset": "tiny", "d_model": 66}})  # 66 % 4 heads != 0
+    assert training.load_experiment(base, ["model.num_heads=6"]).model_config(24).head_dim == 11
+    more = _write(tmp_path / "more.yaml", {"model": {"num_heads": 3}})
+    assert training.load_experiment([base, more]).model_config(24).num_heads == 3
+    with pytest.raises(training.ConfigError, match="d_model=66 is not divisible by num_heads=4"):
+        training.load_experiment(base)
+
+
+@pytest.mark.parametrize("key", ["train_source", "valid_target", "valid_tokenized_target", "test_source"])
+def test_missing_data_files_are_named_before_any_data_work(tmp_path, key, capsys):
+    """A wrong path (even the test set's, read after training) fails at once, in --dry-run too, with its key."""
+    from keras_transformer import cli
+    values = _text_experiment(tmp_path, test_source=str(tmp_path / "val.en"), test_target=str(tmp_path / "val.de"))
+    values["data"][key] = str(tmp_path / "missing.txt")
+    with pytest.raises(training.ConfigError, match=f"data.{key}: file not found: .*missing.txt"):
+        training.train(values, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+    values["data"][key] = str(tmp_path)  # a folder
+    with pytest.raises(training.ConfigError, match=f"data.{key}: {tmp_path} is a directory, not a file"):
+        training.pack_arrays(values, tmp_path / "packed")
+    assert not (tmp_path / "packed" / "data").exists()
+    config = _write(tmp_path / "text.yaml", values)
+    assert cli.main(["train", "--config", str(config), "--workdir", str(tmp_path / "run"), "--dry-run"]) == 2
+    assert f"data.{key}: {tmp_path} is a directory" in capsys.readouterr().err
+
+
 # ------------------------------------------------------------------ history.csv
 def _rows(path):
     with open(path, newline="", encoding="utf-8") as f:

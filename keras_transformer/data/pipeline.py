@@ -100,9 +100,12 @@ class DataConfig:
         if self.tokens_per_batch < self.max_length:
             raise ValueError(f"DataConfig.tokens_per_batch={self.tokens_per_batch} is smaller than max_length="
                              f"{self.max_length}: the longest pair would not fit in a batch.")
-        if self.shuffle_buffer is not None and (not isinstance(self.shuffle_buffer, int) or self.shuffle_buffer <= 0):
+        if self.shuffle_buffer is not None and (isinstance(self.shuffle_buffer, bool)
+                                                or not isinstance(self.shuffle_buffer, int) or self.shuffle_buffer <= 0):
             raise ValueError(f"DataConfig.shuffle_buffer must be a positive integer or None, "
                              f"got {self.shuffle_buffer!r}.")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0):
+            raise ValueError(f"DataConfig.seed must be a non-negative integer or None, got {self.seed!r}.")
         if self.model_type not in tokenizers.MODEL_TYPES:
             raise ValueError(f"DataConfig.model_type must be one of {tokenizers.MODEL_TYPES}, got {self.model_type!r}.")
         if self.errors not in corpus.ERROR_MODES:
