@@ -40,7 +40,8 @@ workdir/
 
 Run the same command again after any interruption (Ctrl-C, SIGKILL, a lost
 machine) and training continues from the last finished epoch. Running it after
-training finished does nothing; raise `training.epochs` to train further.
+training finished does nothing (it logs how many epochs the workdir has); raise
+`training.epochs` to train further.
 
 This module is TensorFlow-specific (tf.data, tf.distribute); the model code never imports it.
 """
@@ -1272,8 +1273,12 @@ def _train(experiment, workdir, output, strategy, is_chief, policy):
                         steps_per_epoch=training.steps_per_epoch, callbacks=callbacks,
                         verbose=progress_verbosity(training.verbose),
                         shuffle=False)  # the datasets shuffle themselves
-    log.info("Trained %d epoch(s) in %.1f s; checkpoints in %s", len(history.epoch), time.time() - start,
-             output / "checkpoints")
+    if history.epoch:
+        log.info("Trained %d epoch(s) in %.1f s; checkpoints in %s", len(history.epoch), time.time() - start,
+                 output / "checkpoints")
+    else:
+        log.info("Nothing to train: %s already has %d epoch(s), and training.epochs is %d; raise training.epochs "
+                 "to train further.", output, _finished_epochs(output), training.epochs)
     losses = history.history.get("loss", [])
     if losses and not np.isfinite(losses[-1]):
         raise FloatingPointError(f"Training stopped: the loss became {losses[-1]} at epoch {history.epoch[-1] + 1}. "
@@ -1281,6 +1286,18 @@ def _train(experiment, workdir, output, strategy, is_chief, policy):
                                  f"or set training.clipnorm; the last good weights are in {output / 'checkpoints'}.")
     return TrainingResult(model=model, model_config=model_config, history=history.history, workdir=output,
                           checkpoints=epoch_checkpoints(output), strategy=strategy, tokenizers=data.tokenizers)
+
+
+def _finished_epochs(output):
+    """The epochs earlier runs finished in `output`: the last row of history.csv, else the last epoch checkpoint."""
+    path = output / "history.csv"
+    if path.is_file():
+        with open(path, newline="", encoding="utf-8") as f:
+            epochs = [int(row["epoch"]) for row in csv.DictReader(f) if row.get("epoch", "").isdigit()]
+        if epochs:
+            return max(epochs)
+    checkpoints = epoch_checkpoints(output)
+    return int(checkpoints[-1].name[len("ckpt-"):-len(".weights.h5")]) if checkpoints else 0
 
 
 def _summary(config):

@@ -309,6 +309,17 @@ def test_cooldown_on_data_of_unknown_length_asks_for_steps_per_epoch(tmp_path, m
     assert not list((tmp_path / "run").glob("checkpoints/*.weights.h5"))
 
 
+def test_rerun_with_no_epochs_left_says_why_nothing_was_trained(tmp_path, caplog):
+    experiment = training.load_experiment(TINY, SMALL + ["training.validation=false", "training.steps_per_epoch=1"])
+    training.train(experiment, tmp_path / "run")
+    with caplog.at_level("INFO", logger="keras_transformer"):
+        result = training.train(experiment, tmp_path / "run")
+    assert result.history.get("loss", []) == []
+    assert (f"Nothing to train: {tmp_path / 'run'} already has 1 epoch(s), and training.epochs is 1; raise "
+            "training.epochs to train further.") in caplog.messages
+    assert not any(message.startswith("Trained 0 epoch(s)") for message in caplog.messages)
+
+
 class _Stream:
     def __init__(self, tty):
         self.tty = tty
