@@ -83,14 +83,16 @@ def _decoding_arguments(parser):
     group.add_argument("--batch-size", type=_POSITIVE, default=64, help="sentences decoded together (default 64)")
 
 
-def _weights_arguments(parser, ensemble=False):
-    group = parser.add_argument_group("weights (training workdirs only)")
+def _weights_arguments(parser, ensemble=False, models="--model"):
+    group = parser.add_argument_group("weights (training workdirs only; --checkpoint or --average, not both)")
     if ensemble:
         group.add_argument("--checkpoint", action="append", help="a .weights.h5 file (default: the last epoch "
-                           "checkpoint); with several --model, one --checkpoint per model, in the same order")
+                           f"checkpoint); with several {models}, one --checkpoint per {models[2:]}, in the same "
+                           "order")
     else:
         group.add_argument("--checkpoint", help="a .weights.h5 file (default: the last epoch checkpoint)")
-    group.add_argument("--average", type=_POSITIVE, metavar="N", help="average the last N epoch checkpoints")
+    group.add_argument("--average", type=_POSITIVE, metavar="N",
+                       help="average the last N epoch checkpoints (all of them, with a warning, if there are fewer)")
 
 
 MODEL_HELP = ("a training workdir or an exported model; repeat it to decode several models sharing a vocabulary "
@@ -142,14 +144,15 @@ def build_parser():
     evaluate.add_argument("--reference", required=True, help="reference translations, one per line")
     evaluate.add_argument("--tokenized-reference", help="*.lc.norm.tok.* references (Multi30k protocol)")
     evaluate.add_argument("--lang", help="target language code, for the Multi30k protocol")
-    evaluate.add_argument("--output", help="write the translations to this file")
+    evaluate.add_argument("--output", help="write the translations to this file (its folder must exist; checked, "
+                                           "like the line counts of the references, before decoding)")
     _weights_arguments(evaluate, ensemble=True)
     _decoding_arguments(evaluate)
 
     translate = commands.add_parser("translate", help="translate sentences (arguments or stdin)",
                                     description="Translates the sentences given as arguments, or else each line "
-                                                "of standard input, and prints one translation per line (a line break "
-                                                "inside a translation becomes a space).")
+                                                "of standard input (plain or gzip), and prints one translation per "
+                                                "line (a line break inside a translation becomes a space).")
     translate.add_argument("--model", required=True, action="append", metavar="DIR", help=MODEL_HELP)
     translate.add_argument("sentences", nargs="*", help="sentences to translate (default: read stdin)")
     _weights_arguments(translate, ensemble=True)
@@ -163,7 +166,7 @@ def build_parser():
                              "ensemble")
     export.add_argument("--out", required=True, metavar="DIR", help="the export folder")
     export.add_argument("--overwrite", action="store_true", help="replace an existing export")
-    _weights_arguments(export, ensemble=True)
+    _weights_arguments(export, ensemble=True, models="--workdir")
     group = export.add_argument_group("decoding baked into the graph (default: the model config's)")
     group.add_argument("--beam-size", type=_POSITIVE)
     group.add_argument("--alpha", type=_ALPHA)
@@ -249,11 +252,13 @@ STDIN_CHUNK_BATCHES = 32  # translate reads stdin this many batches at a time an
 
 
 def _stdin_chunks(size):
-    """stdin's lines in lists of `size`, split as files are (`data.textfile`); bytes that are not UTF-8 become
-    U+FFFD, whatever error handler the locale gives `sys.stdin`."""
+    """stdin's lines in lists of `size`, split as files are (`data.textfile`: gzip is decompressed as it comes);
+    bytes that are not UTF-8 become U+FFFD, whatever error handler the locale gives `sys.stdin`."""
     from keras_transformer.data import textfile
     if hasattr(sys.stdin, "buffer"):
-        lines = (line for line, _ in textfile.iter_stream(sys.stdin.buffer, "stdin", errors="replace"))
+        stream = sys.stdin.buffer
+        stream = textfile.open_stream(stream) if hasattr(stream, "read") else stream
+        lines = (line for line, _ in textfile.iter_stream(stream, "stdin", errors="replace"))
     else:  # a text stream put in its place (embedding)
         lines = (line.rstrip("\n") for line in sys.stdin)
     chunk = []

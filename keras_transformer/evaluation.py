@@ -18,6 +18,7 @@ models, the last 20 for big ones): checkpoints are Keras weight files
 `model.load_weights`.
 """
 
+import logging
 import os
 import re
 
@@ -25,6 +26,8 @@ import numpy as np
 import sacrebleu
 
 from keras_transformer.data import textfile
+
+log = logging.getLogger("keras_transformer")
 
 CHECKPOINT_PATTERN = re.compile(r"^(?:ckpt|step)-(\d+)\.weights\.h5$")
 # The characters `str.splitlines` breaks at (a test derives the same set from it).
@@ -219,7 +222,7 @@ def latest_checkpoints(directory, n=5):
     Args:
         directory: the checkpoint folder (`{workdir}/checkpoints`).
         n: how many (paper: 5 for base, 20 for big); fewer are returned if
-            fewer exist.
+            fewer exist, with a warning (logged) that names how many.
 
     Returns:
         List of paths.
@@ -240,6 +243,9 @@ def latest_checkpoints(directory, n=5):
     if not names:
         raise FileNotFoundError(f"No checkpoints named ckpt-NNNN.weights.h5 or step-NNNN.weights.h5 in {directory}")
     names.sort(key=_checkpoint_number)
+    if len(names) < n:
+        log.warning("Asked for the last %d checkpoints, but %s has only %d: using those %d.", n, directory,
+                    len(names), len(names))
     return [os.path.join(directory, name) for name in names[-n:]]
 
 

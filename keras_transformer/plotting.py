@@ -131,6 +131,13 @@ def _pieces(tokenizer, ids):
     return [p.decode("utf-8") if isinstance(p, bytes) else str(p) for p in pieces.reshape(-1)]
 
 
+def _text(sentence):
+    """A sentence as valid text: bytes that are not UTF-8 (which Python keeps as lone surrogates in arguments and
+    stdin, or given as `bytes`) become U+FFFD, as `Translator` does."""
+    from keras_transformer.translation import _utf8_bytes
+    return _utf8_bytes(sentence).decode("utf-8", "replace") if isinstance(sentence, (str, bytes)) else sentence
+
+
 def _strip(ids, eos_id, pad_id, bos_id):
     """Ids up to (not including) the first eos, without pad/bos."""
     out = []
@@ -148,7 +155,7 @@ def translate_with_attention(model, sentence, source_tokenizer, target_tokenizer
 
     Args:
         model: a `build_model` model.
-        sentence: the source sentence (`str`).
+        sentence: the source sentence (`str`, or UTF-8 `bytes`; bytes that are not UTF-8 become U+FFFD).
         source_tokenizer: a `SubwordTokenizer` (``tokenize``, ``id_to_piece``, special ids).
         target_tokenizer: the target one; defaults to `source_tokenizer` (shared vocabulary).
         translation: a target sentence to force instead of decoding (e.g. a reference).
@@ -168,6 +175,7 @@ def translate_with_attention(model, sentence, source_tokenizer, target_tokenizer
     from keras_transformer import decoding
 
     target_tokenizer = target_tokenizer if target_tokenizer is not None else source_tokenizer
+    sentence, translation = _text(sentence), _text(translation)
     if not isinstance(sentence, str) or not sentence.strip():
         raise ValueError(f"translate_with_attention needs a non-empty sentence, got {sentence!r}.")
     max_source = model.get_layer("source_position").max_length
@@ -341,7 +349,7 @@ def plot_attention(model, sentence, out_dir, source_tokenizer, target_tokenizer=
                                     beam_size=beam_size, alpha=alpha, max_extra=max_extra)
     paths = plot_attention_maps(maps, out_dir, kinds=kinds, layout=layout, dpi=dpi)
     with open(os.path.join(os.fspath(out_dir), "translation.txt"), "w", encoding="utf-8") as f:
-        f.write(f"source:       {sentence}\ntranslation:  {maps.translation}\n"
+        f.write(f"source:       {_text(sentence)}\ntranslation:  {maps.translation}\n"
                 f"source tokens: {' '.join(maps.source_tokens)}\n"
                 f"target tokens: {' '.join(maps.target_outputs)}\n")
     return maps, paths
@@ -361,8 +369,12 @@ def load_model(path, checkpoint=None, average=None):
 
     Args:
         path: the workdir or exported folder.
-        checkpoint: a `.weights.h5` file to load instead of the latest one.
-        average: average the last `average` checkpoints of a workdir.
+        checkpoint: a `.weights.h5` file to load instead of the latest one (workdirs only).
+        average: average the last `average` checkpoints of a workdir (not with `checkpoint`).
+
+    Raises:
+        FileNotFoundError: a missing folder, or one without a model, vocabulary or weights.
+        ValueError: `checkpoint` and `average` together, or either for an exported model.
 
     Returns:
         ``(model, source_tokenizer, target_tokenizer, config)``.
@@ -375,8 +387,11 @@ def load_model(path, checkpoint=None, average=None):
     from keras_transformer.config import TransformerConfig
     from keras_transformer.data.tokenizers import load_tokenizers
     from keras_transformer.model import build_model
+    from keras_transformer.training import _check_model_folder, _check_weights_choice
 
     path = os.fspath(path)
+    _check_weights_choice(path, checkpoint, average)  # the same refusals, in the same order, as translate's
+    _check_model_folder(path)
     if not os.path.isfile(os.path.join(path, "model.yaml")) and os.path.isfile(
             os.path.join(path, "assets.extra", "model.yaml")):
         path = os.path.join(path, "assets.extra")  # an exported SavedModel folder

@@ -1431,6 +1431,26 @@ def _vocabulary_files(path):
         if folder.is_dir() else {}
 
 
+def _check_weights_choice(model, checkpoint, average):
+    """Refuses weights options that cannot apply: a checkpoint and an average together (for any model), or either
+    for an exported model, whose weights are fixed. `load_translator` and `plotting.load_model` share it."""
+    checkpoints = checkpoint if isinstance(checkpoint, (list, tuple)) else [checkpoint]
+    given = any(path is not None for path in checkpoints)
+    if given and average is not None:
+        raise ConfigError("Give --checkpoint FILE or --average N (the last N epoch checkpoints), not both.")
+    models = model if isinstance(model, (list, tuple)) else [model]
+    for path in models:
+        if (given or average is not None) and (pathlib.Path(path) / "saved_model.pb").is_file():
+            raise ConfigError(f"{path} is an exported model: --checkpoint and --average apply to training workdirs.")
+
+
+def _check_model_folder(path):
+    """A missing `--model` folder is named as missing (not as "neither a workdir nor an export")."""
+    if not pathlib.Path(path).exists():
+        raise FileNotFoundError(f"Model folder not found: {path} (expected a training workdir or an exported "
+                                "model).")
+
+
 def _load_ensemble(models, checkpoint, average, **options):
     """`load_translator` for several workdirs/exports: one Translator decoding them as an ensemble."""
     if checkpoint is None:
@@ -1464,7 +1484,8 @@ def load_translator(model, checkpoint=None, average=None, **options):
             vocabulary files; decoding defaults come from the first).
         checkpoint: a `.weights.h5` file (workdir only); default: the last epoch checkpoint.
             For an ensemble, a list with one entry (or None) per model.
-        average: average the last `average` checkpoints instead (workdirs only; each member).
+        average: average the last `average` checkpoints instead (workdirs only; each member); not
+            together with `checkpoint`. A workdir with fewer averages those, with a warning.
         **options: `Translator` arguments (`beam_size`, `alpha`, `max_extra`);
             default: the model config's decoding fields.
 
@@ -1472,8 +1493,8 @@ def load_translator(model, checkpoint=None, average=None, **options):
         A `keras_transformer.translation.Translator`.
 
     Raises:
-        FileNotFoundError / ValueError: a missing or unreadable checkpoint or folder (named), or
-        ensemble members with different vocabularies.
+        FileNotFoundError / ValueError: a missing or unreadable checkpoint or folder (named), ensemble
+        members with different vocabularies, or both `checkpoint` and `average`.
 
     Example:
 
@@ -1481,6 +1502,7 @@ def load_translator(model, checkpoint=None, average=None, **options):
     >>> translator(["A man rides a bike."])                                  # doctest: +SKIP
     >>> ensemble = load_translator(["runs/en_de", "runs/en_de_seed2"], average=5)  # doctest: +SKIP
     """
+    _check_weights_choice(model, checkpoint, average)
     if isinstance(model, (list, tuple)):
         if not model:
             raise ConfigError("load_translator: no model given (an empty list).")
@@ -1492,10 +1514,9 @@ def load_translator(model, checkpoint=None, average=None, **options):
                 raise ConfigError(f"One model takes one checkpoint, got {len(checkpoint)}.")
             checkpoint = checkpoint[0]
     path = pathlib.Path(model)
+    _check_model_folder(path)
     options = {key: value for key, value in options.items() if value is not None}
     if (path / "saved_model.pb").is_file():
-        if checkpoint is not None or average is not None:
-            raise ConfigError(f"{path} is an exported model: --checkpoint and --average apply to training workdirs.")
         from keras_transformer.export import load_keras_translator
         return load_keras_translator(path, **options)
     if not (path / "model.yaml").is_file():
@@ -1511,10 +1532,20 @@ def load_translator(model, checkpoint=None, average=None, **options):
 def _lines(source):
     if isinstance(source, (str, os.PathLike)):
         from keras_transformer.evaluation import read_lines
-        if not pathlib.Path(source).is_file():
-            raise FileNotFoundError(f"File not found: {source}")
-        return read_lines(source)
+        return read_lines(source)  # names a missing file, or a folder given for one
     return list(source)
+
+
+def _check_output(output):
+    """Refuses an output file that could not be written, before the decoding it would hold."""
+    path = pathlib.Path(output)
+    folder = path.parent
+    if path.is_dir():
+        raise IsADirectoryError(f"Cannot write the translations to {path}: it is a directory.")
+    if not folder.is_dir():
+        raise FileNotFoundError(f"Cannot write the translations to {path}: the folder {folder} does not exist.")
+    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise PermissionError(f"Cannot write the translations to {path}: permission denied.")
 
 
 def translate(model, sentences, checkpoint=None, average=None, batch_size=64, **options):
@@ -1562,7 +1593,13 @@ def evaluate(model, source, reference, tokenized_reference=None, lang=None, chec
         checkpoint, average, **options: see `load_translator`.
         batch_size: sentences decoded together.
         output: if given, the translations are written there, one per line
-            (line breaks inside a translation become spaces: `evaluation.one_line`).
+            (line breaks inside a translation become spaces: `evaluation.one_line`); its folder
+            must exist.
+
+    Raises:
+        ValueError / OSError: before any decoding: unreadable or misaligned files (the
+        references, tokenized ones included, must have one line per source sentence), or an
+        `output` that cannot be written.
 
     Returns:
         `{"bleu": ..., "bleu_lowercase": ..., "length_ratio": ...}` plus `"bleu_multi30k"` with
@@ -1574,12 +1611,18 @@ def evaluate(model, source, reference, tokenized_reference=None, lang=None, chec
     {'bleu': 38.1, 'bleu_lowercase': 39.5, 'length_ratio': 0.9712}
     """
     from keras_transformer import evaluation
+    # Everything that can be checked is checked before decoding, which takes minutes on a whole test set.
+    if output is not None:
+        _check_output(output)
     sources, references = _lines(source), _lines(reference)
     if len(sources) != len(references):
         raise ValueError(f"{len(sources)} source sentences but {len(references)} references.")
     tokenized = _lines(tokenized_reference) if tokenized_reference is not None else None
     if tokenized is not None and lang is None:
         raise ConfigError("The Multi30k BLEU protocol (tokenized references) needs the target language (lang).")
+    if tokenized is not None and len(tokenized) != len(sources):
+        named = f" in {tokenized_reference}" if isinstance(tokenized_reference, (str, os.PathLike)) else ""
+        raise ValueError(f"{len(sources)} source sentences but {len(tokenized)} tokenized references{named}.")
     hypotheses = [evaluation.one_line(h) for h in translate(model, sources, checkpoint, average, batch_size,
                                                              **options)]
     if output is not None:

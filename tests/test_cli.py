@@ -366,6 +366,110 @@ def test_ensemble_errors_name_the_problem(tiny_workdir, second_workdir, tmp_path
     assert "One --model takes one --checkpoint, got 2" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("command", ["translate", "evaluate", "export", "plot-attention"])
+def test_checkpoint_and_average_together_are_refused_by_every_command(tiny_workdir, tmp_path, capsys, command):
+    """`--checkpoint` used to win silently; `average` already refused --last N with --checkpoint files."""
+    checkpoint = str(tiny_workdir / "checkpoints" / "ckpt-0001.weights.h5")
+    (tmp_path / "src.txt").write_text("a man\n", encoding="utf-8")
+    (tmp_path / "ref.txt").write_text("ein mann\n", encoding="utf-8")
+    flag = "--workdir" if command == "export" else "--model"
+    argv = {"translate": ["a man"], "evaluate": ["--source", str(tmp_path / "src.txt"), "--reference",
+                                                 str(tmp_path / "ref.txt")],
+            "export": ["--out", str(tmp_path / "out")], "plot-attention": ["a man", "--out", str(tmp_path / "out")]}
+    status = cli.main([command, flag, str(tiny_workdir), "--checkpoint", checkpoint, "--average", "2",
+                       *argv[command]])
+    assert status == 2
+    assert "Give --checkpoint FILE or --average N (the last N epoch checkpoints), not both." in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+    from keras_transformer import plotting, training
+    for load in (training.load_translator, plotting.load_model):
+        with pytest.raises(training.ConfigError, match="not both"):
+            load(tiny_workdir, checkpoint, 2)
+
+
+def test_a_missing_model_folder_is_named_as_missing(tmp_path, capsys):
+    missing = tmp_path / "no_such_run"
+    for command in (["translate", "--model", str(missing), "a man"],
+                    ["plot-attention", "--model", str(missing), "a man", "--out", str(tmp_path / "out")]):
+        assert cli.main(command) == 2
+        assert f"Model folder not found: {missing}" in capsys.readouterr().err
+
+
+def test_evaluate_checks_its_output_and_references_before_decoding(tiny_workdir, tmp_path, capsys, monkeypatch):
+    """Decoding a whole test set takes minutes: a wrong --output or a short reference file is refused first."""
+    from keras_transformer import training
+
+    def no_decoding(*args, **kwargs):
+        raise AssertionError("decoded before checking")
+    monkeypatch.setattr(training, "translate", no_decoding)
+    (tmp_path / "src.txt").write_text("a man\ntwo dogs\n", encoding="utf-8")
+    (tmp_path / "ref.txt").write_text("ein mann\nzwei hunde\n", encoding="utf-8")
+    (tmp_path / "tok.txt").write_text("ein mann\n", encoding="utf-8")
+    base = ["evaluate", "--model", str(tiny_workdir), "--source", str(tmp_path / "src.txt"), "--reference",
+            str(tmp_path / "ref.txt")]
+    missing = tmp_path / "no_such_folder" / "hyp.txt"
+    assert cli.main(base + ["--output", str(missing)]) == 2
+    assert f"the folder {missing.parent} does not exist" in capsys.readouterr().err
+    assert cli.main(base + ["--output", str(tmp_path)]) == 2
+    assert f"{tmp_path}: it is a directory" in capsys.readouterr().err
+    assert cli.main(base + ["--tokenized-reference", str(tmp_path / "tok.txt"), "--lang", "de"]) == 2
+    assert f"2 source sentences but 1 tokenized references in {tmp_path / 'tok.txt'}" in capsys.readouterr().err
+    assert cli.main(["evaluate", "--model", str(tiny_workdir), "--source", str(tmp_path), "--reference",
+                     str(tmp_path / "ref.txt")]) == 2
+    assert f"{tmp_path} is a directory, not a file." in capsys.readouterr().err
+
+
+def test_translate_decompresses_gzip_on_stdin(tiny_workdir, capsys, monkeypatch):
+    """`translate < test.en.gz` translates the sentences, as evaluate and train read gzip files (not the bytes)."""
+    import gzip
+    import io
+    sentences = ["a man rides a bike", "two dogs play"]
+    packed = gzip.compress("".join(s + "\n" for s in sentences).encode("utf-8"))
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(packed), encoding="utf-8", errors="strict"))
+    options = ["translate", "--model", str(tiny_workdir), "--beam-size", "1", "--max-extra", "3"]
+    assert cli.main(options) == 0
+    from_stdin = capsys.readouterr().out
+    assert cli.main(options + sentences) == 0
+    assert from_stdin == capsys.readouterr().out and len(from_stdin.splitlines()) == 2
+
+
+def test_gzip_from_a_pipe_is_decompressed_as_it_arrives():
+    """Streaming stays: the first line is out before the writer sends the rest."""
+    import threading
+    import zlib
+
+    from keras_transformer.data import textfile
+    read_end, write_end = os.pipe()
+    first_line_read = threading.Event()
+    in_time = []
+
+    def write():
+        compressor = zlib.compressobj(wbits=31)  # the gzip format
+        with os.fdopen(write_end, "wb") as pipe:
+            pipe.write(compressor.compress(b"one\n") + compressor.flush(zlib.Z_SYNC_FLUSH))
+            pipe.flush()
+            in_time.append(first_line_read.wait(timeout=20))
+            pipe.write(compressor.compress(b"two\n") + compressor.flush())
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    with os.fdopen(read_end, "rb") as stdin:
+        lines = textfile.iter_stream(textfile.open_stream(stdin), "stdin")
+        assert next(lines) == ("one", False)
+        first_line_read.set()
+        assert list(lines) == [("two", False)]
+    writer.join()
+    assert in_time == [True]
+
+
+def test_export_help_names_its_own_flag(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["export", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "with several --workdir, one --checkpoint per workdir" in help_text
+    assert "--model" not in help_text
+
+
 # ------------------------------------------------------------------ kill -9, then the same command again
 def _history_epochs(path):
     with open(path, newline="", encoding="utf-8") as f:

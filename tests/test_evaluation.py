@@ -104,6 +104,29 @@ def test_latest_checkpoints_orders_by_number(tmp_path):
         evaluation.latest_checkpoints(tmp_path / "empty")
 
 
+def test_fewer_checkpoints_than_asked_are_used_with_a_warning(tmp_path, caplog):
+    """`--average 10` on a run with 3 checkpoints averages those 3 (as `average` does) and says so."""
+    for epoch in (1, 2, 3):
+        (tmp_path / f"ckpt-{epoch:04d}.weights.h5").write_bytes(b"")
+    with caplog.at_level("WARNING", logger="keras_transformer"):
+        assert len(evaluation.latest_checkpoints(tmp_path, 10)) == 3
+    assert caplog.messages == [f"Asked for the last 10 checkpoints, but {tmp_path} has only 3: using those 3."]
+    caplog.clear()
+    assert len(evaluation.latest_checkpoints(tmp_path, 3)) == 3 and not caplog.messages
+
+
+def test_read_lines_names_a_folder_given_for_a_file(tmp_path):
+    with pytest.raises(IsADirectoryError, match=f"^{tmp_path} is a directory, not a file.$"):
+        evaluation.read_lines(tmp_path)  # was "File not found"
+
+
+def test_truncated_gzip_is_named(tmp_path):
+    import gzip
+    (tmp_path / "cut.gz").write_bytes(gzip.compress(b"one\ntwo\n" * 100)[:-12])
+    with pytest.raises(ValueError, match="cut.gz: the gzip data ends before its end marker"):
+        evaluation.read_lines(tmp_path / "cut.gz")  # was a bare EOFError
+
+
 def test_missing_and_corrupt_checkpoints_name_the_file(tmp_path):
     model = tiny_model(1)
     with pytest.raises(FileNotFoundError, match="ckpt-0007.weights.h5"):

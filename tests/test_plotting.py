@@ -149,6 +149,33 @@ def test_plot_attention_for_a_training_workdir(model, tokenizer, tmp_path):
         plotting.load_model(tmp_path / "out")
 
 
+def test_bytes_that_are_not_utf8_are_drawn_as_replacement_characters(model, tokenizer, tmp_path):
+    """As `translate` does: Python hands an argument's undecodable byte over as a lone surrogate (here \\xff),
+    which TensorFlow refused to convert."""
+    from_argument = plotting.translate_with_attention(model, "A dog \udcff rides.", tokenizer, translation=TARGET)
+    replaced = plotting.translate_with_attention(model, "A dog \ufffd rides.", tokenizer, translation=TARGET)
+    assert from_argument.source_tokens == replaced.source_tokens
+    np.testing.assert_array_equal(from_argument.cross[0], replaced.cross[0])
+    as_bytes = plotting.translate_with_attention(model, b"A dog \xff rides.", tokenizer, translation=TARGET)
+    assert as_bytes.source_tokens == replaced.source_tokens
+    plotting.plot_attention(model, "A dog \udcff rides.", tmp_path, tokenizer, translation=TARGET, kinds=("cross",))
+    assert "source:       A dog \ufffd rides." in (tmp_path / "translation.txt").read_text(encoding="utf-8")
+
+
+def test_an_exported_model_refuses_checkpoint_and_average(tmp_path, capsys):
+    """Its weights are fixed: `translate` refused these options, plot-attention ignored them."""
+    from keras_transformer import cli, training
+    exported = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "saved_models", "multi30k_en_de")
+    for options in ({"average": 5}, {"checkpoint": "x.weights.h5"}):
+        with pytest.raises(training.ConfigError, match="is an exported model: --checkpoint and --average apply to "
+                                                       "training workdirs"):
+            plotting.load_model(exported, **options)
+    assert cli.main(["plot-attention", "--model", exported, "--average", "2", "A dog.", "--out",
+                     str(tmp_path / "out")]) == 2
+    assert "is an exported model" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
 def test_schedule_and_position_encoding_plots(tmp_path):
     schedule = plotting.plot_learning_rate_schedule(tmp_path / "lr.png", steps=2000)
     position = plotting.plot_position_encoding(tmp_path / "pe.png", length=50, d_model=64)

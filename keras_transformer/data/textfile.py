@@ -4,7 +4,8 @@ The corpus reader (training data), `evaluation.read_lines` (sources and
 references to score, on any backend) and the `translate` command's stdin all
 read lines with `iter_stream`, so a file means the same lines to each of them:
 
-* plain or gzip-compressed, detected from the content, not the name;
+* plain or gzip-compressed, detected from the content, not the name (stdin too,
+  decompressed as it arrives: `open_stream`);
 * split on ``\\n`` only (a ``\\r`` before it is dropped), never on the other
   characters Python's ``str.splitlines`` or text-mode files break at (a lone
   ``\\r``, U+2028, ``\\x0b``, ...), which would shift one file against another;
@@ -14,6 +15,7 @@ read lines with `iter_stream`, so a file means the same lines to each of them:
 """
 
 import gzip
+import io
 import os
 
 ERROR_MODES = ("strict", "replace")
@@ -28,11 +30,71 @@ class InvalidUTF8Error(ValueError):
 def open_binary(path):
     """Opens `path` for binary reading, decompressing gzip when the file starts with its magic bytes."""
     path = os.fspath(path)
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"{path} is a directory, not a file.")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"File not found: {path}")
     with open(path, "rb") as probe:
         magic = probe.read(2)
     return gzip.open(path, "rb") if magic == _GZIP_MAGIC else open(path, "rb")
+
+
+class _Rejoined(io.RawIOBase):
+    """The bytes already read from a stream, then the rest of it, each read returning what has arrived."""
+
+    def __init__(self, head, rest):
+        self._head, self._rest = head, rest
+
+    def readable(self):
+        return True
+
+    def readinto(self, buffer):
+        if self._head:
+            size = min(len(buffer), len(self._head))
+            buffer[:size], self._head = self._head[:size], self._head[size:]
+            return size
+        read = getattr(self._rest, "read1", self._rest.read)  # read1: no waiting for a full buffer
+        data = read(len(buffer))
+        buffer[:len(data)] = data
+        return len(data)
+
+
+def open_stream(handle):
+    """A binary stream as lines of bytes, gzip decompressed when it starts with gzip's magic bytes.
+
+    What `open_binary` does for files, for a stream that cannot be read twice (stdin): the first two bytes are
+    read and put back in front. Lines come out as the data arrives, so a pipe is translated while it is written.
+
+    Args:
+        handle: a binary stream with `read` (e.g. `sys.stdin.buffer`).
+
+    Returns:
+        A binary file object; iterate it for its lines.
+
+    Example:
+
+    >>> import gzip, io
+    >>> list(open_stream(io.BytesIO(gzip.compress(b"one\\ntwo\\n"))))
+    [b'one\\n', b'two\\n']
+    """
+    head = handle.read(len(_GZIP_MAGIC))
+    stream = _Rejoined(head, handle)
+    if head == _GZIP_MAGIC:
+        return gzip.GzipFile(fileobj=stream, mode="rb")
+    return io.BufferedReader(stream)
+
+
+def _complete(handle, name):
+    """The lines of `handle`; gzip data that stops before its end is named (gzip raises a bare EOFError)."""
+    lines = iter(handle)
+    while True:
+        try:
+            line = next(lines)
+        except StopIteration:
+            return
+        except EOFError:
+            raise ValueError(f"{name}: the gzip data ends before its end marker (a truncated file?)") from None
+        yield line
 
 
 def iter_stream(handle, name, errors="strict"):
@@ -53,7 +115,7 @@ def iter_stream(handle, name, errors="strict"):
     """
     if errors not in ERROR_MODES:
         raise ValueError(f"errors must be one of {ERROR_MODES}, got {errors!r}.")
-    for number, raw in enumerate(handle, start=1):
+    for number, raw in enumerate(_complete(handle, name), start=1):
         raw = raw.rstrip(b"\n").rstrip(b"\r")
         if number == 1 and raw.startswith(_BOM):
             raw = raw[len(_BOM):]
