@@ -1289,15 +1289,10 @@ def _train(experiment, workdir, output, strategy, is_chief, policy):
 
 
 def _finished_epochs(output):
-    """The epochs earlier runs finished in `output`: the last row of history.csv, else the last epoch checkpoint."""
-    path = output / "history.csv"
-    if path.is_file():
-        with open(path, newline="", encoding="utf-8") as f:
-            epochs = [int(row["epoch"]) for row in csv.DictReader(f) if row.get("epoch", "").isdigit()]
-        if epochs:
-            return max(epochs)
+    """The epochs earlier runs finished in `output`: the number of its last epoch checkpoint (0 without one)."""
+    from keras_transformer.evaluation import _checkpoint_number
     checkpoints = epoch_checkpoints(output)
-    return int(checkpoints[-1].name[len("ckpt-"):-len(".weights.h5")]) if checkpoints else 0
+    return _checkpoint_number(checkpoints[-1].name) if checkpoints else 0
 
 
 def _summary(config):

@@ -223,7 +223,6 @@ def test_score_refuses_a_target_batch_of_another_size(random_model, sources, tar
         decoding.score([random_model, random_model], source, target)
 
 
-
 @pytest.mark.parametrize("source, error, message", [
     (np.array([5, 6, 3]), ValueError, r"source must be token ids of shape \(batch, length\), got shape \(3,\)"),
     (tf.zeros((1, 2, 3), tf.int32), ValueError, r"shape \(batch, length\), got shape \(1, 2, 3\)"),

@@ -86,15 +86,10 @@ def open_stream(handle):
 
 def _complete(handle, name):
     """The lines of `handle`; gzip data that stops before its end is named (gzip raises a bare EOFError)."""
-    lines = iter(handle)
-    while True:
-        try:
-            line = next(lines)
-        except StopIteration:
-            return
-        except EOFError:
-            raise ValueError(f"{name}: the gzip data ends before its end marker (a truncated file?)") from None
-        yield line
+    try:
+        yield from handle
+    except EOFError:
+        raise ValueError(f"{name}: the gzip data ends before its end marker (a truncated file?)") from None
 
 
 def iter_stream(handle, name, errors="strict"):
