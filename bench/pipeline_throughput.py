@@ -22,6 +22,7 @@ Usage:
 
     python bench/pipeline_throughput.py                       # 4096-token batches, as DataConfig's default
     python bench/pipeline_throughput.py --tokens-per-batch 2048 --epochs 5 --train-steps 10
+    python bench/pipeline_throughput.py --bucket-width 8              # the Multi30k recipes' buckets
 """
 
 import argparse
@@ -92,6 +93,7 @@ def main():
     parser.add_argument("--data", default=str(MULTI30K), help="folder with train.en.gz and train.de.gz")
     parser.add_argument("--tokens-per-batch", type=int, default=4096)
     parser.add_argument("--max-length", type=int, default=128)
+    parser.add_argument("--bucket-width", type=int, default=1, help="lengths per bucket (DataConfig.bucket_width)")
     parser.add_argument("--vocab-size", type=int, default=8000)
     parser.add_argument("--epochs", type=int, default=4, help="pipeline passes per measurement (first fills the cache)")
     parser.add_argument("--train-steps", type=int, default=8, help="timed training steps (after warm-up)")
@@ -106,7 +108,8 @@ def main():
 
     start = time.perf_counter()
     dataset, summary = make_dataset(data / "train.en.gz", data / "train.de.gz", tokenizer, tokenizer,
-                                    tokens_per_batch=args.tokens_per_batch, max_length=args.max_length, seed=0)
+                                    tokens_per_batch=args.tokens_per_batch, max_length=args.max_length,
+                                    bucket_width=args.bucket_width, seed=0)
     build_seconds = time.perf_counter() - start
 
     before = time_epochs(dataset, args.epochs)
@@ -129,7 +132,7 @@ def main():
     steps_per_s = 1.0 / step_seconds
 
     print(f"Multi30k En-De train, shared BPE vocabulary {tokenizer.vocab_size} (learned in {learn_seconds:.1f} s), "
-          f"tokens_per_batch={args.tokens_per_batch}, max_length={args.max_length}")
+          f"tokens_per_batch={args.tokens_per_batch}, max_length={args.max_length}, bucket_width={args.bucket_width}")
     print(f"{summary}")
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPU, TensorFlow {tf.__version__}, "
           f"GPU: {bool(tf.config.list_physical_devices('GPU'))}")
