@@ -4,10 +4,10 @@ Measures, on the Multi30k En-De training split (29,000 pairs) with a shared
 8,000-id SentencePiece BPE vocabulary learned in the script:
 
 * build time of `make_dataset` (read the gzip files, tokenize both sides,
-  length filter, bucket plan);
+  length filter, batch plan);
 * pipeline throughput in sentences/s and batches/s: the first epoch (which also
-  fills the cache) and the median of the following epochs, iterating the
-  dataset alone (no model);
+  traces the pipeline's functions) and the median of the following epochs,
+  iterating the dataset alone (no model);
 * padding fraction of the token-budget batches against shuffled fixed
   64-sentence batches of the same examples padded to their longest;
 * the training step rate of the ``small`` preset (`build_model`,
@@ -22,7 +22,7 @@ Usage:
 
     python bench/pipeline_throughput.py                       # 4096-token batches, as DataConfig's default
     python bench/pipeline_throughput.py --tokens-per-batch 2048 --epochs 5 --train-steps 10
-    python bench/pipeline_throughput.py --bucket-width 8              # the Multi30k recipes' buckets
+    python bench/pipeline_throughput.py --bucket-width 8              # lengths sorted in groups of 8
 """
 
 import argparse
@@ -95,7 +95,7 @@ def main():
     parser.add_argument("--max-length", type=int, default=128)
     parser.add_argument("--bucket-width", type=int, default=1, help="lengths per bucket (DataConfig.bucket_width)")
     parser.add_argument("--vocab-size", type=int, default=8000)
-    parser.add_argument("--epochs", type=int, default=4, help="pipeline passes per measurement (first fills the cache)")
+    parser.add_argument("--epochs", type=int, default=4, help="pipeline passes per measurement (the first traces the pipeline)")
     parser.add_argument("--train-steps", type=int, default=8, help="timed training steps (after warm-up)")
     parser.add_argument("--warmup-steps", type=int, default=4, help="untimed training steps that trace the step")
     args = parser.parse_args()

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer.data.pipeline import (BatchStatistics, DataConfig, batch_statistics, bucket_plan,
+from keras_transformer.data.pipeline import (BatchStatistics, DataConfig, batch_plan, batch_statistics,
                                              make_dataset, make_dataset_from_texts, make_datasets)
 
 BUDGET = 2048
@@ -96,7 +96,7 @@ def test_every_batch_is_within_its_token_budget(train_batches):
     source_positions = np.array([inputs["source"].size for inputs, _ in batches])
     target_positions = np.array([inputs["target"].size for inputs, _ in batches])
     assert source_positions.max() <= BUDGET and target_positions.max() <= BUDGET
-    # "About N tokens": the full batches (all but one remainder per bucket) use most of the budget.
+    # "About N tokens": the batches use most of the budget.
     fill = np.maximum(source_positions, target_positions) / BUDGET
     assert np.median(fill) > 0.9, np.median(fill)
     sizes = [len(labels) for _, labels in batches]
@@ -155,29 +155,59 @@ def test_training_order_is_shuffled_each_epoch_and_inference_order_is_fixed(mult
     assert once == [labels.tolist() for _, labels in valid.as_numpy_iterator()]
 
 
-def test_partial_batches_are_spread_over_the_epoch(train_batches):
-    """Bucketing emits every bucket's partial last batch when the input runs out, in bucket order; the batches are
-    shuffled afterwards, so an epoch (and the checkpoint after it) does not end with a run of small batches sorted
-    from short to long sentences."""
+def test_every_batch_but_one_is_full_and_the_epoch_is_not_sorted(train_batches):
+    """A length's last pairs share a batch with the next length's first ones, so no length ends the epoch with a
+    small batch (each would be a full optimizer step on a few pairs); the batches come in shuffled order."""
     batches, _, _ = train_batches
-    widths = np.array([inputs["source"].shape[1] for inputs, _ in batches])
+    widths = np.array([max(inputs["source"].shape[1], inputs["target"].shape[1]) for inputs, _ in batches])
     sizes = np.array([labels.shape[0] for _, labels in batches])
-    full = {width: sizes[widths == width].max() for width in set(widths.tolist())}
-    partial = np.flatnonzero([size < full[width] for size, width in zip(sizes, widths)])
-    assert len(partial) >= 20  # about one per bucket (length)
-    # Unshuffled, they would fill the last len(partial) places; shuffled, their mean position is mid-epoch.
-    assert partial.mean() < 0.75 * len(batches)
-    tail = widths[-20:]
-    assert not np.all(np.diff(tail) >= 0)  # the epoch does not end sorted by length
+    fill = sizes * widths / BUDGET
+    assert fill.max() <= 1 and np.count_nonzero(fill < 0.5) <= 1  # at most the epoch's very last batch
+    assert np.count_nonzero(fill < 0.9) <= len(batches) // 20, np.sort(fill)[:10]
+    # Shuffled, the batches' order is unrelated to their width (sorted, the rank correlation would be 1).
+    ranks = np.argsort(np.argsort(widths, kind="stable"))
+    assert abs(np.corrcoef(ranks, np.arange(len(ranks)))[0, 1]) < 0.3
+    assert not np.all(np.diff(widths[-20:]) >= 0)
 
 
-def test_bucket_plan_keeps_budgets_and_replica_multiples():
-    boundaries, sizes = bucket_plan(longest=50, tokens_per_batch=1000, bucket_width=1, num_replicas=4, shortest=3)
-    uppers = [b - 1 for b in boundaries] + [50]
-    assert all(size * upper <= 1000 and size % 4 == 0 and size > 0 for size, upper in zip(sizes, uppers))
-    assert len(sizes) == len(boundaries) + 1 and boundaries[0] == 4
+def test_pairs_of_one_length_share_different_batches_each_epoch(multi30k_dir, multi30k_tokenizer):
+    dataset, _ = make_dataset(multi30k_dir / "val.en.gz", multi30k_dir / "val.de.gz", multi30k_tokenizer,
+                              multi30k_tokenizer, tokens_per_batch=BUDGET, max_length=MAX_LENGTH, seed=3)
+
+    def batches_of_pairs():
+        return {frozenset(map(bytes, np.asarray(inputs["source"]))) for inputs, _ in dataset.as_numpy_iterator()}
+
+    first, second = batches_of_pairs(), batches_of_pairs()
+    assert len(first) == len(second) == int(dataset.cardinality())
+    assert len(first & second) < len(first) // 2  # most batches hold a new set of pairs
+
+
+def greedy_cut(lengths, budget, width, replicas):
+    """The plan computed pair by pair: sort by bucket, then close a batch when the next pair would not fit."""
+    lengths = np.sort(np.asarray(lengths))
+    shortest = lengths[0]
+    upper = [min(shortest + ((n - shortest) // width + 1) * width - 1, lengths[-1]) for n in lengths]
+    sizes, batch = [], []
+    for index, length in enumerate(lengths):
+        if batch and len(batch) + 1 > budget // upper[index] // replicas * replicas:
+            keep = len(batch) // replicas * replicas
+            sizes.append(keep)
+            batch = batch[keep:]
+        batch.append(length)
+    keep = len(batch) // replicas * replicas
+    return sizes + ([keep] if keep else []), len(batch) - keep
+
+
+@pytest.mark.parametrize("width, replicas", [(1, 1), (3, 1), (1, 4), (8, 2)])
+def test_batch_plan_matches_a_pair_by_pair_greedy_cut(width, replicas):
+    lengths = np.random.default_rng(width + replicas).integers(3, 60, size=2000)
+    buckets, sizes, skipped = batch_plan(lengths, 1000, bucket_width=width, num_replicas=replicas)
+    assert (sizes, skipped) == greedy_cut(lengths, 1000, width, replicas)
+    assert all(size % replicas == 0 and size > 0 for size in sizes) and skipped < replicas
+    assert sum(sizes) + skipped == len(lengths)
+    np.testing.assert_array_equal(buckets, (lengths - lengths.min()) // width)
     with pytest.raises(ValueError, match="cannot hold 4 pair.*longest length 300.*at least 1200"):
-        bucket_plan(longest=300, tokens_per_batch=1000, num_replicas=4)
+        batch_plan([5, 300], tokens_per_batch=1000, num_replicas=4)
 
 
 def test_every_replica_gets_data_under_a_mirrored_strategy(multi30k_dir, multi30k_tokenizer_dir):

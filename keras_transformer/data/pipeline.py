@@ -7,25 +7,25 @@ Steps, in order:
    tokenizers, so lengths are known before any batch is built;
 3. drop (training) or cut (inference) pairs longer than ``max_length``
    positions (`corpus.limit_length`), counted in the `CorpusSummary`;
-4. build ``({"source": tokens + eos, "target": bos + tokens}, labels = tokens + eos)``,
-   cache, shuffle (training only);
-5. group pairs of the same length (the longer side, in steps of
-   ``bucket_width``) and batch each group by a token budget: a bucket whose
-   pairs are at most ``L`` positions long gets ``tokens_per_batch // L``
-   pairs, so every batch holds at most ``tokens_per_batch`` source and at
-   most ``tokens_per_batch`` target positions, padding included;
-6. shuffle the batches (training only; up to ``BATCH_SHUFFLE_BUFFER`` of them),
-   so the buckets' partial last batches, which bucketing emits together at the
-   end of the input, spread over the epoch;
-7. prefetch.
+4. sort the pairs by length (the longer side, in buckets ``bucket_width``
+   wide; 1 is the exact length) and cut the sorted corpus into consecutive
+   batches by a token budget (`batch_plan`): a batch takes pairs while
+   ``pairs x L <= tokens_per_batch``, ``L`` its longest length, so every batch
+   holds at most ``tokens_per_batch`` source and at most ``tokens_per_batch``
+   target positions, padding included, and every batch but the epoch's last is
+   full: a length's last pairs share a batch with the next length's first;
+5. in training, shuffle the pairs before the sort (so which pairs of one length
+   share a batch changes every epoch) and shuffle the order of the batches;
+6. lay each batch out as ``({"source": tokens + eos, "target": bos + tokens},
+   labels = tokens + eos)``, padded with 0, and prefetch.
 
 Token budget and tf.distribute: ``tokens_per_batch`` is the GLOBAL budget of
 one training step, as in the paper (about 25,000 source + 25,000 target tokens
 per step over 8 GPUs). ``model.fit`` under a strategy splits every batch
 across the ``R`` replicas, so each replica sees about ``tokens_per_batch / R``
 tokens. To give every replica data, batch sizes are multiples of ``R`` and the
-few end-of-epoch remainder batches with fewer than ``R`` pairs (at most one per
-bucket per epoch, different pairs each epoch) are skipped. ``R`` is read from
+fewer than ``R`` longest pairs left at the end of the sorted corpus are
+skipped (counted in ``summary.replica_remainder``). ``R`` is read from
 the strategy in scope when the dataset is built, or given as ``num_replicas``.
 To keep the per-replica batch of a single-device run, multiply
 ``tokens_per_batch`` by ``R``.
@@ -48,7 +48,6 @@ from keras_transformer.data import corpus, tokenizers
 logger = logging.getLogger(__name__)
 
 PAD_ID, BOS_ID, EOS_ID = tokenizers.PAD_ID, tokenizers.BOS_ID, tokenizers.EOS_ID
-BATCH_SHUFFLE_BUFFER = 1024  # batches shuffled after bucketing (training); a whole epoch of Multi30k
 _TOKENIZE_CHUNK = 16384  # sentences per tokenizer call when tokenizing a corpus
 
 
@@ -85,9 +84,9 @@ class DataConfig:
     # --- batching -------------------------------------------------------------
     tokens_per_batch: int = 4096  # GLOBAL budget per step: <= this many source and target positions, padding incl.
     max_length: int = 128  # longest sequence in positions (tokens + bos/eos); longer pairs dropped in training
-    bucket_width: int = 1  # lengths grouped per bucket; 1 gives the least padding
+    bucket_width: int = 1  # lengths sorted as one (mixed at random in training); 1 gives the least padding
     shuffle_buffer: typing.Optional[int] = None  # pairs in the shuffle buffer; None: the whole corpus
-    cache: bool = True  # keep the built examples in memory across epochs
+    cache: bool = True  # keep the padded batches of inference (validation) datasets in memory
     seed: typing.Optional[int] = None  # shuffle seed; None: a different order every run
 
     def __post_init__(self):
@@ -187,10 +186,12 @@ def make_dataset(source_file, target_file, source_tokenizer, target_tokenizer, *
         max_length: longest sequence in positions (tokens + eos / bos + tokens),
             at most `TransformerConfig.max_length`; None for no limit.
         training: True drops over-long pairs and shuffles; False truncates
-            over-long sides and keeps the (bucketed) order fixed.
-        bucket_width: width of the length buckets; 1 gives the least padding.
+            over-long sides and keeps a fixed order (sorted by length).
+        bucket_width: lengths sorted as one (pairs of a bucket are mixed at
+            random in training); 1 gives the least padding.
         shuffle_buffer: shuffle buffer in pairs; None shuffles the whole corpus.
-        cache: keep the built examples in memory across epochs.
+        cache: keep the padded batches of an inference dataset in memory
+            (training batches are formed anew each epoch).
         num_replicas: replicas sharing each batch; None reads the strategy in scope.
         errors: invalid UTF-8 handling, ``"strict"`` or ``"replace"``.
         seed: shuffle seed (None: different each run).
@@ -368,50 +369,79 @@ def _tokenize_corpus(tokenizer, texts):
     return tf.concat(chunks, axis=0) if len(chunks) > 1 else chunks[0]
 
 
-def bucket_plan(longest, tokens_per_batch, bucket_width=1, num_replicas=1, shortest=1):
-    """Length boundaries and per-bucket batch sizes that keep every batch within the token budget.
+def batch_plan(lengths, tokens_per_batch, bucket_width=1, num_replicas=1):
+    """How a corpus sorted by length is cut into token-budget batches.
 
-    Bucket ``i`` holds pairs of length (positions, the longer side) in
-    ``[boundaries[i-1], boundaries[i])``; its batch size is
-    ``tokens_per_batch // (its longest length)``, rounded down to a multiple
-    of `num_replicas`.
+    Pairs are sorted by bucket (``(length - shortest) // bucket_width``) and
+    cut greedily into consecutive runs: a run takes pairs while ``pairs x L``
+    stays within the budget, where ``L`` is the longest length a bucket in it
+    allows (its upper bound), and is cut earlier to a multiple of
+    `num_replicas`. The pairs a bucket has left over after its last full
+    batch fill the next batch together with the next bucket's pairs, so every
+    batch is full except the last of an epoch, whatever the number of buckets.
+    What remains at the end, fewer than `num_replicas` of the longest pairs, is
+    skipped. The cut depends only on the lengths, so the batch count is known
+    before the first epoch; which pairs of one bucket share a batch is up to the
+    order the sort starts from (shuffled each epoch in training).
 
     Args:
-        longest: longest pair length in the data (positions).
-        tokens_per_batch: the budget.
-        bucket_width: lengths per bucket.
+        lengths: int array, each pair's length in positions (the longer side).
+        tokens_per_batch: the budget, positions per side and batch.
+        bucket_width: lengths per bucket; 1 sorts by exact length (least padding).
         num_replicas: batch sizes are multiples of this.
-        shortest: shortest pair length in the data.
 
     Returns:
-        ``(boundaries, batch_sizes)`` for `tf.data.Dataset.bucket_by_sequence_length`
-        (``len(batch_sizes) == len(boundaries) + 1``).
+        ``(buckets, sizes, skipped)``: each pair's bucket (the sort key), the
+        pairs per batch in sorted order, and how many pairs at the end are left
+        out (``len(lengths) - sum(sizes)``).
+
+    Raises:
+        ValueError: the budget cannot hold `num_replicas` pairs of the longest bucket.
 
     Example:
 
-    >>> bucket_plan(longest=6, tokens_per_batch=24, bucket_width=2, shortest=2)
-    ([4, 6], [8, 4, 4])
+    >>> buckets, sizes, skipped = batch_plan([3, 4, 5, 5, 6, 6, 6], tokens_per_batch=12, bucket_width=2)
+    >>> buckets.tolist(), sizes, skipped
+    ([0, 0, 1, 1, 1, 1, 1], [2, 2, 2, 1], 0)
     """
+    lengths = np.asarray(lengths, dtype=np.int64)
+    shortest, longest = int(lengths.min()), int(lengths.max())
+    buckets = (lengths - shortest) // bucket_width
+    uppers = np.minimum(shortest + (np.arange(int(buckets.max()) + 1) + 1) * bucket_width - 1, longest)
     if tokens_per_batch < num_replicas * longest:
         raise ValueError(
             f"tokens_per_batch={tokens_per_batch} cannot hold {num_replicas} pair(s) of the longest length {longest}; "
             f"raise tokens_per_batch to at least {num_replicas * longest} or lower max_length.")
-    boundaries = list(range(shortest + bucket_width, longest + 1, bucket_width))
-    uppers = [boundary - 1 for boundary in boundaries] + [longest]
-    batch_sizes = [max(tokens_per_batch // upper // num_replicas, 1) * num_replicas for upper in uppers]
-    return boundaries, batch_sizes
+    sizes, open_batch = [], 0  # pairs in the batch being filled
+    for upper, count in zip(uppers.tolist(), np.bincount(buckets).tolist()):
+        capacity = tokens_per_batch // upper // num_replicas * num_replicas
+        while count:
+            if open_batch >= capacity:  # the open batch has no room for pairs this long: close it
+                closed = open_batch // num_replicas * num_replicas
+                sizes.append(closed)
+                open_batch -= closed
+            taken = min(capacity - open_batch, count)
+            open_batch, count = open_batch + taken, count - taken
+            if open_batch == capacity:
+                sizes.append(open_batch)
+                open_batch = 0
+    closed = open_batch // num_replicas * num_replicas
+    if closed:
+        sizes.append(closed)
+    return buckets, sizes, open_batch - closed
 
 
-def _to_example(source, target):
-    """One pair of token sequences -> ({"source": tokens + eos, "target": bos + tokens}, tokens + eos)."""
-    eos = tf.constant([EOS_ID], tf.int32)
-    bos = tf.constant([BOS_ID], tf.int32)
-    return {"source": tf.concat([source, eos], 0), "target": tf.concat([bos, target], 0)}, tf.concat([target, eos], 0)
-
-
-def _example_length(inputs, labels):
-    del labels
-    return tf.maximum(tf.shape(inputs["source"])[0], tf.shape(inputs["target"])[0])
+def _batch_of_pairs(source_ids, target_ids):
+    """Gathers pairs by index and lays them out for teacher forcing, padded with 0 to the batch's longest."""
+    def build(indices):
+        source, target = tf.gather(source_ids, indices), tf.gather(target_ids, indices)
+        column = tf.ones([tf.shape(indices)[0], 1], tf.int32)
+        eos = tf.RaggedTensor.from_tensor(column * EOS_ID)
+        bos = tf.RaggedTensor.from_tensor(column * BOS_ID)
+        inputs = {"source": tf.concat([source, eos], axis=1).to_tensor(PAD_ID),
+                  "target": tf.concat([bos, target], axis=1).to_tensor(PAD_ID)}
+        return inputs, tf.concat([target, eos], axis=1).to_tensor(PAD_ID)
+    return build
 
 
 def _make(sources, targets, summary, source_tokenizer, target_tokenizer, *, tokens_per_batch=4096, max_length=128,
@@ -428,34 +458,34 @@ def _make(sources, targets, summary, source_tokenizer, target_tokenizer, *, toke
         raise ValueError(f"No sentence pairs left to batch: {summary}.")
 
     lengths = np.maximum(source_ids.row_lengths().numpy(), target_ids.row_lengths().numpy()) + 1  # + eos / bos
-    boundaries, batch_sizes = bucket_plan(int(lengths.max()), tokens_per_batch, bucket_width, num_replicas,
-                                          shortest=int(lengths.min()))
-    # Each bucket yields ceil(count / size) batches per epoch whatever the order; with R replicas its last,
-    # partial batch is skipped when it holds fewer than R pairs. Both are known now, so they are counted exactly.
-    counts = np.bincount(np.searchsorted(boundaries, lengths, side="right"), minlength=len(batch_sizes))
-    remainders = counts % np.array(batch_sizes)
-    skipped = (remainders > 0) & (remainders < num_replicas)
-    num_batches = int(np.sum(-(-counts // np.array(batch_sizes))) - np.count_nonzero(skipped))
-    summary = dataclasses.replace(summary, replica_remainder=int(np.sum(remainders[skipped])))
-    logger.info("%s; %d batches of at most %d source and %d target positions", summary, num_batches,
+    buckets, sizes, skipped = batch_plan(lengths, tokens_per_batch, bucket_width, num_replicas)
+    summary = dataclasses.replace(summary, replica_remainder=skipped)
+    logger.info("%s; %d batches of at most %d source and %d target positions", summary, len(sizes),
                 tokens_per_batch, tokens_per_batch)
 
-    dataset = tf.data.Dataset.from_tensor_slices((source_ids, target_ids))
-    dataset = dataset.map(_to_example, num_parallel_calls=tf.data.AUTOTUNE)
-    if cache:
+    buckets = tf.constant(buckets, tf.int32)
+    sizes = tf.constant(sizes, tf.int64)
+    used = int(np.sum(sizes))
+
+    def cut(order, batch_order):
+        """One epoch: pairs in `order`, sorted by bucket (stable), cut by the plan, batches in `batch_order`."""
+        order = tf.gather(order, tf.argsort(tf.gather(buckets, order), stable=True))[:used]
+        batches = tf.RaggedTensor.from_row_lengths(order, sizes)
+        return tf.data.Dataset.from_tensor_slices(tf.gather(batches, batch_order))
+
+    pairs, num_batches = len(lengths), len(sizes)
+    if training:
+        # A fresh permutation each epoch decides which pairs of one length share a batch; a second one orders
+        # the batches, so an epoch is not sorted by length (and does not end with the longest sentences).
+        order = tf.data.Dataset.range(pairs).shuffle(shuffle_buffer or pairs, seed=seed,
+                                                     reshuffle_each_iteration=True)
+        batch_order = tf.data.Dataset.range(num_batches).shuffle(
+            num_batches, seed=None if seed is None else seed + 1, reshuffle_each_iteration=True)
+    else:  # a fixed order: sorted by length
+        order, batch_order = tf.data.Dataset.range(pairs), tf.data.Dataset.range(num_batches)
+    dataset = tf.data.Dataset.zip(order.batch(pairs), batch_order.batch(num_batches)).flat_map(cut)
+    dataset = dataset.map(_batch_of_pairs(source_ids, target_ids), num_parallel_calls=tf.data.AUTOTUNE)
+    if cache and not training:  # inference batches are the same every pass; training ones change each epoch
         dataset = dataset.cache()
-    if training:
-        buffer = shuffle_buffer or len(lengths)
-        dataset = dataset.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
-    dataset = dataset.bucket_by_sequence_length(_example_length, boundaries, batch_sizes, drop_remainder=False)
-    if num_replicas > 1:  # every replica must get at least one pair
-        dataset = dataset.filter(lambda inputs, labels: tf.shape(labels)[0] >= num_replicas)
-    if training:
-        # Shuffle the batches too. Bucketing emits each bucket's partial last batch when the input runs out, in
-        # bucket order: without this, every epoch would end with a run of small batches going from short to
-        # long sentences, and every epoch checkpoint would be taken right after it (measured: half the
-        # validation accuracy gain per epoch on Multi30k; docs/BENCHMARKS.md).
-        dataset = dataset.shuffle(min(num_batches, BATCH_SHUFFLE_BUFFER),
-                                  seed=None if seed is None else seed + 1, reshuffle_each_iteration=True)
     dataset = dataset.apply(tf.data.experimental.assert_cardinality(num_batches))  # fit() shows progress
     return dataset.prefetch(tf.data.AUTOTUNE), summary
