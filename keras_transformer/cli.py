@@ -214,7 +214,7 @@ def build_parser():
 def _train(args):
     from keras_transformer import training
     experiment = training.load_experiment(args.config, args.overrides)  # checks the model section too
-    experiment.data.check_files()  # also for --dry-run: a wrong path shows now, not after the vocabulary is learned
+    experiment.check_files()  # also for --dry-run: a wrong path shows now, not after the vocabulary is learned
     if args.dry_run:
         import yaml
         print(yaml.safe_dump(experiment.to_dict(), sort_keys=False), end="")

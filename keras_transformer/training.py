@@ -466,6 +466,29 @@ class ExperimentConfig:
         except ValueError as error:
             raise ConfigError(f"model: {error}") from error
 
+    def check_files(self):
+        """Names the first missing input file: the data files (`ConfigError`), then `training.init_checkpoint`
+        (`CheckpointError`).
+
+        `train` and `keras-transformer train` (``--dry-run`` too) call it before any data work.
+
+        Example:
+
+        >>> ExperimentConfig.from_dict({"model": {"preset": "tiny"}, "data": {"kind": "synthetic"},
+        ...                             "training": {"init_checkpoint": "/nonexistent.weights.h5"}}).check_files()
+        Traceback (most recent call last):
+        ...
+        keras_transformer.training.CheckpointError: training.init_checkpoint: Checkpoint not found: /nonexistent.weights.h5
+        """
+        self.data.check_files()
+        path = self.training.init_checkpoint
+        if path is not None:
+            path = pathlib.Path(path)
+            if path.is_dir():
+                raise CheckpointError(f"training.init_checkpoint: {path} is a directory, not a weights file.")
+            if not path.is_file():
+                raise CheckpointError(f"training.init_checkpoint: Checkpoint not found: {path}")
+
     def check_model(self):
         """Raises `ConfigError` if the model section cannot make a `TransformerConfig` (bad sizes or types).
 
@@ -1170,7 +1193,7 @@ def train(config, workdir):
     """
     experiment = as_experiment(config)
     experiment.check_model()  # before any data work: a bad model section or a missing file fails in seconds
-    experiment.data.check_files()
+    experiment.check_files()
     workdir = pathlib.Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     training = experiment.training

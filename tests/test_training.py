@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import yaml
 
-from keras_transformer import training
+from keras_transformer import cli, training
 from keras_transformer.config import TransformerConfig
 from keras_transformer.model import build_model
 
@@ -265,11 +265,18 @@ def test_checkpoint_of_another_model_is_named(tiny_model, tmp_path):
     assert str(path) in str(error.value)
 
 
-def test_train_with_missing_init_checkpoint_names_it(tmp_path):
+def test_train_with_missing_init_checkpoint_names_it_before_any_work(tmp_path, capsys):
     missing = tmp_path / "pretrained.weights.h5"
-    with pytest.raises(training.CheckpointError, match=f"Checkpoint not found: {missing}"):
+    with pytest.raises(training.CheckpointError, match=f"training.init_checkpoint: Checkpoint not found: {missing}"):
         training.train(training.load_experiment(TINY, SMALL + [f"training.init_checkpoint={missing}"]),
                        tmp_path / "run")
+    assert not (tmp_path / "run").exists()  # refused before the workdir, the data or the model
+    with pytest.raises(training.CheckpointError, match="is a directory, not a weights file"):
+        training.train(training.load_experiment(TINY, SMALL + [f"training.init_checkpoint={tmp_path}"]),
+                       tmp_path / "run")
+    assert cli.main(["train", "--config", str(TINY), "--set", f"training.init_checkpoint={missing}",
+                     "--workdir", str(tmp_path / "run"), "--dry-run"]) != 0
+    assert f"Checkpoint not found: {missing}" in capsys.readouterr().err
 
 
 def test_corrupt_backup_stops_resume_with_the_file_named(tmp_path):
