@@ -140,7 +140,7 @@ def main():
     print("| measure | value |")
     print("| --- | --- |")
     print(f"| make_dataset build (read, tokenize, filter, plan) | {build_seconds:.2f} s |")
-    print(f"| pipeline, first epoch (fills the cache) | {first_sentences:,.0f} sentences/s |")
+    print(f"| pipeline, first epoch (traces the pipeline) | {first_sentences:,.0f} sentences/s |")
     print(f"| pipeline, later epochs (median; before / after training) | {sentences_before:,.0f} / "
           f"{sentences_after:,.0f} sentences/s |")
     print(f"| pipeline batches/s (slower of before / after) | {batches_per_s:,.1f} |")
