@@ -17,10 +17,14 @@ The workdir then serves every TensorFlow-side command unchanged:
 `keras-transformer evaluate --model W --average N ...`, `export --workdir W`.
 
 Batches: a pair's length is its longer side plus one (eos / bos), rounded up
-to a multiple of `length_multiple`; every batch holds pairs of one rounded
-length L, `tokens_per_batch // L` of them. Batch shapes are therefore few
-(one per L), which is what XLA (`jit_compile=True`, the default here, and the
-only fast way on a GPU) needs: each new shape compiles once.
+to a multiple of `length_multiple`; the pairs are sorted by it and cut into
+token-budget batches as the tf.data pipeline cuts them (`data.batching.batch_plan`):
+a batch of width L (its longest rounded length) holds at most
+`tokens_per_batch // L` pairs, and a width's leftover pairs start the next
+batch, so only the epoch's last batch is partial. Batch widths are therefore
+few (one per L), and with `pad_rows` so are the shapes, which is what XLA
+(`jit_compile=True`, the default here, and the only fast way on a GPU) needs:
+each new shape compiles once.
 
 This module needs only keras, numpy and the package itself: no TensorFlow, which `training` imports only
 inside the functions that use it (the checkpoint helpers reused here do not).
@@ -39,6 +43,7 @@ import numpy as np
 import yaml
 
 from keras_transformer.config import TransformerConfig
+from keras_transformer.data.batching import batch_plan
 
 log = logging.getLogger(__name__)
 
@@ -114,14 +119,17 @@ def make_batches(sources, targets, tokens_per_batch, *, length_multiple=8, pad_i
     """Token-budget batches of `(source, target_input, labels)` int32 arrays, as the TensorFlow pipeline forms them.
 
     Each pair becomes source = tokens + eos, target input = bos + tokens,
-    labels = tokens + eos. Pairs are grouped by their rounded length L (longer
-    side + 1, rounded up to `length_multiple`) and batched `tokens_per_batch // L`
-    at a time, padded with `pad_id` to width L on both sides. With `rng`, pairs
-    are shuffled within their group and the batches' order is shuffled;
-    without, the order is deterministic (validation). With `pad_rows`, a
-    group's last, partial batch is filled up with rows of padding (which the
-    loss and the metrics ignore), so every batch of width L has the same shape
-    and XLA compiles one step per width instead of two.
+    labels = tokens + eos. Pairs are sorted by their rounded length (longer
+    side + 1, rounded up to `length_multiple`) and cut into consecutive
+    batches by `data.batching.batch_plan`: a batch whose longest rounded length
+    is L holds at most `tokens_per_batch // L` pairs, padded with `pad_id` to
+    width L on both sides, and the pairs a width has left over start the next
+    batch, so every batch but the last is full. With `rng`, pairs are shuffled
+    before the (stable) sort, so which pairs of one width share a batch
+    changes, and the batches' order is shuffled; without, the order is
+    deterministic (validation). With `pad_rows`, a batch with fewer pairs is
+    filled up with rows of padding (which the loss and the metrics ignore), so
+    every batch of width L has the same shape and XLA compiles one step per width.
 
     Args:
         sources, targets: lists of int id arrays (no bos/eos), aligned.
@@ -160,36 +168,34 @@ def make_batches(sources, targets, tokens_per_batch, *, length_multiple=8, pad_i
         longest = int(np.argmax(widths))
         raise ValueError(f"Pair {longest} needs {int(widths[longest])} positions (rounded to a multiple of "
                          f"{multiple}), more than tokens_per_batch={tokens_per_batch}.")
+    order = rng.permutation(len(widths)) if rng is not None else np.arange(len(widths))
+    order = order[np.argsort(widths[order], kind="stable")]
+    _, sizes, _ = batch_plan(widths, int(tokens_per_batch))
     batches, indices = [], []
-    for width in np.unique(widths):
-        members = np.flatnonzero(widths == width)
-        if rng is not None:
-            members = rng.permutation(members)
-        size = max(1, int(tokens_per_batch) // int(width))
-        for start in range(0, len(members), size):
-            chunk = members[start:start + size]
-            rows = size if pad_rows else len(chunk)
-            source = np.full((rows, width), pad_id, np.int32)
-            target_input = np.full((rows, width), pad_id, np.int32)
-            labels = np.full((rows, width), pad_id, np.int32)
+    for chunk in np.split(order, np.cumsum(sizes)[:-1]):
+        width = int(widths[chunk[-1]])  # sorted: the last pair is the widest
+        rows = int(tokens_per_batch) // width if pad_rows else len(chunk)
+        source = np.full((rows, width), pad_id, np.int32)
+        target_input = np.full((rows, width), pad_id, np.int32)
+        labels = np.full((rows, width), pad_id, np.int32)
+        for row, index in enumerate(chunk):
+            s, t = sources[index], targets[index]
+            source[row, :len(s)] = s
+            source[row, len(s)] = eos_id
+            target_input[row, 0] = bos_id
+            target_input[row, 1:len(t) + 1] = t
+            labels[row, :len(t)] = t
+            labels[row, len(t)] = eos_id
+        if teacher is not None:
+            k = teacher[0][chunk[0]].shape[-1]
+            ids, probabilities = np.zeros((rows, width, k), np.int32), np.zeros((rows, width, k), np.float32)
             for row, index in enumerate(chunk):
-                s, t = sources[index], targets[index]
-                source[row, :len(s)] = s
-                source[row, len(s)] = eos_id
-                target_input[row, 0] = bos_id
-                target_input[row, 1:len(t) + 1] = t
-                labels[row, :len(t)] = t
-                labels[row, len(t)] = eos_id
-            if teacher is not None:
-                k = teacher[0][chunk[0]].shape[-1]
-                ids, probabilities = np.zeros((rows, width, k), np.int32), np.zeros((rows, width, k), np.float32)
-                for row, index in enumerate(chunk):
-                    n = len(targets[index]) + 1
-                    ids[row, :n], probabilities[row, :n] = teacher[0][index], teacher[1][index]
-                from keras_transformer.distillation import pack_labels
-                labels = pack_labels(labels, ids, probabilities)
-            batches.append((source, target_input, labels))
-            indices.append(chunk)
+                n = len(targets[index]) + 1
+                ids[row, :n], probabilities[row, :n] = teacher[0][index], teacher[1][index]
+            from keras_transformer.distillation import pack_labels
+            labels = pack_labels(labels, ids, probabilities)
+        batches.append((source, target_input, labels))
+        indices.append(chunk)
     if rng is not None:
         order = rng.permutation(len(batches))
         batches, indices = [batches[i] for i in order], [indices[i] for i in order]
