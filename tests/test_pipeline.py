@@ -268,6 +268,8 @@ def test_in_memory_pairs_and_nothing_left(multi30k_tokenizer):
     dataset, summary = make_dataset_from_texts(["A dog.", " ", "A cat."], ["Ein Hund.", "leer", "Eine Katze."],
                                                multi30k_tokenizer, multi30k_tokenizer, tokens_per_batch=64)
     assert (summary.kept, summary.empty) == (2, 1) and batch_statistics(dataset).sentences == 2
+    with pytest.raises(ValueError, match="1 pair.s. cannot give each of 2 replicas one"):
+        make_dataset_from_texts(["A dog."], ["Ein Hund."], multi30k_tokenizer, multi30k_tokenizer, num_replicas=2)
     with pytest.raises(ValueError, match="No sentence pairs left to batch.*1 over max length 3"):
         make_dataset_from_texts(["A very long sentence indeed."], ["Ein sehr langer Satz."], multi30k_tokenizer,
                                 multi30k_tokenizer, max_length=3)

@@ -399,6 +399,8 @@ def _make(sources, targets, summary, source_tokenizer, target_tokenizer, *, toke
     lengths = np.maximum(source_ids.row_lengths().numpy(), target_ids.row_lengths().numpy()) + 1  # + eos / bos
     buckets, sizes, skipped = batch_plan(lengths, tokens_per_batch, bucket_width, num_replicas)
     summary = dataclasses.replace(summary, replica_remainder=skipped)
+    if not sizes:
+        raise ValueError(f"No batch to make: {len(lengths)} pair(s) cannot give each of {num_replicas} replicas one.")
     logger.info("%s; %d batches of at most %d source and %d target positions", summary, len(sizes),
                 tokens_per_batch, tokens_per_batch)
 
