@@ -404,17 +404,15 @@ def _make(sources, targets, summary, source_tokenizer, target_tokenizer, *, toke
     logger.info("%s; %d batches of at most %d source and %d target positions", summary, len(sizes),
                 tokens_per_batch, tokens_per_batch)
 
-    buckets = tf.constant(buckets, tf.int32)
-    sizes = tf.constant(sizes, tf.int64)
-    used = int(np.sum(sizes))
+    pairs, num_batches, used = len(lengths), len(sizes), sum(sizes)
+    bucket_of_pair, batch_sizes = tf.constant(buckets, tf.int32), tf.constant(sizes, tf.int64)
 
     def cut(order, batch_order):
         """One epoch: pairs in `order`, sorted by bucket (stable), cut by the plan, batches in `batch_order`."""
-        order = tf.gather(order, tf.argsort(tf.gather(buckets, order), stable=True))[:used]
-        batches = tf.RaggedTensor.from_row_lengths(order, sizes)
+        order = tf.gather(order, tf.argsort(tf.gather(bucket_of_pair, order), stable=True))[:used]
+        batches = tf.RaggedTensor.from_row_lengths(order, batch_sizes)
         return tf.data.Dataset.from_tensor_slices(tf.gather(batches, batch_order))
 
-    pairs, num_batches = len(lengths), len(sizes)
     if training:
         # A fresh permutation each epoch decides which pairs of one length share a batch; a second one orders
         # the batches, so an epoch is not sorted by length (and does not end with the longest sentences).
