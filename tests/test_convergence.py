@@ -16,12 +16,15 @@ def test_tiny_preset_learns_synthetic_task_with_model_fit(task):
     train_inputs, train_labels = make_arrays(*synthetic_pairs(task, 4000, vocab_size=16, max_length=8, seed=1))
     test_inputs, test_labels = make_arrays(*synthetic_pairs(task, 300, vocab_size=16, max_length=8, seed=2))
     model = kt.build_model(config)
-    # The learning rate falls to zero over the last 3 of 8 epochs (63 updates each). Without that, the last epoch's
-    # held-out accuracy swings between 0.97 and 0.996 with the seed and the CPU's kernels (AVX2 or AVX-512).
-    model.compile(optimizer=kt.make_optimizer(config, cooldown=(5 * 63, 3 * 63)),
+    # The learning rate falls to zero over the last 3 of 8 epochs. Without that, the last epoch's held-out
+    # accuracy swings between 0.97 and 0.996 with the seed and the CPU's kernels (AVX2 or AVX-512).
+    batch_size, epochs, cooldown_epochs = 64, 8, 3
+    updates_per_epoch = -(-len(train_labels) // batch_size)
+    cooldown = ((epochs - cooldown_epochs) * updates_per_epoch, cooldown_epochs * updates_per_epoch)
+    model.compile(optimizer=kt.make_optimizer(config, cooldown=cooldown),
                   loss=kt.LabelSmoothedCrossEntropy(config.label_smoothing, pad_id=config.pad_id),
                   metrics=[kt.MaskedAccuracy(pad_id=config.pad_id)])
-    history = model.fit(train_inputs, train_labels, batch_size=64, epochs=8, verbose=0)
+    history = model.fit(train_inputs, train_labels, batch_size=batch_size, epochs=epochs, verbose=0)
     assert history.history["loss"][-1] < history.history["loss"][0]
     _, accuracy = model.evaluate(test_inputs, test_labels, batch_size=100, verbose=0)
     assert accuracy >= 0.99, f"held-out token accuracy {accuracy:.4f} on the {task} task"
