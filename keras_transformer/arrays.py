@@ -272,7 +272,7 @@ def train_arrays(workdir, epochs=None, *, jit_compile=True, precision="float32",
     from keras_transformer.metrics import MaskedAccuracy
     from keras_transformer.model import build_model
     from keras_transformer.optimizers import make_optimizer
-    from keras_transformer.training import _atomic_save_weights, _weights_only
+    from keras_transformer.training import _atomic_save_weights, _weights_only, resumed_seed
 
     workdir = pathlib.Path(workdir)
     for needed in ("model.yaml", "experiment.yaml"):
@@ -306,7 +306,13 @@ def train_arrays(workdir, epochs=None, *, jit_compile=True, precision="float32",
         cooldown = (int(initial_updates) + sum(counts[:first]), sum(counts[first:]))
         log.info("Cooldown: the learning rate falls linearly to 0 from update %d over %d updates", *cooldown)
 
-    keras.utils.set_random_seed(seed)
+    backup, state_path = workdir / "backup" / "arrays_latest.weights.h5", workdir / "backup" / "arrays_state.json"
+    start_epoch = 0
+    if state_path.is_file() and backup.is_file():
+        start_epoch = int(json.loads(state_path.read_text())["epochs_done"])
+    # Before the model is built: its dropout generators take their state from this seed. A resumed run gets a
+    # seed of its own so that it does not repeat the first run's dropout masks (Keras does not save them).
+    keras.utils.set_random_seed(resumed_seed(seed, start_epoch))
     previous_policy = keras.config.dtype_policy()
     keras.config.set_dtype_policy(precision)
     try:
@@ -324,10 +330,7 @@ def train_arrays(workdir, epochs=None, *, jit_compile=True, precision="float32",
         keras.config.set_dtype_policy(previous_policy)
     weights_view = _weights_only(model)  # epoch checkpoints hold the weights, not the optimizer (as `train` writes)
 
-    backup, state_path = workdir / "backup" / "arrays_latest.weights.h5", workdir / "backup" / "arrays_state.json"
-    start_epoch = 0
-    if state_path.is_file() and backup.is_file():
-        start_epoch = int(json.loads(state_path.read_text())["epochs_done"])
+    if start_epoch:
         model.load_weights(str(backup))  # weights and optimizer state (step count included)
         log.info("Resuming after epoch %d from %s", start_epoch, backup)
     else:

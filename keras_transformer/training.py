@@ -31,7 +31,8 @@ workdir/
   data/                  built once: synthetic.npz, or vocab/ (the learned tokenizers)
   checkpoints/           ckpt-0001.weights.h5, ... one per epoch (weights only, no optimizer state);
                          step-XXXXXXXX.weights.h5 every N steps if asked; best.weights.h5 (best val_bleu)
-  backup/                BackupAndRestore state (weights + optimizer + epoch): the same command resumes here
+  backup/                BackupAndRestore state (weights + optimizer + epoch): the same command resumes here,
+                         its dropout and shuffling seeded by `resumed_seed(training.seed, epoch)`
   logs/                  TensorBoard
   history.csv            one row per epoch, `epoch` (1-based) first; appended across resumes, never going back
   test.hyp.txt, test_scores.yaml   test translations and BLEU (`train_and_evaluate`, text data only)
@@ -49,6 +50,7 @@ This module is TensorFlow-specific (tf.data, tf.distribute); the model code neve
 import csv
 import dataclasses
 import difflib
+import json
 import logging
 import os
 import pathlib
@@ -672,7 +674,8 @@ def _weights_only(model):
 
     A compiled model's `.weights.h5` also holds Adam's two moments (three times
     the size); checkpoints for evaluation, averaging and export need only the
-    weights. The BackupAndRestore backup keeps the optimizer, so resuming is exact.
+    weights. The BackupAndRestore backup keeps the optimizer, so a resumed run goes on with its moments and
+    its update count.
     """
     view = getattr(model, "_keras_transformer_weights_view", None)
     if view is None:
@@ -805,6 +808,41 @@ def _plain(value):
     return value.item() if value.size == 1 else value.tolist()
 
 
+def resumed_seed(seed, epoch=0, batch=0):
+    """The seed of a run that starts at `(epoch, batch)`: `seed` itself for a fresh run.
+
+    Keras does not save the dropout generators' state, and a seeded tf.data
+    shuffle restarts its sequence of orders in every process: a run resumed with
+    its first seed would repeat the noise of the first run's first epochs, the
+    same examples in the same batches under the same dropout masks. A resumed run
+    takes a seed derived from the seed and where it starts instead.
+
+    Example:
+
+    >>> resumed_seed(1234), resumed_seed(1234, 0, 0)
+    (1234, 1234)
+    >>> resumed_seed(1234, 84) == resumed_seed(1234, 84), resumed_seed(1234, 84) == resumed_seed(1234, 85)
+    (True, False)
+    """
+    if epoch == 0 and batch == 0:
+        return int(seed)
+    return int(np.random.SeedSequence([int(seed), int(epoch), int(batch)]).generate_state(1)[0] & 0x7FFFFFFF)
+
+
+def _backup_position(backup_dir):
+    """`(epoch, batch)` recorded in a BackupAndRestore directory; `(0, 0)` when there is no backup to resume."""
+    backup_dir = pathlib.Path(backup_dir)
+    if not (backup_dir / "latest.weights.h5").is_file():
+        return (0, 0)
+    for name in ("training_metadata.json", "training_metadata.json.bkp"):  # the copy Keras falls back to
+        try:
+            position = json.loads((backup_dir / name).read_text(encoding="utf-8"))
+            return (int(position.get("epoch", 0)), int(position.get("batch", 0) or 0))
+        except (OSError, ValueError, TypeError, AttributeError):
+            continue
+    return (0, 0)  # no readable position: BackupAndRestore names the broken file
+
+
 def _backup_callback(backup_dir, save_freq):
     class BackupAndRestore(keras.callbacks.BackupAndRestore):
         """Keras' BackupAndRestore whose restore errors name the backup file."""
@@ -865,7 +903,7 @@ def _synthetic_arrays(section, data_dir, seed):
     return arrays
 
 
-def _synthetic_data(section, data_dir, global_batch, seed, num_replicas):
+def _synthetic_data(section, data_dir, global_batch, seed, num_replicas, shuffle_seed):
     import tensorflow as tf
     arrays = _synthetic_arrays(section, data_dir, seed)
     options = tf.data.Options()
@@ -876,7 +914,7 @@ def _synthetic_data(section, data_dir, global_batch, seed, num_replicas):
             ({"source": arrays[f"{prefix}_source"], "target": arrays[f"{prefix}_target"]},
              arrays[f"{prefix}_labels"]))
         if training and section.shuffle:
-            ds = ds.shuffle(len(arrays[f"{prefix}_labels"]), seed=seed, reshuffle_each_iteration=True)
+            ds = ds.shuffle(len(arrays[f"{prefix}_labels"]), seed=shuffle_seed, reshuffle_each_iteration=True)
         # Equal batches keep every replica busy and make one step the same work on 1 or N devices.
         return ds.batch(global_batch, drop_remainder=training or num_replicas > 1).prefetch(2).with_options(options)
 
@@ -957,12 +995,14 @@ def _tokenizers(section, config, vocab_dir, wait_for_chief, texts=None):
     return pair
 
 
-def _text_data(section, data_dir, replicas, batch_scaling, seed, wait_for_chief):
+def _text_data(section, data_dir, replicas, batch_scaling, shuffle_seed, wait_for_chief):
     from keras_transformer import distribute
     from keras_transformer.data import corpus, pipeline
-    base = section.data_config(seed=seed)
+    base = section.data_config()
     tokens = distribute.global_batch_size(base.tokens_per_batch, replicas, batch_scaling)
-    config = section.data_config(tokenizer_dir=pathlib.Path(data_dir) / "vocab", tokens_per_batch=tokens, seed=seed)
+    config = dataclasses.replace(
+        section.data_config(tokenizer_dir=pathlib.Path(data_dir) / "vocab", tokens_per_batch=tokens),
+        seed=shuffle_seed)
     if section.kind == "text":
         source_tokenizer, target_tokenizer = _tokenizers(section, config, pathlib.Path(data_dir) / "vocab",
                                                          wait_for_chief)
@@ -992,7 +1032,8 @@ def _text_data(section, data_dir, replicas, batch_scaling, seed, wait_for_chief)
                         tokenizers=(source_tokenizer, target_tokenizer), valid_pairs=valid_pairs)
 
 
-def build_data(section, data_dir, strategy=None, batch_scaling="per_replica", seed=0, wait_for_chief=False):
+def build_data(section, data_dir, strategy=None, batch_scaling="per_replica", seed=0, wait_for_chief=False,
+               resumed_at=(0, 0)):
     """Builds the training and validation datasets a `DataSection` describes.
 
     Built once: the synthetic pairs or the learned vocabulary are stored in
@@ -1006,6 +1047,8 @@ def build_data(section, data_dir, strategy=None, batch_scaling="per_replica", se
             how `data.batch_size` (synthetic) or `data.tokens_per_batch` (text) is read.
         seed: the seed of the synthetic pairs and of shuffling, unless `data.seed` is set.
         wait_for_chief: a non-chief worker waits for the chief's vocabulary instead of learning one.
+        resumed_at: `(epoch, batch)` a resumed run starts from: its shuffling seed is
+            `resumed_seed(seed, epoch, batch)`, so it does not replay the first run's order.
 
     Returns:
         A `TrainingData`.
@@ -1020,10 +1063,11 @@ def build_data(section, data_dir, strategy=None, batch_scaling="per_replica", se
     from keras_transformer import distribute
     replicas = strategy.num_replicas_in_sync if strategy is not None else 1
     seed = section.seed if section.seed is not None else seed
+    shuffle_seed = resumed_seed(seed, *resumed_at)
     if section.kind == "synthetic":
         global_batch = distribute.global_batch_size(section.batch_size, replicas, batch_scaling)
-        return _synthetic_data(section, data_dir, global_batch, seed, replicas)
-    return _text_data(section, data_dir, replicas, batch_scaling, seed, wait_for_chief)
+        return _synthetic_data(section, data_dir, global_batch, seed, replicas, shuffle_seed)
+    return _text_data(section, data_dir, replicas, batch_scaling, shuffle_seed, wait_for_chief)
 
 
 # ------------------------------------------------------------------ precision
@@ -1207,17 +1251,23 @@ def train(config, workdir):
     output.mkdir(parents=True, exist_ok=True)
     log.info("Strategy: %s", distribute.describe(strategy))
 
-    keras.utils.set_random_seed(training.seed)
+    # A resumed run draws its dropout masks and its shuffling from a seed of its own: seeded as the first run,
+    # it would repeat the first run's noise, example for example (Keras does not save the dropout state).
+    resumed_at = _backup_position(output / "backup")
+    keras.utils.set_random_seed(resumed_seed(training.seed, *resumed_at))
+    if resumed_at != (0, 0):
+        log.info("Resuming from %s at epoch %d: dropout and shuffling reseeded from training.seed and the epoch",
+                 output / "backup", resumed_at[0] + 1)
     policy = resolve_precision(training.policy, strategy)
     previous_policy = keras.config.dtype_policy()
     keras.config.set_dtype_policy(policy)
     try:
-        return _train(experiment, workdir, output, strategy, is_chief, policy)
+        return _train(experiment, workdir, output, strategy, is_chief, policy, resumed_at)
     finally:
         keras.config.set_dtype_policy(previous_policy)
 
 
-def _train(experiment, workdir, output, strategy, is_chief, policy):
+def _train(experiment, workdir, output, strategy, is_chief, policy, resumed_at=(0, 0)):
     from keras_transformer import distribute
     from keras_transformer.losses import LabelSmoothedCrossEntropy
     from keras_transformer.metrics import MaskedAccuracy
@@ -1226,7 +1276,7 @@ def _train(experiment, workdir, output, strategy, is_chief, policy):
 
     training = experiment.training
     data = build_data(experiment.data, workdir / "data", strategy, training.batch_scaling, seed=training.seed,
-                      wait_for_chief=not is_chief)
+                      wait_for_chief=not is_chief, resumed_at=resumed_at)
     model_config = experiment.model_config(data.model_fields())
     resolved = experiment.to_dict()
     resolved["model"] = model_config.to_dict()

@@ -2,6 +2,7 @@
 
 import csv
 
+import keras
 import numpy as np
 import pytest
 
@@ -116,14 +117,18 @@ def test_pack_writes_the_pairs_the_vocabulary_reads_back(packed):
 
 
 @pytest.mark.slow
-def test_train_arrays_trains_resumes_and_feeds_the_workdir_commands(packed):
+def test_train_arrays_trains_resumes_and_feeds_the_workdir_commands(packed, monkeypatch):
     workdir, _, folder = packed
+    seeds, set_random_seed = [], keras.utils.set_random_seed
+    monkeypatch.setattr(keras.utils, "set_random_seed", lambda seed: (seeds.append(seed), set_random_seed(seed)))
     first = arrays.train_arrays(workdir, epochs=2, jit_compile=False)
     assert [p.name for p in first["checkpoints"]] == ["ckpt-0001.weights.h5", "ckpt-0002.weights.h5"]
     assert first["average"].name == "average-last-2.weights.h5"
     # Running again with more epochs resumes after epoch 2: one more epoch, the update count goes on.
     second = arrays.train_arrays(workdir, epochs=3, jit_compile=False)
     assert [p.name for p in second["checkpoints"]] == ["ckpt-0003.weights.h5"]
+    # The resumed run seeds its dropout apart from the first run's, which it would otherwise repeat.
+    assert seeds == [3, training.resumed_seed(3, 2)] and seeds[1] != 3
     with open(workdir / "history.csv", encoding="utf-8") as f:
         history = list(csv.DictReader(f))
     assert [int(r["epoch"]) for r in history] == [1, 2, 3]

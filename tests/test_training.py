@@ -290,6 +290,50 @@ def test_corrupt_backup_stops_resume_with_the_file_named(tmp_path):
     assert "corrupt" in str(error.value)
 
 
+def _dropout_states(model):
+    """Where each dropout generator's stream of masks stands."""
+    return [np.asarray(v).tolist() for v in model.variables if v.path.endswith("seed_generator_state")]
+
+
+def test_a_resumed_run_draws_new_dropout_masks_and_a_fresh_run_repeats_its_own(tmp_path):
+    """Keras does not save the dropout generators: reseeded as the first run, a resumed epoch would apply the
+    masks of the first run's first epoch, example for example."""
+    settings = SMALL + ["model.dropout=0.3", "training.validation=false"]
+    first = training.train(training.load_experiment(TINY, settings), tmp_path / "run")
+    after_first_epoch = _dropout_states(first.model)
+    assert len(after_first_epoch) >= 8  # a generator in every sublayer's dropout and the feed-forward's
+    assert training._backup_position(tmp_path / "run" / "backup") == (1, 0)
+    resumed = training.train(training.load_experiment(TINY, settings + ["training.epochs=2"]), tmp_path / "run")
+    assert len(resumed.history["loss"]) == 1  # one epoch ran, from the backup
+    resumed_states = _dropout_states(resumed.model)
+    assert all(a != b for a, b in zip(resumed_states, after_first_epoch))
+    again = training.train(training.load_experiment(TINY, settings), tmp_path / "again")
+    assert _dropout_states(again.model) == after_first_epoch  # a fresh run stays reproducible from its seed
+
+
+@pytest.mark.parametrize("kind", ["synthetic", "text"])
+def test_a_resumed_run_shuffles_in_a_new_order_and_a_fresh_run_in_the_same_one(packed, tmp_path, kind):
+    """A seeded tf.data shuffle restarts its orders in every process: the resume position picks new ones."""
+    if kind == "synthetic":
+        section = training.load_experiment(TINY, SMALL).data
+    else:
+        folder = packed[2]
+        section = training.load_experiment(_write(tmp_path / "text.yaml", {
+            "model": {"preset": "tiny"},
+            "data": {"kind": "text", "train_source": str(folder / "train.en"), "train_target": str(folder / "train.de"),
+                     "vocab_size": 600, "tokens_per_batch": 512, "max_length": 64}})).data
+
+    def first_epoch(resumed_at):
+        data = training.build_data(section, tmp_path / "data", seed=1234, resumed_at=resumed_at)
+        return [inputs["source"].numpy().tolist() for inputs, _ in data.train]
+
+    fresh = first_epoch((0, 0))
+    assert first_epoch((0, 0)) == fresh
+    resumed = first_epoch((3, 0))
+    assert resumed != fresh
+    assert first_epoch((3, 0)) == resumed  # the same resume point gives the same order
+
+
 def test_workdir_of_another_model_is_refused(tmp_path):
     workdir = tmp_path / "run"
     workdir.mkdir()
