@@ -834,13 +834,11 @@ def _backup_position(backup_dir):
     backup_dir = pathlib.Path(backup_dir)
     if not (backup_dir / "latest.weights.h5").is_file():
         return (0, 0)
-    for name in ("training_metadata.json", "training_metadata.json.bkp"):  # the copy Keras falls back to
-        try:
-            position = json.loads((backup_dir / name).read_text(encoding="utf-8"))
-            return (int(position.get("epoch", 0)), int(position.get("batch", 0) or 0))
-        except (OSError, ValueError, TypeError, AttributeError):
-            continue
-    return (0, 0)  # no readable position: BackupAndRestore names the broken file
+    try:
+        position = json.loads((backup_dir / "training_metadata.json").read_text(encoding="utf-8"))
+        return (int(position.get("epoch", 0)), int(position.get("batch", 0) or 0))
+    except (OSError, ValueError, TypeError, AttributeError):
+        return (0, 0)  # unreadable: the restore that follows stops with the file named (CheckpointError)
 
 
 def _backup_callback(backup_dir, save_freq):

@@ -311,6 +311,20 @@ def test_a_resumed_run_draws_new_dropout_masks_and_a_fresh_run_repeats_its_own(t
     assert _dropout_states(again.model) == after_first_epoch  # a fresh run stays reproducible from its seed
 
 
+def test_resume_position_is_read_from_the_backup(tmp_path):
+    backup = tmp_path / "backup"
+    assert training._backup_position(backup) == (0, 0)  # nothing to resume: a fresh run
+    backup.mkdir()
+    (backup / "training_metadata.json").write_text('{"epoch": 7, "batch": 30}')
+    assert training._backup_position(backup) == (0, 0)  # metadata without weights: Keras starts afresh too
+    (backup / "latest.weights.h5").write_bytes(b"weights")
+    assert training._backup_position(backup) == (7, 30)
+    (backup / "training_metadata.json").write_text('{"epoch": 7, "ba')  # cut short: the restore names it
+    assert training._backup_position(backup) == (0, 0)
+    assert len({training.resumed_seed(1234, 6), training.resumed_seed(1234, 7), training.resumed_seed(1234, 7, 30),
+                1234}) == 4
+
+
 @pytest.mark.parametrize("kind", ["synthetic", "text"])
 def test_a_resumed_run_shuffles_in_a_new_order_and_a_fresh_run_in_the_same_one(packed, tmp_path, kind):
     """A seeded tf.data shuffle restarts its orders in every process: the resume position picks new ones."""
