@@ -33,6 +33,9 @@ class BleuCallback(keras.callbacks.Callback):
         translator_options: `Translator` arguments when it is built here
             (e.g. `beam_size=1` for fast greedy validation).
         verbose: print the score.
+        best: the score to beat before the first decoding. A resumed run passes
+            its best so far, so that `best_path` keeps the best weights of the
+            whole run and not the first ones scored after the resume.
 
     Example:
 
@@ -43,7 +46,7 @@ class BleuCallback(keras.callbacks.Callback):
 
     def __init__(self, sources, references, translator=None, tokenizers=None, every_n_epochs=1,
                  lowercase=False, lang=None, tokenized_references=None, best_path=None, monitor="val_bleu",
-                 batch_size=64, translator_options=None, verbose=1):
+                 batch_size=64, translator_options=None, verbose=1, best=-math.inf):
         super().__init__()
         if translator is None and tokenizers is None:
             raise ValueError("BleuCallback needs a translator or (source, target) tokenizers.")
@@ -66,7 +69,7 @@ class BleuCallback(keras.callbacks.Callback):
         self.batch_size = int(batch_size)
         self.translator_options = dict(translator_options or {})
         self.verbose = verbose
-        self.best = -math.inf
+        self.best = float(best)
         self.history = []  # (epoch, bleu)
 
     def on_train_begin(self, logs=None):

@@ -31,8 +31,8 @@ workdir/
   data/                  built once: synthetic.npz, or vocab/ (the learned tokenizers)
   checkpoints/           ckpt-0001.weights.h5, ... one per epoch (weights only, no optimizer state);
                          step-XXXXXXXX.weights.h5 every N steps if asked; best.weights.h5 (best val_bleu)
-  backup/                BackupAndRestore state (weights + optimizer + epoch): the same command resumes here,
-                         its dropout and shuffling seeded by `resumed_seed(training.seed, epoch)`
+  backup/                `ResumableBackup` state (weights + optimizer + epoch and batch): the same command
+                         resumes here, its dropout and shuffling seeded by `resumed_seed(training.seed, ...)`
   logs/                  TensorBoard
   history.csv            one row per epoch, `epoch` (1-based) first; appended across resumes, never going back
   test.hyp.txt, test_scores.yaml   test translations and BLEU (`train_and_evaluate`, text data only)
@@ -40,7 +40,10 @@ workdir/
 ```
 
 Run the same command again after any interruption (Ctrl-C, SIGKILL, a lost
-machine) and training continues from the last finished epoch. Running it after
+machine) and training continues from the last backup: the last finished epoch,
+or with `training.backup_every_steps` the last backed-up batch, after which the
+interrupted epoch trains only the batches it had left (the run ends with the
+updates of an uninterrupted one). Running it after
 training finished does nothing (it logs how many epochs the workdir has); raise
 `training.epochs` to train further.
 
@@ -52,6 +55,7 @@ import dataclasses
 import difflib
 import json
 import logging
+import math
 import os
 import pathlib
 import sys
@@ -291,7 +295,7 @@ class TrainingSection:
     checkpoint_every_steps: typing.Optional[int] = None  # also write checkpoints/step-XXXXXXXX.weights.h5
     keep_step_checkpoints: int = 3  # how many step checkpoints to keep
     keep_checkpoints: typing.Optional[int] = None  # epoch checkpoints to keep; None keeps all (for averaging)
-    backup_every_steps: typing.Optional[int] = None  # BackupAndRestore every N batches; None: each epoch
+    backup_every_steps: typing.Optional[int] = None  # also back up every N batches (resume inside an epoch)
     init_checkpoint: typing.Optional[str] = None  # start from these weights (fine-tuning)
     validation: bool = True  # evaluate loss and accuracy on the validation data after each epoch
     bleu_every_epochs: typing.Optional[int] = None  # text data: decode the validation set every N epochs (val_bleu)
@@ -830,33 +834,80 @@ def resumed_seed(seed, epoch=0, batch=0):
 
 
 def _backup_position(backup_dir):
-    """`(epoch, batch)` recorded in a BackupAndRestore directory; `(0, 0)` when there is no backup to resume."""
+    """`(epoch, batches)` a BackupAndRestore directory resumes at: the epoch, and how many of its batches were
+    trained. `(0, 0)` when there is no backup to resume.
+
+    Backups written before `batches_done` was recorded give Keras' zero-based
+    `batch`: a value of 0 there cannot tell one trained batch from none, and counts as none.
+    """
     backup_dir = pathlib.Path(backup_dir)
     if not (backup_dir / "latest.weights.h5").is_file():
         return (0, 0)
     try:
         position = json.loads((backup_dir / "training_metadata.json").read_text(encoding="utf-8"))
-        return (int(position.get("epoch", 0)), int(position.get("batch", 0) or 0))
+        done = position.get("batches_done")
+        if done is None:
+            batch = int(position.get("batch", 0) or 0)
+            done = batch + 1 if batch else 0
+        return (int(position.get("epoch", 0)), int(done))
     except (OSError, ValueError, TypeError, AttributeError):
         return (0, 0)  # unreadable: the restore that follows stops with the file named (CheckpointError)
 
 
-def _backup_callback(backup_dir, save_freq):
-    class BackupAndRestore(keras.callbacks.BackupAndRestore):
-        """Keras' BackupAndRestore whose restore errors name the backup file."""
+class ResumableBackup(keras.callbacks.BackupAndRestore):
+    """Keras' BackupAndRestore, made to resume where it stopped inside an epoch.
 
-        def on_train_begin(self, logs=None):
-            try:
-                super().on_train_begin(logs)
-            except (OSError, ValueError, KeyError) as error:
-                raise CheckpointError(
-                    f"Cannot resume: the training backup {self._weights_path} (or "
-                    f"{self._training_metadata_path}) is corrupt or does not match this model ({error}). "
-                    f"Delete {self.backup_dir} to start again from scratch, or set training.init_checkpoint "
-                    f"to a checkpoint in checkpoints/ to start from saved weights.") from error
+    What it changes:
 
-    return BackupAndRestore(str(backup_dir), save_freq=save_freq, double_checkpoint=True,
-                            delete_checkpoint=False)
+    - the epoch a resumed run's batch backups record is the restored one (Keras
+      records epoch 0 until the first resumed epoch ends, so a second interruption
+      there started the run's epochs over);
+    - each backup records `batches_done`, the batches of its epoch already
+      trained, which `train` uses to run only the rest of an interrupted epoch
+      (Keras restores the epoch alone and trains it again from its first batch);
+    - with a batch frequency it also backs up at the end of every epoch, and
+      skips the backup of an epoch's last batch that this one replaces;
+    - a backup that does not load stops with a `CheckpointError` naming the file.
+
+    `offset` is the number of the epoch's batches trained before the current
+    `fit` began: `train` sets it for the fit that finishes an interrupted epoch.
+    """
+
+    def __init__(self, backup_dir, save_freq="epoch"):
+        super().__init__(str(backup_dir), save_freq=save_freq, double_checkpoint=True, delete_checkpoint=False)
+        self.offset = 0
+        self._done = 0
+
+    def on_train_begin(self, logs=None):
+        try:
+            super().on_train_begin(logs)
+        except (OSError, ValueError, KeyError) as error:
+            raise CheckpointError(
+                f"Cannot resume: the training backup {self._weights_path} (or "
+                f"{self._training_metadata_path}) is corrupt or does not match this model ({error}). "
+                f"Delete {self.backup_dir} to start again from scratch, or set training.init_checkpoint "
+                f"to a checkpoint in checkpoints/ to start from saved weights.") from error
+        self._current_epoch = _backup_position(self.backup_dir)[0]
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._done = self.offset + batch + 1
+        steps = (self.params or {}).get("steps")
+        if steps and batch + 1 >= steps and self.save_freq != "epoch":
+            return  # the epoch-end backup follows
+        super().on_train_batch_end(batch, logs)
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._done, self.offset = 0, 0
+        super().on_epoch_end(epoch, logs)
+        if self.save_freq != "epoch":
+            self._batches_seen_since_last_saving = 0
+            self._save_model()
+
+    def _save_model(self):
+        super()._save_model()
+        position = {"epoch": self._current_epoch, "batch": self._last_batch_seen, "batches_done": self._done}
+        with open(self._training_metadata_path, "w", encoding="utf-8") as f:
+            f.write(json.dumps(position))
 
 
 # ------------------------------------------------------------------ data
@@ -1254,8 +1305,9 @@ def train(config, workdir):
     resumed_at = _backup_position(output / "backup")
     keras.utils.set_random_seed(resumed_seed(training.seed, *resumed_at))
     if resumed_at != (0, 0):
-        log.info("Resuming from %s at epoch %d: dropout and shuffling reseeded from training.seed and the epoch",
-                 output / "backup", resumed_at[0] + 1)
+        log.info("Resuming from %s at epoch %d%s: dropout and shuffling reseeded from training.seed and the "
+                 "position", output / "backup", resumed_at[0] + 1,
+                 f", batch {resumed_at[1] + 1}" if resumed_at[1] else "")
     policy = resolve_precision(training.policy, strategy)
     previous_policy = keras.config.dtype_policy()
     keras.config.set_dtype_policy(policy)
@@ -1304,13 +1356,13 @@ def _train(experiment, workdir, output, strategy, is_chief, policy, resumed_at=(
         if training.init_checkpoint:
             load_weights(model, training.init_checkpoint)
 
-    # Order matters: callbacks that add to the epoch logs come before the ones that write them.
-    callbacks = [
-        _backup_callback(output / "backup", training.backup_every_steps or "epoch"),
-        LearningRateLogger(),
-    ]
+    # Order matters: callbacks that add to the epoch logs come before the ones that write them, and the backup
+    # comes last, so that a run stopped before it resumes from an epoch whose checkpoint and history are written.
+    backup = ResumableBackup(output / "backup", training.backup_every_steps or "epoch")
+    callbacks = [LearningRateLogger()]
     if training.bleu_every_epochs and data.valid_pairs is not None:
         from keras_transformer.callbacks import BleuCallback
+        best_path = output / "checkpoints" / "best.weights.h5"
         sources, references = (list(side[:training.bleu_max_sentences]) for side in data.valid_pairs)
         tokenized = None
         if experiment.data.valid_tokenized_target:
@@ -1319,7 +1371,8 @@ def _train(experiment, workdir, output, strategy, is_chief, policy, resumed_at=(
         callbacks.append(BleuCallback(
             sources, references, tokenizers=data.tokenizers, every_n_epochs=training.bleu_every_epochs,
             lang=experiment.data.pipeline.get("target_language") if tokenized else None,
-            tokenized_references=tokenized, best_path=output / "checkpoints" / "best.weights.h5",
+            tokenized_references=tokenized, best_path=best_path, best=_best_logged(
+                output / "history.csv", "val_bleu", resumed_at[0]) if best_path.is_file() else -math.inf,
             batch_size=experiment.decoding.batch_size,
             translator_options={"beam_size": training.bleu_beam_size, "alpha": model_config.length_penalty,
                                 "max_extra": model_config.max_decode_extra}))
@@ -1337,13 +1390,29 @@ def _train(experiment, workdir, output, strategy, is_chief, policy, resumed_at=(
             callbacks.append(keras.callbacks.TensorBoard(log_dir=str(output / "logs")))
         except ImportError:
             log.warning("TensorBoard logs skipped: `pip install tensorboard` to get them (training.tensorboard).")
+    callbacks.append(backup)
 
     validation = data.validation if training.validation else None
+    fit = dict(validation_data=validation, callbacks=callbacks, verbose=progress_verbosity(training.verbose),
+               shuffle=False)  # the datasets shuffle themselves
     start = time.time()
-    history = model.fit(data.train, validation_data=validation, epochs=training.epochs,
-                        steps_per_epoch=training.steps_per_epoch, callbacks=callbacks,
-                        verbose=progress_verbosity(training.verbose),
-                        shuffle=False)  # the datasets shuffle themselves
+    histories = []
+    epoch, done = resumed_at
+    if done and epoch < training.epochs:
+        per_epoch = training.steps_per_epoch or int(data.train.cardinality())
+        if 0 < done < per_epoch:  # finish the interrupted epoch with the batches it had left
+            log.info("Epoch %d was interrupted after %d of its %d batches: training the other %d", epoch + 1, done,
+                     per_epoch, per_epoch - done)
+            backup.offset = done
+            histories.append(model.fit(data.train, epochs=epoch + 1, steps_per_epoch=per_epoch - done, **fit))
+        else:  # tf.data's UNKNOWN (-2) or INFINITE (-1) cardinality: the epoch's length is not known
+            log.warning("Epoch %d was interrupted after %d batches, but this data does not tell its number of "
+                        "batches per epoch (set training.steps_per_epoch): it trains again from its first batch.",
+                        epoch + 1, done)
+    if not model.stop_training:
+        histories.append(model.fit(data.train, epochs=training.epochs, steps_per_epoch=training.steps_per_epoch,
+                                   **fit))
+    history = _merge_histories(histories)
     if history.epoch:
         log.info("Trained %d epoch(s) in %.1f s; checkpoints in %s", len(history.epoch), time.time() - start,
                  output / "checkpoints")
@@ -1357,6 +1426,31 @@ def _train(experiment, workdir, output, strategy, is_chief, policy, resumed_at=(
                                  f"or set training.clipnorm; the last good weights are in {output / 'checkpoints'}.")
     return TrainingResult(model=model, model_config=model_config, history=history.history, workdir=output,
                           checkpoints=epoch_checkpoints(output), strategy=strategy, tokenizers=data.tokenizers)
+
+
+def _best_logged(history_csv, key, epochs):
+    """The highest finite `key` in the first `epochs` rows of a history.csv; -inf without one."""
+    _, rows = HistoryCSV(history_csv)._read()
+    values = []
+    for row in rows:
+        try:
+            if int(row.get("epoch", "")) <= epochs:
+                values.append(float(row.get(key, "")))
+        except (TypeError, ValueError):
+            continue
+    values = [value for value in values if math.isfinite(value)]
+    return max(values, default=-math.inf)
+
+
+def _merge_histories(histories):
+    """One `keras.callbacks.History` of several `fit` calls, in order."""
+    merged = keras.callbacks.History()
+    merged.epoch, merged.history = [], {}
+    for history in histories:
+        merged.epoch += history.epoch
+        for key, values in history.history.items():
+            merged.history.setdefault(key, []).extend(values)
+    return merged
 
 
 def _finished_epochs(output):

@@ -318,11 +318,86 @@ def test_resume_position_is_read_from_the_backup(tmp_path):
     (backup / "training_metadata.json").write_text('{"epoch": 7, "batch": 30}')
     assert training._backup_position(backup) == (0, 0)  # metadata without weights: Keras starts afresh too
     (backup / "latest.weights.h5").write_bytes(b"weights")
-    assert training._backup_position(backup) == (7, 30)
+    assert training._backup_position(backup) == (7, 31)  # Keras' own record: the last batch's zero-based index
+    (backup / "training_metadata.json").write_text('{"epoch": 7, "batch": 0}')
+    assert training._backup_position(backup) == (7, 0)  # an epoch boundary (or one batch: Keras cannot tell)
+    (backup / "training_metadata.json").write_text('{"epoch": 7, "batch": 0, "batches_done": 1}')
+    assert training._backup_position(backup) == (7, 1)
     (backup / "training_metadata.json").write_text('{"epoch": 7, "ba')  # cut short: the restore names it
     assert training._backup_position(backup) == (0, 0)
     assert len({training.resumed_seed(1234, 6), training.resumed_seed(1234, 7), training.resumed_seed(1234, 7, 30),
                 1234}) == 4
+
+
+class _Interrupted(Exception):
+    pass
+
+
+def _interrupt_at(monkeypatch, update):
+    """Makes the next `train` stop, as a killed process would, once the optimizer has made `update` updates."""
+    class Stop(training.LearningRateLogger):
+        def on_train_batch_end(self, batch, logs=None):
+            if int(self.model.optimizer.iterations) == update:
+                raise _Interrupted()
+
+    monkeypatch.setattr(training, "LearningRateLogger", Stop)
+
+
+def test_an_epoch_interrupted_between_backups_resumes_at_its_batch(tmp_path, monkeypatch):
+    """With training.backup_every_steps a run stopped inside an epoch trains only the batches that epoch had
+    left: the run ends with the updates of an uninterrupted one, and its epochs keep their numbers even when the
+    resumed epoch is interrupted again."""
+    settings = ["data.train_examples=256", "data.val_examples=32", "data.batch_size=32", "training.epochs=3",
+                "training.verbose=0", "training.tensorboard=false", "training.backup_every_steps=2"]
+    experiment = training.load_experiment(TINY, settings)
+    workdir = tmp_path / "run"
+    positions = []
+    # 8 batches an epoch: inside the second epoch, inside its resumed rest, after the last batch of the third
+    for update in (13, 15, 24):
+        _interrupt_at(monkeypatch, update)
+        with pytest.raises(_Interrupted):
+            training.train(experiment, workdir)
+        positions.append(training._backup_position(workdir / "backup"))
+    assert positions == [(1, 4), (1, 6), (2, 6)]  # backups every 2 batches, and at each epoch's end instead
+    monkeypatch.undo()
+    result = training.train(experiment, workdir)
+    assert int(result.model.optimizer.iterations) == 3 * 8
+    with open(workdir / "history.csv", newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert [(row["epoch"], float(row["step"])) for row in rows] == [("1", 8), ("2", 16), ("3", 24)]
+    assert [path.name for path in training.epoch_checkpoints(workdir)] == [
+        f"ckpt-{n:04d}.weights.h5" for n in (1, 2, 3)]
+    assert training._backup_position(workdir / "backup") == (3, 0)  # each epoch ends with a backup
+
+
+def test_a_resumed_run_keeps_the_best_bleu_weights_of_its_earlier_epochs(packed, tmp_path):
+    """best.weights.h5 holds the weights of the best validation BLEU of the whole run: a resumed run does not
+    replace them with its first scored epoch unless that one scores higher."""
+    folder = packed[2]
+    config = _write(tmp_path / "text.yaml", {
+        "model": {"preset": "tiny"},
+        "data": {"kind": "text", "train_source": str(folder / "train.en"), "train_target": str(folder / "train.de"),
+                 "valid_source": str(folder / "val.en"), "valid_target": str(folder / "val.de"),
+                 "vocab_size": 600, "tokens_per_batch": 512, "max_length": 64},
+        "training": {"epochs": 1, "bleu_every_epochs": 1, "bleu_max_sentences": 8, "verbose": 0,
+                     "tensorboard": False}})
+    workdir = tmp_path / "run"
+    training.train(training.load_experiment(config), workdir)
+    best = workdir / "checkpoints" / "best.weights.h5"
+    first = best.read_bytes()
+    with open(workdir / "history.csv", newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert float(rows[0]["val_bleu"]) < 100
+    assert training._best_logged(workdir / "history.csv", "val_bleu", 1) == float(rows[0]["val_bleu"])
+    rows[0]["val_bleu"] = "100"  # as if the first epoch had scored what no later one can beat
+    with open(workdir / "history.csv", "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    training.train(training.load_experiment(config, ["training.epochs=2"]), workdir)
+    assert best.read_bytes() == first
+    assert training._best_logged(workdir / "history.csv", "val_bleu", 1) == 100
+    assert training._best_logged(workdir / "history.csv", "val_bleu", 0) == -np.inf
 
 
 @pytest.mark.parametrize("kind", ["synthetic", "text"])
