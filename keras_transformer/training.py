@@ -1405,10 +1405,13 @@ def _train(experiment, workdir, output, strategy, is_chief, policy, resumed_at=(
                      per_epoch, per_epoch - done)
             backup.offset = done
             histories.append(model.fit(data.train, epochs=epoch + 1, steps_per_epoch=per_epoch - done, **fit))
-        else:  # tf.data's UNKNOWN (-2) or INFINITE (-1) cardinality: the epoch's length is not known
+        elif per_epoch <= 0:  # tf.data's UNKNOWN (-2) or INFINITE (-1) cardinality: the epoch's length is unknown
             log.warning("Epoch %d was interrupted after %d batches, but this data does not tell its number of "
                         "batches per epoch (set training.steps_per_epoch): it trains again from its first batch.",
                         epoch + 1, done)
+        else:  # a backup of Keras' own at an epoch's last batch, or data that changed length since
+            log.warning("The backup records %d trained batches of epoch %d, which has %d: the epoch trains again "
+                        "from its first batch.", done, epoch + 1, per_epoch)
     if not model.stop_training:
         histories.append(model.fit(data.train, epochs=training.epochs, steps_per_epoch=training.steps_per_epoch,
                                    **fit))

@@ -370,6 +370,28 @@ def test_an_epoch_interrupted_between_backups_resumes_at_its_batch(tmp_path, mon
     assert training._backup_position(workdir / "backup") == (3, 0)  # each epoch ends with a backup
 
 
+def test_an_interrupted_epoch_of_unknown_length_trains_again_and_says_so(tmp_path, monkeypatch, caplog):
+    real_build_data = training.build_data
+
+    def unknown_length(*args, **kwargs):
+        data = real_build_data(*args, **kwargs)
+        data.train = data.train.filter(lambda features, labels: True)  # cardinality becomes UNKNOWN
+        return data
+    monkeypatch.setattr(training, "build_data", unknown_length)
+    experiment = training.load_experiment(TINY, [
+        "data.train_examples=256", "data.val_examples=32", "data.batch_size=32", "training.epochs=2",
+        "training.verbose=0", "training.tensorboard=false", "training.backup_every_steps=2",
+        "training.validation=false"])
+    _interrupt_at(monkeypatch, 13)
+    with pytest.raises(_Interrupted):
+        training.train(experiment, tmp_path / "run")
+    monkeypatch.undo()  # no more interruptions: the data keeps its unknown length
+    monkeypatch.setattr(training, "build_data", unknown_length)
+    result = training.train(experiment, tmp_path / "run")
+    assert "does not tell its number of batches per epoch" in caplog.text
+    assert int(result.model.optimizer.iterations) == 2 * 8 + 4  # the 4 batches backed up, then the whole epoch
+
+
 def test_a_resumed_run_keeps_the_best_bleu_weights_of_its_earlier_epochs(packed, tmp_path):
     """best.weights.h5 holds the weights of the best validation BLEU of the whole run: a resumed run does not
     replace them with its first scored epoch unless that one scores higher."""
