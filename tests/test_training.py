@@ -329,6 +329,17 @@ def test_resume_position_is_read_from_the_backup(tmp_path):
                 1234}) == 4
 
 
+def _data_of_unknown_length(monkeypatch):
+    """Makes `train` build a training dataset whose number of batches tf.data cannot tell."""
+    real_build_data = training.build_data
+
+    def unknown_length(*args, **kwargs):
+        data = real_build_data(*args, **kwargs)
+        data.train = data.train.filter(lambda features, labels: True)  # cardinality becomes UNKNOWN
+        return data
+    monkeypatch.setattr(training, "build_data", unknown_length)
+
+
 class _Interrupted(Exception):
     pass
 
@@ -371,13 +382,7 @@ def test_an_epoch_interrupted_between_backups_resumes_at_its_batch(tmp_path, mon
 
 
 def test_an_interrupted_epoch_of_unknown_length_trains_again_and_says_so(tmp_path, monkeypatch, caplog):
-    real_build_data = training.build_data
-
-    def unknown_length(*args, **kwargs):
-        data = real_build_data(*args, **kwargs)
-        data.train = data.train.filter(lambda features, labels: True)  # cardinality becomes UNKNOWN
-        return data
-    monkeypatch.setattr(training, "build_data", unknown_length)
+    _data_of_unknown_length(monkeypatch)
     experiment = training.load_experiment(TINY, [
         "data.train_examples=256", "data.val_examples=32", "data.batch_size=32", "training.epochs=2",
         "training.verbose=0", "training.tensorboard=false", "training.backup_every_steps=2",
@@ -386,7 +391,7 @@ def test_an_interrupted_epoch_of_unknown_length_trains_again_and_says_so(tmp_pat
     with pytest.raises(_Interrupted):
         training.train(experiment, tmp_path / "run")
     monkeypatch.undo()  # no more interruptions: the data keeps its unknown length
-    monkeypatch.setattr(training, "build_data", unknown_length)
+    _data_of_unknown_length(monkeypatch)
     result = training.train(experiment, tmp_path / "run")
     assert "does not tell its number of batches per epoch" in caplog.text
     assert int(result.model.optimizer.iterations) == 2 * 8 + 4  # the 4 batches backed up, then the whole epoch
@@ -458,13 +463,7 @@ def test_workdir_of_another_model_is_refused(tmp_path):
 
 def test_cooldown_on_data_of_unknown_length_asks_for_steps_per_epoch(tmp_path, monkeypatch):
     """The cooldown's span needs the batches per epoch: a dataset that cannot tell is refused before training."""
-    real_build_data = training.build_data
-
-    def unknown_length(*args, **kwargs):
-        data = real_build_data(*args, **kwargs)
-        data.train = data.train.filter(lambda features, labels: True)  # cardinality becomes UNKNOWN
-        return data
-    monkeypatch.setattr(training, "build_data", unknown_length)
+    _data_of_unknown_length(monkeypatch)
     experiment = training.load_experiment(TINY, SMALL + ["training.epochs=2", "training.cooldown_epochs=1"])
     with pytest.raises(training.ConfigError, match="set training.steps_per_epoch"):
         training.train(experiment, tmp_path / "run")
