@@ -1337,8 +1337,8 @@ def _train(experiment, workdir, output, strategy, is_chief, policy, resumed_at=(
 
     cooldown = None
     if training.cooldown_epochs:  # the optimizer counts batches (accumulated or not): so does the schedule
-        per_epoch = training.steps_per_epoch or int(data.train.cardinality())
-        if per_epoch <= 0:  # tf.data's UNKNOWN (-2) or INFINITE (-1) cardinality
+        per_epoch = _batches_per_epoch(training, data)
+        if per_epoch is None:
             raise ConfigError("training.cooldown_epochs needs the number of batches per epoch, which this data "
                               "does not tell: set training.steps_per_epoch.")
         cooldown = ((training.epochs - training.cooldown_epochs) * per_epoch, training.cooldown_epochs * per_epoch)
@@ -1396,22 +1396,7 @@ def _train(experiment, workdir, output, strategy, is_chief, policy, resumed_at=(
     fit = dict(validation_data=validation, callbacks=callbacks, verbose=progress_verbosity(training.verbose),
                shuffle=False)  # the datasets shuffle themselves
     start = time.time()
-    histories = []
-    epoch, done = resumed_at
-    if done and epoch < training.epochs:
-        per_epoch = training.steps_per_epoch or int(data.train.cardinality())
-        if 0 < done < per_epoch:  # finish the interrupted epoch with the batches it had left
-            log.info("Epoch %d was interrupted after %d of its %d batches: training the other %d", epoch + 1, done,
-                     per_epoch, per_epoch - done)
-            backup.offset = done
-            histories.append(model.fit(data.train, epochs=epoch + 1, steps_per_epoch=per_epoch - done, **fit))
-        elif per_epoch <= 0:  # tf.data's UNKNOWN (-2) or INFINITE (-1) cardinality: the epoch's length is unknown
-            log.warning("Epoch %d was interrupted after %d batches, but this data does not tell its number of "
-                        "batches per epoch (set training.steps_per_epoch): it trains again from its first batch.",
-                        epoch + 1, done)
-        else:  # a backup of Keras' own at an epoch's last batch, or data that changed length since
-            log.warning("The backup records %d trained batches of epoch %d, which has %d: the epoch trains again "
-                        "from its first batch.", done, epoch + 1, per_epoch)
+    histories = _finish_interrupted_epoch(model, data, training, resumed_at, backup, fit)
     if not model.stop_training:
         histories.append(model.fit(data.train, epochs=training.epochs, steps_per_epoch=training.steps_per_epoch,
                                    **fit))
@@ -1429,6 +1414,34 @@ def _train(experiment, workdir, output, strategy, is_chief, policy, resumed_at=(
                                  f"or set training.clipnorm; the last good weights are in {output / 'checkpoints'}.")
     return TrainingResult(model=model, model_config=model_config, history=history.history, workdir=output,
                           checkpoints=epoch_checkpoints(output), strategy=strategy, tokenizers=data.tokenizers)
+
+
+def _batches_per_epoch(training, data):
+    """`training.steps_per_epoch`, or the training data's number of batches; None when tf.data cannot tell
+    (UNKNOWN or INFINITE cardinality)."""
+    per_epoch = training.steps_per_epoch or int(data.train.cardinality())
+    return per_epoch if per_epoch > 0 else None
+
+
+def _finish_interrupted_epoch(model, data, training, resumed_at, backup, fit):
+    """Trains the batches an epoch interrupted after a batch backup had left; `[history]`, or `[]` when there is
+    no such epoch or its length is not known (it then trains again from its first batch, with a warning)."""
+    epoch, done = resumed_at
+    if not done or epoch >= training.epochs:
+        return []
+    per_epoch = _batches_per_epoch(training, data)
+    if per_epoch is None:
+        log.warning("Epoch %d was interrupted after %d batches, but this data does not tell its number of batches "
+                    "per epoch (set training.steps_per_epoch): it trains again from its first batch.", epoch + 1, done)
+        return []
+    if done >= per_epoch:  # a backup of Keras' own at an epoch's last batch, or data that changed length since
+        log.warning("The backup records %d trained batches of epoch %d, which has %d: the epoch trains again from "
+                    "its first batch.", done, epoch + 1, per_epoch)
+        return []
+    log.info("Epoch %d was interrupted after %d of its %d batches: training the other %d", epoch + 1, done,
+             per_epoch, per_epoch - done)
+    backup.offset = done
+    return [model.fit(data.train, epochs=epoch + 1, steps_per_epoch=per_epoch - done, **fit)]
 
 
 def _best_logged(history_csv, key, epochs):
