@@ -1068,7 +1068,7 @@ def _text_data(section, data_dir, replicas, batch_scaling, shuffle_seed, wait_fo
                        bucket_width=config.bucket_width, cache=config.cache, num_replicas=replicas)
         train, train_summary = pipeline.make_dataset_from_texts(
             sources, targets, source_tokenizer, target_tokenizer, training=True,
-            shuffle_buffer=config.shuffle_buffer, seed=config.seed, **options)
+            shuffle_buffer=config.shuffle_buffer, seed=config.seed, subword_dropout=config.subword_dropout, **options)
         valid = valid_summary = valid_pairs = None
         if section.tfds_valid_split:
             valid_pairs = tfds_pairs(section, section.tfds_valid_split)
@@ -1565,6 +1565,10 @@ def pack_arrays(config, workdir):
     workdir = pathlib.Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     data_config = section.data_config(tokenizer_dir=workdir / "data" / "vocab", seed=experiment.training.seed)
+    if data_config.subword_dropout:
+        raise ConfigError(f"data.subword_dropout={data_config.subword_dropout}: packed arrays hold one fixed "
+                          "segmentation, so BPE-dropout cannot apply to them; train with keras-transformer train, "
+                          "or pack with --set data.subword_dropout=0.")
     source_tokenizer, target_tokenizer = _tokenizers(section, data_config, workdir / "data" / "vocab", False)
     vocabulary = TrainingData(None, None, source_tokenizer.vocab_size, target_tokenizer.vocab_size,
                               tokenizers=(source_tokenizer, target_tokenizer))

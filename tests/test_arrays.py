@@ -206,6 +206,18 @@ def test_pack_command_refuses_data_without_text(tmp_path, capsys):
     assert "pack needs data.kind: text" in capsys.readouterr().err
 
 
+def test_pack_command_refuses_bpe_dropout(tmp_path, capsys):
+    import pathlib
+
+    from keras_transformer import cli
+    recipe = pathlib.Path(__file__).resolve().parents[1] / "configs" / "multi30k_en_de.yaml"
+    status = cli.main(["pack", "--config", str(recipe), "--workdir", str(tmp_path / "run"),
+                       "--set", "data.subword_dropout=0.1"])
+    assert status == 2
+    assert "data.subword_dropout=0.1: packed arrays hold one fixed segmentation" in capsys.readouterr().err
+    assert not (tmp_path / "run" / "data" / "vocab").exists()  # refused before any vocabulary work
+
+
 @pytest.mark.slow
 def test_train_packed_script_trains_side_by_side_and_averages(copy_packed, tmp_path):
     import os

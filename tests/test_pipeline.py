@@ -1,5 +1,6 @@
 """The tf.data pipeline on Multi30k: layout, token budgets, counts, padding, distribution (issue 3, items 3-4)."""
 
+import collections
 import gzip
 import json
 import subprocess
@@ -279,3 +280,79 @@ def test_batch_statistics_counts_padding():
     stats = BatchStatistics(batches=1, sentences=2, source_tokens=3, target_tokens=3, source_positions=4,
                             target_positions=4, max_source_positions=4, max_target_positions=4)
     assert stats.padding_fraction == pytest.approx(0.25)
+
+
+# ---------------------------------------------------------------- BPE-dropout (DataConfig.subword_dropout)
+def epoch_pairs(dataset, tokenizer):
+    """One pass: each row's (source text, target text, source ids, target ids), read back from the batch layout."""
+    rows = []
+    for inputs, labels in dataset.as_numpy_iterator():
+        assert inputs["source"].size <= BUDGET and inputs["target"].size <= BUDGET
+        np.testing.assert_array_equal(inputs["target"][:, 1:], np.where(labels[:, :-1] == 3, 0, labels[:, :-1]))
+        assert np.all(inputs["target"][:, 0] == 2)
+        for source, target in zip(inputs["source"], labels):
+            source, target = source[source != 0], target[target != 0]
+            assert source[-1] == 3 and target[-1] == 3  # eos closes both sides
+            rows.append((tokenizer.detokenize(source).numpy().decode(), tokenizer.detokenize(target).numpy().decode(),
+                         tuple(source[:-1]), tuple(target[:-1])))
+    return rows
+
+
+def test_bpe_dropout_segments_every_pair_anew_each_epoch(multi30k_dir, multi30k_tokenizer):
+    english, german = read_split(multi30k_dir, "val.en.gz"), read_split(multi30k_dir, "val.de.gz")
+    args = (multi30k_dir / "val.en.gz", multi30k_dir / "val.de.gz", multi30k_tokenizer, multi30k_tokenizer)
+    train, summary = make_dataset(*args, tokens_per_batch=BUDGET, max_length=None, seed=3, subword_dropout=0.1)
+    epochs = [epoch_pairs(train, multi30k_tokenizer) for _ in range(3)]
+    first, second = epochs[0], epochs[1]
+    pairs = sorted((normalized(e), normalized(g)) for e, g in zip(english, german))
+    assert sorted((s, t) for s, t, _, _ in first) == pairs  # every pair once, its pieces still spelling its text
+    # An epoch has the first pass's batch count; later passes make a batch more or less and run on across epochs:
+    # read in order, the epochs' batches are whole passes, each holding every pair once.
+    per_epoch = int(train.cardinality())  # known to Keras, as without BPE-dropout
+    assert [len(list(train.take(per_epoch + 5))) for _ in range(2)] == [per_epoch] * 2
+    fresh, _ = make_dataset(*args, tokens_per_batch=BUDGET, max_length=None, seed=4, subword_dropout=0.1)
+    stream = [batch for _ in range(3) for batch in fresh]
+    wanted, passes, current = collections.Counter(pairs), 0, collections.Counter()
+    for inputs, labels in stream:
+        current.update(zip([s.decode() for s in multi30k_tokenizer.detokenize(inputs["source"]).numpy()],
+                           [t.decode() for t in multi30k_tokenizer.detokenize(labels).numpy()]))
+        assert not current - wanted  # no pair twice within a pass
+        if current == wanted:
+            passes, current = passes + 1, collections.Counter()
+    assert passes >= 2
+    deterministic = {(s, t): (a, b) for s, t, a, b in epoch_pairs(make_dataset(
+        *args, tokens_per_batch=BUDGET, max_length=None, seed=3)[0], multi30k_tokenizer)}
+    exact = sum(len(a) + len(b) for a, b in deterministic.values())
+    for epoch in (first, second):  # smaller pieces: more tokens than the deterministic segmentation
+        sampled = sum(len(a) + len(b) for _, _, a, b in epoch)
+        assert 1.2 * exact < sampled < 1.7 * exact, (sampled, exact)
+        changed = sum((a, b) != deterministic[(s, t)] for s, t, a, b in epoch)
+        assert changed > 0.6 * len(pairs)
+    assert {(s, t): (a, b) for s, t, a, b in first} != {(s, t): (a, b) for s, t, a, b in second}
+    # the same seed gives the same epochs
+    again, _ = make_dataset(*args, tokens_per_batch=BUDGET, max_length=None, seed=3, subword_dropout=0.1)
+    assert epoch_pairs(again, multi30k_tokenizer) == first
+    assert summary.kept == 1014
+
+
+def test_bpe_dropout_keeps_every_pair_the_length_filter_keeps(multi30k_dir, multi30k_tokenizer):
+    english, german = read_split(multi30k_dir, "val.en.gz"), read_split(multi30k_dir, "val.de.gz")
+    lengths = np.maximum(multi30k_tokenizer.tokenize(english).row_lengths().numpy(),
+                         multi30k_tokenizer.tokenize(german).row_lengths().numpy())
+    train, summary = make_dataset(multi30k_dir / "val.en.gz", multi30k_dir / "val.de.gz", multi30k_tokenizer,
+                                  multi30k_tokenizer, tokens_per_batch=BUDGET, max_length=16, seed=1,
+                                  subword_dropout=0.1)
+    kept = sorted((normalized(e), normalized(g)) for e, g, n in zip(english, german, lengths) if n <= 15)
+    assert summary.too_long == len(english) - len(kept) > 0
+    rows = epoch_pairs(train, multi30k_tokenizer)
+    assert sorted((s, t) for s, t, _, _ in rows) == kept  # none lost when a sample comes out too long
+    assert max(max(len(a), len(b)) for _, _, a, b in rows) <= 15
+
+
+def test_bpe_dropout_settings_are_checked():
+    for value in (1.0, -0.1, True, "0.1"):
+        with pytest.raises(ValueError, match="DataConfig.subword_dropout must be a probability in"):
+            DataConfig(subword_dropout=value)
+    with pytest.raises(ValueError, match="subword_dropout .BPE-dropout. needs model_type 'bpe', got 'unigram'"):
+        DataConfig(model_type="unigram", subword_dropout=0.1)
+    assert DataConfig.from_dict(DataConfig(subword_dropout=0.1).to_dict()).subword_dropout == 0.1

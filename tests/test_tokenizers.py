@@ -256,3 +256,22 @@ def test_wordpiece_option_learns_with_keras_nlp_but_is_not_reversible(multi30k_d
     # Lowercased, and punctuation split off: why SentencePiece is the default.
     assert loaded.detokenize(dense).numpy().tolist() == [b"a group of men are loading cotton onto a truck",
                                                          b"a man sleeping in a green room on a couch ."]
+    with pytest.raises(ValueError, match="BPE-dropout needs a SentencePiece 'bpe' tokenizer, this one is 'wordpiece'"):
+        loaded.sample(english[:2], 0.1)
+
+
+def test_bpe_dropout_samples_spell_the_text_and_zero_is_the_plain_segmentation(multi30k_dir, multi30k_tokenizer):
+    english = read_split(multi30k_dir, "val.en.gz")
+    plain = multi30k_tokenizer.tokenize(english).to_list()
+    assert multi30k_tokenizer.sample(english, 0) == plain
+    first = multi30k_tokenizer.sample(english, 0.1, seed=5)
+    assert multi30k_tokenizer.sample(english, 0.1, seed=5) == first  # a seed repeats the sample
+    assert multi30k_tokenizer.sample(english, 0.1, seed=6) != first
+    spelled = multi30k_tokenizer.detokenize(tf.ragged.constant(first)).numpy()
+    assert [text.decode() for text in spelled] == [normalized(line) for line in english]
+    # every piece is in the vocabulary, and the pieces are smaller than the plain segmentation's
+    assert all(0 < i < multi30k_tokenizer.vocab_size for ids in first for i in ids)
+    longer = np.array([len(a) / len(b) for a, b in zip(first, plain)])
+    assert 1.2 < longer.mean() < 1.7 and np.mean(longer >= 1) > 0.95
+    with pytest.raises(ValueError, match="BPE-dropout must be a probability in .0, 1., got 1"):
+        multi30k_tokenizer.sample(english, 1)

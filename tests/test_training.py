@@ -1,6 +1,7 @@
 """The experiment config (YAML, --set), the history file, checkpoints and the training loop's files."""
 
 import csv
+import dataclasses
 import pathlib
 
 import numpy as np
@@ -427,17 +428,19 @@ def test_a_resumed_run_keeps_the_best_bleu_weights_of_its_earlier_epochs(packed,
     assert training._best_logged(workdir / "history.csv", "val_bleu", 0) == -np.inf
 
 
-@pytest.mark.parametrize("kind", ["synthetic", "text"])
+@pytest.mark.parametrize("kind", ["synthetic", "text", "text with BPE-dropout"])
 def test_a_resumed_run_shuffles_in_a_new_order_and_a_fresh_run_in_the_same_one(packed, tmp_path, kind):
-    """A seeded tf.data shuffle restarts its orders in every process: the resume position picks new ones."""
+    """A seeded tf.data shuffle restarts its orders in every process: the resume position picks new ones
+    (and, with BPE-dropout, new segmentations)."""
     if kind == "synthetic":
         section = training.load_experiment(TINY, SMALL).data
     else:
         folder = packed[2]
+        dropout = {"subword_dropout": 0.1} if "BPE" in kind else {}
         section = training.load_experiment(_write(tmp_path / "text.yaml", {
             "model": {"preset": "tiny"},
             "data": {"kind": "text", "train_source": str(folder / "train.en"), "train_target": str(folder / "train.de"),
-                     "vocab_size": 600, "tokens_per_batch": 512, "max_length": 64}})).data
+                     "vocab_size": 600, "tokens_per_batch": 512, "max_length": 64, **dropout}})).data
 
     def first_epoch(resumed_at):
         data = training.build_data(section, tmp_path / "data", seed=1234, resumed_at=resumed_at)
@@ -448,6 +451,31 @@ def test_a_resumed_run_shuffles_in_a_new_order_and_a_fresh_run_in_the_same_one(p
     resumed = first_epoch((3, 0))
     assert resumed != fresh
     assert first_epoch((3, 0)) == resumed  # the same resume point gives the same order
+    if "BPE" in kind:  # sampled segmentations: more tokens than the vocabulary's own segmentation
+        plain = training.build_data(dataclasses.replace(section, pipeline={**section.pipeline, "subword_dropout": 0.0}),
+                                    tmp_path / "data", seed=1234)
+        tokens = [sum(np.count_nonzero(np.array(batch)) for batch in epoch)
+                  for epoch in (fresh, [inputs["source"].numpy().tolist() for inputs, _ in plain.train])]
+        assert tokens[0] > 1.1 * tokens[1], tokens
+
+
+def test_a_run_with_bpe_dropout_trains_its_epochs_and_resumes(packed, tmp_path):
+    """With BPE-dropout the number of batches changes every epoch (unknown to Keras beforehand); training, the
+    history and resuming still count epochs, and the learning-rate schedule counts every update."""
+    folder = packed[2]
+    config = _write(tmp_path / "text.yaml", {
+        "model": {"preset": "tiny"},
+        "data": {"kind": "text", "train_source": str(folder / "train.en"), "train_target": str(folder / "train.de"),
+                 "vocab_size": 600, "tokens_per_batch": 512, "max_length": 64, "subword_dropout": 0.1},
+        "training": {"epochs": 2, "verbose": 0, "tensorboard": False}})
+    workdir = tmp_path / "run"
+    training.train(training.load_experiment(config), workdir)
+    training.train(training.load_experiment(config, ["training.epochs=3"]), workdir)
+    with open(workdir / "history.csv", newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert [int(row["epoch"]) for row in rows] == [1, 2, 3]
+    assert all(np.isfinite(float(row["loss"])) for row in rows)
+    assert sorted(p.name for p in (workdir / "checkpoints").glob("ckpt-*.weights.h5"))[-1] == "ckpt-0003.weights.h5"
 
 
 def test_workdir_of_another_model_is_refused(tmp_path):

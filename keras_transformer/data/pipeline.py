@@ -19,6 +19,10 @@ Steps, in order:
 6. lay each batch out as ``({"source": tokens + eos, "target": bos + tokens},
    labels = tokens + eos)``, padded with 0, and prefetch.
 
+With ``subword_dropout`` > 0 (BPE-dropout), training re-segments the pairs at
+random for every pass over the corpus and plans that pass's batches anew
+(`_sampled_epochs`; docs/data.md, "BPE-dropout").
+
 Token budget and tf.distribute: ``tokens_per_batch`` is the GLOBAL budget of
 one training step, as in the paper (about 25,000 source + 25,000 target tokens
 per step over 8 GPUs). ``model.fit`` under a strategy splits every batch
@@ -82,6 +86,8 @@ class DataConfig:
     vocab_size: int = 10000  # ids incl. pad/unk/bos/eos; ~10k joint BPE is the best published Multi30k setting
     shared_vocab: bool = True  # one vocabulary for both languages (needed for tie_embeddings="all")
     lowercase: bool = False  # case-fold text before learning and tokenizing (output is then lowercase)
+    subword_dropout: float = 0.0  # BPE-dropout in training: each merge skipped with this probability, anew each
+                                  # epoch (SentencePiece "bpe" only; 0 is off; validation and inference never sample)
     # --- batching -------------------------------------------------------------
     tokens_per_batch: int = 4096  # GLOBAL budget per step: <= this many source and target positions, padding incl.
     max_length: int = 128  # longest sequence in positions (tokens + bos/eos); longer pairs dropped in training
@@ -108,6 +114,11 @@ class DataConfig:
             raise ValueError(f"DataConfig.seed must be a non-negative integer or None, got {self.seed!r}.")
         if self.model_type not in tokenizers.MODEL_TYPES:
             raise ValueError(f"DataConfig.model_type must be one of {tokenizers.MODEL_TYPES}, got {self.model_type!r}.")
+        if (isinstance(self.subword_dropout, bool) or not isinstance(self.subword_dropout, (int, float))
+                or not 0 <= self.subword_dropout < 1):
+            raise ValueError(f"DataConfig.subword_dropout must be a probability in [0, 1), got {self.subword_dropout!r}.")
+        if self.subword_dropout and self.model_type != "bpe":
+            raise ValueError(f"DataConfig.subword_dropout (BPE-dropout) needs model_type 'bpe', got {self.model_type!r}.")
         if self.errors not in corpus.ERROR_MODES:
             raise ValueError(f"DataConfig.errors must be one of {corpus.ERROR_MODES}, got {self.errors!r}.")
         if (self.train_source is None) != (self.train_target is None):
@@ -173,7 +184,7 @@ class BatchStatistics:
 # ---------------------------------------------------------------------- entry points
 def make_dataset(source_file, target_file, source_tokenizer, target_tokenizer, *, tokens_per_batch=4096,
                  max_length=128, training=True, bucket_width=1, shuffle_buffer=None, cache=True,
-                 num_replicas=None, errors="strict", seed=None):
+                 num_replicas=None, errors="strict", seed=None, subword_dropout=0.0):
     """Reads a parallel corpus and returns its token-budget batches for `model.fit`.
 
     Args:
@@ -196,6 +207,11 @@ def make_dataset(source_file, target_file, source_tokenizer, target_tokenizer, *
         num_replicas: replicas sharing each batch; None reads the strategy in scope.
         errors: invalid UTF-8 handling, ``"strict"`` or ``"replace"``.
         seed: shuffle seed (None: different each run).
+        subword_dropout: BPE-dropout of training batches (`SubwordTokenizer.sample`):
+            every epoch tokenizes the pairs anew with each merge skipped with
+            this probability, so the number of batches changes from epoch to
+            epoch and the dataset's length is unknown. 0 (and inference) tokenize
+            deterministically.
 
     Returns:
         ``(dataset, summary)``: a `tf.data.Dataset` of
@@ -220,7 +236,8 @@ def make_dataset(source_file, target_file, source_tokenizer, target_tokenizer, *
     sources, targets, summary = corpus.read_parallel_corpus(source_file, target_file, errors=errors)
     return _make(sources, targets, summary, source_tokenizer, target_tokenizer, tokens_per_batch=tokens_per_batch,
                  max_length=max_length, training=training, bucket_width=bucket_width,
-                 shuffle_buffer=shuffle_buffer, cache=cache, num_replicas=num_replicas, seed=seed)
+                 shuffle_buffer=shuffle_buffer, cache=cache, num_replicas=num_replicas, seed=seed,
+                 subword_dropout=subword_dropout)
 
 
 def make_dataset_from_texts(sources, targets, source_tokenizer, target_tokenizer, **options):
@@ -281,7 +298,7 @@ def make_datasets(config, source_tokenizer, target_tokenizer, num_replicas=None)
                    errors=config.errors)
     train, train_summary = make_dataset(config.train_source, config.train_target, source_tokenizer,
                                         target_tokenizer, training=True, shuffle_buffer=config.shuffle_buffer,
-                                        seed=config.seed, **options)
+                                        seed=config.seed, subword_dropout=config.subword_dropout, **options)
     valid = valid_summary = None
     if config.valid_source is not None:
         valid, valid_summary = make_dataset(config.valid_source, config.valid_target, source_tokenizer,
@@ -384,7 +401,8 @@ def _batch_of_pairs(source_ids, target_ids):
 
 
 def _make(sources, targets, summary, source_tokenizer, target_tokenizer, *, tokens_per_batch=4096, max_length=128,
-          training=True, bucket_width=1, shuffle_buffer=None, cache=True, num_replicas=None, seed=None):
+          training=True, bucket_width=1, shuffle_buffer=None, cache=True, num_replicas=None, seed=None,
+          subword_dropout=0.0):
     if num_replicas is None:
         num_replicas = tf.distribute.get_strategy().num_replicas_in_sync
     if not sources:
@@ -403,6 +421,10 @@ def _make(sources, targets, summary, source_tokenizer, target_tokenizer, *, toke
         raise ValueError(f"No batch to make: {len(lengths)} pair(s) cannot give each of {num_replicas} replicas one.")
     logger.info("%s; %d batches of at most %d source and %d target positions", summary, len(sizes),
                 tokens_per_batch, tokens_per_batch)
+
+    if training and subword_dropout:
+        return _sampled_epochs(sources, targets, source_ids, target_ids, source_tokenizer, target_tokenizer,
+                               subword_dropout, tokens_per_batch, max_length, bucket_width, num_replicas, seed), summary
 
     pairs, num_batches, used = len(lengths), len(sizes), sum(sizes)
     bucket_of_pair, batch_sizes = tf.constant(buckets, tf.int32), tf.constant(sizes, tf.int64)
@@ -428,3 +450,79 @@ def _make(sources, targets, summary, source_tokenizer, target_tokenizer, *, toke
         dataset = dataset.cache()
     dataset = dataset.apply(tf.data.experimental.assert_cardinality(num_batches))  # fit() shows progress
     return dataset.prefetch(tf.data.AUTOTUNE), summary
+
+
+def _sampled_epochs(sources, targets, source_ids, target_ids, source_tokenizer, target_tokenizer, dropout,
+                    tokens_per_batch, max_length, bucket_width, num_replicas, seed):
+    """Training batches under BPE-dropout: every pass over the pairs segments them anew, then batches as `_make` does.
+
+    The pairs are those the deterministic tokenization kept (`source_ids`,
+    `target_ids`, already filtered by `max_length`); a side whose sample comes
+    out longer than `max_length` allows takes its deterministic ids for that
+    pass, so no pair is dropped by chance. Lengths change with every sample, and
+    so does the number of batches a pass makes (by a batch or two). An epoch is
+    therefore a fixed number of batches, that of the first pass, drawn from an
+    endless stream of passes: every pair is seen once per pass and no batch is
+    skipped, while Keras knows the epoch's length (progress, resuming inside an
+    epoch) as with deterministic batches.
+    """
+    limit = None if max_length is None else max_length - 1
+    fixed_source, fixed_target = source_ids.to_list(), target_ids.to_list()
+    if len(fixed_source) != len(sources):  # some pairs were filtered: find which texts they are
+        source_lengths = [len(ids) for ids in source_tokenizer.sample(sources, 0)]
+        target_lengths = [len(ids) for ids in target_tokenizer.sample(targets, 0)]
+        kept = [i for i, (s, t) in enumerate(zip(source_lengths, target_lengths)) if s <= limit and t <= limit]
+        sources, targets = [sources[i] for i in kept], [targets[i] for i in kept]
+    root = np.random.SeedSequence(seed)  # seed None: fresh entropy
+
+    def sample(tokenizer, texts, fixed, seed=None):
+        ids = tokenizer.sample(texts, dropout, seed=seed)
+        return [sampled if limit is None or len(sampled) <= limit else original
+                for sampled, original in zip(ids, fixed)]
+
+    def one_pass(number):
+        """Pass `number`: a fresh segmentation, shuffled and cut by the token budget; (batch count, batches)."""
+        rng = np.random.default_rng([*root.generate_state(2), number])
+        source = sample(source_tokenizer, sources, fixed_source, seed=int(rng.integers(2 ** 31)))
+        target = sample(target_tokenizer, targets, fixed_target)
+        lengths = np.array([max(len(s), len(t)) + 1 for s, t in zip(source, target)])
+        buckets, sizes, _ = batch_plan(lengths, tokens_per_batch, bucket_width, num_replicas)
+        order = rng.permutation(len(lengths))
+        order = order[np.argsort(buckets[order], kind="stable")]
+        starts = np.cumsum([0] + sizes[:-1])
+
+        def batches():  # laid out one at a time, as the model asks for them
+            for batch in rng.permutation(len(sizes)):
+                rows = order[starts[batch]:starts[batch] + sizes[batch]]
+                source_batch = np.full((len(rows), max(len(source[i]) for i in rows) + 1), PAD_ID, np.int32)
+                target_in = np.full((len(rows), max(len(target[i]) for i in rows) + 1), PAD_ID, np.int32)
+                labels = np.full_like(target_in, PAD_ID)
+                for row, i in enumerate(rows):
+                    source_batch[row, :len(source[i]) + 1] = source[i] + [EOS_ID]
+                    target_in[row, :len(target[i]) + 1] = [BOS_ID] + target[i]
+                    labels[row, :len(target[i]) + 1] = target[i] + [EOS_ID]
+                yield {"source": source_batch, "target": target_in}, labels
+        return len(sizes), sum(len(t) + 1 for t in target), batches()
+
+    per_epoch, target_tokens, first = one_pass(0)
+
+    def passes():
+        yield from first
+        number = 1
+        while True:
+            yield from one_pass(number)[2]
+            number += 1
+
+    stream = passes()  # shared by every iterator of the dataset: epoch e + 1 goes on where epoch e stopped
+
+    def one_epoch():
+        for _ in range(per_epoch):
+            yield next(stream)
+
+    logger.info("BPE-dropout %.2f: %d batches an epoch (those of the first sampled pass; %.1f%% more target tokens "
+                "than the deterministic segmentation)", dropout, per_epoch,
+                100 * (target_tokens / sum(len(ids) + 1 for ids in fixed_target) - 1))
+    signature = ({"source": tf.TensorSpec([None, None], tf.int32), "target": tf.TensorSpec([None, None], tf.int32)},
+                 tf.TensorSpec([None, None], tf.int32))
+    dataset = tf.data.Dataset.from_generator(one_epoch, output_signature=signature)
+    return dataset.apply(tf.data.experimental.assert_cardinality(per_epoch)).prefetch(tf.data.AUTOTUNE)

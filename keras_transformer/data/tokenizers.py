@@ -196,6 +196,47 @@ class SubwordTokenizer(tf.Module):
         text = self._tokenizer.detokenize(tokens)
         return text[0] if single else text
 
+    def sample(self, texts, dropout, seed=None):
+        """BPE-dropout: tokenizes with each merge skipped at random, a regularizer for training.
+
+        Provilkov et al. (2020): while a word is segmented, every merge that
+        applies is dropped with probability `dropout`, so a word comes out in
+        smaller pieces of the same vocabulary, differently on every call. The
+        pieces always spell the text (``detokenize`` gives it back). Used by the
+        training pipeline when `DataConfig.subword_dropout` > 0; inference
+        always tokenizes deterministically (`tokenize`).
+
+        Args:
+            texts: a list of str.
+            dropout: probability in ``[0, 1)`` of skipping a merge; 0 is `tokenize`.
+            seed: seeds SentencePiece's sampler (process-wide) first; None keeps its state.
+
+        Returns:
+            list of lists of int ids, without bos/eos.
+
+        Raises:
+            ValueError: the tokenizer is not a SentencePiece BPE model, or `dropout` is outside ``[0, 1)``.
+
+        Example:
+
+        >>> tokenizer = SubwordTokenizer.train(["a cat", "a hat"] * 10, vocab_size=270)
+        >>> [tokenizer.detokenize(ids).numpy() for ids in tokenizer.sample(["a cat"] * 2, 0.5, seed=1)]
+        [b'a cat', b'a cat']
+        """
+        if self._model_type != "bpe":
+            raise ValueError(f"BPE-dropout needs a SentencePiece 'bpe' tokenizer, this one is {self._model_type!r}.")
+        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
+            raise ValueError(f"BPE-dropout must be a probability in [0, 1), got {dropout!r}.")
+        import sentencepiece
+        processor = sentencepiece.SentencePieceProcessor(model_proto=self._model)  # a few ms; not kept on the module
+        if seed is not None:
+            sentencepiece.set_random_generator_seed(int(seed))
+        if dropout == 0:
+            return processor.encode(list(texts))
+        # One thread: SentencePiece's sampler is per thread, seeded when the thread first samples, so only a single
+        # fresh worker makes a seeded call repeatable.
+        return processor.encode(list(texts), enable_sampling=True, alpha=float(dropout), nbest_size=-1, num_threads=1)
+
     def id_to_piece(self, ids):
         """The subword string of each id (for inspecting tokenizations and labelling attention maps).
 
