@@ -208,10 +208,9 @@ def make_dataset(source_file, target_file, source_tokenizer, target_tokenizer, *
         errors: invalid UTF-8 handling, ``"strict"`` or ``"replace"``.
         seed: shuffle seed (None: different each run).
         subword_dropout: BPE-dropout of training batches (`SubwordTokenizer.sample`):
-            every epoch tokenizes the pairs anew with each merge skipped with
-            this probability, so the number of batches changes from epoch to
-            epoch and the dataset's length is unknown. 0 (and inference) tokenize
-            deterministically.
+            every pass over the pairs segments them anew with each merge skipped
+            with this probability; an epoch is the first pass's batch count
+            (`_sampled_epochs`). 0, and inference, segment deterministically.
 
     Returns:
         ``(dataset, summary)``: a `tf.data.Dataset` of
@@ -484,7 +483,7 @@ def _sampled_epochs(sources, targets, source_ids, target_ids, source_tokenizer, 
         """Pass `number`: a fresh segmentation, shuffled and cut by the token budget; (batch count, batches)."""
         rng = np.random.default_rng([*root.generate_state(2), number])
         source = sample(source_tokenizer, sources, fixed_source, seed=int(rng.integers(2 ** 31)))
-        target = sample(target_tokenizer, targets, fixed_target)
+        target = sample(target_tokenizer, targets, fixed_target, seed=int(rng.integers(2 ** 31)))
         lengths = np.array([max(len(s), len(t)) + 1 for s, t in zip(source, target)])
         buckets, sizes, _ = batch_plan(lengths, tokens_per_batch, bucket_width, num_replicas)
         order = rng.permutation(len(lengths))
