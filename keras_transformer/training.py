@@ -1068,7 +1068,8 @@ def _text_data(section, data_dir, replicas, batch_scaling, shuffle_seed, wait_fo
                        bucket_width=config.bucket_width, cache=config.cache, num_replicas=replicas)
         train, train_summary = pipeline.make_dataset_from_texts(
             sources, targets, source_tokenizer, target_tokenizer, training=True,
-            shuffle_buffer=config.shuffle_buffer, seed=config.seed, subword_dropout=config.subword_dropout, **options)
+            shuffle_buffer=config.shuffle_buffer, seed=config.seed, subword_dropout=config.subword_dropout,
+            subword_dropout_sides=config.subword_dropout_sides, **options)
         valid = valid_summary = valid_pairs = None
         if section.tfds_valid_split:
             valid_pairs = tfds_pairs(section, section.tfds_valid_split)

@@ -349,10 +349,28 @@ def test_bpe_dropout_keeps_every_pair_the_length_filter_keeps(multi30k_dir, mult
     assert max(max(len(a), len(b)) for _, _, a, b in rows) <= 15
 
 
+@pytest.mark.parametrize("side", ["source", "target"])
+def test_bpe_dropout_of_one_side_leaves_the_other_as_the_vocabulary_segments_it(multi30k_dir, multi30k_tokenizer,
+                                                                                 side):
+    args = (multi30k_dir / "val.en.gz", multi30k_dir / "val.de.gz", multi30k_tokenizer, multi30k_tokenizer)
+    plain = {(s, t): (a, b) for s, t, a, b in epoch_pairs(make_dataset(
+        *args, tokens_per_batch=BUDGET, max_length=None, seed=3)[0], multi30k_tokenizer)}
+    train, _ = make_dataset(*args, tokens_per_batch=BUDGET, max_length=None, seed=3, subword_dropout=0.1,
+                            subword_dropout_sides=side)
+    sampled = {(s, t): (a, b) for s, t, a, b in epoch_pairs(train, multi30k_tokenizer)}
+    assert set(sampled) == set(plain)
+    kept, changed = (1, 0) if side == "source" else (0, 1)
+    assert all(sampled[pair][kept] == plain[pair][kept] for pair in plain)
+    assert sum(sampled[pair][changed] != plain[pair][changed] for pair in plain) > 0.5 * len(plain)
+
+
 def test_bpe_dropout_settings_are_checked():
     for value in (1.0, -0.1, True, "0.1"):
         with pytest.raises(ValueError, match="DataConfig.subword_dropout must be a probability in"):
             DataConfig(subword_dropout=value)
     with pytest.raises(ValueError, match="subword_dropout .BPE-dropout. needs model_type 'bpe', got 'unigram'"):
         DataConfig(model_type="unigram", subword_dropout=0.1)
+    with pytest.raises(ValueError, match="DataConfig.subword_dropout_sides must be one of .'both', 'source', "
+                                         "'target'., got 'decoder'"):
+        DataConfig(subword_dropout=0.1, subword_dropout_sides="decoder")
     assert DataConfig.from_dict(DataConfig(subword_dropout=0.1).to_dict()).subword_dropout == 0.1

@@ -53,6 +53,7 @@ from keras_transformer.data.batching import batch_plan
 logger = logging.getLogger(__name__)
 
 PAD_ID, BOS_ID, EOS_ID = tokenizers.PAD_ID, tokenizers.BOS_ID, tokenizers.EOS_ID
+SUBWORD_DROPOUT_SIDES = ("both", "source", "target")
 _TOKENIZE_CHUNK = 16384  # sentences per tokenizer call when tokenizing a corpus
 
 
@@ -88,6 +89,7 @@ class DataConfig:
     lowercase: bool = False  # case-fold text before learning and tokenizing (output is then lowercase)
     subword_dropout: float = 0.0  # BPE-dropout in training: each merge skipped with this probability, anew each
                                   # epoch (SentencePiece "bpe" only; 0 is off; validation and inference never sample)
+    subword_dropout_sides: str = "both"  # which sides BPE-dropout samples: "both", "source" or "target"
     # --- batching -------------------------------------------------------------
     tokens_per_batch: int = 4096  # GLOBAL budget per step: <= this many source and target positions, padding incl.
     max_length: int = 128  # longest sequence in positions (tokens + bos/eos); longer pairs dropped in training
@@ -119,6 +121,9 @@ class DataConfig:
             raise ValueError(f"DataConfig.subword_dropout must be a probability in [0, 1), got {self.subword_dropout!r}.")
         if self.subword_dropout and self.model_type != "bpe":
             raise ValueError(f"DataConfig.subword_dropout (BPE-dropout) needs model_type 'bpe', got {self.model_type!r}.")
+        if self.subword_dropout_sides not in SUBWORD_DROPOUT_SIDES:
+            raise ValueError(f"DataConfig.subword_dropout_sides must be one of {SUBWORD_DROPOUT_SIDES}, "
+                             f"got {self.subword_dropout_sides!r}.")
         if self.errors not in corpus.ERROR_MODES:
             raise ValueError(f"DataConfig.errors must be one of {corpus.ERROR_MODES}, got {self.errors!r}.")
         if (self.train_source is None) != (self.train_target is None):
@@ -184,7 +189,7 @@ class BatchStatistics:
 # ---------------------------------------------------------------------- entry points
 def make_dataset(source_file, target_file, source_tokenizer, target_tokenizer, *, tokens_per_batch=4096,
                  max_length=128, training=True, bucket_width=1, shuffle_buffer=None, cache=True,
-                 num_replicas=None, errors="strict", seed=None, subword_dropout=0.0):
+                 num_replicas=None, errors="strict", seed=None, subword_dropout=0.0, subword_dropout_sides="both"):
     """Reads a parallel corpus and returns its token-budget batches for `model.fit`.
 
     Args:
@@ -211,6 +216,8 @@ def make_dataset(source_file, target_file, source_tokenizer, target_tokenizer, *
             every pass over the pairs segments them anew with each merge skipped
             with this probability; an epoch is the first pass's batch count
             (`_sampled_epochs`). 0, and inference, segment deterministically.
+        subword_dropout_sides: the sides sampled, ``"both"``, ``"source"`` or
+            ``"target"``; the others keep their deterministic segmentation.
 
     Returns:
         ``(dataset, summary)``: a `tf.data.Dataset` of
@@ -236,7 +243,7 @@ def make_dataset(source_file, target_file, source_tokenizer, target_tokenizer, *
     return _make(sources, targets, summary, source_tokenizer, target_tokenizer, tokens_per_batch=tokens_per_batch,
                  max_length=max_length, training=training, bucket_width=bucket_width,
                  shuffle_buffer=shuffle_buffer, cache=cache, num_replicas=num_replicas, seed=seed,
-                 subword_dropout=subword_dropout)
+                 subword_dropout=subword_dropout, subword_dropout_sides=subword_dropout_sides)
 
 
 def make_dataset_from_texts(sources, targets, source_tokenizer, target_tokenizer, **options):
@@ -297,7 +304,8 @@ def make_datasets(config, source_tokenizer, target_tokenizer, num_replicas=None)
                    errors=config.errors)
     train, train_summary = make_dataset(config.train_source, config.train_target, source_tokenizer,
                                         target_tokenizer, training=True, shuffle_buffer=config.shuffle_buffer,
-                                        seed=config.seed, subword_dropout=config.subword_dropout, **options)
+                                        seed=config.seed, subword_dropout=config.subword_dropout,
+                                        subword_dropout_sides=config.subword_dropout_sides, **options)
     valid = valid_summary = None
     if config.valid_source is not None:
         valid, valid_summary = make_dataset(config.valid_source, config.valid_target, source_tokenizer,
@@ -401,7 +409,7 @@ def _batch_of_pairs(source_ids, target_ids):
 
 def _make(sources, targets, summary, source_tokenizer, target_tokenizer, *, tokens_per_batch=4096, max_length=128,
           training=True, bucket_width=1, shuffle_buffer=None, cache=True, num_replicas=None, seed=None,
-          subword_dropout=0.0):
+          subword_dropout=0.0, subword_dropout_sides="both"):
     if num_replicas is None:
         num_replicas = tf.distribute.get_strategy().num_replicas_in_sync
     if not sources:
@@ -422,8 +430,12 @@ def _make(sources, targets, summary, source_tokenizer, target_tokenizer, *, toke
                 tokens_per_batch, tokens_per_batch)
 
     if training and subword_dropout:
+        if subword_dropout_sides not in SUBWORD_DROPOUT_SIDES:
+            raise ValueError(f"subword_dropout_sides must be one of {SUBWORD_DROPOUT_SIDES}, "
+                             f"got {subword_dropout_sides!r}.")
         return _sampled_epochs(sources, targets, source_ids, target_ids, source_tokenizer, target_tokenizer,
-                               subword_dropout, tokens_per_batch, max_length, bucket_width, num_replicas, seed), summary
+                               subword_dropout, subword_dropout_sides, tokens_per_batch, max_length, bucket_width,
+                               num_replicas, seed), summary
 
     pairs, num_batches, used = len(lengths), len(sizes), sum(sizes)
     bucket_of_pair, batch_sizes = tf.constant(buckets, tf.int32), tf.constant(sizes, tf.int64)
@@ -451,7 +463,7 @@ def _make(sources, targets, summary, source_tokenizer, target_tokenizer, *, toke
     return dataset.prefetch(tf.data.AUTOTUNE), summary
 
 
-def _sampled_epochs(sources, targets, source_ids, target_ids, source_tokenizer, target_tokenizer, dropout,
+def _sampled_epochs(sources, targets, source_ids, target_ids, source_tokenizer, target_tokenizer, dropout, sides,
                     tokens_per_batch, max_length, bucket_width, num_replicas, seed):
     """Training batches under BPE-dropout: every pass over the pairs segments them anew, then batches as `_make` does.
 
@@ -474,7 +486,9 @@ def _sampled_epochs(sources, targets, source_ids, target_ids, source_tokenizer, 
         sources, targets = [sources[i] for i in kept], [targets[i] for i in kept]
     root = np.random.SeedSequence(seed)  # seed None: fresh entropy
 
-    def sample(tokenizer, texts, fixed, seed=None):
+    def sample(tokenizer, texts, fixed, side, seed):
+        if sides not in ("both", side):
+            return fixed
         ids = tokenizer.sample(texts, dropout, seed=seed)
         return [sampled if limit is None or len(sampled) <= limit else original
                 for sampled, original in zip(ids, fixed)]
@@ -482,8 +496,8 @@ def _sampled_epochs(sources, targets, source_ids, target_ids, source_tokenizer, 
     def one_pass(number):
         """Pass `number`: a fresh segmentation, shuffled and cut by the token budget; (batch count, batches)."""
         rng = np.random.default_rng([*root.generate_state(2), number])
-        source = sample(source_tokenizer, sources, fixed_source, seed=int(rng.integers(2 ** 31)))
-        target = sample(target_tokenizer, targets, fixed_target, seed=int(rng.integers(2 ** 31)))
+        source = sample(source_tokenizer, sources, fixed_source, "source", seed=int(rng.integers(2 ** 31)))
+        target = sample(target_tokenizer, targets, fixed_target, "target", seed=int(rng.integers(2 ** 31)))
         lengths = np.array([max(len(s), len(t)) + 1 for s, t in zip(source, target)])
         buckets, sizes, _ = batch_plan(lengths, tokens_per_batch, bucket_width, num_replicas)
         order = rng.permutation(len(lengths))
@@ -518,8 +532,8 @@ def _sampled_epochs(sources, targets, source_ids, target_ids, source_tokenizer, 
         for _ in range(per_epoch):
             yield next(stream)
 
-    logger.info("BPE-dropout %.2f: %d batches an epoch (those of the first sampled pass; %.1f%% more target tokens "
-                "than the deterministic segmentation)", dropout, per_epoch,
+    logger.info("BPE-dropout %.2f (%s): %d batches an epoch (those of the first sampled pass; %.1f%% more target "
+                "tokens than the deterministic segmentation)", dropout, sides, per_epoch,
                 100 * (target_tokens / sum(len(ids) + 1 for ids in fixed_target) - 1))
     signature = ({"source": tf.TensorSpec([None, None], tf.int32), "target": tf.TensorSpec([None, None], tf.int32)},
                  tf.TensorSpec([None, None], tf.int32))
