@@ -88,7 +88,7 @@ class DataConfig:
     shared_vocab: bool = True  # one vocabulary for both languages (needed for tie_embeddings="all")
     lowercase: bool = False  # case-fold text before learning and tokenizing (output is then lowercase)
     subword_dropout: float = 0.0  # BPE-dropout in training: each merge skipped with this probability, anew each
-                                  # epoch (SentencePiece "bpe" only; 0 is off; validation and inference never sample)
+                                  # pass (SentencePiece "bpe" only; 0 is off; validation and inference never sample)
     subword_dropout_sides: str = "both"  # which sides BPE-dropout samples: "both", "source" or "target"
     # --- batching -------------------------------------------------------------
     tokens_per_batch: int = 4096  # GLOBAL budget per step: <= this many source and target positions, padding incl.
