@@ -11,7 +11,7 @@ from keras_transformer.layers import (DecoderLayer, EncoderLayer, MultiHeadAtten
                                       TokenEmbedding, TransformerDecoder, TransformerEncoder,
                                       scaled_dot_product_attention, sinusoidal_position_encoding)
 from keras_transformer.decoding import beam_search, greedy_decode, length_penalty, score
-from keras_transformer.losses import LabelSmoothedCrossEntropy
+from keras_transformer.losses import LabelSmoothedCrossEntropy, RDropLoss
 from keras_transformer.masking import PaddingMask, causal_mask, padding_mask
 from keras_transformer.metrics import MaskedAccuracy
 from keras_transformer.model import build_model, decode, encode
@@ -23,7 +23,7 @@ __version__ = "0.1.0"
 __all__ = [
     "PRESETS", "DecoderLayer", "EncoderLayer", "LabelSmoothedCrossEntropy", "LinearCooldown", "MaskedAccuracy",
     "MultiHeadAttention", "MultiHeadSelfAttention", "NoamSchedule", "PaddingMask", "PositionWiseFeedForward",
-    "PositionalEncoding", "SublayerConnection", "TokenEmbedding", "TransformerConfig", "TransformerDecoder",
+    "PositionalEncoding", "RDropLoss", "SublayerConnection", "TokenEmbedding", "TransformerConfig", "TransformerDecoder",
     "TransformerEncoder", "beam_search", "build_model", "causal_mask", "decode", "encode", "greedy_decode",
     "length_penalty", "make_optimizer", "padding_mask", "scaled_dot_product_attention", "score",
     "sinusoidal_position_encoding",

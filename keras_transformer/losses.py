@@ -154,3 +154,90 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
         config = super().get_config()
         config.pop("reduction", None)
         return {**config, "label_smoothing": self.label_smoothing, "pad_id": self.pad_id}
+
+
+def symmetric_kl(logits_a, logits_b):
+    """Per-position `KL(p || q) + KL(q || p)` `(B, T)` between `softmax(logits_a)` and `softmax(logits_b)`.
+
+    Written as `sum_v (p_v - q_v) * (log p_v - log q_v)`, with the gradient by
+    hand: for `d = log p - log q`, `d/dz_a = p * (d - sum(p * d)) + p - q`, and
+    the mirror image for `z_b`, one pass over the `(B, T, V)` logits each.
+
+    Example:
+
+    >>> import numpy as np
+    >>> a = np.log(np.array([[[0.5, 0.5]]], "float32"))
+    >>> b = np.log(np.array([[[0.25, 0.75]]], "float32"))
+    >>> round(float(symmetric_kl(a, b)[0, 0]), 4)  # (0.5 - 0.25) log 2 + (0.5 - 0.75) log(2 / 3)
+    0.2747
+    """
+    def log_softmax(z):
+        shifted = z - ops.max(z, axis=-1, keepdims=True)
+        return shifted - ops.log(ops.sum(ops.exp(shifted), axis=-1, keepdims=True))
+
+    @ops.custom_gradient
+    def divergence(za, zb):
+        log_p, log_q = log_softmax(za), log_softmax(zb)
+        p, q, d = ops.exp(log_p), ops.exp(log_q), log_p - log_q
+        value = ops.sum((p - q) * d, axis=-1)
+
+        def grad(upstream):
+            upstream = ops.expand_dims(upstream, -1)
+            grad_a = p * (d - ops.sum(p * d, axis=-1, keepdims=True)) + p - q
+            grad_b = q * (ops.sum(q * d, axis=-1, keepdims=True) - d) + q - p
+            return upstream * grad_a, upstream * grad_b
+
+        return value, lambda *args, upstream=None: grad(args[0] if upstream is None else upstream)
+
+    return divergence(ops.cast(logits_a, "float32"), ops.cast(logits_b, "float32"))
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class RDropLoss(LabelSmoothedCrossEntropy):
+    """R-Drop (Liang et al., 2021): label-smoothed cross-entropy on two dropout passes of each pair, plus their
+    symmetric KL divergence.
+
+    The batch holds every example twice, in adjacent rows (rows 2i and 2i + 1;
+    `keras-transformer train` repeats each batch so with `training.rdrop_alpha`),
+    so one forward pass draws two dropout masks per example. The loss is the
+    paper's `CE_1 + CE_2 + alpha / 2 * (KL(p_1 || p_2) + KL(p_2 || p_1))` per
+    target token, divided by two so that its first term is the usual mean
+    cross-entropy: `mean(CE) + alpha / 4 * mean(KL_12 + KL_21)`, both means over
+    non-pad positions. Without dropout (evaluation) the two rows agree and the
+    loss is the plain label-smoothed cross-entropy.
+
+    Args:
+        alpha: the weight of the divergence (the paper used 5 for IWSLT translation).
+        label_smoothing: eps in [0, 1).
+        pad_id: label id excluded from the loss.
+
+    Example:
+
+    >>> import numpy as np
+    >>> logits = np.log(np.array([[[0.1, 0.9]], [[0.1, 0.9]]], "float32"))  # one example, twice
+    >>> labels = np.array([[1], [1]])
+    >>> round(float(RDropLoss(5.0, 0.0)(labels, logits)), 4)  # no divergence: -log 0.9
+    0.1054
+    """
+
+    def __init__(self, alpha=5.0, label_smoothing=0.1, pad_id=0, name="rdrop_cross_entropy", **kwargs):
+        super().__init__(label_smoothing=label_smoothing, pad_id=pad_id, name=name, **kwargs)
+        if not float(alpha) >= 0.0:
+            raise ValueError(f"alpha must be >= 0, got {alpha}.")
+        self.alpha = float(alpha)
+
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        cross_entropy = self._masked_mean(self.call(y_true, y_pred), y_true, sample_weight)
+        if self.alpha == 0.0:
+            return cross_entropy
+        shape = ops.shape(y_pred)
+        pairs = ops.reshape(y_pred, (-1, 2, shape[1], shape[2]))  # rows 2i and 2i + 1: one example's two passes
+        divergence = symmetric_kl(pairs[:, 0], pairs[:, 1])
+        labels = ops.reshape(y_true, (-1, 2, shape[1]))[:, 0]
+        if sample_weight is not None:
+            sample_weight = ops.cast(sample_weight, "float32")
+            sample_weight = ops.reshape(sample_weight, (-1, 2) + tuple(sample_weight.shape[1:]))[:, 0]
+        return cross_entropy + self.alpha / 4.0 * self._masked_mean(divergence, labels, sample_weight)
+
+    def get_config(self):
+        return {**super().get_config(), "alpha": self.alpha}

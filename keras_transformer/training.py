@@ -291,6 +291,8 @@ class TrainingSection:
     gradient_accumulation_steps: int = 1  # accumulate gradients over this many batches per update
     clipnorm: typing.Optional[float] = None  # clip each gradient to this norm
     cooldown_epochs: typing.Optional[int] = None  # over the last K epochs the learning rate falls linearly to zero
+    rdrop_alpha: typing.Optional[float] = None  # R-Drop: each batch runs twice (two dropout masks), plus alpha / 4
+                                                # times their symmetric KL (losses.RDropLoss); doubles the compute
     seed: int = 1234  # keras.utils.set_random_seed: initial weights, dropout, shuffling
     checkpoint_every_steps: typing.Optional[int] = None  # also write checkpoints/step-XXXXXXXX.weights.h5
     keep_step_checkpoints: int = 3  # how many step checkpoints to keep
@@ -335,6 +337,10 @@ class TrainingSection:
                 raise ConfigError(f"training.{name} must be a positive integer, got {value!r}.")
         if not _is_integer(self.seed) or self.seed < 0:
             raise ConfigError(f"training.seed must be a non-negative integer, got {self.seed!r}.")
+        if self.rdrop_alpha is not None and (isinstance(self.rdrop_alpha, bool)
+                                             or not isinstance(self.rdrop_alpha, (int, float))
+                                             or not self.rdrop_alpha >= 0):
+            raise ConfigError(f"training.rdrop_alpha must be a number >= 0 or null, got {self.rdrop_alpha!r}.")
         if self.cooldown_epochs is not None and self.cooldown_epochs > self.epochs:
             raise ConfigError(f"training.cooldown_epochs ({self.cooldown_epochs}) is more than training.epochs "
                               f"({self.epochs}).")
@@ -1320,7 +1326,7 @@ def train(config, workdir):
 
 def _train(experiment, workdir, output, strategy, is_chief, policy, resumed_at=(0, 0)):
     from keras_transformer import distribute
-    from keras_transformer.losses import LabelSmoothedCrossEntropy
+    from keras_transformer.losses import LabelSmoothedCrossEntropy, RDropLoss
     from keras_transformer.metrics import MaskedAccuracy
     from keras_transformer.model import build_model
     from keras_transformer.optimizers import make_optimizer
@@ -1329,6 +1335,12 @@ def _train(experiment, workdir, output, strategy, is_chief, policy, resumed_at=(
     data = build_data(experiment.data, workdir / "data", strategy, training.batch_scaling, seed=training.seed,
                       wait_for_chief=not is_chief, resumed_at=resumed_at)
     model_config = experiment.model_config(data.model_fields())
+    loss = LabelSmoothedCrossEntropy(model_config.label_smoothing, pad_id=model_config.pad_id)
+    if training.rdrop_alpha:  # validation too: without dropout the copies agree, and the loss is the plain one
+        data = dataclasses.replace(data, train=repeat_rows(data.train),
+                                   validation=None if data.validation is None else repeat_rows(data.validation))
+        loss = RDropLoss(training.rdrop_alpha, model_config.label_smoothing, pad_id=model_config.pad_id)
+        log.info("R-Drop: every example runs twice per batch, alpha %g", training.rdrop_alpha)
     resolved = experiment.to_dict()
     resolved["model"] = model_config.to_dict()
     _check_same_experiment(output / "experiment.yaml", resolved)
@@ -1350,7 +1362,7 @@ def _train(experiment, workdir, output, strategy, is_chief, policy, resumed_at=(
         optimizer = make_optimizer(model_config, gradient_accumulation_steps=training.gradient_accumulation_steps,
                                    cooldown=cooldown, **({"clipnorm": training.clipnorm} if training.clipnorm else {}))
         model.compile(optimizer=optimizer,
-                      loss=LabelSmoothedCrossEntropy(model_config.label_smoothing, pad_id=model_config.pad_id),
+                      loss=loss,
                       metrics=[MaskedAccuracy(pad_id=model_config.pad_id)],
                       jit_compile=training.jit_compile, steps_per_execution=training.steps_per_execution)
         distribute.apply_keras_workarounds(model)
@@ -1415,6 +1427,24 @@ def _train(experiment, workdir, output, strategy, is_chief, policy, resumed_at=(
                                  f"or set training.clipnorm; the last good weights are in {output / 'checkpoints'}.")
     return TrainingResult(model=model, model_config=model_config, history=history.history, workdir=output,
                           checkpoints=epoch_checkpoints(output), strategy=strategy, tokenizers=data.tokenizers)
+
+
+def repeat_rows(dataset):
+    """`dataset` with every row of every batch repeated in place (rows 2i and 2i + 1 are one example), as
+    `losses.RDropLoss` expects. Pairs stay on one replica when a strategy splits the batch evenly: a batch of n
+    rows over r replicas gives each replica 2n / r rows, an even number, as the pipelines make n a multiple of r.
+
+    Example:
+
+    >>> import tensorflow as tf
+    >>> data = tf.data.Dataset.from_tensors(({"source": tf.constant([[1], [2]])}, tf.constant([[3], [4]])))
+    >>> inputs, labels = next(iter(repeat_rows(data)))
+    >>> inputs["source"].numpy().ravel().tolist(), labels.numpy().ravel().tolist()
+    ([1, 1, 2, 2], [3, 3, 4, 4])
+    """
+    import tensorflow as tf
+    return dataset.map(lambda *batch: tf.nest.map_structure(lambda t: tf.repeat(t, 2, axis=0), batch),
+                       num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
 
 
 def _batches_per_epoch(training, data):
@@ -1570,6 +1600,10 @@ def pack_arrays(config, workdir):
         raise ConfigError(f"data.subword_dropout={data_config.subword_dropout}: packed arrays hold one fixed "
                           "segmentation, so BPE-dropout cannot apply to them; train with keras-transformer train, "
                           "or pack with --set data.subword_dropout=0.")
+    if experiment.training.rdrop_alpha:
+        raise ConfigError(f"training.rdrop_alpha={experiment.training.rdrop_alpha}: training from packed arrays "
+                          "(keras_transformer.arrays) does not implement R-Drop; train with keras-transformer train, "
+                          "or pack with --set training.rdrop_alpha=null.")
     source_tokenizer, target_tokenizer = _tokenizers(section, data_config, workdir / "data" / "vocab", False)
     vocabulary = TrainingData(None, None, source_tokenizer.vocab_size, target_tokenizer.vocab_size,
                               tokenizers=(source_tokenizer, target_tokenizer))

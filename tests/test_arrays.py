@@ -206,15 +206,18 @@ def test_pack_command_refuses_data_without_text(tmp_path, capsys):
     assert "pack needs data.kind: text" in capsys.readouterr().err
 
 
-def test_pack_command_refuses_bpe_dropout(tmp_path, capsys):
+@pytest.mark.parametrize("setting, message", [
+    ("data.subword_dropout=0.1", "data.subword_dropout=0.1: packed arrays hold one fixed segmentation"),
+    ("training.rdrop_alpha=5", "training.rdrop_alpha=5: training from packed arrays"),
+])
+def test_pack_command_refuses_options_arrays_cannot_train(tmp_path, capsys, setting, message):
     import pathlib
 
     from keras_transformer import cli
     recipe = pathlib.Path(__file__).resolve().parents[1] / "configs" / "multi30k_en_de.yaml"
-    status = cli.main(["pack", "--config", str(recipe), "--workdir", str(tmp_path / "run"),
-                       "--set", "data.subword_dropout=0.1"])
+    status = cli.main(["pack", "--config", str(recipe), "--workdir", str(tmp_path / "run"), "--set", setting])
     assert status == 2
-    assert "data.subword_dropout=0.1: packed arrays hold one fixed segmentation" in capsys.readouterr().err
+    assert message in capsys.readouterr().err
     assert not (tmp_path / "run" / "data" / "vocab").exists()  # refused before any vocabulary work
 
 

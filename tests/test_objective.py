@@ -140,3 +140,71 @@ def test_label_smoothed_loss_gradient_matches_autodiff_of_the_one_hot_formula(ep
     assert gradients[0][0] == pytest.approx(gradients[1][0], rel=1e-6)
     np.testing.assert_allclose(gradients[0][1], gradients[1][1], atol=1e-7)
     assert np.abs(gradients[1][1]).max() > 1e-3  # a real gradient, not zeros on both sides
+
+
+def hand_symmetric_kl(a, b):
+    """KL(p || q) + KL(q || p) of two logit vectors, in float64 with explicit softmaxes."""
+    p = np.exp(a - a.max()) / np.exp(a - a.max()).sum()
+    q = np.exp(b - b.max()) / np.exp(b - b.max()).sum()
+    return float(np.sum(p * np.log(p / q)) + np.sum(q * np.log(q / p)))
+
+
+def rdrop_batch(seed=0):
+    """Two examples, each in two adjacent rows with different logits (two dropout passes)."""
+    rng = np.random.default_rng(seed)
+    labels = np.repeat(np.array([[5, 2, 7, 0], [1, 3, 0, 0]]), 2, axis=0)
+    logits = (rng.normal(size=(4, 4, 9)) * 2).astype("float32")
+    return labels, logits
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_rdrop_loss_is_the_mean_cross_entropy_plus_a_quarter_alpha_times_the_pairs_symmetric_kl(eps):
+    labels, logits = rdrop_batch()
+    divergences = [hand_symmetric_kl(logits[2 * i, t].astype(np.float64), logits[2 * i + 1, t].astype(np.float64))
+                   for i in range(2) for t in range(4) if labels[2 * i, t] != 0]
+    expected = hand_loss(labels, logits, eps) + 5.0 / 4 * np.mean(divergences)
+    assert float(kt.RDropLoss(5.0, eps, pad_id=0)(labels, logits)) == pytest.approx(expected, rel=1e-5)
+    # Two identical rows (no dropout, as in evaluation): the plain label-smoothed loss.
+    same = np.repeat(logits[::2], 2, axis=0)
+    assert float(kt.RDropLoss(5.0, eps)(labels, same)) == pytest.approx(
+        float(kt.LabelSmoothedCrossEntropy(eps)(labels, same)), rel=1e-6)
+    # Pads may hold anything.
+    noisy = logits.copy()
+    noisy[labels == 0] = 50.0
+    assert float(kt.RDropLoss(5.0, eps)(labels, noisy)) == pytest.approx(expected, rel=1e-5)
+
+
+def test_rdrop_loss_gradient_matches_autodiff_of_the_textbook_formula():
+    """The divergence's gradient is written by hand (losses.symmetric_kl); autodiff of the plain formula agrees."""
+    import tensorflow as tf
+    labels, logits = rdrop_batch(1)
+    labels, logits = tf.constant(labels), tf.constant(logits)
+
+    def reference(labels, logits):
+        log_probs = tf.nn.log_softmax(logits)
+        target = tf.one_hot(labels, 9) * 0.9 + 0.1 / 9
+        weights = tf.cast(labels != 0, tf.float32)
+        cross_entropy = tf.reduce_sum(-tf.reduce_sum(target * log_probs, -1) * weights) / tf.reduce_sum(weights)
+        p, q = tf.exp(log_probs[0::2]), tf.exp(log_probs[1::2])
+        divergence = tf.reduce_sum(p * (log_probs[0::2] - log_probs[1::2]) + q * (log_probs[1::2] - log_probs[0::2]),
+                                   -1)
+        pair_weights = weights[0::2]
+        return cross_entropy + 3.0 / 4 * tf.reduce_sum(divergence * pair_weights) / tf.reduce_sum(pair_weights)
+
+    results = []
+    for fn in (kt.RDropLoss(3.0, 0.1, pad_id=0), reference):
+        with tf.GradientTape() as tape:
+            tape.watch(logits)
+            value = fn(labels, logits)
+        results.append((float(value), tape.gradient(value, logits).numpy()))
+    assert results[0][0] == pytest.approx(results[1][0], rel=1e-6)
+    np.testing.assert_allclose(results[0][1], results[1][1], atol=1e-6)
+    assert np.abs(results[1][1]).max() > 1e-3
+
+
+def test_rdrop_loss_round_trips_and_names_a_bad_alpha():
+    loss = kt.RDropLoss(2.5, 0.2, pad_id=3)
+    clone = keras.saving.deserialize_keras_object(json.loads(json.dumps(keras.saving.serialize_keras_object(loss))))
+    assert (clone.alpha, clone.label_smoothing, clone.pad_id) == (2.5, 0.2, 3)
+    with pytest.raises(ValueError, match="alpha must be >= 0"):
+        kt.RDropLoss(-1.0)

@@ -478,6 +478,34 @@ def test_a_run_with_bpe_dropout_trains_its_epochs_and_resumes(packed, tmp_path):
     assert sorted(p.name for p in (workdir / "checkpoints").glob("ckpt-*.weights.h5"))[-1] == "ckpt-0003.weights.h5"
 
 
+def test_r_drop_trains_on_pairs_and_reports_the_plain_validation_loss(tmp_path):
+    """With training.rdrop_alpha every batch runs twice; validation runs twice too, without dropout, so its
+    divergence is zero and val_loss is the plain label-smoothed loss of the trained weights."""
+    import keras
+
+    from keras_transformer.losses import LabelSmoothedCrossEntropy
+    settings = SMALL + ["model.dropout=0.3", "training.epochs=2", "training.rdrop_alpha=5"]
+    experiment = training.load_experiment(TINY, settings)
+    result = training.train(experiment, tmp_path / "run")
+    assert all(np.isfinite(result.history["loss"]))
+    data = training.build_data(experiment.data, tmp_path / "run" / "data", seed=experiment.training.seed)
+    plain = build_model(result.model_config)
+    plain.compile(loss=LabelSmoothedCrossEntropy(result.model_config.label_smoothing), run_eagerly=True)
+    keras.ops.convert_to_numpy(plain(next(iter(data.validation))[0]))
+    plain.set_weights(result.model.get_weights())
+    assert plain.evaluate(data.validation, verbose=0) == pytest.approx(result.history["val_loss"][-1], rel=1e-4)
+    # Without the repeat, validation would pair different examples, and the divergence would add to the loss.
+    result.model.compile(loss=result.model.loss, run_eagerly=True)
+    unpaired = result.model.evaluate(data.validation, verbose=0, return_dict=True)["loss"]
+    assert unpaired > result.history["val_loss"][-1] + 1e-3
+
+
+@pytest.mark.parametrize("value", [-1, "5", True])
+def test_a_bad_rdrop_alpha_is_named(value):
+    with pytest.raises(training.ConfigError, match="training.rdrop_alpha must be a number >= 0"):
+        training.TrainingSection(rdrop_alpha=value).validate()
+
+
 def test_workdir_of_another_model_is_refused(tmp_path):
     workdir = tmp_path / "run"
     workdir.mkdir()
