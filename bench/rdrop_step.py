@@ -6,10 +6,11 @@ vocabulary, so the output layer and the loss are a large share of a step) train 
 in turn (the order rotates every step), every step on the same number of positions:
 
     plain     LabelSmoothedCrossEntropy on a batch of n pairs (the recipe's step)
-    rdrop     RDropLoss on n / 2 pairs, each repeated in place (`training.repeat_rows`), the divergence's gradient
-              written out (losses.symmetric_kl): `training.rdrop_alpha` with half the recipe's tokens per batch
-    autodiff  the same, the divergence as log_softmax and sums left to autodiff (the baseline the hand-written
-              gradient replaces)
+    rdrop     RDropLoss on n / 2 pairs, each repeated in place (`training.repeat_rows`): `training.rdrop_alpha`
+              with half the recipe's tokens per batch; both passes' cross-entropy and the divergence in one pass,
+              the gradient written out (losses.rdrop_cross_entropy)
+    autodiff  the same loss, the divergence computed apart from the cross-entropy, as log_softmax and sums left
+              to autodiff (the baseline the fused loss replaces)
 
 Prints a table: median step time, target positions/s, and the paired median ratio of each step time to plain's
 (taken under the same machine load, so usable on a noisy machine).

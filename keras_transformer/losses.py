@@ -156,40 +156,58 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
         return {**config, "label_smoothing": self.label_smoothing, "pad_id": self.pad_id}
 
 
-def symmetric_kl(logits_a, logits_b):
-    """Per-position `KL(p || q) + KL(q || p)` `(B, T)` between `softmax(logits_a)` and `softmax(logits_b)`.
+def rdrop_cross_entropy(labels, logits, label_smoothing=0.1, alpha=5.0):
+    """Per-position R-Drop loss `(B, T)` of B examples, each run twice: logits `(B, 2, T, V)`.
 
-    Written as `sum_v (p_v - q_v) * (log p_v - log q_v)`, with the gradient by
-    hand: for `d = log p - log q`, `d/dz_a = p * (d - sum(p * d)) + p - q`, and
-    the mirror image for `z_b`, one pass over the `(B, T, V)` logits each.
+    `(CE_1 + CE_2) / 2 + alpha / 4 * (KL(p_1 || p_2) + KL(p_2 || p_1))`, CE the
+    label-smoothed cross-entropy of each pass against `labels` `(B, T)`. One
+    log-softmax serves both terms, and the gradient is written out in one pass
+    over the `(B, 2, T, V)` logits: `(p_i - target) / 2` from the cross-entropy,
+    and `alpha / 4 * (p_1 * (d - sum(p_1 * d)) + p_1 - p_2)` (the mirror image
+    for the second pass) from the divergence, `d = log p_1 - log p_2`, instead of
+    autodiff's several passes (bench/rdrop_step.py has the step times).
 
     Example:
 
     >>> import numpy as np
-    >>> a = np.log(np.array([[[0.5, 0.5]]], "float32"))
-    >>> b = np.log(np.array([[[0.25, 0.75]]], "float32"))
-    >>> round(float(symmetric_kl(a, b)[0, 0]), 4)  # (0.5 - 0.25) log 2 + (0.5 - 0.75) log(2 / 3)
-    0.2747
+    >>> logits = np.log(np.array([[[[0.5, 0.5]], [[0.25, 0.75]]]], "float32"))  # one position, two passes
+    >>> # (-log 0.5 - log 0.75) / 2 + 1 / 4 * ((0.5 - 0.25) log 2 + (0.5 - 0.75) log(2 / 3))
+    >>> round(float(rdrop_cross_entropy(np.array([[1]]), logits, 0.0, 1.0)[0, 0]), 4)
+    0.5591
     """
-    def log_softmax(z):
-        shifted = z - ops.max(z, axis=-1, keepdims=True)
-        return shifted - ops.log(ops.sum(ops.exp(shifted), axis=-1, keepdims=True))
+    eps, alpha = float(label_smoothing), float(alpha)
 
     @ops.custom_gradient
-    def divergence(za, zb):
-        log_p, log_q = log_softmax(za), log_softmax(zb)
-        p, q, d = ops.exp(log_p), ops.exp(log_q), log_p - log_q
-        value = ops.sum((p - q) * d, axis=-1)
+    def loss_fn(z, y):  # z: float32 (B, 2, T, V), y: int32 (B, T)
+        vocab_size = ops.shape(z)[-1]
+        shifted = z - ops.max(z, axis=-1, keepdims=True)
+        exp = ops.exp(shifted)
+        total = ops.sum(exp, axis=-1, keepdims=True)  # (B, 2, T, 1)
+        log_probs = shifted - ops.log(total)
+        probs = exp / total
+        labels = ops.expand_dims(ops.expand_dims(y, 1), -1)  # (B, 1, T, 1)
+        true_logit = ops.take_along_axis(log_probs, ops.broadcast_to(labels, ops.shape(total)), axis=-1)
+        cross_entropy = -(1.0 - eps) * true_logit  # (B, 2, T, 1)
+        if eps > 0:
+            cross_entropy = cross_entropy - eps * ops.mean(log_probs, axis=-1, keepdims=True)
+        d = log_probs[:, 0] - log_probs[:, 1]  # (B, T, V)
+        p, q = probs[:, 0], probs[:, 1]
+        divergence = ops.sum((p - q) * d, axis=-1)  # (B, T)
+        loss = 0.5 * ops.sum(ops.squeeze(cross_entropy, -1), axis=1) + alpha / 4.0 * divergence
 
         def grad(upstream):
-            upstream = ops.expand_dims(upstream, -1)
-            grad_a = p * (d - ops.sum(p * d, axis=-1, keepdims=True)) + p - q
-            grad_b = q * (ops.sum(q * d, axis=-1, keepdims=True) - d) + q - p
-            return upstream * grad_a, upstream * grad_b
+            upstream = ops.expand_dims(upstream, -1)  # (B, T, 1)
+            uniform = eps / ops.cast(vocab_size, z.dtype)
+            is_label = ops.equal(ops.expand_dims(y, -1), ops.arange(vocab_size, dtype=y.dtype))  # (B, T, V)
+            target = ops.where(is_label, 1.0 - eps + uniform, uniform)
+            weight = alpha / 4.0
+            grad_p = 0.5 * (p - target) + weight * (p * (d - ops.sum(p * d, axis=-1, keepdims=True)) + p - q)
+            grad_q = 0.5 * (q - target) + weight * (q * (ops.sum(q * d, axis=-1, keepdims=True) - d) + q - p)
+            return ops.stack([upstream * grad_p, upstream * grad_q], axis=1)
 
-        return value, lambda *args, upstream=None: grad(args[0] if upstream is None else upstream)
+        return loss, lambda *args, upstream=None: (grad(args[0] if upstream is None else upstream), None)
 
-    return divergence(ops.cast(logits_a, "float32"), ops.cast(logits_b, "float32"))
+    return loss_fn(ops.cast(logits, "float32"), ops.cast(labels, "int32"))
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -199,7 +217,8 @@ class RDropLoss(LabelSmoothedCrossEntropy):
 
     The batch holds every example twice, in adjacent rows (rows 2i and 2i + 1;
     `keras-transformer train` repeats each batch so with `training.rdrop_alpha`),
-    so one forward pass draws two dropout masks per example. The loss is the
+    so one forward pass draws two dropout masks per example; the labels of the
+    first row of each pair serve both. The loss is the
     paper's `CE_1 + CE_2 + alpha / 2 * (KL(p_1 || p_2) + KL(p_2 || p_1))` per
     target token, divided by two so that its first term is the usual mean
     cross-entropy: `mean(CE) + alpha / 4 * mean(KL_12 + KL_21)`, both means over
@@ -227,17 +246,14 @@ class RDropLoss(LabelSmoothedCrossEntropy):
         self.alpha = float(alpha)
 
     def __call__(self, y_true, y_pred, sample_weight=None):
-        cross_entropy = self._masked_mean(self.call(y_true, y_pred), y_true, sample_weight)
-        if self.alpha == 0.0:
-            return cross_entropy
         shape = ops.shape(y_pred)
         pairs = ops.reshape(y_pred, (-1, 2, shape[1], shape[2]))  # rows 2i and 2i + 1: one example's two passes
-        divergence = symmetric_kl(pairs[:, 0], pairs[:, 1])
         labels = ops.reshape(y_true, (-1, 2, shape[1]))[:, 0]
         if sample_weight is not None:
             sample_weight = ops.cast(sample_weight, "float32")
             sample_weight = ops.reshape(sample_weight, (-1, 2) + tuple(sample_weight.shape[1:]))[:, 0]
-        return cross_entropy + self.alpha / 4.0 * self._masked_mean(divergence, labels, sample_weight)
+        per_position = rdrop_cross_entropy(labels, pairs, self.label_smoothing, self.alpha)
+        return self._masked_mean(per_position, labels, sample_weight)
 
     def get_config(self):
         return {**super().get_config(), "alpha": self.alpha}

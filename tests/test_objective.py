@@ -175,7 +175,7 @@ def test_rdrop_loss_is_the_mean_cross_entropy_plus_a_quarter_alpha_times_the_pai
 
 
 def test_rdrop_loss_gradient_matches_autodiff_of_the_textbook_formula():
-    """The divergence's gradient is written by hand (losses.symmetric_kl); autodiff of the plain formula agrees."""
+    """The loss's gradient is written by hand (losses.rdrop_cross_entropy); autodiff of the plain formula agrees."""
     import tensorflow as tf
     labels, logits = rdrop_batch(1)
     labels, logits = tf.constant(labels), tf.constant(logits)
