@@ -23,8 +23,8 @@ __version__ = "0.1.0"
 __all__ = [
     "PRESETS", "DecoderLayer", "EncoderLayer", "LabelSmoothedCrossEntropy", "LinearCooldown", "MaskedAccuracy",
     "MultiHeadAttention", "MultiHeadSelfAttention", "NoamSchedule", "PaddingMask", "PositionWiseFeedForward",
-    "PositionalEncoding", "RDropLoss", "SublayerConnection", "TokenEmbedding", "TransformerConfig", "TransformerDecoder",
-    "TransformerEncoder", "beam_search", "build_model", "causal_mask", "decode", "encode", "greedy_decode",
-    "length_penalty", "make_optimizer", "padding_mask", "scaled_dot_product_attention", "score",
+    "PositionalEncoding", "RDropLoss", "SublayerConnection", "TokenEmbedding", "TransformerConfig",
+    "TransformerDecoder", "TransformerEncoder", "beam_search", "build_model", "causal_mask", "decode", "encode",
+    "greedy_decode", "length_penalty", "make_optimizer", "padding_mask", "scaled_dot_product_attention", "score",
     "sinusoidal_position_encoding",
 ]

@@ -291,8 +291,9 @@ class TrainingSection:
     gradient_accumulation_steps: int = 1  # accumulate gradients over this many batches per update
     clipnorm: typing.Optional[float] = None  # clip each gradient to this norm
     cooldown_epochs: typing.Optional[int] = None  # over the last K epochs the learning rate falls linearly to zero
-    rdrop_alpha: typing.Optional[float] = None  # R-Drop: each batch runs twice (two dropout masks), plus alpha / 4
-                                                # times their symmetric KL (losses.RDropLoss); doubles the compute
+    rdrop_alpha: typing.Optional[float] = None  # R-Drop (null or 0: off): every pair runs twice a batch, with
+                                                # two dropout masks, and alpha / 4 times their symmetric KL joins
+                                                # the loss (losses.RDropLoss); a batch computes twice the positions
     seed: int = 1234  # keras.utils.set_random_seed: initial weights, dropout, shuffling
     checkpoint_every_steps: typing.Optional[int] = None  # also write checkpoints/step-XXXXXXXX.weights.h5
     keep_step_checkpoints: int = 3  # how many step checkpoints to keep
