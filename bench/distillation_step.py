@@ -74,6 +74,31 @@ def make_batches(count, config, batch_size, length, top_k, seed=0):
     return batches
 
 
+def time_in_turn(impls, step, steps, warmup=3):
+    """Runs `step(impl, index)` for every impl in turn, `warmup + steps` times, the order rotating every time;
+    returns `{impl: [seconds of each timed step]}`."""
+    times = {impl: [] for impl in impls}
+    for index in range(steps + warmup):
+        for impl in impls[index % len(impls):] + impls[:index % len(impls)]:
+            start = time.perf_counter()
+            step(impl, index)
+            if index >= warmup:
+                times[impl].append(time.perf_counter() - start)
+    return times
+
+
+def print_table(times, count, what):
+    """A markdown table: each impl's median step, `count` `what` per second, and its paired median step-time
+    ratio to the first impl's."""
+    first = next(iter(times))
+    print(f"| loss | median step (s) | {what}/s | step time / {first}'s (paired median) |")
+    print("| --- | ---: | ---: | ---: |")
+    for impl, seconds in times.items():
+        median = statistics.median(seconds)
+        ratio = statistics.median(a / b for a, b in zip(seconds, times[first]))
+        print(f"| {impl} | {median:.3f} | {count / median:,.0f} | {ratio:.2f}x |")
+
+
 def build(config, impl, weight):
     keras.utils.set_random_seed(0)
     model = kt.build_model(config)
@@ -100,25 +125,17 @@ def main(argv=None):
     config = load_experiment(args.config).model_config(args.vocab_size)
     batches = make_batches(4, config, args.batch_size, args.length, args.top_k)
     models = {impl: build(config, impl, args.distill_weight) for impl in IMPLS}
-    times = {impl: [] for impl in IMPLS}
-    for step in range(args.steps + 3):
-        inputs, labels, packed = batches[step % len(batches)]
-        order = IMPLS[step % 3:] + IMPLS[:step % 3]
-        for impl in order:
-            start = time.perf_counter()
-            models[impl].train_on_batch(list(inputs), labels if impl == "plain" else packed)
-            if step >= 3:
-                times[impl].append(time.perf_counter() - start)
+
+    def step(impl, index):
+        inputs, labels, packed = batches[index % len(batches)]
+        models[impl].train_on_batch(list(inputs), labels if impl == "plain" else packed)
+
+    times = time_in_turn(IMPLS, step, args.steps)
     tokens = statistics.mean(int((b[1] != 0).sum()) for b in batches)
     print(f"model: {config.num_layers}+{config.num_layers} layers, d_model {config.d_model}, vocab "
           f"{config.vocab_size}; batches {args.batch_size} x {args.length} (~{tokens:.0f} target tokens), "
           f"top-{args.top_k}, w {args.distill_weight}, {args.steps} steps each")
-    print("| loss | median step (s) | target tokens/s | step time / plain's (paired median) |")
-    print("| --- | ---: | ---: | ---: |")
-    for impl in IMPLS:
-        median = statistics.median(times[impl])
-        ratio = statistics.median(a / b for a, b in zip(times[impl], times["plain"]))
-        print(f"| {impl} | {median:.3f} | {tokens / median:,.0f} | {ratio:.2f}x |")
+    print_table(times, tokens, "target tokens")
 
 
 if __name__ == "__main__":

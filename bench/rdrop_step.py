@@ -22,7 +22,6 @@ Prints a table: median step time, target positions/s, and the paired median rati
 import argparse
 import os
 import statistics
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
@@ -33,6 +32,8 @@ from keras import ops  # noqa: E402
 
 import keras_transformer as kt  # noqa: E402
 from keras_transformer.training import load_experiment  # noqa: E402
+
+from distillation_step import make_batches, print_table, time_in_turn  # noqa: E402  (this folder)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IMPLS = ("plain", "rdrop", "autodiff")
@@ -50,25 +51,6 @@ class AutodiffRDropLoss(kt.RDropLoss):
         divergence = ops.sum((ops.exp(pairs[:, 0]) - ops.exp(pairs[:, 1])) * difference, axis=-1)
         labels = ops.reshape(y_true, (-1, 2, shape[1]))[:, 0]
         return cross_entropy + self.alpha / 4.0 * self._masked_mean(divergence, labels)
-
-
-def make_batches(count, config, batch_size, length, seed=0):
-    """`count` batches `((source, decoder input), labels)`; lengths uniform in [length/2, length]."""
-    rng = np.random.default_rng(seed)
-    batches = []
-    for _ in range(count):
-        source = np.zeros((batch_size, length), "int32")
-        decoder_in = np.zeros((batch_size, length), "int32")
-        labels = np.zeros((batch_size, length), "int32")
-        for i in range(batch_size):
-            n, m = rng.integers(length // 2, length + 1, 2)
-            source[i, :n] = np.append(rng.integers(4, config.vocab_size, n - 1), config.eos_id)
-            sentence = np.append(rng.integers(4, config.vocab_size, m - 1), config.eos_id)
-            labels[i, :m] = sentence
-            decoder_in[i, 0] = config.bos_id
-            decoder_in[i, 1:m] = sentence[:-1]
-        batches.append(((source, decoder_in), labels))
-    return batches
 
 
 def repeated(batch):
@@ -103,28 +85,20 @@ def main(argv=None):
         parser.error(f"--batch-size must be an even number >= 2, got {args.batch_size}")
 
     config = load_experiment(args.config).model_config(args.vocab_size)
-    batches = make_batches(4, config, args.batch_size, args.length)
+    batches = [(inputs, labels) for inputs, labels, _ in make_batches(4, config, args.batch_size, args.length, 1)]
     models = {impl: build(config, impl, args.alpha) for impl in IMPLS}
-    times = {impl: [] for impl in IMPLS}
-    for step in range(args.steps + 3):
-        batch = batches[step % len(batches)]
-        order = IMPLS[step % 3:] + IMPLS[:step % 3]
-        for impl in order:
-            inputs, labels = batch if impl == "plain" else repeated(batch)
-            start = time.perf_counter()
-            models[impl].train_on_batch(list(inputs), labels)
-            if step >= 3:
-                times[impl].append(time.perf_counter() - start)
+    pairs = [repeated(batch) for batch in batches]
+
+    def step(impl, index):
+        inputs, labels = (batches if impl == "plain" else pairs)[index % len(batches)]
+        models[impl].train_on_batch(list(inputs), labels)
+
+    times = time_in_turn(IMPLS, step, args.steps)
     positions = statistics.mean(int((b[1] != 0).sum()) for b in batches)
     print(f"model: {config.num_layers}+{config.num_layers} layers, d_model {config.d_model}, vocab "
           f"{config.vocab_size}; {args.batch_size} rows x {args.length} (~{positions:.0f} target positions) a step, "
           f"alpha {args.alpha}, {args.steps} steps each")
-    print("| loss | median step (s) | target positions/s | step time / plain's (paired median) |")
-    print("| --- | ---: | ---: | ---: |")
-    for impl in IMPLS:
-        median = statistics.median(times[impl])
-        ratio = statistics.median(a / b for a, b in zip(times[impl], times["plain"]))
-        print(f"| {impl} | {median:.3f} | {positions / median:,.0f} | {ratio:.2f}x |")
+    print_table(times, positions, "target positions")
 
 
 if __name__ == "__main__":

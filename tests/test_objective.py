@@ -114,6 +114,15 @@ def test_make_optimizer_is_the_papers_adam():
                         2 * float(optimizer._learning_rate(10)))
 
 
+def value_and_gradient(loss, labels, logits):
+    """`(loss value, d loss / d logits)` by TensorFlow's autodiff (which uses a hand-written gradient if given)."""
+    import tensorflow as tf
+    with tf.GradientTape() as tape:
+        tape.watch(logits)
+        value = loss(labels, logits)
+    return float(value), tape.gradient(value, logits).numpy()
+
+
 @pytest.mark.parametrize("eps", [0.0, 0.1])
 def test_label_smoothed_loss_gradient_matches_autodiff_of_the_one_hot_formula(eps):
     """The loss's gradient is written by hand (losses.smoothed_cross_entropy); autodiff of the textbook formula agrees."""
@@ -131,12 +140,8 @@ def test_label_smoothed_loss_gradient_matches_autodiff_of_the_one_hot_formula(ep
         weights = tf.cast(labels != 0, tf.float32)
         return tf.reduce_sum(per_token * weights) / tf.reduce_sum(weights)
 
-    gradients = []
-    for fn in (kt.LabelSmoothedCrossEntropy(eps, pad_id=0), reference):
-        with tf.GradientTape() as tape:
-            tape.watch(logits)
-            value = fn(labels, logits)
-        gradients.append((float(value), tape.gradient(value, logits).numpy()))
+    gradients = [value_and_gradient(fn, labels, logits) for fn in (kt.LabelSmoothedCrossEntropy(eps, pad_id=0),
+                                                                   reference)]
     assert gradients[0][0] == pytest.approx(gradients[1][0], rel=1e-6)
     np.testing.assert_allclose(gradients[0][1], gradients[1][1], atol=1e-7)
     assert np.abs(gradients[1][1]).max() > 1e-3  # a real gradient, not zeros on both sides
@@ -191,12 +196,7 @@ def test_rdrop_loss_gradient_matches_autodiff_of_the_textbook_formula():
         pair_weights = weights[0::2]
         return cross_entropy + 3.0 / 4 * tf.reduce_sum(divergence * pair_weights) / tf.reduce_sum(pair_weights)
 
-    results = []
-    for fn in (kt.RDropLoss(3.0, 0.1, pad_id=0), reference):
-        with tf.GradientTape() as tape:
-            tape.watch(logits)
-            value = fn(labels, logits)
-        results.append((float(value), tape.gradient(value, logits).numpy()))
+    results = [value_and_gradient(fn, labels, logits) for fn in (kt.RDropLoss(3.0, 0.1, pad_id=0), reference)]
     assert results[0][0] == pytest.approx(results[1][0], rel=1e-6)
     np.testing.assert_allclose(results[0][1], results[1][1], atol=1e-6)
     assert np.abs(results[1][1]).max() > 1e-3
