@@ -290,11 +290,11 @@ def epoch_pairs(dataset, tokenizer):
         assert inputs["source"].size <= BUDGET and inputs["target"].size <= BUDGET
         np.testing.assert_array_equal(inputs["target"][:, 1:], np.where(labels[:, :-1] == 3, 0, labels[:, :-1]))
         assert np.all(inputs["target"][:, 0] == 2)
-        for source, target in zip(inputs["source"], labels):
+        texts = zip(tokenizer.detokenize(inputs["source"]).numpy(), tokenizer.detokenize(labels).numpy())
+        for source, target, (source_text, target_text) in zip(inputs["source"], labels, texts):
             source, target = source[source != 0], target[target != 0]
             assert source[-1] == 3 and target[-1] == 3  # eos closes both sides
-            rows.append((tokenizer.detokenize(source).numpy().decode(), tokenizer.detokenize(target).numpy().decode(),
-                         tuple(source[:-1]), tuple(target[:-1])))
+            rows.append((source_text.decode(), target_text.decode(), tuple(source[:-1]), tuple(target[:-1])))
     return rows
 
 
