@@ -6,6 +6,7 @@ validated with messages that name the offending field.
 
 import dataclasses
 import math
+import re
 import typing
 
 import yaml
@@ -152,6 +153,10 @@ class TransformerConfig:
                 raise ValueError(f"TransformerConfig.{name}={value!r} is outside the vocabulary.")
         if len(set(special.values())) != len(special):
             raise ValueError(f"TransformerConfig: special ids must differ, got {special}.")
+        for name in ("layer_norm_epsilon", "learning_rate_scale", "epsilon", "beta_1", "beta_2", "length_penalty"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"TransformerConfig.{name} must be a number, got {value!r}.")
         for name in ("layer_norm_epsilon", "learning_rate_scale", "epsilon"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"TransformerConfig.{name} must be > 0, got {getattr(self, name)!r}.")
@@ -220,10 +225,35 @@ class TransformerConfig:
     def from_yaml(cls, path) -> "TransformerConfig":
         """Reads a config written by `save_yaml` (or by hand)."""
         with open(path, encoding="utf-8") as f:
-            values = yaml.safe_load(f) or {}
+            values = load_yaml(f) or {}
         if not isinstance(values, dict):
             raise ValueError(f"{path}: expected a mapping of TransformerConfig fields, got {type(values).__name__}.")
         return cls.from_dict(values)
+
+
+class _YamlLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, reading numbers such as `1e-9` and `5e-4` as floats (YAML 1.2), not as strings."""
+
+
+_YamlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?|\.[0-9_]+(?:[eE][-+]?[0-9]+)?"
+               r"|[0-9][0-9_]*[eE][-+]?[0-9]+|\.(?:inf|Inf|INF)|[-+]\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
+    list("-+0123456789."))
+
+
+def load_yaml(stream):
+    """Reads YAML as `yaml.safe_load` does, except that `1e-9` is a float, as a config author means it.
+
+    PyYAML follows YAML 1.1, whose floats need a dot (`1.0e-9`); `1e-9` would
+    arrive as the string "1e-9". Every config file and `--set` value goes through here.
+
+    Example:
+
+    >>> load_yaml("learning_rate_scale: 1e-9\\nepsilon: 1.0e-09\\nname: 1e9x")
+    {'learning_rate_scale': 1e-09, 'epsilon': 1e-09, 'name': '1e9x'}
+    """
+    return yaml.load(stream, Loader=_YamlLoader)
 
 
 # The paper's Table 3 "base" and "big", plus two sizes that train on a laptop CPU.

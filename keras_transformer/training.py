@@ -66,7 +66,7 @@ import keras
 import numpy as np
 import yaml
 
-from keras_transformer.config import TransformerConfig
+from keras_transformer.config import TransformerConfig, load_yaml
 
 log = logging.getLogger("keras_transformer")
 
@@ -299,7 +299,10 @@ class TrainingSection:
     keep_step_checkpoints: int = 3  # how many step checkpoints to keep
     keep_checkpoints: typing.Optional[int] = None  # epoch checkpoints to keep; None keeps all (for averaging)
     backup_every_steps: typing.Optional[int] = None  # also back up every N batches (resume inside an epoch)
-    init_checkpoint: typing.Optional[str] = None  # start from these weights (fine-tuning)
+    init_checkpoint: typing.Optional[str] = None  # start from these weights (fine-tuning), and from the
+                                                  # vocabulary of the run or export that wrote them
+    initial_updates: int = 0  # a new run's optimizer starts at this update count, so the learning-rate
+                              # schedule goes on from there instead of warming up again (ignored on resume)
     validation: bool = True  # evaluate loss and accuracy on the validation data after each epoch
     bleu_every_epochs: typing.Optional[int] = None  # text data: decode the validation set every N epochs (val_bleu)
     bleu_beam_size: int = 1  # beam for that validation BLEU (1: greedy, fast)
@@ -336,6 +339,9 @@ class TrainingSection:
             value = getattr(self, name)
             if not _is_integer(value) or value <= 0:
                 raise ConfigError(f"training.{name} must be a positive integer, got {value!r}.")
+        if not _is_integer(self.initial_updates) or self.initial_updates < 0:
+            raise ConfigError(f"training.initial_updates must be a non-negative integer, got "
+                              f"{self.initial_updates!r}.")
         if not _is_integer(self.seed) or self.seed < 0:
             raise ConfigError(f"training.seed must be a non-negative integer, got {self.seed!r}.")
         if self.rdrop_alpha is not None and (isinstance(self.rdrop_alpha, bool)
@@ -552,7 +558,8 @@ def _deep_merge(base, update):
 def parse_override(text):
     """Parses one `--set` argument `section.key=value` into `(["section", "key"], value)`.
 
-    The value is read as YAML, so `3`, `0.1`, `true`, `null` and `[a, b]` get their types.
+    The value is read as YAML, so `3`, `0.1`, `1e-4`, `true`, `null` and `[a, b]` get their types
+    (`config.load_yaml`).
 
     Example:
 
@@ -568,7 +575,7 @@ def parse_override(text):
     if len(path) < 2 or not all(path):
         raise ConfigError(f"--set key must look like section.key (e.g. training.epochs), got {key!r}.")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else None
+        value = load_yaml(raw) if raw.strip() else None
     except yaml.YAMLError as error:
         raise ConfigError(f"--set {text!r}: the value is not valid YAML ({error}).") from error
     return path, value
@@ -603,7 +610,7 @@ def load_experiment(paths=(), overrides=()):
         if not path.is_file():
             raise ConfigError(f"Config file not found: {path}")
         try:
-            loaded = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+            loaded = load_yaml(path.read_text(encoding="utf-8")) or {}
         except yaml.YAMLError as error:
             raise ConfigError(f"{path}: not valid YAML ({error}).") from error
         if not isinstance(loaded, dict):
@@ -982,6 +989,55 @@ def _synthetic_data(section, data_dir, global_batch, seed, num_replicas, shuffle
     return TrainingData(dataset("train", True), validation, size, size)
 
 
+def checkpoint_vocabulary(path):
+    """The vocabulary folder of the run or export that wrote the weights file `path`, or None.
+
+    Looks where this package puts it: an export's `assets.extra/vocab` beside
+    `assets.extra/model.weights.h5`, a workdir's `data/vocab` beside its
+    `averaged.weights.h5` or above its `checkpoints/ckpt-XXXX.weights.h5`.
+
+    Example:
+
+    >>> import tempfile
+    >>> run = pathlib.Path(tempfile.mkdtemp()).resolve()
+    >>> (run / "data" / "vocab").mkdir(parents=True)
+    >>> checkpoint_vocabulary(run / "checkpoints" / "ckpt-0003.weights.h5") == run / "data" / "vocab"
+    True
+    >>> checkpoint_vocabulary(run / "elsewhere" / "deeper" / "my.weights.h5") is None
+    True
+    """
+    folder = pathlib.Path(path).resolve().parent
+    candidates = (folder / "vocab", folder / "data" / "vocab", folder.parent / "data" / "vocab")
+    return next((candidate for candidate in candidates if candidate.is_dir()), None)
+
+
+def _adopt_vocabulary(checkpoint, vocab_dir):
+    """A fine-tuning run tokenizes with the vocabulary its initial weights were trained with.
+
+    A new workdir copies it (so `data/vocab` is never learned afresh, with other
+    ids); a workdir that already has a vocabulary must hold the same files.
+    """
+    import shutil
+    source = checkpoint_vocabulary(checkpoint)
+    if source is None:
+        log.warning("training.init_checkpoint: no vocabulary beside %s (an export's assets.extra/vocab or a "
+                    "workdir's data/vocab): the workdir's own is used, so its ids must be the ones the weights "
+                    "were trained with.", checkpoint)
+        return
+    vocab_dir = pathlib.Path(vocab_dir)
+    if vocab_dir.exists():
+        if _folder_files(vocab_dir) != _folder_files(source):
+            raise ConfigError(f"training.init_checkpoint: the weights in {checkpoint} were trained with the "
+                              f"vocabulary in {source}, and this workdir's {vocab_dir} differs from it. Fine-tune "
+                              f"in a new workdir: it takes the checkpoint's vocabulary.")
+        return
+    staging = vocab_dir.with_name(f".{vocab_dir.name}.tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(source, staging)
+    os.replace(staging, vocab_dir)
+    log.info("Vocabulary copied from %s, the init checkpoint's", source)
+
+
 def _wait_for(path, timeout=3600, poll=2.0):
     """Waits until `path` exists (a non-chief worker waiting for the chief's vocabulary)."""
     deadline = time.time() + timeout
@@ -1333,6 +1389,8 @@ def _train(experiment, workdir, output, strategy, is_chief, policy, resumed_at=(
     from keras_transformer.optimizers import make_optimizer
 
     training = experiment.training
+    if training.init_checkpoint and experiment.data.kind != "synthetic" and is_chief:
+        _adopt_vocabulary(training.init_checkpoint, workdir / "data" / "vocab")
     data = build_data(experiment.data, workdir / "data", strategy, training.batch_scaling, seed=training.seed,
                       wait_for_chief=not is_chief, resumed_at=resumed_at)
     model_config = experiment.model_config(data.model_fields())
@@ -1355,7 +1413,8 @@ def _train(experiment, workdir, output, strategy, is_chief, policy, resumed_at=(
         if per_epoch is None:
             raise ConfigError("training.cooldown_epochs needs the number of batches per epoch, which this data "
                               "does not tell: set training.steps_per_epoch.")
-        cooldown = ((training.epochs - training.cooldown_epochs) * per_epoch, training.cooldown_epochs * per_epoch)
+        cooldown = (training.initial_updates + (training.epochs - training.cooldown_epochs) * per_epoch,
+                    training.cooldown_epochs * per_epoch)
         log.info("Cooldown: the learning rate falls linearly to 0 from update %d over %d updates", *cooldown)
 
     with strategy.scope():
@@ -1367,8 +1426,13 @@ def _train(experiment, workdir, output, strategy, is_chief, policy, resumed_at=(
                       metrics=[MaskedAccuracy(pad_id=model_config.pad_id)],
                       jit_compile=training.jit_compile, steps_per_execution=training.steps_per_execution)
         distribute.apply_keras_workarounds(model)
-        if training.init_checkpoint:
-            load_weights(model, training.init_checkpoint)
+        if training.init_checkpoint:  # the weights only: the new run's optimizer starts afresh
+            load_weights(_weights_only(model), training.init_checkpoint)
+            log.info("Starting from the weights in %s", training.init_checkpoint)
+        if training.initial_updates:  # a resumed run's backup restores its own count over this one
+            model.optimizer.iterations.assign(training.initial_updates)
+            log.info("The optimizer starts at update %d (learning rate %.3g)", training.initial_updates,
+                     float(model.optimizer.learning_rate))
 
     # Order matters: callbacks that add to the epoch logs come before the ones that write them, and the backup
     # comes last, so that a run stopped before it resumes from an epoch whose checkpoint and history are written.
@@ -1641,10 +1705,14 @@ def _vocabulary_dir(path):
     return path / "assets.extra" / "vocab" if (path / "saved_model.pb").is_file() else path / "data" / "vocab"
 
 
-def _vocabulary_files(path):
-    folder = _vocabulary_dir(path)
+def _folder_files(folder):
+    folder = pathlib.Path(folder)
     return {item.name: item.read_bytes() for item in sorted(folder.iterdir()) if item.is_file()} \
         if folder.is_dir() else {}
+
+
+def _vocabulary_files(path):
+    return _folder_files(_vocabulary_dir(path))
 
 
 def _check_weights_choice(model, checkpoint, average):

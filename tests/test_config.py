@@ -47,6 +47,8 @@ def test_separate_vocab_and_layer_overrides():
     (dict(pad_id=5, unk_id=5), "special ids must differ"),
     (dict(length_penalty=float("nan")), "length_penalty must be finite and >= 0"),  # passed: nan < 0 is False
     (dict(length_penalty=-0.1), "got -0.1"),
+    (dict(learning_rate_scale="fast"), "learning_rate_scale must be a number, got 'fast'"),
+    (dict(beta_2=None), "beta_2 must be a number, got None"),
 ])
 def test_validation_names_the_problem(overrides, fragment):
     values = dict(vocab_size=100, d_model=64, num_heads=4)
@@ -73,6 +75,14 @@ def test_yaml_round_trip(tmp_path):
     path = tmp_path / "config.yaml"
     config.save_yaml(path)
     assert TransformerConfig.from_yaml(path) == config
+
+
+def test_yaml_exponents_without_a_dot_are_floats(tmp_path):
+    """PyYAML (YAML 1.1) would read `1e-9` as a string; a config author means the number."""
+    path = tmp_path / "config.yaml"
+    path.write_text("vocab_size: 100\nd_model: 64\nnum_heads: 4\nepsilon: 1e-9\nlearning_rate_scale: 5E-1\n")
+    config = TransformerConfig.from_yaml(path)
+    assert config.epsilon == 1e-9 and config.learning_rate_scale == 0.5
 
 
 def test_yaml_with_bad_key_names_it(tmp_path):

@@ -55,7 +55,8 @@ def test_set_overrides_apply_in_order_and_are_typed():
     experiment = training.load_experiment(TINY, [
         "training.epochs=2", "training.epochs=5",  # later wins
         "model.dropout=0.25", "training.mixed_precision=mixed_bfloat16", "training.tensorboard=false",
-        "training.devices=['/cpu:0', '/cpu:1']", "training.steps_per_epoch=null", "data.task=reverse"])
+        "training.devices=['/cpu:0', '/cpu:1']", "training.steps_per_epoch=null", "data.task=reverse",
+        "model.learning_rate_scale=1e-3"])  # a float, though YAML 1.1 wants a dot
     assert experiment.training.epochs == 5
     assert experiment.model["dropout"] == 0.25
     assert experiment.training.mixed_precision == "mixed_bfloat16"
@@ -63,6 +64,7 @@ def test_set_overrides_apply_in_order_and_are_typed():
     assert experiment.training.devices == ["/cpu:0", "/cpu:1"]
     assert experiment.training.steps_per_epoch is None
     assert experiment.data.task == "reverse"
+    assert experiment.model["learning_rate_scale"] == 0.001
     # The rest of the file is untouched.
     assert experiment.model["preset"] == "tiny" and experiment.data.train_examples == 2048
 
@@ -86,6 +88,7 @@ def test_malformed_set_is_rejected(text):
     ({"training": {"mixed_precision": "fp8"}}, "training.mixed_precision"),
     ({"training": {"epochs": 0}}, "training.epochs"),
     ({"training": {"epochs": 3, "cooldown_epochs": 4}}, "training.cooldown_epochs"),
+    ({"training": {"initial_updates": -1}}, "training.initial_updates"),
     ({"data": {"kind": "csv"}}, "data.kind"),
     ({"data": {"kind": "text"}}, "data.train_source"),
     ({"model": {"preset": "huge"}}, "model.preset"),
@@ -476,6 +479,54 @@ def test_a_run_with_bpe_dropout_trains_its_epochs_and_resumes(packed, tmp_path):
     assert [int(row["epoch"]) for row in rows] == [1, 2, 3]
     assert all(np.isfinite(float(row["loss"])) for row in rows)
     assert sorted(p.name for p in (workdir / "checkpoints").glob("ckpt-*.weights.h5"))[-1] == "ckpt-0003.weights.h5"
+
+
+def test_fine_tuning_takes_the_weights_the_vocabulary_and_the_update_count_of_the_run_it_starts_from(
+        packed, tmp_path):
+    """training.init_checkpoint: the new workdir copies the vocabulary of the run that wrote the weights (its own
+    data section asks for another size, which would learn other ids), starts from those weights, and with
+    training.initial_updates goes on with that run's learning-rate schedule."""
+    folder = packed[2]
+    base = {"model": {"preset": "tiny", "dropout": 0.0, "warmup_steps": 20},
+            "data": {"kind": "text", "train_source": str(folder / "train.en"), "train_target": str(folder / "train.de"),
+                     "valid_source": str(folder / "val.en"), "valid_target": str(folder / "val.de"),
+                     "vocab_size": 600, "tokens_per_batch": 512, "max_length": 64},
+            "training": {"epochs": 1, "verbose": 0, "tensorboard": False}}
+    config = _write(tmp_path / "text.yaml", base)
+    first = training.train(training.load_experiment(config), tmp_path / "first")
+    updates = _rows(tmp_path / "first" / "history.csv")[0]["step"]
+    checkpoint = tmp_path / "first" / "checkpoints" / "ckpt-0001.weights.h5"
+    scale = 1e-9  # a learning rate too small to move the weights: the second run must end where it started
+    tuned = training.train(training.load_experiment(config, [
+        "data.vocab_size=300", f"training.init_checkpoint={checkpoint}", f"training.initial_updates={updates}",
+        f"model.learning_rate_scale={scale}"]), tmp_path / "tuned")
+    vocab = [sorted((run / "data" / "vocab").iterdir()) for run in (tmp_path / "first", tmp_path / "tuned")]
+    assert [p.read_bytes() for p in vocab[0]] == [p.read_bytes() for p in vocab[1]]
+    assert tuned.model_config.vocab_size == first.model_config.vocab_size == 600
+    for start, end in zip(first.model.get_weights(), tuned.model.get_weights()):
+        np.testing.assert_allclose(end, start, atol=1e-5)
+    row = _rows(tmp_path / "tuned" / "history.csv")[0]
+    step = int(row["step"])
+    assert step == 2 * int(updates)  # the same batches again, counted on from the first run's updates
+    d_model, warmup = first.model_config.d_model, 20
+    expected = scale * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
+    assert float(row["learning_rate"]) == pytest.approx(expected, rel=1e-5)
+
+    # A workdir whose vocabulary is not the checkpoint's is refused, both named.
+    (tmp_path / "other" / "data").mkdir(parents=True)
+    import shutil
+    shutil.copytree(tmp_path / "first" / "data" / "vocab", tmp_path / "other" / "data" / "vocab")
+    (tmp_path / "other" / "data" / "vocab" / "tokenizer.json").write_text("{}", encoding="utf-8")
+    with pytest.raises(training.ConfigError, match="this workdir's .*vocab differs") as error:
+        training.train(training.load_experiment(config, [f"training.init_checkpoint={checkpoint}"]),
+                       tmp_path / "other")
+    assert str(tmp_path / "first" / "data" / "vocab") in str(error.value)
+
+
+def test_the_vocabulary_of_a_checkpoint_is_found_beside_an_export_and_inside_a_workdir():
+    export = REPO / "saved_models" / "multi30k_en_de"
+    assert training.checkpoint_vocabulary(export / "assets.extra" / "model.weights.h5") == \
+        export / "assets.extra" / "vocab"
 
 
 def test_r_drop_trains_on_pairs_and_reports_the_plain_validation_loss(tmp_path):
