@@ -556,6 +556,8 @@ def main(argv=None):
     scoring.add_argument("--beam-size", type=positive, help="default: the model config's")
     scoring.add_argument("--alpha", type=number_at_least(0),
                          help="length penalty exponent, >= 0; default: the model config's")
+    scoring.add_argument("--max-extra", type=non_negative,
+                         help="a translation's tokens beyond its source's length, at most; default: the model config's")
     scoring.add_argument("--output", help="write the translations to this file")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
@@ -573,7 +575,8 @@ def _run(args):
         checkpoint = args.checkpoint or (folder / f"average-last-{args.average_last}.weights.h5" if args.average_last
                                          else latest_checkpoints(folder, 1)[0])
         scores = evaluate_arrays(args.workdir, checkpoint, *args.evaluate, tokenized_reference=args.tokenized_reference,
-                                 lang=args.lang, beam_size=args.beam_size, alpha=args.alpha, output=args.output)
+                                 lang=args.lang, beam_size=args.beam_size, alpha=args.alpha, max_extra=args.max_extra,
+                                 output=args.output)
         print(json.dumps({k: round(v, 2) for k, v in scores.items()}))
         return
     result = train_arrays(args.workdir, args.epochs, jit_compile=not args.no_jit, precision=args.precision,

@@ -256,32 +256,41 @@ def test_scoring_without_tensorflow_matches_the_translator(packed, copy_packed, 
     folder = packed[2]
     copy = copy_packed()
     checkpoint = arrays.train_arrays(copy, epochs=1, jit_compile=False, average_last=None)["checkpoints"][-1]
+    # 12 sentences and max_extra 8: an untrained model's translations run to the length limit, and each decoder
+    # below would spend half a minute on all 40 at the default of 50 extra tokens.
+    for lang in ("en", "de"):
+        (tmp_path / f"val.{lang}").write_text("".join(f"{line}\n" for line in read_lines(folder / f"val.{lang}")[:12]),
+                                              encoding="utf-8")
+    folder = tmp_path
     lines = read_lines(folder / "val.en")
+    assert len(lines) == 12
     # SentencePiece through the `sentencepiece` package gives the ids of the tensorflow-text tokenizer.
     source_processor, target_processor = arrays._sentencepiece_processors(copy / "data" / "vocab")
     tokenizer, _ = tokenizers.load_tokenizers(copy / "data" / "vocab")
     assert [source_processor.encode(line) for line in lines] == tokenizer.tokenize(lines).to_list()
-    # Same translations as the TensorFlow Translator, and the scores of evaluate_translations.
-    translator = training.load_translator(copy, checkpoint=checkpoint, beam_size=2, alpha=0.6)
+    # Same translations as the TensorFlow Translator.
+    translator = training.load_translator(copy, checkpoint=checkpoint, beam_size=2, alpha=0.6, max_extra=8)
     expected = translator(lines + ["   "])
     from keras_transformer.config import TransformerConfig
     from keras_transformer.model import build_model
     model = build_model(TransformerConfig.from_yaml(copy / "model.yaml"))
     model.load_weights(str(checkpoint))
     got = arrays.translate_lines(model, lines + ["   "], source_processor, target_processor, beam_size=2, alpha=0.6,
-                                 batch_size=16)
+                                 max_extra=8, batch_size=16)
     assert got[-1] == "" and sum(a == b for a, b in zip(got, expected)) >= len(lines) - 1
-    scores = arrays.evaluate_arrays(copy, checkpoint, folder / "val.en", folder / "val.de", beam_size=2, alpha=0.6,
-                                    output=tmp_path / "hyp.txt")
-    from keras_transformer.evaluation import evaluate_translations
-    assert scores == evaluate_translations(read_lines(tmp_path / "hyp.txt"), read_lines(folder / "val.de"))
-    assert scores["bleu"] == pytest.approx(evaluate_translations(expected[:-1], read_lines(folder / "val.de"))["bleu"],
-                                           abs=0.5)
     with pytest.raises(FileNotFoundError, match="Checkpoint not found"):
         arrays.evaluate_arrays(copy, copy / "missing.weights.h5", folder / "val.en", folder / "val.de")
-    # The command line prints the same figures (the newest epoch checkpoint by default).
+    # The command line (evaluate_arrays with the newest epoch checkpoint) writes those translations and prints the
+    # scores evaluate_translations gives them.
     import json
+
+    from keras_transformer.evaluation import evaluate_translations, one_line
     arrays.main([str(copy), "--evaluate", str(folder / "val.en"), str(folder / "val.de"), "--beam-size", "2",
-                 "--alpha", "0.6"])
+                 "--alpha", "0.6", "--max-extra", "8", "--output", str(tmp_path / "hyp.txt")])
     printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    hypotheses = read_lines(tmp_path / "hyp.txt")
+    assert hypotheses == [one_line(line) for line in got[:-1]]
+    scores = evaluate_translations(hypotheses, read_lines(folder / "val.de"))
     assert printed == {k: round(v, 2) for k, v in scores.items()}
+    assert scores["bleu"] == pytest.approx(evaluate_translations(expected[:-1], read_lines(folder / "val.de"))["bleu"],
+                                           abs=0.5)
