@@ -99,7 +99,9 @@ def bleu(hypotheses, references, lowercase=False, tokenize="13a"):
         references = [references]
     for reference_set in references:
         _check_lengths(hypotheses, reference_set)
-    metric = sacrebleu.BLEU(lowercase=lowercase, tokenize=tokenize)
+    # force: with tokenize="none" the text is tokenized on purpose (the Multi30k protocol), and sacreBLEU's warning
+    # about lines that end in " ." ("you forgot to detokenize") would be wrong.
+    metric = sacrebleu.BLEU(lowercase=lowercase, tokenize=tokenize, force=tokenize == "none")
     return metric.corpus_score(list(hypotheses), [list(r) for r in references])
 
 
