@@ -919,9 +919,72 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
 
     def _save_model(self):
         super()._save_model()
+        if self._done:  # inside an epoch: its running loss and metrics, for the process that trains the rest
+            _save_metric_state(self.model, self.backup_dir, self._current_epoch, self._done)
         position = {"epoch": self._current_epoch, "batch": self._last_batch_seen, "batches_done": self._done}
         with open(self._training_metadata_path, "w", encoding="utf-8") as f:
             f.write(json.dumps(position))
+
+
+METRIC_STATE = "metrics.npz"  # in the backup folder
+
+
+def _save_metric_state(model, backup_dir, epoch, done):
+    """Writes the model's metric accumulators (the loss tracker's total and count, the accuracy's) as they stand
+    after `done` batches of `epoch`, atomically."""
+    path = pathlib.Path(backup_dir) / METRIC_STATE
+    values = {f"v{i}": keras.ops.convert_to_numpy(v) for i, v in enumerate(model.metrics_variables)}
+    temporary = path.with_name(f".{path.stem}.tmp.npz")
+    np.savez(temporary, epoch=epoch, done=done, names=np.array([v.path for v in model.metrics_variables]), **values)
+    os.replace(temporary, path)
+
+
+class RestoreMetricState(keras.callbacks.Callback):
+    """Adds the interrupted epoch's metric accumulators from the backup to the resumed process's, so that the
+    epoch's history row averages all of its batches, the ones trained before the interruption included.
+
+    `ResumableBackup` saves them with each batch backup (`metrics.npz`): the loss
+    tracker's total and count, the accuracy's correct and total, all sums.
+    Keras creates the compiled metrics' variables at the first batch, so they are
+    added after it; the next batch's logs and the epoch's row include them.
+    Without a matching file (another position, other metrics, or several
+    replicas, whose accumulators are per replica) the row averages the resumed
+    batches alone, with a warning.
+    """
+
+    def __init__(self, backup_dir, epoch, done, replicas=1):
+        super().__init__()
+        self.path = pathlib.Path(backup_dir) / METRIC_STATE
+        self.epoch, self.done, self.replicas = epoch, done, replicas
+        self._pending = False
+
+    def _saved(self):
+        if self.replicas != 1:
+            return None
+        try:
+            with np.load(self.path) as saved:
+                names = [str(name) for name in saved["names"]]
+                if (int(saved["epoch"]), int(saved["done"])) != (self.epoch, self.done) or \
+                        names != [v.path for v in self.model.metrics_variables]:
+                    return None
+                return [saved[f"v{i}"] for i in range(len(names))]
+        except (OSError, KeyError, ValueError):
+            return None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._pending = epoch == self.epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        if not self._pending:
+            return
+        self._pending = False
+        values = self._saved()
+        if values is None:
+            log.warning("Epoch %d's loss and metrics in history.csv average only the batches trained after the "
+                        "resume: the backup has no matching record of its first %d.", self.epoch + 1, self.done)
+            return
+        for variable, value in zip(self.model.metrics_variables, values):
+            variable.assign_add(value)
 
 
 # ------------------------------------------------------------------ data
@@ -1474,7 +1537,8 @@ def _train(experiment, workdir, output, strategy, is_chief, policy, resumed_at=(
     fit = dict(validation_data=validation, callbacks=callbacks, verbose=progress_verbosity(training.verbose),
                shuffle=False)  # the datasets shuffle themselves
     start = time.time()
-    histories = _finish_interrupted_epoch(model, data, training, resumed_at, backup, fit)
+    histories = _finish_interrupted_epoch(model, data, training, resumed_at, backup, fit,
+                                          replicas=strategy.num_replicas_in_sync)
     if not model.stop_training:
         histories.append(model.fit(data.train, epochs=training.epochs, steps_per_epoch=training.steps_per_epoch,
                                    **fit))
@@ -1519,7 +1583,7 @@ def _batches_per_epoch(training, data):
     return per_epoch if per_epoch > 0 else None
 
 
-def _finish_interrupted_epoch(model, data, training, resumed_at, backup, fit):
+def _finish_interrupted_epoch(model, data, training, resumed_at, backup, fit, replicas=1):
     """Trains the batches an epoch interrupted after a batch backup had left; `[history]`, or `[]` when there is
     no such epoch or its length is not known (it then trains again from its first batch, with a warning)."""
     epoch, done = resumed_at
@@ -1537,6 +1601,8 @@ def _finish_interrupted_epoch(model, data, training, resumed_at, backup, fit):
     log.info("Epoch %d was interrupted after %d of its %d batches: training the other %d", epoch + 1, done,
              per_epoch, per_epoch - done)
     backup.offset = done
+    restore = RestoreMetricState(backup.backup_dir, epoch, done, replicas=replicas)
+    fit = dict(fit, callbacks=[restore, *fit["callbacks"]])
     return [model.fit(data.train, epochs=epoch + 1, steps_per_epoch=per_epoch - done, **fit)]
 
 

@@ -385,6 +385,49 @@ def test_an_epoch_interrupted_between_backups_resumes_at_its_batch(tmp_path, mon
     assert training._backup_position(workdir / "backup") == (3, 0)  # each epoch ends with a backup
 
 
+def test_the_history_row_of_an_interrupted_epoch_averages_all_its_batches(tmp_path, monkeypatch, caplog):
+    """The resumed process trains the epoch's last 4 batches; its history row still averages all 8, the 4 the
+    killed process trained included (their mean is what that process reported)."""
+    settings = ["data.train_examples=256", "data.val_examples=32", "data.batch_size=32", "training.epochs=2",
+                "training.verbose=0", "training.tensorboard=false", "training.backup_every_steps=2",
+                "training.validation=false"]
+    experiment = training.load_experiment(TINY, settings)
+    seen = []  # (process, epoch, batch, reported running loss, loss tracker total, count)
+
+    def spy(process, stop_at=None):
+        class Spy(training.LearningRateLogger):
+            def on_epoch_begin(self, epoch, logs=None):
+                self.epoch = epoch
+
+            def on_train_batch_end(self, batch, logs=None):
+                tracker = self.model._loss_tracker
+                seen.append((process, self.epoch, batch, float(logs["loss"]), float(tracker.total.numpy()),
+                             float(tracker.count.numpy())))
+                if int(self.model.optimizer.iterations) == stop_at:
+                    raise _Interrupted()
+        monkeypatch.setattr(training, "LearningRateLogger", Spy)
+
+    spy("first", stop_at=13)  # inside the second epoch; the last backup came after its 4th batch
+    with pytest.raises(_Interrupted):
+        training.train(experiment, tmp_path / "run")
+    assert training._backup_position(tmp_path / "run" / "backup") == (1, 4)
+    spy("resumed")
+    training.train(experiment, tmp_path / "run")
+    first_four = [row for row in seen if row[:2] == ("first", 1)][:4]
+    resumed = [row for row in seen if row[0] == "resumed"]
+    assert len(resumed) == 4
+    # The first process's 4 batches join the tracker after the first resumed batch (Keras builds the compiled
+    # metrics there), whose reported loss is its own; each later batch adds its loss times its 32 examples.
+    assert [row[5] for row in resumed] == [5 * 32, 6 * 32, 7 * 32, 8 * 32]
+    resumed_losses = [resumed[0][3]] + [(b[4] - a[4]) / 32 for a, b in zip(resumed, resumed[1:])]
+    expected = (first_four[-1][3] * 4 + sum(resumed_losses)) / 8
+    row = _rows(tmp_path / "run" / "history.csv")[1]
+    assert row["epoch"] == "2"
+    assert float(row["loss"]) == pytest.approx(expected, rel=1e-5)
+    assert float(row["loss"]) != pytest.approx(np.mean(resumed_losses), rel=1e-3)  # the 4 resumed ones alone
+    assert "average only the batches" not in caplog.text
+
+
 def test_an_interrupted_epoch_of_unknown_length_trains_again_and_says_so(tmp_path, monkeypatch, caplog):
     _data_of_unknown_length(monkeypatch)
     experiment = training.load_experiment(TINY, [
