@@ -225,7 +225,7 @@ def _evaluate(model, batches):
 
 def train_arrays(workdir, epochs=None, *, jit_compile=True, precision="float32", average_last=None,
                  length_multiple=8, tokens_per_batch=None, seed=None, keep_checkpoints=None, init_weights=None,
-                 initial_updates=0, teacher=None, distill_weight=0.5, cooldown_epochs=None, verbose=1):
+                 initial_updates=None, teacher=None, distill_weight=0.5, cooldown_epochs=None, verbose=1):
     """Trains the packed experiment in `workdir` (see `training.pack_arrays`), resuming a previous run.
 
     Args:
@@ -242,10 +242,12 @@ def train_arrays(workdir, epochs=None, *, jit_compile=True, precision="float32",
         seed: default: the experiment's `training.seed`; epoch e shuffles with seed + e.
         keep_checkpoints: keep only the newest N epoch checkpoints (None: all).
         init_weights: start a new run from these weights (fine-tuning,
-            distillation); ignored when resuming.
+            distillation); ignored when resuming (default: the experiment's
+            `training.init_checkpoint`, whose vocabulary `pack` took).
         initial_updates: a new run's optimizer starts at this update count, so
             the learning-rate schedule continues there (e.g. the updates the
-            `init_weights` run made) instead of warming up again.
+            `init_weights` run made) instead of warming up again (default: the
+            experiment's `training.initial_updates`, else 0).
         teacher: a `distillation.save_teacher` file made for this workdir:
             train with `distillation.DistillationLoss` towards it.
         distill_weight: the teacher term's weight w in that loss.
@@ -285,6 +287,10 @@ def train_arrays(workdir, epochs=None, *, jit_compile=True, precision="float32",
     seed = int(seed if seed is not None else training_section.get("seed", 0))
     if cooldown_epochs is None:
         cooldown_epochs = training_section.get("cooldown_epochs")
+    if init_weights is None:
+        init_weights = training_section.get("init_checkpoint")
+    if initial_updates is None:
+        initial_updates = training_section.get("initial_updates") or 0
     tokens_per_batch = int(tokens_per_batch or data_section.get("tokens_per_batch", 4096))
     if average_last is None:
         average_last = experiment.get("decoding", {}).get("average_last")
@@ -537,9 +543,11 @@ def main(argv=None):
     parser.add_argument("--tokens-per-batch", type=positive, help="default: the experiment's data.tokens_per_batch")
     parser.add_argument("--length-multiple", type=positive, default=8, help="batch widths are multiples of it")
     parser.add_argument("--keep-checkpoints", type=positive, help="keep only the newest N epoch checkpoints")
-    parser.add_argument("--init-weights", help="start a new run from these weights (ignored when resuming)")
-    parser.add_argument("--initial-updates", type=non_negative, default=0,
-                        help="a new run's schedule starts at this update count (e.g. the init run's updates)")
+    parser.add_argument("--init-weights", help="start a new run from these weights (ignored when resuming; "
+                                               "default: the experiment's training.init_checkpoint)")
+    parser.add_argument("--initial-updates", type=non_negative,
+                        help="a new run's schedule starts at this update count (e.g. the init run's updates; "
+                             "default: the experiment's training.initial_updates, else 0)")
     parser.add_argument("--teacher", help="distil from this teacher file (python -m keras_transformer.distillation)")
     parser.add_argument("--distill-weight", type=float, default=0.5,
                         help="the teacher term's weight in the loss (default 0.5)")

@@ -1723,7 +1723,7 @@ def pack_arrays(config, workdir):
     if section.kind != "text":
         raise ConfigError(f"pack needs data.kind: text (files), got {section.kind!r}.")
     experiment.check_model()
-    section.check_files()
+    experiment.check_files()  # the data files and training.init_checkpoint
     workdir = pathlib.Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     data_config = section.data_config(tokenizer_dir=workdir / "data" / "vocab", seed=experiment.training.seed)
@@ -1735,6 +1735,8 @@ def pack_arrays(config, workdir):
         raise ConfigError(f"training.rdrop_alpha={experiment.training.rdrop_alpha}: training from packed arrays "
                           "(keras_transformer.arrays) does not implement R-Drop; train with keras-transformer train, "
                           "or pack with --set training.rdrop_alpha=null.")
+    if experiment.training.init_checkpoint:
+        _adopt_vocabulary(experiment.training.init_checkpoint, workdir / "data" / "vocab")
     source_tokenizer, target_tokenizer = _tokenizers(section, data_config, workdir / "data" / "vocab", False)
     vocabulary = TrainingData(None, None, source_tokenizer.vocab_size, target_tokenizer.vocab_size,
                               tokenizers=(source_tokenizer, target_tokenizer))

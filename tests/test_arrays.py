@@ -152,6 +152,46 @@ def test_train_arrays_trains_resumes_and_feeds_the_workdir_commands(packed, monk
         np.testing.assert_allclose(mean, (a + b) / 2, rtol=1e-5, atol=1e-6)
 
 
+def test_a_packed_fine_tuning_run_takes_the_checkpoint_s_vocabulary_weights_and_update_count(packed, copy_packed,
+                                                                                                 tmp_path):
+    """training.init_checkpoint and training.initial_updates in the packed experiment: pack takes the vocabulary
+    of the run that wrote the weights (not one learned at the config's size), and train_arrays starts from those
+    weights and that update count without being told again."""
+    from keras_transformer.config import TransformerConfig
+    from keras_transformer.model import build_model
+    folder = packed[2]
+    start = copy_packed("start")  # a packed run, vocabulary 600, and a checkpoint of its model
+    model = build_model(TransformerConfig.from_yaml(start / "model.yaml"))
+    (start / "checkpoints").mkdir()
+    checkpoint = start / "checkpoints" / "ckpt-0001.weights.h5"
+    model.save_weights(str(checkpoint))
+    scale = 1e-9  # too small a learning rate to move the weights: the run must end where it started
+    experiment = {
+        "model": {"preset": "tiny", "dropout": 0.0, "warmup_steps": 20, "learning_rate_scale": scale},
+        "data": {"kind": "text", "train_source": str(folder / "train.en"), "train_target": str(folder / "train.de"),
+                 "valid_source": str(folder / "val.en"), "valid_target": str(folder / "val.de"),
+                 "vocab_size": 300, "tokens_per_batch": 512, "max_length": 64},
+        "training": {"epochs": 1, "seed": 3, "init_checkpoint": str(checkpoint), "initial_updates": 40},
+    }
+    training.pack_arrays(experiment, tmp_path / "tuned")
+    tuned = tmp_path / "tuned"
+    assert [p.read_bytes() for p in sorted((tuned / "data" / "vocab").iterdir())] == \
+        [p.read_bytes() for p in sorted((start / "data" / "vocab").iterdir())]
+    assert TransformerConfig.from_yaml(tuned / "model.yaml").vocab_size == 600
+    result = arrays.train_arrays(tuned, jit_compile=False, average_last=0)
+    model_after = build_model(TransformerConfig.from_yaml(tuned / "model.yaml"))
+    model_after.load_weights(str(result["checkpoints"][-1]))
+    for before, after in zip(model.get_weights(), model_after.get_weights()):
+        np.testing.assert_allclose(after, before, atol=1e-5)
+    with open(tuned / "history.csv", encoding="utf-8") as f:
+        row = next(csv.DictReader(f))
+    step = int(row["updates"])  # the optimizer's count: the 40 given, then this run's
+    assert step == 40 + result["updates"]
+    d_model = model.get_layer("shared_embedding").embeddings.shape[1]
+    expected = scale * d_model ** -0.5 * min(step ** -0.5, step * 20 ** -1.5)
+    assert float(row["learning_rate"]) == pytest.approx(expected, rel=1e-5)
+
+
 def test_cooldown_epochs_bring_the_learning_rate_linearly_to_zero_at_the_last_update(copy_packed):
     from keras_transformer.config import TransformerConfig
     workdir = copy_packed()
