@@ -27,7 +27,7 @@ fi
 data=${DATA:-../shared/data/multi30k}
 config=${CONFIG:-configs/multi30k_en_de.yaml}
 kt=${KT:-keras-transformer}
-for file in train.en.gz train.de.gz val.en.gz val.de.gz test_2016_flickr.en.gz test_2016_flickr.de.gz; do
+for file in train.{en,de}.gz val.{en,de,lc.norm.tok.de}.gz test_2016_flickr.{en,de,lc.norm.tok.de}.gz; do
     if [ ! -f "$data/$file" ]; then
         echo "$0: $data/$file is missing (set DATA to the Multi30k folder)" >&2
         exit 2
@@ -41,7 +41,7 @@ echo "== 1. teacher: $root/teacher"
 "$kt" train --config "$config" --workdir "$root/teacher" "${paths[@]}" \
     --set "data.train_source=$data/train.en.gz" --set "data.train_target=$data/train.de.gz" \
     --set data.test_source=null --set data.test_target=null --set data.test_tokenized_target=null "$@"
-if [ ! -d "$root/teacher_export" ]; then
+if [ ! -f "$root/teacher_export/saved_model.pb" ]; then
     "$kt" export --workdir "$root/teacher" --average 10 --out "$root/teacher_export" --beam-size 5 --alpha 1.0
 fi
 
@@ -60,7 +60,9 @@ fi
 echo "== 3. student: $root/student"
 if [ ! -d "$root/student/data/vocab" ]; then
     mkdir -p "$root/student/data"
-    cp -r "$root/teacher/data/vocab" "$root/student/data/vocab"
+    rm -rf "$root/student/data/vocab.tmp"
+    cp -r "$root/teacher/data/vocab" "$root/student/data/vocab.tmp"
+    mv "$root/student/data/vocab.tmp" "$root/student/data/vocab"
 fi
 "$kt" train --config "$config" --workdir "$root/student" "${paths[@]}" \
     --set "data.train_source=$root/union.en" --set "data.train_target=$root/union.de" \
