@@ -1,30 +1,51 @@
 """keras_transformer: the Transformer of "Attention Is All You Need" for Keras 3.
 
-The public API, nothing else. TensorFlow-specific parts (data pipeline,
-distribution, export, command line) live in their own modules and are imported
-from there.
+The public API, nothing else. Importing the package imports neither Keras nor
+TensorFlow: each name is imported from its module the first time it is used
+(`kt.build_model` imports `keras_transformer.model`, and with it Keras), so that
+`keras-transformer --help` and TensorFlow-free tools start at once.
+TensorFlow-specific parts (data pipeline, distribution, export, command line)
+live in their own modules and are imported from there.
+
+Example:
+
+>>> import sys, keras_transformer as kt
+>>> kt.TransformerConfig.preset("tiny", vocab_size=100).d_model
+64
 """
 
-from keras_transformer.config import PRESETS, TransformerConfig
-from keras_transformer.layers import (DecoderLayer, EncoderLayer, MultiHeadAttention, MultiHeadSelfAttention,
-                                      PositionalEncoding, PositionWiseFeedForward, SublayerConnection,
-                                      TokenEmbedding, TransformerDecoder, TransformerEncoder,
-                                      scaled_dot_product_attention, sinusoidal_position_encoding)
-from keras_transformer.decoding import beam_search, greedy_decode, length_penalty, score
-from keras_transformer.losses import LabelSmoothedCrossEntropy, RDropLoss
-from keras_transformer.masking import PaddingMask, causal_mask, padding_mask
-from keras_transformer.metrics import MaskedAccuracy
-from keras_transformer.model import build_model, decode, encode
-from keras_transformer.optimizers import make_optimizer
-from keras_transformer.schedules import LinearCooldown, NoamSchedule
+import importlib
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "PRESETS", "DecoderLayer", "EncoderLayer", "LabelSmoothedCrossEntropy", "LinearCooldown", "MaskedAccuracy",
-    "MultiHeadAttention", "MultiHeadSelfAttention", "NoamSchedule", "PaddingMask", "PositionWiseFeedForward",
-    "PositionalEncoding", "RDropLoss", "SublayerConnection", "TokenEmbedding", "TransformerConfig",
-    "TransformerDecoder", "TransformerEncoder", "beam_search", "build_model", "causal_mask", "decode", "encode",
-    "greedy_decode", "length_penalty", "make_optimizer", "padding_mask", "scaled_dot_product_attention", "score",
-    "sinusoidal_position_encoding",
-]
+# public name -> the module that defines it
+_EXPORTS = {
+    "keras_transformer.config": ("PRESETS", "TransformerConfig"),
+    "keras_transformer.layers": ("DecoderLayer", "EncoderLayer", "MultiHeadAttention", "MultiHeadSelfAttention",
+                                 "PositionalEncoding", "PositionWiseFeedForward", "SublayerConnection",
+                                 "TokenEmbedding", "TransformerDecoder", "TransformerEncoder",
+                                 "scaled_dot_product_attention", "sinusoidal_position_encoding"),
+    "keras_transformer.decoding": ("beam_search", "greedy_decode", "length_penalty", "score"),
+    "keras_transformer.losses": ("LabelSmoothedCrossEntropy", "RDropLoss"),
+    "keras_transformer.masking": ("PaddingMask", "causal_mask", "padding_mask"),
+    "keras_transformer.metrics": ("MaskedAccuracy",),
+    "keras_transformer.model": ("build_model", "decode", "encode"),
+    "keras_transformer.optimizers": ("make_optimizer",),
+    "keras_transformer.schedules": ("LinearCooldown", "NoamSchedule"),
+}
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
+
+__all__ = sorted(_MODULE_OF)
+
+
+def __getattr__(name):
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'keras_transformer' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

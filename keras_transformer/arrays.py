@@ -42,175 +42,23 @@ import keras
 import numpy as np
 import yaml
 
+from keras_transformer import decoding, distillation, evaluation
+from keras_transformer.arguments import integer_at_least, number_at_least
 from keras_transformer.config import TransformerConfig
-from keras_transformer.data.batching import batch_plan
+from keras_transformer.data.packed import (ARRAYS_FILE, arrays_to_ragged, load_arrays, make_batches,  # noqa: F401
+                                           ragged_to_arrays, save_arrays)
+from keras_transformer.files import atomic_write
+from keras_transformer.losses import LabelSmoothedCrossEntropy
+from keras_transformer.metrics import MaskedAccuracy
+from keras_transformer.model import build_model
+from keras_transformer.optimizers import make_optimizer
+from keras_transformer.trainer.backup import resumed_seed
+from keras_transformer.workdir import (average_checkpoints, latest_checkpoints, load_weights, save_weights,
+                                       weights_only)
 
 log = logging.getLogger(__name__)
 
-ARRAYS_FILE = "arrays.npz"
-_SPLITS = ("train", "valid")
-
-
-# ------------------------------------------------------------------ packing format
-def ragged_to_arrays(sequences):
-    """`[array, ...]` -> `(values, lengths)`: the packed form stored in `arrays.npz`.
-
-    Example:
-
-    >>> values, lengths = ragged_to_arrays([[5, 6], [7]])
-    >>> values.tolist(), lengths.tolist()
-    ([5, 6, 7], [2, 1])
-    """
-    lengths = np.array([len(s) for s in sequences], dtype=np.int32)
-    values = (np.concatenate([np.asarray(s, dtype=np.int32) for s in sequences]) if len(sequences)
-              else np.zeros((0,), np.int32))
-    return values.astype(np.int32), lengths
-
-
-def arrays_to_ragged(values, lengths):
-    """The inverse of `ragged_to_arrays`: a list of int32 arrays.
-
-    Example:
-
-    >>> [s.tolist() for s in arrays_to_ragged(np.array([5, 6, 7]), np.array([2, 1]))]
-    [[5, 6], [7]]
-    """
-    lengths = np.asarray(lengths, dtype=np.int64)
-    if lengths.sum() != len(values):
-        raise ValueError(f"Packed arrays disagree: the lengths add up to {int(lengths.sum())} ids but there are "
-                         f"{len(values)} values.")
-    return np.split(np.asarray(values, dtype=np.int32), np.cumsum(lengths)[:-1]) if len(lengths) else []
-
-
-def save_arrays(path, splits):
-    """Writes `{"train": (sources, targets), "valid": (...)}` (lists of id arrays) to an `.npz` file."""
-    arrays = {}
-    for split, (sources, targets) in splits.items():
-        if len(sources) != len(targets):
-            raise ValueError(f"{split}: {len(sources)} source and {len(targets)} target sequences.")
-        for side, sequences in (("source", sources), ("target", targets)):
-            arrays[f"{split}_{side}_values"], arrays[f"{split}_{side}_lengths"] = ragged_to_arrays(sequences)
-    path = pathlib.Path(path)
-    temporary = path.with_name(f".{path.name}.tmp.npz")
-    np.savez_compressed(temporary, **arrays)
-    os.replace(temporary, path)
-
-
-def load_arrays(path):
-    """Reads an `arrays.npz`: `{"train": (sources, targets), "valid": (...)}`, splits that are present."""
-    path = pathlib.Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"No packed data at {path}: run `keras-transformer pack --config ... "
-                                f"--workdir {path.parent}` where TensorFlow is installed first.")
-    with np.load(path) as data:
-        splits = {}
-        for split in _SPLITS:
-            if f"{split}_source_values" in data:
-                splits[split] = tuple(arrays_to_ragged(data[f"{split}_{side}_values"], data[f"{split}_{side}_lengths"])
-                                      for side in ("source", "target"))
-    if "train" not in splits:
-        raise ValueError(f"{path} holds no training pairs (train_source_values).")
-    return splits
-
-
-# ------------------------------------------------------------------ batches
-def make_batches(sources, targets, tokens_per_batch, *, length_multiple=8, pad_id=0, bos_id=2, eos_id=3,
-                 rng=None, pad_rows=False, teacher=None, return_indices=False):
-    """Token-budget batches of `(source, target_input, labels)` int32 arrays, as the TensorFlow pipeline forms them.
-
-    Each pair becomes source = tokens + eos, target input = bos + tokens,
-    labels = tokens + eos. Pairs are sorted by their rounded length (longer
-    side + 1, rounded up to `length_multiple`) and cut into consecutive
-    batches by `data.batching.batch_plan`: a batch whose longest rounded length
-    is L holds at most `tokens_per_batch // L` pairs, padded with `pad_id` to
-    width L on both sides, and the pairs a width has left over start the next
-    batch, so every batch but the last is full. With `rng`, pairs are shuffled
-    before the (stable) sort, so which pairs of one width share a batch
-    changes, and the batches' order is shuffled; without, the order is
-    deterministic (validation). With `pad_rows`, a batch with fewer pairs is
-    filled up with rows of padding (which the loss and the metrics ignore), so
-    every batch of width L has the same shape and XLA compiles one step per width.
-
-    Args:
-        sources, targets: lists of int id arrays (no bos/eos), aligned.
-        tokens_per_batch: most positions per side in one batch, padding included.
-        length_multiple: batch widths are multiples of it (few shapes for XLA).
-        pad_id, bos_id, eos_id: special ids.
-        rng: a `numpy.random.Generator` to shuffle with, or None.
-        pad_rows: give every batch of one width the same number of rows.
-        teacher: optional `(ids, probabilities)` of `distillation.teacher_top_k`
-            (one `(len(target) + 1, k)` array each per pair): the labels become
-            the packed float32 `(B, L, 1 + 2k)` of `distillation.pack_labels`.
-        return_indices: also return, per batch, the indices of its pairs.
-
-    Returns:
-        A list of `(source (B, L), target_input (B, L), labels (B, L))`; with
-        `return_indices`, `(batches, indices)`.
-
-    Raises:
-        ValueError: misaligned inputs, or a pair longer than `tokens_per_batch`.
-
-    Example:
-
-    >>> [b[1].tolist() for b in make_batches([[7], [8, 9]], [[5], [6]], 16, length_multiple=4)]
-    [[[2, 5, 0, 0], [2, 6, 0, 0]]]
-    """
-    if len(sources) != len(targets):
-        raise ValueError(f"make_batches: {len(sources)} source but {len(targets)} target sequences.")
-    if teacher is not None and not (len(teacher[0]) == len(teacher[1]) == len(targets)):
-        raise ValueError(f"make_batches: {len(targets)} pairs but teacher distributions for {len(teacher[0])}.")
-    if not len(sources):
-        return ([], []) if return_indices else []
-    multiple = max(1, int(length_multiple))
-    lengths = np.maximum([len(s) for s in sources], [len(t) for t in targets]) + 1
-    widths = -(-lengths // multiple) * multiple
-    if widths.max() > tokens_per_batch:
-        longest = int(np.argmax(widths))
-        raise ValueError(f"Pair {longest} needs {int(widths[longest])} positions (rounded to a multiple of "
-                         f"{multiple}), more than tokens_per_batch={tokens_per_batch}.")
-    order = rng.permutation(len(widths)) if rng is not None else np.arange(len(widths))
-    order = order[np.argsort(widths[order], kind="stable")]
-    _, sizes, _ = batch_plan(widths, int(tokens_per_batch))
-    batches, indices = [], []
-    for chunk in np.split(order, np.cumsum(sizes)[:-1]):
-        width = int(widths[chunk[-1]])  # sorted: the last pair is the widest
-        rows = int(tokens_per_batch) // width if pad_rows else len(chunk)
-        source = np.full((rows, width), pad_id, np.int32)
-        target_input = np.full((rows, width), pad_id, np.int32)
-        labels = np.full((rows, width), pad_id, np.int32)
-        for row, index in enumerate(chunk):
-            s, t = sources[index], targets[index]
-            source[row, :len(s)] = s
-            source[row, len(s)] = eos_id
-            target_input[row, 0] = bos_id
-            target_input[row, 1:len(t) + 1] = t
-            labels[row, :len(t)] = t
-            labels[row, len(t)] = eos_id
-        if teacher is not None:
-            k = teacher[0][chunk[0]].shape[-1]
-            ids, probabilities = np.zeros((rows, width, k), np.int32), np.zeros((rows, width, k), np.float32)
-            for row, index in enumerate(chunk):
-                n = len(targets[index]) + 1
-                ids[row, :n], probabilities[row, :n] = teacher[0][index], teacher[1][index]
-            from keras_transformer.distillation import pack_labels
-            labels = pack_labels(labels, ids, probabilities)
-        batches.append((source, target_input, labels))
-        indices.append(chunk)
-    if rng is not None:
-        order = rng.permutation(len(batches))
-        batches, indices = [batches[i] for i in order], [indices[i] for i in order]
-    return (batches, indices) if return_indices else batches
-
-
 # ------------------------------------------------------------------ training
-def _atomic(path, write):
-    path = pathlib.Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name.split('.')[0]}.tmp{''.join(path.suffixes)}")
-    write(str(temporary))
-    os.replace(temporary, path)
-
-
 def _evaluate(model, batches):
     """Token-weighted validation loss and accuracy over `batches`."""
     total_loss = total_correct = total_tokens = 0.0
@@ -268,13 +116,6 @@ def train_arrays(workdir, epochs=None, *, jit_compile=True, precision="float32",
             no `init_weights` / `teacher` file.
         ValueError: a teacher file made for other training pairs.
     """
-    from keras_transformer import distillation
-    from keras_transformer.evaluation import load_checkpoint
-    from keras_transformer.losses import LabelSmoothedCrossEntropy
-    from keras_transformer.metrics import MaskedAccuracy
-    from keras_transformer.model import build_model
-    from keras_transformer.optimizers import make_optimizer
-    from keras_transformer.training import _atomic_save_weights, _weights_only, resumed_seed
 
     workdir = pathlib.Path(workdir)
     for needed in ("model.yaml", "experiment.yaml"):
@@ -334,14 +175,14 @@ def train_arrays(workdir, epochs=None, *, jit_compile=True, precision="float32",
         model.optimizer.build(model.trainable_variables)
     finally:
         keras.config.set_dtype_policy(previous_policy)
-    weights_view = _weights_only(model)  # epoch checkpoints hold the weights, not the optimizer (as `train` writes)
+    weights_view = weights_only(model)  # epoch checkpoints hold the weights, not the optimizer (as `train` writes)
 
     if start_epoch:
         model.load_weights(str(backup))  # weights and optimizer state (step count included)
         log.info("Resuming after epoch %d from %s", start_epoch, backup)
     else:
         if init_weights:
-            load_checkpoint(init_weights, weights_view)  # weights only: the new run's optimizer starts fresh
+            load_weights(weights_view, init_weights)  # weights only: the new run's optimizer starts fresh
             log.info("Starting from the weights in %s", init_weights)
         model.optimizer.iterations.assign(int(initial_updates))
 
@@ -380,9 +221,9 @@ def train_arrays(workdir, epochs=None, *, jit_compile=True, precision="float32",
         if valid_batches:
             row["val_loss"], row["val_masked_accuracy"] = _evaluate(model, valid_batches)
         checkpoint = workdir / "checkpoints" / f"ckpt-{epoch + 1:04d}.weights.h5"
-        _atomic_save_weights(model, checkpoint)
-        _atomic(backup, lambda path: model.save_weights(path))
-        _atomic(state_path, lambda path: pathlib.Path(path).write_text(json.dumps({"epochs_done": epoch + 1})))
+        save_weights(model, checkpoint)
+        atomic_write(backup, lambda path: model.save_weights(path))
+        atomic_write(state_path, lambda path: pathlib.Path(path).write_text(json.dumps({"epochs_done": epoch + 1})))
         new_file = not history_path.is_file()
         with open(history_path, "a", newline="", encoding="utf-8") as f:
             writer = csv.DictWriter(f, fieldnames=fields)
@@ -407,10 +248,9 @@ def train_arrays(workdir, epochs=None, *, jit_compile=True, precision="float32",
         existing = sorted((workdir / "checkpoints").glob("ckpt-[0-9][0-9][0-9][0-9].weights.h5"))
         if existing:
             chosen = existing[-int(average_last):]
-            from keras_transformer.evaluation import average_checkpoints
             average_checkpoints(chosen, weights_view)
             average_path = workdir / "checkpoints" / f"average-last-{int(average_last)}.weights.h5"
-            _atomic_save_weights(model, average_path)
+            save_weights(model, average_path)
             log.info("Averaged %d checkpoints (%s .. %s) into %s", len(chosen), chosen[0].name, chosen[-1].name,
                      average_path)
     return {"history": rows, "checkpoints": checkpoints, "average": average_path, "updates": total_updates,
@@ -457,7 +297,6 @@ def translate_lines(model, lines, source_processor, target_processor, *, beam_si
     Returns:
         The translations, in the order of `lines`.
     """
-    from keras_transformer import decoding
 
     max_source = model.get_layer("source_position").max_length
     ids = [source_processor.encode(line)[:max_source - 1] + [eos_id] if line.strip() else [] for line in lines]
@@ -503,14 +342,11 @@ def evaluate_arrays(workdir, checkpoint, source, reference, *, tokenized_referen
         The dict of `evaluation.evaluate_translations` (cased and lowercased
         sacreBLEU, and `bleu_multi30k` with `tokenized_reference`).
     """
-    from keras_transformer import evaluation
-    from keras_transformer.model import build_model
 
     workdir = pathlib.Path(workdir)
     config = TransformerConfig.from_yaml(workdir / "model.yaml")
     source_processor, target_processor = _sentencepiece_processors(workdir / "data" / "vocab")
-    model = build_model(config)
-    evaluation.load_checkpoint(str(checkpoint), model)
+    model = load_weights(build_model(config), checkpoint)
     lines = evaluation.read_lines(source)
     references = evaluation.read_lines(reference)
     hypotheses = translate_lines(
@@ -521,7 +357,7 @@ def evaluate_arrays(workdir, checkpoint, source, reference, *, tokenized_referen
         batch_size=batch_size, eos_id=config.eos_id, pad_id=config.pad_id, bos_id=config.bos_id)
     hypotheses = [evaluation.one_line(h) for h in hypotheses]  # one line each in the output file, as scored
     if output:
-        _atomic(output, lambda path: pathlib.Path(path).write_text("".join(h + "\n" for h in hypotheses),
+        atomic_write(output, lambda path: pathlib.Path(path).write_text("".join(h + "\n" for h in hypotheses),
                                                                   encoding="utf-8"))
     tokenized = evaluation.read_lines(tokenized_reference) if tokenized_reference else None
     return evaluation.evaluate_translations(hypotheses, references, lang=lang, tokenized_references=tokenized)
@@ -531,7 +367,6 @@ def main(argv=None):
     """`python -m keras_transformer.arrays WORKDIR [--epochs N] [--precision P] ...`"""
     parser = argparse.ArgumentParser(prog="python -m keras_transformer.arrays",
                                      description="Train a packed workdir (keras-transformer pack) on any Keras backend.")
-    from keras_transformer.cli import integer_at_least, number_at_least
     positive, non_negative = integer_at_least(1), integer_at_least(0)
     parser.add_argument("workdir")
     parser.add_argument("--epochs", type=non_negative,
@@ -578,7 +413,6 @@ def main(argv=None):
 def _run(args):
     """Scores (`--evaluate`) or trains, as `main` parsed."""
     if args.evaluate:
-        from keras_transformer.evaluation import latest_checkpoints
         folder = pathlib.Path(args.workdir) / "checkpoints"
         checkpoint = args.checkpoint or (folder / f"average-last-{args.average_last}.weights.h5" if args.average_last
                                          else latest_checkpoints(folder, 1)[0])

@@ -23,11 +23,19 @@ checkpoint) are printed as one line and the command exits with status 2.
 import argparse
 import json
 import logging
-import math
 import os
+import re
 import sys
+import tempfile
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from keras_transformer.arguments import integer_at_least, number_at_least
+from keras_transformer.errors import CheckpointError, ConfigError
+
+# Each command imports its library module when it runs (the imports inside the functions below), so that
+# `--help` and argument errors answer without importing TensorFlow, which takes seconds.
+
+TF_LOGS_VARIABLE = "KERAS_TRANSFORMER_TF_LOGS"  # set (not 0) to see TensorFlow's C++ log lines, as --verbose does
+_CPP_LOG_LINE = re.compile(r"^(?:[IWEF]\d{4} \d\d:\d\d:\d\d|WARNING: All log messages before absl::InitializeLog)")
 
 _EXAMPLES = """examples:
   keras-transformer train --config configs/tiny_copy.yaml --workdir runs/tiny_copy
@@ -38,36 +46,6 @@ _EXAMPLES = """examples:
   keras-transformer export --workdir runs/en_de --average 5 --out saved_models/en_de
   keras-transformer evaluate --model runs/en_de --model runs/en_de_seed2 --average 5 --source test.en.gz ...
 """
-
-
-def integer_at_least(minimum):
-    """An argparse type: an integer of at least `minimum`, refused by name otherwise (exit status 2)."""
-    def parse(text):
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
-        return value
-    parse.__name__ = "integer"
-    return parse
-
-
-def number_at_least(minimum):
-    """An argparse type: a finite number of at least `minimum` (nan and inf refused), refused by name otherwise."""
-    def parse(text):
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-        if not math.isfinite(value):
-            raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value:g}")
-        return value
-    parse.__name__ = "number"
-    return parse
 
 
 _POSITIVE, _NON_NEGATIVE = integer_at_least(1), integer_at_least(0)
@@ -285,11 +263,7 @@ def _translate(args):
 
 
 def _export(args):
-    try:
-        from keras_transformer import export
-    except ImportError as error:
-        raise RuntimeError(f"`export` needs keras_transformer.export, which could not be imported ({error}); "
-                           "it comes with the SavedModel export feature.") from error
+    from keras_transformer import export
     workdir, checkpoint = _weights(args.workdir, args.checkpoint)
     directory = export.export(workdir, args.out, checkpoint=checkpoint, average=args.average,
                               beam_size=args.beam_size, alpha=args.alpha, max_extra=args.max_extra,
@@ -323,6 +297,40 @@ def _plot_attention(args):
     return 0
 
 
+def import_tensorflow_quietly():
+    """Imports TensorFlow without its C++ log lines on stderr; anything else it writes there still shows.
+
+    TensorFlow's C++ runtime logs through absl straight to file descriptor 2,
+    some lines before `TF_CPP_MIN_LOG_LEVEL` is read ("Could not find cuda
+    drivers", "WARNING: All log messages before absl::InitializeLog()"). While it
+    imports, descriptor 2 goes to a temporary file; the lines that are not such
+    log lines (Python warnings, real errors) are written to stderr afterwards.
+    Later C++ lines below ERROR are off through `TF_CPP_MIN_LOG_LEVEL=3` unless
+    the user set that variable.
+    """
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    if "tensorflow" in sys.modules:
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            try:
+                import tensorflow  # noqa: F401  (imported here for its side effect: the log lines go to the file)
+            except ImportError:
+                pass  # the command that needs it names the problem
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+        captured.seek(0)
+        kept = [line for line in captured.read().decode("utf-8", "replace").splitlines(keepends=True)
+                if not _CPP_LOG_LINE.match(line)
+                and not line.startswith("To enable the following instructions")]
+    sys.stderr.write("".join(kept))
+
+
 _COMMANDS = {"train": _train, "evaluate": _evaluate, "translate": _translate, "export": _export,
              "average": _average, "pack": _pack, "plot-attention": _plot_attention}
 
@@ -336,7 +344,8 @@ def main(argv=None):
     """
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    if not args.verbose:
+    if not args.verbose and os.environ.get(TF_LOGS_VARIABLE, "0") in ("", "0"):
+        import_tensorflow_quietly()
         logging.getLogger("tensorflow").setLevel(logging.ERROR)
         logging.getLogger("absl").setLevel(logging.ERROR)
     try:
@@ -344,7 +353,6 @@ def main(argv=None):
     except (ValueError, OSError, RuntimeError) as error:
         if args.verbose:
             raise
-        from keras_transformer.training import CheckpointError, ConfigError
         hint = "" if isinstance(error, (ConfigError, CheckpointError, OSError)) else " (-v shows the traceback)"
         print(f"keras-transformer {args.command}: error: {error}{hint}", file=sys.stderr)
         return 2

@@ -36,8 +36,14 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_transformer.arguments import integer_at_least
+from keras_transformer import decoding
+from keras_transformer.config import TransformerConfig
+from keras_transformer.data.packed import ARRAYS_FILE, load_arrays, make_batches, pack_labels  # noqa: F401
+from keras_transformer.files import atomic_write
 from keras_transformer.losses import LabelSmoothedCrossEntropy, smoothed_cross_entropy
 from keras_transformer.metrics import MaskedAccuracy
+from keras_transformer.workdir import WORKDIR_VOCAB, folder_files, load_models
 
 log = logging.getLogger(__name__)
 
@@ -76,14 +82,13 @@ def teacher_top_k(models, sources, targets, *, top_k=8, tokens_per_batch=8192, p
     >>> ids[0].shape, probabilities[0].shape
     ((4, 4), (4, 4))
     """
-    from keras_transformer import arrays, decoding
 
     members = decoding.ensemble_members(models)
     vocab_size = int(members[0].outputs[0].shape[-1])
     if not 1 <= int(top_k) <= vocab_size:
         raise ValueError(f"top_k must be between 1 and the vocabulary size {vocab_size}, got {top_k}.")
     top_k = int(top_k)
-    batches, chunks = arrays.make_batches(sources, targets, tokens_per_batch, pad_id=pad_id, bos_id=bos_id,
+    batches, chunks = make_batches(sources, targets, tokens_per_batch, pad_id=pad_id, bos_id=bos_id,
                                           eos_id=eos_id, return_indices=True)
     ids, probabilities = [None] * len(targets), [None] * len(targets)
     for number, ((source, target_input, _), chunk) in enumerate(zip(batches, chunks)):
@@ -110,7 +115,6 @@ def teacher_top_k(models, sources, targets, *, top_k=8, tokens_per_batch=8192, p
 
 def save_teacher(path, ids, probabilities, **metadata):
     """Writes `teacher_top_k`'s output to an `.npz` file (probabilities as float16), with JSON `metadata`."""
-    from keras_transformer.arrays import _atomic
 
     if len(ids) != len(probabilities):
         raise ValueError(f"save_teacher: {len(ids)} id arrays but {len(probabilities)} probability arrays.")
@@ -121,7 +125,7 @@ def save_teacher(path, ids, probabilities, **metadata):
               "probabilities": (np.concatenate(probabilities).astype(np.float16) if len(ids)
                                 else np.zeros((0, k), np.float16)),
               "metadata": np.array(json.dumps(metadata))}
-    _atomic(path, lambda temporary: np.savez_compressed(open(temporary, "wb"), **values))
+    atomic_write(path, lambda temporary: np.savez_compressed(open(temporary, "wb"), **values))
 
 
 def load_teacher(path, targets=None):
@@ -150,18 +154,6 @@ def load_teacher(path, targets=None):
                              f"{len(expected)} here, or other lengths): it was made for another workdir's data.")
     cuts = np.cumsum(lengths)[:-1]
     return np.split(ids, cuts), np.split(probabilities, cuts), metadata
-
-
-def pack_labels(labels, ids, probabilities):
-    """`(B, T)` labels + `(B, T, k)` teacher ids and probabilities -> the float32 `(B, T, 1 + 2k)` labels.
-
-    Example:
-
-    >>> pack_labels(np.array([[4]]), np.array([[[4, 9]]]), np.array([[[0.75, 0.25]]])).tolist()
-    [[[4.0, 4.0, 9.0, 0.75, 0.25]]]
-    """
-    return np.concatenate([np.asarray(labels, np.float32)[..., None], np.asarray(ids, np.float32),
-                           np.asarray(probabilities, np.float32)], axis=-1)
 
 
 def _split_labels(y_true):
@@ -237,19 +229,11 @@ class DistillationAccuracy(MaskedAccuracy):
 
 # ------------------------------------------------------------------ command line
 def _load_member(workdir, checkpoint):
-    from keras_transformer.config import TransformerConfig
-    from keras_transformer.evaluation import load_checkpoint
-    from keras_transformer.model import build_model
-
-    model_yaml = pathlib.Path(workdir) / "model.yaml"
-    if not model_yaml.is_file():
-        raise FileNotFoundError(f"{workdir} is not a workdir: {model_yaml} is missing.")
-    return load_checkpoint(checkpoint, build_model(TransformerConfig.from_yaml(model_yaml)))
+    return load_models(workdir, checkpoint)[0][0]
 
 
 def _vocabulary(workdir):
-    folder = pathlib.Path(workdir) / "data" / "vocab"
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+    return folder_files(pathlib.Path(workdir) / WORKDIR_VOCAB)
 
 
 def make_teacher(workdir, members, *, top_k=8, tokens_per_batch=8192, output=None):
@@ -269,9 +253,6 @@ def make_teacher(workdir, members, *, top_k=8, tokens_per_batch=8192, output=Non
     Raises:
         FileNotFoundError / ValueError: a missing file, or a teacher with another vocabulary (named).
     """
-    from keras_transformer.arrays import ARRAYS_FILE, load_arrays
-    from keras_transformer.config import TransformerConfig
-
     workdir = pathlib.Path(workdir)
     if not members:
         raise ValueError("make_teacher needs at least one --member WORKDIR CHECKPOINT.")
@@ -302,7 +283,6 @@ def main(argv=None):
         prog="python -m keras_transformer.distillation",
         description="Write an ensemble's top-k next-token distributions over a packed workdir's training pairs "
                     "(WORKDIR/teacher.npz), for `python -m keras_transformer.arrays WORKDIR --teacher ...`.")
-    from keras_transformer.cli import integer_at_least
     parser.add_argument("workdir", help="the student's packed workdir (keras-transformer pack)")
     parser.add_argument("--member", nargs=2, action="append", metavar=("WORKDIR", "CHECKPOINT"), required=True,
                         help="a teacher: its workdir and weights file; repeat for an ensemble")

@@ -25,8 +25,9 @@ import os
 
 import tensorflow as tf
 
-STRATEGIES = ("auto", "default", "one_device", "mirrored", "multi_worker", "tpu")
-BATCH_SCALINGS = ("per_replica", "global")
+from keras_transformer import keras_internals
+from keras_transformer.experiment import BATCH_SCALINGS, STRATEGIES
+
 
 # Environment variables that announce a TPU (Cloud TPU VMs, Colab, GKE).
 _TPU_ENV = ("TPU_NAME", "COLAB_TPU_ADDR", "TPU_ACCELERATOR_TYPE", "KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS")
@@ -219,29 +220,10 @@ def describe(strategy):
 
 
 def apply_keras_workarounds(model):
-    """Lets `model.fit`/`evaluate` run under `MultiWorkerMirroredStrategy` (Keras 3 workarounds).
+    """Lets `model.fit`/`evaluate` run under `MultiWorkerMirroredStrategy`: Keras 3's two multi-worker bugs,
+    fixed by `keras_internals.apply_multi_worker_workarounds` (which names them).
 
-    Keras 3's TensorFlow trainer has two multi-worker bugs (keras-team/keras
-    issues 20329 and 20585) that this fixes for `model`:
-
-    1. Before the first step it builds the model by pulling one batch and
-       calling `strategy.reduce("MEAN", batch)`; with dict inputs
-       (`{"source", "target"}`) that fails ("Attempt to convert a value
-       ({'source': PerReplica...}) ... to a Tensor"). The build only needs the
-       batch's shapes, so this model uses this worker's first local value.
-    2. Each step averages the logs with `strategy.reduce("MEAN", v, axis=0)`,
-       which fails on scalar losses and metrics ("Invalid reduction dimension 0
-       for input with 0 dimensions"). Scalars are averaged over all replicas
-       instead; every other case keeps Keras' own code.
-
-    Harmless under the other strategies, and a no-op for models built outside
-    any strategy scope.
-
-    Args:
-        model: a Keras model created under a strategy scope.
-
-    Returns:
-        The same model.
+    Harmless under the other strategies, and a no-op for models built outside any strategy scope.
 
     Example:
 
@@ -250,43 +232,4 @@ def apply_keras_workarounds(model):
     >>> apply_keras_workarounds(model) is model
     True
     """
-    strategy = getattr(model, "_distribute_strategy", None)
-    if strategy is None or not hasattr(model, "_symbolic_build"):
-        return model
-    _patch_multi_worker_log_reduction()
-
-    def local_value(value):
-        if isinstance(value, tf.distribute.DistributedValues):
-            return strategy.experimental_local_results(value)[0]
-        return value
-
-    def maybe_symbolic_build(iterator=None, data_batch=None):
-        if iterator is not None:
-            for _, _, batches in iterator:
-                data_batch = tf.nest.map_structure(local_value, next(batches))
-                break
-        with strategy.scope():
-            model._symbolic_build(data_batch=data_batch)
-
-    model._maybe_symbolic_build = maybe_symbolic_build
-    return model
-
-
-def _patch_multi_worker_log_reduction():
-    from keras.src.backend.tensorflow import trainer as keras_tf_trainer
-    original = keras_tf_trainer.reduce_per_replica
-    if getattr(original, "_keras_transformer_patch", False):
-        return
-
-    def reduce_per_replica(values, strategy, reduction):
-        if reduction in ("auto", "mean") and isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
-            def reduce(value):
-                if getattr(value, "shape", None) is not None and value.shape.rank == 0:
-                    # The mean over all replicas. (reduce "MEAN" of a plain tensor gives the sum over workers.)
-                    return strategy.reduce("SUM", value, axis=None) / strategy.num_replicas_in_sync
-                return original(value, strategy, reduction)
-            return tf.nest.map_structure(reduce, values)
-        return original(values, strategy, reduction)
-
-    reduce_per_replica._keras_transformer_patch = True
-    keras_tf_trainer.reduce_per_replica = reduce_per_replica
+    return keras_internals.apply_multi_worker_workarounds(model, tf)

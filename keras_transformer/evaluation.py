@@ -19,17 +19,15 @@ models, the last 20 for big ones): checkpoints are Keras weight files
 """
 
 import logging
-import os
 import re
 
-import numpy as np
 import sacrebleu
 
+from keras_transformer import workdir
 from keras_transformer.data import textfile
 
 log = logging.getLogger("keras_transformer")
 
-CHECKPOINT_PATTERN = re.compile(r"^(?:ckpt|step)-(\d+)\.weights\.h5$")
 # The characters `str.splitlines` breaks at (a test derives the same set from it).
 _LINE_BREAKS = re.compile("[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]+")
 
@@ -188,115 +186,19 @@ def evaluate_translations(hypotheses, references, lang=None, tokenized_reference
 
 
 # ------------------------------------------------------------- checkpoints
-
-
+# They live in `keras_transformer.workdir`, the module that knows the run layout; these names stay here too.
 def load_checkpoint(path, model):
-    """`model.load_weights(path)` with an error that names a missing or unreadable file.
+    """`workdir.load_weights(model, path)`: loads a weights file into `model` and returns it; errors name the file.
 
     Example:
 
     >>> load_checkpoint("workdir/checkpoints/ckpt-0010.weights.h5", model)  # doctest: +SKIP
     """
-    path = os.fspath(path)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"Checkpoint not found: {path}")
-    try:
-        model.load_weights(path)
-    except Exception as error:  # h5py/keras raise many types; the user needs the file name
-        raise ValueError(f"Could not load checkpoint {path} (corrupt, truncated, or from a model with "
-                         f"other sizes): {type(error).__name__}: {error}") from error
-    return model
-
-
-def _checkpoint_number(name):
-    match = CHECKPOINT_PATTERN.match(name)
-    return int(match.group(1)) if match else None
-
-
-def latest_checkpoints(directory, n=5):
-    """The last `n` checkpoints in `directory`, oldest first.
-
-    Checkpoints are files named `ckpt-{epoch}.weights.h5` (e.g.
-    `ckpt-0012.weights.h5`, one per epoch) or `step-{step}.weights.h5` (every
-    N steps); "last" means the highest numbers. The two kinds are not mixed:
-    if epoch checkpoints exist they are used, else the step ones.
-
-    Args:
-        directory: the checkpoint folder (`{workdir}/checkpoints`).
-        n: how many (paper: 5 for base, 20 for big); fewer are returned if
-            fewer exist, with a warning (logged) that names how many.
-
-    Returns:
-        List of paths.
-
-    Example:
-
-    >>> latest_checkpoints("workdir/checkpoints", n=2)  # doctest: +SKIP
-    ['workdir/checkpoints/ckpt-0009.weights.h5', 'workdir/checkpoints/ckpt-0010.weights.h5']
-    """
-    directory = os.fspath(directory)
-    if not os.path.isdir(directory):
-        raise FileNotFoundError(f"Checkpoint directory not found: {directory}")
-    if n < 1:
-        raise ValueError(f"latest_checkpoints: n must be >= 1, got {n}.")
-    names = [name for name in os.listdir(directory) if _checkpoint_number(name) is not None]
-    epochs = [name for name in names if name.startswith("ckpt-")]
-    names = epochs or names
-    if not names:
-        raise FileNotFoundError(f"No checkpoints named ckpt-NNNN.weights.h5 or step-NNNN.weights.h5 in {directory}")
-    names.sort(key=_checkpoint_number)
-    if len(names) < n:
-        log.warning("Asked for the last %d checkpoints, but %s has only %d: using those %d.", n, directory,
-                    len(names), len(names))
-    return [os.path.join(directory, name) for name in names[-n:]]
-
-
-def average_checkpoints(paths, model):
-    """Loads the element-wise mean of several checkpoints' weights into `model`.
-
-    Each checkpoint is loaded into `model` in turn and its weights are summed
-    in float64; the mean is then assigned (in each weight's own dtype).
-    Integer-valued variables, if any, keep the last checkpoint's value.
-
-    Args:
-        paths: list of `.weights.h5` files of the same architecture as `model`.
-        model: the model to fill (its current weights are overwritten).
-
-    Returns:
-        `model`, holding the averaged weights.
-
-    Example:
-
-    >>> average_checkpoints(latest_checkpoints("workdir/checkpoints", 5), model)  # doctest: +SKIP
-    """
-    paths = [os.fspath(p) for p in paths]
-    if not paths:
-        raise ValueError("average_checkpoints: no checkpoint paths given.")
-    totals = None
-    for path in paths:
-        load_checkpoint(path, model)
-        values = [np.asarray(v) for v in model.get_weights()]
-        if totals is None:
-            totals = [v.astype("float64") for v in values]
-        else:
-            totals = [t + v for t, v in zip(totals, values)]
-    last = model.get_weights()
-    averaged = [(t / len(paths)).astype(v.dtype) if np.issubdtype(v.dtype, np.floating) else v
-                for t, v in zip(totals, last)]
-    model.set_weights(averaged)
-    return model
+    return workdir.load_weights(model, path)
 
 
 def average_last_checkpoints(directory, model, n=5, output=None):
     """Averages the last `n` checkpoints of `directory` into `model`, optionally saving the result.
-
-    The `average` command does the same (or averages the files it is given).
-
-    Args:
-        directory: the checkpoint folder.
-        model: a model of the checkpoints' architecture.
-        n: how many checkpoints (paper: 5 base, 20 big).
-        output: optional path of a `.weights.h5` file to write.
 
     Returns:
         The list of averaged checkpoint paths.
@@ -306,8 +208,12 @@ def average_last_checkpoints(directory, model, n=5, output=None):
     >>> average_last_checkpoints("workdir/checkpoints", model, n=5,  # doctest: +SKIP
     ...                          output="workdir/averaged.weights.h5")
     """
-    paths = latest_checkpoints(directory, n)
-    average_checkpoints(paths, model)
+    paths = workdir.latest_checkpoints(directory, n)
+    workdir.average_checkpoints(paths, model)
     if output is not None:
-        model.save_weights(os.fspath(output))
+        workdir.save_weights(model, output)
     return paths
+
+
+average_checkpoints = workdir.average_checkpoints
+latest_checkpoints = workdir.latest_checkpoints

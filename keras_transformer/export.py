@@ -32,13 +32,10 @@ import tempfile
 
 import tensorflow as tf
 
+from keras_transformer.data.tokenizers import save_tokenizers
+from keras_transformer.errors import CheckpointNotFoundError
 from keras_transformer.translation import Translator
-
-EXTRA_DIR = "assets.extra"
-MODEL_CONFIG = "model.yaml"
-MODEL_WEIGHTS = "model.weights.h5"
-MEMBERS_DIR = "members"
-VOCAB_DIR = "vocab"
+from keras_transformer.workdir import EXTRA_DIR, MEMBERS_DIR, MODEL_CONFIG, MODEL_WEIGHTS, VOCAB_DIR, load_models
 
 
 class _Untracked:
@@ -147,7 +144,6 @@ def export_translator(translator, directory, config=None, overwrite=False):
             elif os.path.exists(path):
                 os.remove(path)
     os.makedirs(directory, exist_ok=True)
-    from keras_transformer.data.tokenizers import save_tokenizers
 
     with tempfile.TemporaryDirectory() as staging:
         vocab = os.path.join(staging, VOCAB_DIR)
@@ -188,18 +184,16 @@ def export(workdir, directory, checkpoint=None, average=None, beam_size=None, al
 
     >>> export("runs/multi30k_en_de", "saved_models/multi30k_en_de", average=10)  # doctest: +SKIP
     """
-    from keras_transformer.config import TransformerConfig
-
-    from keras_transformer.training import load_translator
-
     workdirs = list(workdir) if isinstance(workdir, (list, tuple)) else [workdir]
     for path in workdirs:
-        if not os.path.isfile(os.path.join(os.fspath(path), "model.yaml")):
-            raise FileNotFoundError(f"{path} is not a training workdir: {os.path.join(os.fspath(path), 'model.yaml')} "
-                                    "is missing.")
-    translator = load_translator(workdirs if len(workdirs) > 1 else workdirs[0], checkpoint=checkpoint,
-                                 average=average, beam_size=beam_size, alpha=alpha, max_extra=max_extra)
-    configs = [TransformerConfig.from_yaml(os.path.join(os.fspath(path), "model.yaml")) for path in workdirs]
+        if not os.path.isfile(os.path.join(os.fspath(path), MODEL_CONFIG)):
+            raise CheckpointNotFoundError(f"{path} is not a training workdir: "
+                                          f"{os.path.join(os.fspath(path), MODEL_CONFIG)} is missing.")
+    models, configs, vocab_dir = load_models(workdirs if len(workdirs) > 1 else workdirs[0], checkpoint, average,
+                                             require_vocabulary=True)
+    options = {key: value for key, value in dict(beam_size=beam_size, alpha=alpha, max_extra=max_extra).items()
+               if value is not None}
+    translator = Translator.from_models(models, configs[0], vocab_dir, **options)
     return export_translator(translator, directory, config=configs, overwrite=overwrite)
 
 
@@ -217,19 +211,10 @@ def load_keras_translator(directory, **options):
 
     >>> translator = load_keras_translator("saved_models/multi30k_en_de")  # doctest: +SKIP
     """
-    extra = os.path.join(os.fspath(directory), EXTRA_DIR)
-    members = os.path.join(extra, MEMBERS_DIR)
-    if os.path.isdir(members):
-        folders = sorted((name for name in os.listdir(members) if name.isdigit()), key=int)
-        return Translator.ensemble(
-            [Translator.from_checkpoint(os.path.join(members, name, MODEL_CONFIG),
-                                        os.path.join(members, name, MODEL_WEIGHTS),
-                                        os.path.join(extra, VOCAB_DIR), **options) for name in folders], **options)
-    weights = os.path.join(extra, MODEL_WEIGHTS)
-    if not os.path.isfile(weights):
-        raise FileNotFoundError(f"{directory} has no Keras weights ({weights}); export it with a config.")
-    return Translator.from_checkpoint(os.path.join(extra, MODEL_CONFIG), weights, os.path.join(extra, VOCAB_DIR),
-                                      **options)
+    if not os.path.isfile(os.path.join(os.fspath(directory), "saved_model.pb")):
+        raise CheckpointNotFoundError(f"No SavedModel at {directory} (saved_model.pb is missing).")
+    models, configs, vocab_dir = load_models(directory)
+    return Translator.from_models(models, configs[0], vocab_dir, **options)
 
 
 def load_exported(directory):

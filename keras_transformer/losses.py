@@ -2,7 +2,8 @@
 
 import keras
 from keras import ops
-from keras.src.losses.loss import scale_loss_for_distribution
+
+from keras_transformer.keras_internals import scale_loss_for_distribution
 
 
 def smoothed_cross_entropy(labels, logits, label_smoothing=0.1, soft_ids=None, soft_probabilities=None,

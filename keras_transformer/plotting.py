@@ -40,6 +40,15 @@ import os
 import numpy as np
 from matplotlib.figure import Figure
 
+from keras_transformer import decoding
+from keras_transformer.data.tokenizers import load_tokenizers
+from keras_transformer.errors import CheckpointNotFoundError
+from keras_transformer.layers.position import sinusoidal_position_encoding
+from keras_transformer.model import decode, encode
+from keras_transformer.schedules import NoamSchedule
+from keras_transformer.translation import utf8_bytes
+from keras_transformer.workdir import load_models
+
 KINDS = ("encoder_self", "decoder_self", "cross")
 LAYOUTS = ("grid", "heads")
 _TITLES = {"encoder_self": "encoder self-attention", "decoder_self": "decoder self-attention",
@@ -111,7 +120,6 @@ def attention_weights(model, source_ids, target_ids, pad_id=0):
     >>> [w.shape for w in weights["cross"]]
     [(4, 2, 3), (4, 2, 3)]
     """
-    from keras_transformer.model import decode, encode
 
     source = np.asarray(source_ids, dtype="int32").reshape(1, -1)  # (1, S)
     target = np.asarray(target_ids, dtype="int32").reshape(1, -1)  # (1, T)
@@ -134,8 +142,7 @@ def _pieces(tokenizer, ids):
 def _text(sentence):
     """A sentence as valid text: bytes that are not UTF-8 (which Python keeps as lone surrogates in arguments and
     stdin, or given as `bytes`) become U+FFFD, as `Translator` does."""
-    from keras_transformer.translation import _utf8_bytes
-    return _utf8_bytes(sentence).decode("utf-8", "replace") if isinstance(sentence, (str, bytes)) else sentence
+    return utf8_bytes(sentence).decode("utf-8", "replace") if isinstance(sentence, (str, bytes)) else sentence
 
 
 def _strip(ids, eos_id, pad_id, bos_id):
@@ -172,7 +179,6 @@ def translate_with_attention(model, sentence, source_tokenizer, target_tokenizer
     >>> maps.translation, maps.cross[-1].shape  # doctest: +SKIP
     ('Ein Hund läuft.', (4, 5, 6))
     """
-    from keras_transformer import decoding
 
     target_tokenizer = target_tokenizer if target_tokenizer is not None else source_tokenizer
     sentence, translation = _text(sentence), _text(translation)
@@ -383,43 +389,12 @@ def load_model(path, checkpoint=None, average=None):
 
     >>> model, src, tgt, config = load_model("runs/multi30k_en_de", average=5)  # doctest: +SKIP
     """
-    from keras_transformer import evaluation
-    from keras_transformer.config import TransformerConfig
-    from keras_transformer.data.tokenizers import load_tokenizers
-    from keras_transformer.model import build_model
-    from keras_transformer.training import _check_model_folder, _check_weights_choice
-
-    path = os.fspath(path)
-    _check_weights_choice(path, checkpoint, average)  # the same refusals, in the same order, as translate's
-    _check_model_folder(path)
-    if not os.path.isfile(os.path.join(path, "model.yaml")) and os.path.isfile(
-            os.path.join(path, "assets.extra", "model.yaml")):
-        path = os.path.join(path, "assets.extra")  # an exported SavedModel folder
-    config_path = os.path.join(path, "model.yaml")
-    if not os.path.isfile(config_path):
-        raise FileNotFoundError(f"{path} is not a training workdir or exported model: it has no model.yaml.")
-    config = TransformerConfig.from_yaml(config_path)
-    vocab = next((os.path.join(path, d) for d in ("data/vocab", "vocab")
-                  if os.path.isdir(os.path.join(path, d))), None)
+    models, configs, vocab = load_models(path, checkpoint, average)
     if vocab is None:
-        raise FileNotFoundError(f"No tokenizer folder in {path}: expected data/vocab/ (a training workdir) "
-                                "or vocab/ (an exported model).")
+        raise CheckpointNotFoundError(f"No tokenizer folder in {path}: expected data/vocab/ (a training workdir) "
+                                      "or assets.extra/vocab/ (an exported model).")
     source_tokenizer, target_tokenizer = load_tokenizers(vocab)
-    if checkpoint is not None:
-        paths = [os.fspath(checkpoint)]
-    elif os.path.isdir(os.path.join(path, "checkpoints")):
-        paths = evaluation.latest_checkpoints(os.path.join(path, "checkpoints"), int(average or 1))
-    else:
-        paths = sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith(".weights.h5"))[-1:]
-        if not paths:
-            raise FileNotFoundError(f"No weights in {path}: expected checkpoints/ckpt-*.weights.h5 or a "
-                                    "*.weights.h5 file.")
-    model = build_model(config)
-    if len(paths) == 1:
-        evaluation.load_checkpoint(paths[0], model)
-    else:
-        evaluation.average_checkpoints(paths, model)
-    return model, source_tokenizer, target_tokenizer, config
+    return models[0], source_tokenizer, target_tokenizer, configs[0]
 
 
 def plot_attention_for_path(model_path, sentence, out_dir, checkpoint=None, average=None, beam_size=None,
@@ -472,7 +447,6 @@ def plot_learning_rate_schedule(path, settings=((512, 4000), (512, 8000), (256, 
     >>> os.path.getsize(path) > 1000
     True
     """
-    from keras_transformer.schedules import NoamSchedule
 
     figure = Figure(figsize=(7, 4), layout="constrained")
     axes = figure.subplots()
@@ -512,7 +486,6 @@ def plot_position_encoding(path, length=100, d_model=512, dpi=110):
     >>> os.path.getsize(path) > 1000
     True
     """
-    from keras_transformer.layers.position import sinusoidal_position_encoding
 
     table = sinusoidal_position_encoding(int(length), int(d_model))  # (L, D)
     halves = np.concatenate([table[:, 0::2], table[:, 1::2]], axis=1)  # (L, D): sin columns, then cos columns

@@ -20,6 +20,10 @@ import tensorflow as tf
 
 from keras_transformer import decoding
 from keras_transformer.config import TransformerConfig
+from keras_transformer.data.tokenizers import load_tokenizers
+from keras_transformer.errors import CheckpointNotFoundError, ConfigError
+from keras_transformer.model import build_model
+from keras_transformer.workdir import load_models, load_weights_files
 
 
 def _valid_utf8(strings):
@@ -28,7 +32,7 @@ def _valid_utf8(strings):
                                         errors="replace", replacement_char=0xFFFD)
 
 
-def _utf8_bytes(line):
+def utf8_bytes(line):
     """A `str` (or `bytes`) as UTF-8 bytes for a string tensor.
 
     Python keeps the undecodable bytes of stdin, argv and file names as lone
@@ -178,26 +182,34 @@ class Translator(tf.Module):
         >>> translator = Translator.from_checkpoint("workdir/config.yaml",  # doctest: +SKIP
         ...     "workdir/checkpoints/ckpt-0010.weights.h5", "workdir/vocab")
         """
-        from keras_transformer import evaluation
-        from keras_transformer.model import build_model
-
         if not isinstance(config, TransformerConfig):
             if not os.path.isfile(os.fspath(config)):
-                raise FileNotFoundError(f"Model config not found: {os.fspath(config)}")
+                raise CheckpointNotFoundError(f"Model config not found: {os.fspath(config)}")
             config = TransformerConfig.from_yaml(os.fspath(config))
+        model = load_weights_files(build_model(config), checkpoint)
+        return cls.from_models([model], config, tokenizers, **options)
+
+    @classmethod
+    def from_models(cls, models, config, tokenizers, **options):
+        """Wraps built models (one, or an ensemble's members) with their tokenizers.
+
+        Args:
+            models: a list of `build_model` models sharing a vocabulary.
+            config: the first model's `TransformerConfig`: the decoding defaults.
+            tokenizers: `(source_tokenizer, target_tokenizer)`, or a vocabulary
+                folder that `keras_transformer.data.tokenizers.load_tokenizers` reads.
+            **options: `Translator` arguments; `beam_size`, `alpha` and
+                `max_extra` default to the config's decoding fields.
+
+        Returns:
+            A `Translator`.
+        """
         if isinstance(tokenizers, (str, os.PathLike)):
-            from keras_transformer.data.tokenizers import load_tokenizers
             tokenizers = load_tokenizers(os.fspath(tokenizers))
-        model = build_model(config)
-        paths = [checkpoint] if isinstance(checkpoint, (str, os.PathLike)) else list(checkpoint)
-        if len(paths) == 1:
-            evaluation.load_checkpoint(paths[0], model)
-        else:
-            evaluation.average_checkpoints(paths, model)
         options = {"beam_size": config.beam_size, "alpha": config.length_penalty,
                    "max_extra": config.max_decode_extra, **options}
         source_tokenizer, target_tokenizer = tokenizers
-        return cls(model, source_tokenizer, target_tokenizer, **options)
+        return cls(models if len(models) > 1 else models[0], source_tokenizer, target_tokenizer, **options)
 
     @classmethod
     def ensemble(cls, translators, **options):
@@ -244,14 +256,12 @@ class Translator(tf.Module):
 
         >>> translator = Translator.from_workdir("runs/multi30k", average=5)  # doctest: +SKIP
         """
-        from keras_transformer import evaluation
-
-        workdir = os.fspath(workdir)
-        directory = os.path.join(workdir, "checkpoints")
-        if checkpoint is None:
-            checkpoint = evaluation.latest_checkpoints(directory, int(average or 1))
-        tokenizers = tokenizers if tokenizers is not None else os.path.join(workdir, "data", "vocab")
-        return cls.from_checkpoint(os.path.join(workdir, "model.yaml"), checkpoint, tokenizers, **options)
+        models, configs, vocab_dir = load_models(workdir, checkpoint, average)
+        if tokenizers is None:
+            if vocab_dir is None:
+                raise ConfigError(f"{workdir} has no vocabulary (data/vocab): give its tokenizers.")
+            tokenizers = vocab_dir
+        return cls.from_models(models, configs[0], tokenizers, **options)
 
     # -------------------------------------------------------------------- ids
     def encode_sources(self, sentences):
@@ -342,7 +352,7 @@ class Translator(tf.Module):
         """Python convenience: a `str` or a list of `str` in, the same out (`bytes` are taken as UTF-8)."""
         single = isinstance(sentences, (str, bytes))
         batch = [sentences] if single else list(sentences)
-        outputs = self.translate(tf.constant([_utf8_bytes(s) for s in batch], tf.string))["translation"].numpy()
+        outputs = self.translate(tf.constant([utf8_bytes(s) for s in batch], tf.string))["translation"].numpy()
         texts = [t.decode("utf-8") for t in outputs]
         return texts[0] if single else texts
 
@@ -372,7 +382,7 @@ class Translator(tf.Module):
             raise TypeError(f"Translator.translate_lines takes an iterable of lines (a list of str), got one "
                             f"{type(lines).__name__}: {lines[:40]!r}; translate one sentence with "
                             "translator(sentence) or translator([sentence]).")
-        lines = [_utf8_bytes(line) for line in lines]
+        lines = [utf8_bytes(line) for line in lines]
         order = sorted(range(len(lines)), key=lambda i: len(lines[i].split()))
         outputs = [None] * len(lines)
         for start in range(0, len(order), batch_size):

@@ -9,6 +9,8 @@ import pytest
 import yaml
 
 from keras_transformer import cli, training
+from keras_transformer.trainer import backup as trainer_backup
+from keras_transformer.trainer import callbacks as trainer_callbacks
 from keras_transformer.config import TransformerConfig
 from keras_transformer.model import build_model
 
@@ -306,7 +308,7 @@ def test_a_resumed_run_draws_new_dropout_masks_and_a_fresh_run_repeats_its_own(t
     first = training.train(training.load_experiment(TINY, settings), tmp_path / "run")
     after_first_epoch = _dropout_states(first.model)
     assert len(after_first_epoch) >= 8  # a generator in every sublayer's dropout and the feed-forward's
-    assert training._backup_position(tmp_path / "run" / "backup") == (1, 0)
+    assert trainer_backup.backup_position(tmp_path / "run" / "backup") == (1, 0)
     resumed = training.train(training.load_experiment(TINY, settings + ["training.epochs=2"]), tmp_path / "run")
     assert len(resumed.history["loss"]) == 1  # one epoch ran, from the backup
     resumed_states = _dropout_states(resumed.model)
@@ -317,18 +319,18 @@ def test_a_resumed_run_draws_new_dropout_masks_and_a_fresh_run_repeats_its_own(t
 
 def test_resume_position_is_read_from_the_backup(tmp_path):
     backup = tmp_path / "backup"
-    assert training._backup_position(backup) == (0, 0)  # nothing to resume: a fresh run
+    assert trainer_backup.backup_position(backup) == (0, 0)  # nothing to resume: a fresh run
     backup.mkdir()
     (backup / "training_metadata.json").write_text('{"epoch": 7, "batch": 30}')
-    assert training._backup_position(backup) == (0, 0)  # metadata without weights: Keras starts afresh too
+    assert trainer_backup.backup_position(backup) == (0, 0)  # metadata without weights: Keras starts afresh too
     (backup / "latest.weights.h5").write_bytes(b"weights")
-    assert training._backup_position(backup) == (7, 31)  # Keras' own record: the last batch's zero-based index
+    assert trainer_backup.backup_position(backup) == (7, 31)  # Keras' own record: the last batch's zero-based index
     (backup / "training_metadata.json").write_text('{"epoch": 7, "batch": 0}')
-    assert training._backup_position(backup) == (7, 0)  # an epoch boundary (or one batch: Keras cannot tell)
+    assert trainer_backup.backup_position(backup) == (7, 0)  # an epoch boundary (or one batch: Keras cannot tell)
     (backup / "training_metadata.json").write_text('{"epoch": 7, "batch": 0, "batches_done": 1}')
-    assert training._backup_position(backup) == (7, 1)
+    assert trainer_backup.backup_position(backup) == (7, 1)
     (backup / "training_metadata.json").write_text('{"epoch": 7, "ba')  # cut short: the restore names it
-    assert training._backup_position(backup) == (0, 0)
+    assert trainer_backup.backup_position(backup) == (0, 0)
     assert len({training.resumed_seed(1234, 6), training.resumed_seed(1234, 7), training.resumed_seed(1234, 7, 30),
                 1234}) == 4
 
@@ -372,7 +374,7 @@ def test_an_epoch_interrupted_between_backups_resumes_at_its_batch(tmp_path, mon
         _interrupt_at(monkeypatch, update)
         with pytest.raises(_Interrupted):
             training.train(experiment, workdir)
-        positions.append(training._backup_position(workdir / "backup"))
+        positions.append(trainer_backup.backup_position(workdir / "backup"))
     assert positions == [(1, 4), (1, 6), (2, 6)]  # backups every 2 batches, and at each epoch's end instead
     monkeypatch.undo()
     result = training.train(experiment, workdir)
@@ -382,7 +384,7 @@ def test_an_epoch_interrupted_between_backups_resumes_at_its_batch(tmp_path, mon
     assert [(row["epoch"], float(row["step"])) for row in rows] == [("1", 8), ("2", 16), ("3", 24)]
     assert [path.name for path in training.epoch_checkpoints(workdir)] == [
         f"ckpt-{n:04d}.weights.h5" for n in (1, 2, 3)]
-    assert training._backup_position(workdir / "backup") == (3, 0)  # each epoch ends with a backup
+    assert trainer_backup.backup_position(workdir / "backup") == (3, 0)  # each epoch ends with a backup
 
 
 def test_the_history_row_of_an_interrupted_epoch_averages_all_its_batches(tmp_path, monkeypatch, caplog):
@@ -410,7 +412,7 @@ def test_the_history_row_of_an_interrupted_epoch_averages_all_its_batches(tmp_pa
     spy("first", stop_at=13)  # inside the second epoch; the last backup came after its 4th batch
     with pytest.raises(_Interrupted):
         training.train(experiment, tmp_path / "run")
-    assert training._backup_position(tmp_path / "run" / "backup") == (1, 4)
+    assert trainer_backup.backup_position(tmp_path / "run" / "backup") == (1, 4)
     spy("resumed")
     training.train(experiment, tmp_path / "run")
     first_four = [row for row in seen if row[:2] == ("first", 1)][:4]
@@ -462,7 +464,7 @@ def test_a_resumed_run_keeps_the_best_bleu_weights_of_its_earlier_epochs(packed,
     with open(workdir / "history.csv", newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     assert float(rows[0]["val_bleu"]) < 100
-    assert training._best_logged(workdir / "history.csv", "val_bleu", 1) == float(rows[0]["val_bleu"])
+    assert trainer_callbacks.best_logged(workdir / "history.csv", "val_bleu", 1) == float(rows[0]["val_bleu"])
     rows[0]["val_bleu"] = "100"  # as if the first epoch had scored what no later one can beat
     with open(workdir / "history.csv", "w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
@@ -470,8 +472,8 @@ def test_a_resumed_run_keeps_the_best_bleu_weights_of_its_earlier_epochs(packed,
         writer.writerows(rows)
     training.train(training.load_experiment(config, ["training.epochs=2"]), workdir)
     assert best.read_bytes() == first
-    assert training._best_logged(workdir / "history.csv", "val_bleu", 1) == 100
-    assert training._best_logged(workdir / "history.csv", "val_bleu", 0) == -np.inf
+    assert trainer_callbacks.best_logged(workdir / "history.csv", "val_bleu", 1) == 100
+    assert trainer_callbacks.best_logged(workdir / "history.csv", "val_bleu", 0) == -np.inf
 
 
 @pytest.mark.parametrize("kind", ["synthetic", "text", "text with BPE-dropout"])

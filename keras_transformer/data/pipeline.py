@@ -42,119 +42,18 @@ possible before the first batch.
 import dataclasses
 import logging
 import os
-import typing
 
 import numpy as np
 import tensorflow as tf
 
 from keras_transformer.data import corpus, tokenizers
 from keras_transformer.data.batching import batch_plan
+from keras_transformer.experiment import SUBWORD_DROPOUT_SIDES, DataConfig  # noqa: F401  (DataConfig: its home before)
 
 logger = logging.getLogger(__name__)
 
 PAD_ID, BOS_ID, EOS_ID = tokenizers.PAD_ID, tokenizers.BOS_ID, tokenizers.EOS_ID
-SUBWORD_DROPOUT_SIDES = ("both", "source", "target")
 _TOKENIZE_CHUNK = 16384  # sentences per tokenizer call when tokenizing a corpus
-
-
-@dataclasses.dataclass(frozen=True)
-class DataConfig:
-    """Where the parallel text is and how it becomes batches.
-
-    Every field has a default; unknown or invalid fields raise `ValueError`
-    naming the field.
-
-    Example:
-
-    >>> config = DataConfig(train_source="train.en.gz", train_target="train.de.gz", tokens_per_batch=4096)
-    >>> config.vocab_size, config.shared_vocab, config.max_length
-    (10000, True, 128)
-    >>> DataConfig.from_dict(config.to_dict()) == config
-    True
-    """
-
-    # --- files ----------------------------------------------------------------
-    train_source: typing.Optional[str] = None  # training source file, one sentence per line (plain or .gz UTF-8)
-    train_target: typing.Optional[str] = None  # training target file, line-aligned with train_source
-    valid_source: typing.Optional[str] = None  # validation source file (optional)
-    valid_target: typing.Optional[str] = None  # validation target file
-    source_language: str = "en"  # language codes, for names and reports only
-    target_language: str = "de"
-    errors: str = "strict"  # invalid UTF-8: "strict" fails with file and line, "replace" uses U+FFFD
-    # --- vocabulary -----------------------------------------------------------
-    tokenizer_dir: typing.Optional[str] = None  # saved tokenizers; learned from the training files if absent
-    model_type: str = "bpe"  # SentencePiece "bpe" (joint BPE, reversible), "unigram", or "wordpiece"
-    vocab_size: int = 10000  # ids incl. pad/unk/bos/eos; ~10k joint BPE is the best published Multi30k setting
-    shared_vocab: bool = True  # one vocabulary for both languages (needed for tie_embeddings="all")
-    lowercase: bool = False  # case-fold text before learning and tokenizing (output is then lowercase)
-    subword_dropout: float = 0.0  # BPE-dropout in training: each merge skipped with this probability, anew each
-                                  # pass (SentencePiece "bpe" only; 0 is off; validation and inference never sample)
-    subword_dropout_sides: str = "both"  # which sides BPE-dropout samples: "both", "source" or "target"
-    # --- batching -------------------------------------------------------------
-    tokens_per_batch: int = 4096  # GLOBAL budget per step: <= this many source and target positions, padding incl.
-    max_length: int = 128  # longest sequence in positions (tokens + bos/eos); longer pairs dropped in training
-    bucket_width: int = 1  # lengths sorted as one (mixed at random in training); 1 gives the least padding
-    shuffle_buffer: typing.Optional[int] = None  # pairs in the shuffle buffer; None: the whole corpus
-    cache: bool = True  # keep the padded batches of inference (validation) datasets in memory
-    seed: typing.Optional[int] = None  # shuffle seed; None: a different order every run
-
-    def __post_init__(self):
-        for name in ("vocab_size", "tokens_per_batch", "max_length", "bucket_width"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"DataConfig.{name} must be a positive integer, got {value!r}.")
-        if self.max_length < 2:
-            raise ValueError(f"DataConfig.max_length must be at least 2 (bos/eos plus a token), got {self.max_length}.")
-        if self.tokens_per_batch < self.max_length:
-            raise ValueError(f"DataConfig.tokens_per_batch={self.tokens_per_batch} is smaller than max_length="
-                             f"{self.max_length}: the longest pair would not fit in a batch.")
-        if self.shuffle_buffer is not None and (isinstance(self.shuffle_buffer, bool)
-                                                or not isinstance(self.shuffle_buffer, int) or self.shuffle_buffer <= 0):
-            raise ValueError(f"DataConfig.shuffle_buffer must be a positive integer or None, "
-                             f"got {self.shuffle_buffer!r}.")
-        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0):
-            raise ValueError(f"DataConfig.seed must be a non-negative integer or None, got {self.seed!r}.")
-        if self.model_type not in tokenizers.MODEL_TYPES:
-            raise ValueError(f"DataConfig.model_type must be one of {tokenizers.MODEL_TYPES}, got {self.model_type!r}.")
-        if (isinstance(self.subword_dropout, bool) or not isinstance(self.subword_dropout, (int, float))
-                or not 0 <= self.subword_dropout < 1):
-            raise ValueError(f"DataConfig.subword_dropout must be a probability in [0, 1), got {self.subword_dropout!r}.")
-        if self.subword_dropout and self.model_type != "bpe":
-            raise ValueError(f"DataConfig.subword_dropout (BPE-dropout) needs model_type 'bpe', got {self.model_type!r}.")
-        if self.subword_dropout_sides not in SUBWORD_DROPOUT_SIDES:
-            raise ValueError(f"DataConfig.subword_dropout_sides must be one of {SUBWORD_DROPOUT_SIDES}, "
-                             f"got {self.subword_dropout_sides!r}.")
-        if self.errors not in corpus.ERROR_MODES:
-            raise ValueError(f"DataConfig.errors must be one of {corpus.ERROR_MODES}, got {self.errors!r}.")
-        if (self.train_source is None) != (self.train_target is None):
-            raise ValueError("DataConfig.train_source and train_target must be given together.")
-        if (self.valid_source is None) != (self.valid_target is None):
-            raise ValueError("DataConfig.valid_source and valid_target must be given together.")
-
-    @classmethod
-    def from_dict(cls, values):
-        """Builds a config from a mapping (a YAML section), rejecting unknown keys by name.
-
-        Example:
-
-        >>> DataConfig.from_dict({"tokens_per_batch": 2048}).tokens_per_batch
-        2048
-        """
-        known = {field.name for field in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"Unknown DataConfig fields {unknown}; known fields: {sorted(known)}.")
-        return cls(**values)
-
-    def to_dict(self):
-        """The fields as a plain dict (for YAML).
-
-        Example:
-
-        >>> DataConfig().to_dict()["model_type"]
-        'bpe'
-        """
-        return dataclasses.asdict(self)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -387,7 +286,7 @@ def batch_statistics(dataset):
 
 
 # ---------------------------------------------------------------------- internals
-def _tokenize_corpus(tokenizer, texts):
+def tokenize_corpus(tokenizer, texts):
     """Tokenizes a list of sentences in large batched calls; returns an int32 RaggedTensor [N, None]."""
     chunks = [tokenizer.tokenize(tf.constant(texts[start:start + _TOKENIZE_CHUNK], dtype=tf.string))
               for start in range(0, len(texts), _TOKENIZE_CHUNK)]
@@ -414,8 +313,8 @@ def _make(sources, targets, summary, source_tokenizer, target_tokenizer, *, toke
         num_replicas = tf.distribute.get_strategy().num_replicas_in_sync
     if not sources:
         raise ValueError(f"No sentence pairs to batch: {summary}.")
-    source_ids = _tokenize_corpus(source_tokenizer, sources)
-    target_ids = _tokenize_corpus(target_tokenizer, targets)
+    source_ids = tokenize_corpus(source_tokenizer, sources)
+    target_ids = tokenize_corpus(target_tokenizer, targets)
     source_ids, target_ids, summary = corpus.limit_length(
         source_ids, target_ids, max_length, "filter" if training else "truncate", summary)
     if summary.kept == 0:

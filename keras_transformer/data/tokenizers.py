@@ -56,9 +56,9 @@ import tensorflow_text as tf_text
 from tensorflow_text.python.ops import sentencepiece_tokenizer as _tf_text_sentencepiece
 
 from keras_transformer.data import corpus
+from keras_transformer.experiment import MODEL_TYPES
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
-MODEL_TYPES = ("bpe", "unigram", "wordpiece")
 CONFIG_FILE = "tokenizer.json"
 SENTENCEPIECE_FILE = "sentencepiece.model"
 WORDPIECE_FILE = "wordpiece.vocab"

@@ -1,0 +1,226 @@
+"""The data of a training run, built from its experiment config: synthetic pairs, text files or TFDS.
+
+`build_data(section, data_dir, ...)` learns or loads the vocabulary (kept in
+`data_dir/vocab`, learned once, atomically, by the chief worker) and returns a
+`trainer.loop.TrainingData` around the tf.data pipelines. TensorFlow-specific.
+"""
+
+import dataclasses
+import logging
+import os
+import pathlib
+import shutil
+import time
+
+import numpy as np
+import tensorflow as tf
+
+from keras_transformer.data import corpus, pipeline, tokenizers
+from keras_transformer.data.synthetic import make_arrays, synthetic_pairs
+from keras_transformer.distribute import global_batch_size
+from keras_transformer.errors import ConfigError
+from keras_transformer.trainer.backup import resumed_seed
+from keras_transformer.trainer.loop import TrainingData
+
+log = logging.getLogger("keras_transformer")
+
+
+def _synthetic_arrays(section, data_dir, seed):
+    """Builds the synthetic pairs once and keeps them in `data_dir/synthetic.npz`."""
+    path = pathlib.Path(data_dir) / "synthetic.npz"
+    if path.is_file():
+        with np.load(path) as arrays:
+            return {name: arrays[name] for name in arrays.files}
+    total = section.train_examples + section.val_examples
+    sources, targets = synthetic_pairs(section.task, total, section.synthetic_vocab_size, section.min_length,
+                                       section.synthetic_max_length, seed=seed)
+    inputs, labels = make_arrays(sources, targets)
+    n = section.train_examples
+    arrays = {"train_source": inputs["source"][:n], "train_target": inputs["target"][:n], "train_labels": labels[:n],
+              "val_source": inputs["source"][n:], "val_target": inputs["target"][n:], "val_labels": labels[n:]}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".synthetic.{os.getpid()}.tmp.npz")  # workers may write at once
+    np.savez(temporary, **arrays)
+    os.replace(temporary, path)
+    return arrays
+
+
+def _synthetic_data(section, data_dir, global_batch, seed, num_replicas, shuffle_seed):
+    arrays = _synthetic_arrays(section, data_dir, seed)
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+
+    def dataset(prefix, training):
+        ds = tf.data.Dataset.from_tensor_slices(
+            ({"source": arrays[f"{prefix}_source"], "target": arrays[f"{prefix}_target"]},
+             arrays[f"{prefix}_labels"]))
+        if training and section.shuffle:
+            ds = ds.shuffle(len(arrays[f"{prefix}_labels"]), seed=shuffle_seed, reshuffle_each_iteration=True)
+        # Equal batches keep every replica busy and make one step the same work on 1 or N devices.
+        return ds.batch(global_batch, drop_remainder=training or num_replicas > 1).prefetch(2).with_options(options)
+
+    if len(arrays["train_labels"]) < global_batch:
+        raise ConfigError(f"data.train_examples={len(arrays['train_labels'])} is smaller than one global batch "
+                          f"({global_batch}); lower data.batch_size or add examples.")
+    validation = dataset("val", False) if len(arrays["val_labels"]) >= global_batch else None
+    size = section.synthetic_vocab_size
+    return TrainingData(dataset("train", True), validation, size, size)
+
+
+def _wait_for(path, timeout=3600, poll=2.0):
+    """Waits until `path` exists (a non-chief worker waiting for the chief's vocabulary)."""
+    deadline = time.time() + timeout
+    while not pathlib.Path(path).exists():
+        if time.time() > deadline:
+            raise TimeoutError(f"Waited {timeout} s for {path}, which the chief worker writes. Is the workdir on a "
+                               "file system all workers share? See docs/distributed.md.")
+        time.sleep(poll)
+
+
+def tfds_pairs(section, split, max_examples=None):
+    """Reads `(sources, targets)` of one split of a TensorFlow Datasets translation set.
+
+    Args:
+        section: a `DataSection` with `tfds_name`, `source_language`, `target_language`.
+        split: the split name, e.g. "train".
+        max_examples: read at most this many pairs.
+
+    Returns:
+        Two lists of `str`.
+
+    Raises:
+        ConfigError: tensorflow-datasets is not installed, or the set lacks a language.
+    """
+    try:
+        import tensorflow_datasets as tfds
+    except ImportError as error:
+        raise ConfigError("data.kind 'tfds' needs TensorFlow Datasets: `pip install tensorflow-datasets`; the "
+                          f"first run downloads {section.tfds_name} (internet access needed).") from error
+    languages = (section.pipeline.get("source_language", "en"), section.pipeline.get("target_language", "de"))
+    dataset = tfds.load(section.tfds_name, split=split, data_dir=section.tfds_data_dir)
+    if max_examples:
+        dataset = dataset.take(int(max_examples))
+    sources, targets = [], []
+    for example in dataset.as_numpy_iterator():
+        for language in languages:
+            if language not in example:
+                raise ConfigError(f"data: {section.tfds_name} has no language {language!r}; it has "
+                                  f"{sorted(example)}. Set data.source_language / data.target_language.")
+        sources.append(example[languages[0]].decode("utf-8"))
+        targets.append(example[languages[1]].decode("utf-8"))
+    return sources, targets
+
+
+def tokenizers_for(section, config, vocab_dir, wait_for_chief, texts=None):
+    """Loads the vocabulary from `vocab_dir`, or learns it once (atomically) from the training text."""
+    vocab_dir = pathlib.Path(vocab_dir)
+    if not vocab_dir.exists() and wait_for_chief:
+        log.info("Waiting for the chief worker's vocabulary in %s", vocab_dir)
+        _wait_for(vocab_dir)
+    if vocab_dir.exists():
+        return tokenizers.load_tokenizers(vocab_dir)
+    staging = vocab_dir.with_name(f".{vocab_dir.name}.tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    if texts is None:
+        pair = pipeline.load_or_train_tokenizers(config, staging)
+    else:
+        pair = tokenizers.train_tokenizers(texts[0], texts[1], config.vocab_size, shared=config.shared_vocab,
+                                           directory=staging, model_type=config.model_type,
+                                           lowercase=config.lowercase)
+    os.replace(staging, vocab_dir)
+    log.info("Vocabulary of %d (%s) stored in %s", pair[0].vocab_size,
+             "shared" if pair[0] is pair[1] else f"target {pair[1].vocab_size}", vocab_dir)
+    return pair
+
+
+def _text_data(section, data_dir, replicas, batch_scaling, shuffle_seed, wait_for_chief):
+    base = section.data_config()
+    tokens = global_batch_size(base.tokens_per_batch, replicas, batch_scaling)
+    config = dataclasses.replace(
+        section.data_config(tokenizer_dir=pathlib.Path(data_dir) / "vocab", tokens_per_batch=tokens),
+        seed=shuffle_seed)
+    if section.kind == "text":
+        source_tokenizer, target_tokenizer = tokenizers_for(section, config, pathlib.Path(data_dir) / "vocab",
+                                                         wait_for_chief)
+        train, train_summary, valid, valid_summary = pipeline.make_datasets(
+            config, source_tokenizer, target_tokenizer, num_replicas=replicas)
+        valid_pairs = None
+        if config.valid_source is not None:
+            valid_pairs = corpus.read_parallel_corpus(config.valid_source, config.valid_target, config.errors)[:2]
+    else:
+        sources, targets = tfds_pairs(section, section.tfds_train_split, section.tfds_max_examples)
+        source_tokenizer, target_tokenizer = tokenizers_for(section, config, pathlib.Path(data_dir) / "vocab",
+                                                         wait_for_chief, texts=(sources, targets))
+        options = dict(tokens_per_batch=config.tokens_per_batch, max_length=config.max_length,
+                       bucket_width=config.bucket_width, cache=config.cache, num_replicas=replicas)
+        train, train_summary = pipeline.make_dataset_from_texts(
+            sources, targets, source_tokenizer, target_tokenizer, training=True,
+            shuffle_buffer=config.shuffle_buffer, seed=config.seed, subword_dropout=config.subword_dropout,
+            subword_dropout_sides=config.subword_dropout_sides, **options)
+        valid = valid_summary = valid_pairs = None
+        if section.tfds_valid_split:
+            valid_pairs = tfds_pairs(section, section.tfds_valid_split)
+            valid, valid_summary = pipeline.make_dataset_from_texts(
+                *valid_pairs, source_tokenizer, target_tokenizer, training=False, **options)
+    log.info("Training data: %s", train_summary)
+    if valid_summary is not None:
+        log.info("Validation data: %s", valid_summary)
+    return TrainingData(train, valid, source_tokenizer.vocab_size, target_tokenizer.vocab_size,
+                        tokenizers=(source_tokenizer, target_tokenizer), valid_pairs=valid_pairs)
+
+
+def build_data(section, data_dir, strategy=None, batch_scaling="per_replica", seed=0, wait_for_chief=False,
+               resumed_at=(0, 0)):
+    """Builds the training and validation datasets a `DataSection` describes.
+
+    Built once: the synthetic pairs or the learned vocabulary are stored in
+    `data_dir` (`synthetic.npz`, `vocab/`) and read back by every later run.
+
+    Args:
+        section: a `DataSection`.
+        data_dir: where the data and vocabulary are kept (`workdir/data`).
+        strategy: the `tf.distribute` strategy (batch sizes scale with its replicas).
+        batch_scaling: `"per_replica"` or `"global"` (see `distribute.global_batch_size`):
+            how `data.batch_size` (synthetic) or `data.tokens_per_batch` (text) is read.
+        seed: the seed of the synthetic pairs and of shuffling, unless `data.seed` is set.
+        wait_for_chief: a non-chief worker waits for the chief's vocabulary instead of learning one.
+        resumed_at: `(epoch, batch)` a resumed run starts from: its shuffling seed is
+            `resumed_seed(seed, epoch, batch)`, so it does not replay the first run's order.
+
+    Returns:
+        A `TrainingData`.
+
+    Example:
+
+    >>> data = build_data(DataSection(train_examples=64, val_examples=64, batch_size=32), "/tmp/kt_doc_data")
+    >>> inputs, labels = next(iter(data.train))
+    >>> inputs["source"].shape[0], data.source_vocab_size
+    (32, 32)
+    """
+    replicas = strategy.num_replicas_in_sync if strategy is not None else 1
+    seed = section.seed if section.seed is not None else seed
+    shuffle_seed = resumed_seed(seed, *resumed_at)
+    if section.kind == "synthetic":
+        global_batch = global_batch_size(section.batch_size, replicas, batch_scaling)
+        data = _synthetic_data(section, data_dir, global_batch, seed, replicas, shuffle_seed)
+    else:
+        data = _text_data(section, data_dir, replicas, batch_scaling, shuffle_seed, wait_for_chief)
+    batches = int(data.train.cardinality())  # UNKNOWN (-2) or INFINITE (-1) when tf.data cannot tell
+    return dataclasses.replace(data, num_batches=batches if batches > 0 else None)
+
+
+def repeat_rows(dataset):
+    """`dataset` with every row of every batch repeated in place (rows 2i and 2i + 1 are one example), as
+    `losses.RDropLoss` expects. Pairs stay on one replica when a strategy splits the batch evenly: a batch of n
+    rows over r replicas gives each replica 2n / r rows, an even number, as the pipelines make n a multiple of r.
+
+    Example:
+
+    >>> import tensorflow as tf
+    >>> data = tf.data.Dataset.from_tensors(({"source": tf.constant([[1], [2]])}, tf.constant([[3], [4]])))
+    >>> inputs, labels = next(iter(repeat_rows(data)))
+    >>> inputs["source"].numpy().ravel().tolist(), labels.numpy().ravel().tolist()
+    ([1, 1, 2, 2], [3, 3, 4, 4])
+    """
+    return dataset.map(lambda *batch: tf.nest.map_structure(lambda t: tf.repeat(t, 2, axis=0), batch),
+                       num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)

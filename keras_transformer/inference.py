@@ -1,0 +1,199 @@
+"""Using trained models: load a translator from any workdir, export or ensemble; translate, evaluate, average.
+
+The user-facing functions behind `keras-transformer translate`, `evaluate` and `average`.
+
+`load_translator` is the one entry for every kind of model folder: a
+training workdir, a SavedModel export (its Keras model in `assets.extra/`),
+or a list of workdirs and exports decoded as one ensemble. The folders' layout is
+`keras_transformer.workdir`'s.
+"""
+
+import logging
+import os
+import pathlib
+
+from keras_transformer import evaluation
+from keras_transformer.config import TransformerConfig
+from keras_transformer.errors import CheckpointNotFoundError, ConfigError
+from keras_transformer.model import build_model
+from keras_transformer.translation import Translator
+from keras_transformer.workdir import (AVERAGED_WEIGHTS, CHECKPOINTS_DIR, MODEL_CONFIG, average_checkpoints,
+                                       check_model_folder, check_weights_choice, latest_checkpoints, load_models,
+                                       save_weights)
+
+log = logging.getLogger("keras_transformer")
+
+
+def load_translator(model, checkpoint=None, average=None, **options):
+    """A `Translator` for a training workdir or an exported model directory, or an ensemble of them.
+
+    Args:
+        model: a workdir written by `train` (`model.yaml`, `data/vocab`,
+            `checkpoints/`) or a directory written by `keras-transformer export`;
+            a list of them decodes them as one ensemble (they must share the
+            vocabulary files; decoding defaults come from the first).
+        checkpoint: a `.weights.h5` file (workdir only); default: the last epoch checkpoint.
+            For an ensemble, a list with one entry (or None) per model.
+        average: average the last `average` checkpoints instead (workdirs only; each member); not
+            together with `checkpoint`. A workdir with fewer averages those, with a warning.
+        **options: `Translator` arguments (`beam_size`, `alpha`, `max_extra`);
+            default: the model config's decoding fields.
+
+    Returns:
+        A `keras_transformer.translation.Translator`.
+
+    Raises:
+        FileNotFoundError / ValueError: a missing or unreadable checkpoint or folder (named), ensemble
+        members with different vocabularies, or both `checkpoint` and `average`.
+
+    Example:
+
+    >>> translator = load_translator("runs/en_de", average=5, beam_size=4)  # doctest: +SKIP
+    >>> translator(["A man rides a bike."])                                  # doctest: +SKIP
+    >>> ensemble = load_translator(["runs/en_de", "runs/en_de_seed2"], average=5)  # doctest: +SKIP
+    """
+    check_weights_choice(model, checkpoint, average)
+    paths = list(model) if isinstance(model, (list, tuple)) else [model]
+    if not paths:
+        raise ConfigError("load_translator: no model given (an empty list).")
+    for path in paths:
+        check_model_folder(path)
+    options = {key: value for key, value in options.items() if value is not None}
+    models, configs, vocab_dir = load_models(paths if len(paths) > 1 else paths[0], checkpoint, average,
+                                             require_vocabulary=True)
+    return Translator.from_models(models, configs[0], vocab_dir, **options)
+
+
+def _lines(source):
+    if isinstance(source, (str, os.PathLike)):
+        return evaluation.read_lines(source)  # names a missing file, or a folder given for one
+    return list(source)
+
+
+def _check_output(output):
+    """Refuses an output file that could not be written, before the decoding it would hold."""
+    path = pathlib.Path(output)
+    folder = path.parent
+    if path.is_dir():
+        raise IsADirectoryError(f"Cannot write the translations to {path}: it is a directory.")
+    if not folder.is_dir():
+        raise FileNotFoundError(f"Cannot write the translations to {path}: the folder {folder} does not exist.")
+    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise PermissionError(f"Cannot write the translations to {path}: permission denied.")
+
+
+def translate(model, sentences, checkpoint=None, average=None, batch_size=64, **options):
+    """Translates sentences with a trained workdir or an exported model (`keras-transformer translate`).
+
+    Args:
+        model: a training workdir, an export directory, a list of them (an
+            ensemble; see `load_translator`), or a `Translator`.
+        sentences: a list of `str` (one sentence: a list of one).
+        checkpoint, average, **options: see `load_translator`.
+        batch_size: sentences decoded together.
+
+    Returns:
+        A list of `str`, one translation per sentence.
+
+    Raises:
+        TypeError: `sentences` is one `str` or `bytes` (neither a file name nor
+            taken character by character).
+
+    Example:
+
+    >>> translate("saved_models/multi30k_en_de", ["A man rides a bike."])  # doctest: +SKIP
+    ['Ein Mann fährt Fahrrad.']
+    """
+    if isinstance(sentences, (str, bytes)):
+        raise TypeError(f"translate takes a list of sentences, got one {type(sentences).__name__}: "
+                        f"{sentences[:40]!r}; give one sentence as [sentence], and a file's lines as "
+                        "keras_transformer.evaluation.read_lines(path).")
+    translator = model if hasattr(model, "translate_lines") else load_translator(model, checkpoint, average, **options)
+    return translator.translate_lines(list(sentences), batch_size=batch_size)
+
+
+def evaluate(model, source, reference, tokenized_reference=None, lang=None, checkpoint=None, average=None,
+             batch_size=64, output=None, **options):
+    """Translates `source` and scores it with sacreBLEU (`keras-transformer evaluate`).
+
+    Args:
+        model: a training workdir, an export directory, a list of them (an
+            ensemble; see `load_translator`), or a `Translator`.
+        source: the source file (plain or .gz) or a list of sentences.
+        reference: the reference file or list, raw text (cased sacreBLEU).
+        tokenized_reference: optional `*.lc.norm.tok.*` references: adds the
+            published Multi30k BLEU (needs `lang`).
+        lang: the target language code, for the Multi30k protocol.
+        checkpoint, average, **options: see `load_translator`.
+        batch_size: sentences decoded together.
+        output: if given, the translations are written there, one per line
+            (line breaks inside a translation become spaces: `evaluation.one_line`); its folder
+            must exist.
+
+    Raises:
+        ValueError / OSError: before any decoding: unreadable or misaligned files (the
+        references, tokenized ones included, must have one line per source sentence), or an
+        `output` that cannot be written.
+
+    Returns:
+        `{"bleu": ..., "bleu_lowercase": ..., "length_ratio": ...}` plus `"bleu_multi30k"` with
+        tokenized references (`evaluation.evaluate_translations`), rounded to 2 decimals (ratio: 4).
+
+    Example:
+
+    >>> evaluate("runs/en_de", "test.en", "test.de")  # doctest: +SKIP
+    {'bleu': 38.1, 'bleu_lowercase': 39.5, 'length_ratio': 0.9712}
+    """
+    # Everything that can be checked is checked before decoding, which takes minutes on a whole test set.
+    if output is not None:
+        _check_output(output)
+    sources, references = _lines(source), _lines(reference)
+    if len(sources) != len(references):
+        raise ValueError(f"{len(sources)} source sentences but {len(references)} references.")
+    tokenized = _lines(tokenized_reference) if tokenized_reference is not None else None
+    if tokenized is not None and lang is None:
+        raise ConfigError("The Multi30k BLEU protocol (tokenized references) needs the target language (lang).")
+    if tokenized is not None and len(tokenized) != len(sources):
+        named = f" in {tokenized_reference}" if isinstance(tokenized_reference, (str, os.PathLike)) else ""
+        raise ValueError(f"{len(sources)} source sentences but {len(tokenized)} tokenized references{named}.")
+    hypotheses = [evaluation.one_line(h) for h in translate(model, sources, checkpoint, average, batch_size,
+                                                             **options)]
+    if output is not None:
+        pathlib.Path(output).write_text("".join(line + "\n" for line in hypotheses), encoding="utf-8")
+    scores = evaluation.evaluate_translations(hypotheses, references, lang=lang, tokenized_references=tokenized)
+    return {key: round(float(value), 4 if key == "length_ratio" else 2) for key, value in scores.items()}
+
+
+def average(workdir, last=None, output=None, checkpoints=None):
+    """Averages the last `last` epoch checkpoints of a workdir into one weights file (`keras-transformer average`).
+
+    Args:
+        workdir: a training workdir (`model.yaml`, `checkpoints/`).
+        last: how many checkpoints (the paper: 5 for base, 20 for big); default 5.
+        output: the `.weights.h5` file to write; default `workdir/averaged.weights.h5`.
+        checkpoints: instead of the last ones, these `.weights.h5` files of the
+            workdir's architecture (from any folder), e.g. a run's
+            average and that of its continuation in another workdir.
+
+    Returns:
+        `(output, paths)`: the written file and the averaged checkpoints.
+
+    Example:
+
+    >>> average("runs/en_de", last=5)  # doctest: +SKIP
+    ('runs/en_de/averaged.weights.h5', [... 5 paths ...])
+    """
+    workdir = pathlib.Path(workdir)
+    if not (workdir / MODEL_CONFIG).is_file():
+        raise CheckpointNotFoundError(f"{workdir} is not a training workdir: {workdir / MODEL_CONFIG} is missing.")
+    if checkpoints and last is not None:
+        raise ConfigError("average: give --last N (the workdir's last checkpoints) or --checkpoint files, not both.")
+    output = pathlib.Path(output) if output is not None else workdir / AVERAGED_WEIGHTS
+    if not output.name.endswith(".weights.h5"):
+        raise ConfigError(f"The averaged weights file must end in .weights.h5, got {output}.")
+    model = build_model(TransformerConfig.from_yaml(workdir / MODEL_CONFIG))
+    paths = ([os.fspath(path) for path in checkpoints] if checkpoints
+             else latest_checkpoints(workdir / CHECKPOINTS_DIR, int(5 if last is None else last)))
+    average_checkpoints(paths, model)
+    save_weights(model, output)
+    return output, paths

@@ -1,0 +1,164 @@
+"""Every place the package reaches into Keras' internals, each with the Keras behaviour it works around.
+
+Nothing else in the package imports `keras.src` or reads a private attribute
+of a Keras object: a Keras release that changes one of these breaks this
+module, and `tests/test_keras_internals.py` checks each assumption against the
+installed Keras, so such a release fails a named test instead of a resumed
+training run.
+
+1. `scale_loss_for_distribution`: the per-replica loss scaling that
+   `keras.losses.Loss.__call__` applies, for losses that compute their value
+   outside `__call__` (`losses.RDropLoss`). Keras exports no public name for it.
+2. `BackupHooks`: `keras.callbacks.BackupAndRestore` keeps its file names, the
+   epoch and batch it records, and its save routine private; the resumable
+   backup (`trainer.backup.ResumableBackup`) reads and extends them.
+3. `apply_multi_worker_workarounds`: two bugs of Keras' TensorFlow trainer under
+   `MultiWorkerMirroredStrategy` (keras-team/keras issues 20329 and 20585),
+   fixed by replacing a model method and a trainer function. TensorFlow is passed
+   in by the caller (`distribute.py`), so this module imports keras only.
+"""
+
+import keras
+# (1) Keras exports no public name for the scaling `Loss.__call__` applies under a distribution strategy.
+from keras.src.losses.loss import scale_loss_for_distribution as _keras_scale_loss
+
+__all__ = ["BackupHooks", "apply_multi_worker_workarounds", "scale_loss_for_distribution"]
+
+
+def scale_loss_for_distribution(value):
+    """Divides a loss by the number of replicas under a tf.distribute strategy, as `keras.losses.Loss` does.
+
+    Keras sums the replicas' gradients and expects each replica's loss divided
+    by the replica count; outside any strategy (and on other backends) the
+    value is returned as it is.
+
+    Example:
+
+    >>> float(scale_loss_for_distribution(keras.ops.convert_to_tensor(2.0)))
+    2.0
+    """
+    return _keras_scale_loss(value)
+
+
+class BackupHooks(keras.callbacks.BackupAndRestore):
+    """`keras.callbacks.BackupAndRestore` with its private state behind public names.
+
+    Keras keeps, as private attributes: the backup's file paths
+    (`_weights_path`, `_training_metadata_path`), the epoch the next backup
+    records (`_current_epoch`: Keras sets it only at an epoch's end, so a resumed
+    run records epoch 0 until then), the last batch seen (`_last_batch_seen`),
+    the batches counted towards the next batch backup
+    (`_batches_seen_since_last_saving`), and the routine that writes a backup
+    (`_save_model`, which both `on_epoch_end` and `on_train_batch_end` call).
+    Subclasses use the names below and override `after_save`.
+    """
+
+    @property
+    def weights_path(self):
+        """The backup's weights file (weights and optimizer state): `backup_dir/latest.weights.h5`."""
+        return self._weights_path
+
+    @property
+    def metadata_path(self):
+        """The JSON file of the position the backup records: `backup_dir/training_metadata.json`."""
+        return self._training_metadata_path
+
+    @property
+    def recorded_epoch(self):
+        """The epoch the next backup records (0-based: the epochs finished)."""
+        return self._current_epoch
+
+    @recorded_epoch.setter
+    def recorded_epoch(self, epoch):
+        self._current_epoch = int(epoch)
+
+    @property
+    def last_batch_seen(self):
+        """Keras' zero-based index of the last batch it counted in the current epoch."""
+        return self._last_batch_seen
+
+    def restart_batch_count(self):
+        """Counts the batches towards the next batch backup from zero again (after an extra backup)."""
+        self._batches_seen_since_last_saving = 0
+
+    def save(self):
+        """Writes a backup now, through Keras' own routine (which then calls `after_save`)."""
+        self._save_model()
+
+    def _save_model(self):  # Keras' save routine: called by BackupAndRestore.on_epoch_end / on_train_batch_end
+        super()._save_model()
+        self.after_save()
+
+    def after_save(self):
+        """Called after every backup Keras writes; a subclass adds to it."""
+
+
+def apply_multi_worker_workarounds(model, tf):
+    """Lets `model.fit`/`evaluate` run under `MultiWorkerMirroredStrategy` (Keras 3 workarounds).
+
+    Keras 3's TensorFlow trainer has two multi-worker bugs (keras-team/keras
+    issues 20329 and 20585) that this fixes for `model`:
+
+    1. Before the first step it builds the model by pulling one batch and
+       calling `strategy.reduce("MEAN", batch)`; with dict inputs
+       (`{"source", "target"}`) that fails ("Attempt to convert a value
+       ({'source': PerReplica...}) ... to a Tensor"). The build only needs the
+       batch's shapes, so this model's `_maybe_symbolic_build` uses this
+       worker's first local value.
+    2. Each step averages the logs with `strategy.reduce("MEAN", v, axis=0)`
+       (`keras.src.backend.tensorflow.trainer.reduce_per_replica`), which fails
+       on scalar losses and metrics ("Invalid reduction dimension 0 for input
+       with 0 dimensions"). Scalars are averaged over all replicas instead;
+       every other case keeps Keras' own code.
+
+    Harmless under the other strategies, and a no-op for models built outside
+    any strategy scope (`model._distribute_strategy` is None).
+
+    Args:
+        model: a Keras model created under a strategy scope.
+        tf: the `tensorflow` module (the caller's: this module does not import it).
+
+    Returns:
+        The same model.
+    """
+    strategy = getattr(model, "_distribute_strategy", None)
+    if strategy is None or not hasattr(model, "_symbolic_build"):
+        return model
+    _patch_multi_worker_log_reduction(tf)
+
+    def local_value(value):
+        if isinstance(value, tf.distribute.DistributedValues):
+            return strategy.experimental_local_results(value)[0]
+        return value
+
+    def maybe_symbolic_build(iterator=None, data_batch=None):
+        if iterator is not None:
+            for _, _, batches in iterator:
+                data_batch = tf.nest.map_structure(local_value, next(batches))
+                break
+        with strategy.scope():
+            model._symbolic_build(data_batch=data_batch)
+
+    model._maybe_symbolic_build = maybe_symbolic_build
+    return model
+
+
+def _patch_multi_worker_log_reduction(tf):
+    # Only with the TensorFlow backend (the only one with tf.distribute), hence imported here.
+    from keras.src.backend.tensorflow import trainer as keras_tf_trainer
+    original = keras_tf_trainer.reduce_per_replica
+    if getattr(original, "_keras_transformer_patch", False):
+        return
+
+    def reduce_per_replica(values, strategy, reduction):
+        if reduction in ("auto", "mean") and isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+            def reduce(value):
+                if getattr(value, "shape", None) is not None and value.shape.rank == 0:
+                    # The mean over all replicas. (reduce "MEAN" of a plain tensor gives the sum over workers.)
+                    return strategy.reduce("SUM", value, axis=None) / strategy.num_replicas_in_sync
+                return original(value, strategy, reduction)
+            return tf.nest.map_structure(reduce, values)
+        return original(values, strategy, reduction)
+
+    reduce_per_replica._keras_transformer_patch = True
+    keras_tf_trainer.reduce_per_replica = reduce_per_replica

@@ -1,0 +1,243 @@
+"""The callbacks of the training loop: checkpoints, the learning rate, history.csv and BLEU on validation.
+
+Backend-neutral (keras and numpy): the same callbacks serve `model.fit` on a
+tf.data pipeline and on the packed arrays of any backend.
+"""
+
+import csv
+import logging
+import math
+import os
+import pathlib
+
+import keras
+import numpy as np
+
+from keras_transformer import evaluation
+from keras_transformer.workdir import epoch_checkpoints, save_weights
+
+log = logging.getLogger("keras_transformer")
+
+class EpochCheckpoint(keras.callbacks.Callback):
+    """Saves `checkpoints/ckpt-{epoch:04d}.weights.h5` (1-based) at the end of each epoch.
+
+    Each file is written under a temporary name and renamed, so an interrupted
+    run never leaves a truncated checkpoint. With `keep` only the newest `keep`
+    files stay.
+
+    Args:
+        directory: the checkpoint folder.
+        keep: how many epoch checkpoints to keep; None keeps all.
+    """
+
+    def __init__(self, directory, keep=None):
+        super().__init__()
+        self.directory = pathlib.Path(directory)
+        self.keep = keep
+
+    def on_epoch_end(self, epoch, logs=None):
+        save_weights(self.model, self.directory / f"ckpt-{epoch + 1:04d}.weights.h5")
+        if self.keep:
+            for old in epoch_checkpoints(self.directory.parent)[:-self.keep]:
+                old.unlink(missing_ok=True)
+
+
+class StepCheckpoint(keras.callbacks.Callback):
+    """Saves `checkpoints/step-{step:08d}.weights.h5` every `every` optimizer updates, keeping the last `keep`.
+
+    Steps are optimizer updates (`optimizer.iterations`), so with gradient
+    accumulation one step spans several batches.
+    """
+
+    def __init__(self, directory, every, keep=3):
+        super().__init__()
+        self.directory = pathlib.Path(directory)
+        self.every = int(every)
+        self.keep = int(keep)
+        self._saved = None
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = int(self.model.optimizer.iterations.numpy())
+        if step % self.every == 0 and step != self._saved:
+            self._saved = step
+            save_weights(self.model, self.directory / f"step-{step:08d}.weights.h5")
+            for old in sorted(self.directory.glob("step-[0-9]*.weights.h5"))[:-self.keep]:
+                old.unlink(missing_ok=True)
+
+
+class LearningRateLogger(keras.callbacks.Callback):
+    """Adds `learning_rate` and the optimizer `step` to the epoch logs (for history.csv and TensorBoard)."""
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs is None:
+            return
+        optimizer = self.model.optimizer
+        logs.setdefault("learning_rate", float(np.asarray(optimizer.learning_rate)))
+        logs["step"] = int(optimizer.iterations.numpy())
+
+
+class HistoryCSV(keras.callbacks.Callback):
+    """Writes `history.csv`: one row per finished epoch, column `epoch` (1-based) first.
+
+    Rows are appended across resumed runs. When a run resumes at epoch `e`, rows
+    for epochs after `e` (written by a run killed before its backup was saved)
+    are dropped before training goes on, so the `epoch` column never goes back.
+
+    Args:
+        path: the CSV file.
+    """
+
+    def __init__(self, path):
+        super().__init__()
+        self.path = pathlib.Path(path)
+        self._started = None
+
+    def read(self):
+        """`(header, rows)` of the file as it stands; `([], [])` without one."""
+        if not self.path.is_file():
+            return [], []
+        with open(self.path, newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            return list(reader.fieldnames or []), list(reader)
+
+    def _write(self, header, rows):
+        temporary = self.path.with_suffix(".csv.tmp")
+        with open(temporary, "w", newline="", encoding="utf-8") as f:
+            writer = csv.DictWriter(f, fieldnames=header, restval="")
+            writer.writeheader()
+            writer.writerows(rows)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temporary, self.path)
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if self._started is None:
+            self._started = epoch
+            header, rows = self.read()
+            kept = [row for row in rows if row.get("epoch", "").isdigit() and int(row["epoch"]) <= epoch]
+            if len(kept) != len(rows):
+                self._write(header, kept)
+
+    def on_epoch_end(self, epoch, logs=None):
+        header, rows = self.read()
+        row = {"epoch": epoch + 1}
+        row.update({key: _plain(value) for key, value in (logs or {}).items()})
+        new_header = ["epoch"] + sorted(set(header[1:]) | (set(row) - {"epoch"}))
+        rows.append(row)
+        self._write(new_header, rows)
+
+
+def _plain(value):
+    value = np.asarray(value)
+    return value.item() if value.size == 1 else value.tolist()
+
+
+def best_logged(history_csv, key, epochs):
+    """The highest finite `key` in the first `epochs` rows of a history.csv; -inf without one."""
+    _, rows = HistoryCSV(history_csv).read()
+    values = []
+    for row in rows:
+        try:
+            if int(row.get("epoch", "")) <= epochs:
+                values.append(float(row.get(key, "")))
+        except (TypeError, ValueError):
+            continue
+    values = [value for value in values if math.isfinite(value)]
+    return max(values, default=-math.inf)
+
+
+class BleuCallback(keras.callbacks.Callback):
+    """Every `every_n_epochs` epochs, translates the validation sources and logs their BLEU.
+
+    BLEU is written into the epoch's `logs` under `monitor` (default
+    `"val_bleu"`), so callbacks listed after this one (`CSVLogger`,
+    `TensorBoard`, `EarlyStopping`, `ModelCheckpoint`) see it; on epochs
+    without decoding the value is NaN, which keeps CSV columns stable. When
+    the score improves, the model's weights are saved to `best_path`.
+
+    Args:
+        sources: validation source sentences (list of `str`).
+        references: their reference translations (raw text).
+        translator: anything with `translate_lines(sentences, batch_size=...)`
+            decoding with the model being trained (a `Translator`), or None to
+            build one in `on_train_begin` with `make_translator`.
+        make_translator: `make_translator(model, **translator_options)` when
+            `translator` is None (`keras_transformer.callbacks.BleuCallback`
+            passes one that builds a `Translator` from tokenizers).
+        every_n_epochs: decode after epochs N, 2N, ...
+        lowercase: case-insensitive BLEU.
+        lang, tokenized_references: if given, BLEU follows the Multi30k
+            protocol (`evaluation.multi30k_bleu`) instead.
+        best_path: where to save the best weights (`.weights.h5`), or None.
+        monitor: the `logs` key.
+        batch_size: sentences per decoding batch.
+        translator_options: `Translator` arguments when it is built here
+            (e.g. `beam_size=1` for fast greedy validation).
+        verbose: print the score.
+        best: the score to beat before the first decoding. A resumed run passes
+            its best so far, so that `best_path` keeps the best weights of the
+            whole run and not the first ones scored after the resume.
+
+    Example:
+
+    >>> callback = BleuCallback(val_sources, val_references, translator=translator,  # doctest: +SKIP
+    ...                         every_n_epochs=2, best_path="workdir/checkpoints/best.weights.h5")
+    >>> model.fit(train_ds, epochs=10, callbacks=[callback, keras.callbacks.CSVLogger("history.csv")])  # doctest: +SKIP
+    """
+
+    def __init__(self, sources, references, translator=None, make_translator=None, every_n_epochs=1,
+                 lowercase=False, lang=None, tokenized_references=None, best_path=None, monitor="val_bleu",
+                 batch_size=64, translator_options=None, verbose=1, best=-math.inf):
+        super().__init__()
+        if translator is None and make_translator is None:
+            raise ValueError("BleuCallback needs a translator or (source, target) tokenizers.")
+        if len(sources) != len(references):
+            raise ValueError(f"BleuCallback: {len(sources)} sources but {len(references)} references.")
+        if tokenized_references is not None and lang is None:
+            raise ValueError("BleuCallback: the Multi30k protocol (tokenized_references) needs lang=.")
+        if every_n_epochs < 1:
+            raise ValueError(f"BleuCallback: every_n_epochs must be >= 1, got {every_n_epochs}.")
+        self.sources = list(sources)
+        self.references = list(references)
+        self.translator = translator
+        self.make_translator = make_translator
+        self.every_n_epochs = int(every_n_epochs)
+        self.lowercase = bool(lowercase)
+        self.lang = lang
+        self.tokenized_references = tokenized_references
+        self.best_path = os.fspath(best_path) if best_path is not None else None
+        self.monitor = monitor
+        self.batch_size = int(batch_size)
+        self.translator_options = dict(translator_options or {})
+        self.verbose = verbose
+        self.best = float(best)
+        self.history = []  # (epoch, bleu)
+
+    def on_train_begin(self, logs=None):
+        if self.translator is None:
+            self.translator = self.make_translator(self.model, **self.translator_options)
+
+    def compute_bleu(self):
+        """Translates the validation sources with the current weights and returns BLEU."""
+        hypotheses = self.translator.translate_lines(self.sources, batch_size=self.batch_size)
+        if self.tokenized_references is not None:
+            return evaluation.multi30k_bleu(hypotheses, self.tokenized_references, self.lang).score
+        return evaluation.bleu(hypotheses, self.references, lowercase=self.lowercase).score
+
+    def on_epoch_end(self, epoch, logs=None):
+        logs = logs if logs is not None else {}
+        if (epoch + 1) % self.every_n_epochs:
+            logs[self.monitor] = float("nan")
+            return
+        score = self.compute_bleu()
+        logs[self.monitor] = score
+        self.history.append((epoch, score))
+        improved = score > self.best
+        if improved:
+            self.best = score
+            if self.best_path is not None:
+                os.makedirs(os.path.dirname(self.best_path) or ".", exist_ok=True)
+                self.model.save_weights(self.best_path)
+        if self.verbose:
+            note = f", saved to {self.best_path}" if improved and self.best_path else ""
+            print(f"\nEpoch {epoch + 1}: {self.monitor} = {score:.2f} (best {self.best:.2f}{note})")

@@ -1,0 +1,275 @@
+"""The one training loop: build and compile the model, restore or start it, and `model.fit` with the run's
+callbacks, finishing an interrupted epoch first.
+
+`fit_experiment` knows nothing of where batches come from: the caller hands
+it a `TrainingData` (a tf.data pipeline from `data.build`, or packed numpy
+arrays from `arrays`) and, for multi-device runs, a distribution strategy.
+Everything around the loop is shared by every data source: the checkpoints and
+their names, the resumable backup (mid-epoch included), history.csv, the
+learning-rate schedule with its cooldown, clipping and gradient accumulation,
+and BLEU on the validation split. Backend-neutral (keras and numpy).
+"""
+
+import contextlib
+import dataclasses
+import logging
+import math
+import pathlib
+import time
+import typing
+
+import keras
+import numpy as np
+
+from keras_transformer.config import TransformerConfig
+from keras_transformer.errors import ConfigError
+from keras_transformer.evaluation import read_lines
+from keras_transformer.losses import LabelSmoothedCrossEntropy, RDropLoss
+from keras_transformer.metrics import MaskedAccuracy
+from keras_transformer.model import build_model
+from keras_transformer.optimizers import make_optimizer
+from keras_transformer.trainer.backup import ResumableBackup, RestoreMetricState
+from keras_transformer.trainer.callbacks import (BleuCallback, EpochCheckpoint, HistoryCSV, LearningRateLogger,
+                                                 StepCheckpoint, best_logged)
+from keras_transformer.trainer.precision import progress_verbosity
+from keras_transformer.workdir import checkpoint_number, epoch_checkpoints, load_weights, weights_only
+
+log = logging.getLogger("keras_transformer")
+
+
+@dataclasses.dataclass
+class TrainingData:
+    """The batches of a run, whatever made them (`data.build.build_data`, `arrays.packed_data`)."""
+
+    train: typing.Any  # batches of ({"source", "target"}, labels): a tf.data.Dataset or a keras PyDataset
+    validation: typing.Any  # the same for validation, or None
+    source_vocab_size: int
+    target_vocab_size: int
+    tokenizers: typing.Any = None  # (source, target) SubwordTokenizers for text data; None otherwise
+    valid_pairs: typing.Any = None  # (sources, references) raw validation text, for BLEU
+    num_batches: typing.Optional[int] = None  # batches per epoch of `train`, when known
+
+    def model_fields(self):
+        """The TransformerConfig vocabulary fields this data needs."""
+        if self.source_vocab_size == self.target_vocab_size and (
+                self.tokenizers is None or self.tokenizers[0] is self.tokenizers[1]):
+            return {"vocab_size": self.source_vocab_size}
+        return {"vocab_size": max(self.source_vocab_size, self.target_vocab_size),
+                "source_vocab_size": self.source_vocab_size, "target_vocab_size": self.target_vocab_size}
+
+
+@dataclasses.dataclass
+class TrainingResult:
+    """What `train` returns."""
+
+    model: typing.Any  # the trained keras.Model
+    model_config: TransformerConfig
+    history: dict  # metric name -> values of the epochs this call ran
+    workdir: pathlib.Path
+    checkpoints: list  # the epoch checkpoints now in workdir/checkpoints
+    strategy: typing.Any = None
+    tokenizers: typing.Any = None
+
+
+def batches_per_epoch(training, data):
+    """`training.steps_per_epoch`, or the training data's number of batches; None when it is not known."""
+    per_epoch = training.steps_per_epoch or data.num_batches
+    return per_epoch if per_epoch and per_epoch > 0 else None
+
+
+def cooldown_updates(training, data):
+    """`(first update, length)` of the linear cooldown of `training.cooldown_epochs`, or None without one.
+
+    The optimizer counts batches (accumulated or not), from
+    `training.initial_updates`; so does the schedule.
+    """
+    if not training.cooldown_epochs:
+        return None
+    per_epoch = batches_per_epoch(training, data)
+    if per_epoch is None:
+        raise ConfigError("training.cooldown_epochs needs the number of batches per epoch, which this data "
+                          "does not tell: set training.steps_per_epoch.")
+    return (training.initial_updates + (training.epochs - training.cooldown_epochs) * per_epoch,
+            training.cooldown_epochs * per_epoch)
+
+
+def finished_epochs(output):
+    """The epochs earlier runs finished in `output`: the number of its last epoch checkpoint (0 without one)."""
+    checkpoints = epoch_checkpoints(output)
+    return checkpoint_number(checkpoints[-1].name) if checkpoints else 0
+
+
+def summary(config):
+    """One line describing a model config's sizes, for the log."""
+    return (f"{config.encoder_layers}+{config.decoder_layers} layers, d_model {config.d_model}, "
+            f"{config.num_heads} heads, d_ff {config.d_ff}, vocab {config.vocab_size}")
+
+
+def compile_model(experiment, model_config, data, loss=None, metrics=None, prepare=None):
+    """Builds and compiles the model of a run: the paper's Adam on the Noam schedule (with the run's cooldown,
+    clipping and gradient accumulation), the label-smoothed loss (R-Drop's with `training.rdrop_alpha`) and the
+    token accuracy; then the initial weights and update count of `training`. Call it under a strategy's scope.
+
+    Args:
+        experiment: the `ExperimentConfig`.
+        model_config: the run's `TransformerConfig`.
+        data: the run's `TrainingData` (for the cooldown's length).
+        loss, metrics: instead of the defaults (e.g. distillation's).
+        prepare: `prepare(model)` after compiling (the TensorFlow multi-worker workarounds).
+
+    Returns:
+        The compiled model.
+    """
+    training = experiment.training
+    if loss is None:
+        loss = LabelSmoothedCrossEntropy(model_config.label_smoothing, pad_id=model_config.pad_id)
+        if training.rdrop_alpha:  # the batches hold each example twice (`data.build.repeat_rows`)
+            loss = RDropLoss(training.rdrop_alpha, model_config.label_smoothing, pad_id=model_config.pad_id)
+    cooldown = cooldown_updates(training, data)
+    if cooldown:
+        log.info("Cooldown: the learning rate falls linearly to 0 from update %d over %d updates", *cooldown)
+    model = build_model(model_config)
+    optimizer = make_optimizer(model_config, gradient_accumulation_steps=training.gradient_accumulation_steps,
+                               cooldown=cooldown, **({"clipnorm": training.clipnorm} if training.clipnorm else {}))
+    model.compile(optimizer=optimizer, loss=loss,
+                  metrics=metrics if metrics is not None else [MaskedAccuracy(pad_id=model_config.pad_id)],
+                  jit_compile=training.jit_compile, steps_per_execution=training.steps_per_execution)
+    if prepare is not None:
+        prepare(model)
+    if training.init_checkpoint:  # the weights only: the new run's optimizer starts afresh
+        load_weights(weights_only(model), training.init_checkpoint)
+        log.info("Starting from the weights in %s", training.init_checkpoint)
+    if training.initial_updates:  # a resumed run's backup restores its own count over this one
+        model.optimizer.iterations.assign(training.initial_updates)
+        log.info("The optimizer starts at update %d (learning rate %.3g)", training.initial_updates,
+                 float(model.optimizer.learning_rate))
+    return model
+
+
+def make_callbacks(experiment, model_config, data, output, resumed_at=(0, 0), make_translator=None):
+    """The run's callbacks, in the order that matters, and its backup (the last of them).
+
+    Callbacks that add to the epoch logs come before the ones that write them,
+    and the backup comes last, so that a run stopped before it resumes from an
+    epoch whose checkpoint and history are written.
+
+    Returns:
+        `(callbacks, backup)`.
+    """
+    training = experiment.training
+    backup = ResumableBackup(output / "backup", training.backup_every_steps or "epoch")
+    callbacks = [LearningRateLogger()]
+    if training.bleu_every_epochs and data.valid_pairs is not None and make_translator is not None:
+        best_path = output / "checkpoints" / "best.weights.h5"
+        sources, references = (list(side[:training.bleu_max_sentences]) for side in data.valid_pairs)
+        tokenized = None
+        if experiment.data.valid_tokenized_target:
+            tokenized = read_lines(experiment.data.valid_tokenized_target)[:len(references)]
+        callbacks.append(BleuCallback(
+            sources, references, make_translator=make_translator, every_n_epochs=training.bleu_every_epochs,
+            lang=experiment.data.pipeline.get("target_language") if tokenized else None,
+            tokenized_references=tokenized, best_path=best_path, best=best_logged(
+                output / "history.csv", "val_bleu", resumed_at[0]) if best_path.is_file() else -math.inf,
+            batch_size=experiment.decoding.batch_size,
+            translator_options={"beam_size": training.bleu_beam_size, "alpha": model_config.length_penalty,
+                                "max_extra": model_config.max_decode_extra}))
+    callbacks += [
+        keras.callbacks.TerminateOnNaN(),
+        EpochCheckpoint(output / "checkpoints", keep=training.keep_checkpoints),
+        HistoryCSV(output / "history.csv"),
+    ]
+    if training.checkpoint_every_steps:
+        callbacks.append(StepCheckpoint(output / "checkpoints", training.checkpoint_every_steps,
+                                        training.keep_step_checkpoints))
+    if training.tensorboard:
+        try:
+            import tensorboard  # noqa: F401  (optional: the TensorBoard callback writes through it)
+            callbacks.append(keras.callbacks.TensorBoard(log_dir=str(output / "logs")))
+        except ImportError:
+            log.warning("TensorBoard logs skipped: `pip install tensorboard` to get them (training.tensorboard).")
+    callbacks.append(backup)
+    return callbacks, backup
+
+
+def fit_experiment(experiment, model_config, data, output, *, strategy=None, resumed_at=(0, 0),
+                   make_translator=None, loss=None, metrics=None, prepare=None):
+    """Trains a run to `training.epochs`, resuming its backup in `output`; the loop every data source shares.
+
+    Args:
+        experiment: the `ExperimentConfig`.
+        model_config: the run's `TransformerConfig`.
+        data: a `TrainingData`.
+        output: the folder of checkpoints, backup, logs and history.csv.
+        strategy: a tf.distribute strategy to build the model under, or None.
+        resumed_at: `(epoch, batches)` the backup resumes at (`trainer.backup.backup_position`).
+        make_translator: `make_translator(model, **options)` for BLEU on validation (`training.bleu_every_epochs`).
+        loss, metrics, prepare: see `compile_model`.
+
+    Returns:
+        A `TrainingResult`.
+
+    Raises:
+        FloatingPointError: the loss became NaN (training stopped).
+    """
+    training = experiment.training
+    output = pathlib.Path(output)
+    with strategy.scope() if strategy is not None else contextlib.nullcontext():
+        model = compile_model(experiment, model_config, data, loss=loss, metrics=metrics, prepare=prepare)
+    callbacks, backup = make_callbacks(experiment, model_config, data, output, resumed_at, make_translator)
+    validation = data.validation if training.validation else None
+    fit = dict(validation_data=validation, callbacks=callbacks, verbose=progress_verbosity(training.verbose),
+               shuffle=False)  # the data sources shuffle themselves
+    start = time.time()
+    replicas = strategy.num_replicas_in_sync if strategy is not None else 1
+    histories = _finish_interrupted_epoch(model, data, training, resumed_at, backup, fit, replicas=replicas)
+    if not model.stop_training:
+        histories.append(model.fit(data.train, epochs=training.epochs, steps_per_epoch=training.steps_per_epoch,
+                                   **fit))
+    history = _merge_histories(histories)
+    if history.epoch:
+        log.info("Trained %d epoch(s) in %.1f s; checkpoints in %s", len(history.epoch), time.time() - start,
+                 output / "checkpoints")
+    else:
+        log.info("Nothing to train: %s already has %d epoch(s), and training.epochs is %d; raise training.epochs "
+                 "to train further.", output, finished_epochs(output), training.epochs)
+    losses = history.history.get("loss", [])
+    if losses and not np.isfinite(losses[-1]):
+        raise FloatingPointError(f"Training stopped: the loss became {losses[-1]} at epoch {history.epoch[-1] + 1}. "
+                                 f"Lower the learning rate (model.learning_rate_scale), raise model.warmup_steps, "
+                                 f"or set training.clipnorm; the last good weights are in {output / 'checkpoints'}.")
+    return TrainingResult(model=model, model_config=model_config, history=history.history, workdir=output,
+                          checkpoints=epoch_checkpoints(output), strategy=strategy, tokenizers=data.tokenizers)
+
+
+def _finish_interrupted_epoch(model, data, training, resumed_at, backup, fit, replicas=1):
+    """Trains the batches an epoch interrupted after a batch backup had left; `[history]`, or `[]` when there is
+    no such epoch or its length is not known (it then trains again from its first batch, with a warning)."""
+    epoch, done = resumed_at
+    if not done or epoch >= training.epochs:
+        return []
+    per_epoch = batches_per_epoch(training, data)
+    if per_epoch is None:
+        log.warning("Epoch %d was interrupted after %d batches, but this data does not tell its number of batches "
+                    "per epoch (set training.steps_per_epoch): it trains again from its first batch.", epoch + 1, done)
+        return []
+    if done >= per_epoch:  # a backup of Keras' own at an epoch's last batch, or data that changed length since
+        log.warning("The backup records %d trained batches of epoch %d, which has %d: the epoch trains again from "
+                    "its first batch.", done, epoch + 1, per_epoch)
+        return []
+    log.info("Epoch %d was interrupted after %d of its %d batches: training the other %d", epoch + 1, done,
+             per_epoch, per_epoch - done)
+    backup.offset = done
+    restore = RestoreMetricState(backup.backup_dir, epoch, done, replicas=replicas)
+    fit = dict(fit, callbacks=[restore, *fit["callbacks"]])
+    return [model.fit(data.train, epochs=epoch + 1, steps_per_epoch=per_epoch - done, **fit)]
+
+
+def _merge_histories(histories):
+    """One `keras.callbacks.History` of several `fit` calls, in order."""
+    merged = keras.callbacks.History()
+    merged.epoch, merged.history = [], {}
+    for history in histories:
+        merged.epoch += history.epoch
+        for key, values in history.history.items():
+            merged.history.setdefault(key, []).extend(values)
+    return merged

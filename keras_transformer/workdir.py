@@ -1,0 +1,492 @@
+"""The on-disk layout of a training run and of an export, and the one way to load models from them.
+
+A training workdir (`keras-transformer train`, `pack`):
+
+```
+workdir/
+  experiment.yaml, model.yaml     the resolved experiment and its TransformerConfig
+  data/vocab/                     the tokenizers (SentencePiece files; `source/` and `target/` when separate)
+  checkpoints/ckpt-0001.weights.h5 ...   one per epoch (weights only); step-XXXXXXXX.weights.h5, best.weights.h5
+  averaged.weights.h5             `keras-transformer average`; checkpoints/average-last-N.weights.h5 (packed runs)
+  backup/                         the resumable training state (`trainer.backup`)
+```
+
+An export (`keras-transformer export`) keeps the same three things under
+`assets.extra/`: `model.yaml`, `model.weights.h5` and `vocab/`; an ensemble
+keeps one `members/<i>/` folder of `model.yaml` and `model.weights.h5` per
+member. Every loader of the package (translate, evaluate, export,
+plot-attention, distillation, the packed path's evaluation) goes through
+`load_models` here, and every unreadable file raises `CheckpointError`.
+
+Keras and numpy only: a machine without TensorFlow loads the same folders.
+"""
+
+import dataclasses
+import logging
+import os
+import pathlib
+import re
+import shutil
+
+import keras
+import numpy as np
+
+from keras_transformer.config import TransformerConfig
+from keras_transformer.errors import CheckpointError, CheckpointNotFoundError, ConfigError
+from keras_transformer.files import atomic_write
+from keras_transformer.model import build_model
+
+log = logging.getLogger("keras_transformer")
+
+MODEL_CONFIG = "model.yaml"  # a workdir's TransformerConfig, and an export's in assets.extra/
+CHECKPOINTS_DIR = "checkpoints"
+WORKDIR_VOCAB = os.path.join("data", "vocab")
+AVERAGED_WEIGHTS = "averaged.weights.h5"  # `average`'s default output in a workdir
+EXTRA_DIR = "assets.extra"  # an export's Keras model: model.yaml, model.weights.h5, vocab/ (members/<i>/)
+MODEL_WEIGHTS = "model.weights.h5"
+MEMBERS_DIR = "members"
+VOCAB_DIR = "vocab"
+CHECKPOINT_PATTERN = re.compile(r"^(?:ckpt|step)-(\d+)\.weights\.h5$")
+
+
+# ------------------------------------------------------------------ weights files
+def load_weights(model, path):
+    """Loads a `.weights.h5` file into `model`, with errors that name the file.
+
+    Args:
+        model: a model from `build_model`.
+        path: a checkpoint such as `workdir/checkpoints/ckpt-0008.weights.h5`.
+
+    Returns:
+        `model`.
+
+    Raises:
+        CheckpointNotFoundError: the file is missing (also a `FileNotFoundError`).
+        CheckpointError: the file is not a readable HDF5 weights file, or holds
+            weights of another shape (another config).
+
+    Example:
+
+    >>> import tempfile
+    >>> from keras_transformer.model import build_model
+    >>> model = build_model(TransformerConfig.preset("tiny", vocab_size=20))
+    >>> load_weights(model, tempfile.mkdtemp() + "/missing.weights.h5")
+    Traceback (most recent call last):
+    ...
+    keras_transformer.errors.CheckpointNotFoundError: Checkpoint not found: .../missing.weights.h5
+    """
+    path = pathlib.Path(path)
+    if not path.is_file():
+        raise CheckpointNotFoundError(f"Checkpoint not found: {path}")
+    try:
+        model.load_weights(str(path))
+    except OSError as error:
+        raise CheckpointError(f"Checkpoint {path} is corrupt or truncated and cannot be read ({error}).") from error
+    except ValueError as error:
+        raise CheckpointError(f"Checkpoint {path} does not match this model "
+                              f"(was it written with another config?): {error}") from error
+    return model
+
+
+def weights_only(model):
+    """The same layers as an uncompiled model: its `save_weights` leaves out the optimizer's state.
+
+    A compiled model's `.weights.h5` also holds Adam's two moments (three times
+    the size); checkpoints for evaluation, averaging and export need only the
+    weights. The training backup keeps the optimizer, so a resumed run goes on
+    with its moments and its update count.
+
+    Example:
+
+    >>> from keras_transformer.model import build_model
+    >>> model = build_model(TransformerConfig.preset("tiny", vocab_size=20))
+    >>> weights_only(model) is weights_only(model), len(weights_only(model).weights) == len(model.weights)
+    (True, True)
+    """
+    view = getattr(model, "_keras_transformer_weights_view", None)
+    if view is None:
+        view = keras.Model(model.inputs, model.outputs, name=model.name)
+        model._keras_transformer_weights_view = view
+    return view
+
+
+def save_weights(model, path):
+    """Writes the model's weights (no optimizer state) under a temporary name and renames it, so a kill never
+    leaves a half-written checkpoint.
+
+    Example:
+
+    >>> import tempfile
+    >>> from keras_transformer.model import build_model
+    >>> model = build_model(TransformerConfig.preset("tiny", vocab_size=20))
+    >>> save_weights(model, pathlib.Path(tempfile.mkdtemp()) / "ckpt-0001.weights.h5").is_file()
+    True
+    """
+    return atomic_write(path, lambda temporary: weights_only(model).save_weights(temporary, overwrite=True))
+
+
+def checkpoint_number(name):
+    """The epoch or step of a checkpoint file name, or None for other names.
+
+    Example:
+
+    >>> checkpoint_number("ckpt-0012.weights.h5"), checkpoint_number("best.weights.h5")
+    (12, None)
+    """
+    match = CHECKPOINT_PATTERN.match(os.path.basename(os.fspath(name)))
+    return int(match.group(1)) if match else None
+
+
+def epoch_checkpoints(workdir):
+    """The per-epoch checkpoints in `workdir/checkpoints`, oldest first.
+
+    Example:
+
+    >>> epoch_checkpoints("/nonexistent")
+    []
+    """
+    return sorted(pathlib.Path(workdir, CHECKPOINTS_DIR).glob("ckpt-[0-9][0-9][0-9][0-9].weights.h5"))
+
+
+def latest_checkpoints(directory, n=5):
+    """The last `n` checkpoints in `directory`, oldest first.
+
+    Checkpoints are files named `ckpt-{epoch}.weights.h5` (e.g.
+    `ckpt-0012.weights.h5`, one per epoch) or `step-{step}.weights.h5` (every
+    N steps); "last" means the highest numbers. The two kinds are not mixed:
+    if epoch checkpoints exist they are used, else the step ones.
+
+    Args:
+        directory: the checkpoint folder (`{workdir}/checkpoints`).
+        n: how many (paper: 5 for base, 20 for big); fewer are returned if
+            fewer exist, with a warning (logged) that names how many.
+
+    Returns:
+        List of paths (`str`).
+
+    Raises:
+        CheckpointNotFoundError: no such folder, or no checkpoint in it.
+
+    Example:
+
+    >>> latest_checkpoints("workdir/checkpoints", n=2)  # doctest: +SKIP
+    ['workdir/checkpoints/ckpt-0009.weights.h5', 'workdir/checkpoints/ckpt-0010.weights.h5']
+    """
+    directory = os.fspath(directory)
+    if not os.path.isdir(directory):
+        raise CheckpointNotFoundError(f"Checkpoint directory not found: {directory}")
+    if n < 1:
+        raise ValueError(f"latest_checkpoints: n must be >= 1, got {n}.")
+    names = [name for name in os.listdir(directory) if checkpoint_number(name) is not None]
+    epochs = [name for name in names if name.startswith("ckpt-")]
+    names = epochs or names
+    if not names:
+        raise CheckpointNotFoundError(f"No checkpoints named ckpt-NNNN.weights.h5 or step-NNNN.weights.h5 in "
+                                      f"{directory}")
+    names.sort(key=checkpoint_number)
+    if len(names) < n:
+        log.warning("Asked for the last %d checkpoints, but %s has only %d: using those %d.", n, directory,
+                    len(names), len(names))
+    return [os.path.join(directory, name) for name in names[-n:]]
+
+
+def average_checkpoints(paths, model):
+    """Loads the element-wise mean of several checkpoints' weights into `model`.
+
+    Each checkpoint is loaded into `model` in turn and its weights are summed
+    in float64; the mean is then assigned (in each weight's own dtype).
+    Integer-valued variables, if any, keep the last checkpoint's value.
+
+    Args:
+        paths: list of `.weights.h5` files of the same architecture as `model`.
+        model: the model to fill (its current weights are overwritten).
+
+    Returns:
+        `model`, holding the averaged weights.
+
+    Example:
+
+    >>> average_checkpoints(latest_checkpoints("workdir/checkpoints", 5), model)  # doctest: +SKIP
+    """
+    paths = [os.fspath(p) for p in paths]
+    if not paths:
+        raise ValueError("average_checkpoints: no checkpoint paths given.")
+    totals = None
+    for path in paths:
+        load_weights(model, path)
+        values = [np.asarray(v) for v in model.get_weights()]
+        if totals is None:
+            totals = [v.astype("float64") for v in values]
+        else:
+            totals = [t + v for t, v in zip(totals, values)]
+    last = model.get_weights()
+    averaged = [(t / len(paths)).astype(v.dtype) if np.issubdtype(v.dtype, np.floating) else v
+                for t, v in zip(totals, last)]
+    model.set_weights(averaged)
+    return model
+
+
+def load_weights_files(model, paths):
+    """Loads one weights file, or the average of several, into `model`; returns `model`."""
+    paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    return load_weights(model, paths[0]) if len(paths) == 1 else average_checkpoints(paths, model)
+
+
+# ------------------------------------------------------------------ vocabularies
+def vocabulary_dir(path):
+    """The vocabulary folder of a training workdir or an export.
+
+    Example:
+
+    >>> str(vocabulary_dir("runs/en_de")), str(vocabulary_dir("saved_models/multi30k_en_de"))
+    ('runs/en_de/data/vocab', 'saved_models/multi30k_en_de/assets.extra/vocab')
+    """
+    path = pathlib.Path(path)
+    return path / EXTRA_DIR / VOCAB_DIR if (path / "saved_model.pb").is_file() else path / WORKDIR_VOCAB
+
+
+def folder_files(folder):
+    """Every file under `folder`, subfolders included, as `{relative path: bytes}`; `{}` without the folder.
+
+    Separate source and target vocabularies live in `source/` and `target/`:
+    comparing only a folder's top-level files would find two empty sets equal.
+
+    Example:
+
+    >>> import tempfile
+    >>> root = pathlib.Path(tempfile.mkdtemp())
+    >>> (root / "source").mkdir(); _ = (root / "source" / "spm.model").write_bytes(b"x")
+    >>> folder_files(root)
+    {'source/spm.model': b'x'}
+    """
+    folder = pathlib.Path(folder)
+    if not folder.is_dir():
+        return {}
+    return {item.relative_to(folder).as_posix(): item.read_bytes()
+            for item in sorted(folder.rglob("*")) if item.is_file()}
+
+
+def same_vocabulary(first, second):
+    """Whether two vocabulary folders hold the same files with the same bytes (subfolders included)."""
+    return folder_files(first) == folder_files(second)
+
+
+def checkpoint_vocabulary(path):
+    """The vocabulary folder of the run or export that wrote the weights file `path`, or None.
+
+    Looks where this package puts it: an export's `assets.extra/vocab` beside
+    `assets.extra/model.weights.h5`, a workdir's `data/vocab` beside its
+    `averaged.weights.h5` or above its `checkpoints/ckpt-XXXX.weights.h5`.
+
+    Example:
+
+    >>> import tempfile
+    >>> run = pathlib.Path(tempfile.mkdtemp()).resolve()
+    >>> (run / "data" / "vocab").mkdir(parents=True)
+    >>> checkpoint_vocabulary(run / "checkpoints" / "ckpt-0003.weights.h5") == run / "data" / "vocab"
+    True
+    >>> checkpoint_vocabulary(run / "elsewhere" / "deeper" / "my.weights.h5") is None
+    True
+    """
+    folder = pathlib.Path(path).resolve().parent
+    candidates = (folder / VOCAB_DIR, folder / WORKDIR_VOCAB, folder.parent / WORKDIR_VOCAB)
+    return next((candidate for candidate in candidates if candidate.is_dir()), None)
+
+
+def adopt_vocabulary(checkpoint, vocab_dir):
+    """A fine-tuning run tokenizes with the vocabulary its initial weights were trained with.
+
+    A new workdir copies it (so `data/vocab` is never learned afresh, with other
+    ids); a workdir that already has a vocabulary must hold the same files.
+
+    Raises:
+        ConfigError: `vocab_dir` exists and differs from the checkpoint's vocabulary.
+    """
+    source = checkpoint_vocabulary(checkpoint)
+    if source is None:
+        log.warning("training.init_checkpoint: no vocabulary beside %s (an export's assets.extra/vocab or a "
+                    "workdir's data/vocab): the workdir's own is used, so its ids must be the ones the weights "
+                    "were trained with.", checkpoint)
+        return
+    vocab_dir = pathlib.Path(vocab_dir)
+    if vocab_dir.exists():
+        if not same_vocabulary(vocab_dir, source):
+            raise ConfigError(f"training.init_checkpoint: the weights in {checkpoint} were trained with the "
+                              f"vocabulary in {source}, and this workdir's {vocab_dir} differs from it. Fine-tune "
+                              f"in a new workdir: it takes the checkpoint's vocabulary.")
+        return
+    staging = vocab_dir.with_name(f".{vocab_dir.name}.tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(source, staging)
+    os.replace(staging, vocab_dir)
+    log.info("Vocabulary copied from %s, the init checkpoint's", source)
+
+
+# ------------------------------------------------------------------ model folders
+@dataclasses.dataclass(frozen=True)
+class Member:
+    """One model of a folder: its config and the weights file(s) to load (several are averaged)."""
+
+    config: TransformerConfig
+    weights: tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelFolder:
+    """What a workdir or export holds: `kind` ("workdir" or "export"), its members and its vocabulary folder
+    (None for a run on synthetic data)."""
+
+    path: pathlib.Path
+    kind: str
+    members: tuple
+    vocab_dir: pathlib.Path = None
+
+
+def is_export(path):
+    """Whether `path` is a SavedModel export folder (it has `saved_model.pb`)."""
+    return (pathlib.Path(path) / "saved_model.pb").is_file()
+
+
+def check_weights_choice(model, checkpoint, average):
+    """Refuses weights options that cannot apply: a checkpoint and an average together (for any model), or either
+    for an exported model, whose weights are fixed.
+
+    Raises:
+        ConfigError: naming the option that cannot apply.
+    """
+    checkpoints = checkpoint if isinstance(checkpoint, (list, tuple)) else [checkpoint]
+    given = any(path is not None for path in checkpoints)
+    if given and average is not None:
+        raise ConfigError("Give --checkpoint FILE or --average N (the last N epoch checkpoints), not both.")
+    models = model if isinstance(model, (list, tuple)) else [model]
+    for path in models:
+        if (given or average is not None) and is_export(path):
+            raise ConfigError(f"{path} is an exported model: --checkpoint and --average apply to training workdirs.")
+
+
+def check_model_folder(path):
+    """A missing `--model` folder is named as missing (not as "neither a workdir nor an export")."""
+    if not pathlib.Path(path).exists():
+        raise CheckpointNotFoundError(f"Model folder not found: {path} (expected a training workdir or an "
+                                      "exported model).")
+
+
+def _config(path):
+    if not path.is_file():
+        raise CheckpointNotFoundError(f"Model config not found: {path}")
+    return TransformerConfig.from_yaml(path)
+
+
+def model_folder(path, checkpoint=None, average=None):
+    """Reads what a training workdir or an export holds, without building any model.
+
+    Args:
+        path: a workdir (`model.yaml`, `checkpoints/`) or an export (`saved_model.pb`, `assets.extra/`).
+        checkpoint: a `.weights.h5` file (workdirs only); default: the last epoch checkpoint.
+        average: average the last `average` checkpoints instead (workdirs only).
+
+    Returns:
+        A `ModelFolder`.
+
+    Raises:
+        ConfigError: `checkpoint` and `average` together, or either for an export.
+        CheckpointNotFoundError: a missing folder, config, checkpoint or weights file.
+
+    Example:
+
+    >>> folder = model_folder("saved_models/multi30k_en_de")  # doctest: +SKIP
+    >>> folder.kind, len(folder.members)                       # doctest: +SKIP
+    ('export', 1)
+    """
+    check_weights_choice(path, checkpoint, average)
+    check_model_folder(path)
+    path = pathlib.Path(path)
+    if is_export(path):
+        extra = path / EXTRA_DIR
+        members_dir = extra / MEMBERS_DIR
+        if members_dir.is_dir():
+            folders = [members_dir / name for name in sorted((n for n in os.listdir(members_dir) if n.isdigit()),
+                                                             key=int)]
+        else:
+            folders = [extra]
+        members = []
+        for folder in folders:
+            weights = folder / MODEL_WEIGHTS
+            if not weights.is_file():
+                raise CheckpointNotFoundError(f"{path} has no Keras weights ({weights}); export it with a config.")
+            members.append(Member(_config(folder / MODEL_CONFIG), (str(weights),)))
+        return ModelFolder(path, "export", tuple(members), extra / VOCAB_DIR)
+    if not (path / MODEL_CONFIG).is_file():
+        raise CheckpointNotFoundError(f"{path} is neither a training workdir (no model.yaml) nor an exported model "
+                                      "(no saved_model.pb).")
+    if checkpoint is not None:
+        weights = (os.fspath(checkpoint),)
+    else:
+        weights = tuple(latest_checkpoints(path / CHECKPOINTS_DIR, int(average or 1)))
+    vocab = path / WORKDIR_VOCAB
+    return ModelFolder(path, "workdir", (Member(_config(path / MODEL_CONFIG), weights),),
+                       vocab if vocab.exists() else None)
+
+
+def build_member(member):
+    """Builds the Keras model of a `Member` and loads (or averages) its weights into it."""
+    return load_weights_files(build_model(member.config), member.weights)
+
+
+def load_models(paths, checkpoint=None, average=None, require_vocabulary=False):
+    """Loads the Keras models of a workdir, an export, or several of them (an ensemble).
+
+    Args:
+        paths: a workdir or export folder, or a list of them; the members of an
+            ensemble must share their vocabulary files.
+        checkpoint: a `.weights.h5` file (workdirs only), or for several paths a
+            list with one entry (or None) per path.
+        average: average the last `average` epoch checkpoints of each workdir.
+        require_vocabulary: refuse, before building any model, a run without
+            one (trained on synthetic data: no text to translate).
+
+    Returns:
+        `(models, configs, vocab_dir)`: lists of built models and their
+        `TransformerConfig`s, and the vocabulary folder (None for a run on
+        synthetic data).
+
+    Raises:
+        ConfigError: options that cannot apply, or members whose vocabularies differ.
+        CheckpointError: a missing or unreadable folder, config or weights file (named).
+
+    Example:
+
+    >>> models, configs, vocab = load_models("saved_models/multi30k_en_de")  # doctest: +SKIP
+    """
+    many = isinstance(paths, (list, tuple))
+    paths = list(paths) if many else [paths]
+    if not paths:
+        raise ConfigError("No model given (an empty list).")
+    check_weights_choice(paths, checkpoint, average)
+    if len(paths) == 1:
+        if isinstance(checkpoint, (list, tuple)):
+            if len(checkpoint) != 1:
+                raise ConfigError(f"One model takes one checkpoint, got {len(checkpoint)}.")
+            checkpoint = checkpoint[0]
+        checkpoints = [checkpoint]
+    elif checkpoint is None:
+        checkpoints = [None] * len(paths)
+    elif isinstance(checkpoint, (str, os.PathLike)):
+        raise ConfigError(f"An ensemble of {len(paths)} models takes one checkpoint per model (or none), "
+                          f"got the single checkpoint {checkpoint}.")
+    else:
+        checkpoints = list(checkpoint)
+        if len(checkpoints) != len(paths):
+            raise ConfigError(f"An ensemble of {len(paths)} models takes one checkpoint per model (or none), "
+                              f"got {len(checkpoints)}.")
+    folders = [model_folder(path, path_checkpoint, average) for path, path_checkpoint in zip(paths, checkpoints)]
+    for folder in folders[1:]:
+        if not same_vocabulary(folder.vocab_dir or "", folders[0].vocab_dir or "") or \
+                (folder.vocab_dir is None) != (folders[0].vocab_dir is None):
+            raise ConfigError(f"{folder.path} has a different vocabulary from {folders[0].path} ({folder.vocab_dir} "
+                              f"against {folders[0].vocab_dir}): ensembled models must share their vocabulary.")
+    if require_vocabulary and folders[0].vocab_dir is None:
+        raise ConfigError(f"{folders[0].path} has no vocabulary (data/vocab): it was trained on synthetic data, "
+                          "which has no text to translate.")
+    members = [member for folder in folders for member in folder.members]
+    return [build_member(member) for member in members], [member.config for member in members], folders[0].vocab_dir
