@@ -260,7 +260,7 @@ def train_arrays(workdir, epochs=None, *, jit_compile=True, precision="float32",
 # ------------------------------------------------------------------ scoring without TensorFlow
 def _sentencepiece_processors(vocab_dir):
     """`(source, target)` SentencePiece processors of a workdir's `data/vocab` (shared or separate), no TensorFlow."""
-    import sentencepiece
+    import sentencepiece  # the TensorFlow-free tokenizer, needed only for scoring here
 
     vocab_dir = pathlib.Path(vocab_dir)
     folders = [vocab_dir] if (vocab_dir / "tokenizer.json").is_file() else [vocab_dir / "source", vocab_dir / "target"]

@@ -28,6 +28,8 @@ import re
 import sys
 import tempfile
 
+import yaml
+
 from keras_transformer.arguments import integer_at_least, number_at_least
 from keras_transformer.errors import CheckpointError, ConfigError
 
@@ -194,7 +196,6 @@ def _train(args):
     experiment = training.load_experiment(args.config, args.overrides)  # checks the model section too
     experiment.check_files()  # also for --dry-run: a wrong path shows now, not after the vocabulary is learned
     if args.dry_run:
-        import yaml
         print(yaml.safe_dump(experiment.to_dict(), sort_keys=False), end="")
         return 0
     _, scores = training.train_and_evaluate(experiment, args.workdir)

@@ -122,7 +122,7 @@ def moses_preprocess(lines, lang, lowercase=True):
     >>> moses_preprocess(["A boy's red hat."], "en")
     ['a boy &apos;s red hat .']
     """
-    from sacremoses import MosesPunctNormalizer, MosesTokenizer
+    from sacremoses import MosesPunctNormalizer, MosesTokenizer  # only the Multi30k protocol needs it
 
     normalizer, tokenizer = MosesPunctNormalizer(lang=lang), MosesTokenizer(lang=lang)
     processed = []

@@ -92,7 +92,7 @@ def tfds_pairs(section, split, max_examples=None):
         ConfigError: tensorflow-datasets is not installed, or the set lacks a language.
     """
     try:
-        import tensorflow_datasets as tfds
+        import tensorflow_datasets as tfds  # optional: data.kind tfds only
     except ImportError as error:
         raise ConfigError("data.kind 'tfds' needs TensorFlow Datasets: `pip install tensorflow-datasets`; the "
                           f"first run downloads {section.tfds_name} (internet access needed).") from error

@@ -227,7 +227,7 @@ class SubwordTokenizer(tf.Module):
             raise ValueError(f"BPE-dropout needs a SentencePiece 'bpe' tokenizer, this one is {self._model_type!r}.")
         if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
             raise ValueError(f"BPE-dropout must be a probability in [0, 1), got {dropout!r}.")
-        import sentencepiece
+        import sentencepiece  # the Python trainer, needed only when a vocabulary is learned or sampled
         processor = sentencepiece.SentencePieceProcessor(model_proto=self._model)  # a few ms; not kept on the module
         if seed is not None:
             sentencepiece.set_random_generator_seed(int(seed))
@@ -593,7 +593,7 @@ def _learn_sentencepiece(sentences, vocab_size, model_type, lowercase, byte_fall
 
 def _learn_wordpiece(sentences, vocab_size, lowercase):
     """Learns a WordPiece vocabulary with keras-nlp, reserved tokens first."""
-    from keras_nlp.tokenizers import compute_word_piece_vocabulary
+    from keras_nlp.tokenizers import compute_word_piece_vocabulary  # heavy to import; WordPiece learning only
 
     data = tf.data.Dataset.from_tensor_slices(tf.constant(sentences)).batch(1024)
     return compute_word_piece_vocabulary(data, vocab_size, lowercase=lowercase,
@@ -602,7 +602,7 @@ def _learn_wordpiece(sentences, vocab_size, lowercase):
 
 def _check_sentencepiece_ids(model):
     """Checks a serialized SentencePiece model's reserved ids; returns its vocabulary size."""
-    import sentencepiece
+    import sentencepiece  # the Python trainer, needed only when a vocabulary is learned
 
     try:
         processor = sentencepiece.SentencePieceProcessor(model_proto=model)

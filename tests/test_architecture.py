@@ -1,0 +1,192 @@
+"""The package's import graph, read from the source: layers that import only downwards, no cycle, no private
+name taken across modules, no TensorFlow below the TensorFlow layer, and no Keras internals outside one module."""
+
+import ast
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "keras_transformer"
+
+# The layers, lowest first (README, "Layout"). A module imports only from its own layer or the ones below.
+LAYERS = [
+    ("stdlib", ["errors", "files", "arguments", "data", "data.textfile"]),
+    ("core", ["config", "masking", "layers", "layers.*", "model", "losses", "metrics", "schedules", "optimizers",
+              "decoding", "keras_internals", "data.batching", "data.synthetic", "data.packed"]),
+    ("experiment", ["experiment"]),
+    ("workdir", ["workdir", "evaluation"]),
+    ("training", ["trainer", "trainer.*"]),
+    ("tensorflow", ["data.corpus", "data.tokenizers", "data.pipeline", "data.build", "distribute", "translation",
+                    "export", "callbacks", "ctranslate2_export"]),
+    ("user", ["training", "inference", "arrays", "distillation"]),
+    ("plotting", ["plotting"]),
+    ("cli", ["cli"]),
+]
+TENSORFLOW_LAYER = 5
+# Third-party modules a function may import: optional, or heavy and needed by one path only (each site says so).
+LATE_IMPORTS = {"matplotlib", "jax", "ctranslate2", "tensorboard", "tensorflow_datasets", "sentencepiece",
+                "keras_nlp", "sacremoses", "keras.src.backend.tensorflow", "tensorflow"}
+
+
+def _module_name(path):
+    parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _layer(module):
+    for rank, (_, patterns) in enumerate(LAYERS):
+        for pattern in patterns:
+            if module == pattern or (pattern.endswith(".*") and module.startswith(pattern[:-1])):
+                return rank
+    raise AssertionError(f"keras_transformer.{module} is in no layer of tests/test_architecture.py: add it.")
+
+
+def _modules():
+    return {_module_name(path): ast.parse(path.read_text(encoding="utf-8"))
+            for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _imports(tree, modules):
+    """`(node, imported module or None, names, is_top_level, external name)` for every import statement."""
+    top = {id(node) for node in tree.body}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                name = alias.name
+                internal = name[len("keras_transformer."):] if name.startswith("keras_transformer.") else None
+                yield node, internal, [], id(node) in top, name
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            name = node.module
+            if name == "keras_transformer" or name.startswith("keras_transformer."):
+                base = name[len("keras_transformer."):] if name != "keras_transformer" else ""
+                for alias in node.names:
+                    submodule = f"{base}.{alias.name}".strip(".")
+                    if submodule in modules:  # `from keras_transformer import training`
+                        yield node, submodule, [], id(node) in top, name
+                    else:
+                        yield node, base, [alias.name], id(node) in top, name
+            else:
+                yield node, None, [alias.name for alias in node.names], id(node) in top, name
+
+
+def _graph():
+    modules = _modules()
+    graph = {name: set() for name in modules}
+    for name, tree in modules.items():
+        for _, imported, _, _, _ in _imports(tree, modules):
+            if imported is not None and imported != name and imported in modules and name != "":
+                graph[name].add(imported)
+    return modules, graph
+
+
+def test_every_module_sits_in_a_layer_and_imports_only_its_own_or_lower_layers():
+    modules, graph = _graph()
+    upward = []
+    for name, imported in graph.items():
+        if name == "":  # the package's __init__ names everything lazily
+            continue
+        for other in imported:
+            if other and _layer(other) > _layer(name):
+                upward.append(f"{name} ({LAYERS[_layer(name)][0]}) imports {other} ({LAYERS[_layer(other)][0]})")
+    assert not upward, "\n".join(sorted(upward))
+
+
+def test_the_import_graph_has_no_cycle():
+    _, graph = _graph()
+    state, cycles = {}, []
+
+    def visit(node, stack):
+        state[node] = "open"
+        for other in sorted(graph.get(node, ())):
+            if state.get(other) == "open":
+                cycles.append(" -> ".join(stack[stack.index(other):] + [other]))
+            elif other not in state:
+                visit(other, stack + [other])
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    assert not cycles, "\n".join(cycles)
+
+
+def test_no_module_imports_another_module_s_private_names():
+    modules = _modules()
+    taken = []
+    for name, tree in modules.items():
+        aliases = {}
+        for node, imported, names, _, _ in _imports(tree, modules):
+            if imported is None:
+                continue
+            taken += [f"{name}: from keras_transformer.{imported} import {n}" for n in names
+                      if n.startswith("_") and imported != name]
+            if not names:
+                for alias in node.names:
+                    aliases[alias.asname or alias.name.split(".")[-1]] = imported
+        for node in ast.walk(tree):  # module._name
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and \
+                    node.value.id in aliases and node.attr.startswith("_") and not node.attr.startswith("__"):
+                taken.append(f"{name}: {node.value.id}.{node.attr}")
+    assert not taken, "\n".join(taken)
+
+
+def test_tensorflow_is_imported_only_at_the_tensorflow_layer_and_above():
+    modules = _modules()
+    below = []
+    for name, tree in modules.items():
+        if name == "" or _layer(name) >= TENSORFLOW_LAYER:
+            continue
+        for node, imported, _, _, external in _imports(tree, modules):
+            if imported is None and external.split(".")[0] in ("tensorflow", "tensorflow_text"):
+                below.append(f"{name} line {node.lineno}: {external}")
+    assert not below, "\n".join(below)
+
+
+def test_imports_inside_functions_are_for_optional_or_heavy_dependencies_only():
+    modules = _modules()
+    late = []
+    for name, tree in modules.items():
+        for node, imported, _, top_level, external in _imports(tree, modules):
+            if top_level:
+                continue
+            if imported is not None and name != "cli":  # the command line defers its commands (fast --help)
+                late.append(f"{name} line {node.lineno}: keras_transformer.{imported}")
+            elif imported is None and not any(external == allowed or external.startswith(allowed + ".")
+                                              for allowed in LATE_IMPORTS):
+                late.append(f"{name} line {node.lineno}: {external}")
+    assert not late, "\n".join(late)
+
+
+def test_keras_internals_are_touched_in_one_module_only():
+    modules = _modules()
+    outside = [f"{name} line {node.lineno}: {external}" for name, tree in modules.items() if name != "keras_internals"
+               for node, imported, _, _, external in _imports(tree, modules)
+               if imported is None and external.startswith("keras.src")]
+    assert not outside, "\n".join(outside)
+
+
+@pytest.mark.parametrize("statement", ["import keras_transformer",
+                                       "import keras_transformer.experiment; import keras_transformer.errors",
+                                       "from keras_transformer import cli; cli.build_parser()"])
+def test_the_package_the_experiment_config_and_the_command_line_load_without_tensorflow(statement):
+    code = f"import sys; {statement}; print(sorted(m for m in ('tensorflow', 'keras') if m in sys.modules))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                            cwd=PACKAGE.parent)
+    assert result.stdout.strip() == "[]"
+
+
+def test_help_prints_no_tensorflow_log_lines_and_commands_print_none_unless_asked(tmp_path):
+    help_run = subprocess.run([sys.executable, "-m", "keras_transformer.cli", "--help"], capture_output=True,
+                              text=True, cwd=PACKAGE.parent)
+    assert help_run.returncode == 0 and "usage: keras-transformer" in help_run.stdout and not help_run.stderr
+    # A command that imports TensorFlow: the missing folder is the only line on stderr.
+    run = subprocess.run([sys.executable, "-m", "keras_transformer.cli", "translate", "--model",
+                          str(tmp_path / "missing"), "A dog."], capture_output=True, text=True, cwd=PACKAGE.parent)
+    assert run.returncode == 2
+    assert run.stderr.strip().splitlines() == [
+        f"keras-transformer translate: error: Model folder not found: {tmp_path / 'missing'} (expected a training "
+        "workdir or an exported model)."]

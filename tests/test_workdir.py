@@ -1,0 +1,83 @@
+"""The run and export layout (`keras_transformer.workdir`): the one model loader and its vocabulary checks."""
+
+import numpy as np
+import pytest
+
+from keras_transformer import workdir
+from keras_transformer.config import TransformerConfig
+from keras_transformer.errors import CheckpointError, CheckpointNotFoundError, ConfigError
+from keras_transformer.model import build_model
+
+
+def _run(root, seed, vocab_files):
+    """A training workdir of the tiny preset: model.yaml, one epoch checkpoint, and `data/vocab` files."""
+    config = TransformerConfig.preset("tiny", vocab_size=24)
+    (root / "checkpoints").mkdir(parents=True)
+    config.save_yaml(root / "model.yaml")
+    model = build_model(config)
+    model.set_weights([np.random.default_rng(seed).normal(size=w.shape).astype(w.dtype) for w in model.get_weights()])
+    workdir.save_weights(model, root / "checkpoints" / "ckpt-0001.weights.h5")
+    for name, content in vocab_files.items():
+        path = root / "data" / "vocab" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content)
+    return model
+
+
+SEPARATE = {"source/tokenizer.json": b"{}", "source/spm.model": b"english", "target/tokenizer.json": b"{}",
+            "target/spm.model": b"german"}
+
+
+def test_separate_vocabularies_that_differ_are_told_apart(tmp_path):
+    """Separate vocabularies live in source/ and target/: comparing only top-level files found two empty sets."""
+    _run(tmp_path / "a", 1, SEPARATE)
+    _run(tmp_path / "b", 2, {**SEPARATE, "target/spm.model": b"french"})
+    assert not workdir.same_vocabulary(tmp_path / "a" / "data" / "vocab", tmp_path / "b" / "data" / "vocab")
+    with pytest.raises(ConfigError, match="different vocabulary"):
+        workdir.load_models([tmp_path / "a", tmp_path / "b"])
+    # Fine-tuning into a workdir whose own separate vocabulary differs from the checkpoint's is refused too.
+    with pytest.raises(ConfigError, match="differs from it"):
+        workdir.adopt_vocabulary(tmp_path / "a" / "checkpoints" / "ckpt-0001.weights.h5",
+                                 tmp_path / "b" / "data" / "vocab")
+
+
+def test_an_ensemble_of_runs_sharing_a_vocabulary_loads_each_run_s_own_weights(tmp_path):
+    first = _run(tmp_path / "a", 1, SEPARATE)
+    second = _run(tmp_path / "b", 2, SEPARATE)
+    models, configs, vocab = workdir.load_models([tmp_path / "a", tmp_path / "b"])
+    assert vocab == tmp_path / "a" / "data" / "vocab" and len(configs) == 2
+    for loaded, original in zip(models, (first, second)):
+        for a, b in zip(loaded.get_weights(), original.get_weights()):
+            np.testing.assert_array_equal(a, b)
+    # A fresh copy of the vocabulary for a fine-tuning workdir: the same files, subfolders included.
+    workdir.adopt_vocabulary(tmp_path / "a" / "checkpoints" / "ckpt-0001.weights.h5", tmp_path / "c" / "data" / "vocab")
+    assert workdir.folder_files(tmp_path / "c" / "data" / "vocab") == {
+        name: content for name, content in sorted(SEPARATE.items())}
+
+
+def test_averaging_by_the_loader_is_the_mean_of_the_checkpoints(tmp_path):
+    model = _run(tmp_path / "a", 1, SEPARATE)
+    later = [w + 2.0 for w in model.get_weights()]
+    model.set_weights(later)
+    workdir.save_weights(model, tmp_path / "a" / "checkpoints" / "ckpt-0002.weights.h5")
+    (averaged,), _, _ = workdir.load_models(tmp_path / "a", average=2)
+    (last,), _, _ = workdir.load_models(tmp_path / "a")
+    for mean, newest in zip(averaged.get_weights(), last.get_weights()):
+        np.testing.assert_allclose(mean, newest - 1.0, rtol=0, atol=1e-5)
+
+
+def test_missing_folders_configs_and_checkpoints_are_named_with_one_error_type(tmp_path):
+    with pytest.raises(CheckpointNotFoundError, match="Model folder not found"):
+        workdir.load_models(tmp_path / "nowhere")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(CheckpointNotFoundError, match="neither a training workdir"):
+        workdir.load_models(tmp_path / "empty")
+    _run(tmp_path / "a", 1, SEPARATE)
+    with pytest.raises(CheckpointNotFoundError, match="Checkpoint not found: .*ckpt-0009"):
+        workdir.load_models(tmp_path / "a", checkpoint=tmp_path / "a" / "checkpoints" / "ckpt-0009.weights.h5")
+    (tmp_path / "a" / "checkpoints" / "ckpt-0002.weights.h5").write_bytes(b"not HDF5")
+    with pytest.raises(CheckpointError, match="corrupt"):
+        workdir.load_models(tmp_path / "a")
+    assert issubclass(CheckpointNotFoundError, FileNotFoundError) and issubclass(CheckpointError, ValueError)
+    with pytest.raises(ConfigError, match="not both"):
+        workdir.load_models(tmp_path / "a", checkpoint="x.weights.h5", average=2)
