@@ -55,15 +55,22 @@ def copy_export(trained_copy_model, tmp_path_factory):
     return pathlib.Path(folder), root / "vocab", tokenizer
 
 
+_KERAS_TRANSLATORS = {}
+
+
 def keras_translator(trained_copy_model, tokenizer, **options):
+    """The package's own Translator for these settings, built (and traced) once per module."""
     from keras_transformer.translation import Translator
 
-    return Translator(trained_copy_model[0], tokenizer, tokenizer, **options)
+    key = tuple(sorted(options.items()))
+    if key not in _KERAS_TRANSLATORS:
+        _KERAS_TRANSLATORS[key] = Translator(trained_copy_model[0], tokenizer, tokenizer, **options)
+    return _KERAS_TRANSLATORS[key]
 
 
 def test_greedy_translations_and_scores_equal_the_keras_translator(trained_copy_model, copy_export):
     folder, _, tokenizer = copy_export
-    texts = SENTENCES + random_sentences(40, seed=1)
+    texts = SENTENCES + random_sentences(16, seed=1)
     expected = keras_translator(trained_copy_model, tokenizer, beam_size=1, alpha=0.0, max_extra=5)
     ct2 = ce.CTranslate2Translator(folder, beam_size=1, alpha=0.0)
     assert ct2.max_extra == 5  # the default recorded at export
@@ -78,14 +85,14 @@ def test_greedy_translations_and_scores_equal_the_keras_translator(trained_copy_
     assert np.mean(recovered) > 0.5
 
 
-@pytest.mark.parametrize("beam_size, alpha", [(4, 0.6), (3, 1.0)])
+@pytest.mark.parametrize("beam_size, alpha", [(4, 0.6)])
 def test_beam_translations_equal_the_keras_translator_after_rescoring(trained_copy_model, copy_export, beam_size,
                                                                       alpha):
     """CTranslate2's n-best, reranked with the GNMT penalty, gives the package's beam-search translation."""
     import tensorflow as tf
 
     folder, _, tokenizer = copy_export
-    texts = SENTENCES + random_sentences(40, seed=2)
+    texts = SENTENCES + random_sentences(16, seed=2)
     keras_side = keras_translator(trained_copy_model, tokenizer, beam_size=beam_size, alpha=alpha, max_extra=5)
     ct2 = ce.CTranslate2Translator(folder, beam_size=beam_size, alpha=alpha)
     reference = keras_side.n_best(tf.constant(texts))
@@ -206,7 +213,7 @@ def test_architecture_variants_score_as_keras(variant, tmp_path):
     import keras
 
     keras.utils.set_random_seed(7)
-    options = {"vocab_size": 32, "num_layers": 2, "d_model": 32, "num_heads": 4, "d_ff": 48, "max_length": 24,
+    options = {"vocab_size": 32, "num_layers": 1, "d_model": 32, "num_heads": 4, "d_ff": 48, "max_length": 24,
                "dropout": 0.0, **VARIANTS[variant]}
     config = kt.TransformerConfig.preset("tiny", **options)
     model = kt.build_model(config)
@@ -232,7 +239,9 @@ def test_architecture_variants_score_as_keras(variant, tmp_path):
         return np.array([r + [3] + [0] * (width - len(r) - 1) for r in rows], "int32")
     expected = keras.ops.convert_to_numpy(decoding.score(model, padded(sources), padded(targets)))
     np.testing.assert_allclose(ct2_scores, expected, rtol=1e-4, atol=1e-4)
-    # And the translator end to end: the greedy translation is the one keras finds.
+    if variant != "separate_vocabularies":
+        return
+    # And the translator end to end, with its two SentencePiece models: the greedy translation is the one keras finds.
     tokens, _ = decoding.greedy_decode(model, padded(sources), max_extra=4)
     ct2 = ce.CTranslate2Translator(folder, beam_size=1, alpha=0.0, max_extra=4)
     words = [" ".join(f"w{i}" for i in row if i > 3) for row in keras.ops.convert_to_numpy(tokens).tolist()]
