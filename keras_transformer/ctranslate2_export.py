@@ -1,0 +1,818 @@
+"""CTranslate2 export: the same weights as a CTranslate2 model folder, and a translator that serves it.
+
+CTranslate2 (https://github.com/OpenNMT/CTranslate2) is a C++ inference engine
+for Transformers; on a CPU it decodes faster than the SavedModel and can run in
+int8. It is an optional dependency (``pip install keras-transformer[ctranslate2]``):
+this module imports ``ctranslate2`` and ``sentencepiece`` inside the functions
+that need them, and imports neither TensorFlow nor Keras at all, so a serving
+process needs only ``ctranslate2``, ``sentencepiece`` and ``numpy``.
+
+How the package's model maps onto CTranslate2's ``TransformerSpec``:
+
+* Embeddings are scaled by sqrt(d_model) on both sides (``scale_embeddings``); a
+  tied pre-softmax projection is the target embedding matrix itself.
+* Positions: the package's sinusoids interleave sin and cos
+  (PE(pos, 2i) = sin, PE(pos, 2i + 1) = cos) while CTranslate2's built-in table
+  puts all sines before all cosines, so the table is written explicitly (as is a
+  learned one). Its length, ``TransformerConfig.max_length``, bounds sources and
+  translations exactly as in Keras.
+* Attention: the Keras layers project Q, K, V with one fused matrix laid out per
+  head (``[q_h | k_h | v_h]`` for each head h); CTranslate2 wants
+  ``[Q; K; V]`` (all heads' queries, then keys, then values), and ``[K; V]``
+  for the cross-attention's key/value projection. The columns are reordered.
+  Unscaled logits (``scale_attention_logits=False``) become ``queries_scale=1``.
+* ReZero's learned scalar multiplies a sub-layer's output before the residual
+  add; it is folded into that sub-layer's output projection (weight and bias).
+* Post-norm (the paper) or pre-norm with its final LayerNorm; the LayerNorm
+  epsilon travels in the model config.
+* Special tokens: id 0 (pad) is CTranslate2's ``<blank>``; ids 1-3 keep their
+  SentencePiece pieces ``<unk>``, ``<s>`` (the decoder's start token) and
+  ``</s>``, which CTranslate2 appends to every source (``add_source_eos``).
+
+What CTranslate2 cannot hold is refused by name (`check_ctranslate2_support`):
+restricted (windowed) self-attention, a value size d_v different from the key
+size d_k, WordPiece vocabularies.
+
+Decoding with `CTranslate2Translator` follows `keras_transformer.decoding`:
+CTranslate2 has no GNMT length penalty, so it is asked for its `beam_size` best
+hypotheses with their plain log-probabilities (``length_penalty=0``), and they
+are reranked by log P / ((5 + |Y|) / 6) ** alpha, |Y| counting the eos token, the
+package's own rule. Each sentence may produce at most its source length (eos
+included) + `max_extra` tokens, as in `decoding.output_limits`.
+"""
+
+import datetime
+import json
+import math
+import os
+import shutil
+import tempfile
+
+import numpy as np
+
+FORMAT = "keras_transformer.ctranslate2"
+FORMAT_VERSION = 1
+METADATA_FILE = "keras_transformer.json"
+README_FILE = "README.md"
+PAD_TOKEN = "<blank>"  # CTranslate2's (and OpenNMT's) padding token
+_TOKENIZER_FORMAT = "keras_transformer.SubwordTokenizer"  # tokenizer.json of keras_transformer.data.tokenizers
+_TOKENIZER_CONFIG = "tokenizer.json"
+_RESERVED = {"pad_id": 0, "unk_id": 1, "bos_id": 2, "eos_id": 3}
+_ASCII_WHITESPACE = " \t\n\v\f\r"
+
+
+# ---------------------------------------------------------------------- support checks
+
+
+def check_ctranslate2_support(config):
+    """Raises `ValueError` naming the first feature of `config` that CTranslate2 cannot run.
+
+    Supported: post- and pre-norm, any tying mode, separate vocabularies,
+    sinusoidal or learned positions, ReZero (folded into the weights), unscaled
+    attention logits, a per-head size d_k other than d_model / h (with d_v = d_k).
+
+    Args:
+        config: a `TransformerConfig`.
+
+    Raises:
+        ValueError: ``attention_window`` is set (CTranslate2 has no restricted
+            self-attention), or ``value_dim`` differs from the key size
+            (CTranslate2 has one head size for queries, keys and values).
+
+    Example:
+
+    >>> from keras_transformer import TransformerConfig
+    >>> check_ctranslate2_support(TransformerConfig.preset("tiny", vocab_size=100))
+    >>> check_ctranslate2_support(TransformerConfig.preset("tiny", vocab_size=100, attention_window=3))
+    Traceback (most recent call last):
+    ValueError: CTranslate2 export: TransformerConfig.attention_window=3 (restricted self-attention) is not supported by CTranslate2; export this model as a SavedModel instead.
+    """
+    if config.attention_window is not None:
+        raise ValueError(f"CTranslate2 export: TransformerConfig.attention_window={config.attention_window} "
+                         "(restricted self-attention) is not supported by CTranslate2; export this model as a "
+                         "SavedModel instead.")
+    if config.head_value_dim != config.head_dim:
+        raise ValueError(f"CTranslate2 export: TransformerConfig.value_dim={config.head_value_dim} differs from the "
+                         f"key size d_k={config.head_dim}; CTranslate2 has one head size for queries, keys and "
+                         "values. Export this model as a SavedModel instead.")
+
+
+# ---------------------------------------------------------------------- vocabularies
+
+
+def _tokenizer_folders(vocab_dir):
+    """`{"source": folder, "target": folder}` of a `save_tokenizers` folder (shared or separate)."""
+    vocab_dir = os.fspath(vocab_dir)
+    if os.path.isfile(os.path.join(vocab_dir, _TOKENIZER_CONFIG)):
+        return {"source": vocab_dir, "target": vocab_dir}
+    folders = {side: os.path.join(vocab_dir, side) for side in ("source", "target")}
+    if all(os.path.isfile(os.path.join(f, _TOKENIZER_CONFIG)) for f in folders.values()):
+        return folders
+    raise FileNotFoundError(f"No vocabulary at {vocab_dir}: expected {_TOKENIZER_CONFIG} (shared vocabulary) or "
+                            f"source/ and target/ folders holding one, as keras_transformer.data.tokenizers."
+                            "save_tokenizers writes them (an export keeps them in assets.extra/vocab).")
+
+
+def _sentencepiece_file(folder):
+    """The SentencePiece model file of a tokenizer folder, after checking its tokenizer.json."""
+    path = os.path.join(folder, _TOKENIZER_CONFIG)
+    with open(path, encoding="utf-8") as handle:
+        settings = json.load(handle)
+    if settings.get("format") != _TOKENIZER_FORMAT:
+        raise ValueError(f"{path} does not describe a keras_transformer tokenizer (format={settings.get('format')!r}).")
+    if settings.get("model_type") == "wordpiece":
+        raise ValueError(f"CTranslate2 export: {path} is a WordPiece vocabulary; CTranslate2 export supports "
+                         "SentencePiece vocabularies only (WordPiece output also needs post-processing).")
+    reserved = {name: settings.get(name) for name in _RESERVED}
+    if reserved != _RESERVED:
+        raise ValueError(f"{path} has reserved ids {reserved}; keras_transformer needs {_RESERVED}.")
+    model_file = os.path.join(folder, settings["model_file"])
+    if not os.path.isfile(model_file):
+        raise FileNotFoundError(f"Tokenizer file {model_file} named in {path} is missing.")
+    return model_file
+
+
+def vocabulary_tokens(sentencepiece_file):
+    """The CTranslate2 vocabulary of a SentencePiece model: its pieces by id, id 0 renamed ``<blank>``.
+
+    Args:
+        sentencepiece_file: path of a ``sentencepiece.model`` with the package's
+            reserved ids (pad 0, unk 1, bos 2, eos 3).
+
+    Returns:
+        A list of str, one token per id.
+
+    Example:
+
+    >>> tokens = vocabulary_tokens("saved_models/multi30k_en_de/assets.extra/vocab/sentencepiece.model")  # doctest: +SKIP
+    >>> tokens[:4]  # doctest: +SKIP
+    ['<blank>', '<unk>', '<s>', '</s>']
+    """
+    import sentencepiece
+
+    processor = sentencepiece.SentencePieceProcessor(model_file=os.fspath(sentencepiece_file))
+    tokens = [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
+    tokens[_RESERVED["pad_id"]] = PAD_TOKEN
+    if len(set(tokens)) != len(tokens):
+        raise ValueError(f"{sentencepiece_file}: the pieces are not unique once id 0 is named {PAD_TOKEN!r}.")
+    return tokens
+
+
+# ---------------------------------------------------------------------- weights
+
+
+def _numpy(value):
+    """A Keras variable (or numpy array) as a float32 numpy array."""
+    if hasattr(value, "numpy"):
+        value = value.numpy()
+    return np.asarray(value, dtype=np.float32)
+
+
+def _linear(spec, dense, transpose=True, scale=1.0):
+    """Sets a CTranslate2 `LinearSpec` from a Keras `Dense` (kernel `(in, out)` -> weight `(out, in)`)."""
+    kernel = _numpy(dense.kernel)
+    spec.weight = np.ascontiguousarray((kernel.T if transpose else kernel) * scale)
+    if dense.bias is not None:
+        spec.bias = _numpy(dense.bias) * scale
+
+
+def _per_head_to_blocks(kernel, bias, num_heads, sizes):
+    """Reorders a fused projection laid out per head into one block per part.
+
+    `kernel (D, H * sum(sizes))` has, for each head h, the columns
+    `[part_0 of h | part_1 of h | ...]` (the Keras layers' layout). Returns the
+    CTranslate2 weight `(H * sum(sizes), D)` with rows `[part_0 of all heads; part_1 of all heads; ...]`,
+    and the bias reordered the same way (or None).
+    """
+    width = kernel.shape[0]
+    per_head = kernel.reshape(width, num_heads, sum(sizes))  # (D, H, sum(sizes))
+    parts = np.split(per_head, np.cumsum(sizes)[:-1], axis=-1)  # each (D, H, size)
+    weight = np.concatenate([part.reshape(width, -1).T for part in parts], axis=0)  # (H * sum(sizes), D)
+    if bias is None:
+        return np.ascontiguousarray(weight), None
+    bias_parts = np.split(bias.reshape(num_heads, sum(sizes)), np.cumsum(sizes)[:-1], axis=-1)
+    return np.ascontiguousarray(weight), np.concatenate([part.reshape(-1) for part in bias_parts])
+
+
+def _fused(spec, dense, num_heads, sizes):
+    weight, bias = _per_head_to_blocks(_numpy(dense.kernel), None if dense.bias is None else _numpy(dense.bias),
+                                       num_heads, sizes)
+    spec.weight = weight
+    if bias is not None:
+        spec.bias = bias
+
+
+def _layer_norm(spec, norm):
+    spec.gamma = _numpy(norm.gamma)
+    spec.beta = _numpy(norm.beta)
+
+
+def _rezero(block):
+    """The ReZero scalar of a `SublayerConnection` (1.0 without ReZero), folded into the sub-layer's output."""
+    return float(_numpy(block.rezero_alpha)) if block.use_rezero else 1.0
+
+
+def _self_attention(spec, attention, block, scale_logits):
+    dk, dv = attention.key_dim, attention.value_dim
+    _fused(spec.linear[0], attention.qkv_dense, attention.num_heads, (dk, dk, dv))  # [Q; K; V]
+    _linear(spec.linear[1], attention.output_dense, scale=_rezero(block))
+    _layer_norm(spec.layer_norm, block.norm)
+    if not scale_logits:
+        spec.queries_scale = np.float32(1.0)
+
+
+def _cross_attention(spec, attention, block, scale_logits):
+    dk, dv = attention.key_dim, attention.value_dim
+    _linear(spec.linear[0], attention.query_dense)
+    _fused(spec.linear[1], attention.key_value_dense, attention.num_heads, (dk, dv))  # [K; V]
+    _linear(spec.linear[2], attention.output_dense, scale=_rezero(block))
+    _layer_norm(spec.layer_norm, block.norm)
+    if not scale_logits:
+        spec.queries_scale = np.float32(1.0)
+
+
+def _feed_forward(spec, feed_forward, block):
+    _linear(spec.linear_0, feed_forward.inner)
+    _linear(spec.linear_1, feed_forward.outer, scale=_rezero(block))
+    _layer_norm(spec.layer_norm, block.norm)
+
+
+def position_table(model, side="source"):
+    """The `(max_length, d_model)` position table a `build_model` model adds on one side, as numpy.
+
+    Sinusoidal tables are the package's interleaved sin/cos values
+    (`keras_transformer.layers.position.sinusoidal_position_encoding`); learned
+    tables are the trained weights. This is what the export writes as
+    CTranslate2's ``position_encodings``.
+
+    Args:
+        model: a `build_model` model.
+        side: "source" or "target".
+
+    Returns:
+        float32 array `(max_length, d_model)`.
+
+    Example:
+
+    >>> from keras_transformer import TransformerConfig, build_model
+    >>> table = position_table(build_model(TransformerConfig.preset("tiny", vocab_size=50)))
+    >>> table.shape, float(table[0, 1])
+    ((128, 64), 1.0)
+    """
+    if side not in ("source", "target"):
+        raise ValueError(f"position_table: side must be 'source' or 'target', got {side!r}.")
+    return _numpy(model.get_layer(f"{side}_position").table)
+
+
+def _embeddings(model):
+    names = {layer.name for layer in model.layers}
+    if "shared_embedding" in names:
+        shared = model.get_layer("shared_embedding")
+        return shared, shared
+    return model.get_layer("source_embedding"), model.get_layer("target_embedding")
+
+
+def build_spec(model, config, source_tokens, target_tokens):
+    """The CTranslate2 `TransformerSpec` holding `model`'s weights (not yet validated or saved).
+
+    Args:
+        model: a `build_model(config)` model with its trained weights.
+        config: its `TransformerConfig`.
+        source_tokens, target_tokens: the vocabularies (`vocabulary_tokens`), one token per id.
+
+    Returns:
+        A ``ctranslate2.specs.TransformerSpec``.
+
+    Raises:
+        ValueError: a feature CTranslate2 cannot run (`check_ctranslate2_support`),
+            or a vocabulary whose size is not the model's.
+
+    Example:
+
+    >>> spec = build_spec(model, config, tokens, tokens)  # doctest: +SKIP
+    >>> spec.encoder.position_encodings.encodings.shape  # doctest: +SKIP
+    (128, 512)
+    """
+    from ctranslate2.specs import transformer_spec
+
+    check_ctranslate2_support(config)
+    source_embedding, target_embedding = _embeddings(model)
+    for side, tokens, embedding in (("source", source_tokens, source_embedding),
+                                    ("target", target_tokens, target_embedding)):
+        if len(tokens) != embedding.vocab_size:
+            raise ValueError(f"CTranslate2 export: the {side} vocabulary has {len(tokens)} tokens but the model's "
+                             f"{embedding.name} has {embedding.vocab_size} rows; use the vocabulary the model was "
+                             "trained with.")
+    head_dim = config.head_dim
+    custom_head = head_dim * config.num_heads != config.d_model
+    options = dict(pre_norm=config.norm_first, head_dim=head_dim if custom_head else None)
+    encoder_spec = transformer_spec.TransformerEncoderSpec(config.encoder_layers, config.num_heads, **options)
+    decoder_spec = transformer_spec.TransformerDecoderSpec(config.decoder_layers, config.num_heads, **options)
+    spec = transformer_spec.TransformerSpec(encoder_spec, decoder_spec)
+
+    scale = config.scale_attention_logits
+    encoder, decoder = model.get_layer("encoder"), model.get_layer("decoder")
+    spec.encoder.embeddings[0].weight = _numpy(source_embedding.embeddings)
+    spec.encoder.scale_embeddings = True  # x sqrt(d_model), as TokenEmbedding does
+    spec.encoder.position_encodings.encodings = position_table(model, "source")
+    for layer_spec, layer in zip(spec.encoder.layer, encoder.encoder_layers):
+        _self_attention(layer_spec.self_attention, layer.self_attention, layer.self_attention_block, scale)
+        _feed_forward(layer_spec.ffn, layer.feed_forward, layer.feed_forward_block)
+    if config.norm_first:
+        _layer_norm(spec.encoder.layer_norm, encoder.final_norm)
+
+    spec.decoder.embeddings.weight = _numpy(target_embedding.embeddings)
+    spec.decoder.scale_embeddings = True
+    spec.decoder.position_encodings.encodings = position_table(model, "target")
+    for layer_spec, layer in zip(spec.decoder.layer, decoder.decoder_layers):
+        _self_attention(layer_spec.self_attention, layer.self_attention, layer.self_attention_block, scale)
+        _cross_attention(layer_spec.attention, layer.cross_attention, layer.cross_attention_block, scale)
+        _feed_forward(layer_spec.ffn, layer.feed_forward, layer.feed_forward_block)
+    if config.norm_first:
+        _layer_norm(spec.decoder.layer_norm, decoder.final_norm)
+    if config.tie_embeddings in ("all", "decoder"):
+        spec.decoder.projection.weight = _numpy(target_embedding.embeddings)  # (V, D), as CTranslate2 wants
+    else:
+        spec.decoder.projection.weight = np.ascontiguousarray(
+            _numpy(model.get_layer("output_projection").kernel).T)
+
+    spec.config.layer_norm_epsilon = float(config.layer_norm_epsilon)
+    spec.config.unk_token = target_tokens[config.unk_id]
+    spec.config.bos_token = target_tokens[config.bos_id]
+    spec.config.eos_token = target_tokens[config.eos_id]
+    spec.config.decoder_start_token = target_tokens[config.bos_id]
+    spec.config.add_source_bos = False
+    spec.config.add_source_eos = True  # the package's sources are tokens then eos
+    spec.register_source_vocabulary(source_tokens)
+    spec.register_target_vocabulary(target_tokens)
+    return spec
+
+
+# ---------------------------------------------------------------------- export
+
+
+def _readme(metadata):
+    decoding = metadata["decoding"]
+    files = metadata["sentencepiece"]
+    tokenizer = (f"`{files['source']}`" if files["source"] == files["target"]
+                 else f"`{files['source']}` (source) and `{files['target']}` (target)")
+    return f"""# CTranslate2 model exported by keras_transformer
+
+A Transformer trained with keras_transformer, converted to the CTranslate2 format
+(`model.bin`, `config.json`, vocabularies) by `keras_transformer.ctranslate2_export.export_ctranslate2`
+on {metadata['exported']} with ctranslate2 {metadata['ctranslate2_version']}. Weights are stored in
+{metadata['quantization'] or 'float32'}; load with `compute_type="int8"` to quantize at load time.
+SentencePiece model: {tokenizer}. `{METADATA_FILE}` records the settings below.
+
+## Translate with keras_transformer
+
+```python
+from keras_transformer.ctranslate2_export import CTranslate2Translator
+translator = CTranslate2Translator("this/folder")          # compute_type="int8", intra_threads=4, ...
+translator(["A man rides a bike."])
+```
+
+It tokenizes with SentencePiece, decodes with beam {decoding['beam_size']}, alpha {decoding['alpha']}, at most
+source length (with eos) + {decoding['max_extra']} tokens, and returns one line per input (empty or
+whitespace-only input gives "").
+
+## Translate with ctranslate2 alone
+
+```python
+import ctranslate2, sentencepiece
+sp = sentencepiece.SentencePieceProcessor(model_file="this/folder/{files['source']}")
+translator = ctranslate2.Translator("this/folder", device="cpu")
+tokens = [sp.id_to_piece(i) for i in sp.encode("A man rides a bike.")]
+result = translator.translate_batch([tokens], beam_size={decoding['beam_size']}, num_hypotheses={decoding['beam_size']},
+                                    length_penalty=0, return_scores=True, return_end_token=True,
+                                    min_decoding_length=0, max_decoding_length=len(tokens) + 1 + {decoding['max_extra']})
+```
+
+The source end token `</s>` is added by CTranslate2 (`add_source_eos`); id 0 is `<blank>`. Rank the hypotheses as
+keras_transformer does: CTranslate2 has no GNMT length penalty, so ask for the `{decoding['beam_size']}` best with plain
+log-probabilities (`length_penalty=0`) and rescore each as `score / ((5 + n) / 6) ** {decoding['alpha']}`, where `n`
+counts the hypothesis tokens including the end token `</s>` (`return_end_token=True`). Decode the best with
+`sp.decode(...)` after dropping `</s>`. A source keeps at most its first {metadata['max_source_length'] - 1} pieces.
+"""
+
+
+def export_ctranslate2(model, config, vocab_dir, directory, *, beam_size=None, alpha=None, max_extra=None,
+                       quantization=None, overwrite=False):
+    """Writes `model` as a CTranslate2 model folder that `CTranslate2Translator` (or ctranslate2 alone) loads.
+
+    The folder holds CTranslate2's ``model.bin``, ``config.json`` and
+    vocabulary, the SentencePiece model(s), ``keras_transformer.json`` (format,
+    decoding defaults, special ids, file names; `is_ctranslate2_model` reads
+    it) and a ``README.md`` on loading it. It is written beside `directory`
+    first and moved into place when complete.
+
+    Args:
+        model: a `build_model(config)` model with its trained weights.
+        config: its `TransformerConfig`.
+        vocab_dir: the SentencePiece vocabulary folder as `save_tokenizers`
+            writes it (a training run's ``data/vocab``, an export's ``assets.extra/vocab``).
+        directory: the folder to create.
+        beam_size, alpha, max_extra: decoding defaults recorded for the
+            translator (default: the config's ``beam_size``, ``length_penalty``, ``max_decode_extra``).
+        quantization: weight type stored in ``model.bin`` (None: float32; or
+            "int8", "float16", ... as CTranslate2 accepts); float32 can still be
+            run in int8 with ``compute_type="int8"``.
+        overwrite: replace an existing CTranslate2 export at `directory`.
+
+    Returns:
+        `directory`.
+
+    Raises:
+        ValueError: a feature CTranslate2 cannot run, named; a vocabulary of the wrong size or kind.
+        FileExistsError: `directory` exists and `overwrite` is False, or it is not an export of this kind.
+
+    Example:
+
+    >>> from keras_transformer.export import load_keras_translator  # doctest: +SKIP
+    >>> translator = load_keras_translator("saved_models/multi30k_en_de")  # doctest: +SKIP
+    >>> config = TransformerConfig.from_yaml("saved_models/multi30k_en_de/assets.extra/model.yaml")  # doctest: +SKIP
+    >>> export_ctranslate2(translator.model, config, "saved_models/multi30k_en_de/assets.extra/vocab",
+    ...                    "ct2/multi30k_en_de")  # doctest: +SKIP
+    'ct2/multi30k_en_de'
+    """
+    import ctranslate2
+
+    directory = os.fspath(directory)
+    if os.path.exists(directory) and (not os.path.isdir(directory) or os.listdir(directory)):
+        if not overwrite:
+            raise FileExistsError(f"{directory} already exists; replace it with overwrite=True (--overwrite).")
+        if not is_ctranslate2_model(directory):
+            raise FileExistsError(f"{directory} exists and is not a keras_transformer CTranslate2 export "
+                                  f"(no {METADATA_FILE}); not replacing it.")
+    check_ctranslate2_support(config)
+    folders = _tokenizer_folders(vocab_dir)
+    models = {side: _sentencepiece_file(folder) for side, folder in folders.items()}
+    shared = folders["source"] == folders["target"]
+    tokens = {side: vocabulary_tokens(path) for side, path in models.items()}
+    spec = build_spec(model, config, tokens["source"], tokens["target"])
+    spec.validate()
+    spec.optimize(quantization=quantization)
+
+    names = ({"source": "sentencepiece.model", "target": "sentencepiece.model"} if shared
+             else {"source": "source.sentencepiece.model", "target": "target.sentencepiece.model"})
+    decoding = {"beam_size": int(config.beam_size if beam_size is None else beam_size),
+                "alpha": float(config.length_penalty if alpha is None else alpha),
+                "max_extra": int(config.max_decode_extra if max_extra is None else max_extra)}
+    if decoding["beam_size"] < 1 or decoding["max_extra"] < 0 or not (math.isfinite(decoding["alpha"])
+                                                                       and decoding["alpha"] >= 0):
+        raise ValueError(f"export_ctranslate2: decoding settings out of range: {decoding} (beam_size >= 1, "
+                         "alpha finite and >= 0, max_extra >= 0).")
+    metadata = {
+        "format": FORMAT, "version": FORMAT_VERSION,
+        "exported": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+        "ctranslate2_version": ctranslate2.__version__,
+        "quantization": quantization,
+        "decoding": decoding,
+        "length_penalty": "gnmt: score = log P / ((5 + n) / 6) ** alpha, n counting the eos token",
+        "special_ids": {name: int(getattr(config, name)) for name in _RESERVED},
+        "special_tokens": {"pad": PAD_TOKEN, "unk": tokens["target"][config.unk_id],
+                           "bos": tokens["target"][config.bos_id], "eos": tokens["target"][config.eos_id]},
+        "sentencepiece": names,
+        "max_source_length": int(config.max_length),
+        "max_target_length": int(config.max_length),
+        "model_config": config.to_dict(),
+    }
+    parent = os.path.dirname(os.path.abspath(directory))
+    os.makedirs(parent, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=".ct2-", dir=parent)
+    try:
+        spec.save(staging)
+        for side, path in models.items():
+            shutil.copyfile(path, os.path.join(staging, names[side]))
+        with open(os.path.join(staging, METADATA_FILE), "w", encoding="utf-8") as handle:
+            json.dump(metadata, handle, indent=2)
+            handle.write("\n")
+        with open(os.path.join(staging, README_FILE), "w", encoding="utf-8") as handle:
+            handle.write(_readme(metadata))
+        if os.path.exists(directory):
+            shutil.rmtree(directory) if os.path.isdir(directory) else os.remove(directory)
+        os.replace(staging, directory)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return directory
+
+
+def is_ctranslate2_model(path):
+    """True if `path` is a folder written by `export_ctranslate2` (it holds ``keras_transformer.json`` and ``model.bin``).
+
+    Args:
+        path: any path.
+
+    Returns:
+        bool.
+
+    Example:
+
+    >>> import tempfile
+    >>> is_ctranslate2_model(tempfile.mkdtemp())
+    False
+    """
+    path = os.fspath(path)
+    metadata_file = os.path.join(path, METADATA_FILE)
+    if not (os.path.isfile(metadata_file) and os.path.isfile(os.path.join(path, "model.bin"))):
+        return False
+    try:
+        with open(metadata_file, encoding="utf-8") as handle:
+            return json.load(handle).get("format") == FORMAT
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def read_metadata(directory):
+    """The ``keras_transformer.json`` of a CTranslate2 export, checked.
+
+    Example:
+
+    >>> read_metadata("ct2/multi30k_en_de")["decoding"]  # doctest: +SKIP
+    {'beam_size': 5, 'alpha': 1.0, 'max_extra': 50}
+    """
+    directory = os.fspath(directory)
+    if not is_ctranslate2_model(directory):
+        raise FileNotFoundError(f"No keras_transformer CTranslate2 export at {directory} ({METADATA_FILE} and "
+                                "model.bin are expected; write one with export_ctranslate2).")
+    with open(os.path.join(directory, METADATA_FILE), encoding="utf-8") as handle:
+        metadata = json.load(handle)
+    if metadata.get("version", 0) > FORMAT_VERSION:
+        raise ValueError(f"{directory} was written by a newer keras_transformer (format version "
+                         f"{metadata['version']} > {FORMAT_VERSION}); upgrade the package.")
+    return metadata
+
+
+# ---------------------------------------------------------------------- decoding
+
+
+def gnmt_length_penalty(length, alpha):
+    """((5 + length) / 6) ** alpha, as `keras_transformer.decoding.length_penalty`, in numpy.
+
+    Example:
+
+    >>> float(gnmt_length_penalty(7, 1.0))
+    2.0
+    """
+    return np.power((5.0 + np.asarray(length, dtype=np.float64)) / 6.0, float(alpha))
+
+
+def _utf8_text(line):
+    """A `str` or UTF-8 `bytes` as text, bad bytes (and lone surrogates) replaced by U+FFFD, as Translator does."""
+    if isinstance(line, bytes):
+        data = line
+    elif isinstance(line, str):
+        try:
+            data = line.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:
+            data = line.encode("utf-8", "surrogatepass")
+    else:
+        raise TypeError(f"CTranslate2Translator: sentences must be str (or UTF-8 bytes), got "
+                        f"{type(line).__name__}: {line!r}.")
+    return data.decode("utf-8", "replace")
+
+
+class CTranslate2Translator:
+    """Translates with a CTranslate2 export, ranking hypotheses as keras_transformer's beam search does.
+
+    Strings in, strings out, like `keras_transformer.translation.Translator`:
+    bad UTF-8 bytes become U+FFFD, empty or whitespace-only inputs give "",
+    over-long sources keep their first ``max_length - 1`` pieces, and every
+    input gives exactly one output.
+
+    The search is CTranslate2's: its candidates and hypotheses are those of
+    `keras_transformer.decoding.beam_search` step for step, with the same
+    log-probabilities, and its n-best are reranked by the package's GNMT rule.
+    Two differences remain. CTranslate2 stops once its best hypothesis has
+    ended and `beam_size` have finished, where the package goes on while a live
+    hypothesis could still win under the length penalty, so the package
+    sometimes finds a longer, better-scoring translation (1 sentence in 100 on
+    Multi30k with the shipped model). And pad and bos, which the package never
+    produces, can only be suppressed in CTranslate2 before its softmax; they
+    are left in (and a sentence whose n-best contains one is searched again
+    with both suppressed), which matters only where the model's distribution
+    is nearly uniform (a tiny model, unknown input).
+
+    Args:
+        directory: a folder written by `export_ctranslate2`.
+        beam_size, alpha, max_extra: decoding settings (default: those recorded at export).
+        device: "cpu" or "cuda".
+        compute_type: CTranslate2's compute type: "default" (the stored weights'),
+            "float32", "int8", "int8_float32", "float16", ...
+        intra_threads: threads inside one batch (0: CTranslate2's default, 4).
+        inter_threads: batches run in parallel.
+        exact_limits: decode each batch in groups of sentences with the same
+            length limit, so each sentence stops at its own source length +
+            `max_extra` tokens as in `keras_transformer.decoding` (True); or
+            give the whole batch its longest sentence's limit (False: fewer,
+            larger calls; a translation can then run past its own limit, which
+            only happens to degenerate, repeating outputs).
+
+    Example:
+
+    >>> translator = CTranslate2Translator("ct2/multi30k_en_de", compute_type="int8")  # doctest: +SKIP
+    >>> translator(["A man rides a bike."])  # doctest: +SKIP
+    ['Ein Mann fährt Fahrrad.']
+    """
+
+    def __init__(self, directory, *, beam_size=None, alpha=None, max_extra=None, device="cpu",
+                 compute_type="default", intra_threads=0, inter_threads=1, exact_limits=True):
+        import ctranslate2
+        import sentencepiece
+
+        self.directory = os.fspath(directory)
+        self.metadata = read_metadata(self.directory)
+        defaults = self.metadata["decoding"]
+        self.beam_size = int(defaults["beam_size"] if beam_size is None else beam_size)
+        self.alpha = float(defaults["alpha"] if alpha is None else alpha)
+        self.max_extra = int(defaults["max_extra"] if max_extra is None else max_extra)
+        if self.beam_size < 1:
+            raise ValueError(f"CTranslate2Translator: beam_size must be >= 1, got {beam_size}.")
+        if not self.max_extra >= 0:
+            raise ValueError(f"CTranslate2Translator: max_extra (output tokens allowed beyond the source length) "
+                             f"must be >= 0, got {max_extra}.")
+        if not (math.isfinite(self.alpha) and self.alpha >= 0):
+            raise ValueError(f"CTranslate2Translator: alpha (the length-penalty exponent) must be a finite number "
+                             f">= 0 (0: plain log-probability), got {alpha}.")
+        self.exact_limits = bool(exact_limits)
+        self.compute_type = compute_type
+        self.max_source_length = int(self.metadata["max_source_length"])
+        self.max_target_length = int(self.metadata["max_target_length"])
+        special = self.metadata["special_ids"]
+        self.pad_id, self.bos_id, self.eos_id = special["pad_id"], special["bos_id"], special["eos_id"]
+        files = self.metadata["sentencepiece"]
+        self.source_processor = sentencepiece.SentencePieceProcessor(
+            model_file=os.path.join(self.directory, files["source"]))
+        self.target_processor = (self.source_processor if files["source"] == files["target"] else
+                                 sentencepiece.SentencePieceProcessor(
+                                     model_file=os.path.join(self.directory, files["target"])))
+        self.source_tokens = self._saved_vocabulary("source")
+        self.target_tokens = self._saved_vocabulary("target")
+        self._target_ids = {token: index for index, token in enumerate(self.target_tokens)}
+        tokens = self.metadata["special_tokens"]
+        self._eos_token = tokens["eos"]
+        self._never = [[tokens["pad"]], [tokens["bos"]]]  # suppressed only where a search produced them
+        self.translator = ctranslate2.Translator(self.directory, device=device, compute_type=compute_type,
+                                                 intra_threads=int(intra_threads), inter_threads=int(inter_threads))
+
+    def _saved_vocabulary(self, side):
+        for name in (f"{side}_vocabulary.json", "shared_vocabulary.json"):
+            path = os.path.join(self.directory, name)
+            if os.path.isfile(path):
+                with open(path, encoding="utf-8") as handle:
+                    return json.load(handle)
+        raise FileNotFoundError(f"{self.directory} has no {side} vocabulary ({side}_vocabulary.json or "
+                                "shared_vocabulary.json).")
+
+    # ------------------------------------------------------------------ ids
+    def encode_source(self, text):
+        """One sentence's source tokens as CTranslate2 takes them (pieces, without the eos it adds).
+
+        Example:
+
+        >>> translator.encode_source("A man.")  # doctest: +SKIP
+        ['▁A', '▁man', '.']
+        """
+        ids = self.source_processor.encode(text)[: self.max_source_length - 1]
+        return [self.source_tokens[i] for i in ids]
+
+    def _limit(self, source_tokens):
+        """Tokens a translation may have: source length with eos + max_extra, capped by the position table."""
+        return max(1, min(len(source_tokens) + 1 + self.max_extra, self.max_target_length))
+
+    def _search(self, sources):
+        """Beam search on token lists: per sentence, `[(ids, score)]` best first (rescored with the GNMT penalty).
+
+        Pad and bos are never produced by `keras_transformer.decoding`, which
+        sets their log-probabilities to -inf after the log-softmax, so the
+        other tokens keep the model's own log-probabilities. CTranslate2 can
+        only suppress tokens before its softmax, which renormalises every step
+        (and on a small model can reorder near-tied hypotheses), so the search
+        runs unsuppressed; the rare sentence whose n-best holds a pad or bos
+        token is searched again with both suppressed.
+        """
+        results = self._search_once(sources, list(range(len(sources))), suppress=False)
+        again = [i for i, hypotheses in enumerate(results)
+                 if any(self.pad_id in ids or self.bos_id in ids for ids, _ in hypotheses)]
+        if again:
+            for i, hypotheses in zip(again, self._search_once(sources, again, suppress=True)):
+                results[i] = hypotheses
+        return results
+
+    def _search_once(self, sources, indices, suppress):
+        """`_search` for `sources[i]`, i in `indices`; returns their results in that order."""
+        limits = {i: self._limit(sources[i]) for i in indices}
+        groups = {}
+        for i in indices:
+            groups.setdefault(limits[i] if self.exact_limits else 0, []).append(i)
+        results = {}
+        for key, members in groups.items():
+            limit = key if self.exact_limits else max(limits[i] for i in members)
+            outputs = self.translator.translate_batch(
+                [sources[i] for i in members], beam_size=self.beam_size, num_hypotheses=self.beam_size,
+                length_penalty=0.0, return_scores=True, return_end_token=True, min_decoding_length=0,
+                max_decoding_length=limit, max_input_length=0, suppress_sequences=self._never if suppress else None)
+            for i, output in zip(members, outputs):
+                hypotheses = [[self._target_ids[token] for token in tokens] for tokens in output.hypotheses]
+                # |Y| counts eos, as decoding.beam_search does: return_end_token keeps it in the hypothesis.
+                penalties = gnmt_length_penalty([len(ids) for ids in hypotheses], self.alpha)
+                scored = [(ids, float(score) / float(penalty))
+                          for ids, score, penalty in zip(hypotheses, output.scores, penalties)]
+                results[i] = sorted(scored, key=lambda pair: -pair[1])  # stable: ties keep CTranslate2's order
+        return [results[i] for i in indices]
+
+    def _detokenize(self, ids):
+        kept = []
+        for token in ids:
+            if token == self.eos_id:
+                break
+            if token not in (self.pad_id, self.bos_id):
+                kept.append(token)
+        return self.target_processor.decode(kept)
+
+    # ------------------------------------------------------------------ strings
+    def _translate(self, sentences):
+        """Per sentence, `[(text, score)]` best first (`beam_size` of them); blank inputs give ("", 0.0)."""
+        if isinstance(sentences, (str, bytes)):
+            raise TypeError(f"CTranslate2Translator takes a list of sentences, got one {type(sentences).__name__}: "
+                            f"{sentences[:40]!r}; use translator(sentence) or translator([sentence]).")
+        texts = [_utf8_text(line) for line in sentences]
+        blank = [not text.strip(_ASCII_WHITESPACE) for text in texts]
+        indices = [i for i, is_blank in enumerate(blank) if not is_blank]
+        searched = self._search([self.encode_source(texts[i]) for i in indices]) if indices else []
+        results = [[("", 0.0)] * self.beam_size for _ in texts]
+        for i, hypotheses in zip(indices, searched):
+            ranked = [(self._detokenize(ids), score) for ids, score in hypotheses]
+            results[i] = (ranked + [("", float("-inf"))] * self.beam_size)[: self.beam_size]
+        return results
+
+    def translate(self, sentences):
+        """Translates a batch of sentences.
+
+        Args:
+            sentences: a list of `str` (or UTF-8 `bytes`).
+
+        Returns:
+            A list of `str`, one per sentence.
+
+        Example:
+
+        >>> translator.translate(["A man rides a bike.", ""])  # doctest: +SKIP
+        ['Ein Mann fährt Fahrrad.', '']
+        """
+        return [hypotheses[0][0] for hypotheses in self._translate(sentences)]
+
+    def n_best(self, sentences):
+        """All `beam_size` hypotheses per sentence, best first, with their length-normalised scores.
+
+        Returns:
+            `{"translations": [[str] * beam_size] * N, "scores": [[float] * beam_size] * N}`,
+            as the SavedModel's ``n_best`` signature; blank inputs give "" with score 0.
+
+        Example:
+
+        >>> translator.n_best(["A dog."])["translations"][0][:2]  # doctest: +SKIP
+        ['Ein Hund.', 'Ein Hund']
+        """
+        results = self._translate(sentences)
+        return {"translations": [[text for text, _ in row] for row in results],
+                "scores": [[score for _, score in row] for row in results]}
+
+    def __call__(self, sentences):
+        """A `str` or a list of `str` in, the same out (`bytes` are taken as UTF-8)."""
+        single = isinstance(sentences, (str, bytes))
+        texts = self.translate([sentences] if single else list(sentences))
+        return texts[0] if single else texts
+
+    def translate_lines(self, lines, batch_size=64):
+        """Translates many sentences in batches of similar length, keeping their order.
+
+        Args:
+            lines: an iterable of `str` (or UTF-8 `bytes`).
+            batch_size: sentences per batch.
+
+        Returns:
+            A list of `str`, one per line.
+
+        Example:
+
+        >>> translator.translate_lines(["A dog.", "Two men play football."])  # doctest: +SKIP
+        ['Ein Hund.', 'Zwei Männer spielen Fußball.']
+        """
+        if isinstance(lines, (str, bytes)):
+            raise TypeError(f"CTranslate2Translator.translate_lines takes an iterable of lines (a list of str), got "
+                            f"one {type(lines).__name__}: {lines[:40]!r}; translate one sentence with "
+                            "translator(sentence) or translator([sentence]).")
+        lines = [_utf8_text(line) for line in lines]
+        order = sorted(range(len(lines)), key=lambda i: len(lines[i].split()))
+        outputs = [None] * len(lines)
+        for start in range(0, len(order), int(batch_size)):
+            chunk = order[start:start + int(batch_size)]
+            for i, text in zip(chunk, self.translate([lines[i] for i in chunk])):
+                outputs[i] = text
+        return outputs
+
+
+__all__ = ["CTranslate2Translator", "build_spec", "check_ctranslate2_support", "export_ctranslate2",
+           "gnmt_length_penalty", "is_ctranslate2_model", "position_table", "read_metadata", "vocabulary_tokens"]

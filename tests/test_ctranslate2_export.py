@@ -1,0 +1,318 @@
+"""CTranslate2 export: the converted model decodes, scores and handles bad input as the package's own Translator."""
+
+import io
+import json
+import pathlib
+import struct
+
+import numpy as np
+import pytest
+
+ctranslate2 = pytest.importorskip("ctranslate2")
+
+import keras_transformer as kt  # noqa: E402
+from keras_transformer import ctranslate2_export as ce  # noqa: E402
+from keras_transformer import decoding  # noqa: E402
+
+SENTENCES = ["w5 w6 w7", "w8 w9 w10 w11 w12 w13 w14", "w16", "w20 w21 w22 w23 w24 w25"]
+
+
+def word_vocabulary(directory, size):
+    """A SentencePiece word model whose piece i is "▁w{i}" (i >= 4), saved as `save_tokenizers` saves one.
+
+    With size 32 its ids are those of conftest's copy task and word tokenizer, so
+    the copy model translates real strings through SentencePiece.
+    """
+    import sentencepiece
+
+    from keras_transformer.data.tokenizers import SubwordTokenizer
+
+    sentences = [f"w{i}" for i in range(4, size) for _ in range(3 * (size - i))]  # frequency falls with i
+    writer = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(sentences), model_writer=writer, vocab_size=size, model_type="word",
+        pad_id=0, unk_id=1, bos_id=2, eos_id=3, normalization_rule_name="identity", minloglevel=2)
+    tokenizer = SubwordTokenizer(writer.getvalue(), model_type="unigram")
+    tokenizer.save(directory)
+    return tokenizer
+
+
+def random_sentences(count, seed, vocab_size=32, max_length=10):
+    rng = np.random.default_rng(seed)
+    return [" ".join(f"w{i}" for i in rng.integers(4, vocab_size, size=rng.integers(1, max_length + 1)))
+            for _ in range(count)]
+
+
+@pytest.fixture(scope="module")
+def copy_export(trained_copy_model, tmp_path_factory):
+    """`(folder, vocab_dir, tokenizer)`: conftest's trained copy model exported with beam 4, alpha 0.6, max_extra 5."""
+    model, config = trained_copy_model
+    root = tmp_path_factory.mktemp("ct2")
+    tokenizer = word_vocabulary(root / "vocab", 32)
+    assert [tokenizer.id_to_piece(i).numpy().decode() for i in (4, 31)] == ["▁w4", "▁w31"]
+    folder = ce.export_ctranslate2(model, config.replace(beam_size=4, length_penalty=0.6, max_decode_extra=5),
+                                   root / "vocab", root / "copy")
+    return pathlib.Path(folder), root / "vocab", tokenizer
+
+
+_KERAS_TRANSLATORS = {}
+
+
+def keras_translator(trained_copy_model, tokenizer, **options):
+    """The package's own Translator for these settings, built (and traced) once per module."""
+    from keras_transformer.translation import Translator
+
+    key = tuple(sorted(options.items()))
+    if key not in _KERAS_TRANSLATORS:
+        _KERAS_TRANSLATORS[key] = Translator(trained_copy_model[0], tokenizer, tokenizer, **options)
+    return _KERAS_TRANSLATORS[key]
+
+
+def test_greedy_translations_and_scores_equal_the_keras_translator(trained_copy_model, copy_export):
+    folder, _, tokenizer = copy_export
+    texts = SENTENCES + random_sentences(16, seed=1)
+    expected = keras_translator(trained_copy_model, tokenizer, beam_size=1, alpha=0.0, max_extra=5)
+    ct2 = ce.CTranslate2Translator(folder, beam_size=1, alpha=0.0)
+    assert ct2.max_extra == 5  # the default recorded at export
+    import tensorflow as tf
+
+    reference = expected.translate(tf.constant(texts))
+    assert ct2(texts) == [t.decode() for t in reference["translation"].numpy()]
+    scores = [row[0] for row in ct2.n_best(texts)["scores"]]
+    np.testing.assert_allclose(scores, reference["score"].numpy(), atol=1e-4)
+    # The model copies: most words come back (so the comparison is not between two empty outputs).
+    recovered = [len(set(a.split()) & set(b.split())) / len(b.split()) for a, b in zip(ct2(texts), texts)]
+    assert np.mean(recovered) > 0.5
+
+
+@pytest.mark.parametrize("beam_size, alpha", [(4, 0.6)])
+def test_beam_translations_equal_the_keras_translator_after_rescoring(trained_copy_model, copy_export, beam_size,
+                                                                      alpha):
+    """CTranslate2's n-best, reranked with the GNMT penalty, gives the package's beam-search translation."""
+    import tensorflow as tf
+
+    folder, _, tokenizer = copy_export
+    texts = SENTENCES + random_sentences(16, seed=2)
+    keras_side = keras_translator(trained_copy_model, tokenizer, beam_size=beam_size, alpha=alpha, max_extra=5)
+    ct2 = ce.CTranslate2Translator(folder, beam_size=beam_size, alpha=alpha)
+    reference = keras_side.n_best(tf.constant(texts))
+    n_best = ct2.n_best(texts)
+    assert [row[0] for row in n_best["translations"]] == [t.decode() for t in reference["translations"][:, 0].numpy()]
+    np.testing.assert_allclose([row[0] for row in n_best["scores"]], reference["scores"][:, 0].numpy(), atol=1e-4)
+    assert all(np.all(np.diff(row) <= 1e-6) for row in n_best["scores"])  # best first, by the rescored value
+    # The rescoring is the package's own length penalty, eos counted.
+    ranked = ct2._search([ct2.encode_source(texts[1])])[0]
+    raw = [score * float(decoding.length_penalty(len(ids), alpha)) for ids, score in ranked]
+    assert ranked[0][0][-1] == 3 and np.allclose([s for _, s in ranked],
+                                                 np.array(raw) / ce.gnmt_length_penalty([len(i) for i, _ in ranked],
+                                                                                        alpha))
+
+
+def test_bad_inputs_each_give_one_line_as_the_keras_translator_does(trained_copy_model, copy_export):
+    folder, _, tokenizer = copy_export
+    keras_side = keras_translator(trained_copy_model, tokenizer, beam_size=4, alpha=0.6, max_extra=5)
+    ct2 = ce.CTranslate2Translator(folder)
+    long_sentence = " ".join(f"w{4 + i % 28}" for i in range(3000))
+    raw = b"w5 \xff w6 \xc3"
+    batch = ["", "   \t ", long_sentence, raw, raw.decode("utf-8", "surrogateescape"), "w5 \ud800 w6",
+             "\u4e24\u53ea\u72d7 \u0444\u043e\u0442\u043e", "w7"]
+    outputs = ct2(batch)
+    assert len(outputs) == len(batch) and all(isinstance(o, str) for o in outputs)
+    assert outputs[:2] == ["", ""]
+    expected = keras_side(batch)
+    # Only unknown words (index 6) leave this tiny model a near-uniform distribution in which CTranslate2, which
+    # cannot mask pad and bos without renormalising, may rank them inside the beam (see CTranslate2Translator).
+    assert [o for i, o in enumerate(outputs) if i != 6] == [e for i, e in enumerate(expected) if i != 6]
+    assert outputs[6] == ct2(batch[6])
+    assert outputs[-1] == ct2("w7") == ct2(["w7"])[0]  # neighbours (a 3000-word one too) change nothing
+    assert len(ct2.encode_source(long_sentence)) == ct2.max_source_length - 1  # eos makes max_length
+    assert ct2.translate_lines(batch[::-1], batch_size=3) == outputs[::-1]
+    assert ct2.n_best([""])["scores"] == [[0.0] * 4] and ct2([]) == []
+    with pytest.raises(TypeError, match="sentences must be str .* got NoneType"):
+        ct2.translate_lines(["w5", None])
+    with pytest.raises(TypeError, match="translate_lines takes an iterable of lines"):
+        ct2.translate_lines("w5 w6")
+
+
+def test_decoding_settings_out_of_range_are_refused(copy_export):
+    folder = copy_export[0]
+    for options, message in ((dict(alpha=float("nan")), "alpha .* got nan"), (dict(max_extra=-1), "max_extra"),
+                             (dict(beam_size=0), "beam_size must be >= 1")):
+        with pytest.raises(ValueError, match=message):
+            ce.CTranslate2Translator(folder, **options)
+
+
+def read_model_bin(path):
+    """The variables of a CTranslate2 model.bin, parsed from its documented layout (aliases resolved)."""
+    data = path.read_bytes()
+    offset = 0
+
+    def take(fmt):
+        nonlocal offset
+        values = struct.unpack_from(fmt, data, offset)
+        offset += struct.calcsize(fmt)
+        return values[0]
+
+    def string():
+        nonlocal offset
+        length = take("H")
+        text = data[offset:offset + length - 1].decode()
+        offset += length
+        return text
+
+    take("I"), string(), take("I")  # binary version, spec name, revision
+    variables = {}
+    for _ in range(take("I")):
+        name = string()
+        shape = [take("I") for _ in range(take("B"))]
+        dtype = ("float32", "int8", "int16", "int32", "float16", "bfloat16")[take("B")]
+        size = take("I")
+        variables[name] = np.frombuffer(data[offset:offset + size], dtype=dtype).reshape(shape)
+        offset += size
+    for _ in range(take("I")):
+        alias, target = string(), string()
+        variables[alias] = variables[target]
+    return variables
+
+
+def test_position_table_round_trip(trained_copy_model, copy_export):
+    """The interleaved sin/cos table the Keras layer adds is the one stored in model.bin, for both sides."""
+    model, config = trained_copy_model
+    stored = read_model_bin(copy_export[0] / "model.bin")
+    layer_values = model.get_layer("source_position")(np.zeros((1, config.max_length, config.d_model), "float32"))
+    expected = kt.sinusoidal_position_encoding(config.max_length, config.d_model)
+    np.testing.assert_allclose(np.asarray(layer_values)[0], expected, atol=1e-6)
+    for side in ("encoder", "decoder"):
+        np.testing.assert_array_equal(stored[f"{side}/position_encodings/encodings"], expected)
+    # Interleaved, not CTranslate2's own layout (all sines, then all cosines): column 1 is cos(pos).
+    np.testing.assert_allclose(expected[:5, 1], np.cos(np.arange(5)), atol=1e-6)
+    np.testing.assert_allclose(expected[:5, config.d_model // 2], np.sin(np.arange(5) / 10000 ** 0.5), atol=1e-6)
+    # The fused QKV rows are [Q; K; V] in CTranslate2: the query rows are the per-head query columns.
+    qkv = model.get_layer("encoder").encoder_layers[0].self_attention.qkv_dense.kernel.numpy()  # (D, H*(3*dk))
+    head = config.head_dim
+    per_head = qkv.reshape(config.d_model, config.num_heads, 3 * head)
+    weight = stored["encoder/layer_0/self_attention/linear_0/weight"]
+    np.testing.assert_array_equal(weight[:head], per_head[:, 0, :head].T)  # head 0's queries
+    np.testing.assert_array_equal(weight[config.d_model + head:config.d_model + 2 * head],
+                                  per_head[:, 1, head:2 * head].T)  # head 1's keys
+
+
+VARIANTS = {
+    "pre_norm": dict(norm_first=True),
+    "separate_vocabularies": dict(tie_embeddings="none", source_vocab_size=32, target_vocab_size=40),
+    "decoder_tying": dict(tie_embeddings="decoder", source_vocab_size=32, target_vocab_size=40),
+    "learned_positions_rezero_unscaled": dict(position="learned", use_rezero=True, scale_attention_logits=False,
+                                              layer_norm_epsilon=1e-3),
+    "custom_key_dim": dict(key_dim=8, num_heads=2),
+}
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_architecture_variants_score_as_keras(variant, tmp_path):
+    """Forced decoding in CTranslate2 gives the log-probabilities of `decoding.score`, per architecture option."""
+    import keras
+
+    keras.utils.set_random_seed(7)
+    options = {"vocab_size": 32, "num_layers": 1, "d_model": 32, "num_heads": 4, "d_ff": 48, "max_length": 24,
+               "dropout": 0.0, **VARIANTS[variant]}
+    config = kt.TransformerConfig.preset("tiny", **options)
+    model = kt.build_model(config)
+    for weight in model.weights:  # random ReZero scalars and LayerNorm parameters, so folding them is checked
+        if "rezero" in weight.path or "gamma" in weight.path or "beta" in weight.path:
+            weight.assign(np.random.default_rng(len(weight.path)).uniform(0.5, 1.5, weight.shape).astype("float32"))
+    if config.src_vocab_size == config.tgt_vocab_size:
+        word_vocabulary(tmp_path / "vocab", 32)
+    else:
+        word_vocabulary(tmp_path / "vocab" / "source", config.src_vocab_size)
+        word_vocabulary(tmp_path / "vocab" / "target", config.tgt_vocab_size)
+    folder = ce.export_ctranslate2(model, config, tmp_path / "vocab", tmp_path / "ct2")
+    translator = ctranslate2.Translator(str(folder))
+    rng = np.random.default_rng(3)
+    sources = [rng.integers(4, config.src_vocab_size, size=n).tolist() for n in (3, 7, 5)]
+    targets = [rng.integers(4, config.tgt_vocab_size, size=n).tolist() for n in (4, 2, 6)]
+    results = translator.score_batch([[f"▁w{i}" for i in s] for s in sources],
+                                     [[f"▁w{i}" for i in t] for t in targets])
+    ct2_scores = [sum(result.log_probs) for result in results]  # eos included, as decoding.score counts it
+
+    def padded(rows):
+        width = max(len(r) for r in rows) + 1
+        return np.array([r + [3] + [0] * (width - len(r) - 1) for r in rows], "int32")
+    expected = keras.ops.convert_to_numpy(decoding.score(model, padded(sources), padded(targets)))
+    np.testing.assert_allclose(ct2_scores, expected, rtol=1e-4, atol=1e-4)
+    if variant != "separate_vocabularies":
+        return
+    # And the translator end to end, with its two SentencePiece models: the greedy translation is the one keras finds.
+    tokens, _ = decoding.greedy_decode(model, padded(sources), max_extra=4)
+    ct2 = ce.CTranslate2Translator(folder, beam_size=1, alpha=0.0, max_extra=4)
+    words = [" ".join(f"w{i}" for i in row if i > 3) for row in keras.ops.convert_to_numpy(tokens).tolist()]
+    assert ct2([" ".join(f"w{i}" for i in s) for s in sources]) == words
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(attention_window=2), "attention_window=2 .restricted self-attention. is not supported"),
+    (dict(key_dim=8, value_dim=16), "value_dim=16 differs from the key size d_k=8"),
+])
+def test_unsupported_configs_are_refused_by_name(options, message, tmp_path):
+    config = kt.TransformerConfig.preset("tiny", vocab_size=32, num_layers=1, **options)
+    with pytest.raises(ValueError, match=message):
+        ce.check_ctranslate2_support(config)
+    word_vocabulary(tmp_path / "vocab", 32)
+    with pytest.raises(ValueError, match=message):
+        ce.export_ctranslate2(kt.build_model(config), config, tmp_path / "vocab", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_wrong_vocabularies_are_refused(trained_copy_model, tmp_path):
+    model, config = trained_copy_model
+    word_vocabulary(tmp_path / "small", 30)
+    with pytest.raises(ValueError, match="source vocabulary has 30 tokens but the model's shared_embedding has 32"):
+        ce.export_ctranslate2(model, config, tmp_path / "small", tmp_path / "out")
+    (tmp_path / "wordpiece").mkdir()
+    (tmp_path / "wordpiece" / "tokenizer.json").write_text(json.dumps(
+        {"format": "keras_transformer.SubwordTokenizer", "model_type": "wordpiece", "model_file": "wordpiece.vocab",
+         "pad_id": 0, "unk_id": 1, "bos_id": 2, "eos_id": 3}))
+    with pytest.raises(ValueError, match="WordPiece vocabulary; CTranslate2 export supports SentencePiece"):
+        ce.export_ctranslate2(model, config, tmp_path / "wordpiece", tmp_path / "out")
+    with pytest.raises(FileNotFoundError, match="No vocabulary at"):
+        ce.export_ctranslate2(model, config, tmp_path / "nothing", tmp_path / "out")
+
+
+def test_metadata_readme_and_recognition(trained_copy_model, copy_export, tmp_path):
+    folder, vocab_dir, _ = copy_export
+    model, config = trained_copy_model
+    metadata = json.loads((folder / "keras_transformer.json").read_text())
+    assert metadata["format"] == "keras_transformer.ctranslate2" and metadata["version"] == 1
+    assert metadata["decoding"] == {"beam_size": 4, "alpha": 0.6, "max_extra": 5}
+    assert metadata["special_ids"] == {"pad_id": 0, "unk_id": 1, "bos_id": 2, "eos_id": 3}
+    assert metadata["sentencepiece"] == {"source": "sentencepiece.model", "target": "sentencepiece.model"}
+    assert (folder / "sentencepiece.model").read_bytes() == (vocab_dir / "sentencepiece.model").read_bytes()
+    vocabulary = json.loads((folder / "shared_vocabulary.json").read_text())
+    assert vocabulary[:5] == ["<blank>", "<unk>", "<s>", "</s>", "▁w4"]
+    ct2_config = json.loads((folder / "config.json").read_text())
+    assert ct2_config["add_source_eos"] and not ct2_config["add_source_bos"]
+    assert ct2_config["decoder_start_token"] == "<s>" and ct2_config["layer_norm_epsilon"] == config.layer_norm_epsilon
+    readme = (folder / "README.md").read_text()
+    for phrase in ("ctranslate2.Translator", "CTranslate2Translator", "((5 + n) / 6) ** 0.6", "beam 4",
+                   "length_penalty=0", "return_end_token=True"):
+        assert phrase in readme, phrase
+    assert ce.is_ctranslate2_model(folder)
+    assert not ce.is_ctranslate2_model(tmp_path) and not ce.is_ctranslate2_model(tmp_path / "missing")
+    (tmp_path / "keras_transformer.json").write_text("{not json")
+    (tmp_path / "model.bin").write_bytes(b"")
+    assert not ce.is_ctranslate2_model(tmp_path)
+    # An existing export is replaced only when asked; any other folder never.
+    with pytest.raises(FileExistsError, match="overwrite=True"):
+        ce.export_ctranslate2(model, config, vocab_dir, folder)
+    with pytest.raises(FileExistsError, match="not a keras_transformer CTranslate2 export"):
+        ce.export_ctranslate2(model, config, vocab_dir, tmp_path, overwrite=True)
+    assert (tmp_path / "model.bin").exists()
+    again = ce.export_ctranslate2(model, config, vocab_dir, tmp_path / "again")
+    ce.export_ctranslate2(model, config, vocab_dir, again, overwrite=True)
+    assert ce.read_metadata(again)["decoding"]["beam_size"] == config.beam_size
+
+
+def test_module_examples_run():
+    import doctest
+
+    result = doctest.testmod(ce, optionflags=doctest.ELLIPSIS, verbose=False)
+    assert result.failed == 0 and result.attempted > 0
