@@ -140,10 +140,14 @@ def build_parser():
 
     export = commands.add_parser("export", help="write a SavedModel (strings in, translations out)",
                                  description="Exports a training workdir's model as a TensorFlow SavedModel with "
-                                             "tokenization and beam search inside.")
+                                             "tokenization and beam search inside, or (--format ctranslate2) as a "
+                                             "CTranslate2 model folder for the fastest CPU serving (docs/serving.md).")
     export.add_argument("--workdir", required=True, action="append", metavar="DIR",
                         help="the training workdir; repeat it to export several (sharing a vocabulary) as one "
-                             "ensemble")
+                             "ensemble. With --format ctranslate2, one workdir or SavedModel export")
+    export.add_argument("--format", choices=("savedmodel", "ctranslate2"), default="savedmodel",
+                        help="savedmodel (default) or ctranslate2 (needs `pip install keras-transformer[ctranslate2]`)")
+    export.add_argument("--quantization", help="ctranslate2 only: the stored weight type, e.g. int8 (default float32)")
     export.add_argument("--out", required=True, metavar="DIR", help="the export folder")
     export.add_argument("--overwrite", action="store_true", help="replace an existing export")
     _weights_arguments(export, ensemble=True, models="--workdir")
@@ -264,8 +268,17 @@ def _translate(args):
 
 
 def _export(args):
-    from keras_transformer import export
+    from keras_transformer import export, inference
     workdir, checkpoint = _weights(args.workdir, args.checkpoint)
+    if args.format == "ctranslate2":
+        directory = inference.export_ctranslate2(workdir, args.out, checkpoint=checkpoint, average=args.average,
+                                                 beam_size=args.beam_size, alpha=args.alpha,
+                                                 max_extra=args.max_extra, quantization=args.quantization,
+                                                 overwrite=args.overwrite)
+        print(directory)
+        return 0
+    if args.quantization:
+        raise ConfigError("--quantization applies to --format ctranslate2.")
     directory = export.export(workdir, args.out, checkpoint=checkpoint, average=args.average,
                               beam_size=args.beam_size, alpha=args.alpha, max_extra=args.max_extra,
                               overwrite=args.overwrite)

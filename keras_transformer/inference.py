@@ -12,7 +12,7 @@ import logging
 import os
 import pathlib
 
-from keras_transformer import evaluation
+from keras_transformer import ctranslate2_export, evaluation
 from keras_transformer.config import TransformerConfig
 from keras_transformer.errors import CheckpointNotFoundError, ConfigError
 from keras_transformer.model import build_model
@@ -29,7 +29,8 @@ def load_translator(model, checkpoint=None, average=None, **options):
 
     Args:
         model: a workdir written by `train` (`model.yaml`, `data/vocab`,
-            `checkpoints/`) or a directory written by `keras-transformer export`;
+            `checkpoints/`) or a directory written by `keras-transformer export`
+            (a SavedModel, or a CTranslate2 folder: a `CTranslate2Translator`);
             a list of them decodes them as one ensemble (they must share the
             vocabulary files; decoding defaults come from the first).
         checkpoint: a `.weights.h5` file (workdir only); default: the last epoch checkpoint.
@@ -51,6 +52,7 @@ def load_translator(model, checkpoint=None, average=None, **options):
     >>> translator = load_translator("runs/en_de", average=5, beam_size=4)  # doctest: +SKIP
     >>> translator(["A man rides a bike."])                                  # doctest: +SKIP
     >>> ensemble = load_translator(["runs/en_de", "runs/en_de_seed2"], average=5)  # doctest: +SKIP
+    >>> fast = load_translator("exports/en_de_ct2")  # a CTranslate2 export     # doctest: +SKIP
     """
     check_weights_choice(model, checkpoint, average)
     paths = list(model) if isinstance(model, (list, tuple)) else [model]
@@ -59,6 +61,15 @@ def load_translator(model, checkpoint=None, average=None, **options):
     for path in paths:
         check_model_folder(path)
     options = {key: value for key, value in options.items() if value is not None}
+    converted = [path for path in paths if ctranslate2_export.is_ctranslate2_model(path)]
+    if converted:
+        if len(paths) > 1:
+            raise ConfigError(f"{converted[0]} is a CTranslate2 export, which decodes alone: an ensemble takes "
+                              "training workdirs and SavedModel exports.")
+        if checkpoint is not None or average is not None:
+            raise ConfigError(f"{paths[0]} is a CTranslate2 export: --checkpoint and --average apply to training "
+                              "workdirs.")
+        return ctranslate2_export.CTranslate2Translator(paths[0], **options)
     models, configs, vocab_dir = load_models(paths if len(paths) > 1 else paths[0], checkpoint, average,
                                              require_vocabulary=True)
     return Translator.from_models(models, configs[0], vocab_dir, **options)
@@ -197,3 +208,39 @@ def average(workdir, last=None, output=None, checkpoints=None):
     average_checkpoints(paths, model)
     save_weights(model, output)
     return output, paths
+
+
+def export_ctranslate2(model, directory, checkpoint=None, average=None, beam_size=None, alpha=None, max_extra=None,
+                       quantization=None, overwrite=False):
+    """Exports a workdir's or a SavedModel export's model to a CTranslate2 folder
+    (`keras-transformer export --format ctranslate2`).
+
+    Args:
+        model: a training workdir or a SavedModel export folder (one model: CTranslate2 decodes no ensemble).
+        directory: the folder to write.
+        checkpoint, average: which weights of a workdir (see `load_translator`).
+        beam_size, alpha, max_extra: decoding defaults recorded in the folder (default: the model config's).
+        quantization: the weight type stored (None: float32; "int8", ...).
+        overwrite: replace an existing CTranslate2 export.
+
+    Returns:
+        The folder.
+
+    Raises:
+        ConfigError: an ensemble, or a model the format cannot hold (the feature is named).
+
+    Example:
+
+    >>> export_ctranslate2("saved_models/multi30k_en_de", "exports/en_de_ct2")  # doctest: +SKIP
+    """
+    paths = list(model) if isinstance(model, (list, tuple)) else [model]
+    if len(paths) != 1:
+        raise ConfigError(f"CTranslate2 holds one model, and {len(paths)} were given: export an ensemble as a "
+                          "SavedModel instead.")
+    models, configs, vocab_dir = load_models(paths[0], checkpoint, average, require_vocabulary=True)
+    if len(models) != 1:
+        raise ConfigError(f"{paths[0]} is an ensemble of {len(models)} models; CTranslate2 holds one model.")
+    return ctranslate2_export.export_ctranslate2(models[0], configs[0], vocab_dir, directory, beam_size=beam_size,
+                                                 alpha=alpha, max_extra=max_extra, quantization=quantization,
+                                                 overwrite=overwrite)
+

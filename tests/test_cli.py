@@ -518,3 +518,28 @@ def test_train_killed_with_sigkill_resumes_with_the_same_command(tmp_path):
         last = list(csv.DictReader(f))[-1]
     assert int(last["step"]) == 8 * 32  # the optimizer's step count carried over the kill
     assert float(last["val_masked_accuracy"]) > 0.95  # configs/tiny_copy.yaml learns the copy task
+
+
+def test_export_to_ctranslate2_then_translate_and_evaluate_read_the_folder(tiny_workdir, tmp_path, capsys):
+    """`export --format ctranslate2` writes a folder that `translate --model` and `evaluate --model` load, and the
+    greedy translations are the Keras model's."""
+    pytest.importorskip("ctranslate2")
+    out = tmp_path / "ct2"
+    assert cli.main(["export", "--workdir", str(tiny_workdir), "--format", "ctranslate2", "--out", str(out)]) == 0
+    assert capsys.readouterr().out.strip() == str(out)
+    sentences = ["a man rides a bike", "two dogs play", ""]
+    expected = []
+    for model in (tiny_workdir, out):
+        assert cli.main(["translate", "--model", str(model), "--beam-size", "1", "--alpha", "0", *sentences]) == 0
+        expected.append(capsys.readouterr().out.splitlines())
+    assert expected[0] == expected[1] and len(expected[1]) == 3
+    (tmp_path / "src.txt").write_text("a man rides a bike\ntwo dogs play\n", encoding="utf-8")
+    assert cli.main(["evaluate", "--model", str(out), "--source", str(tmp_path / "src.txt"), "--reference",
+                     str(tmp_path / "src.txt")]) == 0
+    assert "bleu" in capsys.readouterr().out
+    # Options that cannot apply are refused by name.
+    assert cli.main(["translate", "--model", str(out), "--average", "2", "a man"]) == 2
+    assert "CTranslate2 export" in capsys.readouterr().err
+    assert cli.main(["export", "--workdir", str(tiny_workdir), "--quantization", "int8",
+                     "--out", str(tmp_path / "sm")]) == 2
+    assert "--quantization applies to --format ctranslate2" in capsys.readouterr().err
