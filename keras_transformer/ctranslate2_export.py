@@ -773,7 +773,7 @@ class CTranslate2Translator:
         Example:
 
         >>> translator.n_best(["A dog."])["translations"][0][:2]  # doctest: +SKIP
-        ['Ein Hund.', 'Ein Hund']
+        ['Ein Hund rennt.', 'Ein Hund befindet sich.']
         """
         results = self._translate(sentences)
         return {"translations": [[text for text, _ in row] for row in results],
@@ -798,7 +798,7 @@ class CTranslate2Translator:
         Example:
 
         >>> translator.translate_lines(["A dog.", "Two men play football."])  # doctest: +SKIP
-        ['Ein Hund.', 'Zwei Männer spielen Fußball.']
+        ['Ein Hund rennt.', 'Zwei Männer spielen Football.']
         """
         if isinstance(lines, (str, bytes)):
             raise TypeError(f"CTranslate2Translator.translate_lines takes an iterable of lines (a list of str), got "

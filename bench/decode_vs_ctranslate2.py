@@ -1,0 +1,315 @@
+"""SavedModel (TensorFlow) against CTranslate2 (float32 and int8) on the same sentences, alternating rounds.
+
+    .venv/bin/python bench/decode_vs_ctranslate2.py saved_models/multi30k_en_de \\
+        [--sentences 1000 --rounds 3 --tf-threads 1 --ct2-threads 1 --cpus 0]
+
+What it does:
+
+1. Rebuilds the Keras model from the export's ``assets.extra/`` and writes, into a
+   temporary folder, (i) a fresh SavedModel with the benchmark's decoding settings
+   baked in (beam, alpha, max_extra: a SavedModel fixes them at export; pass
+   ``--no-reexport`` to time the folder as it is, with its own settings) and (ii) a
+   CTranslate2 export of the same weights (float32; int8 is CTranslate2's
+   ``compute_type="int8"`` on that folder).
+2. Starts one worker process per engine, each pinned to the same CPUs when
+   ``--cpus`` is given (``taskset``). The SavedModel worker imports only
+   ``tensorflow`` and ``tensorflow_text``; the CTranslate2 workers load
+   ``keras_transformer/ctranslate2_export.py`` by path (``ctranslate2``,
+   ``sentencepiece``, ``numpy``: no TensorFlow). Each loads its model and warms up.
+3. Runs ``--rounds`` rounds; in each, the engines take turns (never at the same
+   time) on the same sentences: (a) batches of 64 in file order, (b) batches of 64
+   sorted by length, (c) ``--latency-sentences`` sentences one at a time (p50 and
+   p95 ms). Each worker reports wall time and its own CPU seconds
+   (``resource.getrusage`` around each mode, all its threads).
+4. Prints sentences/s per engine and mode with medians over rounds, the paired
+   per-round ratios CTranslate2 / SavedModel and their medians, CPU seconds, BLEU
+   (Multi30k protocol: lowercased, Moses-tokenized against
+   ``test_2016_flickr.lc.norm.tok.de.gz``; and cased sacreBLEU against the raw
+   references), and how many translations each CTranslate2 engine shares with the
+   SavedModel. ``--json`` writes everything.
+
+Thread settings: the SavedModel worker uses ``--tf-threads`` intra-op threads and 1
+inter-op thread; CTranslate2 ``intra_threads=--ct2-threads``, ``inter_threads=1``.
+"""
+
+import argparse
+import gzip
+import json
+import os
+import pathlib
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+DATA = REPO.parent / "shared" / "data" / "multi30k"
+
+# --------------------------------------------------------------------------- workers
+
+COMMON = r"""
+import json, resource, statistics, sys, time
+
+def cpu_seconds():
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+def measure(translate, sentences, batch_size, order, latency_count):
+    # (a)/(b): batches in the given order; (c): one sentence at a time.
+    results = {}
+    for mode, indices in (("file_order", list(range(len(sentences)))), ("sorted", order)):
+        outputs = [None] * len(sentences)
+        wall, cpu = time.perf_counter(), cpu_seconds()
+        for start in range(0, len(indices), batch_size):
+            chunk = indices[start:start + batch_size]
+            for i, text in zip(chunk, translate([sentences[i] for i in chunk])):
+                outputs[i] = text
+        results[mode] = {"seconds": time.perf_counter() - wall, "cpu_seconds": cpu_seconds() - cpu,
+                         "translations": outputs}
+    latencies = []
+    cpu = cpu_seconds()
+    for sentence in sentences[:latency_count]:
+        start = time.perf_counter()
+        translate([sentence])
+        latencies.append(1000 * (time.perf_counter() - start))
+    results["single"] = {"ms": latencies, "cpu_seconds": cpu_seconds() - cpu}
+    return results
+
+def serve(translate, setup):
+    warm = setup["sentences"][: setup["batch_size"]]
+    translate(warm)
+    translate(warm[:1])
+    print(json.dumps({"ready": True}), flush=True)
+    for line in sys.stdin:
+        command = json.loads(line)
+        if command.get("stop"):
+            break
+        print(json.dumps(measure(translate, setup["sentences"], setup["batch_size"], setup["order"],
+                                 setup["latency_sentences"])), flush=True)
+"""
+
+TF_WORKER = COMMON + r"""
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
+setup = json.loads(sys.stdin.readline())
+tf.config.threading.set_intra_op_parallelism_threads(setup["threads"])
+tf.config.threading.set_inter_op_parallelism_threads(1)
+signature = tf.saved_model.load(setup["model"]).signatures["serving_default"]
+assert not any(name.startswith("keras_transformer") for name in sys.modules), "imported keras_transformer"
+
+def translate(batch):
+    result = signature(tf.constant([s.encode("utf-8") for s in batch]))["translation"].numpy()
+    return [t.decode("utf-8") for t in result]
+
+serve(translate, setup)
+"""
+
+CT2_WORKER = COMMON + r"""
+import importlib.util
+setup = json.loads(sys.stdin.readline())
+spec = importlib.util.spec_from_file_location("ctranslate2_export", setup["module"])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+translator = module.CTranslate2Translator(setup["model"], beam_size=setup["beam_size"], alpha=setup["alpha"],
+                                          max_extra=setup["max_extra"], compute_type=setup["compute_type"],
+                                          intra_threads=setup["threads"], inter_threads=1,
+                                          exact_limits=setup["exact_limits"])
+assert "tensorflow" not in sys.modules, "the CTranslate2 worker imported TensorFlow"
+serve(translator.translate, setup)
+"""
+
+
+class Worker:
+    """One engine in its own process, answering one JSON line per round."""
+
+    def __init__(self, name, script, setup, cpus):
+        command = [sys.executable, "-c", script]
+        if cpus:
+            command = ["taskset", "-c", cpus] + command
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "OMP_NUM_THREADS": str(setup["threads"])}
+        self.name = name
+        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
+                                        cwd=REPO)
+        self._send(setup)
+        ready = self._receive()
+        assert ready.get("ready"), f"{name} did not start: {ready}"
+
+    def _send(self, message):
+        self.process.stdin.write(json.dumps(message) + "\n")
+        self.process.stdin.flush()
+
+    def _receive(self):
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"worker {self.name} exited with {self.process.wait()}")
+        return json.loads(line)
+
+    def run_round(self):
+        self._send({"run": True})
+        return self._receive()
+
+    def stop(self):
+        try:
+            self._send({"stop": True})
+            self.process.wait(timeout=60)
+        except (BrokenPipeError, subprocess.TimeoutExpired):
+            self.process.kill()
+
+
+# --------------------------------------------------------------------------- preparation
+
+
+def read_gz(path):
+    with gzip.open(path, "rt", encoding="utf-8") as handle:
+        return [line.rstrip("\n") for line in handle]
+
+
+def prepare(args, folder):
+    """Writes the SavedModel (re-exported with the benchmark settings) and the CTranslate2 export; returns paths."""
+    from keras_transformer.config import TransformerConfig
+    from keras_transformer.ctranslate2_export import export_ctranslate2
+    from keras_transformer.export import export_translator, load_keras_translator
+
+    extra = pathlib.Path(args.export) / "assets.extra"
+    translator = load_keras_translator(args.export, beam_size=args.beam_size, alpha=args.alpha,
+                                       max_extra=args.max_extra)
+    config = TransformerConfig.from_yaml(extra / "model.yaml")
+    saved_model = args.export
+    if not args.no_reexport:
+        saved_model = export_translator(translator, folder / "saved_model", config=config)
+    ct2 = export_ctranslate2(translator.model, config, extra / "vocab", folder / "ct2", beam_size=args.beam_size,
+                             alpha=args.alpha, max_extra=args.max_extra)
+    return str(saved_model), str(ct2)
+
+
+# --------------------------------------------------------------------------- report
+
+
+def summarise(name, rounds):
+    row = {"engine": name}
+    for mode in ("file_order", "sorted"):
+        rates = [r["count"] / r[mode]["seconds"] for r in rounds]
+        row[mode] = {"sentences_per_s": rates, "median": statistics.median(rates),
+                     "cpu_seconds": statistics.median(r[mode]["cpu_seconds"] for r in rounds)}
+    p50 = [statistics.median(r["single"]["ms"]) for r in rounds]
+    p95 = [sorted(r["single"]["ms"])[max(0, round(0.95 * (len(r["single"]["ms"]) - 1)))] for r in rounds]
+    row["single"] = {"p50_ms": p50, "p95_ms": p95, "median_p50": statistics.median(p50),
+                     "median_p95": statistics.median(p95),
+                     "cpu_seconds": statistics.median(r["single"]["cpu_seconds"] for r in rounds)}
+    return row
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("export", nargs="?", default=str(REPO / "saved_models" / "multi30k_en_de"),
+                        help="a SavedModel export with assets.extra/ (model.yaml, weights, vocab)")
+    parser.add_argument("--sentences", type=int, default=1000, help="first N of test2016")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--latency-sentences", type=int, default=100, help="sentences timed one at a time")
+    parser.add_argument("--beam-size", type=int, default=5)
+    parser.add_argument("--alpha", type=float, default=1.0)
+    parser.add_argument("--max-extra", type=int, default=50)
+    parser.add_argument("--tf-threads", type=int, default=1, help="SavedModel intra-op threads (inter-op: 1)")
+    parser.add_argument("--ct2-threads", type=int, default=1, help="CTranslate2 intra_threads (inter_threads: 1)")
+    parser.add_argument("--cpus", default=None, help="pin every worker to these CPUs with taskset, e.g. 0 or 0-3")
+    parser.add_argument("--engines", default="savedmodel,ct2-float32,ct2-int8")
+    parser.add_argument("--ct2-batch-limits", action="store_true",
+                        help="CTranslate2: one length limit per batch (its longest sentence's) instead of grouping "
+                             "sentences by their own limit")
+    parser.add_argument("--no-reexport", action="store_true",
+                        help="time the SavedModel folder as it is (its own baked-in beam/alpha/max_extra)")
+    parser.add_argument("--source", default=str(DATA / "test_2016_flickr.en.gz"))
+    parser.add_argument("--reference", default=str(DATA / "test_2016_flickr.de.gz"))
+    parser.add_argument("--tokenized-reference", default=str(DATA / "test_2016_flickr.lc.norm.tok.de.gz"))
+    parser.add_argument("--lang", default="de")
+    parser.add_argument("--json", default=None, help="write all measurements here")
+    args = parser.parse_args()
+
+    sentences = read_gz(args.source)[: args.sentences]
+    references = read_gz(args.reference)[: args.sentences]
+    tokenized = read_gz(args.tokenized_reference)[: args.sentences]
+    order = sorted(range(len(sentences)), key=lambda i: len(sentences[i].split()))
+    folder = pathlib.Path(tempfile.mkdtemp(prefix="decode_vs_ct2-"))
+    try:
+        start = time.perf_counter()
+        saved_model, ct2 = prepare(args, folder)
+        print(f"exports written in {time.perf_counter() - start:.0f} s", flush=True)
+        common = {"sentences": sentences, "order": order, "batch_size": args.batch_size,
+                  "latency_sentences": min(args.latency_sentences, len(sentences))}
+        engines = {
+            "savedmodel": (TF_WORKER, {**common, "model": saved_model, "threads": args.tf_threads}),
+            "ct2-float32": (CT2_WORKER, {**common, "model": ct2, "compute_type": "float32"}),
+            "ct2-int8": (CT2_WORKER, {**common, "model": ct2, "compute_type": "int8"}),
+        }
+        for name in ("ct2-float32", "ct2-int8"):
+            engines[name][1].update(module=str(REPO / "keras_transformer" / "ctranslate2_export.py"),
+                                    threads=args.ct2_threads, beam_size=args.beam_size, alpha=args.alpha,
+                                    max_extra=args.max_extra, exact_limits=not args.ct2_batch_limits)
+        names = [n for n in args.engines.split(",") if n]
+        workers = {name: Worker(name, *engines[name], cpus=args.cpus) for name in names}
+        results = {name: [] for name in names}
+        try:
+            for round_index in range(args.rounds):
+                turn = names if round_index % 2 == 0 else names[::-1]  # alternate who goes first
+                for name in turn:
+                    result = workers[name].run_round()
+                    result["count"] = len(sentences)
+                    results[name].append(result)
+                print(f"round {round_index + 1}/{args.rounds} done", flush=True)
+        finally:
+            for worker in workers.values():
+                worker.stop()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+    from keras_transformer.evaluation import bleu, multi30k_bleu
+
+    rows = [summarise(name, results[name]) for name in names]
+    print(f"\n{len(sentences)} sentences of test2016, beam {args.beam_size}, alpha {args.alpha}, max_extra "
+          f"{args.max_extra}, batches of {args.batch_size}; SavedModel: {args.tf_threads} intra-op thread(s), "
+          f"CTranslate2: intra_threads={args.ct2_threads}; CPUs: {args.cpus or 'any'}; {args.rounds} round(s)")
+    header = (f"{'engine':<12} {'file order s/s':>15} {'sorted s/s':>11} {'p50 ms':>8} {'p95 ms':>8} "
+              f"{'CPU s (a)':>10} {'CPU s (b)':>10} {'BLEU lc':>8} {'sacreBLEU':>10} {'same as SM':>10}")
+    print(header)
+    first = {name: results[name][0]["file_order"]["translations"] for name in names}
+    for row in rows:
+        name = row["engine"]
+        hypotheses = first[name]
+        row["bleu_multi30k"] = multi30k_bleu(hypotheses, tokenized, args.lang).score
+        row["sacrebleu"] = bleu(hypotheses, references).score
+        same = (sum(a == b for a, b in zip(hypotheses, first["savedmodel"])) if "savedmodel" in first else None)
+        row["same_as_savedmodel"] = same
+        print(f"{name:<12} {row['file_order']['median']:>15.1f} {row['sorted']['median']:>11.1f} "
+              f"{row['single']['median_p50']:>8.1f} {row['single']['median_p95']:>8.1f} "
+              f"{row['file_order']['cpu_seconds']:>10.1f} {row['sorted']['cpu_seconds']:>10.1f} "
+              f"{row['bleu_multi30k']:>8.2f} {row['sacrebleu']:>10.2f} "
+              f"{'-' if same is None else f'{same}/{len(sentences)}':>10}")
+    if "savedmodel" in results:
+        print("\nCTranslate2 / SavedModel, paired by round (sentences/s ratio; latency: SavedModel p50 / CT2 p50):")
+        base = results["savedmodel"]
+        for name in names:
+            if name == "savedmodel":
+                continue
+            ratios = {}
+            for mode in ("file_order", "sorted"):
+                ratios[mode] = [b[mode]["seconds"] / r[mode]["seconds"] for r, b in zip(results[name], base)]
+            ratios["single_p50"] = [statistics.median(b["single"]["ms"]) / statistics.median(r["single"]["ms"])
+                                    for r, b in zip(results[name], base)]
+            next(row for row in rows if row["engine"] == name)["ratios"] = ratios
+            print(f"  {name}: " + "; ".join(
+                f"{mode} {', '.join(f'{v:.2f}' for v in values)} (median {statistics.median(values):.2f})"
+                for mode, values in ratios.items()))
+    if args.json:
+        for name in names:
+            for result in results[name]:
+                for mode in ("file_order", "sorted"):
+                    result[mode].pop("translations", None)
+        pathlib.Path(args.json).write_text(json.dumps({"args": vars(args), "rows": rows, "rounds": results,
+                                                       "translations": first}, indent=1, ensure_ascii=False))
+
+
+if __name__ == "__main__":
+    main()
