@@ -211,6 +211,10 @@ def load_keras_translator(directory, **options):
 
     >>> translator = load_keras_translator("saved_models/multi30k_en_de")  # doctest: +SKIP
     """
+    extra = os.path.join(os.fspath(directory), EXTRA_DIR)
+    weights = os.path.join(extra, MODEL_WEIGHTS)
+    if not os.path.isfile(weights) and not os.path.isdir(os.path.join(extra, MEMBERS_DIR)):
+        raise CheckpointNotFoundError(f"{directory} has no Keras weights ({weights}); export it with a config.")
     if not os.path.isfile(os.path.join(os.fspath(directory), "saved_model.pb")):
         raise CheckpointNotFoundError(f"No SavedModel at {directory} (saved_model.pb is missing).")
     models, configs, vocab_dir = load_models(directory)

@@ -280,9 +280,10 @@ def test_line_breaks_inside_translations_keep_one_output_line_per_sentence(tiny_
     one line per source sentence, and evaluate scores the file it writes."""
     import json
 
-    from keras_transformer import evaluation, training
+    from keras_transformer import evaluation, inference, training
     emitted = ["ein\x0bmann", "zwei\n\nhunde\u2028", ""]
-    monkeypatch.setattr(training, "translate", lambda *args, **kwargs: list(emitted))
+    for module in (training, inference):  # the command calls training.translate; evaluate, inference.translate
+        monkeypatch.setattr(module, "translate", lambda *args, **kwargs: list(emitted))
     assert cli.main(["translate", "--model", str(tiny_workdir), "a", "b", "c"]) == 0
     assert capsys.readouterr().out.split("\n") == ["ein mann", "zwei hunde ", "", ""]
     (tmp_path / "src.txt").write_text("a\nb\nc\n", encoding="utf-8")
