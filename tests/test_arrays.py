@@ -123,7 +123,7 @@ def test_train_arrays_trains_resumes_and_feeds_the_workdir_commands(packed, monk
     monkeypatch.setattr(keras.utils, "set_random_seed", lambda seed: (seeds.append(seed), set_random_seed(seed)))
     first = arrays.train_arrays(workdir, epochs=2, jit_compile=False)
     assert [p.name for p in first["checkpoints"]] == ["ckpt-0001.weights.h5", "ckpt-0002.weights.h5"]
-    assert first["average"].name == "average-last-2.weights.h5"
+    assert first["average"] == workdir / "averaged.weights.h5"  # the file `keras-transformer average` writes
     # Running again with more epochs resumes after epoch 2: one more epoch, the update count goes on.
     second = arrays.train_arrays(workdir, epochs=3, jit_compile=False)
     assert [p.name for p in second["checkpoints"]] == ["ckpt-0003.weights.h5"]
@@ -133,7 +133,7 @@ def test_train_arrays_trains_resumes_and_feeds_the_workdir_commands(packed, monk
         history = list(csv.DictReader(f))
     assert [int(r["epoch"]) for r in history] == [1, 2, 3]
     per_epoch = first["updates"] // 2
-    assert [int(r["updates"]) for r in history] == [per_epoch, 2 * per_epoch, 3 * per_epoch]
+    assert [int(r["step"]) for r in history] == [per_epoch, 2 * per_epoch, 3 * per_epoch]
     losses = [float(r["loss"]) for r in history]
     assert losses[2] < losses[0] and float(history[2]["val_loss"]) < float(history[0]["val_loss"])
     # The workdir serves the TensorFlow-side commands: the averaged weights translate through load_translator.
@@ -185,7 +185,7 @@ def test_a_packed_fine_tuning_run_takes_the_checkpoint_s_vocabulary_weights_and_
         np.testing.assert_allclose(after, before, atol=1e-5)
     with open(tuned / "history.csv", encoding="utf-8") as f:
         row = next(csv.DictReader(f))
-    step = int(row["updates"])  # the optimizer's count: the 40 given, then this run's
+    step = int(row["step"])  # the optimizer's count: the 40 given, then this run's
     assert step == 40 + result["updates"]
     d_model = model.get_layer("shared_embedding").embeddings.shape[1]
     expected = scale * d_model ** -0.5 * min(step ** -0.5, step * 20 ** -1.5)
@@ -195,20 +195,20 @@ def test_a_packed_fine_tuning_run_takes_the_checkpoint_s_vocabulary_weights_and_
 def test_cooldown_epochs_bring_the_learning_rate_linearly_to_zero_at_the_last_update(copy_packed):
     from keras_transformer.config import TransformerConfig
     workdir = copy_packed()
-    with pytest.raises(ValueError, match="cooldown_epochs"):
+    with pytest.raises(training.ConfigError, match=r"training.cooldown_epochs \(3\) is more than training.epochs \(2\)"):
         arrays.train_arrays(workdir, epochs=2, cooldown_epochs=3, jit_compile=False)
     import yaml
     experiment = yaml.safe_load((workdir / "experiment.yaml").read_text(encoding="utf-8"))
     assert "cooldown_epochs" in experiment["training"]  # pack writes the key, which is the default here
     experiment["training"]["cooldown_epochs"] = 3
     (workdir / "experiment.yaml").write_text(yaml.safe_dump(experiment), encoding="utf-8")
-    with pytest.raises(ValueError, match="cooldown_epochs must be between 1 and the run's 2 epochs, got 3"):
-        arrays.train_arrays(workdir, epochs=2, jit_compile=False)
+    with pytest.raises(training.ConfigError, match=r"training.cooldown_epochs \(3\) is more than training.epochs \(2\)"):
+        arrays.train_arrays(workdir, epochs=2, jit_compile=False)  # the file's own 3, the call's 2
     arrays.train_arrays(workdir, epochs=3, cooldown_epochs=2, initial_updates=50, jit_compile=False,
                         average_last=None)
     with open(workdir / "history.csv", encoding="utf-8") as f:
         history = list(csv.DictReader(f))
-    updates = [int(r["updates"]) for r in history]  # after each epoch, counted from 50
+    updates = [int(r["step"]) for r in history]  # after each epoch, counted from 50
     config = TransformerConfig.from_yaml(workdir / "model.yaml")
     start, end = updates[0], updates[2]  # the cooldown spans epochs 2 and 3
 
@@ -277,7 +277,7 @@ def test_train_packed_script_trains_side_by_side_and_averages(copy_packed, tmp_p
     for copy in copies:
         with open(copy / "history.csv", encoding="utf-8") as f:
             assert [int(r["epoch"]) for r in csv.DictReader(f)] == [1, 2]
-        assert (copy / "checkpoints" / "average-last-2.weights.h5").is_file()
+        assert (copy / "averaged.weights.h5").is_file()
     # A time limit stops a run between epochs: what finished is kept and averaged; rerunning resumes.
     limited = subprocess.run(["bash", str(root / "examples" / "train_packed.sh"), "50", "1", "2", str(copies[0])],
                              env=env, capture_output=True, text=True, timeout=900)

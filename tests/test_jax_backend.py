@@ -151,7 +151,7 @@ def test_training_under_jax_resumes_and_reports_the_loss_tensorflow_computes(pac
     with open(workdir / "history.csv", encoding="utf-8") as f:
         history = list(csv.DictReader(f))
     assert [int(r["epoch"]) for r in history] == [1, 2, 3]
-    updates = [int(r["updates"]) for r in history]
+    updates = [int(r["step"]) for r in history]
     assert updates == [updates[0], 2 * updates[0], 3 * updates[0]]  # the resumed optimizer went on counting
     assert float(history[2]["loss"]) < float(history[0]["loss"])
     assert float(history[2]["val_loss"]) < float(history[0]["val_loss"])
