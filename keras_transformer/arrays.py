@@ -34,6 +34,7 @@ This module needs only keras, numpy and the package itself: no TensorFlow, which
 """
 
 import argparse
+import functools
 import json
 import logging
 import pathlib
@@ -218,7 +219,7 @@ def _fed_to_the_backend(batches):
 
     inputs, labels = batches[0]
     signature = ({name: tf.TensorSpec((None, None), tf.int32) for name in inputs},
-                 tf.TensorSpec((None,) * labels.ndim, tf.as_dtype(labels.dtype)))
+                 tf.TensorSpec((None, None, *labels.shape[2:]), tf.as_dtype(labels.dtype)))  # (B, T) or (B, T, 1 + 2k)
     dataset = tf.data.Dataset.from_generator(lambda: (batches[i] for i in range(len(batches))),
                                              output_signature=signature)
     return dataset.apply(tf.data.experimental.assert_cardinality(len(batches))).prefetch(2)
@@ -323,7 +324,6 @@ def train_arrays(workdir, epochs=None, *, jit_compile=None, precision=None, aver
                                    keep_checkpoints=keep_checkpoints, init_weights=init_weights,
                                    initial_updates=initial_updates, cooldown_epochs=cooldown_epochs,
                                    jit_compile=jit_compile, precision=precision, verbose=verbose)
-    training = experiment.training
     before = finished_epochs(workdir)
     result = {"history": [], "checkpoints": [], "updates": 0, "target_tokens": 0}
     if epochs != 0:
@@ -355,11 +355,9 @@ def _fit_packed(workdir, experiment, before, length_multiple, teacher, distill_w
         loss = distillation.DistillationLoss(config.label_smoothing, distill_weight, pad_id=config.pad_id)
         metrics = [distillation.DistillationAccuracy(pad_id=config.pad_id)]
     make_translator = None
-    if data.valid_pairs is not None:
+    if data.valid_pairs is not None:  # BLEU on validation decodes with the model being trained
         processors = _sentencepiece_processors(workdir / "data" / "vocab")
-
-        def make_translator(model, **options):  # BLEU on validation decodes with the model being trained
-            return PackedTranslator(model, processors, config, **options)
+        make_translator = functools.partial(PackedTranslator, processors=processors, config=config)
     policy = resolve_precision(training.policy)
     previous_policy = keras.config.dtype_policy()
     keras.config.set_dtype_policy(policy)

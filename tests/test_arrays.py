@@ -195,14 +195,15 @@ def test_a_packed_fine_tuning_run_takes_the_checkpoint_s_vocabulary_weights_and_
 def test_cooldown_epochs_bring_the_learning_rate_linearly_to_zero_at_the_last_update(copy_packed):
     from keras_transformer.config import TransformerConfig
     workdir = copy_packed()
-    with pytest.raises(training.ConfigError, match=r"training.cooldown_epochs \(3\) is more than training.epochs \(2\)"):
+    too_long = r"training.cooldown_epochs \(3\) is more than training.epochs \(2\)"
+    with pytest.raises(training.ConfigError, match=too_long):
         arrays.train_arrays(workdir, epochs=2, cooldown_epochs=3, jit_compile=False)
     import yaml
     experiment = yaml.safe_load((workdir / "experiment.yaml").read_text(encoding="utf-8"))
     assert "cooldown_epochs" in experiment["training"]  # pack writes the key, which is the default here
     experiment["training"]["cooldown_epochs"] = 3
     (workdir / "experiment.yaml").write_text(yaml.safe_dump(experiment), encoding="utf-8")
-    with pytest.raises(training.ConfigError, match=r"training.cooldown_epochs \(3\) is more than training.epochs \(2\)"):
+    with pytest.raises(training.ConfigError, match=too_long):
         arrays.train_arrays(workdir, epochs=2, jit_compile=False)  # the file's own 3, the call's 2
     _set_training(workdir, cooldown_epochs=2)  # a file that `train` could not read either is refused, file named
     arrays.train_arrays(workdir, epochs=3, cooldown_epochs=2, initial_updates=50, jit_compile=False,
