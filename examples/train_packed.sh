@@ -7,7 +7,8 @@
 #
 # Each run stops after EPOCHS epochs or SECONDS seconds (SIGTERM), whichever comes first; finished epochs are
 # kept (checkpoints are written atomically) and rerunning resumes after the last one. Logs go to
-# WORKDIR/train.log; the averages to WORKDIR/checkpoints/average-last-AVERAGE.weights.h5. Extra options for `python -m keras_transformer.arrays`
+# WORKDIR/train.log; the average of the last AVERAGE epochs to WORKDIR/averaged.weights.h5. Extra options for
+# `python -m keras_transformer.arrays`
 # can be given in ARRAYS_OPTIONS (e.g. "--precision mixed_bfloat16").
 set -u
 if [ $# -lt 4 ]; then

@@ -9,252 +9,381 @@ same model from the same vocabulary, in two steps:
    does and writes the tokenized training and validation pairs to
    `W/arrays.npz`, next to `experiment.yaml`, `model.yaml` and `data/vocab`.
 2. On any backend, `python -m keras_transformer.arrays W` (`train_arrays`)
-   trains from those arrays with token-budget batches built in numpy, writes
-   one checkpoint per epoch to `W/checkpoints` (the `train` command's names),
-   a resumable backup, `W/history.csv`, and the average of the last N epochs.
+   trains from those arrays in `train`'s own loop (`trainer.loop.fit_experiment`,
+   `model.fit`) with the workdir's `experiment.yaml`: the same checkpoints
+   (`W/checkpoints/ckpt-NNNN.weights.h5`), resumable backup (`W/backup`),
+   `W/history.csv`, schedule, clipping and gradient accumulation, and at the
+   end the average of the last N epochs in `W/averaged.weights.h5` (the
+   file `keras-transformer average` writes).
 
 The workdir then serves every TensorFlow-side command unchanged:
 `keras-transformer evaluate --model W --average N ...`, `export --workdir W`.
 
-Batches: a pair's length is its longer side plus one (eos / bos), rounded up
-to a multiple of `length_multiple`; the pairs are sorted by it and cut into
-token-budget batches as the tf.data pipeline cuts them (`data.batching.batch_plan`):
-a batch of width L (its longest rounded length) holds at most
-`tokens_per_batch // L` pairs, and a width's leftover pairs start the next
-batch, so only the epoch's last batch is partial. Batch widths are therefore
-few (one per L), and with `pad_rows` so are the shapes, which is what XLA
-(`jit_compile=True`, the default here, and the only fast way on a GPU) needs:
-each new shape compiles once.
+Batches (`PackedBatches`, a `keras.utils.PyDataset`): a pair's length is its
+longer side plus one (eos / bos), rounded up to a multiple of `length_multiple`;
+the pairs are sorted by it and cut into token-budget batches as the tf.data
+pipeline cuts them (`data.packed.make_batches`), and each epoch's order is a
+pure function of the seed and the epoch, so a run resumed inside an epoch
+trains the batches the interrupted one had left. Batch widths are few (one
+per L), and with `pad_rows` (whenever `training.jit_compile` may be on) so are
+the shapes, which is what XLA (the only fast way on a GPU) needs: each new
+shape compiles once.
 
-This module needs only keras, numpy and the package itself: no TensorFlow, which `training` imports only
-inside the functions that use it (the checkpoint helpers reused here do not).
+This module needs only keras, numpy and the package itself: no TensorFlow, which it imports only to feed
+`model.fit` on the TensorFlow backend (`_fed_to_the_backend`).
 """
 
 import argparse
-import csv
+import functools
 import json
 import logging
-import os
 import pathlib
 import time
 
 import keras
 import numpy as np
-import yaml
 
 from keras_transformer import decoding, distillation, evaluation
 from keras_transformer.arguments import integer_at_least, number_at_least
 from keras_transformer.config import TransformerConfig
 from keras_transformer.data.packed import (ARRAYS_FILE, arrays_to_ragged, load_arrays, make_batches,  # noqa: F401
                                            ragged_to_arrays, save_arrays)
+from keras_transformer.errors import ConfigError
+from keras_transformer.experiment import load_experiment
 from keras_transformer.files import atomic_write
-from keras_transformer.losses import LabelSmoothedCrossEntropy
-from keras_transformer.metrics import MaskedAccuracy
 from keras_transformer.model import build_model
-from keras_transformer.optimizers import make_optimizer
-from keras_transformer.trainer.backup import resumed_seed
-from keras_transformer.workdir import (average_checkpoints, latest_checkpoints, load_weights, save_weights,
-                                       weights_only)
+from keras_transformer.trainer.backup import backup_position, resumed_seed
+from keras_transformer.trainer.callbacks import HistoryCSV
+from keras_transformer.trainer.loop import TrainingData, finished_epochs, fit_experiment
+from keras_transformer.trainer.precision import resolve_precision
+from keras_transformer.workdir import (AVERAGED_WEIGHTS, average_checkpoints, checkpoint_number, epoch_checkpoints,
+                                       latest_checkpoints, load_weights_files, save_weights)
 
 log = logging.getLogger(__name__)
 
+# ------------------------------------------------------------------ the packed experiment
+PACKED_STRATEGIES = ("auto", "default")  # training.strategy values the packed path runs: one device
+
+
+def packed_experiment(workdir, *, epochs=None, tokens_per_batch=None, seed=None, keep_checkpoints=None,
+                      init_weights=None, initial_updates=None, cooldown_epochs=None, jit_compile=None,
+                      precision=None, verbose=None):
+    """The typed experiment of a packed workdir (`experiment.yaml`), with `train_arrays`' overrides applied.
+
+    Fields left None keep the workdir's values, whose own defaults are the
+    `train` command's (`experiment.TrainingSection`: seed 1234, 10 epochs, ...).
+    The data files named in it are not needed (they stay where `pack` read them).
+
+    Raises:
+        FileNotFoundError: `workdir` was not packed.
+        ConfigError: a bad value, or a setting the packed path cannot apply (named).
+
+    Example:
+
+    >>> packed_experiment("runs/packed", epochs=3).training.epochs  # doctest: +SKIP
+    3
+    """
+    workdir = pathlib.Path(workdir)
+    for needed in ("model.yaml", "experiment.yaml", ARRAYS_FILE):
+        if not (workdir / needed).is_file():
+            raise FileNotFoundError(f"{workdir} is not a packed workdir: {workdir / needed} is missing "
+                                    "(`keras-transformer pack` writes it).")
+    changes = {"training.epochs": epochs, "training.seed": seed, "training.keep_checkpoints": keep_checkpoints,
+               "training.init_checkpoint": None if init_weights is None else str(init_weights),
+               "training.initial_updates": initial_updates, "training.jit_compile": jit_compile,
+               "training.mixed_precision": precision, "training.verbose": verbose,
+               "training.cooldown_epochs": cooldown_epochs or None, "data.tokens_per_batch": tokens_per_batch}
+    # `--set` overrides, applied before the experiment is checked (JSON values are YAML: paths stay strings)
+    overrides = [f"{key}={json.dumps(value)}" for key, value in changes.items() if value is not None]
+    if cooldown_epochs == 0:
+        overrides.append("training.cooldown_epochs=null")  # 0: none
+    experiment = load_experiment(workdir / "experiment.yaml", overrides)
+    _refuse_what_packed_arrays_cannot_train(experiment)
+    return experiment
+
+
+def _refuse_what_packed_arrays_cannot_train(experiment):
+    training, data = experiment.training, experiment.data
+    refusals = [
+        (training.strategy not in PACKED_STRATEGIES, f"training.strategy={training.strategy!r}: training from packed "
+         f"arrays runs on one device (strategy {' or '.join(PACKED_STRATEGIES)})"),
+        (training.devices is not None, f"training.devices={training.devices!r}: training from packed arrays runs on "
+         "the backend's default device"),
+        (training.communication != "auto", f"training.communication={training.communication!r}: training from "
+         "packed arrays runs on one device"),
+        (training.steps_per_epoch is not None, f"training.steps_per_epoch={training.steps_per_epoch}: an epoch of "
+         "packed arrays is one pass over arrays.npz"),
+        (training.rdrop_alpha, f"training.rdrop_alpha={training.rdrop_alpha}: training from packed arrays does not "
+         "implement R-Drop"),
+        (data.kind != "text", f"data.kind={data.kind!r}: packed arrays hold text data (keras-transformer pack)"),
+        (data.kind == "text" and data.data_config().subword_dropout,
+         "data.subword_dropout: packed arrays hold one fixed segmentation, so BPE-dropout cannot apply to them"),
+    ]
+    for refused, message in refusals:
+        if refused:
+            raise ConfigError(f"{message}; train with keras-transformer train, or change the workdir's "
+                              "experiment.yaml.")
+
+
+# ------------------------------------------------------------------ batches for model.fit
+class PackedBatches(keras.utils.PyDataset):
+    """The token-budget batches of packed pairs (`data.packed.make_batches`) for `model.fit`, on any backend.
+
+    Each item is `({"source", "target"}, labels)`. With a `seed` the pairs
+    are reshuffled every epoch, and the order of epoch e is a pure function of
+    `(seed, e)` (its generator is seeded with `trainer.backup.resumed_seed(seed, e)`):
+    a run resumed inside an epoch trains the very batches the interrupted one
+    had left. `callback` tells the dataset which epoch `fit` is in; a run
+    resumed after `done` batches of epoch e is made with `resumed_at=(e, done)`,
+    and its first epoch starts at batch `done`.
+
+    Args:
+        sources, targets: lists of id arrays (`arrays.npz`).
+        tokens_per_batch, length_multiple, pad_rows, pad_id, bos_id, eos_id: as in `make_batches`.
+        seed: the shuffling seed, or None for one fixed order (validation).
+        teacher: `(ids, probabilities)` of `distillation.load_teacher`, packed into the labels.
+        resumed_at: `(epoch, batches)` the run resumes at (`trainer.backup.backup_position`).
+
+    Example:
+
+    >>> batches = PackedBatches([np.array([5, 6])], [np.array([7])], 64, seed=1)
+    >>> inputs, labels = batches[0]
+    >>> len(batches), inputs["source"].tolist(), labels.tolist()
+    (1, [[5, 6, 3, 0, 0, 0, 0, 0]], [[7, 3, 0, 0, 0, 0, 0, 0]])
+    """
+
+    def __init__(self, sources, targets, tokens_per_batch, *, length_multiple=8, pad_rows=False, pad_id=0,
+                 bos_id=2, eos_id=3, seed=None, teacher=None, resumed_at=(0, 0)):
+        super().__init__()
+        self._pairs = (sources, targets)
+        self._options = dict(length_multiple=length_multiple, pad_rows=pad_rows, pad_id=pad_id, bos_id=bos_id,
+                             eos_id=eos_id, teacher=teacher)
+        self.tokens_per_batch, self.seed = int(tokens_per_batch), seed
+        self._cached = (None, None)  # (epoch, its batches)
+        self.epoch, self.offset = resumed_at
+        self._length = len(self.batches(self.epoch))  # the same in every epoch: the cut depends on lengths only
+        self.offset = self.offset if self.offset < self._length else 0  # more: the epoch trains from its start
+        self._first = True
+        self.trained = []  # (epoch, first batch, batches) of each epoch trained (in part) by this process
+        self.callback = _EpochTracker(self)
+
+    def batches(self, epoch):
+        """The `(source, target_input, labels)` batches of `epoch`, in training order."""
+        if self._cached[0] != epoch:
+            rng = None if self.seed is None else np.random.default_rng(resumed_seed(self.seed, epoch))
+            self._cached = (epoch, make_batches(*self._pairs, self.tokens_per_batch, rng=rng, **self._options))
+        return self._cached[1]
+
+    def __len__(self):
+        return self._length
+
+    def __getitem__(self, index):
+        batches = self.batches(self.epoch)
+        source, target_input, labels = batches[(self.offset + index) % len(batches)]  # past the end: read ahead, unused
+        return {"source": source, "target": target_input}, labels
+
+    def target_tokens(self, epoch, first, count):
+        """Non-pad labels in batches `first .. first + count - 1` of `epoch`."""
+        tokens = 0
+        for _, _, labels in self.batches(epoch)[first:first + count]:
+            tokens += int(np.count_nonzero(labels if labels.ndim == 2 else labels[..., 0]))
+        return tokens
+
+
+class _EpochTracker(keras.callbacks.Callback):
+    """Sets the epoch of a `PackedBatches` before `fit` reads its batches, and records what each epoch trained."""
+
+    def __init__(self, batches):
+        super().__init__()
+        self.batches = batches
+
+    def on_epoch_begin(self, epoch, logs=None):
+        data = self.batches
+        if not (data._first and epoch == data.epoch):
+            data.offset = 0  # only the first epoch of a resumed run starts inside it
+        data._first = False
+        data.epoch = epoch
+        data.trained.append([epoch, data.offset, 0])
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.batches.trained[-1][2] = batch + 1  # with steps_per_execution, `batch` is the last of the execution
+
+
+def _fed_to_the_backend(batches):
+    """`batches` as `model.fit` takes them on this backend: the PyDataset itself, or on TensorFlow a tf.data
+    pipeline over it whose widths are free (Keras infers a PyDataset's shapes from its first two batches,
+    which fixes the width whenever they share one)."""
+    if keras.config.backend() != "tensorflow":
+        return batches
+    import tensorflow as tf
+
+    inputs, labels = batches[0]
+    signature = ({name: tf.TensorSpec((None, None), tf.int32) for name in inputs},
+                 tf.TensorSpec((None, None, *labels.shape[2:]), tf.as_dtype(labels.dtype)))  # (B, T) or (B, T, 1 + 2k)
+    dataset = tf.data.Dataset.from_generator(lambda: (batches[i] for i in range(len(batches))),
+                                             output_signature=signature)
+    return dataset.apply(tf.data.experimental.assert_cardinality(len(batches))).prefetch(2)
+
+
+def packed_data(workdir, experiment, *, length_multiple=8, teacher=None, resumed_at=(0, 0)):
+    """`(TrainingData, PackedBatches)` of a packed workdir: the `trainer.loop.TrainingData` of `PackedBatches`
+    over `arrays.npz` (with the raw validation text for BLEU when `training.bleu_every_epochs` asks for it), and
+    its training batches."""
+    workdir = pathlib.Path(workdir)
+    training = experiment.training
+    splits = load_arrays(workdir / ARRAYS_FILE)
+    config = TransformerConfig.from_yaml(workdir / "model.yaml")
+    data_config = experiment.data.data_config()
+    seed = experiment.data.seed if experiment.data.seed is not None else training.seed
+    # pad_rows under XLA: one batch shape per width, so one compilation each
+    options = dict(length_multiple=length_multiple, pad_rows=training.jit_compile is not False,
+                   pad_id=config.pad_id, bos_id=config.bos_id, eos_id=config.eos_id)
+    train = PackedBatches(*splits["train"], data_config.tokens_per_batch, seed=seed, teacher=teacher,
+                          resumed_at=resumed_at, **options)
+    validation = (PackedBatches(*splits["valid"], data_config.tokens_per_batch, **options)
+                  if "valid" in splits and len(splits["valid"][0]) else None)
+    valid_pairs = None
+    if training.bleu_every_epochs:
+        files = [data_config.valid_source, data_config.valid_target]
+        if all(path and pathlib.Path(path).is_file() for path in files):
+            valid_pairs = tuple(evaluation.read_lines(path) for path in files)
+        else:
+            log.warning("training.bleu_every_epochs skipped: the validation text (data.valid_source, "
+                        "data.valid_target: %s) is not on this machine.", files)
+    data = TrainingData(_fed_to_the_backend(train), validation and _fed_to_the_backend(validation),
+                        config.source_vocab_size or config.vocab_size, config.target_vocab_size or config.vocab_size,
+                        valid_pairs=valid_pairs, num_batches=len(train), callbacks=[train.callback])
+    return data, train
+
+
+class PackedTranslator:
+    """`translate_lines` for `trainer.callbacks.BleuCallback` without TensorFlow: `translate_lines` below with
+    the workdir's SentencePiece processors and the model being trained."""
+
+    def __init__(self, model, processors, config, beam_size=1, alpha=0.6, max_extra=50):
+        self.model, self.processors, self.config = model, processors, config
+        self.options = dict(beam_size=beam_size, alpha=alpha, max_extra=max_extra)
+
+    def translate_lines(self, sentences, batch_size=64):
+        return translate_lines(self.model, sentences, *self.processors, batch_size=batch_size, **self.options,
+                               eos_id=self.config.eos_id, pad_id=self.config.pad_id, bos_id=self.config.bos_id)
+
+
 # ------------------------------------------------------------------ training
-def _evaluate(model, batches):
-    """Token-weighted validation loss and accuracy over `batches`."""
-    total_loss = total_correct = total_tokens = 0.0
-    for source, target_input, labels in batches:
-        logs = model.test_on_batch({"source": source, "target": target_input}, labels, return_dict=True)
-        tokens = float(np.count_nonzero(labels))
-        total_loss += float(logs["loss"]) * tokens
-        total_correct += float(logs.get("masked_accuracy", 0.0)) * tokens
-        total_tokens += tokens
-    return total_loss / max(total_tokens, 1.0), total_correct / max(total_tokens, 1.0)
-
-
-def train_arrays(workdir, epochs=None, *, jit_compile=True, precision="float32", average_last=None,
-                 length_multiple=8, tokens_per_batch=None, seed=None, keep_checkpoints=None, init_weights=None,
-                 initial_updates=None, teacher=None, distill_weight=0.5, cooldown_epochs=None, verbose=1):
+def train_arrays(workdir, epochs=None, *, jit_compile=None, precision=None, average_last=None, length_multiple=8,
+                 tokens_per_batch=None, seed=None, keep_checkpoints=None, init_weights=None, initial_updates=None,
+                 teacher=None, distill_weight=0.5, cooldown_epochs=None, verbose=None):
     """Trains the packed experiment in `workdir` (see `training.pack_arrays`), resuming a previous run.
+
+    The loop is `train`'s (`trainer.loop.fit_experiment`): the same
+    checkpoints (`checkpoints/ckpt-NNNN.weights.h5`), backup (`backup/`, inside
+    an epoch with `training.backup_every_steps`), `history.csv` columns,
+    schedule with its cooldown, clipping (`training.clipnorm`), gradient
+    accumulation, step checkpoints and BLEU on validation. Every
+    setting comes from the workdir's `experiment.yaml` (whose defaults are
+    `train`'s); the arguments below replace the ones they name.
 
     Args:
         workdir: a folder written by `pack_arrays` (`experiment.yaml`,
             `model.yaml`, `arrays.npz`).
-        epochs: total epochs (default: the experiment's `training.epochs`).
-        jit_compile: compile each step with XLA (the fast path on a GPU).
-        precision: Keras dtype policy, e.g. `"mixed_bfloat16"` on a GPU.
+        epochs: total epochs (`training.epochs`); 0 trains nothing (and averages).
+        jit_compile: `training.jit_compile` (XLA, the fast path on a GPU).
+        precision: `training.mixed_precision`, e.g. `"mixed_bfloat16"` on a GPU.
         average_last: after training, average the last N epoch checkpoints into
-            `checkpoints/average-last-N.weights.h5` (default: the experiment's
-            `decoding.average_last`, if any).
+            `averaged.weights.h5`, the file `keras-transformer average` writes
+            (default: `decoding.average_last`; 0: none).
         length_multiple: batch widths are multiples of it.
-        tokens_per_batch: default: the experiment's `data.tokens_per_batch`.
-        seed: default: the experiment's `training.seed`; epoch e shuffles with seed + e.
-        keep_checkpoints: keep only the newest N epoch checkpoints (None: all).
-        init_weights: start a new run from these weights (fine-tuning,
-            distillation); ignored when resuming (default: the experiment's
-            `training.init_checkpoint`, whose vocabulary `pack` took).
-        initial_updates: a new run's optimizer starts at this update count, so
-            the learning-rate schedule continues there (e.g. the updates the
-            `init_weights` run made) instead of warming up again (default: the
-            experiment's `training.initial_updates`, else 0).
+        tokens_per_batch: `data.tokens_per_batch`.
+        seed: `training.seed`; epoch e shuffles with `resumed_seed(seed, e)`.
+        keep_checkpoints: `training.keep_checkpoints`.
+        init_weights: `training.init_checkpoint` (weights only; a resumed run's
+            backup replaces them).
+        initial_updates: `training.initial_updates`.
         teacher: a `distillation.save_teacher` file made for this workdir:
             train with `distillation.DistillationLoss` towards it.
         distill_weight: the teacher term's weight w in that loss.
-        cooldown_epochs: over the last K of the `epochs`, the learning rate
-            falls linearly to zero (`schedules.LinearCooldown`), reaching it at
-            the run's last update; the same arguments give the same schedule
-            when the run resumes (default: the experiment's
-            `training.cooldown_epochs`, if any).
-        verbose: 1 logs a line per epoch.
+        cooldown_epochs: `training.cooldown_epochs` (0: none).
+        verbose: `training.verbose`.
 
     Returns:
         A dict: `history` (rows of `history.csv` written by this call),
-        `checkpoints` (paths), `average` (path or None), `updates`, `seconds`,
+        `checkpoints` (the epoch checkpoints this call wrote), `average` (path
+        or None), `updates` (batches trained by this call), `seconds`,
         `target_tokens` (non-pad labels trained on by this call).
 
     Raises:
         FileNotFoundError: no `arrays.npz` / `model.yaml` in `workdir`, or
             no `init_weights` / `teacher` file.
+        ConfigError: a bad setting, or one the packed path cannot apply (named).
         ValueError: a teacher file made for other training pairs.
+        FloatingPointError: the loss became NaN (training stopped).
     """
-
+    started = time.perf_counter()
     workdir = pathlib.Path(workdir)
-    for needed in ("model.yaml", "experiment.yaml"):
-        if not (workdir / needed).is_file():
-            raise FileNotFoundError(f"{workdir} is not a packed workdir: {workdir / needed} is missing "
-                                    "(`keras-transformer pack` writes it).")
-    experiment = yaml.safe_load((workdir / "experiment.yaml").read_text(encoding="utf-8")) or {}
-    training_section, data_section = experiment.get("training", {}), experiment.get("data", {})
-    epochs = int(epochs if epochs is not None else training_section.get("epochs", 1))
-    seed = int(seed if seed is not None else training_section.get("seed", 0))
-    if cooldown_epochs is None:
-        cooldown_epochs = training_section.get("cooldown_epochs")
-    if init_weights is None:
-        init_weights = training_section.get("init_checkpoint")
-    if initial_updates is None:
-        initial_updates = training_section.get("initial_updates") or 0
-    tokens_per_batch = int(tokens_per_batch or data_section.get("tokens_per_batch", 4096))
-    if average_last is None:
-        average_last = experiment.get("decoding", {}).get("average_last")
-    splits = load_arrays(workdir / ARRAYS_FILE)
-    config = TransformerConfig.from_yaml(workdir / "model.yaml")
-    # pad_rows under XLA: one batch shape per width, so one compilation each
-    special = dict(pad_id=config.pad_id, bos_id=config.bos_id, eos_id=config.eos_id, pad_rows=jit_compile)
-    teacher_arrays = distillation.load_teacher(teacher, splits["train"][1])[:2] if teacher else None
-    valid_batches = (make_batches(*splits["valid"], tokens_per_batch, length_multiple=length_multiple, **special)
-                     if "valid" in splits else None)
+    experiment = packed_experiment(workdir, epochs=epochs or None, tokens_per_batch=tokens_per_batch, seed=seed,
+                                   keep_checkpoints=keep_checkpoints, init_weights=init_weights,
+                                   initial_updates=initial_updates, cooldown_epochs=cooldown_epochs,
+                                   jit_compile=jit_compile, precision=precision, verbose=verbose)
+    before = finished_epochs(workdir)
+    result = {"history": [], "checkpoints": [], "updates": 0, "target_tokens": 0}
+    if epochs != 0:
+        result = _fit_packed(workdir, experiment, before, length_multiple, teacher, distill_weight)
+    average_last = experiment.decoding.average_last if average_last is None else average_last
+    result["average"] = _average(workdir, average_last) if average_last else None
+    result["seconds"] = time.perf_counter() - started
+    return result
 
-    cooldown = None
-    if cooldown_epochs:
-        if not 0 < int(cooldown_epochs) <= epochs:
-            raise ValueError(f"cooldown_epochs must be between 1 and the run's {epochs} epochs, got {cooldown_epochs}.")
-        counts = [len(make_batches(*splits["train"], tokens_per_batch, length_multiple=length_multiple,
-                                   rng=np.random.default_rng(seed + epoch), **special)) for epoch in range(epochs)]
-        first = epochs - int(cooldown_epochs)  # updates are counted from the new run's initial_updates
-        cooldown = (int(initial_updates) + sum(counts[:first]), sum(counts[first:]))
-        log.info("Cooldown: the learning rate falls linearly to 0 from update %d over %d updates", *cooldown)
 
-    backup, state_path = workdir / "backup" / "arrays_latest.weights.h5", workdir / "backup" / "arrays_state.json"
-    start_epoch = 0
-    if state_path.is_file() and backup.is_file():
-        start_epoch = int(json.loads(state_path.read_text())["epochs_done"])
+def _fit_packed(workdir, experiment, before, length_multiple, teacher, distill_weight):
+    """`fit_experiment` on the packed data; the parts of `train_arrays`' result that training gives."""
+    training = experiment.training
+    teacher_arrays = None
+    if teacher:
+        teacher_arrays = distillation.load_teacher(teacher, load_arrays(workdir / ARRAYS_FILE)["train"][1])[:2]
+    resumed_at = backup_position(workdir / "backup")
     # Before the model is built: its dropout generators take their state from this seed. A resumed run gets a
     # seed of its own so that it does not repeat the first run's dropout masks (Keras does not save them).
-    keras.utils.set_random_seed(resumed_seed(seed, start_epoch))
+    keras.utils.set_random_seed(resumed_seed(training.seed, *resumed_at))
+    if resumed_at != (0, 0):
+        log.info("Resuming from %s at epoch %d%s", workdir / "backup", resumed_at[0] + 1,
+                 f", batch {resumed_at[1] + 1}" if resumed_at[1] else "")
+    data, batches = packed_data(workdir, experiment, length_multiple=length_multiple, teacher=teacher_arrays,
+                                   resumed_at=resumed_at)
+    config = TransformerConfig.from_yaml(workdir / "model.yaml")
+    loss = metrics = None
+    if teacher:
+        loss = distillation.DistillationLoss(config.label_smoothing, distill_weight, pad_id=config.pad_id)
+        metrics = [distillation.DistillationAccuracy(pad_id=config.pad_id)]
+    make_translator = None
+    if data.valid_pairs is not None:  # BLEU on validation decodes with the model being trained
+        processors = _sentencepiece_processors(workdir / "data" / "vocab")
+        make_translator = functools.partial(PackedTranslator, processors=processors, config=config)
+    policy = resolve_precision(training.policy)
     previous_policy = keras.config.dtype_policy()
-    keras.config.set_dtype_policy(precision)
+    keras.config.set_dtype_policy(policy)
     try:
-        model = build_model(config)
-        if teacher:
-            loss = distillation.DistillationLoss(config.label_smoothing, distill_weight, pad_id=config.pad_id)
-            metric = distillation.DistillationAccuracy(pad_id=config.pad_id)
-        else:
-            loss = LabelSmoothedCrossEntropy(config.label_smoothing, pad_id=config.pad_id)
-            metric = MaskedAccuracy(pad_id=config.pad_id)
-        model.compile(optimizer=make_optimizer(config, cooldown=cooldown), loss=loss, metrics=[metric],
-                      jit_compile=jit_compile)
-        model.optimizer.build(model.trainable_variables)
+        fit_experiment(experiment, config, data, workdir, resumed_at=resumed_at, make_translator=make_translator,
+                       loss=loss, metrics=metrics)
     finally:
         keras.config.set_dtype_policy(previous_policy)
-    weights_view = weights_only(model)  # epoch checkpoints hold the weights, not the optimizer (as `train` writes)
+    _, rows = HistoryCSV(workdir / "history.csv").read()
+    return {"history": [row for row in rows if int(row["epoch"]) > before],
+            "checkpoints": [path for path in epoch_checkpoints(workdir) if checkpoint_number(path.name) > before],
+            "updates": sum(count for _, _, count in batches.trained),
+            "target_tokens": sum(batches.target_tokens(*trained) for trained in batches.trained)}
 
-    if start_epoch:
-        model.load_weights(str(backup))  # weights and optimizer state (step count included)
-        log.info("Resuming after epoch %d from %s", start_epoch, backup)
-    else:
-        if init_weights:
-            load_weights(weights_view, init_weights)  # weights only: the new run's optimizer starts fresh
-            log.info("Starting from the weights in %s", init_weights)
-        model.optimizer.iterations.assign(int(initial_updates))
 
-    history_path, rows = workdir / "history.csv", []
-    fields = ["epoch", "loss", "masked_accuracy", "val_loss", "val_masked_accuracy", "updates", "seconds",
-              "target_tokens_per_s", "learning_rate"]
-    checkpoints = []
-    total_updates = total_tokens = 0
-    seen_shapes = set()
-    started = time.perf_counter()
-    for epoch in range(start_epoch, epochs):
-        batches = make_batches(*splits["train"], tokens_per_batch, length_multiple=length_multiple,
-                               rng=np.random.default_rng(seed + epoch), teacher=teacher_arrays, **special)
-        epoch_start = time.perf_counter()
-        loss_sum = correct_sum = tokens = 0.0
-        for source, target_input, labels in batches:
-            new_shape = source.shape not in seen_shapes
-            step_start = time.perf_counter()
-            logs = model.train_on_batch({"source": source, "target": target_input}, labels, return_dict=True)
-            if new_shape:  # the first step of a shape traces (and with XLA compiles) it: slow, worth knowing
-                seen_shapes.add(source.shape)
-                log.info("epoch %d: first batch of shape %s took %.1f s", epoch + 1, source.shape,
-                         time.perf_counter() - step_start)
-            count = float(np.count_nonzero(labels if labels.ndim == 2 else labels[..., 0]))
-            loss_sum += float(logs["loss"]) * count
-            correct_sum += float(logs["masked_accuracy"]) * count
-            tokens += count
-        seconds = time.perf_counter() - epoch_start
-        if not np.isfinite(loss_sum):
-            raise FloatingPointError(f"Training stopped: the loss became {loss_sum} in epoch {epoch + 1}; the last "
-                                     f"good weights are in {workdir / 'checkpoints'}.")
-        row = {"epoch": epoch + 1, "loss": loss_sum / tokens, "masked_accuracy": correct_sum / tokens,
-               "val_loss": "", "val_masked_accuracy": "", "updates": int(model.optimizer.iterations.numpy()),
-               "seconds": round(seconds, 2), "target_tokens_per_s": round(tokens / seconds, 1),
-               "learning_rate": float(keras.ops.convert_to_numpy(model.optimizer.learning_rate))}
-        if valid_batches:
-            row["val_loss"], row["val_masked_accuracy"] = _evaluate(model, valid_batches)
-        checkpoint = workdir / "checkpoints" / f"ckpt-{epoch + 1:04d}.weights.h5"
-        save_weights(model, checkpoint)
-        atomic_write(backup, lambda path: model.save_weights(path))
-        atomic_write(state_path, lambda path: pathlib.Path(path).write_text(json.dumps({"epochs_done": epoch + 1})))
-        new_file = not history_path.is_file()
-        with open(history_path, "a", newline="", encoding="utf-8") as f:
-            writer = csv.DictWriter(f, fieldnames=fields)
-            if new_file:
-                writer.writeheader()
-            writer.writerow(row)
-        rows.append(row)
-        checkpoints.append(checkpoint)
-        total_updates += len(batches)
-        total_tokens += tokens
-        if keep_checkpoints:
-            existing = sorted((workdir / "checkpoints").glob("ckpt-[0-9][0-9][0-9][0-9].weights.h5"))
-            for old in existing[:-int(keep_checkpoints)]:
-                old.unlink()
-        if verbose:
-            log.info("epoch %d/%d: loss %.4f, accuracy %.4f, val_loss %s, %d updates, %.1f s, %.0f target tokens/s",
-                     epoch + 1, epochs, row["loss"], row["masked_accuracy"], row["val_loss"], row["updates"],
-                     seconds, row["target_tokens_per_s"])
-
-    average_path = None
-    if average_last:
-        existing = sorted((workdir / "checkpoints").glob("ckpt-[0-9][0-9][0-9][0-9].weights.h5"))
-        if existing:
-            chosen = existing[-int(average_last):]
-            average_checkpoints(chosen, weights_view)
-            average_path = workdir / "checkpoints" / f"average-last-{int(average_last)}.weights.h5"
-            save_weights(model, average_path)
-            log.info("Averaged %d checkpoints (%s .. %s) into %s", len(chosen), chosen[0].name, chosen[-1].name,
-                     average_path)
-    return {"history": rows, "checkpoints": checkpoints, "average": average_path, "updates": total_updates,
-            "seconds": time.perf_counter() - started, "target_tokens": int(total_tokens)}
+def _average(workdir, last):
+    """Averages the last `last` epoch checkpoints of `workdir` into `workdir/averaged.weights.h5`; its path, or
+    None without checkpoints."""
+    chosen = epoch_checkpoints(workdir)[-int(last):]
+    if not chosen:
+        return None
+    model = average_checkpoints(chosen, build_model(TransformerConfig.from_yaml(workdir / "model.yaml")))
+    path = workdir / AVERAGED_WEIGHTS
+    save_weights(model, path)
+    log.info("Averaged %d checkpoints (%s .. %s) into %s", len(chosen), chosen[0].name, chosen[-1].name, path)
+    return path
 
 
 # ------------------------------------------------------------------ scoring without TensorFlow
@@ -330,7 +459,7 @@ def evaluate_arrays(workdir, checkpoint, source, reference, *, tokenized_referen
 
     Args:
         workdir: a packed workdir (`keras-transformer pack`).
-        checkpoint: a `.weights.h5` file (e.g. `checkpoints/average-last-10.weights.h5`).
+        checkpoint: a `.weights.h5` file (e.g. `averaged.weights.h5`), or a list of them, whose mean is used.
         source, reference: text files, one sentence per line (plain or .gz).
         tokenized_reference, lang: optional `*.lc.norm.tok.*` references and
             the target language, for the published Multi30k protocol.
@@ -346,7 +475,7 @@ def evaluate_arrays(workdir, checkpoint, source, reference, *, tokenized_referen
     workdir = pathlib.Path(workdir)
     config = TransformerConfig.from_yaml(workdir / "model.yaml")
     source_processor, target_processor = _sentencepiece_processors(workdir / "data" / "vocab")
-    model = load_weights(build_model(config), checkpoint)
+    model = load_weights_files(build_model(config), checkpoint)
     lines = evaluation.read_lines(source)
     references = evaluation.read_lines(reference)
     hypotheses = translate_lines(
@@ -370,11 +499,14 @@ def main(argv=None):
     positive, non_negative = integer_at_least(1), integer_at_least(0)
     parser.add_argument("workdir")
     parser.add_argument("--epochs", type=non_negative,
-                        help="total epochs (default: the experiment's; a finished or smaller count trains nothing)")
-    parser.add_argument("--precision", default="float32", help="Keras dtype policy, e.g. mixed_bfloat16 on a GPU")
-    parser.add_argument("--no-jit", action="store_true", help="do not compile steps with XLA")
+                        help="total epochs (default: the experiment's training.epochs; a finished or smaller count "
+                             "trains nothing; 0 only averages)")
+    parser.add_argument("--precision", help="training.mixed_precision, e.g. mixed_bfloat16 on a GPU "
+                                            "(default: the experiment's)")
+    parser.add_argument("--no-jit", action="store_true", help="do not compile steps with XLA (training.jit_compile)")
     parser.add_argument("--average-last", type=non_negative,
-                        help="average the last N epoch checkpoints at the end (default: the experiment's; 0: none)")
+                        help="average the last N epoch checkpoints into WORKDIR/averaged.weights.h5 at the end "
+                             "(default: the experiment's decoding.average_last; 0: none)")
     parser.add_argument("--tokens-per-batch", type=positive, help="default: the experiment's data.tokens_per_batch")
     parser.add_argument("--length-multiple", type=positive, default=8, help="batch widths are multiples of it")
     parser.add_argument("--keep-checkpoints", type=positive, help="keep only the newest N epoch checkpoints")
@@ -382,7 +514,7 @@ def main(argv=None):
                                                "default: the experiment's training.init_checkpoint)")
     parser.add_argument("--initial-updates", type=non_negative,
                         help="a new run's schedule starts at this update count (e.g. the init run's updates; "
-                             "default: the experiment's training.initial_updates, else 0)")
+                             "default: the experiment's training.initial_updates)")
     parser.add_argument("--teacher", help="distil from this teacher file (python -m keras_transformer.distillation)")
     parser.add_argument("--distill-weight", type=float, default=0.5,
                         help="the teacher term's weight in the loss (default 0.5)")
@@ -392,8 +524,8 @@ def main(argv=None):
     scoring = parser.add_argument_group("scoring instead of training (no TensorFlow needed)")
     scoring.add_argument("--evaluate", nargs=2, metavar=("SOURCE", "REFERENCE"),
                          help="translate SOURCE with --checkpoint and score it against REFERENCE")
-    scoring.add_argument("--checkpoint", help="a .weights.h5 file (default: checkpoints/average-last-N.weights.h5 "
-                         "with N from --average-last, else the newest epoch checkpoint)")
+    scoring.add_argument("--checkpoint", help="a .weights.h5 file (default: the mean of the last N epoch checkpoints "
+                         "with --average-last N, else the newest epoch checkpoint)")
     scoring.add_argument("--tokenized-reference", help="*.lc.norm.tok.* references (Multi30k protocol)")
     scoring.add_argument("--lang", help="target language code, for the Multi30k protocol")
     scoring.add_argument("--beam-size", type=positive, help="default: the model config's")
@@ -406,7 +538,7 @@ def main(argv=None):
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     try:
         _run(args)
-    except (FileNotFoundError, ValueError, NotImplementedError, FloatingPointError) as error:
+    except (FileNotFoundError, ValueError, NotImplementedError, FloatingPointError) as error:  # ConfigError too
         parser.exit(2, f"{parser.prog}: error: {error}\n")  # bad input: the message, not a traceback
 
 
@@ -414,14 +546,14 @@ def _run(args):
     """Scores (`--evaluate`) or trains, as `main` parsed."""
     if args.evaluate:
         folder = pathlib.Path(args.workdir) / "checkpoints"
-        checkpoint = args.checkpoint or (folder / f"average-last-{args.average_last}.weights.h5" if args.average_last
-                                         else latest_checkpoints(folder, 1)[0])
+        checkpoint = args.checkpoint or latest_checkpoints(folder, args.average_last or 1)
         scores = evaluate_arrays(args.workdir, checkpoint, *args.evaluate, tokenized_reference=args.tokenized_reference,
                                  lang=args.lang, beam_size=args.beam_size, alpha=args.alpha, max_extra=args.max_extra,
                                  output=args.output)
         print(json.dumps({k: round(v, 2) for k, v in scores.items()}))
         return
-    result = train_arrays(args.workdir, args.epochs, jit_compile=not args.no_jit, precision=args.precision,
+    result = train_arrays(args.workdir, args.epochs, jit_compile=False if args.no_jit else None,
+                          precision=args.precision,
                           average_last=args.average_last, length_multiple=args.length_multiple,
                           tokens_per_batch=args.tokens_per_batch, keep_checkpoints=args.keep_checkpoints,
                           init_weights=args.init_weights, initial_updates=args.initial_updates, teacher=args.teacher,

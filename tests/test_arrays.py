@@ -123,7 +123,7 @@ def test_train_arrays_trains_resumes_and_feeds_the_workdir_commands(packed, monk
     monkeypatch.setattr(keras.utils, "set_random_seed", lambda seed: (seeds.append(seed), set_random_seed(seed)))
     first = arrays.train_arrays(workdir, epochs=2, jit_compile=False)
     assert [p.name for p in first["checkpoints"]] == ["ckpt-0001.weights.h5", "ckpt-0002.weights.h5"]
-    assert first["average"].name == "average-last-2.weights.h5"
+    assert first["average"] == workdir / "averaged.weights.h5"  # the file `keras-transformer average` writes
     # Running again with more epochs resumes after epoch 2: one more epoch, the update count goes on.
     second = arrays.train_arrays(workdir, epochs=3, jit_compile=False)
     assert [p.name for p in second["checkpoints"]] == ["ckpt-0003.weights.h5"]
@@ -133,7 +133,7 @@ def test_train_arrays_trains_resumes_and_feeds_the_workdir_commands(packed, monk
         history = list(csv.DictReader(f))
     assert [int(r["epoch"]) for r in history] == [1, 2, 3]
     per_epoch = first["updates"] // 2
-    assert [int(r["updates"]) for r in history] == [per_epoch, 2 * per_epoch, 3 * per_epoch]
+    assert [int(r["step"]) for r in history] == [per_epoch, 2 * per_epoch, 3 * per_epoch]
     losses = [float(r["loss"]) for r in history]
     assert losses[2] < losses[0] and float(history[2]["val_loss"]) < float(history[0]["val_loss"])
     # The workdir serves the TensorFlow-side commands: the averaged weights translate through load_translator.
@@ -185,7 +185,7 @@ def test_a_packed_fine_tuning_run_takes_the_checkpoint_s_vocabulary_weights_and_
         np.testing.assert_allclose(after, before, atol=1e-5)
     with open(tuned / "history.csv", encoding="utf-8") as f:
         row = next(csv.DictReader(f))
-    step = int(row["updates"])  # the optimizer's count: the 40 given, then this run's
+    step = int(row["step"])  # the optimizer's count: the 40 given, then this run's
     assert step == 40 + result["updates"]
     d_model = model.get_layer("shared_embedding").embeddings.shape[1]
     expected = scale * d_model ** -0.5 * min(step ** -0.5, step * 20 ** -1.5)
@@ -195,20 +195,22 @@ def test_a_packed_fine_tuning_run_takes_the_checkpoint_s_vocabulary_weights_and_
 def test_cooldown_epochs_bring_the_learning_rate_linearly_to_zero_at_the_last_update(copy_packed):
     from keras_transformer.config import TransformerConfig
     workdir = copy_packed()
-    with pytest.raises(ValueError, match="cooldown_epochs"):
+    too_long = r"training.cooldown_epochs \(3\) is more than training.epochs \(2\)"
+    with pytest.raises(training.ConfigError, match=too_long):
         arrays.train_arrays(workdir, epochs=2, cooldown_epochs=3, jit_compile=False)
     import yaml
     experiment = yaml.safe_load((workdir / "experiment.yaml").read_text(encoding="utf-8"))
     assert "cooldown_epochs" in experiment["training"]  # pack writes the key, which is the default here
     experiment["training"]["cooldown_epochs"] = 3
     (workdir / "experiment.yaml").write_text(yaml.safe_dump(experiment), encoding="utf-8")
-    with pytest.raises(ValueError, match="cooldown_epochs must be between 1 and the run's 2 epochs, got 3"):
-        arrays.train_arrays(workdir, epochs=2, jit_compile=False)
+    with pytest.raises(training.ConfigError, match=too_long):
+        arrays.train_arrays(workdir, epochs=2, jit_compile=False)  # the file's own 3, the call's 2
+    _set_training(workdir, cooldown_epochs=2)  # a file that `train` could not read either is refused, file named
     arrays.train_arrays(workdir, epochs=3, cooldown_epochs=2, initial_updates=50, jit_compile=False,
                         average_last=None)
     with open(workdir / "history.csv", encoding="utf-8") as f:
         history = list(csv.DictReader(f))
-    updates = [int(r["updates"]) for r in history]  # after each epoch, counted from 50
+    updates = [int(r["step"]) for r in history]  # after each epoch, counted from 50
     config = TransformerConfig.from_yaml(workdir / "model.yaml")
     start, end = updates[0], updates[2]  # the cooldown spans epochs 2 and 3
 
@@ -277,7 +279,7 @@ def test_train_packed_script_trains_side_by_side_and_averages(copy_packed, tmp_p
     for copy in copies:
         with open(copy / "history.csv", encoding="utf-8") as f:
             assert [int(r["epoch"]) for r in csv.DictReader(f)] == [1, 2]
-        assert (copy / "checkpoints" / "average-last-2.weights.h5").is_file()
+        assert (copy / "averaged.weights.h5").is_file()
     # A time limit stops a run between epochs: what finished is kept and averaged; rerunning resumes.
     limited = subprocess.run(["bash", str(root / "examples" / "train_packed.sh"), "50", "1", "2", str(copies[0])],
                              env=env, capture_output=True, text=True, timeout=900)
@@ -334,3 +336,110 @@ def test_scoring_without_tensorflow_matches_the_translator(packed, copy_packed, 
     assert printed == {k: round(v, 2) for k, v in scores.items()}
     assert scores["bleu"] == pytest.approx(evaluate_translations(expected[:-1], read_lines(folder / "val.de"))["bleu"],
                                            abs=0.5)
+
+
+def _set_training(workdir, **values):
+    """Changes fields of the training section of a packed workdir's experiment.yaml (None deletes one)."""
+    import yaml
+    experiment = yaml.safe_load((workdir / "experiment.yaml").read_text(encoding="utf-8"))
+    for key, value in values.items():
+        if value is None:
+            experiment["training"].pop(key, None)
+        else:
+            experiment["training"][key] = value
+    (workdir / "experiment.yaml").write_text(yaml.safe_dump(experiment), encoding="utf-8")
+
+
+def test_the_packed_path_reads_the_experiment_with_train_s_defaults(copy_packed):
+    """A key the workdir's experiment.yaml lacks takes the `train` command's default (TrainingSection's), not
+    another one of the packed path's own."""
+    from keras_transformer.experiment import TrainingSection, load_experiment
+    workdir = copy_packed()
+    _set_training(workdir, seed=None, epochs=None)
+    experiment = arrays.packed_experiment(workdir)
+    assert (experiment.training.seed, experiment.training.epochs) == (1234, 10)
+    assert experiment == load_experiment(workdir / "experiment.yaml")
+    assert (experiment.training.seed, experiment.training.epochs) == (TrainingSection().seed, TrainingSection().epochs)
+    # Arguments replace the fields they name, and nothing else.
+    changed = arrays.packed_experiment(workdir, epochs=3, seed=7, tokens_per_batch=1024, cooldown_epochs=0)
+    assert (changed.training.epochs, changed.training.seed, changed.data.data_config().tokens_per_batch) == (3, 7, 1024)
+    assert changed.training.cooldown_epochs is None and changed.model == experiment.model
+
+
+@pytest.mark.parametrize("setting, value, message", [
+    ("strategy", "mirrored", "training.strategy='mirrored': training from packed arrays runs on one device"),
+    ("steps_per_epoch", 5, "training.steps_per_epoch=5: an epoch of packed arrays is one pass"),
+    ("rdrop_alpha", 5, "training.rdrop_alpha=5: training from packed arrays does not implement R-Drop"),
+])
+def test_settings_the_packed_path_cannot_apply_are_refused_by_name(copy_packed, setting, value, message):
+    workdir = copy_packed()
+    _set_training(workdir, **{setting: value})
+    with pytest.raises(training.ConfigError, match=message):
+        arrays.train_arrays(workdir, jit_compile=False)
+    assert not (workdir / "checkpoints").exists()
+
+
+def test_clipnorm_and_gradient_accumulation_apply_on_the_packed_path(copy_packed, monkeypatch):
+    """training.clipnorm and training.gradient_accumulation_steps reach the optimizer as `train` builds it."""
+    from keras_transformer.config import TransformerConfig
+    from keras_transformer.optimizers import make_optimizer
+    from keras_transformer.trainer import loop
+    workdir = copy_packed()
+    _set_training(workdir, clipnorm=0.25, gradient_accumulation_steps=2)
+    models, compile_model = [], loop.compile_model
+    monkeypatch.setattr(loop, "compile_model", lambda *a, **k: models.append(compile_model(*a, **k)) or models[-1])
+    result = arrays.train_arrays(workdir, epochs=1, jit_compile=False, average_last=0)
+    optimizer = models[0].optimizer.get_config()
+    expected = make_optimizer(TransformerConfig.from_yaml(workdir / "model.yaml"), gradient_accumulation_steps=2,
+                              clipnorm=0.25).get_config()
+    assert (optimizer["clipnorm"], optimizer["gradient_accumulation_steps"]) == (0.25, 2)
+    assert {k: v for k, v in optimizer.items() if k not in ("learning_rate", "name")} == \
+        {k: v for k, v in expected.items() if k not in ("learning_rate", "name")}
+    assert result["updates"] == len(arrays.packed_data(workdir, arrays.packed_experiment(workdir))[1])
+
+
+@pytest.mark.slow
+def test_a_run_interrupted_inside_an_epoch_resumes_to_the_uninterrupted_run_s_weights(copy_packed, monkeypatch):
+    """With training.backup_every_steps the packed path backs up inside an epoch; a run killed there resumes
+    with the batches the epoch had left, in the same order, and ends where an uninterrupted run ends."""
+    from keras_transformer.trainer.backup import ResumableBackup, backup_position
+    whole, broken = copy_packed("whole"), copy_packed("broken")
+    for workdir in (whole, broken):
+        _set_training(workdir, backup_every_steps=2)
+    arrays.train_arrays(whole, jit_compile=False, average_last=0)
+    with open(whole / "history.csv", encoding="utf-8") as f:
+        expected = list(csv.DictReader(f))
+    per_epoch = int(expected[0]["step"])
+    assert per_epoch > 6
+
+    class Killed(Exception):
+        pass
+    seen, on_batch_end = [], ResumableBackup.on_train_batch_end
+
+    def kill_after_batch_5_of_epoch_2(self, batch, logs=None):
+        on_batch_end(self, batch, logs)
+        seen.append(batch)
+        if len(seen) == per_epoch + 5:
+            raise Killed
+    monkeypatch.setattr(ResumableBackup, "on_train_batch_end", kill_after_batch_5_of_epoch_2)
+    with pytest.raises(Killed):
+        arrays.train_arrays(broken, jit_compile=False, average_last=0)
+    monkeypatch.undo()
+    assert backup_position(broken / "backup") == (1, 4)  # the backup of batch 4 of epoch 2 (0-based epoch 1)
+    resumed = arrays.train_arrays(broken, jit_compile=False, average_last=0)
+    assert resumed["updates"] == per_epoch - 4 and [p.name for p in resumed["checkpoints"]] == ["ckpt-0002.weights.h5"]
+    with open(broken / "history.csv", encoding="utf-8") as f:
+        got = list(csv.DictReader(f))
+    assert [int(r["step"]) for r in got] == [int(r["step"]) for r in expected] == [per_epoch, 2 * per_epoch]
+    for row, reference in zip(got, expected):  # epoch 2's row averages all of its batches, both processes'
+        assert float(row["loss"]) == pytest.approx(float(reference["loss"]), rel=1e-4)
+        assert float(row["val_loss"]) == pytest.approx(float(reference["val_loss"]), rel=1e-4)
+    from keras_transformer.config import TransformerConfig
+    from keras_transformer.model import build_model
+    model = build_model(TransformerConfig.from_yaml(whole / "model.yaml"))
+    weights = []
+    for workdir in (whole, broken):
+        model.load_weights(str(workdir / "checkpoints" / "ckpt-0002.weights.h5"))
+        weights.append(model.get_weights())
+    for a, b in zip(*weights):
+        np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5)

@@ -92,8 +92,10 @@ def test_distillation_loss_against_numpy():
 def _workdir(folder, config, sources, targets, valid, epochs):
     folder.mkdir()
     config.save_yaml(folder / "model.yaml")
-    (folder / "experiment.yaml").write_text(f"training: {{epochs: {epochs}, seed: 5}}\n"
-                                            "data: {tokens_per_batch: 256}\n", encoding="utf-8")
+    (folder / "experiment.yaml").write_text(  # as pack writes it; the text files themselves are not read
+        f"training: {{epochs: {epochs}, seed: 5}}\n"
+        "data: {kind: text, train_source: train.en, train_target: train.de, tokens_per_batch: 256}\n",
+        encoding="utf-8")
     arrays.save_arrays(folder / arrays.ARRAYS_FILE, {"train": (sources, targets), "valid": valid})
     return folder
 
@@ -122,7 +124,7 @@ def test_a_student_learns_the_task_from_the_teacher_alone(trained_copy_model, tm
     assert accuracy[0] < 0.3 and accuracy[-1] > 0.45  # copying, learned from the teacher alone
     assert float(history[-1]["val_loss"]) < float(history[0]["val_loss"])
     # The schedule went on from update 1000 instead of warming up again.
-    assert int(history[-1]["updates"]) == 1000 + result["updates"]
+    assert int(history[-1]["step"]) == 1000 + result["updates"]
     schedule = NoamSchedule(config.d_model, config.warmup_steps, config.learning_rate_scale)
     assert float(history[-1]["learning_rate"]) == pytest.approx(float(schedule(1000 + result["updates"])), rel=1e-5)
 

@@ -48,6 +48,8 @@ class TrainingData:
     tokenizers: typing.Any = None  # (source, target) SubwordTokenizers for text data; None otherwise
     valid_pairs: typing.Any = None  # (sources, references) raw validation text, for BLEU
     num_batches: typing.Optional[int] = None  # batches per epoch of `train`, when known
+    callbacks: list = dataclasses.field(default_factory=list)  # the data's own, first in `fit` (e.g. the packed
+                                                                # batches learn there which epoch is being trained)
 
     def model_fields(self):
         """The TransformerConfig vocabulary fields this data needs."""
@@ -158,7 +160,7 @@ def make_callbacks(experiment, model_config, data, output, resumed_at=(0, 0), ma
     """
     training = experiment.training
     backup = ResumableBackup(output / "backup", training.backup_every_steps or "epoch")
-    callbacks = [LearningRateLogger()]
+    callbacks = [*data.callbacks, LearningRateLogger()]
     if training.bleu_every_epochs and data.valid_pairs is not None and make_translator is not None:
         best_path = output / "checkpoints" / "best.weights.h5"
         sources, references = (list(side[:training.bleu_max_sentences]) for side in data.valid_pairs)
@@ -182,11 +184,13 @@ def make_callbacks(experiment, model_config, data, output, resumed_at=(0, 0), ma
         callbacks.append(StepCheckpoint(output / "checkpoints", training.checkpoint_every_steps,
                                         training.keep_step_checkpoints))
     if training.tensorboard:
-        try:
-            import tensorboard  # noqa: F401  (optional: the TensorBoard callback writes through it)
+        try:  # optional: Keras' TensorBoard callback writes through tensorboard and tf.summary, on any backend
+            import tensorboard  # noqa: F401
+            import tensorflow  # noqa: F401
             callbacks.append(keras.callbacks.TensorBoard(log_dir=str(output / "logs")))
         except ImportError:
-            log.warning("TensorBoard logs skipped: `pip install tensorboard` to get them (training.tensorboard).")
+            log.warning("TensorBoard logs skipped: they need the tensorboard and tensorflow packages "
+                        "(training.tensorboard).")
     callbacks.append(backup)
     return callbacks, backup
 
