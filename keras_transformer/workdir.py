@@ -7,7 +7,7 @@ workdir/
   experiment.yaml, model.yaml     the resolved experiment and its TransformerConfig
   data/vocab/                     the tokenizers (SentencePiece files; `source/` and `target/` when separate)
   checkpoints/ckpt-0001.weights.h5 ...   one per epoch (weights only); step-XXXXXXXX.weights.h5, best.weights.h5
-  averaged.weights.h5             `keras-transformer average`; checkpoints/average-last-N.weights.h5 (packed runs)
+  averaged.weights.h5             `keras-transformer average`, and the packed trainer's average of its last epochs
   backup/                         the resumable training state (`trainer.backup`)
 ```
 

@@ -11,6 +11,7 @@ import yaml
 from keras_transformer import cli, training
 from keras_transformer.trainer import backup as trainer_backup
 from keras_transformer.trainer import callbacks as trainer_callbacks
+from keras_transformer.trainer import loop as trainer_loop
 from keras_transformer.config import TransformerConfig
 from keras_transformer.model import build_model
 
@@ -341,8 +342,8 @@ def _data_of_unknown_length(monkeypatch):
 
     def unknown_length(*args, **kwargs):
         data = real_build_data(*args, **kwargs)
-        data.train = data.train.filter(lambda features, labels: True)  # cardinality becomes UNKNOWN
-        return data
+        # cardinality becomes UNKNOWN, so the loop is not told the number of batches
+        return dataclasses.replace(data, train=data.train.filter(lambda features, labels: True), num_batches=None)
     monkeypatch.setattr(training, "build_data", unknown_length)
 
 
@@ -357,7 +358,7 @@ def _interrupt_at(monkeypatch, update):
             if int(self.model.optimizer.iterations) == update:
                 raise _Interrupted()
 
-    monkeypatch.setattr(training, "LearningRateLogger", Stop)
+    monkeypatch.setattr(trainer_loop, "LearningRateLogger", Stop)  # the first callback the loop makes
 
 
 def test_an_epoch_interrupted_between_backups_resumes_at_its_batch(tmp_path, monkeypatch):
@@ -407,7 +408,7 @@ def test_the_history_row_of_an_interrupted_epoch_averages_all_its_batches(tmp_pa
                              float(tracker.count.numpy())))
                 if int(self.model.optimizer.iterations) == stop_at:
                     raise _Interrupted()
-        monkeypatch.setattr(training, "LearningRateLogger", Spy)
+        monkeypatch.setattr(trainer_loop, "LearningRateLogger", Spy)
 
     spy("first", stop_at=13)  # inside the second epoch; the last backup came after its 4th batch
     with pytest.raises(_Interrupted):

@@ -12,6 +12,7 @@ and BLEU on the validation split. Backend-neutral (keras and numpy).
 
 import contextlib
 import dataclasses
+import importlib.util
 import logging
 import math
 import pathlib
@@ -184,15 +185,22 @@ def make_callbacks(experiment, model_config, data, output, resumed_at=(0, 0), ma
         callbacks.append(StepCheckpoint(output / "checkpoints", training.checkpoint_every_steps,
                                         training.keep_step_checkpoints))
     if training.tensorboard:
-        try:  # optional: Keras' TensorBoard callback writes through tensorboard and tf.summary, on any backend
-            import tensorboard  # noqa: F401
-            import tensorflow  # noqa: F401
+        # Optional: Keras' TensorBoard callback writes through tensorboard and tf.summary, on any backend.
+        if all(_importable(name) for name in ("tensorboard", "tensorflow")):
             callbacks.append(keras.callbacks.TensorBoard(log_dir=str(output / "logs")))
-        except ImportError:
+        else:
             log.warning("TensorBoard logs skipped: they need the tensorboard and tensorflow packages "
                         "(training.tensorboard).")
     callbacks.append(backup)
     return callbacks, backup
+
+
+def _importable(name):
+    """Whether `name` can be imported, without importing it (an import hook that refuses it counts as no)."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ImportError:
+        return False
 
 
 def fit_experiment(experiment, model_config, data, output, *, strategy=None, resumed_at=(0, 0),
