@@ -165,7 +165,7 @@ def test_self_attention_cache_equals_full_pass():
     layer = kt.MultiHeadSelfAttention(num_heads=2, key_dim=4, causal=True)
     x = RNG.normal(size=(2, 6, 8)).astype("float32")
     full = keras.ops.convert_to_numpy(layer(x))
-    cache = keras.ops.zeros((2, 6, 2, 8))
+    cache = (keras.ops.zeros((2, 2, 6, 4)), keras.ops.zeros((2, 2, 6, 4)))  # keys, values: (B, H, T_max, d)
     steps = []
     for t in range(6):
         out, cache = layer(x[:, t:t + 1], cache=cache, cache_index=t)
