@@ -92,6 +92,46 @@ def _check_vocabulary_sizes(model, source_tokenizer, target_tokenizer, which):
                              "use the vocabulary the model was trained with.")
 
 
+def configure_threads(inter_op=None, intra_op=None):
+    """Sets the sizes of TensorFlow's two thread pools, for this whole process.
+
+    The search is a long chain of small ops, one decoding step after another,
+    so extra inter-op threads mostly hand work between cores: for
+    single-sentence latency on CPU, `inter_op=1` (and `intra_op` = the cores
+    given to the process) is the measured best (docs/decoding.md). Large
+    batches gain from intra-op threads. Nothing in this package calls it: a
+    process's thread pools are its owner's choice. It must run before
+    TensorFlow runs its first op; afterwards TensorFlow cannot resize the
+    pools and this raises.
+
+    Args:
+        inter_op: threads running independent ops side by side (None: leave as is; 0: TF's default).
+        intra_op: threads inside one op (a matmul, a reduction) (None: leave as is; 0: TF's default).
+
+    Returns:
+        `(inter_op, intra_op)` as TensorFlow reports them afterwards.
+
+    Raises:
+        RuntimeError: TensorFlow already started (naming the fix).
+
+    Example:
+
+    >>> configure_threads(inter_op=1)  # doctest: +SKIP
+    (1, 0)
+    """
+    try:
+        if inter_op is not None:
+            tf.config.threading.set_inter_op_parallelism_threads(int(inter_op))
+        if intra_op is not None:
+            tf.config.threading.set_intra_op_parallelism_threads(int(intra_op))
+    except RuntimeError as error:
+        raise RuntimeError("configure_threads: TensorFlow has already run an op in this process, so its thread "
+                           "pools are fixed; call configure_threads first thing after importing "
+                           f"(TensorFlow said: {error})") from error
+    return (tf.config.threading.get_inter_op_parallelism_threads(),
+            tf.config.threading.get_intra_op_parallelism_threads())
+
+
 class Translator(tf.Module):
     """Translates batches of sentences with a `build_model` Transformer.
 
