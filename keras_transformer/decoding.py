@@ -8,19 +8,22 @@ lengths.
 How a batch is decoded:
 
 1. The encoder runs once: memory `(B, S, D)`; the cross-attention keys and
-   values of every decoder layer are projected from it once as well.
+   values of every decoder layer are projected from it once as well, heads-first
+   `(B, H, S, d)`, one copy per sentence that its K beams share.
 2. Each step feeds only the newest token `(B*K, 1)` to the decoder. Its
-   self-attention keys/values are written into each layer's cache
-   `(B*K, T_max, H, d_k + d_v)` at the step's position, so a step costs one
-   token's worth of work.
+   self-attention keys and values are written into each layer's two caches
+   `(B*K, H, T_max, d)` at the step's position, so a step costs one token's
+   worth of projections and attention reads the caches without transposing them.
 3. Beam search keeps `K` alive and `K` finished hypotheses per sentence in
    fixed-shape tensors; when hypotheses are reordered, each layer's cache rows
-   are reordered with one gather.
+   are reordered with one gather per tensor. Candidates are chosen from each
+   hypothesis's own best `2K + 2` tokens, so the full `(B, K*V)` score table is
+   never built.
 
 Everything is `keras.ops` inside one `keras.ops.while_loop` with fixed-shape
 state, so the functions run eagerly, inside `tf.function`, with
-`jit_compile=True`, and in a SavedModel. The loop stops as soon as every
-sentence is done.
+`jit_compile=True`, and in a SavedModel. The loop stops as soon as no
+sentence's returned hypotheses can change any more.
 
 An ensemble (a list of models sharing a vocabulary) decodes the same way:
 each member encodes once and keeps its own caches, and each step scores
@@ -39,7 +42,7 @@ import numpy as np
 
 from keras import ops
 
-from keras_transformer.model import decode, encode
+from keras_transformer.model import decode, encode, output_kernel, parts
 
 NEG_INF = float("-inf")
 
@@ -77,7 +80,7 @@ def max_positions(model):
     >>> max_positions(build_model(TransformerConfig.preset("tiny", vocab_size=50)))
     128
     """
-    return model.get_layer("target_position").max_length
+    return parts(model).target_position.max_length
 
 
 def output_limits(model, source, pad_id=0, max_extra=50, max_length=None):
@@ -114,7 +117,7 @@ def output_limits(model, source, pad_id=0, max_extra=50, max_length=None):
     if max_length is not None:
         cap = min(cap, int(max_length))
     width = ops.shape(source)[1]
-    source_cap = model.get_layer("source_position").max_length
+    source_cap = parts(model).source_position.max_length
     if isinstance(width, int) and width > source_cap:
         raise ValueError(f"The source batch has {width} positions but the model accepts at most "
                          f"{source_cap}; truncate the sources (Translator does) or build a model "
@@ -166,8 +169,7 @@ def _token_ids(caller, name, ids, model=None, embedding="source"):
             raise ValueError(f"{caller}: {name} must be token ids of shape (batch, length), got shape {array.shape}.")
         if array.size and not np.issubdtype(array.dtype, np.integer):
             raise TypeError(f"{caller}: {name} must hold integer token ids, got dtype {array.dtype}.")
-        layers = {layer.name: layer for layer in model.layers} if model is not None else {}
-        layer = layers.get("shared_embedding") or layers.get(f"{embedding}_embedding")
+        layer = getattr(parts(model), f"{embedding}_embedding") if model is not None else None
         if layer is not None and array.size and (array.min() < 0 or array.max() >= layer.vocab_size):
             raise ValueError(f"{caller}: {name} ids must be in [0, {layer.vocab_size}) (the model's vocabulary), "
                              f"got values from {array.min()} to {array.max()}.")
@@ -228,7 +230,7 @@ def ensemble_members(model):
     if not models:
         raise ValueError("An ensemble needs at least one model; got an empty list.")
     checks = (("an output vocabulary of", lambda m: int(m.outputs[0].shape[-1])),
-              ("a source max_length of", lambda m: m.get_layer("source_position").max_length),
+              ("a source max_length of", lambda m: parts(m).source_position.max_length),
               ("a target max_length of", max_positions))
     for index, other in enumerate(models[1:], start=1):
         for what, read in checks:
@@ -239,29 +241,31 @@ def ensemble_members(model):
 
 
 def _member_step(model, source, pad_id, beams, steps, use_cache):
-    """One model's half of `_step_function`: `(step, cache)` returning raw log-softmax rows."""
+    """One model's half of `_step_function`: `(step, cache)` returning the newest position's float32 logits."""
     memory, source_padding = encode(model, source, pad_id)  # (B, S, D), (B, S)
-    source_padding = ops.repeat(source_padding, beams, axis=0)  # (B*K, S)
-    decoder = model.get_layer("decoder")
+    decoder = parts(model).decoder
 
     if use_cache:
-        # one cache per layer: N x (B*K, S, H, dk+dv) for cross-attention, N x (B*K, T_max, H, dk+dv) for self-attention
-        cross = tuple(ops.repeat(c, beams, axis=0) for c in decoder.cross_attention_cache(memory))
-        rows = ops.shape(cross[0])[0]
-        cache = decoder.initial_cache(rows, steps)
+        # Cross-attention: N pairs (B, H, S, dk), (B, H, S, dv), one row per sentence shared by its K beams.
+        # Self-attention: N pairs (B*K, H, T_max, dk), (B*K, H, T_max, dv).
+        cross = decoder.cross_attention_cache(memory)
+        cache = decoder.initial_cache(ops.shape(source)[0] * beams, steps)
+        kernel = output_kernel(model)  # (D, V), transposed once here rather than at every step
 
         def step(sequences, t, cache):
             token = ops.expand_dims(ops.take(sequences, t, axis=1), 1)  # (B*K, 1)
             logits, cache = decode(model, token, None, source_padding, self_attention_cache=cache,
-                                   cache_index=t, cross_attention_cache=cross)
-            return ops.log_softmax(logits[:, 0], axis=-1), cache
+                                   cache_index=t, cross_attention_cache=cross, beam_size=beams,
+                                   output_kernel=kernel)
+            return ops.cast(logits[:, 0], "float32"), cache
         return step, cache
 
     memory = ops.repeat(memory, beams, axis=0)  # (B*K, S, D)
+    source_padding = ops.repeat(source_padding, beams, axis=0)  # (B*K, S)
 
     def uncached_step(sequences, t, cache):
         logits = decode(model, sequences[:, :steps], memory, source_padding)  # (B*K, T_max, V)
-        return ops.log_softmax(ops.take(logits, t, axis=1), axis=-1), cache
+        return ops.cast(ops.take(logits, t, axis=1), "float32"), cache
     return uncached_step, ()
 
 
@@ -272,37 +276,45 @@ def _combine(log_probs):
     return ops.logsumexp(ops.stack(log_probs), axis=0) - math.log(len(log_probs))
 
 
-def _step_function(models, source, pad_id, bos_id, beams, steps, use_cache):
+def _step_function(models, source, pad_id, beams, steps, use_cache):
     """Encodes `source` once per model and returns `(step, cache)` for a `(B*beams)`-row decoder.
 
     `step(sequences, t, cache)` takes the token buffer `(B*beams, steps + 1)`
-    (column 0 is bos, column t the newest token) and returns the next-token
-    log-probabilities `(B*beams, V)` and the updated cache. Padding and bos can
-    never be produced, so their log-probabilities are -inf; the others are the
-    model's own (not renormalised), so scores match `score`. An ensemble's
-    log-probabilities are those of its members' mean distribution.
+    (column 0 is bos, column t the newest token) and returns
+    `(values (B*beams, V), normalizer (B*beams, 1), cache)`: the next-token
+    log-probabilities are `values - normalizer`, left for the caller to compute
+    on the few entries it keeps (one model: its logits and their logsumexp; an
+    ensemble: the log of the members' mean probability and 0). They are the
+    model's own (not renormalised after excluding pad and bos), so scores
+    match `score`.
 
-    The cache is one flat tuple of per-layer tensors, every member's in turn
-    (so the beam reorder is one gather per tensor). With `use_cache=False`
-    each step reruns the decoder over the whole fixed-width prefix buffer (the
+    The cache is a flat tuple of every member's per-layer `(keys, values)`
+    pairs (the beam reorder gathers each tensor). With `use_cache=False` each
+    step reruns the decoder over the whole fixed-width prefix buffer (the
     baseline the benchmark compares with) and the cache is a dummy tensor.
     """
     members = [_member_step(m, source, pad_id, beams, steps, use_cache) for m in models]
     sizes = [len(cache) for _, cache in members]
-    cache = tuple(tensor for _, member_cache in members for tensor in member_cache) if use_cache else ops.zeros((1,))
+    cache = tuple(pair for _, member_cache in members for pair in member_cache) if use_cache else ops.zeros((1,))
 
     def step(sequences, t, cache):
         outputs, updated, start = [], [], 0
         for (member, _), size in zip(members, sizes):
-            log_probs, member_cache = member(sequences, t, cache[start:start + size] if use_cache else ())
-            outputs.append(ops.cast(log_probs, "float32"))
+            logits, member_cache = member(sequences, t, cache[start:start + size] if use_cache else ())
+            outputs.append(logits)
             updated.extend(member_cache)
             start += size
-        log_probs = _combine(outputs)
-        vocab = ops.arange(ops.shape(log_probs)[-1], dtype="int32")
-        never = ops.logical_or(ops.equal(vocab, pad_id), ops.equal(vocab, bos_id))  # (V,)
-        return ops.where(never, NEG_INF, log_probs), (tuple(updated) if use_cache else cache)
+        cache = tuple(updated) if use_cache else cache
+        if len(outputs) == 1:
+            return outputs[0], ops.logsumexp(outputs[0], axis=-1, keepdims=True), cache
+        combined = _combine([ops.log_softmax(logits, axis=-1) for logits in outputs])
+        return combined, ops.zeros_like(combined[:, :1]), cache
     return step, cache
+
+
+def _excluded(tokens, pad_id, bos_id):
+    """True where a token id is one that is never produced (padding, bos)."""
+    return ops.logical_or(ops.equal(tokens, pad_id), ops.equal(tokens, bos_id))
 
 
 # ----------------------------------------------------------------- decoding
@@ -341,7 +353,7 @@ def greedy_decode(model, source, max_extra=50, max_length=None, pad_id=0, bos_id
     source = _token_ids("greedy_decode", "source", source, models[0])
     batch = ops.shape(source)[0]
     limits, steps = output_limits(models[0], source, pad_id, max_extra, max_length)  # (B,), T_max
-    step, cache = _step_function(models, source, pad_id, bos_id, 1, steps, use_cache)
+    step, cache = _step_function(models, source, pad_id, 1, steps, use_cache)
 
     sequences = _write_column(ops.full((batch, steps + 1), pad_id, dtype="int32"), 0,
                               ops.full((batch,), bos_id, dtype="int32"))  # (B, T_max + 1)
@@ -358,7 +370,10 @@ def greedy_decode(model, source, max_extra=50, max_length=None, pad_id=0, bos_id
 
     def body(state):
         t, finished = state["t"], state["finished"]
-        log_probs, cache = step(state["sequences"], t, state["cache"])  # (B, V)
+        values, normalizer, cache = step(state["sequences"], t, state["cache"])  # (B, V), (B, 1)
+        log_probs = values - normalizer
+        vocab = ops.arange(ops.shape(log_probs)[-1], dtype="int32")
+        log_probs = ops.where(_excluded(vocab, pad_id, bos_id), NEG_INF, log_probs)  # (B, V)
         token = ops.cast(ops.argmax(log_probs, axis=-1), "int32")  # (B,)
         token = ops.where(finished, pad_id, token)
         gain = ops.take_along_axis(log_probs, ops.expand_dims(token, 1), axis=1)[:, 0]  # (B,)
@@ -380,10 +395,11 @@ def beam_search(model, source, beam_size=4, alpha=0.6, max_extra=50, max_length=
     `beam_size` that end (with eos, or at the sentence's length limit) join
     the finished list, scored log P / lp(length); the best `beam_size` that
     did not end stay alive. A sentence is done when no alive hypothesis can
-    still beat its `beam_size`-th finished one (log-probabilities only fall
+    still beat its `num_return`-th finished one (log-probabilities only fall
     and lp grows with length, so alive_log_prob / lp(limit) bounds every
-    future score); the loop stops when every sentence is done. With
-    `beam_size=1` and `alpha=0` this is exactly greedy decoding.
+    future score); the loop stops when every sentence is done, so asking for
+    fewer hypotheses can stop sooner but never changes the ones returned.
+    With `beam_size=1` and `alpha=0` this is exactly greedy decoding.
 
     Args:
         model: a `build_model` model, or a list of them to decode as an ensemble
@@ -423,7 +439,7 @@ def beam_search(model, source, beam_size=4, alpha=0.6, max_extra=50, max_length=
     batch = ops.shape(source)[0]
     limits, steps = output_limits(models[0], source, pad_id, max_extra, max_length)  # (B,), T_max
     best_possible_penalty = length_penalty(limits, alpha)  # (B,)
-    step, cache = _step_function(models, source, pad_id, bos_id, beams, steps, use_cache)
+    step, cache = _step_function(models, source, pad_id, beams, steps, use_cache)
 
     empty = ops.full((batch, beams, steps + 1), pad_id, dtype="int32")  # (B, K, T_max + 1)
     first_beam_only = ops.where(ops.arange(beams) == 0, 0.0, NEG_INF)  # only beam 0 is live at t = 0
@@ -437,6 +453,7 @@ def beam_search(model, source, beam_size=4, alpha=0.6, max_extra=50, max_length=
         "cache": cache,
     }
     top_k_rank = ops.arange(2 * beams) < beams  # (2K,): candidates inside the beam proper
+    returned = int(num_return) - 1  # the last returned finished hypothesis decides when a sentence is done
 
     def cond(state):
         return ops.logical_and(ops.less(state["t"], steps), ops.logical_not(ops.all(state["done"])))
@@ -445,14 +462,20 @@ def beam_search(model, source, beam_size=4, alpha=0.6, max_extra=50, max_length=
         t = state["t"]
         length = t + 1  # tokens in every hypothesis after this step, eos included
 
-        # Extend every alive hypothesis by every token: (B, K, V) -> best 2K candidates.
+        # Extend every alive hypothesis by every token and keep the best 2K candidates. They are
+        # among each hypothesis's own best 2K tokens other than pad and bos, so each row keeps its
+        # best 2K + 2 tokens first (ties: the lower id, as a top_k over all K*V candidates would).
         flat_alive = ops.reshape(state["alive"], (batch * beams, steps + 1))
-        log_probs, cache = step(flat_alive, t, state["cache"])  # (B*K, V)
-        vocab = ops.shape(log_probs)[-1]
-        candidates = ops.expand_dims(state["alive_log_probs"], 2) + ops.reshape(log_probs, (batch, beams, vocab))
-        top_log_probs, top_index = ops.top_k(ops.reshape(candidates, (batch, beams * vocab)), 2 * beams)
-        top_beam = ops.cast(top_index // vocab, "int32")  # (B, 2K) which hypothesis it extends
-        top_token = ops.cast(top_index % vocab, "int32")  # (B, 2K) with which token
+        values, normalizer, cache = step(flat_alive, t, state["cache"])  # (B*K, V), (B*K, 1)
+        per_row = min(2 * beams + 2, int(values.shape[-1]))
+        row_values, row_tokens = ops.top_k(values, per_row)  # (B*K, k)
+        row_log_probs = ops.where(_excluded(row_tokens, pad_id, bos_id), NEG_INF, row_values - normalizer)
+        candidates = ops.expand_dims(state["alive_log_probs"], 2) + ops.reshape(row_log_probs,
+                                                                                 (batch, beams, per_row))
+        top_log_probs, top_index = ops.top_k(ops.reshape(candidates, (batch, beams * per_row)), 2 * beams)
+        top_beam = ops.cast(top_index // per_row, "int32")  # (B, 2K) which hypothesis it extends
+        top_token = ops.take_along_axis(ops.reshape(ops.cast(row_tokens, "int32"), (batch, beams * per_row)),
+                                        top_index, axis=1)  # (B, 2K) with which token
         top_sequences = _write_column(_gather_beams(state["alive"], top_beam), length, top_token)
 
         at_limit = ops.expand_dims(ops.greater_equal(length, limits), 1)  # (B, 1)
@@ -465,7 +488,7 @@ def beam_search(model, source, beam_size=4, alpha=0.6, max_extra=50, max_length=
         parent = ops.take_along_axis(top_beam, alive_pick, axis=1)  # (B, K)
         if use_cache:
             rows = _flat_index(parent, beams)  # reorder every layer's cache rows
-            cache = tuple(ops.take(layer_cache, rows, axis=0) for layer_cache in cache)
+            cache = tuple(tuple(ops.take(tensor, rows, axis=0) for tensor in pair) for pair in cache)
 
         # Finished: candidates inside the beam proper that end, merged with those found before.
         ends = (is_eos | at_limit) & top_k_rank
@@ -473,9 +496,9 @@ def beam_search(model, source, beam_size=4, alpha=0.6, max_extra=50, max_length=
         finished_scores, pick = ops.top_k(ops.concatenate([state["finished_scores"], new_scores], 1), beams)
         finished = _gather_beams(ops.concatenate([state["finished"], top_sequences], 1), pick)
 
-        # Done when the best alive hypothesis cannot beat the K-th finished one any more.
+        # Done when the best alive hypothesis cannot beat the last returned finished one any more.
         best_alive_bound = alive_log_probs[:, 0] / best_possible_penalty  # (B,)
-        done = ops.greater_equal(finished_scores[:, -1], best_alive_bound)
+        done = ops.greater_equal(finished_scores[:, returned], best_alive_bound)
         return {"t": length, "alive": alive, "alive_log_probs": alive_log_probs, "finished": finished,
                 "finished_scores": finished_scores, "done": done, "cache": cache}
 

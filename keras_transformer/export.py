@@ -91,7 +91,7 @@ class TranslatorModule(tf.Module):
     @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32, name="source_ids")])
     def translate_ids(self, source_ids):
         """Token ids in (tokens then eos, pad 0), best hypothesis ids out."""
-        tokens, scores = self.translator.translate_ids(source_ids)
+        tokens, scores = self.translator.translate_ids(source_ids, num_return=1)
         return {"tokens": tokens[:, 0], "score": scores[:, 0]}
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="sources"),

@@ -1,9 +1,12 @@
 """`build_model`: the Transformer of "Attention Is All You Need" as a functional Keras model.
 
-Besides the model, this module offers `encode` and `decode`, which run the
-model's own layers separately, so that decoding can encode a source once and
-then run the decoder one token at a time with key/value caches.
+Besides the model, this module offers `parts`, the model's layers by role,
+and `encode` and `decode`, which run those layers separately, so that decoding
+can encode a source once and then run the decoder one token at a time with
+key/value caches.
 """
+
+import dataclasses
 
 import keras
 
@@ -86,12 +89,105 @@ def build_model(config: TransformerConfig, name="transformer") -> keras.Model:
     return keras.Model({"source": source, "target": target}, logits, name=name)
 
 
-def _embeddings(model):
-    names = {layer.name for layer in model.layers}
-    if "shared_embedding" in names:
-        shared = model.get_layer("shared_embedding")
-        return shared, shared
-    return model.get_layer("source_embedding"), model.get_layer("target_embedding")
+@dataclasses.dataclass(frozen=True)
+class TransformerParts:
+    """The layers of a `build_model` model by role; see `parts`.
+
+    Attributes:
+        source_embedding, target_embedding: `TokenEmbedding` layers (the same
+            layer when `tie == "all"`).
+        source_position, target_position: `PositionalEncoding` layers (their
+            `max_length` is the longest source / target the model accepts).
+        source_dropout, target_dropout: the dropout on embedding + position.
+        encoder, decoder: `TransformerEncoder`, `TransformerDecoder`.
+        output_projection: the pre-softmax `Dense`, or None when the target
+            embedding is reused (tied) as the projection.
+        tie: `TransformerConfig.tie_embeddings` as the layers show it: "all"
+            (one shared embedding), "decoder" (target embedding = projection)
+            or "none".
+
+    Example:
+
+    >>> p = parts(build_model(TransformerConfig.preset("tiny", vocab_size=50)))
+    >>> p.shared_embedding, p.tied_output, p.decoder.name
+    (True, True, 'decoder')
+    """
+
+    source_embedding: keras.layers.Layer
+    target_embedding: keras.layers.Layer
+    source_position: keras.layers.Layer
+    target_position: keras.layers.Layer
+    source_dropout: keras.layers.Layer
+    target_dropout: keras.layers.Layer
+    encoder: keras.layers.Layer
+    decoder: keras.layers.Layer
+    output_projection: keras.layers.Layer | None
+    tie: str
+
+    @property
+    def shared_embedding(self):
+        """True when source and target share one embedding matrix (`tie == "all"`)."""
+        return self.tie == "all"
+
+    @property
+    def tied_output(self):
+        """True when the target embedding is the pre-softmax projection (`tie` "all" or "decoder")."""
+        return self.output_projection is None
+
+
+def parts(model):
+    """The layers of a `build_model` model by role, as a frozen `TransformerParts`.
+
+    The one place that knows the layer names `build_model` gives; decoding,
+    export and tools reach the model's parts through it.
+
+    Args:
+        model: a model from `build_model` (or one loaded from its config and weights).
+
+    Returns:
+        A `TransformerParts`.
+
+    Example:
+
+    >>> p = parts(build_model(TransformerConfig.preset("tiny", vocab_size=50)))
+    >>> p.tie, p.output_projection is None, p.target_position.max_length
+    ('all', True, 128)
+    """
+    layers = {layer.name: layer for layer in model.layers}
+    missing = [name for name in ("source_position", "target_position", "source_dropout", "target_dropout",
+                                 "encoder", "decoder") if name not in layers]
+    if "shared_embedding" not in layers:
+        missing += [name for name in ("source_embedding", "target_embedding") if name not in layers]
+    if missing:
+        raise ValueError(f"{model.name} is not a build_model Transformer: it has no layer named {', '.join(missing)}.")
+    if "shared_embedding" in layers:
+        source_embedding = target_embedding = layers["shared_embedding"]
+    else:
+        source_embedding, target_embedding = layers["source_embedding"], layers["target_embedding"]
+    projection = layers.get("output_projection")
+    tie = "all" if "shared_embedding" in layers else ("none" if projection is not None else "decoder")
+    return TransformerParts(source_embedding=source_embedding, target_embedding=target_embedding,
+                            source_position=layers["source_position"], target_position=layers["target_position"],
+                            source_dropout=layers["source_dropout"], target_dropout=layers["target_dropout"],
+                            encoder=layers["encoder"], decoder=layers["decoder"], output_projection=projection,
+                            tie=tie)
+
+
+def output_kernel(model):
+    """The `(D, V)` pre-softmax matrix: the output projection's kernel, or the tied embedding transposed.
+
+    Decoding computes it once per search and passes it to `decode`, so that
+    no step transposes the `(V, D)` embedding again.
+
+    Example:
+
+    >>> tuple(output_kernel(build_model(TransformerConfig.preset("tiny", vocab_size=50))).shape)
+    (64, 50)
+    """
+    p = parts(model)
+    if p.output_projection is not None:
+        return p.output_projection.kernel
+    return keras.ops.transpose(p.target_embedding.embeddings)
 
 
 def encode(model, source, pad_id=0, training=False, return_attention_scores=False):
@@ -115,26 +211,31 @@ def encode(model, source, pad_id=0, training=False, return_attention_scores=Fals
     >>> tuple(memory.shape), keras.ops.convert_to_numpy(mask).tolist()
     ((1, 3, 64), [[True, True, False]])
     """
-    source_embedding, _ = _embeddings(model)
+    p = parts(model)
     source_padding = padding_mask(source, pad_id)
-    x = source_embedding(source)
-    x = model.get_layer("source_position")(x)
-    x = model.get_layer("source_dropout")(x, training=training)
-    outputs = model.get_layer("encoder")(x, padding_mask=source_padding, training=training,
-                                         return_attention_scores=return_attention_scores)
+    x = p.source_embedding(source)
+    x = p.source_position(x)
+    x = p.source_dropout(x, training=training)
+    outputs = p.encoder(x, padding_mask=source_padding, training=training,
+                        return_attention_scores=return_attention_scores)
     if return_attention_scores:
         return outputs[0], source_padding, outputs[1]
     return outputs, source_padding
 
 
 def decode(model, target, memory=None, source_padding=None, target_padding=None, self_attention_cache=None,
-           cache_index=None, cross_attention_cache=None, training=False, return_attention_scores=False):
+           cache_index=None, cross_attention_cache=None, beam_size=1, output_kernel=None, training=False,
+           return_attention_scores=False):
     """Runs the decoder and output projection of a `build_model` model.
 
     Without caches this is the teacher-forced pass over the whole `target`.
-    With `self_attention_cache` (from `model.get_layer("decoder").initial_cache`)
+    With `self_attention_cache` (from `parts(model).decoder.initial_cache`)
     `target` holds the tokens at `cache_index` onwards (usually one) and the
-    updated cache is returned as well.
+    updated cache is returned as well. With `cross_attention_cache` (from
+    `parts(model).decoder.cross_attention_cache(memory)`) and `beam_size` K,
+    `target` has K rows per source row (beam search) and `source_padding`
+    one row per source. `output_kernel` (from `output_kernel(model)`) is the
+    pre-softmax matrix computed once, outside a decoding loop.
 
     Returns:
         float32 logits `(B, T, V)`; with a cache `(logits, cache)`; scores last if asked.
@@ -147,23 +248,24 @@ def decode(model, target, memory=None, source_padding=None, target_padding=None,
     >>> tuple(decode(model, np.array([[2, 9]]), memory, mask).shape)
     (1, 2, 50)
     """
-    _, target_embedding = _embeddings(model)
+    p = parts(model)
     start = 0 if cache_index is None else cache_index
-    y = target_embedding(target)
-    y = model.get_layer("target_position")(y, start_index=start)
-    y = model.get_layer("target_dropout")(y, training=training)
-    outputs = model.get_layer("decoder")(
+    y = p.target_embedding(target)
+    y = p.target_position(y, start_index=start)
+    y = p.target_dropout(y, training=training)
+    outputs = p.decoder(
         y, memory, target_padding_mask=target_padding, memory_padding_mask=source_padding,
         self_attention_cache=self_attention_cache, cache_index=cache_index,
-        cross_attention_cache=cross_attention_cache, return_attention_scores=return_attention_scores,
-        training=training)
+        cross_attention_cache=cross_attention_cache, beam_size=beam_size,
+        return_attention_scores=return_attention_scores, training=training)
     outputs = outputs if isinstance(outputs, tuple) else (outputs,)
     hidden = outputs[0]
-    names = {layer.name for layer in model.layers}
-    if "output_projection" in names:
-        logits = model.get_layer("output_projection")(hidden)
+    if output_kernel is not None:
+        logits = keras.ops.matmul(hidden, keras.ops.cast(output_kernel, hidden.dtype))
+    elif p.output_projection is not None:
+        logits = p.output_projection(hidden)
     else:
-        logits = target_embedding(hidden, reverse=True)
+        logits = p.target_embedding(hidden, reverse=True)
     logits = keras.ops.cast(logits, "float32")
     result = (logits,) + outputs[1:]
     return result[0] if len(result) == 1 else result

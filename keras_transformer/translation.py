@@ -96,6 +96,46 @@ def _check_vocabulary_sizes(model, source_tokenizer, target_tokenizer, which):
                              "use the vocabulary the model was trained with.")
 
 
+def configure_threads(inter_op=None, intra_op=None):
+    """Sets the sizes of TensorFlow's two thread pools, for this whole process.
+
+    The search is a long chain of small ops, one decoding step after another,
+    so extra inter-op threads mostly hand work between cores: for
+    single-sentence latency on CPU, `inter_op=1` (and `intra_op` = the cores
+    given to the process) is the measured best (docs/decoding.md). Large
+    batches gain from intra-op threads. Nothing in this package calls it: a
+    process's thread pools are its owner's choice. It must run before
+    TensorFlow runs its first op; afterwards TensorFlow cannot resize the
+    pools and this raises.
+
+    Args:
+        inter_op: threads running independent ops side by side (None: leave as is; 0: TF's default).
+        intra_op: threads inside one op (a matmul, a reduction) (None: leave as is; 0: TF's default).
+
+    Returns:
+        `(inter_op, intra_op)` as TensorFlow reports them afterwards.
+
+    Raises:
+        RuntimeError: TensorFlow already started (naming the fix).
+
+    Example:
+
+    >>> configure_threads(inter_op=1)  # doctest: +SKIP
+    (1, 0)
+    """
+    try:
+        if inter_op is not None:
+            tf.config.threading.set_inter_op_parallelism_threads(int(inter_op))
+        if intra_op is not None:
+            tf.config.threading.set_intra_op_parallelism_threads(int(intra_op))
+    except RuntimeError as error:
+        raise RuntimeError("configure_threads: TensorFlow has already run an op in this process, so its thread "
+                           "pools are fixed; call configure_threads first thing after importing "
+                           f"(TensorFlow said: {error})") from error
+    return (tf.config.threading.get_inter_op_parallelism_threads(),
+            tf.config.threading.get_intra_op_parallelism_threads())
+
+
 class Translator(tf.Module):
     """Translates batches of sentences with a `build_model` Transformer.
 
@@ -119,6 +159,12 @@ class Translator(tf.Module):
         max_extra: a translation has at most source length + `max_extra` tokens (>= 0).
         jit_compile: compile the search with XLA (one compilation per distinct
             batch shape; worth it for repeated shapes and long batches).
+        chunk_size: a batch is decoded in length order, `chunk_size` sentences
+            at a time, each chunk with its own search loop and source width
+            (results come back in input order and do not change): a chunk
+            stops when its own sentences are done, rather than every sentence
+            stepping until the batch's slowest one is. 0 decodes the batch
+            as one search.
         name: the module's name.
 
     Raises:
@@ -133,7 +179,7 @@ class Translator(tf.Module):
     """
 
     def __init__(self, model, source_tokenizer, target_tokenizer=None, beam_size=4, alpha=0.6, max_extra=50,
-                 jit_compile=False, name="translator"):
+                 jit_compile=False, chunk_size=8, name="translator"):
         super().__init__(name=name)
         self.models = decoding.ensemble_members(model)
         self.source_tokenizer = source_tokenizer
@@ -150,6 +196,9 @@ class Translator(tf.Module):
         self.max_source_length = self.models[0].get_layer("source_position").max_length
         self.max_target_length = decoding.max_positions(self.models[0])
         self._jit_compile = bool(jit_compile)
+        self.chunk_size = int(chunk_size)
+        if self.chunk_size < 0:
+            raise ValueError(f"Translator: chunk_size must be >= 0 (0: one search per batch), got {chunk_size}.")
         self._search = tf.function(self._search_ids, jit_compile=True) if jit_compile else self._search_ids
 
     @property
@@ -229,7 +278,7 @@ class Translator(tf.Module):
             raise ValueError("Translator.ensemble: no translators given.")
         first = translators[0]
         settings = {"beam_size": first.beam_size, "alpha": first.alpha, "max_extra": first.max_extra,
-                    "jit_compile": first._jit_compile, **options}
+                    "jit_compile": first._jit_compile, "chunk_size": first.chunk_size, **options}
         return cls([model for t in translators for model in t.models], first.source_tokenizer,
                    first.target_tokenizer, **settings)
 
@@ -281,23 +330,63 @@ class Translator(tf.Module):
         """Tokenizes reference translations into target ids (tokens then eos), for `score`."""
         return _encode(self.target_tokenizer, sentences, self.max_target_length)
 
-    def _search_ids(self, source):
+    def _search_ids(self, source, num_return):
         target = self.target_tokenizer
         return decoding.beam_search(self.models, source, beam_size=self.beam_size, alpha=self.alpha,
-                                    max_extra=self.max_extra, num_return=self.beam_size, pad_id=target.pad_id,
+                                    max_extra=self.max_extra, num_return=num_return, pad_id=target.pad_id,
                                     bos_id=target.bos_id, eos_id=target.eos_id)
 
-    def translate_ids(self, source):
+    def _search_in_length_order(self, source, num_return):
+        """`_search` over `chunk_size` sentences at a time, shortest sources first, results in input order.
+
+        Each chunk keeps only its own source width (padding never changes a
+        result) and gets its own search loop, so it stops when its sentences
+        are done; outputs are padded to the width one search over the whole
+        batch gives, `min(S + max_extra, max target length)`.
+        """
+        pad = self.target_tokenizer.pad_id
+        count, width = tf.shape(source)[0], tf.shape(source)[1]
+        lengths = tf.reduce_sum(tf.cast(tf.not_equal(source, self.source_tokenizer.pad_id), tf.int32), axis=1)
+        order = tf.argsort(lengths, stable=True)  # (N,) shortest first
+        ordered, ordered_lengths = tf.gather(source, order), tf.gather(lengths, order)
+        out_width = tf.clip_by_value(width + self.max_extra, 1, self.max_target_length)
+        chunks = (count + self.chunk_size - 1) // self.chunk_size
+
+        def body(i, all_tokens, all_scores):
+            start = i * self.chunk_size
+            end = tf.minimum(start + self.chunk_size, count)
+            piece = ordered[start:end, :tf.maximum(ordered_lengths[end - 1], 1)]  # (c, S_chunk)
+            tokens, scores = self._search(piece, num_return)  # (c, R, T_chunk), (c, R)
+            tokens = tf.pad(tokens, [[0, 0], [0, 0], [0, out_width - tf.shape(tokens)[2]]], constant_values=pad)
+            return i + 1, tf.concat([all_tokens, tokens], 0), tf.concat([all_scores, scores], 0)
+
+        start = (tf.constant(0), tf.zeros([0, num_return, out_width], tf.int32), tf.zeros([0, num_return], tf.float32))
+        _, tokens, scores = tf.while_loop(
+            lambda i, *_: i < chunks, body, start,
+            shape_invariants=(tf.TensorShape([]), tf.TensorShape([None, num_return, None]),
+                              tf.TensorShape([None, num_return])))
+        inverse = tf.math.invert_permutation(order)  # input position -> position in length order
+        tokens, scores = tf.gather(tokens, inverse), tf.gather(scores, inverse)
+        return tokens, scores
+
+    def translate_ids(self, source, num_return=None):
         """Beam search on source ids.
 
         Args:
             source: int32 `[N, S]` from `encode_sources`.
+            num_return: hypotheses per sentence, best first (default: all
+                `beam_size`); fewer lets the search stop sooner, never
+                changing the ones returned.
 
         Returns:
-            `(tokens, scores)`: int32 `[N, beam_size, T]` hypotheses, best first,
-            and float32 `[N, beam_size]` length-normalised log-probabilities.
+            `(tokens, scores)`: int32 `[N, num_return, T]` hypotheses, best first,
+            and float32 `[N, num_return]` length-normalised log-probabilities.
         """
-        return self._search(tf.convert_to_tensor(source, tf.int32))
+        source = tf.convert_to_tensor(source, tf.int32)
+        num_return = self.beam_size if num_return is None else int(num_return)
+        if self.chunk_size:
+            return self._search_in_length_order(source, num_return)
+        return self._search(source, num_return)
 
     # ----------------------------------------------------------------- strings
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
@@ -311,7 +400,7 @@ class Translator(tf.Module):
             `{"translation": tf.string [N], "score": float32 [N]}`: the best
             hypothesis and its length-normalised log-probability.
         """
-        tokens, scores = self.translate_ids(self.encode_sources(sentences))
+        tokens, scores = self.translate_ids(self.encode_sources(sentences), num_return=1)
         blank = _is_blank(sentences)  # empty or whitespace-only inputs translate to "" with score 0
         translation = _valid_utf8(self.target_tokenizer.detokenize(tokens[:, 0]))
         return {"translation": tf.where(blank, tf.constant(""), translation),

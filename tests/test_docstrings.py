@@ -17,7 +17,7 @@ def test_public_name_has_a_docstring_with_an_example(name):
 
 CORE_MODULES = ["config", "masking", "model", "losses", "metrics", "schedules", "optimizers", "decoding",
                 "data.synthetic", "data.textfile", "layers.attention", "layers.decoder", "layers.embedding",
-                "layers.encoder", "layers.feed_forward", "layers.normalization", "layers.position", "layers.sublayer",
+                "layers.encoder", "layers.options", "layers.feed_forward", "layers.normalization", "layers.position", "layers.sublayer",
                 "arrays", "distillation"]
 
 

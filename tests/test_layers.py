@@ -165,7 +165,7 @@ def test_self_attention_cache_equals_full_pass():
     layer = kt.MultiHeadSelfAttention(num_heads=2, key_dim=4, causal=True)
     x = RNG.normal(size=(2, 6, 8)).astype("float32")
     full = keras.ops.convert_to_numpy(layer(x))
-    cache = keras.ops.zeros((2, 6, 2, 8))
+    cache = (keras.ops.zeros((2, 2, 6, 4)), keras.ops.zeros((2, 2, 6, 4)))  # keys, values: (B, H, T_max, d)
     steps = []
     for t in range(6):
         out, cache = layer(x[:, t:t + 1], cache=cache, cache_index=t)
@@ -286,3 +286,18 @@ def test_layer_normalization_gradient_matches_keras_autodiff():
         results.append([y, *tape.gradient(total, [x, *layer.trainable_variables])])
     for ours, theirs, name in zip(*results, ["outputs", "d inputs", "d gamma", "d beta"]):
         np.testing.assert_allclose(ours.numpy(), theirs.numpy(), atol=1e-5, err_msg=name)
+
+
+def test_self_attention_cache_takes_a_prefix_then_single_steps():
+    """A prompt of 3 positions written at once, then one position per step: the full pass's outputs."""
+    layer = kt.MultiHeadSelfAttention(num_heads=2, key_dim=4, causal=True)
+    x = RNG.normal(size=(2, 6, 8)).astype("float32")
+    full = keras.ops.convert_to_numpy(layer(x))
+    cache = (keras.ops.zeros((2, 2, 6, 4)), keras.ops.zeros((2, 2, 6, 4)))
+    out, cache = layer(x[:, :3], cache=cache, cache_index=0)
+    steps = [keras.ops.convert_to_numpy(out)]
+    for t in range(3, 6):
+        out, cache = layer(x[:, t:t + 1], cache=cache, cache_index=t)
+        steps.append(keras.ops.convert_to_numpy(out))
+    np.testing.assert_allclose(np.concatenate(steps, 1), full, atol=1e-5)
+    assert keras.ops.convert_to_numpy(cache[0]).shape == (2, 2, 6, 4)

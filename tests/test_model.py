@@ -142,29 +142,80 @@ def test_cached_decoding_equals_full_pass():
     np.testing.assert_allclose(np.concatenate(steps, axis=1), full, atol=1e-5)
 
 
-def test_decoder_caches_are_one_tensor_per_layer():
+def test_decoder_caches_are_heads_first_key_value_pairs_per_layer():
     model = kt.build_model(tiny(num_layers=3))
     source, target = random_batch(batch=2, target_length=7)
     memory, mask = kt.encode(model, source)
-    decoder = model.get_layer("decoder")
+    decoder = kt.model.parts(model).decoder
     cache, cross = decoder.initial_cache(2, 7), decoder.cross_attention_cache(memory)
-    d_kv = 2 * 64 // decoder.num_heads
-    assert [tuple(c.shape) for c in cache] == [(2, 7, decoder.num_heads, d_kv)] * 3
-    assert [tuple(c.shape) for c in cross] == [(2, source.shape[1], decoder.num_heads, d_kv)] * 3
-    # the step writes position 0 of every layer's cache and nothing else
+    d_k = 64 // decoder.num_heads
+    assert [[tuple(t.shape) for t in pair] for pair in cache] == [[(2, decoder.num_heads, 7, d_k)] * 2] * 3
+    assert [[tuple(t.shape) for t in pair] for pair in cross] == [[(2, decoder.num_heads, source.shape[1], d_k)] * 2] * 3
+    # the cross-attention pair is the fused key/value projection of the memory, split per head
+    fused = keras.ops.convert_to_numpy(decoder.decoder_layers[0].cross_attention.key_value_dense(memory))
+    fused = fused.reshape(2, source.shape[1], decoder.num_heads, 2 * d_k)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(cross[0][0]), fused[..., :d_k].transpose(0, 2, 1, 3),
+                               atol=1e-6)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(cross[0][1]), fused[..., d_k:].transpose(0, 2, 1, 3),
+                               atol=1e-6)
+    # the step writes position 0 of every layer's keys and values and nothing else
     _, updated = kt.decode(model, target[:, :1], None, mask, self_attention_cache=cache, cache_index=0,
                            cross_attention_cache=cross)
     assert isinstance(updated, tuple) and len(updated) == 3
-    for layer_cache in updated:
-        layer_cache = keras.ops.convert_to_numpy(layer_cache)
-        assert np.abs(layer_cache[:, 0]).sum() > 0 and not layer_cache[:, 1:].any()
-    stacked = keras.ops.stack(cache, axis=1)  # the old (B, N, T, H, d) layout is refused by name
-    with pytest.raises(ValueError, match="self_attention_cache must be a tuple of one tensor per layer"):
+    for pair in updated:
+        for tensor in pair:
+            tensor = keras.ops.convert_to_numpy(tensor)
+            assert np.abs(tensor[:, :, 0]).sum() > 0 and not tensor[:, :, 1:].any()
+    stacked = keras.ops.stack([k for k, _ in cache], axis=1)  # one tensor for all layers is refused by name
+    with pytest.raises(ValueError, match=r"self_attention_cache must be a tuple of one \(keys, values\) pair"):
         kt.decode(model, target[:, :1], None, mask, self_attention_cache=stacked, cache_index=0,
                   cross_attention_cache=cross)
-    with pytest.raises(ValueError, match=r"cross_attention_cache .* got 2 tensors"):
+    with pytest.raises(ValueError, match=r"cross_attention_cache .* got 2 entries"):
         kt.decode(model, target[:, :1], None, mask, self_attention_cache=cache, cache_index=0,
                   cross_attention_cache=cross[:2])
+
+
+def test_cached_beam_rows_share_one_cross_attention_cache_per_sentence():
+    """beam_size K: K target rows per source row give the logits of the source repeated K times."""
+    model = kt.build_model(tiny(num_layers=2))
+    source, target = random_batch(batch=2, target_length=5)
+    source[1, 4:] = 0
+    memory, mask = kt.encode(model, source)
+    decoder = kt.model.parts(model).decoder
+    beams = 3
+    target = np.repeat(target, beams, axis=0)  # (2*K, T)
+    expected = logits(model, np.repeat(source, beams, axis=0), target)
+    cache, cross = decoder.initial_cache(2 * beams, 5), decoder.cross_attention_cache(memory)
+    steps = []
+    for t in range(5):
+        step, cache = kt.decode(model, target[:, t:t + 1], None, mask, self_attention_cache=cache, cache_index=t,
+                                cross_attention_cache=cross, beam_size=beams)
+        steps.append(keras.ops.convert_to_numpy(step))
+    np.testing.assert_allclose(np.concatenate(steps, axis=1), expected, atol=1e-5)
+    with pytest.raises(ValueError, match=r"give 3 targets \(beams\) per source"):
+        kt.decode(model, target[:5, :1], None, mask, self_attention_cache=decoder.initial_cache(5, 5),
+                  cache_index=0, cross_attention_cache=cross, beam_size=beams)
+
+
+@pytest.mark.parametrize("tie", ["all", "decoder", "none"])
+def test_parts_names_every_layer_and_the_tying(tie):
+    config = tiny(source_vocab_size=30, target_vocab_size=45, tie_embeddings=tie) if tie != "all" else tiny()
+    model = kt.build_model(config)
+    p = kt.model.parts(model)
+    by_name = {layer.name: layer for layer in model.layers}
+    assert p.tie == tie and p.shared_embedding == (tie == "all") and p.tied_output == (tie != "none")
+    assert (p.source_embedding is p.target_embedding) == (tie == "all")
+    assert p.output_projection is by_name.get("output_projection")
+    for role in ("source_position", "target_position", "source_dropout", "target_dropout", "encoder", "decoder"):
+        assert getattr(p, role) is by_name[role]
+    with pytest.raises(AttributeError):
+        p.tie = "none"  # frozen
+    # the precomputed output matrix gives the model's own logits
+    source, target = random_batch(batch=2, target_length=4, vocab=30)
+    memory, mask = kt.encode(model, source)
+    direct = keras.ops.convert_to_numpy(kt.decode(model, target, memory, mask))
+    via_kernel = kt.decode(model, target, memory, mask, output_kernel=kt.model.output_kernel(model))
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(via_kernel), direct, atol=1e-5)
 
 
 @pytest.mark.parametrize("sources, targets", [(2, 1), (1, 2), (3, 2)])

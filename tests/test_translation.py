@@ -151,3 +151,61 @@ def test_saved_model_round_trip(trained_copy_model, word_tokenizer, tmp_path):
     loaded = tf.saved_model.load(str(tmp_path))
     result = loaded.signatures["serving_default"](tf.constant(SENTENCES))
     assert [t.decode() for t in result["translation"].numpy()] == expected
+
+
+@pytest.mark.parametrize("chunk_size", [1, 3])
+def test_length_ordered_chunks_return_the_one_search_results_in_input_order(trained_copy_model, word_tokenizer,
+                                                                            chunk_size):
+    """Sentences are decoded shortest first, a few per search loop; each comes back at its own place."""
+    model, _ = trained_copy_model
+    lines = SENTENCES + SENTENCES[::-1][:3]  # lengths 3, 7, 1, 6, 6, 1, 7: length order is not input order
+    chunked = Translator(model, word_tokenizer, beam_size=4, alpha=0.6, max_extra=5, chunk_size=chunk_size)
+    source = chunked.encode_sources(tf.constant(lines))
+    tokens, scores = decoding.beam_search(model, source, beam_size=4, alpha=0.6, max_extra=5, num_return=4)
+    got_tokens, got_scores = chunked.translate_ids(source)
+    assert got_tokens.shape == tokens.shape  # padded back to the one search's width
+    np.testing.assert_array_equal(got_tokens.numpy(), tokens.numpy())
+    np.testing.assert_allclose(got_scores.numpy(), scores.numpy(), atol=1e-5)
+    best_tokens, best_scores = chunked.translate_ids(source, num_return=1)
+    np.testing.assert_array_equal(best_tokens.numpy(), tokens.numpy()[:, :1])
+    result = chunked.translate(tf.constant(lines))
+    expected = [" ".join(f"w{i}" for i in row if i > 3) for row in tokens[:, 0].numpy().tolist()]
+    assert [t.decode() for t in result["translation"].numpy()] == expected
+    np.testing.assert_allclose(result["score"].numpy(), scores.numpy()[:, 0], atol=1e-5)
+
+
+def test_bad_inputs_give_one_output_each_in_chunks(trained_copy_model, word_tokenizer, translator):
+    """Empty, whitespace, 3,000 words, invalid UTF-8, non-Latin, in one mixed batch spread over chunks."""
+    model, _ = trained_copy_model
+    batch = [b"w5 w6", b"", b"  \t ", " ".join(["w9"] * 3000).encode(), b"bad \xff\xfe bytes \xc3",
+             "\u4e24\u53ea\u72d7 \u03b1\u03b2\u03b3".encode(), b"w7"]
+    one_search = Translator(model, word_tokenizer, beam_size=4, alpha=0.6, max_extra=5, chunk_size=0)
+    expected = one_search.translate(tf.constant(batch))
+    for chunk_size in (2, 8):
+        chunked = Translator(model, word_tokenizer, beam_size=4, alpha=0.6, max_extra=5, chunk_size=chunk_size)
+        result = chunked.translate(tf.constant(batch))
+        assert result["translation"].shape == (len(batch),)
+        assert result["translation"].numpy().tolist() == expected["translation"].numpy().tolist()
+        np.testing.assert_allclose(result["score"].numpy(), expected["score"].numpy(), atol=1e-5)
+        assert result["translation"].numpy().tolist()[1:3] == [b"", b""]
+        assert chunked.translate(tf.constant([], tf.string))["translation"].shape == (0,)
+    with pytest.raises(ValueError, match="chunk_size must be >= 0"):
+        Translator(model, word_tokenizer, chunk_size=-1)
+
+
+def test_configure_threads_sets_the_pools_before_tensorflow_starts_and_refuses_after(translator):
+    import os
+    import subprocess
+    import sys
+
+    code = ("from keras_transformer.translation import configure_threads; "
+            "print(configure_threads(inter_op=1, intra_op=2))")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": root, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert done.stdout.strip().splitlines()[-1] == "(1, 2)"
+    from keras_transformer.translation import configure_threads
+
+    current = tf.config.threading.get_inter_op_parallelism_threads()
+    with pytest.raises(RuntimeError, match="configure_threads: TensorFlow has already run an op"):
+        configure_threads(inter_op=current + 3)  # this process has run ops (the translator fixture)

@@ -6,9 +6,11 @@ queries, keys and values with one fused matrix and can be causal (the decoder's
 masked self-attention) or restricted to a window of neighbours (the paper's
 Table 1, "self-attention (restricted)").
 
-Both layers can run incrementally: keys and values are kept in one cache tensor
-`(B, S, H, d_k + d_v)`, the fused projection's own layout, so decoding a new
-token costs one projection of that token only.
+Both layers can run incrementally. Their caches hold keys and values apart, each
+heads-first, `(B, H, S, d_k)` and `(B, H, S, d_v)`: the layout attention reads,
+so a decoding step attends over the cache with two batched matmuls and no
+transpose or split of the cache (the fused kernels are split per head once per
+step, on the new token only). Writing a step's keys/values touches one position.
 """
 
 import keras
@@ -57,6 +59,58 @@ def scaled_dot_product_attention(query, key, value, attention_mask=None, scale=T
     dropped = dropout_layer(weights, training=training) if dropout_layer is not None else weights
     outputs = ops.einsum("bhts,bshd->bthd", dropped, value)  # (B, T, H, d_v)
     return outputs, weights
+
+
+def heads_first_attention(query, key, value, attention_mask=None, scale=True):
+    """softmax(Q K^T / sqrt(d_k)) V on heads-first tensors, the layout of the decoding caches.
+
+    The same computation as `scaled_dot_product_attention` (no dropout: it
+    serves inference), without any transpose of `key` or `value`.
+
+    Args:
+        query: `(B, H, T, d_k)`.
+        key: `(B, H, S, d_k)`.
+        value: `(B, H, S, d_v)`.
+        attention_mask: bool, broadcastable to `(B, T, S)`; True means "may attend".
+        scale: divide the logits by sqrt(d_k).
+
+    Returns:
+        `(outputs, weights)`: `(B, H, T, d_v)` and `(B, H, T, S)`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> q = k = v = np.ones((1, 1, 2, 4), "float32")
+    >>> out, w = heads_first_attention(q, k, v, np.array([[[True, False]]]))
+    >>> keras.ops.convert_to_numpy(w)[0, 0].tolist()
+    [[1.0, 0.0], [1.0, 0.0]]
+    """
+    if scale:
+        query = query * ops.cast(1.0 / (ops.shape(query)[-1] ** 0.5), query.dtype)
+    scores = ops.cast(ops.einsum("bhtd,bhsd->bhts", query, key), "float32")  # (B, H, T, S)
+    if attention_mask is not None:
+        mask = ops.expand_dims(ops.cast(attention_mask, "bool"), 1)  # (B, 1, T, S)
+        scores = ops.where(mask, scores, ops.cast(-1e9, "float32"))
+    weights = ops.softmax(scores, axis=-1)
+    if attention_mask is not None:
+        weights = ops.where(mask, weights, ops.zeros_like(weights))
+    weights = ops.cast(weights, value.dtype)
+    return ops.matmul(weights, value), weights  # (B, H, T, d_v)
+
+
+def _write_positions(cache, start, new):
+    """`cache (B, H, S_max, d)` with `new (B, H, T, d)` written at positions `start .. start + T - 1`.
+
+    One new position (a decoding step) is written with a select over the cache: TensorFlow runs
+    `ops.slice_update` as an XLA op outside XLA, whose dispatch cost more than the copy itself
+    (measured: a single-sentence beam search spent a third of its time there). Several positions
+    (a prefix fed at once) use `slice_update`.
+    """
+    new = ops.cast(new, cache.dtype)
+    if new.shape[2] != 1:
+        return ops.slice_update(cache, [0, 0, start, 0], new)
+    here = ops.equal(ops.arange(ops.shape(cache)[2]), start)  # (S_max,)
+    return ops.where(ops.reshape(here, (1, 1, -1, 1)), new, cache)
 
 
 class _AttentionBase(keras.layers.Layer):
@@ -109,6 +163,27 @@ class _AttentionBase(keras.layers.Layer):
             dropout_layer=self.attention_dropout, training=training)
         return self.output_dense(self._merge_heads(outputs)), weights
 
+    def _attend_cached(self, query, key, value, attention_mask, beam_size=1):
+        """Attention over a heads-first cache: `query (B*G, T, H, dk)`, `key/value (B, H, S, d)`.
+
+        With `beam_size` G > 1 each cache row serves G consecutive query rows
+        (the beams of one sentence, for cross-attention): their queries are
+        attended together, so the cache is neither repeated nor gathered.
+        `attention_mask` broadcasts to `(B, G*T, S)` (key padding, `(B, 1, S)`)
+        when G > 1, to `(B, T, S)` otherwise.
+        """
+        batch, length = ops.shape(query)[0], ops.shape(query)[1]
+        if beam_size > 1:
+            query = ops.reshape(query, (batch // beam_size, beam_size * length, self.num_heads, self.key_dim))
+        query = ops.transpose(query, (0, 2, 1, 3))  # (B, H, G*T, dk)
+        outputs, weights = heads_first_attention(query, key, value, attention_mask, scale=self.scale_logits)
+        outputs = ops.reshape(ops.transpose(outputs, (0, 2, 1, 3)), (batch, length, self.num_heads * self.value_dim))
+        if beam_size > 1:  # (B, H, G*T, S) -> (B*G, H, T, S)
+            sources = ops.shape(weights)[-1]
+            weights = ops.reshape(weights, (batch // beam_size, self.num_heads, beam_size, length, sources))
+            weights = ops.reshape(ops.transpose(weights, (0, 2, 1, 3, 4)), (batch, self.num_heads, length, sources))
+        return self.output_dense(outputs), weights
+
     def get_config(self):
         return {
             **super().get_config(),
@@ -143,8 +218,10 @@ class MultiHeadAttention(_AttentionBase):
         query: `(B, T, D)`.
         value: `(B, S, D_kv)`; ignored when `cache` is given.
         attention_mask: bool, broadcastable to `(B, T, S)`.
-        cache: optional precomputed keys/values `(B, S, H, d_k + d_v)` from
-            `compute_key_value(value)`; decoding computes it once per sentence.
+        cache: optional precomputed `(keys (B, H, S, d_k), values (B, H, S, d_v))`
+            from `compute_key_value(value)`; decoding computes it once per sentence.
+        beam_size: with a cache, each cache row serves `beam_size` consecutive
+            query rows (beam search); the mask is then `(B, 1, S)` key padding.
         return_attention_scores: also return the `(B, H, T, S)` weights.
 
     Example:
@@ -170,14 +247,29 @@ class MultiHeadAttention(_AttentionBase):
         self._build_output(query_shape)
 
     def compute_key_value(self, value):
-        """Projects `value (B, S, D)` to the fused keys/values cache `(B, S, H, d_k + d_v)`."""
-        return self._split_heads(self.key_value_dense(value), self.key_dim + self.value_dim)
+        """Projects `value (B, S, D)` once into the heads-first cache `(keys (B, H, S, d_k), values (B, H, S, d_v))`.
 
-    def call(self, query, value=None, attention_mask=None, cache=None,
+        Example:
+
+        >>> import numpy as np
+        >>> layer = MultiHeadAttention(num_heads=2, key_dim=4)
+        >>> _ = layer(np.zeros((1, 3, 8)), np.zeros((1, 5, 8)))
+        >>> [tuple(t.shape) for t in layer.compute_key_value(np.zeros((1, 5, 8)))]
+        [(1, 2, 5, 4), (1, 2, 5, 4)]
+        """
+        key_value = self._split_heads(self.key_value_dense(value), self.key_dim + self.value_dim)
+        key, value = ops.split(key_value, [self.key_dim], axis=-1)  # (B, S, H, dk), (B, S, H, dv)
+        return ops.transpose(key, (0, 2, 1, 3)), ops.transpose(value, (0, 2, 1, 3))
+
+    def call(self, query, value=None, attention_mask=None, cache=None, beam_size=1,
              return_attention_scores=False, training=None):
         q = self._split_heads(self.query_dense(query), self.key_dim)  # (B, T, H, dk)
-        key_value = cache if cache is not None else self.compute_key_value(value)  # (B, S, H, dk+dv)
-        outputs, weights = self._attend(q, key_value, attention_mask, training)
+        if cache is not None:
+            key, value = cache  # (B, H, S, dk), (B, H, S, dv)
+            outputs, weights = self._attend_cached(q, key, value, attention_mask, beam_size=int(beam_size))
+        else:
+            key_value = self._split_heads(self.key_value_dense(value), self.key_dim + self.value_dim)
+            outputs, weights = self._attend(q, key_value, attention_mask, training)
         return (outputs, weights) if return_attention_scores else outputs
 
     def compute_output_shape(self, query_shape, value_shape=None):
@@ -198,8 +290,9 @@ class MultiHeadSelfAttention(_AttentionBase):
     Call args:
         x: `(B, T, D)`.
         attention_mask: bool, broadcastable to `(B, T, S)` (S = T, or the cache length).
-        cache: optional `(B, S_max, H, d_k + d_v)` key/value cache; the keys/values
-            of `x` are written at `cache_index` and the updated cache is returned.
+        cache: optional `(keys (B, H, S_max, d_k), values (B, H, S_max, d_v))`
+            (heads-first, zeros where nothing was written yet); the keys/values
+            of `x` are written at `cache_index` and the updated pair is returned.
         cache_index: position of `x[:, 0]` in the sequence (a scalar tensor).
         return_attention_scores: also return the `(B, H, T, S)` weights.
 
@@ -232,13 +325,16 @@ class MultiHeadSelfAttention(_AttentionBase):
     def call(self, x, attention_mask=None, cache=None, cache_index=None,
              return_attention_scores=False, training=None):
         qkv = self._split_heads(self.qkv_dense(x), 2 * self.key_dim + self.value_dim)  # (B, T, H, 2dk+dv)
-        query, key_value = ops.split(qkv, [self.key_dim], axis=-1)  # (B, T, H, dk), (B, T, H, dk+dv)
-        offset = 0
         if cache is not None:
-            offset = 0 if cache_index is None else cache_index
-            key_value = ops.slice_update(cache, [0, offset, 0, 0], ops.cast(key_value, cache.dtype))
-            cache = key_value
+            return self._call_cached(qkv, attention_mask, cache, cache_index, return_attention_scores)
+        query, key_value = ops.split(qkv, [self.key_dim], axis=-1)  # (B, T, H, dk), (B, T, H, dk+dv)
         query_length, key_length = ops.shape(query)[1], ops.shape(key_value)[1]
+        mask = self._mask(attention_mask, query_length, key_length, 0)
+        outputs, weights = self._attend(query, key_value, mask, training)
+        return (outputs, weights) if return_attention_scores else outputs
+
+    def _mask(self, attention_mask, query_length, key_length, offset):
+        """The caller's mask merged with the causal and window masks (None when there is none)."""
         structural = None
         if self.causal:
             structural = masking.causal_mask(query_length, key_length, offset)
@@ -247,14 +343,20 @@ class MultiHeadSelfAttention(_AttentionBase):
                 structural, masking.window_mask(query_length, key_length, self.window, offset))
         if structural is not None:
             structural = ops.expand_dims(structural, 0)  # (1, T, S)
-        mask = masking.merge_masks(attention_mask, structural)
-        outputs, weights = self._attend(query, key_value, mask, training)
-        result = (outputs,)
-        if cache is not None:
-            result += (cache,)
+        return masking.merge_masks(attention_mask, structural)
+
+    def _call_cached(self, qkv, attention_mask, cache, cache_index, return_attention_scores):
+        """One decoding step: writes the new keys/values at `cache_index`, attends over the cache."""
+        key_cache, value_cache = cache  # (B, H, S_max, dk), (B, H, S_max, dv)
+        offset = 0 if cache_index is None else cache_index
+        query, key, value = ops.split(qkv, [self.key_dim, 2 * self.key_dim], axis=-1)  # (B, T, H, d) each
+        key_cache = _write_positions(key_cache, offset, ops.transpose(key, (0, 2, 1, 3)))
+        value_cache = _write_positions(value_cache, offset, ops.transpose(value, (0, 2, 1, 3)))
+        mask = self._mask(attention_mask, ops.shape(query)[1], ops.shape(key_cache)[2], offset)
+        outputs, weights = self._attend_cached(query, key_cache, value_cache, mask)
         if return_attention_scores:
-            result += (weights,)
-        return result[0] if len(result) == 1 else result
+            return outputs, (key_cache, value_cache), weights
+        return outputs, (key_cache, value_cache)
 
     def compute_output_shape(self, x_shape):
         return (*x_shape[:-1], self.output_dim or x_shape[-1])

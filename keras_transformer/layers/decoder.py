@@ -5,28 +5,31 @@ from keras import ops
 
 from keras_transformer import masking
 from keras_transformer.layers.attention import MultiHeadAttention, MultiHeadSelfAttention
-from keras_transformer.layers.encoder import _layer_options, _LayerOptions
 from keras_transformer.layers.normalization import LayerNormalization
+from keras_transformer.layers.options import LayerOptions, layer_options
 
 
-def _check_batch_sizes(x, memory, memory_padding_mask, cross_attention_cache):
-    """Refuses a target batch `x` whose size differs from the source side's, where both sizes are known.
+def _check_batch_sizes(x, memory, memory_padding_mask, cross_attention_cache, beam_size=1):
+    """Refuses a target batch `x` whose size is not `beam_size` times the source side's, where both are known.
 
     Attention would otherwise broadcast a batch of one against the other
     (or fail deep inside a matmul). Sizes are compared only when both are
     Python ints (eager calls, static shapes); symbolic batch sizes pass.
     """
     targets = ops.shape(x)[0]
+    if isinstance(cross_attention_cache, (list, tuple)):
+        cross_attention_cache = cross_attention_cache[0]  # (keys, values): the keys' batch
     for name, tensor in (("memory", memory), ("memory_padding_mask", memory_padding_mask),
                          ("cross_attention_cache", cross_attention_cache)):
         sources = ops.shape(tensor)[0] if tensor is not None else None
-        if isinstance(targets, int) and isinstance(sources, int) and targets != sources:
+        if isinstance(targets, int) and isinstance(sources, int) and targets != sources * beam_size:
+            per_source = "one target per source" if beam_size == 1 else f"{beam_size} targets (beams) per source"
             raise ValueError(f"The decoder got a target batch of {targets} sequence(s) but a source batch of "
-                             f"{sources} ({name}); give one target per source.")
+                             f"{sources} ({name}); give {per_source}.")
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class DecoderLayer(_LayerOptions):
+class DecoderLayer(LayerOptions):
     """Masked self-attention, cross-attention over the encoder output, then a FFN.
 
     Each of the three sub-layers sits in a residual sublayer connection.
@@ -39,11 +42,15 @@ class DecoderLayer(_LayerOptions):
             `cross_attention_cache` is given).
         target_padding_mask: bool `(B, T)`, True for real target tokens.
         memory_padding_mask: bool `(B, S)`, True for real source tokens.
-        self_attention_cache: `(B, T_max, H, d_k + d_v)`; when given, the new
-            keys/values are written at `cache_index` and the cache is returned.
+        self_attention_cache: `(keys (B, H, T_max, d_k), values (B, H, T_max, d_v))`;
+            when given, the new keys/values are written at `cache_index` and
+            the updated pair is returned.
         cache_index: position of `x[:, 0]` in the target sequence.
-        cross_attention_cache: `(B, S, H, d_k + d_v)` projected encoder output,
-            from `cross_attention.compute_key_value(memory)`.
+        cross_attention_cache: `(keys (B', H, S, d_k), values (B', H, S, d_v))`,
+            the encoder output projected once by `cross_attention.compute_key_value(memory)`.
+        beam_size: with `cross_attention_cache`, each of its B' = B / beam_size
+            rows serves `beam_size` consecutive rows of `x` (the beams of one
+            sentence), and `memory_padding_mask` has B' rows too.
         return_attention_scores: also return `{"self": (B,H,T,T'), "cross": (B,H,T,S)}`.
 
     Returns:
@@ -77,9 +84,10 @@ class DecoderLayer(_LayerOptions):
         self.feed_forward.build(x_shape)
 
     def call(self, x, memory=None, target_padding_mask=None, memory_padding_mask=None,
-             self_attention_cache=None, cache_index=None, cross_attention_cache=None,
+             self_attention_cache=None, cache_index=None, cross_attention_cache=None, beam_size=1,
              return_attention_scores=False, training=None):
-        _check_batch_sizes(x, memory, memory_padding_mask, cross_attention_cache)
+        beam_size = int(beam_size) if cross_attention_cache is not None else 1
+        _check_batch_sizes(x, memory, memory_padding_mask, cross_attention_cache, beam_size)
         self_mask = (masking.key_padding_attention_mask(target_padding_mask)
                      if target_padding_mask is not None and self_attention_cache is None else None)
         memory_mask = (masking.key_padding_attention_mask(memory_padding_mask)
@@ -101,8 +109,8 @@ class DecoderLayer(_LayerOptions):
         residual = x
         h = self.cross_attention_block.normalize(x)
         h, cross_weights = self.cross_attention(h, memory, attention_mask=memory_mask,
-                                                cache=cross_attention_cache, return_attention_scores=True,
-                                                training=training)
+                                                cache=cross_attention_cache, beam_size=beam_size,
+                                                return_attention_scores=True, training=training)
         x = self.cross_attention_block(residual, h, training=training)
 
         # Position-wise feed-forward.
@@ -122,16 +130,17 @@ class DecoderLayer(_LayerOptions):
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class TransformerDecoder(_LayerOptions):
+class TransformerDecoder(LayerOptions):
     """N decoder layers; with pre-norm, a final LayerNorm on top.
 
-    For decoding, each layer keeps its own caches: a tuple of N self-attention
-    caches `(B, T_max, H, d_k + d_v)` from `initial_cache`, and a tuple of N
-    cross-attention caches `(B, S, H, d_k + d_v)` from `cross_attention_cache(memory)`.
-    (Separate tensors, not one stacked `(B, N, ...)` tensor: a decoding step then
-    writes one position of each layer's cache instead of slicing and
-    re-stacking all layers' caches, which made batched beam search about 1.65x
-    slower; docs/BENCHMARKS.md.)
+    For decoding, each layer keeps its own caches, keys and values apart and
+    heads-first (the layout attention reads, so a step transposes and splits
+    nothing but the new token): a tuple of N self-attention pairs
+    `(keys (B, H, T_max, d_k), values (B, H, T_max, d_v))` from `initial_cache`,
+    and a tuple of N cross-attention pairs `(B, H, S, d_k)`, `(B, H, S, d_v)`
+    from `cross_attention_cache(memory)`. (Separate tensors per layer, not one
+    stacked `(B, N, ...)` tensor: a step then writes one position of each
+    layer's cache instead of slicing and re-stacking all layers' caches.)
 
     Args:
         num_layers: N.
@@ -154,7 +163,7 @@ class TransformerDecoder(_LayerOptions):
         self.num_layers = int(num_layers)
         if self.num_layers <= 0:
             raise ValueError(f"TransformerDecoder: num_layers must be positive, got {num_layers}.")
-        options = {k: v for k, v in _layer_options(self).items() if k not in ("d_model", "num_heads", "d_ff")}
+        options = {k: v for k, v in layer_options(self).items() if k not in ("d_model", "num_heads", "d_ff")}
         self.decoder_layers = [
             DecoderLayer(self.d_model, self.num_heads, self.d_ff, dtype=self.dtype_policy,
                          name=f"layer_{i}", **options)
@@ -172,26 +181,37 @@ class TransformerDecoder(_LayerOptions):
             self.final_norm.build(x_shape)
 
     def initial_cache(self, batch_size, max_length, dtype=None):
-        """Zeros for the self-attention keys/values: a tuple of N `(B, T_max, H, d_k + d_v)` tensors."""
-        shape = (batch_size, max_length, self.num_heads, self.key_dim + self.value_dim)
-        return tuple(ops.zeros(shape, dtype=dtype or self.compute_dtype) for _ in range(self.num_layers))
+        """Zeros for the self-attention keys/values: N pairs `((B, H, T_max, d_k), (B, H, T_max, d_v))`.
+
+        Example:
+
+        >>> dec = TransformerDecoder(num_layers=2, d_model=8, num_heads=2, d_ff=16)
+        >>> [tuple(t.shape) for t in dec.initial_cache(3, 5)[0]]
+        [(3, 2, 5, 4), (3, 2, 5, 4)]
+        """
+        dtype = dtype or self.compute_dtype
+        keys = (batch_size, self.num_heads, max_length, self.key_dim)
+        values = (batch_size, self.num_heads, max_length, self.value_dim)
+        return tuple((ops.zeros(keys, dtype=dtype), ops.zeros(values, dtype=dtype)) for _ in range(self.num_layers))
 
     def cross_attention_cache(self, memory):
-        """Projects the encoder output once per layer: a tuple of N `(B, S, H, d_k + d_v)` tensors."""
+        """Projects the encoder output once per layer: N pairs `((B, H, S, d_k), (B, H, S, d_v))`."""
         return tuple(layer.cross_attention.compute_key_value(memory) for layer in self.decoder_layers)
 
     def _per_layer(self, cache, name):
-        """Checks that `cache` is None or holds one tensor per layer, and returns it as a tuple."""
+        """Checks that `cache` is None or holds one (keys, values) pair per layer, and returns it as a tuple."""
         if cache is None:
             return (None,) * self.num_layers
-        if not isinstance(cache, (list, tuple)) or len(cache) != self.num_layers:
-            found = f"{len(cache)} tensors" if isinstance(cache, (list, tuple)) else type(cache).__name__
-            raise ValueError(f"TransformerDecoder: {name} must be a tuple of one tensor per layer "
+        pairs = isinstance(cache, (list, tuple)) and all(isinstance(c, (list, tuple)) and len(c) == 2 for c in cache)
+        if not pairs or len(cache) != self.num_layers:
+            found = (f"{len(cache)} entries" + ("" if pairs else " (not all (keys, values) pairs)")
+                     if isinstance(cache, (list, tuple)) else type(cache).__name__)
+            raise ValueError(f"TransformerDecoder: {name} must be a tuple of one (keys, values) pair per layer "
                              f"({self.num_layers}; see initial_cache and cross_attention_cache), got {found}.")
-        return tuple(cache)
+        return tuple(tuple(c) for c in cache)
 
     def call(self, x, memory=None, target_padding_mask=None, memory_padding_mask=None,
-             self_attention_cache=None, cache_index=None, cross_attention_cache=None,
+             self_attention_cache=None, cache_index=None, cross_attention_cache=None, beam_size=1,
              return_attention_scores=False, training=None):
         self_caches = self._per_layer(self_attention_cache, "self_attention_cache")
         cross_caches = self._per_layer(cross_attention_cache, "cross_attention_cache")
@@ -200,7 +220,7 @@ class TransformerDecoder(_LayerOptions):
             outputs = layer(
                 x, memory, target_padding_mask=target_padding_mask, memory_padding_mask=memory_padding_mask,
                 self_attention_cache=self_cache, cache_index=cache_index, cross_attention_cache=cross_cache,
-                return_attention_scores=True, training=training)
+                beam_size=beam_size, return_attention_scores=True, training=training)
             if self_attention_cache is not None:
                 x, cache, weights = outputs
                 new_caches.append(cache)

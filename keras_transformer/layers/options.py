@@ -1,0 +1,78 @@
+"""`LayerOptions`: the options encoder and decoder layers (and their stacks) share, stored and checked once."""
+
+import keras
+
+from keras_transformer.layers.feed_forward import PositionWiseFeedForward
+from keras_transformer.layers.sublayer import SublayerConnection
+
+
+def layer_options(layer):
+    """The constructor arguments shared by encoder and decoder layers and stacks, as a dict.
+
+    Example:
+
+    >>> sorted(layer_options(LayerOptions(d_model=8, num_heads=2, d_ff=16)))[:3]
+    ['attention_dropout', 'attention_window', 'd_ff']
+    """
+    return {
+        "d_model": layer.d_model, "num_heads": layer.num_heads, "d_ff": layer.d_ff,
+        "dropout": layer.dropout, "attention_dropout": layer.attention_dropout,
+        "ffn_dropout": layer.ffn_dropout, "key_dim": layer.key_dim, "value_dim": layer.value_dim,
+        "norm_first": layer.norm_first, "use_rezero": layer.use_rezero,
+        "scale_attention_logits": layer.scale_attention_logits,
+        "layer_norm_epsilon": layer.layer_norm_epsilon, "attention_window": layer.attention_window,
+    }
+
+
+class LayerOptions(keras.layers.Layer):
+    """Base of the encoder/decoder layers and stacks: stores and checks the options they share.
+
+    Args: as `EncoderLayer` (d_model, num_heads, d_ff, dropout, attention_dropout,
+        ffn_dropout, key_dim, value_dim, norm_first, use_rezero,
+        scale_attention_logits, layer_norm_epsilon, attention_window).
+
+    Example:
+
+    >>> LayerOptions(d_model=8, num_heads=2, d_ff=16).key_dim
+    4
+    """
+
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.1, attention_dropout=0.0, ffn_dropout=0.0,
+                 key_dim=None, value_dim=None, norm_first=False, use_rezero=False,
+                 scale_attention_logits=True, layer_norm_epsilon=1e-6, attention_window=None, **kwargs):
+        super().__init__(**kwargs)
+        self.d_model, self.num_heads, self.d_ff = int(d_model), int(num_heads), int(d_ff)
+        if key_dim is None and self.d_model % self.num_heads:
+            raise ValueError(f"{type(self).__name__}: d_model={self.d_model} is not divisible by "
+                             f"num_heads={self.num_heads}.")
+        self.key_dim = int(key_dim) if key_dim is not None else self.d_model // self.num_heads
+        self.value_dim = int(value_dim) if value_dim is not None else self.key_dim
+        self.dropout = float(dropout)
+        self.attention_dropout = float(attention_dropout)
+        self.ffn_dropout = float(ffn_dropout)
+        self.norm_first = bool(norm_first)
+        self.use_rezero = bool(use_rezero)
+        self.scale_attention_logits = bool(scale_attention_logits)
+        self.layer_norm_epsilon = float(layer_norm_epsilon)
+        self.attention_window = int(attention_window) if attention_window is not None else None
+
+    def _check_width(self, x_shape):
+        if x_shape[-1] != self.d_model:
+            raise ValueError(f"{self.name}: input width {x_shape[-1]} does not match d_model={self.d_model}.")
+
+    def _block(self, name):
+        return SublayerConnection(norm_first=self.norm_first, dropout=self.dropout,
+                                  use_rezero=self.use_rezero, epsilon=self.layer_norm_epsilon,
+                                  dtype=self.dtype_policy, name=name)
+
+    def _attention_args(self):
+        return dict(num_heads=self.num_heads, key_dim=self.key_dim, value_dim=self.value_dim,
+                    output_dim=self.d_model, dropout=self.attention_dropout,
+                    scale_logits=self.scale_attention_logits, dtype=self.dtype_policy)
+
+    def _feed_forward(self):
+        return PositionWiseFeedForward(self.d_model, self.d_ff, dropout=self.ffn_dropout,
+                                       dtype=self.dtype_policy, name="feed_forward")
+
+    def get_config(self):
+        return {**super().get_config(), **layer_options(self)}
