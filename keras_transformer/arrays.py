@@ -51,7 +51,7 @@ from keras_transformer.data.packed import (ARRAYS_FILE, arrays_to_ragged, load_a
 from keras_transformer.errors import ConfigError
 from keras_transformer.experiment import load_experiment
 from keras_transformer.files import atomic_write
-from keras_transformer.model import build_model
+from keras_transformer.model import build_model, parts
 from keras_transformer.trainer.backup import backup_position, resumed_seed
 from keras_transformer.trainer.callbacks import HistoryCSV
 from keras_transformer.trainer.loop import TrainingData, finished_epochs, fit_experiment
@@ -427,7 +427,7 @@ def translate_lines(model, lines, source_processor, target_processor, *, beam_si
         The translations, in the order of `lines`.
     """
 
-    max_source = model.get_layer("source_position").max_length
+    max_source = parts(model).source_position.max_length
     ids = [source_processor.encode(line)[:max_source - 1] + [eos_id] if line.strip() else [] for line in lines]
     order = sorted((i for i, s in enumerate(ids) if s), key=lambda i: -len(ids[i]))
     translations = [""] * len(lines)

@@ -50,6 +50,9 @@ import tempfile
 
 import numpy as np
 
+from keras_transformer.data.batching import in_length_order
+from keras_transformer.model import parts
+
 FORMAT = "keras_transformer.ctranslate2"
 FORMAT_VERSION = 1
 METADATA_FILE = "keras_transformer.json"
@@ -261,15 +264,8 @@ def position_table(model, side="source"):
     """
     if side not in ("source", "target"):
         raise ValueError(f"position_table: side must be 'source' or 'target', got {side!r}.")
-    return _numpy(model.get_layer(f"{side}_position").table)
-
-
-def _embeddings(model):
-    names = {layer.name for layer in model.layers}
-    if "shared_embedding" in names:
-        shared = model.get_layer("shared_embedding")
-        return shared, shared
-    return model.get_layer("source_embedding"), model.get_layer("target_embedding")
+    model_parts = parts(model)
+    return _numpy((model_parts.source_position if side == "source" else model_parts.target_position).table)
 
 
 def build_spec(model, config, source_tokens, target_tokens):
@@ -296,7 +292,8 @@ def build_spec(model, config, source_tokens, target_tokens):
     from ctranslate2.specs import transformer_spec
 
     check_ctranslate2_support(config)
-    source_embedding, target_embedding = _embeddings(model)
+    model_parts = parts(model)
+    source_embedding, target_embedding = model_parts.source_embedding, model_parts.target_embedding
     for side, tokens, embedding in (("source", source_tokens, source_embedding),
                                     ("target", target_tokens, target_embedding)):
         if len(tokens) != embedding.vocab_size:
@@ -311,7 +308,7 @@ def build_spec(model, config, source_tokens, target_tokens):
     spec = transformer_spec.TransformerSpec(encoder_spec, decoder_spec)
 
     scale = config.scale_attention_logits
-    encoder, decoder = model.get_layer("encoder"), model.get_layer("decoder")
+    encoder, decoder = model_parts.encoder, model_parts.decoder
     spec.encoder.embeddings[0].weight = _numpy(source_embedding.embeddings)
     spec.encoder.scale_embeddings = True  # x sqrt(d_model), as TokenEmbedding does
     spec.encoder.position_encodings.encodings = position_table(model, "source")
@@ -334,7 +331,7 @@ def build_spec(model, config, source_tokens, target_tokens):
         spec.decoder.projection.weight = _numpy(target_embedding.embeddings)  # (V, D), as CTranslate2 wants
     else:
         spec.decoder.projection.weight = np.ascontiguousarray(
-            _numpy(model.get_layer("output_projection").kernel).T)
+            _numpy(model_parts.output_projection.kernel).T)
 
     spec.config.layer_norm_epsilon = float(config.layer_norm_epsilon)
     spec.config.unk_token = target_tokens[config.unk_id]
@@ -800,18 +797,8 @@ class CTranslate2Translator:
         >>> translator.translate_lines(["A dog.", "Two men play football."])  # doctest: +SKIP
         ['Ein Hund rennt.', 'Zwei Männer spielen Football.']
         """
-        if isinstance(lines, (str, bytes)):
-            raise TypeError(f"CTranslate2Translator.translate_lines takes an iterable of lines (a list of str), got "
-                            f"one {type(lines).__name__}: {lines[:40]!r}; translate one sentence with "
-                            "translator(sentence) or translator([sentence]).")
-        lines = [_utf8_text(line) for line in lines]
-        order = sorted(range(len(lines)), key=lambda i: len(lines[i].split()))
-        outputs = [None] * len(lines)
-        for start in range(0, len(order), int(batch_size)):
-            chunk = order[start:start + int(batch_size)]
-            for i, text in zip(chunk, self.translate([lines[i] for i in chunk])):
-                outputs[i] = text
-        return outputs
+        return in_length_order("CTranslate2Translator.translate_lines", lines, batch_size, _utf8_text,
+                               self.translate)
 
 
 __all__ = ["CTranslate2Translator", "build_spec", "check_ctranslate2_support", "export_ctranslate2",

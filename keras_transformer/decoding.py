@@ -112,7 +112,7 @@ def output_limits(model, source, pad_id=0, max_extra=50, max_length=None):
     >>> limits.numpy().tolist(), steps
     ([4, 5], 5)
     """
-    _check_options("output_limits", max_extra=max_extra)
+    check_options("output_limits", max_extra=max_extra)
     cap = max_positions(model)
     if max_length is not None:
         cap = min(cap, int(max_length))
@@ -179,11 +179,19 @@ def _token_ids(caller, name, ids, model=None, embedding="source"):
     return tensor
 
 
-def _check_options(caller, max_extra=0, alpha=0.0):
-    """Refuses a negative `max_extra` and a negative or non-finite `alpha`.
+def check_options(caller, max_extra=0, alpha=0.0):
+    """Refuses a negative `max_extra` and a negative or non-finite `alpha`, naming `caller`.
 
     Only Python (and numpy) numbers are checked; these options are never
     traced, so a check here costs nothing inside `tf.function` or XLA.
+
+    Example:
+
+    >>> check_options("beam_search", max_extra=50, alpha=0.6)
+    >>> check_options("beam_search", alpha=float("nan"))
+    Traceback (most recent call last):
+    ...
+    ValueError: beam_search: alpha (the length-penalty exponent) must be a finite number >= 0 (0: plain log-probability), got nan.
     """
     if isinstance(max_extra, numbers.Real) and not max_extra >= 0:
         raise ValueError(f"{caller}: max_extra (output tokens allowed beyond the source length) must be >= 0, "
@@ -348,7 +356,7 @@ def greedy_decode(model, source, max_extra=50, max_length=None, pad_id=0, bos_id
     >>> tuple(tokens.shape), tuple(scores.shape)
     ((2, 7), (2,))
     """
-    _check_options("greedy_decode", max_extra=max_extra)
+    check_options("greedy_decode", max_extra=max_extra)
     models = ensemble_members(model)
     source = _token_ids("greedy_decode", "source", source, models[0])
     batch = ops.shape(source)[0]
@@ -433,7 +441,7 @@ def beam_search(model, source, beam_size=4, alpha=0.6, max_extra=50, max_length=
         raise ValueError(f"beam_search: beam_size must be >= 1, got {beam_size}.")
     if not 1 <= int(num_return) <= beams:
         raise ValueError(f"beam_search: num_return must be in [1, beam_size={beams}], got {num_return}.")
-    _check_options("beam_search", max_extra=max_extra, alpha=alpha)
+    check_options("beam_search", max_extra=max_extra, alpha=alpha)
     models = ensemble_members(model)
     source = _token_ids("beam_search", "source", source, models[0])
     batch = ops.shape(source)[0]
@@ -541,7 +549,7 @@ def score(model, source, target, alpha=0.0, pad_id=0, bos_id=2):
     source = _token_ids("score", "source", source, first)
     target = _token_ids("score", "target", target, first, embedding="target")
     _check_same_batch("score", source, target)
-    _check_options("score", alpha=alpha)
+    check_options("score", alpha=alpha)
     bos = ops.full((ops.shape(target)[0], 1), bos_id, dtype="int32")
     decoder_input = ops.concatenate([bos, target[:, :-1]], axis=1)  # (B, T), shifted right
     members = []

@@ -44,7 +44,7 @@ from keras_transformer import decoding
 from keras_transformer.data.tokenizers import load_tokenizers
 from keras_transformer.errors import CheckpointNotFoundError
 from keras_transformer.layers.position import sinusoidal_position_encoding
-from keras_transformer.model import decode, encode
+from keras_transformer.model import decode, encode, parts
 from keras_transformer.schedules import NoamSchedule
 from keras_transformer.translation import utf8_bytes
 from keras_transformer.workdir import load_models
@@ -184,7 +184,7 @@ def translate_with_attention(model, sentence, source_tokenizer, target_tokenizer
     sentence, translation = _text(sentence), _text(translation)
     if not isinstance(sentence, str) or not sentence.strip():
         raise ValueError(f"translate_with_attention needs a non-empty sentence, got {sentence!r}.")
-    max_source = model.get_layer("source_position").max_length
+    max_source = parts(model).source_position.max_length
     source_ids = np.asarray(source_tokenizer.tokenize([sentence])[0], dtype="int32")[: max_source - 1]
     source_ids = np.append(source_ids, source_tokenizer.eos_id).astype("int32")  # (S,)
     pad, bos, eos = target_tokenizer.pad_id, target_tokenizer.bos_id, target_tokenizer.eos_id

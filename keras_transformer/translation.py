@@ -20,9 +20,10 @@ import tensorflow as tf
 
 from keras_transformer import decoding
 from keras_transformer.config import TransformerConfig
+from keras_transformer.data.batching import in_length_order
 from keras_transformer.data.tokenizers import load_tokenizers
 from keras_transformer.errors import CheckpointNotFoundError, ConfigError
-from keras_transformer.model import build_model
+from keras_transformer.model import build_model, parts
 from keras_transformer.workdir import load_models, load_weights_files
 
 
@@ -189,11 +190,11 @@ class Translator(tf.Module):
         self.max_extra = int(max_extra)
         if self.beam_size < 1:
             raise ValueError(f"Translator: beam_size must be >= 1, got {beam_size}.")
-        decoding._check_options("Translator", max_extra=self.max_extra, alpha=self.alpha)
+        decoding.check_options("Translator", max_extra=self.max_extra, alpha=self.alpha)
         for index, model in enumerate(self.models):
             _check_vocabulary_sizes(model, self.source_tokenizer, self.target_tokenizer,
                                     "the model" if len(self.models) == 1 else f"ensemble member {index}")
-        self.max_source_length = self.models[0].get_layer("source_position").max_length
+        self.max_source_length = parts(self.models[0]).source_position.max_length
         self.max_target_length = decoding.max_positions(self.models[0])
         self._jit_compile = bool(jit_compile)
         self.chunk_size = int(chunk_size)
@@ -467,17 +468,8 @@ class Translator(tf.Module):
         >>> translator.translate_lines(["A dog.", "Two men play football."])  # doctest: +SKIP
         ['Ein Hund.', 'Zwei Männer spielen Fußball.']
         """
-        if isinstance(lines, (str, bytes)):
-            raise TypeError(f"Translator.translate_lines takes an iterable of lines (a list of str), got one "
-                            f"{type(lines).__name__}: {lines[:40]!r}; translate one sentence with "
-                            "translator(sentence) or translator([sentence]).")
-        lines = [utf8_bytes(line) for line in lines]
-        order = sorted(range(len(lines)), key=lambda i: len(lines[i].split()))
-        outputs = [None] * len(lines)
-        for start in range(0, len(order), batch_size):
-            chunk = order[start:start + batch_size]
-            batch = tf.constant([lines[i] for i in chunk], tf.string)
-            result = self.translate(batch)["translation"].numpy()
-            for i, text in zip(chunk, result):
-                outputs[i] = text.decode("utf-8")
-        return outputs
+        def translate_batch(batch):
+            result = self.translate(tf.constant(batch, tf.string))["translation"].numpy()
+            return [text.decode("utf-8") for text in result]
+
+        return in_length_order("Translator.translate_lines", lines, batch_size, utf8_bytes, translate_batch)

@@ -67,3 +67,41 @@ def batch_plan(lengths, tokens_per_batch, bucket_width=1, num_replicas=1):
     if closed:
         sizes.append(closed)
     return buckets, sizes, open_batch - closed
+
+
+def in_length_order(caller, lines, batch_size, prepare, translate_batch):
+    """Translates `lines` in batches of similar length (their word counts) and returns the outputs in input order.
+
+    What every translator's `translate_lines` does: sorting by length keeps
+    padding low, and each sentence's output does not depend on its batch.
+
+    Args:
+        caller: the name errors give, e.g. "Translator.translate_lines".
+        lines: an iterable of sentences (not one `str` or `bytes`).
+        batch_size: sentences per call of `translate_batch`.
+        prepare: turns one line into what `translate_batch` takes (e.g. valid UTF-8).
+        translate_batch: a list of prepared lines -> a list of outputs, one each.
+
+    Returns:
+        A list, one output per line.
+
+    Raises:
+        TypeError: `lines` is one `str` or `bytes` (not taken character by character).
+
+    Example:
+
+    >>> in_length_order("upper", ["a b c", "d", "e f"], 2, str.strip, lambda batch: [s.upper() for s in batch])
+    ['A B C', 'D', 'E F']
+    """
+    if isinstance(lines, (str, bytes)):
+        raise TypeError(f"{caller} takes an iterable of lines (a list of str), got one {type(lines).__name__}: "
+                        f"{lines[:40]!r}; translate one sentence with translator(sentence) or "
+                        "translator([sentence]).")
+    lines = [prepare(line) for line in lines]
+    order = sorted(range(len(lines)), key=lambda i: len(lines[i].split()))
+    outputs = [None] * len(lines)
+    for start in range(0, len(order), int(batch_size)):
+        chunk = order[start:start + int(batch_size)]
+        for i, output in zip(chunk, translate_batch([lines[i] for i in chunk])):
+            outputs[i] = output
+    return outputs
