@@ -13,9 +13,9 @@ What it does:
    ``compute_type="int8"`` on that folder).
 2. Starts one worker process per engine, each pinned to the same CPUs when
    ``--cpus`` is given (``taskset``). The SavedModel worker imports only
-   ``tensorflow`` and ``tensorflow_text``; the CTranslate2 workers load
-   ``keras_transformer/ctranslate2_export.py`` by path (``ctranslate2``,
-   ``sentencepiece``, ``numpy``: no TensorFlow). Each loads its model and warms up.
+   ``tensorflow`` and ``tensorflow_text``; the CTranslate2 workers import
+   ``keras_transformer.ctranslate2_translator`` (``ctranslate2``,
+   ``sentencepiece``, ``numpy``: neither Keras nor TensorFlow). Each loads its model and warms up.
 3. Runs ``--rounds`` rounds; in each, the engines take turns (never at the same
    time) on the same sentences: (a) batches of 64 in file order, (b) batches of 64
    sorted by length, (c) ``--latency-sentences`` sentences one at a time (p50 and
@@ -107,16 +107,14 @@ serve(translate, setup)
 """
 
 CT2_WORKER = COMMON + r"""
-import importlib.util
 setup = json.loads(sys.stdin.readline())
-spec = importlib.util.spec_from_file_location("ctranslate2_export", setup["module"])
-module = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(module)
-translator = module.CTranslate2Translator(setup["model"], beam_size=setup["beam_size"], alpha=setup["alpha"],
+sys.path.insert(0, setup["repo"])
+from keras_transformer.ctranslate2_translator import CTranslate2Translator  # no Keras, no TensorFlow
+translator = CTranslate2Translator(setup["model"], beam_size=setup["beam_size"], alpha=setup["alpha"],
                                           max_extra=setup["max_extra"], compute_type=setup["compute_type"],
                                           intra_threads=setup["threads"], inter_threads=1,
                                           exact_limits=setup["exact_limits"])
-assert "tensorflow" not in sys.modules, "the CTranslate2 worker imported TensorFlow"
+assert "tensorflow" not in sys.modules and "keras" not in sys.modules, "the CTranslate2 worker imported Keras"
 serve(translator.translate, setup)
 """
 
@@ -245,7 +243,7 @@ def main():
             "ct2-int8": (CT2_WORKER, {**common, "model": ct2, "compute_type": "int8"}),
         }
         for name in ("ct2-float32", "ct2-int8"):
-            engines[name][1].update(module=str(REPO / "keras_transformer" / "ctranslate2_export.py"),
+            engines[name][1].update(repo=str(REPO),
                                     threads=args.ct2_threads, beam_size=args.beam_size, alpha=args.alpha,
                                     max_extra=args.max_extra, exact_limits=not args.ct2_batch_limits)
         names = [n for n in args.engines.split(",") if n]

@@ -12,7 +12,7 @@ import logging
 import os
 import pathlib
 
-from keras_transformer import ctranslate2_export, evaluation
+from keras_transformer import ctranslate2_export, ctranslate2_translator, evaluation
 from keras_transformer.config import TransformerConfig
 from keras_transformer.errors import CheckpointNotFoundError, ConfigError
 from keras_transformer.model import build_model
@@ -61,7 +61,7 @@ def load_translator(model, checkpoint=None, average=None, **options):
     for path in paths:
         check_model_folder(path)
     options = {key: value for key, value in options.items() if value is not None}
-    converted = [path for path in paths if ctranslate2_export.is_ctranslate2_model(path)]
+    converted = [path for path in paths if ctranslate2_translator.is_ctranslate2_model(path)]
     if converted:
         if len(paths) > 1:
             raise ConfigError(f"{converted[0]} is a CTranslate2 export, which decodes alone: an ensemble takes "
@@ -69,7 +69,7 @@ def load_translator(model, checkpoint=None, average=None, **options):
         if checkpoint is not None or average is not None:
             raise ConfigError(f"{paths[0]} is a CTranslate2 export: --checkpoint and --average apply to training "
                               "workdirs.")
-        return ctranslate2_export.CTranslate2Translator(paths[0], **options)
+        return ctranslate2_translator.CTranslate2Translator(paths[0], **options)
     models, configs, vocab_dir = load_models(paths if len(paths) > 1 else paths[0], checkpoint, average,
                                              require_vocabulary=True)
     return Translator.from_models(models, configs[0], vocab_dir, **options)

@@ -14,7 +14,8 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "keras_transformer"
 LAYERS = [
     ("stdlib", ["errors", "files", "arguments", "data", "data.textfile"]),
     ("core", ["config", "masking", "layers", "layers.*", "model", "losses", "metrics", "schedules", "optimizers",
-              "decoding", "keras_internals", "data.batching", "data.synthetic", "data.packed"]),
+              "decoding", "keras_internals", "data.batching", "data.synthetic", "data.packed",
+              "ctranslate2_translator"]),
     ("experiment", ["experiment"]),
     ("workdir", ["workdir", "evaluation"]),
     ("training", ["trainer", "trainer.*"]),
@@ -170,9 +171,10 @@ def test_keras_internals_are_touched_in_one_module_only():
 
 
 @pytest.mark.parametrize("statement", ["import keras_transformer",
+                                       "from keras_transformer.ctranslate2_translator import CTranslate2Translator",
                                        "import keras_transformer.experiment; import keras_transformer.errors",
                                        "from keras_transformer import cli; cli.build_parser()"])
-def test_the_package_the_experiment_config_and_the_command_line_load_without_tensorflow(statement):
+def test_the_package_the_experiment_config_ct2_serving_and_the_command_line_load_without_tensorflow(statement):
     code = f"import sys; {statement}; print(sorted(m for m in ('tensorflow', 'keras') if m in sys.modules))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                             cwd=PACKAGE.parent)
