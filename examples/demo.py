@@ -12,7 +12,10 @@ import pathlib
 import sys
 import time
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from keras_transformer.cli import import_tensorflow_quietly  # noqa: E402
+
+if os.environ.get("KERAS_TRANSFORMER_TF_LOGS", "0") in ("", "0"):
+    import_tensorflow_quietly()  # as the keras-transformer command does: no C++ log lines unless asked
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
