@@ -77,24 +77,25 @@ class TranslatorModule(tf.Module):
         """The `Translator` the signatures run."""
         return self._held.translator
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
+    # Signatures are traced without AutoGraph, as the Translator's methods are (see translation.py).
+    @tf.function(autograph=False, input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
     def serve(self, inputs):
         """Best translation and its score for each input string."""
         outputs = self.translator.translate(inputs)
         return {"translation": outputs["translation"], "score": outputs["score"]}
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
+    @tf.function(autograph=False, input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
     def n_best(self, inputs):
         """All beam hypotheses, best first."""
         return self.translator.n_best(inputs)
 
-    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32, name="source_ids")])
+    @tf.function(autograph=False, input_signature=[tf.TensorSpec([None, None], tf.int32, name="source_ids")])
     def translate_ids(self, source_ids):
         """Token ids in (tokens then eos, pad 0), best hypothesis ids out."""
         tokens, scores = self.translator.translate_ids(source_ids, num_return=1)
         return {"tokens": tokens[:, 0], "score": scores[:, 0]}
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="sources"),
+    @tf.function(autograph=False, input_signature=[tf.TensorSpec([None], tf.string, name="sources"),
                                   tf.TensorSpec([None], tf.string, name="targets")])
     def score(self, sources, targets):
         """Forced decoding: the score of given translations."""
