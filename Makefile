@@ -3,7 +3,6 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
-export TF_CPP_MIN_LOG_LEVEL ?= 2
 # One pytest worker per core (at most 4). Each worker starts with a contiguous share of the tests (so a file's module
 # fixtures are mostly built once) and an idle worker takes tests from the others: no worker idles while one file of
 # slow tests runs alone, as it did with --dist loadfile.
