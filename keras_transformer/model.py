@@ -253,6 +253,12 @@ def decode(model, target, memory=None, source_padding=None, target_padding=None,
     y = p.target_embedding(target)
     y = p.target_position(y, start_index=start)
     y = p.target_dropout(y, training=training)
+    # A decoding step (one new position per row, its keys and values cached) runs the decoder on `(B, D)` rows:
+    # every dense layer is then one 2-D matmul, with no shape arithmetic around it (Keras multiplies a 3-D input
+    # through `tensordot`, which computes shapes at run time when the batch size is unknown).
+    step = self_attention_cache is not None and y.shape[1] == 1
+    if step:
+        y = keras.ops.reshape(y, (-1, y.shape[-1]))
     outputs = p.decoder(
         y, memory, target_padding_mask=target_padding, memory_padding_mask=source_padding,
         self_attention_cache=self_attention_cache, cache_index=cache_index,
@@ -267,5 +273,7 @@ def decode(model, target, memory=None, source_padding=None, target_padding=None,
     else:
         logits = p.target_embedding(hidden, reverse=True)
     logits = keras.ops.cast(logits, "float32")
+    if step:
+        logits = keras.ops.expand_dims(logits, 1)  # (B, 1, V)
     result = (logits,) + outputs[1:]
     return result[0] if len(result) == 1 else result

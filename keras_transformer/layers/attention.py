@@ -146,14 +146,20 @@ class _AttentionBase(keras.layers.Layer):
         self.output_dense.build((*query_shape[:-1], self.num_heads * self.value_dim))
 
     def _split_heads(self, x, size):
+        """`(B, T, H*size)` -> `(B, T, H, size)`; a flat `(B, H*size)` (one position per row) -> `(B, 1, H, size)`."""
+        if len(x.shape) == 2:  # a decoding step: a constant target shape, no shape arithmetic in the graph
+            return ops.reshape(x, (-1, 1, self.num_heads, size))
         batch, length = ops.shape(x)[0], ops.shape(x)[1]
         return ops.reshape(x, (batch, length, self.num_heads, size))
 
-    def _merge_heads(self, x):
+    def _merge_heads(self, x, flat=False):
+        """`(B, T, H, d_v)` -> `(B, T, H*d_v)`, or `(B, H*d_v)` for flat inputs (T = 1)."""
+        if flat:
+            return ops.reshape(x, (-1, self.num_heads * self.value_dim))
         batch, length = ops.shape(x)[0], ops.shape(x)[1]
         return ops.reshape(x, (batch, length, self.num_heads * self.value_dim))
 
-    def _attend(self, query, key_value, attention_mask, training):
+    def _attend(self, query, key_value, attention_mask, training, flat=False):
         """The one hook that runs attention: `query (B,T,H,dk)`, `key_value (B,S,H,dk+dv)`."""
         # ops.split, not slicing: the gradient of a split is one concat, while each slice's
         # gradient writes a zero-filled copy of the whole tensor (measured: 1.17x a training step).
@@ -161,23 +167,26 @@ class _AttentionBase(keras.layers.Layer):
         outputs, weights = scaled_dot_product_attention(
             query, key, value, attention_mask, scale=self.scale_logits,
             dropout_layer=self.attention_dropout, training=training)
-        return self.output_dense(self._merge_heads(outputs)), weights
+        return self.output_dense(self._merge_heads(outputs, flat)), weights
 
-    def _attend_cached(self, query, key, value, attention_mask, beam_size=1):
+    def _attend_cached(self, query, key, value, attention_mask, beam_size=1, flat=False):
         """Attention over a heads-first cache: `query (B*G, T, H, dk)`, `key/value (B, H, S, d)`.
 
         With `beam_size` G > 1 each cache row serves G consecutive query rows
         (the beams of one sentence, for cross-attention): their queries are
         attended together, so the cache is neither repeated nor gathered.
         `attention_mask` broadcasts to `(B, G*T, S)` (key padding, `(B, 1, S)`)
-        when G > 1, to `(B, T, S)` otherwise.
+        when G > 1, to `(B, T, S)` otherwise. With `flat` (the layer's input
+        was `(B*G, D)`, one position per row) the output is `(B*G, D_out)`.
         """
         batch, length = ops.shape(query)[0], ops.shape(query)[1]
         if beam_size > 1:
-            query = ops.reshape(query, (batch // beam_size, beam_size * length, self.num_heads, self.key_dim))
+            query = ops.reshape(query, (-1, beam_size * length, self.num_heads, self.key_dim))
         query = ops.transpose(query, (0, 2, 1, 3))  # (B, H, G*T, dk)
         outputs, weights = heads_first_attention(query, key, value, attention_mask, scale=self.scale_logits)
-        outputs = ops.reshape(ops.transpose(outputs, (0, 2, 1, 3)), (batch, length, self.num_heads * self.value_dim))
+        outputs = self._merge_heads(ops.transpose(outputs, (0, 2, 1, 3)), flat)  # (B*G, T, H*dv) or (B*G, H*dv)
+        if beam_size > 1 and not flat:
+            outputs = ops.reshape(outputs, (batch, length, self.num_heads * self.value_dim))
         if beam_size > 1:  # (B, H, G*T, S) -> (B*G, H, T, S)
             sources = ops.shape(weights)[-1]
             weights = ops.reshape(weights, (batch // beam_size, self.num_heads, beam_size, length, sources))
@@ -263,13 +272,15 @@ class MultiHeadAttention(_AttentionBase):
 
     def call(self, query, value=None, attention_mask=None, cache=None, beam_size=1,
              return_attention_scores=False, training=None):
+        flat = len(query.shape) == 2  # (B, D): one position per row, a decoding step
         q = self._split_heads(self.query_dense(query), self.key_dim)  # (B, T, H, dk)
         if cache is not None:
             key, value = cache  # (B, H, S, dk), (B, H, S, dv)
-            outputs, weights = self._attend_cached(q, key, value, attention_mask, beam_size=int(beam_size))
+            outputs, weights = self._attend_cached(q, key, value, attention_mask, beam_size=int(beam_size),
+                                                   flat=flat)
         else:
             key_value = self._split_heads(self.key_value_dense(value), self.key_dim + self.value_dim)
-            outputs, weights = self._attend(q, key_value, attention_mask, training)
+            outputs, weights = self._attend(q, key_value, attention_mask, training, flat)
         return (outputs, weights) if return_attention_scores else outputs
 
     def compute_output_shape(self, query_shape, value_shape=None):
@@ -324,13 +335,14 @@ class MultiHeadSelfAttention(_AttentionBase):
 
     def call(self, x, attention_mask=None, cache=None, cache_index=None,
              return_attention_scores=False, training=None):
+        flat = len(x.shape) == 2  # (B, D): one position per row, a decoding step
         qkv = self._split_heads(self.qkv_dense(x), 2 * self.key_dim + self.value_dim)  # (B, T, H, 2dk+dv)
         if cache is not None:
-            return self._call_cached(qkv, attention_mask, cache, cache_index, return_attention_scores)
+            return self._call_cached(qkv, attention_mask, cache, cache_index, return_attention_scores, flat)
         query, key_value = ops.split(qkv, [self.key_dim], axis=-1)  # (B, T, H, dk), (B, T, H, dk+dv)
         query_length, key_length = ops.shape(query)[1], ops.shape(key_value)[1]
         mask = self._mask(attention_mask, query_length, key_length, 0)
-        outputs, weights = self._attend(query, key_value, mask, training)
+        outputs, weights = self._attend(query, key_value, mask, training, flat)
         return (outputs, weights) if return_attention_scores else outputs
 
     def _mask(self, attention_mask, query_length, key_length, offset):
@@ -345,7 +357,7 @@ class MultiHeadSelfAttention(_AttentionBase):
             structural = ops.expand_dims(structural, 0)  # (1, T, S)
         return masking.merge_masks(attention_mask, structural)
 
-    def _call_cached(self, qkv, attention_mask, cache, cache_index, return_attention_scores):
+    def _call_cached(self, qkv, attention_mask, cache, cache_index, return_attention_scores, flat=False):
         """One decoding step: writes the new keys/values at `cache_index`, attends over the cache."""
         key_cache, value_cache = cache  # (B, H, S_max, dk), (B, H, S_max, dv)
         offset = 0 if cache_index is None else cache_index
@@ -353,7 +365,7 @@ class MultiHeadSelfAttention(_AttentionBase):
         key_cache = _write_positions(key_cache, offset, ops.transpose(key, (0, 2, 1, 3)))
         value_cache = _write_positions(value_cache, offset, ops.transpose(value, (0, 2, 1, 3)))
         mask = self._mask(attention_mask, ops.shape(query)[1], ops.shape(key_cache)[2], offset)
-        outputs, weights = self._attend_cached(query, key_cache, value_cache, mask)
+        outputs, weights = self._attend_cached(query, key_cache, value_cache, mask, flat=flat)
         if return_attention_scores:
             return outputs, (key_cache, value_cache), weights
         return outputs, (key_cache, value_cache)
