@@ -184,9 +184,8 @@ class _AttentionBase(keras.layers.Layer):
             query = ops.reshape(query, (-1, beam_size * length, self.num_heads, self.key_dim))
         query = ops.transpose(query, (0, 2, 1, 3))  # (B, H, G*T, dk)
         outputs, weights = heads_first_attention(query, key, value, attention_mask, scale=self.scale_logits)
-        outputs = self._merge_heads(ops.transpose(outputs, (0, 2, 1, 3)), flat)  # (B*G, T, H*dv) or (B*G, H*dv)
-        if beam_size > 1 and not flat:
-            outputs = ops.reshape(outputs, (batch, length, self.num_heads * self.value_dim))
+        merged = (-1, self.num_heads * self.value_dim) if flat else (batch, length, self.num_heads * self.value_dim)
+        outputs = ops.reshape(ops.transpose(outputs, (0, 2, 1, 3)), merged)  # (B*G, H*dv) or (B*G, T, H*dv)
         if beam_size > 1:  # (B, H, G*T, S) -> (B*G, H, T, S)
             sources = ops.shape(weights)[-1]
             weights = ops.reshape(weights, (batch // beam_size, self.num_heads, beam_size, length, sources))
