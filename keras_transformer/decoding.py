@@ -12,8 +12,10 @@ How a batch is decoded:
    `(B, H, S, d)`, one copy per sentence that its K beams share.
 2. Each step feeds only the newest token `(B*K, 1)` to the decoder. Its
    self-attention keys and values are written into each layer's two caches
-   `(B*K, H, T_max, d)` at the step's position, so a step costs one token's
+   `(B*K, H, T, d)` at the step's position, so a step costs one token's
    worth of projections and attention reads the caches without transposing them.
+   The caches start with `FIRST_CACHE_STAGE` positions and grow once, to the
+   whole output buffer, if a search runs longer (`cache_stages`).
 3. Beam search keeps `K` alive and `K` finished hypotheses per sentence in
    fixed-shape tensors; when hypotheses are reordered, each layer's cache rows
    are reordered with one gather per tensor. Candidates are chosen from each
@@ -248,16 +250,16 @@ def ensemble_members(model):
     return models
 
 
-def _member_step(model, source, pad_id, beams, steps, use_cache):
+def _member_step(model, source, pad_id, beams, steps, use_cache, cache_length):
     """One model's half of `_step_function`: `(step, cache)` returning the newest position's float32 logits."""
     memory, source_padding = encode(model, source, pad_id)  # (B, S, D), (B, S)
     decoder = parts(model).decoder
 
     if use_cache:
         # Cross-attention: N pairs (B, H, S, dk), (B, H, S, dv), one row per sentence shared by its K beams.
-        # Self-attention: N pairs (B*K, H, T_max, dk), (B*K, H, T_max, dv).
+        # Self-attention: N pairs (B*K, H, T, dk), (B*K, H, T, dv), T = the first cache stage (grown later).
         cross = decoder.cross_attention_cache(memory)
-        cache = decoder.initial_cache(ops.shape(source)[0] * beams, steps)
+        cache = decoder.initial_cache(ops.shape(source)[0] * beams, cache_length)
         kernel = output_kernel(model)  # (D, V), transposed once here rather than at every step
 
         def step(sequences, t, cache):
@@ -284,7 +286,7 @@ def _combine(log_probs):
     return ops.logsumexp(ops.stack(log_probs), axis=0) - math.log(len(log_probs))
 
 
-def _step_function(models, source, pad_id, beams, steps, use_cache):
+def _step_function(models, source, pad_id, beams, steps, use_cache, cache_length):
     """Encodes `source` once per model and returns `(step, cache)` for a `(B*beams)`-row decoder.
 
     `step(sequences, t, cache)` takes the token buffer `(B*beams, steps + 1)`
@@ -301,7 +303,7 @@ def _step_function(models, source, pad_id, beams, steps, use_cache):
     step reruns the decoder over the whole fixed-width prefix buffer (the
     baseline the benchmark compares with) and the cache is a dummy tensor.
     """
-    members = [_member_step(m, source, pad_id, beams, steps, use_cache) for m in models]
+    members = [_member_step(m, source, pad_id, beams, steps, use_cache, cache_length) for m in models]
     sizes = [len(cache) for _, cache in members]
     cache = tuple(pair for _, member_cache in members for pair in member_cache) if use_cache else ops.zeros((1,))
 
@@ -323,6 +325,55 @@ def _step_function(models, source, pad_id, beams, steps, use_cache):
 def _excluded(tokens, pad_id, bos_id):
     """True where a token id is one that is never produced (padding, bos)."""
     return ops.logical_or(ops.equal(tokens, pad_id), ops.equal(tokens, bos_id))
+
+
+# The self-attention caches grow in two stages: the search first runs a loop over caches of
+# `FIRST_CACHE_STAGE` positions, and only if some sentence needs more steps pads them to the whole
+# output buffer and goes on in a second loop. Writing a step's keys and values, reordering the
+# beams and attending all cost in proportion to the cache length, and most outputs are short,
+# so most steps work on a short cache instead of the `source length + max_extra` buffer. (Each
+# loop's body is traced once: two stages, not a doubling series, keep tracing time low.)
+FIRST_CACHE_STAGE = 32
+
+
+def cache_stages(steps):
+    """The cache lengths of the successive search loops for an output buffer of `steps` positions.
+
+    `[FIRST_CACHE_STAGE, steps]`, or `[steps]` when the buffer is not longer than the first
+    stage. `steps` may be a tensor (a source width unknown until run time); the first stage is
+    then always used.
+
+    Example:
+
+    >>> cache_stages(90), cache_stages(32), cache_stages(5)
+    ([32, 90], [32], [5])
+    """
+    if isinstance(steps, int) and steps <= FIRST_CACHE_STAGE:
+        return [steps]
+    return [FIRST_CACHE_STAGE, steps]
+
+
+def _grow(cache, length):
+    """Pads every `(rows, H, T, d)` cache tensor to at least `length` positions (zeros, which attention masks out)."""
+    return tuple(tuple(ops.pad(tensor, [[0, 0], [0, 0], [0, ops.maximum(length - ops.shape(tensor)[2], 0)], [0, 0]])
+                       for tensor in pair)
+                 for pair in cache)
+
+
+def _search_loop(cond, body, state, stages):
+    """`while cond(state): state = body(state)`, one `while_loop` per cache length in `stages`.
+
+    A loop runs while `cond` holds and the step `t` still fits its cache; the caches then grow to
+    the next length. With one stage this is a single `while_loop`.
+    """
+    for index, length in enumerate(stages):
+        if index:
+            state = {**state, "cache": _grow(state["cache"], length)}
+
+        def fits(state, length=length):
+            return ops.logical_and(ops.less(state["t"], length), cond(state))
+        state = ops.while_loop(fits, body, state)
+    return state
 
 
 # ----------------------------------------------------------------- decoding
@@ -361,7 +412,8 @@ def greedy_decode(model, source, max_extra=50, max_length=None, pad_id=0, bos_id
     source = _token_ids("greedy_decode", "source", source, models[0])
     batch = ops.shape(source)[0]
     limits, steps = output_limits(models[0], source, pad_id, max_extra, max_length)  # (B,), T_max
-    step, cache = _step_function(models, source, pad_id, 1, steps, use_cache)
+    stages = cache_stages(steps) if use_cache else [steps]
+    step, cache = _step_function(models, source, pad_id, 1, steps, use_cache, stages[0])
 
     sequences = _write_column(ops.full((batch, steps + 1), pad_id, dtype="int32"), 0,
                               ops.full((batch,), bos_id, dtype="int32"))  # (B, T_max + 1)
@@ -390,7 +442,7 @@ def greedy_decode(model, source, max_extra=50, max_length=None, pad_id=0, bos_id
         return {"t": t + 1, "sequences": _write_column(state["sequences"], t + 1, token),
                 "cache": cache, "scores": scores, "finished": finished}
 
-    state = ops.while_loop(cond, body, state)
+    state = _search_loop(cond, body, state, stages)
     return state["sequences"][:, 1:], state["scores"]
 
 
@@ -447,7 +499,8 @@ def beam_search(model, source, beam_size=4, alpha=0.6, max_extra=50, max_length=
     batch = ops.shape(source)[0]
     limits, steps = output_limits(models[0], source, pad_id, max_extra, max_length)  # (B,), T_max
     best_possible_penalty = length_penalty(limits, alpha)  # (B,)
-    step, cache = _step_function(models, source, pad_id, beams, steps, use_cache)
+    stages = cache_stages(steps) if use_cache else [steps]
+    step, cache = _step_function(models, source, pad_id, beams, steps, use_cache, stages[0])
 
     empty = ops.full((batch, beams, steps + 1), pad_id, dtype="int32")  # (B, K, T_max + 1)
     first_beam_only = ops.where(ops.arange(beams) == 0, 0.0, NEG_INF)  # only beam 0 is live at t = 0
@@ -510,7 +563,7 @@ def beam_search(model, source, beam_size=4, alpha=0.6, max_extra=50, max_length=
         return {"t": length, "alive": alive, "alive_log_probs": alive_log_probs, "finished": finished,
                 "finished_scores": finished_scores, "done": done, "cache": cache}
 
-    state = ops.while_loop(cond, body, state)
+    state = _search_loop(cond, body, state, stages)
     scores = state["finished_scores"][:, :num_return]  # (B, R)
     tokens = state["finished"][:, :num_return, 1:]  # (B, R, T_max)
     # A slot that never received a hypothesis (tiny vocabularies only) comes back as all padding.

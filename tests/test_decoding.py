@@ -145,6 +145,31 @@ def test_uncached_search_gives_the_same_output(random_model):
         np.testing.assert_allclose(cached_scores, plain_scores, atol=1e-4)
 
 
+@pytest.mark.parametrize("mode", ["graph", "eager"])
+def test_search_through_both_cache_stages_gives_the_same_output(random_model, monkeypatch, mode):
+    """With a first cache stage of 3 positions every search grows its caches and goes on in a second loop.
+
+    The untrained model's outputs run to their length limits, well past the first stage. The
+    outputs must equal the uncached search's, which keeps no cache at all: with unknown shapes
+    (graph; the second stage's caches then have a length known only at run time) and eagerly.
+    """
+    source = padded(SOURCES)
+    searches = ((decoding.greedy_decode, GREEDY), (decoding.beam_search, BEAM))
+    expected = [run(search, random_model, source, **options, use_cache=False) for search, options in searches]
+    monkeypatch.setattr(decoding, "FIRST_CACHE_STAGE", 3)
+    assert decoding.cache_stages(14) == [3, 14]
+    for (search, options), (plain_tokens, plain_scores) in zip(searches, expected):
+        if mode == "eager":
+            tokens, scores = search(random_model, source, **options)
+        else:
+            graph = tf.function(lambda s, search=search, options=options: search(random_model, s, **options),
+                                input_signature=[tf.TensorSpec([None, None], tf.int32)])
+            tokens, scores = graph(tf.constant(source))
+        assert int(np.sum(np.asarray(plain_tokens) != 0, axis=-1).max()) > 3  # the second stage ran
+        np.testing.assert_array_equal(tokens, plain_tokens)
+        np.testing.assert_allclose(scores, plain_scores, atol=1e-4)
+
+
 def test_xla_compiled_search_matches_eager(trained_copy_model):
     model, _ = trained_copy_model
     source = padded(SOURCES)

@@ -101,16 +101,22 @@ def heads_first_attention(query, key, value, attention_mask=None, scale=True):
 def _write_positions(cache, start, new):
     """`cache (B, H, S_max, d)` with `new (B, H, T, d)` written at positions `start .. start + T - 1`.
 
-    One new position (a decoding step) is written with a select over the cache: TensorFlow runs
-    `ops.slice_update` as an XLA op outside XLA, whose dispatch cost more than the copy itself
-    (measured: a single-sentence beam search spent a third of its time there). Several positions
-    (a prefix fed at once) use `slice_update`.
+    One new position (a decoding step) is written with a scatter of one `d`-vector per row and
+    head. Measured alternatives: `ops.slice_update` runs in TensorFlow as an XLA op outside XLA,
+    whose dispatch cost more than the copy itself (a single-sentence beam search spent a third of
+    its time there); a select over the whole cache costs 3-4x the scatter (a broadcast select reads
+    and writes every position). Several positions (a prefix fed at once) use `slice_update`.
     """
     new = ops.cast(new, cache.dtype)
     if new.shape[2] != 1:
         return ops.slice_update(cache, [0, 0, start, 0], new)
-    here = ops.equal(ops.arange(ops.shape(cache)[2]), start)  # (S_max,)
-    return ops.where(ops.reshape(here, (1, 1, -1, 1)), new, cache)
+    heads, size = cache.shape[1], cache.shape[3]
+    length = ops.shape(cache)[2]
+    flat = ops.reshape(cache, (-1, length, size))  # (B*H, S_max, d)
+    rows = ops.shape(flat)[0]
+    index = ops.stack([ops.arange(rows, dtype="int32"), ops.full((rows,), start, dtype="int32")], axis=1)
+    flat = ops.scatter_update(flat, index, ops.reshape(new, (-1, size)))  # row i, position start
+    return ops.reshape(flat, (-1, heads, length, size))
 
 
 class _AttentionBase(keras.layers.Layer):
