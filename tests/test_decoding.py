@@ -170,6 +170,20 @@ def test_search_through_both_cache_stages_gives_the_same_output(random_model, mo
         np.testing.assert_allclose(scores, plain_scores, atol=1e-4)
 
 
+@pytest.mark.parametrize("vocab, k, block", [(8000, 12, 32), (37, 6, 4), (40, 10, 4), (9, 4, 2), (30, 12, 32)])
+def test_top_k_by_blocks_equals_a_full_top_k(vocab, k, block):
+    """Same values and ids as `tf.math.top_k`, ties (many repeated values) resolved to the lower id alike."""
+    rng = np.random.default_rng(vocab + k)
+    values = np.concatenate([rng.normal(size=(6, vocab)),                       # distinct values
+                             rng.integers(0, 5, size=(6, vocab)).astype(float),  # many ties
+                             np.full((1, vocab), 2.0)], 0).astype("float32")     # all equal
+    values[0, -1] = 100.0  # the best id in the last (padded) block
+    expected_values, expected_ids = tf.math.top_k(values, k)
+    top_values, ids = decoding.top_k_by_blocks(values, k, block=block)
+    np.testing.assert_array_equal(ids, expected_ids)
+    np.testing.assert_array_equal(top_values, expected_values)
+
+
 def test_xla_compiled_search_matches_eager(trained_copy_model):
     model, _ = trained_copy_model
     source = padded(SOURCES)
