@@ -397,10 +397,19 @@ def cache_stages(steps):
 
 
 def _grow(cache, length):
-    """Pads every `(rows, H, T, d)` cache tensor to at least `length` positions (zeros, which attention masks out)."""
-    return tuple(tuple(ops.pad(tensor, [[0, 0], [0, 0], [0, ops.maximum(length - ops.shape(tensor)[2], 0)], [0, 0]])
-                       for tensor in pair)
-                 for pair in cache)
+    """Pads every `(rows, H, T, d)` cache tensor to at least `length` positions (zeros, which attention masks out).
+
+    With a static `length` the padding is a Python int (XLA and JAX need static shapes); a
+    `length` known only at run time (TensorFlow graphs) gives caches of unknown length.
+    """
+    def padded(tensor):
+        current = tensor.shape[2]
+        if isinstance(length, int) and isinstance(current, int):
+            extra = max(length - current, 0)
+        else:
+            extra = ops.maximum(length - ops.shape(tensor)[2], 0)
+        return ops.pad(tensor, [[0, 0], [0, 0], [0, extra], [0, 0]])
+    return tuple(tuple(padded(tensor) for tensor in pair) for pair in cache)
 
 
 def _search_loop(cond, body, state, stages):
