@@ -14,8 +14,9 @@ How a batch is decoded:
    self-attention keys and values are written into each layer's two caches
    `(B*K, H, T, d)` at the step's position, so a step costs one token's
    worth of projections and attention reads the caches without transposing them.
-   The caches start with `FIRST_CACHE_STAGE` positions and grow once, to the
-   whole output buffer, if a search runs longer (`cache_stages`).
+   With `first_cache_stage` (as `Translator` decodes) the caches start with
+   that many positions and grow once, to the whole output buffer, if a search
+   runs longer (`cache_stages`).
 3. Beam search keeps `K` alive and `K` finished hypotheses per sentence in
    fixed-shape tensors; when hypotheses are reordered, each layer's cache rows
    are reordered with one gather per tensor. Candidates are chosen from each
@@ -370,30 +371,36 @@ def _excluded(tokens, pad_id, bos_id):
     return ops.logical_or(ops.equal(tokens, pad_id), ops.equal(tokens, bos_id))
 
 
-# The self-attention caches grow in two stages: the search first runs a loop over caches of
-# `FIRST_CACHE_STAGE` positions, and only if some sentence needs more steps pads them to the whole
-# output buffer and goes on in a second loop. Writing a step's keys and values, reordering the
-# beams and attending all cost in proportion to the cache length, and most outputs are short,
-# so most steps work on a short cache instead of the `source length + max_extra` buffer. (Each
-# loop's body is traced once: two stages, not a doubling series, keep tracing time low.)
+# The self-attention caches can grow in two stages: the search first runs a loop over caches of a
+# few positions, and only if some sentence needs more steps pads them to the whole output buffer and
+# goes on in a second loop. Writing a step's keys and values, reordering the beams and attending all
+# cost in proportion to the cache length, and most outputs are short, so most steps then work on a
+# short cache instead of the `source length + max_extra` buffer. The second loop's body is traced
+# too, which a process pays once per search shape; `Translator` (and so every export) uses stages,
+# the functions here only when asked (`first_cache_stage`).
 FIRST_CACHE_STAGE = 32
 
 
-def cache_stages(steps):
+def cache_stages(steps, first_cache_stage=None):
     """The cache lengths of the successive search loops for an output buffer of `steps` positions.
 
-    `[FIRST_CACHE_STAGE, steps]`, or `[steps]` when the buffer is not longer than the first
-    stage. `steps` may be a tensor (a source width unknown until run time); the first stage is
-    then always used.
+    `[first_cache_stage, steps]`, or `[steps]` without a first stage or when the buffer is not
+    longer than it. `steps` may be a tensor (a source width unknown until run time); the first
+    stage is then always used.
 
     Example:
 
-    >>> cache_stages(90), cache_stages(32), cache_stages(5)
-    ([32, 90], [32], [5])
+    >>> cache_stages(90, 32), cache_stages(32, 32), cache_stages(90)
+    ([32, 90], [32], [90])
     """
-    if isinstance(steps, int) and steps <= FIRST_CACHE_STAGE:
+    if first_cache_stage is None:
         return [steps]
-    return [FIRST_CACHE_STAGE, steps]
+    first = int(first_cache_stage)
+    if first < 1:
+        raise ValueError(f"first_cache_stage must be a positive number of positions (or None), got {first_cache_stage}.")
+    if isinstance(steps, int) and steps <= first:
+        return [steps]
+    return [first, steps]
 
 
 def _grow(cache, length):
@@ -432,7 +439,7 @@ def _search_loop(cond, body, state, stages):
 
 
 def greedy_decode(model, source, max_extra=50, max_length=None, pad_id=0, bos_id=2, eos_id=3,
-                  use_cache=True):
+                  use_cache=True, first_cache_stage=None):
     """Decodes a batch by taking the most likely token at every step.
 
     Args:
@@ -445,6 +452,11 @@ def greedy_decode(model, source, max_extra=50, max_length=None, pad_id=0, bos_id
         pad_id, bos_id, eos_id: the special ids (`TransformerConfig` defaults).
         use_cache: decode with the key/value cache (True), or rerun the decoder
             over the whole prefix at every step (False; for benchmarks and tests).
+        first_cache_stage: with a cache, first decode over caches of this many
+            positions and grow them to the whole buffer only if a sentence needs
+            more steps (faster for short outputs; one more loop to trace; the
+            same output). None: one loop over the whole buffer. `Translator`
+            uses `FIRST_CACHE_STAGE`.
 
     Returns:
         `(tokens, scores)`: int32 `(B, T)` outputs ending with eos (unless cut
@@ -464,7 +476,7 @@ def greedy_decode(model, source, max_extra=50, max_length=None, pad_id=0, bos_id
     source = _token_ids("greedy_decode", "source", source, models[0])
     batch = ops.shape(source)[0]
     limits, steps = output_limits(models[0], source, pad_id, max_extra, max_length)  # (B,), T_max
-    stages = cache_stages(steps) if use_cache else [steps]
+    stages = cache_stages(steps, first_cache_stage) if use_cache else [steps]
     step, cache = _step_function(models, source, pad_id, 1, steps, use_cache, stages[0])
 
     sequences = _write_column(ops.full((batch, steps + 1), pad_id, dtype="int32"), 0,
@@ -499,7 +511,7 @@ def greedy_decode(model, source, max_extra=50, max_length=None, pad_id=0, bos_id
 
 
 def beam_search(model, source, beam_size=4, alpha=0.6, max_extra=50, max_length=None, num_return=1,
-                pad_id=0, bos_id=2, eos_id=3, use_cache=True):
+                pad_id=0, bos_id=2, eos_id=3, use_cache=True, first_cache_stage=None):
     """Beam search with the GNMT length penalty, batched, with a key/value cache.
 
     At every step each alive hypothesis is extended by every token and the
@@ -523,7 +535,7 @@ def beam_search(model, source, beam_size=4, alpha=0.6, max_extra=50, max_length=
         max_length: optional absolute cap on output tokens.
         num_return: how many of the best hypotheses to return (n-best), <= beam_size.
         pad_id, bos_id, eos_id: the special ids.
-        use_cache: as in `greedy_decode`.
+        use_cache, first_cache_stage: as in `greedy_decode`.
 
     Returns:
         `(tokens, scores)`: int32 `(B, num_return, T)` hypotheses, best first,
@@ -551,7 +563,7 @@ def beam_search(model, source, beam_size=4, alpha=0.6, max_extra=50, max_length=
     batch = ops.shape(source)[0]
     limits, steps = output_limits(models[0], source, pad_id, max_extra, max_length)  # (B,), T_max
     best_possible_penalty = length_penalty(limits, alpha)  # (B,)
-    stages = cache_stages(steps) if use_cache else [steps]
+    stages = cache_stages(steps, first_cache_stage) if use_cache else [steps]
     step, cache = _step_function(models, source, pad_id, beams, steps, use_cache, stages[0])
 
     empty = ops.full((batch, beams, steps + 1), pad_id, dtype="int32")  # (B, K, T_max + 1)

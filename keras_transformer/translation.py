@@ -349,7 +349,8 @@ class Translator(tf.Module):
         target = self.target_tokenizer
         return decoding.beam_search(self.models, source, beam_size=self.beam_size, alpha=self.alpha,
                                     max_extra=self.max_extra, num_return=num_return, pad_id=target.pad_id,
-                                    bos_id=target.bos_id, eos_id=target.eos_id)
+                                    bos_id=target.bos_id, eos_id=target.eos_id,
+                                    first_cache_stage=decoding.FIRST_CACHE_STAGE)
 
     def _search_in_length_order(self, source, num_return):
         """`_search` over `chunk_size` sentences at a time, shortest sources first, results in input order.

@@ -146,7 +146,7 @@ def test_uncached_search_gives_the_same_output(random_model):
 
 
 @pytest.mark.parametrize("mode", ["graph", "eager"])
-def test_search_through_both_cache_stages_gives_the_same_output(random_model, monkeypatch, mode):
+def test_search_through_both_cache_stages_gives_the_same_output(random_model, mode):
     """With a first cache stage of 3 positions every search grows its caches and goes on in a second loop.
 
     The untrained model's outputs run to their length limits, well past the first stage. The
@@ -156,9 +156,11 @@ def test_search_through_both_cache_stages_gives_the_same_output(random_model, mo
     source = padded(SOURCES)
     searches = ((decoding.greedy_decode, GREEDY), (decoding.beam_search, BEAM))
     expected = [run(search, random_model, source, **options, use_cache=False) for search, options in searches]
-    monkeypatch.setattr(decoding, "FIRST_CACHE_STAGE", 3)
-    assert decoding.cache_stages(14) == [3, 14]
+    assert decoding.cache_stages(14, 3) == [3, 14]
+    with pytest.raises(ValueError, match="first_cache_stage"):
+        decoding.beam_search(random_model, source, first_cache_stage=0)
     for (search, options), (plain_tokens, plain_scores) in zip(searches, expected):
+        options = {**options, "first_cache_stage": 3}
         if mode == "eager":
             tokens, scores = search(random_model, source, **options)
         else:
