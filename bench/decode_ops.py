@@ -6,8 +6,8 @@
    `decoding.top_k_by_blocks` (the same values and ids), for 5, 40 and 320 rows of 8,000 logits and k = 12
    (beam 5: 2K + 2), the rows of one sentence, of a chunk of 8 sentences and of a batch of 64.
 2. Writing one position of a `(rows, H, T, d)` cache: a select over the whole cache (the write decoding used
-   before) against a scatter of one `d`-vector per row and head (`ops.scatter_update`, the write it uses now),
-   and a gather of the cache rows (the beam reorder) for scale.
+   before) against `layers.attention.write_positions` (a scatter of one `d`-vector per row and head, the write
+   it uses now), and a gather of the cache rows (the beam reorder) for scale.
 
 Each case runs `--iterations` times inside one `tf.function` while loop (so the per-op cost is the graph
 executor's, as in a SavedModel), `--repeats` times; the table gives the best repeat's time per iteration. Each
@@ -47,6 +47,7 @@ def main(argv=None):
     from keras import ops
 
     from keras_transformer.decoding import top_k_by_blocks
+    from keras_transformer.layers.attention import write_positions
 
     n = args.iterations
 
@@ -77,14 +78,10 @@ def main(argv=None):
         def select(x, a, new=new):
             here = ops.equal(ops.arange(length), 7)
             written = ops.where(ops.reshape(here, (1, 1, -1, 1)), new + a, x)
-            return ops.sum(written[:, 0, 0, 0])
+            return ops.sum(written[:, 0, 7, 0])
 
         def scatter(x, a, new=new):
-            flat = ops.reshape(x, (-1, length, size))
-            count = ops.shape(flat)[0]
-            index = ops.stack([ops.arange(count, dtype="int32"), ops.full((count,), 7, dtype="int32")], axis=1)
-            written = ops.scatter_update(flat, index, ops.reshape(new + a, (-1, size)))
-            return ops.sum(written[:, 0, 0])
+            return ops.sum(write_positions(x, 7, new + a)[:, 0, 7, 0])
 
         def gather(x, a, reorder=reorder):
             return ops.sum(ops.take(x, reorder + ops.cast(a * 0.0, "int32"), axis=0)[:, 0, 0, 0])

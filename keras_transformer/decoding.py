@@ -175,14 +175,14 @@ def top_k_by_blocks(values, k, block=32):
     if blocks * block != vocab:
         values = ops.pad(values, [[0, 0], [0, blocks * block - vocab]], constant_values=NEG_INF)
     grid = ops.reshape(values, (-1, blocks, block))  # (R, blocks, block)
-    chosen = ops.sort(ops.top_k(ops.max(grid, axis=-1), k)[1], axis=-1)  # (R, k) block numbers, in id order
+    chosen = ops.cast(ops.sort(ops.top_k(ops.max(grid, axis=-1), k)[1], axis=-1), "int32")  # (R, k), id order
     rows = ops.shape(grid)[0]
-    flat = ops.expand_dims(ops.arange(rows, dtype="int32") * blocks, 1) + ops.cast(chosen, "int32")  # (R, k)
+    flat = ops.expand_dims(ops.arange(rows, dtype="int32") * blocks, 1) + chosen  # (R, k)
     candidates = ops.reshape(ops.take(ops.reshape(grid, (-1, block)), ops.reshape(flat, (-1,)), axis=0),
                              (-1, k * block))  # (R, k * block)
     top_values, position = ops.top_k(candidates, k)
     position = ops.cast(position, "int32")
-    block_of = ops.take_along_axis(ops.cast(chosen, "int32"), position // block, axis=1)
+    block_of = ops.take_along_axis(chosen, position // block, axis=1)
     return top_values, block_of * block + position % block
 
 

@@ -98,7 +98,7 @@ def heads_first_attention(query, key, value, attention_mask=None, scale=True):
     return ops.matmul(weights, value), weights  # (B, H, T, d_v)
 
 
-def _write_positions(cache, start, new):
+def write_positions(cache, start, new):
     """`cache (B, H, S_max, d)` with `new (B, H, T, d)` written at positions `start .. start + T - 1`.
 
     One new position (a decoding step) is written with a scatter of one `d`-vector per row and
@@ -367,8 +367,8 @@ class MultiHeadSelfAttention(_AttentionBase):
         key_cache, value_cache = cache  # (B, H, S_max, dk), (B, H, S_max, dv)
         offset = 0 if cache_index is None else cache_index
         query, key, value = ops.split(qkv, [self.key_dim, 2 * self.key_dim], axis=-1)  # (B, T, H, d) each
-        key_cache = _write_positions(key_cache, offset, ops.transpose(key, (0, 2, 1, 3)))
-        value_cache = _write_positions(value_cache, offset, ops.transpose(value, (0, 2, 1, 3)))
+        key_cache = write_positions(key_cache, offset, ops.transpose(key, (0, 2, 1, 3)))
+        value_cache = write_positions(value_cache, offset, ops.transpose(value, (0, 2, 1, 3)))
         mask = self._mask(attention_mask, ops.shape(query)[1], ops.shape(key_cache)[2], offset)
         outputs, weights = self._attend_cached(query, key_cache, value_cache, mask, flat=flat)
         if return_attention_scores:
