@@ -8,14 +8,18 @@ What it does:
 1. Rebuilds the Keras model from the export's ``assets.extra/`` and writes, into a
    temporary folder, (i) a fresh SavedModel with the benchmark's decoding settings
    baked in (beam, alpha, max_extra: a SavedModel fixes them at export; pass
-   ``--no-reexport`` to time the folder as it is, with its own settings) and (ii) a
+   ``--no-reexport`` to time the folder as it is, with its own settings; ``--no-xla`` to
+   export it without XLA; the engine ``savedmodel-no-xla`` adds such an export) and (ii) a
    CTranslate2 export of the same weights (float32; int8 is CTranslate2's
    ``compute_type="int8"`` on that folder).
 2. Starts one worker process per engine, each pinned to the same CPUs when
    ``--cpus`` is given (``taskset``). The SavedModel worker imports only
    ``tensorflow`` and ``tensorflow_text``; the CTranslate2 workers import
    ``keras_transformer.ctranslate2_translator`` (``ctranslate2``,
-   ``sentencepiece``, ``numpy``: neither Keras nor TensorFlow). Each loads its model and warms up.
+   ``sentencepiece``, ``numpy``: neither Keras nor TensorFlow). Each loads its model and warms up
+   with one untimed pass over all three modes below, one worker after the other; the table's
+   ``warm-up s`` is its wall time (an XLA-compiled SavedModel compiles one program per padded
+   input shape then, as a serving process does on its first requests).
 3. Runs ``--rounds`` rounds; in each, the engines take turns (never at the same
    time) on the same sentences: (a) batches of 64 in file order, (b) batches of 64
    sorted by length, (c) ``--latency-sentences`` sentences one at a time (p50 and
@@ -78,10 +82,11 @@ def measure(translate, sentences, batch_size, order, latency_count):
     return results
 
 def serve(translate, setup):
-    warm = setup["sentences"][: setup["batch_size"]]
-    translate(warm)
-    translate(warm[:1])
-    print(json.dumps({"ready": True}), flush=True)
+    # One untimed pass over every mode first: an XLA-compiled SavedModel compiles one program per
+    # padded input shape on first use, and a serving process pays that once. Its wall time is reported.
+    start = time.perf_counter()
+    measure(translate, setup["sentences"], setup["batch_size"], setup["order"], setup["latency_sentences"])
+    print(json.dumps({"ready": True, "warmup_seconds": time.perf_counter() - start}), flush=True)
     for line in sys.stdin:
         command = json.loads(line)
         if command.get("stop"):
@@ -133,6 +138,7 @@ class Worker:
         self._send(setup)
         ready = self._receive()
         assert ready.get("ready"), f"{name} did not start: {ready}"
+        self.warmup_seconds = ready["warmup_seconds"]
 
     def _send(self, message):
         self.process.stdin.write(json.dumps(message) + "\n")
@@ -165,21 +171,27 @@ def read_gz(path):
 
 
 def prepare(args, folder):
-    """Writes the SavedModel (re-exported with the benchmark settings) and the CTranslate2 export; returns paths."""
+    """Writes the SavedModel(s) (re-exported with the benchmark settings) and the CTranslate2 export.
+
+    Returns `(saved_model, saved_model_without_xla or None, ct2)` paths.
+    """
     from keras_transformer.config import TransformerConfig
     from keras_transformer.ctranslate2_export import export_ctranslate2
     from keras_transformer.export import export_translator, load_keras_translator
 
     extra = pathlib.Path(args.export) / "assets.extra"
-    translator = load_keras_translator(args.export, beam_size=args.beam_size, alpha=args.alpha,
-                                       max_extra=args.max_extra)
+    settings = dict(beam_size=args.beam_size, alpha=args.alpha, max_extra=args.max_extra)
+    translator = load_keras_translator(args.export, jit_compile=not args.no_xla, **settings)
     config = TransformerConfig.from_yaml(extra / "model.yaml")
     saved_model = args.export
     if not args.no_reexport:
         saved_model = export_translator(translator, folder / "saved_model", config=config)
-    ct2 = export_ctranslate2(translator.model, config, extra / "vocab", folder / "ct2", beam_size=args.beam_size,
-                             alpha=args.alpha, max_extra=args.max_extra)
-    return str(saved_model), str(ct2)
+    without_xla = None
+    if "savedmodel-no-xla" in args.engines.split(","):
+        plain = load_keras_translator(args.export, jit_compile=False, **settings)
+        without_xla = str(export_translator(plain, folder / "saved_model_no_xla", config=config))
+    ct2 = export_ctranslate2(translator.model, config, extra / "vocab", folder / "ct2", **settings)
+    return str(saved_model), without_xla, str(ct2)
 
 
 # --------------------------------------------------------------------------- report
@@ -213,7 +225,11 @@ def main():
     parser.add_argument("--tf-threads", type=int, default=1, help="SavedModel intra-op threads (inter-op: 1)")
     parser.add_argument("--ct2-threads", type=int, default=1, help="CTranslate2 intra_threads (inter_threads: 1)")
     parser.add_argument("--cpus", default=None, help="pin every worker to these CPUs with taskset, e.g. 0 or 0-3")
-    parser.add_argument("--engines", default="savedmodel,ct2-float32,ct2-int8")
+    parser.add_argument("--engines", default="savedmodel,ct2-float32,ct2-int8",
+                        help="comma-separated: savedmodel, savedmodel-no-xla (the same export without XLA), "
+                             "ct2-float32, ct2-int8")
+    parser.add_argument("--no-xla", action="store_true",
+                        help="re-export the SavedModel without XLA (keras-transformer export --no-xla)")
     parser.add_argument("--ct2-batch-limits", action="store_true",
                         help="CTranslate2: one length limit per batch (its longest sentence's) instead of grouping "
                              "sentences by their own limit")
@@ -233,12 +249,13 @@ def main():
     folder = pathlib.Path(tempfile.mkdtemp(prefix="decode_vs_ct2-"))
     try:
         start = time.perf_counter()
-        saved_model, ct2 = prepare(args, folder)
+        saved_model, without_xla, ct2 = prepare(args, folder)
         print(f"exports written in {time.perf_counter() - start:.0f} s", flush=True)
         common = {"sentences": sentences, "order": order, "batch_size": args.batch_size,
                   "latency_sentences": min(args.latency_sentences, len(sentences))}
         engines = {
             "savedmodel": (TF_WORKER, {**common, "model": saved_model, "threads": args.tf_threads}),
+            "savedmodel-no-xla": (TF_WORKER, {**common, "model": without_xla, "threads": args.tf_threads}),
             "ct2-float32": (CT2_WORKER, {**common, "model": ct2, "compute_type": "float32"}),
             "ct2-int8": (CT2_WORKER, {**common, "model": ct2, "compute_type": "int8"}),
         }
@@ -247,7 +264,7 @@ def main():
                                     threads=args.ct2_threads, beam_size=args.beam_size, alpha=args.alpha,
                                     max_extra=args.max_extra, exact_limits=not args.ct2_batch_limits)
         names = [n for n in args.engines.split(",") if n]
-        workers = {name: Worker(name, *engines[name], cpus=args.cpus) for name in names}
+        workers = {name: Worker(name, *engines[name], cpus=args.cpus) for name in names}  # one at a time
         results = {name: [] for name in names}
         try:
             for round_index in range(args.rounds):
@@ -258,6 +275,7 @@ def main():
                     results[name].append(result)
                 print(f"round {round_index + 1}/{args.rounds} done", flush=True)
         finally:
+            warmups = {name: worker.warmup_seconds for name, worker in workers.items()}
             for worker in workers.values():
                 worker.stop()
     finally:
@@ -266,11 +284,13 @@ def main():
     from keras_transformer.evaluation import bleu, multi30k_bleu
 
     rows = [summarise(name, results[name]) for name in names]
+    for row in rows:
+        row["warmup_seconds"] = warmups[row["engine"]]
     print(f"\n{len(sentences)} sentences of test2016, beam {args.beam_size}, alpha {args.alpha}, max_extra "
           f"{args.max_extra}, batches of {args.batch_size}; SavedModel: {args.tf_threads} intra-op thread(s), "
           f"CTranslate2: intra_threads={args.ct2_threads}; CPUs: {args.cpus or 'any'}; {args.rounds} round(s)")
     header = (f"{'engine':<12} {'file order s/s':>15} {'sorted s/s':>11} {'p50 ms':>8} {'p95 ms':>8} "
-              f"{'CPU s (a)':>10} {'CPU s (b)':>10} {'BLEU lc':>8} {'sacreBLEU':>10} {'same as SM':>10}")
+              f"{'CPU s (a)':>10} {'CPU s (b)':>10} {'BLEU lc':>8} {'sacreBLEU':>10} {'same as SM':>10} {'warm-up s':>10}")
     print(header)
     first = {name: results[name][0]["file_order"]["translations"] for name in names}
     for row in rows:
@@ -284,9 +304,9 @@ def main():
               f"{row['single']['median_p50']:>8.1f} {row['single']['median_p95']:>8.1f} "
               f"{row['file_order']['cpu_seconds']:>10.1f} {row['sorted']['cpu_seconds']:>10.1f} "
               f"{row['bleu_multi30k']:>8.2f} {row['sacrebleu']:>10.2f} "
-              f"{'-' if same is None else f'{same}/{len(sentences)}':>10}")
+              f"{'-' if same is None else f'{same}/{len(sentences)}':>10} {row['warmup_seconds']:>10.1f}")
     if "savedmodel" in results:
-        print("\nCTranslate2 / SavedModel, paired by round (sentences/s ratio; latency: SavedModel p50 / CT2 p50):")
+        print("\nEach engine / SavedModel, paired by round (sentences/s ratio; latency: SavedModel p50 / its p50):")
         base = results["savedmodel"]
         for name in names:
             if name == "savedmodel":

@@ -150,6 +150,9 @@ def build_parser():
     export.add_argument("--quantization", help="ctranslate2 only: the stored weight type, e.g. int8 (default float32)")
     export.add_argument("--out", required=True, metavar="DIR", help="the export folder")
     export.add_argument("--overwrite", action="store_true", help="replace an existing export")
+    export.add_argument("--no-xla", action="store_true",
+                        help="savedmodel only: do not compile the search with XLA (by default it is, one "
+                             "compilation per bucketed input shape on first use; docs/serving.md)")
     _weights_arguments(export, ensemble=True, models="--workdir")
     group = export.add_argument_group("decoding baked into the graph (default: the model config's)")
     group.add_argument("--beam-size", type=_POSITIVE)
@@ -271,6 +274,8 @@ def _export(args):
     from keras_transformer import export, inference
     workdir, checkpoint = _weights(args.workdir, args.checkpoint)
     if args.format == "ctranslate2":
+        if args.no_xla:
+            raise ConfigError("--no-xla applies to --format savedmodel (CTranslate2 does not use XLA).")
         directory = inference.export_ctranslate2(workdir, args.out, checkpoint=checkpoint, average=args.average,
                                                  beam_size=args.beam_size, alpha=args.alpha,
                                                  max_extra=args.max_extra, quantization=args.quantization,
@@ -281,7 +286,7 @@ def _export(args):
         raise ConfigError("--quantization applies to --format ctranslate2.")
     directory = export.export(workdir, args.out, checkpoint=checkpoint, average=args.average,
                               beam_size=args.beam_size, alpha=args.alpha, max_extra=args.max_extra,
-                              overwrite=args.overwrite)
+                              jit_compile=not args.no_xla, overwrite=args.overwrite)
     print(directory)
     return 0
 

@@ -165,7 +165,7 @@ def export_translator(translator, directory, config=None, overwrite=False):
 
 
 def export(workdir, directory, checkpoint=None, average=None, beam_size=None, alpha=None, max_extra=None,
-           overwrite=False):
+           jit_compile=True, overwrite=False):
     """Exports a training workdir's model: the library function behind `keras-transformer export`.
 
     Args:
@@ -176,6 +176,8 @@ def export(workdir, directory, checkpoint=None, average=None, beam_size=None, al
             An ensemble takes a list, one per workdir (or None).
         average: average the last `average` checkpoints (paper: 5 base, 20 big).
         beam_size, alpha, max_extra: decoding settings baked into the graph (default: the config's).
+        jit_compile: compile the search with XLA (`Translator`'s `jit_compile`): a serving process
+            compiles one program per bucketed input shape on first use, then decodes about twice as fast.
         overwrite: replace an existing export.
 
     Returns:
@@ -194,7 +196,7 @@ def export(workdir, directory, checkpoint=None, average=None, beam_size=None, al
                                              require_vocabulary=True)
     options = {key: value for key, value in dict(beam_size=beam_size, alpha=alpha, max_extra=max_extra).items()
                if value is not None}
-    translator = Translator.from_models(models, configs[0], vocab_dir, **options)
+    translator = Translator.from_models(models, configs[0], vocab_dir, jit_compile=jit_compile, **options)
     return export_translator(translator, directory, config=configs, overwrite=overwrite)
 
 

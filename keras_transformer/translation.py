@@ -146,6 +146,42 @@ TRAINED_CHUNK_SIZE = 8
 # spends most of its time converting the decoding code (bench/startup.py: 2.6x faster).
 
 
+# With `jit_compile`, XLA compiles one program per input shape, so a chunk is padded to a few
+# shapes: its rows to the next power of two (up to `chunk_size`), its source width to the next power
+# of two from 16 (up to the model's source limit). A chunk of 8 then has at most 4 row sizes and,
+# for sentences under 64 tokens, 3 widths.
+SMALLEST_WIDTH_BUCKET = 16
+
+
+def bucket_sizes(limit, smallest=1):
+    """The padded sizes up to `limit`: powers of two from `smallest`, then `limit` itself.
+
+    Example:
+
+    >>> bucket_sizes(128, 16), bucket_sizes(100, 16), bucket_sizes(8)
+    ([16, 32, 64, 128], [16, 32, 64, 100], [1, 2, 4, 8])
+    """
+    if limit < 1 or smallest < 1:
+        raise ValueError(f"bucket_sizes: limit and smallest must be >= 1, got {limit} and {smallest}.")
+    sizes, size = [], smallest
+    while size < limit:
+        sizes.append(size)
+        size *= 2
+    return sizes + [limit]
+
+
+def bucket_table(limit, smallest=1):
+    """int32 `(limit + 1,)`: entry `n` is the smallest `bucket_sizes(limit, smallest)` size >= n.
+
+    Example:
+
+    >>> bucket_table(8).numpy().tolist()
+    [1, 1, 2, 4, 4, 8, 8, 8, 8]
+    """
+    sizes = bucket_sizes(limit, smallest)
+    return tf.constant([next(size for size in sizes if size >= n) for n in range(limit + 1)], tf.int32)
+
+
 class Translator(tf.Module):
     """Translates batches of sentences with a `build_model` Transformer.
 
@@ -167,8 +203,12 @@ class Translator(tf.Module):
         beam_size: beams per sentence; 1 with `alpha=0` is greedy decoding.
         alpha: GNMT length-penalty exponent, finite and >= 0.
         max_extra: a translation has at most source length + `max_extra` tokens (>= 0).
-        jit_compile: compile the search with XLA (one compilation per distinct
-            batch shape; worth it for repeated shapes and long batches).
+        jit_compile: compile the search with XLA: one compilation (seconds) per
+            input shape, after which a search runs about twice as fast on a
+            CPU. With `chunk_size`, chunks are padded to a few shapes
+            (`bucket_sizes`: rows and source width to powers of two), so a
+            long-running process compiles a handful of programs; without it,
+            one per distinct batch shape. Exports use it by default.
         chunk_size: a batch is decoded in length order, `chunk_size` sentences
             at a time, each chunk with its own search loop and source width
             (results come back in input order and do not change): a chunk
@@ -372,8 +412,14 @@ class Translator(tf.Module):
             start = i * self.chunk_size
             end = tf.minimum(start + self.chunk_size, count)
             piece = ordered[start:end, :tf.maximum(ordered_lengths[end - 1], 1)]  # (c, S_chunk)
-            tokens, scores = self._search(piece, num_return)  # (c, R, T_chunk), (c, R)
-            tokens = tf.pad(tokens, [[0, 0], [0, 0], [0, out_width - tf.shape(tokens)[2]]], constant_values=pad)
+            if self._jit_compile:  # a few shapes, so a few XLA programs; padding never changes a result
+                tokens, scores = self._search(self._pad_to_bucket(piece), num_return)
+                tokens, scores = tokens[:end - start], scores[:end - start]
+            else:
+                tokens, scores = self._search(piece, num_return)  # (c, R, T_chunk), (c, R)
+            # A padded source width gives a wider buffer; past `out_width` it holds only padding.
+            tokens = tf.pad(tokens, [[0, 0], [0, 0], [0, tf.maximum(out_width - tf.shape(tokens)[2], 0)]],
+                            constant_values=pad)[:, :, :out_width]
             return i + 1, tf.concat([all_tokens, tokens], 0), tf.concat([all_scores, scores], 0)
 
         start = (tf.constant(0), tf.zeros([0, num_return, out_width], tf.int32), tf.zeros([0, num_return], tf.float32))
@@ -384,6 +430,15 @@ class Translator(tf.Module):
         inverse = tf.math.invert_permutation(order)  # input position -> position in length order
         tokens, scores = tf.gather(tokens, inverse), tf.gather(scores, inverse)
         return tokens, scores
+
+    def _pad_to_bucket(self, piece):
+        """Pads a chunk to the shape XLA compiles it for: `bucket_size` rows (copies of its longest
+        sentence, whose results the caller drops) and `bucket_size` source positions (padding)."""
+        rows, width = tf.shape(piece)[0], tf.shape(piece)[1]
+        bucket_rows = tf.gather(bucket_table(self.chunk_size, smallest=1), rows)
+        bucket_width = tf.gather(bucket_table(self.max_source_length, smallest=SMALLEST_WIDTH_BUCKET), width)
+        piece = tf.concat([piece, tf.repeat(piece[-1:], bucket_rows - rows, axis=0)], 0)
+        return tf.pad(piece, [[0, 0], [0, bucket_width - width]], constant_values=self.source_tokenizer.pad_id)
 
     def translate_ids(self, source, num_return=None):
         """Beam search on source ids.

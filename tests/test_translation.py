@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer import decoding
-from keras_transformer.translation import Translator
+from keras_transformer.translation import Translator, bucket_sizes, bucket_table
 
 SENTENCES = ["w5 w6 w7", "w8 w9 w10 w11 w12 w13 w14", "w16", "w20 w21 w22 w23 w24 w25"]
 
@@ -141,12 +141,36 @@ def test_xla_translator_matches(trained_copy_model, word_tokenizer, translator):
     assert compiled(SENTENCES) == translator(SENTENCES)
 
 
+def test_xla_chunks_are_padded_to_a_few_shapes(trained_copy_model, word_tokenizer):
+    """With XLA, chunks are padded to bucketed shapes (one compilation each) and give the one search's results."""
+    model, _ = trained_copy_model
+    lines = SENTENCES + SENTENCES[::-1][:3]  # 7 sentences: chunks of 4 and 3, widths 2 to 8
+    compiled = Translator(model, word_tokenizer, beam_size=4, alpha=0.6, max_extra=5, jit_compile=True, chunk_size=4)
+    source = compiled.encode_sources(tf.constant(lines))
+    tokens, scores = decoding.beam_search(model, source, beam_size=4, alpha=0.6, max_extra=5, num_return=4)
+    got_tokens, got_scores = compiled.translate_ids(source)  # eager: one trace per distinct padded shape
+    assert got_tokens.shape == tokens.shape
+    np.testing.assert_array_equal(got_tokens.numpy(), tokens.numpy())
+    np.testing.assert_allclose(got_scores.numpy(), scores.numpy(), atol=1e-5)
+    compiled.translate_ids(source[:2, :3])  # 2 rows of width 3: the (2, 16) bucket
+    assert compiled._search.experimental_get_tracing_count() == 2  # (4, 16) for both chunks of 7, then (2, 16)
+
+
+def test_bucket_sizes():
+    assert bucket_sizes(128, 16) == [16, 32, 64, 128]
+    assert bucket_sizes(20, 16) == [16, 20] and bucket_sizes(10, 16) == [10]
+    assert bucket_sizes(6) == [1, 2, 4, 6]
+    assert bucket_table(6).numpy().tolist() == [1, 1, 2, 4, 4, 6, 6]
+    with pytest.raises(ValueError, match="must be >= 1"):
+        bucket_sizes(0)
+
+
 @pytest.mark.slow
 def test_saved_model_round_trip(trained_copy_model, word_tokenizer, tmp_path):
-    """The Translator exports as a SavedModel whose signature gives the in-memory translations."""
+    """The Translator, XLA-compiled as exports are, saves as a SavedModel giving the uncompiled translations."""
     model, _ = trained_copy_model
-    small = Translator(model, word_tokenizer, beam_size=2, alpha=0.6, max_extra=3)
-    expected = small(SENTENCES)
+    expected = Translator(model, word_tokenizer, beam_size=2, alpha=0.6, max_extra=3)(SENTENCES)
+    small = Translator(model, word_tokenizer, beam_size=2, alpha=0.6, max_extra=3, jit_compile=True, chunk_size=2)
     tf.saved_model.save(small, str(tmp_path), signatures={"serving_default": small.translate})
     loaded = tf.saved_model.load(str(tmp_path))
     result = loaded.signatures["serving_default"](tf.constant(SENTENCES))
