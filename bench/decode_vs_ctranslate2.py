@@ -32,8 +32,8 @@ What it does:
    references), and how many translations each CTranslate2 engine shares with the
    SavedModel. ``--json`` writes everything.
 
-Thread settings: the SavedModel worker uses ``--tf-threads`` intra-op threads and 1
-inter-op thread; CTranslate2 ``intra_threads=--ct2-threads``, ``inter_threads=1``.
+Thread settings: the SavedModel worker uses ``--tf-threads`` intra-op threads and
+``--tf-inter-threads`` inter-op threads (default 1); CTranslate2 ``intra_threads=--ct2-threads``, ``inter_threads=1``.
 """
 
 import argparse
@@ -100,7 +100,7 @@ import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
 setup = json.loads(sys.stdin.readline())
 tf.config.threading.set_intra_op_parallelism_threads(setup["threads"])
-tf.config.threading.set_inter_op_parallelism_threads(1)
+tf.config.threading.set_inter_op_parallelism_threads(setup["inter_threads"])
 signature = tf.saved_model.load(setup["model"]).signatures["serving_default"]
 assert not any(name.startswith("keras_transformer") for name in sys.modules), "imported keras_transformer"
 
@@ -222,7 +222,9 @@ def main():
     parser.add_argument("--beam-size", type=int, default=5)
     parser.add_argument("--alpha", type=float, default=1.0)
     parser.add_argument("--max-extra", type=int, default=50)
-    parser.add_argument("--tf-threads", type=int, default=1, help="SavedModel intra-op threads (inter-op: 1)")
+    parser.add_argument("--tf-threads", type=int, default=1, help="SavedModel intra-op threads")
+    parser.add_argument("--tf-inter-threads", type=int, default=1,
+                        help="SavedModel inter-op threads (2 lets an XLA export decode two chunks of a batch at once)")
     parser.add_argument("--ct2-threads", type=int, default=1, help="CTranslate2 intra_threads (inter_threads: 1)")
     parser.add_argument("--cpus", default=None, help="pin every worker to these CPUs with taskset, e.g. 0 or 0-3")
     parser.add_argument("--engines", default="savedmodel,ct2-float32,ct2-int8",
@@ -254,8 +256,10 @@ def main():
         common = {"sentences": sentences, "order": order, "batch_size": args.batch_size,
                   "latency_sentences": min(args.latency_sentences, len(sentences))}
         engines = {
-            "savedmodel": (TF_WORKER, {**common, "model": saved_model, "threads": args.tf_threads}),
-            "savedmodel-no-xla": (TF_WORKER, {**common, "model": without_xla, "threads": args.tf_threads}),
+            "savedmodel": (TF_WORKER, {**common, "model": saved_model, "threads": args.tf_threads,
+                                       "inter_threads": args.tf_inter_threads}),
+            "savedmodel-no-xla": (TF_WORKER, {**common, "model": without_xla, "threads": args.tf_threads,
+                                              "inter_threads": args.tf_inter_threads}),
             "ct2-float32": (CT2_WORKER, {**common, "model": ct2, "compute_type": "float32"}),
             "ct2-int8": (CT2_WORKER, {**common, "model": ct2, "compute_type": "int8"}),
         }
@@ -287,10 +291,12 @@ def main():
     for row in rows:
         row["warmup_seconds"] = warmups[row["engine"]]
     print(f"\n{len(sentences)} sentences of test2016, beam {args.beam_size}, alpha {args.alpha}, max_extra "
-          f"{args.max_extra}, batches of {args.batch_size}; SavedModel: {args.tf_threads} intra-op thread(s), "
+          f"{args.max_extra}, batches of {args.batch_size}; SavedModel: {args.tf_threads} intra-op and "
+          f"{args.tf_inter_threads} inter-op thread(s), "
           f"CTranslate2: intra_threads={args.ct2_threads}; CPUs: {args.cpus or 'any'}; {args.rounds} round(s)")
-    header = (f"{'engine':<12} {'file order s/s':>15} {'sorted s/s':>11} {'p50 ms':>8} {'p95 ms':>8} "
-              f"{'CPU s (a)':>10} {'CPU s (b)':>10} {'BLEU lc':>8} {'sacreBLEU':>10} {'same as SM':>10} {'warm-up s':>10}")
+    header = (f"{'engine':<17} {'file order s/s':>15} {'sorted s/s':>11} {'p50 ms':>8} {'p95 ms':>8} "
+              f"{'CPU s (a)':>10} {'CPU s (b)':>10} {'BLEU lc':>8} {'sacreBLEU':>10} {'same as SM':>10} "
+              f"{'warm-up s':>10}")
     print(header)
     first = {name: results[name][0]["file_order"]["translations"] for name in names}
     for row in rows:
@@ -300,7 +306,7 @@ def main():
         row["sacrebleu"] = bleu(hypotheses, references).score
         same = (sum(a == b for a, b in zip(hypotheses, first["savedmodel"])) if "savedmodel" in first else None)
         row["same_as_savedmodel"] = same
-        print(f"{name:<12} {row['file_order']['median']:>15.1f} {row['sorted']['median']:>11.1f} "
+        print(f"{name:<17} {row['file_order']['median']:>15.1f} {row['sorted']['median']:>11.1f} "
               f"{row['single']['median_p50']:>8.1f} {row['single']['median_p95']:>8.1f} "
               f"{row['file_order']['cpu_seconds']:>10.1f} {row['sorted']['cpu_seconds']:>10.1f} "
               f"{row['bleu_multi30k']:>8.2f} {row['sacrebleu']:>10.2f} "

@@ -152,6 +152,11 @@ TRAINED_CHUNK_SIZE = 8
 # for sentences under 64 tokens, 3 widths.
 SMALLEST_WIDTH_BUCKET = 16
 
+# A compiled search is one op, so TensorFlow's inter-op threads can run two at once: with
+# `jit_compile`, the chunks are dealt to this many independent loops (chunk i to loop i % 2). With one
+# inter-op thread they run one after the other; results never depend on it.
+PARALLEL_CHUNKS = 2
+
 
 def bucket_sizes(limit, smallest=1):
     """The padded sizes up to `limit`: powers of two from `smallest`, then `limit` itself.
@@ -407,8 +412,9 @@ class Translator(tf.Module):
         ordered, ordered_lengths = tf.gather(source, order), tf.gather(lengths, order)
         out_width = tf.clip_by_value(width + self.max_extra, 1, self.max_target_length)
         chunks = (count + self.chunk_size - 1) // self.chunk_size
+        lanes = PARALLEL_CHUNKS if self._jit_compile else 1
 
-        def body(i, all_tokens, all_scores):
+        def body(i, all_tokens, all_scores, all_positions):
             start = i * self.chunk_size
             end = tf.minimum(start + self.chunk_size, count)
             piece = ordered[start:end, :tf.maximum(ordered_lengths[end - 1], 1)]  # (c, S_chunk)
@@ -420,14 +426,20 @@ class Translator(tf.Module):
             # A padded source width gives a wider buffer; past `out_width` it holds only padding.
             tokens = tf.pad(tokens, [[0, 0], [0, 0], [0, tf.maximum(out_width - tf.shape(tokens)[2], 0)]],
                             constant_values=pad)[:, :, :out_width]
-            return i + 1, tf.concat([all_tokens, tokens], 0), tf.concat([all_scores, scores], 0)
+            return (i + lanes, tf.concat([all_tokens, tokens], 0), tf.concat([all_scores, scores], 0),
+                    tf.concat([all_positions, tf.range(start, end)], 0))
 
-        start = (tf.constant(0), tf.zeros([0, num_return, out_width], tf.int32), tf.zeros([0, num_return], tf.float32))
-        _, tokens, scores = tf.while_loop(
-            lambda i, *_: i < chunks, body, start,
-            shape_invariants=(tf.TensorShape([]), tf.TensorShape([None, num_return, None]),
-                              tf.TensorShape([None, num_return])))
-        inverse = tf.math.invert_permutation(order)  # input position -> position in length order
+        results = []
+        for lane in range(lanes):  # lane j decodes chunks j, j + lanes, ...: independent loops
+            start = (tf.constant(lane), tf.zeros([0, num_return, out_width], tf.int32),
+                     tf.zeros([0, num_return], tf.float32), tf.zeros([0], tf.int32))
+            results.append(tf.while_loop(
+                lambda i, *_: i < chunks, body, start,
+                shape_invariants=(tf.TensorShape([]), tf.TensorShape([None, num_return, None]),
+                                  tf.TensorShape([None, num_return]), tf.TensorShape([None])))[1:])
+        tokens, scores, positions = (tf.concat(lane_parts, 0) for lane_parts in zip(*results))
+        # Row k holds the sentence at length-order position positions[k], input position order[positions[k]].
+        inverse = tf.math.invert_permutation(tf.gather(order, positions))
         tokens, scores = tf.gather(tokens, inverse), tf.gather(scores, inverse)
         return tokens, scores
 
