@@ -337,8 +337,15 @@ def test_repeated_model_decodes_an_ensemble_and_exports_it(tiny_workdir, second_
 
     assert cli.main(["export", "--workdir", str(tiny_workdir), "--workdir", str(second_workdir),
                      "--out", str(tmp_path / "both"), *options]) == 0
+    assert b"_XlaMustCompile" in (tmp_path / "both" / "saved_model.pb").read_bytes()  # exports compile with XLA
     capsys.readouterr()
     assert cli.main(["translate", "--model", str(tmp_path / "both"), *options, *sentences]) == 0
+    assert capsys.readouterr().out.splitlines() == expected
+    assert cli.main(["export", "--workdir", str(tiny_workdir), "--workdir", str(second_workdir),
+                     "--out", str(tmp_path / "plain"), "--no-xla", *options]) == 0
+    assert b"_XlaMustCompile" not in (tmp_path / "plain" / "saved_model.pb").read_bytes()
+    capsys.readouterr()
+    assert cli.main(["translate", "--model", str(tmp_path / "plain"), *options, *sentences]) == 0
     assert capsys.readouterr().out.splitlines() == expected
 
 
@@ -544,3 +551,6 @@ def test_export_to_ctranslate2_then_translate_and_evaluate_read_the_folder(tiny_
     assert cli.main(["export", "--workdir", str(tiny_workdir), "--quantization", "int8",
                      "--out", str(tmp_path / "sm")]) == 2
     assert "--quantization applies to --format ctranslate2" in capsys.readouterr().err
+    assert cli.main(["export", "--workdir", str(tiny_workdir), "--format", "ctranslate2", "--no-xla",
+                     "--out", str(tmp_path / "ct2_no_xla")]) == 2
+    assert "--no-xla applies to --format savedmodel" in capsys.readouterr().err
