@@ -209,8 +209,8 @@ class Translator(tf.Module):
         alpha: GNMT length-penalty exponent, finite and >= 0.
         max_extra: a translation has at most source length + `max_extra` tokens (>= 0).
         jit_compile: compile the search with XLA: one compilation (seconds) per
-            input shape, after which a search runs about twice as fast on a
-            CPU. With `chunk_size`, chunks are padded to a few shapes
+            input shape, after which the shipped model decoded 1.5-1.8x faster
+            on the 2-core development CPU (docs/BENCHMARKS.md). With `chunk_size`, chunks are padded to a few shapes
             (`bucket_sizes`: rows and source width to powers of two), so a
             long-running process compiles a handful of programs; without it,
             one per distinct batch shape. Exports use it by default.
@@ -403,7 +403,8 @@ class Translator(tf.Module):
         Each chunk keeps only its own source width (padding never changes a
         result) and gets its own search loop, so it stops when its sentences
         are done; outputs are padded to the width one search over the whole
-        batch gives, `min(S + max_extra, max target length)`.
+        batch gives, `min(S + max_extra, max target length)`. With XLA, chunks
+        are padded to bucketed shapes and dealt to `PARALLEL_CHUNKS` loops.
         """
         pad = self.target_tokenizer.pad_id
         count, width = tf.shape(source)[0], tf.shape(source)[1]
@@ -444,8 +445,8 @@ class Translator(tf.Module):
         return tokens, scores
 
     def _pad_to_bucket(self, piece):
-        """Pads a chunk to the shape XLA compiles it for: `bucket_size` rows (copies of its longest
-        sentence, whose results the caller drops) and `bucket_size` source positions (padding)."""
+        """Pads a chunk to the shape XLA compiles it for (`bucket_sizes`): its rows with copies of its
+        longest sentence, whose results the caller drops, and its source width with padding."""
         rows, width = tf.shape(piece)[0], tf.shape(piece)[1]
         bucket_rows = tf.gather(bucket_table(self.chunk_size, smallest=1), rows)
         bucket_width = tf.gather(bucket_table(self.max_source_length, smallest=SMALLEST_WIDTH_BUCKET), width)
