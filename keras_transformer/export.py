@@ -177,7 +177,8 @@ def export(workdir, directory, checkpoint=None, average=None, beam_size=None, al
         average: average the last `average` checkpoints (paper: 5 base, 20 big).
         beam_size, alpha, max_extra: decoding settings baked into the graph (default: the config's).
         jit_compile: compile the search with XLA (`Translator`'s `jit_compile`): a serving process
-            compiles one program per bucketed input shape on first use, then decodes about twice as fast.
+            compiles one program per bucketed input shape on first use, then decodes the shipped model
+            1.5-1.8x faster on the 2-core development CPU (docs/BENCHMARKS.md).
         overwrite: replace an existing export.
 
     Returns:
