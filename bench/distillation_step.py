@@ -43,7 +43,7 @@ class AutodiffDistillationLoss(distillation.DistillationLoss):
     """The teacher term as log_softmax + gather, left to autodiff: the baseline the fused loss replaced."""
 
     def call(self, y_true, y_pred):
-        labels, ids, probabilities = distillation._split_labels(y_true)
+        labels, ids, probabilities = distillation.unpack_labels(y_true)
         reference = smoothed_cross_entropy(labels, y_pred, self.label_smoothing)
         log_q = ops.log_softmax(ops.cast(y_pred, "float32"), axis=-1)
         probabilities = probabilities / ops.maximum(ops.sum(probabilities, axis=-1, keepdims=True), 1e-9)

@@ -156,8 +156,15 @@ def load_teacher(path, targets=None):
     return np.split(ids, cuts), np.split(probabilities, cuts), metadata
 
 
-def _split_labels(y_true):
-    """Packed labels -> `(labels int32 (B, T), ids int32 (B, T, k), probabilities float32 (B, T, k))`."""
+def unpack_labels(y_true):
+    """Packed labels (`pack_labels`) -> `(labels int32 (B, T), ids int32 (B, T, k), probabilities float32 (B, T, k))`.
+
+    Example:
+
+    >>> labels, ids, probabilities = unpack_labels(pack_labels([[4]], [[[4, 9]]], [[[0.75, 0.25]]]))
+    >>> [ops.convert_to_numpy(x).tolist() for x in (labels, ids, probabilities)]
+    [[[4]], [[[4, 9]]], [[[0.75, 0.25]]]]
+    """
     k = (int(y_true.shape[-1]) - 1) // 2
     return (ops.cast(y_true[..., 0], "int32"), ops.cast(y_true[..., 1:1 + k], "int32"),
             ops.cast(y_true[..., 1 + k:], "float32"))
@@ -196,13 +203,13 @@ class DistillationLoss(LabelSmoothedCrossEntropy):
 
     def labels(self, y_true):
         """The reference ids `(B, T)` of plain or packed labels."""
-        return ops.cast(y_true, "int32") if len(y_true.shape) == 2 else _split_labels(y_true)[0]
+        return ops.cast(y_true, "int32") if len(y_true.shape) == 2 else unpack_labels(y_true)[0]
 
     def call(self, y_true, y_pred):
         """Per-token losses `(B, T)` (pads included; `__call__` masks them)."""
         if len(y_true.shape) == 2:
             return smoothed_cross_entropy(y_true, y_pred, self.label_smoothing)
-        labels, ids, probabilities = _split_labels(y_true)
+        labels, ids, probabilities = unpack_labels(y_true)
         probabilities = probabilities / ops.maximum(ops.sum(probabilities, axis=-1, keepdims=True), 1e-9)
         # Both terms in one pass, with the gradient written out (losses.smoothed_cross_entropy):
         # autodiff of a separate log-softmax and gather made a distilled step 1.31x a plain one
@@ -223,7 +230,7 @@ class DistillationAccuracy(MaskedAccuracy):
     """`MaskedAccuracy` against the reference ids of plain or packed (`pack_labels`) labels."""
 
     def update_state(self, y_true, y_pred, sample_weight=None):
-        labels = y_true if len(y_true.shape) == 2 else _split_labels(y_true)[0]
+        labels = y_true if len(y_true.shape) == 2 else unpack_labels(y_true)[0]
         return super().update_state(labels, y_pred, sample_weight)
 
 

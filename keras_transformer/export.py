@@ -38,6 +38,11 @@ from keras_transformer.translation import Translator
 from keras_transformer.workdir import EXTRA_DIR, MEMBERS_DIR, MODEL_CONFIG, MODEL_WEIGHTS, VOCAB_DIR, load_models
 
 
+# A served graph is never differentiated: not writing the gradient functions of the custom-gradient
+# ops (layer normalization's) leaves the signatures as they are and saves their tracing at export.
+SAVE_OPTIONS = tf.saved_model.SaveOptions(experimental_custom_gradients=False)
+
+
 class _Untracked:
     """A plain holder: tf.Module tracks attributes that are trackable, not this."""
 
@@ -55,7 +60,7 @@ class TranslatorModule(tf.Module):
     Example:
 
     >>> module = TranslatorModule(translator, ["vocab/sentencepiece.model"])  # doctest: +SKIP
-    >>> tf.saved_model.save(module, "out", signatures=module.signatures())  # doctest: +SKIP
+    >>> tf.saved_model.save(module, "out", signatures=module.signatures(), options=SAVE_OPTIONS)  # doctest: +SKIP
     """
 
     def __init__(self, translator, asset_files=(), name="translator_module"):
@@ -102,13 +107,13 @@ class TranslatorModule(tf.Module):
         return {"score": self.translator.score(sources, targets)}
 
     def signatures(self):
-        """The signature map for `tf.saved_model.save`."""
-        return {
-            "serving_default": self.serve.get_concrete_function(),
-            "n_best": self.n_best.get_concrete_function(),
-            "translate_ids": self.translate_ids.get_concrete_function(),
-            "score": self.score.get_concrete_function(),
-        }
+        """The signature map for `tf.saved_model.save`.
+
+        The functions themselves, not their concrete functions: `save` traces them in its save
+        context, and a concrete function traced before it would be traced a second time there.
+        """
+        return {"serving_default": self.serve, "n_best": self.n_best, "translate_ids": self.translate_ids,
+                "score": self.score}
 
 
 def export_translator(translator, directory, config=None, overwrite=False):
@@ -150,7 +155,7 @@ def export_translator(translator, directory, config=None, overwrite=False):
         vocab = os.path.join(staging, VOCAB_DIR)
         files = save_tokenizers(vocab, translator.source_tokenizer, translator.target_tokenizer)
         module = TranslatorModule(translator, files)
-        tf.saved_model.save(module, directory, signatures=module.signatures())
+        tf.saved_model.save(module, directory, signatures=module.signatures(), options=SAVE_OPTIONS)
         extra = os.path.join(directory, EXTRA_DIR)
         os.makedirs(extra, exist_ok=True)
         shutil.copytree(vocab, os.path.join(extra, VOCAB_DIR), dirs_exist_ok=True)
