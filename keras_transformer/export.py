@@ -23,7 +23,8 @@ Signatures:
 
 Scores are length-normalised log-probabilities (GNMT penalty with the export's alpha). An
 ensemble (a `Translator` over several models) exports the same way, with every member's
-weights in the one graph.
+weights in the one graph. The graph serves inference only: it is written without gradient
+functions (`SAVE_OPTIONS`); fine-tuning starts from the Keras model in `assets.extra/`.
 """
 
 import os
