@@ -23,8 +23,7 @@ Signatures:
 
 Scores are length-normalised log-probabilities (GNMT penalty with the export's alpha). An
 ensemble (a `Translator` over several models) exports the same way, with every member's
-weights in the one graph. The graph serves inference only: it is written without gradient
-functions (`SAVE_OPTIONS`); fine-tuning starts from the Keras model in `assets.extra/`.
+weights in the one graph.
 """
 
 import os
@@ -37,11 +36,6 @@ from keras_transformer.data.tokenizers import save_tokenizers
 from keras_transformer.errors import CheckpointNotFoundError
 from keras_transformer.translation import Translator
 from keras_transformer.workdir import EXTRA_DIR, MEMBERS_DIR, MODEL_CONFIG, MODEL_WEIGHTS, VOCAB_DIR, load_models
-
-
-# A served graph is never differentiated: not writing the gradient functions of the custom-gradient
-# ops (layer normalization's) leaves the signatures as they are and saves their tracing at export.
-SAVE_OPTIONS = tf.saved_model.SaveOptions(experimental_custom_gradients=False)
 
 
 class _Untracked:
@@ -61,7 +55,7 @@ class TranslatorModule(tf.Module):
     Example:
 
     >>> module = TranslatorModule(translator, ["vocab/sentencepiece.model"])  # doctest: +SKIP
-    >>> tf.saved_model.save(module, "out", signatures=module.signatures(), options=SAVE_OPTIONS)  # doctest: +SKIP
+    >>> tf.saved_model.save(module, "out", signatures=module.signatures())  # doctest: +SKIP
     """
 
     def __init__(self, translator, asset_files=(), name="translator_module"):
@@ -156,7 +150,7 @@ def export_translator(translator, directory, config=None, overwrite=False):
         vocab = os.path.join(staging, VOCAB_DIR)
         files = save_tokenizers(vocab, translator.source_tokenizer, translator.target_tokenizer)
         module = TranslatorModule(translator, files)
-        tf.saved_model.save(module, directory, signatures=module.signatures(), options=SAVE_OPTIONS)
+        tf.saved_model.save(module, directory, signatures=module.signatures())
         extra = os.path.join(directory, EXTRA_DIR)
         os.makedirs(extra, exist_ok=True)
         shutil.copytree(vocab, os.path.join(extra, VOCAB_DIR), dirs_exist_ok=True)
