@@ -175,6 +175,21 @@ def test_keras_model_travels_in_assets_extra(exported):
     assert rebuilt(SENTENCES) == translator(SENTENCES)
 
 
+def test_each_signature_is_traced_and_written_once(exported):
+    """Given concrete functions traced outside its save context, `save` traced every signature again and wrote
+    both copies (twice the export time and a saved_model.pb twice the size)."""
+    import re
+
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    directory, _ = exported
+    saved = saved_model_pb2.SavedModel()
+    saved.ParseFromString((directory / "saved_model.pb").read_bytes())
+    names = [f.signature.name for f in saved.meta_graphs[0].graph_def.library.function]
+    for signature in ("serve", "translate_ids"):  # n_best and score share their names with the Translator's
+        assert len([n for n in names if re.fullmatch(rf"__inference_{signature}_\d+", n)]) == 1, sorted(names)
+
+
 def test_saved_model_stores_each_weight_once(exported):
     from tensorflow.core.protobuf import saved_model_pb2
 
