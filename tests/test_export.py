@@ -87,6 +87,15 @@ def run_tf_only(script, *args):
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+def saved_model_proto(directory):
+    """The `SavedModel` protocol buffer of an export's `saved_model.pb`."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    saved = saved_model_pb2.SavedModel()
+    saved.ParseFromString((directory / "saved_model.pb").read_bytes())
+    return saved
+
+
 def test_tensorflow_only_process_serves_what_the_in_memory_translator_gives(exported):
     directory, translator = exported
     texts = SENTENCES + BAD_INPUTS
@@ -180,23 +189,15 @@ def test_each_signature_is_traced_and_written_once(exported):
     both copies (twice the export time and a saved_model.pb twice the size)."""
     import re
 
-    from tensorflow.core.protobuf import saved_model_pb2
-
     directory, _ = exported
-    saved = saved_model_pb2.SavedModel()
-    saved.ParseFromString((directory / "saved_model.pb").read_bytes())
-    names = [f.signature.name for f in saved.meta_graphs[0].graph_def.library.function]
+    names = [f.signature.name for f in saved_model_proto(directory).meta_graphs[0].graph_def.library.function]
     for signature in ("serve", "translate_ids"):  # n_best and score share their names with the Translator's
         assert len([n for n in names if re.fullmatch(rf"__inference_{signature}_\d+", n)]) == 1, sorted(names)
 
 
 def test_saved_model_stores_each_weight_once(exported):
-    from tensorflow.core.protobuf import saved_model_pb2
-
     directory, translator = exported
-    saved = saved_model_pb2.SavedModel()
-    saved.ParseFromString((directory / "saved_model.pb").read_bytes())
-    stored = [node.variable for node in saved.meta_graphs[0].object_graph_def.nodes
+    stored = [node.variable for node in saved_model_proto(directory).meta_graphs[0].object_graph_def.nodes
               if node.WhichOneof("kind") == "variable"]
     assert sorted(v.name for v in stored) == sorted(v.path for v in translator.model.variables)
     data = sum(f.stat().st_size for f in (directory / "variables").glob("variables.data-*"))
