@@ -22,11 +22,16 @@ What it does:
    input shape then, as a serving process does on its first requests).
 3. Runs ``--rounds`` rounds; in each, the engines take turns (never at the same
    time) on the same sentences: (a) batches of 64 in file order, (b) batches of 64
-   sorted by length, (c) ``--latency-sentences`` sentences one at a time (p50 and
-   p95 ms). Each worker reports wall time and its own CPU seconds
-   (``resource.getrusage`` around each mode, all its threads).
+   sorted by length, each engine one after the other, then (c) ``--latency-sentences``
+   sentences one at a time (p50 and p95 ms), the engines taking turns every
+   ``--latency-chunk`` sentences (who goes first alternates), so that both time each
+   sentence within a second or so of each other: this machine's speed drifts by 2x
+   within seconds, and a latency phase run minutes apart from the other engine's
+   measured the drift as much as the engines. Each worker reports wall time and its
+   own CPU seconds (``resource.getrusage`` around each mode, all its threads).
 4. Prints sentences/s per engine and mode with medians over rounds, the paired
-   per-round ratios CTranslate2 / SavedModel and their medians, CPU seconds, BLEU
+   per-round ratios CTranslate2 / SavedModel and their medians (for latency also the
+   median over all rounds of each sentence's own ratio), CPU seconds, BLEU
    (Multi30k protocol: lowercased, Moses-tokenized against
    ``test_2016_flickr.lc.norm.tok.de.gz``; and cased sacreBLEU against the raw
    references), and how many translations each CTranslate2 engine shares with the
@@ -60,8 +65,8 @@ def cpu_seconds():
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
 
-def measure(translate, sentences, batch_size, order, latency_count):
-    # (a)/(b): batches in the given order; (c): one sentence at a time.
+def measure(translate, sentences, batch_size, order):
+    # (a)/(b): batches in the given order.
     results = {}
     for mode, indices in (("file_order", list(range(len(sentences)))), ("sorted", order)):
         outputs = [None] * len(sentences)
@@ -72,27 +77,34 @@ def measure(translate, sentences, batch_size, order, latency_count):
                 outputs[i] = text
         results[mode] = {"seconds": time.perf_counter() - wall, "cpu_seconds": cpu_seconds() - cpu,
                          "translations": outputs}
+    return results
+
+def one_at_a_time(translate, sentences, indices):
+    # (c): each sentence alone, as a request.
     latencies = []
     cpu = cpu_seconds()
-    for sentence in sentences[:latency_count]:
+    for i in indices:
         start = time.perf_counter()
-        translate([sentence])
+        translate([sentences[i]])
         latencies.append(1000 * (time.perf_counter() - start))
-    results["single"] = {"ms": latencies, "cpu_seconds": cpu_seconds() - cpu}
-    return results
+    return {"ms": latencies, "cpu_seconds": cpu_seconds() - cpu}
 
 def serve(translate, setup):
     # One untimed pass over every mode first: an XLA-compiled SavedModel compiles one program per
     # padded input shape on first use, and a serving process pays that once. Its wall time is reported.
     start = time.perf_counter()
-    measure(translate, setup["sentences"], setup["batch_size"], setup["order"], setup["latency_sentences"])
+    measure(translate, setup["sentences"], setup["batch_size"], setup["order"])
+    one_at_a_time(translate, setup["sentences"], range(setup["latency_sentences"]))
     print(json.dumps({"ready": True, "warmup_seconds": time.perf_counter() - start}), flush=True)
     for line in sys.stdin:
         command = json.loads(line)
         if command.get("stop"):
             break
-        print(json.dumps(measure(translate, setup["sentences"], setup["batch_size"], setup["order"],
-                                 setup["latency_sentences"])), flush=True)
+        if "single" in command:
+            result = one_at_a_time(translate, setup["sentences"], command["single"])
+        else:
+            result = measure(translate, setup["sentences"], setup["batch_size"], setup["order"])
+        print(json.dumps(result), flush=True)
 """
 
 TF_WORKER = COMMON + r"""
@@ -152,6 +164,10 @@ class Worker:
 
     def run_round(self):
         self._send({"run": True})
+        return self._receive()
+
+    def run_single(self, indices):
+        self._send({"single": list(indices)})
         return self._receive()
 
     def stop(self):
@@ -219,6 +235,8 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--latency-sentences", type=int, default=100, help="sentences timed one at a time")
+    parser.add_argument("--latency-chunk", type=int, default=5,
+                        help="one at a time: the engines take turns every this many sentences")
     parser.add_argument("--beam-size", type=int, default=5)
     parser.add_argument("--alpha", type=float, default=1.0)
     parser.add_argument("--max-extra", type=int, default=50)
@@ -243,6 +261,8 @@ def main():
     parser.add_argument("--lang", default="de")
     parser.add_argument("--json", default=None, help="write all measurements here")
     args = parser.parse_args()
+    if args.latency_chunk < 1:
+        parser.error(f"--latency-chunk must be at least 1, got {args.latency_chunk}")
 
     sentences = read_gz(args.source)[: args.sentences]
     references = read_gz(args.reference)[: args.sentences]
@@ -271,12 +291,24 @@ def main():
         workers = {name: Worker(name, *engines[name], cpus=args.cpus) for name in names}  # one at a time
         results = {name: [] for name in names}
         try:
+            latency_count = common["latency_sentences"]
             for round_index in range(args.rounds):
                 turn = names if round_index % 2 == 0 else names[::-1]  # alternate who goes first
                 for name in turn:
                     result = workers[name].run_round()
                     result["count"] = len(sentences)
                     results[name].append(result)
+                # One sentence at a time: the engines take turns every --latency-chunk sentences, so that
+                # both meet the machine in the same state (its speed drifts within seconds).
+                single = {name: {"ms": [], "cpu_seconds": 0.0} for name in names}
+                for chunk_index, start in enumerate(range(0, latency_count, args.latency_chunk)):
+                    chunk = range(start, min(start + args.latency_chunk, latency_count))
+                    for name in (turn if chunk_index % 2 == 0 else turn[::-1]):
+                        part = workers[name].run_single(chunk)
+                        single[name]["ms"].extend(part["ms"])
+                        single[name]["cpu_seconds"] += part["cpu_seconds"]
+                for name in names:
+                    results[name][-1]["single"] = single[name]
                 print(f"round {round_index + 1}/{args.rounds} done", flush=True)
         finally:
             warmups = {name: worker.warmup_seconds for name, worker in workers.items()}
@@ -322,10 +354,16 @@ def main():
                 ratios[mode] = [b[mode]["seconds"] / r[mode]["seconds"] for r, b in zip(results[name], base)]
             ratios["single_p50"] = [statistics.median(b["single"]["ms"]) / statistics.median(r["single"]["ms"])
                                     for r, b in zip(results[name], base)]
-            next(row for row in rows if row["engine"] == name)["ratios"] = ratios
+            # The same sentence, timed by both engines within one chunk of turns: its own ratio.
+            per_sentence = [a / b for r, base_round in zip(results[name], base)
+                            for a, b in zip(base_round["single"]["ms"], r["single"]["ms"])]
+            row = next(row for row in rows if row["engine"] == name)
+            row["ratios"] = ratios
+            row["per_sentence_latency_ratio_median"] = statistics.median(per_sentence)
             print(f"  {name}: " + "; ".join(
                 f"{mode} {', '.join(f'{v:.2f}' for v in values)} (median {statistics.median(values):.2f})"
-                for mode, values in ratios.items()))
+                for mode, values in ratios.items())
+                + f"; per-sentence latency ratio, median over all rounds {statistics.median(per_sentence):.2f}")
     if args.json:
         for name in names:
             for result in results[name]:
