@@ -260,9 +260,9 @@ class PackedTranslator:
     """`translate_lines` for `trainer.callbacks.BleuCallback` without TensorFlow: `translate_lines` below with
     the workdir's SentencePiece processors and the model being trained."""
 
-    def __init__(self, model, processors, config, beam_size=1, alpha=0.6, max_extra=50):
+    def __init__(self, model, processors, config, beam_size=1, alpha=0.6, max_extra=50, early_exit=False):
         self.model, self.processors, self.config = model, processors, config
-        self.options = dict(beam_size=beam_size, alpha=alpha, max_extra=max_extra)
+        self.options = dict(beam_size=beam_size, alpha=alpha, max_extra=max_extra, early_exit=early_exit)
 
     def translate_lines(self, sentences, batch_size=64):
         return translate_lines(self.model, sentences, *self.processors, batch_size=batch_size, **self.options,
@@ -407,7 +407,7 @@ def _sentencepiece_processors(vocab_dir):
 
 
 def translate_lines(model, lines, source_processor, target_processor, *, beam_size=4, alpha=0.6, max_extra=50,
-                    batch_size=128, eos_id=3, pad_id=0, bos_id=2):
+                    batch_size=128, eos_id=3, pad_id=0, bos_id=2, early_exit=False):
     """Beam search on raw sentences with SentencePiece processors, on any Keras backend (no TensorFlow).
 
     Does what `Translator.translate_lines` does: sentences are tokenized (at most
@@ -419,7 +419,7 @@ def translate_lines(model, lines, source_processor, target_processor, *, beam_si
         model: a `build_model` model.
         lines: source sentences (str).
         source_processor, target_processor: `sentencepiece.SentencePieceProcessor`s.
-        beam_size, alpha, max_extra: beam search settings (`decoding.beam_search`).
+        beam_size, alpha, max_extra, early_exit: beam search settings (`decoding.beam_search`).
         batch_size: sentences per batch.
         eos_id, pad_id, bos_id: special ids.
 
@@ -438,7 +438,7 @@ def translate_lines(model, lines, source_processor, target_processor, *, beam_si
         for row, index in enumerate(chunk):
             source[row, :len(ids[index])] = ids[index]
         tokens, _ = decoding.beam_search(model, source, beam_size=beam_size, alpha=alpha, max_extra=max_extra,
-                                         pad_id=pad_id, bos_id=bos_id, eos_id=eos_id)
+                                         pad_id=pad_id, bos_id=bos_id, eos_id=eos_id, early_exit=early_exit)
         tokens = keras.ops.convert_to_numpy(tokens)[:, 0]
         for row, index in enumerate(chunk):
             sentence = tokens[row].tolist()
@@ -483,7 +483,8 @@ def evaluate_arrays(workdir, checkpoint, source, reference, *, tokenized_referen
         beam_size=config.beam_size if beam_size is None else beam_size,
         alpha=config.length_penalty if alpha is None else alpha,
         max_extra=config.max_decode_extra if max_extra is None else max_extra,
-        batch_size=batch_size, eos_id=config.eos_id, pad_id=config.pad_id, bos_id=config.bos_id)
+        batch_size=batch_size, eos_id=config.eos_id, pad_id=config.pad_id, bos_id=config.bos_id,
+        early_exit=config.early_exit)
     hypotheses = [evaluation.one_line(h) for h in hypotheses]  # one line each in the output file, as scored
     if output:
         atomic_write(output, lambda path: pathlib.Path(path).write_text("".join(h + "\n" for h in hypotheses),

@@ -60,6 +60,9 @@ def _decoding_arguments(parser):
     group.add_argument("--alpha", type=_ALPHA, help="length penalty exponent, >= 0 (paper: 0.6)")
     group.add_argument("--max-extra", type=_NON_NEGATIVE,
                        help="a translation has at most source length + this many tokens")
+    group.add_argument("--early-exit", action="store_true", default=None,
+                       help="also stop a sentence by OpenNMT's and CTranslate2's rule: about 15%% fewer steps, a few "
+                            "translations change (docs/decoding.md)")
     group.add_argument("--batch-size", type=_POSITIVE, default=64, help="sentences decoded together (default 64)")
 
 
@@ -158,6 +161,9 @@ def build_parser():
     group.add_argument("--beam-size", type=_POSITIVE)
     group.add_argument("--alpha", type=_ALPHA)
     group.add_argument("--max-extra", type=_NON_NEGATIVE)
+    group.add_argument("--early-exit", action="store_true", default=None,
+                       help="savedmodel: also stop by OpenNMT's and CTranslate2's rule (a CTranslate2 export always "
+                            "does)")
 
     average = commands.add_parser("average", help="average the last N checkpoints into one weights file",
                                   description="Averages the last N epoch checkpoints of a workdir (the paper: 5 "
@@ -212,7 +218,8 @@ def _train(args):
 
 
 def _decoding_options(args):
-    return {"beam_size": args.beam_size, "alpha": args.alpha, "max_extra": args.max_extra}
+    return {"beam_size": args.beam_size, "alpha": args.alpha, "max_extra": args.max_extra,
+            "early_exit": args.early_exit}
 
 
 def _weights(models, checkpoints):
@@ -286,7 +293,7 @@ def _export(args):
         raise ConfigError("--quantization applies to --format ctranslate2.")
     directory = export.export(workdir, args.out, checkpoint=checkpoint, average=args.average,
                               beam_size=args.beam_size, alpha=args.alpha, max_extra=args.max_extra,
-                              jit_compile=not args.no_xla, overwrite=args.overwrite)
+                              early_exit=args.early_exit, jit_compile=not args.no_xla, overwrite=args.overwrite)
     print(directory)
     return 0
 

@@ -73,6 +73,7 @@ class TransformerConfig:
     beam_size: int = 4  # beam width (paper: 4)
     length_penalty: float = 0.6  # GNMT length penalty alpha (paper: 0.6)
     max_decode_extra: int = 50  # decode at most source length + this many tokens
+    early_exit: bool = False  # beam search also stops by OpenNMT's/CTranslate2's rule (decoding.beam_search)
 
     def __post_init__(self):
         # Accept booleans for tie_embeddings: True -> "all", False -> "none".
@@ -163,6 +164,8 @@ class TransformerConfig:
         for name in ("beta_1", "beta_2"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"TransformerConfig.{name} must be in [0, 1), got {getattr(self, name)!r}.")
+        if not isinstance(self.early_exit, bool):
+            raise ValueError(f"TransformerConfig.early_exit must be true or false, got {self.early_exit!r}.")
         if isinstance(self.max_decode_extra, bool) or not isinstance(self.max_decode_extra, int):
             raise ValueError(f"TransformerConfig.max_decode_extra must be an integer, got {self.max_decode_extra!r}.")
         if not (math.isfinite(self.length_penalty) and self.length_penalty >= 0) or self.max_decode_extra < 0:

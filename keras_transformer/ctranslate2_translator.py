@@ -108,10 +108,11 @@ class CTranslate2Translator:
     `keras_transformer.decoding.beam_search` step for step, with the same
     log-probabilities, and its n-best are reranked by the package's GNMT rule.
     Two differences remain. CTranslate2 stops once its best hypothesis has
-    ended and `beam_size` have finished, where the package goes on while a live
-    hypothesis could still win under the length penalty, so the package
-    sometimes finds a longer, better-scoring translation (1 sentence in 100 on
-    Multi30k with the shipped model). And pad and bos, which the package never
+    ended and `beam_size` have finished, where the package's exact rule goes on
+    while a live hypothesis could still win under the length penalty, so the
+    package sometimes finds a longer, better-scoring translation (1 sentence in
+    100 on Multi30k with the shipped model); `early_exit` stops the package by
+    CTranslate2's rule. And pad and bos, which the package never
     produces, can only be suppressed in CTranslate2 before its softmax; they
     are left in (and a sentence whose n-best contains one is searched again
     with both suppressed), which matters only where the model's distribution

@@ -511,7 +511,7 @@ def greedy_decode(model, source, max_extra=50, max_length=None, pad_id=0, bos_id
 
 
 def beam_search(model, source, beam_size=4, alpha=0.6, max_extra=50, max_length=None, num_return=1,
-                pad_id=0, bos_id=2, eos_id=3, use_cache=True, first_cache_stage=None):
+                pad_id=0, bos_id=2, eos_id=3, use_cache=True, first_cache_stage=None, early_exit=False):
     """Beam search with the GNMT length penalty, batched, with a key/value cache.
 
     At every step each alive hypothesis is extended by every token and the
@@ -525,6 +525,17 @@ def beam_search(model, source, beam_size=4, alpha=0.6, max_extra=50, max_length=
     fewer hypotheses can stop sooner but never changes the ones returned.
     With `beam_size=1` and `alpha=0` this is exactly greedy decoding.
 
+    That rule is exact, and it is slow to fire: lp(limit) is several times
+    lp(length) for a short sentence, so an alive hypothesis must fall far
+    below the finished ones before the bound lets go. `early_exit` adds the
+    rule OpenNMT and CTranslate2 stop on: a sentence is also done once the
+    best of some step's candidates ended (its eos scored highest by log P)
+    and `beam_size` hypotheses in all have ended. The finished list keeps the
+    best by log P / lp(length) as before. On the shipped EN-DE model and the
+    Multi30k validation split (one sentence at a time, beam 5, alpha 1) it ran
+    15% fewer steps (15.5 instead of 18.2 per sentence), changed 10 of 1,014
+    translations and BLEU by -0.03 (docs/decoding.md, "Early exit").
+
     Args:
         model: a `build_model` model, or a list of them to decode as an ensemble
             (`ensemble_members`; the mean of their next-token distributions).
@@ -536,6 +547,7 @@ def beam_search(model, source, beam_size=4, alpha=0.6, max_extra=50, max_length=
         num_return: how many of the best hypotheses to return (n-best), <= beam_size.
         pad_id, bos_id, eos_id: the special ids.
         use_cache, first_cache_stage: as in `greedy_decode`.
+        early_exit: also stop a sentence by the OpenNMT/CTranslate2 rule above.
 
     Returns:
         `(tokens, scores)`: int32 `(B, num_return, T)` hypotheses, best first,
@@ -577,6 +589,9 @@ def beam_search(model, source, beam_size=4, alpha=0.6, max_extra=50, max_length=
         "done": ops.zeros((batch,), "bool"),
         "cache": cache,
     }
+    if early_exit:
+        state["best_ended"] = ops.zeros((batch,), "bool")  # some step's best candidate ended
+        state["ended"] = ops.zeros((batch,), "int32")  # hypotheses that ended so far
     top_k_rank = ops.arange(2 * beams) < beams  # (2K,): candidates inside the beam proper
     returned = int(num_return) - 1  # the last returned finished hypothesis decides when a sentence is done
 
@@ -618,14 +633,22 @@ def beam_search(model, source, beam_size=4, alpha=0.6, max_extra=50, max_length=
         # Finished: candidates inside the beam proper that end, merged with those found before.
         ends = (is_eos | at_limit) & top_k_rank
         new_scores = ops.where(ends, top_log_probs / length_penalty(length, alpha), NEG_INF)
+        if early_exit:  # a sentence done by that rule keeps its list while the batch's others go on
+            new_scores = ops.where(ops.expand_dims(state["done"], 1), NEG_INF, new_scores)
         finished_scores, pick = ops.top_k(ops.concatenate([state["finished_scores"], new_scores], 1), beams)
         finished = _gather_beams(ops.concatenate([state["finished"], top_sequences], 1), pick)
 
         # Done when the best alive hypothesis cannot beat the last returned finished one any more.
         best_alive_bound = alive_log_probs[:, 0] / best_possible_penalty  # (B,)
         done = ops.greater_equal(finished_scores[:, returned], best_alive_bound)
-        return {"t": length, "alive": alive, "alive_log_probs": alive_log_probs, "finished": finished,
-                "finished_scores": finished_scores, "done": done, "cache": cache}
+        updated = {"t": length, "alive": alive, "alive_log_probs": alive_log_probs, "finished": finished,
+                   "finished_scores": finished_scores, "done": done, "cache": cache}
+        if early_exit:  # or when a step's best candidate ended and beam_size hypotheses have ended
+            best_ended = ops.logical_or(state["best_ended"], ends[:, 0])
+            ended = state["ended"] + ops.sum(ops.cast(ends, "int32"), axis=1)
+            updated.update(best_ended=best_ended, ended=ended,
+                           done=ops.logical_or(done, ops.logical_and(best_ended, ended >= beams)))
+        return updated
 
     state = _search_loop(cond, body, state, stages)
     scores = state["finished_scores"][:, :num_return]  # (B, R)

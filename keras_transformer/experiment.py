@@ -437,6 +437,7 @@ class DecodingSection:
     beam_size: typing.Optional[int] = None  # beam width; 1 means greedy (paper: 4)
     length_penalty: typing.Optional[float] = None  # GNMT alpha (paper: 0.6)
     max_decode_extra: typing.Optional[int] = None  # decode at most source length + this (paper: 50)
+    early_exit: typing.Optional[bool] = None  # also stop by OpenNMT's/CTranslate2's rule (decoding.beam_search)
     batch_size: int = 64  # sentences decoded together when evaluating
     average_last: typing.Optional[int] = None  # test evaluation averages the last N checkpoints (paper: 5 / 20)
 
@@ -448,10 +449,12 @@ class DecodingSection:
                 continue
             if not _is_integer(value) or value <= 0:
                 raise ConfigError(f"decoding.{name} must be a positive integer, got {value!r}.")
+        if self.early_exit is not None and not isinstance(self.early_exit, bool):
+            raise ConfigError(f"decoding.early_exit must be true or false, got {self.early_exit!r}.")
 
     def overrides(self):
         """The TransformerConfig fields this section sets."""
-        names = ("beam_size", "length_penalty", "max_decode_extra")
+        names = ("beam_size", "length_penalty", "max_decode_extra", "early_exit")
         return {name: getattr(self, name) for name in names if getattr(self, name) is not None}
 
 
@@ -702,8 +705,8 @@ def as_experiment(config):
 
 # Keys that may change between runs in one workdir: they do not change the weights' meaning or the vocabulary.
 _RESUMABLE_CHANGES = {
-    "model": {"beam_size", "length_penalty", "max_decode_extra", "dropout", "attention_dropout", "ffn_dropout",
-              "label_smoothing", "warmup_steps", "learning_rate_scale"},
+    "model": {"beam_size", "length_penalty", "max_decode_extra", "early_exit", "dropout", "attention_dropout",
+              "ffn_dropout", "label_smoothing", "warmup_steps", "learning_rate_scale"},
     "data": {"batch_size", "shuffle", "tokens_per_batch", "bucket_width", "shuffle_buffer", "cache", "seed",
              "max_length", "errors", "valid_source", "valid_target", "valid_tokenized_target", "test_source",
              "test_target", "test_tokenized_target", "tfds_valid_split", "tfds_test_split", "tfds_data_dir"},

@@ -26,6 +26,7 @@ ensemble (a `Translator` over several models) exports the same way, with every m
 weights in the one graph.
 """
 
+import dataclasses
 import os
 import shutil
 import tempfile
@@ -71,6 +72,7 @@ class TranslatorModule(tf.Module):
         self.vocabulary_assets = [tf.saved_model.Asset(path) for path in asset_files]
         self.beam_size = tf.constant(translator.beam_size)
         self.alpha = tf.constant(translator.alpha)
+        self.early_exit = tf.constant(translator.early_exit)
 
     @property
     def translator(self):
@@ -119,7 +121,8 @@ def export_translator(translator, directory, config=None, overwrite=False):
         directory: output folder.
         config: the model's `TransformerConfig` (an ensemble: a list, one per
             member); with it, `assets.extra/` also holds the Keras weights, config
-            and vocabulary, so `load_keras_translator` can rebuild the model.
+            and vocabulary, so `load_keras_translator` can rebuild the model. The
+            config written there carries the translator's decoding settings.
         overwrite: replace an existing export.
 
     Returns:
@@ -156,16 +159,19 @@ def export_translator(translator, directory, config=None, overwrite=False):
         shutil.copytree(vocab, os.path.join(extra, VOCAB_DIR), dirs_exist_ok=True)
     if configs is not None:
         single = len(configs) == 1
+        # The decoding fields say what the graph does, so that `load_keras_translator` decodes alike.
+        baked = dict(beam_size=translator.beam_size, length_penalty=translator.alpha,
+                     max_decode_extra=translator.max_extra, early_exit=translator.early_exit)
         for index, (member_config, model) in enumerate(zip(configs, translator.models)):
             folder = extra if single else os.path.join(extra, MEMBERS_DIR, str(index))
             os.makedirs(folder, exist_ok=True)
-            member_config.save_yaml(os.path.join(folder, MODEL_CONFIG))
+            dataclasses.replace(member_config, **baked).save_yaml(os.path.join(folder, MODEL_CONFIG))
             model.save_weights(os.path.join(folder, MODEL_WEIGHTS))
     return directory
 
 
 def export(workdir, directory, checkpoint=None, average=None, beam_size=None, alpha=None, max_extra=None,
-           jit_compile=True, overwrite=False):
+           early_exit=None, jit_compile=True, overwrite=False):
     """Exports a training workdir's model: the library function behind `keras-transformer export`.
 
     Args:
@@ -175,7 +181,9 @@ def export(workdir, directory, checkpoint=None, average=None, beam_size=None, al
         checkpoint: a `.weights.h5` file; default: the last checkpoint (or the average below).
             An ensemble takes a list, one per workdir (or None).
         average: average the last `average` checkpoints (paper: 5 base, 20 big).
-        beam_size, alpha, max_extra: decoding settings baked into the graph (default: the config's).
+        beam_size, alpha, max_extra, early_exit: decoding settings baked into the graph (default: the
+            config's); the exported `assets.extra/model.yaml` records them, so that `load_keras_translator`
+            decodes as the graph does.
         jit_compile: compile the search with XLA (`Translator`'s `jit_compile`): a serving process
             compiles one program per bucketed input shape on first use, then decodes the shipped model
             1.5-1.8x faster on the 2-core development CPU (docs/BENCHMARKS.md).
@@ -195,8 +203,8 @@ def export(workdir, directory, checkpoint=None, average=None, beam_size=None, al
                                           f"{os.path.join(os.fspath(path), MODEL_CONFIG)} is missing.")
     models, configs, vocab_dir = load_models(workdirs if len(workdirs) > 1 else workdirs[0], checkpoint, average,
                                              require_vocabulary=True)
-    options = {key: value for key, value in dict(beam_size=beam_size, alpha=alpha, max_extra=max_extra).items()
-               if value is not None}
+    options = {key: value for key, value in dict(beam_size=beam_size, alpha=alpha, max_extra=max_extra,
+                                                 early_exit=early_exit).items() if value is not None}
     translator = Translator.from_models(models, configs[0], vocab_dir, jit_compile=jit_compile, **options)
     return export_translator(translator, directory, config=configs, overwrite=overwrite)
 

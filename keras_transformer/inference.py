@@ -37,8 +37,9 @@ def load_translator(model, checkpoint=None, average=None, **options):
             For an ensemble, a list with one entry (or None) per model.
         average: average the last `average` checkpoints instead (workdirs only; each member); not
             together with `checkpoint`. A workdir with fewer averages those, with a warning.
-        **options: `Translator` arguments (`beam_size`, `alpha`, `max_extra`);
-            default: the model config's decoding fields.
+        **options: `Translator` arguments (`beam_size`, `alpha`, `max_extra`,
+            `early_exit`); default: the model config's decoding fields. A CTranslate2
+            export always stops by its own rule, `early_exit`'s.
 
     Returns:
         A `keras_transformer.translation.Translator`.
@@ -69,6 +70,9 @@ def load_translator(model, checkpoint=None, average=None, **options):
         if checkpoint is not None or average is not None:
             raise ConfigError(f"{paths[0]} is a CTranslate2 export: --checkpoint and --average apply to training "
                               "workdirs.")
+        if options.pop("early_exit", True) is not True:
+            raise ConfigError(f"{paths[0]} is a CTranslate2 export, whose beam search always stops by its own "
+                              "rule (early_exit): it has no exact stopping rule.")
         return ctranslate2_translator.CTranslate2Translator(paths[0], **options)
     models, configs, vocab_dir = load_models(paths if len(paths) > 1 else paths[0], checkpoint, average,
                                              require_vocabulary=True)

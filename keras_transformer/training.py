@@ -189,7 +189,8 @@ def train_and_evaluate(config, workdir):
     else:
         config = result.model_config
         translator = Translator(result.model, *result.tokenizers, beam_size=config.beam_size,
-                                alpha=config.length_penalty, max_extra=config.max_decode_extra)
+                                alpha=config.length_penalty, max_extra=config.max_decode_extra,
+                                early_exit=config.early_exit)
     scores = evaluate(translator, sources, references, tokenized_reference=data.test_tokenized_target,
                       lang=data.pipeline.get("target_language"), batch_size=decoding.batch_size,
                       output=pathlib.Path(workdir) / "test.hyp.txt")

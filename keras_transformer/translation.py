@@ -224,6 +224,9 @@ class Translator(tf.Module):
             full loop in turn. Translators of trained models read from disk
             (`from_models`, `load_translator`, exports) use
             `TRAINED_CHUNK_SIZE`.
+        early_exit: also stop a sentence by OpenNMT's and CTranslate2's rule
+            (`decoding.beam_search`): about 15% fewer steps, and a few
+            translations change. Default: the exact rule only.
         name: the module's name.
 
     Raises:
@@ -238,7 +241,7 @@ class Translator(tf.Module):
     """
 
     def __init__(self, model, source_tokenizer, target_tokenizer=None, beam_size=4, alpha=0.6, max_extra=50,
-                 jit_compile=False, chunk_size=0, name="translator"):
+                 jit_compile=False, chunk_size=0, early_exit=False, name="translator"):
         super().__init__(name=name)
         self.models = decoding.ensemble_members(model)
         self.source_tokenizer = source_tokenizer
@@ -246,6 +249,9 @@ class Translator(tf.Module):
         self.beam_size = int(beam_size)
         self.alpha = float(alpha)
         self.max_extra = int(max_extra)
+        if not isinstance(early_exit, bool):
+            raise ValueError(f"Translator: early_exit must be True or False, got {early_exit!r}.")
+        self.early_exit = early_exit
         if self.beam_size < 1:
             raise ValueError(f"Translator: beam_size must be >= 1, got {beam_size}.")
         decoding.check_options("Translator", max_extra=self.max_extra, alpha=self.alpha)
@@ -280,8 +286,8 @@ class Translator(tf.Module):
                 (`evaluation.average_checkpoints`).
             tokenizers: `(source_tokenizer, target_tokenizer)`, or a directory
                 that `keras_transformer.data.tokenizers.load_tokenizers` reads.
-            **options: `Translator` arguments; `beam_size`, `alpha` and
-                `max_extra` default to the config's decoding fields.
+            **options: `Translator` arguments; `beam_size`, `alpha`,
+                `max_extra` and `early_exit` default to the config's decoding fields.
 
         Returns:
             A `Translator`.
@@ -307,8 +313,8 @@ class Translator(tf.Module):
             config: the first model's `TransformerConfig`: the decoding defaults.
             tokenizers: `(source_tokenizer, target_tokenizer)`, or a vocabulary
                 folder that `keras_transformer.data.tokenizers.load_tokenizers` reads.
-            **options: `Translator` arguments; `beam_size`, `alpha` and
-                `max_extra` default to the config's decoding fields.
+            **options: `Translator` arguments; `beam_size`, `alpha`,
+                `max_extra` and `early_exit` default to the config's decoding fields.
 
         Returns:
             A `Translator`.
@@ -316,7 +322,8 @@ class Translator(tf.Module):
         if isinstance(tokenizers, (str, os.PathLike)):
             tokenizers = load_tokenizers(os.fspath(tokenizers))
         options = {"beam_size": config.beam_size, "alpha": config.length_penalty,
-                   "max_extra": config.max_decode_extra, "chunk_size": TRAINED_CHUNK_SIZE, **options}
+                   "max_extra": config.max_decode_extra, "early_exit": config.early_exit,
+                   "chunk_size": TRAINED_CHUNK_SIZE, **options}
         source_tokenizer, target_tokenizer = tokenizers
         return cls(models if len(models) > 1 else models[0], source_tokenizer, target_tokenizer, **options)
 
@@ -338,7 +345,8 @@ class Translator(tf.Module):
             raise ValueError("Translator.ensemble: no translators given.")
         first = translators[0]
         settings = {"beam_size": first.beam_size, "alpha": first.alpha, "max_extra": first.max_extra,
-                    "jit_compile": first._jit_compile, "chunk_size": first.chunk_size, **options}
+                    "jit_compile": first._jit_compile, "chunk_size": first.chunk_size,
+                    "early_exit": first.early_exit, **options}
         return cls([model for t in translators for model in t.models], first.source_tokenizer,
                    first.target_tokenizer, **settings)
 
@@ -395,7 +403,7 @@ class Translator(tf.Module):
         return decoding.beam_search(self.models, source, beam_size=self.beam_size, alpha=self.alpha,
                                     max_extra=self.max_extra, num_return=num_return, pad_id=target.pad_id,
                                     bos_id=target.bos_id, eos_id=target.eos_id,
-                                    first_cache_stage=decoding.FIRST_CACHE_STAGE)
+                                    first_cache_stage=decoding.FIRST_CACHE_STAGE, early_exit=self.early_exit)
 
     def _search_in_length_order(self, source, num_return):
         """`_search` over `chunk_size` sentences at a time, shortest sources first, results in input order.

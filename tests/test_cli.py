@@ -70,6 +70,19 @@ def test_alpha_zero_and_other_finite_values_parse():
         assert cli.build_parser().parse_args(["translate", "--model", "m", "--alpha", value, "a"]).alpha == expected
 
 
+def test_early_exit_flag_reaches_the_translator_and_the_export(monkeypatch, capsys):
+    from keras_transformer import export, training
+    seen = []
+    monkeypatch.setattr(training, "load_translator", lambda model, checkpoint, average, **options: seen.append(
+        options["early_exit"]))
+    monkeypatch.setattr(training, "translate", lambda translator, chunk, batch_size: [])
+    monkeypatch.setattr(export, "export", lambda workdir, out, **options: seen.append(options["early_exit"]) or out)
+    for argv in (["translate", "--model", "m", "a"], ["translate", "--model", "m", "--early-exit", "a"],
+                 ["export", "--workdir", "w", "--out", "o"], ["export", "--workdir", "w", "--out", "o", "--early-exit"]):
+        assert cli.main(argv) == 0
+    assert seen == [None, True, None, True]  # None: the model config's
+
+
 def test_python_module_commands_refuse_counts_out_of_range(capsys):
     from keras_transformer import arrays, distillation
     for main, argv, flag in ((arrays.main, ["w", "--average-last", "-1"], "--average-last"),  # 0: no average

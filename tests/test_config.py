@@ -49,6 +49,7 @@ def test_separate_vocab_and_layer_overrides():
     (dict(length_penalty=-0.1), "got -0.1"),
     (dict(learning_rate_scale="fast"), "learning_rate_scale must be a number, got 'fast'"),
     (dict(beta_2=None), "beta_2 must be a number, got None"),
+    (dict(early_exit=1), "early_exit must be true or false, got 1"),
 ])
 def test_validation_names_the_problem(overrides, fragment):
     values = dict(vocab_size=100, d_model=64, num_heads=4)

@@ -140,6 +140,12 @@ def test_decoding_settings_out_of_range_are_refused(copy_export):
                              (dict(beam_size=0), "beam_size must be >= 1")):
         with pytest.raises(ValueError, match=message):
             ce.CTranslate2Translator(folder, **options)
+    # Its search always stops by the rule `early_exit` names: asking for the exact rule is refused by name.
+    from keras_transformer import inference
+    from keras_transformer.errors import ConfigError
+    with pytest.raises(ConfigError, match="no exact stopping rule"):
+        inference.load_translator(folder, early_exit=False)
+    assert isinstance(inference.load_translator(folder, early_exit=True), ce.CTranslate2Translator)
 
 
 def read_model_bin(path):

@@ -355,3 +355,29 @@ def test_decoding_imports_no_tensorflow():
     imported |= {node.module.split(".")[0] for node in ast.walk(tree)
                  if isinstance(node, ast.ImportFrom) and node.module}
     assert "tensorflow" not in imported
+
+
+
+@pytest.mark.parametrize("alpha", [0.0, 1.0])
+def test_early_exit_search_is_the_written_out_search(trained_copy_model, alpha):
+    """With and without `early_exit`, a batch of sentences of different lengths comes back as the written-out
+    search (`reference_beam_search`, one sentence at a time over the uncached decoder) gives, n-best and
+    scores. (That the rule changes some outputs is shown on the shipped model: tests/test_shipped_models.py.)"""
+    from reference_search import reference_beam_search
+
+    model, _ = trained_copy_model
+    sources = [[5, 6, 7, 8, 9, 3], [9, 8, 7, 6, 5, 4, 3], [4, 4, 4, 4, 4, 4, 4, 4, 3], [12, 5, 12, 5, 3]]
+    for early_exit in (False, True):
+        tokens, scores = run(decoding.beam_search, model, padded(sources), beam_size=3, alpha=alpha, max_extra=4,
+                             num_return=3, early_exit=early_exit)
+        tokens, scores = np.asarray(tokens), np.asarray(scores)
+        for row, source in enumerate(sources):
+            expected, _ = reference_beam_search(model, source, beam_size=3, alpha=alpha, max_extra=4, num_return=3,
+                                                early_exit=early_exit)
+            got = [(t[t != 0].tolist(), s) for t, s in zip(tokens[row], scores[row]) if np.isfinite(s)]
+            assert [t for t, _ in got] == [t for t, _ in expected], (early_exit, source)
+            np.testing.assert_allclose([s for _, s in got], [s for _, s in expected], atol=1e-4)
+    # With one beam it is greedy decoding either way.
+    greedy, _ = run(decoding.greedy_decode, model, padded(sources), max_extra=4)
+    early, _ = run(decoding.beam_search, model, padded(sources), beam_size=1, alpha=0.0, max_extra=4, early_exit=True)
+    np.testing.assert_array_equal(np.asarray(early)[:, 0], greedy)

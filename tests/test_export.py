@@ -156,6 +156,16 @@ def test_exported_ensemble_serves_what_the_in_memory_ensemble_gives(exported, mu
     assert len(rebuilt.models) == 2 and rebuilt(SENTENCES) == ensemble(SENTENCES)
 
 
+def test_exported_config_records_the_decoding_the_graph_does(exported):
+    """The translator decodes with max_extra 8, its config says 50: the export's model.yaml says 8, so the
+    rebuilt Keras translator decodes as the graph does."""
+    directory, translator = exported
+    config = kt.TransformerConfig.from_yaml(directory / "assets.extra" / "model.yaml")
+    assert (config.beam_size, config.length_penalty, config.max_decode_extra, config.early_exit) == (3, 0.6, 8, False)
+    rebuilt = load_keras_translator(directory)
+    assert (rebuilt.beam_size, rebuilt.alpha, rebuilt.max_extra, rebuilt.early_exit) == (3, 0.6, 8, False)
+
+
 def test_ids_signature_matches_the_string_signature(exported):
     directory, translator = exported
     loaded = load_exported(directory)

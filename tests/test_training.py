@@ -95,6 +95,7 @@ def test_malformed_set_is_rejected(text):
     ({"data": {"kind": "csv"}}, "data.kind"),
     ({"data": {"kind": "text"}}, "data.train_source"),
     ({"model": {"preset": "huge"}}, "model.preset"),
+    ({"decoding": {"early_exit": "yes"}}, "decoding.early_exit"),
 ])
 def test_bad_values_are_rejected_with_the_field_named(tmp_path, values, message):
     with pytest.raises(training.ConfigError, match=message.replace(".", r"\.")):
@@ -105,6 +106,8 @@ def test_model_section_preset_overrides_vocabulary_and_decoding():
     experiment = training.load_experiment(TINY, ["decoding.beam_size=5", "model.d_ff=128"])
     config = experiment.model_config(24)
     assert (config.d_model, config.d_ff, config.vocab_size, config.beam_size) == (64, 128, 24, 5)
+    assert not config.early_exit
+    assert training.load_experiment(TINY, ["decoding.early_exit=true"]).model_config(24).early_exit
     with pytest.raises(training.ConfigError, match="model.vocab_size=10 is smaller"):
         training.load_experiment(TINY, ["model.vocab_size=10"]).model_config(24)
     # Larger passed, and the model then met a tokenizer of another size: a Translator refuses that pair.

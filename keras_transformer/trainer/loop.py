@@ -179,7 +179,8 @@ def make_callbacks(experiment, model_config, data, output, resumed_at=(0, 0), ma
                 output / "history.csv", "val_bleu", resumed_at[0]) if best_path.is_file() else -math.inf,
             batch_size=experiment.decoding.batch_size,
             translator_options={"beam_size": training.bleu_beam_size, "alpha": model_config.length_penalty,
-                                "max_extra": model_config.max_decode_extra}))
+                                "max_extra": model_config.max_decode_extra,
+                                "early_exit": model_config.early_exit}))
     callbacks += [
         keras.callbacks.TerminateOnNaN(),
         EpochCheckpoint(output / "checkpoints", keep=training.keep_checkpoints),
