@@ -511,7 +511,8 @@ def greedy_decode(model, source, max_extra=50, max_length=None, pad_id=0, bos_id
 
 
 def beam_search(model, source, beam_size=4, alpha=0.6, max_extra=50, max_length=None, num_return=1,
-                pad_id=0, bos_id=2, eos_id=3, use_cache=True, first_cache_stage=None, early_exit=False):
+                pad_id=0, bos_id=2, eos_id=3, use_cache=True, first_cache_stage=None, early_exit=False,
+                return_steps=False):
     """Beam search with the GNMT length penalty, batched, with a key/value cache.
 
     At every step each alive hypothesis is extended by every token and the
@@ -548,11 +549,15 @@ def beam_search(model, source, beam_size=4, alpha=0.6, max_extra=50, max_length=
         pad_id, bos_id, eos_id: the special ids.
         use_cache, first_cache_stage: as in `greedy_decode`.
         early_exit: also stop a sentence by the OpenNMT/CTranslate2 rule above.
+        return_steps: also return how many decoder steps the search ran.
 
     Returns:
         `(tokens, scores)`: int32 `(B, num_return, T)` hypotheses, best first,
         ending with eos and padded with `pad_id`; float32 `(B, num_return)`
         scores log P(tokens | source) / lp(length), where length counts eos.
+        With `return_steps`, `(tokens, scores, steps)`: steps is an int32
+        scalar, the steps until every sentence was done (one sentence: its
+        own; `bench/stopping_rules.py` counts them per sentence).
 
     Example:
 
@@ -655,6 +660,8 @@ def beam_search(model, source, beam_size=4, alpha=0.6, max_extra=50, max_length=
     tokens = state["finished"][:, :num_return, 1:]  # (B, R, T_max)
     # A slot that never received a hypothesis (tiny vocabularies only) comes back as all padding.
     tokens = ops.where(ops.expand_dims(ops.isfinite(scores), 2), tokens, pad_id)
+    if return_steps:
+        return tokens, scores, state["t"]
     return tokens, scores
 
 

@@ -367,16 +367,24 @@ def test_early_exit_search_is_the_written_out_search(trained_copy_model, alpha):
 
     model, _ = trained_copy_model
     sources = [[5, 6, 7, 8, 9, 3], [9, 8, 7, 6, 5, 4, 3], [4, 4, 4, 4, 4, 4, 4, 4, 3], [12, 5, 12, 5, 3]]
+    steps = {}
     for early_exit in (False, True):
-        tokens, scores = run(decoding.beam_search, model, padded(sources), beam_size=3, alpha=alpha, max_extra=4,
-                             num_return=3, early_exit=early_exit)
+        options = dict(beam_size=3, alpha=alpha, max_extra=4, num_return=3, early_exit=early_exit)
+        tokens, scores, batch_steps = run(decoding.beam_search, model, padded(sources), return_steps=True, **options)
         tokens, scores = np.asarray(tokens), np.asarray(scores)
         for row, source in enumerate(sources):
-            expected, _ = reference_beam_search(model, source, beam_size=3, alpha=alpha, max_extra=4, num_return=3,
-                                                early_exit=early_exit)
+            expected, expected_steps = reference_beam_search(model, source, **options)
             got = [(t[t != 0].tolist(), s) for t, s in zip(tokens[row], scores[row]) if np.isfinite(s)]
             assert [t for t, _ in got] == [t for t, _ in expected], (early_exit, source)
             np.testing.assert_allclose([s for _, s in got], [s for _, s in expected], atol=1e-4)
+            # Decoded alone, a sentence runs the written-out search's steps; in the batch, the longest one's.
+            *_, alone = run(decoding.beam_search, model, padded([source]), return_steps=True, **options)
+            assert int(alone) == expected_steps, (early_exit, source)
+            steps[early_exit, row] = expected_steps
+        assert int(batch_steps) == max(steps[early_exit, row] for row in range(len(sources)))
+    # The early exit never stops a sentence later (this confident model stops as soon either way; the steps
+    # it saves on the shipped model: bench/stopping_rules.py).
+    assert all(steps[True, row] <= steps[False, row] for row in range(len(sources)))
     # With one beam it is greedy decoding either way.
     greedy, _ = run(decoding.greedy_decode, model, padded(sources), max_extra=4)
     early, _ = run(decoding.beam_search, model, padded(sources), beam_size=1, alpha=0.0, max_extra=4, early_exit=True)
