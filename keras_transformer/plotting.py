@@ -157,7 +157,7 @@ def _strip(ids, eos_id, pad_id, bos_id):
 
 
 def translate_with_attention(model, sentence, source_tokenizer, target_tokenizer=None, translation=None,
-                             beam_size=4, alpha=0.6, max_extra=50):
+                             beam_size=4, alpha=0.6, max_extra=50, early_exit=False):
     """Translates one sentence and collects its attention maps.
 
     Args:
@@ -169,6 +169,7 @@ def translate_with_attention(model, sentence, source_tokenizer, target_tokenizer
         beam_size: beam width; 1 is greedy decoding.
         alpha: length-penalty exponent of the beam search.
         max_extra: the translation has at most source length + `max_extra` tokens.
+        early_exit: the beam search's stopping rule (`decoding.beam_search`).
 
     Returns:
         An `AttentionMaps`.
@@ -192,7 +193,8 @@ def translate_with_attention(model, sentence, source_tokenizer, target_tokenizer
     if translation is None:
         if beam_size > 1:
             tokens, _ = decoding.beam_search(model, source_ids[None], beam_size=beam_size, alpha=alpha,
-                                             max_extra=max_extra, pad_id=pad, bos_id=bos, eos_id=eos)
+                                             max_extra=max_extra, pad_id=pad, bos_id=bos, eos_id=eos,
+                                             early_exit=early_exit)
             tokens = np.asarray(tokens)[0, 0]
         else:
             tokens, _ = decoding.greedy_decode(model, source_ids[None], max_extra=max_extra, pad_id=pad,
@@ -328,7 +330,7 @@ def plot_attention_maps(maps, out_dir, kinds=KINDS, layout="grid", dpi=110):
 
 
 def plot_attention(model, sentence, out_dir, source_tokenizer, target_tokenizer=None, translation=None,
-                   beam_size=4, alpha=0.6, max_extra=50, kinds=KINDS, layout="grid", dpi=110):
+                   beam_size=4, alpha=0.6, max_extra=50, kinds=KINDS, layout="grid", dpi=110, early_exit=False):
     """Translates `sentence` and writes its attention maps: the one call behind ``plot-attention``.
 
     Also writes ``out_dir/translation.txt`` (source, translation and the
@@ -340,7 +342,7 @@ def plot_attention(model, sentence, out_dir, source_tokenizer, target_tokenizer=
         out_dir: the folder to write.
         source_tokenizer, target_tokenizer: `SubwordTokenizer`s (target defaults to source).
         translation: force this target instead of decoding.
-        beam_size, alpha, max_extra: decoding settings (``beam_size=1``: greedy).
+        beam_size, alpha, max_extra, early_exit: decoding settings (``beam_size=1``: greedy).
         kinds, layout, dpi: as in `plot_attention_maps`.
 
     Returns:
@@ -352,7 +354,7 @@ def plot_attention(model, sentence, out_dir, source_tokenizer, target_tokenizer=
     >>> maps, paths = plot_attention(model, "A dog runs.", "out/", *load_tokenizers("vocab/"))  # doctest: +SKIP
     """
     maps = translate_with_attention(model, sentence, source_tokenizer, target_tokenizer, translation=translation,
-                                    beam_size=beam_size, alpha=alpha, max_extra=max_extra)
+                                    beam_size=beam_size, alpha=alpha, max_extra=max_extra, early_exit=early_exit)
     paths = plot_attention_maps(maps, out_dir, kinds=kinds, layout=layout, dpi=dpi)
     with open(os.path.join(os.fspath(out_dir), "translation.txt"), "w", encoding="utf-8") as f:
         f.write(f"source:       {_text(sentence)}\ntranslation:  {maps.translation}\n"
@@ -410,6 +412,9 @@ def plot_attention_for_path(model_path, sentence, out_dir, checkpoint=None, aver
         translation: force this target instead of decoding.
         layout, kinds, dpi: as in `plot_attention_maps`.
 
+    The other decoding settings (alpha, max_extra, early_exit) are the model
+    config's, so the translation drawn is the one the model serves.
+
     Returns:
         ``(maps, paths)`` as `plot_attention`.
 
@@ -420,8 +425,8 @@ def plot_attention_for_path(model_path, sentence, out_dir, checkpoint=None, aver
     model, source_tokenizer, target_tokenizer, config = load_model(model_path, checkpoint, average)
     return plot_attention(model, sentence, out_dir, source_tokenizer, target_tokenizer, translation=translation,
                           beam_size=config.beam_size if beam_size is None else int(beam_size),
-                          alpha=config.length_penalty, max_extra=config.max_decode_extra, kinds=kinds,
-                          layout=layout, dpi=dpi)
+                          alpha=config.length_penalty, max_extra=config.max_decode_extra,
+                          early_exit=config.early_exit, kinds=kinds, layout=layout, dpi=dpi)
 
 
 # ------------------------------------------------------------------ schedule and positions

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer import evaluation, inference
+from keras_transformer import evaluation, inference, plotting
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 GOLDEN = pathlib.Path(__file__).resolve().parent / "golden" / "multi30k_en_de.test2016.first50.de"
@@ -32,10 +32,10 @@ def test_shipped_german_model_translates_the_first_50_test_sentences_as_before(f
 
 
 @pytest.mark.slow
-def test_early_exit_changes_the_translations_the_written_out_rule_changes(multi30k_dir):
+def test_early_exit_changes_the_translations_the_written_out_rule_changes(multi30k_dir, tmp_path):
     """Validation sentences 75 and 119 are two of the 10 (of 1,014) whose translation the shipped EN->DE model's
     early exit changes; sentence 0 keeps its. The early exit gives what the written-out search gives (the exact
-    rule's agreement with it: tests/test_decoding.py)."""
+    rule's agreement with it: tests/test_decoding.py), and the attention plot draws the translation served."""
     from reference_search import reference_beam_search
 
     from keras_transformer.translation import Translator
@@ -45,7 +45,11 @@ def test_early_exit_changes_the_translations_the_written_out_rule_changes(multi3
     assert early.early_exit  # the shipped config's setting
     exact = Translator(early.model, early.source_tokenizer, early.target_tokenizer, beam_size=early.beam_size,
                        alpha=early.alpha, max_extra=early.max_extra, early_exit=False)
-    assert [a != b for a, b in zip(exact(sentences), early(sentences))] == [True, True, False]
+    served, exhaustive = early(sentences), exact(sentences)
+    assert [a != b for a, b in zip(exhaustive, served)] == [True, True, False]
+    maps, _ = plotting.plot_attention_for_path(ROOT / "saved_models" / "multi30k_en_de", sentences[0], tmp_path,
+                                               kinds=("cross",), dpi=40)
+    assert maps.translation == served[0]
     source = early.encode_sources(tf.constant(sentences)).numpy()
     tokens = np.asarray(early.translate_ids(source, num_return=1)[0])[:, 0]
     for row, ids in enumerate(source):
