@@ -39,6 +39,10 @@ What it does:
 
 Thread settings: the SavedModel worker uses ``--tf-threads`` intra-op threads and
 ``--tf-inter-threads`` inter-op threads (default 1); CTranslate2 ``intra_threads=--ct2-threads``, ``inter_threads=1``.
+With one intra-op thread the SavedModel worker also runs with
+``XLA_FLAGS=--xla_cpu_multi_thread_eigen=false``, as
+``keras_transformer.translation.configure_threads(intra_op=1)`` sets it (XLA's matrix products on
+the calling thread); ``--tf-xla-flags`` gives the worker other XLA flags ("" for none).
 """
 
 import argparse
@@ -139,11 +143,11 @@ serve(translator.translate, setup)
 class Worker:
     """One engine in its own process, answering one JSON line per round."""
 
-    def __init__(self, name, script, setup, cpus):
+    def __init__(self, name, script, setup, cpus, env=None):
         command = [sys.executable, "-c", script]
         if cpus:
             command = ["taskset", "-c", cpus] + command
-        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "OMP_NUM_THREADS": str(setup["threads"])}
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "OMP_NUM_THREADS": str(setup["threads"]), **(env or {})}
         self.name = name
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
                                         cwd=REPO)
@@ -243,6 +247,9 @@ def main():
     parser.add_argument("--tf-threads", type=int, default=1, help="SavedModel intra-op threads")
     parser.add_argument("--tf-inter-threads", type=int, default=1,
                         help="SavedModel inter-op threads (2 lets an XLA export decode two chunks of a batch at once)")
+    parser.add_argument("--tf-xla-flags", default=None,
+                        help="XLA_FLAGS for the SavedModel worker (default: --xla_cpu_multi_thread_eigen=false "
+                             "with one intra-op thread, as configure_threads sets; '' for none)")
     parser.add_argument("--ct2-threads", type=int, default=1, help="CTranslate2 intra_threads (inter_threads: 1)")
     parser.add_argument("--cpus", default=None, help="pin every worker to these CPUs with taskset, e.g. 0 or 0-3")
     parser.add_argument("--engines", default="savedmodel,ct2-float32,ct2-int8",
@@ -264,6 +271,11 @@ def main():
     if args.latency_chunk < 1:
         parser.error(f"--latency-chunk must be at least 1, got {args.latency_chunk}")
 
+    from keras_transformer.translation import xla_flags_for_threads
+
+    xla_flags = args.tf_xla_flags
+    if xla_flags is None:  # as configure_threads sets them for a process with these threads
+        xla_flags = xla_flags_for_threads(args.tf_threads, os.environ.get("XLA_FLAGS", ""))
     sentences = read_gz(args.source)[: args.sentences]
     references = read_gz(args.reference)[: args.sentences]
     tokenized = read_gz(args.tokenized_reference)[: args.sentences]
@@ -288,7 +300,9 @@ def main():
                                     threads=args.ct2_threads, beam_size=args.beam_size, alpha=args.alpha,
                                     max_extra=args.max_extra, exact_limits=not args.ct2_batch_limits)
         names = [n for n in args.engines.split(",") if n]
-        workers = {name: Worker(name, *engines[name], cpus=args.cpus) for name in names}  # one at a time
+        tf_env = {"XLA_FLAGS": xla_flags}
+        workers = {name: Worker(name, *engines[name], cpus=args.cpus,  # one at a time
+                                env=tf_env if name.startswith("savedmodel") else None) for name in names}
         results = {name: [] for name in names}
         try:
             latency_count = common["latency_sentences"]
@@ -324,7 +338,7 @@ def main():
         row["warmup_seconds"] = warmups[row["engine"]]
     print(f"\n{len(sentences)} sentences of test2016, beam {args.beam_size}, alpha {args.alpha}, max_extra "
           f"{args.max_extra}, batches of {args.batch_size}; SavedModel: {args.tf_threads} intra-op and "
-          f"{args.tf_inter_threads} inter-op thread(s), "
+          f"{args.tf_inter_threads} inter-op thread(s), XLA_FLAGS={xla_flags!r}, "
           f"CTranslate2: intra_threads={args.ct2_threads}; CPUs: {args.cpus or 'any'}; {args.rounds} round(s)")
     header = (f"{'engine':<17} {'file order s/s':>15} {'sorted s/s':>11} {'p50 ms':>8} {'p95 ms':>8} "
               f"{'CPU s (a)':>10} {'CPU s (b)':>10} {'BLEU lc':>8} {'sacreBLEU':>10} {'same as SM':>10} "

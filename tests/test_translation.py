@@ -228,6 +228,16 @@ def test_configure_threads_sets_the_pools_before_tensorflow_starts_and_refuses_a
     env = {**os.environ, "PYTHONPATH": root, "TF_CPP_MIN_LOG_LEVEL": "2"}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert done.stdout.strip().splitlines()[-1] == "(1, 2)"
+    # One intra-op thread: XLA's matrix products move to the calling thread, unless XLA_FLAGS already say otherwise.
+    code = ("import os; from keras_transformer.translation import configure_threads; "
+            "print(configure_threads(inter_op=1, intra_op=1), repr(os.environ.get('XLA_FLAGS')))")
+    for flags, expected in ((None, "'--xla_cpu_multi_thread_eigen=false'"),
+                            ("--xla_dump_to=x", "'--xla_dump_to=x --xla_cpu_multi_thread_eigen=false'"),
+                            ("--xla_cpu_multi_thread_eigen=true", "'--xla_cpu_multi_thread_eigen=true'")):
+        run_env = {key: value for key, value in env.items() if key != "XLA_FLAGS"}
+        run_env.update({} if flags is None else {"XLA_FLAGS": flags})
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=run_env, check=True)
+        assert done.stdout.strip().splitlines()[-1] == f"(1, 1) {expected}"
     from keras_transformer.translation import configure_threads
 
     current = tf.config.threading.get_inter_op_parallelism_threads()
