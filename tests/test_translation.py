@@ -217,7 +217,7 @@ def test_bad_inputs_give_one_output_each_in_chunks(trained_copy_model, word_toke
         Translator(model, word_tokenizer, chunk_size=-1)
 
 
-def test_configure_threads_sets_the_pools_before_tensorflow_starts_and_refuses_after(translator):
+def test_configure_threads_sets_the_pools_before_tensorflow_starts_and_refuses_after(translator, tmp_path):
     import os
     import subprocess
     import sys
@@ -238,6 +238,15 @@ def test_configure_threads_sets_the_pools_before_tensorflow_starts_and_refuses_a
         run_env.update({} if flags is None else {"XLA_FLAGS": flags})
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=run_env, check=True)
         assert done.stdout.strip().splitlines()[-1] == f"(1, 1) {expected}"
+    # XLA reads XLA_FLAGS when it first compiles, after the package is imported and the call made: flags set
+    # then take effect (a dump folder, the flag whose effect can be seen, is written).
+    dump = tmp_path / "dump"
+    code = ("import os; from keras_transformer.translation import configure_threads; "
+            f"os.environ['XLA_FLAGS'] = '--xla_dump_to={dump}'; configure_threads(intra_op=1); "
+            "import tensorflow as tf; "
+            "print(float(tf.function(lambda x: tf.matmul(x, x), jit_compile=True)(tf.ones((2, 2)))[0, 0]))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert done.stdout.strip().splitlines()[-1] == "2.0" and any(dump.iterdir())
     from keras_transformer.translation import configure_threads
 
     current = tf.config.threading.get_inter_op_parallelism_threads()
