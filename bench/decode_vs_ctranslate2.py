@@ -42,7 +42,9 @@ Thread settings: the SavedModel worker uses ``--tf-threads`` intra-op threads an
 With one intra-op thread the SavedModel worker also runs with
 ``XLA_FLAGS=--xla_cpu_multi_thread_eigen=false``, as
 ``keras_transformer.translation.configure_threads(intra_op=1)`` sets it (XLA's matrix products on
-the calling thread); ``--tf-xla-flags`` gives the worker other XLA flags ("" for none).
+the calling thread); ``--tf-xla-flags`` gives the worker other XLA flags ("" for none). The engine
+``savedmodel-eigen-pool`` is the same export in a worker without that addition, which times the
+setting itself: ``--engines savedmodel,savedmodel-eigen-pool``.
 """
 
 import argparse
@@ -254,7 +256,8 @@ def main():
     parser.add_argument("--cpus", default=None, help="pin every worker to these CPUs with taskset, e.g. 0 or 0-3")
     parser.add_argument("--engines", default="savedmodel,ct2-float32,ct2-int8",
                         help="comma-separated: savedmodel, savedmodel-no-xla (the same export without XLA), "
-                             "ct2-float32, ct2-int8")
+                             "savedmodel-eigen-pool (the same export without --tf-xla-flags' additions: XLA's "
+                             "products handed to the intra-op pool), ct2-float32, ct2-int8")
     parser.add_argument("--no-xla", action="store_true",
                         help="re-export the SavedModel without XLA (keras-transformer export --no-xla)")
     parser.add_argument("--ct2-batch-limits", action="store_true",
@@ -292,6 +295,8 @@ def main():
                                        "inter_threads": args.tf_inter_threads}),
             "savedmodel-no-xla": (TF_WORKER, {**common, "model": without_xla, "threads": args.tf_threads,
                                               "inter_threads": args.tf_inter_threads}),
+            "savedmodel-eigen-pool": (TF_WORKER, {**common, "model": saved_model, "threads": args.tf_threads,
+                                                  "inter_threads": args.tf_inter_threads}),
             "ct2-float32": (CT2_WORKER, {**common, "model": ct2, "compute_type": "float32"}),
             "ct2-int8": (CT2_WORKER, {**common, "model": ct2, "compute_type": "int8"}),
         }
@@ -300,9 +305,10 @@ def main():
                                     threads=args.ct2_threads, beam_size=args.beam_size, alpha=args.alpha,
                                     max_extra=args.max_extra, exact_limits=not args.ct2_batch_limits)
         names = [n for n in args.engines.split(",") if n]
-        tf_env = {"XLA_FLAGS": xla_flags}
-        workers = {name: Worker(name, *engines[name], cpus=args.cpus,  # one at a time
-                                env=tf_env if name.startswith("savedmodel") else None) for name in names}
+        worker_env = {"savedmodel": {"XLA_FLAGS": xla_flags}, "savedmodel-no-xla": {"XLA_FLAGS": xla_flags},
+                      "savedmodel-eigen-pool": {"XLA_FLAGS": os.environ.get("XLA_FLAGS", "")}}
+        workers = {name: Worker(name, *engines[name], cpus=args.cpus, env=worker_env.get(name))  # one at a time
+                   for name in names}
         results = {name: [] for name in names}
         try:
             latency_count = common["latency_sentences"]
@@ -340,7 +346,7 @@ def main():
           f"{args.max_extra}, batches of {args.batch_size}; SavedModel: {args.tf_threads} intra-op and "
           f"{args.tf_inter_threads} inter-op thread(s), XLA_FLAGS={xla_flags!r}, "
           f"CTranslate2: intra_threads={args.ct2_threads}; CPUs: {args.cpus or 'any'}; {args.rounds} round(s)")
-    header = (f"{'engine':<17} {'file order s/s':>15} {'sorted s/s':>11} {'p50 ms':>8} {'p95 ms':>8} "
+    header = (f"{'engine':<21} {'file order s/s':>15} {'sorted s/s':>11} {'p50 ms':>8} {'p95 ms':>8} "
               f"{'CPU s (a)':>10} {'CPU s (b)':>10} {'BLEU lc':>8} {'sacreBLEU':>10} {'same as SM':>10} "
               f"{'warm-up s':>10}")
     print(header)
@@ -352,7 +358,7 @@ def main():
         row["sacrebleu"] = bleu(hypotheses, references).score
         same = (sum(a == b for a, b in zip(hypotheses, first["savedmodel"])) if "savedmodel" in first else None)
         row["same_as_savedmodel"] = same
-        print(f"{name:<17} {row['file_order']['median']:>15.1f} {row['sorted']['median']:>11.1f} "
+        print(f"{name:<21} {row['file_order']['median']:>15.1f} {row['sorted']['median']:>11.1f} "
               f"{row['single']['median_p50']:>8.1f} {row['single']['median_p95']:>8.1f} "
               f"{row['file_order']['cpu_seconds']:>10.1f} {row['sorted']['cpu_seconds']:>10.1f} "
               f"{row['bleu_multi30k']:>8.2f} {row['sacrebleu']:>10.2f} "

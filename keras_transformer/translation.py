@@ -133,7 +133,7 @@ def configure_threads(inter_op=None, intra_op=None):
     thread (`XLA_FLAGS=--xla_cpu_multi_thread_eigen=false`, added to the
     process's `XLA_FLAGS` unless they already set that flag): otherwise XLA
     hands every product of the compiled search to the one-thread pool and
-    waits for it, which made single-sentence decoding about 8% slower
+    waits for it, which made single-sentence decoding 5-8% slower
     (docs/decoding.md, "Threads"). The flag is read when XLA first compiles,
     which is after this call.
 
