@@ -11,6 +11,22 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 MULTI30K = REPO_ROOT.parent / "shared" / "data" / "multi30k"
 
 
+# A test that is not marked slow fails when its call takes longer than this (setup, where shared fixtures are
+# built, is not counted). `make test-fast` skips the slow ones, so the edit-test loop stays under 3 minutes.
+SLOW_LIMIT_S = float(os.environ.get("KT_SLOW_LIMIT_S", "15"))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if (report.when == "call" and report.passed and item.get_closest_marker("slow") is None
+            and report.duration > SLOW_LIMIT_S):
+        report.outcome = "failed"
+        report.longrepr = (f"{item.nodeid} took {report.duration:.1f} s, over the {SLOW_LIMIT_S:g} s allowed a test "
+                           "not marked slow: make it cheaper (tests/README.md) or mark it @pytest.mark.slow")
+
+
 @pytest.fixture(scope="session")
 def multi30k_dir():
     """The Multi30k folder beside the repository (CI has it there too)."""
