@@ -95,8 +95,8 @@ def build_parser():
 
     Example:
 
-    >>> build_parser().parse_args(["average", "--workdir", "runs/x"]).last
-    5
+    >>> build_parser().parse_args(["average", "--workdir", "runs/x", "--last", "3"]).last
+    3
     """
     parser = argparse.ArgumentParser(
         prog="keras-transformer", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_EXAMPLES,

@@ -311,7 +311,7 @@ class DataSection:
         ...                        "train_target": "/nonexistent.de"}).check_files()
         Traceback (most recent call last):
         ...
-        keras_transformer.training.ConfigError: data.train_source: file not found: /nonexistent.en
+        keras_transformer.errors.ConfigError: data.train_source: file not found: /nonexistent.en
         """
         if self.kind == "synthetic":
             return
@@ -582,7 +582,7 @@ class ExperimentConfig:
         >>> ExperimentConfig(model={"d_model": 60, "num_heads": 7}).check_model()
         Traceback (most recent call last):
         ...
-        keras_transformer.training.ConfigError: model: TransformerConfig: d_model=60 is not divisible by num_heads=7; ...
+        keras_transformer.errors.ConfigError: model: TransformerConfig: d_model=60 is not divisible by num_heads=7; ...
         """
         if self.data.kind == "synthetic":  # the vocabulary is the configured one: check it all
             self.model_config(self.data.synthetic_vocab_size)

@@ -1,4 +1,8 @@
-"""The tiny preset learns synthetic copy and reverse tasks through plain `model.fit`."""
+"""The tiny preset learns the synthetic copy task through plain `model.fit`.
+
+One layer per side and 2,000 examples: both seeds tried (0 and 1) reach 1.000 held-out token accuracy, against
+0.98-0.99 with 5 epochs instead of 8, so the 0.99 bar can still fail.
+"""
 
 import keras
 import numpy as np
@@ -12,8 +16,9 @@ from keras_transformer.data.synthetic import make_arrays, synthetic_pairs
 @pytest.mark.parametrize("task", ["copy"])  # reverse needs ~2x the epochs; the demo shows it
 def test_tiny_preset_learns_synthetic_task_with_model_fit(task):
     keras.utils.set_random_seed(0)
-    config = kt.TransformerConfig.preset("tiny", vocab_size=16, warmup_steps=200, learning_rate_scale=2.0)
-    train_inputs, train_labels = make_arrays(*synthetic_pairs(task, 4000, vocab_size=16, max_length=8, seed=1))
+    config = kt.TransformerConfig.preset("tiny", vocab_size=16, warmup_steps=200, learning_rate_scale=2.0,
+                                         num_layers=1)
+    train_inputs, train_labels = make_arrays(*synthetic_pairs(task, 2000, vocab_size=16, max_length=8, seed=1))
     test_inputs, test_labels = make_arrays(*synthetic_pairs(task, 300, vocab_size=16, max_length=8, seed=2))
     model = kt.build_model(config)
     # The learning rate falls to zero over the last 3 of 8 epochs. Without that, the last epoch's held-out

@@ -15,12 +15,9 @@ from keras_transformer.trainer import loop as trainer_loop
 from keras_transformer.config import TransformerConfig
 from keras_transformer.model import build_model
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
-TINY = REPO / "configs" / "tiny_copy.yaml"
-
-# Small enough to build and fit in a few seconds.
-SMALL = ["data.train_examples=64", "data.val_examples=32", "data.batch_size=32", "training.epochs=1",
-         "training.verbose=0", "training.tensorboard=false"]
+from factories import REPO
+from factories import SMALL_RUN as SMALL
+from factories import TINY_EXPERIMENT as TINY
 
 
 def _write(path, values):
@@ -305,13 +302,14 @@ def _dropout_states(model):
     return [np.asarray(v).tolist() for v in model.variables if v.path.endswith("seed_generator_state")]
 
 
+@pytest.mark.slow
 def test_a_resumed_run_draws_new_dropout_masks_and_a_fresh_run_repeats_its_own(tmp_path):
     """Keras does not save the dropout generators: reseeded as the first run, a resumed epoch would apply the
     masks of the first run's first epoch, example for example."""
     settings = SMALL + ["model.dropout=0.3", "training.validation=false"]
     first = training.train(training.load_experiment(TINY, settings), tmp_path / "run")
     after_first_epoch = _dropout_states(first.model)
-    assert len(after_first_epoch) >= 8  # a generator in every sublayer's dropout and the feed-forward's
+    assert len(after_first_epoch) == 7  # one generator per embedding and per sublayer (2 encoder, 3 decoder)
     assert trainer_backup.backup_position(tmp_path / "run" / "backup") == (1, 0)
     resumed = training.train(training.load_experiment(TINY, settings + ["training.epochs=2"]), tmp_path / "run")
     assert len(resumed.history["loss"]) == 1  # one epoch ran, from the backup
@@ -364,6 +362,7 @@ def _interrupt_at(monkeypatch, update):
     monkeypatch.setattr(trainer_loop, "LearningRateLogger", Stop)  # the first callback the loop makes
 
 
+@pytest.mark.slow
 def test_an_epoch_interrupted_between_backups_resumes_at_its_batch(tmp_path, monkeypatch):
     """With training.backup_every_steps a run stopped inside an epoch trains only the batches that epoch had
     left: the run ends with the updates of an uninterrupted one, and its epochs keep their numbers even when the
@@ -391,6 +390,7 @@ def test_an_epoch_interrupted_between_backups_resumes_at_its_batch(tmp_path, mon
     assert trainer_backup.backup_position(workdir / "backup") == (3, 0)  # each epoch ends with a backup
 
 
+@pytest.mark.slow
 def test_the_history_row_of_an_interrupted_epoch_averages_all_its_batches(tmp_path, monkeypatch, caplog):
     """The resumed process trains the epoch's last 4 batches; its history row still averages all 8, the 4 the
     killed process trained included (their mean is what that process reported)."""
@@ -434,6 +434,7 @@ def test_the_history_row_of_an_interrupted_epoch_averages_all_its_batches(tmp_pa
     assert "average only the batches" not in caplog.text
 
 
+@pytest.mark.slow
 def test_an_interrupted_epoch_of_unknown_length_trains_again_and_says_so(tmp_path, monkeypatch, caplog):
     _data_of_unknown_length(monkeypatch)
     experiment = training.load_experiment(TINY, [
@@ -450,15 +451,16 @@ def test_an_interrupted_epoch_of_unknown_length_trains_again_and_says_so(tmp_pat
     assert int(result.model.optimizer.iterations) == 2 * 8 + 4  # the 4 batches backed up, then the whole epoch
 
 
+@pytest.mark.slow
 def test_a_resumed_run_keeps_the_best_bleu_weights_of_its_earlier_epochs(packed, tmp_path):
     """best.weights.h5 holds the weights of the best validation BLEU of the whole run: a resumed run does not
     replace them with its first scored epoch unless that one scores higher."""
     folder = packed[2]
     config = _write(tmp_path / "text.yaml", {
-        "model": {"preset": "tiny"},
+        "model": {"preset": "tiny", "num_layers": 1},
         "data": {"kind": "text", "train_source": str(folder / "train.en"), "train_target": str(folder / "train.de"),
                  "valid_source": str(folder / "val.en"), "valid_target": str(folder / "val.de"),
-                 "vocab_size": 600, "tokens_per_batch": 512, "max_length": 64},
+                 "vocab_size": 600, "tokens_per_batch": 2048, "max_length": 64},
         "training": {"epochs": 1, "bleu_every_epochs": 1, "bleu_max_sentences": 8, "verbose": 0,
                      "tensorboard": False}})
     workdir = tmp_path / "run"
@@ -511,14 +513,15 @@ def test_a_resumed_run_shuffles_in_a_new_order_and_a_fresh_run_in_the_same_one(p
         assert tokens[0] > 1.1 * tokens[1], tokens
 
 
+@pytest.mark.slow
 def test_a_run_with_bpe_dropout_trains_its_epochs_and_resumes(packed, tmp_path):
     """With BPE-dropout the number of batches changes every epoch (unknown to Keras beforehand); training, the
     history and resuming still count epochs, and the learning-rate schedule counts every update."""
     folder = packed[2]
     config = _write(tmp_path / "text.yaml", {
-        "model": {"preset": "tiny"},
+        "model": {"preset": "tiny", "num_layers": 1},
         "data": {"kind": "text", "train_source": str(folder / "train.en"), "train_target": str(folder / "train.de"),
-                 "vocab_size": 600, "tokens_per_batch": 512, "max_length": 64, "subword_dropout": 0.1},
+                 "vocab_size": 600, "tokens_per_batch": 2048, "max_length": 64, "subword_dropout": 0.1},
         "training": {"epochs": 2, "verbose": 0, "tensorboard": False}})
     workdir = tmp_path / "run"
     training.train(training.load_experiment(config), workdir)
@@ -530,16 +533,17 @@ def test_a_run_with_bpe_dropout_trains_its_epochs_and_resumes(packed, tmp_path):
     assert sorted(p.name for p in (workdir / "checkpoints").glob("ckpt-*.weights.h5"))[-1] == "ckpt-0003.weights.h5"
 
 
+@pytest.mark.slow
 def test_fine_tuning_takes_the_weights_the_vocabulary_and_the_update_count_of_the_run_it_starts_from(
         packed, tmp_path):
     """training.init_checkpoint: the new workdir copies the vocabulary of the run that wrote the weights (its own
     data section asks for another size, which would learn other ids), starts from those weights, and with
     training.initial_updates goes on with that run's learning-rate schedule."""
     folder = packed[2]
-    base = {"model": {"preset": "tiny", "dropout": 0.0, "warmup_steps": 20},
+    base = {"model": {"preset": "tiny", "num_layers": 1, "dropout": 0.0, "warmup_steps": 20},
             "data": {"kind": "text", "train_source": str(folder / "train.en"), "train_target": str(folder / "train.de"),
                      "valid_source": str(folder / "val.en"), "valid_target": str(folder / "val.de"),
-                     "vocab_size": 600, "tokens_per_batch": 512, "max_length": 64},
+                     "vocab_size": 600, "tokens_per_batch": 2048, "max_length": 64},
             "training": {"epochs": 1, "verbose": 0, "tensorboard": False}}
     config = _write(tmp_path / "text.yaml", base)
     first = training.train(training.load_experiment(config), tmp_path / "first")
@@ -578,6 +582,7 @@ def test_the_vocabulary_of_a_checkpoint_is_found_beside_an_export_and_inside_a_w
         export / "assets.extra" / "vocab"
 
 
+@pytest.mark.slow
 def test_r_drop_trains_on_pairs_and_reports_the_plain_validation_loss(tmp_path):
     """With training.rdrop_alpha every batch runs twice; validation runs twice too, without dropout, so its
     divergence is zero and val_loss is the plain label-smoothed loss of the trained weights."""
@@ -626,17 +631,6 @@ def test_cooldown_on_data_of_unknown_length_asks_for_steps_per_epoch(tmp_path, m
     assert not list((tmp_path / "run").glob("checkpoints/*.weights.h5"))
 
 
-def test_rerun_with_no_epochs_left_says_why_nothing_was_trained(tmp_path, caplog):
-    experiment = training.load_experiment(TINY, SMALL + ["training.validation=false", "training.steps_per_epoch=1"])
-    training.train(experiment, tmp_path / "run")
-    with caplog.at_level("INFO", logger="keras_transformer"):
-        result = training.train(experiment, tmp_path / "run")
-    assert result.history.get("loss", []) == []
-    assert (f"Nothing to train: {tmp_path / 'run'} already has 1 epoch(s), and training.epochs is 1; raise "
-            "training.epochs to train further.") in caplog.messages
-    assert not any(message.startswith("Trained 0 epoch(s)") for message in caplog.messages)
-
-
 class _Stream:
     def __init__(self, tty):
         self.tty = tty
@@ -651,24 +645,21 @@ def test_progress_verbosity_draws_a_bar_only_on_a_terminal(setting, tty, expecte
     assert training.progress_verbosity(setting, _Stream(tty)) == expected
 
 
-def test_progress_into_a_log_file_is_one_line_per_epoch(tmp_path, capsys):
-    """Under `nohup ... > train.log` (stdout not a terminal) the default writes no redrawn progress bar."""
-    steady = [option for option in SMALL if not option.startswith("training.verbose")]
-    training.train(training.load_experiment(TINY, steady + ["training.epochs=2"]), tmp_path / "run")
+# ------------------------------------------------------------------ a whole (short) run
+@pytest.mark.slow
+def test_train_writes_the_documented_workdir(tmp_path, capsys, caplog):
+    workdir = tmp_path / "run"
+    cooldown = ["training.cooldown_epochs=1"]  # the second epoch's learning rate falls linearly to 0
+    steady = [option for option in SMALL if not option.startswith("training.verbose")]  # the default progress
+    result = training.train(training.load_experiment(TINY, steady + ["training.epochs=2",
+                                                                     "training.checkpoint_every_steps=1"] + cooldown),
+                            workdir)
+    # Under `nohup ... > train.log` (stdout not a terminal) the default writes no redrawn progress bar: one line
+    # per epoch.
     out = capsys.readouterr().out
     assert "\u2501" not in out and "\r" not in out  # the bar's characters, and its carriage-return redraws
     assert out.count("Epoch 1/2") == 1 and out.count("Epoch 2/2") == 1
     assert len([line for line in out.splitlines() if "val_loss" in line]) == 2
-
-
-# ------------------------------------------------------------------ a whole (short) run
-@pytest.mark.slow
-def test_train_writes_the_documented_workdir(tmp_path):
-    workdir = tmp_path / "run"
-    cooldown = ["training.cooldown_epochs=1"]  # the second epoch's learning rate falls linearly to 0
-    result = training.train(training.load_experiment(TINY, SMALL + ["training.epochs=2",
-                                                                    "training.checkpoint_every_steps=1"] + cooldown),
-                            workdir)
     assert [path.name for path in result.checkpoints] == ["ckpt-0001.weights.h5", "ckpt-0002.weights.h5"]
     assert sorted(p.name for p in (workdir / "checkpoints").glob("step-*")) == [
         "step-00000002.weights.h5", "step-00000003.weights.h5", "step-00000004.weights.h5"]  # keeps the last 3
@@ -686,9 +677,13 @@ def test_train_writes_the_documented_workdir(tmp_path):
     training.load_weights(fresh, result.checkpoints[-1])
     for loaded, trained in zip(fresh.get_weights(), result.model.get_weights()):
         np.testing.assert_array_equal(loaded, trained)
-    # Running the finished command again trains nothing more and keeps the history.
-    again = training.train(training.load_experiment(TINY, SMALL + ["training.epochs=2"] + cooldown), workdir)
+    # Running the finished command again trains nothing more, says why, and keeps the history.
+    with caplog.at_level("INFO", logger="keras_transformer"):
+        again = training.train(training.load_experiment(TINY, SMALL + ["training.epochs=2"] + cooldown), workdir)
     assert again.history.get("loss", []) == [] and len(_rows(workdir / "history.csv")) == 2
+    assert (f"Nothing to train: {workdir} already has 2 epoch(s), and training.epochs is 2; raise "
+            "training.epochs to train further.") in caplog.messages
+    assert not any(message.startswith("Trained 0 epoch(s)") for message in caplog.messages)
 
 
 def _native_bfloat16_cpu():

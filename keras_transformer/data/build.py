@@ -192,7 +192,9 @@ def build_data(section, data_dir, strategy=None, batch_scaling="per_replica", se
 
     Example:
 
-    >>> data = build_data(DataSection(train_examples=64, val_examples=64, batch_size=32), "/tmp/kt_doc_data")
+    >>> import tempfile
+    >>> from keras_transformer.experiment import DataSection
+    >>> data = build_data(DataSection(train_examples=64, val_examples=64, batch_size=32), tempfile.mkdtemp())
     >>> inputs, labels = next(iter(data.train))
     >>> inputs["source"].shape[0], data.source_vocab_size
     (32, 32)
