@@ -3,24 +3,15 @@
 import numpy as np
 import pytest
 
+from factories import make_workdir, tiny_config
 from keras_transformer import workdir
-from keras_transformer.config import TransformerConfig
 from keras_transformer.errors import CheckpointError, CheckpointNotFoundError, ConfigError
-from keras_transformer.model import build_model
 
 
 def _run(root, seed, vocab_files):
-    """A training workdir of the tiny preset: model.yaml, one epoch checkpoint, and `data/vocab` files."""
-    config = TransformerConfig.preset("tiny", vocab_size=24)
-    (root / "checkpoints").mkdir(parents=True)
-    config.save_yaml(root / "model.yaml")
-    model = build_model(config)
-    model.set_weights([np.random.default_rng(seed).normal(size=w.shape).astype(w.dtype) for w in model.get_weights()])
-    workdir.save_weights(model, root / "checkpoints" / "ckpt-0001.weights.h5")
-    for name, content in vocab_files.items():
-        path = root / "data" / "vocab" / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(content)
+    """A training workdir of the tiny preset: model.yaml, one epoch checkpoint of noise drawn from `seed`, and
+    `data/vocab` files."""
+    (model,) = make_workdir(root, tiny_config(vocab_size=24), vocab_files=vocab_files, seed=seed)
     return model
 
 
