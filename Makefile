@@ -3,10 +3,10 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
-# One pytest worker per core (at most 4). Each worker starts with a contiguous share of the tests (so a file's module
-# fixtures are mostly built once) and an idle worker takes tests from the others: no worker idles while one file of
-# slow tests runs alone, as it did with --dist loadfile.
-PARALLEL ?= -n auto --maxprocesses 4 --dist worksteal
+# One pytest worker per core (at most 4). Tests are handed out one at a time to whichever worker is free, except
+# the files marked with an xdist_group (those with expensive module fixtures), each run whole on one worker so
+# that its fixtures are built once.
+PARALLEL ?= -n auto --maxprocesses 4 --dist loadgroup
 
 .PHONY: install test test-fast demo bench clean
 

@@ -8,6 +8,10 @@ import pytest
 
 from keras_transformer import arrays, training
 
+# Its module fixtures are expensive: `make test` (--dist loadgroup) runs the whole file on one worker, so they
+# are built once.
+pytestmark = pytest.mark.xdist_group("test_arrays")
+
 
 def _rows(batch):
     """Each row of a (source, target_input, labels) batch without its padding, as a tuple of tuples."""
@@ -116,16 +120,31 @@ def test_pack_writes_the_pairs_the_vocabulary_reads_back(packed):
     assert counts["train_target_tokens"] == sum(len(t) + 1 for t in splits["train"][1])
 
 
-@pytest.mark.slow
-def test_train_arrays_trains_resumes_and_feeds_the_workdir_commands(packed, monkeypatch):
-    workdir, _, folder = packed
+@pytest.fixture(scope="module")
+def trained(packed, tmp_path_factory):
+    """A copy of the packed workdir trained by `train_arrays` for 2 epochs, then resumed to a third: `(workdir,
+    first, second, seeds, history_after_first)`, the two calls' results, the seeds each call gave
+    `keras.utils.set_random_seed`, and history.csv's rows after the first call. Read-only (several tests use it)."""
+    import shutil
+    workdir = shutil.copytree(packed[0], tmp_path_factory.mktemp("trained") / "run")
     seeds, set_random_seed = [], keras.utils.set_random_seed
-    monkeypatch.setattr(keras.utils, "set_random_seed", lambda seed: (seeds.append(seed), set_random_seed(seed)))
-    first = arrays.train_arrays(workdir, epochs=2, jit_compile=False)
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setattr(keras.utils, "set_random_seed",
+                            lambda seed: (seeds.append(seed), set_random_seed(seed)))
+        first = arrays.train_arrays(workdir, epochs=2, jit_compile=False)
+        with open(workdir / "history.csv", encoding="utf-8") as f:
+            history_after_first = list(csv.DictReader(f))
+        # Running again with more epochs resumes after epoch 2.
+        second = arrays.train_arrays(workdir, epochs=3, jit_compile=False)
+    return workdir, first, second, seeds, history_after_first
+
+
+@pytest.mark.slow
+def test_train_arrays_trains_resumes_and_feeds_the_workdir_commands(trained):
+    workdir, first, second, seeds, _ = trained
     assert [p.name for p in first["checkpoints"]] == ["ckpt-0001.weights.h5", "ckpt-0002.weights.h5"]
     assert first["average"] == workdir / "averaged.weights.h5"  # the file `keras-transformer average` writes
     # Running again with more epochs resumes after epoch 2: one more epoch, the update count goes on.
-    second = arrays.train_arrays(workdir, epochs=3, jit_compile=False)
     assert [p.name for p in second["checkpoints"]] == ["ckpt-0003.weights.h5"]
     # The resumed run seeds its dropout apart from the first run's, which it would otherwise repeat.
     assert seeds == [3, training.resumed_seed(3, 2)] and seeds[1] != 3
@@ -152,6 +171,7 @@ def test_train_arrays_trains_resumes_and_feeds_the_workdir_commands(packed, monk
         np.testing.assert_allclose(mean, (a + b) / 2, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_a_packed_fine_tuning_run_takes_the_checkpoint_s_vocabulary_weights_and_update_count(packed, copy_packed,
                                                                                                  tmp_path):
     """training.init_checkpoint and training.initial_updates in the packed experiment: pack takes the vocabulary
@@ -167,7 +187,8 @@ def test_a_packed_fine_tuning_run_takes_the_checkpoint_s_vocabulary_weights_and_
     model.save_weights(str(checkpoint))
     scale = 1e-9  # too small a learning rate to move the weights: the run must end where it started
     experiment = {
-        "model": {"preset": "tiny", "dropout": 0.0, "warmup_steps": 20, "learning_rate_scale": scale},
+        "model": {"preset": "tiny", "num_layers": 1, "dropout": 0.0, "warmup_steps": 20,
+                  "learning_rate_scale": scale},
         "data": {"kind": "text", "train_source": str(folder / "train.en"), "train_target": str(folder / "train.de"),
                  "valid_source": str(folder / "val.en"), "valid_target": str(folder / "val.de"),
                  "vocab_size": 300, "tokens_per_batch": 512, "max_length": 64},
@@ -192,6 +213,7 @@ def test_a_packed_fine_tuning_run_takes_the_checkpoint_s_vocabulary_weights_and_
     assert float(row["learning_rate"]) == pytest.approx(expected, rel=1e-5)
 
 
+@pytest.mark.slow
 def test_cooldown_epochs_bring_the_learning_rate_linearly_to_zero_at_the_last_update(copy_packed):
     from keras_transformer.config import TransformerConfig
     workdir = copy_packed()
@@ -264,41 +286,51 @@ def test_pack_command_refuses_options_arrays_cannot_train(tmp_path, capsys, sett
 
 
 @pytest.mark.slow
-def test_train_packed_script_trains_side_by_side_and_averages(copy_packed, tmp_path):
+def test_train_packed_script_trains_side_by_side_and_averages(copy_packed, trained, tmp_path):
     import os
     import pathlib
+    import shutil
     import subprocess
     import sys
     root = pathlib.Path(__file__).resolve().parents[1]
     copies = [copy_packed("a"), copy_packed("b")]
     env = dict(os.environ, PYTHON=sys.executable, PYTHONPATH=str(root), KERAS_BACKEND="tensorflow",
                ARRAYS_OPTIONS="--no-jit")
-    done = subprocess.run(["bash", str(root / "examples" / "train_packed.sh"), "2", "600", "2", *map(str, copies)],
-                          env=env, capture_output=True, text=True, timeout=900)
+    # A time limit stops a run between epochs: what finished is kept and averaged; rerunning resumes. Run on a
+    # workdir that finished 3 of its epochs (the `trained` run, its average removed), beside the two runs below.
+    finished = shutil.copytree(trained[0], tmp_path / "finished")
+    (finished / "averaged.weights.h5").unlink()
+    limited = subprocess.Popen(["bash", str(root / "examples" / "train_packed.sh"), "50", "1", "2", str(finished)],
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        done = subprocess.run(["bash", str(root / "examples" / "train_packed.sh"), "2", "600", "2",
+                               *map(str, copies)], env=env, capture_output=True, text=True, timeout=900)
+        limited_output = limited.communicate(timeout=900)
+    finally:
+        if limited.poll() is None:
+            limited.kill()
+            limited.wait()
     assert done.returncode == 0, done.stdout + done.stderr
     for copy in copies:
         with open(copy / "history.csv", encoding="utf-8") as f:
             assert [int(r["epoch"]) for r in csv.DictReader(f)] == [1, 2]
         assert (copy / "averaged.weights.h5").is_file()
-    # A time limit stops a run between epochs: what finished is kept and averaged; rerunning resumes.
-    limited = subprocess.run(["bash", str(root / "examples" / "train_packed.sh"), "50", "1", "2", str(copies[0])],
-                             env=env, capture_output=True, text=True, timeout=900)
-    assert limited.returncode == 0, limited.stdout + limited.stderr
-    with open(copies[0] / "history.csv", encoding="utf-8") as f:
-        assert [int(r["epoch"]) for r in csv.DictReader(f)] == [1, 2]
+    assert limited.returncode == 0, "".join(limited_output)
+    with open(finished / "history.csv", encoding="utf-8") as f:
+        assert [int(r["epoch"]) for r in csv.DictReader(f)] == [1, 2, 3]
+    assert (finished / "averaged.weights.h5").is_file()
     bad = subprocess.run(["bash", str(root / "examples" / "train_packed.sh"), "1", "10", "1", str(tmp_path)],
                          env=env, capture_output=True, text=True)
     assert bad.returncode == 2 and "not a packed workdir" in bad.stderr
 
 
 @pytest.mark.slow
-def test_scoring_without_tensorflow_matches_the_translator(packed, copy_packed, tmp_path, capsys):
+def test_scoring_without_tensorflow_matches_the_translator(packed, trained, tmp_path, capsys):
     from keras_transformer.data import tokenizers
     from keras_transformer.evaluation import read_lines
     folder = packed[2]
-    copy = copy_packed()
-    checkpoint = arrays.train_arrays(copy, epochs=1, jit_compile=False, average_last=None)["checkpoints"][-1]
-    # 12 sentences and max_extra 8: an untrained model's translations run to the length limit, and each decoder
+    copy, checkpoint = trained[0], trained[2]["checkpoints"][-1]  # the trained run's newest epoch checkpoint
+    # 12 sentences and max_extra 8: a barely trained model's translations run to the length limit, and each decoder
     # below would spend half a minute on all 40 at the default of 50 extra tokens.
     for lang in ("en", "de"):
         (tmp_path / f"val.{lang}").write_text("".join(f"{line}\n" for line in read_lines(folder / f"val.{lang}")[:12]),
@@ -379,6 +411,7 @@ def test_settings_the_packed_path_cannot_apply_are_refused_by_name(copy_packed, 
     assert not (workdir / "checkpoints").exists()
 
 
+@pytest.mark.slow
 def test_clipnorm_and_gradient_accumulation_apply_on_the_packed_path(copy_packed, monkeypatch):
     """training.clipnorm and training.gradient_accumulation_steps reach the optimizer as `train` builds it."""
     from keras_transformer.config import TransformerConfig
@@ -399,16 +432,16 @@ def test_clipnorm_and_gradient_accumulation_apply_on_the_packed_path(copy_packed
 
 
 @pytest.mark.slow
-def test_a_run_interrupted_inside_an_epoch_resumes_to_the_uninterrupted_run_s_weights(copy_packed, monkeypatch):
+def test_a_run_interrupted_inside_an_epoch_resumes_to_the_uninterrupted_run_s_weights(trained, copy_packed,
+                                                                                        monkeypatch):
     """With training.backup_every_steps the packed path backs up inside an epoch; a run killed there resumes
-    with the batches the epoch had left, in the same order, and ends where an uninterrupted run ends."""
+    with the batches the epoch had left, in the same order, and ends where an uninterrupted run ends (the
+    `trained` run's first call: the same packed workdir and seed, two epochs, no backups inside an epoch)."""
     from keras_transformer.trainer.backup import ResumableBackup, backup_position
-    whole, broken = copy_packed("whole"), copy_packed("broken")
-    for workdir in (whole, broken):
-        _set_training(workdir, backup_every_steps=2)
-    arrays.train_arrays(whole, jit_compile=False, average_last=0)
-    with open(whole / "history.csv", encoding="utf-8") as f:
-        expected = list(csv.DictReader(f))
+    whole, expected = trained[0], trained[4]
+    broken = copy_packed("broken")
+    _set_training(broken, backup_every_steps=2)
+    assert [int(r["epoch"]) for r in expected] == [1, 2]
     per_epoch = int(expected[0]["step"])
     assert per_epoch > 6
 

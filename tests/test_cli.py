@@ -13,6 +13,10 @@ import pytest
 
 from keras_transformer import cli
 
+# Its module fixtures are expensive: `make test` (--dist loadgroup) runs the whole file on one worker, so they
+# are built once.
+pytestmark = pytest.mark.xdist_group("test_cli")
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 TINY = REPO / "configs" / "tiny_copy.yaml"
 SUBCOMMANDS = ("train", "evaluate", "translate", "export", "average")
@@ -122,19 +126,41 @@ def test_export_of_a_workdir_without_checkpoints_fails_clearly(tmp_path, capsys)
 @pytest.fixture(scope="module")
 def tiny_workdir(tmp_path_factory):
     """A workdir as `train` writes it (model.yaml, data/vocab, two checkpoints), without training."""
-    from keras_transformer.config import TransformerConfig
+    from factories import make_workdir, tiny_config
+
     from keras_transformer.data.tokenizers import train_tokenizers
-    from keras_transformer.model import build_model
 
     workdir = tmp_path_factory.mktemp("workdir")
-    source, _ = train_tokenizers(["a man rides a bike", "two dogs play"] * 20, ["ein mann", "zwei hunde"] * 20,
-                                 vocab_size=300, directory=workdir / "data" / "vocab")
-    config = TransformerConfig.preset("tiny", vocab_size=source.vocab_size, num_layers=1, max_length=32)
-    config.save_yaml(workdir / "model.yaml")
-    (workdir / "checkpoints").mkdir()
-    for epoch in (1, 2):
-        build_model(config).save_weights(str(workdir / "checkpoints" / f"ckpt-{epoch:04d}.weights.h5"))
+    tokenizers = train_tokenizers(["a man rides a bike", "two dogs play"] * 20, ["ein mann", "zwei hunde"] * 20,
+                                  vocab_size=300)
+    make_workdir(workdir, tiny_config(vocab_size=tokenizers[0].vocab_size, max_length=32), epochs=(1, 2),
+                 tokenizers=tokenizers)
     return workdir
+
+
+_LOADED = {}
+
+
+@pytest.fixture
+def load_once():
+    """Has `translate` and `evaluate` load each (model, checkpoint, average, decoding options) translator once
+    for the module (the first call loads it for real), for the tests whose point is what the command does with
+    the translations: every load builds the model and traces its search again (seconds). Its own MonkeyPatch,
+    so that a test's `monkeypatch.undo()` leaves it in place."""
+    from keras_transformer import inference, training
+
+    real = inference.load_translator
+
+    def load_translator(model, checkpoint=None, average=None, **options):
+        paths = tuple(map(str, model)) if isinstance(model, (list, tuple)) else str(model)
+        key = (paths, checkpoint, average, tuple(sorted((k, v) for k, v in options.items() if v is not None)))
+        if key not in _LOADED:
+            _LOADED[key] = real(model, checkpoint, average, **options)
+        return _LOADED[key]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(inference, "load_translator", load_translator)
+        patch.setattr(training, "load_translator", load_translator)
+        yield
 
 
 def test_average_writes_the_mean_of_the_last_checkpoints(tiny_workdir, capsys):
@@ -177,7 +203,7 @@ def test_average_takes_weights_files_from_anywhere(tiny_workdir, tmp_path, capsy
     assert "not both" in capsys.readouterr().err
 
 
-def test_tune_alpha_scores_each_alpha_and_marks_the_best(tiny_workdir, tmp_path):
+def test_tune_alpha_scores_each_alpha_and_marks_the_best(tiny_workdir, tmp_path, load_once):
     import importlib.util
 
     from keras_transformer import evaluation
@@ -201,7 +227,7 @@ def test_tune_alpha_scores_each_alpha_and_marks_the_best(tiny_workdir, tmp_path)
     assert lines[2] == "| 0.6 | 30 | 31 | 0.9500 |" and lines[3] == "| 1 | **30.5** | 31.2 | 0.9900 |"
 
 
-def test_translate_throughput_bench_times_what_translate_prints(tiny_workdir, tmp_path, capsys):
+def test_translate_throughput_bench_times_what_translate_prints(tiny_workdir, tmp_path, capsys, load_once):
     import importlib.util
     spec = importlib.util.spec_from_file_location("translate_throughput", REPO / "bench" / "translate_throughput.py")
     bench = importlib.util.module_from_spec(spec)
@@ -234,7 +260,7 @@ def test_translate_names_a_corrupt_checkpoint(tiny_workdir, tmp_path, capsys):
     assert str(corrupt) in capsys.readouterr().err
 
 
-def test_translate_and_evaluate_run_on_a_workdir(tiny_workdir, tmp_path, capsys):
+def test_translate_and_evaluate_run_on_a_workdir(tiny_workdir, tmp_path, capsys, load_once):
     import json
     assert cli.main(["translate", "--model", str(tiny_workdir), "--beam-size", "1", "--max-extra", "3",
                      "a man rides a bike", "two dogs play"]) == 0
@@ -250,7 +276,7 @@ def test_translate_and_evaluate_run_on_a_workdir(tiny_workdir, tmp_path, capsys)
 
 
 def test_translate_reads_stdin_bytes_that_are_not_utf8_as_replacement_characters(tiny_workdir, capsys,
-                                                                                    monkeypatch):
+                                                                                    monkeypatch, load_once):
     """Whatever error handler the locale gives stdin (strict here), bad bytes translate as U+FFFD, like bad bytes
     in an argument (which Python hands over as lone surrogates)."""
     import io
@@ -263,7 +289,8 @@ def test_translate_reads_stdin_bytes_that_are_not_utf8_as_replacement_characters
     assert capsys.readouterr().out == from_stdin and len(from_stdin.splitlines()) == 2
 
 
-def test_translate_streams_stdin_in_chunks_with_the_output_of_one_call(tiny_workdir, capsys, monkeypatch):
+def test_translate_streams_stdin_in_chunks_with_the_output_of_one_call(tiny_workdir, capsys, monkeypatch,
+                                                                      load_once):
     """stdin is translated a chunk (32 batches) at a time: the first chunk's lines are out before the rest of stdin is
     read, and the lines are those of one call on all the sentences (a translation never depends on its batch)."""
     import io
@@ -312,23 +339,21 @@ def test_line_breaks_inside_translations_keep_one_output_line_per_sentence(tiny_
 
 @pytest.fixture(scope="module")
 def second_workdir(tiny_workdir, tmp_path_factory):
-    """Another run on tiny_workdir's vocabulary: a model of another shape, one checkpoint."""
+    """Another run on tiny_workdir's vocabulary: a model of another shape (d_model 32), one checkpoint."""
     import shutil
 
+    from factories import make_workdir, tiny_config
+
     from keras_transformer.config import TransformerConfig
-    from keras_transformer.model import build_model
 
     workdir = tmp_path_factory.mktemp("second")
-    shutil.copytree(tiny_workdir / "data", workdir / "data")
     first = TransformerConfig.from_yaml(tiny_workdir / "model.yaml")
-    config = TransformerConfig.preset("tiny", vocab_size=first.vocab_size, num_layers=2, d_model=32, d_ff=64,
-                                      max_length=32)
-    config.save_yaml(workdir / "model.yaml")
-    (workdir / "checkpoints").mkdir()
-    build_model(config).save_weights(str(workdir / "checkpoints" / "ckpt-0001.weights.h5"))
+    make_workdir(workdir, tiny_config(vocab_size=first.vocab_size, d_model=32, d_ff=64, max_length=32))
+    shutil.copytree(tiny_workdir / "data", workdir / "data")
     return workdir
 
 
+@pytest.mark.slow
 def test_repeated_model_decodes_an_ensemble_and_exports_it(tiny_workdir, second_workdir, tmp_path, capsys):
     """`--model A --model B` translates with the mean of both models' distributions, as built here by hand."""
     import tensorflow as tf
@@ -437,7 +462,7 @@ def test_evaluate_checks_its_output_and_references_before_decoding(tiny_workdir,
     assert f"{tmp_path} is a directory, not a file." in capsys.readouterr().err
 
 
-def test_translate_decompresses_gzip_on_stdin(tiny_workdir, capsys, monkeypatch):
+def test_translate_decompresses_gzip_on_stdin(tiny_workdir, capsys, monkeypatch, load_once):
     """`translate < test.en.gz` translates the sentences, as evaluate and train read gzip files (not the bytes)."""
     import gzip
     import io

@@ -73,6 +73,7 @@ def test_cached_steps_equal_full_pass(norm_first):
     np.testing.assert_allclose(np.stack(steps, 1), full, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_scores_are_the_model_log_probabilities(random_model):
     """Reported scores equal forced-decode scores of the returned tokens."""
     source = padded(SOURCES)
@@ -89,9 +90,8 @@ def test_scores_are_the_model_log_probabilities(random_model):
 
 
 @pytest.mark.parametrize("fixture", ["random_model", "trained_copy_model"])
-def test_beam_size_one_is_greedy(fixture, request):
-    model = request.getfixturevalue(fixture)
-    model = model[0] if isinstance(model, tuple) else model
+def test_beam_size_one_is_greedy(fixture, random_model, trained_copy_model):
+    model = {"random_model": random_model, "trained_copy_model": trained_copy_model[0]}[fixture]
     source = padded(SOURCES)
     greedy_tokens, greedy_scores = run(decoding.greedy_decode, model, source, **GREEDY)
     beam_tokens, beam_scores = run(decoding.beam_search, model, source, beam_size=1, alpha=0.0, max_extra=5)
@@ -145,7 +145,7 @@ def test_uncached_search_gives_the_same_output(random_model):
         np.testing.assert_allclose(cached_scores, plain_scores, atol=1e-4)
 
 
-@pytest.mark.parametrize("mode", ["graph", "eager"])
+@pytest.mark.parametrize("mode", [pytest.param("graph", marks=pytest.mark.slow), "eager"])
 def test_search_through_both_cache_stages_gives_the_same_output(random_model, mode):
     """With a first cache stage of 3 positions every search grows its caches and goes on in a second loop.
 
@@ -311,6 +311,7 @@ def test_ensemble_scores_the_mean_of_the_members_distributions(random_model, oth
     assert np.abs(np.asarray(alone) - expected).max() > 0.1  # the second member does change the scores
 
 
+@pytest.mark.slow
 def test_ensemble_search_scores_are_its_forced_scores(random_model, other_model):
     members = [random_model, other_model]
     source = padded(SOURCES)
@@ -358,13 +359,12 @@ def test_decoding_imports_no_tensorflow():
 
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("alpha", [0.0, 1.0])
-def test_early_exit_search_is_the_written_out_search(trained_copy_model, alpha):
+def test_early_exit_search_is_the_written_out_search(trained_copy_model, reference_search, alpha):
     """With and without `early_exit`, a batch of sentences of different lengths comes back as the written-out
     search (`reference_beam_search`, one sentence at a time over the uncached decoder) gives, n-best and
     scores. (That the rule changes some outputs is shown on the shipped model: tests/test_shipped_models.py.)"""
-    from reference_search import reference_beam_search
-
     model, _ = trained_copy_model
     sources = [[5, 6, 7, 8, 9, 3], [9, 8, 7, 6, 5, 4, 3], [4, 4, 4, 4, 4, 4, 4, 4, 3], [12, 5, 12, 5, 3]]
     steps = {}
@@ -373,7 +373,7 @@ def test_early_exit_search_is_the_written_out_search(trained_copy_model, alpha):
         tokens, scores, batch_steps = run(decoding.beam_search, model, padded(sources), return_steps=True, **options)
         tokens, scores = np.asarray(tokens), np.asarray(scores)
         for row, source in enumerate(sources):
-            expected, expected_steps = reference_beam_search(model, source, **options)
+            expected, expected_steps = reference_search(model, source, **options)
             got = [(t[t != 0].tolist(), s) for t, s in zip(tokens[row], scores[row]) if np.isfinite(s)]
             assert [t for t, _ in got] == [t for t, _ in expected], (early_exit, source)
             np.testing.assert_allclose([s for _, s in got], [s for _, s in expected], atol=1e-4)

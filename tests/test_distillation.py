@@ -10,6 +10,10 @@ from keras_transformer import TransformerConfig, arrays, build_model, distillati
 from keras_transformer.losses import LabelSmoothedCrossEntropy
 from keras_transformer.schedules import NoamSchedule
 
+# Its module fixtures are expensive: `make test` (--dist loadgroup) runs the whole file on one worker, so they
+# are built once.
+pytestmark = pytest.mark.xdist_group("test_distillation")
+
 
 def _pairs(seed, count, vocab=50, longest=9):
     rng = np.random.default_rng(seed)
@@ -100,16 +104,23 @@ def _workdir(folder, config, sources, targets, valid, epochs):
     return folder
 
 
-@pytest.mark.slow
-def test_a_student_learns_the_task_from_the_teacher_alone(trained_copy_model, tmp_path):
+@pytest.fixture(scope="module")
+def student(trained_copy_model, tmp_path_factory):
+    """`(workdir, config, result)`: a student trained by `train_arrays` towards the copy model's top-4
+    distributions alone, its references random noise. Read-only (it is also the weights another run starts from).
+
+    The student has one layer each side (half the tracing of the teacher's two): a student need not have its
+    teacher's shape, and this one learns the task in five epochs.
+    """
     from keras_transformer.data.synthetic import synthetic_pairs
 
     teacher, config = trained_copy_model
+    config = config.replace(num_layers=1)
     sources, targets = synthetic_pairs("copy", num_examples=1024, vocab_size=config.vocab_size, min_length=3,
                                        max_length=10, seed=7)
     valid = synthetic_pairs("copy", num_examples=128, vocab_size=config.vocab_size, min_length=3, max_length=10,
                             seed=8)
-    workdir = _workdir(tmp_path / "student", config, sources, targets, valid, epochs=6)
+    workdir = _workdir(tmp_path_factory.mktemp("student") / "student", config, sources, targets, valid, epochs=5)
     ids, p = distillation.teacher_top_k([teacher], sources, targets, top_k=4)
     distillation.save_teacher(workdir / distillation.TEACHER_FILE, ids, p, members=["copy"])
     # Random references: they hold nothing about copying, so only the teacher can teach it.
@@ -118,6 +129,12 @@ def test_a_student_learns_the_task_from_the_teacher_alone(trained_copy_model, tm
     arrays.save_arrays(workdir / arrays.ARRAYS_FILE, {"train": (sources, noise), "valid": valid})
     result = arrays.train_arrays(workdir, jit_compile=False, teacher=workdir / distillation.TEACHER_FILE,
                                  distill_weight=1.0, initial_updates=1000)
+    return workdir, config, result
+
+
+@pytest.mark.slow
+def test_a_student_learns_the_task_from_the_teacher_alone(student):
+    workdir, config, result = student
     with open(workdir / "history.csv", encoding="utf-8") as f:
         history = list(csv.DictReader(f))
     accuracy = [float(r["val_masked_accuracy"]) for r in history]
@@ -129,27 +146,27 @@ def test_a_student_learns_the_task_from_the_teacher_alone(trained_copy_model, tm
     assert float(history[-1]["learning_rate"]) == pytest.approx(float(schedule(1000 + result["updates"])), rel=1e-5)
 
 
-def test_init_weights_start_a_run_from_another_models_weights(trained_copy_model, tmp_path):
+@pytest.mark.slow
+def test_init_weights_start_a_run_from_another_models_weights(student, tmp_path):
     import warnings
 
     from keras_transformer.data.synthetic import synthetic_pairs
 
-    model, config = trained_copy_model
+    workdir, config, _ = student
     pairs = synthetic_pairs("copy", num_examples=128, vocab_size=config.vocab_size, min_length=3, max_length=10,
                             seed=9)
-    weights = tmp_path / "copy.weights.h5"
-    keras.Model(model.inputs, model.outputs).save_weights(str(weights))  # weights only, as epoch checkpoints are
+    weights = sorted((workdir / "checkpoints").glob("ckpt-*.weights.h5"))[-1]  # the student's, which copies
     accuracy = {}
     for name, init in (("random", None), ("init", weights)):
-        workdir = _workdir(tmp_path / name, config, *pairs, pairs, epochs=1)
+        run = _workdir(tmp_path / name, config, *pairs, pairs, epochs=1)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            arrays.train_arrays(workdir, jit_compile=False, init_weights=init)  # warm-up: tiny steps
+            arrays.train_arrays(run, jit_compile=False, init_weights=init)  # warm-up: tiny steps
         assert not [w for w in caught if "Skipping variable loading" in str(w.message)]
-        with open(workdir / "history.csv", encoding="utf-8") as f:
+        with open(run / "history.csv", encoding="utf-8") as f:
             accuracy[name] = float(next(csv.DictReader(f))["val_masked_accuracy"])
-    # A few warm-up steps teach a fresh model next to nothing; started from the copy model it copies.
-    assert accuracy["random"] < 0.3 and accuracy["init"] > 0.5
+    # A few warm-up steps teach a fresh model next to nothing; started from the copying student it copies.
+    assert accuracy["random"] < 0.3 and accuracy["init"] > 0.5, accuracy
 
 
 def test_teacher_files_and_members_are_checked(tmp_path, capsys):

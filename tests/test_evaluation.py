@@ -146,6 +146,7 @@ def test_missing_and_corrupt_checkpoints_name_the_file(tmp_path):
 # ------------------------------------------------------------------ callback
 
 
+@pytest.mark.slow
 def test_bleu_callback_logs_bleu_and_keeps_the_best(trained_copy_model, word_tokenizer, tmp_path):
     """BLEU reaches CSVLogger through `logs`; the best weights are saved."""
     from keras_transformer.data.synthetic import make_arrays, synthetic_pairs

@@ -4,7 +4,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 
 import numpy as np
 import pytest
@@ -16,6 +15,10 @@ from keras_transformer.evaluation import read_lines
 from keras_transformer.export import export_translator, load_exported, load_keras_translator
 from keras_transformer.translation import Translator
 
+# Its module fixtures are expensive: `make test` (--dist loadgroup) runs the whole file on one worker, so they
+# are built once.
+pytestmark = pytest.mark.xdist_group("test_export")
+
 SENTENCES = ["A man rides a bike.", "Two dogs play in the snow.", "A girl in a pink dress is jumping."]
 REFERENCES = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee.", "Ein Mädchen in einem rosa Kleid springt."]
 BAD_INPUTS = ["", "   \t ", " ".join(["word"] * 3000), "\u4e24\u53ea\u72d7\u5728\u96ea\u5730\u91cc\u73a9",
@@ -23,68 +26,121 @@ BAD_INPUTS = ["", "   \t ", " ".join(["word"] * 3000), "\u4e24\u53ea\u72d7\u5728
 BIN = os.path.dirname(sys.executable)
 
 
+def seeded_weights(model, seed):
+    """Replaces every weight by normal noise drawn from `seed` (as `factories.make_workdir(seed=...)` does).
+
+    Weights of scale 1 give peaked distributions, not the near-uniform ones of a fresh model: no near-ties
+    between hypotheses for float rounding to break differently in the served graph and in memory. A few
+    training updates did this before, at the cost of tracing a training step per model.
+    """
+    rng = np.random.default_rng(seed)
+    model.set_weights([rng.normal(size=w.shape).astype(w.dtype) for w in model.get_weights()])
+    return model
+
+
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory, multi30k_dir):
-    """A small model trained for a few steps on Multi30k val, exported once for the module."""
-    import keras
-
-    keras.utils.set_random_seed(3)
+    """A small model with seeded weights and Multi30k val tokenizers, exported once for the module."""
     english = read_lines(multi30k_dir / "val.en.gz")[:300]
     german = read_lines(multi30k_dir / "val.de.gz")[:300]
     source_tokenizer, target_tokenizer = train_tokenizers(english, german, vocab_size=400)
     config = kt.TransformerConfig.preset("tiny", vocab_size=source_tokenizer.vocab_size, num_layers=1, d_model=32,
                                          d_ff=64, max_length=48, warmup_steps=20, beam_size=3)
-    model = kt.build_model(config)
+    model = seeded_weights(kt.build_model(config), 3)
     translator = Translator(model, source_tokenizer, target_tokenizer, beam_size=3, alpha=0.6, max_extra=8)
-    train_briefly(translator, config, english, german)
     directory = tmp_path_factory.mktemp("export") / "en_de"
     export_translator(translator, directory, config=config)
     return directory, translator
 
 
-def train_briefly(translator, config, english, german):
-    """A few updates on the first 128 pairs, so the outputs are not uniform noise."""
-    model = translator.model
-    source = translator.encode_sources(tf.constant(english[:128])).numpy()
-    target = translator.encode_targets(tf.constant(german[:128])).numpy()
-    decoder_input = np.concatenate([np.full((len(target), 1), config.bos_id), target[:, :-1]], axis=1)
-    decoder_input[decoder_input == config.eos_id] = config.pad_id
-    model.compile(optimizer=kt.make_optimizer(config), loss=kt.LabelSmoothedCrossEntropy(0.1))
-    model.fit({"source": source, "target": decoder_input}, target, batch_size=32, epochs=2, verbose=0)
+@pytest.fixture(scope="module")
+def exported_ensemble(exported, tmp_path_factory):
+    """`(directory, ensemble, other, configs)`: `exported`'s translator and a model of another shape (d_model 48,
+    post-norm) sharing its tokenizers, exported as one SavedModel decoding their ensemble."""
+    directory, translator = exported
+    config = kt.TransformerConfig.from_yaml(directory / "assets.extra" / "model.yaml")
+    other_config = kt.TransformerConfig.preset("tiny", vocab_size=config.vocab_size, num_layers=1, d_model=48,
+                                               num_heads=4, d_ff=96, max_length=48, norm_first=False)
+    other = Translator(seeded_weights(kt.build_model(other_config), 5), translator.source_tokenizer,
+                       translator.target_tokenizer)
+    ensemble = Translator.ensemble([translator, other])
+    out = tmp_path_factory.mktemp("ensemble") / "ensemble"
+    export_translator(ensemble, out, config=[config, other_config])
+    return out, ensemble, other, (config, other_config)
 
 
 TF_ONLY_CLIENT = """
 import json, sys
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
-loaded = tf.saved_model.load(sys.argv[1])
-texts = json.loads(sys.argv[2])
-raw = [t.encode("utf-8") for t in texts] + [b"bad \\xff\\xfe bytes \\xc3"]
-signatures = loaded.signatures
-served = signatures["serving_default"](tf.constant(raw))
-alone = signatures["serving_default"](tf.constant(raw[:1]))
-empty = signatures["serving_default"](tf.constant([], dtype=tf.string))
-n_best = signatures["n_best"](tf.constant(raw[:3]))
-forced = signatures["score"](sources=tf.constant(raw[:3]), targets=tf.constant(json.loads(sys.argv[3])))
-assert not any(name.startswith("keras_transformer") for name in sys.modules)
+results = []
 decode = lambda values: [v.decode("utf-8") for v in values]
-print(json.dumps({
-    "translation": decode(served["translation"].numpy()), "score": served["score"].numpy().tolist(),
-    "alone": decode(alone["translation"].numpy()), "empty_shape": list(empty["translation"].shape),
-    "n_best": [decode(row) for row in n_best["translations"].numpy()], "n_best_scores": n_best["scores"].numpy().tolist(),
-    "forced": forced["score"].numpy().tolist(),
-}))
+for directory, texts, references, every_check in json.loads(sys.argv[1]):
+    loaded = tf.saved_model.load(directory)
+    raw = [t.encode("utf-8") for t in texts] + [b"bad \\xff\\xfe bytes \\xc3"]
+    signatures = loaded.signatures
+    served = signatures["serving_default"](tf.constant(raw))
+    forced = signatures["score"](sources=tf.constant(raw[:3]), targets=tf.constant(references))
+    result = {"translation": decode(served["translation"].numpy()), "score": served["score"].numpy().tolist(),
+              "forced": forced["score"].numpy().tolist()}
+    if every_check:  # the other signatures and batches (each signature's first call costs a graph optimisation)
+        alone = signatures["serving_default"](tf.constant(raw[:1]))
+        empty = signatures["serving_default"](tf.constant([], dtype=tf.string))
+        n_best = signatures["n_best"](tf.constant(raw[:3]))
+        result.update({"alone": decode(alone["translation"].numpy()), "empty_shape": list(empty["translation"].shape),
+                       "n_best": [decode(row) for row in n_best["translations"].numpy()],
+                       "n_best_scores": n_best["scores"].numpy().tolist()})
+    results.append(result)
+assert not any(name.startswith("keras_transformer") for name in sys.modules)
+print(json.dumps(results))
 """
 
+SAVED_MODEL_CLI = ("import sys, tensorflow_text; from tensorflow.python.tools import saved_model_cli; "
+                   "sys.argv[0] = 'saved_model_cli'; saved_model_cli.main()")
 
-def run_tf_only(script, *args):
-    """Runs `script` in a fresh interpreter that imports only tensorflow and tensorflow_text."""
-    result = subprocess.run([sys.executable, "-c", script, *map(str, args)], capture_output=True, text=True,
-                            timeout=600, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
-    assert result.returncode == 0, result.stderr[-3000:]
+
+def run(command, timeout=600):
+    """`(returncode, stdout, stderr)` of `command` (a list) run to its end."""
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    return done.returncode, done.stdout, done.stderr
+
+
+@pytest.fixture(scope="module")
+def subprocesses(exported, exported_ensemble):
+    """The module's fresh processes (each pays seconds to import TensorFlow), one after the other: side by side
+    they would contend for the cores with the other pytest workers.
+
+    - `client`: one interpreter importing only tensorflow and tensorflow_text that serves both exports
+      (`exported` on SENTENCES + BAD_INPUTS through every signature, the ensemble on SENTENCES + 2 bad inputs
+      through `serving_default` and `score`; each plus invalid UTF-8);
+    - `show`: the `saved_model_cli show --all` command on `exported`;
+    - `run`: `saved_model_cli run` on `exported`, the tensorflow-text ops registered first (docs/serving.md).
+    """
+    jobs = [[str(exported[0]), SENTENCES + BAD_INPUTS, REFERENCES, True],
+            [str(exported_ensemble[0]), SENTENCES + BAD_INPUTS[:2], REFERENCES, False]]
+    return {
+        "client": run([sys.executable, "-c", TF_ONLY_CLIENT, json.dumps(jobs)]),
+        "show": run([os.path.join(BIN, "saved_model_cli"), "show", "--all", "--dir", str(exported[0])]),
+        "run": run([sys.executable, "-c", SAVED_MODEL_CLI, "run", "--dir", str(exported[0]), "--tag_set", "serve",
+                    "--signature_def", "serving_default", "--input_exprs", 'inputs=["A man rides a bike.", "A dog."]']),
+    }
+
+
+@pytest.fixture(scope="module")
+def served(subprocesses):
+    """`(single, ensemble)`: what the TensorFlow-only client printed for each export."""
+    returncode, stdout, stderr = subprocesses["client"]
+    assert returncode == 0, stderr[-3000:]
     # An export written without its gradient functions warned at every load, once per function.
-    assert "unsaved custom gradients" not in result.stderr, result.stderr[-3000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    assert "unsaved custom gradients" not in stderr, stderr[-3000:]
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def loaded(exported):
+    """`exported` loaded back with `load_exported`, shared by the tests calling its signatures in process."""
+    return load_exported(exported[0])
 
 
 def saved_model_proto(directory):
@@ -96,10 +152,11 @@ def saved_model_proto(directory):
     return saved
 
 
-def test_tensorflow_only_process_serves_what_the_in_memory_translator_gives(exported):
+@pytest.mark.slow
+def test_tensorflow_only_process_serves_what_the_in_memory_translator_gives(exported, served):
     directory, translator = exported
+    served = served[0]
     texts = SENTENCES + BAD_INPUTS
-    served = run_tf_only(TF_ONLY_CLIENT, directory, json.dumps(texts), json.dumps(REFERENCES))
     raw = [t.encode("utf-8") for t in texts] + [b"bad \xff\xfe bytes \xc3"]
     expected = translator.translate(tf.constant(raw))
     # Exactly the in-memory translations, for normal and bad inputs alike; one output per input.
@@ -119,29 +176,20 @@ def test_tensorflow_only_process_serves_what_the_in_memory_translator_gives(expo
     np.testing.assert_allclose(served["forced"], expected_forced, rtol=1e-4, atol=1e-4)
 
 
-def test_exported_ensemble_serves_what_the_in_memory_ensemble_gives(exported, multi30k_dir, tmp_path):
+@pytest.mark.slow
+def test_exported_ensemble_serves_what_the_in_memory_ensemble_gives(exported, exported_ensemble, served, tmp_path):
     """Two models (of different shapes) sharing the tokenizers export as one SavedModel decoding their ensemble."""
-    import keras
-
     directory, translator = exported
-    keras.utils.set_random_seed(5)
-    config = kt.TransformerConfig.from_yaml(directory / "assets.extra" / "model.yaml")
-    other_config = kt.TransformerConfig.preset("tiny", vocab_size=config.vocab_size, num_layers=2, d_model=48,
-                                               num_heads=4, d_ff=96, max_length=48, norm_first=False)
-    other = Translator(kt.build_model(other_config), translator.source_tokenizer, translator.target_tokenizer)
-    train_briefly(other, other_config, read_lines(multi30k_dir / "val.en.gz")[:300],
-                  read_lines(multi30k_dir / "val.de.gz")[:300])
-    ensemble = Translator.ensemble([translator, other])
+    ensemble_directory, ensemble, other, (config, other_config) = exported_ensemble
     assert len(ensemble.models) == 2 and (ensemble.beam_size, ensemble.alpha) == (3, 0.6)
     with pytest.raises(AttributeError, match="ensemble of 2 models"):
         ensemble.model
     with pytest.raises(ValueError, match="one config per model"):
         export_translator(ensemble, tmp_path / "bad", config=config)
-    export_translator(ensemble, tmp_path / "ensemble", config=[config, other_config])
-    assert sorted(p.name for p in (tmp_path / "ensemble" / "assets.extra" / "members").iterdir()) == ["0", "1"]
+    assert sorted(p.name for p in (ensemble_directory / "assets.extra" / "members").iterdir()) == ["0", "1"]
 
+    served = served[1]
     texts = SENTENCES + BAD_INPUTS[:2]
-    served = run_tf_only(TF_ONLY_CLIENT, tmp_path / "ensemble", json.dumps(texts), json.dumps(REFERENCES))
     raw = [t.encode("utf-8") for t in texts] + [b"bad \xff\xfe bytes \xc3"]
     expected = ensemble.translate(tf.constant(raw))
     assert served["translation"] == [t.decode("utf-8") for t in expected["translation"].numpy()]
@@ -152,7 +200,7 @@ def test_exported_ensemble_serves_what_the_in_memory_ensemble_gives(exported, mu
     for member in (translator, other):
         alone = member.score(tf.constant(SENTENCES), tf.constant(REFERENCES)).numpy()
         assert np.abs(alone - expected_forced).max() > 1e-3
-    rebuilt = load_keras_translator(tmp_path / "ensemble", beam_size=3, alpha=0.6, max_extra=8)
+    rebuilt = load_keras_translator(ensemble_directory, beam_size=3, alpha=0.6, max_extra=8)
     assert len(rebuilt.models) == 2 and rebuilt(SENTENCES) == ensemble(SENTENCES)
 
 
@@ -166,9 +214,8 @@ def test_exported_config_records_the_decoding_the_graph_does(exported):
     assert (rebuilt.beam_size, rebuilt.alpha, rebuilt.max_extra, rebuilt.early_exit) == (3, 0.6, 8, False)
 
 
-def test_ids_signature_matches_the_string_signature(exported):
+def test_ids_signature_matches_the_string_signature(exported, loaded):
     directory, translator = exported
-    loaded = load_exported(directory)
     source_ids = translator.encode_sources(tf.constant(SENTENCES))
     by_ids = loaded.signatures["translate_ids"](source_ids=source_ids)
     expected = translator.translate(tf.constant(SENTENCES))
@@ -177,10 +224,9 @@ def test_ids_signature_matches_the_string_signature(exported):
     np.testing.assert_allclose(by_ids["score"].numpy(), expected["score"].numpy(), atol=1e-4)
 
 
-def test_score_signature_refuses_a_different_number_of_targets(exported):
+def test_score_signature_refuses_a_different_number_of_targets(loaded):
     """Two sources and one target gave two identical scores (the target broadcast over the batch)."""
-    directory, _ = exported
-    score = load_exported(directory).signatures["score"]
+    score = loaded.signatures["score"]
     for sources, targets in ((2, 1), (1, 2)):
         with pytest.raises(tf.errors.InvalidArgumentError,
                            match=rf"got\] \[{sources}\] \[source\(s\) but\] \[{targets}\] \[target\(s\); give"):
@@ -215,24 +261,16 @@ def test_saved_model_stores_each_weight_once(exported):
     assert weights <= data < 1.1 * weights
 
 
-SAVED_MODEL_CLI = ("import sys, tensorflow_text; from tensorflow.python.tools import saved_model_cli; "
-                   "sys.argv[0] = 'saved_model_cli'; saved_model_cli.main()")
-
-
-def test_saved_model_cli_show_and_run(exported):
-    directory, _ = exported
-    shown = subprocess.run([os.path.join(BIN, "saved_model_cli"), "show", "--all", "--dir", str(directory)],
-                           capture_output=True, text=True, timeout=300)
-    assert shown.returncode == 0, shown.stderr[-2000:]
+def test_saved_model_cli_show_and_run(subprocesses):
+    returncode, shown, stderr = subprocesses["show"]
+    assert returncode == 0, stderr[-2000:]
     for name in ("serving_default", "n_best", "translate_ids", "score", "translation"):
-        assert name in shown.stdout
+        assert name in shown
     # `run` executes the graph, so the tensorflow-text ops must be registered first (docs/serving.md).
-    ran = subprocess.run([sys.executable, "-c", SAVED_MODEL_CLI, "run", "--dir", str(directory), "--tag_set",
-                          "serve", "--signature_def", "serving_default", "--input_exprs",
-                          'inputs=["A man rides a bike.", "A dog."]'], capture_output=True, text=True, timeout=300)
-    assert ran.returncode == 0, ran.stderr[-2000:]
-    assert "Result for output key translation" in ran.stdout
-    score_line = ran.stdout.split("Result for output key score:")[1].strip().splitlines()[0]
+    returncode, ran, stderr = subprocesses["run"]
+    assert returncode == 0, stderr[-2000:]
+    assert "Result for output key translation" in ran
+    score_line = ran.split("Result for output key score:")[1].strip().splitlines()[0]
     assert len(score_line.strip("[]").split()) == 2  # one score per input sentence
 
 

@@ -127,14 +127,11 @@ def test_heads_layout_writes_one_png_per_layer_and_head(maps, tmp_path):
 
 
 def test_plot_attention_for_a_training_workdir(model, tokenizer, tmp_path):
-    from keras_transformer.data.tokenizers import save_tokenizers
+    from factories import make_workdir
 
     workdir = tmp_path / "run"
-    (workdir / "checkpoints").mkdir(parents=True)
-    kt.TransformerConfig.preset("tiny", vocab_size=tokenizer.vocab_size, max_length=64).save_yaml(
-        workdir / "model.yaml")
-    save_tokenizers(workdir / "data" / "vocab", tokenizer, tokenizer)
-    model.save_weights(workdir / "checkpoints" / "ckpt-0001.weights.h5")
+    make_workdir(workdir, kt.TransformerConfig.preset("tiny", vocab_size=tokenizer.vocab_size, max_length=64),
+                 models=[model], tokenizers=(tokenizer, tokenizer))
 
     loaded, source_tokenizer, _, _ = plotting.load_model(workdir)
     for a, b in zip(loaded.get_weights(), model.get_weights()):

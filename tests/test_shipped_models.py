@@ -15,8 +15,15 @@ import tensorflow as tf
 
 from keras_transformer import evaluation, inference, plotting
 
+# Its module fixtures are expensive: `make test` (--dist loadgroup) runs the whole file on one worker, so they
+# are built once.
+pytestmark = pytest.mark.xdist_group("test_shipped_models")
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 GOLDEN = pathlib.Path(__file__).resolve().parent / "golden" / "multi30k_en_de.test2016.first50.de"
+
+
+SHIPPED = ROOT / "saved_models" / "multi30k_en_de"
 
 
 @pytest.fixture(scope="module")
@@ -24,35 +31,41 @@ def first_50(multi30k_dir):
     return evaluation.read_lines(multi30k_dir / "test_2016_flickr.en.gz")[:50]
 
 
+@pytest.fixture(scope="module")
+def exact():
+    """The shipped model loaded with the exact stopping rule, shared by both tests (its search is traced once)."""
+    return inference.load_translator(SHIPPED, early_exit=False)
+
+
 @pytest.mark.slow
-def test_shipped_german_model_translates_the_first_50_test_sentences_as_before(first_50):
+def test_shipped_german_model_translates_the_first_50_test_sentences_as_before(first_50, exact):
     expected = GOLDEN.read_text(encoding="utf-8").splitlines()
-    translations = inference.translate(ROOT / "saved_models" / "multi30k_en_de", first_50, early_exit=False)
+    assert not exact.early_exit
+    translations = inference.translate(exact, first_50)
     assert [evaluation.one_line(line) for line in translations] == expected
 
 
 @pytest.mark.slow
-def test_early_exit_changes_the_translations_the_written_out_rule_changes(multi30k_dir, tmp_path):
+def test_early_exit_changes_the_translations_the_written_out_rule_changes(multi30k_dir, exact, reference_search,
+                                                                          tmp_path):
     """Validation sentences 75 and 119 are two of the 10 (of 1,014) whose translation the shipped EN->DE model's
     early exit changes; sentence 0 keeps its. The early exit gives what the written-out search gives (the exact
-    rule's agreement with it: tests/test_decoding.py), and the attention plot draws the translation served."""
-    from reference_search import reference_beam_search
+    rule's agreement with it: tests/test_decoding.py), and the attention plot draws the translation served.
 
-    from keras_transformer.translation import Translator
-
+    The early-exit translations are its search's token ids (eager: cheaper than tracing a second search graph
+    for three sentences) detokenized, as `Translator.translate` does (test_translation checks that it does)."""
     sentences = [evaluation.read_lines(multi30k_dir / "val.en.gz")[i] for i in (75, 119, 0)]
-    early = inference.load_translator(ROOT / "saved_models" / "multi30k_en_de")
+    early = inference.load_translator(SHIPPED)
     assert early.early_exit  # the shipped config's setting
-    exact = Translator(early.model, early.source_tokenizer, early.target_tokenizer, beam_size=early.beam_size,
-                       alpha=early.alpha, max_extra=early.max_extra, early_exit=False)
-    served, exhaustive = early(sentences), exact(sentences)
-    assert [a != b for a, b in zip(exhaustive, served)] == [True, True, False]
-    maps, _ = plotting.plot_attention_for_path(ROOT / "saved_models" / "multi30k_en_de", sentences[0], tmp_path,
-                                               kinds=("cross",), dpi=40)
-    assert maps.translation == served[0]
+    assert (early.beam_size, early.alpha, early.max_extra) == (exact.beam_size, exact.alpha, exact.max_extra)
     source = early.encode_sources(tf.constant(sentences)).numpy()
     tokens = np.asarray(early.translate_ids(source, num_return=1)[0])[:, 0]
+    served = [t.decode("utf-8") for t in early.target_tokenizer.detokenize(tokens).numpy()]
+    exhaustive = exact(sentences)
+    assert [a != b for a, b in zip(exhaustive, served)] == [True, True, False]
+    maps, _ = plotting.plot_attention_for_path(SHIPPED, sentences[0], tmp_path, kinds=("cross",), dpi=40)
+    assert maps.translation == served[0]
     for row, ids in enumerate(source):
-        expected, _ = reference_beam_search(early.model, ids.tolist(), beam_size=early.beam_size, alpha=early.alpha,
-                                            max_extra=early.max_extra, early_exit=True)
+        expected, _ = reference_search(early.model, ids.tolist(), beam_size=early.beam_size, alpha=early.alpha,
+                                       max_extra=early.max_extra, early_exit=True)
         assert tokens[row][tokens[row] != 0].tolist() == expected[0][0], row

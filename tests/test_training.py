@@ -15,7 +15,7 @@ from keras_transformer.trainer import loop as trainer_loop
 from keras_transformer.config import TransformerConfig
 from keras_transformer.model import build_model
 
-from factories import REPO
+from factories import REPO, SMALL_MODEL
 from factories import SMALL_RUN as SMALL
 from factories import TINY_EXPERIMENT as TINY
 
@@ -367,8 +367,9 @@ def test_an_epoch_interrupted_between_backups_resumes_at_its_batch(tmp_path, mon
     """With training.backup_every_steps a run stopped inside an epoch trains only the batches that epoch had
     left: the run ends with the updates of an uninterrupted one, and its epochs keep their numbers even when the
     resumed epoch is interrupted again."""
-    settings = ["data.train_examples=256", "data.val_examples=32", "data.batch_size=32", "training.epochs=3",
-                "training.verbose=0", "training.tensorboard=false", "training.backup_every_steps=2"]
+    settings = SMALL_MODEL + ["data.train_examples=256", "data.val_examples=32", "data.batch_size=32",
+                              "training.epochs=3", "training.verbose=0", "training.tensorboard=false",
+                              "training.backup_every_steps=2"]
     experiment = training.load_experiment(TINY, settings)
     workdir = tmp_path / "run"
     positions = []
@@ -394,9 +395,9 @@ def test_an_epoch_interrupted_between_backups_resumes_at_its_batch(tmp_path, mon
 def test_the_history_row_of_an_interrupted_epoch_averages_all_its_batches(tmp_path, monkeypatch, caplog):
     """The resumed process trains the epoch's last 4 batches; its history row still averages all 8, the 4 the
     killed process trained included (their mean is what that process reported)."""
-    settings = ["data.train_examples=256", "data.val_examples=32", "data.batch_size=32", "training.epochs=2",
-                "training.verbose=0", "training.tensorboard=false", "training.backup_every_steps=2",
-                "training.validation=false"]
+    settings = SMALL_MODEL + ["data.train_examples=256", "data.val_examples=32", "data.batch_size=32",
+                              "training.epochs=2", "training.verbose=0", "training.tensorboard=false",
+                              "training.backup_every_steps=2", "training.validation=false"]
     experiment = training.load_experiment(TINY, settings)
     seen = []  # (process, epoch, batch, reported running loss, loss tracker total, count)
 
@@ -437,7 +438,7 @@ def test_the_history_row_of_an_interrupted_epoch_averages_all_its_batches(tmp_pa
 @pytest.mark.slow
 def test_an_interrupted_epoch_of_unknown_length_trains_again_and_says_so(tmp_path, monkeypatch, caplog):
     _data_of_unknown_length(monkeypatch)
-    experiment = training.load_experiment(TINY, [
+    experiment = training.load_experiment(TINY, SMALL_MODEL + [
         "data.train_examples=256", "data.val_examples=32", "data.batch_size=32", "training.epochs=2",
         "training.verbose=0", "training.tensorboard=false", "training.backup_every_steps=2",
         "training.validation=false"])

@@ -141,6 +141,7 @@ def test_xla_translator_matches(trained_copy_model, word_tokenizer, translator):
     assert compiled(SENTENCES) == translator(SENTENCES)
 
 
+@pytest.mark.slow
 def test_xla_chunks_are_padded_to_a_few_shapes(trained_copy_model, word_tokenizer):
     """With XLA, chunks are padded to bucketed shapes (one compilation each) and give the one search's results."""
     model, _ = trained_copy_model
@@ -166,24 +167,36 @@ def test_bucket_sizes():
 
 
 @pytest.mark.slow
-def test_saved_model_round_trip(trained_copy_model, word_tokenizer, tmp_path):
+def test_saved_model_round_trip(trained_copy_model, word_tokenizer, translator, tmp_path):
     """The Translator, XLA-compiled as exports are, saves as a SavedModel giving the uncompiled translations."""
     model, _ = trained_copy_model
-    expected = Translator(model, word_tokenizer, beam_size=2, alpha=0.6, max_extra=3)(SENTENCES)
-    small = Translator(model, word_tokenizer, beam_size=2, alpha=0.6, max_extra=3, jit_compile=True, chunk_size=2)
+    expected = translator(SENTENCES)  # the module's uncompiled Translator, traced already
+    small = Translator(model, word_tokenizer, beam_size=4, alpha=0.6, max_extra=5, jit_compile=True, chunk_size=2)
     tf.saved_model.save(small, str(tmp_path), signatures={"serving_default": small.translate})
     loaded = tf.saved_model.load(str(tmp_path))
     result = loaded.signatures["serving_default"](tf.constant(SENTENCES))
     assert [t.decode() for t in result["translation"].numpy()] == expected
 
 
+_CHUNKED = {}
+
+
+def chunked_translator(trained_copy_model, word_tokenizer, chunk_size):
+    """The module translator's settings in chunks of `chunk_size`, built (and its `translate` traced) once."""
+    if chunk_size not in _CHUNKED:
+        _CHUNKED[chunk_size] = Translator(trained_copy_model[0], word_tokenizer, beam_size=4, alpha=0.6, max_extra=5,
+                                          chunk_size=chunk_size)
+    return _CHUNKED[chunk_size]
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("chunk_size", [1, 3])
 def test_length_ordered_chunks_return_the_one_search_results_in_input_order(trained_copy_model, word_tokenizer,
                                                                             chunk_size):
     """Sentences are decoded shortest first, a few per search loop; each comes back at its own place."""
     model, _ = trained_copy_model
     lines = SENTENCES + SENTENCES[::-1][:3]  # lengths 3, 7, 1, 6, 6, 1, 7: length order is not input order
-    chunked = Translator(model, word_tokenizer, beam_size=4, alpha=0.6, max_extra=5, chunk_size=chunk_size)
+    chunked = chunked_translator(trained_copy_model, word_tokenizer, chunk_size)
     source = chunked.encode_sources(tf.constant(lines))
     tokens, scores = decoding.beam_search(model, source, beam_size=4, alpha=0.6, max_extra=5, num_return=4)
     got_tokens, got_scores = chunked.translate_ids(source)
@@ -203,10 +216,10 @@ def test_bad_inputs_give_one_output_each_in_chunks(trained_copy_model, word_toke
     model, _ = trained_copy_model
     batch = [b"w5 w6", b"", b"  \t ", " ".join(["w9"] * 3000).encode(), b"bad \xff\xfe bytes \xc3",
              "\u4e24\u53ea\u72d7 \u03b1\u03b2\u03b3".encode(), b"w7"]
-    one_search = Translator(model, word_tokenizer, beam_size=4, alpha=0.6, max_extra=5, chunk_size=0)
-    expected = one_search.translate(tf.constant(batch))
-    for chunk_size in (2, 8):
-        chunked = Translator(model, word_tokenizer, beam_size=4, alpha=0.6, max_extra=5, chunk_size=chunk_size)
+    assert translator.chunk_size == 0  # one search: the module's translator, traced already
+    expected = translator.translate(tf.constant(batch))
+    for chunk_size in (3, 8):  # chunks of 3, 3 and 1 (a translator shared with the test above); one chunk, not full
+        chunked = chunked_translator(trained_copy_model, word_tokenizer, chunk_size)
         result = chunked.translate(tf.constant(batch))
         assert result["translation"].shape == (len(batch),)
         assert result["translation"].numpy().tolist() == expected["translation"].numpy().tolist()
@@ -218,35 +231,43 @@ def test_bad_inputs_give_one_output_each_in_chunks(trained_copy_model, word_toke
 
 
 def test_configure_threads_sets_the_pools_before_tensorflow_starts_and_refuses_after(translator, tmp_path):
+    """In one fresh process (importing TensorFlow costs seconds a process), before it runs an op: the pools are
+    set, then XLA_FLAGS handled for one intra-op thread, then flags set after the call take effect."""
+    import json
     import os
     import subprocess
     import sys
 
-    code = ("from keras_transformer.translation import configure_threads; "
-            "print(configure_threads(inter_op=1, intra_op=2))")
+    dump = tmp_path / "dump"
+    # One intra-op thread: XLA's matrix products move to the calling thread, unless XLA_FLAGS already say otherwise.
+    cases = [(None, "--xla_cpu_multi_thread_eigen=false"),
+             ("--xla_dump_to=x", "--xla_dump_to=x --xla_cpu_multi_thread_eigen=false"),
+             ("--xla_cpu_multi_thread_eigen=true", "--xla_cpu_multi_thread_eigen=true")]
+    code = f"""
+import json, os
+os.environ.pop("XLA_FLAGS", None)
+from keras_transformer.translation import configure_threads
+print(json.dumps(configure_threads(inter_op=1, intra_op=2)))
+for flags in {[flags for flags, _ in cases]!r}:
+    os.environ.pop("XLA_FLAGS", None)
+    if flags is not None:
+        os.environ["XLA_FLAGS"] = flags
+    print(json.dumps([configure_threads(inter_op=1, intra_op=1), os.environ.get("XLA_FLAGS")]))
+# XLA reads XLA_FLAGS when it first compiles, after the package is imported and the call made: flags set
+# then take effect (a dump folder, the flag whose effect can be seen, is written).
+os.environ["XLA_FLAGS"] = "--xla_dump_to={dump}"
+configure_threads(intra_op=1)
+import tensorflow as tf
+print(float(tf.function(lambda x: tf.matmul(x, x), jit_compile=True)(tf.ones((2, 2)))[0, 0]))
+"""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {**os.environ, "PYTHONPATH": root, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
-    assert done.stdout.strip().splitlines()[-1] == "(1, 2)"
-    # One intra-op thread: XLA's matrix products move to the calling thread, unless XLA_FLAGS already say otherwise.
-    code = ("import os; from keras_transformer.translation import configure_threads; "
-            "print(configure_threads(inter_op=1, intra_op=1), repr(os.environ.get('XLA_FLAGS')))")
-    for flags, expected in ((None, "'--xla_cpu_multi_thread_eigen=false'"),
-                            ("--xla_dump_to=x", "'--xla_dump_to=x --xla_cpu_multi_thread_eigen=false'"),
-                            ("--xla_cpu_multi_thread_eigen=true", "'--xla_cpu_multi_thread_eigen=true'")):
-        run_env = {key: value for key, value in env.items() if key != "XLA_FLAGS"}
-        run_env.update({} if flags is None else {"XLA_FLAGS": flags})
-        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=run_env, check=True)
-        assert done.stdout.strip().splitlines()[-1] == f"(1, 1) {expected}"
-    # XLA reads XLA_FLAGS when it first compiles, after the package is imported and the call made: flags set
-    # then take effect (a dump folder, the flag whose effect can be seen, is written).
-    dump = tmp_path / "dump"
-    code = ("import os; from keras_transformer.translation import configure_threads; "
-            f"os.environ['XLA_FLAGS'] = '--xla_dump_to={dump}'; configure_threads(intra_op=1); "
-            "import tensorflow as tf; "
-            "print(float(tf.function(lambda x: tf.matmul(x, x), jit_compile=True)(tf.ones((2, 2)))[0, 0]))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
-    assert done.stdout.strip().splitlines()[-1] == "2.0" and any(dump.iterdir())
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.strip().splitlines()[-5:]
+    assert json.loads(lines[0]) == [1, 2]
+    assert [json.loads(line) for line in lines[1:4]] == [[[1, 1], expected] for _, expected in cases]
+    assert lines[4] == "2.0" and any(dump.iterdir())
     from keras_transformer.translation import configure_threads
 
     current = tf.config.threading.get_inter_op_parallelism_threads()
