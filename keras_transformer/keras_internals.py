@@ -16,13 +16,16 @@ training run.
    `MultiWorkerMirroredStrategy` (keras-team/keras issues 20329 and 20585),
    fixed by replacing a model method and a trainer function. TensorFlow is passed
    in by the caller (`distribute.py`), so this module imports keras only.
+4. `set_update_count`: with `gradient_accumulation_steps`, an optimizer's
+   `iterations` is computed from a private counter of batches, and cannot be
+   assigned; `training.initial_updates` sets that counter.
 """
 
 import keras
 # (1) Keras exports no public name for the scaling `Loss.__call__` applies under a distribution strategy.
 from keras.src.losses.loss import scale_loss_for_distribution as _keras_scale_loss
 
-__all__ = ["BackupHooks", "apply_multi_worker_workarounds", "scale_loss_for_distribution"]
+__all__ = ["BackupHooks", "apply_multi_worker_workarounds", "scale_loss_for_distribution", "set_update_count"]
 
 
 def scale_loss_for_distribution(value):
@@ -38,6 +41,28 @@ def scale_loss_for_distribution(value):
     2.0
     """
     return _keras_scale_loss(value)
+
+
+def set_update_count(optimizer, updates):
+    """Makes a built optimizer's `iterations` (the updates it has applied) equal `updates`.
+
+    With gradient accumulation, Keras counts batches in a private variable and
+    `iterations` is that count divided by the accumulation steps, a computed
+    tensor with no `assign`: the batch counter is set instead.
+
+    Example:
+
+    >>> optimizer = keras.optimizers.Adam(gradient_accumulation_steps=4)
+    >>> optimizer.build([keras.Variable(np.zeros(3))])
+    >>> set_update_count(optimizer, 7)
+    >>> int(optimizer.iterations), int(optimizer._iterations)
+    (7, 28)
+    """
+    steps = optimizer.gradient_accumulation_steps
+    if steps:
+        optimizer._iterations.assign(updates * steps)  # (4) the batch counter behind `iterations`
+    else:
+        optimizer.iterations.assign(updates)
 
 
 class BackupHooks(keras.callbacks.BackupAndRestore):

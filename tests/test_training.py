@@ -577,6 +577,22 @@ def test_fine_tuning_takes_the_weights_the_vocabulary_and_the_update_count_of_th
     assert str(tmp_path / "first" / "data" / "vocab") in str(error.value)
 
 
+def test_initial_updates_with_gradient_accumulation_count_on_from_the_given_update(tmp_path):
+    """With training.gradient_accumulation_steps, Keras' update count is computed from a private batch counter
+    and cannot be assigned: training.initial_updates raised AttributeError there."""
+    experiment = training.load_experiment(TINY, SMALL + ["training.gradient_accumulation_steps=2",
+                                                         "training.initial_updates=10", "training.validation=false"])
+    result = training.train(experiment, tmp_path / "run")
+    row = _rows(tmp_path / "run" / "history.csv")[0]
+    assert int(result.model.optimizer.iterations) == int(row["step"]) == 11  # 2 batches: one update after 10
+    # Keras evaluates the schedule at its batch count (2 per update here), so the run goes on where a run that
+    # accumulated over 2 batches from the start would be after 11 updates: batch 22.
+    config, batches = result.model_config, 22
+    expected = config.learning_rate_scale * config.d_model ** -0.5 * min(batches ** -0.5,
+                                                                          batches * config.warmup_steps ** -1.5)
+    assert float(row["learning_rate"]) == pytest.approx(expected, rel=1e-5)
+
+
 def test_the_vocabulary_of_a_checkpoint_is_found_beside_an_export_and_inside_a_workdir():
     export = REPO / "saved_models" / "multi30k_en_de"
     assert training.checkpoint_vocabulary(export / "assets.extra" / "model.weights.h5") == \

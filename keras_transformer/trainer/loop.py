@@ -25,6 +25,7 @@ import numpy as np
 from keras_transformer.config import TransformerConfig
 from keras_transformer.errors import ConfigError
 from keras_transformer.evaluation import read_lines
+from keras_transformer.keras_internals import set_update_count
 from keras_transformer.losses import LabelSmoothedCrossEntropy, RDropLoss
 from keras_transformer.metrics import MaskedAccuracy
 from keras_transformer.model import build_model
@@ -147,7 +148,7 @@ def compile_model(experiment, model_config, data, loss=None, metrics=None, prepa
         load_weights(weights_only(model), training.init_checkpoint)
         log.info("Starting from the weights in %s", training.init_checkpoint)
     if training.initial_updates:  # a resumed run's backup restores its own count over this one
-        model.optimizer.iterations.assign(training.initial_updates)
+        set_update_count(model.optimizer, training.initial_updates)
         log.info("The optimizer starts at update %d (learning rate %.3g)", training.initial_updates,
                  float(model.optimizer.learning_rate))
     return model
