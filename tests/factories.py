@@ -5,6 +5,7 @@ Reach for these (and the session fixtures in `conftest.py`) before writing a new
 - `TINY_EXPERIMENT`, `SMALL_MODEL` and `SMALL_RUN`: the tiny copy-task recipe and `--set` overrides that make a
   `train` call take about 3 s (one layer each side, examples of one length, 64 of them, one epoch, no TensorBoard).
 - `tiny_config(**overrides)`: a `TransformerConfig` of the tiny preset with one layer each side.
+- `seeded_weights(model, seed)`: weights of peaked, reproducible noise instead of training.
 - `make_workdir(root, config, ...)`: a workdir as `train` leaves it (model.yaml, epoch checkpoints, data/vocab),
   without training.
 """
@@ -31,6 +32,17 @@ def tiny_config(**overrides):
     from keras_transformer.config import TransformerConfig
 
     return TransformerConfig.preset("tiny", **{"num_layers": 1, **overrides})
+
+
+def seeded_weights(model, seed):
+    """Replaces every weight of `model` by normal noise drawn from `seed`, and returns the model.
+
+    Weights of scale 1 give peaked distributions, not the near-uniform ones of a fresh model: no near-ties
+    between hypotheses for float rounding to break differently in two graphs, and no training step to trace.
+    """
+    rng = np.random.default_rng(seed)
+    model.set_weights([rng.normal(size=w.shape).astype(w.dtype) for w in model.get_weights()])
+    return model
 
 
 def make_workdir(root, config, *, models=None, epochs=(1,), tokenizers=None, vocab_files=None, seed=None):
@@ -61,8 +73,7 @@ def make_workdir(root, config, *, models=None, epochs=(1,), tokenizers=None, voc
         raise ValueError(f"{len(models)} models for {len(epochs)} epochs")
     for index, (model, epoch) in enumerate(zip(models, epochs)):
         if seed is not None:
-            rng = np.random.default_rng(seed + index)
-            model.set_weights([rng.normal(size=w.shape).astype(w.dtype) for w in model.get_weights()])
+            seeded_weights(model, seed + index)
         workdir.save_weights(model, root / "checkpoints" / f"ckpt-{epoch:04d}.weights.h5")
     if tokenizers is not None:
         from keras_transformer.data.tokenizers import save_tokenizers

@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from factories import seeded_weights
+
 import keras_transformer as kt
 from keras_transformer.data.tokenizers import train_tokenizers
 from keras_transformer.evaluation import read_lines
@@ -24,18 +26,6 @@ REFERENCES = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee.", "Ein 
 BAD_INPUTS = ["", "   \t ", " ".join(["word"] * 3000), "\u4e24\u53ea\u72d7\u5728\u96ea\u5730\u91cc\u73a9",
               "Ein Mann \u0444\u043e\u0442\u043e \u03b1\u03b2\u03b3 \U0001F600"]
 BIN = os.path.dirname(sys.executable)
-
-
-def seeded_weights(model, seed):
-    """Replaces every weight by normal noise drawn from `seed` (as `factories.make_workdir(seed=...)` does).
-
-    Weights of scale 1 give peaked distributions, not the near-uniform ones of a fresh model: no near-ties
-    between hypotheses for float rounding to break differently in the served graph and in memory. A few
-    training updates did this before, at the cost of tracing a training step per model.
-    """
-    rng = np.random.default_rng(seed)
-    model.set_weights([rng.normal(size=w.shape).astype(w.dtype) for w in model.get_weights()])
-    return model
 
 
 @pytest.fixture(scope="module")
