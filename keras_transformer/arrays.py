@@ -50,11 +50,11 @@ from keras_transformer.data.packed import (ARRAYS_FILE, arrays_to_ragged, load_a
                                            ragged_to_arrays, save_arrays)
 from keras_transformer.errors import ConfigError
 from keras_transformer.experiment import load_experiment
-from keras_transformer.files import atomic_write
+from keras_transformer.files import atomic_write, exclusive_lock, remove_stale_temporaries
 from keras_transformer.model import build_model, parts
 from keras_transformer.trainer.backup import backup_position, resumed_seed
 from keras_transformer.trainer.callbacks import HistoryCSV
-from keras_transformer.trainer.loop import TrainingData, finished_epochs, fit_experiment
+from keras_transformer.trainer.loop import TrainingData, check_fresh_start, finished_epochs, fit_experiment
 from keras_transformer.trainer.precision import resolve_precision
 from keras_transformer.workdir import (AVERAGED_WEIGHTS, average_checkpoints, checkpoint_number, epoch_checkpoints,
                                        latest_checkpoints, load_weights_files, save_weights)
@@ -324,12 +324,15 @@ def train_arrays(workdir, epochs=None, *, jit_compile=None, precision=None, aver
                                    keep_checkpoints=keep_checkpoints, init_weights=init_weights,
                                    initial_updates=initial_updates, cooldown_epochs=cooldown_epochs,
                                    jit_compile=jit_compile, precision=precision, verbose=verbose)
-    before = finished_epochs(workdir)
-    result = {"history": [], "checkpoints": [], "updates": 0, "target_tokens": 0}
-    if epochs != 0:
-        result = _fit_packed(workdir, experiment, before, length_multiple, teacher, distill_weight)
-    average_last = experiment.decoding.average_last if average_last is None else average_last
-    result["average"] = _average(workdir, average_last) if average_last else None
+    with exclusive_lock(workdir, "train"):  # one writer per workdir; the lock goes with this process
+        for folder in (workdir, workdir / "checkpoints", workdir / "backup"):
+            remove_stale_temporaries(folder)  # what a killed run left half-written
+        before = finished_epochs(workdir)
+        result = {"history": [], "checkpoints": [], "updates": 0, "target_tokens": 0}
+        if epochs != 0:
+            result = _fit_packed(workdir, experiment, before, length_multiple, teacher, distill_weight)
+        average_last = experiment.decoding.average_last if average_last is None else average_last
+        result["average"] = _average(workdir, average_last) if average_last else None
     result["seconds"] = time.perf_counter() - started
     return result
 
@@ -341,6 +344,8 @@ def _fit_packed(workdir, experiment, before, length_multiple, teacher, distill_w
     if teacher:
         teacher_arrays = distillation.load_teacher(teacher, load_arrays(workdir / ARRAYS_FILE)["train"][1])[:2]
     resumed_at = backup_position(workdir / "backup")
+    if resumed_at == (0, 0):
+        check_fresh_start(workdir)
     # Before the model is built: its dropout generators take their state from this seed. A resumed run gets a
     # seed of its own so that it does not repeat the first run's dropout masks (Keras does not save them).
     keras.utils.set_random_seed(resumed_seed(training.seed, *resumed_at))

@@ -31,7 +31,7 @@ import tempfile
 import yaml
 
 from keras_transformer.arguments import integer_at_least, number_at_least
-from keras_transformer.errors import CheckpointError, ConfigError
+from keras_transformer.errors import CheckpointError, ConfigError, WorkdirBusyError
 
 # Each command imports its library module when it runs (the imports inside the functions below), so that
 # `--help` and argument errors answer without importing TensorFlow, which takes seconds.
@@ -376,10 +376,11 @@ def main(argv=None):
         logging.getLogger("absl").setLevel(logging.ERROR)
     try:
         return _COMMANDS[args.command](args)
-    except (ValueError, OSError, RuntimeError) as error:
+    except (ValueError, OSError, RuntimeError, FloatingPointError) as error:
         if args.verbose:
             raise
-        hint = "" if isinstance(error, (ConfigError, CheckpointError, OSError)) else " (-v shows the traceback)"
+        named = (ConfigError, CheckpointError, OSError, WorkdirBusyError, FloatingPointError)  # the message says it all
+        hint = "" if isinstance(error, named) else " (-v shows the traceback)"
         print(f"keras-transformer {args.command}: error: {error}{hint}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -11,6 +11,8 @@ import typing
 
 import yaml
 
+from keras_transformer.files import atomic_write_text
+
 POSITION_KINDS = ("sinusoidal", "learned")
 TIE_MODES = ("all", "decoder", "none")
 
@@ -221,8 +223,7 @@ class TransformerConfig:
         >>> TransformerConfig.from_yaml(path).d_model
         64
         """
-        with open(path, "w", encoding="utf-8") as f:
-            yaml.safe_dump(self.to_dict(), f, sort_keys=False)
+        atomic_write_text(path, yaml.safe_dump(self.to_dict(), sort_keys=False))
 
     @classmethod
     def from_yaml(cls, path) -> "TransformerConfig":

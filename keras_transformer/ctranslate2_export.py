@@ -46,14 +46,15 @@ import json
 import math
 import os
 import shutil
-import tempfile
 
 import numpy as np
 
 from keras_transformer.ctranslate2_translator import (FORMAT, FORMAT_VERSION, METADATA_FILE,  # noqa: F401
                                                       CTranslate2Translator, gnmt_length_penalty,
                                                       is_ctranslate2_model, read_metadata)
+from keras_transformer.files import atomic_write_text, replace_folder, staging_folder
 from keras_transformer.model import parts
+from keras_transformer.workdir import check_export_destination
 
 README_FILE = "README.md"
 PAD_TOKEN = "<blank>"  # CTranslate2's (and OpenNMT's) padding token
@@ -398,8 +399,10 @@ def export_ctranslate2(model, config, vocab_dir, directory, *, beam_size=None, a
     The folder holds CTranslate2's ``model.bin``, ``config.json`` and
     vocabulary, the SentencePiece model(s), ``keras_transformer.json`` (format,
     decoding defaults, special ids, file names; `is_ctranslate2_model` reads
-    it) and a ``README.md`` on loading it. It is written beside `directory`
-    first and moved into place when complete.
+    it) and a ``README.md`` on loading it. It is written into a temporary
+    folder beside `directory`, loaded and asked to translate one sentence, and
+    only then swapped in by renames: an export that fails or is killed on the
+    way leaves the old one whole.
 
     Args:
         model: a `build_model(config)` model with its trained weights.
@@ -420,6 +423,7 @@ def export_ctranslate2(model, config, vocab_dir, directory, *, beam_size=None, a
     Raises:
         ValueError: a feature CTranslate2 cannot run, named; a vocabulary of the wrong size or kind.
         FileExistsError: `directory` exists and `overwrite` is False, or it is not an export of this kind.
+        ConfigError: `directory` is or lies in a training workdir.
 
     Example:
 
@@ -433,12 +437,13 @@ def export_ctranslate2(model, config, vocab_dir, directory, *, beam_size=None, a
     import ctranslate2
 
     directory = os.fspath(directory)
+    check_export_destination(directory)
     if os.path.exists(directory) and (not os.path.isdir(directory) or os.listdir(directory)):
-        if not overwrite:
-            raise FileExistsError(f"{directory} already exists; replace it with overwrite=True (--overwrite).")
         if not is_ctranslate2_model(directory):
             raise FileExistsError(f"{directory} exists and is not a keras_transformer CTranslate2 export "
-                                  f"(no {METADATA_FILE}); not replacing it.")
+                                  f"(no {METADATA_FILE}); not writing into it. Choose a new or empty folder.")
+        if not overwrite:
+            raise FileExistsError(f"{directory} already exists; replace it with overwrite=True (--overwrite).")
     check_ctranslate2_support(config)
     folders = _tokenizer_folders(vocab_dir)
     models = {side: _sentencepiece_file(folder) for side, folder in folders.items()}
@@ -472,21 +477,16 @@ def export_ctranslate2(model, config, vocab_dir, directory, *, beam_size=None, a
         "max_target_length": int(config.max_length),
         "model_config": config.to_dict(),
     }
-    parent = os.path.dirname(os.path.abspath(directory))
-    os.makedirs(parent, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=".ct2-", dir=parent)
+    # Written and checked beside `directory`, then swapped in: the old export serves until the new one works.
+    staging = os.fspath(staging_folder(os.path.abspath(directory)))
     try:
         spec.save(staging)
         for side, path in models.items():
             shutil.copyfile(path, os.path.join(staging, names[side]))
-        with open(os.path.join(staging, METADATA_FILE), "w", encoding="utf-8") as handle:
-            json.dump(metadata, handle, indent=2)
-            handle.write("\n")
-        with open(os.path.join(staging, README_FILE), "w", encoding="utf-8") as handle:
-            handle.write(_readme(metadata))
-        if os.path.exists(directory):
-            shutil.rmtree(directory) if os.path.isdir(directory) else os.remove(directory)
-        os.replace(staging, directory)
+        atomic_write_text(os.path.join(staging, METADATA_FILE), json.dumps(metadata, indent=2) + "\n")
+        atomic_write_text(os.path.join(staging, README_FILE), _readme(metadata))
+        CTranslate2Translator(staging).translate(["A check."])  # it loads and translates, or this raises
+        replace_folder(staging, directory)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

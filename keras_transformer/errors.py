@@ -25,3 +25,7 @@ class CheckpointError(ValueError, RuntimeError):
 
 class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
     """A checkpoint or model folder that does not exist (also a `FileNotFoundError`)."""
+
+
+class WorkdirBusyError(RuntimeError):
+    """Another process holds the folder a command writes to (`files.exclusive_lock`); the message names it."""

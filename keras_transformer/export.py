@@ -28,6 +28,7 @@ weights in the one graph.
 
 import dataclasses
 import os
+import pathlib
 import shutil
 import tempfile
 
@@ -35,8 +36,10 @@ import tensorflow as tf
 
 from keras_transformer.data.tokenizers import save_tokenizers
 from keras_transformer.errors import CheckpointNotFoundError
+from keras_transformer.files import replace_folder, staging_folder
 from keras_transformer.translation import Translator
-from keras_transformer.workdir import EXTRA_DIR, MEMBERS_DIR, MODEL_CONFIG, MODEL_WEIGHTS, VOCAB_DIR, load_models
+from keras_transformer.workdir import (EXTRA_DIR, MEMBERS_DIR, MODEL_CONFIG, MODEL_WEIGHTS, VOCAB_DIR,
+                                       check_export_destination, load_models)
 
 
 class _Untracked:
@@ -125,32 +128,60 @@ def export_translator(translator, directory, config=None, overwrite=False):
             config written there carries the translator's decoding settings.
         overwrite: replace an existing export.
 
+    The export is written into a temporary folder beside `directory`, loaded and
+    asked to translate one sentence, and only then swapped in by renames: an
+    export that fails or is killed on the way leaves the old one whole.
+
     Returns:
         The export directory.
+
+    Raises:
+        FileExistsError: `directory` holds an export and `overwrite` is False, or
+            it is a non-empty folder that is not a SavedModel export.
+        ConfigError: `directory` is or lies in a training workdir.
 
     Example:
 
     >>> export_translator(translator, "saved_models/my_model", config)  # doctest: +SKIP
     """
-    directory = os.fspath(directory)
+    directory = pathlib.Path(directory)
     configs = None if config is None else (list(config) if isinstance(config, (list, tuple)) else [config])
     if configs is not None and len(configs) != len(translator.models):
         raise ValueError(f"export_translator: {len(configs)} config(s) for a translator of "
                          f"{len(translator.models)} model(s); give one config per model.")
-    if os.path.exists(os.path.join(directory, "saved_model.pb")):
+    check_export_destination(directory)
+    if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
+        if not (directory / "saved_model.pb").is_file():
+            raise FileExistsError(f"{directory} exists and is not a SavedModel export (no saved_model.pb); not "
+                                  f"writing into it. Choose a new or empty --out folder.")
         if not overwrite:
             raise FileExistsError(f"{directory} already holds a SavedModel; replace it with --overwrite "
                                   "(overwrite=True in Python).")
-        for name in ("saved_model.pb", "fingerprint.pb", "variables", "assets", EXTRA_DIR):
-            path = os.path.join(directory, name)
-            if os.path.isdir(path):
-                shutil.rmtree(path)
-            elif os.path.exists(path):
-                os.remove(path)
-    os.makedirs(directory, exist_ok=True)
+    # Written and checked beside `directory`, then swapped in: the old export serves until the new one works.
+    staging = staging_folder(directory)
+    try:
+        _write_savedmodel(translator, staging, configs)
+        check_saved_model(staging)
+        if directory.is_dir():  # what else the old folder held (a model card, say) stays
+            for entry in directory.iterdir():
+                if entry.name not in SAVED_MODEL_PARTS and not (staging / entry.name).exists():
+                    copy = shutil.copytree if entry.is_dir() else shutil.copy2
+                    copy(entry, staging / entry.name)
+        replace_folder(staging, directory)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return os.fspath(directory)
 
-    with tempfile.TemporaryDirectory() as staging:
-        vocab = os.path.join(staging, VOCAB_DIR)
+
+SAVED_MODEL_PARTS = ("saved_model.pb", "fingerprint.pb", "variables", "assets", EXTRA_DIR)  # what an export writes
+
+
+def _write_savedmodel(translator, directory, configs):
+    """Writes the SavedModel and its `assets.extra/` into the new folder `directory`."""
+    directory = os.fspath(directory)
+    with tempfile.TemporaryDirectory() as scratch:
+        vocab = os.path.join(scratch, VOCAB_DIR)
         files = save_tokenizers(vocab, translator.source_tokenizer, translator.target_tokenizer)
         module = TranslatorModule(translator, files)
         tf.saved_model.save(module, directory, signatures=module.signatures())
@@ -167,7 +198,18 @@ def export_translator(translator, directory, config=None, overwrite=False):
             os.makedirs(folder, exist_ok=True)
             dataclasses.replace(member_config, **baked).save_yaml(os.path.join(folder, MODEL_CONFIG))
             model.save_weights(os.path.join(folder, MODEL_WEIGHTS))
-    return directory
+
+
+def check_saved_model(directory):
+    """Loads an export and translates one sentence through `serving_default`; raises if it cannot.
+
+    `export_translator` calls it on the new export before it replaces the old one.
+    """
+    loaded = tf.saved_model.load(os.fspath(directory))
+    outputs = loaded.signatures["serving_default"](tf.constant(["A check."]))
+    if outputs["translation"].shape != (1,) or outputs["translation"].dtype != tf.string:
+        raise RuntimeError(f"The new export in {directory} loads but does not translate: serving_default gave "
+                           f"{outputs}.")
 
 
 def export(workdir, directory, checkpoint=None, average=None, beam_size=None, alpha=None, max_extra=None,
@@ -196,6 +238,7 @@ def export(workdir, directory, checkpoint=None, average=None, beam_size=None, al
 
     >>> export("runs/multi30k_en_de", "saved_models/multi30k_en_de", average=10)  # doctest: +SKIP
     """
+    check_export_destination(directory)  # before the models load
     workdirs = list(workdir) if isinstance(workdir, (list, tuple)) else [workdir]
     for path in workdirs:
         if not os.path.isfile(os.path.join(os.fspath(path), MODEL_CONFIG)):

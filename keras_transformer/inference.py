@@ -15,6 +15,7 @@ import pathlib
 from keras_transformer import ctranslate2_export, ctranslate2_translator, evaluation
 from keras_transformer.config import TransformerConfig
 from keras_transformer.errors import CheckpointNotFoundError, ConfigError
+from keras_transformer.files import atomic_write_text, check_not_an_input, exclusive_lock, is_inside
 from keras_transformer.model import build_model
 from keras_transformer.translation import Translator
 from keras_transformer.workdir import (AVERAGED_WEIGHTS, CHECKPOINTS_DIR, MODEL_CONFIG, average_checkpoints,
@@ -162,6 +163,7 @@ def evaluate(model, source, reference, tokenized_reference=None, lang=None, chec
     # Everything that can be checked is checked before decoding, which takes minutes on a whole test set.
     if output is not None:
         _check_output(output)
+        check_not_an_input(output, [source, reference, tokenized_reference])
     sources, references = _lines(source), _lines(reference)
     if len(sources) != len(references):
         raise ValueError(f"{len(sources)} source sentences but {len(references)} references.")
@@ -174,7 +176,7 @@ def evaluate(model, source, reference, tokenized_reference=None, lang=None, chec
     hypotheses = [evaluation.one_line(h) for h in translate(model, sources, checkpoint, average, batch_size,
                                                              **options)]
     if output is not None:
-        pathlib.Path(output).write_text("".join(line + "\n" for line in hypotheses), encoding="utf-8")
+        atomic_write_text(output, "".join(line + "\n" for line in hypotheses))
     scores = evaluation.evaluate_translations(hypotheses, references, lang=lang, tokenized_references=tokenized)
     return {key: round(float(value), 4 if key == "length_ratio" else 2) for key, value in scores.items()}
 
@@ -206,11 +208,17 @@ def average(workdir, last=None, output=None, checkpoints=None):
     output = pathlib.Path(output) if output is not None else workdir / AVERAGED_WEIGHTS
     if not output.name.endswith(".weights.h5"):
         raise ConfigError(f"The averaged weights file must end in .weights.h5, got {output}.")
-    model = build_model(TransformerConfig.from_yaml(workdir / MODEL_CONFIG))
-    paths = ([os.fspath(path) for path in checkpoints] if checkpoints
-             else latest_checkpoints(workdir / CHECKPOINTS_DIR, int(5 if last is None else last)))
-    average_checkpoints(paths, model)
-    save_weights(model, output)
+    if is_inside(output, workdir / CHECKPOINTS_DIR):
+        raise ConfigError(f"average --output {output} lies in {workdir / CHECKPOINTS_DIR}, the checkpoints it "
+                          f"averages: it could replace one of them or pass for the latest. Write it elsewhere "
+                          f"(default: {workdir / AVERAGED_WEIGHTS}).")
+    with exclusive_lock(workdir, "average"):  # one writer per workdir (a running `train` holds it)
+        model = build_model(TransformerConfig.from_yaml(workdir / MODEL_CONFIG))
+        paths = ([os.fspath(path) for path in checkpoints] if checkpoints
+                 else latest_checkpoints(workdir / CHECKPOINTS_DIR, int(5 if last is None else last)))
+        check_not_an_input(output, paths)
+        average_checkpoints(paths, model)
+        save_weights(model, output)
     return output, paths
 
 

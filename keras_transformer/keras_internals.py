@@ -9,14 +9,11 @@ training run.
 1. `scale_loss_for_distribution`: the per-replica loss scaling that
    `keras.losses.Loss.__call__` applies, for losses that compute their value
    outside `__call__` (`losses.RDropLoss`). Keras exports no public name for it.
-2. `BackupHooks`: `keras.callbacks.BackupAndRestore` keeps its file names, the
-   epoch and batch it records, and its save routine private; the resumable
-   backup (`trainer.backup.ResumableBackup`) reads and extends them.
-3. `apply_multi_worker_workarounds`: two bugs of Keras' TensorFlow trainer under
+2. `apply_multi_worker_workarounds`: two bugs of Keras' TensorFlow trainer under
    `MultiWorkerMirroredStrategy` (keras-team/keras issues 20329 and 20585),
    fixed by replacing a model method and a trainer function. TensorFlow is passed
    in by the caller (`distribute.py`), so this module imports keras only.
-4. `set_update_count`: with `gradient_accumulation_steps`, an optimizer's
+3. `set_update_count`: with `gradient_accumulation_steps`, an optimizer's
    `iterations` is computed from a private counter of batches, and cannot be
    assigned; `training.initial_updates` sets that counter.
 """
@@ -25,7 +22,7 @@ import keras
 # (1) Keras exports no public name for the scaling `Loss.__call__` applies under a distribution strategy.
 from keras.src.losses.loss import scale_loss_for_distribution as _keras_scale_loss
 
-__all__ = ["BackupHooks", "apply_multi_worker_workarounds", "scale_loss_for_distribution", "set_update_count"]
+__all__ = ["apply_multi_worker_workarounds", "scale_loss_for_distribution", "set_update_count"]
 
 
 def scale_loss_for_distribution(value):
@@ -60,62 +57,9 @@ def set_update_count(optimizer, updates):
     """
     steps = optimizer.gradient_accumulation_steps
     if steps:
-        optimizer._iterations.assign(updates * steps)  # (4) the batch counter behind `iterations`
+        optimizer._iterations.assign(updates * steps)  # (3) the batch counter behind `iterations`
     else:
         optimizer.iterations.assign(updates)
-
-
-class BackupHooks(keras.callbacks.BackupAndRestore):
-    """`keras.callbacks.BackupAndRestore` with its private state behind public names.
-
-    Keras keeps, as private attributes: the backup's file paths
-    (`_weights_path`, `_training_metadata_path`), the epoch the next backup
-    records (`_current_epoch`: Keras sets it only at an epoch's end, so a resumed
-    run records epoch 0 until then), the last batch seen (`_last_batch_seen`),
-    the batches counted towards the next batch backup
-    (`_batches_seen_since_last_saving`), and the routine that writes a backup
-    (`_save_model`, which both `on_epoch_end` and `on_train_batch_end` call).
-    Subclasses use the names below and override `after_save`.
-    """
-
-    @property
-    def weights_path(self):
-        """The backup's weights file (weights and optimizer state): `backup_dir/latest.weights.h5`."""
-        return self._weights_path
-
-    @property
-    def metadata_path(self):
-        """The JSON file of the position the backup records: `backup_dir/training_metadata.json`."""
-        return self._training_metadata_path
-
-    @property
-    def recorded_epoch(self):
-        """The epoch the next backup records (0-based: the epochs finished)."""
-        return self._current_epoch
-
-    @recorded_epoch.setter
-    def recorded_epoch(self, epoch):
-        self._current_epoch = int(epoch)
-
-    @property
-    def last_batch_seen(self):
-        """Keras' zero-based index of the last batch it counted in the current epoch."""
-        return self._last_batch_seen
-
-    def restart_batch_count(self):
-        """Counts the batches towards the next batch backup from zero again (after an extra backup)."""
-        self._batches_seen_since_last_saving = 0
-
-    def save(self):
-        """Writes a backup now, through Keras' own routine (which then calls `after_save`)."""
-        self._save_model()
-
-    def _save_model(self):  # Keras' save routine: called by BackupAndRestore.on_epoch_end / on_train_batch_end
-        super()._save_model()
-        self.after_save()
-
-    def after_save(self):
-        """Called after every backup Keras writes; a subclass adds to it."""
 
 
 def apply_multi_worker_workarounds(model, tf):

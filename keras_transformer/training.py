@@ -46,10 +46,12 @@ from keras_transformer.errors import CheckpointError, ConfigError
 from keras_transformer.experiment import (DataSection, DecodingSection, ExperimentConfig, TrainingSection,
                                           as_experiment, check_same_experiment, load_experiment, parse_override,
                                           write_yaml)
+from keras_transformer.files import exclusive_lock, remove_stale_temporaries
 from keras_transformer.inference import average, evaluate, load_translator, translate
 from keras_transformer.trainer.backup import backup_position, resumed_seed
 from keras_transformer.trainer.callbacks import HistoryCSV, LearningRateLogger
-from keras_transformer.trainer.loop import TrainingData, TrainingResult, fit_experiment, summary
+from keras_transformer.trainer.loop import (TrainingData, TrainingResult, check_fresh_start, fit_experiment,
+                                            summary)
 from keras_transformer.trainer.precision import cpu_has_native_bfloat16, progress_verbosity, resolve_precision
 from keras_transformer.translation import Translator
 from keras_transformer.workdir import adopt_vocabulary, checkpoint_vocabulary, epoch_checkpoints, load_weights
@@ -110,21 +112,26 @@ def train(config, workdir):
     output.mkdir(parents=True, exist_ok=True)
     log.info("Strategy: %s", distribute.describe(strategy))
 
-    # A resumed run draws its dropout masks and its shuffling from a seed of its own: seeded as the first run,
-    # it would repeat the first run's noise, example for example (Keras does not save the dropout state).
-    resumed_at = backup_position(output / "backup")
-    keras.utils.set_random_seed(resumed_seed(training.seed, *resumed_at))
-    if resumed_at != (0, 0):
-        log.info("Resuming from %s at epoch %d%s: dropout and shuffling reseeded from training.seed and the "
-                 "position", output / "backup", resumed_at[0] + 1,
-                 f", batch {resumed_at[1] + 1}" if resumed_at[1] else "")
-    policy = resolve_precision(training.policy, strategy)
-    previous_policy = keras.config.dtype_policy()
-    keras.config.set_dtype_policy(policy)
-    try:
-        return _train(experiment, workdir, output, strategy, is_chief, policy, resumed_at)
-    finally:
-        keras.config.set_dtype_policy(previous_policy)
+    with exclusive_lock(output, "train"):  # one writer per workdir; the lock goes with this process
+        for folder in (output, output / "checkpoints", output / "backup", output / "data"):
+            remove_stale_temporaries(folder)  # what a killed run left half-written
+        # A resumed run draws its dropout masks and its shuffling from a seed of its own: seeded as the first
+        # run, it would repeat the first run's noise, example for example (Keras does not save the dropout state).
+        resumed_at = backup_position(output / "backup")
+        if resumed_at == (0, 0):
+            check_fresh_start(output)
+        keras.utils.set_random_seed(resumed_seed(training.seed, *resumed_at))
+        if resumed_at != (0, 0):
+            log.info("Resuming from %s at epoch %d%s: dropout and shuffling reseeded from training.seed and the "
+                     "position", output / "backup", resumed_at[0] + 1,
+                     f", batch {resumed_at[1] + 1}" if resumed_at[1] else "")
+        policy = resolve_precision(training.policy, strategy)
+        previous_policy = keras.config.dtype_policy()
+        keras.config.set_dtype_policy(policy)
+        try:
+            return _train(experiment, workdir, output, strategy, is_chief, policy, resumed_at)
+        finally:
+            keras.config.set_dtype_policy(previous_policy)
 
 
 def _train(experiment, workdir, output, strategy, is_chief, policy, resumed_at=(0, 0)):
@@ -177,12 +184,19 @@ def train_and_evaluate(config, workdir):
     data = experiment.data
     if data.kind == "synthetic" or pathlib.Path(result.workdir) != pathlib.Path(workdir):
         return result, {}
+    with exclusive_lock(workdir, "train"):
+        return result, _evaluate_test(experiment, workdir, result)
+
+
+def _evaluate_test(experiment, workdir, result):
+    """The test scores of a trained run (`train_and_evaluate`), written into `workdir`; {} without test data."""
+    data = experiment.data
     if data.kind == "text" and data.test_source:
         sources, references = data.test_source, data.test_target
     elif data.kind == "tfds" and data.tfds_test_split:
         sources, references = tfds_pairs(data, data.tfds_test_split)
     else:
-        return result, {}
+        return {}
     decoding = experiment.decoding
     if decoding.average_last:
         translator = load_translator(workdir, average=decoding.average_last)
@@ -196,7 +210,7 @@ def train_and_evaluate(config, workdir):
                       output=pathlib.Path(workdir) / "test.hyp.txt")
     write_yaml(pathlib.Path(workdir) / "test_scores.yaml", scores)
     log.info("Test scores: %s", ", ".join(f"{k} {v:.2f}" for k, v in scores.items()))
-    return result, scores
+    return scores
 
 
 def pack_arrays(config, workdir):
@@ -229,7 +243,13 @@ def pack_arrays(config, workdir):
     experiment.check_model()
     experiment.check_files()  # the data files and training.init_checkpoint
     workdir = pathlib.Path(workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
+    with exclusive_lock(workdir, "pack"):
+        for folder in (workdir, workdir / "data"):
+            remove_stale_temporaries(folder)
+        return _pack(experiment, section, workdir)
+
+
+def _pack(experiment, section, workdir):
     data_config = section.data_config(tokenizer_dir=workdir / "data" / "vocab", seed=experiment.training.seed)
     if data_config.subword_dropout:
         raise ConfigError(f"data.subword_dropout={data_config.subword_dropout}: packed arrays hold one fixed "

@@ -33,7 +33,7 @@ import numpy as np
 
 from keras_transformer.config import TransformerConfig
 from keras_transformer.errors import CheckpointError, CheckpointNotFoundError, ConfigError
-from keras_transformer.files import atomic_write
+from keras_transformer.files import atomic_write, staging_folder
 from keras_transformer.model import build_model
 
 log = logging.getLogger("keras_transformer")
@@ -315,9 +315,8 @@ def adopt_vocabulary(checkpoint, vocab_dir):
                               f"vocabulary in {source}, and this workdir's {vocab_dir} differs from it. Fine-tune "
                               f"in a new workdir: it takes the checkpoint's vocabulary.")
         return
-    staging = vocab_dir.with_name(f".{vocab_dir.name}.tmp")
-    shutil.rmtree(staging, ignore_errors=True)
-    shutil.copytree(source, staging)
+    staging = staging_folder(vocab_dir)
+    shutil.copytree(source, staging, dirs_exist_ok=True)
     os.replace(staging, vocab_dir)
     log.info("Vocabulary copied from %s, the init checkpoint's", source)
 
@@ -340,6 +339,31 @@ class ModelFolder:
     kind: str
     members: tuple
     vocab_dir: pathlib.Path = None
+
+
+def is_training_workdir(path):
+    """Whether `path` is a training workdir: a `model.yaml` beside `experiment.yaml` or `checkpoints/`."""
+    path = pathlib.Path(path)
+    return (path / MODEL_CONFIG).is_file() and ((path / "experiment.yaml").is_file() or
+                                                 (path / CHECKPOINTS_DIR).is_dir())
+
+
+def check_export_destination(directory):
+    """Refuses an export folder inside a training workdir (the workdir itself included).
+
+    Written there, the export's files would make the workdir look like an
+    export to every loader, which would then serve the exported weights
+    instead of the run's newer checkpoints.
+
+    Raises:
+        ConfigError: `directory` is or lies in a training workdir (named).
+    """
+    directory = pathlib.Path(directory)
+    for folder in (directory, *directory.resolve().parents):
+        if is_training_workdir(folder):
+            raise ConfigError(f"Not exporting to {directory}: it {'is' if folder == directory else 'lies in'} the "
+                              f"training workdir {folder}, whose loaders would then read the export instead of "
+                              f"its checkpoints. Export outside it (saved_models/NAME, say).")
 
 
 def is_export(path):

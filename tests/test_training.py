@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import yaml
 
-from keras_transformer import cli, training
+from keras_transformer import cli, files, training
 from keras_transformer.trainer import backup as trainer_backup
 from keras_transformer.trainer import callbacks as trainer_callbacks
 from keras_transformer.trainer import loop as trainer_loop
@@ -324,15 +324,23 @@ def test_resume_position_is_read_from_the_backup(tmp_path):
     assert trainer_backup.backup_position(backup) == (0, 0)  # nothing to resume: a fresh run
     backup.mkdir()
     (backup / "training_metadata.json").write_text('{"epoch": 7, "batch": 30}')
-    assert trainer_backup.backup_position(backup) == (0, 0)  # metadata without weights: Keras starts afresh too
+    with pytest.raises(training.CheckpointError, match="latest.weights.h5 is missing"):
+        trainer_backup.backup_position(backup)  # metadata without weights: not a backup to start afresh beside
     (backup / "latest.weights.h5").write_bytes(b"weights")
     assert trainer_backup.backup_position(backup) == (7, 31)  # Keras' own record: the last batch's zero-based index
     (backup / "training_metadata.json").write_text('{"epoch": 7, "batch": 0}')
     assert trainer_backup.backup_position(backup) == (7, 0)  # an epoch boundary (or one batch: Keras cannot tell)
     (backup / "training_metadata.json").write_text('{"epoch": 7, "batch": 0, "batches_done": 1}')
     assert trainer_backup.backup_position(backup) == (7, 1)
-    (backup / "training_metadata.json").write_text('{"epoch": 7, "ba')  # cut short: the restore names it
-    assert trainer_backup.backup_position(backup) == (0, 0)
+    digest = files.file_digest(backup / "latest.weights.h5")
+    (backup / "training_metadata.json").write_text(f'{{"epoch": 7, "batches_done": 2, "weights_blake2b": "{digest}"}}')
+    assert trainer_backup.backup_position(backup) == (7, 2)
+    (backup / "latest.weights.h5").write_bytes(b"weightz")  # not the file the metadata describes
+    with pytest.raises(training.CheckpointError, match="latest.weights.h5 is not the file"):
+        trainer_backup.backup_position(backup)
+    (backup / "training_metadata.json").write_text('{"epoch": 7, "ba')  # cut short: named
+    with pytest.raises(training.CheckpointError, match="training_metadata.json is not JSON"):
+        trainer_backup.backup_position(backup)
     assert len({training.resumed_seed(1234, 6), training.resumed_seed(1234, 7), training.resumed_seed(1234, 7, 30),
                 1234}) == 4
 

@@ -9,7 +9,6 @@ import dataclasses
 import logging
 import os
 import pathlib
-import shutil
 import time
 
 import numpy as np
@@ -19,6 +18,7 @@ from keras_transformer.data import corpus, pipeline, tokenizers
 from keras_transformer.data.synthetic import make_arrays, synthetic_pairs
 from keras_transformer.distribute import global_batch_size
 from keras_transformer.errors import ConfigError
+from keras_transformer.files import atomic_write, staging_folder
 from keras_transformer.trainer.backup import resumed_seed
 from keras_transformer.trainer.loop import TrainingData
 
@@ -38,10 +38,7 @@ def _synthetic_arrays(section, data_dir, seed):
     n = section.train_examples
     arrays = {"train_source": inputs["source"][:n], "train_target": inputs["target"][:n], "train_labels": labels[:n],
               "val_source": inputs["source"][n:], "val_target": inputs["target"][n:], "val_labels": labels[n:]}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".synthetic.{os.getpid()}.tmp.npz")  # workers may write at once
-    np.savez(temporary, **arrays)
-    os.replace(temporary, path)
+    atomic_write(path, lambda temporary: np.savez(temporary, **arrays))  # workers may write at once: names per process
     return arrays
 
 
@@ -119,8 +116,7 @@ def tokenizers_for(section, config, vocab_dir, wait_for_chief, texts=None):
         _wait_for(vocab_dir)
     if vocab_dir.exists():
         return tokenizers.load_tokenizers(vocab_dir)
-    staging = vocab_dir.with_name(f".{vocab_dir.name}.tmp")
-    shutil.rmtree(staging, ignore_errors=True)
+    staging = staging_folder(vocab_dir)  # unique to this process; a killed one's is removed by the next `train`
     if texts is None:
         pair = pipeline.load_or_train_tokenizers(config, staging)
     else:

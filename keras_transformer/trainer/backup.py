@@ -1,25 +1,43 @@
 """Resuming a run where it stopped: the backup callback, its position, the resumed run's seeds.
 
 A run's `backup/` folder holds `latest.weights.h5` (weights and optimizer
-state), `training_metadata.json` (the epoch, and the batches of it already
-trained) and, inside an epoch, `metrics.npz` (the epoch's running loss and
-metrics). The same command run again restores them and trains only what is
-left; its dropout and shuffling are seeded by `resumed_seed`, so that it does
-not replay the first run's noise. Backend-neutral (keras and numpy).
+state), `training_metadata.json` (the epoch, the batches of it already
+trained, and the digest of the weights file it goes with) and, inside an
+epoch, `metrics.npz` (the epoch's running loss and metrics); the backup before
+it stays beside them as `latest.weights.h5.bkp` and `training_metadata.json.bkp`.
+The same command run again restores them and trains only what is left; its
+dropout and shuffling are seeded by `resumed_seed`, so that it does not replay
+the first run's noise. Backend-neutral (keras and numpy).
+
+What survives what: every file is written under a temporary name, flushed to
+disk and renamed; the previous backup is kept until the new one is complete;
+and a backup counts only when its weights file has the digest its metadata
+records. A process killed in the middle of a backup, or a weights file or
+metadata torn in any way, leaves a workdir that resumes from the newest backup
+that is whole, with one log line saying which. (Keras' own `BackupAndRestore`
+rewrites its files in place and falls back only on an `OSError`.)
 """
 
+import contextlib
+import dataclasses
 import json
 import logging
 import os
 import pathlib
+import shutil
 
 import keras
 import numpy as np
 
 from keras_transformer.errors import CheckpointError
-from keras_transformer.keras_internals import BackupHooks
+from keras_transformer.files import (atomic_copy, atomic_write, file_digest, fsync_folder, temporary_path,
+                                     write_temporary)
 
 log = logging.getLogger("keras_transformer")
+
+WEIGHTS = "latest.weights.h5"
+METADATA = "training_metadata.json"
+PREVIOUS = ".bkp"  # the backup before the latest: WEIGHTS + PREVIOUS, METADATA + PREVIOUS
 
 
 def resumed_seed(seed, epoch=0, batch=0):
@@ -43,82 +61,228 @@ def resumed_seed(seed, epoch=0, batch=0):
     return int(np.random.SeedSequence([int(seed), int(epoch), int(batch)]).generate_state(1)[0] & 0x7FFFFFFF)
 
 
-def backup_position(backup_dir):
-    """`(epoch, batches)` a BackupAndRestore directory resumes at: the epoch, and how many of its batches were
-    trained. `(0, 0)` when there is no backup to resume.
+@dataclasses.dataclass(frozen=True)
+class BackupState:
+    """A whole backup: its files and the position it resumes at."""
 
-    Backups written before `batches_done` was recorded give Keras' zero-based
-    `batch`: a value of 0 there cannot tell one trained batch from none, and counts as none.
+    weights: pathlib.Path
+    metadata: pathlib.Path
+    epoch: int  # epochs finished
+    done: int  # batches of the next epoch already trained
+    previous: bool  # the `.bkp` pair: the latest one was not whole
+    problems: tuple = ()  # why the backups before it were passed over, one line each
+
+    @property
+    def position(self):
+        return (self.epoch, self.done)
+
+
+def _read_pair(weights, metadata):
+    """The position a weights file and its metadata resume at; raises on anything that makes them unusable."""
+    if not weights.is_file():
+        raise FileNotFoundError(f"{weights} is missing")
+    try:
+        record = json.loads(metadata.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{metadata} is missing") from None
+    except ValueError as error:
+        raise ValueError(f"{metadata} is not JSON ({error})") from None
+    if not isinstance(record, dict) or not isinstance(record.get("epoch"), int):
+        raise ValueError(f"{metadata} has no epoch")
+    digest = record.get("weights_blake2b")
+    if digest is not None and file_digest(weights) != digest:  # (backups of earlier versions record none)
+        raise ValueError(f"{weights} is not the file {metadata.name} describes (torn or replaced)")
+    done = record.get("batches_done")
+    if done is None:  # Keras' own record: the last batch's zero-based index; 0 cannot tell one batch from none
+        batch = int(record.get("batch", 0) or 0)
+        done = batch + 1 if batch else 0
+    return int(record["epoch"]), int(done)
+
+
+def find_backup(backup_dir):
+    """The newest whole backup in `backup_dir`: the latest, or the one before it when the latest is not whole.
+
+    Returns:
+        A `BackupState`, or None when there is no backup at all.
+
+    Raises:
+        CheckpointError: there are backup files, but neither backup is whole (both are named).
     """
     backup_dir = pathlib.Path(backup_dir)
-    if not (backup_dir / "latest.weights.h5").is_file():
-        return (0, 0)
+    pairs = [(backup_dir / WEIGHTS, backup_dir / METADATA, False),
+             (backup_dir / (WEIGHTS + PREVIOUS), backup_dir / (METADATA + PREVIOUS), True)]
+    if not any(path.exists() for weights, metadata, _ in pairs for path in (weights, metadata)):
+        return None
+    problems = []
+    for weights, metadata, previous in pairs:
+        try:
+            epoch, done = _read_pair(weights, metadata)
+        except (OSError, ValueError, TypeError) as error:
+            problems.append(str(error))
+            continue
+        return BackupState(weights, metadata, epoch, done, previous, tuple(problems))
+    raise CheckpointError(
+        f"Cannot resume: no whole training backup in {backup_dir} ({'; '.join(problems)}). To go on from the "
+        f"newest epoch checkpoint, start a new workdir with training.init_checkpoint set to it (the optimizer "
+        f"starts afresh); to start again from scratch, delete {backup_dir.parent}.")
+
+
+def backup_position(backup_dir):
+    """`(epoch, batches)` a run resumes at from `backup_dir`: the epochs finished, and how many batches of the
+    next one were trained. `(0, 0)` when there is no backup to resume.
+
+    Raises:
+        CheckpointError: there are backup files, but none is whole.
+    """
+    state = find_backup(backup_dir)
+    return (0, 0) if state is None else state.position
+
+
+def load_backup_weights(model, path):
+    """`model.load_weights` of a backup's weights file, the previous one (`latest.weights.h5.bkp`) included:
+    Keras reads only names ending in `.weights.h5`, so that one is read through a temporary link."""
+    path = pathlib.Path(path)
+    if path.name.endswith(".weights.h5"):
+        model.load_weights(str(path))
+        return model
+    link = temporary_path(path.with_name("previous.weights.h5"))
     try:
-        position = json.loads((backup_dir / "training_metadata.json").read_text(encoding="utf-8"))
-        done = position.get("batches_done")
-        if done is None:
-            batch = int(position.get("batch", 0) or 0)
-            done = batch + 1 if batch else 0
-        return (int(position.get("epoch", 0)), int(done))
-    except (OSError, ValueError, TypeError, AttributeError):
-        return (0, 0)  # unreadable: the restore that follows stops with the file named (CheckpointError)
+        try:
+            os.link(path, link)
+        except OSError:
+            shutil.copyfile(path, link)
+        model.load_weights(str(link))
+    finally:
+        with contextlib.suppress(OSError):
+            link.unlink()
+    return model
 
 
-class ResumableBackup(BackupHooks):
-    """Keras' BackupAndRestore, made to resume where it stopped inside an epoch.
+class ResumableBackup(keras.callbacks.Callback):
+    """Backs up the model and optimizer every epoch (or every `save_freq` batches), and restores the newest
+    whole backup; a run resumes where it stopped, inside an epoch too.
 
-    What it changes:
+    Compared with Keras' `BackupAndRestore`, which it replaces:
 
-    - the epoch a resumed run's batch backups record is the restored one (Keras
-      records epoch 0 until the first resumed epoch ends, so a second interruption
-      there started the run's epochs over);
     - each backup records `batches_done`, the batches of its epoch already
       trained, which `train` uses to run only the rest of an interrupted epoch
       (Keras restores the epoch alone and trains it again from its first batch);
     - with a batch frequency it also backs up at the end of every epoch, and
       skips the backup of an epoch's last batch that this one replaces;
-    - a backup that does not load stops with a `CheckpointError` naming the file.
+    - a backup is written under temporary names, flushed and renamed, the
+      previous one is kept until it is complete, and the metadata records the
+      weights file's digest; `restore` takes the newest whole backup and says
+      so when that is not the latest;
+    - a `guard` (`NonFiniteGuard`) can veto a backup of weights that are no longer finite.
 
+    `restore()` runs before `fit` (which then starts at the restored epoch);
     `offset` is the number of the epoch's batches trained before the current
     `fit` began: `train` sets it for the fit that finishes an interrupted epoch.
+
+    Args:
+        backup_dir: the backup folder (created at the first backup).
+        save_freq: `"epoch"`, or a number of batches between backups.
+        guard: an object with `safe_to_save(model)`, or None.
     """
 
-    def __init__(self, backup_dir, save_freq="epoch"):
-        super().__init__(str(backup_dir), save_freq=save_freq, double_checkpoint=True, delete_checkpoint=False)
+    def __init__(self, backup_dir, save_freq="epoch", guard=None):
+        super().__init__()
+        if save_freq != "epoch" and not (isinstance(save_freq, int) and save_freq > 0):
+            raise ValueError(f"ResumableBackup: save_freq must be 'epoch' or a positive number of batches, "
+                             f"got {save_freq!r}.")
+        self.backup_dir = pathlib.Path(backup_dir)
+        self.save_freq = save_freq
+        self.guard = guard
         self.offset = 0
-        self._done = 0
+        self.epoch = 0  # the epoch being trained (0-based)
+        self._done = 0  # its batches trained, those before `offset` included
+        self._since = 0  # batches since the last backup
+        self._last_end = 0  # `batch + 1` of the last batch end seen in this epoch (steps_per_execution jumps)
+        self._latest_whole = False  # whether backup_dir's latest pair is whole, so that it may become `.bkp`
 
-    def on_train_begin(self, logs=None):
+    @property
+    def weights_path(self):
+        """`backup_dir/latest.weights.h5`: weights and optimizer state."""
+        return self.backup_dir / WEIGHTS
+
+    @property
+    def metadata_path(self):
+        """`backup_dir/training_metadata.json`: the position the backup resumes at."""
+        return self.backup_dir / METADATA
+
+    def restore(self):
+        """Loads the newest whole backup into the (built, compiled) model.
+
+        Returns:
+            The `BackupState` restored, or None when there is no backup.
+
+        Raises:
+            CheckpointError: no backup is whole, or the whole one does not load into this model.
+        """
+        state = find_backup(self.backup_dir)
+        if state is None:
+            return None
+        if state.previous:
+            log.warning("The latest backup is not whole (%s): resuming from the one before it, %s.",
+                        "; ".join(state.problems), state.weights)
+        model = self.model
+        if model.optimizer is not None and not model.optimizer.built:
+            model.optimizer.build(model.trainable_variables)
         try:
-            super().on_train_begin(logs)
-        except (OSError, ValueError, KeyError) as error:
+            load_backup_weights(model, state.weights)
+        except Exception as error:  # noqa: BLE001 - h5py and Keras raise many kinds; the file is named
             raise CheckpointError(
-                f"Cannot resume: the training backup {self.weights_path} (or "
-                f"{self.metadata_path}) is corrupt or does not match this model ({error}). "
-                f"Delete {self.backup_dir} to start again from scratch, or set training.init_checkpoint "
-                f"to a checkpoint in checkpoints/ to start from saved weights.") from error
-        self.recorded_epoch = backup_position(self.backup_dir)[0]
+                f"Cannot resume: the training backup {state.weights} is corrupt or does not load into this model "
+                f"({error}). "
+                f"Was model.yaml or the model section changed? To start again from scratch, delete "
+                f"{self.backup_dir.parent} (or use a new workdir).") from error
+        self.epoch = state.epoch
+        self._latest_whole = not state.previous
+        return state
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+        self._since, self._last_end = 0, 0
 
     def on_train_batch_end(self, batch, logs=None):
         self._done = self.offset + batch + 1
+        if self.save_freq == "epoch":
+            return
+        self._since += batch + 1 - self._last_end
+        self._last_end = batch + 1
         steps = (self.params or {}).get("steps")
-        if steps and batch + 1 >= steps and self.save_freq != "epoch":
+        if steps and batch + 1 >= steps:
             return  # the epoch-end backup follows
-        super().on_train_batch_end(batch, logs)
+        if self._since >= self.save_freq:
+            self._since = 0
+            self.save(self.epoch, self._done)
 
     def on_epoch_end(self, epoch, logs=None):
         self._done, self.offset = 0, 0
-        super().on_epoch_end(epoch, logs)
-        if self.save_freq != "epoch":
-            self.restart_batch_count()
-            self.save()
+        self.save(epoch + 1, 0)
 
-    def after_save(self):
-        if self._done:  # inside an epoch: its running loss and metrics, for the process that trains the rest
-            save_metric_state(self.model, self.backup_dir, self.recorded_epoch, self._done)
-        position = {"epoch": self.recorded_epoch, "batch": self.last_batch_seen, "batches_done": self._done}
-        with open(self.metadata_path, "w", encoding="utf-8") as f:
-            f.write(json.dumps(position))
+    def save(self, epoch, done):
+        """Writes a backup that resumes after `done` batches of epoch `epoch` (0-based: the epochs finished)."""
+        if self.guard is not None and not self.guard.safe_to_save(self.model):
+            return
+        self.backup_dir.mkdir(parents=True, exist_ok=True)
+        # The new pair is complete on disk before anything is renamed.
+        weights = write_temporary(self.weights_path, lambda path: self.model.save_weights(path))
+        if done:  # inside an epoch: its running loss and metrics, for the process that trains the rest
+            save_metric_state(self.model, self.backup_dir, epoch, done)
+        record = {"epoch": int(epoch), "batches_done": int(done),
+                  "updates": int(keras.ops.convert_to_numpy(self.model.optimizer.iterations)),
+                  "weights_blake2b": file_digest(weights)}
+        metadata = write_temporary(self.metadata_path,
+                                   lambda path: pathlib.Path(path).write_text(json.dumps(record), encoding="utf-8"))
+        # At every instant below, one of the two pairs is whole (its digest matches), whatever is killed when.
+        if self._latest_whole:
+            atomic_copy(self.weights_path, self.backup_dir / (WEIGHTS + PREVIOUS))
+            atomic_copy(self.metadata_path, self.backup_dir / (METADATA + PREVIOUS))
+        weights.replace(self.weights_path)
+        metadata.replace(self.metadata_path)
+        fsync_folder(self.backup_dir)
+        self._latest_whole = True
 
 
 METRIC_STATE = "metrics.npz"  # in the backup folder
@@ -127,11 +291,10 @@ METRIC_STATE = "metrics.npz"  # in the backup folder
 def save_metric_state(model, backup_dir, epoch, done):
     """Writes the model's metric accumulators (the loss tracker's total and count, the accuracy's) as they stand
     after `done` batches of `epoch`, atomically."""
-    path = pathlib.Path(backup_dir) / METRIC_STATE
     values = {f"v{i}": keras.ops.convert_to_numpy(v) for i, v in enumerate(model.metrics_variables)}
-    temporary = path.with_name(f".{path.stem}.tmp.npz")
-    np.savez(temporary, epoch=epoch, done=done, names=np.array([v.path for v in model.metrics_variables]), **values)
-    os.replace(temporary, path)
+    names = np.array([v.path for v in model.metrics_variables])
+    atomic_write(pathlib.Path(backup_dir) / METRIC_STATE,
+                 lambda path: np.savez(path, epoch=epoch, done=done, names=names, **values))
 
 
 class RestoreMetricState(keras.callbacks.Callback):

@@ -14,9 +14,72 @@ import keras
 import numpy as np
 
 from keras_transformer import evaluation
+from keras_transformer.files import atomic_write
 from keras_transformer.workdir import epoch_checkpoints, save_weights
 
 log = logging.getLogger("keras_transformer")
+
+
+def all_finite(variables):
+    """Whether every value of `variables` (Keras variables or arrays) is finite.
+
+    >>> all_finite([np.ones(3)]), all_finite([np.ones(3), np.array([1.0, np.nan])])
+    (True, False)
+    """
+    return all(np.isfinite(keras.ops.convert_to_numpy(v)).all() for v in variables)
+
+
+class NonFiniteGuard(keras.callbacks.Callback):
+    """Stops training at the first non-finite training loss or weight, and vetoes every save after it.
+
+    Keras' `TerminateOnNaN` only sets `stop_training`: the epoch still ends,
+    and its checkpoint, backup and best-BLEU weights are written with the
+    broken weights. Here every writer of the training loop (`EpochCheckpoint`,
+    `StepCheckpoint`, `HistoryCSV`, `BleuCallback`, `ResumableBackup`) asks
+    `safe_to_save` first, which also checks that the weights are finite: an
+    update whose gradient was not finite (the loss of its batch still was)
+    is caught at the next save, before anything of it reaches the disk.
+
+    After `fit`, `tripped` tells whether it stopped the run, `update` at
+    which optimizer update, and `reason` why.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.update = None
+        self.reason = None
+
+    @property
+    def tripped(self):
+        return self.reason is not None
+
+    def trip(self, reason):
+        """Stops the run: nothing is saved from now on."""
+        if self.tripped:
+            return
+        self.reason = reason
+        self.update = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
+        self.model.stop_training = True
+        log.error("Training stops at update %d: %s. Nothing of this epoch is saved.", self.update, reason)
+
+    def on_train_batch_end(self, batch, logs=None):
+        loss = (logs or {}).get("loss")
+        if loss is not None and not math.isfinite(float(np.asarray(loss))):
+            self.trip(f"the training loss became {float(np.asarray(loss))}")
+
+    def safe_to_save(self, model=None):
+        """False once the run has tripped, or when a trainable weight is not finite (which trips it)."""
+        if self.tripped:
+            return False
+        if not all_finite((model or self.model).trainable_variables):
+            self.trip("a weight became non-finite (a gradient that was not finite)")
+            return False
+        return True
+
+
+def _safe(guard, model):
+    return guard is None or guard.safe_to_save(model)
+
 
 class EpochCheckpoint(keras.callbacks.Callback):
     """Saves `checkpoints/ckpt-{epoch:04d}.weights.h5` (1-based) at the end of each epoch.
@@ -28,14 +91,18 @@ class EpochCheckpoint(keras.callbacks.Callback):
     Args:
         directory: the checkpoint folder.
         keep: how many epoch checkpoints to keep; None keeps all.
+        guard: a `NonFiniteGuard` that can veto the save, or None.
     """
 
-    def __init__(self, directory, keep=None):
+    def __init__(self, directory, keep=None, guard=None):
         super().__init__()
         self.directory = pathlib.Path(directory)
         self.keep = keep
+        self.guard = guard
 
     def on_epoch_end(self, epoch, logs=None):
+        if not _safe(self.guard, self.model):
+            return
         save_weights(self.model, self.directory / f"ckpt-{epoch + 1:04d}.weights.h5")
         if self.keep:
             for old in epoch_checkpoints(self.directory.parent)[:-self.keep]:
@@ -49,16 +116,17 @@ class StepCheckpoint(keras.callbacks.Callback):
     accumulation one step spans several batches.
     """
 
-    def __init__(self, directory, every, keep=3):
+    def __init__(self, directory, every, keep=3, guard=None):
         super().__init__()
         self.directory = pathlib.Path(directory)
         self.every = int(every)
         self.keep = int(keep)
+        self.guard = guard
         self._saved = None
 
     def on_train_batch_end(self, batch, logs=None):
         step = int(self.model.optimizer.iterations.numpy())
-        if step % self.every == 0 and step != self._saved:
+        if step % self.every == 0 and step != self._saved and _safe(self.guard, self.model):
             self._saved = step
             save_weights(self.model, self.directory / f"step-{step:08d}.weights.h5")
             for old in sorted(self.directory.glob("step-[0-9]*.weights.h5"))[:-self.keep]:
@@ -85,11 +153,13 @@ class HistoryCSV(keras.callbacks.Callback):
 
     Args:
         path: the CSV file.
+        guard: a `NonFiniteGuard`: an epoch it stopped gets no row (it trains again when the run resumes).
     """
 
-    def __init__(self, path):
+    def __init__(self, path, guard=None):
         super().__init__()
         self.path = pathlib.Path(path)
+        self.guard = guard
         self._started = None
 
     def read(self):
@@ -101,14 +171,12 @@ class HistoryCSV(keras.callbacks.Callback):
             return list(reader.fieldnames or []), list(reader)
 
     def _write(self, header, rows):
-        temporary = self.path.with_suffix(".csv.tmp")
-        with open(temporary, "w", newline="", encoding="utf-8") as f:
-            writer = csv.DictWriter(f, fieldnames=header, restval="")
-            writer.writeheader()
-            writer.writerows(rows)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(temporary, self.path)
+        def write(temporary):
+            with open(temporary, "w", newline="", encoding="utf-8") as f:
+                writer = csv.DictWriter(f, fieldnames=header, restval="")
+                writer.writeheader()
+                writer.writerows(rows)
+        atomic_write(self.path, write)
 
     def on_epoch_begin(self, epoch, logs=None):
         if self._started is None:
@@ -119,6 +187,8 @@ class HistoryCSV(keras.callbacks.Callback):
                 self._write(header, kept)
 
     def on_epoch_end(self, epoch, logs=None):
+        if self.guard is not None and self.guard.tripped:
+            return
         header, rows = self.read()
         row = {"epoch": epoch + 1}
         row.update({key: _plain(value) for key, value in (logs or {}).items()})
@@ -177,6 +247,8 @@ class BleuCallback(keras.callbacks.Callback):
         best: the score to beat before the first decoding. A resumed run passes
             its best so far, so that `best_path` keeps the best weights of the
             whole run and not the first ones scored after the resume.
+        guard: a `NonFiniteGuard`: once it has stopped the run, nothing is
+            decoded or saved.
 
     Example:
 
@@ -187,7 +259,7 @@ class BleuCallback(keras.callbacks.Callback):
 
     def __init__(self, sources, references, translator=None, make_translator=None, every_n_epochs=1,
                  lowercase=False, lang=None, tokenized_references=None, best_path=None, monitor="val_bleu",
-                 batch_size=64, translator_options=None, verbose=1, best=-math.inf):
+                 batch_size=64, translator_options=None, verbose=1, best=-math.inf, guard=None):
         super().__init__()
         if translator is None and make_translator is None:
             raise ValueError("BleuCallback needs a translator or (source, target) tokenizers.")
@@ -211,6 +283,7 @@ class BleuCallback(keras.callbacks.Callback):
         self.translator_options = dict(translator_options or {})
         self.verbose = verbose
         self.best = float(best)
+        self.guard = guard
         self.history = []  # (epoch, bleu)
 
     def on_train_begin(self, logs=None):
@@ -226,7 +299,7 @@ class BleuCallback(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         logs = logs if logs is not None else {}
-        if (epoch + 1) % self.every_n_epochs:
+        if (epoch + 1) % self.every_n_epochs or (self.guard is not None and self.guard.tripped):
             logs[self.monitor] = float("nan")
             return
         score = self.compute_bleu()
@@ -235,9 +308,8 @@ class BleuCallback(keras.callbacks.Callback):
         improved = score > self.best
         if improved:
             self.best = score
-            if self.best_path is not None:
-                os.makedirs(os.path.dirname(self.best_path) or ".", exist_ok=True)
-                self.model.save_weights(self.best_path)
+            if self.best_path is not None and _safe(self.guard, self.model):
+                atomic_write(self.best_path, lambda path: self.model.save_weights(path))
         if self.verbose:
             note = f", saved to {self.best_path}" if improved and self.best_path else ""
             print(f"\nEpoch {epoch + 1}: {self.monitor} = {score:.2f} (best {self.best:.2f}{note})")

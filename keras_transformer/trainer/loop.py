@@ -20,19 +20,18 @@ import time
 import typing
 
 import keras
-import numpy as np
 
 from keras_transformer.config import TransformerConfig
-from keras_transformer.errors import ConfigError
+from keras_transformer.errors import CheckpointError, ConfigError
 from keras_transformer.evaluation import read_lines
 from keras_transformer.keras_internals import set_update_count
 from keras_transformer.losses import LabelSmoothedCrossEntropy, RDropLoss
 from keras_transformer.metrics import MaskedAccuracy
 from keras_transformer.model import build_model
 from keras_transformer.optimizers import make_optimizer
-from keras_transformer.trainer.backup import ResumableBackup, RestoreMetricState
+from keras_transformer.trainer.backup import ResumableBackup, RestoreMetricState, backup_position
 from keras_transformer.trainer.callbacks import (BleuCallback, EpochCheckpoint, HistoryCSV, LearningRateLogger,
-                                                 StepCheckpoint, best_logged)
+                                                 NonFiniteGuard, StepCheckpoint, best_logged)
 from keras_transformer.trainer.precision import progress_verbosity
 from keras_transformer.workdir import checkpoint_number, epoch_checkpoints, load_weights, weights_only
 
@@ -103,6 +102,25 @@ def finished_epochs(output):
     return checkpoint_number(checkpoints[-1].name) if checkpoints else 0
 
 
+def check_fresh_start(output):
+    """Refuses to train from scratch in a folder that holds an earlier run's epoch checkpoints but no backup.
+
+    Training again from epoch 1 would overwrite `ckpt-0001...` one by one while
+    the old run's later checkpoints stay, and `average` would mix the two runs.
+
+    Raises:
+        ConfigError: `output/checkpoints` has epoch checkpoints.
+    """
+    checkpoints = epoch_checkpoints(output)
+    if checkpoints:
+        raise ConfigError(
+            f"{output} holds {len(checkpoints)} epoch checkpoint(s) of an earlier run ({checkpoints[0].name} .. "
+            f"{checkpoints[-1].name}) but no backup to resume it from ({output / 'backup'} is gone): training from "
+            f"scratch here would overwrite them one by one and mix two runs. Train in a new --workdir (with "
+            f"training.init_checkpoint: {checkpoints[-1]} to start from its weights), or delete "
+            f"{output / 'checkpoints'} to start over here.")
+
+
 def summary(config):
     """One line describing a model config's sizes, for the log."""
     return (f"{config.encoder_layers}+{config.decoder_layers} layers, d_model {config.d_model}, "
@@ -157,16 +175,18 @@ def compile_model(experiment, model_config, data, loss=None, metrics=None, prepa
 def make_callbacks(experiment, model_config, data, output, resumed_at=(0, 0), make_translator=None):
     """The run's callbacks, in the order that matters, and its backup (the last of them).
 
-    Callbacks that add to the epoch logs come before the ones that write them,
-    and the backup comes last, so that a run stopped before it resumes from an
-    epoch whose checkpoint and history are written.
+    The guard against non-finite losses comes first, so that every writer after
+    it knows when a batch went wrong; callbacks that add to the epoch logs come
+    before the ones that write them, and the backup comes last, so that a run
+    stopped before it resumes from an epoch whose checkpoint and history are written.
 
     Returns:
-        `(callbacks, backup)`.
+        `(callbacks, backup)`; `backup.guard` is the run's `NonFiniteGuard`.
     """
     training = experiment.training
-    backup = ResumableBackup(output / "backup", training.backup_every_steps or "epoch")
-    callbacks = [*data.callbacks, LearningRateLogger()]
+    guard = NonFiniteGuard()
+    backup = ResumableBackup(output / "backup", training.backup_every_steps or "epoch", guard=guard)
+    callbacks = [*data.callbacks, guard, LearningRateLogger()]
     if training.bleu_every_epochs and data.valid_pairs is not None and make_translator is not None:
         best_path = output / "checkpoints" / "best.weights.h5"
         sources, references = (list(side[:training.bleu_max_sentences]) for side in data.valid_pairs)
@@ -178,18 +198,17 @@ def make_callbacks(experiment, model_config, data, output, resumed_at=(0, 0), ma
             lang=experiment.data.pipeline.get("target_language") if tokenized else None,
             tokenized_references=tokenized, best_path=best_path, best=best_logged(
                 output / "history.csv", "val_bleu", resumed_at[0]) if best_path.is_file() else -math.inf,
-            batch_size=experiment.decoding.batch_size,
+            batch_size=experiment.decoding.batch_size, guard=guard,
             translator_options={"beam_size": training.bleu_beam_size, "alpha": model_config.length_penalty,
                                 "max_extra": model_config.max_decode_extra,
                                 "early_exit": model_config.early_exit}))
     callbacks += [
-        keras.callbacks.TerminateOnNaN(),
-        EpochCheckpoint(output / "checkpoints", keep=training.keep_checkpoints),
-        HistoryCSV(output / "history.csv"),
+        EpochCheckpoint(output / "checkpoints", keep=training.keep_checkpoints, guard=guard),
+        HistoryCSV(output / "history.csv", guard=guard),
     ]
     if training.checkpoint_every_steps:
         callbacks.append(StepCheckpoint(output / "checkpoints", training.checkpoint_every_steps,
-                                        training.keep_step_checkpoints))
+                                        training.keep_step_checkpoints, guard=guard))
     if training.tensorboard:
         # Optional: Keras' TensorBoard callback writes through tensorboard and tf.summary, on any backend.
         if all(_importable(name) for name in ("tensorboard", "tensorflow")):
@@ -227,13 +246,20 @@ def fit_experiment(experiment, model_config, data, output, *, strategy=None, res
         A `TrainingResult`.
 
     Raises:
-        FloatingPointError: the loss became NaN (training stopped).
+        FloatingPointError: the training loss or a weight became non-finite (training stopped before
+            anything of that epoch was saved).
     """
     training = experiment.training
     output = pathlib.Path(output)
     with strategy.scope() if strategy is not None else contextlib.nullcontext():
         model = compile_model(experiment, model_config, data, loss=loss, metrics=metrics, prepare=prepare)
     callbacks, backup = make_callbacks(experiment, model_config, data, output, resumed_at, make_translator)
+    backup.set_model(model)
+    restored = backup.restore()
+    if (restored.position if restored else (0, 0)) != tuple(resumed_at):
+        raise CheckpointError(f"The backup in {backup.backup_dir} changed while the run started (it resumes at "
+                              f"{restored.position if restored else (0, 0)}, not {tuple(resumed_at)}): is another "
+                              f"process writing to {output}?")
     validation = data.validation if training.validation else None
     fit = dict(validation_data=validation, callbacks=callbacks, verbose=progress_verbosity(training.verbose),
                shuffle=False)  # the data sources shuffle themselves
@@ -241,8 +267,9 @@ def fit_experiment(experiment, model_config, data, output, *, strategy=None, res
     replicas = strategy.num_replicas_in_sync if strategy is not None else 1
     histories = _finish_interrupted_epoch(model, data, training, resumed_at, backup, fit, replicas=replicas)
     if not model.stop_training:
+        initial_epoch = resumed_at[0] + 1 if histories else resumed_at[0]
         histories.append(model.fit(data.train, epochs=training.epochs, steps_per_epoch=training.steps_per_epoch,
-                                   **fit))
+                                   initial_epoch=initial_epoch, **fit))
     history = _merge_histories(histories)
     if history.epoch:
         log.info("Trained %d epoch(s) in %.1f s; checkpoints in %s", len(history.epoch), time.time() - start,
@@ -250,13 +277,27 @@ def fit_experiment(experiment, model_config, data, output, *, strategy=None, res
     else:
         log.info("Nothing to train: %s already has %d epoch(s), and training.epochs is %d; raise training.epochs "
                  "to train further.", output, finished_epochs(output), training.epochs)
-    losses = history.history.get("loss", [])
-    if losses and not np.isfinite(losses[-1]):
-        raise FloatingPointError(f"Training stopped: the loss became {losses[-1]} at epoch {history.epoch[-1] + 1}. "
-                                 f"Lower the learning rate (model.learning_rate_scale), raise model.warmup_steps, "
-                                 f"or set training.clipnorm; the last good weights are in {output / 'checkpoints'}.")
+    if backup.guard.tripped:
+        raise FloatingPointError(_nonfinite_message(backup.guard, output))
     return TrainingResult(model=model, model_config=model_config, history=history.history, workdir=output,
                           checkpoints=epoch_checkpoints(output), strategy=strategy, tokenizers=data.tokenizers)
+
+
+def _nonfinite_message(guard, output):
+    """The error of a run its `NonFiniteGuard` stopped: where, why, what is left on disk, what to do."""
+    saved = sorted((output / "checkpoints").glob("*.weights.h5"), key=lambda path: path.stat().st_mtime)
+    newest = f"the newest checkpoint, {saved[-1]}, holds finite weights" if saved else "no checkpoint was written"
+    try:
+        position = backup_position(output / "backup")
+        resume = (f"the backup resumes at epoch {position[0] + 1}" + (f", batch {position[1] + 1}" if position[1]
+                                                                       else "")) if position != (0, 0) else \
+            "there is no backup yet: a rerun starts afresh"
+    except CheckpointError:
+        resume = "the backup is not readable"
+    return (f"Training stopped at update {guard.update}: {guard.reason}. Nothing of that epoch was saved: "
+            f"{newest}, and {resume}. Run the same command again to resume from there (dropout and shuffling "
+            f"are reseeded), or first lower the learning rate (model.learning_rate_scale, a resumable change), "
+            f"or set training.clipnorm.")
 
 
 def _finish_interrupted_epoch(model, data, training, resumed_at, backup, fit, replicas=1):
@@ -279,7 +320,8 @@ def _finish_interrupted_epoch(model, data, training, resumed_at, backup, fit, re
     backup.offset = done
     restore = RestoreMetricState(backup.backup_dir, epoch, done, replicas=replicas)
     fit = dict(fit, callbacks=[restore, *fit["callbacks"]])
-    return [model.fit(data.train, epochs=epoch + 1, steps_per_epoch=per_epoch - done, **fit)]
+    return [model.fit(data.train, epochs=epoch + 1, initial_epoch=epoch, steps_per_epoch=per_epoch - done,
+                      **fit)]
 
 
 def _merge_histories(histories):

@@ -1,0 +1,224 @@
+"""What survives what while training: a kill inside a backup write, a torn backup, a loss that is not finite, a
+stale temporary. (Exports: tests/test_export.py; two writers on one workdir: tests/test_cli.py.)"""
+
+import os
+import shutil
+
+import keras
+import numpy as np
+import pytest
+from factories import SMALL_MODEL, SMALL_RUN, TINY_EXPERIMENT
+
+from keras_transformer import files, training
+from keras_transformer.trainer import backup as trainer_backup
+from keras_transformer.trainer import loop as trainer_loop
+
+TINY = TINY_EXPERIMENT
+
+
+class _Killed(BaseException):
+    """Stands for SIGKILL: nothing after it runs, no `except Exception` catches it."""
+
+
+def _small_model():
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(3)])
+    model.compile(optimizer="adam", loss="mse")
+    model.optimizer.build(model.trainable_variables)
+    return model
+
+
+def _kernel(path):
+    return trainer_backup.load_backup_weights(_small_model(), path).get_weights()[0]
+
+
+def test_a_backup_killed_at_any_step_of_its_write_leaves_a_whole_one(tmp_path, monkeypatch):
+    """A backup renames four files into place; killed before any of those renames (or with none left), the folder
+    holds a whole backup, the new one or the one before, whose weights are the ones its position was saved with."""
+    model = _small_model()
+    kernels = {}
+
+    def save(backup, epoch):
+        kernels[epoch] = np.full((2, 3), float(epoch), "float32")
+        model.layers[0].kernel.assign(kernels[epoch])
+        backup.save(epoch, 0)
+
+    base = tmp_path / "base"
+    first = trainer_backup.ResumableBackup(base)
+    first.set_model(model)
+    save(first, 1)
+    save(first, 2)
+    assert trainer_backup.backup_position(base) == (2, 0)
+
+    renames = []
+    real_replace = os.replace
+    monkeypatch.setattr(os, "replace", lambda *args: (renames.append(args), real_replace(*args))[1])
+    counted = tmp_path / "counted"
+    shutil.copytree(base, counted)
+    backup = trainer_backup.ResumableBackup(counted)
+    backup.set_model(model)
+    backup.restore()
+    save(backup, 3)
+    steps = len(renames)
+    assert steps >= 4  # the previous pair's two copies, then the new pair's two files
+
+    for kill_at in range(steps + 1):
+        folder = tmp_path / f"killed-{kill_at}"
+        shutil.copytree(base, folder)
+        calls = []
+
+        def replace(*args, kill_at=kill_at):
+            if len(calls) == kill_at:
+                raise _Killed()
+            calls.append(args)
+            return real_replace(*args)
+
+        monkeypatch.setattr(os, "replace", real_replace)
+        backup = trainer_backup.ResumableBackup(folder)
+        backup.set_model(model)
+        assert backup.restore().position == (2, 0)
+        monkeypatch.setattr(os, "replace", replace)
+        try:
+            save(backup, 3)
+        except _Killed:
+            pass
+        monkeypatch.setattr(os, "replace", real_replace)
+        state = trainer_backup.find_backup(folder)
+        assert state is not None and state.position in {(2, 0), (3, 0)}, kill_at
+        np.testing.assert_array_equal(_kernel(state.weights), kernels[state.position[0]])
+        # A rerun resumes from it and its next backup is whole again.
+        resumed = trainer_backup.ResumableBackup(folder)
+        resumed.set_model(model)
+        assert resumed.restore().position == state.position
+        save(resumed, 4)
+        assert trainer_backup.find_backup(folder).position == (4, 0)
+        assert not trainer_backup.find_backup(folder).previous
+
+
+def _tear(workdir, what):
+    if what == "weights cut in half":
+        path = workdir / "backup" / "latest.weights.h5"
+        path.write_bytes(path.read_bytes()[:path.stat().st_size // 2])
+    else:
+        (workdir / "backup" / "training_metadata.json").write_text("")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("what", ["weights cut in half", "metadata emptied"])
+def test_a_torn_latest_backup_resumes_from_the_one_before_to_the_uninterrupted_run_s_weights(tmp_path, what, caplog):
+    settings = SMALL_RUN + ["training.epochs=2", "data.shuffle=false"]
+    experiment = training.load_experiment(TINY, settings)
+    uninterrupted = training.train(experiment, tmp_path / "uninterrupted").model.get_weights()
+    workdir = tmp_path / "run"
+    training.train(experiment, workdir)
+    assert (workdir / "backup" / "latest.weights.h5.bkp").is_file()  # the epoch-1 backup, kept beside
+    _tear(workdir, what)
+    caplog.set_level("WARNING", logger="keras_transformer")
+    result = training.train(experiment, workdir)  # the same command
+    assert "resuming from the one before it" in caplog.text
+    assert len(result.history["loss"]) == 1  # epoch 2 again, from the epoch-1 backup
+    for ours, reference in zip(result.model.get_weights(), uninterrupted):
+        np.testing.assert_allclose(ours, reference, rtol=1e-5, atol=1e-6)
+    assert trainer_backup.find_backup(workdir / "backup").position == (2, 0)
+
+
+def test_without_any_whole_backup_the_error_names_both_and_what_to_do(tmp_path):
+    backup = tmp_path / "run" / "backup"
+    backup.mkdir(parents=True)
+    for name in ("latest.weights.h5", "latest.weights.h5.bkp"):
+        (backup / name).write_bytes(b"\x89HDF torn")
+    (backup / "training_metadata.json").write_text("")
+    with pytest.raises(training.CheckpointError) as error:
+        training.train(training.load_experiment(TINY, SMALL_RUN), tmp_path / "run")
+    message = str(error.value)
+    assert "training_metadata.json is not JSON" in message and "training_metadata.json.bkp is missing" in message
+    assert "training.init_checkpoint" in message
+
+
+def test_a_fresh_run_refuses_a_workdir_with_checkpoints_but_no_backup(tmp_path):
+    """Deleting backup/ used to start at epoch 1 again and overwrite ckpt-0001.. while the old run's later
+    checkpoints stayed, for `average` to mix."""
+    (tmp_path / "run" / "checkpoints").mkdir(parents=True)
+    for epoch in (1, 2, 3):
+        (tmp_path / "run" / "checkpoints" / f"ckpt-{epoch:04d}.weights.h5").write_bytes(b"old run")
+    with pytest.raises(training.ConfigError, match="holds 3 epoch checkpoint.*no backup.*new --workdir"):
+        training.train(training.load_experiment(TINY, SMALL_RUN), tmp_path / "run")
+    assert (tmp_path / "run" / "checkpoints" / "ckpt-0001.weights.h5").read_bytes() == b"old run"
+
+
+def _poison(monkeypatch, update, when):
+    """Makes the next `train` produce a non-finite number at optimizer update `update`: its loss (NaN weights
+    before the batch) or, with a finite loss, the weights the update leaves (as a non-finite gradient would)."""
+    class Poison(training.LearningRateLogger):
+        def _poison(self):
+            variable = self.model.trainable_variables[0]
+            variable.assign(np.full(variable.shape, np.nan, "float32"))
+
+        def on_train_batch_begin(self, batch, logs=None):
+            if when == "loss" and int(self.model.optimizer.iterations) == update - 1:
+                self._poison()
+
+        def on_train_batch_end(self, batch, logs=None):
+            if when == "gradient" and int(self.model.optimizer.iterations) == update:
+                self._poison()
+
+    monkeypatch.setattr(trainer_loop, "LearningRateLogger", Poison)
+
+
+def _finite(path):
+    from keras_transformer.config import TransformerConfig
+    from keras_transformer.model import build_model
+
+    model = build_model(TransformerConfig.from_yaml(path.parents[1] / "model.yaml" if path.parent.name in (
+        "checkpoints", "backup") else path.parent / "model.yaml"))
+    if path.parent.name == "backup":
+        model.compile(optimizer="adam")
+        model.optimizer.build(model.trainable_variables)
+    trainer_backup.load_backup_weights(model, path)
+    return all(np.isfinite(w).all() for w in model.get_weights())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("when, update, last_backup, steps", [("loss", 13, (1, 4), (4, 8, 12)),
+                                                              ("gradient", 12, (1, 2), (4, 8))])
+def test_a_non_finite_loss_or_weight_never_reaches_the_disk(tmp_path, monkeypatch, when, update, last_backup, steps):
+    """8 batches an epoch, a backup every 2 and a step checkpoint every 4: at update 13 the loss becomes NaN (what
+    update 12 saved is the last good state); at update 12 the weights do, with a finite loss (the saves due after
+    it are vetoed)."""
+    settings = SMALL_MODEL + ["data.train_examples=256", "data.val_examples=32", "data.batch_size=32",
+                              "training.epochs=3", "training.verbose=0", "training.tensorboard=false",
+                              "training.backup_every_steps=2", "training.checkpoint_every_steps=4"]
+    experiment = training.load_experiment(TINY, settings)
+    workdir = tmp_path / "run"
+    _poison(monkeypatch, update, when)
+    with pytest.raises(FloatingPointError) as error:
+        training.train(experiment, workdir)
+    message = str(error.value)
+    saved = sorted((workdir / "checkpoints").glob("*.weights.h5"))
+    assert [p.name for p in saved] == ["ckpt-0001.weights.h5"] + [f"step-{n:08d}.weights.h5" for n in steps]
+    assert all(_finite(path) for path in saved)
+    assert f"update {update}" in message
+    assert f"the newest checkpoint, {max(saved, key=lambda path: path.stat().st_mtime)}, holds finite" in message
+    assert f"epoch {last_backup[0] + 1}, batch {last_backup[1] + 1}" in message
+    assert trainer_backup.backup_position(workdir / "backup") == last_backup
+    assert _finite(workdir / "backup" / "latest.weights.h5") and _finite(workdir / "backup" / "latest.weights.h5.bkp")
+    assert [row["epoch"] for row in training.HistoryCSV(workdir / "history.csv").read()[1]] == ["1"]
+
+    monkeypatch.undo()
+    result = training.train(experiment, workdir)  # the same command resumes from the last good backup
+    assert int(result.model.optimizer.iterations) == 3 * 8
+    assert all(np.isfinite(w).all() for w in result.model.get_weights())
+    assert [p.name for p in training.epoch_checkpoints(workdir)] == [f"ckpt-{n:04d}.weights.h5" for n in (1, 2, 3)]
+
+
+def test_a_run_removes_the_temporaries_a_killed_one_left(tmp_path):
+    workdir = tmp_path / "run"
+    experiment = training.load_experiment(TINY, SMALL_RUN)
+    training.train(experiment, workdir)
+    stale = [workdir / "checkpoints" / ".ckpt-0002.tmp-99999999.weights.h5", workdir / "backup" /
+             ".latest.tmp-99999999.weights.h5", workdir / "history.csv.tmp", workdir / ".model.tmp.yaml"]
+    for path in stale:
+        path.write_bytes(b"half")
+    (workdir / "data" / ".vocab.tmp-99999999-abcd").mkdir(parents=True)
+    training.train(experiment, workdir)  # nothing to train; still cleans
+    assert not any(path.exists() for path in stale) and not (workdir / "data" / ".vocab.tmp-99999999-abcd").exists()
+    assert files.lock_holder(workdir)["command"] == "train"
