@@ -6,6 +6,10 @@ module, and `tests/test_keras_internals.py` checks each assumption against the
 installed Keras, so such a release fails a named test instead of a resumed
 training run.
 
+Each `keras.src` module is imported inside the function that uses it, on its
+first call, never with this module: a Keras that moves one still imports the
+package, and translation and evaluation, which compute no loss, still work.
+
 1. `scale_loss_for_distribution`: the per-replica loss scaling that
    `keras.losses.Loss.__call__` applies, for losses that compute their value
    outside `__call__` (`losses.RDropLoss`). Keras exports no public name for it.
@@ -18,9 +22,9 @@ training run.
    assigned; `training.initial_updates` sets that counter.
 """
 
+import functools
+
 import keras
-# (1) Keras exports no public name for the scaling `Loss.__call__` applies under a distribution strategy.
-from keras.src.losses.loss import scale_loss_for_distribution as _keras_scale_loss
 
 __all__ = ["apply_multi_worker_workarounds", "scale_loss_for_distribution", "set_update_count"]
 
@@ -37,7 +41,19 @@ def scale_loss_for_distribution(value):
     >>> float(scale_loss_for_distribution(keras.ops.convert_to_tensor(2.0)))
     2.0
     """
-    return _keras_scale_loss(value)
+    return _keras_scale_loss()(value)
+
+
+@functools.cache
+def _keras_scale_loss():
+    # (1) Keras exports no public name for the scaling `Loss.__call__` applies under a distribution strategy.
+    try:
+        from keras.src.losses.loss import scale_loss_for_distribution
+    except ImportError as error:
+        raise ImportError(f"Keras {keras.__version__} has no keras.src.losses.loss.scale_loss_for_distribution, "
+                          "which keras_transformer's losses use: install the Keras version setup.cfg allows "
+                          "(constraints.txt has the tested one).") from error
+    return scale_loss_for_distribution
 
 
 def set_update_count(optimizer, updates):

@@ -1,11 +1,20 @@
 """Each assumption `keras_internals` makes about the installed Keras, checked: a Keras release that changes one
 fails here, by name, instead of breaking a resumed training run."""
 
-import inspect
+import json
+import subprocess
+import sys
+import textwrap
 
 import keras
+import numpy as np
+import pytest
 
 from keras_transformer import keras_internals
+
+# The module fixture runs a subprocess: `make test` (--dist loadgroup) runs the whole file on one worker, so that
+# it runs once.
+pytestmark = pytest.mark.xdist_group("test_keras_internals")
 
 
 def _model():
@@ -14,21 +23,170 @@ def _model():
     return model
 
 
-def test_losses_scale_by_the_function_keras_internals_reexports():
-    """Keras' losses divide by the replicas through this function when they reduce; outside a strategy the value
-    is unchanged."""
-    from keras.src.losses import loss as keras_loss
-    assert "scale_loss_for_distribution(loss)" in inspect.getsource(keras_loss.reduce_values)
-    value = keras.ops.convert_to_tensor(3.0)
-    assert float(keras_internals.scale_loss_for_distribution(value)) == 3.0
+# ------------------------------------------------------------------ two replicas (MirroredStrategy, 2 logical CPUs)
+# Logical CPU devices must be configured before TensorFlow starts, hence a subprocess; both checks share it.
+_TWO_REPLICAS = textwrap.dedent("""
+    import json
+    import numpy as np
+    import tensorflow as tf
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    import keras
+    from keras_transformer import keras_internals
+    from keras_transformer.losses import RDropLoss
+
+    rng = np.random.default_rng(0)
+    mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    out = {"replicas": mirrored.num_replicas_in_sync}
+
+    # R-Drop: batches of 8 rows (4 pairs) of 3 positions over 6 ids, no pads, so both replicas' halves hold as many
+    # tokens and the mean of their losses is the loss of the batch.
+    x, y = rng.normal(size=(16, 3, 4)).astype("float32"), rng.integers(1, 6, size=(16, 3))
+    kernel = rng.normal(size=(4, 6)).astype("float32")
+
+    def rdrop(strategy):
+        with strategy.scope():
+            model = keras.Sequential([keras.Input((3, 4)), keras.layers.Dense(6)])
+            model.set_weights([kernel, np.zeros(6, "float32")])
+            model.compile(optimizer=keras.optimizers.SGD(0.5), loss=RDropLoss(5.0, 0.1), jit_compile=False)
+        history = model.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0)
+        return {"loss": history.history["loss"], "weights": [w.tolist() for w in model.get_weights()]}
+
+    out["rdrop"] = {"mirrored": rdrop(mirrored), "one_device": rdrop(tf.distribute.OneDeviceStrategy("/cpu:0"))}
+
+    # The multi-worker workarounds on a model with dict inputs (as the Transformer's), under a strategy they must
+    # leave alone; the run without them comes first (they replace a Keras trainer function for the process).
+    inputs = {"a": rng.normal(size=(16, 3)).astype("float32"), "b": rng.normal(size=(16, 2)).astype("float32")}
+    dataset = tf.data.Dataset.from_tensor_slices((inputs, rng.normal(size=(16, 1)).astype("float32"))).batch(8)
+
+    def dict_model(workarounds):
+        with mirrored.scope():
+            a, b = keras.Input((3,), name="a"), keras.Input((2,), name="b")
+            model = keras.Model({"a": a, "b": b}, keras.layers.Dense(1)(keras.layers.Concatenate()([a, b])))
+            model.set_weights([np.linspace(-1, 1, 5, dtype="float32")[:, None], np.zeros(1, "float32")])
+            model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse", metrics=["mae"], jit_compile=False)
+        builds = []
+        if workarounds:
+            keras_internals.apply_multi_worker_workarounds(model, tf)
+            keras_build = model._symbolic_build
+
+            def recording_build(data_batch=None, **kwargs):  # what the workaround hands Keras' build
+                builds.append([[isinstance(v, tf.distribute.DistributedValues), int(v.shape[0])]
+                               for v in tf.nest.flatten(data_batch)])
+                return keras_build(data_batch=data_batch, **kwargs)
+
+            model._symbolic_build = recording_build
+        history = model.fit(dataset, epochs=2, shuffle=False, verbose=0)
+        return {"history": history.history, "builds": builds}
+
+    out["plain"], out["workarounds"] = dict_model(False), dict_model(True)
+    print("RESULT " + json.dumps(out))
+""")
 
 
-def test_the_multi_worker_workarounds_find_the_trainer_parts_they_replace():
-    from keras.src.backend.tensorflow import trainer as keras_tf_trainer
-    assert callable(keras_tf_trainer.reduce_per_replica)
-    assert list(inspect.signature(keras_tf_trainer.reduce_per_replica).parameters) == ["values", "strategy",
-                                                                                       "reduction"]
-    model = _model()
-    for name in ("_symbolic_build", "_maybe_symbolic_build", "_distribute_strategy"):
-        assert hasattr(model, name), f"keras.Model no longer has {name}"
-    assert "data_batch" in inspect.signature(model._symbolic_build).parameters
+@pytest.fixture(scope="module")
+def two_replicas():
+    completed = subprocess.run([sys.executable, "-c", _TWO_REPLICAS], capture_output=True, text=True, timeout=300)
+    lines = [line for line in completed.stdout.splitlines() if line.startswith("RESULT ")]
+    assert completed.returncode == 0 and lines, completed.stderr[-3000:]
+    result = json.loads(lines[-1][len("RESULT "):])
+    assert result["replicas"] == 2
+    return result
+
+
+@pytest.mark.slow  # its fixture: a subprocess of 6-7 s (importing TensorFlow, tracing four small fits)
+def test_rdrop_under_a_mirrored_strategy_gives_the_losses_and_weights_of_one_device(two_replicas):
+    """RDropLoss computes its value outside `Loss.__call__`, so it divides by the replicas itself
+    (`scale_loss_for_distribution`, from Keras' internals): without that, Keras would sum two full-size gradients
+    and report twice the loss. Each replica's rows hold whole pairs, so the divergence term is the same too."""
+    mirrored, single = two_replicas["rdrop"]["mirrored"], two_replicas["rdrop"]["one_device"]
+    assert single["loss"][-1] < single["loss"][0] - 0.5  # it trained
+    np.testing.assert_allclose(mirrored["loss"], single["loss"], rtol=1e-5)
+    for a, b in zip(mirrored["weights"], single["weights"]):
+        np.testing.assert_allclose(np.array(a), np.array(b), atol=1e-5)
+
+
+@pytest.mark.slow  # its fixture: a subprocess of 6-7 s (importing TensorFlow, tracing four small fits)
+def test_the_multi_worker_workarounds_build_from_one_replica_and_leave_mirrored_training_as_it_was(two_replicas):
+    """Keras builds the model before the first step through the replaced hook, which hands it one replica's batch
+    (4 of 8 rows) instead of Keras' cross-replica mean of dict inputs, the call that fails across workers; the
+    losses and metrics are those of the same model without the workarounds. (The workers themselves:
+    tests/test_distribute.py trains on two processes.)"""
+    plain, patched = two_replicas["plain"], two_replicas["workarounds"]
+    assert patched["builds"] == [[[False, 4], [False, 4], [False, 4]]]  # inputs a and b, and the targets
+    assert plain["history"].keys() == patched["history"].keys() == {"loss", "mae"}
+    for name in plain["history"]:
+        np.testing.assert_allclose(patched["history"][name], plain["history"][name], rtol=1e-6)
+    assert plain["history"]["loss"][-1] < plain["history"]["loss"][0]
+
+
+# ------------------------------------------------------------------ a Keras that moved its private loss scaling
+_WITHOUT_SCALE_LOSS = textwrap.dedent("""
+    import builtins, sys
+    keras_import = builtins.__import__
+
+    def moved(name, globals=None, locals=None, fromlist=(), level=0):
+        # As keras_transformer would see a Keras without it; Keras' own modules still import it.
+        if (name == "keras.src.losses.loss" and "scale_loss_for_distribution" in (fromlist or ())
+                and (globals or {}).get("__name__", "").startswith("keras_transformer")):
+            raise ImportError("cannot import name 'scale_loss_for_distribution' from 'keras.src.losses.loss'")
+        return keras_import(name, globals, locals, fromlist, level)
+
+    builtins.__import__ = moved
+    import keras_transformer.evaluation, keras_transformer.training, keras_transformer.translation
+    from keras_transformer import cli, keras_internals, losses
+    losses.RDropLoss(5.0)
+    try:
+        keras_internals.scale_loss_for_distribution(1.0)
+    except ImportError as error:
+        print("SCALE", error)
+    sys.exit(cli.main(["translate", "--model", sys.argv[1], "A dog."]))
+""")
+
+
+def test_translate_and_evaluate_import_and_run_without_keras_private_loss_scaling(tmp_path):
+    """Only computing a loss needs `keras.src.losses.loss.scale_loss_for_distribution`: with a Keras that moved
+    it, the package, its losses, training, evaluation and translation modules import, and `translate` runs until
+    it finds no model (this test's stand-in for one); the loss scaling fails by name when called."""
+    missing = tmp_path / "no_model"
+    completed = subprocess.run([sys.executable, "-c", _WITHOUT_SCALE_LOSS, str(missing)], capture_output=True,
+                               text=True, timeout=300)
+    assert "SCALE Keras " in completed.stdout and "has no keras.src.losses.loss.scale_loss_for_distribution" \
+        in completed.stdout, completed.stdout + completed.stderr[-3000:]
+    assert completed.returncode == 2 and f"Model folder not found: {missing}" in completed.stderr, \
+        completed.stderr[-3000:]
+
+
+# ------------------------------------------------------------------ set_update_count
+class _StepAsRate(keras.optimizers.schedules.LearningRateSchedule):
+    def __call__(self, step):  # the learning rate is the step it is given, so an update shows the step it read
+        return keras.ops.cast(step, "float32")
+
+
+@pytest.mark.parametrize("accumulation", [None, 4])
+def test_an_optimizer_set_to_7_updates_goes_on_as_one_that_made_them(accumulation):
+    """A resumed run goes on counting updates (`training.initial_updates`): after `set_update_count(7)` the
+    optimizer makes its next update when, and as, one that applied 7 updates does: after as many batches (4 with
+    gradient accumulation), with the same learning rate from the schedule, and then counts 8."""
+    def optimizer_and_variable():
+        variable = keras.Variable(np.zeros(1, "float32"))
+        optimizer = keras.optimizers.SGD(learning_rate=_StepAsRate(), gradient_accumulation_steps=accumulation)
+        optimizer.build([variable])
+        return optimizer, variable
+
+    batches = accumulation or 1
+    ran, ran_variable = optimizer_and_variable()
+    for _ in range(7 * batches):
+        ran.apply([keras.ops.ones(1)], [ran_variable])
+    resumed, resumed_variable = optimizer_and_variable()
+    keras_internals.set_update_count(resumed, 7)
+    assert int(resumed.iterations) == int(ran.iterations) == 7
+    start = float(ran_variable.numpy()[0])
+    moves = []
+    for _ in range(batches):
+        for optimizer, variable in ((ran, ran_variable), (resumed, resumed_variable)):
+            optimizer.apply([keras.ops.ones(1)], [variable])
+        moves.append((float(ran_variable.numpy()[0]) - start, float(resumed_variable.numpy()[0])))
+    assert moves[:-1] == [(0.0, 0.0)] * (batches - 1)  # accumulating: no update before the last batch
+    assert moves[-1][0] == moves[-1][1] < 0  # the same update, from the same step of the schedule
+    assert int(resumed.iterations) == int(ran.iterations) == 8
