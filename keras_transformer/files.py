@@ -27,6 +27,11 @@ import time
 
 from keras_transformer.errors import WorkdirBusyError
 
+try:
+    import fcntl  # POSIX: the writer lock's flock
+except ImportError:  # Windows: no lock is taken
+    fcntl = None
+
 LOCK_FILE = ".keras_transformer.lock"  # in a locked folder; never deleted (deleting a lock file races)
 
 # `.NAME.tmp-PID...`: this module's temporaries; also the fixed names earlier versions used (`.NAME.tmp...`,
@@ -352,10 +357,6 @@ def exclusive_lock(folder, command):
     folder = pathlib.Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     key = os.path.realpath(folder)
-    try:
-        import fcntl
-    except ImportError:  # no flock on this platform
-        fcntl = None
     if fcntl is None or key in _HELD:
         if key in _HELD:
             _HELD[key][1] += 1

@@ -29,7 +29,8 @@ TENSORFLOW_LAYER = 5
 # Third-party modules a function may import: optional, or heavy and needed by one path only (each site says so),
 # and Keras internals, imported where they are used (in keras_internals only, as a test below checks).
 LATE_IMPORTS = {"matplotlib", "jax", "ctranslate2", "tensorboard", "tensorflow_datasets", "sentencepiece",
-                "keras_nlp", "sacremoses", "keras.src", "tensorflow"}
+                "keras_nlp", "sacremoses", "keras.src", "tensorflow",
+                "fcntl"}  # fcntl: POSIX only (files.py takes no lock without it)
 
 
 def _module_name(path):
