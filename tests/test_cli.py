@@ -528,6 +528,17 @@ def test_train_killed_with_sigkill_resumes_with_the_same_command(tmp_path):
     env.pop("TF_CONFIG", None)
     first = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     second_checkpoint = workdir / "checkpoints" / "ckpt-0002.weights.h5"
+    from keras_transformer.files import lock_holder
+
+    # A second `train` on the same workdir while the first holds it: refused at once, naming the first.
+    deadline = time.time() + 120
+    while lock_holder(workdir).get("pid") != first.pid and first.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    second = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert second.returncode == 2, second.stdout[-3000:] + second.stderr[-3000:]
+    assert f"in use by process {first.pid} on host " in second.stderr and "(train, started" in second.stderr
+    assert "Epoch 1/8" not in second.stdout
+    assert first.poll() is None  # the first goes on
 
     def two_epochs_done():  # the epoch-2 checkpoint is written before its history row: wait for both
         try:
@@ -550,7 +561,7 @@ def test_train_killed_with_sigkill_resumes_with_the_same_command(tmp_path):
     first_checkpoint_time = (workdir / "checkpoints" / "ckpt-0001.weights.h5").stat().st_mtime_ns
 
     second = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    assert second.returncode == 0, second.stdout[-3000:]
+    assert second.returncode == 0, second.stdout[-3000:]  # the killed process's lock went with it
     assert "Epoch 1/8" not in second.stdout  # it resumed instead of starting over
     epochs = _history_epochs(workdir / "history.csv")
     assert epochs == list(range(1, 9))  # one row per epoch, never going back
@@ -561,6 +572,41 @@ def test_train_killed_with_sigkill_resumes_with_the_same_command(tmp_path):
         last = list(csv.DictReader(f))[-1]
     assert int(last["step"]) == 8 * 32  # the optimizer's step count carried over the kill
     assert float(last["val_masked_accuracy"]) > 0.95  # configs/tiny_copy.yaml learns the copy task
+
+
+def test_outputs_that_would_overwrite_inputs_are_refused(tiny_workdir, tmp_path, capsys):
+    checkpoints = tiny_workdir / "checkpoints"
+    before = {path.name: path.read_bytes() for path in checkpoints.iterdir()}
+    for output in (checkpoints / "ckpt-0002.weights.h5", checkpoints / "ckpt-0003.weights.h5"):  # an input; the
+        assert cli.main(["average", "--workdir", str(tiny_workdir), "--last", "2",       # next "latest"
+                         "--output", str(output)]) == 2
+        assert f"lies in {checkpoints}" in capsys.readouterr().err
+    mine = tmp_path / "mine.weights.h5"
+    mine.write_bytes(before["ckpt-0001.weights.h5"])
+    assert cli.main(["average", "--workdir", str(tiny_workdir), "--checkpoint", str(mine), "--checkpoint",
+                     str(checkpoints / "ckpt-0002.weights.h5"), "--output", str(mine)]) == 2
+    assert "is one of this command's input files" in capsys.readouterr().err
+    assert {path.name: path.read_bytes() for path in checkpoints.iterdir()} == before
+    assert mine.read_bytes() == before["ckpt-0001.weights.h5"]
+
+    source, reference = tmp_path / "test.en", tmp_path / "test.de"
+    source.write_text("a man rides a bike\n", encoding="utf-8")
+    reference.write_text("ein mann\n", encoding="utf-8")
+    for output in (reference, tmp_path / "." / "test.en"):
+        assert cli.main(["evaluate", "--model", str(tiny_workdir), "--source", str(source), "--reference",
+                         str(reference), "--output", str(output)]) == 2
+        assert "is one of this command's input files" in capsys.readouterr().err
+    assert reference.read_text(encoding="utf-8") == "ein mann\n" and source.read_text(encoding="utf-8") == \
+        "a man rides a bike\n"
+
+
+def test_export_refuses_an_out_folder_in_a_training_workdir(tiny_workdir, capsys):
+    before = sorted(path.name for path in tiny_workdir.iterdir())
+    for out in (tiny_workdir, tiny_workdir / "export"):
+        for format_ in ("savedmodel", "ctranslate2"):
+            assert cli.main(["export", "--workdir", str(tiny_workdir), "--format", format_, "--out", str(out)]) == 2
+            assert f"training workdir {tiny_workdir}" in capsys.readouterr().err
+    assert sorted(path.name for path in tiny_workdir.iterdir()) == before
 
 
 def test_export_to_ctranslate2_then_translate_and_evaluate_read_the_folder(tiny_workdir, tmp_path, capsys):

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -13,6 +14,7 @@ from factories import seeded_weights
 
 import keras_transformer as kt
 from keras_transformer.data.tokenizers import train_tokenizers
+from keras_transformer.errors import ConfigError
 from keras_transformer.evaluation import read_lines
 from keras_transformer.export import export_translator, load_exported, load_keras_translator
 from keras_transformer.translation import Translator
@@ -262,6 +264,59 @@ def test_saved_model_cli_show_and_run(subprocesses):
     assert "Result for output key translation" in ran
     score_line = ran.split("Result for output key score:")[1].strip().splitlines()[0]
     assert len(score_line.strip("[]").split()) == 2  # one score per input sentence
+
+
+def _served(directory):
+    outputs = load_exported(directory).signatures["serving_default"](tf.constant(SENTENCES))
+    return [t.decode("utf-8") for t in outputs["translation"].numpy()]
+
+
+@pytest.mark.slow
+def test_a_re_export_that_fails_part_way_leaves_the_old_export_serving(exported, tmp_path, monkeypatch):
+    """Re-exported over an export, a write that fails after the graph is written (a full disk, say) leaves the old
+    export whole and nothing half-written beside it; a re-export that succeeds keeps the folder's other files
+    (the model card), and the folder is readable by other accounts as any new folder is."""
+    directory, translator = exported
+    config = kt.TransformerConfig.from_yaml(directory / "assets.extra" / "model.yaml")
+    served = tmp_path / "served"
+    shutil.copytree(directory, served)
+    (served / "README.md").write_text("model card", encoding="utf-8")
+    before = _served(served)
+    real_save = tf.saved_model.save
+
+    def save_then_fail(*args, **kwargs):
+        real_save(*args, **kwargs)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(tf.saved_model, "save", save_then_fail)
+    with pytest.raises(OSError, match="No space left on device"):
+        export_translator(translator, served, config=config, overwrite=True)
+    monkeypatch.undo()
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["served"]
+    assert _served(served) == before
+    export_translator(translator, served, config=config, overwrite=True)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["served"]
+    assert (served / "README.md").read_text(encoding="utf-8") == "model card" and _served(served) == before
+    umask = os.umask(0)
+    os.umask(umask)
+    assert served.stat().st_mode & 0o777 == 0o777 & ~umask
+
+
+def test_out_is_refused_in_a_training_workdir_or_over_a_folder_that_is_not_an_export(exported, tmp_path):
+    _, translator = exported
+    workdir = tmp_path / "run"
+    (workdir / "checkpoints").mkdir(parents=True)
+    (workdir / "model.yaml").write_text("d_model: 32\n", encoding="utf-8")
+    for out in (workdir, workdir / "export"):
+        with pytest.raises(ConfigError, match=f"training workdir {workdir}"):
+            export_translator(translator, out, overwrite=True)
+    assert sorted(path.name for path in workdir.iterdir()) == ["checkpoints", "model.yaml"]
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "todo.txt").write_text("keep me", encoding="utf-8")
+    with pytest.raises(FileExistsError, match="is not a SavedModel export"):
+        export_translator(translator, notes, overwrite=True)
+    assert sorted(path.name for path in notes.iterdir()) == ["todo.txt"]
 
 
 def test_missing_export_is_a_clear_error(tmp_path):
