@@ -359,6 +359,8 @@ class TrainingSection:
     keep_step_checkpoints: int = 3  # how many step checkpoints to keep
     keep_checkpoints: typing.Optional[int] = None  # epoch checkpoints to keep; None keeps all (for averaging)
     backup_every_steps: typing.Optional[int] = None  # also back up every N batches (resume inside an epoch)
+    on_nonfinite: str = "stop"  # a non-finite loss or weight stops the run before anything of its epoch is saved;
+                                # the only choice: no "skip" (docs/training.md, "When the loss is not finite")
     init_checkpoint: typing.Optional[str] = None  # start from these weights (fine-tuning), and from the
                                                   # vocabulary of the run or export that wrote them
     initial_updates: int = 0  # a new run's optimizer starts at this update count, so the learning-rate
@@ -386,6 +388,13 @@ class TrainingSection:
                               f"got {self.mixed_precision!r}.")
         if not (isinstance(self.jit_compile, bool) or self.jit_compile == "auto"):
             raise ConfigError(f"training.jit_compile must be true, false or 'auto', got {self.jit_compile!r}.")
+        if self.on_nonfinite == "skip":
+            raise ConfigError("training.on_nonfinite: 'skip' is not offered: dropping an update needs a check inside "
+                              "the compiled training step, which Keras' fit does not expose, and a run that keeps "
+                              "skipping is better stopped and resumed with a lower learning rate (mixed_float16's "
+                              "loss scaling already skips its overflowing updates). Use 'stop', the default.")
+        if self.on_nonfinite != "stop":
+            raise ConfigError(f"training.on_nonfinite must be 'stop', got {self.on_nonfinite!r}.")
         if isinstance(self.verbose, bool) or self.verbose not in ("auto", 0, 1, 2):
             raise ConfigError(f"training.verbose must be 'auto', 0, 1 or 2, got {self.verbose!r}.")
         for name in ("steps_per_epoch", "checkpoint_every_steps", "keep_checkpoints", "backup_every_steps",
