@@ -70,14 +70,19 @@ log = logging.getLogger("keras_transformer")
 def train(config, workdir):
     """Trains the experiment `config` in `workdir`, resuming whatever an earlier run left there.
 
-    Steps: pick the strategy (`training.strategy`) and the dtype policy; build
-    the data and vocabulary once (kept in `workdir/data`); build and compile the
-    model under the strategy scope (paper's Adam + Noam schedule, label-smoothed
-    loss, token accuracy); `model.fit` with BackupAndRestore, per-epoch
-    checkpoints, TensorBoard, `history.csv`, the progress bar and TerminateOnNaN.
+    Steps: pick the strategy (`training.strategy`) and the dtype policy; take
+    the workdir's writer lock (`files.exclusive_lock`: a second run on it fails
+    at once) and remove what a killed run left half-written; build the data and
+    vocabulary once (kept in `workdir/data`); build and compile the model under
+    the strategy scope (paper's Adam + Noam schedule, label-smoothed loss, token
+    accuracy); restore the newest whole backup; `model.fit` with the resumable
+    backup, per-epoch checkpoints, TensorBoard, `history.csv`, the progress bar
+    and the guard that stops a non-finite loss before anything of its epoch is
+    saved (docs/training.md, "What survives what").
 
     Under `multi_worker`, the chief writes to `workdir`; every other worker
-    writes its checkpoints, backup, logs and history to `workdir/worker-<id>`.
+    writes its checkpoints, backup, logs and history to `workdir/worker-<id>`
+    (and locks that folder).
 
     Args:
         config: an `ExperimentConfig`, a dict of sections, or a YAML path.
@@ -87,9 +92,12 @@ def train(config, workdir):
         A `TrainingResult`.
 
     Raises:
-        ConfigError: a bad config, a missing data file, or a workdir that holds another experiment.
-        CheckpointError: an unreadable `training.init_checkpoint` or backup (the file is named).
-        FloatingPointError: the loss became NaN (training stopped).
+        ConfigError: a bad config, a missing data file, a workdir that holds another experiment, or one with
+            epoch checkpoints but no backup.
+        CheckpointError: an unreadable `training.init_checkpoint`, or no whole backup (the files are named).
+        WorkdirBusyError: another process is writing to the workdir (it is named).
+        FloatingPointError: the loss or a weight became non-finite (training stopped; nothing of that epoch
+            was saved).
 
     Example:
 

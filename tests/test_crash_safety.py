@@ -222,3 +222,11 @@ def test_a_run_removes_the_temporaries_a_killed_one_left(tmp_path):
     training.train(experiment, workdir)  # nothing to train; still cleans
     assert not any(path.exists() for path in stale) and not (workdir / "data" / ".vocab.tmp-99999999-abcd").exists()
     assert files.lock_holder(workdir)["command"] == "train"
+
+
+def test_on_nonfinite_offers_stop_only_and_says_why_not_skip():
+    assert training.load_experiment(TINY, ["training.on_nonfinite=stop"]).training.on_nonfinite == "stop"
+    with pytest.raises(training.ConfigError, match="'skip' is not offered"):
+        training.load_experiment(TINY, ["training.on_nonfinite=skip"])
+    with pytest.raises(training.ConfigError, match="training.on_nonfinite must be 'stop'"):
+        training.load_experiment(TINY, ["training.on_nonfinite=ignore"])
