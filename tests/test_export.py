@@ -273,15 +273,18 @@ def _served(directory):
 
 @pytest.mark.slow
 def test_a_re_export_that_fails_part_way_leaves_the_old_export_serving(exported, tmp_path, monkeypatch):
-    """Re-exported over an export, a write that fails after the graph is written (a full disk, say) leaves the old
-    export whole and nothing half-written beside it; a re-export that succeeds keeps the folder's other files
-    (the model card), and the folder is readable by other accounts as any new folder is."""
+    """Re-exported over an export with other weights, a write that fails after the graph is written (a full disk,
+    say) leaves the old export whole, its graph and its Keras weights, and nothing half-written beside it; a
+    re-export that succeeds keeps the folder's other files (the model card), and the folder is readable by other
+    accounts as any new folder is."""
     directory, translator = exported
     config = kt.TransformerConfig.from_yaml(directory / "assets.extra" / "model.yaml")
+    retrained = Translator(seeded_weights(kt.build_model(config), 11), translator.source_tokenizer,
+                           translator.target_tokenizer, beam_size=3, alpha=0.6, max_extra=8)
     served = tmp_path / "served"
     shutil.copytree(directory, served)
     (served / "README.md").write_text("model card", encoding="utf-8")
-    before = _served(served)
+    before, weights = _served(served), (served / "assets.extra" / "model.weights.h5").read_bytes()
     real_save = tf.saved_model.save
 
     def save_then_fail(*args, **kwargs):
@@ -290,13 +293,15 @@ def test_a_re_export_that_fails_part_way_leaves_the_old_export_serving(exported,
 
     monkeypatch.setattr(tf.saved_model, "save", save_then_fail)
     with pytest.raises(OSError, match="No space left on device"):
-        export_translator(translator, served, config=config, overwrite=True)
+        export_translator(retrained, served, config=config, overwrite=True)
     monkeypatch.undo()
     assert sorted(path.name for path in tmp_path.iterdir()) == ["served"]
     assert _served(served) == before
-    export_translator(translator, served, config=config, overwrite=True)
+    assert (served / "assets.extra" / "model.weights.h5").read_bytes() == weights
+    export_translator(retrained, served, config=config, overwrite=True)
     assert sorted(path.name for path in tmp_path.iterdir()) == ["served"]
-    assert (served / "README.md").read_text(encoding="utf-8") == "model card" and _served(served) == before
+    assert (served / "README.md").read_text(encoding="utf-8") == "model card"
+    assert _served(served) == [retrained.translate_lines([s])[0] for s in SENTENCES] != before
     umask = os.umask(0)
     os.umask(umask)
     assert served.stat().st_mode & 0o777 == 0o777 & ~umask
