@@ -209,10 +209,13 @@ def describe(strategy):
     Example:
 
     >>> describe(make_strategy("default"))
-    '_DefaultDistributionStrategy with 1 replica(s)'
+    'the default strategy (one device) with 1 replica(s)'
     """
     task_type, task_id, is_chief = task_info(strategy)
-    line = f"{type(strategy).__name__} with {strategy.num_replicas_in_sync} replica(s)"
+    name = type(strategy).__name__
+    if name.startswith("_Default"):  # tf.distribute's private class for "no strategy"
+        name = "the default strategy (one device)"
+    line = f"{name} with {strategy.num_replicas_in_sync} replica(s)"
     if task_type:
         line += f", task {task_type}:{task_id}{' (chief)' if is_chief else ''}"
     return line

@@ -86,6 +86,11 @@ def _lines(source):
     return list(source)
 
 
+def _in(source):
+    """` in FILE` for a file argument; nothing for a list of sentences."""
+    return f" in {os.fspath(source)}" if isinstance(source, (str, os.PathLike)) else ""
+
+
 def _check_output(output):
     """Refuses an output file that could not be written, before the decoding it would hold."""
     path = pathlib.Path(output)
@@ -166,13 +171,14 @@ def evaluate(model, source, reference, tokenized_reference=None, lang=None, chec
         check_not_an_input(output, [source, reference, tokenized_reference])
     sources, references = _lines(source), _lines(reference)
     if len(sources) != len(references):
-        raise ValueError(f"{len(sources)} source sentences but {len(references)} references.")
+        raise ValueError(f"{len(sources)} source sentences{_in(source)} but {len(references)} references"
+                         f"{_in(reference)}: they must pair line by line.")
     tokenized = _lines(tokenized_reference) if tokenized_reference is not None else None
     if tokenized is not None and lang is None:
         raise ConfigError("The Multi30k BLEU protocol (tokenized references) needs the target language (lang).")
     if tokenized is not None and len(tokenized) != len(sources):
-        named = f" in {tokenized_reference}" if isinstance(tokenized_reference, (str, os.PathLike)) else ""
-        raise ValueError(f"{len(sources)} source sentences but {len(tokenized)} tokenized references{named}.")
+        raise ValueError(f"{len(sources)} source sentences{_in(source)} but {len(tokenized)} tokenized references"
+                         f"{_in(tokenized_reference)}: they must pair line by line.")
     hypotheses = [evaluation.one_line(h) for h in translate(model, sources, checkpoint, average, batch_size,
                                                              **options)]
     if output is not None:

@@ -391,8 +391,8 @@ def check_weights_choice(model, checkpoint, average):
 def check_model_folder(path):
     """A missing `--model` folder is named as missing (not as "neither a workdir nor an export")."""
     if not pathlib.Path(path).exists():
-        raise CheckpointNotFoundError(f"Model folder not found: {path} (expected a training workdir or an "
-                                      "exported model).")
+        raise CheckpointNotFoundError(f"Model folder not found: {path} (expected a training workdir, a "
+                                      "SavedModel export or a CTranslate2 export).")
 
 
 def _config(path):
@@ -441,8 +441,9 @@ def model_folder(path, checkpoint=None, average=None):
             members.append(Member(_config(folder / MODEL_CONFIG), (str(weights),)))
         return ModelFolder(path, "export", tuple(members), extra / VOCAB_DIR)
     if not (path / MODEL_CONFIG).is_file():
-        raise CheckpointNotFoundError(f"{path} is neither a training workdir (no model.yaml) nor an exported model "
-                                      "(no saved_model.pb).")
+        raise CheckpointNotFoundError(f"{path} is not a model folder: not a training workdir (no model.yaml), a "
+                                      "SavedModel export (no saved_model.pb) or a CTranslate2 export (no "
+                                      "keras_transformer.json).")
     if checkpoint is not None:
         weights = (os.fspath(checkpoint),)
     else:

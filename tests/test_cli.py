@@ -448,6 +448,7 @@ def test_evaluate_checks_its_output_and_references_before_decoding(tiny_workdir,
     (tmp_path / "src.txt").write_text("a man\ntwo dogs\n", encoding="utf-8")
     (tmp_path / "ref.txt").write_text("ein mann\nzwei hunde\n", encoding="utf-8")
     (tmp_path / "tok.txt").write_text("ein mann\n", encoding="utf-8")
+    (tmp_path / "short.txt").write_text("ein mann\n", encoding="utf-8")
     base = ["evaluate", "--model", str(tiny_workdir), "--source", str(tmp_path / "src.txt"), "--reference",
             str(tmp_path / "ref.txt")]
     missing = tmp_path / "no_such_folder" / "hyp.txt"
@@ -456,7 +457,11 @@ def test_evaluate_checks_its_output_and_references_before_decoding(tiny_workdir,
     assert cli.main(base + ["--output", str(tmp_path)]) == 2
     assert f"{tmp_path}: it is a directory" in capsys.readouterr().err
     assert cli.main(base + ["--tokenized-reference", str(tmp_path / "tok.txt"), "--lang", "de"]) == 2
-    assert f"2 source sentences but 1 tokenized references in {tmp_path / 'tok.txt'}" in capsys.readouterr().err
+    assert (f"2 source sentences in {tmp_path / 'src.txt'} but 1 tokenized references in {tmp_path / 'tok.txt'}"
+            in capsys.readouterr().err)
+    assert cli.main(base[:-1] + [str(tmp_path / "short.txt")]) == 2
+    assert (f"2 source sentences in {tmp_path / 'src.txt'} but 1 references in {tmp_path / 'short.txt'}"
+            in capsys.readouterr().err)
     assert cli.main(["evaluate", "--model", str(tiny_workdir), "--source", str(tmp_path), "--reference",
                      str(tmp_path / "ref.txt")]) == 2
     assert f"{tmp_path} is a directory, not a file." in capsys.readouterr().err
