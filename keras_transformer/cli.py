@@ -24,6 +24,7 @@ import argparse
 import json
 import logging
 import os
+import pathlib
 import re
 import sys
 import tempfile
@@ -129,6 +130,9 @@ def build_parser():
     evaluate.add_argument("--lang", help="target language code, for the Multi30k protocol")
     evaluate.add_argument("--output", help="write the translations to this file (its folder must exist; checked, "
                                            "like the line counts of the references, before decoding)")
+    evaluate.add_argument("--json", action="store_true",
+                          help="print one JSON object (scores, sacreBLEU signatures, weights, decoding settings, "
+                               "sentences, seconds) instead of the readable report")
     _weights_arguments(evaluate, ensemble=True)
     _decoding_arguments(evaluate)
 
@@ -234,11 +238,48 @@ def _weights(models, checkpoints):
 def _evaluate(args):
     from keras_transformer import training
     model, checkpoint = _weights(args.model, args.checkpoint)
-    scores = training.evaluate(model, args.source, args.reference, tokenized_reference=args.tokenized_reference,
-                               lang=args.lang, checkpoint=checkpoint, average=args.average,
-                               batch_size=args.batch_size, output=args.output, **_decoding_options(args))
-    print(json.dumps(scores))
+    scores, details = training.evaluate(model, args.source, args.reference,
+                                        tokenized_reference=args.tokenized_reference, lang=args.lang,
+                                        checkpoint=checkpoint, average=args.average, batch_size=args.batch_size,
+                                        output=args.output, details=True, **_decoding_options(args))
+    if args.json:
+        print(json.dumps({**scores, **details}))
+    else:
+        print(evaluation_report(scores, details))
     return 0
+
+
+def evaluation_report(scores, details):
+    """The readable report of `evaluate`: each score with its sacreBLEU signature, the weights, the decoding.
+
+    Example:
+
+    >>> print(evaluation_report({"bleu": 38.1, "length_ratio": 0.97}, {
+    ...     "signatures": {"bleu": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.4.3"},
+    ...     "models": [{"model": "runs/a", "weights": ["runs/a/checkpoints/ckpt-0009.weights.h5",
+    ...                                                "runs/a/checkpoints/ckpt-0010.weights.h5"]}],
+    ...     "decoding": {"beam_size": 4, "alpha": 0.6}, "sentences": 1000, "seconds": 12.34}))
+    bleu            38.10  nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.4.3
+    length_ratio    0.9700
+    model           runs/a: average of ckpt-0009.weights.h5, ckpt-0010.weights.h5
+    decoding        beam_size 4, alpha 0.6
+    sentences       1000 in 12.3 s
+    """
+    lines = []
+    for key, value in scores.items():
+        figure = f"{value:.4f}" if key == "length_ratio" else f"{value:.2f}"
+        signature = details.get("signatures", {}).get(key)
+        lines.append(f"{key:<15} {figure}" + (f"  {signature}" if signature else ""))
+    for entry in details.get("models", []):
+        weights = entry["weights"]
+        named = (os.fspath(weights[0]) if len(weights) == 1 else
+                 "average of " + ", ".join(os.path.basename(os.fspath(w)) for w in weights))
+        lines.append(f"{'model':<15} {entry['model']}: {named}")
+    decoding = ", ".join(f"{key} {value}" for key, value in details.get("decoding", {}).items())
+    if decoding:
+        lines.append(f"{'decoding':<15} {decoding}")
+    lines.append(f"{'sentences':<15} {details.get('sentences')} in {details.get('seconds', 0):.1f} s")
+    return "\n".join(lines)
 
 
 STDIN_CHUNK_BATCHES = 32  # translate reads stdin this many batches at a time and prints each chunk's lines
@@ -287,14 +328,31 @@ def _export(args):
                                                  beam_size=args.beam_size, alpha=args.alpha,
                                                  max_extra=args.max_extra, quantization=args.quantization,
                                                  overwrite=args.overwrite)
-        print(directory)
-        return 0
-    if args.quantization:
-        raise ConfigError("--quantization applies to --format ctranslate2.")
-    directory = export.export(workdir, args.out, checkpoint=checkpoint, average=args.average,
-                              beam_size=args.beam_size, alpha=args.alpha, max_extra=args.max_extra,
-                              early_exit=args.early_exit, jit_compile=not args.no_xla, overwrite=args.overwrite)
+        baked = inference.ctranslate2_translator.read_metadata(directory)["decoding"]
+    else:
+        if args.quantization:
+            raise ConfigError("--quantization applies to --format ctranslate2.")
+        directory = export.export(workdir, args.out, checkpoint=checkpoint, average=args.average,
+                                  beam_size=args.beam_size, alpha=args.alpha, max_extra=args.max_extra,
+                                  early_exit=args.early_exit, jit_compile=not args.no_xla, overwrite=args.overwrite)
+        written = pathlib.Path(directory) / "assets.extra" / "model.yaml"
+        saved = yaml.safe_load(written.read_text(encoding="utf-8")) if written.is_file() else {}
+        baked = {key: saved[field] for key, field in (("beam_size", "beam_size"), ("alpha", "length_penalty"),
+                                                      ("max_extra", "max_decode_extra"), ("early_exit", "early_exit"))
+                 if field in saved}
+    # The path alone on stdout (scripts take it); what went into it on stderr.
     print(directory)
+    try:
+        described = inference.describe_weights(workdir, checkpoint, args.average)
+    except (ValueError, OSError):  # the export is written; only its description is missing
+        described = []
+    for entry in described:
+        weights = entry["weights"]
+        named = weights[0] if len(weights) == 1 else "the average of " + ", ".join(
+            os.path.basename(w) for w in weights)
+        print(f"Exported {entry['model']}: {named}", file=sys.stderr)
+    if baked:
+        print("Decoding baked in: " + ", ".join(f"{key} {value}" for key, value in baked.items()), file=sys.stderr)
     return 0
 
 

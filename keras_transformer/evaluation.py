@@ -100,7 +100,9 @@ def bleu(hypotheses, references, lowercase=False, tokenize="13a"):
     # force: with tokenize="none" the text is tokenized on purpose (the Multi30k protocol), and sacreBLEU's warning
     # about lines that end in " ." ("you forgot to detokenize") would be wrong.
     metric = sacrebleu.BLEU(lowercase=lowercase, tokenize=tokenize, force=tokenize == "none")
-    return metric.corpus_score(list(hypotheses), [list(r) for r in references])
+    score = metric.corpus_score(list(hypotheses), [list(r) for r in references])
+    score.signature = str(metric.get_signature())  # e.g. "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.4.3"
+    return score
 
 
 def moses_preprocess(lines, lang, lowercase=True):
@@ -153,7 +155,7 @@ def multi30k_bleu(hypotheses, references, lang):
 
 
 def evaluate_translations(hypotheses, references, lang=None, tokenized_references=None):
-    """All the BLEU figures we report, as a dict of floats.
+    """All the BLEU figures we report, as a dict of floats (`scored_translations` adds their signatures).
 
     Args:
         hypotheses: detokenized translations.
@@ -175,14 +177,30 @@ def evaluate_translations(hypotheses, references, lang=None, tokenized_reference
     >>> sorted(scores), round(scores["length_ratio"], 2)
     (['bleu', 'bleu_lowercase', 'length_ratio'], 0.8)
     """
+    return scored_translations(hypotheses, references, lang, tokenized_references)[0]
+
+
+def scored_translations(hypotheses, references, lang=None, tokenized_references=None):
+    """`(scores, signatures)`: `evaluate_translations`' dict, and the sacreBLEU signature of each BLEU in it.
+
+    Example:
+
+    >>> scores, signatures = scored_translations(["A dog runs ."], ["A dog runs fast ."])
+    >>> signatures["bleu_lowercase"].startswith("nrefs:1|case:lc|eff:no|tok:13a|smooth:exp|version:")
+    True
+    """
     cased = bleu(hypotheses, references)
-    result = {"bleu": cased.score, "bleu_lowercase": bleu(hypotheses, references, lowercase=True).score,
+    lowercased = bleu(hypotheses, references, lowercase=True)
+    result = {"bleu": cased.score, "bleu_lowercase": lowercased.score,
               "length_ratio": cased.sys_len / cased.ref_len if cased.ref_len else 0.0}
+    signatures = {"bleu": cased.signature, "bleu_lowercase": lowercased.signature}
     if tokenized_references is not None:
         if lang is None:
             raise ValueError("evaluate_translations: the Multi30k protocol needs the target language (lang=).")
-        result["bleu_multi30k"] = multi30k_bleu(hypotheses, tokenized_references, lang).score
-    return result
+        multi30k = multi30k_bleu(hypotheses, tokenized_references, lang)
+        result["bleu_multi30k"] = multi30k.score
+        signatures["bleu_multi30k"] = f"{multi30k.signature} (lowercased, Moses-tokenized {lang})"
+    return result, signatures
 
 
 # ------------------------------------------------------------- checkpoints

@@ -11,6 +11,7 @@ or a list of workdirs and exports decoded as one ensemble. The folders' layout i
 import logging
 import os
 import pathlib
+import time
 
 from keras_transformer import ctranslate2_export, ctranslate2_translator, evaluation
 from keras_transformer.config import TransformerConfig
@@ -20,7 +21,7 @@ from keras_transformer.model import build_model
 from keras_transformer.translation import Translator
 from keras_transformer.workdir import (AVERAGED_WEIGHTS, CHECKPOINTS_DIR, MODEL_CONFIG, average_checkpoints,
                                        check_model_folder, check_weights_choice, latest_checkpoints, load_models,
-                                       save_weights)
+                                       model_folder, save_weights)
 
 log = logging.getLogger("keras_transformer")
 
@@ -134,7 +135,7 @@ def translate(model, sentences, checkpoint=None, average=None, batch_size=64, **
 
 
 def evaluate(model, source, reference, tokenized_reference=None, lang=None, checkpoint=None, average=None,
-             batch_size=64, output=None, **options):
+             batch_size=64, output=None, details=False, **options):
     """Translates `source` and scores it with sacreBLEU (`keras-transformer evaluate`).
 
     Args:
@@ -150,6 +151,7 @@ def evaluate(model, source, reference, tokenized_reference=None, lang=None, chec
         output: if given, the translations are written there, one per line
             (line breaks inside a translation become spaces: `evaluation.one_line`); its folder
             must exist.
+        details: also return what it takes to reproduce the scores (see Returns).
 
     Raises:
         ValueError / OSError: before any decoding: unreadable or misaligned files (the
@@ -159,6 +161,10 @@ def evaluate(model, source, reference, tokenized_reference=None, lang=None, chec
     Returns:
         `{"bleu": ..., "bleu_lowercase": ..., "length_ratio": ...}` plus `"bleu_multi30k"` with
         tokenized references (`evaluation.evaluate_translations`), rounded to 2 decimals (ratio: 4).
+        With `details`, `(scores, details)`: `details` holds `signatures` (sacreBLEU's, per score),
+        `models` (each model folder and the weights files it decoded with: `describe_weights`),
+        `decoding` (beam_size, alpha, max_extra, early_exit as the translator ran them),
+        `sentences` and `seconds` (loading and decoding).
 
     Example:
 
@@ -179,12 +185,46 @@ def evaluate(model, source, reference, tokenized_reference=None, lang=None, chec
     if tokenized is not None and len(tokenized) != len(sources):
         raise ValueError(f"{len(sources)} source sentences{_in(source)} but {len(tokenized)} tokenized references"
                          f"{_in(tokenized_reference)}: they must pair line by line.")
-    hypotheses = [evaluation.one_line(h) for h in translate(model, sources, checkpoint, average, batch_size,
-                                                             **options)]
+    started = time.perf_counter()
+    translator = model if hasattr(model, "translate_lines") else load_translator(model, checkpoint, average, **options)
+    hypotheses = [evaluation.one_line(h) for h in translate(translator, sources, batch_size=batch_size)]
+    seconds = time.perf_counter() - started
     if output is not None:
         atomic_write_text(output, "".join(line + "\n" for line in hypotheses))
-    scores = evaluation.evaluate_translations(hypotheses, references, lang=lang, tokenized_references=tokenized)
-    return {key: round(float(value), 4 if key == "length_ratio" else 2) for key, value in scores.items()}
+    scores, signatures = evaluation.scored_translations(hypotheses, references, lang=lang,
+                                                        tokenized_references=tokenized)
+    scores = {key: round(float(value), 4 if key == "length_ratio" else 2) for key, value in scores.items()}
+    if not details:
+        return scores
+    decoding = {name: getattr(translator, name) for name in ("beam_size", "alpha", "max_extra", "early_exit")
+                if getattr(translator, name, None) is not None}
+    return scores, {"signatures": signatures, "models": describe_weights(model, checkpoint, average),
+                    "decoding": decoding, "sentences": len(sources), "seconds": round(seconds, 2)}
+
+
+def describe_weights(model, checkpoint=None, average=None):
+    """Which weights `load_translator(model, checkpoint, average)` decodes with: a list of
+    `{"model": folder, "weights": [files]}`, one per model folder (several files are averaged); an in-memory
+    translator gives `[]`, a CTranslate2 export its `model.bin`.
+
+    Example:
+
+    >>> describe_weights("saved_models/multi30k_en_de")  # doctest: +SKIP
+    [{'model': 'saved_models/multi30k_en_de', 'weights': ['saved_models/multi30k_en_de/assets.extra/model.weights.h5']}]
+    """
+    if hasattr(model, "translate_lines"):
+        return []
+    paths = list(model) if isinstance(model, (list, tuple)) else [model]
+    checkpoints = list(checkpoint) if isinstance(checkpoint, (list, tuple)) else [checkpoint] * len(paths)
+    described = []
+    for path, chosen in zip(paths, checkpoints):
+        if ctranslate2_translator.is_ctranslate2_model(path):
+            described.append({"model": os.fspath(path), "weights": [os.path.join(os.fspath(path), "model.bin")]})
+            continue
+        folder = model_folder(path, chosen, average)
+        described.append({"model": os.fspath(path),
+                          "weights": [os.fspath(w) for member in folder.members for w in member.weights]})
+    return described
 
 
 def average(workdir, last=None, output=None, checkpoints=None):

@@ -267,12 +267,24 @@ def test_translate_and_evaluate_run_on_a_workdir(tiny_workdir, tmp_path, capsys,
     assert len(capsys.readouterr().out.splitlines()) == 2
     (tmp_path / "src.txt").write_text("a man rides a bike\ntwo dogs play\n", encoding="utf-8")
     (tmp_path / "ref.txt").write_text("ein mann\nzwei hunde\n", encoding="utf-8")
-    assert cli.main(["evaluate", "--model", str(tiny_workdir), "--source", str(tmp_path / "src.txt"),
-                     "--reference", str(tmp_path / "ref.txt"), "--beam-size", "1", "--max-extra", "3",
-                     "--output", str(tmp_path / "hyp.txt")]) == 0
-    scores = json.loads(capsys.readouterr().out.splitlines()[-1])
-    assert set(scores) == {"bleu", "bleu_lowercase", "length_ratio"} and 0 <= scores["bleu"] <= 100
+    command = ["evaluate", "--model", str(tiny_workdir), "--source", str(tmp_path / "src.txt"), "--reference",
+               str(tmp_path / "ref.txt"), "--beam-size", "1", "--max-extra", "3", "--output", str(tmp_path / "hyp.txt")]
+    assert cli.main(command + ["--json"]) == 0
+    report = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert set(report) == {"bleu", "bleu_lowercase", "length_ratio", "signatures", "models", "decoding", "sentences",
+                           "seconds"} and 0 <= report["bleu"] <= 100
+    assert report["signatures"]["bleu"].startswith("nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:")
+    assert report["models"] == [{"model": str(tiny_workdir),
+                                 "weights": [str(tiny_workdir / "checkpoints" / "ckpt-0002.weights.h5")]}]
+    assert report["decoding"]["beam_size"] == 1 and report["decoding"]["max_extra"] == 3
+    assert report["sentences"] == 2 and report["seconds"] >= 0
     assert len((tmp_path / "hyp.txt").read_text(encoding="utf-8").splitlines()) == 2
+    assert cli.main(command + ["--average", "2"]) == 0  # the readable report: what it takes to reproduce a score
+    text = capsys.readouterr().out
+    for expected in (f"bleu            {report['bleu']:.2f}  nrefs:1|case:mixed", "bleu_lowercase ",
+                     f"{tiny_workdir}: average of ckpt-0001.weights.h5, ckpt-0002.weights.h5", "beam_size 1",
+                     "max_extra 3", "sentences       2 in "):
+        assert expected in text, (expected, text)
 
 
 def test_translate_reads_stdin_bytes_that_are_not_utf8_as_replacement_characters(tiny_workdir, capsys,
@@ -329,12 +341,13 @@ def test_line_breaks_inside_translations_keep_one_output_line_per_sentence(tiny_
     (tmp_path / "src.txt").write_text("a\nb\nc\n", encoding="utf-8")
     (tmp_path / "ref.txt").write_text("ein mann\nzwei hunde\nx\n", encoding="utf-8")
     assert cli.main(["evaluate", "--model", str(tiny_workdir), "--source", str(tmp_path / "src.txt"),
-                     "--reference", str(tmp_path / "ref.txt"), "--output", str(tmp_path / "hyp.txt")]) == 0
+                     "--reference", str(tmp_path / "ref.txt"), "--output", str(tmp_path / "hyp.txt"), "--json"]) == 0
     scores = json.loads(capsys.readouterr().out.splitlines()[-1])
     written = evaluation.read_lines(tmp_path / "hyp.txt")
     assert written == ["ein mann", "zwei hunde ", ""]
     expected = evaluation.evaluate_translations(written, ["ein mann", "zwei hunde", "x"])
-    assert scores == {k: round(v, 4 if k == "length_ratio" else 2) for k, v in expected.items()}
+    assert {k: scores[k] for k in expected} == {k: round(v, 4 if k == "length_ratio" else 2)
+                                                for k, v in expected.items()}
 
 
 @pytest.fixture(scope="module")
@@ -620,7 +633,10 @@ def test_export_to_ctranslate2_then_translate_and_evaluate_read_the_folder(tiny_
     pytest.importorskip("ctranslate2")
     out = tmp_path / "ct2"
     assert cli.main(["export", "--workdir", str(tiny_workdir), "--format", "ctranslate2", "--out", str(out)]) == 0
-    assert capsys.readouterr().out.strip() == str(out)
+    printed = capsys.readouterr()
+    assert printed.out.strip() == str(out)  # the path alone on stdout; what went into it on stderr
+    assert f"Exported {tiny_workdir}: {tiny_workdir / 'checkpoints' / 'ckpt-0002.weights.h5'}" in printed.err
+    assert "Decoding baked in: beam_size " in printed.err and ", alpha " in printed.err
     sentences = ["a man rides a bike", "two dogs play", ""]
     expected = []
     for model in (tiny_workdir, out):
