@@ -419,6 +419,38 @@ _COMMANDS = {"train": _train, "evaluate": _evaluate, "translate": _translate, "e
              "average": _average, "pack": _pack, "plot-attention": _plot_attention}
 
 
+def precheck(args):
+    """Checks what a command reads and writes before TensorFlow is imported (which takes seconds): the config (key
+    names, values, data files) of `train` and `pack`, every model folder, input file and output path. A typo
+    then answers at once; the command itself checks everything again, and more.
+    """
+    from keras_transformer import files, layout
+    from keras_transformer.data import textfile
+
+    if args.command in ("train", "pack"):
+        from keras_transformer.experiment import load_experiment
+        load_experiment(args.config, args.overrides).check_files()
+    elif args.command in ("translate", "evaluate", "plot-attention"):
+        models = args.model if isinstance(args.model, list) else [args.model]
+        for model in models:
+            layout.check_model_path(model)
+        layout.check_weights_choice(models, args.checkpoint, args.average)
+        if args.command == "evaluate":
+            inputs = [args.source, args.reference, args.tokenized_reference]
+            for path in inputs:
+                if path is not None:
+                    textfile.open_binary(path).close()
+            if args.output is not None:
+                files.check_output_file(args.output)
+                files.check_not_an_input(args.output, inputs)
+    elif args.command == "export":
+        for workdir in args.workdir:
+            layout.check_model_path(workdir)
+        layout.check_export_destination(args.out)
+    elif args.command == "average":
+        layout.check_average_output(args.workdir, args.output)
+
+
 def main(argv=None):
     """Runs `keras-transformer` with `argv` (default: the command line) and returns the exit status.
 
@@ -428,11 +460,12 @@ def main(argv=None):
     """
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    if not args.verbose and os.environ.get(TF_LOGS_VARIABLE, "0") in ("", "0"):
-        import_tensorflow_quietly()
-        logging.getLogger("tensorflow").setLevel(logging.ERROR)
-        logging.getLogger("absl").setLevel(logging.ERROR)
     try:
+        precheck(args)  # before TensorFlow: a wrong key or path answers at once
+        if not args.verbose and os.environ.get(TF_LOGS_VARIABLE, "0") in ("", "0"):
+            import_tensorflow_quietly()
+            logging.getLogger("tensorflow").setLevel(logging.ERROR)
+            logging.getLogger("absl").setLevel(logging.ERROR)
         return _COMMANDS[args.command](args)
     except (ValueError, OSError, RuntimeError, FloatingPointError) as error:
         if args.verbose:

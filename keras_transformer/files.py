@@ -269,6 +269,22 @@ def check_not_an_input(output, inputs, option="--output"):
                              f"would destroy that input. Choose another file.")
 
 
+def check_output_file(output, what="the translations"):
+    """Refuses an output file that could not be written, before the work whose result it would hold.
+
+    Raises:
+        IsADirectoryError, FileNotFoundError, PermissionError: naming the path.
+    """
+    path = pathlib.Path(output)
+    folder = path.parent
+    if path.is_dir():
+        raise IsADirectoryError(f"Cannot write {what} to {path}: it is a directory.")
+    if not folder.is_dir():
+        raise FileNotFoundError(f"Cannot write {what} to {path}: the folder {folder} does not exist.")
+    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise PermissionError(f"Cannot write {what} to {path}: permission denied.")
+
+
 def staging_folder(path):
     """A new, empty hidden folder beside `path` (same file system, so it can be renamed to `path`), with the
     permissions of any new folder (another account, a server's, can read what is built in it).

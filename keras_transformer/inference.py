@@ -15,11 +15,12 @@ import time
 
 from keras_transformer import ctranslate2_export, ctranslate2_translator, evaluation
 from keras_transformer.config import TransformerConfig
-from keras_transformer.errors import CheckpointNotFoundError, ConfigError
-from keras_transformer.files import atomic_write_text, check_not_an_input, exclusive_lock, is_inside
+from keras_transformer.errors import ConfigError
+from keras_transformer.files import atomic_write_text, check_not_an_input, check_output_file, exclusive_lock
+from keras_transformer.layout import check_average_output
 from keras_transformer.model import build_model
 from keras_transformer.translation import Translator
-from keras_transformer.workdir import (AVERAGED_WEIGHTS, CHECKPOINTS_DIR, MODEL_CONFIG, average_checkpoints,
+from keras_transformer.workdir import (CHECKPOINTS_DIR, MODEL_CONFIG, average_checkpoints,
                                        check_model_folder, check_weights_choice, latest_checkpoints, load_models,
                                        model_folder, save_weights)
 
@@ -92,18 +93,6 @@ def _in(source):
     return f" in {os.fspath(source)}" if isinstance(source, (str, os.PathLike)) else ""
 
 
-def _check_output(output):
-    """Refuses an output file that could not be written, before the decoding it would hold."""
-    path = pathlib.Path(output)
-    folder = path.parent
-    if path.is_dir():
-        raise IsADirectoryError(f"Cannot write the translations to {path}: it is a directory.")
-    if not folder.is_dir():
-        raise FileNotFoundError(f"Cannot write the translations to {path}: the folder {folder} does not exist.")
-    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise PermissionError(f"Cannot write the translations to {path}: permission denied.")
-
-
 def translate(model, sentences, checkpoint=None, average=None, batch_size=64, **options):
     """Translates sentences with a trained workdir or an exported model (`keras-transformer translate`).
 
@@ -173,7 +162,7 @@ def evaluate(model, source, reference, tokenized_reference=None, lang=None, chec
     """
     # Everything that can be checked is checked before decoding, which takes minutes on a whole test set.
     if output is not None:
-        _check_output(output)
+        check_output_file(output)
         check_not_an_input(output, [source, reference, tokenized_reference])
     sources, references = _lines(source), _lines(reference)
     if len(sources) != len(references):
@@ -247,17 +236,9 @@ def average(workdir, last=None, output=None, checkpoints=None):
     ('runs/en_de/averaged.weights.h5', [... 5 paths ...])
     """
     workdir = pathlib.Path(workdir)
-    if not (workdir / MODEL_CONFIG).is_file():
-        raise CheckpointNotFoundError(f"{workdir} is not a training workdir: {workdir / MODEL_CONFIG} is missing.")
     if checkpoints and last is not None:
         raise ConfigError("average: give --last N (the workdir's last checkpoints) or --checkpoint files, not both.")
-    output = pathlib.Path(output) if output is not None else workdir / AVERAGED_WEIGHTS
-    if not output.name.endswith(".weights.h5"):
-        raise ConfigError(f"The averaged weights file must end in .weights.h5, got {output}.")
-    if is_inside(output, workdir / CHECKPOINTS_DIR):
-        raise ConfigError(f"average --output {output} lies in {workdir / CHECKPOINTS_DIR}, the checkpoints it "
-                          f"averages: it could replace one of them or pass for the latest. Write it elsewhere "
-                          f"(default: {workdir / AVERAGED_WEIGHTS}).")
+    output = check_average_output(workdir, output)
     with exclusive_lock(workdir, "average"):  # one writer per workdir (a running `train` holds it)
         model = build_model(TransformerConfig.from_yaml(workdir / MODEL_CONFIG))
         paths = ([os.fspath(path) for path in checkpoints] if checkpoints

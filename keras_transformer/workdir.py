@@ -25,7 +25,6 @@ import dataclasses
 import logging
 import os
 import pathlib
-import re
 import shutil
 
 import keras
@@ -34,19 +33,14 @@ import numpy as np
 from keras_transformer.config import TransformerConfig
 from keras_transformer.errors import CheckpointError, CheckpointNotFoundError, ConfigError
 from keras_transformer.files import atomic_write, staging_folder
+from keras_transformer.layout import (AVERAGED_WEIGHTS, CHECKPOINT_PATTERN, CHECKPOINTS_DIR, EXTRA_DIR,  # noqa: F401
+                                      MEMBERS_DIR, MODEL_CONFIG, MODEL_WEIGHTS, VOCAB_DIR, WORKDIR_VOCAB,
+                                      check_export_destination, check_model_folder, check_weights_choice,
+                                      is_export, is_training_workdir, model_kind, not_a_model)
 from keras_transformer.model import build_model
 
 log = logging.getLogger("keras_transformer")
 
-MODEL_CONFIG = "model.yaml"  # a workdir's TransformerConfig, and an export's in assets.extra/
-CHECKPOINTS_DIR = "checkpoints"
-WORKDIR_VOCAB = os.path.join("data", "vocab")
-AVERAGED_WEIGHTS = "averaged.weights.h5"  # `average`'s default output in a workdir
-EXTRA_DIR = "assets.extra"  # an export's Keras model: model.yaml, model.weights.h5, vocab/ (members/<i>/)
-MODEL_WEIGHTS = "model.weights.h5"
-MEMBERS_DIR = "members"
-VOCAB_DIR = "vocab"
-CHECKPOINT_PATTERN = re.compile(r"^(?:ckpt|step)-(\d+)\.weights\.h5$")
 
 
 # ------------------------------------------------------------------ weights files
@@ -341,60 +335,6 @@ class ModelFolder:
     vocab_dir: pathlib.Path = None
 
 
-def is_training_workdir(path):
-    """Whether `path` is a training workdir: a `model.yaml` beside `experiment.yaml` or `checkpoints/`."""
-    path = pathlib.Path(path)
-    return (path / MODEL_CONFIG).is_file() and ((path / "experiment.yaml").is_file() or
-                                                 (path / CHECKPOINTS_DIR).is_dir())
-
-
-def check_export_destination(directory):
-    """Refuses an export folder inside a training workdir (the workdir itself included).
-
-    Written there, the export's files would make the workdir look like an
-    export to every loader, which would then serve the exported weights
-    instead of the run's newer checkpoints.
-
-    Raises:
-        ConfigError: `directory` is or lies in a training workdir (named).
-    """
-    directory = pathlib.Path(directory)
-    for folder in (directory, *directory.resolve().parents):
-        if is_training_workdir(folder):
-            raise ConfigError(f"Not exporting to {directory}: it {'is' if folder == directory else 'lies in'} the "
-                              f"training workdir {folder}, whose loaders would then read the export instead of "
-                              f"its checkpoints. Export outside it (saved_models/NAME, say).")
-
-
-def is_export(path):
-    """Whether `path` is a SavedModel export folder (it has `saved_model.pb`)."""
-    return (pathlib.Path(path) / "saved_model.pb").is_file()
-
-
-def check_weights_choice(model, checkpoint, average):
-    """Refuses weights options that cannot apply: a checkpoint and an average together (for any model), or either
-    for an exported model, whose weights are fixed.
-
-    Raises:
-        ConfigError: naming the option that cannot apply.
-    """
-    checkpoints = checkpoint if isinstance(checkpoint, (list, tuple)) else [checkpoint]
-    given = any(path is not None for path in checkpoints)
-    if given and average is not None:
-        raise ConfigError("Give --checkpoint FILE or --average N (the last N epoch checkpoints), not both.")
-    models = model if isinstance(model, (list, tuple)) else [model]
-    for path in models:
-        if (given or average is not None) and is_export(path):
-            raise ConfigError(f"{path} is an exported model: --checkpoint and --average apply to training workdirs.")
-
-
-def check_model_folder(path):
-    """A missing `--model` folder is named as missing (not as "neither a workdir nor an export")."""
-    if not pathlib.Path(path).exists():
-        raise CheckpointNotFoundError(f"Model folder not found: {path} (expected a training workdir, a "
-                                      "SavedModel export or a CTranslate2 export).")
-
-
 def _config(path):
     if not path.is_file():
         raise CheckpointNotFoundError(f"Model config not found: {path}")
@@ -441,9 +381,10 @@ def model_folder(path, checkpoint=None, average=None):
             members.append(Member(_config(folder / MODEL_CONFIG), (str(weights),)))
         return ModelFolder(path, "export", tuple(members), extra / VOCAB_DIR)
     if not (path / MODEL_CONFIG).is_file():
-        raise CheckpointNotFoundError(f"{path} is not a model folder: not a training workdir (no model.yaml), a "
-                                      "SavedModel export (no saved_model.pb) or a CTranslate2 export (no "
-                                      "keras_transformer.json).")
+        if model_kind(path) == "ctranslate2":
+            raise CheckpointError(f"{path} is a CTranslate2 export, which holds no Keras model: this needs a training "
+                                  "workdir or a SavedModel export.")
+        raise not_a_model(path)
     if checkpoint is not None:
         weights = (os.fspath(checkpoint),)
     else:

@@ -1,6 +1,7 @@
 """The keras-transformer command: help, errors that name the problem, the subcommands' wiring, resume after SIGKILL."""
 
 import csv
+import json
 import os
 import pathlib
 import signal
@@ -74,8 +75,12 @@ def test_alpha_zero_and_other_finite_values_parse():
         assert cli.build_parser().parse_args(["translate", "--model", "m", "--alpha", value, "a"]).alpha == expected
 
 
-def test_early_exit_flag_reaches_the_translator_and_the_export(monkeypatch, capsys):
+def test_early_exit_flag_reaches_the_translator_and_the_export(monkeypatch, capsys, tmp_path):
     from keras_transformer import export, training
+    monkeypatch.chdir(tmp_path)
+    for folder in ("m", "w"):  # model folders as far as the checks before TensorFlow can tell
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "model.yaml").write_text("d_model: 64\n", encoding="utf-8")
     seen = []
     monkeypatch.setattr(training, "load_translator", lambda model, checkpoint, average, **options: seen.append(
         options["early_exit"]))
@@ -656,3 +661,43 @@ def test_export_to_ctranslate2_then_translate_and_evaluate_read_the_folder(tiny_
     assert cli.main(["export", "--workdir", str(tiny_workdir), "--format", "ctranslate2", "--no-xla",
                      "--out", str(tmp_path / "ct2_no_xla")]) == 2
     assert "--no-xla applies to --format savedmodel" in capsys.readouterr().err
+
+
+NO_TENSORFLOW = """
+import contextlib, io, json, sys
+sys.modules["tensorflow"] = None  # importing it now fails: whatever answers below answered before it
+from keras_transformer.cli import main
+results = []
+for argv in json.loads(sys.argv[1]):
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        status = main(argv)
+    results.append([status, err.getvalue()])
+print(json.dumps(results))
+"""
+
+
+def test_config_and_path_mistakes_are_reported_before_tensorflow_is_imported(tmp_path, tiny_workdir):
+    """A typo in a key, a missing file or folder, an --out in a workdir: each is answered by checks that need no
+    TensorFlow, whose import takes seconds (the process below cannot import it at all)."""
+    missing = tmp_path / "missing"
+    (tmp_path / "src.txt").write_text("a\n", encoding="utf-8")
+    cases = [
+        (["train", "--config", str(TINY), "--set", "training.epochz=3", "--workdir", str(tmp_path / "run")],
+         "Unknown config key 'training.epochz'"),
+        (["train", "--config", str(TINY), "--set", "data.kind=text", "--set", f"data.train_source={missing}",
+          "--set", f"data.train_target={missing}", "--workdir", str(tmp_path / "run")], str(missing)),
+        (["translate", "--model", str(missing), "a man"], f"Model folder not found: {missing}"),
+        (["translate", "--model", str(tmp_path), "a man"], f"{tmp_path} is not a model folder"),
+        (["evaluate", "--model", str(tiny_workdir), "--source", str(missing), "--reference", str(missing)],
+         f"File not found: {missing}"),
+        (["evaluate", "--model", str(tiny_workdir), "--source", str(tmp_path / "src.txt"), "--reference",
+          str(tmp_path / "src.txt"), "--output", str(tmp_path / "src.txt")], "is one of this command's input files"),
+        (["export", "--workdir", str(tiny_workdir), "--out", str(tiny_workdir / "export")], "training workdir"),
+        (["average", "--workdir", str(tmp_path)], f"{tmp_path} is not a training workdir"),
+    ]
+    run = subprocess.run([sys.executable, "-c", NO_TENSORFLOW, json.dumps([argv for argv, _ in cases])], cwd=REPO,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]
+    for (argv, expected), (status, err) in zip(cases, json.loads(run.stdout.splitlines()[-1])):
+        assert status == 2 and expected in err and "Traceback" not in err, (argv, err)
