@@ -16,7 +16,8 @@ class BleuCallback(callbacks.BleuCallback):
     Takes the arguments of `keras_transformer.trainer.callbacks.BleuCallback`,
     and `tokenizers=(source_tokenizer, target_tokenizer)` instead of a
     translator: the `Translator` is then built in `on_train_begin`, with
-    `translator_options` (e.g. `beam_size=1` for fast greedy validation).
+    `translator_options` (e.g. `beam_size=1` for fast greedy validation) and,
+    unless they say otherwise, `chunk_size=0`: one search per decoding batch.
 
     Example:
 
@@ -27,7 +28,9 @@ class BleuCallback(callbacks.BleuCallback):
 
     def __init__(self, sources, references, translator=None, tokenizers=None, **kwargs):
         def make_translator(model, **options):
-            return Translator(model, *tokenizers, **options)
+            # One search per batch of translate_lines (which bounds it): a model still learning runs its
+            # translations to their length limit, and would pay for every chunk's full loop in turn.
+            return Translator(model, *tokenizers, **{"chunk_size": 0, **options})
         super().__init__(sources, references, translator=translator,
                          make_translator=make_translator if tokenizers is not None else None, **kwargs)
         self.tokenizers = tokenizers

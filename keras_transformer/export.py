@@ -23,7 +23,10 @@ Signatures:
 
 Scores are length-normalised log-probabilities (GNMT penalty with the export's alpha). An
 ensemble (a `Translator` over several models) exports the same way, with every member's
-weights in the one graph.
+weights in the one graph. Every signature works through its input in chunks of the
+translator's `chunk_size` (`TRAINED_CHUNK_SIZE` for a translator built with 0), results
+gathered once, so a request's memory does not grow with its size beyond its own ids and
+results (docs/serving.md).
 """
 
 import dataclasses
@@ -37,7 +40,7 @@ import tensorflow as tf
 from keras_transformer.data.tokenizers import save_tokenizers
 from keras_transformer.errors import CheckpointNotFoundError
 from keras_transformer.files import replace_folder, staging_folder
-from keras_transformer.translation import Translator
+from keras_transformer.translation import TRAINED_CHUNK_SIZE, Translator
 from keras_transformer.workdir import (EXTRA_DIR, MEMBERS_DIR, MODEL_CONFIG, MODEL_WEIGHTS, VOCAB_DIR,
                                        check_export_destination, load_models)
 
@@ -52,6 +55,11 @@ class _Untracked:
 class TranslatorModule(tf.Module):
     """The `tf.Module` written to a SavedModel: a `Translator` plus its assets and signatures.
 
+    Every signature works through its input `chunk_size` sentences (or pairs) at a time: a
+    server has no say over the size of a request. A translator built with `chunk_size=0`
+    (one search per batch) is served by a copy with `TRAINED_CHUNK_SIZE`, whose outputs are
+    the same.
+
     Args:
         translator: a `Translator` (model, tokenizers, beam settings).
         asset_files: files (the tokenizer's vocabulary) copied into the SavedModel's `assets/`.
@@ -64,6 +72,8 @@ class TranslatorModule(tf.Module):
 
     def __init__(self, translator, asset_files=(), name="translator_module"):
         super().__init__(name=name)
+        if not translator.chunk_size:  # the same models and settings, in bounded chunks
+            translator = Translator.ensemble([translator], chunk_size=TRAINED_CHUNK_SIZE)
         # The translator is held where tf.Module does not track it: tracked, its Keras model would write
         # every weight a second time (the Keras variables beside the tf.Variables the graph reads).
         self._held = _Untracked(translator)

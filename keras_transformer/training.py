@@ -160,7 +160,9 @@ def _train(experiment, workdir, output, strategy, is_chief, policy, resumed_at=(
     model_config.save_yaml(output / "model.yaml")
     log.info("Model: %s; dtype policy %s", summary(model_config), policy)
     def make_translator(model, **options):  # BLEU on validation decodes with the model being trained
-        return Translator(model, *data.tokenizers, **options)
+        # One search per batch of translate_lines (which bounds it): a model still learning runs its translations
+        # to their length limit, and would pay for every chunk's full loop in turn (Translator, chunk_size).
+        return Translator(model, *data.tokenizers, **{"chunk_size": 0, **options})
     return fit_experiment(experiment, model_config, data, output, strategy=strategy, resumed_at=resumed_at,
                           make_translator=make_translator if data.tokenizers is not None else None, prepare=distribute.apply_keras_workarounds)
 

@@ -66,6 +66,23 @@ def _encode(tokenizer, sentences, max_length):
     return tf.concat([tokens, tf.RaggedTensor.from_tensor(eos)], axis=1).to_tensor(default_value=tokenizer.pad_id)
 
 
+def _lengths(ids, pad_id):
+    """int32 `[N]`: the ids of each row that are not `pad_id` (tokens and eos; `_encode` pads after them)."""
+    return tf.reduce_sum(tf.cast(tf.not_equal(ids, pad_id), tf.int32), axis=1)
+
+
+def _parts(empty):
+    """A TensorArray gathering a loop's results, part 1, 2, ... one per iteration, to concatenate once at the end.
+
+    Part 0 is `empty` (no rows, the parts' other sizes), so that a loop of no iteration (an empty batch)
+    concatenates to no rows: a TensorArray cannot concatenate zero parts (in a graph, of sizes known only at
+    run time; eagerly, any).
+    """
+    shape = tf.TensorShape([None]).concatenate(empty.shape[1:])
+    parts = tf.TensorArray(empty.dtype, size=0, dynamic_size=True, infer_shape=False, element_shape=shape)
+    return parts.write(0, empty)
+
+
 def _one_target_per_source(caller, sources, targets):
     """`sources, targets` behind a run-time check that they hold as many sentences, naming both counts.
 
@@ -169,8 +186,10 @@ def configure_threads(inter_op=None, intra_op=None):
             tf.config.threading.get_intra_op_parallelism_threads())
 
 
-# Sentences per search loop for a trained model: each length-ordered chunk stops when its own sentences are done
-# (docs/decoding.md, "Length-ordered chunks"; 8-12 measured best on the 2-core development machine).
+# Sentences per search loop (and pairs per forced-decoding pass of `score`), the `Translator` default: each
+# length-ordered chunk stops when its own sentences are done (docs/decoding.md, "Length-ordered chunks"; 8-12
+# measured best for a trained model on the 2-core development machine), and a request of any size holds one
+# chunk's search state at a time.
 TRAINED_CHUNK_SIZE = 8
 
 # The tf.functions below are traced without AutoGraph: the decoding code has no Python control flow on tensors
@@ -250,12 +269,18 @@ class Translator(tf.Module):
             at a time, each chunk with its own search loop and source width
             (results come back in input order and do not change): a chunk
             stops when its own sentences are done, rather than every sentence
-            stepping until the batch's slowest one is. 0 (the default here)
-            decodes the batch as one search: a model still in training, whose
-            translations run to their length limit, would pay for every chunk's
-            full loop in turn. Translators of trained models read from disk
-            (`from_models`, `load_translator`, exports) use
-            `TRAINED_CHUNK_SIZE`.
+            stepping until the batch's slowest one is. `score` likewise runs
+            its forced pass over `chunk_size` pairs at a time. So memory is
+            bounded whatever the batch size: one chunk's search state or
+            logits at a time, plus the batch's ids and results. Default:
+            `TRAINED_CHUNK_SIZE` (8). 0 decodes the batch as one search and
+            scores it in one pass, with memory growing with the batch (`score`
+            then holds `(N, T, vocabulary)` float32 logits per model): for
+            callers that bound their batches themselves, like the BLEU
+            callback during training, whose model, still learning, runs its
+            translations to their length limit and would pay for every chunk's
+            full loop in turn. An export serves in chunks whatever this is
+            (`export.TranslatorModule`).
         early_exit: also stop a sentence by OpenNMT's and CTranslate2's rule
             (`decoding.beam_search`): about 15% fewer steps, and a few
             translations change. Default: the exact rule only.
@@ -273,7 +298,7 @@ class Translator(tf.Module):
     """
 
     def __init__(self, model, source_tokenizer, target_tokenizer=None, beam_size=4, alpha=0.6, max_extra=50,
-                 jit_compile=False, chunk_size=0, early_exit=False, name="translator"):
+                 jit_compile=False, chunk_size=TRAINED_CHUNK_SIZE, early_exit=False, name="translator"):
         super().__init__(name=name)
         self.models = decoding.ensemble_members(model)
         self.source_tokenizer = source_tokenizer
@@ -354,8 +379,7 @@ class Translator(tf.Module):
         if isinstance(tokenizers, (str, os.PathLike)):
             tokenizers = load_tokenizers(os.fspath(tokenizers))
         options = {"beam_size": config.beam_size, "alpha": config.length_penalty,
-                   "max_extra": config.max_decode_extra, "early_exit": config.early_exit,
-                   "chunk_size": TRAINED_CHUNK_SIZE, **options}
+                   "max_extra": config.max_decode_extra, "early_exit": config.early_exit, **options}
         source_tokenizer, target_tokenizer = tokenizers
         return cls(models if len(models) > 1 else models[0], source_tokenizer, target_tokenizer, **options)
 
@@ -445,10 +469,12 @@ class Translator(tf.Module):
         are done; outputs are padded to the width one search over the whole
         batch gives, `min(S + max_extra, max target length)`. With XLA, chunks
         are padded to bucketed shapes and dealt to `PARALLEL_CHUNKS` loops.
+        Each loop gathers its chunks' results in a TensorArray, concatenated
+        once at the end (not the results so far copied at every chunk).
         """
         pad = self.target_tokenizer.pad_id
         count, width = tf.shape(source)[0], tf.shape(source)[1]
-        lengths = tf.reduce_sum(tf.cast(tf.not_equal(source, self.source_tokenizer.pad_id), tf.int32), axis=1)
+        lengths = _lengths(source, self.source_tokenizer.pad_id)
         order = tf.argsort(lengths, stable=True)  # (N,) shortest first
         ordered, ordered_lengths = tf.gather(source, order), tf.gather(lengths, order)
         out_width = tf.clip_by_value(width + self.max_extra, 1, self.max_target_length)
@@ -467,18 +493,16 @@ class Translator(tf.Module):
             # A padded source width gives a wider buffer; past `out_width` it holds only padding.
             tokens = tf.pad(tokens, [[0, 0], [0, 0], [0, tf.maximum(out_width - tf.shape(tokens)[2], 0)]],
                             constant_values=pad)[:, :, :out_width]
-            return (i + lanes, tf.concat([all_tokens, tokens], 0), tf.concat([all_scores, scores], 0),
-                    tf.concat([all_positions, tf.range(start, end)], 0))
+            part = 1 + i // lanes  # this loop's part number
+            return (i + lanes, all_tokens.write(part, tokens), all_scores.write(part, scores),
+                    all_positions.write(part, tf.range(start, end)))
 
         results = []
         for lane in range(lanes):  # lane j decodes chunks j, j + lanes, ...: independent loops
-            start = (tf.constant(lane), tf.zeros([0, num_return, out_width], tf.int32),
-                     tf.zeros([0, num_return], tf.float32), tf.zeros([0], tf.int32))
-            results.append(tf.while_loop(
-                lambda i, *_: i < chunks, body, start,
-                shape_invariants=(tf.TensorShape([]), tf.TensorShape([None, num_return, None]),
-                                  tf.TensorShape([None, num_return]), tf.TensorShape([None])))[1:])
-        tokens, scores, positions = (tf.concat(lane_parts, 0) for lane_parts in zip(*results))
+            start = (tf.constant(lane), _parts(tf.zeros([0, num_return, out_width], tf.int32)),
+                     _parts(tf.zeros([0, num_return], tf.float32)), _parts(tf.zeros([0], tf.int32)))
+            results.append([parts.concat() for parts in tf.while_loop(lambda i, *_: i < chunks, body, start)[1:]])
+        tokens, scores, positions = (tf.concat(lane_parts, 0) for lane_parts in zip(*results))  # in lane order
         # Row k holds the sentence at length-order position positions[k], input position order[positions[k]].
         inverse = tf.math.invert_permutation(tf.gather(order, positions))
         tokens, scores = tf.gather(tokens, inverse), tf.gather(scores, inverse)
@@ -549,6 +573,11 @@ class Translator(tf.Module):
     def score(self, sources, targets):
         """Forced decoding: log P(target | source) of given pairs, length-normalised with `alpha`.
 
+        With `chunk_size`, `chunk_size` pairs at a time, shortest targets first:
+        one teacher-forced pass over the whole batch would hold `(N, T,
+        vocabulary)` float32 logits per model (20 GB for 10,000 pairs of 64
+        tokens and 8,000 ids).
+
         Args:
             sources: `tf.string [N]`.
             targets: `tf.string [N]`, one translation per source; other counts
@@ -558,9 +587,44 @@ class Translator(tf.Module):
             float32 `[N]`, comparable with the scores of `translate`.
         """
         sources, targets = _one_target_per_source("Translator.score", sources, targets)
-        target = self.target_tokenizer
-        return decoding.score(self.models, self.encode_sources(sources), self.encode_targets(targets),
-                              alpha=self.alpha, pad_id=target.pad_id, bos_id=target.bos_id)
+        source, target = self.encode_sources(sources), self.encode_targets(targets)
+        if self.chunk_size:
+            return self._score_in_length_order(source, target)
+        return self._score_ids(source, target)
+
+    def _score_ids(self, source, target):
+        """`decoding.score` of id batches, with this translator's models, alpha and special ids."""
+        target_tokenizer = self.target_tokenizer
+        return decoding.score(self.models, source, target, alpha=self.alpha, pad_id=target_tokenizer.pad_id,
+                              bos_id=target_tokenizer.bos_id)
+
+    def _score_in_length_order(self, source, target):
+        """`_score_ids` over `chunk_size` pairs at a time, shortest targets first, scores in input order.
+
+        Each chunk keeps only its own source and target widths, so a pass holds
+        `(chunk_size, T_chunk, vocabulary)` float32 logits per model whatever
+        the batch size, and at most `PARALLEL_CHUNKS` passes run at once (with
+        as many inter-op threads). The scores are those of one pass over the
+        batch, to float rounding (padding changes no score).
+        """
+        count = tf.shape(source)[0]
+        source_lengths = _lengths(source, self.source_tokenizer.pad_id)
+        target_lengths = _lengths(target, self.target_tokenizer.pad_id)
+        order = tf.argsort(target_lengths, stable=True)  # (N,) shortest targets first
+        source, target = tf.gather(source, order), tf.gather(target, order)
+        source_lengths, target_lengths = tf.gather(source_lengths, order), tf.gather(target_lengths, order)
+        chunks = (count + self.chunk_size - 1) // self.chunk_size
+
+        def body(i, all_scores):
+            start = i * self.chunk_size
+            end = tf.minimum(start + self.chunk_size, count)
+            piece_source = source[start:end, :tf.reduce_max(source_lengths[start:end])]  # (c, S_chunk)
+            piece_target = target[start:end, :target_lengths[end - 1]]  # (c, T_chunk)
+            return i + 1, all_scores.write(i + 1, self._score_ids(piece_source, piece_target))
+
+        _, all_scores = tf.while_loop(lambda i, _: i < chunks, body, (tf.constant(0), _parts(tf.zeros([0]))),
+                                      parallel_iterations=PARALLEL_CHUNKS)
+        return tf.gather(all_scores.concat(), tf.math.invert_permutation(order))  # (N,) in input order
 
     def __call__(self, sentences):
         """Python convenience: a `str` or a list of `str` in, the same out (`bytes` are taken as UTF-8)."""

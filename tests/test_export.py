@@ -16,8 +16,8 @@ import keras_transformer as kt
 from keras_transformer.data.tokenizers import train_tokenizers
 from keras_transformer.errors import ConfigError
 from keras_transformer.evaluation import read_lines
-from keras_transformer.export import export_translator, load_exported, load_keras_translator
-from keras_transformer.translation import Translator
+from keras_transformer.export import TranslatorModule, export_translator, load_exported, load_keras_translator
+from keras_transformer.translation import TRAINED_CHUNK_SIZE, Translator
 
 # Its module fixtures are expensive: `make test` (--dist loadgroup) runs the whole file on one worker, so they
 # are built once.
@@ -77,14 +77,45 @@ for directory, texts, references, every_check in json.loads(sys.argv[1]):
               "forced": forced["score"].numpy().tolist()}
     if every_check:  # the other signatures and batches (each signature's first call costs a graph optimisation)
         alone = signatures["serving_default"](tf.constant(raw[:1]))
-        empty = signatures["serving_default"](tf.constant([], dtype=tf.string))
+        nothing = tf.constant([], dtype=tf.string)
+        empty = signatures["serving_default"](nothing)
+        empty_score = signatures["score"](sources=nothing, targets=nothing)  # in one pass, a (0, 0, 1) gather failed
         n_best = signatures["n_best"](tf.constant(raw[:3]))
         result.update({"alone": decode(alone["translation"].numpy()), "empty_shape": list(empty["translation"].shape),
+                       "empty_score_shape": list(empty_score["score"].shape),
                        "n_best": [decode(row) for row in n_best["translations"].numpy()],
                        "n_best_scores": n_best["scores"].numpy().tolist()})
     results.append(result)
 assert not any(name.startswith("keras_transformer") for name in sys.modules)
 print(json.dumps(results))
+"""
+
+# A serving process (TensorFlow and tensorflow-text only) given one request of `count` short sentences through
+# `score` (as many pairs), then through `serving_default`: it prints how far its resident memory rose above that
+# of the loaded model (VmRSS after loading; VmHWM, the peak, restarted there) by the end of each.
+MEMORY_CLIENT = """
+import json, sys
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
+
+def mib(field):
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith(field + ":")) / 1024
+
+directory, count = sys.argv[1], int(sys.argv[2])
+english = ["A dog runs.", "Two men sit.", "A girl jumps."]
+german = ["Ein Hund rennt.", "Zwei Männer sitzen.", "Ein Mädchen springt."]
+sources = tf.constant([english[i % 3] for i in range(count)])
+targets = tf.constant([german[i % 3] for i in range(count)])
+signatures = tf.saved_model.load(directory).signatures
+loaded = mib("VmRSS")
+with open("/proc/self/clear_refs", "w") as clear:
+    clear.write("5")  # Linux: the peak (VmHWM) restarts from the present resident size
+scores = signatures["score"](sources=sources, targets=targets)["score"]
+after_score = mib("VmHWM")
+translations = signatures["serving_default"](sources)["translation"]
+assert scores.shape == [count] and translations.shape == [count], (scores.shape, translations.shape)
+print(json.dumps({"loaded": loaded, "score": after_score - loaded, "serving_default": mib("VmHWM") - loaded}))
 """
 
 SAVED_MODEL_CLI = ("import sys, tensorflow_text; from tensorflow.python.tools import saved_model_cli; "
@@ -157,7 +188,7 @@ def test_tensorflow_only_process_serves_what_the_in_memory_translator_gives(expo
     assert len(served["translation"]) == len(raw) and np.all(np.isfinite(served["score"]))
     assert served["translation"][3] == "" and served["translation"][4] == ""  # empty, whitespace only
     assert served["alone"][0] == served["translation"][0]  # a mixed batch changes no sentence's translation
-    assert served["empty_shape"] == [0]
+    assert served["empty_shape"] == [0] and served["empty_score_shape"] == [0]
     # n-best: beam_size hypotheses, best first, the first one being the translation.
     assert [len(row) for row in served["n_best"]] == [3, 3, 3]
     scores = np.array(served["n_best_scores"])
@@ -324,6 +355,18 @@ def test_out_is_refused_in_a_training_workdir_or_over_a_folder_that_is_not_an_ex
     assert sorted(path.name for path in notes.iterdir()) == ["todo.txt"]
 
 
+def test_a_translator_of_one_search_per_batch_is_exported_in_chunks(exported):
+    """`chunk_size=0` (one search per batch, for callers that bound their batches) would let a request's size set
+    the memory a server needs: the export serves the same models and settings in chunks instead."""
+    _, translator = exported
+    one_search = Translator.ensemble([translator], chunk_size=0)
+    served = TranslatorModule(one_search).translator
+    assert served.chunk_size == TRAINED_CHUNK_SIZE and served.models == one_search.models
+    assert ((served.beam_size, served.alpha, served.max_extra, served.early_exit)
+            == (one_search.beam_size, one_search.alpha, one_search.max_extra, one_search.early_exit))
+    assert TranslatorModule(translator).translator is translator  # chunked already: served as it is
+
+
 def test_missing_export_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="saved_model.pb is missing"):
         load_exported(tmp_path)
@@ -338,3 +381,25 @@ def test_an_existing_export_is_kept_unless_overwrite_is_asked(exported):
         export_translator(translator, directory)
     assert {p.name: p.stat().st_mtime_ns for p in directory.iterdir()} == before
 
+
+@pytest.mark.slow
+def test_a_request_of_10000_sentences_is_served_in_bounded_memory(exported):
+    """Every signature works through a request in chunks: 10,000 sentences (and 10,000 pairs for `score`) raise a
+    serving process's memory at most twice as much as 64 do.
+
+    Compared: in a fresh process per request size, the peak resident memory (VmHWM) above the resident memory of
+    the loaded model, after a `score` request and then after a `serving_default` one (so the second figure is
+    the process's peak over both); both sizes pay the same first-call costs (the graph optimisations). The export
+    is a `Translator` built with the default `chunk_size`. Before chunking, `score` held (N, T, V) float32 logits
+    for the whole request (10,000 x 64 x 8,000 is 20 GB), and a `Translator` built directly searched its whole
+    request at once: 10,000 sentences rose by 442 and 560 MB, 64 by 27 and 50 MB (now 34 and 65 against 30 and
+    57; one run on the 2-core development machine).
+    """
+    directory, _ = exported
+    rose = {}
+    for count in (64, 10_000):  # one process after the other, so that neither slows the other down
+        returncode, stdout, stderr = run([sys.executable, "-c", MEMORY_CLIENT, str(directory), str(count)])
+        assert returncode == 0, stderr[-3000:]
+        rose[count] = json.loads(stdout.strip().splitlines()[-1])
+    for signature in ("score", "serving_default"):
+        assert rose[10_000][signature] <= 2 * rose[64][signature], rose

@@ -5,15 +5,16 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer import decoding
-from keras_transformer.translation import Translator, bucket_sizes, bucket_table
+from keras_transformer.translation import TRAINED_CHUNK_SIZE, Translator, bucket_sizes, bucket_table
 
 SENTENCES = ["w5 w6 w7", "w8 w9 w10 w11 w12 w13 w14", "w16", "w20 w21 w22 w23 w24 w25"]
 
 
 @pytest.fixture(scope="module")
 def translator(trained_copy_model, word_tokenizer):
+    """One search (and one forced pass) per batch: what the chunked translators below must equal."""
     model, _ = trained_copy_model
-    return Translator(model, word_tokenizer, word_tokenizer, beam_size=4, alpha=0.6, max_extra=5)
+    return Translator(model, word_tokenizer, word_tokenizer, beam_size=4, alpha=0.6, max_extra=5, chunk_size=0)
 
 
 def test_translate_equals_search_on_ids(translator, trained_copy_model, word_tokenizer):
@@ -217,6 +218,7 @@ def test_bad_inputs_give_one_output_each_in_chunks(trained_copy_model, word_toke
     batch = [b"w5 w6", b"", b"  \t ", " ".join(["w9"] * 3000).encode(), b"bad \xff\xfe bytes \xc3",
              "\u4e24\u53ea\u72d7 \u03b1\u03b2\u03b3".encode(), b"w7"]
     assert translator.chunk_size == 0  # one search: the module's translator, traced already
+    assert Translator(model, word_tokenizer).chunk_size == TRAINED_CHUNK_SIZE  # built directly: bounded chunks
     expected = translator.translate(tf.constant(batch))
     for chunk_size in (3, 8):  # chunks of 3, 3 and 1 (a translator shared with the test above); one chunk, not full
         chunked = chunked_translator(trained_copy_model, word_tokenizer, chunk_size)
@@ -228,6 +230,19 @@ def test_bad_inputs_give_one_output_each_in_chunks(trained_copy_model, word_toke
         assert chunked.translate(tf.constant([], tf.string))["translation"].shape == (0,)
     with pytest.raises(ValueError, match="chunk_size must be >= 0"):
         Translator(model, word_tokenizer, chunk_size=-1)
+
+
+def test_score_in_chunks_gives_the_one_pass_scores_in_input_order(trained_copy_model, word_tokenizer, translator):
+    """`score` runs `chunk_size` pairs per teacher-forced pass, shortest targets first, each chunk at its own source
+    and target widths (one pass over a request held (N, T, V) logits): the scores are the one pass's, in input
+    order."""
+    lines = SENTENCES + SENTENCES[::-1][:3]  # lengths 3, 7, 1, 6, 6, 1, 7
+    targets = lines[::-1]  # lengths 7, 1, 6, 6, 1, 7, 3: length order is neither input nor source order
+    expected = translator.score(tf.constant(lines), tf.constant(targets)).numpy()
+    chunked = chunked_translator(trained_copy_model, word_tokenizer, 3)  # chunks of 3, 3 and 1
+    np.testing.assert_allclose(chunked.score(tf.constant(lines), tf.constant(targets)).numpy(), expected, atol=1e-5)
+    assert len(set(np.round(expected, 3))) == len(lines)  # all different, so a score out of place is seen
+    assert chunked.score(tf.constant([], tf.string), tf.constant([], tf.string)).shape == (0,)
 
 
 def test_configure_threads_sets_the_pools_before_tensorflow_starts_and_refuses_after(translator, tmp_path):
