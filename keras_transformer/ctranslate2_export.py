@@ -4,8 +4,11 @@ CTranslate2 (https://github.com/OpenNMT/CTranslate2) is a C++ inference engine
 for Transformers; on a CPU it decodes faster than the SavedModel and can run in
 int8. It is an optional dependency (``pip install keras-transformer[ctranslate2]``):
 this module imports ``ctranslate2`` and ``sentencepiece`` inside the functions
-that need them, and imports neither TensorFlow nor Keras at all, so a serving
-process needs only ``ctranslate2``, ``sentencepiece`` and ``numpy``.
+that need them. Exporting reads a Keras model, so this module imports Keras (and
+with it TensorFlow); serving does not: `CTranslate2Translator` lives in
+`keras_transformer.ctranslate2_translator`, which imports neither, so a serving
+process needs only ``ctranslate2``, ``sentencepiece`` and ``numpy`` (the export's
+README names that module).
 
 How the package's model maps onto CTranslate2's ``TransformerSpec``:
 
@@ -363,11 +366,12 @@ SentencePiece model: {tokenizer}. `{METADATA_FILE}` records the settings below.
 ## Translate with keras_transformer
 
 ```python
-from keras_transformer.ctranslate2_export import CTranslate2Translator
+from keras_transformer.ctranslate2_translator import CTranslate2Translator
 translator = CTranslate2Translator("this/folder")          # compute_type="int8", intra_threads=4, ...
 translator(["A man rides a bike."])
 ```
 
+That module imports neither TensorFlow nor Keras: `ctranslate2`, `sentencepiece` and `numpy` are all it needs.
 It tokenizes with SentencePiece, decodes with beam {decoding['beam_size']}, alpha {decoding['alpha']}, at most
 source length (with eos) + {decoding['max_extra']} tokens, and returns one line per input (empty or
 whitespace-only input gives "").

@@ -4,6 +4,8 @@ import io
 import json
 import pathlib
 import struct
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -315,6 +317,23 @@ def test_metadata_readme_and_recognition(trained_copy_model, copy_export, tmp_pa
     again = ce.export_ctranslate2(model, config, vocab_dir, tmp_path / "again")
     ce.export_ctranslate2(model, config, vocab_dir, again, overwrite=True)
     assert ce.read_metadata(again)["decoding"]["beam_size"] == config.beam_size
+
+
+def test_the_readme_snippet_serves_without_tensorflow(copy_export):
+    """Issue #47, item 5: the export's README imports the translator from the module docs/serving.md names, which
+    needs neither TensorFlow nor Keras, and its snippet translates as written (in a fresh process)."""
+    folder = copy_export[0]
+    readme = (folder / "README.md").read_text()
+    snippet = readme.split("```python\n")[1].split("```")[0]  # "Translate with keras_transformer"
+    assert "from keras_transformer.ctranslate2_translator import CTranslate2Translator" in snippet
+    check = ("import sys\n"
+             "loaded = sorted({name.split('.')[0] for name in sys.modules} & {'tensorflow', 'keras'})\n"
+             "assert not loaded, f'the README snippet imported {loaded}'\n"
+             "print(translator(['w5 w6 w7']))\n")
+    result = subprocess.run([sys.executable, "-c", snippet.replace("this/folder", str(folder)) + check],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "['w5 w6 w7']"  # the copy model copies
 
 
 def test_module_examples_run():

@@ -13,8 +13,8 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer import TransformerConfig
-from keras_transformer.data.tokenizers import (SubwordTokenizer, load_tokenizers,
-                                               train_tokenizers)
+from keras_transformer.data.tokenizers import (SubwordTokenizer, load_tokenizers, train_tokenizers,
+                                               train_tokenizers_from_files)
 
 
 def read_split(multi30k_dir, name):
@@ -88,6 +88,16 @@ def test_detokenize_reads_model_output_up_to_the_first_eos(multi30k_tokenizer):
     assert tokenizer.detokenize(dense[0]).numpy() == texts[0].encode()  # a single sequence
     # Ids outside the vocabulary (a model with a padded output layer) read as unknown instead of failing.
     assert b"\xe2\x81\x87" in tokenizer.detokenize([[ids[0, 0].numpy(), tokenizer.vocab_size + 5]]).numpy()[0]
+
+
+def test_id_to_piece_takes_what_tokenize_returns(multi30k_tokenizer):
+    # The docs' `tok.id_to_piece(tok.tokenize([...]))`: ragged ids in, ragged pieces out, row by row.
+    sentences = ["A man rides a bike.", "Two dogs."]
+    ids = multi30k_tokenizer.tokenize(sentences)
+    pieces = multi30k_tokenizer.id_to_piece(ids)
+    assert isinstance(pieces, tf.RaggedTensor)
+    assert pieces.to_list() == [multi30k_tokenizer.id_to_piece(row).numpy().tolist() for row in ids]
+    assert ["".join(p.decode() for p in row).replace("▁", " ").strip() for row in pieces.to_list()] == sentences
 
 
 def test_tokenizer_runs_in_tf_function_and_tf_data(multi30k_tokenizer):
@@ -197,14 +207,40 @@ def test_vocabulary_too_large_for_the_text_says_what_fits(multi30k_dir):
         SubwordTokenizer.train(read_split(multi30k_dir, "val.en.gz")[:50], 5000)
 
 
-def test_training_from_files_equals_training_from_sentences(multi30k_dir, tmp_path):
-    # Files (gzip) and a list of sentences give the same model; a missing file is not mistaken for text.
-    from_files = SubwordTokenizer.train([multi30k_dir / "val.en.gz", multi30k_dir / "val.de.gz"], 1000)
+def test_training_from_files_equals_training_from_sentences(multi30k_dir):
+    # Files (gzip) and a list of sentences give the same model.
+    from_files = SubwordTokenizer.train_from_files([multi30k_dir / "val.en.gz", str(multi30k_dir / "val.de.gz")], 1000)
     sentences = read_split(multi30k_dir, "val.en.gz") + read_split(multi30k_dir, "val.de.gz")
     from_text = SubwordTokenizer.train(sentences, 1000)
     assert from_files.tokenize(sentences).to_list() == from_text.tokenize(sentences).to_list()
-    with pytest.raises(FileNotFoundError, match="missing.de"):
-        SubwordTokenizer.train([str(multi30k_dir / "val.en.gz"), str(tmp_path / "missing.de")], 1000)
+
+
+def test_a_misspelled_path_is_refused_by_name_and_sentences_are_never_read_as_paths(multi30k_dir, tmp_path):
+    """Issue #47, item 3: nothing guesses whether a string is a path or a sentence."""
+    # A misspelled file is an error naming it, on either side, before anything is learned: it used to be taken for a
+    # sentence when its partner existed, and the "English" vocabulary was learned from French alone.
+    misspelled = tmp_path / "trian.en"
+    with pytest.raises(FileNotFoundError, match="trian.en"):
+        train_tokenizers_from_files([str(misspelled)], [str(multi30k_dir / "val.fr.gz")], vocab_size=4000)
+    with pytest.raises(FileNotFoundError, match="trian.en"):
+        train_tokenizers_from_files(multi30k_dir / "val.en.gz", misspelled, vocab_size=4000)
+    with pytest.raises(FileNotFoundError, match="trian.en"):
+        SubwordTokenizer.train_from_files([multi30k_dir / "val.en.gz", misspelled], 1000)
+    # Sentences are text, even when one names an existing file: the vocabulary is learned from the string itself.
+    path = str(multi30k_dir / "val.en.gz")
+    tokenizer = SubwordTokenizer.train([path] * 20, vocab_size=300)
+    assert tokenizer.detokenize(tokenizer.tokenize([path])).numpy().tolist() == [path.encode()]
+    assert len(tokenizer.tokenize(["A man"])[0]) >= 4  # the file's words ("▁A", "▁man") were not learned
+    # What would have been guessed is refused by type, with the function to use.
+    with pytest.raises(TypeError, match="train_from_files"):
+        SubwordTokenizer.train(path, 300)  # one str: a path or a sentence?
+    with pytest.raises(TypeError, match="train_from_files"):
+        SubwordTokenizer.train([multi30k_dir / "val.en.gz"], 300)
+    with pytest.raises(TypeError, match="train_tokenizers_from_files"):
+        train_tokenizers([multi30k_dir / "val.en.gz"], [multi30k_dir / "val.de.gz"], vocab_size=300)
+    # Paths given as sentences (the docs' old snippet, without the files) now fail with the way out in the message.
+    with pytest.raises(ValueError, match=r"from 2 sentences.*train_tokenizers_from_files"):
+        train_tokenizers(["corpora/train.en.gz"], ["corpora/train.de.gz"], vocab_size=10000)
 
 
 def test_keras_nlp_default_proto_loses_unseen_characters_ours_does_not(multi30k_train_pairs, multi30k_dir):

@@ -132,7 +132,7 @@ def make_dataset(source_file, target_file, source_tokenizer, target_tokenizer, *
     >>> folder = pathlib.Path(tempfile.mkdtemp())
     >>> _ = (folder / "a.en").write_text("A dog runs.\\nA man sits.\\n" * 8, encoding="utf-8")
     >>> _ = (folder / "a.de").write_text("Ein Hund läuft.\\nEin Mann sitzt.\\n" * 8, encoding="utf-8")
-    >>> tok = SubwordTokenizer.train([folder / "a.en", folder / "a.de"], vocab_size=290)
+    >>> tok = SubwordTokenizer.train_from_files([folder / "a.en", folder / "a.de"], vocab_size=290)
     >>> ds, summary = make_dataset(folder / "a.en", folder / "a.de", tok, tok, tokens_per_batch=64, max_length=32)
     >>> inputs, labels = next(iter(ds))
     >>> sorted(inputs), labels.dtype.name, summary.kept

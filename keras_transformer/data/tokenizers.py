@@ -70,7 +70,8 @@ _FORMAT_VERSION = 1
 class SubwordTokenizer(tf.Module):
     """A subword tokenizer with fixed reserved ids, usable eagerly, in tf.function, tf.data and SavedModels.
 
-    Build one with `SubwordTokenizer.train` (learn a vocabulary) or
+    Build one with `SubwordTokenizer.train` (learn a vocabulary from
+    sentences), `SubwordTokenizer.train_from_files` (from text files) or
     `SubwordTokenizer.load` (read a saved one). `tokenize` adds no bos/eos;
     the pipeline adds them. `detokenize` accepts model output as it comes
     (dense, padded, with bos/eos) and returns readable text.
@@ -241,17 +242,21 @@ class SubwordTokenizer(tf.Module):
         """The subword string of each id (for inspecting tokenizations and labelling attention maps).
 
         Args:
-            ids: int tensor of any shape.
+            ids: int tensor of any shape, or a `tf.RaggedTensor` such as `tokenize` returns.
 
         Returns:
-            string tensor of the same shape.
+            string tensor of the same shape (ragged for ragged ids).
 
         Example:
 
         >>> tokenizer = SubwordTokenizer.train(["a cat", "a hat"] * 10, vocab_size=270)
         >>> tokenizer.id_to_piece([0, 1, 2, 3]).numpy().tolist()
         [b'<pad>', b'<unk>', b'<s>', b'</s>']
+        >>> tokenizer.id_to_piece(tokenizer.tokenize(["a cat", "a"])).to_list()
+        [[b'\xe2\x96\x81a', b'\xe2\x96\x81cat'], [b'\xe2\x96\x81a']]
         """
+        if isinstance(ids, tf.RaggedTensor):
+            return tf.ragged.map_flat_values(self.id_to_piece, ids)
         ids = tf.cast(tf.convert_to_tensor(ids), tf.int32)
         if self._model_type == "wordpiece":
             return tf.gather(self._vocabulary, ids)
@@ -259,16 +264,14 @@ class SubwordTokenizer(tf.Module):
 
     # ------------------------------------------------------------------ learning
     @classmethod
-    def train(cls, texts_or_files, vocab_size, model_type="bpe", lowercase=False, byte_fallback=True,
-              character_coverage=1.0, **options) -> "SubwordTokenizer":
-        """Learns a subword vocabulary from text.
+    def train(cls, texts, vocab_size, model_type="bpe", lowercase=False, byte_fallback=True, character_coverage=1.0,
+              **options) -> "SubwordTokenizer":
+        """Learns a subword vocabulary from sentences in memory (`train_from_files` reads files).
 
         Args:
-            texts_or_files: sentences (a list of str or a `tf.data.Dataset` of
-                strings), or text files (one path, or a list of paths; plain
-                or .gz UTF-8). A list of str is read as files when its items
-                are `os.PathLike` or when one of them names an existing file
-                (then every one must exist).
+            texts: the sentences, a list of str or a `tf.data.Dataset` of
+                strings. Each str is text, never a file name: one str, or a
+                path object among the sentences, raises `TypeError`.
             vocab_size: number of ids including the 4 reserved ones; with
                 SentencePiece byte fallback at least 4 + 256 + the number of
                 distinct characters.
@@ -288,6 +291,7 @@ class SubwordTokenizer(tf.Module):
             A new `SubwordTokenizer`.
 
         Raises:
+            TypeError: `texts` is one str, or holds something other than str.
             ValueError: the text is too small for `vocab_size` (the message
                 gives the largest size that works) or an option is invalid.
 
@@ -297,9 +301,47 @@ class SubwordTokenizer(tf.Module):
         >>> tokenizer.vocab_size
         280
         """
+        return cls._learn(_sentences(texts, "SubwordTokenizer.train_from_files"), vocab_size, model_type=model_type,
+                          lowercase=lowercase, byte_fallback=byte_fallback, character_coverage=character_coverage,
+                          **options)
+
+    @classmethod
+    def train_from_files(cls, files, vocab_size, **options) -> "SubwordTokenizer":
+        """Learns a subword vocabulary from text files, one sentence per line.
+
+        Args:
+            files: one path or a list of paths (str or `os.PathLike`), plain
+                or gzip UTF-8; every line that is not blank is a sentence.
+            vocab_size: as for `train`.
+            **options: the options of `train` (``model_type``, ``lowercase``, ...).
+
+        Returns:
+            A new `SubwordTokenizer`.
+
+        Raises:
+            FileNotFoundError: a file does not exist (the message names it);
+                checked for every file before any is read.
+            ValueError: as for `train`.
+
+        Example:
+
+        >>> import pathlib, tempfile
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "train.de"
+        >>> _ = path.write_text("Ein Hund läuft.\\nEin Mann.\\n" * 10, encoding="utf-8")
+        >>> SubwordTokenizer.train_from_files(path, vocab_size=280).vocab_size
+        280
+        >>> SubwordTokenizer.train_from_files([path, path.with_name("trian.de")], 280)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        FileNotFoundError: No such file: .../trian.de ...
+        """
+        return cls._learn(_read_files(files), vocab_size, **options)
+
+    @classmethod
+    def _learn(cls, sentences, vocab_size, model_type="bpe", lowercase=False, byte_fallback=True,
+               character_coverage=1.0, **options):
+        """`train` on a list of non-blank sentences."""
         if model_type not in MODEL_TYPES:
             raise ValueError(f"model_type must be one of {MODEL_TYPES}, got {model_type!r}.")
-        sentences = _sentences(texts_or_files)
         if not sentences:
             raise ValueError("Cannot learn a vocabulary from no text: every sentence given is empty.")
         if model_type == "wordpiece":
@@ -414,13 +456,15 @@ class SubwordTokenizer(tf.Module):
 
 
 # ---------------------------------------------------------------------- pairs
-def train_tokenizers(source_texts_or_files, target_texts_or_files, vocab_size, shared=True, directory=None,
-                     **options):
-    """Learns the source and target tokenizers, shared (one vocabulary for both) or separate.
+def train_tokenizers(source_texts, target_texts, vocab_size, shared=True, directory=None, **options):
+    """Learns the source and target tokenizers from sentences in memory, shared (one vocabulary) or separate.
+
+    `train_tokenizers_from_files` learns them from files.
 
     Args:
-        source_texts_or_files: source training text (see `SubwordTokenizer.train`).
-        target_texts_or_files: target training text.
+        source_texts: source training sentences (a list of str or a
+            `tf.data.Dataset` of strings; see `SubwordTokenizer.train`).
+        target_texts: target training sentences.
         vocab_size: size of the shared vocabulary, or with ``shared=False`` an
             int for both or a pair ``(source_size, target_size)``.
         shared: learn one vocabulary from both sides (the default, needed for
@@ -431,21 +475,66 @@ def train_tokenizers(source_texts_or_files, target_texts_or_files, vocab_size, s
     Returns:
         ``(source_tokenizer, target_tokenizer)``; the same object twice when shared.
 
+    Raises:
+        TypeError: a side is one str, or holds something other than str (a path: use
+            `train_tokenizers_from_files`).
+        ValueError: as for `SubwordTokenizer.train`.
+
     Example:
 
     >>> src, tgt = train_tokenizers(["A dog runs."] * 10, ["Ein Hund läuft."] * 10, vocab_size=280)
     >>> src is tgt
     True
     """
+    hint = "train_tokenizers_from_files"
+    return _train_pair(_sentences(source_texts, hint), _sentences(target_texts, hint), vocab_size, shared, directory,
+                       options)
+
+
+def train_tokenizers_from_files(source_files, target_files, vocab_size, shared=True, directory=None, **options):
+    """Learns the source and target tokenizers from text files, shared (one vocabulary) or separate.
+
+    Args:
+        source_files: one path or a list of paths of source text (plain or gzip
+            UTF-8, one sentence per line).
+        target_files: the same for the target side.
+        vocab_size: as for `train_tokenizers`.
+        shared: as for `train_tokenizers`.
+        directory: if given, the tokenizers are saved there with `save_tokenizers`.
+        **options: passed to `SubwordTokenizer.train` (``model_type``, ``lowercase``, ...).
+
+    Returns:
+        ``(source_tokenizer, target_tokenizer)``; the same object twice when shared.
+
+    Raises:
+        FileNotFoundError: a file of either side does not exist (the message
+            names it); every file is checked before any is read.
+
+    Example:
+
+    >>> import pathlib, tempfile
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (folder / "train.en").write_text("A dog runs.\\n" * 10, encoding="utf-8")
+    >>> _ = (folder / "train.de").write_text("Ein Hund läuft.\\n" * 10, encoding="utf-8")
+    >>> src, tgt = train_tokenizers_from_files(folder / "train.en", folder / "train.de", vocab_size=280)
+    >>> src.vocab_size, src is tgt
+    (280, True)
+    """
+    _check_files(source_files)
+    _check_files(target_files)
+    return _train_pair(_read_files(source_files), _read_files(target_files), vocab_size, shared, directory, options)
+
+
+def _train_pair(sources, targets, vocab_size, shared, directory, options):
+    """`train_tokenizers` on two lists of sentences."""
     if shared:
         if not isinstance(vocab_size, int):
             raise ValueError(f"A shared vocabulary has one size, got vocab_size={vocab_size!r}.")
-        texts = _sentences(source_texts_or_files) + _sentences(target_texts_or_files)
-        source = target = SubwordTokenizer.train(texts, vocab_size, **options)
+        source = target = SubwordTokenizer._learn(sources + targets, vocab_size, **options)
     else:
         source_size, target_size = (vocab_size, vocab_size) if isinstance(vocab_size, int) else vocab_size
-        source = SubwordTokenizer.train(source_texts_or_files, source_size, **options)
-        target = SubwordTokenizer.train(target_texts_or_files, target_size, **options)
+        source = SubwordTokenizer._learn(sources, source_size, **options)
+        target = SubwordTokenizer._learn(targets, target_size, **options)
     if directory is not None:
         save_tokenizers(directory, source, target)
     return source, target
@@ -547,19 +636,35 @@ class _SentencepieceTokenizer(tf_text.SentencepieceTokenizer):
         self._model_resource = _NamedSentencepieceResource(model, name)
 
 
-def _sentences(texts_or_files):
-    """A list of str from sentences, a dataset of strings, one file or a list of files."""
-    if isinstance(texts_or_files, tf.data.Dataset):
-        return [text.decode("utf-8") for text in texts_or_files.as_numpy_iterator() if text.strip()]
-    if isinstance(texts_or_files, (str, os.PathLike)):
-        texts_or_files = [texts_or_files]
-    items = list(texts_or_files)
-    as_files = any(isinstance(item, os.PathLike) for item in items) or any(
-        isinstance(item, str) and len(item) < 4096 and os.path.isfile(item) for item in items)
-    if not as_files:
-        return [item for item in items if item.strip()]
+def _sentences(texts, files_function):
+    """The non-blank sentences of a list of str or a dataset of strings; `files_function` is named in errors."""
+    if isinstance(texts, tf.data.Dataset):
+        return [text.decode("utf-8") for text in texts.as_numpy_iterator() if text.strip()]
+    if isinstance(texts, (str, bytes, os.PathLike)):
+        raise TypeError(f"Sentences must be a list of str, got one {type(texts).__name__} ({str(texts)[:80]!r}); "
+                        f"to learn from files use {files_function}.")
+    sentences = list(texts)
+    for item in sentences:
+        if not isinstance(item, str):
+            raise TypeError(f"Sentences must be str, got {type(item).__name__} ({str(item)[:80]!r}); "
+                            f"to learn from files use {files_function}.")
+    return [item for item in sentences if item.strip()]
+
+
+def _check_files(files):
+    """Raises FileNotFoundError naming the first of `files` (one path or a list) that is not a file."""
+    for path in [files] if isinstance(files, (str, os.PathLike)) else files:
+        if not os.path.isfile(path):
+            found = "a folder, not a text file" if os.path.isdir(path) else "it does not exist"
+            raise FileNotFoundError(f"No such file: {os.fspath(path)} ({found}); a vocabulary is learned from text "
+                                    "files of one sentence per line.")
+
+
+def _read_files(files):
+    """The non-blank lines of one file or a list of files, every file checked first."""
+    _check_files(files)
     sentences = []
-    for path in items:
+    for path in [files] if isinstance(files, (str, os.PathLike)) else files:
         lines, _ = corpus.read_lines(path)
         sentences.extend(line for line in lines if line.strip())
     return sentences
@@ -586,7 +691,8 @@ def _learn_sentencepiece(sentences, vocab_size, model_type, lowercase, byte_fall
         if limit:
             raise ValueError(f"Cannot learn {vocab_size} {model_type} pieces from {len(sentences)} sentences: "
                              f"the text supports at most vocab_size={limit.group(1)}. Use a smaller vocab_size "
-                             "or more text.") from None
+                             "or more text (strings are learned as sentences: to learn from files use "
+                             "SubwordTokenizer.train_from_files or train_tokenizers_from_files).") from None
         raise ValueError(f"SentencePiece training failed: {message}") from None
     return writer.getvalue()
 
