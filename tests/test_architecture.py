@@ -12,7 +12,7 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "keras_transformer"
 
 # The layers, lowest first (README, "Layout"). A module imports only from its own layer or the ones below.
 LAYERS = [
-    ("stdlib", ["errors", "files", "arguments", "data", "data.textfile"]),
+    ("stdlib", ["errors", "files", "layout", "arguments", "data", "data.textfile"]),
     ("core", ["config", "masking", "layers", "layers.*", "model", "losses", "metrics", "schedules", "optimizers",
               "decoding", "keras_internals", "data.batching", "data.synthetic", "data.packed",
               "ctranslate2_translator"]),
@@ -199,4 +199,4 @@ def test_help_prints_no_tensorflow_log_lines_and_commands_print_none_unless_aske
     assert run.returncode == 2
     assert run.stderr.strip().splitlines() == [
         f"keras-transformer translate: error: Model folder not found: {tmp_path / 'missing'} (expected a training "
-        "workdir or an exported model)."]
+        "workdir, a SavedModel export or a CTranslate2 export)."]
