@@ -340,7 +340,8 @@ class TrainingSection:
     """
 
     epochs: int = 10  # epochs in total (a resumed run counts the ones already done)
-    steps_per_epoch: typing.Optional[int] = None  # None: one pass over the training data
+    steps_per_epoch: typing.Optional[int] = None  # updates an epoch, from the training data repeated without end
+                                                  # (each pass shuffled anew); None: an epoch is one pass
     strategy: str = "auto"  # see keras_transformer.STRATEGIES
     devices: typing.Optional[list] = None  # devices for "mirrored" / "one_device", e.g. ["/gpu:0", "/gpu:1"]
     communication: str = "auto"  # multi_worker all-reduce: "auto", "ring" or "nccl"
@@ -416,6 +417,12 @@ class TrainingSection:
                                              or not isinstance(self.rdrop_alpha, (int, float))
                                              or not self.rdrop_alpha >= 0):
             raise ConfigError(f"training.rdrop_alpha must be a number >= 0 or null, got {self.rdrop_alpha!r}.")
+        if self.steps_per_epoch is not None and self.steps_per_epoch % self.steps_per_execution:
+            raise ConfigError(f"training.steps_per_epoch={self.steps_per_epoch} is not a multiple of "
+                              f"training.steps_per_execution={self.steps_per_execution}: Keras runs whole executions, "
+                              f"so an epoch would train "
+                              f"{-(-self.steps_per_epoch // self.steps_per_execution) * self.steps_per_execution} "
+                              f"updates.")
         if self.cooldown_epochs is not None and self.cooldown_epochs > self.epochs:
             raise ConfigError(f"training.cooldown_epochs ({self.cooldown_epochs}) is more than training.epochs "
                               f"({self.epochs}).")
