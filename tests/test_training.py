@@ -91,6 +91,7 @@ def test_malformed_set_is_rejected(text):
     ({"training": {"initial_updates": -1}}, "training.initial_updates"),
     # Keras runs whole executions: 3 steps of 2 batches would train 4 updates an epoch, not 3
     ({"training": {"steps_per_epoch": 3, "steps_per_execution": 2}}, "training.steps_per_epoch=3 is not a multiple"),
+    ({"training": {"communication": "rnig"}}, "training.communication"),
     ({"data": {"kind": "csv"}}, "data.kind"),
     ({"data": {"kind": "text"}}, "data.train_source"),
     ({"model": {"preset": "huge"}}, "model.preset"),
