@@ -22,12 +22,13 @@ The workdir then serves every TensorFlow-side command unchanged:
 Batches (`PackedBatches`, a `keras.utils.PyDataset`): a pair's length is its
 longer side plus one (eos / bos), rounded up to a multiple of `length_multiple`;
 the pairs are sorted by it and cut into token-budget batches as the tf.data
-pipeline cuts them (`data.packed.make_batches`), and each epoch's order is a
-pure function of the seed and the epoch, so a run resumed inside an epoch
-trains the batches the interrupted one had left. Batch widths are few (one
-per L), and with `pad_rows` (whenever `training.jit_compile` may be on) so are
-the shapes, which is what XLA (the only fast way on a GPU) needs: each new
-shape compiles once.
+pipeline cuts them (`data.packed.make_batches`). An epoch is one pass over
+the pairs, or `training.steps_per_epoch` batches of an endless stream of
+passes; each pass's order is a pure function of the seed and the pass, so a
+run resumed inside an epoch trains the batches the interrupted one had left.
+Batch widths are few (one per L), and with `pad_rows` (whenever
+`training.jit_compile` may be on) so are the shapes, which is what XLA (the
+only fast way on a GPU) needs: each new shape compiles once.
 
 This module needs only keras, numpy and the package itself: no TensorFlow, which it imports only to feed
 `model.fit` on the TensorFlow backend (`_fed_to_the_backend`).
@@ -111,8 +112,6 @@ def _refuse_what_packed_arrays_cannot_train(experiment):
          "the backend's default device"),
         (training.communication != "auto", f"training.communication={training.communication!r}: training from "
          "packed arrays runs on one device"),
-        (training.steps_per_epoch is not None, f"training.steps_per_epoch={training.steps_per_epoch}: an epoch of "
-         "packed arrays is one pass over arrays.npz"),
         (training.rdrop_alpha, f"training.rdrop_alpha={training.rdrop_alpha}: training from packed arrays does not "
          "implement R-Drop"),
         (data.kind != "text", f"data.kind={data.kind!r}: packed arrays hold text data (keras-transformer pack)"),
@@ -129,13 +128,17 @@ def _refuse_what_packed_arrays_cannot_train(experiment):
 class PackedBatches(keras.utils.PyDataset):
     """The token-budget batches of packed pairs (`data.packed.make_batches`) for `model.fit`, on any backend.
 
-    Each item is `({"source", "target"}, labels)`. With a `seed` the pairs
-    are reshuffled every epoch, and the order of epoch e is a pure function of
-    `(seed, e)` (its generator is seeded with `trainer.backup.resumed_seed(seed, e)`):
-    a run resumed inside an epoch trains the very batches the interrupted one
-    had left. `callback` tells the dataset which epoch `fit` is in; a run
-    resumed after `done` batches of epoch e is made with `resumed_at=(e, done)`,
-    and its first epoch starts at batch `done`.
+    Each item is `({"source", "target"}, labels)`. The batches form one
+    endless stream of passes over the pairs; with a `seed` the pairs are
+    reshuffled every pass, and the order of pass k is a pure function of
+    `(seed, k)` (its generator is seeded with `trainer.backup.resumed_seed(seed, k)`).
+    An epoch is one pass, or with `steps_per_epoch` that many batches of the
+    stream: epoch e serves the batches at positions `e * steps_per_epoch ...`,
+    across the end of a pass where it falls inside the epoch. A run resumed
+    inside an epoch therefore trains the very batches the interrupted one had
+    left. `callback` tells the dataset which epoch `fit` is in; a run resumed
+    after `done` batches of epoch e is made with `resumed_at=(e, done)`, and
+    its first epoch starts at batch `done`.
 
     Args:
         sources, targets: lists of id arrays (`arrays.npz`).
@@ -143,6 +146,7 @@ class PackedBatches(keras.utils.PyDataset):
         seed: the shuffling seed, or None for one fixed order (validation).
         teacher: `(ids, probabilities)` of `distillation.load_teacher`, packed into the labels.
         resumed_at: `(epoch, batches)` the run resumes at (`trainer.backup.backup_position`).
+        steps_per_epoch: batches an epoch (`training.steps_per_epoch`); None: one pass.
 
     Example:
 
@@ -150,42 +154,60 @@ class PackedBatches(keras.utils.PyDataset):
     >>> inputs, labels = batches[0]
     >>> len(batches), inputs["source"].tolist(), labels.tolist()
     (1, [[5, 6, 3, 0, 0, 0, 0, 0]], [[7, 3, 0, 0, 0, 0, 0, 0]])
+    >>> len(PackedBatches([np.array([5, 6])], [np.array([7])], 64, seed=1, steps_per_epoch=3))  # 3 passes an epoch
+    3
     """
 
     def __init__(self, sources, targets, tokens_per_batch, *, length_multiple=8, pad_rows=False, pad_id=0,
-                 bos_id=2, eos_id=3, seed=None, teacher=None, resumed_at=(0, 0)):
+                 bos_id=2, eos_id=3, seed=None, teacher=None, resumed_at=(0, 0), steps_per_epoch=None):
         super().__init__()
         self._pairs = (sources, targets)
         self._options = dict(length_multiple=length_multiple, pad_rows=pad_rows, pad_id=pad_id, bos_id=bos_id,
                              eos_id=eos_id, teacher=teacher)
         self.tokens_per_batch, self.seed = int(tokens_per_batch), seed
-        self._cached = (None, None)  # (epoch, its batches)
+        self._passes, self._keep = {}, 1  # pass number -> its batches: the newest `_keep` passes
         self.epoch, self.offset = resumed_at
-        self._length = len(self.batches(self.epoch))  # the same in every epoch: the cut depends on lengths only
+        # The same in every pass (the cut depends on lengths only); pass `epoch` is the first an epoch of one
+        # pass reads.
+        self.pass_length = len(self.pass_batches(self.epoch))
+        self._length = int(steps_per_epoch) if steps_per_epoch else self.pass_length
+        self._keep = 1 if self._length == self.pass_length else 2  # other epochs read across the end of a pass
         self.offset = self.offset if self.offset < self._length else 0  # more: the epoch trains from its start
         self._first = True
         self.trained = []  # (epoch, first batch, batches) of each epoch trained (in part) by this process
         self.callback = _EpochTracker(self)
 
+    def pass_batches(self, number):
+        """The `(source, target_input, labels)` batches of pass `number` over the pairs (each pair once), in order."""
+        if number not in self._passes:
+            rng = None if self.seed is None else np.random.default_rng(resumed_seed(self.seed, number))
+            batches = make_batches(*self._pairs, self.tokens_per_batch, rng=rng, **self._options)
+            kept = list(self._passes.items())[len(self._passes) - self._keep + 1:]
+            self._passes = dict(kept + [(number, batches)])
+        return self._passes[number]
+
+    def batch(self, epoch, index):
+        """Batch `index` of `epoch`: the one at position `epoch * len(self) + index` of the stream of passes."""
+        position = epoch * self._length + index
+        return self.pass_batches(position // self.pass_length)[position % self.pass_length]
+
     def batches(self, epoch):
         """The `(source, target_input, labels)` batches of `epoch`, in training order."""
-        if self._cached[0] != epoch:
-            rng = None if self.seed is None else np.random.default_rng(resumed_seed(self.seed, epoch))
-            self._cached = (epoch, make_batches(*self._pairs, self.tokens_per_batch, rng=rng, **self._options))
-        return self._cached[1]
+        return [self.batch(epoch, index) for index in range(self._length)]
 
     def __len__(self):
         return self._length
 
     def __getitem__(self, index):
-        batches = self.batches(self.epoch)
-        source, target_input, labels = batches[(self.offset + index) % len(batches)]  # past the end: read ahead, unused
+        # past the epoch's end (a resumed epoch's rest is shorter): read ahead, unused
+        source, target_input, labels = self.batch(self.epoch, (self.offset + index) % self._length)
         return {"source": source, "target": target_input}, labels
 
     def target_tokens(self, epoch, first, count):
         """Non-pad labels in batches `first .. first + count - 1` of `epoch`."""
         tokens = 0
-        for _, _, labels in self.batches(epoch)[first:first + count]:
+        for index in range(first, first + count):
+            labels = self.batch(epoch, index)[2]
             tokens += int(np.count_nonzero(labels if labels.ndim == 2 else labels[..., 0]))
         return tokens
 
@@ -239,7 +261,7 @@ def packed_data(workdir, experiment, *, length_multiple=8, teacher=None, resumed
     options = dict(length_multiple=length_multiple, pad_rows=training.jit_compile is not False,
                    pad_id=config.pad_id, bos_id=config.bos_id, eos_id=config.eos_id)
     train = PackedBatches(*splits["train"], data_config.tokens_per_batch, seed=seed, teacher=teacher,
-                          resumed_at=resumed_at, **options)
+                          resumed_at=resumed_at, steps_per_epoch=training.steps_per_epoch, **options)
     validation = (PackedBatches(*splits["valid"], data_config.tokens_per_batch, **options)
                   if "valid" in splits and len(splits["valid"][0]) else None)
     valid_pairs = None
@@ -294,7 +316,7 @@ def train_arrays(workdir, epochs=None, *, jit_compile=None, precision=None, aver
             (default: `decoding.average_last`; 0: none).
         length_multiple: batch widths are multiples of it.
         tokens_per_batch: `data.tokens_per_batch`.
-        seed: `training.seed`; epoch e shuffles with `resumed_seed(seed, e)`.
+        seed: `training.seed`; pass k over the pairs shuffles with `resumed_seed(seed, k)`.
         keep_checkpoints: `training.keep_checkpoints`.
         init_weights: `training.init_checkpoint` (weights only; a resumed run's
             backup replaces them).

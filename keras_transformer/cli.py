@@ -113,11 +113,12 @@ def build_parser():
                     "(run the same command again after any interruption). If the config names test data, "
                     "the finished model is then evaluated on it.",
         epilog="The YAML has sections model (TransformerConfig fields or preset:), data, training and decoding; "
-               "see keras_transformer/training.py and configs/.\n"
+               "docs/config.md lists every key with its type, default and accepted values (recipes: configs/).\n"
                "  --set training.epochs=20 --set model.dropout=0.3 --set training.strategy=mirrored")
     _experiment_arguments(train, "folder for checkpoints, logs, history.csv and the vocabulary")
     train.add_argument("--dry-run", action="store_true",
-                       help="check the config (the model section, that the data files exist) and print it resolved")
+                       help="check the config (the model section, that the data files exist and their line counts "
+                            "agree) and print it resolved: presets expanded, every default filled in")
 
     evaluate = commands.add_parser("evaluate", help="translate a test set and report sacreBLEU",
                                    description="Translates --source and scores the output against --reference "
@@ -213,7 +214,7 @@ def _train(args):
     experiment = training.load_experiment(args.config, args.overrides)  # checks the model section too
     experiment.check_files()  # also for --dry-run: a wrong path shows now, not after the vocabulary is learned
     if args.dry_run:
-        print(yaml.safe_dump(experiment.to_dict(), sort_keys=False), end="")
+        print(experiment.dry_run(args.workdir), end="")
         return 0
     _, scores = training.train_and_evaluate(experiment, args.workdir)
     if scores:

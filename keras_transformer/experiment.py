@@ -34,7 +34,7 @@ import yaml
 
 from keras_transformer.config import PRESETS, TransformerConfig, load_yaml
 from keras_transformer.data.synthetic import TASKS
-from keras_transformer.data.textfile import ERROR_MODES
+from keras_transformer.data.textfile import ERROR_MODES, count_lines
 from keras_transformer.errors import CheckpointError, CheckpointNotFoundError, ConfigError
 from keras_transformer.files import atomic_write_text
 
@@ -42,6 +42,10 @@ DATA_KINDS = ("synthetic", "text", "tfds")
 PRECISIONS = ("float32", "auto", "mixed_float16", "mixed_bfloat16")
 SECTIONS = ("model", "data", "training", "decoding")
 STRATEGIES = ("auto", "default", "one_device", "mirrored", "multi_worker", "tpu")  # training.strategy
+COMMUNICATIONS = ("auto", "ring", "nccl")  # training.communication: multi_worker's all-reduce
+JIT_COMPILE = (True, False, "auto")  # training.jit_compile
+VERBOSITIES = ("auto", 0, 1, 2)  # training.verbose
+NONFINITE = ("stop",)  # training.on_nonfinite
 BATCH_SCALINGS = ("per_replica", "global")  # how a batch size is read under a strategy (distribute.global_batch_size)
 MODEL_TYPES = ("bpe", "unigram", "wordpiece")  # data.model_type: the SentencePiece / WordPiece vocabulary kinds
 SUBWORD_DROPOUT_SIDES = ("both", "source", "target")  # data.subword_dropout_sides
@@ -68,11 +72,12 @@ class DataConfig:
     train_target: typing.Optional[str] = None  # training target file, line-aligned with train_source
     valid_source: typing.Optional[str] = None  # validation source file (optional)
     valid_target: typing.Optional[str] = None  # validation target file
-    source_language: str = "en"  # language codes, for names and reports only
-    target_language: str = "de"
+    source_language: str = "en"  # language code of the source side (TFDS: its feature name; reports)
+    target_language: str = "de"  # language code of the target side (TFDS: its feature name; Multi30k BLEU)
     errors: str = "strict"  # invalid UTF-8: "strict" fails with file and line, "replace" uses U+FFFD
     # --- vocabulary -----------------------------------------------------------
-    tokenizer_dir: typing.Optional[str] = None  # saved tokenizers; learned from the training files if absent
+    tokenizer_dir: typing.Optional[str] = None  # saved tokenizers, learned from the training files if absent;
+                                                # train and pack keep theirs in WORKDIR/data/vocab instead
     model_type: str = "bpe"  # SentencePiece "bpe" (joint BPE, reversible), "unigram", or "wordpiece"
     vocab_size: int = 10000  # ids incl. pad/unk/bos/eos; ~10k joint BPE is the best published Multi30k setting
     shared_vocab: bool = True  # one vocabulary for both languages (needed for tie_embeddings="all")
@@ -198,9 +203,9 @@ class DataSection:
     test_tokenized_target: typing.Optional[str] = None  # *.lc.norm.tok.* references for Multi30k BLEU
     # --- TensorFlow Datasets (kind: tfds) ---------------------------------------
     tfds_name: typing.Optional[str] = None  # e.g. "wmt14_translate/de-en"
-    tfds_train_split: str = "train"
-    tfds_valid_split: typing.Optional[str] = "validation"
-    tfds_test_split: typing.Optional[str] = "test"
+    tfds_train_split: str = "train"  # the split to train on
+    tfds_valid_split: typing.Optional[str] = "validation"  # the validation split (null: none)
+    tfds_test_split: typing.Optional[str] = "test"  # translated and scored after training (null: none)
     tfds_data_dir: typing.Optional[str] = None  # where TFDS keeps downloads (default ~/tensorflow_datasets)
     tfds_max_examples: typing.Optional[int] = None  # read at most this many training pairs
     # --- the data pipeline's DataConfig fields (kind: text or tfds) -----------------
@@ -328,6 +333,78 @@ class DataSection:
             if not path.is_file():
                 raise ConfigError(f"data.{name}: file not found: {path}")
 
+    def check_line_counts(self):
+        """Counts the lines of each split's files (streaming, `textfile.count_lines`) and refuses files that
+        disagree: line N of a source file must translate line N of its target (and of its tokenized references).
+
+        `keras-transformer train --dry-run` calls it, after `check_files`: a cut or misaligned file shows
+        before the vocabulary is learned, without reading the corpus into memory.
+
+        Returns:
+            `{split: lines}` for the splits that have files ("train", "valid", "test"); `{}` for synthetic
+            and TFDS data.
+
+        Raises:
+            ConfigError: two files of a split differ in length (both keys, files and counts are named).
+
+        Example:
+
+        >>> import pathlib, tempfile
+        >>> folder = pathlib.Path(tempfile.mkdtemp())
+        >>> for name, text in (("a.en", "One.\\nTwo.\\n"), ("a.de", "Eins.\\nZwei.\\n"), ("b.de", "Eins.\\n")):
+        ...     _ = (folder / name).write_text(text, encoding="utf-8")
+        >>> def section(target):
+        ...     return DataSection.from_dict({"kind": "text", "train_source": str(folder / "a.en"),
+        ...                                   "train_target": str(folder / target)})
+        >>> section("a.de").check_line_counts()
+        {'train': 2}
+        >>> section("b.de").check_line_counts()
+        Traceback (most recent call last):
+        ...
+        keras_transformer.errors.ConfigError: data.train_source (.../a.en) has 2 lines but data.train_target (.../b.de) has 1: line N of one must translate line N of the other.
+        """
+        if self.kind != "text":
+            return {}
+        files = self.pipeline.get
+        splits = {"train": {"train_source": files("train_source"), "train_target": files("train_target")},
+                  "valid": {"valid_source": files("valid_source"), "valid_target": files("valid_target"),
+                            "valid_tokenized_target": self.valid_tokenized_target},
+                  "test": {"test_source": self.test_source, "test_target": self.test_target,
+                           "test_tokenized_target": self.test_tokenized_target}}
+        counts = {}
+        for split, paths in splits.items():
+            lines = [(name, path, count_lines(path)) for name, path in paths.items() if path is not None]
+            for name, path, count in lines[1:]:
+                first, first_path, first_count = lines[0]
+                if count != first_count:
+                    raise ConfigError(f"data.{first} ({first_path}) has {first_count} lines but data.{name} "
+                                      f"({path}) has {count}: line N of one must translate line N of the other.")
+            if lines:
+                counts[split] = lines[0][2]
+        return counts
+
+    def resolved(self, seed, workdir=None):
+        """The section as `train` reads it, every field of this kind given: the kind's own fields (vocab_size,
+        max_length and seed filled in), and for text and TFDS data every `DataConfig` field.
+
+        Args:
+            seed: `training.seed`, the seed of a section without `data.seed`.
+            workdir: the run's folder: `tokenizer_dir` becomes `workdir/data/vocab`, where `train` keeps it.
+
+        Example:
+
+        >>> DataSection.from_dict({"kind": "synthetic"}).resolved(seed=1234)["vocab_size"]
+        32
+        """
+        values = {name: value for name, value in self.to_dict().items() if name not in self.pipeline}
+        values["seed"] = self.seed if self.seed is not None else seed
+        if self.kind == "synthetic":
+            values.update(vocab_size=self.synthetic_vocab_size, max_length=self.synthetic_max_length)
+            return values
+        vocab = None if workdir is None else pathlib.Path(workdir) / "data" / "vocab"
+        values.update(self.data_config(tokenizer_dir=vocab, seed=seed).to_dict())
+        return values
+
 
 @dataclasses.dataclass(frozen=True)
 class TrainingSection:
@@ -340,7 +417,8 @@ class TrainingSection:
     """
 
     epochs: int = 10  # epochs in total (a resumed run counts the ones already done)
-    steps_per_epoch: typing.Optional[int] = None  # None: one pass over the training data
+    steps_per_epoch: typing.Optional[int] = None  # updates an epoch, from the training data repeated without end
+                                                  # (each pass shuffled anew); None: an epoch is one pass
     strategy: str = "auto"  # see keras_transformer.STRATEGIES
     devices: typing.Optional[list] = None  # devices for "mirrored" / "one_device", e.g. ["/gpu:0", "/gpu:1"]
     communication: str = "auto"  # multi_worker all-reduce: "auto", "ring" or "nccl"
@@ -379,6 +457,8 @@ class TrainingSection:
             raise ConfigError(f"training.epochs must be a positive integer, got {self.epochs!r}.")
         if self.strategy not in STRATEGIES:
             raise ConfigError(f"training.strategy must be one of {STRATEGIES}, got {self.strategy!r}.")
+        if self.communication not in COMMUNICATIONS:
+            raise ConfigError(f"training.communication must be one of {COMMUNICATIONS}, got {self.communication!r}.")
         if self.batch_scaling not in BATCH_SCALINGS:
             raise ConfigError(f"training.batch_scaling must be one of {BATCH_SCALINGS}, "
                               f"got {self.batch_scaling!r}.")
@@ -386,16 +466,16 @@ class TrainingSection:
                 or self.mixed_precision in PRECISIONS):
             raise ConfigError(f"training.mixed_precision must be one of {PRECISIONS} or a bool, "
                               f"got {self.mixed_precision!r}.")
-        if not (isinstance(self.jit_compile, bool) or self.jit_compile == "auto"):
+        if not (isinstance(self.jit_compile, bool) or self.jit_compile == "auto"):  # not `in JIT_COMPILE`: 1 == True
             raise ConfigError(f"training.jit_compile must be true, false or 'auto', got {self.jit_compile!r}.")
         if self.on_nonfinite == "skip":
             raise ConfigError("training.on_nonfinite: 'skip' is not offered: dropping an update needs a check inside "
                               "the compiled training step, which Keras' fit does not expose, and a run that keeps "
                               "skipping is better stopped and resumed with a lower learning rate (mixed_float16's "
                               "loss scaling already skips its overflowing updates). Use 'stop', the default.")
-        if self.on_nonfinite != "stop":
+        if self.on_nonfinite not in NONFINITE:
             raise ConfigError(f"training.on_nonfinite must be 'stop', got {self.on_nonfinite!r}.")
-        if isinstance(self.verbose, bool) or self.verbose not in ("auto", 0, 1, 2):
+        if isinstance(self.verbose, bool) or self.verbose not in VERBOSITIES:
             raise ConfigError(f"training.verbose must be 'auto', 0, 1 or 2, got {self.verbose!r}.")
         for name in ("steps_per_epoch", "checkpoint_every_steps", "keep_checkpoints", "backup_every_steps",
                      "bleu_every_epochs", "bleu_max_sentences", "cooldown_epochs"):
@@ -416,6 +496,12 @@ class TrainingSection:
                                              or not isinstance(self.rdrop_alpha, (int, float))
                                              or not self.rdrop_alpha >= 0):
             raise ConfigError(f"training.rdrop_alpha must be a number >= 0 or null, got {self.rdrop_alpha!r}.")
+        if self.steps_per_epoch is not None and self.steps_per_epoch % self.steps_per_execution:
+            raise ConfigError(f"training.steps_per_epoch={self.steps_per_epoch} is not a multiple of "
+                              f"training.steps_per_execution={self.steps_per_execution}: Keras runs whole executions, "
+                              f"so an epoch would train "
+                              f"{-(-self.steps_per_epoch // self.steps_per_execution) * self.steps_per_execution} "
+                              f"updates.")
         if self.cooldown_epochs is not None and self.cooldown_epochs > self.epochs:
             raise ConfigError(f"training.cooldown_epochs ({self.cooldown_epochs}) is more than training.epochs "
                               f"({self.epochs}).")
@@ -461,10 +547,10 @@ class DecodingSection:
         if self.early_exit is not None and not isinstance(self.early_exit, bool):
             raise ConfigError(f"decoding.early_exit must be true or false, got {self.early_exit!r}.")
 
-    def overrides(self):
-        """The TransformerConfig fields this section sets."""
+    def overrides(self, every=False):
+        """The TransformerConfig fields this section sets (with `every`, those it may set, set or not)."""
         names = ("beam_size", "length_penalty", "max_decode_extra", "early_exit")
-        return {name: getattr(self, name) for name in names if getattr(self, name) is not None}
+        return {name: getattr(self, name) for name in names if every or getattr(self, name) is not None}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -593,15 +679,68 @@ class ExperimentConfig:
         ...
         keras_transformer.errors.ConfigError: model: TransformerConfig: d_model=60 is not divisible by num_heads=7; ...
         """
-        if self.data.kind == "synthetic":  # the vocabulary is the configured one: check it all
-            self.model_config(self.data.synthetic_vocab_size)
-            return
+        self.model_config(self._configured_vocabulary())
+
+    def _configured_vocabulary(self):
+        """The vocabulary `model_config` takes before the data's is learned: synthetic data's own, else the
+        model section's sizes (None when it gives vocab_size), else `data.vocab_size`."""
+        if self.data.kind == "synthetic":  # the vocabulary is the configured one
+            return self.data.synthetic_vocab_size
         if self.model.get("vocab_size") is not None:
-            self.model_config()
-            return
+            return None
         given = [size for size in (self.model.get("source_vocab_size"), self.model.get("target_vocab_size"))
                  if _is_integer(size) and size > 0]
-        self.model_config(max(given) if given else self.data.data_config().vocab_size)
+        return max(given) if given else self.data.data_config().vocab_size
+
+    def resolved(self, workdir=None):
+        """The experiment with every default filled in: the model section as the whole `TransformerConfig`
+        (preset expanded, decoding overrides applied), each other section with all of its fields.
+
+        Fed back as a config, it resolves to itself. Unlike `to_dict` (what `train` writes to
+        `experiment.yaml`), it holds defaults too. For text and TFDS data the model's vocabulary size is the
+        configured one (`data.vocab_size`) until `train` learns the vocabulary.
+
+        Example:
+
+        >>> resolved = ExperimentConfig.from_dict({"model": {"preset": "tiny"}}).resolved()
+        >>> resolved["model"]["d_model"], "preset" in resolved["model"], resolved["data"]["seed"]
+        (64, False, 1234)
+        """
+        model = self.model_config(self._configured_vocabulary()).to_dict()
+        decoding = dataclasses.asdict(self.decoding)
+        decoding.update({name: model[name] for name in self.decoding.overrides(every=True)})
+        return {"model": model, "data": self.data.resolved(self.training.seed, workdir),
+                "training": dataclasses.asdict(self.training), "decoding": decoding}
+
+    def dry_run(self, workdir=None):
+        """What `keras-transformer train --dry-run` prints: the `resolved` experiment as YAML, after the checks
+        that need no data work (`check_files`, then `DataSection.check_line_counts`), with comment lines on
+        what `train` settles later.
+
+        Raises:
+            ConfigError: a data file is missing, or two files of a split differ in length (named).
+
+        Example:
+
+        >>> print(ExperimentConfig.from_dict({"model": {"preset": "tiny"}}).dry_run())  # doctest: +ELLIPSIS
+        # keras-transformer train --dry-run: ...
+        model:
+          vocab_size: 32
+        ...
+        """
+        self.check_files()
+        counts = self.data.check_line_counts()
+        notes = ["keras-transformer train --dry-run: the experiment resolved, every default filled in (each key: "
+                 "docs/config.md); nothing trained or written"]
+        if self.model.get("preset"):
+            notes.append(f"model: preset {self.model['preset']!r} expanded, the model keys given override it")
+        if self.data.kind != "synthetic":
+            notes.append("model vocabulary sizes: the configured ones until train learns the vocabulary (or finds "
+                         "it in WORKDIR/data/vocab) and takes its size")
+        if counts:
+            notes.append("data files: " + ", ".join(f"{split} {lines} lines" for split, lines in counts.items())
+                         + ", in each file of the split")
+        return "".join(f"# {note}\n" for note in notes) + yaml.safe_dump(self.resolved(workdir), sort_keys=False)
 
 
 def _reject_unknown(values, known, prefix):

@@ -147,7 +147,7 @@ def _train(experiment, workdir, output, strategy, is_chief, policy, resumed_at=(
     if training.init_checkpoint and experiment.data.kind != "synthetic" and is_chief:
         adopt_vocabulary(training.init_checkpoint, workdir / "data" / "vocab")
     data = build_data(experiment.data, workdir / "data", strategy, training.batch_scaling, seed=training.seed,
-                      wait_for_chief=not is_chief, resumed_at=resumed_at)
+                      wait_for_chief=not is_chief, resumed_at=resumed_at, steps_per_epoch=training.steps_per_epoch)
     model_config = experiment.model_config(data.model_fields())
     if training.rdrop_alpha:  # validation too: without dropout the copies agree, and the loss is the plain one
         data = dataclasses.replace(data, train=repeat_rows(data.train),

@@ -16,7 +16,7 @@ LAYERS = [
     ("core", ["config", "masking", "layers", "layers.*", "model", "losses", "metrics", "schedules", "optimizers",
               "decoding", "keras_internals", "data.batching", "data.synthetic", "data.packed",
               "ctranslate2_translator"]),
-    ("experiment", ["experiment"]),
+    ("experiment", ["experiment", "config_reference"]),
     ("workdir", ["workdir", "evaluation"]),
     ("training", ["trainer", "trainer.*"]),
     ("tensorflow", ["data.corpus", "data.tokenizers", "data.pipeline", "data.build", "distribute", "translation",

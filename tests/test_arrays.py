@@ -67,6 +67,34 @@ def test_padded_rows_give_one_shape_per_width_and_the_same_loss():
     assert logs[0]["masked_accuracy"] == pytest.approx(logs[1]["masked_accuracy"], abs=1e-6)
 
 
+def test_epochs_of_steps_per_epoch_batches_cut_one_stream_of_passes_and_resume_at_any_batch():
+    """With `steps_per_epoch` an epoch takes the next batches of an unbroken stream of passes (pass k shuffled by
+    `resumed_seed(seed, k)`, as the epochs of one pass each are): no batch of a pass is skipped or served twice
+    where an epoch ends, and a run resumed at any batch of any epoch serves the batches the uninterrupted run
+    would have served."""
+    rng = np.random.default_rng(0)
+    sources = [rng.integers(4, 50, rng.integers(1, 12)) for _ in range(80)]
+    targets = [rng.integers(4, 50, rng.integers(1, 12)) for _ in range(80)]
+
+    def sources_of(batches):
+        return [np.asarray(b[0]["source"] if isinstance(b[0], dict) else b[0]).tolist() for b in batches]
+
+    per_pass = len(arrays.PackedBatches(sources, targets, 64, seed=5))
+    passes = [sources_of(arrays.PackedBatches(sources, targets, 64, seed=5).batches(k)) for k in range(3)]
+    assert per_pass > 6 and passes[0] != passes[1]
+    steps = per_pass // 2 + 1  # epoch 2 ends inside the second pass, epoch 4 inside the third
+    batches = arrays.PackedBatches(sources, targets, 64, seed=5, steps_per_epoch=steps)
+    assert len(batches) == steps
+    epochs = [sources_of(batches.batches(epoch)) for epoch in range(5)]
+    assert sum(epochs, []) == sum(passes, [])[:5 * steps]
+    for epoch, done in ((1, 2), (3, steps - 1), (4, 1)):
+        resumed = arrays.PackedBatches(sources, targets, 64, seed=5, steps_per_epoch=steps, resumed_at=(epoch, done))
+        resumed.callback.on_epoch_begin(epoch)  # what `fit` reads: the epoch's rest, then the next epoch whole
+        assert sources_of(resumed[i] for i in range(steps - done)) == epochs[epoch][done:]
+        resumed.callback.on_epoch_begin(epoch + 1)
+        assert sources_of(resumed[i] for i in range(steps)) == sources_of(batches.batches(epoch + 1))
+
+
 def test_batches_reject_bad_input():
     with pytest.raises(ValueError, match="2 source but 1 target"):
         arrays.make_batches([[4], [5]], [[6]], 64)
@@ -400,7 +428,7 @@ def test_the_packed_path_reads_the_experiment_with_train_s_defaults(copy_packed)
 
 @pytest.mark.parametrize("setting, value, message", [
     ("strategy", "mirrored", "training.strategy='mirrored': training from packed arrays runs on one device"),
-    ("steps_per_epoch", 5, "training.steps_per_epoch=5: an epoch of packed arrays is one pass"),
+    ("communication", "ring", "training.communication='ring': training from packed arrays runs on one device"),
     ("rdrop_alpha", 5, "training.rdrop_alpha=5: training from packed arrays does not implement R-Drop"),
 ])
 def test_settings_the_packed_path_cannot_apply_are_refused_by_name(copy_packed, setting, value, message):
@@ -476,3 +504,56 @@ def test_a_run_interrupted_inside_an_epoch_resumes_to_the_uninterrupted_run_s_we
         weights.append(model.get_weights())
     for a, b in zip(*weights):
         np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_steps_per_epoch_trains_that_many_updates_an_epoch_and_a_resume_across_a_pass_s_end_is_exact(copy_packed,
+                                                                                                    monkeypatch):
+    """training.steps_per_epoch applies on the packed path: an epoch of N updates takes the next N batches of
+    the stream of passes, so the second epoch crosses the end of the first pass. A run killed inside it resumes
+    with the batches the epoch had left, across that end, and ends with the weights of the uninterrupted run."""
+    from keras_transformer.trainer.backup import ResumableBackup, backup_position
+    whole, broken = copy_packed("whole"), copy_packed("broken")
+    per_pass = len(arrays.packed_data(whole, arrays.packed_experiment(whole))[1])
+    steps = per_pass // 2 + 1
+    assert steps + 2 < per_pass < 2 * steps
+    for workdir in (whole, broken):
+        _set_training(workdir, steps_per_epoch=steps, backup_every_steps=1)
+    result = arrays.train_arrays(whole, jit_compile=False, average_last=0)
+    assert result["updates"] == 2 * steps
+    expected = _history(whole)
+    assert [int(r["step"]) for r in expected] == [steps, 2 * steps]
+
+    class Killed(Exception):
+        pass
+    seen, on_batch_end = [], ResumableBackup.on_train_batch_end
+
+    def kill_after_batch_2_of_epoch_2(self, batch, logs=None):
+        on_batch_end(self, batch, logs)
+        seen.append(batch)
+        if len(seen) == steps + 2:
+            raise Killed
+    monkeypatch.setattr(ResumableBackup, "on_train_batch_end", kill_after_batch_2_of_epoch_2)
+    with pytest.raises(Killed):
+        arrays.train_arrays(broken, jit_compile=False, average_last=0)
+    monkeypatch.undo()
+    assert backup_position(broken / "backup") == (1, 2)
+    resumed = arrays.train_arrays(broken, jit_compile=False, average_last=0)
+    assert resumed["updates"] == steps - 2
+    got = _history(broken)
+    assert [int(r["step"]) for r in got] == [steps, 2 * steps]
+    assert float(got[1]["loss"]) == pytest.approx(float(expected[1]["loss"]), rel=1e-4)
+    from keras_transformer.config import TransformerConfig
+    from keras_transformer.model import build_model
+    model = build_model(TransformerConfig.from_yaml(whole / "model.yaml"))
+    weights = []
+    for workdir in (whole, broken):
+        model.load_weights(str(workdir / "checkpoints" / "ckpt-0002.weights.h5"))
+        weights.append(model.get_weights())
+    for a, b in zip(*weights):
+        np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5)
+
+
+def _history(workdir):
+    with open(workdir / "history.csv", encoding="utf-8") as f:
+        return list(csv.DictReader(f))

@@ -117,7 +117,83 @@ def test_dry_run_shows_the_overrides_later_ones_winning(tmp_path, capsys):
     assert status == 0
     resolved = yaml.safe_load(capsys.readouterr().out)
     assert resolved["training"]["epochs"] == 4 and resolved["model"]["dropout"] == 0.2
-    assert resolved["model"]["preset"] == "tiny"
+
+
+def test_dry_run_expands_the_preset_and_fills_in_every_default(tmp_path, capsys):
+    """`preset: tiny` is printed as the sizes it stands for, and every key of every section is there with the value
+    train uses (the model's vocabulary is the synthetic task's); printed back into --dry-run, it gives itself."""
+    import dataclasses
+
+    import yaml
+
+    from keras_transformer.config import PRESETS, TransformerConfig
+    from keras_transformer.experiment import DecodingSection, TrainingSection
+    assert cli.main(["train", "--config", str(TINY), "--workdir", str(tmp_path), "--dry-run"]) == 0
+    printed = capsys.readouterr().out
+    resolved = yaml.safe_load(printed)
+    model = resolved["model"]
+    assert "preset" not in model and list(model) == [f.name for f in dataclasses.fields(TransformerConfig)]
+    assert {key: model[key] for key in PRESETS["tiny"] if key not in ("dropout", "max_length", "warmup_steps")} \
+        == {"num_layers": 2, "d_model": 64, "num_heads": 4, "d_ff": 256}
+    # configs/tiny_copy.yaml's own values win over the preset's; the vocabulary is the data's
+    assert (model["dropout"], model["max_length"], model["warmup_steps"], model["vocab_size"]) == (0.0, 32, 100, 24)
+    assert "# model: preset 'tiny' expanded" in printed
+    assert resolved["data"] == {"kind": "synthetic", "vocab_size": 24, "max_length": 10, "seed": 1234,
+                                "task": "copy", "train_examples": 2048, "val_examples": 256, "min_length": 3,
+                                "batch_size": 64, "shuffle": True}
+    assert list(resolved["training"]) == [f.name for f in dataclasses.fields(TrainingSection)]
+    assert resolved["training"]["steps_per_execution"] == 1 and resolved["training"]["clipnorm"] == 1.0
+    assert list(resolved["decoding"]) == [f.name for f in dataclasses.fields(DecodingSection)]
+    assert resolved["decoding"]["max_decode_extra"] == 50  # the model's, which the section leaves as it is
+    again = tmp_path / "resolved.yaml"
+    again.write_text(printed, encoding="utf-8")
+    assert cli.main(["train", "--config", str(again), "--workdir", str(tmp_path), "--dry-run"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out) == resolved
+
+
+def _text_config(folder, lines):
+    """A text experiment over files of the given line counts, `{key: lines}` (train_source.gz is gzip)."""
+    import gzip
+
+    import yaml
+    data = {"kind": "text", "vocab_size": 100}
+    for key, count in lines.items():
+        path = folder / (key + (".gz" if key == "train_source" else ""))
+        text = "".join(f"sentence {i}\n" for i in range(count)).encode()
+        path.write_bytes(gzip.compress(text) if path.suffix == ".gz" else text)
+        data[key] = str(path)
+    config = folder / "text.yaml"
+    config.write_text(yaml.safe_dump({"model": {"preset": "tiny"}, "data": data}), encoding="utf-8")
+    return config
+
+
+def test_dry_run_checks_that_each_split_s_files_have_as_many_lines(tmp_path, capsys):
+    import yaml
+    lines = {"train_source": 30, "train_target": 30, "valid_source": 4, "valid_target": 4, "test_source": 5,
+             "test_target": 5, "test_tokenized_target": 5}
+    config = _text_config(tmp_path, lines)
+    assert cli.main(["train", "--config", str(config), "--workdir", str(tmp_path / "run"), "--dry-run"]) == 0
+    printed = capsys.readouterr().out
+    assert "# data files: train 30 lines, valid 4 lines, test 5 lines" in printed
+    data = yaml.safe_load(printed)["data"]
+    assert (data["tokens_per_batch"], data["model_type"], data["seed"]) == (4096, "bpe", 1234)  # DataConfig's, training's
+    assert data["tokenizer_dir"] == str(tmp_path / "run" / "data" / "vocab")  # where train keeps it
+    for key, other in (("train_target", "train_source"), ("valid_target", "valid_source"),
+                       ("test_tokenized_target", "test_source")):
+        config = _text_config(tmp_path, {**lines, key: lines[key] - 1})
+        assert cli.main(["train", "--config", str(config), "--workdir", str(tmp_path / "run"), "--dry-run"]) == 2
+        error = capsys.readouterr().err
+        assert (f"data.{other} ({tmp_path / other}{'.gz' if other == 'train_source' else ''}) has {lines[key]} "
+                f"lines but data.{key} ({tmp_path / key}) has {lines[key] - 1}") in error
+    assert not (tmp_path / "run").exists()
+
+
+def test_train_help_points_to_the_config_reference(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["train", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "docs/config.md lists every key" in text and "keras_transformer/training.py" not in text
+    assert (REPO / "docs" / "config.md").is_file()
 
 
 def test_export_of_a_workdir_without_checkpoints_fails_clearly(tmp_path, capsys):

@@ -89,6 +89,9 @@ def test_malformed_set_is_rejected(text):
     ({"training": {"epochs": 0}}, "training.epochs"),
     ({"training": {"epochs": 3, "cooldown_epochs": 4}}, "training.cooldown_epochs"),
     ({"training": {"initial_updates": -1}}, "training.initial_updates"),
+    # Keras runs whole executions: 3 steps of 2 batches would train 4 updates an epoch, not 3
+    ({"training": {"steps_per_epoch": 3, "steps_per_execution": 2}}, "training.steps_per_epoch=3 is not a multiple"),
+    ({"training": {"communication": "rnig"}}, "training.communication"),
     ({"data": {"kind": "csv"}}, "data.kind"),
     ({"data": {"kind": "text"}}, "data.train_source"),
     ({"model": {"preset": "huge"}}, "model.preset"),
@@ -458,6 +461,68 @@ def test_an_interrupted_epoch_of_unknown_length_trains_again_and_says_so(tmp_pat
     result = training.train(experiment, tmp_path / "run")
     assert "does not tell its number of batches per epoch" in caplog.text
     assert int(result.model.optimizer.iterations) == 2 * 8 + 4  # the 4 batches backed up, then the whole epoch
+
+
+def _steps(workdir):
+    return [int(float(row["step"])) for row in _rows(workdir / "history.csv")]
+
+
+@pytest.mark.slow
+def test_steps_per_epoch_below_one_pass_trains_that_many_updates_every_epoch_and_after_a_resume(tmp_path,
+                                                                                               monkeypatch):
+    """8 batches a pass, 3 an epoch: every epoch trains 3 updates, the third one across the end of the first pass
+    (before, it stopped there after 2 and was saved as a whole epoch: steps 3, 6, 8, 11). A run stopped inside
+    the fourth epoch resumes and ends with the updates of the uninterrupted run."""
+    settings = SMALL_MODEL + ["data.train_examples=256", "data.val_examples=32", "data.batch_size=32",
+                              "training.epochs=4", "training.steps_per_epoch=3", "training.verbose=0",
+                              "training.tensorboard=false", "training.validation=false",
+                              "training.backup_every_steps=1"]
+    experiment = training.load_experiment(TINY, settings)
+    whole = training.train(experiment, tmp_path / "whole")
+    assert _steps(tmp_path / "whole") == [3, 6, 9, 12] and int(whole.model.optimizer.iterations) == 12
+    _interrupt_at(monkeypatch, 11)  # the second batch of the fourth epoch, in the second pass
+    with pytest.raises(_Interrupted):
+        training.train(experiment, tmp_path / "broken")
+    monkeypatch.undo()
+    assert trainer_backup.backup_position(tmp_path / "broken" / "backup") == (3, 1)
+    resumed = training.train(experiment, tmp_path / "broken")
+    assert resumed.history["step"] == [12]  # the epoch's 2 batches left, and no more
+    assert _steps(tmp_path / "broken") == [3, 6, 9, 12] and int(resumed.model.optimizer.iterations) == 12
+
+
+@pytest.mark.parametrize("kind", ["synthetic", "text", "text with BPE-dropout"])
+def test_with_steps_per_epoch_the_training_data_is_an_endless_stream_of_fresh_passes(packed, tmp_path, kind):
+    """An epoch of `steps_per_epoch` batches takes them from an unbroken stream of passes: each pass holds every
+    pair once, in an order of its own; a second iterator (the `fit` after a resumed epoch's rest) goes on with
+    new passes instead of replaying the first iterator's batches."""
+    if kind == "synthetic":
+        section = training.load_experiment(TINY, SMALL + ["data.train_examples=96"]).data  # 3 batches of 32
+    else:
+        folder = packed[2]
+        dropout = {"subword_dropout": 0.1} if "BPE" in kind else {}
+        section = training.load_experiment(_write(tmp_path / "text.yaml", {
+            "model": {"preset": "tiny"},
+            "data": {"kind": "text", "train_source": str(folder / "train.en"), "train_target": str(folder / "train.de"),
+                     "vocab_size": 600, "tokens_per_batch": 1024, "max_length": 64, **dropout}})).data
+    data = training.build_data(section, tmp_path / "data", seed=1234, steps_per_epoch=2)
+    passes = data.num_batches  # one pass's batches, as before; the stream itself has no end
+    assert passes > 2 and int(data.train.cardinality()) == -1  # tf.data.INFINITE_CARDINALITY
+
+    def pairs(batches):  # the pairs of `batches`, as (source ids, target ids), sorted
+        return sorted((tuple(s[s != 0]), tuple(t[t != 0])) for inputs, _ in batches
+                      for s, t in zip(inputs["source"].numpy(), inputs["target"].numpy()))
+
+    def sources(batches):
+        return [inputs["source"].numpy().tolist() for inputs, _ in batches]
+
+    stream = list(data.train.take(2 * passes))  # the batches of one `fit`'s first 2 * passes updates
+    first, second = stream[:passes], stream[passes:]
+    if "BPE" in kind:  # sampled segmentations differ from pass to pass: count the pairs
+        assert len(pairs(first)) == len(pairs(second))
+    else:
+        assert pairs(first) == pairs(second)  # every pair once a pass
+    assert sources(first) != sources(second)  # each pass shuffled anew
+    assert sources(data.train.take(passes)) not in (sources(first), sources(second))  # a new iterator: new passes
 
 
 @pytest.mark.slow

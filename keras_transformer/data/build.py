@@ -166,11 +166,16 @@ def _text_data(section, data_dir, replicas, batch_scaling, shuffle_seed, wait_fo
 
 
 def build_data(section, data_dir, strategy=None, batch_scaling="per_replica", seed=0, wait_for_chief=False,
-               resumed_at=(0, 0)):
+               resumed_at=(0, 0), steps_per_epoch=None):
     """Builds the training and validation datasets a `DataSection` describes.
 
     Built once: the synthetic pairs or the learned vocabulary are stored in
     `data_dir` (`synthetic.npz`, `vocab/`) and read back by every later run.
+
+    An epoch is one pass over the training pairs, or with `steps_per_epoch`
+    that many batches of an endless stream of passes (the training dataset is
+    repeated, each pass shuffled anew), so that every epoch trains exactly
+    `steps_per_epoch` updates, wherever the passes end.
 
     Args:
         section: a `DataSection`.
@@ -182,9 +187,11 @@ def build_data(section, data_dir, strategy=None, batch_scaling="per_replica", se
         wait_for_chief: a non-chief worker waits for the chief's vocabulary instead of learning one.
         resumed_at: `(epoch, batch)` a resumed run starts from: its shuffling seed is
             `resumed_seed(seed, epoch, batch)`, so it does not replay the first run's order.
+        steps_per_epoch: `training.steps_per_epoch`: when set, the training dataset repeats without end
+            (`model.fit` takes that many batches an epoch, going on where the last epoch stopped).
 
     Returns:
-        A `TrainingData`.
+        A `TrainingData` (`num_batches`: the batches of one pass, when tf.data can tell).
 
     Example:
 
@@ -204,7 +211,10 @@ def build_data(section, data_dir, strategy=None, batch_scaling="per_replica", se
     else:
         data = _text_data(section, data_dir, replicas, batch_scaling, shuffle_seed, wait_for_chief)
     batches = int(data.train.cardinality())  # UNKNOWN (-2) or INFINITE (-1) when tf.data cannot tell
-    return dataclasses.replace(data, num_batches=batches if batches > 0 else None)
+    train = data.train
+    if steps_per_epoch:  # a finite dataset would end an epoch early where a pass ends (Keras: "ran out of data")
+        train = train.repeat()  # each repetition shuffles anew (reshuffle_each_iteration), BPE-dropout samples anew
+    return dataclasses.replace(data, train=train, num_batches=batches if batches > 0 else None)
 
 
 def repeat_rows(dataset):

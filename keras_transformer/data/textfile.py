@@ -144,6 +144,32 @@ def read_stream(handle, name, errors="strict"):
     return lines, replaced
 
 
+def count_lines(path, chunk_size=1 << 20):
+    """The number of lines `read_file` reads from `path` (plain or gzip), counted without decoding or keeping them.
+
+    Streams the file in chunks of `chunk_size` bytes and counts ``\\n``, plus a
+    last line without one: what the corpus reader and `evaluation.read_lines`
+    read, in a fraction of their time and memory (`keras-transformer train --dry-run`).
+
+    Raises:
+        ValueError: gzip data that stops before its end (the file is named).
+
+    Example:
+
+    >>> import pathlib, tempfile
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "a.txt"
+    >>> _ = path.write_bytes(b"one\\r\\ntwo\\x0bstill two\\nthree")
+    >>> count_lines(path), len(read_file(path)[0])
+    (3, 3)
+    """
+    count, last = 0, b"\n"
+    with open_binary(path) as handle:
+        for chunk in _complete(iter(lambda: handle.read(chunk_size), b""), os.fspath(path)):
+            count += chunk.count(b"\n")
+            last = chunk[-1:]
+    return count + (last != b"\n")
+
+
 def read_file(path, errors="strict"):
     """`read_stream` on a file (plain or gzip); returns ``(lines, replaced)``.
 
