@@ -210,12 +210,13 @@ def build_parser():
 
 
 def _train(args):
-    from keras_transformer import training
-    experiment = training.load_experiment(args.config, args.overrides)  # checks the model section too
+    from keras_transformer.experiment import load_experiment
+    experiment = load_experiment(args.config, args.overrides)  # checks the model section too
     experiment.check_files()  # also for --dry-run: a wrong path shows now, not after the vocabulary is learned
-    if args.dry_run:
+    if args.dry_run:  # needs no TensorFlow (main does not import it)
         print(experiment.dry_run(args.workdir), end="")
         return 0
+    from keras_transformer import training
     _, scores = training.train_and_evaluate(experiment, args.workdir)
     if scores:
         print(json.dumps(scores))
@@ -463,7 +464,8 @@ def main(argv=None):
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
         precheck(args)  # before TensorFlow: a wrong key or path answers at once
-        if not args.verbose and os.environ.get(TF_LOGS_VARIABLE, "0") in ("", "0"):
+        dry_run = args.command == "train" and args.dry_run
+        if not dry_run and not args.verbose and os.environ.get(TF_LOGS_VARIABLE, "0") in ("", "0"):
             import_tensorflow_quietly()
             logging.getLogger("tensorflow").setLevel(logging.ERROR)
             logging.getLogger("absl").setLevel(logging.ERROR)
