@@ -101,9 +101,8 @@ def test_a_torn_latest_backup_resumes_from_the_one_before_to_the_uninterrupted_r
     uninterrupted run."""
     settings = SMALL_RUN + ["training.epochs=2", "data.shuffle=false"]
     experiment = training.load_experiment(TINY, settings)
-    uninterrupted = training.train(experiment, tmp_path / "uninterrupted").model.get_weights()
     workdir = tmp_path / "run"
-    training.train(experiment, workdir)
+    uninterrupted = training.train(experiment, workdir).model.get_weights()  # before anything is torn
     caplog.set_level("WARNING", logger="keras_transformer")
     weights, metadata = workdir / "backup" / "latest.weights.h5", workdir / "backup" / "training_metadata.json"
     for tear in (lambda: weights.write_bytes(weights.read_bytes()[:weights.stat().st_size // 2]),
