@@ -431,7 +431,13 @@ def precheck(args):
 
     if args.command in ("train", "pack"):
         from keras_transformer.experiment import load_experiment
-        load_experiment(args.config, args.overrides).check_files()
+        experiment = load_experiment(args.config, args.overrides)
+        experiment.check_files()
+        # A workdir another run holds is refused now, not after the import (the workers of one multi-worker
+        # cluster share the command's --workdir and lock their own folders inside it, later).
+        cluster = experiment.training.strategy == "multi_worker" or os.environ.get("TF_CONFIG")
+        if not getattr(args, "dry_run", False) and not cluster:
+            files.check_unlocked(args.workdir)
     elif args.command in ("translate", "evaluate", "plot-attention"):
         models = args.model if isinstance(args.model, list) else [args.model]
         for model in models:
@@ -451,6 +457,7 @@ def precheck(args):
         layout.check_export_destination(args.out)
     elif args.command == "average":
         layout.check_average_output(args.workdir, args.output)
+        files.check_unlocked(args.workdir)
 
 
 def main(argv=None):

@@ -345,6 +345,33 @@ def lock_holder(folder):
         return {}
 
 
+def _busy(folder):
+    holder = lock_holder(folder)
+    who = (f"process {holder.get('pid', '?')} on host {holder.get('host', '?')} "
+           f"({holder.get('command', '?')}, started {holder.get('started', '?')})") if holder else "another process"
+    return WorkdirBusyError(
+        f"{folder} is in use by {who}: one command writes to a workdir at a time. Wait for it to finish, or stop "
+        f"it; the lock goes with the process, so the same command can then be run again.")
+
+
+def check_unlocked(folder):
+    """Raises `WorkdirBusyError` (as `exclusive_lock` would) when another process holds `folder`'s lock; creates
+    nothing. For a command that checks before its slow start (the lock itself is taken later)."""
+    path = pathlib.Path(folder) / LOCK_FILE
+    if fcntl is None or os.path.realpath(folder) in _HELD or not path.is_file():
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    except OSError as error:
+        if error.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            raise
+        raise _busy(folder) from None
+    finally:
+        os.close(fd)
+
+
 @contextlib.contextmanager
 def exclusive_lock(folder, command):
     """Holds `folder`'s writer lock for the `with` block; another process that asks for it meanwhile fails.
@@ -389,13 +416,7 @@ def exclusive_lock(folder, command):
         os.close(fd)
         if error.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
             raise
-        holder = lock_holder(folder)
-        who = (f"process {holder.get('pid', '?')} on host {holder.get('host', '?')} "
-               f"({holder.get('command', '?')}, started {holder.get('started', '?')})") if holder else \
-            "another process"
-        raise WorkdirBusyError(
-            f"{folder} is in use by {who}: one command writes to a workdir at a time. Wait for it to finish, or "
-            f"stop it; the lock goes with the process, so the same command can then be run again.") from None
+        raise _busy(folder) from None
     record = {"host": socket.gethostname(), "pid": os.getpid(), "command": command,
               "started": time.strftime("%Y-%m-%d %H:%M:%S")}
     os.ftruncate(fd, 0)

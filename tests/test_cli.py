@@ -633,7 +633,9 @@ def test_train_killed_with_sigkill_resumes_with_the_same_command(tmp_path):
     deadline = time.time() + 120
     while lock_holder(workdir).get("pid") != first.pid and first.poll() is None and time.time() < deadline:
         time.sleep(0.05)
-    second = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    second = subprocess.run([command[0], "-c", "import sys; sys.modules['tensorflow'] = None; "  # refused before
+                             "from keras_transformer.cli import main; sys.exit(main(sys.argv[1:]))",   # TensorFlow
+                             *command[3:]], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert second.returncode == 2, second.stdout[-3000:] + second.stderr[-3000:]
     assert f"in use by process {first.pid} on host " in second.stderr and "(train, started" in second.stderr
     assert "Epoch 1/8" not in second.stdout
