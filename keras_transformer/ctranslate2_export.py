@@ -56,8 +56,8 @@ from keras_transformer.ctranslate2_translator import (FORMAT, FORMAT_VERSION, ME
                                                       CTranslate2Translator, gnmt_length_penalty,
                                                       is_ctranslate2_model, read_metadata)
 from keras_transformer.files import atomic_write_text, replace_folder, staging_folder
+from keras_transformer.layout import check_export_destination
 from keras_transformer.model import parts
-from keras_transformer.workdir import check_export_destination
 
 README_FILE = "README.md"
 PAD_TOKEN = "<blank>"  # CTranslate2's (and OpenNMT's) padding token

@@ -14,10 +14,11 @@ import os
 import numpy as np
 
 from keras_transformer.data.batching import in_length_order
+from keras_transformer.layout import CTRANSLATE2_METADATA
 
 FORMAT = "keras_transformer.ctranslate2"
 FORMAT_VERSION = 1
-METADATA_FILE = "keras_transformer.json"
+METADATA_FILE = CTRANSLATE2_METADATA
 _ASCII_WHITESPACE = " \t\n\v\f\r"
 
 

@@ -22,7 +22,7 @@ MEMBERS_DIR = "members"
 VOCAB_DIR = "vocab"
 CHECKPOINT_PATTERN = re.compile(r"^(?:ckpt|step)-(\d+)\.weights\.h5$")
 SAVED_MODEL = "saved_model.pb"
-CTRANSLATE2_METADATA = "keras_transformer.json"  # `ctranslate2_translator.METADATA_FILE`
+CTRANSLATE2_METADATA = "keras_transformer.json"  # a CTranslate2 export's own metadata (ctranslate2_translator)
 
 
 def model_kind(path):

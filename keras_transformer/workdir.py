@@ -35,8 +35,8 @@ from keras_transformer.errors import CheckpointError, CheckpointNotFoundError, C
 from keras_transformer.files import atomic_write, staging_folder
 from keras_transformer.layout import (AVERAGED_WEIGHTS, CHECKPOINT_PATTERN, CHECKPOINTS_DIR, EXTRA_DIR,  # noqa: F401
                                       MEMBERS_DIR, MODEL_CONFIG, MODEL_WEIGHTS, VOCAB_DIR, WORKDIR_VOCAB,
-                                      check_export_destination, check_model_folder, check_weights_choice,
-                                      is_export, is_training_workdir, model_kind, not_a_model)
+                                      check_model_folder, check_weights_choice, is_export, model_kind,
+                                      not_a_model)
 from keras_transformer.model import build_model
 
 log = logging.getLogger("keras_transformer")

@@ -459,13 +459,32 @@ def test_clipnorm_and_gradient_accumulation_apply_on_the_packed_path(copy_packed
     assert result["updates"] == len(arrays.packed_data(workdir, arrays.packed_experiment(workdir))[1])
 
 
+class _Killed(Exception):
+    """Stands for a process killed after a batch (its backup, if one was due, written)."""
+
+
+def _kill_after_batches(monkeypatch, count):
+    """Makes the next training stop with `_Killed` at its `count`-th batch end, after the backup's own batch end."""
+    from keras_transformer.trainer.backup import ResumableBackup
+
+    seen, on_batch_end = [], ResumableBackup.on_train_batch_end
+
+    def kill(self, batch, logs=None):
+        on_batch_end(self, batch, logs)
+        seen.append(batch)
+        if len(seen) == count:
+            raise _Killed
+    monkeypatch.setattr(ResumableBackup, "on_train_batch_end", kill)
+    return _Killed
+
+
 @pytest.mark.slow
 def test_a_run_interrupted_inside_an_epoch_resumes_to_the_uninterrupted_run_s_weights(trained, copy_packed,
                                                                                         monkeypatch):
     """With training.backup_every_steps the packed path backs up inside an epoch; a run killed there resumes
     with the batches the epoch had left, in the same order, and ends where an uninterrupted run ends (the
     `trained` run's first call: the same packed workdir and seed, two epochs, no backups inside an epoch)."""
-    from keras_transformer.trainer.backup import ResumableBackup, backup_position
+    from keras_transformer.trainer.backup import backup_position
     whole, expected = trained[0], trained[4]
     broken = copy_packed("broken")
     _set_training(broken, backup_every_steps=2)
@@ -473,16 +492,7 @@ def test_a_run_interrupted_inside_an_epoch_resumes_to_the_uninterrupted_run_s_we
     per_epoch = int(expected[0]["step"])
     assert per_epoch > 6
 
-    class Killed(Exception):
-        pass
-    seen, on_batch_end = [], ResumableBackup.on_train_batch_end
-
-    def kill_after_batch_5_of_epoch_2(self, batch, logs=None):
-        on_batch_end(self, batch, logs)
-        seen.append(batch)
-        if len(seen) == per_epoch + 5:
-            raise Killed
-    monkeypatch.setattr(ResumableBackup, "on_train_batch_end", kill_after_batch_5_of_epoch_2)
+    Killed = _kill_after_batches(monkeypatch, per_epoch + 5)  # batch 5 of epoch 2
     with pytest.raises(Killed):
         arrays.train_arrays(broken, jit_compile=False, average_last=0)
     monkeypatch.undo()
@@ -512,7 +522,7 @@ def test_steps_per_epoch_trains_that_many_updates_an_epoch_and_a_resume_across_a
     """training.steps_per_epoch applies on the packed path: an epoch of N updates takes the next N batches of
     the stream of passes, so the second epoch crosses the end of the first pass. A run killed inside it resumes
     with the batches the epoch had left, across that end, and ends with the weights of the uninterrupted run."""
-    from keras_transformer.trainer.backup import ResumableBackup, backup_position
+    from keras_transformer.trainer.backup import backup_position
     whole, broken = copy_packed("whole"), copy_packed("broken")
     per_pass = len(arrays.packed_data(whole, arrays.packed_experiment(whole))[1])
     steps = per_pass // 2 + 1
@@ -524,16 +534,7 @@ def test_steps_per_epoch_trains_that_many_updates_an_epoch_and_a_resume_across_a
     expected = _history(whole)
     assert [int(r["step"]) for r in expected] == [steps, 2 * steps]
 
-    class Killed(Exception):
-        pass
-    seen, on_batch_end = [], ResumableBackup.on_train_batch_end
-
-    def kill_after_batch_2_of_epoch_2(self, batch, logs=None):
-        on_batch_end(self, batch, logs)
-        seen.append(batch)
-        if len(seen) == steps + 2:
-            raise Killed
-    monkeypatch.setattr(ResumableBackup, "on_train_batch_end", kill_after_batch_2_of_epoch_2)
+    Killed = _kill_after_batches(monkeypatch, steps + 2)  # batch 2 of epoch 2
     with pytest.raises(Killed):
         arrays.train_arrays(broken, jit_compile=False, average_last=0)
     monkeypatch.undo()

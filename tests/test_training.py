@@ -490,20 +490,26 @@ def test_steps_per_epoch_below_one_pass_trains_that_many_updates_every_epoch_and
     assert _steps(tmp_path / "broken") == [3, 6, 9, 12] and int(resumed.model.optimizer.iterations) == 12
 
 
+def _data_section(kind, packed, tmp_path, tokens_per_batch, synthetic=()):
+    """The data section of a tiny run of `kind`: "synthetic" (TINY with SMALL and `synthetic` overrides), "text" (the
+    packed fixture's files, a 600-piece vocabulary) or "text with BPE-dropout" (the same with subword dropout 0.1)."""
+    if kind == "synthetic":
+        return training.load_experiment(TINY, SMALL + list(synthetic)).data
+    folder = packed[2]
+    dropout = {"subword_dropout": 0.1} if "BPE" in kind else {}
+    return training.load_experiment(_write(tmp_path / "text.yaml", {
+        "model": {"preset": "tiny"},
+        "data": {"kind": "text", "train_source": str(folder / "train.en"), "train_target": str(folder / "train.de"),
+                 "vocab_size": 600, "tokens_per_batch": tokens_per_batch, "max_length": 64, **dropout}})).data
+
+
 @pytest.mark.parametrize("kind", ["synthetic", "text", "text with BPE-dropout"])
 def test_with_steps_per_epoch_the_training_data_is_an_endless_stream_of_fresh_passes(packed, tmp_path, kind):
     """An epoch of `steps_per_epoch` batches takes them from an unbroken stream of passes: each pass holds every
     pair once, in an order of its own; a second iterator (the `fit` after a resumed epoch's rest) goes on with
     new passes instead of replaying the first iterator's batches."""
-    if kind == "synthetic":
-        section = training.load_experiment(TINY, SMALL + ["data.train_examples=96"]).data  # 3 batches of 32
-    else:
-        folder = packed[2]
-        dropout = {"subword_dropout": 0.1} if "BPE" in kind else {}
-        section = training.load_experiment(_write(tmp_path / "text.yaml", {
-            "model": {"preset": "tiny"},
-            "data": {"kind": "text", "train_source": str(folder / "train.en"), "train_target": str(folder / "train.de"),
-                     "vocab_size": 600, "tokens_per_batch": 1024, "max_length": 64, **dropout}})).data
+    section = _data_section(kind, packed, tmp_path, tokens_per_batch=1024,
+                            synthetic=["data.train_examples=96"])  # synthetic: 3 batches of 32
     data = training.build_data(section, tmp_path / "data", seed=1234, steps_per_epoch=2)
     passes = data.num_batches  # one pass's batches, as before; the stream itself has no end
     assert passes > 2 and int(data.train.cardinality()) == -1  # tf.data.INFINITE_CARDINALITY
@@ -560,15 +566,7 @@ def test_a_resumed_run_keeps_the_best_bleu_weights_of_its_earlier_epochs(packed,
 def test_a_resumed_run_shuffles_in_a_new_order_and_a_fresh_run_in_the_same_one(packed, tmp_path, kind):
     """A seeded tf.data shuffle restarts its orders in every process: the resume position picks new ones
     (and, with BPE-dropout, new segmentations)."""
-    if kind == "synthetic":
-        section = training.load_experiment(TINY, SMALL).data
-    else:
-        folder = packed[2]
-        dropout = {"subword_dropout": 0.1} if "BPE" in kind else {}
-        section = training.load_experiment(_write(tmp_path / "text.yaml", {
-            "model": {"preset": "tiny"},
-            "data": {"kind": "text", "train_source": str(folder / "train.en"), "train_target": str(folder / "train.de"),
-                     "vocab_size": 600, "tokens_per_batch": 512, "max_length": 64, **dropout}})).data
+    section = _data_section(kind, packed, tmp_path, tokens_per_batch=512)
 
     def first_epoch(resumed_at):
         data = training.build_data(section, tmp_path / "data", seed=1234, resumed_at=resumed_at)
