@@ -12,9 +12,10 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "keras_transformer"
 
 # The layers, lowest first (README, "Layout"). A module imports only from its own layer or the ones below.
 LAYERS = [
-    ("stdlib", ["errors", "files", "layout", "arguments", "data", "data.textfile"]),
+    ("stdlib", ["errors", "files", "layout", "arguments", "data", "data.textfile", "decoding.registry",
+                "decoding.options"]),
     ("core", ["config", "masking", "layers", "layers.*", "model", "losses", "metrics", "schedules", "optimizers",
-              "decoding", "keras_internals", "data.batching", "data.synthetic", "data.packed",
+              "decoding", "decoding.*", "keras_internals", "data.batching", "data.synthetic", "data.packed",
               "ctranslate2_translator"]),
     ("experiment", ["experiment", "config_reference"]),
     ("workdir", ["workdir", "evaluation"]),
@@ -178,7 +179,29 @@ def test_keras_internals_are_touched_in_one_module_only_and_imported_where_used(
     assert not top_level, "\n".join(top_level)
 
 
+def test_decoding_strategies_live_only_in_the_decoding_package():
+    """A search is the incremental decoder step in a loop that picks tokens: outside `decoding/` (and the model
+    code that defines the step), no call takes the step's cache; and every module of `decoding/` that is not
+    shared machinery is a strategy registered in `decoding.STRATEGIES`, so none is reachable by another door."""
+    from keras_transformer.decoding import STRATEGIES
+
+    defines_the_step = ("model", "layers.")
+    outside = []
+    for name, tree in _modules().items():
+        if name == "decoding" or name.startswith("decoding.") or name.startswith(defines_the_step):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and any(k.arg in ("self_attention_cache", "cache_index")
+                                                  for k in node.keywords):
+                outside.append(f"{name} line {node.lineno}: a cached decoder step outside keras_transformer/decoding/")
+    assert not outside, "\n".join(outside)
+    shared = {"__init__", "registry", "options", "search", "scoring"}
+    strategies = {path.stem for path in (PACKAGE / "decoding").glob("*.py")} - shared
+    assert strategies == set(STRATEGIES.values()), "every strategy module is registered in decoding/registry.py"
+
+
 @pytest.mark.parametrize("statement", ["import keras_transformer",
+                                       "from keras_transformer.decoding import DecodeOptions",
                                        "from keras_transformer.ctranslate2_translator import CTranslate2Translator",
                                        "import keras_transformer.experiment; import keras_transformer.errors",
                                        "from keras_transformer import cli; cli.build_parser()"])

@@ -241,7 +241,8 @@ def test_build_model_rejects_a_non_config():
 
 
 MODEL_MODULES = ["config.py", "masking.py", "model.py", "losses.py", "metrics.py", "schedules.py", "optimizers.py",
-                 "decoding.py", "distillation.py", "data/synthetic.py", *[f"layers/{p.name}" for p in (PACKAGE / "layers").glob("*.py")]]
+                 "distillation.py", "data/synthetic.py",
+                 *[f"{folder}/{p.name}" for folder in ("decoding", "layers") for p in (PACKAGE / folder).glob("*.py")]]
 
 
 @pytest.mark.parametrize("module", MODEL_MODULES)
