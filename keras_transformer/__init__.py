@@ -25,7 +25,7 @@ _EXPORTS = {
                                  "PositionalEncoding", "PositionWiseFeedForward", "SublayerConnection",
                                  "TokenEmbedding", "TransformerDecoder", "TransformerEncoder",
                                  "scaled_dot_product_attention", "sinusoidal_position_encoding"),
-    "keras_transformer.decoding": ("beam_search", "greedy_decode", "length_penalty", "score"),
+    "keras_transformer.decoding": ("DecodeOptions", "beam_search", "greedy_decode", "length_penalty", "score"),
     "keras_transformer.losses": ("LabelSmoothedCrossEntropy", "RDropLoss"),
     "keras_transformer.masking": ("PaddingMask", "causal_mask", "padding_mask"),
     "keras_transformer.metrics": ("MaskedAccuracy",),

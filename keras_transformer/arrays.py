@@ -49,6 +49,8 @@ from keras_transformer.arguments import integer_at_least, number_at_least
 from keras_transformer.config import TransformerConfig
 from keras_transformer.data.packed import (ARRAYS_FILE, arrays_to_ragged, load_arrays, make_batches,  # noqa: F401
                                            ragged_to_arrays, save_arrays)
+from keras_transformer.decoding.options import DecodeOptions
+from keras_transformer.decoding.registry import STRATEGIES
 from keras_transformer.errors import ConfigError
 from keras_transformer.experiment import load_experiment
 from keras_transformer.files import atomic_write, exclusive_lock, remove_stale_temporaries
@@ -57,7 +59,7 @@ from keras_transformer.trainer.backup import backup_position, resumed_seed
 from keras_transformer.trainer.callbacks import HistoryCSV
 from keras_transformer.trainer.loop import TrainingData, check_fresh_start, finished_epochs, fit_experiment
 from keras_transformer.trainer.precision import resolve_precision
-from keras_transformer.workdir import (AVERAGED_WEIGHTS, average_checkpoints, checkpoint_number, epoch_checkpoints,
+from keras_transformer.workdir import (AVERAGED_WEIGHTS, MODEL_CONFIG, read_model_file, average_checkpoints, checkpoint_number, epoch_checkpoints,
                                        latest_checkpoints, load_weights_files, save_weights)
 
 log = logging.getLogger(__name__)
@@ -282,12 +284,12 @@ class PackedTranslator:
     """`translate_lines` for `trainer.callbacks.BleuCallback` without TensorFlow: `translate_lines` below with
     the workdir's SentencePiece processors and the model being trained."""
 
-    def __init__(self, model, processors, config, beam_size=1, alpha=0.6, max_extra=50, early_exit=False):
+    def __init__(self, model, processors, config, options=None, **settings):
         self.model, self.processors, self.config = model, processors, config
-        self.options = dict(beam_size=beam_size, alpha=alpha, max_extra=max_extra, early_exit=early_exit)
+        self.options = (options or DecodeOptions()).replace(**settings)
 
     def translate_lines(self, sentences, batch_size=64):
-        return translate_lines(self.model, sentences, *self.processors, batch_size=batch_size, **self.options,
+        return translate_lines(self.model, sentences, *self.processors, batch_size=batch_size, options=self.options,
                                eos_id=self.config.eos_id, pad_id=self.config.pad_id, bos_id=self.config.bos_id)
 
 
@@ -433,9 +435,9 @@ def _sentencepiece_processors(vocab_dir):
     return processors[0], processors[-1]
 
 
-def translate_lines(model, lines, source_processor, target_processor, *, beam_size=4, alpha=0.6, max_extra=50,
-                    batch_size=128, eos_id=3, pad_id=0, bos_id=2, early_exit=False):
-    """Beam search on raw sentences with SentencePiece processors, on any Keras backend (no TensorFlow).
+def translate_lines(model, lines, source_processor, target_processor, *, options=None, batch_size=128, eos_id=3,
+                    pad_id=0, bos_id=2, **settings):
+    """Decodes raw sentences with SentencePiece processors, on any Keras backend (no TensorFlow).
 
     Does what `Translator.translate_lines` does: sentences are tokenized (at most
     `max_length - 1` tokens, then eos), decoded longest first in batches whose
@@ -446,7 +448,9 @@ def translate_lines(model, lines, source_processor, target_processor, *, beam_si
         model: a `build_model` model.
         lines: source sentences (str).
         source_processor, target_processor: `sentencepiece.SentencePieceProcessor`s.
-        beam_size, alpha, max_extra, early_exit: beam search settings (`decoding.beam_search`).
+        options: a `keras_transformer.decoding.DecodeOptions` (default: the paper's beam search);
+            `settings` (`beam_size=5`, ...) replace its fields. With sampling, a sentence's draws
+            depend on its position in `lines` (its row key), as in `Translator`.
         batch_size: sentences per batch.
         eos_id, pad_id, bos_id: special ids.
 
@@ -454,6 +458,7 @@ def translate_lines(model, lines, source_processor, target_processor, *, beam_si
         The translations, in the order of `lines`.
     """
 
+    options = (options or DecodeOptions()).replace(**settings)
     max_source = parts(model).source_position.max_length
     ids = [source_processor.encode(line)[:max_source - 1] + [eos_id] if line.strip() else [] for line in lines]
     order = sorted((i for i, s in enumerate(ids) if s), key=lambda i: -len(ids[i]))
@@ -464,8 +469,9 @@ def translate_lines(model, lines, source_processor, target_processor, *, beam_si
         source = np.full((len(chunk), width), pad_id, np.int32)
         for row, index in enumerate(chunk):
             source[row, :len(ids[index])] = ids[index]
-        tokens, _ = decoding.beam_search(model, source, beam_size=beam_size, alpha=alpha, max_extra=max_extra,
-                                         pad_id=pad_id, bos_id=bos_id, eos_id=eos_id, early_exit=early_exit)
+        tokens, _ = decoding.strategy(options.strategy)([model], source, options.replace(n_best=1), pad_id=pad_id,
+                                                        bos_id=bos_id, eos_id=eos_id,
+                                                        row_keys=np.asarray(chunk, np.int32))
         tokens = keras.ops.convert_to_numpy(tokens)[:, 0]
         for row, index in enumerate(chunk):
             sentence = tokens[row].tolist()
@@ -474,8 +480,8 @@ def translate_lines(model, lines, source_processor, target_processor, *, beam_si
     return translations
 
 
-def evaluate_arrays(workdir, checkpoint, source, reference, *, tokenized_reference=None, lang=None, beam_size=None,
-                    alpha=None, max_extra=None, batch_size=128, output=None):
+def evaluate_arrays(workdir, checkpoint, source, reference, *, tokenized_reference=None, lang=None, options=None,
+                    batch_size=128, output=None, **settings):
     """Translates `source` with a packed workdir's weights and scores it, without TensorFlow.
 
     The TensorFlow-free twin of `keras-transformer evaluate` for a machine that
@@ -490,7 +496,8 @@ def evaluate_arrays(workdir, checkpoint, source, reference, *, tokenized_referen
         source, reference: text files, one sentence per line (plain or .gz).
         tokenized_reference, lang: optional `*.lc.norm.tok.*` references and
             the target language, for the published Multi30k protocol.
-        beam_size, alpha, max_extra: default: the model config's decoding fields.
+        options, **settings: the decoding (default: the workdir's model.yaml's options; `settings`
+            replace fields, None values change nothing).
         batch_size: sentences decoded together.
         output: optional path to write the translations to.
 
@@ -500,18 +507,15 @@ def evaluate_arrays(workdir, checkpoint, source, reference, *, tokenized_referen
     """
 
     workdir = pathlib.Path(workdir)
-    config = TransformerConfig.from_yaml(workdir / "model.yaml")
+    config, saved = read_model_file(workdir / MODEL_CONFIG)
+    options = (options or saved).replace(**settings)
     source_processor, target_processor = _sentencepiece_processors(workdir / "data" / "vocab")
     model = load_weights_files(build_model(config), checkpoint)
     lines = evaluation.read_lines(source)
     references = evaluation.read_lines(reference)
-    hypotheses = translate_lines(
-        model, lines, source_processor, target_processor,
-        beam_size=config.beam_size if beam_size is None else beam_size,
-        alpha=config.length_penalty if alpha is None else alpha,
-        max_extra=config.max_decode_extra if max_extra is None else max_extra,
-        batch_size=batch_size, eos_id=config.eos_id, pad_id=config.pad_id, bos_id=config.bos_id,
-        early_exit=config.early_exit)
+    hypotheses = translate_lines(model, lines, source_processor, target_processor, options=options,
+                                 batch_size=batch_size, eos_id=config.eos_id, pad_id=config.pad_id,
+                                 bos_id=config.bos_id)
     hypotheses = [evaluation.one_line(h) for h in hypotheses]  # one line each in the output file, as scored
     if output:
         atomic_write(output, lambda path: pathlib.Path(path).write_text("".join(h + "\n" for h in hypotheses),
@@ -556,11 +560,15 @@ def main(argv=None):
                          "with --average-last N, else the newest epoch checkpoint)")
     scoring.add_argument("--tokenized-reference", help="*.lc.norm.tok.* references (Multi30k protocol)")
     scoring.add_argument("--lang", help="target language code, for the Multi30k protocol")
-    scoring.add_argument("--beam-size", type=positive, help="default: the model config's")
-    scoring.add_argument("--alpha", type=number_at_least(0),
-                         help="length penalty exponent, >= 0; default: the model config's")
+    scoring.add_argument("--strategy", choices=tuple(STRATEGIES), help="default: the model's (model.yaml)")
+    scoring.add_argument("--beam-size", type=positive, help="default: the model's")
+    scoring.add_argument("--alpha", type=number_at_least(0), help="length penalty exponent, >= 0; default: the model's")
     scoring.add_argument("--max-extra", type=non_negative,
-                         help="a translation's tokens beyond its source's length, at most; default: the model config's")
+                         help="a translation's tokens beyond its source's length, at most; default: the model's")
+    scoring.add_argument("--sampling-topk", type=non_negative, help="sample: draw among the K most probable tokens")
+    scoring.add_argument("--sampling-topp", type=float, help="sample: draw within the nucleus of probability P")
+    scoring.add_argument("--sampling-temperature", type=float, help="sample: divide the logits by T")
+    scoring.add_argument("--seed", type=non_negative, help="sample: the draws' seed")
     scoring.add_argument("--output", help="write the translations to this file")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
@@ -576,8 +584,10 @@ def _run(args):
         folder = pathlib.Path(args.workdir) / "checkpoints"
         checkpoint = args.checkpoint or latest_checkpoints(folder, args.average_last or 1)
         scores = evaluate_arrays(args.workdir, checkpoint, *args.evaluate, tokenized_reference=args.tokenized_reference,
-                                 lang=args.lang, beam_size=args.beam_size, alpha=args.alpha, max_extra=args.max_extra,
-                                 output=args.output)
+                                 lang=args.lang, output=args.output, strategy=args.strategy,
+                                 beam_size=args.beam_size, alpha=args.alpha, max_extra=args.max_extra,
+                                 top_k=args.sampling_topk, top_p=args.sampling_topp,
+                                 temperature=args.sampling_temperature, seed=args.seed)
         print(json.dumps({k: round(v, 2) for k, v in scores.items()}))
         return
     result = train_arrays(args.workdir, args.epochs, jit_compile=False if args.no_jit else None,

@@ -23,15 +23,16 @@ checkpoint) are printed as one line and the command exits with status 2.
 import argparse
 import json
 import logging
+import math
 import os
 import pathlib
 import re
 import sys
 import tempfile
 
-import yaml
-
 from keras_transformer.arguments import integer_at_least, number_at_least
+from keras_transformer.decoding.options import DecodeOptions
+from keras_transformer.decoding.registry import STRATEGIES
 from keras_transformer.errors import CheckpointError, ConfigError, WorkdirBusyError
 
 # Each command imports its library module when it runs (the imports inside the functions below), so that
@@ -55,16 +56,43 @@ _POSITIVE, _NON_NEGATIVE = integer_at_least(1), integer_at_least(0)
 _ALPHA = number_at_least(0)  # the length-penalty exponent: 0 ranks by log-probability alone
 
 
-def _decoding_arguments(parser):
-    group = parser.add_argument_group("decoding (default: the model config's)")
-    group.add_argument("--beam-size", type=_POSITIVE, help="beams per sentence; 1 is greedy")
-    group.add_argument("--alpha", type=_ALPHA, help="length penalty exponent, >= 0 (paper: 0.6)")
+def _unit_interval(text):
+    value = float(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
+    return value
+
+
+def _positive_number(text):
+    value = float(text)
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    return value
+
+
+def _decoding_arguments(parser, title="decoding (default: the model's, from its model.yaml)", batch_size=True):
+    """The `DecodeOptions` arguments, one set for translate, evaluate and export (`_decode_settings` reads them)."""
+    group = parser.add_argument_group(title)
+    group.add_argument("--strategy", choices=tuple(STRATEGIES),
+                       help="beam search (the paper), greedy, or sample (default: the model's; a --sampling-* "
+                            "or --seed argument alone means sample)")
+    group.add_argument("--beam-size", type=_POSITIVE, help="beam: beams per sentence")
+    group.add_argument("--alpha", type=_ALPHA, help="beam: length penalty exponent, >= 0 (paper: 0.6)")
     group.add_argument("--max-extra", type=_NON_NEGATIVE,
                        help="a translation has at most source length + this many tokens")
     group.add_argument("--early-exit", action="store_true", default=None,
-                       help="also stop a sentence by OpenNMT's and CTranslate2's rule: about 15%% fewer steps, a few "
-                            "translations change (docs/decoding.md)")
-    group.add_argument("--batch-size", type=_POSITIVE, default=64, help="sentences decoded together (default 64)")
+                       help="beam: also stop a sentence by OpenNMT's and CTranslate2's rule: about 15%% fewer "
+                            "steps, a few translations change (docs/decoding.md)")
+    group.add_argument("--sampling-topk", type=_NON_NEGATIVE, metavar="K",
+                       help="sample: draw among the K most probable tokens (0: all)")
+    group.add_argument("--sampling-topp", type=_unit_interval, metavar="P",
+                       help="sample: draw within the nucleus of probability P (1: all)")
+    group.add_argument("--sampling-temperature", type=_positive_number, metavar="T",
+                       help="sample: divide the logits by T (below 1: closer to greedy)")
+    group.add_argument("--seed", type=integer_at_least(0), help="sample: the draws' seed (same seed, same samples)")
+    if batch_size:
+        group.add_argument("--batch-size", type=_POSITIVE, default=64,
+                           help="sentences decoded together (default 64)")
 
 
 def _weights_arguments(parser, ensemble=False, models="--model"):
@@ -162,13 +190,9 @@ def build_parser():
                         help="savedmodel only: do not compile the search with XLA (by default it is, one "
                              "compilation per bucketed input shape on first use; docs/serving.md)")
     _weights_arguments(export, ensemble=True, models="--workdir")
-    group = export.add_argument_group("decoding baked into the graph (default: the model config's)")
-    group.add_argument("--beam-size", type=_POSITIVE)
-    group.add_argument("--alpha", type=_ALPHA)
-    group.add_argument("--max-extra", type=_NON_NEGATIVE)
-    group.add_argument("--early-exit", action="store_true", default=None,
-                       help="savedmodel: also stop by OpenNMT's and CTranslate2's rule (a CTranslate2 export always "
-                            "does)")
+    _decoding_arguments(export, "decoding of serving_default and n_best, recorded in the export (default: the "
+                                "model's; the SavedModel's `sample` signature takes its settings as inputs)",
+                        batch_size=False)
 
     average = commands.add_parser("average", help="average the last N checkpoints into one weights file",
                                   description="Averages the last N epoch checkpoints of a workdir (the paper: 5 "
@@ -223,9 +247,11 @@ def _train(args):
     return 0
 
 
-def _decoding_options(args):
-    return {"beam_size": args.beam_size, "alpha": args.alpha, "max_extra": args.max_extra,
-            "early_exit": args.early_exit}
+def _decode_settings(args):
+    """The `DecodeOptions` fields given on the command line (None: not given, the model's stands)."""
+    return {"strategy": args.strategy, "beam_size": args.beam_size, "alpha": args.alpha, "max_extra": args.max_extra,
+            "early_exit": args.early_exit, "top_k": args.sampling_topk, "top_p": args.sampling_topp,
+            "temperature": args.sampling_temperature, "seed": args.seed}
 
 
 def _weights(models, checkpoints):
@@ -243,7 +269,7 @@ def _evaluate(args):
     scores, details = training.evaluate(model, args.source, args.reference,
                                         tokenized_reference=args.tokenized_reference, lang=args.lang,
                                         checkpoint=checkpoint, average=args.average, batch_size=args.batch_size,
-                                        output=args.output, details=True, **_decoding_options(args))
+                                        output=args.output, details=True, **_decode_settings(args))
     if args.json:
         print(json.dumps({**scores, **details}))
     else:
@@ -264,7 +290,7 @@ def evaluation_report(scores, details):
     bleu            38.10  nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.4.3
     length_ratio    0.9700
     model           runs/a: average of ckpt-0009.weights.h5, ckpt-0010.weights.h5
-    decoding        beam_size 4, alpha 0.6
+    decoding        beam: beam_size 4, alpha 0.6, max_extra 50
     sentences       1000 in 12.3 s
     """
     lines = []
@@ -277,7 +303,11 @@ def evaluation_report(scores, details):
         named = (os.fspath(weights[0]) if len(weights) == 1 else
                  "average of " + ", ".join(os.path.basename(os.fspath(w)) for w in weights))
         lines.append(f"{'model':<15} {entry['model']}: {named}")
-    decoding = ", ".join(f"{key} {value}" for key, value in details.get("decoding", {}).items())
+    decoding = details.get("decoding") or {}
+    try:  # the translator's DecodeOptions: the settings its strategy uses
+        decoding = DecodeOptions.from_dict(decoding).describe() if decoding else ""
+    except (ConfigError, TypeError):
+        decoding = ", ".join(f"{key} {value}" for key, value in decoding.items())
     if decoding:
         lines.append(f"{'decoding':<15} {decoding}")
     lines.append(f"{'sentences':<15} {details.get('sentences')} in {details.get('seconds', 0):.1f} s")
@@ -310,7 +340,7 @@ def _stdin_chunks(size):
 def _translate(args):
     from keras_transformer import evaluation, training
     model, checkpoint = _weights(args.model, args.checkpoint)
-    translator = training.load_translator(model, checkpoint, args.average, **_decoding_options(args))
+    translator = training.load_translator(model, checkpoint, args.average, **_decode_settings(args))
     # Arguments are one chunk; stdin goes in chunks, so that output starts early and memory stays bounded.
     chunks = [args.sentences] if args.sentences else _stdin_chunks(args.batch_size * STDIN_CHUNK_BATCHES)
     for chunk in chunks:
@@ -322,26 +352,23 @@ def _translate(args):
 
 def _export(args):
     from keras_transformer import export, inference
+    from keras_transformer.workdir import read_model_file
     workdir, checkpoint = _weights(args.workdir, args.checkpoint)
     if args.format == "ctranslate2":
         if args.no_xla:
             raise ConfigError("--no-xla applies to --format savedmodel (CTranslate2 does not use XLA).")
         directory = inference.export_ctranslate2(workdir, args.out, checkpoint=checkpoint, average=args.average,
-                                                 beam_size=args.beam_size, alpha=args.alpha,
-                                                 max_extra=args.max_extra, quantization=args.quantization,
-                                                 overwrite=args.overwrite)
-        baked = inference.ctranslate2_translator.read_metadata(directory)["decoding"]
+                                                 quantization=args.quantization, overwrite=args.overwrite,
+                                                 **_decode_settings(args))
+        baked = DecodeOptions.from_dict(inference.ctranslate2_translator.read_metadata(directory)["decoding"])
     else:
         if args.quantization:
             raise ConfigError("--quantization applies to --format ctranslate2.")
+        settings = {key: value for key, value in _decode_settings(args).items() if value is not None}
         directory = export.export(workdir, args.out, checkpoint=checkpoint, average=args.average,
-                                  beam_size=args.beam_size, alpha=args.alpha, max_extra=args.max_extra,
-                                  early_exit=args.early_exit, jit_compile=not args.no_xla, overwrite=args.overwrite)
+                                  jit_compile=not args.no_xla, overwrite=args.overwrite, **settings)
         written = pathlib.Path(directory) / "assets.extra" / "model.yaml"
-        saved = yaml.safe_load(written.read_text(encoding="utf-8")) if written.is_file() else {}
-        baked = {key: saved[field] for key, field in (("beam_size", "beam_size"), ("alpha", "length_penalty"),
-                                                      ("max_extra", "max_decode_extra"), ("early_exit", "early_exit"))
-                 if field in saved}
+        baked = read_model_file(written)[1] if written.is_file() else None
     # The path alone on stdout (scripts take it); what went into it on stderr.
     print(directory)
     try:
@@ -354,7 +381,7 @@ def _export(args):
             os.path.basename(w) for w in weights)
         print(f"Exported {entry['model']}: {named}", file=sys.stderr)
     if baked:
-        print("Decoding baked in: " + ", ".join(f"{key} {value}" for key, value in baked.items()), file=sys.stderr)
+        print(f"Decoding baked in: {baked.describe()}", file=sys.stderr)
     return 0
 
 
@@ -438,7 +465,9 @@ def precheck(args):
         cluster = experiment.training.strategy == "multi_worker" or os.environ.get("TF_CONFIG")
         if not getattr(args, "dry_run", False) and not cluster:
             files.check_unlocked(args.workdir)
-    elif args.command in ("translate", "evaluate", "plot-attention"):
+    if args.command in ("translate", "evaluate", "export"):  # settings that cannot go together
+        DecodeOptions().replace(**_decode_settings(args))
+    if args.command in ("translate", "evaluate", "plot-attention"):
         models = args.model if isinstance(args.model, list) else [args.model]
         for model in models:
             layout.check_model_path(model)

@@ -5,7 +5,6 @@ validated with messages that name the offending field.
 """
 
 import dataclasses
-import math
 import re
 import typing
 
@@ -15,6 +14,9 @@ from keras_transformer.files import atomic_write_text
 
 POSITION_KINDS = ("sinusoidal", "learned")
 TIE_MODES = ("all", "decoder", "none")
+# Decoding settings that a model.yaml held among the architecture's fields until they moved to its own `decoding:`
+# mapping (`keras_transformer.decoding.DecodeOptions`, `workdir.read_model_file`): `from_yaml` leaves them there.
+DECODING_FIELDS = ("beam_size", "length_penalty", "max_decode_extra", "early_exit")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,11 +73,6 @@ class TransformerConfig:
     beta_1: float = 0.9  # Adam beta1
     beta_2: float = 0.98  # Adam beta2
     epsilon: float = 1e-9  # Adam epsilon
-    # --- decoding -------------------------------------------------------------
-    beam_size: int = 4  # beam width (paper: 4)
-    length_penalty: float = 0.6  # GNMT length penalty alpha (paper: 0.6)
-    max_decode_extra: int = 50  # decode at most source length + this many tokens
-    early_exit: bool = False  # beam search also stops by OpenNMT's/CTranslate2's rule (decoding.beam_search)
 
     def __post_init__(self):
         # Accept booleans for tie_embeddings: True -> "all", False -> "none".
@@ -118,7 +115,7 @@ class TransformerConfig:
     def validate(self):
         """Raises `ValueError` naming the first invalid field."""
         positive = ["vocab_size", "num_layers", "d_model", "num_heads", "d_ff", "max_length",
-                    "warmup_steps", "beam_size"]
+                    "warmup_steps"]
         optional_positive = ["source_vocab_size", "target_vocab_size", "num_encoder_layers",
                              "num_decoder_layers", "key_dim", "value_dim", "attention_window"]
         for name in positive:
@@ -156,7 +153,7 @@ class TransformerConfig:
                 raise ValueError(f"TransformerConfig.{name}={value!r} is outside the vocabulary.")
         if len(set(special.values())) != len(special):
             raise ValueError(f"TransformerConfig: special ids must differ, got {special}.")
-        for name in ("layer_norm_epsilon", "learning_rate_scale", "epsilon", "beta_1", "beta_2", "length_penalty"):
+        for name in ("layer_norm_epsilon", "learning_rate_scale", "epsilon", "beta_1", "beta_2"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise ValueError(f"TransformerConfig.{name} must be a number, got {value!r}.")
@@ -166,13 +163,6 @@ class TransformerConfig:
         for name in ("beta_1", "beta_2"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"TransformerConfig.{name} must be in [0, 1), got {getattr(self, name)!r}.")
-        if not isinstance(self.early_exit, bool):
-            raise ValueError(f"TransformerConfig.early_exit must be true or false, got {self.early_exit!r}.")
-        if isinstance(self.max_decode_extra, bool) or not isinstance(self.max_decode_extra, int):
-            raise ValueError(f"TransformerConfig.max_decode_extra must be an integer, got {self.max_decode_extra!r}.")
-        if not (math.isfinite(self.length_penalty) and self.length_penalty >= 0) or self.max_decode_extra < 0:
-            raise ValueError("TransformerConfig.length_penalty must be finite and >= 0 and max_decode_extra >= 0, "
-                             f"got {self.length_penalty!r} and {self.max_decode_extra!r}.")
 
     # ------------------------------------------------------------ construction
     @classmethod
@@ -198,6 +188,10 @@ class TransformerConfig:
         2048
         """
         known = {f.name for f in dataclasses.fields(cls)}
+        decoding = [name for name in DECODING_FIELDS if name in values]
+        if decoding:
+            raise ValueError(f"{', '.join(decoding)}: decoding settings are not part of TransformerConfig; give them "
+                             "in the decoding section (keras_transformer.decoding.DecodeOptions).")
         unknown = sorted(set(values) - known)
         if unknown:
             raise ValueError(f"Unknown TransformerConfig field(s): {', '.join(unknown)}. "
@@ -227,12 +221,17 @@ class TransformerConfig:
 
     @classmethod
     def from_yaml(cls, path) -> "TransformerConfig":
-        """Reads a config written by `save_yaml` (or by hand)."""
+        """Reads a config written by `save_yaml` (or by hand), or a model folder's `model.yaml`.
+
+        A model.yaml's decoding settings (its `decoding:` mapping, or in an older file the
+        `DECODING_FIELDS` among the others) are not the architecture's: `workdir.read_model_file` reads them.
+        """
         with open(path, encoding="utf-8") as f:
             values = load_yaml(f) or {}
         if not isinstance(values, dict):
             raise ValueError(f"{path}: expected a mapping of TransformerConfig fields, got {type(values).__name__}.")
-        return cls.from_dict(values)
+        return cls.from_dict({key: value for key, value in values.items()
+                              if key != "decoding" and key not in DECODING_FIELDS})
 
 
 class _YamlLoader(yaml.SafeLoader):

@@ -31,6 +31,8 @@ import typing
 from keras_transformer.config import POSITION_KINDS, PRESETS, TIE_MODES, TransformerConfig
 from keras_transformer.data.synthetic import TASKS
 from keras_transformer.data.textfile import ERROR_MODES
+from keras_transformer.decoding.options import DecodeOptions
+from keras_transformer.decoding.registry import STRATEGIES as STRATEGY_MODULES
 from keras_transformer.experiment import (BATCH_SCALINGS, COMMUNICATIONS, DATA_KINDS, JIT_COMPILE, MODEL_TYPES,
                                           NONFINITE, PRECISIONS, STRATEGIES, SUBWORD_DROPOUT_SIDES, VERBOSITIES,
                                           DataConfig, DataSection, DecodingSection, TrainingSection)
@@ -54,6 +56,7 @@ CHOICES = {
     "training.jit_compile": JIT_COMPILE,
     "training.on_nonfinite": NONFINITE,
     "training.verbose": VERBOSITIES,
+    "decoding.strategy": tuple(STRATEGY_MODULES),
 }
 
 # Defaults an experiment takes from elsewhere than its dataclass field.
@@ -86,8 +89,8 @@ def field_comments(cls):
 
     Example:
 
-    >>> field_comments(DecodingSection)["beam_size"]
-    (None, 'beam width; 1 means greedy (paper: 4)')
+    >>> field_comments(DecodingSection)["batch_size"]
+    (None, 'sentences decoded together when evaluating')
     """
     source = pathlib.Path(inspect.getsourcefile(cls)).read_text(encoding="utf-8")
     lines = source.splitlines()
@@ -158,8 +161,8 @@ def section_keys(section, cls, skip=()):
 
     Example:
 
-    >>> [key.name for key in section_keys("decoding", DecodingSection)][:2]
-    ['decoding.beam_size', 'decoding.length_penalty']
+    >>> [key.name for key in section_keys("decoding", DecodeOptions)][:2]
+    ['decoding.strategy', 'decoding.beam_size']
     """
     comments = field_comments(cls)
     keys = []
@@ -194,7 +197,8 @@ def schema_keys():
                 for key in section_keys("data", DataConfig) if key.name not in own]
     return {"model": [preset] + section_keys("model", TransformerConfig), "data": data + pipeline,
             "training": section_keys("training", TrainingSection),
-            "decoding": section_keys("decoding", DecodingSection)}
+            "decoding": section_keys("decoding", DecodeOptions)
+            + section_keys("decoding", DecodingSection, skip=("options",))}
 
 
 def _summary(cls):
@@ -209,13 +213,13 @@ def _cell(text):
 _INTRO = {
     "model": f"{_summary(TransformerConfig)} The section holds `TransformerConfig` fields "
              "(`keras_transformer/config.py`), alone or over a `preset`. The vocabulary sizes default to the "
-             "data's (the learned tokenizer's, or `data.vocab_size` for synthetic data); non-null `decoding:` "
-             "values replace the decoding fields.",
+             "data's (the learned tokenizer's, or `data.vocab_size` for synthetic data).",
     "data": f"{_summary(DataSection)} Written flat under `data:` (`keras_transformer/experiment.py`, "
             "`DataSection`); the `DataConfig` fields of the text pipeline apply to `kind: text` and `tfds`, and "
             "`kind: synthetic` refuses them by name.",
     "training": f"{_summary(TrainingSection)} (`keras_transformer/experiment.py`, `TrainingSection`.)",
-    "decoding": f"{_summary(DecodingSection)} (`keras_transformer/experiment.py`, `DecodingSection`.)",
+    "decoding": f"{_summary(DecodingSection)} (`keras_transformer/experiment.py`, `DecodingSection`; the old "
+                "names `length_penalty` and `max_decode_extra` are read as `alpha` and `max_extra`.)",
 }
 
 

@@ -46,7 +46,6 @@ included) + `max_extra` tokens, as in `decoding.output_limits`.
 
 import datetime
 import json
-import math
 import os
 import shutil
 
@@ -55,6 +54,7 @@ import numpy as np
 from keras_transformer.ctranslate2_translator import (FORMAT, FORMAT_VERSION, METADATA_FILE,  # noqa: F401
                                                       CTranslate2Translator, gnmt_length_penalty,
                                                       is_ctranslate2_model, read_metadata)
+from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.files import atomic_write_text, replace_folder, staging_folder
 from keras_transformer.layout import check_export_destination
 from keras_transformer.model import parts
@@ -396,8 +396,8 @@ counts the hypothesis tokens including the end token `</s>` (`return_end_token=T
 """
 
 
-def export_ctranslate2(model, config, vocab_dir, directory, *, beam_size=None, alpha=None, max_extra=None,
-                       quantization=None, overwrite=False):
+def export_ctranslate2(model, config, vocab_dir, directory, *, options=None, quantization=None, overwrite=False,
+                       **settings):
     """Writes `model` as a CTranslate2 model folder that `CTranslate2Translator` (or ctranslate2 alone) loads.
 
     The folder holds CTranslate2's ``model.bin``, ``config.json`` and
@@ -414,8 +414,10 @@ def export_ctranslate2(model, config, vocab_dir, directory, *, beam_size=None, a
         vocab_dir: the SentencePiece vocabulary folder as `save_tokenizers`
             writes it (a training run's ``data/vocab``, an export's ``assets.extra/vocab``).
         directory: the folder to create.
-        beam_size, alpha, max_extra: decoding defaults recorded for the
-            translator (default: the config's ``beam_size``, ``length_penalty``, ``max_decode_extra``).
+        options: the `DecodeOptions` recorded for the translator (default:
+            `DecodeOptions()`); `settings` (`beam_size=5`, `alpha=1.0`, `strategy="sample"`, ...)
+            replace its fields. CTranslate2's beam search stops by its own rule, so
+            `early_exit` is recorded as true.
         quantization: weight type stored in ``model.bin`` (None: float32; or
             "int8", "float16", ... as CTranslate2 accepts); float32 can still be
             run in int8 with ``compute_type="int8"``.
@@ -459,13 +461,9 @@ def export_ctranslate2(model, config, vocab_dir, directory, *, beam_size=None, a
 
     names = ({"source": "sentencepiece.model", "target": "sentencepiece.model"} if shared
              else {"source": "source.sentencepiece.model", "target": "target.sentencepiece.model"})
-    decoding = {"beam_size": int(config.beam_size if beam_size is None else beam_size),
-                "alpha": float(config.length_penalty if alpha is None else alpha),
-                "max_extra": int(config.max_decode_extra if max_extra is None else max_extra)}
-    if decoding["beam_size"] < 1 or decoding["max_extra"] < 0 or not (math.isfinite(decoding["alpha"])
-                                                                       and decoding["alpha"] >= 0):
-        raise ValueError(f"export_ctranslate2: decoding settings out of range: {decoding} (beam_size >= 1, "
-                         "alpha finite and >= 0, max_extra >= 0).")
+    decoding = (options or DecodeOptions()).replace(**settings)
+    decoding = decoding.replace(early_exit=True) if decoding.strategy == "beam" else decoding
+    decoding = decoding.to_dict()
     metadata = {
         "format": FORMAT, "version": FORMAT_VERSION,
         "exported": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),

@@ -8,12 +8,13 @@ serving process imports only what decoding needs.
 """
 
 import json
-import math
 import os
 
 import numpy as np
 
 from keras_transformer.data.batching import in_length_order
+from keras_transformer.decoding.options import DecodeOptions
+from keras_transformer.errors import ConfigError
 from keras_transformer.layout import CTRANSLATE2_METADATA
 
 FORMAT = "keras_transformer.ctranslate2"
@@ -121,7 +122,11 @@ class CTranslate2Translator:
 
     Args:
         directory: a folder written by `export_ctranslate2`.
-        beam_size, alpha, max_extra: decoding settings (default: those recorded at export).
+        options: a `DecodeOptions` (default: those recorded at export); `settings`
+            (`beam_size=5`, `strategy="sample"`, `top_p=0.9`, ...) replace its fields.
+            Sampling is CTranslate2's own (`sampling_topk`, `sampling_topp`,
+            `sampling_temperature`, `ctranslate2.set_random_seed(seed)`): reproducible
+            for one seed and request, not the draws of the TensorFlow engines.
         device: "cpu" or "cuda".
         compute_type: CTranslate2's compute type: "default" (the stored weights'),
             "float32", "int8", "int8_float32", "float16", ...
@@ -141,25 +146,21 @@ class CTranslate2Translator:
     ['Ein Mann fährt Fahrrad.']
     """
 
-    def __init__(self, directory, *, beam_size=None, alpha=None, max_extra=None, device="cpu",
-                 compute_type="default", intra_threads=0, inter_threads=1, exact_limits=True):
+    def __init__(self, directory, options=None, *, device="cpu", compute_type="default", intra_threads=0,
+                 inter_threads=1, exact_limits=True, **settings):
         import ctranslate2
         import sentencepiece
 
         self.directory = os.fspath(directory)
         self.metadata = read_metadata(self.directory)
-        defaults = self.metadata["decoding"]
-        self.beam_size = int(defaults["beam_size"] if beam_size is None else beam_size)
-        self.alpha = float(defaults["alpha"] if alpha is None else alpha)
-        self.max_extra = int(defaults["max_extra"] if max_extra is None else max_extra)
-        if self.beam_size < 1:
-            raise ValueError(f"CTranslate2Translator: beam_size must be >= 1, got {beam_size}.")
-        if not self.max_extra >= 0:
-            raise ValueError(f"CTranslate2Translator: max_extra (output tokens allowed beyond the source length) "
-                             f"must be >= 0, got {max_extra}.")
-        if not (math.isfinite(self.alpha) and self.alpha >= 0):
-            raise ValueError(f"CTranslate2Translator: alpha (the length-penalty exponent) must be a finite number "
-                             f">= 0 (0: plain log-probability), got {alpha}.")
+        if options is None:  # the export's; one from before the decoding options recorded only these three
+            options = DecodeOptions.from_dict({**self.metadata["decoding"], "early_exit": True},
+                                              where=f"{self.directory}: decoding")
+        self.options = options.replace(**settings)
+        if self.options.strategy == "beam" and not self.options.early_exit:
+            raise ConfigError(f"{self.directory} is a CTranslate2 export, whose beam search always stops by its own "
+                              "rule (early_exit): it has no exact stopping rule.")
+        self._ctranslate2 = ctranslate2
         self.exact_limits = bool(exact_limits)
         self.compute_type = compute_type
         self.max_source_length = int(self.metadata["max_source_length"])
@@ -180,6 +181,24 @@ class CTranslate2Translator:
         self._never = [[tokens["pad"]], [tokens["bos"]]]  # suppressed only where a search produced them
         self.translator = ctranslate2.Translator(self.directory, device=device, compute_type=compute_type,
                                                  intra_threads=int(intra_threads), inter_threads=int(inter_threads))
+
+    @property
+    def beam_size(self):
+        """Beams per sentence (beam search; greedy decoding and sampling run one)."""
+        return self.options.beam_size if self.options.strategy == "beam" else 1
+
+    @property
+    def alpha(self):
+        """The length-penalty exponent the hypotheses are ranked by (beam search; 0 otherwise)."""
+        return self.options.alpha if self.options.strategy == "beam" else 0.0
+
+    @property
+    def max_extra(self):
+        """A translation has at most its source's length (with eos) + this many tokens."""
+        return self.options.max_extra
+
+    def _returned(self):
+        return self.options.returned() if self.options.strategy != "beam" else self.beam_size
 
     def _saved_vocabulary(self, side):
         for name in (f"{side}_vocabulary.json", "shared_vocabulary.json"):
@@ -232,12 +251,18 @@ class CTranslate2Translator:
         for i in indices:
             groups.setdefault(limits[i] if self.exact_limits else 0, []).append(i)
         results = {}
+        sampling = {}
+        if self.options.sampling:  # CTranslate2's own sampling (its draws are not those of the package's search)
+            sampling = dict(sampling_topk=self.options.top_k, sampling_topp=self.options.top_p,
+                            sampling_temperature=self.options.temperature)
+            self._ctranslate2.set_random_seed(self.options.seed)
         for key, members in groups.items():
             limit = key if self.exact_limits else max(limits[i] for i in members)
             outputs = self.translator.translate_batch(
-                [sources[i] for i in members], beam_size=self.beam_size, num_hypotheses=self.beam_size,
+                [sources[i] for i in members], beam_size=self.beam_size, num_hypotheses=self._returned(),
                 length_penalty=0.0, return_scores=True, return_end_token=True, min_decoding_length=0,
-                max_decoding_length=limit, max_input_length=0, suppress_sequences=self._never if suppress else None)
+                max_decoding_length=limit, max_input_length=0, suppress_sequences=self._never if suppress else None,
+                **sampling)
             for i, output in zip(members, outputs):
                 hypotheses = [[self._target_ids[token] for token in tokens] for tokens in output.hypotheses]
                 # |Y| counts eos, as decoding.beam_search does: return_end_token keeps it in the hypothesis.
@@ -266,10 +291,11 @@ class CTranslate2Translator:
         blank = [not text.strip(_ASCII_WHITESPACE) for text in texts]
         indices = [i for i, is_blank in enumerate(blank) if not is_blank]
         searched = self._search([self.encode_source(texts[i]) for i in indices]) if indices else []
-        results = [[("", 0.0)] * self.beam_size for _ in texts]
+        returned = self._returned()
+        results = [[("", 0.0)] * returned for _ in texts]
         for i, hypotheses in zip(indices, searched):
             ranked = [(self._detokenize(ids), score) for ids, score in hypotheses]
-            results[i] = (ranked + [("", float("-inf"))] * self.beam_size)[: self.beam_size]
+            results[i] = (ranked + [("", float("-inf"))] * returned)[:returned]
         return results
 
     def translate(self, sentences):

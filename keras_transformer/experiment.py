@@ -9,7 +9,7 @@ data:       # where sentence pairs come from (DataSection): synthetic, text file
   kind: synthetic  # plus the data pipeline's DataConfig fields (vocab_size, tokens_per_batch, ...)
 training:   # epochs, strategy, precision, checkpoints (TrainingSection)
   epochs: 8
-decoding:   # beam search settings written into the saved TransformerConfig (DecodingSection)
+decoding:   # how the model decodes (DecodeOptions), written into workdir/model.yaml (DecodingSection)
   beam_size: 4
 ```
 
@@ -32,9 +32,11 @@ import typing
 
 import yaml
 
-from keras_transformer.config import PRESETS, TransformerConfig, load_yaml
+from keras_transformer.config import DECODING_FIELDS, PRESETS, TransformerConfig, load_yaml
 from keras_transformer.data.synthetic import TASKS
 from keras_transformer.data.textfile import ERROR_MODES, count_lines
+from keras_transformer.decoding.options import OLD_NAMES as OLD_DECODING_NAMES
+from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.errors import CheckpointError, CheckpointNotFoundError, ConfigError
 from keras_transformer.files import atomic_write_text
 
@@ -518,39 +520,47 @@ class TrainingSection:
 
 @dataclasses.dataclass(frozen=True)
 class DecodingSection:
-    """Decoding settings; non-null values replace the TransformerConfig's decoding fields.
+    """How the run's model decodes: the `DecodeOptions` keys (`keras_transformer/decoding/options.py`), written
+    into `workdir/model.yaml` so that evaluation, translation and export use them, and two settings of the
+    evaluation at the end of training.
 
-    They are written into `workdir/model.yaml`, so evaluation, translation and
-    export use them.
+    The YAML section is flat: the `DecodeOptions` fields (old names accepted: `length_penalty` for `alpha`,
+    `max_decode_extra` for `max_extra`) beside `batch_size` and `average_last`.
 
     Example:
 
-    >>> DecodingSection(beam_size=5).overrides()
-    {'beam_size': 5}
+    >>> section = DecodingSection.from_dict({"beam_size": 5, "length_penalty": 1.0, "batch_size": 32})
+    >>> section.options.beam_size, section.options.alpha, section.batch_size
+    (5, 1.0, 32)
     """
 
-    beam_size: typing.Optional[int] = None  # beam width; 1 means greedy (paper: 4)
-    length_penalty: typing.Optional[float] = None  # GNMT alpha (paper: 0.6)
-    max_decode_extra: typing.Optional[int] = None  # decode at most source length + this (paper: 50)
-    early_exit: typing.Optional[bool] = None  # also stop by OpenNMT's/CTranslate2's rule (decoding.beam_search)
+    options: DecodeOptions = DecodeOptions()  # the DecodeOptions keys, flat in the section
     batch_size: int = 64  # sentences decoded together when evaluating
     average_last: typing.Optional[int] = None  # test evaluation averages the last N checkpoints (paper: 5 / 20)
 
     def validate(self):
-        """Raises `ConfigError` naming the first bad field."""
-        for name in ("batch_size", "average_last", "beam_size", "max_decode_extra"):
+        """Raises `ConfigError` naming the first bad field (the options validate themselves)."""
+        for name in ("batch_size", "average_last"):
             value = getattr(self, name)
             if value is None and name != "batch_size":
                 continue
             if not _is_integer(value) or value <= 0:
                 raise ConfigError(f"decoding.{name} must be a positive integer, got {value!r}.")
-        if self.early_exit is not None and not isinstance(self.early_exit, bool):
-            raise ConfigError(f"decoding.early_exit must be true or false, got {self.early_exit!r}.")
 
-    def overrides(self, every=False):
-        """The TransformerConfig fields this section sets (with `every`, those it may set, set or not)."""
-        names = ("beam_size", "length_penalty", "max_decode_extra", "early_exit")
-        return {name: getattr(self, name) for name in names if every or getattr(self, name) is not None}
+    @classmethod
+    def from_dict(cls, values):
+        """The section from its flat YAML mapping; unknown keys are refused by name."""
+        values = dict(values or {})
+        _reject_unknown(values, [f.name for f in dataclasses.fields(DecodeOptions)] + list(OLD_DECODING_NAMES)
+                        + ["batch_size", "average_last"], "decoding.")
+        own = {name: values.pop(name) for name in ("batch_size", "average_last") if name in values}
+        section = cls(options=DecodeOptions.from_dict(values), **own)
+        section.validate()
+        return section
+
+    def to_dict(self):
+        """The flat YAML mapping: the options' fields, then `batch_size` and `average_last`."""
+        return {**self.options.to_dict(), "batch_size": self.batch_size, "average_last": self.average_last}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -584,6 +594,10 @@ class ExperimentConfig:
             if values.get(name) is not None and not isinstance(values[name], dict):
                 raise ConfigError(f"Section {name!r} must be a mapping, got {values[name]!r}.")
         model = dict(values.get("model") or {})
+        moved = [name for name in DECODING_FIELDS if name in model]
+        if moved:
+            raise ConfigError(f"model.{moved[0]} is a decoding setting: give it in the decoding section "
+                              f"(decoding.{OLD_DECODING_NAMES.get(moved[0], moved[0])}).")
         _reject_unknown(model, [f.name for f in dataclasses.fields(TransformerConfig)] + ["preset"], "model.")
         if "preset" in model:
             if model["preset"] not in PRESETS:
@@ -592,8 +606,8 @@ class ExperimentConfig:
         for name, section_class in (("data", DataSection), ("training", TrainingSection),
                                     ("decoding", DecodingSection)):
             section_values = values.get(name) or {}
-            if section_class is DataSection:
-                sections[name] = DataSection.from_dict(section_values)
+            if section_class in (DataSection, DecodingSection):
+                sections[name] = section_class.from_dict(section_values)
                 continue
             _reject_unknown(section_values, [f.name for f in dataclasses.fields(section_class)], f"{name}.")
             sections[name] = section_class(**section_values)
@@ -606,10 +620,10 @@ class ExperimentConfig:
     def to_dict(self):
         """Nested plain dicts (YAML-friendly)."""
         return {"model": dict(self.model), "data": self.data.to_dict(),
-                "training": dataclasses.asdict(self.training), "decoding": dataclasses.asdict(self.decoding)}
+                "training": dataclasses.asdict(self.training), "decoding": self.decoding.to_dict()}
 
     def model_config(self, vocabulary=None):
-        """The `TransformerConfig`: preset (if any), the model fields, the data's vocabulary, decoding overrides.
+        """The `TransformerConfig`: preset (if any), the model fields, the data's vocabulary.
 
         Args:
             vocabulary: the data's vocabulary size (an int), or a dict of
@@ -633,7 +647,6 @@ class ExperimentConfig:
                 raise ConfigError(f"model.{name}={given} is {relation} than the data's vocabulary ({size}); "
                                   f"leave model.{name} out to take the data's.")
             fields.setdefault(name, size)
-        fields.update(self.decoding.overrides())
         try:
             if preset is not None:
                 return TransformerConfig.preset(preset, **fields)
@@ -694,7 +707,7 @@ class ExperimentConfig:
 
     def resolved(self, workdir=None):
         """The experiment with every default filled in: the model section as the whole `TransformerConfig`
-        (preset expanded, decoding overrides applied), each other section with all of its fields.
+        (preset expanded), each other section with all of its fields.
 
         Fed back as a config, it resolves to itself. Unlike `to_dict` (what `train` writes to
         `experiment.yaml`), it holds defaults too. For text and TFDS data the model's vocabulary size is the
@@ -707,10 +720,8 @@ class ExperimentConfig:
         (64, False, 1234)
         """
         model = self.model_config(self._configured_vocabulary()).to_dict()
-        decoding = dataclasses.asdict(self.decoding)
-        decoding.update({name: model[name] for name in self.decoding.overrides(every=True)})
         return {"model": model, "data": self.data.resolved(self.training.seed, workdir),
-                "training": dataclasses.asdict(self.training), "decoding": decoding}
+                "training": dataclasses.asdict(self.training), "decoding": self.decoding.to_dict()}
 
     def dry_run(self, workdir=None):
         """What `keras-transformer train --dry-run` prints: the `resolved` experiment as YAML, after the checks

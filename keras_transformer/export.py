@@ -18,6 +18,8 @@ Signatures:
 - `serving_default(inputs: string [N]) -> {translation: string [N], score: float32 [N]}`
 - `n_best(inputs: string [N]) -> {translations: string [N, K], scores: float32 [N, K]}`
 - `translate_ids(source_ids: int32 [N, S]) -> {tokens: int32 [N, T], score: float32 [N]}`
+- `sample(inputs: string [N], seed: int32, temperature: float32, top_k: int32, top_p: float32)
+  -> {translation: string [N], score: float32 [N]}` (one draw per input; the same seed, the same draws)
 - `score(sources: string [N], targets: string [N]) -> {score: float32 [N]}` (forced decoding; one target per
   source, other counts fail naming both)
 
@@ -29,7 +31,6 @@ gathered once, so a request's memory does not grow with its size beyond its own 
 results (docs/serving.md).
 """
 
-import dataclasses
 import os
 import pathlib
 import shutil
@@ -42,7 +43,8 @@ from keras_transformer.errors import CheckpointNotFoundError
 from keras_transformer.files import replace_folder, staging_folder
 from keras_transformer.layout import check_export_destination
 from keras_transformer.translation import TRAINED_CHUNK_SIZE, Translator
-from keras_transformer.workdir import EXTRA_DIR, MEMBERS_DIR, MODEL_CONFIG, MODEL_WEIGHTS, VOCAB_DIR, load_models
+from keras_transformer.workdir import (EXTRA_DIR, MEMBERS_DIR, MODEL_CONFIG, MODEL_WEIGHTS, VOCAB_DIR, load_models,
+                                       write_model_file)
 
 
 class _Untracked:
@@ -83,9 +85,9 @@ class TranslatorModule(tf.Module):
         self.source_tokenizer = translator.source_tokenizer
         self.target_tokenizer = translator.target_tokenizer
         self.vocabulary_assets = [tf.saved_model.Asset(path) for path in asset_files]
-        self.beam_size = tf.constant(translator.beam_size)
-        self.alpha = tf.constant(translator.alpha)
-        self.early_exit = tf.constant(translator.early_exit)
+        self.beam_size = tf.constant(translator.options.beam_size)
+        self.alpha = tf.constant(translator.options.alpha)
+        self.early_exit = tf.constant(translator.options.early_exit)
 
     @property
     def translator(self):
@@ -103,6 +105,15 @@ class TranslatorModule(tf.Module):
     def n_best(self, inputs):
         """All beam hypotheses, best first."""
         return self.translator.n_best(inputs)
+
+    @tf.function(autograph=False, input_signature=[tf.TensorSpec([None], tf.string, name="inputs"),
+                                                   tf.TensorSpec([], tf.int32, name="seed"),
+                                                   tf.TensorSpec([], tf.float32, name="temperature"),
+                                                   tf.TensorSpec([], tf.int32, name="top_k"),
+                                                   tf.TensorSpec([], tf.float32, name="top_p")])
+    def sample(self, inputs, seed, temperature, top_k, top_p):
+        """One translation per input drawn at random (`Translator.sample`): the same seed gives the same draws."""
+        return self.translator.sample(inputs, seed, temperature, top_k, top_p)
 
     @tf.function(autograph=False, input_signature=[tf.TensorSpec([None, None], tf.int32, name="source_ids")])
     def translate_ids(self, source_ids):
@@ -123,7 +134,7 @@ class TranslatorModule(tf.Module):
         context, and a concrete function traced before it would be traced a second time there.
         """
         return {"serving_default": self.serve, "n_best": self.n_best, "translate_ids": self.translate_ids,
-                "score": self.score}
+                "score": self.score, "sample": self.sample}
 
 
 def export_translator(translator, directory, config=None, overwrite=False):
@@ -200,13 +211,11 @@ def _write_savedmodel(translator, directory, configs):
         shutil.copytree(vocab, os.path.join(extra, VOCAB_DIR), dirs_exist_ok=True)
     if configs is not None:
         single = len(configs) == 1
-        # The decoding fields say what the graph does, so that `load_keras_translator` decodes alike.
-        baked = dict(beam_size=translator.beam_size, length_penalty=translator.alpha,
-                     max_decode_extra=translator.max_extra, early_exit=translator.early_exit)
+        # The decoding options say what the graph does, so that `load_keras_translator` decodes alike.
         for index, (member_config, model) in enumerate(zip(configs, translator.models)):
             folder = extra if single else os.path.join(extra, MEMBERS_DIR, str(index))
             os.makedirs(folder, exist_ok=True)
-            dataclasses.replace(member_config, **baked).save_yaml(os.path.join(folder, MODEL_CONFIG))
+            write_model_file(os.path.join(folder, MODEL_CONFIG), member_config, translator.options)
             model.save_weights(os.path.join(folder, MODEL_WEIGHTS))
 
 
@@ -222,8 +231,8 @@ def check_saved_model(directory):
                            f"{outputs}.")
 
 
-def export(workdir, directory, checkpoint=None, average=None, beam_size=None, alpha=None, max_extra=None,
-           early_exit=None, jit_compile=True, overwrite=False):
+def export(workdir, directory, checkpoint=None, average=None, options=None, jit_compile=True, overwrite=False,
+           **settings):
     """Exports a training workdir's model: the library function behind `keras-transformer export`.
 
     Args:
@@ -233,13 +242,15 @@ def export(workdir, directory, checkpoint=None, average=None, beam_size=None, al
         checkpoint: a `.weights.h5` file; default: the last checkpoint (or the average below).
             An ensemble takes a list, one per workdir (or None).
         average: average the last `average` checkpoints (paper: 5 base, 20 big).
-        beam_size, alpha, max_extra, early_exit: decoding settings baked into the graph (default: the
-            config's); the exported `assets.extra/model.yaml` records them, so that `load_keras_translator`
-            decodes as the graph does.
+        options: the `DecodeOptions` baked into the graph's `serving_default` and `n_best` (default: the
+            workdir's model.yaml's); the exported `assets.extra/model.yaml` records them, so that
+            `load_keras_translator` decodes as the graph does. The `sample` signature takes its sampling
+            settings as inputs.
         jit_compile: compile the search with XLA (`Translator`'s `jit_compile`): a serving process
             compiles one program per bucketed input shape on first use, then decodes the shipped model
             1.5-1.8x faster on the 2-core development CPU (docs/BENCHMARKS.md).
         overwrite: replace an existing export.
+        **settings: `DecodeOptions` fields replacing those of `options` (`beam_size=5`, `alpha=1.0`, ...).
 
     Returns:
         The export directory.
@@ -254,20 +265,19 @@ def export(workdir, directory, checkpoint=None, average=None, beam_size=None, al
         if not os.path.isfile(os.path.join(os.fspath(path), MODEL_CONFIG)):
             raise CheckpointNotFoundError(f"{path} is not a training workdir: "
                                           f"{os.path.join(os.fspath(path), MODEL_CONFIG)} is missing.")
-    models, configs, vocab_dir = load_models(workdirs if len(workdirs) > 1 else workdirs[0], checkpoint, average,
-                                             require_vocabulary=True)
-    options = {key: value for key, value in dict(beam_size=beam_size, alpha=alpha, max_extra=max_extra,
-                                                 early_exit=early_exit).items() if value is not None}
-    translator = Translator.from_models(models, configs[0], vocab_dir, jit_compile=jit_compile, **options)
-    return export_translator(translator, directory, config=configs, overwrite=overwrite)
+    loaded = load_models(workdirs if len(workdirs) > 1 else workdirs[0], checkpoint, average,
+                         require_vocabulary=True)
+    translator = Translator.from_models(loaded.models, loaded.vocab_dir, options or loaded.decoding,
+                                        jit_compile=jit_compile, **settings)
+    return export_translator(translator, directory, config=loaded.configs, overwrite=overwrite)
 
 
-def load_keras_translator(directory, **options):
+def load_keras_translator(directory, options=None, **settings):
     """Rebuilds an in-memory `Translator` (Keras model + tokenizers) from an export's `assets.extra/`.
 
     Args:
         directory: an export written with a config.
-        **options: `Translator` arguments (beam_size, alpha, ...).
+        options, **settings: as `Translator` (default: the options the export was made with).
 
     Returns:
         A `Translator`.
@@ -282,8 +292,8 @@ def load_keras_translator(directory, **options):
         raise CheckpointNotFoundError(f"{directory} has no Keras weights ({weights}); export it with a config.")
     if not os.path.isfile(os.path.join(os.fspath(directory), "saved_model.pb")):
         raise CheckpointNotFoundError(f"No SavedModel at {directory} (saved_model.pb is missing).")
-    models, configs, vocab_dir = load_models(directory)
-    return Translator.from_models(models, configs[0], vocab_dir, **options)
+    loaded = load_models(directory)
+    return Translator.from_models(loaded.models, loaded.vocab_dir, options or loaded.decoding, **settings)
 
 
 def load_exported(directory):

@@ -27,7 +27,7 @@ from keras_transformer.workdir import (CHECKPOINTS_DIR, MODEL_CONFIG, average_ch
 log = logging.getLogger("keras_transformer")
 
 
-def load_translator(model, checkpoint=None, average=None, **options):
+def load_translator(model, checkpoint=None, average=None, options=None, **settings):
     """A `Translator` for a training workdir or an exported model directory, or an ensemble of them.
 
     Args:
@@ -40,9 +40,12 @@ def load_translator(model, checkpoint=None, average=None, **options):
             For an ensemble, a list with one entry (or None) per model.
         average: average the last `average` checkpoints instead (workdirs only; each member); not
             together with `checkpoint`. A workdir with fewer averages those, with a warning.
-        **options: `Translator` arguments (`beam_size`, `alpha`, `max_extra`,
-            `early_exit`); default: the model config's decoding fields. A CTranslate2
-            export always stops by its own rule, `early_exit`'s.
+        options: a `keras_transformer.decoding.DecodeOptions`; default: the
+            model folder's (its model.yaml's decoding mapping, or what a CTranslate2
+            export recorded). A CTranslate2 export's beam search always stops by its
+            own rule, `early_exit`'s.
+        **settings: `DecodeOptions` fields replacing those of `options` (None values
+            change nothing), and `Translator` arguments (`jit_compile`, `chunk_size`).
 
     Returns:
         A `keras_transformer.translation.Translator`.
@@ -64,7 +67,7 @@ def load_translator(model, checkpoint=None, average=None, **options):
         raise ConfigError("load_translator: no model given (an empty list).")
     for path in paths:
         check_model_folder(path)
-    options = {key: value for key, value in options.items() if value is not None}
+    settings = {key: value for key, value in settings.items() if value is not None}
     converted = [path for path in paths if ctranslate2_translator.is_ctranslate2_model(path)]
     if converted:
         if len(paths) > 1:
@@ -73,13 +76,11 @@ def load_translator(model, checkpoint=None, average=None, **options):
         if checkpoint is not None or average is not None:
             raise ConfigError(f"{paths[0]} is a CTranslate2 export: --checkpoint and --average apply to training "
                               "workdirs.")
-        if options.pop("early_exit", True) is not True:
-            raise ConfigError(f"{paths[0]} is a CTranslate2 export, whose beam search always stops by its own "
-                              "rule (early_exit): it has no exact stopping rule.")
-        return ctranslate2_translator.CTranslate2Translator(paths[0], **options)
-    models, configs, vocab_dir = load_models(paths if len(paths) > 1 else paths[0], checkpoint, average,
-                                             require_vocabulary=True)
-    return Translator.from_models(models, configs[0], vocab_dir, **options)
+        for name in ("jit_compile", "chunk_size"):  # the TensorFlow engine's
+            settings.pop(name, None)
+        return ctranslate2_translator.CTranslate2Translator(paths[0], options, **settings)
+    loaded = load_models(paths if len(paths) > 1 else paths[0], checkpoint, average, require_vocabulary=True)
+    return Translator.from_models(loaded.models, loaded.vocab_dir, options or loaded.decoding, **settings)
 
 
 def _lines(source):
@@ -152,7 +153,7 @@ def evaluate(model, source, reference, tokenized_reference=None, lang=None, chec
         tokenized references (`evaluation.evaluate_translations`), rounded to 2 decimals (ratio: 4).
         With `details`, `(scores, details)`: `details` holds `signatures` (sacreBLEU's, per score),
         `models` (each model folder and the weights files it decoded with: `describe_weights`),
-        `decoding` (beam_size, alpha, max_extra, early_exit as the translator ran them),
+        `decoding` (the translator's `DecodeOptions`, as a dict),
         `sentences` and `seconds` (loading and decoding).
 
     Example:
@@ -185,8 +186,7 @@ def evaluate(model, source, reference, tokenized_reference=None, lang=None, chec
     scores = {key: round(float(value), 4 if key == "length_ratio" else 2) for key, value in scores.items()}
     if not details:
         return scores
-    decoding = {name: getattr(translator, name) for name in ("beam_size", "alpha", "max_extra", "early_exit")
-                if getattr(translator, name, None) is not None}
+    decoding = translator.options.to_dict() if getattr(translator, "options", None) is not None else {}
     return scores, {"signatures": signatures, "models": describe_weights(model, checkpoint, average),
                     "decoding": decoding, "sentences": len(sources), "seconds": round(seconds, 2)}
 
@@ -249,8 +249,8 @@ def average(workdir, last=None, output=None, checkpoints=None):
     return output, paths
 
 
-def export_ctranslate2(model, directory, checkpoint=None, average=None, beam_size=None, alpha=None, max_extra=None,
-                       quantization=None, overwrite=False):
+def export_ctranslate2(model, directory, checkpoint=None, average=None, options=None, quantization=None,
+                       overwrite=False, **settings):
     """Exports a workdir's or a SavedModel export's model to a CTranslate2 folder
     (`keras-transformer export --format ctranslate2`).
 
@@ -258,7 +258,8 @@ def export_ctranslate2(model, directory, checkpoint=None, average=None, beam_siz
         model: a training workdir or a SavedModel export folder (one model: CTranslate2 decodes no ensemble).
         directory: the folder to write.
         checkpoint, average: which weights of a workdir (see `load_translator`).
-        beam_size, alpha, max_extra: decoding defaults recorded in the folder (default: the model config's).
+        options, **settings: the decoding options recorded in the folder (default: the model folder's;
+            `settings` replace fields, None values change nothing).
         quantization: the weight type stored (None: float32; "int8", ...).
         overwrite: replace an existing CTranslate2 export.
 
@@ -276,10 +277,11 @@ def export_ctranslate2(model, directory, checkpoint=None, average=None, beam_siz
     if len(paths) != 1:
         raise ConfigError(f"CTranslate2 holds one model, and {len(paths)} were given: export an ensemble as a "
                           "SavedModel instead.")
-    models, configs, vocab_dir = load_models(paths[0], checkpoint, average, require_vocabulary=True)
-    if len(models) != 1:
-        raise ConfigError(f"{paths[0]} is an ensemble of {len(models)} models; CTranslate2 holds one model.")
-    return ctranslate2_export.export_ctranslate2(models[0], configs[0], vocab_dir, directory, beam_size=beam_size,
-                                                 alpha=alpha, max_extra=max_extra, quantization=quantization,
-                                                 overwrite=overwrite)
+    loaded = load_models(paths[0], checkpoint, average, require_vocabulary=True)
+    if len(loaded.models) != 1:
+        raise ConfigError(f"{paths[0]} is an ensemble of {len(loaded.models)} models; CTranslate2 holds one model.")
+    settings = {key: value for key, value in settings.items() if value is not None}
+    return ctranslate2_export.export_ctranslate2(loaded.models[0], loaded.configs[0], loaded.vocab_dir, directory,
+                                                 options=options or loaded.decoding, quantization=quantization,
+                                                 overwrite=overwrite, **settings)
 

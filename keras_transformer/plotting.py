@@ -42,6 +42,7 @@ from matplotlib.figure import Figure
 
 from keras_transformer import decoding
 from keras_transformer.data.tokenizers import load_tokenizers
+from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.errors import CheckpointNotFoundError
 from keras_transformer.layers.position import sinusoidal_position_encoding
 from keras_transformer.model import decode, encode, parts
@@ -157,7 +158,7 @@ def _strip(ids, eos_id, pad_id, bos_id):
 
 
 def translate_with_attention(model, sentence, source_tokenizer, target_tokenizer=None, translation=None,
-                             beam_size=4, alpha=0.6, max_extra=50, early_exit=False):
+                             options=None, **settings):
     """Translates one sentence and collects its attention maps.
 
     Args:
@@ -166,10 +167,8 @@ def translate_with_attention(model, sentence, source_tokenizer, target_tokenizer
         source_tokenizer: a `SubwordTokenizer` (``tokenize``, ``id_to_piece``, special ids).
         target_tokenizer: the target one; defaults to `source_tokenizer` (shared vocabulary).
         translation: a target sentence to force instead of decoding (e.g. a reference).
-        beam_size: beam width; 1 is greedy decoding.
-        alpha: length-penalty exponent of the beam search.
-        max_extra: the translation has at most source length + `max_extra` tokens.
-        early_exit: the beam search's stopping rule (`decoding.beam_search`).
+        options: a `keras_transformer.decoding.DecodeOptions` (default: the paper's beam search);
+            `settings` (`beam_size=1`, `strategy="greedy"`, ...) replace its fields.
 
     Returns:
         An `AttentionMaps`.
@@ -191,16 +190,10 @@ def translate_with_attention(model, sentence, source_tokenizer, target_tokenizer
     pad, bos, eos = target_tokenizer.pad_id, target_tokenizer.bos_id, target_tokenizer.eos_id
 
     if translation is None:
-        if beam_size > 1:
-            tokens, _ = decoding.beam_search(model, source_ids[None], beam_size=beam_size, alpha=alpha,
-                                             max_extra=max_extra, pad_id=pad, bos_id=bos, eos_id=eos,
-                                             early_exit=early_exit)
-            tokens = np.asarray(tokens)[0, 0]
-        else:
-            tokens, _ = decoding.greedy_decode(model, source_ids[None], max_extra=max_extra, pad_id=pad,
-                                               bos_id=bos, eos_id=eos)
-            tokens = np.asarray(tokens)[0]
-        target_ids = _strip(tokens, eos, pad, bos)
+        options = (options or DecodeOptions()).replace(**settings)
+        tokens, _ = decoding.strategy(options.strategy)([model], source_ids[None], options.replace(n_best=1),
+                                                        pad_id=pad, bos_id=bos, eos_id=eos)
+        target_ids = _strip(np.asarray(tokens)[0, 0], eos, pad, bos)
     else:
         target_ids = np.asarray(target_tokenizer.tokenize([translation])[0], dtype="int32").tolist()
     target_ids = target_ids[: decoding.max_positions(model) - 1]
@@ -330,7 +323,7 @@ def plot_attention_maps(maps, out_dir, kinds=KINDS, layout="grid", dpi=110):
 
 
 def plot_attention(model, sentence, out_dir, source_tokenizer, target_tokenizer=None, translation=None,
-                   beam_size=4, alpha=0.6, max_extra=50, kinds=KINDS, layout="grid", dpi=110, early_exit=False):
+                   options=None, kinds=KINDS, layout="grid", dpi=110, **settings):
     """Translates `sentence` and writes its attention maps: the one call behind ``plot-attention``.
 
     Also writes ``out_dir/translation.txt`` (source, translation and the
@@ -342,7 +335,7 @@ def plot_attention(model, sentence, out_dir, source_tokenizer, target_tokenizer=
         out_dir: the folder to write.
         source_tokenizer, target_tokenizer: `SubwordTokenizer`s (target defaults to source).
         translation: force this target instead of decoding.
-        beam_size, alpha, max_extra, early_exit: decoding settings (``beam_size=1``: greedy).
+        options, **settings: the decoding, as in `translate_with_attention`.
         kinds, layout, dpi: as in `plot_attention_maps`.
 
     Returns:
@@ -354,7 +347,7 @@ def plot_attention(model, sentence, out_dir, source_tokenizer, target_tokenizer=
     >>> maps, paths = plot_attention(model, "A dog runs.", "out/", *load_tokenizers("vocab/"))  # doctest: +SKIP
     """
     maps = translate_with_attention(model, sentence, source_tokenizer, target_tokenizer, translation=translation,
-                                    beam_size=beam_size, alpha=alpha, max_extra=max_extra, early_exit=early_exit)
+                                    options=options, **settings)
     paths = plot_attention_maps(maps, out_dir, kinds=kinds, layout=layout, dpi=dpi)
     with open(os.path.join(os.fspath(out_dir), "translation.txt"), "w", encoding="utf-8") as f:
         f.write(f"source:       {_text(sentence)}\ntranslation:  {maps.translation}\n"
@@ -385,18 +378,19 @@ def load_model(path, checkpoint=None, average=None):
         ValueError: `checkpoint` and `average` together, or either for an exported model.
 
     Returns:
-        ``(model, source_tokenizer, target_tokenizer, config)``.
+        ``(model, source_tokenizer, target_tokenizer, config, options)``: the model's `TransformerConfig` and
+        its decoding options.
 
     Example:
 
-    >>> model, src, tgt, config = load_model("runs/multi30k_en_de", average=5)  # doctest: +SKIP
+    >>> model, src, tgt, config, options = load_model("runs/multi30k_en_de", average=5)  # doctest: +SKIP
     """
-    models, configs, vocab = load_models(path, checkpoint, average)
-    if vocab is None:
+    loaded = load_models(path, checkpoint, average)
+    if loaded.vocab_dir is None:
         raise CheckpointNotFoundError(f"No tokenizer folder in {path}: expected data/vocab/ (a training workdir) "
                                       "or assets.extra/vocab/ (an exported model).")
-    source_tokenizer, target_tokenizer = load_tokenizers(vocab)
-    return models[0], source_tokenizer, target_tokenizer, configs[0]
+    source_tokenizer, target_tokenizer = load_tokenizers(loaded.vocab_dir)
+    return loaded.models[0], source_tokenizer, target_tokenizer, loaded.configs[0], loaded.decoding
 
 
 def plot_attention_for_path(model_path, sentence, out_dir, checkpoint=None, average=None, beam_size=None,
@@ -412,8 +406,8 @@ def plot_attention_for_path(model_path, sentence, out_dir, checkpoint=None, aver
         translation: force this target instead of decoding.
         layout, kinds, dpi: as in `plot_attention_maps`.
 
-    The other decoding settings (alpha, max_extra, early_exit) are the model
-    config's, so the translation drawn is the one the model serves.
+    The other decoding settings are the model's (its model.yaml's decoding
+    options), so the translation drawn is the one the model serves.
 
     Returns:
         ``(maps, paths)`` as `plot_attention`.
@@ -422,11 +416,9 @@ def plot_attention_for_path(model_path, sentence, out_dir, checkpoint=None, aver
 
     >>> plot_attention_for_path("runs/multi30k_en_de", "A dog runs.", "attention/")  # doctest: +SKIP
     """
-    model, source_tokenizer, target_tokenizer, config = load_model(model_path, checkpoint, average)
+    model, source_tokenizer, target_tokenizer, _, options = load_model(model_path, checkpoint, average)
     return plot_attention(model, sentence, out_dir, source_tokenizer, target_tokenizer, translation=translation,
-                          beam_size=config.beam_size if beam_size is None else int(beam_size),
-                          alpha=config.length_penalty, max_extra=config.max_decode_extra,
-                          early_exit=config.early_exit, kinds=kinds, layout=layout, dpi=dpi)
+                          options=options, kinds=kinds, layout=layout, dpi=dpi, beam_size=beam_size)
 
 
 # ------------------------------------------------------------------ schedule and positions

@@ -54,7 +54,8 @@ from keras_transformer.trainer.loop import (TrainingData, TrainingResult, check_
                                             summary)
 from keras_transformer.trainer.precision import cpu_has_native_bfloat16, progress_verbosity, resolve_precision
 from keras_transformer.translation import Translator
-from keras_transformer.workdir import adopt_vocabulary, checkpoint_vocabulary, epoch_checkpoints, load_weights
+from keras_transformer.workdir import (MODEL_CONFIG, adopt_vocabulary, checkpoint_vocabulary, epoch_checkpoints,
+                                       load_weights, write_model_file)
 
 __all__ = [
     "CheckpointError", "ConfigError", "DataSection", "DecodingSection", "ExperimentConfig", "HistoryCSV",
@@ -157,7 +158,7 @@ def _train(experiment, workdir, output, strategy, is_chief, policy, resumed_at=(
     resolved["model"] = model_config.to_dict()
     check_same_experiment(output / "experiment.yaml", resolved)
     write_yaml(output / "experiment.yaml", resolved)
-    model_config.save_yaml(output / "model.yaml")
+    write_model_file(output / MODEL_CONFIG, model_config, experiment.decoding.options)
     log.info("Model: %s; dtype policy %s", summary(model_config), policy)
     def make_translator(model, **options):  # BLEU on validation decodes with the model being trained
         # One search per batch of translate_lines (which bounds it): a model still learning runs its translations
@@ -211,10 +212,7 @@ def _evaluate_test(experiment, workdir, result):
     if decoding.average_last:
         translator = load_translator(workdir, average=decoding.average_last)
     else:
-        config = result.model_config
-        translator = Translator(result.model, *result.tokenizers, beam_size=config.beam_size,
-                                alpha=config.length_penalty, max_extra=config.max_decode_extra,
-                                early_exit=config.early_exit)
+        translator = Translator(result.model, *result.tokenizers, decoding.options)
     scores = evaluate(translator, sources, references, tokenized_reference=data.test_tokenized_target,
                       lang=data.pipeline.get("target_language"), batch_size=decoding.batch_size,
                       output=pathlib.Path(workdir) / "test.hyp.txt")
@@ -296,5 +294,5 @@ def _pack(experiment, section, workdir):
     counts["train_target_tokens"] = int(sum(len(t) + 1 for t in splits["train"][1]))
     save_arrays(workdir / ARRAYS_FILE, splits)
     write_yaml(workdir / "experiment.yaml", resolved)
-    model_config.save_yaml(workdir / "model.yaml")
+    write_model_file(workdir / MODEL_CONFIG, model_config, experiment.decoding.options)
     return counts

@@ -22,9 +22,10 @@ from keras_transformer import decoding
 from keras_transformer.config import TransformerConfig
 from keras_transformer.data.batching import in_length_order
 from keras_transformer.data.tokenizers import load_tokenizers
-from keras_transformer.errors import CheckpointNotFoundError, ConfigError
+from keras_transformer.decoding.options import SAMPLING_FIELDS, DecodeOptions
+from keras_transformer.errors import ConfigError
 from keras_transformer.model import build_model, parts
-from keras_transformer.workdir import load_models, load_weights_files
+from keras_transformer.workdir import load_models, load_weights_files, read_model_file
 
 
 def _valid_utf8(strings):
@@ -256,9 +257,9 @@ class Translator(tf.Module):
             pad/bos/eos) and `tokenize`, `pad_id`, `bos_id`, `eos_id`; its
             `vocab_size` must be the size of the target embedding. Defaults
             to `source_tokenizer` (a shared vocabulary).
-        beam_size: beams per sentence; 1 with `alpha=0` is greedy decoding.
-        alpha: GNMT length-penalty exponent, finite and >= 0.
-        max_extra: a translation has at most source length + `max_extra` tokens (>= 0).
+        options: a `keras_transformer.decoding.DecodeOptions`: the strategy (beam
+            search, greedy, sampling) and its settings (default: `DecodeOptions()`,
+            the paper's beam search).
         jit_compile: compile the search with XLA: one compilation (seconds) per
             input shape, after which the shipped model decoded 1.5-1.8x faster
             on the 2-core development CPU (docs/BENCHMARKS.md). With `chunk_size`, chunks are padded to a few shapes
@@ -281,14 +282,14 @@ class Translator(tf.Module):
             translations to their length limit and would pay for every chunk's
             full loop in turn. An export serves in chunks whatever this is
             (`export.TranslatorModule`).
-        early_exit: also stop a sentence by OpenNMT's and CTranslate2's rule
-            (`decoding.beam_search`): about 15% fewer steps, and a few
-            translations change. Default: the exact rule only.
         name: the module's name.
+        **settings: `DecodeOptions` fields replacing those of `options`
+            (`Translator(model, tokenizer, beam_size=5)`; a sampling setting
+            alone chooses strategy "sample").
 
     Raises:
-        ValueError: a decoding setting out of range, or a tokenizer whose
-            vocabulary size is not the model's (both sizes named).
+        ConfigError: a decoding setting out of range (named).
+        ValueError: a tokenizer whose vocabulary size is not the model's (both sizes named).
 
     Example:
 
@@ -297,21 +298,15 @@ class Translator(tf.Module):
     ['Ein Mann fährt Fahrrad.']
     """
 
-    def __init__(self, model, source_tokenizer, target_tokenizer=None, beam_size=4, alpha=0.6, max_extra=50,
-                 jit_compile=False, chunk_size=TRAINED_CHUNK_SIZE, early_exit=False, name="translator"):
+    def __init__(self, model, source_tokenizer, target_tokenizer=None, options=None, jit_compile=False,
+                 chunk_size=TRAINED_CHUNK_SIZE, name="translator", **settings):
         super().__init__(name=name)
         self.models = decoding.ensemble_members(model)
         self.source_tokenizer = source_tokenizer
         self.target_tokenizer = target_tokenizer if target_tokenizer is not None else source_tokenizer
-        self.beam_size = int(beam_size)
-        self.alpha = float(alpha)
-        self.max_extra = int(max_extra)
-        if not isinstance(early_exit, bool):
-            raise ValueError(f"Translator: early_exit must be True or False, got {early_exit!r}.")
-        self.early_exit = early_exit
-        if self.beam_size < 1:
-            raise ValueError(f"Translator: beam_size must be >= 1, got {beam_size}.")
-        decoding.check_options("Translator", max_extra=self.max_extra, alpha=self.alpha)
+        if options is not None and not isinstance(options, DecodeOptions):
+            raise TypeError(f"Translator: options must be a DecodeOptions, got {type(options).__name__}.")
+        self.options = (options or DecodeOptions()).replace(**settings)
         for index, model in enumerate(self.models):
             _check_vocabulary_sizes(model, self.source_tokenizer, self.target_tokenizer,
                                     "the model" if len(self.models) == 1 else f"ensemble member {index}")
@@ -325,6 +320,26 @@ class Translator(tf.Module):
                         else self._search_ids)
 
     @property
+    def beam_size(self):
+        """`options.beam_size`: beams per sentence of the beam search."""
+        return self.options.beam_size
+
+    @property
+    def alpha(self):
+        """`options.alpha`: the beam search's length-penalty exponent."""
+        return self.options.alpha
+
+    @property
+    def max_extra(self):
+        """`options.max_extra`: a translation has at most source length + this many tokens."""
+        return self.options.max_extra
+
+    @property
+    def early_exit(self):
+        """`options.early_exit`: the beam search also stops by OpenNMT's and CTranslate2's rule."""
+        return self.options.early_exit
+
+    @property
     def model(self):
         """The model of a single-model Translator (an ensemble's members are in `models`)."""
         if len(self.models) != 1:
@@ -334,62 +349,62 @@ class Translator(tf.Module):
 
     # --------------------------------------------------------------- constructors
     @classmethod
-    def from_checkpoint(cls, config, checkpoint, tokenizers, **options):
+    def from_checkpoint(cls, config, checkpoint, tokenizers, options=None, **settings):
         """Builds the model of `config`, loads `checkpoint` into it and wraps it.
 
         Args:
-            config: a `TransformerConfig` or the path of its YAML file.
+            config: a `TransformerConfig`, or the path of a model.yaml (whose
+                decoding mapping gives the default options; `workdir.read_model_file`).
             checkpoint: a `.weights.h5` file, or a list of them to average
-                (`evaluation.average_checkpoints`).
+                (`workdir.average_checkpoints`).
             tokenizers: `(source_tokenizer, target_tokenizer)`, or a directory
                 that `keras_transformer.data.tokenizers.load_tokenizers` reads.
-            **options: `Translator` arguments; `beam_size`, `alpha`,
-                `max_extra` and `early_exit` default to the config's decoding fields.
+            options, **settings: as `Translator`; default: the model.yaml's decoding options.
 
         Returns:
             A `Translator`.
 
         Example:
 
-        >>> translator = Translator.from_checkpoint("workdir/config.yaml",  # doctest: +SKIP
-        ...     "workdir/checkpoints/ckpt-0010.weights.h5", "workdir/vocab")
+        >>> translator = Translator.from_checkpoint("workdir/model.yaml",  # doctest: +SKIP
+        ...     "workdir/checkpoints/ckpt-0010.weights.h5", "workdir/data/vocab")
         """
         if not isinstance(config, TransformerConfig):
-            if not os.path.isfile(os.fspath(config)):
-                raise CheckpointNotFoundError(f"Model config not found: {os.fspath(config)}")
-            config = TransformerConfig.from_yaml(os.fspath(config))
+            config, saved = read_model_file(os.fspath(config))
+            options = saved if options is None else options
         model = load_weights_files(build_model(config), checkpoint)
-        return cls.from_models([model], config, tokenizers, **options)
+        return cls.from_models([model], tokenizers, options, **settings)
 
     @classmethod
-    def from_models(cls, models, config, tokenizers, **options):
+    def from_models(cls, models, tokenizers, options=None, **settings):
         """Wraps built models (one, or an ensemble's members) with their tokenizers.
 
         Args:
             models: a list of `build_model` models sharing a vocabulary.
-            config: the first model's `TransformerConfig`: the decoding defaults.
             tokenizers: `(source_tokenizer, target_tokenizer)`, or a vocabulary
                 folder that `keras_transformer.data.tokenizers.load_tokenizers` reads.
-            **options: `Translator` arguments; `beam_size`, `alpha`,
-                `max_extra` and `early_exit` default to the config's decoding fields.
+            options, **settings: as `Translator`.
 
         Returns:
             A `Translator`.
+
+        Example:
+
+        >>> loaded = load_models("runs/en_de")  # doctest: +SKIP
+        >>> translator = Translator.from_models(loaded.models, loaded.vocab_dir, loaded.decoding)  # doctest: +SKIP
         """
         if isinstance(tokenizers, (str, os.PathLike)):
             tokenizers = load_tokenizers(os.fspath(tokenizers))
-        options = {"beam_size": config.beam_size, "alpha": config.length_penalty,
-                   "max_extra": config.max_decode_extra, "early_exit": config.early_exit, **options}
         source_tokenizer, target_tokenizer = tokenizers
-        return cls(models if len(models) > 1 else models[0], source_tokenizer, target_tokenizer, **options)
+        return cls(models if len(models) > 1 else models[0], source_tokenizer, target_tokenizer, options, **settings)
 
     @classmethod
-    def ensemble(cls, translators, **options):
+    def ensemble(cls, translators, **settings):
         """One Translator decoding the models of several Translators as an ensemble.
 
         The members must share the tokenizers (the caller checks: `load_translator`
-        compares the vocabulary files); tokenizers and decoding settings come from
-        the first, unless given in `options`.
+        compares the vocabulary files); tokenizers and decoding options come from
+        the first, with `settings` (`Translator` arguments and `DecodeOptions` fields) applied.
 
         Example:
 
@@ -400,18 +415,16 @@ class Translator(tf.Module):
         if not translators:
             raise ValueError("Translator.ensemble: no translators given.")
         first = translators[0]
-        settings = {"beam_size": first.beam_size, "alpha": first.alpha, "max_extra": first.max_extra,
-                    "jit_compile": first._jit_compile, "chunk_size": first.chunk_size,
-                    "early_exit": first.early_exit, **options}
+        settings = {"jit_compile": first._jit_compile, "chunk_size": first.chunk_size, **settings}
         return cls([model for t in translators for model in t.models], first.source_tokenizer,
-                   first.target_tokenizer, **settings)
+                   first.target_tokenizer, first.options, **settings)
 
     @classmethod
-    def from_workdir(cls, workdir, checkpoint=None, average=None, tokenizers=None, **options):
-        """Loads a Translator from a training workdir (`keras_transformer.training` layout).
+    def from_workdir(cls, workdir, checkpoint=None, average=None, tokenizers=None, options=None, **settings):
+        """Loads a Translator from a training workdir (`keras_transformer.training` layout) or an export.
 
-        Reads `workdir/model.yaml`, the tokenizers in `workdir/data/vocab` and
-        the weights of `workdir/checkpoints`.
+        Reads `workdir/model.yaml` (the architecture and the decoding options),
+        the tokenizers in `workdir/data/vocab` and the weights of `workdir/checkpoints`.
 
         Args:
             workdir: the folder `keras-transformer train` wrote.
@@ -420,7 +433,7 @@ class Translator(tf.Module):
                 (paper: 5 for base, 20 for big).
             tokenizers: override the tokenizers (e.g. for synthetic data,
                 which has no vocabulary folder).
-            **options: `Translator` arguments.
+            options, **settings: as `Translator`; default: the model.yaml's decoding options.
 
         Returns:
             A `Translator`.
@@ -429,12 +442,13 @@ class Translator(tf.Module):
 
         >>> translator = Translator.from_workdir("runs/multi30k", average=5)  # doctest: +SKIP
         """
-        models, configs, vocab_dir = load_models(workdir, checkpoint, average)
+        loaded = load_models(workdir, checkpoint, average)
         if tokenizers is None:
-            if vocab_dir is None:
+            if loaded.vocab_dir is None:
                 raise ConfigError(f"{workdir} has no vocabulary (data/vocab): give its tokenizers.")
-            tokenizers = vocab_dir
-        return cls.from_models(models, configs[0], tokenizers, **options)
+            tokenizers = loaded.vocab_dir
+        return cls.from_models(loaded.models, tokenizers, loaded.decoding if options is None else options,
+                               **settings)
 
     # -------------------------------------------------------------------- ids
     def encode_sources(self, sentences):
@@ -454,14 +468,19 @@ class Translator(tf.Module):
         """Tokenizes reference translations into target ids (tokens then eos), for `score`."""
         return _encode(self.target_tokenizer, sentences, self.max_target_length)
 
-    def _search_ids(self, source, num_return):
-        target = self.target_tokenizer
-        return decoding.beam_search(self.models, source, beam_size=self.beam_size, alpha=self.alpha,
-                                    max_extra=self.max_extra, num_return=num_return, pad_id=target.pad_id,
-                                    bos_id=target.bos_id, eos_id=target.eos_id,
-                                    first_cache_stage=decoding.FIRST_CACHE_STAGE, early_exit=self.early_exit)
+    def _search_ids(self, source, num_return, row_keys, options, sampling):
+        """The options' strategy (`keras_transformer.decoding.STRATEGIES`) on one chunk of source ids.
 
-    def _search_in_length_order(self, source, num_return):
+        `sampling` holds the sampling settings as tensors (inputs of the compiled search, never constants
+        folded into it, so a SavedModel's `sample` signature and a Translator draw the same samples).
+        """
+        target = self.target_tokenizer
+        return decoding.strategy(options.strategy)(
+            self.models, source, options.replace(n_best=num_return, **sampling), pad_id=target.pad_id,
+            bos_id=target.bos_id, eos_id=target.eos_id, first_cache_stage=decoding.FIRST_CACHE_STAGE,
+            row_keys=row_keys)
+
+    def _search_in_length_order(self, source, num_return, options, sampling):
         """`_search` over `chunk_size` sentences at a time, shortest sources first, results in input order.
 
         Each chunk keeps only its own source width (padding never changes a
@@ -485,11 +504,13 @@ class Translator(tf.Module):
             start = i * self.chunk_size
             end = tf.minimum(start + self.chunk_size, count)
             piece = ordered[start:end, :tf.maximum(ordered_lengths[end - 1], 1)]  # (c, S_chunk)
+            keys = order[start:end]  # each sentence's input position: what a sample's draws depend on
             if self._jit_compile:  # a few shapes, so a few XLA programs; padding never changes a result
-                tokens, scores = self._search(self._pad_to_bucket(piece), num_return)
+                piece, keys = self._pad_to_bucket(piece, keys)
+                tokens, scores = self._search(piece, num_return, keys, options, sampling)
                 tokens, scores = tokens[:end - start], scores[:end - start]
             else:
-                tokens, scores = self._search(piece, num_return)  # (c, R, T_chunk), (c, R)
+                tokens, scores = self._search(piece, num_return, keys, options, sampling)  # (c, R, T_chunk), (c, R)
             # A padded source width gives a wider buffer; past `out_width` it holds only padding.
             tokens = tf.pad(tokens, [[0, 0], [0, 0], [0, tf.maximum(out_width - tf.shape(tokens)[2], 0)]],
                             constant_values=pad)[:, :, :out_width]
@@ -508,33 +529,46 @@ class Translator(tf.Module):
         tokens, scores = tf.gather(tokens, inverse), tf.gather(scores, inverse)
         return tokens, scores
 
-    def _pad_to_bucket(self, piece):
+    def _pad_to_bucket(self, piece, keys):
         """Pads a chunk to the shape XLA compiles it for (`bucket_sizes`): its rows with copies of its
-        longest sentence, whose results the caller drops, and its source width with padding."""
+        longest sentence (and its row key), whose results the caller drops, and its source width with padding."""
         rows, width = tf.shape(piece)[0], tf.shape(piece)[1]
         bucket_rows = tf.gather(bucket_table(self.chunk_size, smallest=1), rows)
         bucket_width = tf.gather(bucket_table(self.max_source_length, smallest=SMALLEST_WIDTH_BUCKET), width)
         piece = tf.concat([piece, tf.repeat(piece[-1:], bucket_rows - rows, axis=0)], 0)
-        return tf.pad(piece, [[0, 0], [0, bucket_width - width]], constant_values=self.source_tokenizer.pad_id)
+        keys = tf.concat([keys, tf.repeat(keys[-1:], bucket_rows - rows, axis=0)], 0)
+        return (tf.pad(piece, [[0, 0], [0, bucket_width - width]], constant_values=self.source_tokenizer.pad_id),
+                keys)
 
-    def translate_ids(self, source, num_return=None):
-        """Beam search on source ids.
+    def translate_ids(self, source, num_return=None, options=None, sampling=None):
+        """Decodes source ids with the translator's options (or `options`).
 
         Args:
             source: int32 `[N, S]` from `encode_sources`.
-            num_return: hypotheses per sentence, best first (default: all
-                `beam_size`); fewer lets the search stop sooner, never
-                changing the ones returned.
+            num_return: hypotheses per sentence, best first (default:
+                `options.returned()`, all `beam_size` for beam search); fewer lets
+                a beam search stop sooner, never changing the ones returned.
+            options: a `DecodeOptions` for this call (default: `self.options`).
+            sampling: with strategy "sample", a dict of the `DecodeOptions.SAMPLING_FIELDS` as
+                tensors (the `sample` method's inputs) replacing the options' own.
 
         Returns:
             `(tokens, scores)`: int32 `[N, num_return, T]` hypotheses, best first,
-            and float32 `[N, num_return]` length-normalised log-probabilities.
+            and float32 `[N, num_return]` scores (beam: length-normalised
+            log-probabilities; greedy and sampling: log-probabilities).
         """
         source = tf.convert_to_tensor(source, tf.int32)
-        num_return = self.beam_size if num_return is None else int(num_return)
+        options = self.options if options is None else options
+        num_return = options.returned() if num_return is None else int(num_return)
+        if options.sampling:
+            given = {**{name: getattr(options, name) for name in SAMPLING_FIELDS}, **(sampling or {})}
+            sampling = {name: tf.convert_to_tensor(value, tf.float32 if name in ("temperature", "top_p") else tf.int32)
+                        for name, value in given.items()}
+        else:
+            sampling = {}
         if self.chunk_size:
-            return self._search_in_length_order(source, num_return)
-        return self._search(source, num_return)
+            return self._search_in_length_order(source, num_return, options, sampling)
+        return self._search(source, num_return, tf.range(tf.shape(source)[0]), options, sampling)
 
     # ----------------------------------------------------------------- strings
     @tf.function(autograph=False, input_signature=[tf.TensorSpec([None], tf.string)])
@@ -556,10 +590,11 @@ class Translator(tf.Module):
 
     @tf.function(autograph=False, input_signature=[tf.TensorSpec([None], tf.string)])
     def n_best(self, sentences):
-        """All `beam_size` hypotheses per sentence, best first.
+        """`options.returned()` hypotheses per sentence (beam: all `beam_size`), best first; with strategy
+        "sample", that many independent draws.
 
         Returns:
-            `{"translations": tf.string [N, beam_size], "scores": float32 [N, beam_size]}`.
+            `{"translations": tf.string [N, R], "scores": float32 [N, R]}`.
         """
         tokens, scores = self.translate_ids(self.encode_sources(sentences))
         shape = tf.shape(tokens)  # (N, K, T)
@@ -567,6 +602,35 @@ class Translator(tf.Module):
         blank = tf.broadcast_to(_is_blank(sentences)[:, tf.newaxis], shape[:2])
         return {"translations": tf.where(blank, tf.constant(""), tf.reshape(flat, shape[:2])),
                 "scores": tf.where(blank, tf.zeros_like(scores), scores)}
+
+    @tf.function(autograph=False, input_signature=[tf.TensorSpec([None], tf.string), tf.TensorSpec([], tf.int32),
+                                                   tf.TensorSpec([], tf.float32), tf.TensorSpec([], tf.int32),
+                                                   tf.TensorSpec([], tf.float32)])
+    def sample(self, sentences, seed, temperature, top_k, top_p):
+        """One translation per sentence drawn at random from the model (strategy "sample", whatever `options` say).
+
+        A sentence's draw depends only on `seed`, its position in `sentences` and the model; to draw several
+        translations of one sentence, repeat it. Exports serve this as the `sample` signature.
+
+        Args:
+            sentences: `tf.string [N]`.
+            seed: int32 scalar in [0, 2**31).
+            temperature: float32 scalar > 0: the logits are divided by it (toward 0: greedy; 1: the model's own).
+            top_k: int32 scalar: draw among the k most probable tokens only (0: no cut).
+            top_p: float32 scalar in (0, 1]: draw within the nucleus of that probability (1: no cut).
+
+        Returns:
+            `{"translation": tf.string [N], "score": float32 [N]}`: the sample and its log-probability under the
+            model (untempered).
+        """
+        options = self.options.replace(strategy="sample", n_best=1)
+        sampling = {"seed": seed, "temperature": temperature, "top_k": top_k, "top_p": top_p}
+        tokens, scores = self.translate_ids(self.encode_sources(sentences), num_return=1, options=options,
+                                            sampling=sampling)
+        blank = _is_blank(sentences)
+        translation = _valid_utf8(self.target_tokenizer.detokenize(tokens[:, 0]))
+        return {"translation": tf.where(blank, tf.constant(""), translation),
+                "score": tf.where(blank, tf.zeros_like(scores[:, 0]), scores[:, 0])}
 
     @tf.function(autograph=False,
                  input_signature=[tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.string)])
@@ -595,7 +659,8 @@ class Translator(tf.Module):
     def _score_ids(self, source, target):
         """`decoding.score` of id batches, with this translator's models, alpha and special ids."""
         target_tokenizer = self.target_tokenizer
-        return decoding.score(self.models, source, target, alpha=self.alpha, pad_id=target_tokenizer.pad_id,
+        alpha = self.options.alpha if self.options.strategy == "beam" else 0.0
+        return decoding.score(self.models, source, target, alpha=alpha, pad_id=target_tokenizer.pad_id,
                               bos_id=target_tokenizer.bos_id)
 
     def _score_in_length_order(self, source, target):

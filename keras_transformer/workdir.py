@@ -26,13 +26,16 @@ import logging
 import os
 import pathlib
 import shutil
+import typing
 
 import keras
 import numpy as np
+import yaml
 
-from keras_transformer.config import TransformerConfig
+from keras_transformer.config import DECODING_FIELDS, TransformerConfig, load_yaml
+from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.errors import CheckpointError, CheckpointNotFoundError, ConfigError
-from keras_transformer.files import atomic_write, staging_folder
+from keras_transformer.files import atomic_write, atomic_write_text, staging_folder
 from keras_transformer.layout import (AVERAGED_WEIGHTS, CHECKPOINT_PATTERN, CHECKPOINTS_DIR, EXTRA_DIR,  # noqa: F401
                                       MEMBERS_DIR, MODEL_CONFIG, MODEL_WEIGHTS, VOCAB_DIR, WORKDIR_VOCAB,
                                       check_model_folder, check_weights_choice, is_export, model_kind,
@@ -315,6 +318,55 @@ def adopt_vocabulary(checkpoint, vocab_dir):
     log.info("Vocabulary copied from %s, the init checkpoint's", source)
 
 
+# ------------------------------------------------------------------ model files
+def read_model_file(path):
+    """A model folder's `model.yaml`: `(TransformerConfig, DecodeOptions)`.
+
+    The file holds the architecture's fields and a `decoding:` mapping (the model's decoding defaults). An
+    older file kept its decoding settings (`config.DECODING_FIELDS`) among the architecture's fields: they are
+    read as the decoding section's, under its old names (`length_penalty` is `alpha`, `max_decode_extra` is
+    `max_extra`).
+
+    Raises:
+        CheckpointNotFoundError: no such file.
+        ConfigError / ValueError: a field that is not valid (named).
+
+    Example:
+
+    >>> config, options = read_model_file("saved_models/multi30k_en_de/assets.extra/model.yaml")  # doctest: +SKIP
+    >>> options.describe()                                                                        # doctest: +SKIP
+    'beam: beam_size 4, alpha 1.0, max_extra 50'
+    """
+    path = pathlib.Path(path)
+    if not path.is_file():
+        raise CheckpointNotFoundError(f"Model config not found: {path}")
+    with open(path, encoding="utf-8") as handle:
+        values = load_yaml(handle) or {}
+    if not isinstance(values, dict):
+        raise ConfigError(f"{path}: expected a mapping of TransformerConfig fields, got {type(values).__name__}.")
+    decoding = values.get("decoding") or {}
+    if not isinstance(decoding, dict):
+        raise ConfigError(f"{path}: decoding must be a mapping of decoding settings, got {decoding!r}.")
+    old = {name: values[name] for name in DECODING_FIELDS if name in values}
+    return TransformerConfig.from_yaml(path), DecodeOptions.from_dict({**old, **decoding}, where=f"{path}: decoding")
+
+
+def write_model_file(path, config, options=None):
+    """Writes a model folder's `model.yaml`: `config`'s fields, then `options` (default: `DecodeOptions()`) as
+    its `decoding:` mapping; atomically. `read_model_file` reads it back.
+
+    Example:
+
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "model.yaml")
+    >>> write_model_file(path, TransformerConfig.preset("tiny", vocab_size=100), DecodeOptions(beam_size=5))
+    >>> read_model_file(path)[1].beam_size
+    5
+    """
+    values = {**config.to_dict(), "decoding": (options or DecodeOptions()).to_dict()}
+    atomic_write_text(path, yaml.safe_dump(values, sort_keys=False))
+
+
 # ------------------------------------------------------------------ model folders
 @dataclasses.dataclass(frozen=True)
 class Member:
@@ -326,19 +378,24 @@ class Member:
 
 @dataclasses.dataclass(frozen=True)
 class ModelFolder:
-    """What a workdir or export holds: `kind` ("workdir" or "export"), its members and its vocabulary folder
-    (None for a run on synthetic data)."""
+    """What a workdir or export holds: `kind` ("workdir" or "export"), its members, its vocabulary folder
+    (None for a run on synthetic data) and its decoding defaults (`decoding`, from its model.yaml)."""
 
     path: pathlib.Path
     kind: str
     members: tuple
     vocab_dir: pathlib.Path = None
+    decoding: DecodeOptions = DecodeOptions()
 
 
-def _config(path):
-    if not path.is_file():
-        raise CheckpointNotFoundError(f"Model config not found: {path}")
-    return TransformerConfig.from_yaml(path)
+class LoadedModels(typing.NamedTuple):
+    """What `load_models` returns: the built models, their configs, the shared vocabulary folder (None for a
+    run on synthetic data) and the first folder's decoding defaults."""
+
+    models: list
+    configs: list
+    vocab_dir: typing.Optional[pathlib.Path]
+    decoding: DecodeOptions
 
 
 def model_folder(path, checkpoint=None, average=None):
@@ -373,13 +430,15 @@ def model_folder(path, checkpoint=None, average=None):
                                                              key=int)]
         else:
             folders = [extra]
-        members = []
+        members, decoding = [], []
         for folder in folders:
             weights = folder / MODEL_WEIGHTS
             if not weights.is_file():
                 raise CheckpointNotFoundError(f"{path} has no Keras weights ({weights}); export it with a config.")
-            members.append(Member(_config(folder / MODEL_CONFIG), (str(weights),)))
-        return ModelFolder(path, "export", tuple(members), extra / VOCAB_DIR)
+            config, options = read_model_file(folder / MODEL_CONFIG)
+            members.append(Member(config, (str(weights),)))
+            decoding.append(options)
+        return ModelFolder(path, "export", tuple(members), extra / VOCAB_DIR, decoding[0])
     if not (path / MODEL_CONFIG).is_file():
         if model_kind(path) == "ctranslate2":
             raise CheckpointError(f"{path} is a CTranslate2 export, which holds no Keras model: this needs a training "
@@ -390,8 +449,8 @@ def model_folder(path, checkpoint=None, average=None):
     else:
         weights = tuple(latest_checkpoints(path / CHECKPOINTS_DIR, int(average or 1)))
     vocab = path / WORKDIR_VOCAB
-    return ModelFolder(path, "workdir", (Member(_config(path / MODEL_CONFIG), weights),),
-                       vocab if vocab.exists() else None)
+    config, options = read_model_file(path / MODEL_CONFIG)
+    return ModelFolder(path, "workdir", (Member(config, weights),), vocab if vocab.exists() else None, options)
 
 
 def build_member(member):
@@ -412,9 +471,9 @@ def load_models(paths, checkpoint=None, average=None, require_vocabulary=False):
             one (trained on synthetic data: no text to translate).
 
     Returns:
-        `(models, configs, vocab_dir)`: lists of built models and their
-        `TransformerConfig`s, and the vocabulary folder (None for a run on
-        synthetic data).
+        `LoadedModels(models, configs, vocab_dir, decoding)`: lists of built
+        models and their `TransformerConfig`s, the vocabulary folder (None for
+        a run on synthetic data) and the decoding defaults of the first folder.
 
     Raises:
         ConfigError: options that cannot apply, or members whose vocabularies differ.
@@ -455,4 +514,5 @@ def load_models(paths, checkpoint=None, average=None, require_vocabulary=False):
         raise ConfigError(f"{folders[0].path} has no vocabulary (data/vocab): it was trained on synthetic data, "
                           "which has no text to translate.")
     members = [member for folder in folders for member in folder.members]
-    return [build_member(member) for member in members], [member.config for member in members], folders[0].vocab_dir
+    return LoadedModels([build_member(member) for member in members], [member.config for member in members],
+                        folders[0].vocab_dir, folders[0].decoding)

@@ -85,7 +85,7 @@ def test_early_exit_flag_reaches_the_translator_and_the_export(monkeypatch, caps
     monkeypatch.setattr(training, "load_translator", lambda model, checkpoint, average, **options: seen.append(
         options["early_exit"]))
     monkeypatch.setattr(training, "translate", lambda translator, chunk, batch_size: [])
-    monkeypatch.setattr(export, "export", lambda workdir, out, **options: seen.append(options["early_exit"]) or out)
+    monkeypatch.setattr(export, "export", lambda workdir, out, **options: seen.append(options.get("early_exit")) or out)
     for argv in (["translate", "--model", "m", "a"], ["translate", "--model", "m", "--early-exit", "a"],
                  ["export", "--workdir", "w", "--out", "o"], ["export", "--workdir", "w", "--out", "o", "--early-exit"]):
         assert cli.main(argv) == 0
@@ -127,7 +127,8 @@ def test_dry_run_expands_the_preset_and_fills_in_every_default(tmp_path, capsys)
     import yaml
 
     from keras_transformer.config import PRESETS, TransformerConfig
-    from keras_transformer.experiment import DecodingSection, TrainingSection
+    from keras_transformer.decoding import DecodeOptions
+    from keras_transformer.experiment import TrainingSection
     assert cli.main(["train", "--config", str(TINY), "--workdir", str(tmp_path), "--dry-run"]) == 0
     printed = capsys.readouterr().out
     resolved = yaml.safe_load(printed)
@@ -143,8 +144,9 @@ def test_dry_run_expands_the_preset_and_fills_in_every_default(tmp_path, capsys)
                                 "batch_size": 64, "shuffle": True}
     assert list(resolved["training"]) == [f.name for f in dataclasses.fields(TrainingSection)]
     assert resolved["training"]["steps_per_execution"] == 1 and resolved["training"]["clipnorm"] == 1.0
-    assert list(resolved["decoding"]) == [f.name for f in dataclasses.fields(DecodingSection)]
-    assert resolved["decoding"]["max_decode_extra"] == 50  # the model's, which the section leaves as it is
+    assert list(resolved["decoding"]) == [f.name for f in dataclasses.fields(DecodeOptions)] + ["batch_size",
+                                                                                               "average_last"]
+    assert resolved["decoding"]["max_extra"] == 50  # DecodeOptions' default
     again = tmp_path / "resolved.yaml"
     again.write_text(printed, encoding="utf-8")
     assert cli.main(["train", "--config", str(again), "--workdir", str(tmp_path), "--dry-run"]) == 0

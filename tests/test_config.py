@@ -45,11 +45,8 @@ def test_separate_vocab_and_layer_overrides():
     (dict(tie_embeddings="encoder"), "tie_embeddings must be one of"),
     (dict(source_vocab_size=10, target_vocab_size=20), "source_vocab_size=10 != target_vocab_size=20"),
     (dict(pad_id=5, unk_id=5), "special ids must differ"),
-    (dict(length_penalty=float("nan")), "length_penalty must be finite and >= 0"),  # passed: nan < 0 is False
-    (dict(length_penalty=-0.1), "got -0.1"),
     (dict(learning_rate_scale="fast"), "learning_rate_scale must be a number, got 'fast'"),
     (dict(beta_2=None), "beta_2 must be a number, got None"),
-    (dict(early_exit=1), "early_exit must be true or false, got 1"),
 ])
 def test_validation_names_the_problem(overrides, fragment):
     values = dict(vocab_size=100, d_model=64, num_heads=4)
@@ -57,6 +54,47 @@ def test_validation_names_the_problem(overrides, fragment):
     with pytest.raises(ValueError) as error:
         TransformerConfig(**values)
     assert fragment in str(error.value)
+
+
+@pytest.mark.parametrize("values, fragment", [
+    (dict(alpha=float("nan")), "decoding.alpha (the length-penalty exponent) must be a finite number >= 0"),
+    (dict(length_penalty=-0.1), "got -0.1"),  # the old name, read as alpha
+    (dict(early_exit=1), "decoding.early_exit must be true or false, got 1"),
+    (dict(strategy="nucleus"), "decoding.strategy must be one of beam, greedy, sample"),
+    (dict(beam_size=2, n_best=3), "decoding.n_best=3 is more than decoding.beam_size=2"),
+    (dict(top_p=0.9), "decoding.top_p applies to strategy 'sample' only"),
+    (dict(strategy="sample", top_p=0.0), "decoding.top_p must be in (0, 1]"),
+    (dict(strategy="sample", temperature=0), "decoding.temperature must be a finite number > 0"),
+    (dict(strategy="sample", seed=2**31), "decoding.seed must be at most"),
+    (dict(length_penalty=1.0, alpha=1.0), "length_penalty is the old name of alpha"),
+    (dict(beam=4), "Unknown decoding field(s): beam"),
+])
+def test_decode_options_name_the_problem(values, fragment):
+    from keras_transformer.decoding import DecodeOptions
+    from keras_transformer.errors import ConfigError
+    with pytest.raises(ConfigError) as error:
+        DecodeOptions.from_dict(values)
+    assert fragment in str(error.value)
+
+
+def test_decoding_fields_moved_out_of_the_model_config_and_old_model_files_still_load(tmp_path):
+    """A model.yaml from before the move (decoding fields among the architecture's) loads: its values become the
+    decoding options; TransformerConfig itself refuses them by name."""
+    from keras_transformer.decoding import DecodeOptions
+    from keras_transformer.workdir import read_model_file, write_model_file
+    with pytest.raises(ValueError, match="beam_size: decoding settings are not part of TransformerConfig"):
+        TransformerConfig.from_dict(dict(vocab_size=100, beam_size=5))
+    old = tmp_path / "old.yaml"
+    old.write_text("vocab_size: 100\nd_model: 64\nnum_heads: 4\nbeam_size: 5\nlength_penalty: 1.0\n"
+                   "max_decode_extra: 20\nearly_exit: true\n")
+    config, options = read_model_file(old)
+    assert config == TransformerConfig(vocab_size=100, d_model=64, num_heads=4)
+    assert options == DecodeOptions(beam_size=5, alpha=1.0, max_extra=20, early_exit=True)
+    new = tmp_path / "new.yaml"
+    write_model_file(new, config, options.replace(strategy="sample", top_p=0.9, seed=3))
+    assert read_model_file(new) == (config, DecodeOptions(strategy="sample", beam_size=5, alpha=1.0, max_extra=20,
+                                                          early_exit=True, top_p=0.9, seed=3))
+    assert TransformerConfig.from_yaml(new) == config
 
 
 def test_unknown_preset_and_unknown_field():

@@ -52,8 +52,7 @@ def copy_export(trained_copy_model, tmp_path_factory):
     root = tmp_path_factory.mktemp("ct2")
     tokenizer = word_vocabulary(root / "vocab", 32)
     assert [tokenizer.id_to_piece(i).numpy().decode() for i in (4, 31)] == ["▁w4", "▁w31"]
-    folder = ce.export_ctranslate2(model, config.replace(beam_size=4, length_penalty=0.6, max_decode_extra=5),
-                                   root / "vocab", root / "copy")
+    folder = ce.export_ctranslate2(model, config, root / "vocab", root / "copy", beam_size=4, alpha=0.6, max_extra=5)
     return pathlib.Path(folder), root / "vocab", tokenizer
 
 
@@ -139,7 +138,7 @@ def test_bad_inputs_each_give_one_line_as_the_keras_translator_does(trained_copy
 def test_decoding_settings_out_of_range_are_refused(copy_export):
     folder = copy_export[0]
     for options, message in ((dict(alpha=float("nan")), "alpha .* got nan"), (dict(max_extra=-1), "max_extra"),
-                             (dict(beam_size=0), "beam_size must be >= 1")):
+                             (dict(beam_size=0), "beam_size must be an integer >= 1")):
         with pytest.raises(ValueError, match=message):
             ce.CTranslate2Translator(folder, **options)
     # Its search always stops by the rule `early_exit` names: asking for the exact rule is refused by name.
@@ -290,7 +289,10 @@ def test_metadata_readme_and_recognition(trained_copy_model, copy_export, tmp_pa
     model, config = trained_copy_model
     metadata = json.loads((folder / "keras_transformer.json").read_text())
     assert metadata["format"] == "keras_transformer.ctranslate2" and metadata["version"] == 1
-    assert metadata["decoding"] == {"beam_size": 4, "alpha": 0.6, "max_extra": 5}
+    # The whole DecodeOptions; early_exit true: CTranslate2's beam search stops by that rule.
+    assert metadata["decoding"] == {"strategy": "beam", "beam_size": 4, "alpha": 0.6, "max_extra": 5,
+                                    "early_exit": True, "n_best": None, "top_k": 0, "top_p": 1.0,
+                                    "temperature": 1.0, "seed": 0}
     assert metadata["special_ids"] == {"pad_id": 0, "unk_id": 1, "bos_id": 2, "eos_id": 3}
     assert metadata["sentencepiece"] == {"source": "sentencepiece.model", "target": "sentencepiece.model"}
     assert (folder / "sentencepiece.model").read_bytes() == (vocab_dir / "sentencepiece.model").read_bytes()
@@ -316,7 +318,7 @@ def test_metadata_readme_and_recognition(trained_copy_model, copy_export, tmp_pa
     assert (tmp_path / "model.bin").exists()
     again = ce.export_ctranslate2(model, config, vocab_dir, tmp_path / "again")
     ce.export_ctranslate2(model, config, vocab_dir, again, overwrite=True)
-    assert ce.read_metadata(again)["decoding"]["beam_size"] == config.beam_size
+    assert ce.read_metadata(again)["decoding"]["beam_size"] == 4  # DecodeOptions' default
 
 
 def test_the_readme_snippet_serves_without_tensorflow(copy_export):

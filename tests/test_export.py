@@ -13,6 +13,7 @@ import tensorflow as tf
 from factories import seeded_weights
 
 import keras_transformer as kt
+from keras_transformer.workdir import read_model_file
 from keras_transformer.data.tokenizers import train_tokenizers
 from keras_transformer.errors import ConfigError
 from keras_transformer.evaluation import read_lines
@@ -37,7 +38,7 @@ def exported(tmp_path_factory, multi30k_dir):
     german = read_lines(multi30k_dir / "val.de.gz")[:300]
     source_tokenizer, target_tokenizer = train_tokenizers(english, german, vocab_size=400)
     config = kt.TransformerConfig.preset("tiny", vocab_size=source_tokenizer.vocab_size, num_layers=1, d_model=32,
-                                         d_ff=64, max_length=48, warmup_steps=20, beam_size=3)
+                                         d_ff=64, max_length=48, warmup_steps=20)
     model = seeded_weights(kt.build_model(config), 3)
     translator = Translator(model, source_tokenizer, target_tokenizer, beam_size=3, alpha=0.6, max_extra=8)
     directory = tmp_path_factory.mktemp("export") / "en_de"
@@ -228,11 +229,11 @@ def test_exported_ensemble_serves_what_the_in_memory_ensemble_gives(exported, ex
 
 
 def test_exported_config_records_the_decoding_the_graph_does(exported):
-    """The translator decodes with max_extra 8, its config says 50: the export's model.yaml says 8, so the
+    """The translator decodes with max_extra 8, the default is 50: the export's model.yaml says 8, so the
     rebuilt Keras translator decodes as the graph does."""
     directory, translator = exported
-    config = kt.TransformerConfig.from_yaml(directory / "assets.extra" / "model.yaml")
-    assert (config.beam_size, config.length_penalty, config.max_decode_extra, config.early_exit) == (3, 0.6, 8, False)
+    _, options = read_model_file(directory / "assets.extra" / "model.yaml")
+    assert options == kt.DecodeOptions(beam_size=3, alpha=0.6, max_extra=8, early_exit=False)
     rebuilt = load_keras_translator(directory)
     assert (rebuilt.beam_size, rebuilt.alpha, rebuilt.max_extra, rebuilt.early_exit) == (3, 0.6, 8, False)
 

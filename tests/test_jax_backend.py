@@ -217,16 +217,15 @@ def test_training_under_jax_resumes_and_reports_the_loss_tensorflow_computes(pac
 SHIPPED_SCRIPT = """
 import pathlib
 from keras_transformer import arrays
-from keras_transformer.config import TransformerConfig
 from keras_transformer.model import build_model
+from keras_transformer.workdir import read_model_file
 extra = pathlib.Path(sys.argv[1]) / "assets.extra"
-config = TransformerConfig.from_yaml(extra / "model.yaml")
+config, options = read_model_file(extra / "model.yaml")
 model = build_model(config)
 model.load_weights(str(extra / "model.weights.h5"))
 source, target = arrays._sentencepiece_processors(extra / "vocab")
 lines = json.loads(sys.argv[2])
-print(json.dumps(arrays.translate_lines(model, lines, source, target, beam_size=config.beam_size,
-                                        alpha=config.length_penalty, max_extra=config.max_decode_extra)))
+print(json.dumps(arrays.translate_lines(model, lines, source, target, options=options)))
 """
 
 

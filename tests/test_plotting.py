@@ -133,7 +133,7 @@ def test_plot_attention_for_a_training_workdir(model, tokenizer, tmp_path):
     make_workdir(workdir, kt.TransformerConfig.preset("tiny", vocab_size=tokenizer.vocab_size, max_length=64),
                  models=[model], tokenizers=(tokenizer, tokenizer))
 
-    loaded, source_tokenizer, _, _ = plotting.load_model(workdir)
+    loaded, source_tokenizer, _, _, _ = plotting.load_model(workdir)
     for a, b in zip(loaded.get_weights(), model.get_weights()):
         np.testing.assert_array_equal(a, b)
     # The command runs plot_attention_for_path on the workdir.

@@ -105,9 +105,12 @@ def test_bad_values_are_rejected_with_the_field_named(tmp_path, values, message)
 def test_model_section_preset_overrides_vocabulary_and_decoding():
     experiment = training.load_experiment(TINY, ["decoding.beam_size=5", "model.d_ff=128"])
     config = experiment.model_config(24)
-    assert (config.d_model, config.d_ff, config.vocab_size, config.beam_size) == (64, 128, 24, 5)
-    assert not config.early_exit
-    assert training.load_experiment(TINY, ["decoding.early_exit=true"]).model_config(24).early_exit
+    assert (config.d_model, config.d_ff, config.vocab_size, experiment.decoding.options.beam_size) == (64, 128, 24, 5)
+    assert not experiment.decoding.options.early_exit
+    assert training.load_experiment(TINY, ["decoding.early_exit=true"]).decoding.options.early_exit
+    with pytest.raises(training.ConfigError, match=r"model.beam_size is a decoding setting: give it in the decoding "
+                                                   r"section \(decoding.beam_size\)"):
+        training.load_experiment(TINY, ["model.beam_size=5"])
     with pytest.raises(training.ConfigError, match="model.vocab_size=10 is smaller"):
         training.load_experiment(TINY, ["model.vocab_size=10"]).model_config(24)
     # Larger passed, and the model then met a tokenizer of another size: a Translator refuses that pair.
@@ -131,14 +134,16 @@ def test_paper_configs_follow_table_3():
     assert (base.num_layers, base.d_model, base.d_ff, base.num_heads, base.dropout) == (6, 512, 2048, 8, 0.1)
     assert (big.num_layers, big.d_model, big.d_ff, big.num_heads, big.dropout) == (6, 1024, 4096, 16, 0.3)
     for config in (base, big):
-        assert (config.warmup_steps, config.label_smoothing, config.beam_size, config.length_penalty) == (
-            4000, 0.1, 4, 0.6)
+        assert (config.warmup_steps, config.label_smoothing) == (4000, 0.1)
+    for name in ("wmt14_en_de_base.yaml", "wmt14_en_de_big.yaml"):
+        options = training.load_experiment(REPO / "configs" / name).decoding.options
+        assert (options.strategy, options.beam_size, options.alpha) == ("beam", 4, 0.6)
 
 
 @pytest.mark.parametrize("override", [
     "training.epochs=true", "training.steps_per_epoch=true", "training.bleu_beam_size=true", "training.seed=true",
     "training.verbose=true", "training.jit_compile=1", "training.mixed_precision=1", "data.seed=true",
-    "model.max_decode_extra=true"])
+    "decoding.max_decode_extra=true"])
 def test_booleans_are_not_counts(override):
     """YAML's `true` is an int to Python (`True == 1`): it was taken as epochs=1, a seed of 1, and so on."""
     key = override.split("=")[0]

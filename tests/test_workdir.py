@@ -35,7 +35,7 @@ def test_separate_vocabularies_that_differ_are_told_apart(tmp_path):
 def test_an_ensemble_of_runs_sharing_a_vocabulary_loads_each_run_s_own_weights(tmp_path):
     first = _run(tmp_path / "a", 1, SEPARATE)
     second = _run(tmp_path / "b", 2, SEPARATE)
-    models, configs, vocab = workdir.load_models([tmp_path / "a", tmp_path / "b"])
+    models, configs, vocab, _ = workdir.load_models([tmp_path / "a", tmp_path / "b"])
     assert vocab == tmp_path / "a" / "data" / "vocab" and len(configs) == 2
     for loaded, original in zip(models, (first, second)):
         for a, b in zip(loaded.get_weights(), original.get_weights()):
@@ -51,8 +51,8 @@ def test_averaging_by_the_loader_is_the_mean_of_the_checkpoints(tmp_path):
     later = [w + 2.0 for w in model.get_weights()]
     model.set_weights(later)
     workdir.save_weights(model, tmp_path / "a" / "checkpoints" / "ckpt-0002.weights.h5")
-    (averaged,), _, _ = workdir.load_models(tmp_path / "a", average=2)
-    (last,), _, _ = workdir.load_models(tmp_path / "a")
+    (averaged,), _, _, _ = workdir.load_models(tmp_path / "a", average=2)
+    (last,), _, _, _ = workdir.load_models(tmp_path / "a")
     for mean, newest in zip(averaged.get_weights(), last.get_weights()):
         np.testing.assert_allclose(mean, newest - 1.0, rtol=0, atol=1e-5)
 

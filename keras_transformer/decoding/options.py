@@ -16,6 +16,9 @@ from keras_transformer.errors import ConfigError
 # Names an older config or model.yaml used, and the field each is now.
 OLD_NAMES = {"length_penalty": "alpha", "max_decode_extra": "max_extra"}
 
+# The settings of strategy "sample" only; a SavedModel's `sample` signature takes them as inputs.
+SAMPLING_FIELDS = ("top_k", "top_p", "temperature", "seed")
+
 # The largest seed: seeds are mixed as 32-bit integers inside the search.
 MAX_SEED = 2**31 - 1
 
@@ -26,6 +29,18 @@ def _is_integer(value):
 
 def _is_number(value):
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def is_run_time_value(value):
+    """True for a tensor (a SavedModel signature's input, known only when it runs): not checked here; the
+    search clips it to its range.
+
+    Example:
+
+    >>> is_run_time_value(0.9), is_run_time_value("0.9")
+    (False, False)
+    """
+    return not isinstance(value, (bool, int, float, str, type(None))) and hasattr(value, "dtype")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,7 +71,7 @@ class DecodeOptions:
     keras_transformer.errors.ConfigError: decoding.top_k applies to strategy 'sample' only (this is 'beam'); set decoding.strategy: sample (--strategy sample) to sample.
     """
 
-    strategy: str = "beam"  # "beam" (the paper), "greedy" or "sample"
+    strategy: str = "beam"  # how tokens are chosen: beam search (the paper), greedy, or sampling
     beam_size: int = 4  # beam: hypotheses kept per sentence (paper: 4; 1 chooses tokens as greedy does)
     alpha: float = 0.6  # beam: GNMT length-penalty exponent, lp(Y) = ((5 + |Y|) / 6) ** alpha (paper: 0.6)
     max_extra: int = 50  # every strategy: at most source length + this many output tokens (paper: 50)
@@ -76,18 +91,21 @@ class DecodeOptions:
             raise ConfigError(f"decoding.strategy must be one of {', '.join(STRATEGIES)}, got {self.strategy!r}.")
         for name, low in (("beam_size", 1), ("max_extra", 0), ("top_k", 0), ("seed", 0)):
             value = getattr(self, name)
+            if name in SAMPLING_FIELDS and is_run_time_value(value):
+                continue
             if not _is_integer(value) or value < low:
                 raise ConfigError(f"decoding.{name} must be an integer >= {low}, got {value!r}.")
-        if self.seed > MAX_SEED:
+        if not is_run_time_value(self.seed) and self.seed > MAX_SEED:
             raise ConfigError(f"decoding.seed must be at most {MAX_SEED}, got {self.seed}.")
         if not isinstance(self.early_exit, bool):
             raise ConfigError(f"decoding.early_exit must be true or false, got {self.early_exit!r}.")
         if not _is_number(self.alpha) or not (math.isfinite(self.alpha) and self.alpha >= 0):
             raise ConfigError(f"decoding.alpha (the length-penalty exponent) must be a finite number >= 0 "
                               f"(0: plain log-probability), got {self.alpha!r}.")
-        if not _is_number(self.top_p) or not 0 < self.top_p <= 1:
+        if not is_run_time_value(self.top_p) and (not _is_number(self.top_p) or not 0 < self.top_p <= 1):
             raise ConfigError(f"decoding.top_p must be in (0, 1] (1: no cut), got {self.top_p!r}.")
-        if not _is_number(self.temperature) or not (math.isfinite(self.temperature) and self.temperature > 0):
+        if not is_run_time_value(self.temperature) and (
+                not _is_number(self.temperature) or not (math.isfinite(self.temperature) and self.temperature > 0)):
             raise ConfigError(f"decoding.temperature must be a finite number > 0, got {self.temperature!r}.")
         if self.n_best is not None:
             if not _is_integer(self.n_best) or self.n_best < 1:
@@ -100,8 +118,8 @@ class DecodeOptions:
                                   f"got {self.n_best}; sample for several.")
         if self.strategy != "sample":
             defaults = DecodeOptions.__dataclass_fields__
-            for name in ("top_k", "top_p", "temperature", "seed"):
-                if getattr(self, name) != defaults[name].default:
+            for name in SAMPLING_FIELDS:
+                if is_run_time_value(getattr(self, name)) or getattr(self, name) != defaults[name].default:
                     raise ConfigError(f"decoding.{name} applies to strategy 'sample' only (this is "
                                       f"{self.strategy!r}); set decoding.strategy: sample (--strategy sample) "
                                       "to sample.")
@@ -143,7 +161,7 @@ class DecodeOptions:
 
     def to_dict(self):
         """The fields as a plain dict (YAML- and JSON-friendly)."""
-        return dataclasses.asdict(self)
+        return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
 
     def replace(self, **changes):
         """A copy with `changes` applied (and validated); `None` values change nothing (an option not given).
@@ -159,7 +177,7 @@ class DecodeOptions:
         'sample'
         """
         changes = {name: value for name, value in changes.items() if value is not None}
-        sampling = {"top_k", "top_p", "temperature", "seed"} & set(changes)
+        sampling = set(SAMPLING_FIELDS) & set(changes)
         if sampling and "strategy" not in changes:
             changes["strategy"] = "sample"
         values = self.to_dict()

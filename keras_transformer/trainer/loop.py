@@ -199,9 +199,8 @@ def make_callbacks(experiment, model_config, data, output, resumed_at=(0, 0), ma
             tokenized_references=tokenized, best_path=best_path, best=best_logged(
                 output / "history.csv", "val_bleu", resumed_at[0]) if best_path.is_file() else -math.inf,
             batch_size=experiment.decoding.batch_size, guard=guard,
-            translator_options={"beam_size": training.bleu_beam_size, "alpha": model_config.length_penalty,
-                                "max_extra": model_config.max_decode_extra,
-                                "early_exit": model_config.early_exit}))
+            translator_options={"options": experiment.decoding.options.replace(
+                strategy="beam", beam_size=training.bleu_beam_size, n_best=1)}))
     callbacks += [
         EpochCheckpoint(output / "checkpoints", keep=training.keep_checkpoints, guard=guard),
         HistoryCSV(output / "history.csv", guard=guard),
