@@ -6,8 +6,8 @@ tests and never changes the backend a user has chosen.
 
 Attention maps of one sentence:
 
-1. the sentence is translated (beam search, or greedy with ``beam_size=1``),
-   unless a translation is given;
+1. the translator translates the sentence (with its decoding options: the
+   translation drawn is the one it serves), unless a translation is given;
 2. one teacher-forced pass over ``<s> + translation`` collects every weight
    matrix: encoder self-attention ``(H, S, S)``, decoder self-attention
    ``(H, T, T)`` and cross-attention ``(H, T, S)`` per layer;
@@ -29,185 +29,25 @@ Files (``plot_attention_maps``)::
     cross_layer1.png        ... cross_layerN.png
     encoder_self_layer1_head1.png ...                        (heads layout)
 
-Model code (`keras_transformer.model`, `decoding`) does the numbers; this module
-only needs the tokenizers' ``tokenize`` and ``id_to_piece`` for a sentence.
+The numbers come from the translator (`TranslatorInterface.attention`, which
+builds `keras_transformer.attention_maps.AttentionMaps`); this module draws them.
 """
 
-import dataclasses
 import math
 import os
 
 import numpy as np
 from matplotlib.figure import Figure
 
-from keras_transformer import decoding
-from keras_transformer.data.tokenizers import load_tokenizers
-from keras_transformer.decoding.options import DecodeOptions
-from keras_transformer.errors import CheckpointNotFoundError
+from keras_transformer.attention_maps import KINDS
+from keras_transformer.inference import load_translator
 from keras_transformer.layers.position import sinusoidal_position_encoding
-from keras_transformer.model import decode, encode, parts
 from keras_transformer.schedules import NoamSchedule
 from keras_transformer.translation import utf8_bytes
-from keras_transformer.workdir import load_models
 
-KINDS = ("encoder_self", "decoder_self", "cross")
 LAYOUTS = ("grid", "heads")
 _TITLES = {"encoder_self": "encoder self-attention", "decoder_self": "decoder self-attention",
            "cross": "encoder-decoder (cross) attention"}
-
-
-@dataclasses.dataclass
-class AttentionMaps:
-    """The attention weights of one sentence pair, with the tokens for the axes.
-
-    Attributes:
-        source_tokens: S subword strings, the source then ``"</s>"``.
-        target_inputs: T strings, the decoder inputs: ``"<s>"`` then the translation's subwords.
-        target_outputs: T strings, what each decoder position predicts: the subwords then ``"</s>"``.
-        translation: the detokenized translation (or the given target).
-        encoder_self: per encoder layer, float32 ``(H, S, S)``.
-        decoder_self: per decoder layer, float32 ``(H, T, T)``.
-        cross: per decoder layer, float32 ``(H, T, S)``.
-    """
-
-    source_tokens: list
-    target_inputs: list
-    target_outputs: list
-    translation: str
-    encoder_self: list
-    decoder_self: list
-    cross: list
-
-    def axes(self, kind):
-        """`(weights per layer, row tokens, column tokens)` of one kind of attention.
-
-        Example:
-
-        >>> weights, rows, columns = maps.axes("cross")  # doctest: +SKIP
-        >>> weights[0].shape == (len(weights[0]), len(rows), len(columns))  # doctest: +SKIP
-        True
-        """
-        if kind == "encoder_self":
-            return self.encoder_self, self.source_tokens, self.source_tokens
-        if kind == "decoder_self":
-            return self.decoder_self, self.target_outputs, self.target_inputs
-        if kind == "cross":
-            return self.cross, self.target_outputs, self.source_tokens
-        raise ValueError(f"Unknown attention kind {kind!r}; choose one of {KINDS}.")
-
-
-# ------------------------------------------------------------------ weights
-
-
-def attention_weights(model, source_ids, target_ids, pad_id=0):
-    """Every attention weight matrix of one teacher-forced pass (dropout off).
-
-    Args:
-        model: a `keras_transformer.build_model` model.
-        source_ids: int ``(S,)`` source ids (tokens then eos), no padding.
-        target_ids: int ``(T,)`` decoder inputs (bos then tokens), no padding.
-        pad_id: the padding id.
-
-    Returns:
-        ``{"encoder_self": [(H, S, S)] * N_enc, "decoder_self": [(H, T, T)] * N_dec,
-        "cross": [(H, T, S)] * N_dec}`` as float32 numpy arrays; every row sums to 1.
-
-    Example:
-
-    >>> import numpy as np
-    >>> from keras_transformer import TransformerConfig, build_model
-    >>> model = build_model(TransformerConfig.preset("tiny", vocab_size=50))
-    >>> weights = attention_weights(model, np.array([5, 6, 3]), np.array([2, 9]))
-    >>> [w.shape for w in weights["cross"]]
-    [(4, 2, 3), (4, 2, 3)]
-    """
-
-    source = np.asarray(source_ids, dtype="int32").reshape(1, -1)  # (1, S)
-    target = np.asarray(target_ids, dtype="int32").reshape(1, -1)  # (1, T)
-    memory, source_padding, encoder_scores = encode(model, source, pad_id=pad_id, return_attention_scores=True)
-    _, decoder_scores = decode(model, target, memory, source_padding, return_attention_scores=True)
-
-    def first(weights):  # (1, H, Q, K) -> float32 (H, Q, K)
-        return np.asarray(weights, dtype="float32")[0]
-
-    return {"encoder_self": [first(w) for w in encoder_scores],
-            "decoder_self": [first(layer["self"]) for layer in decoder_scores],
-            "cross": [first(layer["cross"]) for layer in decoder_scores]}
-
-
-def _pieces(tokenizer, ids):
-    pieces = np.asarray(tokenizer.id_to_piece(np.asarray(ids, dtype="int32")))
-    return [p.decode("utf-8") if isinstance(p, bytes) else str(p) for p in pieces.reshape(-1)]
-
-
-def _text(sentence):
-    """A sentence as valid text: bytes that are not UTF-8 (which Python keeps as lone surrogates in arguments and
-    stdin, or given as `bytes`) become U+FFFD, as `Translator` does."""
-    return utf8_bytes(sentence).decode("utf-8", "replace") if isinstance(sentence, (str, bytes)) else sentence
-
-
-def _strip(ids, eos_id, pad_id, bos_id):
-    """Ids up to (not including) the first eos, without pad/bos."""
-    out = []
-    for token in np.asarray(ids).reshape(-1).tolist():
-        if token == eos_id:
-            break
-        if token not in (pad_id, bos_id):
-            out.append(int(token))
-    return out
-
-
-def translate_with_attention(model, sentence, source_tokenizer, target_tokenizer=None, translation=None,
-                             options=None, **settings):
-    """Translates one sentence and collects its attention maps.
-
-    Args:
-        model: a `build_model` model.
-        sentence: the source sentence (`str`, or UTF-8 `bytes`; bytes that are not UTF-8 become U+FFFD).
-        source_tokenizer: a `SubwordTokenizer` (``tokenize``, ``id_to_piece``, special ids).
-        target_tokenizer: the target one; defaults to `source_tokenizer` (shared vocabulary).
-        translation: a target sentence to force instead of decoding (e.g. a reference).
-        options: a `keras_transformer.decoding.DecodeOptions` (default: the paper's beam search);
-            `settings` (`beam_size=1`, `strategy="greedy"`, ...) replace its fields.
-
-    Returns:
-        An `AttentionMaps`.
-
-    Example:
-
-    >>> maps = translate_with_attention(model, "A dog runs.", tokenizer)  # doctest: +SKIP
-    >>> maps.translation, maps.cross[-1].shape  # doctest: +SKIP
-    ('Ein Hund läuft.', (4, 5, 6))
-    """
-
-    target_tokenizer = target_tokenizer if target_tokenizer is not None else source_tokenizer
-    sentence, translation = _text(sentence), _text(translation)
-    if not isinstance(sentence, str) or not sentence.strip():
-        raise ValueError(f"translate_with_attention needs a non-empty sentence, got {sentence!r}.")
-    max_source = parts(model).source_position.max_length
-    source_ids = np.asarray(source_tokenizer.tokenize([sentence])[0], dtype="int32")[: max_source - 1]
-    source_ids = np.append(source_ids, source_tokenizer.eos_id).astype("int32")  # (S,)
-    pad, bos, eos = target_tokenizer.pad_id, target_tokenizer.bos_id, target_tokenizer.eos_id
-
-    if translation is None:
-        options = (options or DecodeOptions()).replace(**settings)
-        tokens, _ = decoding.strategy(options.strategy)([model], source_ids[None], options.replace(n_best=1),
-                                                        pad_id=pad, bos_id=bos, eos_id=eos)
-        target_ids = _strip(np.asarray(tokens)[0, 0], eos, pad, bos)
-    else:
-        target_ids = np.asarray(target_tokenizer.tokenize([translation])[0], dtype="int32").tolist()
-    target_ids = target_ids[: decoding.max_positions(model) - 1]
-    text = target_tokenizer.detokenize(np.asarray([target_ids + [eos]], dtype="int32"))
-    text = np.asarray(text).reshape(-1)[0]
-    text = text.decode("utf-8") if isinstance(text, bytes) else str(text)
-
-    decoder_inputs = np.asarray([bos] + target_ids, dtype="int32")  # (T,)
-    decoder_outputs = np.asarray(target_ids + [eos], dtype="int32")  # (T,)
-    weights = attention_weights(model, source_ids, decoder_inputs, pad_id=pad)
-    return AttentionMaps(source_tokens=_pieces(source_tokenizer, source_ids),
-                         target_inputs=_pieces(target_tokenizer, decoder_inputs),
-                         target_outputs=_pieces(target_tokenizer, decoder_outputs),
-                         translation=text, **weights)
 
 
 # ------------------------------------------------------------------ drawing
@@ -322,20 +162,18 @@ def plot_attention_maps(maps, out_dir, kinds=KINDS, layout="grid", dpi=110):
     return paths
 
 
-def plot_attention(model, sentence, out_dir, source_tokenizer, target_tokenizer=None, translation=None,
-                   options=None, kinds=KINDS, layout="grid", dpi=110, **settings):
+def plot_attention(translator, sentence, out_dir, translation=None, kinds=KINDS, layout="grid", dpi=110):
     """Translates `sentence` and writes its attention maps: the one call behind ``plot-attention``.
 
     Also writes ``out_dir/translation.txt`` (source, translation and the
     subword tokens of both axes).
 
     Args:
-        model: a `build_model` model.
-        sentence: the source sentence.
+        translator: a translator with attention maps (`interface.TranslatorInterface.attention`: the
+            TensorFlow `Translator` or the packed one), e.g. `inference.load_translator(path)`.
+        sentence: the source sentence (`str`, or UTF-8 `bytes`; bytes that are not UTF-8 become U+FFFD).
         out_dir: the folder to write.
-        source_tokenizer, target_tokenizer: `SubwordTokenizer`s (target defaults to source).
-        translation: force this target instead of decoding.
-        options, **settings: the decoding, as in `translate_with_attention`.
+        translation: force this target instead of decoding (e.g. a reference).
         kinds, layout, dpi: as in `plot_attention_maps`.
 
     Returns:
@@ -343,71 +181,32 @@ def plot_attention(model, sentence, out_dir, source_tokenizer, target_tokenizer=
 
     Example:
 
-    >>> from keras_transformer.data.tokenizers import load_tokenizers  # doctest: +SKIP
-    >>> maps, paths = plot_attention(model, "A dog runs.", "out/", *load_tokenizers("vocab/"))  # doctest: +SKIP
+    >>> from keras_transformer.inference import load_translator  # doctest: +SKIP
+    >>> maps, paths = plot_attention(load_translator("runs/en_de"), "A dog runs.", "out/")  # doctest: +SKIP
     """
-    maps = translate_with_attention(model, sentence, source_tokenizer, target_tokenizer, translation=translation,
-                                    options=options, **settings)
+    maps = translator.attention(sentence, translation)
     paths = plot_attention_maps(maps, out_dir, kinds=kinds, layout=layout, dpi=dpi)
+    text = utf8_bytes(sentence).decode("utf-8", "replace") if isinstance(sentence, (str, bytes)) else sentence
     with open(os.path.join(os.fspath(out_dir), "translation.txt"), "w", encoding="utf-8") as f:
-        f.write(f"source:       {_text(sentence)}\ntranslation:  {maps.translation}\n"
+        f.write(f"source:       {text}\ntranslation:  {maps.translation}\n"
                 f"source tokens: {' '.join(maps.source_tokens)}\n"
                 f"target tokens: {' '.join(maps.target_outputs)}\n")
     return maps, paths
 
 
-# ------------------------------------------------------------------ loading
-
-
-def load_model(path, checkpoint=None, average=None):
-    """Loads a model and its tokenizers from a training workdir (or an exported model folder).
-
-    A training workdir holds ``model.yaml``, ``data/vocab/`` and
-    ``checkpoints/ckpt-*.weights.h5`` (see `keras_transformer.training`). An
-    exported model (`keras_transformer.export`) keeps the same three things in
-    ``assets.extra/``: ``model.yaml``, ``vocab/`` and ``model.weights.h5``; any
-    folder with ``model.yaml``, ``vocab/`` and one ``*.weights.h5`` file works.
-
-    Args:
-        path: the workdir or exported folder.
-        checkpoint: a `.weights.h5` file to load instead of the latest one (workdirs only).
-        average: average the last `average` checkpoints of a workdir (not with `checkpoint`).
-
-    Raises:
-        FileNotFoundError: a missing folder, or one without a model, vocabulary or weights.
-        ValueError: `checkpoint` and `average` together, or either for an exported model.
-
-    Returns:
-        ``(model, source_tokenizer, target_tokenizer, config, options)``: the model's `TransformerConfig` and
-        its decoding options.
-
-    Example:
-
-    >>> model, src, tgt, config, options = load_model("runs/multi30k_en_de", average=5)  # doctest: +SKIP
-    """
-    loaded = load_models(path, checkpoint, average)
-    if loaded.vocab_dir is None:
-        raise CheckpointNotFoundError(f"No tokenizer folder in {path}: expected data/vocab/ (a training workdir) "
-                                      "or assets.extra/vocab/ (an exported model).")
-    source_tokenizer, target_tokenizer = load_tokenizers(loaded.vocab_dir)
-    return loaded.models[0], source_tokenizer, target_tokenizer, loaded.configs[0], loaded.decoding
-
-
-def plot_attention_for_path(model_path, sentence, out_dir, checkpoint=None, average=None, beam_size=None,
-                            translation=None, layout="grid", kinds=KINDS, dpi=110):
+def plot_attention_for_path(model_path, sentence, out_dir, checkpoint=None, average=None, translation=None,
+                            layout="grid", kinds=KINDS, dpi=110, **settings):
     """`plot_attention` for a model on disk: what ``keras-transformer plot-attention`` runs.
 
     Args:
-        model_path: a training workdir or exported model folder (see `load_model`).
+        model_path: a training workdir or a SavedModel export (`inference.load_translator`).
         sentence: the source sentence.
         out_dir: the folder to write.
-        checkpoint, average: which weights (see `load_model`).
-        beam_size: beam width; None takes the model config's (1: greedy).
+        checkpoint, average: which weights (`inference.load_translator`).
         translation: force this target instead of decoding.
         layout, kinds, dpi: as in `plot_attention_maps`.
-
-    The other decoding settings are the model's (its model.yaml's decoding
-    options), so the translation drawn is the one the model serves.
+        **settings: `DecodeOptions` fields replacing the model's (`beam_size=1`, ...); by default the
+            translation drawn is the one the model serves.
 
     Returns:
         ``(maps, paths)`` as `plot_attention`.
@@ -416,9 +215,9 @@ def plot_attention_for_path(model_path, sentence, out_dir, checkpoint=None, aver
 
     >>> plot_attention_for_path("runs/multi30k_en_de", "A dog runs.", "attention/")  # doctest: +SKIP
     """
-    model, source_tokenizer, target_tokenizer, _, options = load_model(model_path, checkpoint, average)
-    return plot_attention(model, sentence, out_dir, source_tokenizer, target_tokenizer, translation=translation,
-                          options=options, kinds=kinds, layout=layout, dpi=dpi, beam_size=beam_size)
+    translator = load_translator(model_path, checkpoint, average, **settings)
+    return plot_attention(translator, sentence, out_dir, translation=translation, kinds=kinds, layout=layout,
+                          dpi=dpi)
 
 
 # ------------------------------------------------------------------ schedule and positions

@@ -19,11 +19,13 @@ import os
 import tensorflow as tf
 
 from keras_transformer import decoding
+from keras_transformer.attention_maps import attention_maps, strip_special
 from keras_transformer.config import TransformerConfig
 from keras_transformer.data.batching import in_length_order
 from keras_transformer.data.tokenizers import load_tokenizers
 from keras_transformer.decoding.options import SAMPLING_FIELDS, DecodeOptions
 from keras_transformer.errors import ConfigError
+from keras_transformer.interface import TranslatorInterface, check_pairs
 from keras_transformer.model import build_model, parts
 from keras_transformer.workdir import load_models, load_weights_files, read_model_file
 
@@ -239,7 +241,7 @@ def bucket_table(limit, smallest=1):
     return tf.constant([next(size for size in sizes if size >= n) for n in range(limit + 1)], tf.int32)
 
 
-class Translator(tf.Module):
+class Translator(tf.Module, TranslatorInterface):
     """Translates batches of sentences with a `build_model` Transformer.
 
     Every method below that takes `tf.string` works inside `tf.function` and
@@ -297,6 +299,8 @@ class Translator(tf.Module):
     >>> translator(["A man rides a bike."])  # doctest: +SKIP
     ['Ein Mann fährt Fahrrad.']
     """
+
+    engine = "tensorflow"
 
     def __init__(self, model, source_tokenizer, target_tokenizer=None, options=None, jit_compile=False,
                  chunk_size=TRAINED_CHUNK_SIZE, name="translator", **settings):
@@ -726,3 +730,81 @@ class Translator(tf.Module):
             return [text.decode("utf-8") for text in result]
 
         return in_length_order("Translator.translate_lines", lines, batch_size, utf8_bytes, translate_batch)
+
+    def n_best_lines(self, lines, batch_size=64):
+        """Per line, `options.returned()` `(translation, score)` pairs, best first (`n_best`, in length-ordered
+        batches; `TranslatorInterface.n_best_lines`).
+
+        Example:
+
+        >>> translator.n_best_lines(["A dog."])[0][:2]  # doctest: +SKIP
+        [('Ein Hund.', -0.21), ('Ein Hund rennt.', -0.74)]
+        """
+        def n_best_batch(batch):
+            result = self.n_best(tf.constant(batch, tf.string))
+            return [[(text.decode("utf-8"), float(score)) for text, score in zip(texts, scores)]
+                    for texts, scores in zip(result["translations"].numpy(), result["scores"].numpy())]
+
+        return in_length_order("Translator.n_best_lines", lines, batch_size, utf8_bytes, n_best_batch)
+
+    def score_lines(self, sources, targets, batch_size=64):
+        """Per pair, the model's score of `target` as a translation of `source` (`score`;
+        `TranslatorInterface.score_lines`).
+
+        Example:
+
+        >>> translator.score_lines(["A dog."], ["Ein Hund."])  # doctest: +SKIP
+        [-0.21]
+        """
+        sources, targets = check_pairs("Translator.score_lines", sources, targets)
+        sources, targets = [utf8_bytes(s) for s in sources], [utf8_bytes(t) for t in targets]
+        order = sorted(range(len(sources)), key=lambda i: len(targets[i].split()))  # similar lengths together
+        scores = [0.0] * len(sources)
+        for start in range(0, len(order), int(batch_size)):
+            chunk = order[start:start + int(batch_size)]
+            result = self.score(tf.constant([sources[i] for i in chunk], tf.string),
+                                tf.constant([targets[i] for i in chunk], tf.string)).numpy()
+            for i, score in zip(chunk, result):
+                scores[i] = float(score)
+        return scores
+
+    def attention(self, sentence, translation=None):
+        """The `AttentionMaps` of `sentence` and the translation this translator gives it (or `translation`).
+
+        The source goes through the same tokenization and truncation as `translate`, and the translation drawn is
+        the one `translate` returns. One model only (an ensemble's members attend differently).
+
+        Example:
+
+        >>> maps = translator.attention("A dog runs.")  # doctest: +SKIP
+        >>> maps.translation, maps.cross[-1].shape  # doctest: +SKIP
+        ('Ein Hund läuft.', (4, 5, 6))
+        """
+        if len(self.models) != 1:
+            raise ValueError(f"Attention maps are drawn for one model; this Translator decodes an ensemble of "
+                             f"{len(self.models)}.")
+        text = utf8_bytes(sentence).decode("utf-8", "replace") if isinstance(sentence, (str, bytes)) else sentence
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError(f"Translator.attention needs a non-empty sentence, got {sentence!r}.")
+        source = self.encode_sources(tf.constant([utf8_bytes(text)]))  # (1, S): tokens then eos
+        target = self.target_tokenizer
+        if translation is None:
+            tokens, _ = self.translate_ids(source, num_return=1)
+            target_ids = strip_special(tokens.numpy()[0, 0], target.eos_id, target.pad_id, target.bos_id)
+        else:
+            forced = utf8_bytes(translation).decode("utf-8", "replace") if isinstance(translation, bytes) else translation
+            target_ids = self.encode_targets(tf.constant([utf8_bytes(forced)])).numpy()[0].tolist()
+            target_ids = strip_special(target_ids, target.eos_id, target.pad_id, target.bos_id)
+        target_ids = target_ids[: self.max_target_length - 1]
+        detokenized = _valid_utf8(target.detokenize(tf.constant([target_ids + [target.eos_id]], tf.int32)))
+
+        def pieces(tokenizer):
+            def read(ids):
+                values = tokenizer.id_to_piece(tf.constant(ids, tf.int32)).numpy().reshape(-1)
+                return [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in values]
+            return read
+
+        source_ids = [int(i) for i in source.numpy()[0] if i != self.source_tokenizer.pad_id]
+        return attention_maps(self.model, source_ids, target_ids, (pieces(self.source_tokenizer), pieces(target)),
+                              detokenized.numpy()[0].decode("utf-8"), bos_id=target.bos_id, eos_id=target.eos_id,
+                              pad_id=target.pad_id)
