@@ -39,11 +39,12 @@ from keras import ops
 from keras_transformer.arguments import integer_at_least
 from keras_transformer import decoding
 from keras_transformer.config import TransformerConfig
-from keras_transformer.data.packed import ARRAYS_FILE, load_arrays, make_batches, pack_labels  # noqa: F401
+from keras_transformer.data.packed import ARRAYS_FILE, load_arrays, make_batches
 from keras_transformer.files import atomic_write
 from keras_transformer.losses import LabelSmoothedCrossEntropy, smoothed_cross_entropy
 from keras_transformer.metrics import MaskedAccuracy
-from keras_transformer.workdir import WORKDIR_VOCAB, folder_files, load_models
+from keras_transformer.layout import WORKDIR_VOCAB
+from keras_transformer.workdir import folder_files, load_models
 
 log = logging.getLogger(__name__)
 
