@@ -162,6 +162,7 @@ def unpack_labels(y_true):
 
     Example:
 
+    >>> from keras_transformer.data.packed import pack_labels
     >>> labels, ids, probabilities = unpack_labels(pack_labels([[4]], [[[4, 9]]], [[[0.75, 0.25]]]))
     >>> [ops.convert_to_numpy(x).tolist() for x in (labels, ids, probabilities)]
     [[[4]], [[[4, 9]]], [[[0.75, 0.25]]]]
@@ -191,6 +192,7 @@ class DistillationLoss(LabelSmoothedCrossEntropy):
     Example:
 
     >>> logits = np.log(np.array([[[0.5, 0.25, 0.25]]], "float32"))
+    >>> from keras_transformer.data.packed import pack_labels
     >>> y = pack_labels([[1]], [[[2]]], [[[1.0]]])
     >>> round(float(DistillationLoss(0.0, 0.5)(y, logits)), 4)  # (log 4 + log 4) / 2
     1.3863
