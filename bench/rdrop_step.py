@@ -6,7 +6,7 @@ vocabulary, so the output layer and the loss are a large share of a step) train 
 in turn (the order rotates every step), every step on the same number of positions:
 
     plain     LabelSmoothedCrossEntropy on a batch of n pairs (the recipe's step)
-    rdrop     RDropLoss on n / 2 pairs, each repeated in place (`training.repeat_rows`): `training.rdrop_alpha`
+    rdrop     RDropLoss on n / 2 pairs, each repeated in place (`data.build.repeat_rows`): `training.rdrop_alpha`
               with half the recipe's tokens per batch; both passes' cross-entropy and the divergence in one pass,
               the gradient written out (losses.rdrop_cross_entropy)
     autodiff  the same loss, the divergence computed apart from the cross-entropy, as log_softmax and sums left
@@ -31,7 +31,7 @@ import keras  # noqa: E402
 from keras import ops  # noqa: E402
 
 import keras_transformer as kt  # noqa: E402
-from keras_transformer.training import load_experiment  # noqa: E402
+from keras_transformer.experiment import load_experiment  # noqa: E402
 
 from distillation_step import make_batches, print_table, time_in_turn  # noqa: E402  (this folder)
 

@@ -62,6 +62,7 @@ import numpy as np  # noqa: E402
 import keras_transformer as kt  # noqa: E402
 from keras_transformer import evaluation  # noqa: E402
 from keras_transformer.data import pipeline  # noqa: E402
+from keras_transformer.experiment import DataConfig  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
@@ -155,7 +156,7 @@ def prepare_data(args):
             lines = evaluation.read_lines(source)[: args.train_subset]
             (subset / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
         train_source, train_target = subset / "train.en", subset / "train.de"
-    config = pipeline.DataConfig(train_source=str(args.data / "train.en.gz"), train_target=str(args.data / "train.de.gz"),
+    config = DataConfig(train_source=str(args.data / "train.en.gz"), train_target=str(args.data / "train.de.gz"),
                                  vocab_size=args.vocab_size, shared_vocab=True)
     tokenizer, _ = pipeline.load_or_train_tokenizers(config, workdir / "vocab")
     n = args.val_subset or None

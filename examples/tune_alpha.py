@@ -21,7 +21,7 @@ import argparse
 import json
 import sys
 
-from keras_transformer import training
+from keras_transformer import inference
 
 
 def tune(model, source, reference, alphas, *, tokenized_reference=None, lang=None, checkpoint=None, average=None,
@@ -30,7 +30,7 @@ def tune(model, source, reference, alphas, *, tokenized_reference=None, lang=Non
     rows = []
     for alpha in alphas:  # beam_size None: the model config's (load_translator drops None options)
         output = f"{output_prefix}{alpha}.txt" if output_prefix else None
-        scores = training.evaluate(model, source, reference, tokenized_reference=tokenized_reference, lang=lang,
+        scores = inference.evaluate(model, source, reference, tokenized_reference=tokenized_reference, lang=lang,
                                    checkpoint=checkpoint, average=average, batch_size=batch_size, output=output,
                                    alpha=float(alpha), beam_size=beam_size)
         rows.append({"alpha": float(alpha), **scores})

@@ -47,8 +47,7 @@ import numpy as np
 from keras_transformer import decoding, distillation, evaluation
 from keras_transformer.arguments import integer_at_least, number_at_least
 from keras_transformer.config import TransformerConfig
-from keras_transformer.data.packed import (ARRAYS_FILE, arrays_to_ragged, load_arrays, make_batches,  # noqa: F401
-                                           ragged_to_arrays, save_arrays)
+from keras_transformer.data.packed import ARRAYS_FILE, load_arrays, make_batches
 from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.decoding.registry import STRATEGIES
 from keras_transformer.errors import ConfigError
@@ -59,8 +58,9 @@ from keras_transformer.trainer.backup import backup_position, resumed_seed
 from keras_transformer.trainer.callbacks import HistoryCSV
 from keras_transformer.trainer.loop import TrainingData, check_fresh_start, finished_epochs, fit_experiment
 from keras_transformer.trainer.precision import resolve_precision
-from keras_transformer.workdir import (AVERAGED_WEIGHTS, MODEL_CONFIG, read_model_file, average_checkpoints, checkpoint_number, epoch_checkpoints,
-                                       latest_checkpoints, load_weights_files, save_weights)
+from keras_transformer.layout import MODEL_CONFIG
+from keras_transformer.workdir import (average_workdir, checkpoint_number, epoch_checkpoints, latest_checkpoints,
+                                       load_weights_files, read_model_file)
 
 log = logging.getLogger(__name__)
 
@@ -356,7 +356,12 @@ def train_arrays(workdir, epochs=None, *, jit_compile=None, precision=None, aver
         if epochs != 0:
             result = _fit_packed(workdir, experiment, before, length_multiple, teacher, distill_weight)
         average_last = experiment.decoding.average_last if average_last is None else average_last
-        result["average"] = _average(workdir, average_last) if average_last else None
+        chosen = epoch_checkpoints(workdir)[-int(average_last):] if average_last else []
+        result["average"] = None
+        if chosen:  # the last epochs' average, in the file `keras-transformer average` writes
+            result["average"], _ = average_workdir(workdir, checkpoints=chosen)
+            log.info("Averaged %d checkpoints (%s .. %s) into %s", len(chosen), chosen[0].name, chosen[-1].name,
+                     result["average"])
     result["seconds"] = time.perf_counter() - started
     return result
 
@@ -400,19 +405,6 @@ def _fit_packed(workdir, experiment, before, length_multiple, teacher, distill_w
             "checkpoints": [path for path in epoch_checkpoints(workdir) if checkpoint_number(path.name) > before],
             "updates": sum(count for _, _, count in batches.trained),
             "target_tokens": sum(batches.target_tokens(*trained) for trained in batches.trained)}
-
-
-def _average(workdir, last):
-    """Averages the last `last` epoch checkpoints of `workdir` into `workdir/averaged.weights.h5`; its path, or
-    None without checkpoints."""
-    chosen = epoch_checkpoints(workdir)[-int(last):]
-    if not chosen:
-        return None
-    model = average_checkpoints(chosen, build_model(TransformerConfig.from_yaml(workdir / "model.yaml")))
-    path = workdir / AVERAGED_WEIGHTS
-    save_weights(model, path)
-    log.info("Averaged %d checkpoints (%s .. %s) into %s", len(chosen), chosen[0].name, chosen[-1].name, path)
-    return path
 
 
 # ------------------------------------------------------------------ scoring without TensorFlow

@@ -14,8 +14,8 @@ keras-transformer plot-attention --model DIR "A man rides a bike." --out DIR   (
 A repeated --model (or --workdir for export) decodes those models as one ensemble.
 
 Each subcommand parses its arguments and calls one function of the library
-(`training.train_and_evaluate`, `training.evaluate`, `training.translate`,
-`export.export`, `training.average`, `training.pack_arrays`); everything they do can be done from
+(`training.train_and_evaluate`, `inference.evaluate`, `inference.translate`,
+`export.export`, `workdir.average_workdir`, `training.pack_arrays`); everything they do can be done from
 Python the same way. Errors that name a problem (a bad config key, a missing
 checkpoint) are printed as one line and the command exits with status 2.
 """
@@ -264,12 +264,12 @@ def _weights(models, checkpoints):
 
 
 def _evaluate(args):
-    from keras_transformer import training
+    from keras_transformer import inference
     model, checkpoint = _weights(args.model, args.checkpoint)
-    scores, details = training.evaluate(model, args.source, args.reference,
-                                        tokenized_reference=args.tokenized_reference, lang=args.lang,
-                                        checkpoint=checkpoint, average=args.average, batch_size=args.batch_size,
-                                        output=args.output, details=True, **_decode_settings(args))
+    scores, details = inference.evaluate(model, args.source, args.reference,
+                                         tokenized_reference=args.tokenized_reference, lang=args.lang,
+                                         checkpoint=checkpoint, average=args.average, batch_size=args.batch_size,
+                                         output=args.output, details=True, **_decode_settings(args))
     if args.json:
         print(json.dumps({**scores, **details}))
     else:
@@ -338,20 +338,20 @@ def _stdin_chunks(size):
 
 
 def _translate(args):
-    from keras_transformer import evaluation, training
+    from keras_transformer import evaluation, inference
     model, checkpoint = _weights(args.model, args.checkpoint)
-    translator = training.load_translator(model, checkpoint, args.average, **_decode_settings(args))
+    translator = inference.load_translator(model, checkpoint, args.average, **_decode_settings(args))
     # Arguments are one chunk; stdin goes in chunks, so that output starts early and memory stays bounded.
     chunks = [args.sentences] if args.sentences else _stdin_chunks(args.batch_size * STDIN_CHUNK_BATCHES)
     for chunk in chunks:
-        for line in training.translate(translator, chunk, batch_size=args.batch_size):
+        for line in inference.translate(translator, chunk, batch_size=args.batch_size):
             print(evaluation.one_line(line))  # one output line per input sentence
         sys.stdout.flush()
     return 0
 
 
 def _export(args):
-    from keras_transformer import export, inference
+    from keras_transformer import ctranslate2_translator, export, inference
     from keras_transformer.workdir import read_model_file
     workdir, checkpoint = _weights(args.workdir, args.checkpoint)
     if args.format == "ctranslate2":
@@ -360,7 +360,7 @@ def _export(args):
         directory = inference.export_ctranslate2(workdir, args.out, checkpoint=checkpoint, average=args.average,
                                                  quantization=args.quantization, overwrite=args.overwrite,
                                                  **_decode_settings(args))
-        baked = DecodeOptions.from_dict(inference.ctranslate2_translator.read_metadata(directory)["decoding"])
+        baked = DecodeOptions.from_dict(ctranslate2_translator.read_metadata(directory)["decoding"])
     else:
         if args.quantization:
             raise ConfigError("--quantization applies to --format ctranslate2.")
@@ -386,8 +386,8 @@ def _export(args):
 
 
 def _average(args):
-    from keras_transformer import training
-    output, paths = training.average(args.workdir, last=args.last, output=args.output, checkpoints=args.checkpoint)
+    from keras_transformer.workdir import average_workdir
+    output, paths = average_workdir(args.workdir, last=args.last, output=args.output, checkpoints=args.checkpoint)
     print(f"Averaged {len(paths)} checkpoint(s) ({os.path.basename(paths[0])} .. {os.path.basename(paths[-1])}) "
           f"into {output}")
     return 0
@@ -395,7 +395,8 @@ def _average(args):
 
 def _pack(args):
     from keras_transformer import training
-    counts = training.pack_arrays(training.load_experiment(args.config, args.overrides), args.workdir)
+    from keras_transformer.experiment import load_experiment
+    counts = training.pack_arrays(load_experiment(args.config, args.overrides), args.workdir)
     print(json.dumps(counts))
     return 0
 

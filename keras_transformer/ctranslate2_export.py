@@ -51,12 +51,10 @@ import shutil
 
 import numpy as np
 
-from keras_transformer.ctranslate2_translator import (FORMAT, FORMAT_VERSION, METADATA_FILE,  # noqa: F401
-                                                      CTranslate2Translator, gnmt_length_penalty,
-                                                      is_ctranslate2_model, read_metadata)
+from keras_transformer.ctranslate2_translator import FORMAT, FORMAT_VERSION, CTranslate2Translator, is_ctranslate2_model
 from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.files import atomic_write_text, replace_folder, staging_folder
-from keras_transformer.layout import check_export_destination
+from keras_transformer.layout import CTRANSLATE2_METADATA, check_export_destination
 from keras_transformer.model import parts
 
 README_FILE = "README.md"
@@ -361,7 +359,7 @@ A Transformer trained with keras_transformer, converted to the CTranslate2 forma
 (`model.bin`, `config.json`, vocabularies) by `keras_transformer.ctranslate2_export.export_ctranslate2`
 on {metadata['exported']} with ctranslate2 {metadata['ctranslate2_version']}. Weights are stored in
 {metadata['quantization'] or 'float32'}; load with `compute_type="int8"` to quantize at load time.
-SentencePiece model: {tokenizer}. `{METADATA_FILE}` records the settings below.
+SentencePiece model: {tokenizer}. `{CTRANSLATE2_METADATA}` records the settings below.
 
 ## Translate with keras_transformer
 
@@ -447,7 +445,7 @@ def export_ctranslate2(model, config, vocab_dir, directory, *, options=None, qua
     if os.path.exists(directory) and (not os.path.isdir(directory) or os.listdir(directory)):
         if not is_ctranslate2_model(directory):
             raise FileExistsError(f"{directory} exists and is not a keras_transformer CTranslate2 export "
-                                  f"(no {METADATA_FILE}); not writing into it. Choose a new or empty folder.")
+                                  f"(no {CTRANSLATE2_METADATA}); not writing into it. Choose a new or empty folder.")
         if not overwrite:
             raise FileExistsError(f"{directory} already exists; replace it with overwrite=True (--overwrite).")
     check_ctranslate2_support(config)
@@ -485,7 +483,7 @@ def export_ctranslate2(model, config, vocab_dir, directory, *, options=None, qua
         spec.save(staging)
         for side, path in models.items():
             shutil.copyfile(path, os.path.join(staging, names[side]))
-        atomic_write_text(os.path.join(staging, METADATA_FILE), json.dumps(metadata, indent=2) + "\n")
+        atomic_write_text(os.path.join(staging, CTRANSLATE2_METADATA), json.dumps(metadata, indent=2) + "\n")
         atomic_write_text(os.path.join(staging, README_FILE), _readme(metadata))
         CTranslate2Translator(staging).translate(["A check."])  # it loads and translates, or this raises
         replace_folder(staging, directory)
@@ -495,5 +493,4 @@ def export_ctranslate2(model, config, vocab_dir, directory, *, options=None, qua
     return directory
 
 
-__all__ = ["CTranslate2Translator", "build_spec", "check_ctranslate2_support", "export_ctranslate2",
-           "gnmt_length_penalty", "is_ctranslate2_model", "position_table", "read_metadata", "vocabulary_tokens"]
+__all__ = ["build_spec", "check_ctranslate2_support", "export_ctranslate2", "position_table", "vocabulary_tokens"]

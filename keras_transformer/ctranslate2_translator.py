@@ -19,7 +19,6 @@ from keras_transformer.layout import CTRANSLATE2_METADATA
 
 FORMAT = "keras_transformer.ctranslate2"
 FORMAT_VERSION = 1
-METADATA_FILE = CTRANSLATE2_METADATA
 _ASCII_WHITESPACE = " \t\n\v\f\r"
 
 
@@ -39,7 +38,7 @@ def is_ctranslate2_model(path):
     False
     """
     path = os.fspath(path)
-    metadata_file = os.path.join(path, METADATA_FILE)
+    metadata_file = os.path.join(path, CTRANSLATE2_METADATA)
     if not (os.path.isfile(metadata_file) and os.path.isfile(os.path.join(path, "model.bin"))):
         return False
     try:
@@ -59,9 +58,9 @@ def read_metadata(directory):
     """
     directory = os.fspath(directory)
     if not is_ctranslate2_model(directory):
-        raise FileNotFoundError(f"No keras_transformer CTranslate2 export at {directory} ({METADATA_FILE} and "
+        raise FileNotFoundError(f"No keras_transformer CTranslate2 export at {directory} ({CTRANSLATE2_METADATA} and "
                                 "model.bin are expected; write one with export_ctranslate2).")
-    with open(os.path.join(directory, METADATA_FILE), encoding="utf-8") as handle:
+    with open(os.path.join(directory, CTRANSLATE2_METADATA), encoding="utf-8") as handle:
         metadata = json.load(handle)
     if metadata.get("version", 0) > FORMAT_VERSION:
         raise ValueError(f"{directory} was written by a newer keras_transformer (format version "

@@ -39,11 +39,12 @@ from keras import ops
 from keras_transformer.arguments import integer_at_least
 from keras_transformer import decoding
 from keras_transformer.config import TransformerConfig
-from keras_transformer.data.packed import ARRAYS_FILE, load_arrays, make_batches, pack_labels  # noqa: F401
+from keras_transformer.data.packed import ARRAYS_FILE, load_arrays, make_batches
 from keras_transformer.files import atomic_write
 from keras_transformer.losses import LabelSmoothedCrossEntropy, smoothed_cross_entropy
 from keras_transformer.metrics import MaskedAccuracy
-from keras_transformer.workdir import WORKDIR_VOCAB, folder_files, load_models
+from keras_transformer.layout import WORKDIR_VOCAB
+from keras_transformer.workdir import folder_files, load_models
 
 log = logging.getLogger(__name__)
 
@@ -161,6 +162,7 @@ def unpack_labels(y_true):
 
     Example:
 
+    >>> from keras_transformer.data.packed import pack_labels
     >>> labels, ids, probabilities = unpack_labels(pack_labels([[4]], [[[4, 9]]], [[[0.75, 0.25]]]))
     >>> [ops.convert_to_numpy(x).tolist() for x in (labels, ids, probabilities)]
     [[[4]], [[[4, 9]]], [[[0.75, 0.25]]]]
@@ -190,6 +192,7 @@ class DistillationLoss(LabelSmoothedCrossEntropy):
     Example:
 
     >>> logits = np.log(np.array([[[0.5, 0.25, 0.25]]], "float32"))
+    >>> from keras_transformer.data.packed import pack_labels
     >>> y = pack_labels([[1]], [[[2]]], [[[1.0]]])
     >>> round(float(DistillationLoss(0.0, 0.5)(y, logits)), 4)  # (log 4 + log 4) / 2
     1.3863

@@ -1,4 +1,4 @@
-"""BLEU on detokenized text, the published Multi30k BLEU protocol, and checkpoint averaging.
+"""BLEU on detokenized text, the published Multi30k BLEU protocol, and reading the text files scored.
 
 Two ways to report BLEU, both with sacreBLEU:
 
@@ -13,9 +13,8 @@ Two ways to report BLEU, both with sacreBLEU:
   preprocessing reproduces `val.lc.norm.tok.en` line for line.
 
 Checkpoint averaging (the paper averages the last 5 checkpoints for base
-models, the last 20 for big ones): checkpoints are Keras weight files
-`{workdir}/checkpoints/ckpt-{epoch:04d}.weights.h5`, loadable with
-`model.load_weights`.
+models, the last 20 for big ones) is `keras_transformer.workdir`'s
+(`average_workdir`, `average_checkpoints`, `latest_checkpoints`).
 """
 
 import logging
@@ -23,7 +22,6 @@ import re
 
 import sacrebleu
 
-from keras_transformer import workdir
 from keras_transformer.data import textfile
 
 log = logging.getLogger("keras_transformer")
@@ -58,7 +56,7 @@ def one_line(text):
     `evaluate`) pass each translation through it, and the scores are computed
     on what they write: one line per source sentence, even when a model emits
     a line break (byte-fallback pieces, an under-trained model). The Python
-    API (`Translator`, `training.translate`) returns the text unchanged.
+    API (`Translator`, `inference.translate`) returns the text unchanged.
 
     Example:
 
@@ -201,37 +199,3 @@ def scored_translations(hypotheses, references, lang=None, tokenized_references=
         result["bleu_multi30k"] = multi30k.score
         signatures["bleu_multi30k"] = f"{multi30k.signature} (lowercased, Moses-tokenized {lang})"
     return result, signatures
-
-
-# ------------------------------------------------------------- checkpoints
-# They live in `keras_transformer.workdir`, the module that knows the run layout; these names stay here too.
-def load_checkpoint(path, model):
-    """`workdir.load_weights(model, path)`: loads a weights file into `model` and returns it; errors name the file.
-
-    Example:
-
-    >>> load_checkpoint("workdir/checkpoints/ckpt-0010.weights.h5", model)  # doctest: +SKIP
-    """
-    return workdir.load_weights(model, path)
-
-
-def average_last_checkpoints(directory, model, n=5, output=None):
-    """Averages the last `n` checkpoints of `directory` into `model`, optionally saving the result.
-
-    Returns:
-        The list of averaged checkpoint paths.
-
-    Example:
-
-    >>> average_last_checkpoints("workdir/checkpoints", model, n=5,  # doctest: +SKIP
-    ...                          output="workdir/averaged.weights.h5")
-    """
-    paths = workdir.latest_checkpoints(directory, n)
-    workdir.average_checkpoints(paths, model)
-    if output is not None:
-        workdir.save_weights(model, output)
-    return paths
-
-
-average_checkpoints = workdir.average_checkpoints
-latest_checkpoints = workdir.latest_checkpoints

@@ -41,10 +41,10 @@ import tensorflow as tf
 from keras_transformer.data.tokenizers import save_tokenizers
 from keras_transformer.errors import CheckpointNotFoundError
 from keras_transformer.files import replace_folder, staging_folder
-from keras_transformer.layout import check_export_destination
+from keras_transformer.layout import (EXTRA_DIR, MEMBERS_DIR, MODEL_CONFIG, MODEL_WEIGHTS, VOCAB_DIR,
+                                      check_export_destination)
 from keras_transformer.translation import TRAINED_CHUNK_SIZE, Translator
-from keras_transformer.workdir import (EXTRA_DIR, MEMBERS_DIR, MODEL_CONFIG, MODEL_WEIGHTS, VOCAB_DIR, load_models,
-                                       write_model_file)
+from keras_transformer.workdir import load_models, write_model_file
 
 
 class _Untracked:

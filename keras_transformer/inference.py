@@ -1,6 +1,7 @@
-"""Using trained models: load a translator from any workdir, export or ensemble; translate, evaluate, average.
+"""Using trained models: load a translator from any workdir, export or ensemble; translate and evaluate.
 
-The user-facing functions behind `keras-transformer translate`, `evaluate` and `average`.
+The user-facing functions behind `keras-transformer translate` and `evaluate` (`average` is
+`workdir.average_workdir`).
 
 `load_translator` is the one entry for every kind of model folder: a
 training workdir, a SavedModel export (its Keras model in `assets.extra/`),
@@ -10,19 +11,14 @@ or a list of workdirs and exports decoded as one ensemble. The folders' layout i
 
 import logging
 import os
-import pathlib
 import time
 
 from keras_transformer import ctranslate2_export, ctranslate2_translator, evaluation
-from keras_transformer.config import TransformerConfig
 from keras_transformer.errors import ConfigError
-from keras_transformer.files import atomic_write_text, check_not_an_input, check_output_file, exclusive_lock
-from keras_transformer.layout import check_average_output
-from keras_transformer.model import build_model
+from keras_transformer.files import atomic_write_text, check_not_an_input, check_output_file
+from keras_transformer.layout import check_model_folder, check_weights_choice
 from keras_transformer.translation import Translator
-from keras_transformer.workdir import (CHECKPOINTS_DIR, MODEL_CONFIG, average_checkpoints,
-                                       check_model_folder, check_weights_choice, latest_checkpoints, load_models,
-                                       model_folder, save_weights)
+from keras_transformer.workdir import load_models, model_folder
 
 log = logging.getLogger("keras_transformer")
 
@@ -214,39 +210,6 @@ def describe_weights(model, checkpoint=None, average=None):
         described.append({"model": os.fspath(path),
                           "weights": [os.fspath(w) for member in folder.members for w in member.weights]})
     return described
-
-
-def average(workdir, last=None, output=None, checkpoints=None):
-    """Averages the last `last` epoch checkpoints of a workdir into one weights file (`keras-transformer average`).
-
-    Args:
-        workdir: a training workdir (`model.yaml`, `checkpoints/`).
-        last: how many checkpoints (the paper: 5 for base, 20 for big); default 5.
-        output: the `.weights.h5` file to write; default `workdir/averaged.weights.h5`.
-        checkpoints: instead of the last ones, these `.weights.h5` files of the
-            workdir's architecture (from any folder), e.g. a run's
-            average and that of its continuation in another workdir.
-
-    Returns:
-        `(output, paths)`: the written file and the averaged checkpoints.
-
-    Example:
-
-    >>> average("runs/en_de", last=5)  # doctest: +SKIP
-    ('runs/en_de/averaged.weights.h5', [... 5 paths ...])
-    """
-    workdir = pathlib.Path(workdir)
-    if checkpoints and last is not None:
-        raise ConfigError("average: give --last N (the workdir's last checkpoints) or --checkpoint files, not both.")
-    output = check_average_output(workdir, output)
-    with exclusive_lock(workdir, "average"):  # one writer per workdir (a running `train` holds it)
-        model = build_model(TransformerConfig.from_yaml(workdir / MODEL_CONFIG))
-        paths = ([os.fspath(path) for path in checkpoints] if checkpoints
-                 else latest_checkpoints(workdir / CHECKPOINTS_DIR, int(5 if last is None else last)))
-        check_not_an_input(output, paths)
-        average_checkpoints(paths, model)
-        save_weights(model, output)
-    return output, paths
 
 
 def export_ctranslate2(model, directory, checkpoint=None, average=None, options=None, quantization=None,

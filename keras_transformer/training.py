@@ -28,8 +28,8 @@ updates of an uninterrupted one). Running it after training finished does
 nothing (it logs how many epochs the workdir has); raise `training.epochs` to
 train further.
 
-The names this module has always offered stay importable from it
-(`training.load_experiment`, `training.ConfigError`, `training.load_translator`, ...).
+Each name it uses comes from the module that defines it: `experiment.load_experiment`,
+`errors.ConfigError`, `inference.load_translator`, ... (none is re-exported here).
 """
 
 import dataclasses
@@ -39,31 +39,21 @@ import pathlib
 import keras
 
 from keras_transformer import distribute
-from keras_transformer.arrays import ARRAYS_FILE, arrays_to_ragged, save_arrays
 from keras_transformer.data import corpus, pipeline
 from keras_transformer.data.build import build_data, repeat_rows, tfds_pairs, tokenizers_for
-from keras_transformer.errors import CheckpointError, ConfigError
-from keras_transformer.experiment import (DataSection, DecodingSection, ExperimentConfig, TrainingSection,
-                                          as_experiment, check_same_experiment, load_experiment, parse_override,
-                                          write_yaml)
+from keras_transformer.data.packed import ARRAYS_FILE, arrays_to_ragged, save_arrays
+from keras_transformer.errors import ConfigError
+from keras_transformer.experiment import as_experiment, check_same_experiment, write_yaml
 from keras_transformer.files import exclusive_lock, remove_stale_temporaries
-from keras_transformer.inference import average, evaluate, load_translator, translate
+from keras_transformer.inference import evaluate, load_translator
 from keras_transformer.trainer.backup import backup_position, resumed_seed
-from keras_transformer.trainer.callbacks import HistoryCSV, LearningRateLogger
-from keras_transformer.trainer.loop import (TrainingData, TrainingResult, check_fresh_start, fit_experiment,
-                                            summary)
-from keras_transformer.trainer.precision import cpu_has_native_bfloat16, progress_verbosity, resolve_precision
+from keras_transformer.trainer.loop import TrainingData, check_fresh_start, fit_experiment, summary
+from keras_transformer.trainer.precision import resolve_precision
 from keras_transformer.translation import Translator
-from keras_transformer.workdir import (MODEL_CONFIG, adopt_vocabulary, checkpoint_vocabulary, epoch_checkpoints,
-                                       load_weights, write_model_file)
+from keras_transformer.layout import MODEL_CONFIG
+from keras_transformer.workdir import adopt_vocabulary, write_model_file
 
-__all__ = [
-    "CheckpointError", "ConfigError", "DataSection", "DecodingSection", "ExperimentConfig", "HistoryCSV",
-    "LearningRateLogger", "TrainingData", "TrainingResult", "TrainingSection", "average",
-    "build_data", "checkpoint_vocabulary", "cpu_has_native_bfloat16", "epoch_checkpoints", "evaluate",
-    "load_experiment", "load_translator", "load_weights", "pack_arrays", "parse_override", "progress_verbosity",
-    "repeat_rows", "resolve_precision", "resumed_seed", "train", "train_and_evaluate", "translate",
-]
+__all__ = ["pack_arrays", "train", "train_and_evaluate"]
 
 log = logging.getLogger("keras_transformer")
 

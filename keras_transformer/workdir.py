@@ -35,11 +35,10 @@ import yaml
 from keras_transformer.config import DECODING_FIELDS, TransformerConfig, load_yaml
 from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.errors import CheckpointError, CheckpointNotFoundError, ConfigError
-from keras_transformer.files import atomic_write, atomic_write_text, staging_folder
-from keras_transformer.layout import (AVERAGED_WEIGHTS, CHECKPOINT_PATTERN, CHECKPOINTS_DIR, EXTRA_DIR,  # noqa: F401
-                                      MEMBERS_DIR, MODEL_CONFIG, MODEL_WEIGHTS, VOCAB_DIR, WORKDIR_VOCAB,
-                                      check_model_folder, check_weights_choice, is_export, model_kind,
-                                      not_a_model)
+from keras_transformer.files import atomic_write, atomic_write_text, check_not_an_input, exclusive_lock, staging_folder
+from keras_transformer.layout import (CHECKPOINT_PATTERN, CHECKPOINTS_DIR, EXTRA_DIR, MEMBERS_DIR, MODEL_CONFIG,
+                                      MODEL_WEIGHTS, VOCAB_DIR, WORKDIR_VOCAB, check_average_output,
+                                      check_model_folder, check_weights_choice, is_export, model_kind, not_a_model)
 from keras_transformer.model import build_model
 
 log = logging.getLogger("keras_transformer")
@@ -221,6 +220,52 @@ def average_checkpoints(paths, model):
                 for t, v in zip(totals, last)]
     model.set_weights(averaged)
     return model
+
+
+def average_workdir(workdir, last=None, output=None, checkpoints=None):
+    """Averages a workdir's last `last` checkpoints, or the given files, into one weights file.
+
+    What `keras-transformer average` runs, and the packed trainer at the end of training: the output is
+    checked first (`layout.check_average_output`: a training workdir, a `.weights.h5` name, not inside
+    `checkpoints/`, and not one of the averaged files), then, under the workdir's writer lock
+    (`files.exclusive_lock`, re-entrant: a caller that holds it may call this), the model is built from
+    `model.yaml`, the checkpoints averaged (`average_checkpoints`) and the file written atomically.
+
+    Args:
+        workdir: a training workdir (`model.yaml`, `checkpoints/`).
+        last: how many of the latest checkpoints (`latest_checkpoints`; the paper: 5 for base, 20 for big);
+            default 5.
+        output: the `.weights.h5` file to write; default `workdir/averaged.weights.h5`.
+        checkpoints: instead of the last ones, these `.weights.h5` files of the
+            workdir's architecture (from any folder), e.g. a run's
+            average and that of its continuation in another workdir.
+
+    Returns:
+        `(output, paths)`: the written file (a `pathlib.Path`) and the averaged checkpoints.
+
+    Raises:
+        ConfigError: both `last` and `checkpoints`, or an output that cannot be right (named).
+        CheckpointNotFoundError: not a training workdir, or no checkpoint to average.
+        CheckpointError: an unreadable checkpoint (named).
+        WorkdirBusyError: another process writes to the workdir.
+
+    Example:
+
+    >>> average_workdir("runs/en_de", last=5)  # doctest: +SKIP
+    (PosixPath('runs/en_de/averaged.weights.h5'), [... 5 paths ...])
+    """
+    workdir = pathlib.Path(workdir)
+    if checkpoints and last is not None:
+        raise ConfigError("average: give --last N (the workdir's last checkpoints) or --checkpoint files, not both.")
+    output = check_average_output(workdir, output)
+    with exclusive_lock(workdir, "average"):  # one writer per workdir (a running `train` holds it)
+        model = build_model(TransformerConfig.from_yaml(workdir / MODEL_CONFIG))
+        paths = ([os.fspath(path) for path in checkpoints] if checkpoints
+                 else latest_checkpoints(workdir / CHECKPOINTS_DIR, int(5 if last is None else last)))
+        check_not_an_input(output, paths)
+        average_checkpoints(paths, model)
+        save_weights(model, output)
+    return output, paths
 
 
 def load_weights_files(model, paths):

@@ -138,6 +138,67 @@ def test_no_module_imports_another_module_s_private_names():
     assert not taken, "\n".join(taken)
 
 
+def _packages():
+    """The modules that are a package's `__init__` (`""` is keras_transformer's own)."""
+    return {_module_name(path) for path in PACKAGE.rglob("__init__.py")}
+
+
+def _defined(tree):
+    """The names a module defines at its top level (functions, classes, assignments), not those it imports."""
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+    return names
+
+
+def test_no_module_re_exports_a_name_it_imports_from_another_keras_transformer_module():
+    """A name has one home: a module that imports a name from another module of the package uses it (no shim that
+    keeps it importable from a second place), and does not rename it (`average = workdir.average_checkpoints`).
+    A package's `__init__` (keras_transformer's own, `decoding/`, `layers/`) is its package's public API and may."""
+    modules, packages = _modules(), _packages()
+    found = []
+    for name, tree in modules.items():
+        if name in packages:
+            continue
+        imported = {}
+        for node in tree.body:
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "keras_transformer":
+                imported.update((alias.asname or alias.name, f"{node.module}.{alias.name}") for alias in node.names)
+            elif isinstance(node, ast.Import):
+                imported.update((alias.asname or alias.name.split(".")[0], alias.name) for alias in node.names
+                                if alias.name.split(".")[0] == "keras_transformer")
+        used = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+        found += [f"{name}: imports {origin} and never uses it" for local, origin in imported.items()
+                  if local not in used]
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and isinstance(node.value, (ast.Name, ast.Attribute)):
+                root = node.value
+                while isinstance(root, ast.Attribute):
+                    root = root.value
+                if root.id in imported:
+                    found.append(f"{name} line {node.lineno}: {ast.unparse(node)} (a second name for an import)")
+    assert not found, "\n".join(sorted(found))
+
+
+def test_each_name_is_imported_from_the_module_that_defines_it():
+    """`from keras_transformer.inference import load_translator`, never the same function through a module that
+    happens to import it; a package's `__init__` is a place to import its public names from."""
+    modules, packages = _modules(), _packages()
+    defined = {name: _defined(tree) for name, tree in modules.items()}
+    elsewhere = []
+    for name, tree in modules.items():
+        for node, imported, names, _, _ in _imports(tree, modules):
+            if imported is None or imported in packages:
+                continue
+            elsewhere += [f"{name} line {node.lineno}: from keras_transformer.{imported} import {n}" for n in names
+                          if n not in defined[imported]]
+    assert not elsewhere, "\n".join(elsewhere)
+
+
 def test_tensorflow_is_imported_only_at_the_tensorflow_layer_and_above():
     modules = _modules()
     below = []

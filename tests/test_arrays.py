@@ -7,6 +7,10 @@ import numpy as np
 import pytest
 
 from keras_transformer import arrays, training
+from keras_transformer.data.packed import ARRAYS_FILE, arrays_to_ragged, load_arrays, make_batches, save_arrays
+from keras_transformer.errors import ConfigError
+from keras_transformer.inference import load_translator
+from keras_transformer.trainer.backup import resumed_seed
 
 # Its module fixtures are expensive: `make test` (--dist loadgroup) runs the whole file on one worker, so they
 # are built once.
@@ -24,7 +28,7 @@ def test_batches_hold_every_pair_once_within_the_budget():
     rng = np.random.default_rng(0)
     sources = [rng.integers(4, 50, rng.integers(1, 30)) for _ in range(300)]
     targets = [rng.integers(4, 50, rng.integers(1, 30)) for _ in range(300)]
-    batches = arrays.make_batches(sources, targets, 256, length_multiple=8, rng=np.random.default_rng(1))
+    batches = make_batches(sources, targets, 256, length_multiple=8, rng=np.random.default_rng(1))
     rows = [row for batch in batches for row in _rows(batch)]
     expected = [(tuple(s) + (3,), (2,) + tuple(t), tuple(t) + (3,)) for s, t in zip(sources, targets)]
     assert sorted(rows) == sorted(expected)  # every pair exactly once, eos / bos where the pipeline puts them
@@ -39,9 +43,9 @@ def test_batches_hold_every_pair_once_within_the_budget():
     fill = [len(b[0]) * b[0].shape[1] / 256 for b in batches]
     assert sum(f < 0.5 for f in fill) <= 1 and sum(f < 0.85 for f in fill) <= 2, sorted(fill)[:5]
     # Another seed gives another order; no seed gives a fixed one.
-    assert [b[0].tolist() for b in arrays.make_batches(sources, targets, 256)] == \
-           [b[0].tolist() for b in arrays.make_batches(sources, targets, 256)]
-    other = arrays.make_batches(sources, targets, 256, rng=np.random.default_rng(2))
+    assert [b[0].tolist() for b in make_batches(sources, targets, 256)] == \
+           [b[0].tolist() for b in make_batches(sources, targets, 256)]
+    other = make_batches(sources, targets, 256, rng=np.random.default_rng(2))
     assert [b[0].tolist() for b in other] != [b[0].tolist() for b in batches]
 
 
@@ -49,8 +53,8 @@ def test_padded_rows_give_one_shape_per_width_and_the_same_loss():
     rng = np.random.default_rng(4)
     sources = [rng.integers(4, 50, rng.integers(1, 20)) for _ in range(100)]
     targets = [rng.integers(4, 50, rng.integers(1, 20)) for _ in range(100)]
-    plain = arrays.make_batches(sources, targets, 128)
-    padded = arrays.make_batches(sources, targets, 128, pad_rows=True)
+    plain = make_batches(sources, targets, 128)
+    padded = make_batches(sources, targets, 128, pad_rows=True)
     assert any(len(p[0]) < 128 // p[0].shape[1] for p in plain)  # some batches hold fewer rows than their width allows
     assert len({b[0].shape for b in padded}) == len({b[0].shape[1] for b in padded})  # one shape per width
     assert [_rows(b)[:len(p[0])] for b, p in zip(padded, plain)] == [_rows(p) for p in plain]
@@ -97,30 +101,30 @@ def test_epochs_of_steps_per_epoch_batches_cut_one_stream_of_passes_and_resume_a
 
 def test_batches_reject_bad_input():
     with pytest.raises(ValueError, match="2 source but 1 target"):
-        arrays.make_batches([[4], [5]], [[6]], 64)
+        make_batches([[4], [5]], [[6]], 64)
     with pytest.raises(ValueError, match="more than tokens_per_batch=16"):
-        arrays.make_batches([list(range(4, 30))], [[5]], 16)
-    assert arrays.make_batches([], [], 64) == []
+        make_batches([list(range(4, 30))], [[5]], 16)
+    assert make_batches([], [], 64) == []
 
 
 def test_packed_arrays_round_trip_and_name_missing_files(tmp_path):
     sequences = [np.array([5, 6, 7]), np.array([8]), np.array([9, 10])]
-    arrays.save_arrays(tmp_path / "a.npz", {"train": (sequences, sequences[::-1])})
-    loaded = arrays.load_arrays(tmp_path / "a.npz")
+    save_arrays(tmp_path / "a.npz", {"train": (sequences, sequences[::-1])})
+    loaded = load_arrays(tmp_path / "a.npz")
     assert [s.tolist() for s in loaded["train"][0]] == [[5, 6, 7], [8], [9, 10]]
     assert [s.tolist() for s in loaded["train"][1]] == [[9, 10], [8], [5, 6, 7]]
     assert "valid" not in loaded
     with pytest.raises(FileNotFoundError, match="keras-transformer pack"):
-        arrays.load_arrays(tmp_path / "missing.npz")
+        load_arrays(tmp_path / "missing.npz")
     with pytest.raises(ValueError, match="lengths add up to 3"):
-        arrays.arrays_to_ragged(np.array([1, 2]), np.array([1, 2]))
+        arrays_to_ragged(np.array([1, 2]), np.array([1, 2]))
 
 
 def test_pack_writes_the_pairs_the_vocabulary_reads_back(packed):
     from keras_transformer.data import tokenizers
     workdir, counts, folder = packed
     assert (workdir / "model.yaml").is_file() and (workdir / "data" / "vocab").is_dir()
-    splits = arrays.load_arrays(workdir / arrays.ARRAYS_FILE)
+    splits = load_arrays(workdir / ARRAYS_FILE)
     source_tokenizer, target_tokenizer = tokenizers.load_tokenizers(workdir / "data" / "vocab")
     # Training pairs with a side over max_length - 1 = 63 tokens are dropped, as the training pipeline does;
     # validation pairs are all kept (truncated if needed).
@@ -175,7 +179,7 @@ def test_train_arrays_trains_resumes_and_feeds_the_workdir_commands(trained):
     # Running again with more epochs resumes after epoch 2: one more epoch, the update count goes on.
     assert [p.name for p in second["checkpoints"]] == ["ckpt-0003.weights.h5"]
     # The resumed run seeds its dropout apart from the first run's, which it would otherwise repeat.
-    assert seeds == [3, training.resumed_seed(3, 2)] and seeds[1] != 3
+    assert seeds == [3, resumed_seed(3, 2)] and seeds[1] != 3
     with open(workdir / "history.csv", encoding="utf-8") as f:
         history = list(csv.DictReader(f))
     assert [int(r["epoch"]) for r in history] == [1, 2, 3]
@@ -184,7 +188,7 @@ def test_train_arrays_trains_resumes_and_feeds_the_workdir_commands(trained):
     losses = [float(r["loss"]) for r in history]
     assert losses[2] < losses[0] and float(history[2]["val_loss"]) < float(history[0]["val_loss"])
     # The workdir serves the TensorFlow-side commands: the averaged weights translate through load_translator.
-    translator = training.load_translator(workdir, checkpoint=second["average"], beam_size=2)
+    translator = load_translator(workdir, checkpoint=second["average"], beam_size=2)
     assert len(translator(["A man is riding a bike.", "Two dogs."])) == 2
     # The average is the mean of the last two epoch checkpoints.
     from keras_transformer.config import TransformerConfig
@@ -246,14 +250,14 @@ def test_cooldown_epochs_bring_the_learning_rate_linearly_to_zero_at_the_last_up
     from keras_transformer.config import TransformerConfig
     workdir = copy_packed()
     too_long = r"training.cooldown_epochs \(3\) is more than training.epochs \(2\)"
-    with pytest.raises(training.ConfigError, match=too_long):
+    with pytest.raises(ConfigError, match=too_long):
         arrays.train_arrays(workdir, epochs=2, cooldown_epochs=3, jit_compile=False)
     import yaml
     experiment = yaml.safe_load((workdir / "experiment.yaml").read_text(encoding="utf-8"))
     assert "cooldown_epochs" in experiment["training"]  # pack writes the key, which is the default here
     experiment["training"]["cooldown_epochs"] = 3
     (workdir / "experiment.yaml").write_text(yaml.safe_dump(experiment), encoding="utf-8")
-    with pytest.raises(training.ConfigError, match=too_long):
+    with pytest.raises(ConfigError, match=too_long):
         arrays.train_arrays(workdir, epochs=2, jit_compile=False)  # the file's own 3, the call's 2
     _set_training(workdir, cooldown_epochs=2)  # a file that `train` could not read either is refused, file named
     arrays.train_arrays(workdir, epochs=3, cooldown_epochs=2, initial_updates=50, jit_compile=False,
@@ -371,7 +375,7 @@ def test_scoring_without_tensorflow_matches_the_translator(packed, trained, tmp_
     tokenizer, _ = tokenizers.load_tokenizers(copy / "data" / "vocab")
     assert [source_processor.encode(line) for line in lines] == tokenizer.tokenize(lines).to_list()
     # Same translations as the TensorFlow Translator.
-    translator = training.load_translator(copy, checkpoint=checkpoint, beam_size=2, alpha=0.6, max_extra=8)
+    translator = load_translator(copy, checkpoint=checkpoint, beam_size=2, alpha=0.6, max_extra=8)
     expected = translator(lines + ["   "])
     from keras_transformer.config import TransformerConfig
     from keras_transformer.model import build_model
@@ -434,7 +438,7 @@ def test_the_packed_path_reads_the_experiment_with_train_s_defaults(copy_packed)
 def test_settings_the_packed_path_cannot_apply_are_refused_by_name(copy_packed, setting, value, message):
     workdir = copy_packed()
     _set_training(workdir, **{setting: value})
-    with pytest.raises(training.ConfigError, match=message):
+    with pytest.raises(ConfigError, match=message):
         arrays.train_arrays(workdir, jit_compile=False)
     assert not (workdir / "checkpoints").exists()
 

@@ -76,15 +76,15 @@ def test_alpha_zero_and_other_finite_values_parse():
 
 
 def test_early_exit_flag_reaches_the_translator_and_the_export(monkeypatch, capsys, tmp_path):
-    from keras_transformer import export, training
+    from keras_transformer import export, inference
     monkeypatch.chdir(tmp_path)
     for folder in ("m", "w"):  # model folders as far as the checks before TensorFlow can tell
         (tmp_path / folder).mkdir()
         (tmp_path / folder / "model.yaml").write_text("d_model: 64\n", encoding="utf-8")
     seen = []
-    monkeypatch.setattr(training, "load_translator", lambda model, checkpoint, average, **options: seen.append(
+    monkeypatch.setattr(inference, "load_translator", lambda model, checkpoint, average, **options: seen.append(
         options["early_exit"]))
-    monkeypatch.setattr(training, "translate", lambda translator, chunk, batch_size: [])
+    monkeypatch.setattr(inference, "translate", lambda translator, chunk, batch_size: [])
     monkeypatch.setattr(export, "export", lambda workdir, out, **options: seen.append(options.get("early_exit")) or out)
     for argv in (["translate", "--model", "m", "a"], ["translate", "--model", "m", "--early-exit", "a"],
                  ["export", "--workdir", "w", "--out", "o"], ["export", "--workdir", "w", "--out", "o", "--early-exit"]):
@@ -230,7 +230,7 @@ def load_once():
     for the module (the first call loads it for real), for the tests whose point is what the command does with
     the translations: every load builds the model and traces its search again (seconds). Its own MonkeyPatch,
     so that a test's `monkeypatch.undo()` leaves it in place."""
-    from keras_transformer import inference, training
+    from keras_transformer import inference
 
     real = inference.load_translator
 
@@ -242,7 +242,6 @@ def load_once():
         return _LOADED[key]
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(inference, "load_translator", load_translator)
-        patch.setattr(training, "load_translator", load_translator)
         yield
 
 
@@ -415,10 +414,9 @@ def test_line_breaks_inside_translations_keep_one_output_line_per_sentence(tiny_
     one line per source sentence, and evaluate scores the file it writes."""
     import json
 
-    from keras_transformer import evaluation, inference, training
+    from keras_transformer import evaluation, inference
     emitted = ["ein\x0bmann", "zwei\n\nhunde\u2028", ""]
-    for module in (training, inference):  # the command calls training.translate; evaluate, inference.translate
-        monkeypatch.setattr(module, "translate", lambda *args, **kwargs: list(emitted))
+    monkeypatch.setattr(inference, "translate", lambda *args, **kwargs: list(emitted))  # translate's and evaluate's
     assert cli.main(["translate", "--model", str(tiny_workdir), "a", "b", "c"]) == 0
     assert capsys.readouterr().out.split("\n") == ["ein mann", "zwei hunde ", "", ""]
     (tmp_path / "src.txt").write_text("a\nb\nc\n", encoding="utf-8")
@@ -520,9 +518,10 @@ def test_checkpoint_and_average_together_are_refused_by_every_command(tiny_workd
     assert status == 2
     assert "Give --checkpoint FILE or --average N (the last N epoch checkpoints), not both." in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
-    from keras_transformer import plotting, training
-    for load in (training.load_translator, plotting.load_model):
-        with pytest.raises(training.ConfigError, match="not both"):
+    from keras_transformer import inference, plotting
+    from keras_transformer.errors import ConfigError
+    for load in (inference.load_translator, plotting.load_model):
+        with pytest.raises(ConfigError, match="not both"):
             load(tiny_workdir, checkpoint, 2)
 
 
@@ -536,11 +535,11 @@ def test_a_missing_model_folder_is_named_as_missing(tmp_path, capsys):
 
 def test_evaluate_checks_its_output_and_references_before_decoding(tiny_workdir, tmp_path, capsys, monkeypatch):
     """Decoding a whole test set takes minutes: a wrong --output or a short reference file is refused first."""
-    from keras_transformer import training
+    from keras_transformer import inference
 
     def no_decoding(*args, **kwargs):
         raise AssertionError("decoded before checking")
-    monkeypatch.setattr(training, "translate", no_decoding)
+    monkeypatch.setattr(inference, "translate", no_decoding)
     (tmp_path / "src.txt").write_text("a man\ntwo dogs\n", encoding="utf-8")
     (tmp_path / "ref.txt").write_text("ein mann\nzwei hunde\n", encoding="utf-8")
     (tmp_path / "tok.txt").write_text("ein mann\n", encoding="utf-8")

@@ -10,6 +10,10 @@ import pytest
 from factories import SMALL_MODEL, SMALL_RUN, TINY_EXPERIMENT
 
 from keras_transformer import files, training
+from keras_transformer.errors import CheckpointError, ConfigError
+from keras_transformer.experiment import load_experiment
+from keras_transformer.trainer.callbacks import HistoryCSV, LearningRateLogger
+from keras_transformer.workdir import epoch_checkpoints
 from keras_transformer.trainer import backup as trainer_backup
 from keras_transformer.trainer import loop as trainer_loop
 
@@ -100,7 +104,7 @@ def test_a_torn_latest_backup_resumes_from_the_one_before_to_the_uninterrupted_r
     emptied: each time the same command resumes from the backup before it and ends with the weights of an
     uninterrupted run."""
     settings = SMALL_RUN + ["training.epochs=2", "data.shuffle=false"]
-    experiment = training.load_experiment(TINY, settings)
+    experiment = load_experiment(TINY, settings)
     workdir = tmp_path / "run"
     uninterrupted = training.train(experiment, workdir).model.get_weights()  # before anything is torn
     caplog.set_level("WARNING", logger="keras_transformer")
@@ -124,8 +128,8 @@ def test_without_any_whole_backup_the_error_names_both_and_what_to_do(tmp_path):
     for name in ("latest.weights.h5", "latest.weights.h5.bkp"):
         (backup / name).write_bytes(b"\x89HDF torn")
     (backup / "training_metadata.json").write_text("")
-    with pytest.raises(training.CheckpointError) as error:
-        training.train(training.load_experiment(TINY, SMALL_RUN), tmp_path / "run")
+    with pytest.raises(CheckpointError) as error:
+        training.train(load_experiment(TINY, SMALL_RUN), tmp_path / "run")
     message = str(error.value)
     assert "training_metadata.json is not JSON" in message and "training_metadata.json.bkp is missing" in message
     assert "training.init_checkpoint" in message
@@ -137,15 +141,15 @@ def test_a_fresh_run_refuses_a_workdir_with_checkpoints_but_no_backup(tmp_path):
     (tmp_path / "run" / "checkpoints").mkdir(parents=True)
     for epoch in (1, 2, 3):
         (tmp_path / "run" / "checkpoints" / f"ckpt-{epoch:04d}.weights.h5").write_bytes(b"old run")
-    with pytest.raises(training.ConfigError, match="holds 3 epoch checkpoint.*no backup.*new --workdir"):
-        training.train(training.load_experiment(TINY, SMALL_RUN), tmp_path / "run")
+    with pytest.raises(ConfigError, match="holds 3 epoch checkpoint.*no backup.*new --workdir"):
+        training.train(load_experiment(TINY, SMALL_RUN), tmp_path / "run")
     assert (tmp_path / "run" / "checkpoints" / "ckpt-0001.weights.h5").read_bytes() == b"old run"
 
 
 def _poison(monkeypatch, update, when):
     """Makes the next `train` produce a non-finite number at optimizer update `update`: its loss (NaN weights
     before the batch) or, with a finite loss, the weights the update leaves (as a non-finite gradient would)."""
-    class Poison(training.LearningRateLogger):
+    class Poison(LearningRateLogger):
         def _poison(self):
             variable = self.model.trainable_variables[0]
             variable.assign(np.full(variable.shape, np.nan, "float32"))
@@ -185,7 +189,7 @@ def test_a_non_finite_loss_or_weight_never_reaches_the_disk(tmp_path, monkeypatc
                               "training.epochs=2", "training.verbose=0", "training.tensorboard=false",
                               "training.backup_every_steps=2", "training.checkpoint_every_steps=4",
                               "training.validation=false"]
-    experiment = training.load_experiment(TINY, settings)
+    experiment = load_experiment(TINY, settings)
     workdir = tmp_path / "run"
     _poison(monkeypatch, update, when)
     with pytest.raises(FloatingPointError) as error:
@@ -199,18 +203,18 @@ def test_a_non_finite_loss_or_weight_never_reaches_the_disk(tmp_path, monkeypatc
     assert f"epoch {last_backup[0] + 1}, batch {last_backup[1] + 1}" in message
     assert trainer_backup.backup_position(workdir / "backup") == last_backup
     assert _finite(workdir / "backup" / "latest.weights.h5") and _finite(workdir / "backup" / "latest.weights.h5.bkp")
-    assert [row["epoch"] for row in training.HistoryCSV(workdir / "history.csv").read()[1]] == ["1"]
+    assert [row["epoch"] for row in HistoryCSV(workdir / "history.csv").read()[1]] == ["1"]
 
     monkeypatch.undo()
     result = training.train(experiment, workdir)  # the same command resumes from the last good backup
     assert int(result.model.optimizer.iterations) == 2 * 8
     assert all(np.isfinite(w).all() for w in result.model.get_weights())
-    assert [p.name for p in training.epoch_checkpoints(workdir)] == [f"ckpt-{n:04d}.weights.h5" for n in (1, 2)]
+    assert [p.name for p in epoch_checkpoints(workdir)] == [f"ckpt-{n:04d}.weights.h5" for n in (1, 2)]
 
 
 def test_a_run_removes_the_temporaries_a_killed_one_left(tmp_path):
     workdir = tmp_path / "run"
-    experiment = training.load_experiment(TINY, SMALL_RUN)
+    experiment = load_experiment(TINY, SMALL_RUN)
     training.train(experiment, workdir)
     stale = [workdir / "checkpoints" / ".ckpt-0002.tmp-99999999.weights.h5", workdir / "backup" /
              ".latest.tmp-99999999.weights.h5", workdir / "history.csv.tmp", workdir / ".model.tmp.yaml"]
@@ -223,8 +227,8 @@ def test_a_run_removes_the_temporaries_a_killed_one_left(tmp_path):
 
 
 def test_on_nonfinite_offers_stop_only_and_says_why_not_skip():
-    assert training.load_experiment(TINY, ["training.on_nonfinite=stop"]).training.on_nonfinite == "stop"
-    with pytest.raises(training.ConfigError, match="'skip' is not offered"):
-        training.load_experiment(TINY, ["training.on_nonfinite=skip"])
-    with pytest.raises(training.ConfigError, match="training.on_nonfinite must be 'stop'"):
-        training.load_experiment(TINY, ["training.on_nonfinite=ignore"])
+    assert load_experiment(TINY, ["training.on_nonfinite=stop"]).training.on_nonfinite == "stop"
+    with pytest.raises(ConfigError, match="'skip' is not offered"):
+        load_experiment(TINY, ["training.on_nonfinite=skip"])
+    with pytest.raises(ConfigError, match="training.on_nonfinite must be 'stop'"):
+        load_experiment(TINY, ["training.on_nonfinite=ignore"])

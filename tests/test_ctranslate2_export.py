@@ -15,6 +15,8 @@ ctranslate2 = pytest.importorskip("ctranslate2")
 import keras_transformer as kt  # noqa: E402
 from keras_transformer import ctranslate2_export as ce  # noqa: E402
 from keras_transformer import decoding  # noqa: E402
+from keras_transformer.ctranslate2_translator import (CTranslate2Translator, gnmt_length_penalty,  # noqa: E402
+                                                      is_ctranslate2_model, read_metadata)
 
 SENTENCES = ["w5 w6 w7", "w8 w9 w10 w11 w12 w13 w14", "w16", "w20 w21 w22 w23 w24 w25"]
 
@@ -73,7 +75,7 @@ def test_greedy_translations_and_scores_equal_the_keras_translator(trained_copy_
     folder, _, tokenizer = copy_export
     texts = SENTENCES + random_sentences(16, seed=1)
     expected = keras_translator(trained_copy_model, tokenizer, beam_size=1, alpha=0.0, max_extra=5)
-    ct2 = ce.CTranslate2Translator(folder, beam_size=1, alpha=0.0)
+    ct2 = CTranslate2Translator(folder, beam_size=1, alpha=0.0)
     assert ct2.max_extra == 5  # the default recorded at export
     import tensorflow as tf
 
@@ -95,7 +97,7 @@ def test_beam_translations_equal_the_keras_translator_after_rescoring(trained_co
     folder, _, tokenizer = copy_export
     texts = SENTENCES + random_sentences(16, seed=2)
     keras_side = keras_translator(trained_copy_model, tokenizer, beam_size=beam_size, alpha=alpha, max_extra=5)
-    ct2 = ce.CTranslate2Translator(folder, beam_size=beam_size, alpha=alpha)
+    ct2 = CTranslate2Translator(folder, beam_size=beam_size, alpha=alpha)
     reference = keras_side.n_best(tf.constant(texts))
     n_best = ct2.n_best(texts)
     assert [row[0] for row in n_best["translations"]] == [t.decode() for t in reference["translations"][:, 0].numpy()]
@@ -105,14 +107,14 @@ def test_beam_translations_equal_the_keras_translator_after_rescoring(trained_co
     ranked = ct2._search([ct2.encode_source(texts[1])])[0]
     raw = [score * float(decoding.length_penalty(len(ids), alpha)) for ids, score in ranked]
     assert ranked[0][0][-1] == 3 and np.allclose([s for _, s in ranked],
-                                                 np.array(raw) / ce.gnmt_length_penalty([len(i) for i, _ in ranked],
-                                                                                        alpha))
+                                                 np.array(raw) / gnmt_length_penalty([len(i) for i, _ in ranked],
+                                                                                     alpha))
 
 
 def test_bad_inputs_each_give_one_line_as_the_keras_translator_does(trained_copy_model, copy_export):
     folder, _, tokenizer = copy_export
     keras_side = keras_translator(trained_copy_model, tokenizer, beam_size=4, alpha=0.6, max_extra=5)
-    ct2 = ce.CTranslate2Translator(folder)
+    ct2 = CTranslate2Translator(folder)
     long_sentence = " ".join(f"w{4 + i % 28}" for i in range(3000))
     raw = b"w5 \xff w6 \xc3"
     batch = ["", "   \t ", long_sentence, raw, raw.decode("utf-8", "surrogateescape"), "w5 \ud800 w6",
@@ -140,13 +142,13 @@ def test_decoding_settings_out_of_range_are_refused(copy_export):
     for options, message in ((dict(alpha=float("nan")), "alpha .* got nan"), (dict(max_extra=-1), "max_extra"),
                              (dict(beam_size=0), "beam_size must be an integer >= 1")):
         with pytest.raises(ValueError, match=message):
-            ce.CTranslate2Translator(folder, **options)
+            CTranslate2Translator(folder, **options)
     # Its search always stops by the rule `early_exit` names: asking for the exact rule is refused by name.
     from keras_transformer import inference
     from keras_transformer.errors import ConfigError
     with pytest.raises(ConfigError, match="no exact stopping rule"):
         inference.load_translator(folder, early_exit=False)
-    assert isinstance(inference.load_translator(folder, early_exit=True), ce.CTranslate2Translator)
+    assert isinstance(inference.load_translator(folder, early_exit=True), CTranslate2Translator)
 
 
 def read_model_bin(path):
@@ -250,7 +252,7 @@ def test_architecture_variants_score_as_keras(variant, tmp_path):
         return
     # And the translator end to end, with its two SentencePiece models: the greedy translation is the one keras finds.
     tokens, _ = decoding.greedy_decode(model, padded(sources), max_extra=4)
-    ct2 = ce.CTranslate2Translator(folder, beam_size=1, alpha=0.0, max_extra=4)
+    ct2 = CTranslate2Translator(folder, beam_size=1, alpha=0.0, max_extra=4)
     words = [" ".join(f"w{i}" for i in row if i > 3) for row in keras.ops.convert_to_numpy(tokens).tolist()]
     assert ct2([" ".join(f"w{i}" for i in s) for s in sources]) == words
 
@@ -305,11 +307,11 @@ def test_metadata_readme_and_recognition(trained_copy_model, copy_export, tmp_pa
     for phrase in ("ctranslate2.Translator", "CTranslate2Translator", "((5 + n) / 6) ** 0.6", "beam 4",
                    "length_penalty=0", "return_end_token=True"):
         assert phrase in readme, phrase
-    assert ce.is_ctranslate2_model(folder)
-    assert not ce.is_ctranslate2_model(tmp_path) and not ce.is_ctranslate2_model(tmp_path / "missing")
+    assert is_ctranslate2_model(folder)
+    assert not is_ctranslate2_model(tmp_path) and not is_ctranslate2_model(tmp_path / "missing")
     (tmp_path / "keras_transformer.json").write_text("{not json")
     (tmp_path / "model.bin").write_bytes(b"")
-    assert not ce.is_ctranslate2_model(tmp_path)
+    assert not is_ctranslate2_model(tmp_path)
     # An existing export is replaced only when asked; any other folder never.
     with pytest.raises(FileExistsError, match="overwrite=True"):
         ce.export_ctranslate2(model, config, vocab_dir, folder)
@@ -318,7 +320,7 @@ def test_metadata_readme_and_recognition(trained_copy_model, copy_export, tmp_pa
     assert (tmp_path / "model.bin").exists()
     again = ce.export_ctranslate2(model, config, vocab_dir, tmp_path / "again")
     ce.export_ctranslate2(model, config, vocab_dir, again, overwrite=True)
-    assert ce.read_metadata(again)["decoding"]["beam_size"] == 4  # DecodeOptions' default
+    assert read_metadata(again)["decoding"]["beam_size"] == 4  # DecodeOptions' default
 
 
 def test_the_readme_snippet_serves_without_tensorflow(copy_export):

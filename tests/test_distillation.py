@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from keras_transformer import TransformerConfig, arrays, build_model, distillation
+from keras_transformer.data.packed import ARRAYS_FILE, make_batches, pack_labels, save_arrays
 from keras_transformer.losses import LabelSmoothedCrossEntropy
 from keras_transformer.schedules import NoamSchedule
 
@@ -67,7 +68,7 @@ def test_distillation_loss_against_numpy():
     mask = labels != 0
     expected = ((1 - w) * reference + w * teacher)[mask].mean()
     loss = distillation.DistillationLoss(eps, w)
-    packed = distillation.pack_labels(labels, ids, probabilities)
+    packed = pack_labels(labels, ids, probabilities)
     assert float(loss(packed, logits)) == pytest.approx(expected, rel=1e-5)
     # The gradient is written by hand: softmax minus the mixed target, over the non-pad positions.
     import tensorflow as tf
@@ -100,7 +101,7 @@ def _workdir(folder, config, sources, targets, valid, epochs):
         f"training: {{epochs: {epochs}, seed: 5}}\n"
         "data: {kind: text, train_source: train.en, train_target: train.de, tokens_per_batch: 256}\n",
         encoding="utf-8")
-    arrays.save_arrays(folder / arrays.ARRAYS_FILE, {"train": (sources, targets), "valid": valid})
+    save_arrays(folder / ARRAYS_FILE, {"train": (sources, targets), "valid": valid})
     return folder
 
 
@@ -126,7 +127,7 @@ def student(trained_copy_model, tmp_path_factory):
     # Random references: they hold nothing about copying, so only the teacher can teach it.
     rng = np.random.default_rng(0)
     noise = [rng.integers(4, config.vocab_size, len(t)) for t in targets]
-    arrays.save_arrays(workdir / arrays.ARRAYS_FILE, {"train": (sources, noise), "valid": valid})
+    save_arrays(workdir / ARRAYS_FILE, {"train": (sources, noise), "valid": valid})
     result = arrays.train_arrays(workdir, jit_compile=False, teacher=workdir / distillation.TEACHER_FILE,
                                  distill_weight=1.0, initial_updates=1000)
     return workdir, config, result
@@ -183,9 +184,9 @@ def test_teacher_files_and_members_are_checked(tmp_path, capsys):
     with pytest.raises(FileNotFoundError, match="No teacher distributions"):
         distillation.load_teacher(tmp_path / "missing.npz")
     with pytest.raises(ValueError, match="teacher distributions for 11"):
-        arrays.make_batches(sources, targets, 64, teacher=(ids[:-1], p[:-1]))
+        make_batches(sources, targets, 64, teacher=(ids[:-1], p[:-1]))
     # Batches carry the teacher of their own pairs, whatever the shuffle.
-    batches, chunks = arrays.make_batches(sources, targets, 64, teacher=(ids, p), rng=np.random.default_rng(0),
+    batches, chunks = make_batches(sources, targets, 64, teacher=(ids, p), rng=np.random.default_rng(0),
                                           return_indices=True)
     for (_, _, packed), chunk in zip(batches, chunks):
         for row, index in enumerate(chunk):

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from keras_transformer import distribute
+from keras_transformer.experiment import STRATEGIES
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 TINY = REPO / "configs" / "tiny_copy.yaml"
@@ -52,7 +53,7 @@ def test_auto_on_this_machine_is_default_without_gpus(monkeypatch):
 
 
 def test_explicit_names_are_kept_and_unknown_ones_rejected():
-    for name in distribute.STRATEGIES[1:]:
+    for name in STRATEGIES[1:]:
         assert distribute.resolve_strategy_name(name) == name
     with pytest.raises(ValueError, match="Unknown strategy 'horovod'"):
         distribute.resolve_strategy_name("horovod")
@@ -88,6 +89,7 @@ _MIRRORED = textwrap.dedent("""
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     from keras_transformer import training
+    from keras_transformer.experiment import load_experiment
     common = ["data.train_examples=128", "data.val_examples=32", "data.min_length=6", "data.max_length=6",
               "data.batch_size=32", "data.shuffle=false", "training.batch_scaling=global", "training.epochs=3",
               "training.verbose=0", "training.tensorboard=false", "training.validation=false",
@@ -98,7 +100,7 @@ _MIRRORED = textwrap.dedent("""
             "one_device": ["training.strategy=one_device", "training.devices=['/cpu:0']"]}
     out = {}
     for name, extra in runs.items():
-        result = training.train(training.load_experiment(sys.argv[1], common + extra), sys.argv[2] + "/" + name)
+        result = training.train(load_experiment(sys.argv[1], common + extra), sys.argv[2] + "/" + name)
         out[name] = {"replicas": result.strategy.num_replicas_in_sync, "loss": result.history["loss"],
                      "weights": [w.tolist() for w in result.model.get_weights()[:4]]}
     print("RESULT " + json.dumps(out))

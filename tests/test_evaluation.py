@@ -9,6 +9,7 @@ import pytest
 
 import keras_transformer as kt
 from keras_transformer import evaluation
+from keras_transformer.workdir import average_checkpoints, latest_checkpoints, load_weights
 from keras_transformer.callbacks import BleuCallback
 
 
@@ -90,7 +91,7 @@ def test_averaging_two_checkpoints_gives_the_elementwise_mean(tmp_path):
     paths = [tmp_path / "ckpt-0001.weights.h5", tmp_path / "ckpt-0002.weights.h5"]
     first.save_weights(paths[0])
     second.save_weights(paths[1])
-    averaged = evaluation.average_checkpoints(paths, tiny_model(3))
+    averaged = average_checkpoints(paths, tiny_model(3))
     for a, b, mean in zip(first.get_weights(), second.get_weights(), averaged.get_weights()):
         np.testing.assert_allclose(mean, (a.astype("float64") + b) / 2, rtol=1e-6, atol=1e-7)
     assert any(not np.allclose(a, b) for a, b in zip(first.get_weights(), second.get_weights()))
@@ -100,14 +101,14 @@ def test_latest_checkpoints_orders_by_number(tmp_path):
     for name in ("ckpt-0002.weights.h5", "ckpt-0010.weights.h5", "ckpt-0009.weights.h5", "step-00000500.weights.h5",
                  "best.weights.h5", "notes.txt"):
         (tmp_path / name).write_bytes(b"")
-    names = [p.rsplit("/", 1)[-1] for p in evaluation.latest_checkpoints(tmp_path, n=2)]
+    names = [p.rsplit("/", 1)[-1] for p in latest_checkpoints(tmp_path, n=2)]
     assert names == ["ckpt-0009.weights.h5", "ckpt-0010.weights.h5"]
-    assert len(evaluation.latest_checkpoints(tmp_path, n=20)) == 3
+    assert len(latest_checkpoints(tmp_path, n=20)) == 3
     with pytest.raises(FileNotFoundError, match="missing"):
-        evaluation.latest_checkpoints(tmp_path / "missing")
+        latest_checkpoints(tmp_path / "missing")
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="No checkpoints"):
-        evaluation.latest_checkpoints(tmp_path / "empty")
+        latest_checkpoints(tmp_path / "empty")
 
 
 def test_fewer_checkpoints_than_asked_are_used_with_a_warning(tmp_path, caplog):
@@ -115,10 +116,10 @@ def test_fewer_checkpoints_than_asked_are_used_with_a_warning(tmp_path, caplog):
     for epoch in (1, 2, 3):
         (tmp_path / f"ckpt-{epoch:04d}.weights.h5").write_bytes(b"")
     with caplog.at_level("WARNING", logger="keras_transformer"):
-        assert len(evaluation.latest_checkpoints(tmp_path, 10)) == 3
+        assert len(latest_checkpoints(tmp_path, 10)) == 3
     assert caplog.messages == [f"Asked for the last 10 checkpoints, but {tmp_path} has only 3: using those 3."]
     caplog.clear()
-    assert len(evaluation.latest_checkpoints(tmp_path, 3)) == 3 and not caplog.messages
+    assert len(latest_checkpoints(tmp_path, 3)) == 3 and not caplog.messages
 
 
 def test_read_lines_names_a_folder_given_for_a_file(tmp_path):
@@ -136,11 +137,11 @@ def test_truncated_gzip_is_named(tmp_path):
 def test_missing_and_corrupt_checkpoints_name_the_file(tmp_path):
     model = tiny_model(1)
     with pytest.raises(FileNotFoundError, match="ckpt-0007.weights.h5"):
-        evaluation.load_checkpoint(tmp_path / "ckpt-0007.weights.h5", model)
+        load_weights(model, tmp_path / "ckpt-0007.weights.h5")
     corrupt = tmp_path / "ckpt-0008.weights.h5"
     corrupt.write_bytes(b"not an HDF5 file")
     with pytest.raises(ValueError, match="ckpt-0008.weights.h5"):
-        evaluation.average_checkpoints([corrupt], model)
+        average_checkpoints([corrupt], model)
 
 
 # ------------------------------------------------------------------ callback

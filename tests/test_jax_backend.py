@@ -64,10 +64,11 @@ def _log_softmax(x):
 LOSSES_SCRIPT = """
 import jax
 from keras_transformer import distillation
+from keras_transformer.data.packed import pack_labels
 from keras_transformer.losses import LabelSmoothedCrossEntropy
 inputs = np.load(sys.argv[1])
 logits, labels = jax.numpy.asarray(inputs["logits"]), inputs["labels"]
-packed = distillation.pack_labels(labels, inputs["ids"], inputs["probabilities"])
+packed = pack_labels(labels, inputs["ids"], inputs["probabilities"])
 eps, w = float(inputs["eps"]), float(inputs["w"])
 out = {}
 for name, loss, targets in (("smoothed", LabelSmoothedCrossEntropy(eps), labels),
@@ -180,8 +181,8 @@ def test_training_under_jax_resumes_and_reports_the_loss_tensorflow_computes(pac
     label-smoothed cross-entropy of its logits) is the one the JAX run reported: as `model.fit` (and so `train`)
     reports it, each batch's token mean weighted by the batch's rows (padding rows included: XLA's batches have one
     shape per width)."""
-    from keras_transformer import arrays
     from keras_transformer.config import TransformerConfig
+    from keras_transformer.data.packed import ARRAYS_FILE, load_arrays, make_batches
     from keras_transformer.model import build_model
     workdir = copy_packed()
     cache = {"JAX_COMPILATION_CACHE_DIR": str(tmp_path / "jax_cache")}  # as docs/gpu.md: the resume compiles less
@@ -197,9 +198,9 @@ def test_training_under_jax_resumes_and_reports_the_loss_tensorflow_computes(pac
 
     config = TransformerConfig.from_yaml(workdir / "model.yaml")
     model = build_model(config)
-    sources, targets = arrays.load_arrays(workdir / arrays.ARRAYS_FILE)["valid"]
-    batches = arrays.make_batches(sources, targets, 512, pad_id=config.pad_id, bos_id=config.bos_id,
-                                  eos_id=config.eos_id, length_multiple=32, pad_rows=True)
+    sources, targets = load_arrays(workdir / ARRAYS_FILE)["valid"]
+    batches = make_batches(sources, targets, 512, pad_id=config.pad_id, bos_id=config.bos_id,
+                           eos_id=config.eos_id, length_multiple=32, pad_rows=True)
     eps = config.label_smoothing
     for row in history:  # the first process's epoch and the resumed one's
         model.load_weights(str(workdir / "checkpoints" / f"ckpt-{int(row['epoch']):04d}.weights.h5"))

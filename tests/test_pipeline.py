@@ -12,8 +12,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer.data.pipeline import (BatchStatistics, DataConfig, batch_plan, batch_statistics,
-                                             make_dataset, make_dataset_from_texts, make_datasets)
+from keras_transformer.data.batching import batch_plan
+from keras_transformer.data.pipeline import (BatchStatistics, batch_statistics, make_dataset, make_dataset_from_texts,
+                                             make_datasets)
+from keras_transformer.experiment import DataConfig
 
 BUDGET = 2048
 MAX_LENGTH = 40  # positions; 66 of the 29,000 Multi30k training pairs are longer (8k joint BPE)

@@ -161,10 +161,11 @@ def test_bytes_that_are_not_utf8_are_drawn_as_replacement_characters(model, toke
 
 def test_an_exported_model_refuses_checkpoint_and_average(tmp_path, capsys):
     """Its weights are fixed: `translate` refused these options, plot-attention ignored them."""
-    from keras_transformer import cli, training
+    from keras_transformer import cli
+    from keras_transformer.errors import ConfigError
     exported = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "saved_models", "multi30k_en_de")
     for options in ({"average": 5}, {"checkpoint": "x.weights.h5"}):
-        with pytest.raises(training.ConfigError, match="is an exported model: --checkpoint and --average apply to "
+        with pytest.raises(ConfigError, match="is an exported model: --checkpoint and --average apply to "
                                                        "training workdirs"):
             plotting.load_model(exported, **options)
     assert cli.main(["plot-attention", "--model", exported, "--average", "2", "A dog.", "--out",

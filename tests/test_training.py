@@ -9,11 +9,18 @@ import pytest
 import yaml
 
 from keras_transformer import cli, files, training
+from keras_transformer.config import TransformerConfig
+from keras_transformer.data.build import build_data
+from keras_transformer.errors import CheckpointError, ConfigError
+from keras_transformer.experiment import DataSection, ExperimentConfig, TrainingSection, load_experiment, parse_override
+from keras_transformer.model import build_model
 from keras_transformer.trainer import backup as trainer_backup
 from keras_transformer.trainer import callbacks as trainer_callbacks
 from keras_transformer.trainer import loop as trainer_loop
-from keras_transformer.config import TransformerConfig
-from keras_transformer.model import build_model
+from keras_transformer.trainer.backup import resumed_seed
+from keras_transformer.trainer.callbacks import HistoryCSV, LearningRateLogger
+from keras_transformer.trainer.precision import cpu_has_native_bfloat16, progress_verbosity, resolve_precision
+from keras_transformer.workdir import checkpoint_vocabulary, epoch_checkpoints, load_weights
 
 from factories import REPO, SMALL_MODEL
 from factories import SMALL_RUN as SMALL
@@ -35,24 +42,24 @@ def _write(path, values):
 ])
 def test_unknown_yaml_key_is_rejected_with_its_name_and_file(tmp_path, values, key):
     path = _write(tmp_path / "bad.yaml", values)
-    with pytest.raises(training.ConfigError) as error:
-        training.load_experiment(path)
+    with pytest.raises(ConfigError) as error:
+        load_experiment(path)
     assert key in str(error.value)
     assert str(path) in str(error.value)
 
 
 def test_close_misspelling_gets_a_suggestion(tmp_path):
-    with pytest.raises(training.ConfigError, match="Did you mean 'training.epochs'"):
-        training.load_experiment(_write(tmp_path / "bad.yaml", {"training": {"epochz": 3}}))
+    with pytest.raises(ConfigError, match="Did you mean 'training.epochs'"):
+        load_experiment(_write(tmp_path / "bad.yaml", {"training": {"epochz": 3}}))
 
 
 def test_pipeline_key_on_synthetic_data_is_named():
-    with pytest.raises(training.ConfigError, match="data.tokens_per_batch applies to data.kind 'text'"):
-        training.load_experiment(TINY, ["data.tokens_per_batch=4096"])
+    with pytest.raises(ConfigError, match="data.tokens_per_batch applies to data.kind 'text'"):
+        load_experiment(TINY, ["data.tokens_per_batch=4096"])
 
 
 def test_set_overrides_apply_in_order_and_are_typed():
-    experiment = training.load_experiment(TINY, [
+    experiment = load_experiment(TINY, [
         "training.epochs=2", "training.epochs=5",  # later wins
         "model.dropout=0.25", "training.mixed_precision=mixed_bfloat16", "training.tensorboard=false",
         "training.devices=['/cpu:0', '/cpu:1']", "training.steps_per_epoch=null", "data.task=reverse",
@@ -71,7 +78,7 @@ def test_set_overrides_apply_in_order_and_are_typed():
 
 def test_later_files_override_earlier_ones_key_by_key(tmp_path):
     override = _write(tmp_path / "more.yaml", {"training": {"epochs": 3}, "model": {"num_layers": 1}})
-    experiment = training.load_experiment([TINY, override], ["training.epochs=4"])
+    experiment = load_experiment([TINY, override], ["training.epochs=4"])
     assert experiment.training.epochs == 4  # --set beats every file
     assert experiment.model["num_layers"] == 1 and experiment.model["preset"] == "tiny"
     assert experiment.training.jit_compile is False  # kept from the first file
@@ -79,8 +86,8 @@ def test_later_files_override_earlier_ones_key_by_key(tmp_path):
 
 @pytest.mark.parametrize("text", ["training.epochs", "epochs=3", "training..epochs=3", "training.epochs=[1,"])
 def test_malformed_set_is_rejected(text):
-    with pytest.raises(training.ConfigError, match="--set"):
-        training.load_experiment(TINY, [text])
+    with pytest.raises(ConfigError, match="--set"):
+        load_experiment(TINY, [text])
 
 
 @pytest.mark.parametrize("values, message", [
@@ -98,45 +105,45 @@ def test_malformed_set_is_rejected(text):
     ({"decoding": {"early_exit": "yes"}}, "decoding.early_exit"),
 ])
 def test_bad_values_are_rejected_with_the_field_named(tmp_path, values, message):
-    with pytest.raises(training.ConfigError, match=message.replace(".", r"\.")):
-        training.load_experiment(_write(tmp_path / "bad.yaml", values))
+    with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
+        load_experiment(_write(tmp_path / "bad.yaml", values))
 
 
 def test_model_section_preset_overrides_vocabulary_and_decoding():
-    experiment = training.load_experiment(TINY, ["decoding.beam_size=5", "model.d_ff=128"])
+    experiment = load_experiment(TINY, ["decoding.beam_size=5", "model.d_ff=128"])
     config = experiment.model_config(24)
     assert (config.d_model, config.d_ff, config.vocab_size, experiment.decoding.options.beam_size) == (64, 128, 24, 5)
     assert not experiment.decoding.options.early_exit
-    assert training.load_experiment(TINY, ["decoding.early_exit=true"]).decoding.options.early_exit
-    with pytest.raises(training.ConfigError, match=r"model.beam_size is a decoding setting: give it in the decoding "
-                                                   r"section \(decoding.beam_size\)"):
-        training.load_experiment(TINY, ["model.beam_size=5"])
-    with pytest.raises(training.ConfigError, match="model.vocab_size=10 is smaller"):
-        training.load_experiment(TINY, ["model.vocab_size=10"]).model_config(24)
+    assert load_experiment(TINY, ["decoding.early_exit=true"]).decoding.options.early_exit
+    with pytest.raises(ConfigError, match=r"model.beam_size is a decoding setting: give it in the decoding "
+                                          r"section \(decoding.beam_size\)"):
+        load_experiment(TINY, ["model.beam_size=5"])
+    with pytest.raises(ConfigError, match="model.vocab_size=10 is smaller"):
+        load_experiment(TINY, ["model.vocab_size=10"]).model_config(24)
     # Larger passed, and the model then met a tokenizer of another size: a Translator refuses that pair.
-    with pytest.raises(training.ConfigError, match="model.vocab_size=32 is larger than the data's vocabulary"):
-        training.load_experiment(TINY, ["model.vocab_size=32"]).model_config(24)
+    with pytest.raises(ConfigError, match="model.vocab_size=32 is larger than the data's vocabulary"):
+        load_experiment(TINY, ["model.vocab_size=32"]).model_config(24)
 
 
 @pytest.mark.parametrize("path", sorted((REPO / "configs").glob("*.yaml")), ids=lambda p: p.name)
 def test_shipped_configs_load_and_resolve(path):
-    experiment = training.load_experiment(path)
+    experiment = load_experiment(path)
     vocabulary = experiment.data.synthetic_vocab_size if experiment.data.kind == "synthetic" else 8000
     config = experiment.model_config(vocabulary)
     assert isinstance(config, TransformerConfig)
     # The resolved config round-trips through YAML, as train() stores it.
-    assert training.ExperimentConfig.from_dict(yaml.safe_load(yaml.safe_dump(experiment.to_dict()))) == experiment
+    assert ExperimentConfig.from_dict(yaml.safe_load(yaml.safe_dump(experiment.to_dict()))) == experiment
 
 
 def test_paper_configs_follow_table_3():
-    base = training.load_experiment(REPO / "configs" / "wmt14_en_de_base.yaml").model_config(37000)
-    big = training.load_experiment(REPO / "configs" / "wmt14_en_de_big.yaml").model_config(37000)
+    base = load_experiment(REPO / "configs" / "wmt14_en_de_base.yaml").model_config(37000)
+    big = load_experiment(REPO / "configs" / "wmt14_en_de_big.yaml").model_config(37000)
     assert (base.num_layers, base.d_model, base.d_ff, base.num_heads, base.dropout) == (6, 512, 2048, 8, 0.1)
     assert (big.num_layers, big.d_model, big.d_ff, big.num_heads, big.dropout) == (6, 1024, 4096, 16, 0.3)
     for config in (base, big):
         assert (config.warmup_steps, config.label_smoothing) == (4000, 0.1)
     for name in ("wmt14_en_de_base.yaml", "wmt14_en_de_big.yaml"):
-        options = training.load_experiment(REPO / "configs" / name).decoding.options
+        options = load_experiment(REPO / "configs" / name).decoding.options
         assert (options.strategy, options.beam_size, options.alpha) == ("beam", 4, 0.6)
 
 
@@ -147,21 +154,21 @@ def test_paper_configs_follow_table_3():
 def test_booleans_are_not_counts(override):
     """YAML's `true` is an int to Python (`True == 1`): it was taken as epochs=1, a seed of 1, and so on."""
     key = override.split("=")[0]
-    with pytest.raises(training.ConfigError, match=key.split(".")[-1]):
-        training.load_experiment(TINY, [override])
+    with pytest.raises(ConfigError, match=key.split(".")[-1]):
+        load_experiment(TINY, [override])
 
 
 def test_a_section_that_is_not_a_mapping_is_named_with_its_file(tmp_path):
     path = tmp_path / "model5.yaml"
     path.write_text("model: 5\n", encoding="utf-8")
-    with pytest.raises(training.ConfigError) as error:
-        training.load_experiment(path)  # was TypeError: 'int' object is not iterable
+    with pytest.raises(ConfigError) as error:
+        load_experiment(path)  # was TypeError: 'int' object is not iterable
     assert str(error.value) == f"{path}: Section 'model' must be a mapping, got 5."
 
 
 def test_a_folder_given_as_config_file_is_named_as_a_folder(tmp_path):
-    with pytest.raises(training.ConfigError, match=f"Config file {tmp_path} is a directory"):
-        training.load_experiment(tmp_path)
+    with pytest.raises(ConfigError, match=f"Config file {tmp_path} is a directory"):
+        load_experiment(tmp_path)
 
 
 def _text_experiment(folder, **data):
@@ -183,15 +190,15 @@ def _text_experiment(folder, **data):
 def test_a_bad_model_section_fails_before_any_data_work(tmp_path, overrides, message):
     """load_experiment (and so --dry-run) and train refuse it: train used to learn the vocabulary first."""
     config = _write(tmp_path / "text.yaml", _text_experiment(tmp_path))
-    with pytest.raises(training.ConfigError, match="model: .*" + message):
-        training.load_experiment(config, overrides)
+    with pytest.raises(ConfigError, match="model: .*" + message):
+        load_experiment(config, overrides)
     values = _text_experiment(tmp_path)
     for override in overrides:
-        keys, value = training.parse_override(override)
+        keys, value = parse_override(override)
         values["model"][keys[1]] = value
-    experiment = training.ExperimentConfig(model=values["model"],
-                                           data=training.DataSection.from_dict(values["data"]))
-    with pytest.raises(training.ConfigError, match=message):
+    experiment = ExperimentConfig(model=values["model"],
+                                           data=DataSection.from_dict(values["data"]))
+    with pytest.raises(ConfigError, match=message):
         training.train(experiment, tmp_path / "run")
     assert not (tmp_path / "run" / "data").exists()
 
@@ -199,11 +206,11 @@ def test_a_bad_model_section_fails_before_any_data_work(tmp_path, overrides, mes
 def test_a_model_section_completed_by_a_later_file_or_set_is_accepted(tmp_path):
     """Each file alone is checked for keys, not for model sizes that a later file or --set may complete."""
     base = _write(tmp_path / "base.yaml", {"model": {"preset": "tiny", "d_model": 66}})  # 66 % 4 heads != 0
-    assert training.load_experiment(base, ["model.num_heads=6"]).model_config(24).head_dim == 11
+    assert load_experiment(base, ["model.num_heads=6"]).model_config(24).head_dim == 11
     more = _write(tmp_path / "more.yaml", {"model": {"num_heads": 3}})
-    assert training.load_experiment([base, more]).model_config(24).num_heads == 3
-    with pytest.raises(training.ConfigError, match="d_model=66 is not divisible by num_heads=4"):
-        training.load_experiment(base)
+    assert load_experiment([base, more]).model_config(24).num_heads == 3
+    with pytest.raises(ConfigError, match="d_model=66 is not divisible by num_heads=4"):
+        load_experiment(base)
 
 
 @pytest.mark.parametrize("key", ["train_source", "valid_target", "valid_tokenized_target", "test_source"])
@@ -212,11 +219,11 @@ def test_missing_data_files_are_named_before_any_data_work(tmp_path, key, capsys
     from keras_transformer import cli
     values = _text_experiment(tmp_path, test_source=str(tmp_path / "val.en"), test_target=str(tmp_path / "val.de"))
     values["data"][key] = str(tmp_path / "missing.txt")
-    with pytest.raises(training.ConfigError, match=f"data.{key}: file not found: .*missing.txt"):
+    with pytest.raises(ConfigError, match=f"data.{key}: file not found: .*missing.txt"):
         training.train(values, tmp_path / "run")
     assert not (tmp_path / "run").exists()
     values["data"][key] = str(tmp_path)  # a folder
-    with pytest.raises(training.ConfigError, match=f"data.{key}: {tmp_path} is a directory, not a file"):
+    with pytest.raises(ConfigError, match=f"data.{key}: {tmp_path} is a directory, not a file"):
         training.pack_arrays(values, tmp_path / "packed")
     assert not (tmp_path / "packed" / "data").exists()
     config = _write(tmp_path / "text.yaml", values)
@@ -235,7 +242,7 @@ def test_history_csv_drops_rows_of_epochs_that_run_again(tmp_path):
     # the stale row 3 goes, the new one comes, and the epochs never go back.
     path = tmp_path / "history.csv"
     path.write_text("epoch,loss\n1,3.0\n2,2.0\n3,1.5\n", encoding="utf-8")
-    history = training.HistoryCSV(path)
+    history = HistoryCSV(path)
     history.on_epoch_begin(2)
     history.on_epoch_end(2, {"loss": 1.25, "val_loss": 1.5})
     history.on_epoch_begin(3)
@@ -254,8 +261,8 @@ def tiny_model():
 
 def test_missing_checkpoint_error_names_the_file(tiny_model, tmp_path):
     path = tmp_path / "checkpoints" / "ckpt-0003.weights.h5"
-    with pytest.raises(training.CheckpointError, match=f"Checkpoint not found: {path}"):
-        training.load_weights(tiny_model, path)
+    with pytest.raises(CheckpointError, match=f"Checkpoint not found: {path}"):
+        load_weights(tiny_model, path)
 
 
 @pytest.mark.parametrize("corruption", ["garbage", "truncated"])
@@ -266,8 +273,8 @@ def test_corrupt_checkpoint_error_names_the_file(tiny_model, tmp_path, corruptio
     else:
         tiny_model.save_weights(str(path))
         path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
-    with pytest.raises(training.CheckpointError, match="corrupt") as error:
-        training.load_weights(tiny_model, path)
+    with pytest.raises(CheckpointError, match="corrupt") as error:
+        load_weights(tiny_model, path)
     assert str(path) in str(error.value)
 
 
@@ -275,19 +282,19 @@ def test_checkpoint_of_another_model_is_named(tiny_model, tmp_path):
     other = build_model(TransformerConfig.preset("tiny", vocab_size=24, d_ff=128))
     path = tmp_path / "other.weights.h5"
     other.save_weights(str(path))
-    with pytest.raises(training.CheckpointError, match="does not match this model") as error:
-        training.load_weights(tiny_model, path)
+    with pytest.raises(CheckpointError, match="does not match this model") as error:
+        load_weights(tiny_model, path)
     assert str(path) in str(error.value)
 
 
 def test_train_with_missing_init_checkpoint_names_it_before_any_work(tmp_path, capsys):
     missing = tmp_path / "pretrained.weights.h5"
-    with pytest.raises(training.CheckpointError, match=f"training.init_checkpoint: Checkpoint not found: {missing}"):
-        training.train(training.load_experiment(TINY, SMALL + [f"training.init_checkpoint={missing}"]),
+    with pytest.raises(CheckpointError, match=f"training.init_checkpoint: Checkpoint not found: {missing}"):
+        training.train(load_experiment(TINY, SMALL + [f"training.init_checkpoint={missing}"]),
                        tmp_path / "run")
     assert not (tmp_path / "run").exists()  # refused before the workdir, the data or the model
-    with pytest.raises(training.CheckpointError, match="is a directory, not a weights file"):
-        training.train(training.load_experiment(TINY, SMALL + [f"training.init_checkpoint={tmp_path}"]),
+    with pytest.raises(CheckpointError, match="is a directory, not a weights file"):
+        training.train(load_experiment(TINY, SMALL + [f"training.init_checkpoint={tmp_path}"]),
                        tmp_path / "run")
     assert cli.main(["train", "--config", str(TINY), "--set", f"training.init_checkpoint={missing}",
                      "--workdir", str(tmp_path / "run"), "--dry-run"]) != 0
@@ -299,8 +306,8 @@ def test_corrupt_backup_stops_resume_with_the_file_named(tmp_path):
     (workdir / "backup").mkdir(parents=True)
     (workdir / "backup" / "latest.weights.h5").write_bytes(b"\x89HDF\r\n\x1a\n truncated")
     (workdir / "backup" / "training_metadata.json").write_text('{"epoch": 1, "batch": 0}')
-    with pytest.raises(training.CheckpointError) as error:
-        training.train(training.load_experiment(TINY, SMALL), workdir)
+    with pytest.raises(CheckpointError) as error:
+        training.train(load_experiment(TINY, SMALL), workdir)
     assert str(workdir / "backup" / "latest.weights.h5") in str(error.value)
     assert "corrupt" in str(error.value)
 
@@ -315,15 +322,15 @@ def test_a_resumed_run_draws_new_dropout_masks_and_a_fresh_run_repeats_its_own(t
     """Keras does not save the dropout generators: reseeded as the first run, a resumed epoch would apply the
     masks of the first run's first epoch, example for example."""
     settings = SMALL + ["model.dropout=0.3", "training.validation=false"]
-    first = training.train(training.load_experiment(TINY, settings), tmp_path / "run")
+    first = training.train(load_experiment(TINY, settings), tmp_path / "run")
     after_first_epoch = _dropout_states(first.model)
     assert len(after_first_epoch) == 7  # one generator per embedding and per sublayer (2 encoder, 3 decoder)
     assert trainer_backup.backup_position(tmp_path / "run" / "backup") == (1, 0)
-    resumed = training.train(training.load_experiment(TINY, settings + ["training.epochs=2"]), tmp_path / "run")
+    resumed = training.train(load_experiment(TINY, settings + ["training.epochs=2"]), tmp_path / "run")
     assert len(resumed.history["loss"]) == 1  # one epoch ran, from the backup
     resumed_states = _dropout_states(resumed.model)
     assert all(a != b for a, b in zip(resumed_states, after_first_epoch))
-    again = training.train(training.load_experiment(TINY, settings), tmp_path / "again")
+    again = training.train(load_experiment(TINY, settings), tmp_path / "again")
     assert _dropout_states(again.model) == after_first_epoch  # a fresh run stays reproducible from its seed
 
 
@@ -332,7 +339,7 @@ def test_resume_position_is_read_from_the_backup(tmp_path):
     assert trainer_backup.backup_position(backup) == (0, 0)  # nothing to resume: a fresh run
     backup.mkdir()
     (backup / "training_metadata.json").write_text('{"epoch": 7, "batch": 30}')
-    with pytest.raises(training.CheckpointError, match="latest.weights.h5 is missing"):
+    with pytest.raises(CheckpointError, match="latest.weights.h5 is missing"):
         trainer_backup.backup_position(backup)  # metadata without weights: not a backup to start afresh beside
     (backup / "latest.weights.h5").write_bytes(b"weights")
     assert trainer_backup.backup_position(backup) == (7, 31)  # Keras' own record: the last batch's zero-based index
@@ -344,18 +351,18 @@ def test_resume_position_is_read_from_the_backup(tmp_path):
     (backup / "training_metadata.json").write_text(f'{{"epoch": 7, "batches_done": 2, "weights_blake2b": "{digest}"}}')
     assert trainer_backup.backup_position(backup) == (7, 2)
     (backup / "latest.weights.h5").write_bytes(b"weightz")  # not the file the metadata describes
-    with pytest.raises(training.CheckpointError, match="latest.weights.h5 is not the file"):
+    with pytest.raises(CheckpointError, match="latest.weights.h5 is not the file"):
         trainer_backup.backup_position(backup)
     (backup / "training_metadata.json").write_text('{"epoch": 7, "ba')  # cut short: named
-    with pytest.raises(training.CheckpointError, match="training_metadata.json is not JSON"):
+    with pytest.raises(CheckpointError, match="training_metadata.json is not JSON"):
         trainer_backup.backup_position(backup)
-    assert len({training.resumed_seed(1234, 6), training.resumed_seed(1234, 7), training.resumed_seed(1234, 7, 30),
+    assert len({resumed_seed(1234, 6), resumed_seed(1234, 7), resumed_seed(1234, 7, 30),
                 1234}) == 4
 
 
 def _data_of_unknown_length(monkeypatch):
     """Makes `train` build a training dataset whose number of batches tf.data cannot tell."""
-    real_build_data = training.build_data
+    real_build_data = build_data
 
     def unknown_length(*args, **kwargs):
         data = real_build_data(*args, **kwargs)
@@ -370,7 +377,7 @@ class _Interrupted(Exception):
 
 def _interrupt_at(monkeypatch, update):
     """Makes the next `train` stop, as a killed process would, once the optimizer has made `update` updates."""
-    class Stop(training.LearningRateLogger):
+    class Stop(LearningRateLogger):
         def on_train_batch_end(self, batch, logs=None):
             if int(self.model.optimizer.iterations) == update:
                 raise _Interrupted()
@@ -386,7 +393,7 @@ def test_an_epoch_interrupted_between_backups_resumes_at_its_batch(tmp_path, mon
     settings = SMALL_MODEL + ["data.train_examples=256", "data.val_examples=32", "data.batch_size=32",
                               "training.epochs=3", "training.verbose=0", "training.tensorboard=false",
                               "training.backup_every_steps=2"]
-    experiment = training.load_experiment(TINY, settings)
+    experiment = load_experiment(TINY, settings)
     workdir = tmp_path / "run"
     positions = []
     # 8 batches an epoch: inside the second epoch, inside its resumed rest, after the last batch of the third
@@ -402,7 +409,7 @@ def test_an_epoch_interrupted_between_backups_resumes_at_its_batch(tmp_path, mon
     with open(workdir / "history.csv", newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     assert [(row["epoch"], float(row["step"])) for row in rows] == [("1", 8), ("2", 16), ("3", 24)]
-    assert [path.name for path in training.epoch_checkpoints(workdir)] == [
+    assert [path.name for path in epoch_checkpoints(workdir)] == [
         f"ckpt-{n:04d}.weights.h5" for n in (1, 2, 3)]
     assert trainer_backup.backup_position(workdir / "backup") == (3, 0)  # each epoch ends with a backup
 
@@ -414,11 +421,11 @@ def test_the_history_row_of_an_interrupted_epoch_averages_all_its_batches(tmp_pa
     settings = SMALL_MODEL + ["data.train_examples=256", "data.val_examples=32", "data.batch_size=32",
                               "training.epochs=2", "training.verbose=0", "training.tensorboard=false",
                               "training.backup_every_steps=2", "training.validation=false"]
-    experiment = training.load_experiment(TINY, settings)
+    experiment = load_experiment(TINY, settings)
     seen = []  # (process, epoch, batch, reported running loss, loss tracker total, count)
 
     def spy(process, stop_at=None):
-        class Spy(training.LearningRateLogger):
+        class Spy(LearningRateLogger):
             def on_epoch_begin(self, epoch, logs=None):
                 self.epoch = epoch
 
@@ -454,7 +461,7 @@ def test_the_history_row_of_an_interrupted_epoch_averages_all_its_batches(tmp_pa
 @pytest.mark.slow
 def test_an_interrupted_epoch_of_unknown_length_trains_again_and_says_so(tmp_path, monkeypatch, caplog):
     _data_of_unknown_length(monkeypatch)
-    experiment = training.load_experiment(TINY, SMALL_MODEL + [
+    experiment = load_experiment(TINY, SMALL_MODEL + [
         "data.train_examples=256", "data.val_examples=32", "data.batch_size=32", "training.epochs=2",
         "training.verbose=0", "training.tensorboard=false", "training.backup_every_steps=2",
         "training.validation=false"])
@@ -482,7 +489,7 @@ def test_steps_per_epoch_below_one_pass_trains_that_many_updates_every_epoch_and
                               "training.epochs=4", "training.steps_per_epoch=3", "training.verbose=0",
                               "training.tensorboard=false", "training.validation=false",
                               "training.backup_every_steps=1"]
-    experiment = training.load_experiment(TINY, settings)
+    experiment = load_experiment(TINY, settings)
     whole = training.train(experiment, tmp_path / "whole")
     assert _steps(tmp_path / "whole") == [3, 6, 9, 12] and int(whole.model.optimizer.iterations) == 12
     _interrupt_at(monkeypatch, 11)  # the second batch of the fourth epoch, in the second pass
@@ -499,10 +506,10 @@ def _data_section(kind, packed, tmp_path, tokens_per_batch, synthetic=()):
     """The data section of a tiny run of `kind`: "synthetic" (TINY with SMALL and `synthetic` overrides), "text" (the
     packed fixture's files, a 600-piece vocabulary) or "text with BPE-dropout" (the same with subword dropout 0.1)."""
     if kind == "synthetic":
-        return training.load_experiment(TINY, SMALL + list(synthetic)).data
+        return load_experiment(TINY, SMALL + list(synthetic)).data
     folder = packed[2]
     dropout = {"subword_dropout": 0.1} if "BPE" in kind else {}
-    return training.load_experiment(_write(tmp_path / "text.yaml", {
+    return load_experiment(_write(tmp_path / "text.yaml", {
         "model": {"preset": "tiny"},
         "data": {"kind": "text", "train_source": str(folder / "train.en"), "train_target": str(folder / "train.de"),
                  "vocab_size": 600, "tokens_per_batch": tokens_per_batch, "max_length": 64, **dropout}})).data
@@ -515,7 +522,7 @@ def test_with_steps_per_epoch_the_training_data_is_an_endless_stream_of_fresh_pa
     new passes instead of replaying the first iterator's batches."""
     section = _data_section(kind, packed, tmp_path, tokens_per_batch=1024,
                             synthetic=["data.train_examples=96"])  # synthetic: 3 batches of 32
-    data = training.build_data(section, tmp_path / "data", seed=1234, steps_per_epoch=2)
+    data = build_data(section, tmp_path / "data", seed=1234, steps_per_epoch=2)
     passes = data.num_batches  # one pass's batches, as before; the stream itself has no end
     assert passes > 2 and int(data.train.cardinality()) == -1  # tf.data.INFINITE_CARDINALITY
 
@@ -549,7 +556,7 @@ def test_a_resumed_run_keeps_the_best_bleu_weights_of_its_earlier_epochs(packed,
         "training": {"epochs": 1, "bleu_every_epochs": 1, "bleu_max_sentences": 8, "verbose": 0,
                      "tensorboard": False}})
     workdir = tmp_path / "run"
-    training.train(training.load_experiment(config), workdir)
+    training.train(load_experiment(config), workdir)
     best = workdir / "checkpoints" / "best.weights.h5"
     first = best.read_bytes()
     with open(workdir / "history.csv", newline="", encoding="utf-8") as f:
@@ -561,7 +568,7 @@ def test_a_resumed_run_keeps_the_best_bleu_weights_of_its_earlier_epochs(packed,
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    training.train(training.load_experiment(config, ["training.epochs=2"]), workdir)
+    training.train(load_experiment(config, ["training.epochs=2"]), workdir)
     assert best.read_bytes() == first
     assert trainer_callbacks.best_logged(workdir / "history.csv", "val_bleu", 1) == 100
     assert trainer_callbacks.best_logged(workdir / "history.csv", "val_bleu", 0) == -np.inf
@@ -574,7 +581,7 @@ def test_a_resumed_run_shuffles_in_a_new_order_and_a_fresh_run_in_the_same_one(p
     section = _data_section(kind, packed, tmp_path, tokens_per_batch=512)
 
     def first_epoch(resumed_at):
-        data = training.build_data(section, tmp_path / "data", seed=1234, resumed_at=resumed_at)
+        data = build_data(section, tmp_path / "data", seed=1234, resumed_at=resumed_at)
         return [inputs["source"].numpy().tolist() for inputs, _ in data.train]
 
     fresh = first_epoch((0, 0))
@@ -583,7 +590,7 @@ def test_a_resumed_run_shuffles_in_a_new_order_and_a_fresh_run_in_the_same_one(p
     assert resumed != fresh
     assert first_epoch((3, 0)) == resumed  # the same resume point gives the same order
     if "BPE" in kind:  # sampled segmentations: more tokens than the vocabulary's own segmentation
-        plain = training.build_data(dataclasses.replace(section, pipeline={**section.pipeline, "subword_dropout": 0.0}),
+        plain = build_data(dataclasses.replace(section, pipeline={**section.pipeline, "subword_dropout": 0.0}),
                                     tmp_path / "data", seed=1234)
         tokens = [sum(np.count_nonzero(np.array(batch)) for batch in epoch)
                   for epoch in (fresh, [inputs["source"].numpy().tolist() for inputs, _ in plain.train])]
@@ -601,8 +608,8 @@ def test_a_run_with_bpe_dropout_trains_its_epochs_and_resumes(packed, tmp_path):
                  "vocab_size": 600, "tokens_per_batch": 2048, "max_length": 64, "subword_dropout": 0.1},
         "training": {"epochs": 2, "verbose": 0, "tensorboard": False}})
     workdir = tmp_path / "run"
-    training.train(training.load_experiment(config), workdir)
-    training.train(training.load_experiment(config, ["training.epochs=3"]), workdir)
+    training.train(load_experiment(config), workdir)
+    training.train(load_experiment(config, ["training.epochs=3"]), workdir)
     with open(workdir / "history.csv", newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     assert [int(row["epoch"]) for row in rows] == [1, 2, 3]
@@ -623,11 +630,11 @@ def test_fine_tuning_takes_the_weights_the_vocabulary_and_the_update_count_of_th
                      "vocab_size": 600, "tokens_per_batch": 2048, "max_length": 64},
             "training": {"epochs": 1, "verbose": 0, "tensorboard": False}}
     config = _write(tmp_path / "text.yaml", base)
-    first = training.train(training.load_experiment(config), tmp_path / "first")
+    first = training.train(load_experiment(config), tmp_path / "first")
     updates = _rows(tmp_path / "first" / "history.csv")[0]["step"]
     checkpoint = tmp_path / "first" / "checkpoints" / "ckpt-0001.weights.h5"
     scale = 1e-9  # a learning rate too small to move the weights: the second run must end where it started
-    tuned = training.train(training.load_experiment(config, [
+    tuned = training.train(load_experiment(config, [
         "data.vocab_size=300", f"training.init_checkpoint={checkpoint}", f"training.initial_updates={updates}",
         f"model.learning_rate_scale={scale}"]), tmp_path / "tuned")
     vocab = [sorted((run / "data" / "vocab").iterdir()) for run in (tmp_path / "first", tmp_path / "tuned")]
@@ -647,8 +654,8 @@ def test_fine_tuning_takes_the_weights_the_vocabulary_and_the_update_count_of_th
     import shutil
     shutil.copytree(tmp_path / "first" / "data" / "vocab", tmp_path / "other" / "data" / "vocab")
     (tmp_path / "other" / "data" / "vocab" / "tokenizer.json").write_text("{}", encoding="utf-8")
-    with pytest.raises(training.ConfigError, match="this workdir's .*vocab differs") as error:
-        training.train(training.load_experiment(config, [f"training.init_checkpoint={checkpoint}"]),
+    with pytest.raises(ConfigError, match="this workdir's .*vocab differs") as error:
+        training.train(load_experiment(config, [f"training.init_checkpoint={checkpoint}"]),
                        tmp_path / "other")
     assert str(tmp_path / "first" / "data" / "vocab") in str(error.value)
 
@@ -656,7 +663,7 @@ def test_fine_tuning_takes_the_weights_the_vocabulary_and_the_update_count_of_th
 def test_initial_updates_with_gradient_accumulation_count_on_from_the_given_update(tmp_path):
     """With training.gradient_accumulation_steps, Keras' update count is computed from a private batch counter
     and cannot be assigned: training.initial_updates raised AttributeError there."""
-    experiment = training.load_experiment(TINY, SMALL + ["training.gradient_accumulation_steps=2",
+    experiment = load_experiment(TINY, SMALL + ["training.gradient_accumulation_steps=2",
                                                          "training.initial_updates=10", "training.validation=false"])
     result = training.train(experiment, tmp_path / "run")
     row = _rows(tmp_path / "run" / "history.csv")[0]
@@ -671,7 +678,7 @@ def test_initial_updates_with_gradient_accumulation_count_on_from_the_given_upda
 
 def test_the_vocabulary_of_a_checkpoint_is_found_beside_an_export_and_inside_a_workdir():
     export = REPO / "saved_models" / "multi30k_en_de"
-    assert training.checkpoint_vocabulary(export / "assets.extra" / "model.weights.h5") == \
+    assert checkpoint_vocabulary(export / "assets.extra" / "model.weights.h5") == \
         export / "assets.extra" / "vocab"
 
 
@@ -683,10 +690,10 @@ def test_r_drop_trains_on_pairs_and_reports_the_plain_validation_loss(tmp_path):
 
     from keras_transformer.losses import LabelSmoothedCrossEntropy
     settings = SMALL + ["model.dropout=0.3", "training.epochs=2", "training.rdrop_alpha=5"]
-    experiment = training.load_experiment(TINY, settings)
+    experiment = load_experiment(TINY, settings)
     result = training.train(experiment, tmp_path / "run")
     assert all(np.isfinite(result.history["loss"]))
-    data = training.build_data(experiment.data, tmp_path / "run" / "data", seed=experiment.training.seed)
+    data = build_data(experiment.data, tmp_path / "run" / "data", seed=experiment.training.seed)
     plain = build_model(result.model_config)
     plain.compile(loss=LabelSmoothedCrossEntropy(result.model_config.label_smoothing), run_eagerly=True)
     keras.ops.convert_to_numpy(plain(next(iter(data.validation))[0]))
@@ -700,26 +707,26 @@ def test_r_drop_trains_on_pairs_and_reports_the_plain_validation_loss(tmp_path):
 
 @pytest.mark.parametrize("value", [-1, "5", True])
 def test_a_bad_rdrop_alpha_is_named(value):
-    with pytest.raises(training.ConfigError, match="training.rdrop_alpha must be a number >= 0"):
-        training.TrainingSection(rdrop_alpha=value).validate()
+    with pytest.raises(ConfigError, match="training.rdrop_alpha must be a number >= 0"):
+        TrainingSection(rdrop_alpha=value).validate()
 
 
 def test_workdir_of_another_model_is_refused(tmp_path):
     workdir = tmp_path / "run"
     workdir.mkdir()
-    experiment = training.load_experiment(TINY, SMALL)
+    experiment = load_experiment(TINY, SMALL)
     resolved = experiment.to_dict()
     resolved["model"] = experiment.model_config(24).replace(d_ff=128).to_dict()
     (workdir / "experiment.yaml").write_text(yaml.safe_dump(resolved), encoding="utf-8")
-    with pytest.raises(training.ConfigError, match=r"model.d_ff: 128 -> 256"):
+    with pytest.raises(ConfigError, match=r"model.d_ff: 128 -> 256"):
         training.train(experiment, workdir)
 
 
 def test_cooldown_on_data_of_unknown_length_asks_for_steps_per_epoch(tmp_path, monkeypatch):
     """The cooldown's span needs the batches per epoch: a dataset that cannot tell is refused before training."""
     _data_of_unknown_length(monkeypatch)
-    experiment = training.load_experiment(TINY, SMALL + ["training.epochs=2", "training.cooldown_epochs=1"])
-    with pytest.raises(training.ConfigError, match="set training.steps_per_epoch"):
+    experiment = load_experiment(TINY, SMALL + ["training.epochs=2", "training.cooldown_epochs=1"])
+    with pytest.raises(ConfigError, match="set training.steps_per_epoch"):
         training.train(experiment, tmp_path / "run")
     assert not list((tmp_path / "run").glob("checkpoints/*.weights.h5"))
 
@@ -735,7 +742,7 @@ class _Stream:
 @pytest.mark.parametrize("setting, tty, expected", [
     ("auto", True, 1), ("auto", False, 2), (0, True, 0), (1, False, 1), (2, True, 2)])
 def test_progress_verbosity_draws_a_bar_only_on_a_terminal(setting, tty, expected):
-    assert training.progress_verbosity(setting, _Stream(tty)) == expected
+    assert progress_verbosity(setting, _Stream(tty)) == expected
 
 
 # ------------------------------------------------------------------ a whole (short) run
@@ -744,7 +751,7 @@ def test_train_writes_the_documented_workdir(tmp_path, capsys, caplog):
     workdir = tmp_path / "run"
     cooldown = ["training.cooldown_epochs=1"]  # the second epoch's learning rate falls linearly to 0
     steady = [option for option in SMALL if not option.startswith("training.verbose")]  # the default progress
-    result = training.train(training.load_experiment(TINY, steady + ["training.epochs=2",
+    result = training.train(load_experiment(TINY, steady + ["training.epochs=2",
                                                                      "training.checkpoint_every_steps=1"] + cooldown),
                             workdir)
     # Under `nohup ... > train.log` (stdout not a terminal) the default writes no redrawn progress bar: one line
@@ -767,12 +774,12 @@ def test_train_writes_the_documented_workdir(tmp_path, capsys, caplog):
     assert (workdir / "data" / "synthetic.npz").is_file() and (workdir / "backup").is_dir()
     # An epoch checkpoint holds the weights only, and loads into a fresh model.
     fresh = build_model(result.model_config)
-    training.load_weights(fresh, result.checkpoints[-1])
+    load_weights(fresh, result.checkpoints[-1])
     for loaded, trained in zip(fresh.get_weights(), result.model.get_weights()):
         np.testing.assert_array_equal(loaded, trained)
     # Running the finished command again trains nothing more, says why, and keeps the history.
     with caplog.at_level("INFO", logger="keras_transformer"):
-        again = training.train(training.load_experiment(TINY, SMALL + ["training.epochs=2"] + cooldown), workdir)
+        again = training.train(load_experiment(TINY, SMALL + ["training.epochs=2"] + cooldown), workdir)
     assert again.history.get("loss", []) == [] and len(_rows(workdir / "history.csv")) == 2
     assert (f"Nothing to train: {workdir} already has 2 epoch(s), and training.epochs is 2; raise "
             "training.epochs to train further.") in caplog.messages
@@ -797,7 +804,7 @@ def test_precision_resolution(requested, expected):
             expected = "mixed_float16"
         else:
             expected = "mixed_bfloat16" if _native_bfloat16_cpu() else "float32"
-    assert training.resolve_precision(requested) == expected
+    assert resolve_precision(requested) == expected
 
 
 @pytest.mark.parametrize("cpuinfo, native", [
@@ -808,14 +815,14 @@ def test_precision_resolution(requested, expected):
     ("", False),
 ])
 def test_native_bfloat16_detection(cpuinfo, native):
-    assert training.cpu_has_native_bfloat16(cpuinfo) is native
+    assert cpu_has_native_bfloat16(cpuinfo) is native
 
 
 @pytest.mark.slow
 def test_mixed_bfloat16_trains_and_restores_the_global_policy(tmp_path):
     import keras
     before = keras.config.dtype_policy().name
-    result = training.train(training.load_experiment(TINY, SMALL + ["training.mixed_precision=mixed_bfloat16"]),
+    result = training.train(load_experiment(TINY, SMALL + ["training.mixed_precision=mixed_bfloat16"]),
                             tmp_path / "run")
     assert result.model.dtype_policy.name == "mixed_bfloat16"
     assert result.model.get_layer("logits").compute_dtype == "float32"

@@ -85,12 +85,12 @@ def test_undecodable_input_bytes_become_replacement_characters(translator):
 @pytest.mark.parametrize("line", ["w5 w6 w7", b"w5 w6 w7"])
 def test_translate_lines_refuses_one_sentence_instead_of_a_list(translator, line):
     """A str was translated character by character (one output per character)."""
-    from keras_transformer import training
+    from keras_transformer import inference
 
     with pytest.raises(TypeError, match=r"translate_lines takes an iterable of lines .* translator\(sentence\)"):
         translator.translate_lines(line)
     with pytest.raises(TypeError, match=r"translate takes a list of sentences, got one (str|bytes)"):
-        training.translate(translator, line)
+        inference.translate(translator, line)
     assert translator.translate_lines([line]) == [translator(line)]
 
 

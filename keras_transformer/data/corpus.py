@@ -27,7 +27,6 @@ import tensorflow as tf
 
 from keras_transformer.data import textfile
 
-ERROR_MODES = textfile.ERROR_MODES
 LENGTH_MODES = ("filter", "truncate")
 
 

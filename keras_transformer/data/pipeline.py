@@ -48,7 +48,7 @@ import tensorflow as tf
 
 from keras_transformer.data import corpus, tokenizers
 from keras_transformer.data.batching import batch_plan
-from keras_transformer.experiment import SUBWORD_DROPOUT_SIDES, DataConfig  # noqa: F401  (DataConfig: its home before)
+from keras_transformer.experiment import SUBWORD_DROPOUT_SIDES
 
 logger = logging.getLogger(__name__)
 
@@ -186,6 +186,7 @@ def make_datasets(config, source_tokenizer, target_tokenizer, num_replicas=None)
     Example:
 
     >>> import pathlib, tempfile
+    >>> from keras_transformer.experiment import DataConfig
     >>> folder = pathlib.Path(tempfile.mkdtemp())
     >>> _ = (folder / "a.en").write_text("A dog runs.\\n" * 8, encoding="utf-8")
     >>> _ = (folder / "a.de").write_text("Ein Hund läuft.\\n" * 8, encoding="utf-8")
@@ -225,6 +226,7 @@ def load_or_train_tokenizers(config, directory=None):
     Example:
 
     >>> import pathlib, tempfile
+    >>> from keras_transformer.experiment import DataConfig
     >>> folder = pathlib.Path(tempfile.mkdtemp())
     >>> _ = (folder / "a.en").write_text("A dog runs.\\n" * 8, encoding="utf-8")
     >>> _ = (folder / "a.de").write_text("Ein Hund läuft.\\n" * 8, encoding="utf-8")
