@@ -199,18 +199,19 @@ def prepare(args, folder):
     """
     from keras_transformer.config import TransformerConfig
     from keras_transformer.ctranslate2_export import export_ctranslate2
-    from keras_transformer.export import export_translator, load_keras_translator
+    from keras_transformer.export import export_translator
+    from keras_transformer.inference import load_translator
 
     extra = pathlib.Path(args.export) / "assets.extra"
     settings = dict(beam_size=args.beam_size, alpha=args.alpha, max_extra=args.max_extra)
-    translator = load_keras_translator(args.export, jit_compile=not args.no_xla, **settings)
+    translator = load_translator(args.export, jit_compile=not args.no_xla, **settings)
     config = TransformerConfig.from_yaml(extra / "model.yaml")
     saved_model = args.export
     if not args.no_reexport:
         saved_model = export_translator(translator, folder / "saved_model", config=config)
     without_xla = None
     if "savedmodel-no-xla" in args.engines.split(","):
-        plain = load_keras_translator(args.export, jit_compile=False, **settings)
+        plain = load_translator(args.export, jit_compile=False, **settings)
         without_xla = str(export_translator(plain, folder / "saved_model_no_xla", config=config))
     ct2 = export_ctranslate2(translator.model, config, extra / "vocab", folder / "ct2", **settings)
     return str(saved_model), without_xla, str(ct2)

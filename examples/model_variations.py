@@ -30,7 +30,7 @@ table as "what each change does early in training", not as converged results.
 Results are appended to ``workdir/results.jsonl`` as rows finish; running the
 same command again skips finished rows (same budget), so an interrupted run
 resumes. Each row's weights, config and vocabulary are kept in
-``workdir/rows/<row>/`` (loadable with `keras_transformer.plotting.load_model`).
+``workdir/rows/<row>/`` (loadable with `keras_transformer.inference.load_translator`).
 
 Usage::
 

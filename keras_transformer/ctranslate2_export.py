@@ -431,8 +431,8 @@ def export_ctranslate2(model, config, vocab_dir, directory, *, options=None, qua
 
     Example:
 
-    >>> from keras_transformer.export import load_keras_translator  # doctest: +SKIP
-    >>> translator = load_keras_translator("saved_models/multi30k_en_de")  # doctest: +SKIP
+    >>> from keras_transformer.inference import load_translator  # doctest: +SKIP
+    >>> translator = load_translator("saved_models/multi30k_en_de")  # doctest: +SKIP
     >>> config = TransformerConfig.from_yaml("saved_models/multi30k_en_de/assets.extra/model.yaml")  # doctest: +SKIP
     >>> export_ctranslate2(translator.model, config, "saved_models/multi30k_en_de/assets.extra/vocab",
     ...                    "ct2/multi30k_en_de")  # doctest: +SKIP

@@ -15,6 +15,7 @@ import numpy as np
 from keras_transformer.data.batching import in_length_order
 from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.errors import ConfigError
+from keras_transformer.interface import TranslatorInterface, check_pairs
 from keras_transformer.layout import CTRANSLATE2_METADATA
 
 FORMAT = "keras_transformer.ctranslate2"
@@ -97,7 +98,7 @@ def _utf8_text(line):
     return data.decode("utf-8", "replace")
 
 
-class CTranslate2Translator:
+class CTranslate2Translator(TranslatorInterface):
     """Translates with a CTranslate2 export, ranking hypotheses as keras_transformer's beam search does.
 
     Strings in, strings out, like `keras_transformer.translation.Translator`:
@@ -144,6 +145,8 @@ class CTranslate2Translator:
     >>> translator(["A man rides a bike."])  # doctest: +SKIP
     ['Ein Mann fährt Fahrrad.']
     """
+
+    engine = "ctranslate2"
 
     def __init__(self, directory, options=None, *, device="cpu", compute_type="default", intra_threads=0,
                  inter_threads=1, exact_limits=True, **settings):
@@ -329,12 +332,6 @@ class CTranslate2Translator:
         return {"translations": [[text for text, _ in row] for row in results],
                 "scores": [[score for _, score in row] for row in results]}
 
-    def __call__(self, sentences):
-        """A `str` or a list of `str` in, the same out (`bytes` are taken as UTF-8)."""
-        single = isinstance(sentences, (str, bytes))
-        texts = self.translate([sentences] if single else list(sentences))
-        return texts[0] if single else texts
-
     def translate_lines(self, lines, batch_size=64):
         """Translates many sentences in batches of similar length, keeping their order.
 
@@ -352,3 +349,37 @@ class CTranslate2Translator:
         """
         return in_length_order("CTranslate2Translator.translate_lines", lines, batch_size, _utf8_text,
                                self.translate)
+
+    def n_best_lines(self, lines, batch_size=64):
+        """Per line, the `(translation, score)` pairs of `n_best`, best first (`TranslatorInterface.n_best_lines`).
+
+        Example:
+
+        >>> translator.n_best_lines(["A dog."])[0][:2]  # doctest: +SKIP
+        [('Ein Hund rennt.', -0.35), ('Ein Hund befindet sich.', -0.61)]
+        """
+        return in_length_order("CTranslate2Translator.n_best_lines", lines, batch_size, _utf8_text, self._translate)
+
+    def score_lines(self, sources, targets, batch_size=64):
+        """Forced decoding with CTranslate2's `score_batch`: per pair, log P(target and eos | source), divided by
+        the GNMT penalty of the beam search's alpha (0 for greedy and sampling), as the other engines score.
+
+        Example:
+
+        >>> translator.score_lines(["A dog."], ["Ein Hund."])  # doctest: +SKIP
+        [-0.35]
+        """
+        sources, targets = check_pairs("CTranslate2Translator.score_lines", sources, targets)
+        source_tokens = [self.encode_source(_utf8_text(text)) for text in sources]
+        target_tokens = []
+        for text in targets:
+            ids = self.target_processor.encode(_utf8_text(text))[: self.max_target_length - 1]
+            target_tokens.append([self.target_tokens[i] for i in ids])
+        scores = []
+        for start in range(0, len(sources), int(batch_size)):
+            results = self.translator.score_batch(source_tokens[start:start + int(batch_size)],
+                                                  target_tokens[start:start + int(batch_size)], max_input_length=0)
+            for result in results:
+                penalty = float(gnmt_length_penalty(len(result.log_probs), self.alpha))
+                scores.append(float(np.sum(result.log_probs)) / penalty)
+        return scores

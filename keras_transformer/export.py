@@ -145,7 +145,7 @@ def export_translator(translator, directory, config=None, overwrite=False):
         directory: output folder.
         config: the model's `TransformerConfig` (an ensemble: a list, one per
             member); with it, `assets.extra/` also holds the Keras weights, config
-            and vocabulary, so `load_keras_translator` can rebuild the model. The
+            and vocabulary, so `inference.load_translator` can rebuild the model. The
             config written there carries the translator's decoding settings.
         overwrite: replace an existing export.
 
@@ -211,7 +211,7 @@ def _write_savedmodel(translator, directory, configs):
         shutil.copytree(vocab, os.path.join(extra, VOCAB_DIR), dirs_exist_ok=True)
     if configs is not None:
         single = len(configs) == 1
-        # The decoding options say what the graph does, so that `load_keras_translator` decodes alike.
+        # The decoding options say what the graph does, so that `inference.load_translator` decodes alike.
         for index, (member_config, model) in enumerate(zip(configs, translator.models)):
             folder = extra if single else os.path.join(extra, MEMBERS_DIR, str(index))
             os.makedirs(folder, exist_ok=True)
@@ -244,7 +244,7 @@ def export(workdir, directory, checkpoint=None, average=None, options=None, jit_
         average: average the last `average` checkpoints (paper: 5 base, 20 big).
         options: the `DecodeOptions` baked into the graph's `serving_default` and `n_best` (default: the
             workdir's model.yaml's); the exported `assets.extra/model.yaml` records them, so that
-            `load_keras_translator` decodes as the graph does. The `sample` signature takes its sampling
+            `inference.load_translator` decodes as the graph does. The `sample` signature takes its sampling
             settings as inputs.
         jit_compile: compile the search with XLA (`Translator`'s `jit_compile`): a serving process
             compiles one program per bucketed input shape on first use, then decodes the shipped model
@@ -270,30 +270,6 @@ def export(workdir, directory, checkpoint=None, average=None, options=None, jit_
     translator = Translator.from_models(loaded.models, loaded.vocab_dir, options or loaded.decoding,
                                         jit_compile=jit_compile, **settings)
     return export_translator(translator, directory, config=loaded.configs, overwrite=overwrite)
-
-
-def load_keras_translator(directory, options=None, **settings):
-    """Rebuilds an in-memory `Translator` (Keras model + tokenizers) from an export's `assets.extra/`.
-
-    Args:
-        directory: an export written with a config.
-        options, **settings: as `Translator` (default: the options the export was made with).
-
-    Returns:
-        A `Translator`.
-
-    Example:
-
-    >>> translator = load_keras_translator("saved_models/multi30k_en_de")  # doctest: +SKIP
-    """
-    extra = os.path.join(os.fspath(directory), EXTRA_DIR)
-    weights = os.path.join(extra, MODEL_WEIGHTS)
-    if not os.path.isfile(weights) and not os.path.isdir(os.path.join(extra, MEMBERS_DIR)):
-        raise CheckpointNotFoundError(f"{directory} has no Keras weights ({weights}); export it with a config.")
-    if not os.path.isfile(os.path.join(os.fspath(directory), "saved_model.pb")):
-        raise CheckpointNotFoundError(f"No SavedModel at {directory} (saved_model.pb is missing).")
-    loaded = load_models(directory)
-    return Translator.from_models(loaded.models, loaded.vocab_dir, options or loaded.decoding, **settings)
 
 
 def load_exported(directory):

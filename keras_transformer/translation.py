@@ -1,8 +1,11 @@
-"""`Translator`: raw strings in, translated strings out (tokenize, beam search, detokenize).
+"""`Translator`: raw strings in, translated strings out (tokenize, search, detokenize): the TensorFlow engine.
 
 This is the TensorFlow side of decoding: the tokenizers are tensorflow-text
 graphs, and the whole path runs in one `tf.function` that the export module
-saves in a SavedModel. The search itself is `keras_transformer.decoding`.
+saves in a SavedModel. The search itself is `keras_transformer.decoding`
+(the strategy its `DecodeOptions` name), and the Python-level methods are
+`keras_transformer.interface.TranslatorInterface`'s. `inference.load_translator`
+builds one for any model folder.
 
 Input that is not valid UTF-8 has its bad bytes replaced by U+FFFD (Python
 strings too: the lone surrogates by which Python keeps undecodable bytes of
@@ -20,14 +23,11 @@ import tensorflow as tf
 
 from keras_transformer import decoding
 from keras_transformer.attention_maps import attention_maps, strip_special
-from keras_transformer.config import TransformerConfig
 from keras_transformer.data.batching import in_length_order
 from keras_transformer.data.tokenizers import load_tokenizers
 from keras_transformer.decoding.options import SAMPLING_FIELDS, DecodeOptions
-from keras_transformer.errors import ConfigError
 from keras_transformer.interface import TranslatorInterface, check_pairs
-from keras_transformer.model import build_model, parts
-from keras_transformer.workdir import load_models, load_weights_files, read_model_file
+from keras_transformer.model import parts
 
 
 def _valid_utf8(strings):
@@ -353,33 +353,6 @@ class Translator(tf.Module, TranslatorInterface):
 
     # --------------------------------------------------------------- constructors
     @classmethod
-    def from_checkpoint(cls, config, checkpoint, tokenizers, options=None, **settings):
-        """Builds the model of `config`, loads `checkpoint` into it and wraps it.
-
-        Args:
-            config: a `TransformerConfig`, or the path of a model.yaml (whose
-                decoding mapping gives the default options; `workdir.read_model_file`).
-            checkpoint: a `.weights.h5` file, or a list of them to average
-                (`workdir.average_checkpoints`).
-            tokenizers: `(source_tokenizer, target_tokenizer)`, or a directory
-                that `keras_transformer.data.tokenizers.load_tokenizers` reads.
-            options, **settings: as `Translator`; default: the model.yaml's decoding options.
-
-        Returns:
-            A `Translator`.
-
-        Example:
-
-        >>> translator = Translator.from_checkpoint("workdir/model.yaml",  # doctest: +SKIP
-        ...     "workdir/checkpoints/ckpt-0010.weights.h5", "workdir/data/vocab")
-        """
-        if not isinstance(config, TransformerConfig):
-            config, saved = read_model_file(os.fspath(config))
-            options = saved if options is None else options
-        model = load_weights_files(build_model(config), checkpoint)
-        return cls.from_models([model], tokenizers, options, **settings)
-
-    @classmethod
     def from_models(cls, models, tokenizers, options=None, **settings):
         """Wraps built models (one, or an ensemble's members) with their tokenizers.
 
@@ -394,8 +367,10 @@ class Translator(tf.Module, TranslatorInterface):
 
         Example:
 
-        >>> loaded = load_models("runs/en_de")  # doctest: +SKIP
+        >>> loaded = workdir.load_models("runs/en_de")  # doctest: +SKIP
         >>> translator = Translator.from_models(loaded.models, loaded.vocab_dir, loaded.decoding)  # doctest: +SKIP
+
+        `inference.load_translator` does this for any model folder.
         """
         if isinstance(tokenizers, (str, os.PathLike)):
             tokenizers = load_tokenizers(os.fspath(tokenizers))
@@ -412,8 +387,7 @@ class Translator(tf.Module, TranslatorInterface):
 
         Example:
 
-        >>> both = Translator.ensemble([Translator.from_workdir("runs/a"),  # doctest: +SKIP
-        ...                             Translator.from_workdir("runs/b")])
+        >>> both = Translator.ensemble([load_translator("runs/a"), load_translator("runs/b")])  # doctest: +SKIP
         """
         translators = list(translators)
         if not translators:
@@ -422,37 +396,6 @@ class Translator(tf.Module, TranslatorInterface):
         settings = {"jit_compile": first._jit_compile, "chunk_size": first.chunk_size, **settings}
         return cls([model for t in translators for model in t.models], first.source_tokenizer,
                    first.target_tokenizer, first.options, **settings)
-
-    @classmethod
-    def from_workdir(cls, workdir, checkpoint=None, average=None, tokenizers=None, options=None, **settings):
-        """Loads a Translator from a training workdir (`keras_transformer.training` layout) or an export.
-
-        Reads `workdir/model.yaml` (the architecture and the decoding options),
-        the tokenizers in `workdir/data/vocab` and the weights of `workdir/checkpoints`.
-
-        Args:
-            workdir: the folder `keras-transformer train` wrote.
-            checkpoint: a `.weights.h5` path; None takes the last epoch checkpoint.
-            average: if set, average the last `average` checkpoints instead
-                (paper: 5 for base, 20 for big).
-            tokenizers: override the tokenizers (e.g. for synthetic data,
-                which has no vocabulary folder).
-            options, **settings: as `Translator`; default: the model.yaml's decoding options.
-
-        Returns:
-            A `Translator`.
-
-        Example:
-
-        >>> translator = Translator.from_workdir("runs/multi30k", average=5)  # doctest: +SKIP
-        """
-        loaded = load_models(workdir, checkpoint, average)
-        if tokenizers is None:
-            if loaded.vocab_dir is None:
-                raise ConfigError(f"{workdir} has no vocabulary (data/vocab): give its tokenizers.")
-            tokenizers = loaded.vocab_dir
-        return cls.from_models(loaded.models, tokenizers, loaded.decoding if options is None else options,
-                               **settings)
 
     # -------------------------------------------------------------------- ids
     def encode_sources(self, sentences):

@@ -13,9 +13,9 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "keras_transformer"
 # The layers, lowest first (README, "Layout"). A module imports only from its own layer or the ones below.
 LAYERS = [
     ("stdlib", ["errors", "files", "layout", "arguments", "data", "data.textfile", "decoding.registry",
-                "decoding.options"]),
+                "decoding.options", "interface"]),
     ("core", ["config", "masking", "layers", "layers.*", "model", "losses", "metrics", "schedules", "optimizers",
-              "decoding", "decoding.*", "keras_internals", "data.batching", "data.synthetic", "data.packed",
+              "decoding", "decoding.*", "attention_maps", "keras_internals", "data.batching", "data.synthetic", "data.packed",
               "ctranslate2_translator"]),
     ("experiment", ["experiment", "config_reference"]),
     ("workdir", ["workdir", "evaluation"]),

@@ -371,7 +371,7 @@ def test_scoring_without_tensorflow_matches_the_translator(packed, trained, tmp_
     lines = read_lines(folder / "val.en")
     assert len(lines) == 12
     # SentencePiece through the `sentencepiece` package gives the ids of the tensorflow-text tokenizer.
-    source_processor, target_processor = arrays._sentencepiece_processors(copy / "data" / "vocab")
+    source_processor, target_processor = arrays.sentencepiece_processors(copy / "data" / "vocab")
     tokenizer, _ = tokenizers.load_tokenizers(copy / "data" / "vocab")
     assert [source_processor.encode(line) for line in lines] == tokenizer.tokenize(lines).to_list()
     # Same translations as the TensorFlow Translator.

@@ -452,15 +452,14 @@ def test_repeated_model_decodes_an_ensemble_and_exports_it(tiny_workdir, second_
     """`--model A --model B` translates with the mean of both models' distributions, as built here by hand."""
     import tensorflow as tf
 
-    from keras_transformer import decoding, evaluation
-    from keras_transformer.translation import Translator
+    from keras_transformer import decoding, evaluation, inference
 
     sentences = ["a man rides a bike", "two dogs play"]
     options = ["--beam-size", "2", "--alpha", "0.6", "--max-extra", "4"]
     assert cli.main(["translate", "--model", str(tiny_workdir), "--model", str(second_workdir), *options,
                      *sentences]) == 0
     printed = capsys.readouterr().out.splitlines()
-    members = [Translator.from_workdir(w, beam_size=2, alpha=0.6, max_extra=4) for w in (tiny_workdir, second_workdir)]
+    members = [inference.load_translator(w, beam_size=2, alpha=0.6, max_extra=4) for w in (tiny_workdir, second_workdir)]
     source = members[0].encode_sources(tf.constant(sentences))
     tokens, _ = decoding.beam_search([m.model for m in members], source, beam_size=2, alpha=0.6, max_extra=4)
     by_hand = [t.decode("utf-8") for t in members[0].target_tokenizer.detokenize(tokens[:, 0]).numpy()]
@@ -518,11 +517,10 @@ def test_checkpoint_and_average_together_are_refused_by_every_command(tiny_workd
     assert status == 2
     assert "Give --checkpoint FILE or --average N (the last N epoch checkpoints), not both." in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
-    from keras_transformer import inference, plotting
+    from keras_transformer import inference
     from keras_transformer.errors import ConfigError
-    for load in (inference.load_translator, plotting.load_model):
-        with pytest.raises(ConfigError, match="not both"):
-            load(tiny_workdir, checkpoint, 2)
+    with pytest.raises(ConfigError, match="not both"):
+        inference.load_translator(tiny_workdir, checkpoint, 2)
 
 
 def test_a_missing_model_folder_is_named_as_missing(tmp_path, capsys):

@@ -17,7 +17,8 @@ from keras_transformer.workdir import read_model_file
 from keras_transformer.data.tokenizers import train_tokenizers
 from keras_transformer.errors import ConfigError
 from keras_transformer.evaluation import read_lines
-from keras_transformer.export import TranslatorModule, export_translator, load_exported, load_keras_translator
+from keras_transformer.export import TranslatorModule, export_translator, load_exported
+from keras_transformer.inference import load_translator
 from keras_transformer.translation import TRAINED_CHUNK_SIZE, Translator
 
 # Its module fixtures are expensive: `make test` (--dist loadgroup) runs the whole file on one worker, so they
@@ -224,7 +225,7 @@ def test_exported_ensemble_serves_what_the_in_memory_ensemble_gives(exported, ex
     for member in (translator, other):
         alone = member.score(tf.constant(SENTENCES), tf.constant(REFERENCES)).numpy()
         assert np.abs(alone - expected_forced).max() > 1e-3
-    rebuilt = load_keras_translator(ensemble_directory, beam_size=3, alpha=0.6, max_extra=8)
+    rebuilt = load_translator(ensemble_directory, beam_size=3, alpha=0.6, max_extra=8)
     assert len(rebuilt.models) == 2 and rebuilt(SENTENCES) == ensemble(SENTENCES)
 
 
@@ -234,7 +235,7 @@ def test_exported_config_records_the_decoding_the_graph_does(exported):
     directory, translator = exported
     _, options = read_model_file(directory / "assets.extra" / "model.yaml")
     assert options == kt.DecodeOptions(beam_size=3, alpha=0.6, max_extra=8, early_exit=False)
-    rebuilt = load_keras_translator(directory)
+    rebuilt = load_translator(directory)
     assert (rebuilt.beam_size, rebuilt.alpha, rebuilt.max_extra, rebuilt.early_exit) == (3, 0.6, 8, False)
 
 
@@ -260,7 +261,7 @@ def test_score_signature_refuses_a_different_number_of_targets(loaded):
 def test_keras_model_travels_in_assets_extra(exported):
     directory, translator = exported
     assert (directory / "assets" / "sentencepiece.model").exists()
-    rebuilt = load_keras_translator(directory, beam_size=3, alpha=0.6, max_extra=8)
+    rebuilt = load_translator(directory, beam_size=3, alpha=0.6, max_extra=8)
     assert rebuilt(SENTENCES) == translator(SENTENCES)
 
 
@@ -371,8 +372,8 @@ def test_a_translator_of_one_search_per_batch_is_exported_in_chunks(exported):
 def test_missing_export_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="saved_model.pb is missing"):
         load_exported(tmp_path)
-    with pytest.raises(FileNotFoundError, match="no Keras weights"):
-        load_keras_translator(tmp_path)
+    with pytest.raises(FileNotFoundError, match="is not a model folder"):
+        load_translator(tmp_path)
 
 
 def test_an_existing_export_is_kept_unless_overwrite_is_asked(exported):

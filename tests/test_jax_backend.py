@@ -224,7 +224,7 @@ extra = pathlib.Path(sys.argv[1]) / "assets.extra"
 config, options = read_model_file(extra / "model.yaml")
 model = build_model(config)
 model.load_weights(str(extra / "model.weights.h5"))
-source, target = arrays._sentencepiece_processors(extra / "vocab")
+source, target = arrays.sentencepiece_processors(extra / "vocab")
 lines = json.loads(sys.argv[2])
 print(json.dumps(arrays.translate_lines(model, lines, source, target, options=options)))
 """

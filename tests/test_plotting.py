@@ -9,7 +9,9 @@ import pytest
 import keras_transformer as kt
 from keras_transformer import plotting
 from keras_transformer.decoding import greedy_decode
+from keras_transformer.inference import load_translator
 from keras_transformer.model import decode, encode
+from keras_transformer.translation import Translator
 
 SENTENCES = ["A man rides a bike.", "A dog runs in the snow.", "Two women sing on a stage.",
              "Ein Mann fährt Fahrrad.", "Ein Hund läuft im Schnee.", "Zwei Frauen singen auf einer Bühne."]
@@ -33,8 +35,13 @@ def model(tokenizer):
 
 
 @pytest.fixture(scope="module")
-def maps(model, tokenizer):
-    return plotting.translate_with_attention(model, SOURCE, tokenizer, translation=TARGET)
+def translator(model, tokenizer):
+    return Translator(model, tokenizer)
+
+
+@pytest.fixture(scope="module")
+def maps(translator):
+    return translator.attention(SOURCE, TARGET)
 
 
 def png_size(path):
@@ -75,11 +82,14 @@ def test_weights_have_one_row_per_query_and_decoder_self_attention_is_causal(map
 
 
 def test_decoded_translation_is_the_greedy_output(model, tokenizer):
+    """The translation drawn is the one the translator serves: here a greedy one."""
     source_ids = np.append(tokenizer.tokenize([SOURCE])[0].numpy(), tokenizer.eos_id)[None]
     tokens, _ = greedy_decode(model, source_ids, max_extra=3)
     tokens = np.asarray(tokens)[0].tolist()
     expected = tokens[: tokens.index(3)] if 3 in tokens else tokens
-    maps = plotting.translate_with_attention(model, SOURCE, tokenizer, beam_size=1, max_extra=3)
+    translator = Translator(model, tokenizer, strategy="greedy", max_extra=3)
+    maps = translator.attention(SOURCE)
+    assert maps.translation == translator(SOURCE)
     decoded = [p.decode("utf-8") for p in tokenizer.id_to_piece(np.array(expected, "int32")).numpy()]
     assert maps.target_outputs == decoded + ["</s>"]
     assert maps.cross[0].shape[1] == len(expected) + 1
@@ -133,7 +143,7 @@ def test_plot_attention_for_a_training_workdir(model, tokenizer, tmp_path):
     make_workdir(workdir, kt.TransformerConfig.preset("tiny", vocab_size=tokenizer.vocab_size, max_length=64),
                  models=[model], tokenizers=(tokenizer, tokenizer))
 
-    loaded, source_tokenizer, _, _, _ = plotting.load_model(workdir)
+    loaded = load_translator(workdir).model
     for a, b in zip(loaded.get_weights(), model.get_weights()):
         np.testing.assert_array_equal(a, b)
     # The command runs plot_attention_for_path on the workdir.
@@ -143,19 +153,19 @@ def test_plot_attention_for_a_training_workdir(model, tokenizer, tmp_path):
     assert sorted(os.listdir(tmp_path / "out")) == ["cross_layer1.png", "cross_layer2.png", "translation.txt"]
     assert "Ein Hund" in (tmp_path / "out" / "translation.txt").read_text(encoding="utf-8")
     with pytest.raises(FileNotFoundError, match="model.yaml"):
-        plotting.load_model(tmp_path / "out")
+        load_translator(tmp_path / "out")
 
 
-def test_bytes_that_are_not_utf8_are_drawn_as_replacement_characters(model, tokenizer, tmp_path):
+def test_bytes_that_are_not_utf8_are_drawn_as_replacement_characters(translator, tmp_path):
     """As `translate` does: Python hands an argument's undecodable byte over as a lone surrogate (here \\xff),
     which TensorFlow refused to convert."""
-    from_argument = plotting.translate_with_attention(model, "A dog \udcff rides.", tokenizer, translation=TARGET)
-    replaced = plotting.translate_with_attention(model, "A dog \ufffd rides.", tokenizer, translation=TARGET)
+    from_argument = translator.attention("A dog \udcff rides.", TARGET)
+    replaced = translator.attention("A dog \ufffd rides.", TARGET)
     assert from_argument.source_tokens == replaced.source_tokens
     np.testing.assert_array_equal(from_argument.cross[0], replaced.cross[0])
-    as_bytes = plotting.translate_with_attention(model, b"A dog \xff rides.", tokenizer, translation=TARGET)
+    as_bytes = translator.attention(b"A dog \xff rides.", TARGET)
     assert as_bytes.source_tokens == replaced.source_tokens
-    plotting.plot_attention(model, "A dog \udcff rides.", tmp_path, tokenizer, translation=TARGET, kinds=("cross",))
+    plotting.plot_attention(translator, "A dog \udcff rides.", tmp_path, translation=TARGET, kinds=("cross",))
     assert "source:       A dog \ufffd rides." in (tmp_path / "translation.txt").read_text(encoding="utf-8")
 
 
@@ -167,7 +177,7 @@ def test_an_exported_model_refuses_checkpoint_and_average(tmp_path, capsys):
     for options in ({"average": 5}, {"checkpoint": "x.weights.h5"}):
         with pytest.raises(ConfigError, match="is an exported model: --checkpoint and --average apply to "
                                                        "training workdirs"):
-            plotting.load_model(exported, **options)
+            load_translator(exported, **options)
     assert cli.main(["plot-attention", "--model", exported, "--average", "2", "A dog.", "--out",
                      str(tmp_path / "out")]) == 2
     assert "is an exported model" in capsys.readouterr().err

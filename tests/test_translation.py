@@ -129,11 +129,8 @@ def test_a_vocabulary_of_another_size_than_the_model_is_refused(word_tokenizer, 
                                          r"\(target_embedding, TransformerConfig.target_vocab_size\)"):
         Translator(kt.build_model(separate), word_tokenizer, word_tokenizer)
     config = kt.TransformerConfig.preset("tiny", vocab_size=40, num_layers=1)
-    config.save_yaml(tmp_path / "model.yaml")
-    kt.build_model(config).save_weights(tmp_path / "model.weights.h5")
     with pytest.raises(ValueError, match="32 ids but the model has 40"):
-        Translator.from_checkpoint(tmp_path / "model.yaml", tmp_path / "model.weights.h5",
-                                   (word_tokenizer, word_tokenizer))
+        Translator.from_models([kt.build_model(config)], (word_tokenizer, word_tokenizer))
 
 
 def test_xla_translator_matches(trained_copy_model, word_tokenizer, translator):
