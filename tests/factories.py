@@ -8,6 +8,8 @@ Reach for these (and the session fixtures in `conftest.py`) before writing a new
 - `seeded_weights(model, seed)`: weights of peaked, reproducible noise instead of training.
 - `make_workdir(root, config, ...)`: a workdir as `train` leaves it (model.yaml, epoch checkpoints, data/vocab),
   without training.
+- `sampling_uniform(seed, key, sample, step)`: numpy's copy of the draws `decoding.sample` makes, for checking
+  them on every backend.
 """
 
 import pathlib
@@ -84,3 +86,20 @@ def make_workdir(root, config, *, models=None, epochs=(1,), tokenizers=None, voc
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(content)
     return models
+
+
+def sampling_uniform(seed, key, sample, step):
+    """numpy's copy of `decoding.sampling.uniform` (broadcasting its four integer arguments): the lowbias32 hash
+    mixed over seed + the golden ratio, then key, sample and step, its top 24 bits as a float64 in [0, 1)."""
+    def mix(x):
+        x = x ^ (x >> np.uint32(16))
+        x = x * np.uint32(0x7FEB352D)
+        x = x ^ (x >> np.uint32(15))
+        x = x * np.uint32(0x846CA68B)
+        return x ^ (x >> np.uint32(16))
+
+    with np.errstate(over="ignore"):
+        state = mix(np.uint32(seed) + np.uint32(0x9E3779B9))
+        for word in (key, sample, step):
+            state = mix(state ^ np.asarray(word).astype(np.uint32))
+    return (state >> np.uint32(8)).astype("float64") / 2**24

@@ -101,14 +101,15 @@ def _rdrop_inputs():
 
 @pytest.fixture(scope="module")
 def losses_under_jax(tmp_path_factory):
-    """`{"losses": (inputs, output of LOSSES_SCRIPT), "rdrop": (inputs, output of RDROP_SCRIPT)}`, both scripts
-    run in one JAX interpreter (one import instead of two)."""
+    """`{"losses": (inputs, output of LOSSES_SCRIPT), "rdrop": ..., "draws": ... of DRAWS_SCRIPT}`, the three
+    scripts run in one JAX interpreter (one import instead of three)."""
     folder = tmp_path_factory.mktemp("jax_losses")
-    inputs = {"losses": _losses_inputs(), "rdrop": _rdrop_inputs()}
+    inputs = {"losses": _losses_inputs(), "rdrop": _rdrop_inputs(), "draws": _draws_inputs()}
     for name, arrays in inputs.items():
         np.savez(folder / f"{name}.npz", **arrays)
-    outputs = run_jax_scripts((LOSSES_SCRIPT, [folder / "losses.npz"]), (RDROP_SCRIPT, [folder / "rdrop.npz"]))
-    return {"losses": (inputs["losses"], outputs[0]), "rdrop": (inputs["rdrop"], outputs[1])}
+    outputs = run_jax_scripts(*[(script, [folder / f"{name}.npz"]) for name, script in
+                                (("losses", LOSSES_SCRIPT), ("rdrop", RDROP_SCRIPT), ("draws", DRAWS_SCRIPT))])
+    return {name: (inputs[name], output) for name, output in zip(("losses", "rdrop", "draws"), outputs)}
 
 
 def test_losses_and_their_hand_written_gradients_under_jax(losses_under_jax):
@@ -213,6 +214,34 @@ def test_training_under_jax_resumes_and_reports_the_loss_tensorflow_computes(pac
             total += per_token[labels != 0].mean() * len(labels)
             rows += len(labels)
         assert total / rows == pytest.approx(float(row["val_loss"]), rel=1e-4)
+
+
+DRAWS_SCRIPT = """
+import jax
+from keras_transformer.decoding.sampling import uniform
+inputs = np.load(sys.argv[1])
+words = [inputs[name] for name in ("seed", "keys", "samples", "steps")]
+print(json.dumps({"eager": np.asarray(uniform(*words)).tolist(), "jit": np.asarray(jax.jit(uniform)(*words)).tolist()}))
+"""
+
+
+def _draws_inputs():
+    return dict(seed=np.array([0, 1, 2**31 - 1], "int32")[:, None, None, None],
+                keys=np.array([0, 1, 2, 977, 2**31 - 1], "int32")[None, :, None, None],
+                samples=np.arange(3, dtype="int32")[None, None, :, None],
+                steps=np.arange(40, dtype="int32")[None, None, None, :])
+
+
+def test_sampling_draws_are_bit_identical_under_jax(losses_under_jax):
+    """Sampling's uniform numbers (a 32-bit integer hash of seed, row key, sample and step) are numpy's copy of
+    the hash bit for bit under JAX, eagerly and under jax.jit, as they are under TensorFlow and XLA
+    (test_sampling.py): a seeded sample does not depend on the backend."""
+    from factories import sampling_uniform
+
+    inputs, got = losses_under_jax["draws"]
+    expected = sampling_uniform(*(inputs[name] for name in ("seed", "keys", "samples", "steps"))).astype("float32")
+    for mode in ("eager", "jit"):
+        np.testing.assert_array_equal(np.array(got[mode], "float32"), expected)
 
 
 SHIPPED_SCRIPT = """

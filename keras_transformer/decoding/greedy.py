@@ -2,8 +2,7 @@
 
 from keras import ops
 
-from keras_transformer.decoding.search import (NEG_INF, cache_stages, check_options, ensemble_members, excluded,
-                                               output_limits, search_loop, step_function, token_ids, write_column)
+from keras_transformer.decoding.search import one_token_search
 
 
 def greedy_decode(model, source, max_extra=50, max_length=None, pad_id=0, bos_id=2, eos_id=3,
@@ -39,43 +38,12 @@ def greedy_decode(model, source, max_extra=50, max_length=None, pad_id=0, bos_id
     >>> tuple(tokens.shape), tuple(scores.shape)
     ((2, 7), (2,))
     """
-    check_options("greedy_decode", max_extra=max_extra)
-    models = ensemble_members(model)
-    source = token_ids("greedy_decode", "source", source, models[0])
-    batch = ops.shape(source)[0]
-    limits, steps = output_limits(models[0], source, pad_id, max_extra, max_length)  # (B,), T_max
-    stages = cache_stages(steps, first_cache_stage) if use_cache else [steps]
-    step, cache = step_function(models, source, pad_id, 1, steps, use_cache, stages[0])
+    def most_probable(log_probs, t):  # (B, V) -> (B,)
+        return ops.argmax(log_probs, axis=-1)
 
-    sequences = write_column(ops.full((batch, steps + 1), pad_id, dtype="int32"), 0,
-                              ops.full((batch,), bos_id, dtype="int32"))  # (B, T_max + 1)
-    state = {
-        "t": ops.convert_to_tensor(0, "int32"),
-        "sequences": sequences,
-        "cache": cache,
-        "scores": ops.zeros((batch,), "float32"),
-        "finished": ops.zeros((batch,), "bool"),
-    }
-
-    def cond(state):
-        return ops.logical_and(ops.less(state["t"], steps), ops.logical_not(ops.all(state["finished"])))
-
-    def body(state):
-        t, finished = state["t"], state["finished"]
-        values, normalizer, cache = step(state["sequences"], t, state["cache"])  # (B, V), (B, 1)
-        log_probs = values - normalizer
-        vocab = ops.arange(ops.shape(log_probs)[-1], dtype="int32")
-        log_probs = ops.where(excluded(vocab, pad_id, bos_id), NEG_INF, log_probs)  # (B, V)
-        token = ops.cast(ops.argmax(log_probs, axis=-1), "int32")  # (B,)
-        token = ops.where(finished, pad_id, token)
-        gain = ops.take_along_axis(log_probs, ops.expand_dims(token, 1), axis=1)[:, 0]  # (B,)
-        scores = state["scores"] + ops.where(finished, 0.0, gain)
-        finished = finished | ops.equal(token, eos_id) | ops.greater_equal(t + 1, limits)
-        return {"t": t + 1, "sequences": write_column(state["sequences"], t + 1, token),
-                "cache": cache, "scores": scores, "finished": finished}
-
-    state = search_loop(cond, body, state, stages)
-    return state["sequences"][:, 1:], state["scores"]
+    tokens, scores = one_token_search(model, source, most_probable, 1, max_extra, max_length, pad_id, bos_id,
+                                      eos_id, use_cache, first_cache_stage, caller="greedy_decode")
+    return tokens[:, 0], scores[:, 0]
 
 
 def decode(models, source, options, pad_id, bos_id, eos_id, first_cache_stage=None, row_keys=None):

@@ -14,7 +14,10 @@ How a batch is decoded (every strategy of this package):
    caches start with that many positions and grow once, to the whole output
    buffer, if a search runs longer (`cache_stages`, `search_loop`).
 3. A strategy (`beam`, `greedy`, `sampling`) chooses the next tokens from the
-   step's log-probabilities and keeps its own fixed-shape state.
+   step's log-probabilities and keeps its own fixed-shape state. Greedy
+   decoding and sampling keep one hypothesis per row and differ only in that
+   choice: they share one loop (`one_token_search`), each giving it its own
+   `choose`.
 
 Everything is `keras.ops` inside `keras.ops.while_loop`s with fixed-shape
 state, so the functions run eagerly, inside `tf.function`, with
@@ -367,3 +370,80 @@ def search_loop(cond, body, state, stages):
             return ops.logical_and(ops.less(state["t"], length), cond(state))
         state = ops.while_loop(fits, body, state)
     return state
+
+
+def one_token_search(models, source, choose, rows_per_sentence=1, max_extra=50, max_length=None, pad_id=0,
+                     bos_id=2, eos_id=3, use_cache=True, first_cache_stage=None, caller="one_token_search"):
+    """The loop of the strategies that keep one hypothesis per row and only choose its next token (greedy, sampling).
+
+    Each sentence gets `rows_per_sentence` rows (R; its cross-attention keys and values are shared by them, as
+    by beams). At every step each unfinished row appends `choose(log_probs, t)` and adds that token's
+    log-probability to its score; a row is finished after eos or at its sentence's length limit, and then
+    appends padding. The loop stops when every row is finished.
+
+    Args:
+        models: a list of `build_model` models (`ensemble_members`).
+        source: int32 `(B, S)` source ids, padded with `pad_id`.
+        choose: `(log_probs (B*R, V), t) -> int32 (B*R,)`, the next token of every row from the model's
+            next-token log-probabilities (pad and bos already -inf) at step `t` (int32 scalar, from 0).
+            Row `b * R + r` is sample `r` of sentence `b`.
+        rows_per_sentence: R, rows per sentence (a Python int).
+        max_extra, max_length, pad_id, bos_id, eos_id, use_cache, first_cache_stage: as in `greedy_decode`.
+        caller: the name errors give.
+
+    Returns:
+        `(tokens, scores)`: int32 `(B, R, T)` outputs padded with `pad_id`, float32 `(B, R)` log P(tokens | source)
+        under the model's own distribution (whatever `choose` did).
+
+    Example:
+
+    >>> import numpy as np
+    >>> from keras import ops
+    >>> from keras_transformer import TransformerConfig, build_model
+    >>> model = build_model(TransformerConfig.preset("tiny", vocab_size=50))
+    >>> always_9 = lambda log_probs, t: ops.full(ops.shape(log_probs)[:1], 9, "int32")
+    >>> tokens, scores = one_token_search([model], np.array([[7, 8, 3]]), always_9, rows_per_sentence=2,
+    ...                                   max_extra=1)
+    >>> tokens.numpy().tolist(), tuple(scores.shape)
+    ([[[9, 9, 9, 9], [9, 9, 9, 9]]], (1, 2))
+    """
+    check_options(caller, max_extra=max_extra)
+    models = ensemble_members(models)
+    rows = int(rows_per_sentence)
+    source = token_ids(caller, "source", source, models[0])
+    limits, steps = output_limits(models[0], source, pad_id, max_extra, max_length)  # (B,), T_max
+    if rows > 1:
+        limits = ops.repeat(limits, rows, axis=0)  # (B*R,)
+    stages = cache_stages(steps, first_cache_stage) if use_cache else [steps]
+    step, cache = step_function(models, source, pad_id, rows, steps, use_cache, stages[0])
+    batch = ops.shape(source)[0] * rows
+
+    sequences = write_column(ops.full((batch, steps + 1), pad_id, dtype="int32"), 0,
+                              ops.full((batch,), bos_id, dtype="int32"))  # (B*R, T_max + 1)
+    state = {
+        "t": ops.convert_to_tensor(0, "int32"),
+        "sequences": sequences,
+        "cache": cache,
+        "scores": ops.zeros((batch,), "float32"),
+        "finished": ops.zeros((batch,), "bool"),
+    }
+
+    def cond(state):
+        return ops.logical_and(ops.less(state["t"], steps), ops.logical_not(ops.all(state["finished"])))
+
+    def body(state):
+        t, finished = state["t"], state["finished"]
+        values, normalizer, cache = step(state["sequences"], t, state["cache"])  # (B*R, V), (B*R, 1)
+        log_probs = values - normalizer
+        vocab = ops.arange(ops.shape(log_probs)[-1], dtype="int32")
+        log_probs = ops.where(excluded(vocab, pad_id, bos_id), NEG_INF, log_probs)  # (B*R, V)
+        token = ops.where(finished, pad_id, ops.cast(choose(log_probs, t), "int32"))  # (B*R,)
+        gain = ops.take_along_axis(log_probs, ops.expand_dims(token, 1), axis=1)[:, 0]  # (B*R,)
+        scores = state["scores"] + ops.where(finished, 0.0, gain)
+        finished = finished | ops.equal(token, eos_id) | ops.greater_equal(t + 1, limits)
+        return {"t": t + 1, "sequences": write_column(state["sequences"], t + 1, token),
+                "cache": cache, "scores": scores, "finished": finished}
+
+    state = search_loop(cond, body, state, stages)
+    tokens = state["sequences"][:, 1:]  # (B*R, T_max)
+    return ops.reshape(tokens, (-1, rows, ops.shape(tokens)[1])), ops.reshape(state["scores"], (-1, rows))

@@ -1,0 +1,232 @@
+"""Sampling: each next token drawn from the model's distribution, reshaped by temperature, top-k and top-p.
+
+At every step a row's log-probabilities (pad and bos excluded) are divided by
+the temperature and sorted once, descending; the ranks past `top_k` and past
+the nucleus (the smallest prefix whose probability reaches `top_p`; the most
+probable token always stays) are dropped, and one uniform number picks a
+token among the rest by inverse CDF. The four settings may be Python numbers
+or scalar tensors (a SavedModel takes them as inputs): nothing branches on
+their values, and every shape is static.
+
+The uniform numbers come from a counter-based hash of `(seed, row key, sample,
+step)` in 32-bit integer `keras.ops` (the "lowbias32" finalizer), not from
+`keras.random`, whose streams differ between backends and under XLA. So a
+sentence's samples depend on the seed and its row key only, never on the
+batch, its padding or chunking, and the numbers drawn are bit-identical
+eagerly, in `tf.function`, under XLA and on JAX.
+"""
+
+import math
+import numbers
+
+import numpy as np
+
+from keras import ops
+
+from keras_transformer.decoding.options import MAX_SEED  # the largest seed (and row key): 32-bit integers
+from keras_transformer.decoding.search import one_token_search
+
+# lowbias32 (Chris Wellons' hash-prospector): x ^= x >> 16; x *= M1; x ^= x >> 15; x *= M2; x ^= x >> 16.
+# The multipliers as int32 (two's complement): int32 products wrap around alike in TensorFlow, XLA and JAX.
+_M1 = 0x7FEB352D
+_M2 = 0x846CA68B - 2**32
+_GOLDEN = 0x9E3779B9 - 2**32  # added to the seed, so that seed 0 does not start from hash(0) = 0
+
+
+def _shift_right(x, bits):
+    """Logical right shift of int32 `x` (backends shift signed integers arithmetically: the sign bits are masked)."""
+    return ops.bitwise_and(ops.right_shift(x, bits), (1 << (32 - bits)) - 1)
+
+
+def _mix(x):
+    """lowbias32: a bijection of 32-bit integers whose every output bit depends on every input bit."""
+    x = ops.bitwise_xor(x, _shift_right(x, 16))
+    x = ops.multiply(x, ops.convert_to_tensor(np.int32(_M1)))
+    x = ops.bitwise_xor(x, _shift_right(x, 15))
+    x = ops.multiply(x, ops.convert_to_tensor(np.int32(_M2)))
+    return ops.bitwise_xor(x, _shift_right(x, 16))
+
+
+def _streams(seed, row_keys, sample):
+    """The hash state of each row's stream of draws: `(seed, row key, sample)` mixed, int32 of `row_keys`' shape."""
+    state = _mix(ops.add(ops.cast(seed, "int32"), ops.convert_to_tensor(np.int32(_GOLDEN))))
+    state = _mix(ops.bitwise_xor(state, ops.cast(row_keys, "int32")))
+    return _mix(ops.bitwise_xor(state, ops.cast(sample, "int32")))
+
+
+def _uniform(streams, step):
+    """The draw of every stream at `step`: float32 in [0, 1), a multiple of 2**-24 (the hash's top 24 bits)."""
+    bits = _mix(ops.bitwise_xor(streams, ops.cast(step, "int32")))
+    return ops.cast(_shift_right(bits, 8), "float32") * (1.0 / 2**24)
+
+
+def uniform(seed, row_keys, sample, step):
+    """The uniform number that draws the token of sample `sample` of the sentence `row_keys` at `step`.
+
+    A function of its four integer arguments only (they broadcast against each other), the same on every
+    backend and under XLA: `sample` uses it, and tests check it against a numpy copy of the hash.
+
+    Args:
+        seed: int in [0, 2**31), or an integer tensor.
+        row_keys: int `(...)`, the sentences' keys (`sample`'s `row_keys`).
+        sample: int, which of a sentence's samples (0 .. num_return - 1).
+        step: int, the output position (0: the first token).
+
+    Returns:
+        float32 in [0, 1), multiples of 2**-24.
+
+    Example:
+
+    >>> import numpy as np
+    >>> draws = uniform(7, np.arange(4), 0, 0).numpy()
+    >>> draws.shape, bool(np.all((draws >= 0) & (draws < 1))), len(set(draws.tolist()))
+    ((4,), True, 4)
+    >>> float(uniform(7, 2, 0, 0)) == float(draws[2])
+    True
+    """
+    return _uniform(_streams(seed, row_keys, sample), step)
+
+
+def _check_number(name, value, valid, meaning):
+    if isinstance(value, (numbers.Number, np.generic)) and not valid(value):
+        raise ValueError(f"sample: {name} must be {meaning}, got {value!r}.")
+
+
+def _check_settings(top_k, top_p, temperature, seed, num_return):
+    """Refuses bad Python (and numpy) settings by name; tensors are taken as they are (see `_choose`)."""
+    def is_integer(value):
+        return isinstance(value, (numbers.Integral, np.integer)) and not isinstance(value, bool)
+
+    _check_number("top_k", top_k, lambda k: is_integer(k) and k >= 0, "an integer >= 0 (0: no cut)")
+    _check_number("top_p", top_p, lambda p: 0 < p <= 1, "in (0, 1] (1: no cut)")
+    _check_number("temperature", temperature, lambda x: math.isfinite(x) and x > 0, "a finite number > 0")
+    _check_number("seed", seed, lambda s: is_integer(s) and 0 <= s <= MAX_SEED, f"an integer in [0, {MAX_SEED}]")
+    if not (is_integer(num_return) and num_return >= 1):
+        raise ValueError(f"sample: num_return (samples per sentence) must be an integer >= 1, got {num_return!r}.")
+
+
+def _row_keys(row_keys, batch):
+    """`row_keys` as int32 `(B,)`, checked where concrete; `arange(B)` when None."""
+    if row_keys is None:
+        return ops.arange(batch, dtype="int32")
+    if isinstance(row_keys, (list, tuple, np.ndarray)):
+        keys = np.asarray(row_keys)
+        if keys.ndim != 1 or (isinstance(batch, int) and keys.shape[0] != batch):
+            raise ValueError(f"sample: row_keys must be one integer per source sentence, shape ({batch},), "
+                             f"got shape {keys.shape}.")
+        if keys.size and (not np.issubdtype(keys.dtype, np.integer) or keys.min() < 0 or keys.max() > MAX_SEED):
+            raise ValueError(f"sample: row_keys must be integers in [0, {MAX_SEED}], got {keys.tolist()[:8]}.")
+    return ops.cast(ops.convert_to_tensor(row_keys), "int32")
+
+
+def _choose(log_probs, u, top_k, top_p, temperature):
+    """The sampled token of every row: `log_probs (N, V)` (excluded ids -inf), `u (N,)` uniform -> int32 `(N,)`.
+
+    Settings out of range act as their nearest sensible value, so that a tensor input cannot break the
+    search: a temperature <= 0 as greedy, top_k < 0 as 0 (no cut), top_p <= 0 keeps the first token only.
+    """
+    vocab = int(log_probs.shape[-1])
+    temperature = ops.maximum(ops.cast(temperature, "float32"), 1e-6)
+    values, ids = ops.top_k(log_probs / temperature, vocab)  # (N, V) descending; ties: the lower id first
+    probs = ops.exp(values - values[:, :1])  # (N, V) unnormalised, the first is 1
+    total = ops.sum(probs, axis=-1, keepdims=True)  # (N, 1)
+    cumulative = ops.cumsum(probs, axis=-1)
+    before = ops.concatenate([ops.zeros_like(probs[:, :1]), cumulative[:, :-1]], axis=-1)  # mass of higher ranks
+    rank = ops.arange(vocab, dtype="int32")  # (V,)
+    top_k = ops.cast(top_k, "int32")
+    top_p = ops.cast(top_p, "float32")
+    in_top_k = ops.logical_or(ops.less(rank, top_k), ops.less_equal(top_k, 0))  # (V,)
+    in_nucleus = ops.logical_or(ops.less(before, top_p * total), ops.greater_equal(top_p, 1.0))  # (N, V)
+    kept = ops.logical_or(ops.logical_and(in_top_k, in_nucleus), ops.equal(rank, 0))
+    kept_probs = ops.where(kept, probs, 0.0)  # (N, V)
+
+    # Inverse CDF: the first rank whose cumulative kept mass exceeds u * (the kept mass). Ranks before it hold
+    # at most u * mass, so the rank chosen has a positive probability; the clip guards the float rounding of
+    # u * mass up to the whole mass.
+    kept_cumulative = ops.cumsum(kept_probs, axis=-1)
+    target = ops.expand_dims(u, 1) * kept_cumulative[:, -1:]  # (N, 1)
+    chosen = ops.sum(ops.cast(ops.less_equal(kept_cumulative, target), "int32"), axis=-1)  # (N,)
+    last = ops.sum(ops.cast(ops.greater(kept_probs, 0.0), "int32"), axis=-1) - 1
+    chosen = ops.minimum(chosen, last)
+    return ops.take_along_axis(ops.cast(ids, "int32"), ops.expand_dims(chosen, 1), axis=1)[:, 0]
+
+
+def sample(model, source, top_k=0, top_p=1.0, temperature=1.0, seed=0, row_keys=None, num_return=1,
+           max_extra=50, max_length=None, pad_id=0, bos_id=2, eos_id=3, use_cache=True, first_cache_stage=None):
+    """Decodes a batch by drawing every next token from the model's (reshaped) distribution.
+
+    Each step divides the log-probabilities by `temperature`, keeps the `top_k` most probable tokens and the
+    nucleus of probability `top_p`, and draws among them in proportion to their (tempered) probability.
+    Pad and bos are never drawn. The draw of sample `r` of a sentence at step `t` depends only on
+    `(seed, row key, r, t)`: a sentence gets the same samples alone or in any batch, padded or not, eagerly,
+    in `tf.function`, under XLA and on JAX (the numbers drawn are bit-identical; a token could differ only where
+    the backends' float rounding of the probabilities moves a boundary across a draw).
+
+    Args:
+        model: a `build_model` model, or a list of them to decode as an ensemble
+            (`ensemble_members`; the mean of their next-token distributions).
+        source: int `(B, S)` source ids (tokens then eos), padded with `pad_id`.
+        top_k: draw among the k most probable tokens only; 0: no cut. An int >= 0 or an int scalar tensor.
+        top_p: draw within the smallest set of most probable tokens whose probability reaches top_p (the
+            nucleus, computed after the temperature; the most probable token is always in it); 1: no cut.
+            In (0, 1], or a float scalar tensor.
+        temperature: the logits are divided by this (> 0): below 1 sharper (toward greedy), above 1 flatter.
+            A float or a float scalar tensor.
+        seed: the draws' seed, in [0, 2**31), or an int scalar tensor.
+        row_keys: int `(B,)` a key per sentence (its draws' stream); default `arange(B)`. A caller that splits
+            or reorders a request passes each sentence's position in the request.
+        num_return: samples per sentence (independent draws), a Python int >= 1.
+        max_extra, max_length, pad_id, bos_id, eos_id, use_cache, first_cache_stage: as in `greedy_decode`.
+
+    Returns:
+        `(tokens, scores)`: int32 `(B, num_return, T)` samples ending with eos (unless cut by the length limit),
+        padded with `pad_id`; float32 `(B, num_return)` log P(tokens | source) under the model's own
+        distribution (untempered, uncut, no length penalty): what `score(..., alpha=0)` gives them.
+
+    Example:
+
+    >>> import numpy as np
+    >>> from keras_transformer import TransformerConfig, build_model
+    >>> model = build_model(TransformerConfig.preset("tiny", vocab_size=50))
+    >>> source = np.array([[7, 8, 3], [9, 3, 0]])
+    >>> tokens, scores = sample(model, source, top_p=0.9, seed=1, num_return=2, max_extra=4)
+    >>> tuple(tokens.shape), tuple(scores.shape)
+    ((2, 2, 7), (2, 2))
+    >>> again, _ = sample(model, source[1:], top_p=0.9, seed=1, row_keys=[1], num_return=2, max_extra=4)
+    >>> bool(np.array_equal(again[0], tokens[1, :, :again.shape[-1]]))
+    True
+    """
+    _check_settings(top_k, top_p, temperature, seed, num_return)
+    rows = int(num_return)
+    batch = ops.shape(source)[0] if hasattr(source, "shape") else len(source)
+    keys = _row_keys(row_keys, batch)  # (B,)
+    row = ops.arange(ops.shape(keys)[0] * rows, dtype="int32")  # (B*R,): row b * R + r
+    streams = _streams(seed, ops.take(keys, row // rows), row % rows)  # (B*R,)
+
+    def draw(log_probs, t):  # (B*R, V) -> (B*R,)
+        return _choose(log_probs, _uniform(streams, t), top_k, top_p, temperature)
+
+    return one_token_search(model, source, draw, rows, max_extra, max_length, pad_id, bos_id, eos_id,
+                            use_cache, first_cache_stage, caller="sample")
+
+
+def decode(models, source, options, pad_id, bos_id, eos_id, first_cache_stage=None, row_keys=None):
+    """The strategy's entry (`keras_transformer.decoding.STRATEGIES`): `sample` with `options`.
+
+    Returns `options.returned()` independent samples per sentence: int32 `(B, R, T)` and float32 `(B, R)`
+    scores log P(tokens | source) (no length penalty). `row_keys` as in `sample`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> from keras_transformer import TransformerConfig, build_model
+    >>> from keras_transformer.decoding import DecodeOptions
+    >>> model = build_model(TransformerConfig.preset("tiny", vocab_size=50))
+    >>> options = DecodeOptions(strategy="sample", top_k=10, n_best=3, seed=5, max_extra=3)
+    >>> tokens, scores = decode([model], np.array([[7, 8, 3]]), options, pad_id=0, bos_id=2, eos_id=3)
+    >>> tuple(tokens.shape), tuple(scores.shape)
+    ((1, 3, 6), (1, 3))
+    """
+    return sample(models, source, top_k=options.top_k, top_p=options.top_p, temperature=options.temperature,
+                  seed=options.seed, row_keys=row_keys, num_return=options.returned(), max_extra=options.max_extra,
+                  pad_id=pad_id, bos_id=bos_id, eos_id=eos_id, first_cache_stage=first_cache_stage)
