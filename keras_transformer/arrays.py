@@ -349,8 +349,7 @@ class PackedTranslator(TranslatorInterface):
             for row, index in enumerate(chunk):
                 source[row, :len(ids[index])] = ids[index]
             tokens, scores = decoding.strategy(options.strategy)(
-                [self.model], source, options, pad_id=config.pad_id, bos_id=config.bos_id, eos_id=config.eos_id,
-                row_keys=np.asarray(chunk, np.int32))
+                [self.model], source, options, pad_id=config.pad_id, bos_id=config.bos_id, eos_id=config.eos_id)
             tokens, scores = keras.ops.convert_to_numpy(tokens), keras.ops.convert_to_numpy(scores)
             for row, index in enumerate(chunk):
                 results[index] = [(strip_special(tokens[row, r], config.eos_id, config.pad_id, config.bos_id),
@@ -575,7 +574,7 @@ def translate_lines(model, lines, source_processor, target_processor, *, options
         source_processor, target_processor: `sentencepiece.SentencePieceProcessor`s.
         options: a `keras_transformer.decoding.DecodeOptions` (default: the paper's beam search);
             `settings` (`beam_size=5`, ...) replace its fields. With sampling, a sentence's draws
-            depend on its position in `lines` (its row key), as in `Translator`.
+            depend on the seed and the sentence, as in `Translator`.
         batch_size: sentences per batch.
         eos_id, pad_id, bos_id: special ids.
 

@@ -415,17 +415,17 @@ class Translator(tf.Module, TranslatorInterface):
         """Tokenizes reference translations into target ids (tokens then eos), for `score`."""
         return _encode(self.target_tokenizer, sentences, self.max_target_length)
 
-    def _search_ids(self, source, num_return, row_keys, options, sampling):
+    def _search_ids(self, source, num_return, options, sampling):
         """The options' strategy (`keras_transformer.decoding.STRATEGIES`) on one chunk of source ids.
 
         `sampling` holds the sampling settings as tensors (inputs of the compiled search, never constants
-        folded into it, so a SavedModel's `sample` signature and a Translator draw the same samples).
+        folded into it, so a SavedModel's `sample` signature and a Translator draw the same samples). A
+        sentence's draws depend on its own ids (`decoding.sampling.source_keys`), not on its chunk.
         """
         target = self.target_tokenizer
         return decoding.strategy(options.strategy)(
             self.models, source, options.replace(n_best=num_return, **sampling), pad_id=target.pad_id,
-            bos_id=target.bos_id, eos_id=target.eos_id, first_cache_stage=decoding.FIRST_CACHE_STAGE,
-            row_keys=row_keys)
+            bos_id=target.bos_id, eos_id=target.eos_id, first_cache_stage=decoding.FIRST_CACHE_STAGE)
 
     def _search_in_length_order(self, source, num_return, options, sampling):
         """`_search` over `chunk_size` sentences at a time, shortest sources first, results in input order.
@@ -451,13 +451,11 @@ class Translator(tf.Module, TranslatorInterface):
             start = i * self.chunk_size
             end = tf.minimum(start + self.chunk_size, count)
             piece = ordered[start:end, :tf.maximum(ordered_lengths[end - 1], 1)]  # (c, S_chunk)
-            keys = order[start:end]  # each sentence's input position: what a sample's draws depend on
             if self._jit_compile:  # a few shapes, so a few XLA programs; padding never changes a result
-                piece, keys = self._pad_to_bucket(piece, keys)
-                tokens, scores = self._search(piece, num_return, keys, options, sampling)
+                tokens, scores = self._search(self._pad_to_bucket(piece), num_return, options, sampling)
                 tokens, scores = tokens[:end - start], scores[:end - start]
             else:
-                tokens, scores = self._search(piece, num_return, keys, options, sampling)  # (c, R, T_chunk), (c, R)
+                tokens, scores = self._search(piece, num_return, options, sampling)  # (c, R, T_chunk), (c, R)
             # A padded source width gives a wider buffer; past `out_width` it holds only padding.
             tokens = tf.pad(tokens, [[0, 0], [0, 0], [0, tf.maximum(out_width - tf.shape(tokens)[2], 0)]],
                             constant_values=pad)[:, :, :out_width]
@@ -476,16 +474,14 @@ class Translator(tf.Module, TranslatorInterface):
         tokens, scores = tf.gather(tokens, inverse), tf.gather(scores, inverse)
         return tokens, scores
 
-    def _pad_to_bucket(self, piece, keys):
+    def _pad_to_bucket(self, piece):
         """Pads a chunk to the shape XLA compiles it for (`bucket_sizes`): its rows with copies of its
-        longest sentence (and its row key), whose results the caller drops, and its source width with padding."""
+        longest sentence, whose results the caller drops, and its source width with padding."""
         rows, width = tf.shape(piece)[0], tf.shape(piece)[1]
         bucket_rows = tf.gather(bucket_table(self.chunk_size, smallest=1), rows)
         bucket_width = tf.gather(bucket_table(self.max_source_length, smallest=SMALLEST_WIDTH_BUCKET), width)
         piece = tf.concat([piece, tf.repeat(piece[-1:], bucket_rows - rows, axis=0)], 0)
-        keys = tf.concat([keys, tf.repeat(keys[-1:], bucket_rows - rows, axis=0)], 0)
-        return (tf.pad(piece, [[0, 0], [0, bucket_width - width]], constant_values=self.source_tokenizer.pad_id),
-                keys)
+        return tf.pad(piece, [[0, 0], [0, bucket_width - width]], constant_values=self.source_tokenizer.pad_id)
 
     def translate_ids(self, source, num_return=None, options=None, sampling=None):
         """Decodes source ids with the translator's options (or `options`).
@@ -515,7 +511,7 @@ class Translator(tf.Module, TranslatorInterface):
             sampling = {}
         if self.chunk_size:
             return self._search_in_length_order(source, num_return, options, sampling)
-        return self._search(source, num_return, tf.range(tf.shape(source)[0]), options, sampling)
+        return self._search(source, num_return, options, sampling)
 
     # ----------------------------------------------------------------- strings
     @tf.function(autograph=False, input_signature=[tf.TensorSpec([None], tf.string)])
@@ -556,8 +552,9 @@ class Translator(tf.Module, TranslatorInterface):
     def sample(self, sentences, seed, temperature, top_k, top_p):
         """One translation per sentence drawn at random from the model (strategy "sample", whatever `options` say).
 
-        A sentence's draw depends only on `seed`, its position in `sentences` and the model; to draw several
-        translations of one sentence, repeat it. Exports serve this as the `sample` signature.
+        A sentence's draw depends only on `seed`, the sentence and the model (`decoding.sampling.source_keys`:
+        the same sentence twice gets the same draw; for several, change the seed or ask `n_best` of a
+        translator whose options sample). Exports serve this as the `sample` signature.
 
         Args:
             sentences: `tf.string [N]`.

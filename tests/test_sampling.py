@@ -109,16 +109,15 @@ def test_near_zero_temperature_and_top_k_one_are_greedy(model):
 
 
 def test_seeded_samples_repeat_and_do_not_depend_on_the_batch(model, eager_samples):
-    """A sentence sampled alone (its row key given) or in a reordered, wider-padded
-    batch gets the samples it got in the first batch; another seed other samples. Scores are forced-decoding
+    """A sentence sampled alone or in a reordered, wider-padded batch gets the samples it got in the first batch
+    (its row key is a hash of its ids: `source_keys`); another seed other samples. Scores are forced-decoding
     scores, and a sentence's samples differ from one another."""
     tokens, scores = eager_samples  # sampled again by the registry's test below, and under XLA
     order = [2, 0, 3, 1]
-    shuffled, shuffled_scores = decoding.sample(model, padded([SOURCES[i] for i in order], width=9),
-                                                row_keys=order, **OPTIONS)
+    shuffled, shuffled_scores = decoding.sample(model, padded([SOURCES[i] for i in order], width=9), **OPTIONS)
     np.testing.assert_array_equal(shuffled[:, :, :tokens.shape[-1]], tokens[order])
     np.testing.assert_allclose(shuffled_scores, scores[order], atol=1e-5)
-    alone, alone_scores = decoding.sample(model, padded([SOURCES[2]]), row_keys=[2], **OPTIONS)
+    alone, alone_scores = decoding.sample(model, padded([SOURCES[2]]), **OPTIONS)
     np.testing.assert_array_equal(alone[0], tokens[2, :, :alone.shape[-1]])
     assert np.all(tokens[2, :, alone.shape[-1]:] == 0)
     np.testing.assert_allclose(alone_scores[0], scores[2], atol=1e-5)

@@ -10,9 +10,10 @@ their values, and every shape is static.
 
 The uniform numbers come from a counter-based hash of `(seed, row key, sample,
 step)` in 32-bit integer `keras.ops` (the "lowbias32" finalizer), not from
-`keras.random`, whose streams differ between backends and under XLA. So a
-sentence's samples depend on the seed and its row key only, never on the
-batch, its padding or chunking, and the numbers drawn are bit-identical
+`keras.random`, whose streams differ between backends and under XLA. A row's
+key is by default a hash of its sentence's ids (`source_keys`). So a
+sentence's samples depend on the seed and the sentence only, never on the
+batch, its order, padding or chunking, and the numbers drawn are bit-identical
 eagerly, in `tf.function`, under XLA and on JAX.
 """
 
@@ -105,10 +106,31 @@ def _check_settings(top_k, top_p, temperature, seed, num_return):
         raise ValueError(f"sample: num_return (samples per sentence) must be an integer >= 1, got {num_return!r}.")
 
 
+def source_keys(source, pad_id=0):
+    """int32 `(B,)`: each sentence's key, a hash of its source ids and their positions (padding left out).
+
+    The default row keys of `sample`: a sentence's draws then depend on the seed and the sentence itself,
+    not on where it stands in a request or how a translator sorted, chunked or padded it; the same
+    sentence twice gets the same samples (ask for `num_return` of them for several).
+
+    Example:
+
+    >>> import numpy as np
+    >>> keys = source_keys(np.array([[7, 8, 3, 0], [7, 8, 3, 0], [8, 7, 3, 0]])).numpy()
+    >>> keys[0] == keys[1], keys[0] == keys[2]
+    (True, False)
+    >>> bool(source_keys(np.array([[7, 8, 3]])).numpy()[0] == keys[0])  # padding changes nothing
+    True
+    """
+    ids = ops.cast(ops.convert_to_tensor(source), "int32")  # (B, S)
+    positions = ops.expand_dims(ops.arange(ops.shape(ids)[1], dtype="int32"), 0)  # (1, S)
+    terms = _mix(ops.bitwise_xor(_mix(ids), positions))  # (B, S)
+    summed = ops.sum(ops.where(ops.not_equal(ids, pad_id), terms, 0), axis=1)  # wraps around alike everywhere
+    return ops.bitwise_and(_mix(summed), MAX_SEED)
+
+
 def _row_keys(row_keys, batch):
-    """`row_keys` as int32 `(B,)`, checked where concrete; `arange(B)` when None."""
-    if row_keys is None:
-        return ops.arange(batch, dtype="int32")
+    """`row_keys` as int32 `(B,)`, checked where concrete."""
     if isinstance(row_keys, (list, tuple, np.ndarray)):
         keys = np.asarray(row_keys)
         if keys.ndim != 1 or (isinstance(batch, int) and keys.shape[0] != batch):
@@ -173,8 +195,8 @@ def sample(model, source, top_k=0, top_p=1.0, temperature=1.0, seed=0, row_keys=
         temperature: the logits are divided by this (> 0): below 1 sharper (toward greedy), above 1 flatter.
             A float or a float scalar tensor.
         seed: the draws' seed, in [0, 2**31), or an int scalar tensor.
-        row_keys: int `(B,)` a key per sentence (its draws' stream); default `arange(B)`. A caller that splits
-            or reorders a request passes each sentence's position in the request.
+        row_keys: int `(B,)` a key per sentence (its draws' stream); default `source_keys(source)`, a hash of
+            the sentence's ids, so that a sentence's samples do not depend on its batch or its place in it.
         num_return: samples per sentence (independent draws), a Python int >= 1.
         max_extra, max_length, pad_id, bos_id, eos_id, use_cache, first_cache_stage: as in `greedy_decode`.
 
@@ -199,7 +221,7 @@ def sample(model, source, top_k=0, top_p=1.0, temperature=1.0, seed=0, row_keys=
     _check_settings(top_k, top_p, temperature, seed, num_return)
     rows = int(num_return)
     batch = ops.shape(source)[0] if hasattr(source, "shape") else len(source)
-    keys = _row_keys(row_keys, batch)  # (B,)
+    keys = source_keys(source, pad_id) if row_keys is None else _row_keys(row_keys, batch)  # (B,)
     row = ops.arange(ops.shape(keys)[0] * rows, dtype="int32")  # (B*R,): row b * R + r
     streams = _streams(seed, ops.take(keys, row // rows), row % rows)  # (B*R,)
 
