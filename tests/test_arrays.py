@@ -289,7 +289,7 @@ def test_command_line_reports_bad_input_without_a_traceback(tmp_path, capsys):
         assert stopped.value.code == 2
         err = capsys.readouterr().err
         assert "error:" in err and "Traceback" not in err
-    assert "Checkpoint directory not found" in err
+    assert "is not a model folder" in err
 
 
 def test_pack_command_refuses_data_without_text(tmp_path, capsys):

@@ -718,7 +718,7 @@ def test_export_to_ctranslate2_then_translate_and_evaluate_read_the_folder(tiny_
     printed = capsys.readouterr()
     assert printed.out.strip() == str(out)  # the path alone on stdout; what went into it on stderr
     assert f"Exported {tiny_workdir}: {tiny_workdir / 'checkpoints' / 'ckpt-0002.weights.h5'}" in printed.err
-    assert "Decoding baked in: beam_size " in printed.err and ", alpha " in printed.err
+    assert "Decoding baked in: beam: beam_size " in printed.err and ", alpha " in printed.err
     sentences = ["a man rides a bike", "two dogs play", ""]
     expected = []
     for model in (tiny_workdir, out):

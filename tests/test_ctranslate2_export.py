@@ -345,3 +345,48 @@ def test_module_examples_run():
 
     result = doctest.testmod(ce, optionflags=doctest.ELLIPSIS, verbose=False)
     assert result.failed == 0 and result.attempted > 0
+
+
+def test_the_three_engines_share_one_interface(trained_copy_model, copy_export):
+    """The TensorFlow, CTranslate2 and packed translators of one model answer the interface's questions alike:
+    the same translations, n-best lists (best first, the first one the translation), forced scores, and attention
+    maps where the engine has them (CTranslate2 refuses by name)."""
+    from keras_transformer.arrays import PackedTranslator, sentencepiece_processors
+    from keras_transformer.decoding import DecodeOptions
+    from keras_transformer.interface import TranslatorInterface
+    from keras_transformer.translation import Translator
+
+    model, config = trained_copy_model
+    folder, vocab_dir, tokenizer = copy_export
+    options = DecodeOptions(beam_size=4, alpha=0.6, max_extra=5, early_exit=True)  # CTranslate2's stopping rule
+    engines = {"tensorflow": Translator(model, tokenizer, tokenizer, options),
+               "ctranslate2": CTranslate2Translator(folder),
+               "packed": PackedTranslator(model, sentencepiece_processors(vocab_dir), config, options)}
+    lines = SENTENCES + [" "]
+    results = {}
+    for name, engine in engines.items():
+        assert isinstance(engine, TranslatorInterface) and engine.engine == name
+        assert engine.options == options
+        translations = engine.translate_lines(lines, batch_size=2)
+        n_best = engine.n_best_lines(lines, batch_size=3)
+        assert [len(row) for row in n_best] == [4] * len(lines)
+        assert [row[0][0] for row in n_best] == translations and n_best[-1][0] == ("", 0.0)
+        for row in n_best[:-1]:
+            assert [score for _, score in row] == sorted((score for _, score in row), reverse=True)
+        scores = engine.score_lines(lines[:-1], translations[:-1])
+        np.testing.assert_allclose(scores, [row[0][1] for row in n_best[:-1]], atol=2e-4)
+        assert engine("w5 w6") == engine.translate_lines(["w5 w6"])[0]
+        with pytest.raises(ValueError, match="2 source\\(s\\) but 1 target\\(s\\)"):
+            engine.score_lines(lines[:2], translations[:1])
+        results[name] = translations, n_best, scores
+    for name in ("ctranslate2", "packed"):
+        assert results[name][0] == results["tensorflow"][0], name
+        np.testing.assert_allclose(results[name][2], results["tensorflow"][2], atol=2e-4)
+    maps = {name: engines[name].attention(SENTENCES[1]) for name in ("tensorflow", "packed")}
+    assert maps["tensorflow"].translation == maps["packed"].translation == results["tensorflow"][0][1]
+    assert maps["tensorflow"].source_tokens == maps["packed"].source_tokens
+    for kind in ("encoder_self", "decoder_self", "cross"):
+        for a, b in zip(getattr(maps["tensorflow"], kind), getattr(maps["packed"], kind)):
+            np.testing.assert_allclose(a, b, atol=1e-5)
+    with pytest.raises(NotImplementedError, match="ctranslate2 engine gives no attention maps"):
+        engines["ctranslate2"].attention(SENTENCES[1])

@@ -405,3 +405,23 @@ def test_a_request_of_10000_sentences_is_served_in_bounded_memory(exported):
         rose[count] = json.loads(stdout.strip().splitlines()[-1])
     for signature in ("score", "serving_default"):
         assert rose[10_000][signature] <= 2 * rose[64][signature], rose
+
+
+def test_the_sample_signature_draws_what_the_translator_draws(exported, loaded):
+    """With a fixed seed the exported SavedModel's `sample` signature (settings as inputs, under XLA) and a
+    Translator sampling with the same options give identical samples, whatever the batch: a sentence's draws depend
+    on the seed and the sentence only. Another seed draws others."""
+    directory, translator = exported
+    options = translator.options.replace(strategy="sample", top_k=20, top_p=0.95, temperature=1.3, seed=11)
+    sampling = Translator(translator.model, translator.source_tokenizer, translator.target_tokenizer, options)
+    sample = loaded.signatures["sample"]
+    settings = dict(seed=tf.constant(11), temperature=tf.constant(1.3), top_k=tf.constant(20), top_p=tf.constant(0.95))
+    served = sample(inputs=tf.constant(SENTENCES + REFERENCES), **settings)
+    texts = [t.decode("utf-8") for t in served["translation"].numpy()]
+    assert texts == sampling.translate_lines(SENTENCES + REFERENCES, batch_size=2)
+    reordered = sample(inputs=tf.constant(REFERENCES[::-1] + SENTENCES[:1]), **settings)["translation"].numpy()
+    assert [t.decode("utf-8") for t in reordered] == texts[3:][::-1] + texts[:1]
+    in_memory = sampling.sample(tf.constant(SENTENCES + REFERENCES), **settings)
+    np.testing.assert_allclose(served["score"].numpy(), in_memory["score"].numpy(), atol=1e-4)
+    other = sample(inputs=tf.constant(SENTENCES + REFERENCES), **{**settings, "seed": tf.constant(12)})
+    assert [t.decode("utf-8") for t in other["translation"].numpy()] != texts

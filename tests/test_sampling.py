@@ -162,7 +162,8 @@ def test_first_token_frequencies_match_the_model_distribution(settings, model):
     ever drawn, and the counts pass a chi-square test (bins of expected count < 5 merged) at p > 1e-4."""
     draws = 4000
     source = padded([SOURCES[0]])
-    tokens, _ = decoding.sample(model, np.repeat(source, draws, axis=0), seed=3, max_length=1, **settings)
+    tokens, _ = decoding.sample(model, np.repeat(source, draws, axis=0), seed=3, max_length=1,
+                                row_keys=np.arange(draws), **settings)  # one sentence, `draws` streams
     counts = np.bincount(np.asarray(tokens).ravel(), minlength=VOCAB)
     log_probs = next_token_log_probs(model, source, np.array([[2]], "int32"))[0, 0]
     expected, before = sampled_distribution(log_probs, **settings)

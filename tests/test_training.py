@@ -150,7 +150,7 @@ def test_paper_configs_follow_table_3():
 @pytest.mark.parametrize("override", [
     "training.epochs=true", "training.steps_per_epoch=true", "training.bleu_beam_size=true", "training.seed=true",
     "training.verbose=true", "training.jit_compile=1", "training.mixed_precision=1", "data.seed=true",
-    "decoding.max_decode_extra=true"])
+    "decoding.max_extra=true"])
 def test_booleans_are_not_counts(override):
     """YAML's `true` is an int to Python (`True == 1`): it was taken as epochs=1, a seed of 1, and so on."""
     key = override.split("=")[0]

@@ -117,7 +117,7 @@ def source_keys(source, pad_id=0):
 
     >>> import numpy as np
     >>> keys = source_keys(np.array([[7, 8, 3, 0], [7, 8, 3, 0], [8, 7, 3, 0]])).numpy()
-    >>> keys[0] == keys[1], keys[0] == keys[2]
+    >>> bool(keys[0] == keys[1]), bool(keys[0] == keys[2])
     (True, False)
     >>> bool(source_keys(np.array([[7, 8, 3]])).numpy()[0] == keys[0])  # padding changes nothing
     True
@@ -214,7 +214,7 @@ def sample(model, source, top_k=0, top_p=1.0, temperature=1.0, seed=0, row_keys=
     >>> tokens, scores = sample(model, source, top_p=0.9, seed=1, num_return=2, max_extra=4)
     >>> tuple(tokens.shape), tuple(scores.shape)
     ((2, 2, 7), (2, 2))
-    >>> again, _ = sample(model, source[1:], top_p=0.9, seed=1, row_keys=[1], num_return=2, max_extra=4)
+    >>> again, _ = sample(model, source[1:, :2], top_p=0.9, seed=1, num_return=2, max_extra=4)  # alone, unpadded
     >>> bool(np.array_equal(again[0], tokens[1, :, :again.shape[-1]]))
     True
     """
