@@ -98,16 +98,81 @@ def _rdrop_inputs():
     return dict(logits=logits, labels=labels)
 
 
+RELATIVE_SCRIPT = """
+import jax
+from keras_transformer import decoding
+from keras_transformer.config import TransformerConfig
+from keras_transformer.model import build_model
+model = build_model(TransformerConfig.from_yaml(sys.argv[1]))
+model.load_weights(sys.argv[2])
+data = np.load(sys.argv[3])
+tokens, scores = jax.jit(lambda source: decoding.greedy_decode(model, source, max_extra=4))(data["source"])
+
+
+attention = model.get_layer("decoder").decoder_layers[0].self_attention  # causal, masked, relative
+
+
+def objective(values):
+    outputs, _ = attention.stateless_call(values, [], data["x"], attention_mask=data["mask"])
+    return jax.numpy.sum(outputs ** 2)
+
+
+gradients = jax.jit(jax.grad(objective))([v.value for v in attention.trainable_variables])
+print(json.dumps({ "tokens": np.asarray(tokens).tolist(),
+                  "scores": np.asarray(scores).tolist(),
+                  "gradients": {v.path: np.asarray(g).tolist() for v, g in zip(attention.trainable_variables, gradients)
+                                if "relative_position" in v.path}}))
+"""
+
+
+def _relative_model(folder):
+    """A tiny model with relative positions (k = 2) and seeded weights, saved for RELATIVE_SCRIPT with its inputs;
+    what TensorFlow computes: the cached greedy search and the gradients of the relative tables."""
+    import tensorflow as tf
+
+    from factories import seeded_weights
+    from keras_transformer import decoding
+    from keras_transformer.config import TransformerConfig
+    from keras_transformer.model import build_model
+    config = TransformerConfig.preset("tiny", vocab_size=24, num_layers=1, d_model=16, num_heads=2, d_ff=32,
+                                      dropout=0.0, position="relative", max_relative_position=2)
+    model = seeded_weights(build_model(config), 4)
+    model.set_weights([value * 0.5 for value in model.get_weights()])  # peaked, yet not one word repeated
+    rng = np.random.default_rng(5)
+    source = rng.integers(4, 24, (2, 7)).astype("int32")
+    source[:, -1], source[1, 4:] = 3, 0  # eos; the second sentence padded
+    source[1, 3] = 3
+    config.save_yaml(folder / "relative.yaml")
+    model.save_weights(str(folder / "relative.weights.h5"))
+    x = rng.normal(size=(2, 7, 16)).astype("float32")  # the inputs of one self-attention layer's gradient
+    mask = np.ones((2, 1, 7), bool)
+    mask[1, :, 5:] = False
+    np.savez(folder / "relative.npz", source=source, x=x, mask=mask)
+    tokens, scores = decoding.greedy_decode(model, source, max_extra=4)
+    attention = model.get_layer("decoder").decoder_layers[0].self_attention
+    with tf.GradientTape() as tape:
+        objective = tf.reduce_sum(attention(x, attention_mask=mask) ** 2)
+    tables = [attention.relative_position_keys, attention.relative_position_values]
+    expected = {"tokens": np.asarray(tokens), "scores": np.asarray(scores),
+                "gradients": {v.path: tf.convert_to_tensor(g).numpy()
+                              for v, g in zip(tables, tape.gradient(objective, tables))}}
+    return [folder / "relative.yaml", folder / "relative.weights.h5", folder / "relative.npz"], expected
+
+
 @pytest.fixture(scope="module")
 def losses_under_jax(tmp_path_factory):
-    """`{"losses": (inputs, output of LOSSES_SCRIPT), "rdrop": (inputs, output of RDROP_SCRIPT)}`, both scripts
-    run in one JAX interpreter (one import instead of two)."""
+    """`{"losses": (inputs, output of LOSSES_SCRIPT), "rdrop": (inputs, output of RDROP_SCRIPT),
+    "relative": (what TensorFlow computes, output of RELATIVE_SCRIPT)}`, the scripts run in one JAX interpreter
+    (one import instead of three)."""
     folder = tmp_path_factory.mktemp("jax_losses")
     inputs = {"losses": _losses_inputs(), "rdrop": _rdrop_inputs()}
     for name, arrays in inputs.items():
         np.savez(folder / f"{name}.npz", **arrays)
-    outputs = run_jax_scripts((LOSSES_SCRIPT, [folder / "losses.npz"]), (RDROP_SCRIPT, [folder / "rdrop.npz"]))
-    return {"losses": (inputs["losses"], outputs[0]), "rdrop": (inputs["rdrop"], outputs[1])}
+    relative_files, relative_expected = _relative_model(folder)
+    outputs = run_jax_scripts((LOSSES_SCRIPT, [folder / "losses.npz"]), (RDROP_SCRIPT, [folder / "rdrop.npz"]),
+                              (RELATIVE_SCRIPT, relative_files))
+    return {"losses": (inputs["losses"], outputs[0]), "rdrop": (inputs["rdrop"], outputs[1]),
+            "relative": (relative_expected, outputs[2])}
 
 
 def test_losses_and_their_hand_written_gradients_under_jax(losses_under_jax):
@@ -164,6 +229,22 @@ def test_rdrop_loss_and_its_hand_written_gradient_under_jax(losses_under_jax):
     assert got["ours"]["value"] == pytest.approx(got["textbook"]["value"], rel=1e-5)
     np.testing.assert_allclose(got["ours"]["gradient"], got["textbook"]["gradient"], atol=1e-6)
     assert np.abs(np.asarray(got["textbook"]["gradient"])).max() > 1e-2
+
+
+def test_relative_positions_under_jax_compute_what_tensorflow_computes(losses_under_jax):
+    """A model with relative positions (Shaw et al.) on JAX without TensorFlow: the cached greedy search under
+    jax.jit (a padded sentence in the batch, outputs longer than 2k + 1; its scores are the model's
+    log-probabilities) and, through jax.grad, the gradients of a self-attention's relative key and value tables
+    are TensorFlow's."""
+    expected, got = losses_under_jax["relative"]
+    np.testing.assert_array_equal(got["tokens"], expected["tokens"])
+    np.testing.assert_allclose(got["scores"], expected["scores"], atol=1e-4)
+    assert np.sum(expected["tokens"] != 0, axis=1).max() > 5  # distances beyond k in the decoder
+    assert expected["tokens"][0].tolist() != expected["tokens"][1].tolist()
+    assert sorted(got["gradients"]) == sorted(expected["gradients"]) and len(expected["gradients"]) == 2
+    for path, gradient in expected["gradients"].items():
+        np.testing.assert_allclose(got["gradients"][path], gradient, rtol=1e-4, atol=1e-5, err_msg=path)
+        assert np.abs(gradient).max() > 1e-4, path
 
 
 TRAIN_SCRIPT = """
