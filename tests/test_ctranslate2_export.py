@@ -87,30 +87,20 @@ def relative_copy_export(relative_copy_model, copy_export, tmp_path_factory):
     return pathlib.Path(folder), vocab_dir, tokenizer
 
 
-@pytest.fixture(scope="module", params=["sinusoidal", "relative"])
-def exported_copy(request):
-    """`((model, config), (folder, vocab_dir, tokenizer))`: the trained copy model and its export, then the same
-    with relative positions: the greedy and beam tests compare CTranslate2 with the package on both."""
-    names = {"sinusoidal": ("trained_copy_model", "copy_export"),
-             "relative": ("relative_copy_model", "relative_copy_export")}[request.param]
-    return tuple(request.getfixturevalue(name) for name in names)
-
-
 _KERAS_TRANSLATORS = {}
 
 
 def keras_translator(trained_copy_model, tokenizer, **options):
-    """The package's own Translator of this `(model, config)` for these settings, built (and traced) once per module."""
+    """The package's own Translator for these settings, built (and traced) once per module."""
     from keras_transformer.translation import Translator
 
-    key = (id(trained_copy_model[0]), *sorted(options.items()))
+    key = tuple(sorted(options.items()))
     if key not in _KERAS_TRANSLATORS:
         _KERAS_TRANSLATORS[key] = Translator(trained_copy_model[0], tokenizer, tokenizer, **options)
     return _KERAS_TRANSLATORS[key]
 
 
-def test_greedy_translations_and_scores_equal_the_keras_translator(exported_copy):
-    trained_copy_model, copy_export = exported_copy
+def test_greedy_translations_and_scores_equal_the_keras_translator(trained_copy_model, copy_export):
     folder, _, tokenizer = copy_export
     texts = SENTENCES + random_sentences(16, seed=1)
     expected = keras_translator(trained_copy_model, tokenizer, beam_size=1, alpha=0.0, max_extra=5)
@@ -128,11 +118,11 @@ def test_greedy_translations_and_scores_equal_the_keras_translator(exported_copy
 
 
 @pytest.mark.parametrize("beam_size, alpha", [(4, 0.6)])
-def test_beam_translations_equal_the_keras_translator_after_rescoring(exported_copy, beam_size, alpha):
+def test_beam_translations_equal_the_keras_translator_after_rescoring(trained_copy_model, copy_export, beam_size,
+                                                                      alpha):
     """CTranslate2's n-best, reranked with the GNMT penalty, gives the package's beam-search translation."""
     import tensorflow as tf
 
-    trained_copy_model, copy_export = exported_copy
     folder, _, tokenizer = copy_export
     texts = SENTENCES + random_sentences(16, seed=2)
     keras_side = keras_translator(trained_copy_model, tokenizer, beam_size=beam_size, alpha=alpha, max_extra=5)
@@ -142,12 +132,35 @@ def test_beam_translations_equal_the_keras_translator_after_rescoring(exported_c
     assert [row[0] for row in n_best["translations"]] == [t.decode() for t in reference["translations"][:, 0].numpy()]
     np.testing.assert_allclose([row[0] for row in n_best["scores"]], reference["scores"][:, 0].numpy(), atol=1e-4)
     assert all(np.all(np.diff(row) <= 1e-6) for row in n_best["scores"])  # best first, by the rescored value
-    # The rescoring is the package's own length penalty, eos counted (on the first sentence whose best ends with eos).
-    ranked = next(hypotheses for hypotheses in (ct2._search([ct2.encode_source(text)])[0] for text in texts[1:])
-                  if hypotheses[0][0][-1] == 3)
+    # The rescoring is the package's own length penalty, eos counted.
+    ranked = ct2._search([ct2.encode_source(texts[1])])[0]
     raw = [score * float(decoding.length_penalty(len(ids), alpha)) for ids, score in ranked]
-    assert np.allclose([s for _, s in ranked], np.array(raw) / ce.gnmt_length_penalty([len(i) for i, _ in ranked],
-                                                                                         alpha))
+    assert ranked[0][0][-1] == 3 and np.allclose([s for _, s in ranked],
+                                                 np.array(raw) / ce.gnmt_length_penalty([len(i) for i, _ in ranked],
+                                                                                        alpha))
+
+
+def test_relative_positions_translate_and_rescore_as_keras(relative_copy_model, relative_copy_export):
+    """Relative positions in CTranslate2's relative-position spec: its greedy translations are the package's greedy
+    search's, and its n-best reranked with the GNMT penalty gives the package's beam-search translation and score.
+    (On token ids, through `decoding`: the text path around them is the tests' above.)"""
+    model, _ = relative_copy_model
+    folder = relative_copy_export[0]
+    texts = SENTENCES + random_sentences(16, seed=1)
+    ids = [[int(word[1:]) for word in text.split()] + [3] for text in texts]
+    source = np.array([row + [0] * (max(map(len, ids)) - len(row)) for row in ids], "int32")
+
+    def words(rows):
+        return [" ".join(f"w{i}" for i in row if i > 3) for row in np.asarray(rows).tolist()]
+    tokens, scores = decoding.greedy_decode(model, source, max_extra=5)
+    greedy = ce.CTranslate2Translator(folder, beam_size=1, alpha=0.0)
+    assert greedy(texts) == words(tokens)
+    np.testing.assert_allclose([row[0] for row in greedy.n_best(texts)["scores"]], scores, atol=1e-4)
+    beam_tokens, beam_scores = decoding.beam_search(model, source, beam_size=4, alpha=0.6, max_extra=5)
+    n_best = ce.CTranslate2Translator(folder).n_best(texts)  # beam 4, alpha 0.6: the settings recorded at export
+    assert [row[0] for row in n_best["translations"]] == words(beam_tokens[:, 0])
+    np.testing.assert_allclose([row[0] for row in n_best["scores"]], beam_scores[:, 0], atol=1e-4)
+    assert words(beam_tokens[:, 0]) != words(tokens)  # the beam found other translations: two searches compared
 
 
 def test_bad_inputs_each_give_one_line_as_the_keras_translator_does(trained_copy_model, copy_export):

@@ -100,63 +100,56 @@ def _rdrop_inputs():
 
 RELATIVE_SCRIPT = """
 import jax
-from keras_transformer import decoding
-from keras_transformer.config import TransformerConfig
-from keras_transformer.model import build_model
-model = build_model(TransformerConfig.from_yaml(sys.argv[1]))
-model.load_weights(sys.argv[2])
-data = np.load(sys.argv[3])
-tokens, scores = jax.jit(lambda source: decoding.greedy_decode(model, source, max_extra=4))(data["source"])
-
-
-attention = model.get_layer("decoder").decoder_layers[0].self_attention  # causal, masked, relative
+from keras_transformer.layers import MultiHeadSelfAttention
+data = np.load(sys.argv[1])
+with open(sys.argv[2]) as f:
+    layer = MultiHeadSelfAttention.from_config(json.load(f))
+layer.build(data["x"].shape)
+layer.set_weights([data[f"weight_{i}"] for i in range(len(layer.weights))])
+full = jax.jit(lambda x: layer(x, attention_mask=data["mask"]))(data["x"])
+step = jax.jit(lambda x, cache, t: layer(x, attention_mask=data["mask"], cache=cache, cache_index=t))
+cache, steps = (jax.numpy.zeros(data["cache_shape"]), jax.numpy.zeros(data["cache_shape"])), []
+for t in range(data["x"].shape[1]):  # the cache index is traced: the relative distances are computed in the graph
+    out, cache = step(data["x"][:, t:t + 1], cache, t)
+    steps.append(np.asarray(out))
 
 
 def objective(values):
-    outputs, _ = attention.stateless_call(values, [], data["x"], attention_mask=data["mask"])
+    outputs, _ = layer.stateless_call(values, [], data["x"], attention_mask=data["mask"])
     return jax.numpy.sum(outputs ** 2)
 
 
-gradients = jax.jit(jax.grad(objective))([v.value for v in attention.trainable_variables])
-print(json.dumps({ "tokens": np.asarray(tokens).tolist(),
-                  "scores": np.asarray(scores).tolist(),
-                  "gradients": {v.path: np.asarray(g).tolist() for v, g in zip(attention.trainable_variables, gradients)
-                                if "relative_position" in v.path}}))
+gradients = jax.jit(jax.grad(objective))([v.value for v in layer.trainable_variables])
+print(json.dumps({"full": np.asarray(full).tolist(), "steps": np.concatenate(steps, 1).tolist(),
+                  "gradients": {v.name: np.asarray(g).tolist() for v, g in zip(layer.trainable_variables, gradients)
+                                if "relative_position" in v.name}}))
 """
 
 
-def _relative_model(folder):
-    """A tiny model with relative positions (k = 2) and seeded weights, saved for RELATIVE_SCRIPT with its inputs;
-    what TensorFlow computes: the cached greedy search and the gradients of the relative tables."""
+def _relative_attention(folder):
+    """A causal self-attention layer with relative positions (k = 2, 7 positions), its weights and inputs saved for
+    RELATIVE_SCRIPT; what TensorFlow computes: its outputs and the gradients of its relative tables."""
     import tensorflow as tf
 
-    from factories import seeded_weights
-    from keras_transformer import decoding
-    from keras_transformer.config import TransformerConfig
-    from keras_transformer.model import build_model
-    config = TransformerConfig.preset("tiny", vocab_size=24, num_layers=1, d_model=16, num_heads=2, d_ff=32,
-                                      dropout=0.0, position="relative", max_relative_position=2)
-    model = seeded_weights(build_model(config), 4)
-    model.set_weights([value * 0.5 for value in model.get_weights()])  # peaked, yet not one word repeated
+    from keras_transformer.layers import MultiHeadSelfAttention
     rng = np.random.default_rng(5)
-    source = rng.integers(4, 24, (2, 7)).astype("int32")
-    source[:, -1], source[1, 4:] = 3, 0  # eos; the second sentence padded
-    source[1, 3] = 3
-    config.save_yaml(folder / "relative.yaml")
-    model.save_weights(str(folder / "relative.weights.h5"))
-    x = rng.normal(size=(2, 7, 16)).astype("float32")  # the inputs of one self-attention layer's gradient
+    layer = MultiHeadSelfAttention(num_heads=2, key_dim=4, causal=True, max_relative_position=2)
+    x = rng.normal(size=(2, 7, 8)).astype("float32")
     mask = np.ones((2, 1, 7), bool)
-    mask[1, :, 5:] = False
-    np.savez(folder / "relative.npz", source=source, x=x, mask=mask)
-    tokens, scores = decoding.greedy_decode(model, source, max_extra=4)
-    attention = model.get_layer("decoder").decoder_layers[0].self_attention
+    mask[1, :, 5:] = False  # the second sentence padded
+    layer(x)
+    layer.set_weights([rng.normal(size=w.shape).astype("float32") for w in layer.get_weights()])
+    np.savez(folder / "relative.npz", x=x, mask=mask, cache_shape=np.array([2, 2, 7, 4]),
+             **{f"weight_{i}": w for i, w in enumerate(layer.get_weights())})
+    (folder / "relative.json").write_text(json.dumps(layer.get_config()))
+    tables = [layer.relative_position_keys, layer.relative_position_values]
     with tf.GradientTape() as tape:
-        objective = tf.reduce_sum(attention(x, attention_mask=mask) ** 2)
-    tables = [attention.relative_position_keys, attention.relative_position_values]
-    expected = {"tokens": np.asarray(tokens), "scores": np.asarray(scores),
-                "gradients": {v.path: tf.convert_to_tensor(g).numpy()
+        outputs = layer(x, attention_mask=mask)
+        objective = tf.reduce_sum(outputs ** 2)
+    expected = {"full": outputs.numpy(),
+                "gradients": {v.name: tf.convert_to_tensor(g).numpy()
                               for v, g in zip(tables, tape.gradient(objective, tables))}}
-    return [folder / "relative.yaml", folder / "relative.weights.h5", folder / "relative.npz"], expected
+    return [folder / "relative.npz", folder / "relative.json"], expected
 
 
 @pytest.fixture(scope="module")
@@ -168,7 +161,7 @@ def losses_under_jax(tmp_path_factory):
     inputs = {"losses": _losses_inputs(), "rdrop": _rdrop_inputs()}
     for name, arrays in inputs.items():
         np.savez(folder / f"{name}.npz", **arrays)
-    relative_files, relative_expected = _relative_model(folder)
+    relative_files, relative_expected = _relative_attention(folder)
     outputs = run_jax_scripts((LOSSES_SCRIPT, [folder / "losses.npz"]), (RDROP_SCRIPT, [folder / "rdrop.npz"]),
                               (RELATIVE_SCRIPT, relative_files))
     return {"losses": (inputs["losses"], outputs[0]), "rdrop": (inputs["rdrop"], outputs[1]),
@@ -232,19 +225,16 @@ def test_rdrop_loss_and_its_hand_written_gradient_under_jax(losses_under_jax):
 
 
 def test_relative_positions_under_jax_compute_what_tensorflow_computes(losses_under_jax):
-    """A model with relative positions (Shaw et al.) on JAX without TensorFlow: the cached greedy search under
-    jax.jit (a padded sentence in the batch, outputs longer than 2k + 1; its scores are the model's
-    log-probabilities) and, through jax.grad, the gradients of a self-attention's relative key and value tables
-    are TensorFlow's."""
+    """Relative position representations (Shaw et al.) on JAX without TensorFlow: a causal self-attention layer's
+    outputs, its cached steps under jax.jit (the cache index traced, as in a decoding loop; 7 positions, k = 2)
+    and, through jax.grad, the gradients of its relative key and value tables are TensorFlow's."""
     expected, got = losses_under_jax["relative"]
-    np.testing.assert_array_equal(got["tokens"], expected["tokens"])
-    np.testing.assert_allclose(got["scores"], expected["scores"], atol=1e-4)
-    assert np.sum(expected["tokens"] != 0, axis=1).max() > 5  # distances beyond k in the decoder
-    assert expected["tokens"][0].tolist() != expected["tokens"][1].tolist()
-    assert sorted(got["gradients"]) == sorted(expected["gradients"]) and len(expected["gradients"]) == 2
-    for path, gradient in expected["gradients"].items():
-        np.testing.assert_allclose(got["gradients"][path], gradient, rtol=1e-4, atol=1e-5, err_msg=path)
-        assert np.abs(gradient).max() > 1e-4, path
+    np.testing.assert_allclose(got["full"], expected["full"], atol=1e-4)
+    np.testing.assert_allclose(got["steps"], expected["full"], atol=1e-4)
+    assert sorted(got["gradients"]) == ["relative_position_keys", "relative_position_values"]
+    for name, gradient in expected["gradients"].items():
+        np.testing.assert_allclose(got["gradients"][name], gradient, rtol=1e-4, atol=1e-5, err_msg=name)
+        assert np.abs(gradient).max() > 1e-3, name
 
 
 TRAIN_SCRIPT = """

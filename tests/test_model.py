@@ -37,8 +37,7 @@ def test_inputs_outputs_and_dtypes():
     assert keras.backend.standardize_dtype(out.dtype) == "float32"
 
 
-@pytest.mark.parametrize("options", [dict(), dict(norm_first=True), dict(position="learned", use_rezero=True),
-                                     dict(position="relative", max_relative_position=2)])
+@pytest.mark.parametrize("options", [dict(), dict(norm_first=True), dict(position="learned", use_rezero=True)])
 def test_causality_future_targets_never_change_earlier_logits(options):
     model = kt.build_model(tiny(**options))
     source, target = random_batch(batch=1, target_length=8)
@@ -261,7 +260,7 @@ def test_relative_positions_replace_the_absolute_ones():
         assert (np.abs(shifted - memory).max() > 1e-3) == moved, position
 
 
-@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+@pytest.mark.parametrize("policy", ["mixed_float16"])  # mixed_bfloat16: test_layers.py, at the layer
 def test_relative_positions_under_mixed_precision(policy):
     """Under a mixed policy the relative tables stay float32 variables, the attention computes in the policy's
     dtype, and the cached steps give the full pass's logits (as float32 does, within the dtype's precision)."""
