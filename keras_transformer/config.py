@@ -12,7 +12,7 @@ import yaml
 
 from keras_transformer.files import atomic_write_text
 
-POSITION_KINDS = ("sinusoidal", "learned")
+POSITION_KINDS = ("sinusoidal", "learned", "relative")
 TIE_MODES = ("all", "decoder", "none")
 # Decoding settings that a model.yaml held among the architecture's fields until they moved to its own `decoding:`
 # mapping (`keras_transformer.decoding.DecodeOptions`, `workdir.read_model_file`): `from_yaml` leaves them there.
@@ -55,7 +55,8 @@ class TransformerConfig:
     key_dim: typing.Optional[int] = None  # d_k per head (Table 3 row B); None -> d_model / h
     value_dim: typing.Optional[int] = None  # d_v per head; None -> key_dim
     max_length: int = 256  # longest sequence (positions) the model accepts
-    position: str = "sinusoidal"  # "sinusoidal" (paper) or "learned" (Table 3 row E)
+    position: str = "sinusoidal"  # "sinusoidal" (paper), "learned" (Table 3 row E) or "relative" (Shaw et al. 2018)
+    max_relative_position: int = 20  # k of position "relative": distances clipped to [-k, k] (OpenNMT-tf's 20)
     norm_first: bool = False  # False: post-norm LayerNorm(x + Sublayer(x)) as the paper; True: pre-norm
     layer_norm_epsilon: float = 1e-6  # LayerNorm epsilon
     tie_embeddings: str = "all"  # "all" (src+tgt+softmax, shared vocab), "decoder" (tgt+softmax), "none"
@@ -115,7 +116,7 @@ class TransformerConfig:
     def validate(self):
         """Raises `ValueError` naming the first invalid field."""
         positive = ["vocab_size", "num_layers", "d_model", "num_heads", "d_ff", "max_length",
-                    "warmup_steps"]
+                    "max_relative_position", "warmup_steps"]
         optional_positive = ["source_vocab_size", "target_vocab_size", "num_encoder_layers",
                              "num_decoder_layers", "key_dim", "value_dim", "attention_window"]
         for name in positive:

@@ -18,7 +18,12 @@ How the package's model maps onto CTranslate2's ``TransformerSpec``:
   (PE(pos, 2i) = sin, PE(pos, 2i + 1) = cos) while CTranslate2's built-in table
   puts all sines before all cosines, so the table is written explicitly (as is a
   learned one). Its length, ``TransformerConfig.max_length``, bounds sources and
-  translations exactly as in Keras.
+  translations exactly as in Keras. Relative positions (``position: relative``,
+  Shaw et al. 2018) become CTranslate2's ``relative_position`` spec, as OpenNMT-tf's
+  ``TransformerBaseRelative`` converts: no position table, and each self-attention
+  gets its ``relative_position_keys`` / ``relative_position_values``, the Keras
+  layer's tables of the same names and layout (``(2k + 1, d_k)``, row
+  clip(j - i, -k, k) + k, shared by all heads); CTranslate2 reads k from their length.
 * Attention: the Keras layers project Q, K, V with one fused matrix laid out per
   head (``[q_h | k_h | v_h]`` for each head h); CTranslate2 wants
   ``[Q; K; V]`` (all heads' queries, then keys, then values), and ``[K; V]``
@@ -71,7 +76,7 @@ def check_ctranslate2_support(config):
     """Raises `ValueError` naming the first feature of `config` that CTranslate2 cannot run.
 
     Supported: post- and pre-norm, any tying mode, separate vocabularies,
-    sinusoidal or learned positions, ReZero (folded into the weights), unscaled
+    sinusoidal, learned or relative positions, ReZero (folded into the weights), unscaled
     attention logits, a per-head size d_k other than d_model / h (with d_v = d_k).
 
     Args:
@@ -218,6 +223,9 @@ def _rezero(block):
 def _self_attention(spec, attention, block, scale_logits):
     dk, dv = attention.key_dim, attention.value_dim
     _fused(spec.linear[0], attention.qkv_dense, attention.num_heads, (dk, dk, dv))  # [Q; K; V]
+    if attention.max_relative_position is not None:  # (2k + 1, d) each, the same layout in both
+        spec.relative_position_keys = _numpy(attention.relative_position_keys)
+        spec.relative_position_values = _numpy(attention.relative_position_values)
     _linear(spec.linear[1], attention.output_dense, scale=_rezero(block))
     _layer_norm(spec.layer_norm, block.norm)
     if not scale_logits:
@@ -246,7 +254,8 @@ def position_table(model, side="source"):
     Sinusoidal tables are the package's interleaved sin/cos values
     (`keras_transformer.layers.position.sinusoidal_position_encoding`); learned
     tables are the trained weights. This is what the export writes as
-    CTranslate2's ``position_encodings``.
+    CTranslate2's ``position_encodings``. A model with relative positions has
+    no table (it adds none): asking for it raises `ValueError`.
 
     Args:
         model: a `build_model` model.
@@ -265,7 +274,10 @@ def position_table(model, side="source"):
     if side not in ("source", "target"):
         raise ValueError(f"position_table: side must be 'source' or 'target', got {side!r}.")
     model_parts = parts(model)
-    return _numpy((model_parts.source_position if side == "source" else model_parts.target_position).table)
+    layer = model_parts.source_position if side == "source" else model_parts.target_position
+    if layer.table is None:
+        raise ValueError(f"position_table: {layer.name} adds no position table (kind {layer.kind!r}).")
+    return _numpy(layer.table)
 
 
 def build_spec(model, config, source_tokens, target_tokens):
@@ -302,7 +314,9 @@ def build_spec(model, config, source_tokens, target_tokens):
                              "trained with.")
     head_dim = config.head_dim
     custom_head = head_dim * config.num_heads != config.d_model
-    options = dict(pre_norm=config.norm_first, head_dim=head_dim if custom_head else None)
+    relative = config.position == "relative"
+    options = dict(pre_norm=config.norm_first, head_dim=head_dim if custom_head else None,
+                   relative_position=relative)
     encoder_spec = transformer_spec.TransformerEncoderSpec(config.encoder_layers, config.num_heads, **options)
     decoder_spec = transformer_spec.TransformerDecoderSpec(config.decoder_layers, config.num_heads, **options)
     spec = transformer_spec.TransformerSpec(encoder_spec, decoder_spec)
@@ -311,7 +325,8 @@ def build_spec(model, config, source_tokens, target_tokens):
     encoder, decoder = model_parts.encoder, model_parts.decoder
     spec.encoder.embeddings[0].weight = _numpy(source_embedding.embeddings)
     spec.encoder.scale_embeddings = True  # x sqrt(d_model), as TokenEmbedding does
-    spec.encoder.position_encodings.encodings = position_table(model, "source")
+    if not relative:  # relative positions live in the self-attention specs instead (_self_attention)
+        spec.encoder.position_encodings.encodings = position_table(model, "source")
     for layer_spec, layer in zip(spec.encoder.layer, encoder.encoder_layers):
         _self_attention(layer_spec.self_attention, layer.self_attention, layer.self_attention_block, scale)
         _feed_forward(layer_spec.ffn, layer.feed_forward, layer.feed_forward_block)
@@ -320,7 +335,8 @@ def build_spec(model, config, source_tokens, target_tokens):
 
     spec.decoder.embeddings.weight = _numpy(target_embedding.embeddings)
     spec.decoder.scale_embeddings = True
-    spec.decoder.position_encodings.encodings = position_table(model, "target")
+    if not relative:
+        spec.decoder.position_encodings.encodings = position_table(model, "target")
     for layer_spec, layer in zip(spec.decoder.layer, decoder.decoder_layers):
         _self_attention(layer_spec.self_attention, layer.self_attention, layer.self_attention_block, scale)
         _cross_attention(layer_spec.attention, layer.cross_attention, layer.cross_attention_block, scale)

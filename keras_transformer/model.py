@@ -22,7 +22,8 @@ def _stack_options(config):
                 ffn_dropout=config.ffn_dropout, key_dim=config.key_dim, value_dim=config.value_dim,
                 norm_first=config.norm_first, use_rezero=config.use_rezero,
                 scale_attention_logits=config.scale_attention_logits,
-                layer_norm_epsilon=config.layer_norm_epsilon, attention_window=config.attention_window)
+                layer_norm_epsilon=config.layer_norm_epsilon, attention_window=config.attention_window,
+                max_relative_position=config.max_relative_position if config.position == "relative" else None)
 
 
 def build_model(config: TransformerConfig, name="transformer") -> keras.Model:

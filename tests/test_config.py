@@ -42,6 +42,8 @@ def test_separate_vocab_and_layer_overrides():
     (dict(dropout=1.0), "dropout must be in [0, 1)"),
     (dict(attention_dropout=-0.1), "attention_dropout must be in [0, 1)"),
     (dict(position="rotary"), "position must be one of"),
+    (dict(position="relative", max_relative_position=0), "max_relative_position must be a positive integer, got 0"),
+    (dict(max_relative_position=2.5), "max_relative_position must be a positive integer, got 2.5"),
     (dict(tie_embeddings="encoder"), "tie_embeddings must be one of"),
     (dict(source_vocab_size=10, target_vocab_size=20), "source_vocab_size=10 != target_vocab_size=20"),
     (dict(pad_id=5, unk_id=5), "special ids must differ"),

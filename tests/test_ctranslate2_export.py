@@ -58,6 +58,36 @@ def copy_export(trained_copy_model, tmp_path_factory):
     return pathlib.Path(folder), root / "vocab", tokenizer
 
 
+@pytest.fixture(scope="module")
+def relative_copy_model(trained_copy_model):
+    """`(model, config)`: the trained copy model with relative positions (Shaw et al., k = 2) instead of sinusoids.
+
+    Its weights are the copy model's and its relative tables seeded noise: no second training, yet its outputs
+    are peaked and varied (mostly the source's words, in orders the tables set), and beam search often beats
+    greedy on them, unlike a fresh model's, which repeat one word. Sentences of up to 10 words reach far past k.
+    """
+    model, config = trained_copy_model
+    config = config.replace(position="relative", max_relative_position=2)
+    relative = kt.build_model(config)
+    trained = {weight.path: weight for weight in model.weights}
+    rng = np.random.default_rng(0)
+    for weight in relative.weights:
+        weight.assign(trained[weight.path] if weight.path in trained
+                      else rng.normal(size=weight.shape).astype("float32"))
+    assert sum(weight.path not in trained for weight in relative.weights) == 2 * (2 + 2)  # tables per layer
+    return relative, config
+
+
+@pytest.fixture(scope="module")
+def relative_copy_export(relative_copy_model, copy_export, tmp_path_factory):
+    """`(folder, vocab_dir, tokenizer)` as `copy_export`, for `relative_copy_model`."""
+    model, config = relative_copy_model
+    _, vocab_dir, tokenizer = copy_export
+    folder = ce.export_ctranslate2(model, config.replace(beam_size=4, length_penalty=0.6, max_decode_extra=5),
+                                   vocab_dir, tmp_path_factory.mktemp("ct2_relative") / "copy")
+    return pathlib.Path(folder), vocab_dir, tokenizer
+
+
 _KERAS_TRANSLATORS = {}
 
 
@@ -109,6 +139,29 @@ def test_beam_translations_equal_the_keras_translator_after_rescoring(trained_co
     assert ranked[0][0][-1] == 3 and np.allclose([s for _, s in ranked],
                                                  np.array(raw) / gnmt_length_penalty([len(i) for i, _ in ranked],
                                                                                      alpha))
+
+
+def test_relative_positions_translate_and_rescore_as_keras(relative_copy_model, relative_copy_export):
+    """Relative positions in CTranslate2's relative-position spec: its greedy translations are the package's greedy
+    search's, and its n-best reranked with the GNMT penalty gives the package's beam-search translation and score.
+    (On token ids, through `decoding`: the text path around them is the tests' above.)"""
+    model, _ = relative_copy_model
+    folder = relative_copy_export[0]
+    texts = SENTENCES + random_sentences(16, seed=1)
+    ids = [[int(word[1:]) for word in text.split()] + [3] for text in texts]
+    source = np.array([row + [0] * (max(map(len, ids)) - len(row)) for row in ids], "int32")
+
+    def words(rows):
+        return [" ".join(f"w{i}" for i in row if i > 3) for row in np.asarray(rows).tolist()]
+    tokens, scores = decoding.greedy_decode(model, source, max_extra=5)
+    greedy = ce.CTranslate2Translator(folder, beam_size=1, alpha=0.0)
+    assert greedy(texts) == words(tokens)
+    np.testing.assert_allclose([row[0] for row in greedy.n_best(texts)["scores"]], scores, atol=1e-4)
+    beam_tokens, beam_scores = decoding.beam_search(model, source, beam_size=4, alpha=0.6, max_extra=5)
+    n_best = ce.CTranslate2Translator(folder).n_best(texts)  # beam 4, alpha 0.6: the settings recorded at export
+    assert [row[0] for row in n_best["translations"]] == words(beam_tokens[:, 0])
+    np.testing.assert_allclose([row[0] for row in n_best["scores"]], beam_scores[:, 0], atol=1e-4)
+    assert words(beam_tokens[:, 0]) != words(tokens)  # the beam found other translations: two searches compared
 
 
 def test_bad_inputs_each_give_one_line_as_the_keras_translator_does(trained_copy_model, copy_export):
@@ -213,6 +266,8 @@ VARIANTS = {
     "learned_positions_rezero_unscaled": dict(position="learned", use_rezero=True, scale_attention_logits=False,
                                               layer_norm_epsilon=1e-3),
     "custom_key_dim": dict(key_dim=8, num_heads=2),
+    # Shaw et al. (2018): k = 2, so sources of up to 8 positions and outputs of up to 12 reach the clipped rows.
+    "relative_positions": dict(position="relative", max_relative_position=2),
 }
 
 
@@ -248,6 +303,18 @@ def test_architecture_variants_score_as_keras(variant, tmp_path):
         return np.array([r + [3] + [0] * (width - len(r) - 1) for r in rows], "int32")
     expected = keras.ops.convert_to_numpy(decoding.score(model, padded(sources), padded(targets)))
     np.testing.assert_allclose(ct2_scores, expected, rtol=1e-4, atol=1e-4)
+    if variant == "relative_positions":  # the Keras tables as they are (CTranslate2 reads k from their 2k + 1 rows);
+        # its translations are compared on a trained model above (relative_copy_model).
+        stored = read_model_bin(pathlib.Path(folder) / "model.bin")
+        assert not [name for name in stored if "position_encodings" in name]  # no absolute positions
+        for side, layer in (("encoder", model.get_layer("encoder").encoder_layers[0]),
+                            ("decoder", model.get_layer("decoder").decoder_layers[0])):
+            for table in ("keys", "values"):
+                np.testing.assert_array_equal(stored[f"{side}/layer_0/self_attention/relative_position_{table}"],
+                                              getattr(layer.self_attention, f"relative_position_{table}").numpy())
+        assert sorted(name for name in stored if "relative" in name) == [  # cross-attention has none
+            f"{side}/layer_0/self_attention/relative_position_{table}"
+            for side in ("decoder", "encoder") for table in ("keys", "values")]
     if variant != "separate_vocabularies":
         return
     # And the translator end to end, with its two SentencePiece models: the greedy translation is the one keras finds.

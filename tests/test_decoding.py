@@ -172,6 +172,27 @@ def test_search_through_both_cache_stages_gives_the_same_output(random_model, mo
         np.testing.assert_allclose(scores, plain_scores, atol=1e-4)
 
 
+def test_relative_positions_search_scores_are_the_full_pass_and_padding_changes_nothing():
+    """With relative positions a step's query sits at the cache index t and its keys at distances j - t. The
+    untrained model's outputs run to their limits (up to 14 tokens, far beyond k = 2), through caches that start
+    at 3 positions and grow (the second loop's cache length known only at run time): the scores the cached search
+    reports are the teacher-forced full pass's log-probabilities of its outputs (`decoding.score`, no cache), and
+    each sentence decodes the same alone as in the padded batch. (Beam search with relative positions:
+    test_ctranslate2_export.py, against CTranslate2.)"""
+    import keras
+
+    keras.utils.set_random_seed(3)
+    model = kt.build_model(kt.TransformerConfig.preset("tiny", vocab_size=40, dropout=0.0, num_layers=1,
+                                                       position="relative", max_relative_position=2))
+    source = padded(SOURCES)
+    tokens, scores = run(decoding.greedy_decode, model, source, **GREEDY, first_cache_stage=3)
+    assert int(np.sum(np.asarray(tokens) != 0, axis=-1).max()) > 5  # distances beyond k, the second stage ran
+    np.testing.assert_allclose(scores, decoding.score(model, source, tokens), atol=1e-4)
+    for i, sentence in enumerate(SOURCES):
+        alone, _ = run(decoding.greedy_decode, model, padded([sentence]), **GREEDY, first_cache_stage=3)
+        np.testing.assert_array_equal(alone[0], np.asarray(tokens[i])[:alone.shape[-1]])
+
+
 @pytest.mark.parametrize("vocab, k, block", [(8000, 12, 32), (37, 6, 4), (40, 10, 4), (9, 4, 2), (30, 12, 32)])
 def test_top_k_by_blocks_equals_a_full_top_k(vocab, k, block):
     """Same values and ids as `tf.math.top_k`, ties (many repeated values) resolved to the lower id alike."""

@@ -50,11 +50,13 @@ def exported(tmp_path_factory, multi30k_dir):
 @pytest.fixture(scope="module")
 def exported_ensemble(exported, tmp_path_factory):
     """`(directory, ensemble, other, configs)`: `exported`'s translator and a model of another shape (d_model 48,
-    post-norm) sharing its tokenizers, exported as one SavedModel decoding their ensemble."""
+    post-norm, relative positions of Shaw et al. with k = 3) sharing its tokenizers, exported as one SavedModel
+    decoding their ensemble (under XLA, as every export)."""
     directory, translator = exported
     config = kt.TransformerConfig.from_yaml(directory / "assets.extra" / "model.yaml")
     other_config = kt.TransformerConfig.preset("tiny", vocab_size=config.vocab_size, num_layers=1, d_model=48,
-                                               num_heads=4, d_ff=96, max_length=48, norm_first=False)
+                                               num_heads=4, d_ff=96, max_length=48, norm_first=False,
+                                               position="relative", max_relative_position=3)
     other = Translator(seeded_weights(kt.build_model(other_config), 5), translator.source_tokenizer,
                        translator.target_tokenizer)
     ensemble = Translator.ensemble([translator, other])

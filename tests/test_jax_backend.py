@@ -99,17 +99,75 @@ def _rdrop_inputs():
     return dict(logits=logits, labels=labels)
 
 
+RELATIVE_SCRIPT = """
+import jax
+from keras_transformer.layers import MultiHeadSelfAttention
+data = np.load(sys.argv[1])
+with open(sys.argv[2]) as f:
+    layer = MultiHeadSelfAttention.from_config(json.load(f))
+layer.build(data["x"].shape)
+layer.set_weights([data[f"weight_{i}"] for i in range(len(layer.weights))])
+full = jax.jit(lambda x: layer(x, attention_mask=data["mask"]))(data["x"])
+step = jax.jit(lambda x, cache, t: layer(x, attention_mask=data["mask"], cache=cache, cache_index=t))
+cache, steps = (jax.numpy.zeros(data["cache_shape"]), jax.numpy.zeros(data["cache_shape"])), []
+for t in range(data["x"].shape[1]):  # the cache index is traced: the relative distances are computed in the graph
+    out, cache = step(data["x"][:, t:t + 1], cache, t)
+    steps.append(np.asarray(out))
+
+
+def objective(values):
+    outputs, _ = layer.stateless_call(values, [], data["x"], attention_mask=data["mask"])
+    return jax.numpy.sum(outputs ** 2)
+
+
+gradients = jax.jit(jax.grad(objective))([v.value for v in layer.trainable_variables])
+print(json.dumps({"full": np.asarray(full).tolist(), "steps": np.concatenate(steps, 1).tolist(),
+                  "gradients": {v.name: np.asarray(g).tolist() for v, g in zip(layer.trainable_variables, gradients)
+                                if "relative_position" in v.name}}))
+"""
+
+
+def _relative_attention(folder):
+    """A causal self-attention layer with relative positions (k = 2, 7 positions), its weights and inputs saved for
+    RELATIVE_SCRIPT; what TensorFlow computes: its outputs and the gradients of its relative tables."""
+    import tensorflow as tf
+
+    from keras_transformer.layers import MultiHeadSelfAttention
+    rng = np.random.default_rng(5)
+    layer = MultiHeadSelfAttention(num_heads=2, key_dim=4, causal=True, max_relative_position=2)
+    x = rng.normal(size=(2, 7, 8)).astype("float32")
+    mask = np.ones((2, 1, 7), bool)
+    mask[1, :, 5:] = False  # the second sentence padded
+    layer(x)
+    layer.set_weights([rng.normal(size=w.shape).astype("float32") for w in layer.get_weights()])
+    np.savez(folder / "relative.npz", x=x, mask=mask, cache_shape=np.array([2, 2, 7, 4]),
+             **{f"weight_{i}": w for i, w in enumerate(layer.get_weights())})
+    (folder / "relative.json").write_text(json.dumps(layer.get_config()))
+    tables = [layer.relative_position_keys, layer.relative_position_values]
+    with tf.GradientTape() as tape:
+        outputs = layer(x, attention_mask=mask)
+        objective = tf.reduce_sum(outputs ** 2)
+    expected = {"full": outputs.numpy(),
+                "gradients": {v.name: tf.convert_to_tensor(g).numpy()
+                              for v, g in zip(tables, tape.gradient(objective, tables))}}
+    return [folder / "relative.npz", folder / "relative.json"], expected
+
+
 @pytest.fixture(scope="module")
 def losses_under_jax(tmp_path_factory):
-    """`{"losses": (inputs, output of LOSSES_SCRIPT), "rdrop": ..., "draws": ... of DRAWS_SCRIPT}`, the three
-    scripts run in one JAX interpreter (one import instead of three)."""
+    """`{"losses": (inputs, output of LOSSES_SCRIPT), "rdrop": ..., "draws": ... of DRAWS_SCRIPT, "relative": (what
+    TensorFlow computes, output of RELATIVE_SCRIPT)}`, the scripts run in one JAX interpreter (one import instead of
+    four)."""
     folder = tmp_path_factory.mktemp("jax_losses")
     inputs = {"losses": _losses_inputs(), "rdrop": _rdrop_inputs(), "draws": _draws_inputs()}
     for name, arrays in inputs.items():
         np.savez(folder / f"{name}.npz", **arrays)
+    relative_files, relative_expected = _relative_attention(folder)
     outputs = run_jax_scripts(*[(script, [folder / f"{name}.npz"]) for name, script in
-                                (("losses", LOSSES_SCRIPT), ("rdrop", RDROP_SCRIPT), ("draws", DRAWS_SCRIPT))])
-    return {name: (inputs[name], output) for name, output in zip(("losses", "rdrop", "draws"), outputs)}
+                                (("losses", LOSSES_SCRIPT), ("rdrop", RDROP_SCRIPT), ("draws", DRAWS_SCRIPT))],
+                              (RELATIVE_SCRIPT, relative_files))
+    result = {name: (inputs[name], output) for name, output in zip(("losses", "rdrop", "draws"), outputs)}
+    return {**result, "relative": (relative_expected, outputs[3])}
 
 
 def test_losses_and_their_hand_written_gradients_under_jax(losses_under_jax):
@@ -166,6 +224,19 @@ def test_rdrop_loss_and_its_hand_written_gradient_under_jax(losses_under_jax):
     assert got["ours"]["value"] == pytest.approx(got["textbook"]["value"], rel=1e-5)
     np.testing.assert_allclose(got["ours"]["gradient"], got["textbook"]["gradient"], atol=1e-6)
     assert np.abs(np.asarray(got["textbook"]["gradient"])).max() > 1e-2
+
+
+def test_relative_positions_under_jax_compute_what_tensorflow_computes(losses_under_jax):
+    """Relative position representations (Shaw et al.) on JAX without TensorFlow: a causal self-attention layer's
+    outputs, its cached steps under jax.jit (the cache index traced, as in a decoding loop; 7 positions, k = 2)
+    and, through jax.grad, the gradients of its relative key and value tables are TensorFlow's."""
+    expected, got = losses_under_jax["relative"]
+    np.testing.assert_allclose(got["full"], expected["full"], atol=1e-4)
+    np.testing.assert_allclose(got["steps"], expected["full"], atol=1e-4)
+    assert sorted(got["gradients"]) == ["relative_position_keys", "relative_position_values"]
+    for name, gradient in expected["gradients"].items():
+        np.testing.assert_allclose(got["gradients"][name], gradient, rtol=1e-4, atol=1e-5, err_msg=name)
+        assert np.abs(gradient).max() > 1e-3, name
 
 
 TRAIN_SCRIPT = """

@@ -86,6 +86,27 @@ def test_learned_positions_are_trainable_and_round_trip(tmp_path):
         kt.PositionalEncoding(10, kind="rotary")
 
 
+def test_relative_kind_adds_no_position_but_still_bounds_lengths(tmp_path):
+    """With relative positions the embeddings carry no absolute position: self-attention carries the distances."""
+    layer = kt.PositionalEncoding(max_length=10, kind="relative", name="relative")
+    x = RNG.normal(size=(2, 4, 8)).astype("float32")
+    np.testing.assert_array_equal(check_round_trips(layer, [x], tmp_path), x)
+    assert layer.weights == [] and layer.table is None
+    with pytest.raises(ValueError, match="exceeds max_length=10"):
+        layer(np.zeros((1, 11, 8), "float32"))
+
+
+def test_relative_position_index_clips_the_distance_and_follows_the_query_offset():
+    from keras_transformer.layers.position import relative_position_index
+
+    index = keras.ops.convert_to_numpy(relative_position_index(4, 7, max_relative_position=2))
+    expected = [[min(max(j - i, -2), 2) + 2 for j in range(7)] for i in range(4)]
+    assert index.tolist() == expected and index.dtype == np.int32
+    # A decoding step at position t (offset t) gets row t of the full matrix.
+    step = relative_position_index(1, 7, 2, offset=keras.ops.convert_to_tensor(3, "int64"))
+    assert keras.ops.convert_to_numpy(step).tolist() == [expected[3]]
+
+
 # ------------------------------------------------------------------ embedding
 def test_token_embedding_scales_and_reverses(tmp_path):
     layer = kt.TokenEmbedding(vocab_size=11, d_model=4, name="emb")
@@ -161,8 +182,76 @@ def test_fused_self_attention_matches_numpy_causal_and_padded(tmp_path):
     check_round_trips(layer, [x], tmp_path)
 
 
-def test_self_attention_cache_equals_full_pass():
-    layer = kt.MultiHeadSelfAttention(num_heads=2, key_dim=4, causal=True)
+def numpy_relative_self_attention(layer, x, mask):
+    """Shaw et al. (2018) written out, one (i, j) pair at a time, in float64: returns `(output, weights)`.
+
+    e_ij = x_i W^Q (x_j W^K + a^K_ij)^T / sqrt(d_z), alpha = softmax_j(e_ij) over the keys `mask` allows,
+    z_i = sum_j alpha_ij (x_j W^V + a^V_ij), then the output projection; a^K_ij, a^V_ij are rows
+    clip(j - i, -k, k) + k of the layer's two tables.
+    """
+    batch, length, _ = x.shape
+    heads, dk, dv, k = layer.num_heads, layer.key_dim, layer.value_dim, layer.max_relative_position
+    qkv = _dense(layer.qkv_dense)(x).reshape(batch, length, heads, 2 * dk + dv)
+    q, keys, values = qkv[..., :dk], qkv[..., dk:2 * dk], qkv[..., 2 * dk:]
+    table_k, table_v = (keras.ops.convert_to_numpy(t).astype(np.float64)
+                        for t in (layer.relative_position_keys, layer.relative_position_values))
+    weights = np.zeros((batch, heads, length, length))
+    z = np.zeros((batch, length, heads, dv))
+    for b in range(batch):
+        for h in range(heads):
+            for i in range(length):
+                allowed = [j for j in range(length) if mask[b, i, j]]
+                rows = [min(max(j - i, -k), k) + k for j in allowed]
+                e = np.array([q[b, i, h] @ (keys[b, j, h] + table_k[r]) for j, r in zip(allowed, rows)])
+                alpha = np.exp(e / math.sqrt(dk) - (e / math.sqrt(dk)).max())
+                alpha /= alpha.sum()
+                weights[b, h, i, allowed] = alpha
+                z[b, i, h] = sum(a * (values[b, j, h] + table_v[r]) for a, j, r in zip(alpha, allowed, rows))
+    return _dense(layer.output_dense)(z.reshape(batch, length, heads * dv)), weights
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_relative_self_attention_matches_shaw_et_al_written_out(causal, tmp_path):
+    """Keys and values both get their relative embeddings, clipped beyond k = 2 (9 positions: distances up to 8),
+    shared by the heads; padded keys get zero weight; the decoder's causal mask combines with them."""
+    layer = kt.MultiHeadSelfAttention(num_heads=2, key_dim=4, value_dim=3, causal=causal, max_relative_position=2,
+                                      name="relative_attention")
+    x = RNG.normal(size=(2, 9, 8)).astype("float32")
+    padding = np.ones((2, 9), bool)
+    padding[1, 6:] = False
+    layer(x)  # build, then make the tables matter as much as the projections
+    assert [tuple(t.shape) for t in (layer.relative_position_keys, layer.relative_position_values)] == [(5, 4), (5, 3)]
+    for table in (layer.relative_position_keys, layer.relative_position_values):
+        table.assign(RNG.normal(size=table.shape).astype("float32"))
+    out, weights = layer(x, attention_mask=padding[:, None, :], return_attention_scores=True)
+    mask = np.broadcast_to(padding[:, None, :], (2, 9, 9)) & (np.tril(np.ones((9, 9), bool)) if causal else True)
+    ref, ref_weights = numpy_relative_self_attention(layer, x, mask)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(out), ref, atol=1e-5)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(weights), ref_weights, atol=1e-6)
+    # Without the tables it is another function: the reference is not blind to them.
+    plain = kt.MultiHeadSelfAttention(num_heads=2, key_dim=4, value_dim=3, causal=causal)
+    plain(x)
+    for part in ("qkv_dense", "output_dense"):
+        getattr(plain, part).set_weights(getattr(layer, part).get_weights())
+    assert np.abs(keras.ops.convert_to_numpy(plain(x, attention_mask=padding[:, None, :])) - ref).max() > 0.1
+    # Two tables on top of the fused QKV and output projections; both learn (they get a gradient).
+    assert {w.name for w in layer.trainable_weights} - {w.name for w in plain.trainable_weights} == {
+        "relative_position_keys", "relative_position_values"}
+    assert layer.count_params() == plain.count_params() + 5 * 4 + 5 * 3
+    import tensorflow as tf
+    with tf.GradientTape() as tape:
+        total = tf.reduce_sum(layer(x, attention_mask=padding[:, None, :]) ** 2)
+    for gradient in tape.gradient(total, [layer.relative_position_keys, layer.relative_position_values]):
+        assert np.abs(tf.convert_to_tensor(gradient).numpy()).min(axis=-1).max() > 0
+    check_round_trips(layer, [x], tmp_path)
+    with pytest.raises(ValueError, match="max_relative_position must be positive"):
+        kt.MultiHeadSelfAttention(num_heads=2, key_dim=4, max_relative_position=0)
+
+
+@pytest.mark.parametrize("max_relative_position", [None, 2])
+def test_self_attention_cache_equals_full_pass(max_relative_position):
+    """Step t's query attends keys 0..t at distances j - t: the cached step equals the full pass (6 > 2k + 1)."""
+    layer = kt.MultiHeadSelfAttention(num_heads=2, key_dim=4, causal=True, max_relative_position=max_relative_position)
     x = RNG.normal(size=(2, 6, 8)).astype("float32")
     full = keras.ops.convert_to_numpy(layer(x))
     cache = (keras.ops.zeros((2, 2, 6, 4)), keras.ops.zeros((2, 2, 6, 4)))  # keys, values: (B, H, T_max, d)
@@ -216,7 +305,8 @@ def test_sublayer_connection_post_norm_pre_norm_and_rezero():
 
 # ------------------------------------------------------- encoder and decoder
 @pytest.mark.parametrize("options", [dict(), dict(norm_first=True), dict(use_rezero=True),
-                                     dict(scale_attention_logits=False, attention_window=2)])
+                                     dict(scale_attention_logits=False, attention_window=2),
+                                     dict(max_relative_position=3)])
 def test_encoder_and_decoder_layers_round_trip(options, tmp_path):
     x = RNG.normal(size=(2, 4, 8)).astype("float32")
     memory = RNG.normal(size=(2, 6, 8)).astype("float32")
@@ -227,8 +317,11 @@ def test_encoder_and_decoder_layers_round_trip(options, tmp_path):
     # Pinned weight counts: attention 4*(8*8+8), FFN 8*16+16+16*8+8, LayerNorms 2*8 each.
     attention, ffn, norm = 4 * (8 * 8 + 8), 8 * 16 + 16 + 16 * 8 + 8, 2 * 8
     rezero = 1 if options.get("use_rezero") else 0
-    assert encoder.count_params() == attention + ffn + 2 * (norm + rezero)
-    assert decoder.count_params() == 2 * attention + ffn + 3 * (norm + rezero)
+    # Relative positions: a (2k + 1, d_k) and a (2k + 1, d_v) table in self-attention only, not in cross-attention.
+    relative = 2 * (2 * options["max_relative_position"] + 1) * 4 if "max_relative_position" in options else 0
+    assert encoder.count_params() == attention + ffn + 2 * (norm + rezero) + relative
+    assert decoder.count_params() == 2 * attention + ffn + 3 * (norm + rezero) + relative
+    assert decoder.cross_attention.get_config().get("max_relative_position") is None
 
 
 def test_stacks_round_trip_and_prenorm_adds_final_norm(tmp_path):
@@ -259,8 +352,9 @@ def test_padding_mask_layer_round_trips(tmp_path):
     assert kt.PaddingMask.from_config(layer.get_config()).pad_id == 0
 
 
-def test_mixed_precision_layers_compute_in_bfloat16():
-    layer = kt.EncoderLayer(d_model=8, num_heads=2, d_ff=16, dtype="mixed_bfloat16")
+@pytest.mark.parametrize("options", [dict(), dict(max_relative_position=2)])
+def test_mixed_precision_layers_compute_in_bfloat16(options):
+    layer = kt.EncoderLayer(d_model=8, num_heads=2, d_ff=16, dtype="mixed_bfloat16", **options)
     out = layer(RNG.normal(size=(1, 3, 8)).astype("float32"))
     assert keras.backend.standardize_dtype(out.dtype) == "bfloat16"
     assert all(keras.backend.standardize_dtype(w.dtype) == "float32" for w in layer.weights)
@@ -288,9 +382,10 @@ def test_layer_normalization_gradient_matches_keras_autodiff():
         np.testing.assert_allclose(ours.numpy(), theirs.numpy(), atol=1e-5, err_msg=name)
 
 
-def test_self_attention_cache_takes_a_prefix_then_single_steps():
+@pytest.mark.parametrize("max_relative_position", [None, 1])
+def test_self_attention_cache_takes_a_prefix_then_single_steps(max_relative_position):
     """A prompt of 3 positions written at once, then one position per step: the full pass's outputs."""
-    layer = kt.MultiHeadSelfAttention(num_heads=2, key_dim=4, causal=True)
+    layer = kt.MultiHeadSelfAttention(num_heads=2, key_dim=4, causal=True, max_relative_position=max_relative_position)
     x = RNG.normal(size=(2, 6, 8)).astype("float32")
     full = keras.ops.convert_to_numpy(layer(x))
     cache = (keras.ops.zeros((2, 2, 6, 4)), keras.ops.zeros((2, 2, 6, 4)))

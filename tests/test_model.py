@@ -60,8 +60,9 @@ def test_appending_padding_changes_no_real_position():
     np.testing.assert_allclose(logits(model, padded_source, padded_target)[:, :4], base, atol=1e-5)
 
 
-def test_padding_inside_a_batch_matches_the_sentence_alone():
-    model = kt.build_model(tiny())
+@pytest.mark.parametrize("options", [dict(), dict(position="relative", max_relative_position=2)])
+def test_padding_inside_a_batch_matches_the_sentence_alone(options):
+    model = kt.build_model(tiny(**options))
     source, target = random_batch(batch=2, source_length=6, target_length=5)
     source[1, 3:] = 0
     target[1, 2:] = 0
@@ -112,7 +113,8 @@ def test_separate_vocabularies_give_target_sized_logits():
     assert out.shape == (1, 2, 45)
 
 
-@pytest.mark.parametrize("options", [dict(), dict(tie_embeddings="none", norm_first=True, position="learned")])
+@pytest.mark.parametrize("options", [dict(), dict(tie_embeddings="none", norm_first=True, position="learned"),
+                                     dict(position="relative", max_relative_position=3)])
 def test_model_config_and_keras_file_round_trips(options, tmp_path):
     model = kt.build_model(tiny(**options))
     source, target = random_batch()
@@ -126,8 +128,10 @@ def test_model_config_and_keras_file_round_trips(options, tmp_path):
     np.testing.assert_allclose(logits(restored, source, target), expected, atol=1e-6)
 
 
-def test_cached_decoding_equals_full_pass():
-    model = kt.build_model(tiny(num_layers=3))
+@pytest.mark.parametrize("options", [dict(), dict(position="relative", max_relative_position=2)])
+def test_cached_decoding_equals_full_pass(options):
+    """With relative positions the 7 steps reach distances beyond k = 2 (the clipped rows)."""
+    model = kt.build_model(tiny(num_layers=3, **options))
     source, target = random_batch(batch=2, target_length=7)
     source[0, 5:] = 0
     full = logits(model, source, target)
@@ -233,6 +237,56 @@ def test_source_and_target_batches_of_different_sizes_are_refused(sources, targe
     with pytest.raises(ValueError, match=message):  # the cached step: no memory, only its projections
         kt.decode(model, target[:targets, :1], None, mask, self_attention_cache=decoder.initial_cache(targets, 4),
                   cache_index=0, cross_attention_cache=decoder.cross_attention_cache(memory))
+
+
+def test_relative_positions_replace_the_absolute_ones():
+    """`position: relative`: no position table anywhere, only distances. So padding put BEFORE a source (which
+    moves every token's absolute position) changes none of its encoder outputs; with sinusoids it does. Each
+    self-attention layer holds its own (2k + 1, d_k) key and value tables; cross-attention holds none."""
+    config = tiny(position="relative", max_relative_position=3)
+    model = kt.build_model(config)
+    p = kt.model.parts(model)
+    assert p.source_position.weights == p.target_position.weights == [] and p.target_position.max_length == 128
+    tables = [w for w in model.weights if "relative_position" in w.path]
+    assert len(tables) == 2 * (config.encoder_layers + config.decoder_layers)
+    assert all(w.shape == (7, config.head_dim) and "self_attention" in w.path for w in tables)
+    assert model.count_params() == kt.build_model(tiny()).count_params() + sum(7 * config.head_dim for _ in tables)
+    source, _ = random_batch(batch=1, source_length=6)
+    left_padded = np.concatenate([np.zeros((1, 3), "int32"), source], axis=1)
+    for position, moved in (("relative", False), ("sinusoidal", True)):
+        model = kt.build_model(tiny(position=position, max_relative_position=3))
+        memory = keras.ops.convert_to_numpy(kt.encode(model, source)[0])
+        shifted = keras.ops.convert_to_numpy(kt.encode(model, left_padded)[0])[:, 3:]
+        assert (np.abs(shifted - memory).max() > 1e-3) == moved, position
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16"])  # mixed_bfloat16: test_layers.py, at the layer
+def test_relative_positions_under_mixed_precision(policy):
+    """Under a mixed policy the relative tables stay float32 variables, the attention computes in the policy's
+    dtype, and the cached steps give the full pass's logits (as float32 does, within the dtype's precision)."""
+    config = tiny(num_layers=1, position="relative", max_relative_position=2)
+    reference = kt.build_model(config)
+    keras.config.set_dtype_policy(policy)
+    try:
+        model = kt.build_model(config)
+    finally:
+        keras.config.set_dtype_policy("float32")
+    model.set_weights(reference.get_weights())
+    assert {keras.backend.standardize_dtype(w.dtype) for w in model.weights if "relative" in w.path} == {"float32"}
+    source, target = random_batch(batch=2, target_length=6)
+    full = logits(model, source, target)
+    tolerance = 0.05 if policy == "mixed_float16" else 0.3
+    np.testing.assert_allclose(full, logits(reference, source, target), atol=tolerance)
+    memory, mask = kt.encode(model, source)
+    decoder = model.get_layer("decoder")
+    cache, cross = decoder.initial_cache(2, 6), decoder.cross_attention_cache(memory)
+    assert keras.backend.standardize_dtype(cache[0][0].dtype) == policy.split("_")[1]
+    steps = []
+    for t in range(6):
+        step, cache = kt.decode(model, target[:, t:t + 1], None, mask, self_attention_cache=cache, cache_index=t,
+                                cross_attention_cache=cross)
+        steps.append(keras.ops.convert_to_numpy(step))
+    np.testing.assert_allclose(np.concatenate(steps, axis=1), full, atol=tolerance)
 
 
 def test_build_model_rejects_a_non_config():

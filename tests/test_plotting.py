@@ -95,6 +95,24 @@ def test_decoded_translation_is_the_greedy_output(model, tokenizer):
     assert maps.cross[0].shape[1] == len(expected) + 1
 
 
+def test_a_model_with_relative_positions_gives_its_attention_maps(tokenizer, tmp_path):
+    """Relative positions (Shaw et al.) change the weights, not their layout: one row per query summing to 1, the
+    decoder's self-attention causal, and the maps draw."""
+    import keras
+
+    keras.utils.set_random_seed(2)
+    model = kt.build_model(kt.TransformerConfig.preset("tiny", vocab_size=tokenizer.vocab_size, max_length=64,
+                                                       num_layers=1, position="relative", max_relative_position=2))
+    maps = plotting.translate_with_attention(model, SOURCE, tokenizer, translation=TARGET)
+    source_length, target_length = len(maps.source_tokens), len(maps.target_inputs)
+    assert maps.encoder_self[0].shape == (4, source_length, source_length) and source_length > 5
+    assert maps.cross[0].shape == (4, target_length, source_length)
+    assert np.all(maps.decoder_self[0][:, np.triu(np.ones((target_length, target_length), bool), k=1)] == 0.0)
+    for weights in maps.encoder_self + maps.decoder_self + maps.cross:
+        np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-5)
+    assert len(plotting.plot_attention_maps(maps, tmp_path, kinds=("encoder_self",), dpi=40)) == 1
+
+
 # ------------------------------------------------------------------ figures and files
 def test_figure_labels_and_pixels_are_the_tokens_and_weights(maps):
     weights, rows, columns = maps.axes("cross")

@@ -4,7 +4,8 @@
 another (the decoder's cross-attention). `MultiHeadSelfAttention` projects
 queries, keys and values with one fused matrix and can be causal (the decoder's
 masked self-attention) or restricted to a window of neighbours (the paper's
-Table 1, "self-attention (restricted)").
+Table 1, "self-attention (restricted)"), and can add relative position
+representations to its keys and values (Shaw, Uszkoreit and Vaswani, 2018).
 
 Both layers can run incrementally. Their caches hold keys and values apart, each
 heads-first, `(B, H, S, d_k)` and `(B, H, S, d_v)`: the layout attention reads,
@@ -17,11 +18,16 @@ import keras
 from keras import ops
 
 from keras_transformer import masking
+from keras_transformer.layers.position import relative_position_index
 
 
 def scaled_dot_product_attention(query, key, value, attention_mask=None, scale=True,
-                                 dropout_layer=None, training=None):
-    """softmax(Q K^T / sqrt(d_k)) V, per head.
+                                 dropout_layer=None, training=None, relative_keys=None, relative_values=None):
+    """softmax(Q K^T / sqrt(d_k)) V, per head; with relative position representations if given.
+
+    With `relative_keys` a^K and `relative_values` a^V (Shaw et al., 2018, eqs. 3-4)
+    the logits are e_ij = q_i (k_j + a^K_ij)^T / sqrt(d_k) and the outputs
+    z_i = sum_j alpha_ij (v_j + a^V_ij).
 
     Args:
         query: `(B, T, H, d_k)`.
@@ -32,6 +38,8 @@ def scaled_dot_product_attention(query, key, value, attention_mask=None, scale=T
         scale: divide the logits by sqrt(d_k) (True, the paper), or not.
         dropout_layer: optional `keras.layers.Dropout` applied to the weights.
         training: passed to the dropout layer.
+        relative_keys: optional `(T, S, d_k)` a^K_ij, shared by all heads and sentences.
+        relative_values: optional `(T, S, d_v)` a^V_ij.
 
     Returns:
         `(outputs, weights)`: `(B, T, H, d_v)` and `(B, H, T, S)`.
@@ -47,6 +55,8 @@ def scaled_dot_product_attention(query, key, value, attention_mask=None, scale=T
     if scale:
         query = query * ops.cast(1.0 / (ops.shape(query)[-1] ** 0.5), query.dtype)
     scores = ops.einsum("bthd,bshd->bhts", query, key)  # (B, H, T, S)
+    if relative_keys is not None:  # + q_i a^K_ij
+        scores = scores + ops.einsum("bthd,tsd->bhts", query, relative_keys)
     # Softmax in float32 so that masking and normalisation are exact under mixed precision.
     scores = ops.cast(scores, "float32")
     if attention_mask is not None:
@@ -58,10 +68,13 @@ def scaled_dot_product_attention(query, key, value, attention_mask=None, scale=T
     weights = ops.cast(weights, value.dtype)
     dropped = dropout_layer(weights, training=training) if dropout_layer is not None else weights
     outputs = ops.einsum("bhts,bshd->bthd", dropped, value)  # (B, T, H, d_v)
+    if relative_values is not None:  # + sum_j alpha_ij a^V_ij
+        outputs = outputs + ops.einsum("bhts,tsd->bthd", dropped, relative_values)
     return outputs, weights
 
 
-def heads_first_attention(query, key, value, attention_mask=None, scale=True):
+def heads_first_attention(query, key, value, attention_mask=None, scale=True, relative_keys=None,
+                          relative_values=None):
     """softmax(Q K^T / sqrt(d_k)) V on heads-first tensors, the layout of the decoding caches.
 
     The same computation as `scaled_dot_product_attention` (no dropout: it
@@ -73,6 +86,8 @@ def heads_first_attention(query, key, value, attention_mask=None, scale=True):
         value: `(B, H, S, d_v)`.
         attention_mask: bool, broadcastable to `(B, T, S)`; True means "may attend".
         scale: divide the logits by sqrt(d_k).
+        relative_keys, relative_values: optional `(T, S, d_k)` and `(T, S, d_v)`
+            relative position representations, as in `scaled_dot_product_attention`.
 
     Returns:
         `(outputs, weights)`: `(B, H, T, d_v)` and `(B, H, T, S)`.
@@ -87,7 +102,10 @@ def heads_first_attention(query, key, value, attention_mask=None, scale=True):
     """
     if scale:
         query = query * ops.cast(1.0 / (ops.shape(query)[-1] ** 0.5), query.dtype)
-    scores = ops.cast(ops.einsum("bhtd,bhsd->bhts", query, key), "float32")  # (B, H, T, S)
+    scores = ops.einsum("bhtd,bhsd->bhts", query, key)  # (B, H, T, S)
+    if relative_keys is not None:
+        scores = scores + ops.einsum("bhtd,tsd->bhts", query, relative_keys)
+    scores = ops.cast(scores, "float32")
     if attention_mask is not None:
         mask = ops.expand_dims(ops.cast(attention_mask, "bool"), 1)  # (B, 1, T, S)
         scores = ops.where(mask, scores, ops.cast(-1e9, "float32"))
@@ -95,7 +113,10 @@ def heads_first_attention(query, key, value, attention_mask=None, scale=True):
     if attention_mask is not None:
         weights = ops.where(mask, weights, ops.zeros_like(weights))
     weights = ops.cast(weights, value.dtype)
-    return ops.matmul(weights, value), weights  # (B, H, T, d_v)
+    outputs = ops.matmul(weights, value)  # (B, H, T, d_v)
+    if relative_values is not None:
+        outputs = outputs + ops.einsum("bhts,tsd->bhtd", weights, relative_values)
+    return outputs, weights
 
 
 def write_positions(cache, start, new):
@@ -140,10 +161,12 @@ class _AttentionBase(keras.layers.Layer):
                                                       name="attention_dropout")
         self.output_dense = None  # created in build(), once the model width is known
 
+    def _initializer(self):
+        """A fresh copy of `kernel_initializer` (a shared instance would draw the same values for every weight)."""
+        return keras.initializers.get(keras.initializers.serialize(self.kernel_initializer))
+
     def _dense(self, units, name):
-        return keras.layers.Dense(units, use_bias=self.use_bias,
-                                  kernel_initializer=keras.initializers.get(
-                                      keras.initializers.serialize(self.kernel_initializer)),
+        return keras.layers.Dense(units, use_bias=self.use_bias, kernel_initializer=self._initializer(),
                                   dtype=self.dtype_policy, name=name)
 
     def _build_output(self, query_shape):
@@ -165,17 +188,21 @@ class _AttentionBase(keras.layers.Layer):
         batch, length = ops.shape(x)[0], ops.shape(x)[1]
         return ops.reshape(x, (batch, length, self.num_heads * self.value_dim))
 
-    def _attend(self, query, key_value, attention_mask, training, flat=False):
-        """The one hook that runs attention: `query (B,T,H,dk)`, `key_value (B,S,H,dk+dv)`."""
+    def _attend(self, query, key_value, attention_mask, training, flat=False, relative=(None, None)):
+        """The one hook that runs attention: `query (B,T,H,dk)`, `key_value (B,S,H,dk+dv)`.
+
+        `relative`: the `(T, S, d_k)` and `(T, S, d_v)` relative position representations, or Nones.
+        """
         # ops.split, not slicing: the gradient of a split is one concat, while each slice's
         # gradient writes a zero-filled copy of the whole tensor (measured: 1.17x a training step).
         key, value = ops.split(key_value, [self.key_dim], axis=-1)  # (B, S, H, dk), (B, S, H, dv)
         outputs, weights = scaled_dot_product_attention(
             query, key, value, attention_mask, scale=self.scale_logits,
-            dropout_layer=self.attention_dropout, training=training)
+            dropout_layer=self.attention_dropout, training=training, relative_keys=relative[0],
+            relative_values=relative[1])
         return self.output_dense(self._merge_heads(outputs, flat)), weights
 
-    def _attend_cached(self, query, key, value, attention_mask, beam_size=1, flat=False):
+    def _attend_cached(self, query, key, value, attention_mask, beam_size=1, flat=False, relative=(None, None)):
         """Attention over a heads-first cache: `query (B*G, T, H, dk)`, `key/value (B, H, S, d)`.
 
         With `beam_size` G > 1 each cache row serves G consecutive query rows
@@ -184,12 +211,14 @@ class _AttentionBase(keras.layers.Layer):
         `attention_mask` broadcasts to `(B, G*T, S)` (key padding, `(B, 1, S)`)
         when G > 1, to `(B, T, S)` otherwise. With `flat` (the layer's input
         was `(B*G, D)`, one position per row) the output is `(B*G, D_out)`.
+        `relative` as in `_attend` (self-attention only, G = 1).
         """
         batch, length = ops.shape(query)[0], ops.shape(query)[1]
         if beam_size > 1:
             query = ops.reshape(query, (-1, beam_size * length, self.num_heads, self.key_dim))
         query = ops.transpose(query, (0, 2, 1, 3))  # (B, H, G*T, dk)
-        outputs, weights = heads_first_attention(query, key, value, attention_mask, scale=self.scale_logits)
+        outputs, weights = heads_first_attention(query, key, value, attention_mask, scale=self.scale_logits,
+                                                 relative_keys=relative[0], relative_values=relative[1])
         merged = (-1, self.num_heads * self.value_dim) if flat else (batch, length, self.num_heads * self.value_dim)
         outputs = ops.reshape(ops.transpose(outputs, (0, 2, 1, 3)), merged)  # (B*G, H*dv) or (B*G, T, H*dv)
         if beam_size > 1:  # (B, H, G*T, S) -> (B*G, H, T, S)
@@ -302,6 +331,11 @@ class MultiHeadSelfAttention(_AttentionBase):
         causal: position i attends only to positions <= i (decoder self-attention).
         window: if set, position i attends only to positions j with |i - j| <= window
             (restricted self-attention, the paper's Table 1).
+        max_relative_position: if set (k), relative position representations
+            (Shaw et al., 2018): two learned tables `relative_position_keys`
+            `(2k + 1, d_k)` and `relative_position_values` `(2k + 1, d_v)`, shared
+            by all heads, whose row clip(j - i, -k, k) + k is added to key j and
+            value j when query i attends to them (`relative_position_index`).
 
     Call args:
         x: `(B, T, D)`.
@@ -324,19 +358,39 @@ class MultiHeadSelfAttention(_AttentionBase):
     (2, 3, 8)
     """
 
-    def __init__(self, num_heads, key_dim, causal=False, window=None, **kwargs):
+    def __init__(self, num_heads, key_dim, causal=False, window=None, max_relative_position=None, **kwargs):
         super().__init__(num_heads, key_dim, **kwargs)
         self.causal = bool(causal)
         self.window = int(window) if window is not None else None
         if self.window is not None and self.window < 0:
             raise ValueError(f"{type(self).__name__}: window must be >= 0, got {self.window}.")
+        self.max_relative_position = int(max_relative_position) if max_relative_position is not None else None
+        if self.max_relative_position is not None and self.max_relative_position <= 0:
+            raise ValueError(f"{type(self).__name__}: max_relative_position must be positive, "
+                             f"got {self.max_relative_position}.")
         self.qkv_dense = self._dense(self.num_heads * (2 * self.key_dim + self.value_dim), "qkv")
+        self.relative_position_keys = self.relative_position_values = None  # created in build()
 
     def build(self, x_shape):
         if x_shape[-1] is None:
             raise ValueError(f"{self.name}: the last axis of the input must be known, got {x_shape}.")
         self.qkv_dense.build(x_shape)
         self._build_output(x_shape)
+        if self.max_relative_position is not None:
+            # The names and layouts of OpenNMT-tf and CTranslate2: one row per clipped distance -k..k.
+            rows = 2 * self.max_relative_position + 1
+            self.relative_position_keys = self.add_weight(
+                name="relative_position_keys", shape=(rows, self.key_dim), initializer=self._initializer())
+            self.relative_position_values = self.add_weight(
+                name="relative_position_values", shape=(rows, self.value_dim), initializer=self._initializer())
+
+    def _relative(self, query_length, key_length, offset, dtype):
+        """`(a^K (T, S, d_k), a^V (T, S, d_v))` for queries at `offset ..` and keys at `0 ..`, or Nones."""
+        if self.max_relative_position is None:
+            return None, None
+        index = relative_position_index(query_length, key_length, self.max_relative_position, offset)  # (T, S)
+        return (ops.take(ops.cast(self.relative_position_keys, dtype), index, axis=0),
+                ops.take(ops.cast(self.relative_position_values, dtype), index, axis=0))
 
     def call(self, x, attention_mask=None, cache=None, cache_index=None,
              return_attention_scores=False, training=None):
@@ -347,7 +401,8 @@ class MultiHeadSelfAttention(_AttentionBase):
         query, key_value = ops.split(qkv, [self.key_dim], axis=-1)  # (B, T, H, dk), (B, T, H, dk+dv)
         query_length, key_length = ops.shape(query)[1], ops.shape(key_value)[1]
         mask = self._mask(attention_mask, query_length, key_length, 0)
-        outputs, weights = self._attend(query, key_value, mask, training, flat)
+        relative = self._relative(query_length, key_length, 0, query.dtype)
+        outputs, weights = self._attend(query, key_value, mask, training, flat, relative)
         return (outputs, weights) if return_attention_scores else outputs
 
     def _mask(self, attention_mask, query_length, key_length, offset):
@@ -370,7 +425,9 @@ class MultiHeadSelfAttention(_AttentionBase):
         key_cache = write_positions(key_cache, offset, ops.transpose(key, (0, 2, 1, 3)))
         value_cache = write_positions(value_cache, offset, ops.transpose(value, (0, 2, 1, 3)))
         mask = self._mask(attention_mask, ops.shape(query)[1], ops.shape(key_cache)[2], offset)
-        outputs, weights = self._attend_cached(query, key_cache, value_cache, mask, flat=flat)
+        # The query at step t attends keys 0..t: its distance to key j is j - t, t = offset for one step.
+        relative = self._relative(ops.shape(query)[1], ops.shape(key_cache)[2], offset, query.dtype)
+        outputs, weights = self._attend_cached(query, key_cache, value_cache, mask, flat=flat, relative=relative)
         if return_attention_scores:
             return outputs, (key_cache, value_cache), weights
         return outputs, (key_cache, value_cache)
@@ -379,4 +436,5 @@ class MultiHeadSelfAttention(_AttentionBase):
         return (*x_shape[:-1], self.output_dim or x_shape[-1])
 
     def get_config(self):
-        return {**super().get_config(), "causal": self.causal, "window": self.window}
+        return {**super().get_config(), "causal": self.causal, "window": self.window,
+                "max_relative_position": self.max_relative_position}

@@ -34,7 +34,8 @@ class DecoderLayer(LayerOptions):
 
     Each of the three sub-layers sits in a residual sublayer connection.
 
-    Args: as `EncoderLayer` (the window, if any, applies to self-attention).
+    Args: as `EncoderLayer` (the window and relative positions, if any, apply to self-attention;
+        cross-attention never has either).
 
     Call args:
         x: `(B, T, d_model)` embedded target prefix.
@@ -66,8 +67,8 @@ class DecoderLayer(LayerOptions):
 
     def __init__(self, d_model, num_heads, d_ff, **kwargs):
         super().__init__(d_model, num_heads, d_ff, **kwargs)
-        self.self_attention = MultiHeadSelfAttention(causal=True, window=self.attention_window,
-                                                     name="self_attention", **self._attention_args())
+        self.self_attention = MultiHeadSelfAttention(causal=True, name="self_attention",
+                                                     **self._self_attention_args())
         self.self_attention_block = self._block("self_attention_block")
         self.cross_attention = MultiHeadAttention(name="cross_attention", **self._attention_args())
         self.cross_attention_block = self._block("cross_attention_block")

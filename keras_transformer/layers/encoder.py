@@ -23,6 +23,9 @@ class EncoderLayer(LayerOptions):
         scale_attention_logits: divide QK^T by sqrt(d_k).
         layer_norm_epsilon: LayerNorm epsilon.
         attention_window: restrict self-attention to +-window positions.
+        max_relative_position: if set (k), self-attention adds learned embeddings of the
+            distance clip(j - i, -k, k) to its keys and values (Shaw et al., 2018);
+            the layer's inputs then carry no position signal of their own.
 
     Call args:
         x: `(B, S, d_model)`.
@@ -38,8 +41,7 @@ class EncoderLayer(LayerOptions):
 
     def __init__(self, d_model, num_heads, d_ff, **kwargs):
         super().__init__(d_model, num_heads, d_ff, **kwargs)
-        self.self_attention = MultiHeadSelfAttention(window=self.attention_window, name="self_attention",
-                                                     **self._attention_args())
+        self.self_attention = MultiHeadSelfAttention(name="self_attention", **self._self_attention_args())
         self.self_attention_block = self._block("self_attention_block")
         self.feed_forward = self._feed_forward()
         self.feed_forward_block = self._block("feed_forward_block")

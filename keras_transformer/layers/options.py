@@ -21,6 +21,7 @@ def layer_options(layer):
         "norm_first": layer.norm_first, "use_rezero": layer.use_rezero,
         "scale_attention_logits": layer.scale_attention_logits,
         "layer_norm_epsilon": layer.layer_norm_epsilon, "attention_window": layer.attention_window,
+        "max_relative_position": layer.max_relative_position,
     }
 
 
@@ -29,7 +30,8 @@ class LayerOptions(keras.layers.Layer):
 
     Args: as `EncoderLayer` (d_model, num_heads, d_ff, dropout, attention_dropout,
         ffn_dropout, key_dim, value_dim, norm_first, use_rezero,
-        scale_attention_logits, layer_norm_epsilon, attention_window).
+        scale_attention_logits, layer_norm_epsilon, attention_window,
+        max_relative_position).
 
     Example:
 
@@ -39,7 +41,8 @@ class LayerOptions(keras.layers.Layer):
 
     def __init__(self, d_model, num_heads, d_ff, dropout=0.1, attention_dropout=0.0, ffn_dropout=0.0,
                  key_dim=None, value_dim=None, norm_first=False, use_rezero=False,
-                 scale_attention_logits=True, layer_norm_epsilon=1e-6, attention_window=None, **kwargs):
+                 scale_attention_logits=True, layer_norm_epsilon=1e-6, attention_window=None,
+                 max_relative_position=None, **kwargs):
         super().__init__(**kwargs)
         self.d_model, self.num_heads, self.d_ff = int(d_model), int(num_heads), int(d_ff)
         if key_dim is None and self.d_model % self.num_heads:
@@ -55,6 +58,7 @@ class LayerOptions(keras.layers.Layer):
         self.scale_attention_logits = bool(scale_attention_logits)
         self.layer_norm_epsilon = float(layer_norm_epsilon)
         self.attention_window = int(attention_window) if attention_window is not None else None
+        self.max_relative_position = int(max_relative_position) if max_relative_position is not None else None
 
     def _check_width(self, x_shape):
         if x_shape[-1] != self.d_model:
@@ -69,6 +73,11 @@ class LayerOptions(keras.layers.Layer):
         return dict(num_heads=self.num_heads, key_dim=self.key_dim, value_dim=self.value_dim,
                     output_dim=self.d_model, dropout=self.attention_dropout,
                     scale_logits=self.scale_attention_logits, dtype=self.dtype_policy)
+
+    def _self_attention_args(self):
+        """`_attention_args` plus what only self-attention takes: the window and relative positions."""
+        return dict(window=self.attention_window, max_relative_position=self.max_relative_position,
+                    **self._attention_args())
 
     def _feed_forward(self):
         return PositionWiseFeedForward(self.d_model, self.d_ff, dropout=self.ffn_dropout,

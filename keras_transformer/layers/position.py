@@ -1,4 +1,10 @@
-"""Positional encodings: the paper's sinusoids, or learned positions (Table 3, row E)."""
+"""Positional encodings: the paper's sinusoids, learned positions (Table 3, row E), or relative positions.
+
+Relative positions (Shaw, Uszkoreit and Vaswani, 2018) are not added to the
+embeddings: self-attention adds learned embeddings of the clipped distance
+j - i to its keys and values (`MultiHeadSelfAttention(max_relative_position=k)`),
+and `relative_position_index` says which of the 2k + 1 embeddings each pair uses.
+"""
 
 import keras
 import numpy as np
@@ -25,13 +31,38 @@ def sinusoidal_position_encoding(length, d_model):
     return table.astype("float32")
 
 
+def relative_position_index(query_length, key_length, max_relative_position, offset=0):
+    """The `(T, S)` int32 rows of the relative-position tables each query/key pair uses.
+
+    Query i (at position i + offset) and key j use row clip(j - (i + offset), -k, k) + k of a
+    `(2k + 1, d)` table, k = `max_relative_position` (Shaw et al., 2018, section 3.2): distances
+    beyond k share the outermost rows. `offset` is the position of the first query when
+    queries continue a cached prefix (decoding), as in `masking.causal_mask`.
+
+    Example:
+
+    >>> keras.ops.convert_to_numpy(relative_position_index(3, 4, max_relative_position=1)).tolist()
+    [[1, 2, 2, 2], [0, 1, 2, 2], [0, 0, 1, 2]]
+    """
+    offset = offset if isinstance(offset, int) else ops.cast(offset, "int32")  # a decoding step's index tensor
+    queries = ops.expand_dims(ops.arange(query_length, dtype="int32") + offset, 1)  # (T, 1)
+    keys = ops.expand_dims(ops.arange(key_length, dtype="int32"), 0)  # (1, S)
+    distance = ops.clip(keys - queries, -max_relative_position, max_relative_position)  # (T, S)
+    return distance + max_relative_position
+
+
+KINDS = ("sinusoidal", "learned", "relative")
+
+
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class PositionalEncoding(keras.layers.Layer):
     """Adds position information to a `(B, T, D)` sequence of embeddings.
 
     Args:
         max_length: the longest sequence accepted.
-        kind: "sinusoidal" (fixed, the paper) or "learned" (a trainable table).
+        kind: "sinusoidal" (fixed, the paper), "learned" (a trainable table) or
+            "relative" (nothing is added: the self-attention layers carry the
+            positions; the layer still bounds lengths by `max_length`).
 
     Call args:
         x: `(B, T, D)` embeddings.
@@ -48,8 +79,8 @@ class PositionalEncoding(keras.layers.Layer):
 
     def __init__(self, max_length, kind="sinusoidal", initializer="glorot_uniform", **kwargs):
         super().__init__(**kwargs)
-        if kind not in ("sinusoidal", "learned"):
-            raise ValueError(f"PositionalEncoding: kind must be 'sinusoidal' or 'learned', got {kind!r}.")
+        if kind not in KINDS:
+            raise ValueError(f"PositionalEncoding: kind must be one of {KINDS}, got {kind!r}.")
         self.max_length = int(max_length)
         self.kind = kind
         self.initializer = keras.initializers.get(initializer)
@@ -62,7 +93,7 @@ class PositionalEncoding(keras.layers.Layer):
         if self.kind == "learned":
             self.table = self.add_weight(name="positions", shape=(self.max_length, d_model),
                                          initializer=self.initializer, trainable=True)
-        else:
+        elif self.kind == "sinusoidal":
             self.table = sinusoidal_position_encoding(self.max_length, d_model)
 
     def call(self, x, start_index=0):
@@ -70,6 +101,8 @@ class PositionalEncoding(keras.layers.Layer):
         if isinstance(length, int) and isinstance(start_index, int) and start_index + length > self.max_length:
             raise ValueError(f"{self.name}: sequence of length {start_index + length} exceeds "
                              f"max_length={self.max_length}; truncate inputs or raise max_length.")
+        if self.table is None:  # relative positions: no absolute position signal at all
+            return x
         table = ops.cast(ops.convert_to_tensor(self.table), x.dtype)
         positions = ops.slice(table, [start_index, 0], [ops.shape(x)[1], ops.shape(x)[2]])
         return x + ops.expand_dims(positions, 0)
