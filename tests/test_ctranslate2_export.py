@@ -83,8 +83,8 @@ def relative_copy_export(relative_copy_model, copy_export, tmp_path_factory):
     """`(folder, vocab_dir, tokenizer)` as `copy_export`, for `relative_copy_model`."""
     model, config = relative_copy_model
     _, vocab_dir, tokenizer = copy_export
-    folder = ce.export_ctranslate2(model, config.replace(beam_size=4, length_penalty=0.6, max_decode_extra=5),
-                                   vocab_dir, tmp_path_factory.mktemp("ct2_relative") / "copy")
+    folder = ce.export_ctranslate2(model, config, vocab_dir, tmp_path_factory.mktemp("ct2_relative") / "copy",
+                                   beam_size=4, alpha=0.6, max_extra=5)
     return pathlib.Path(folder), vocab_dir, tokenizer
 
 
@@ -414,6 +414,7 @@ def test_module_examples_run():
     assert result.failed == 0 and result.attempted > 0
 
 
+@pytest.mark.slow  # three engines traced and run: about 13 CPU seconds
 def test_the_three_engines_share_one_interface(trained_copy_model, copy_export):
     """The TensorFlow, CTranslate2 and packed translators of one model answer the interface's questions alike:
     the same translations, n-best lists (best first, the first one the translation), forced scores, and attention

@@ -103,7 +103,7 @@ def test_a_model_with_relative_positions_gives_its_attention_maps(tokenizer, tmp
     keras.utils.set_random_seed(2)
     model = kt.build_model(kt.TransformerConfig.preset("tiny", vocab_size=tokenizer.vocab_size, max_length=64,
                                                        num_layers=1, position="relative", max_relative_position=2))
-    maps = plotting.translate_with_attention(model, SOURCE, tokenizer, translation=TARGET)
+    maps = Translator(model, tokenizer).attention(SOURCE, TARGET)
     source_length, target_length = len(maps.source_tokens), len(maps.target_inputs)
     assert maps.encoder_self[0].shape == (4, source_length, source_length) and source_length > 5
     assert maps.cross[0].shape == (4, target_length, source_length)
