@@ -45,6 +45,12 @@ With one intra-op thread the SavedModel worker also runs with
 the calling thread); ``--tf-xla-flags`` gives the worker other XLA flags ("" for none). The engine
 ``savedmodel-eigen-pool`` is the same export in a worker without that addition, which times the
 setting itself: ``--engines savedmodel,savedmodel-eigen-pool``.
+
+The engine ``savedmodel-baseline`` times another SavedModel as it is (``--baseline DIR``, e.g. the
+shipped export as an older commit wrote it: ``git worktree add /tmp/old <commit>`` and
+``--baseline /tmp/old/saved_models/multi30k_en_de``) in the same rounds, so a change to the search
+is timed against the code before it, paired, on the same sentences:
+``--engines savedmodel,savedmodel-baseline``. It must bake the same decoding settings.
 """
 
 import argparse
@@ -205,7 +211,7 @@ def prepare(args, folder):
     extra = pathlib.Path(args.export) / "assets.extra"
     settings = dict(beam_size=args.beam_size, alpha=args.alpha, max_extra=args.max_extra)
     translator = load_translator(args.export, jit_compile=not args.no_xla, **settings)
-    config = TransformerConfig.from_yaml(extra / "model.yaml")
+    config = TransformerConfig.from_yaml(extra / "model.yaml")  # the architecture (the decoding: the translator's)
     saved_model = args.export
     if not args.no_reexport:
         saved_model = export_translator(translator, folder / "saved_model", config=config)
@@ -257,6 +263,7 @@ def main():
     parser.add_argument("--cpus", default=None, help="pin every worker to these CPUs with taskset, e.g. 0 or 0-3")
     parser.add_argument("--engines", default="savedmodel,ct2-float32,ct2-int8",
                         help="comma-separated: savedmodel, savedmodel-no-xla (the same export without XLA), "
+                             "savedmodel-baseline (--baseline, as it is), "
                              "savedmodel-eigen-pool (the same export without --tf-xla-flags' additions: XLA's "
                              "products handed to the intra-op pool), ct2-float32, ct2-int8")
     parser.add_argument("--no-xla", action="store_true",
@@ -264,6 +271,8 @@ def main():
     parser.add_argument("--ct2-batch-limits", action="store_true",
                         help="CTranslate2: one length limit per batch (its longest sentence's) instead of grouping "
                              "sentences by their own limit")
+    parser.add_argument("--baseline", default=None,
+                        help="engine savedmodel-baseline: this SavedModel folder, timed as it is")
     parser.add_argument("--no-reexport", action="store_true",
                         help="time the SavedModel folder as it is (its own baked-in beam/alpha/max_extra)")
     parser.add_argument("--source", default=str(DATA / "test_2016_flickr.en.gz"))
@@ -298,6 +307,8 @@ def main():
                                               "inter_threads": args.tf_inter_threads}),
             "savedmodel-eigen-pool": (TF_WORKER, {**common, "model": saved_model, "threads": args.tf_threads,
                                                   "inter_threads": args.tf_inter_threads}),
+            "savedmodel-baseline": (TF_WORKER, {**common, "model": args.baseline, "threads": args.tf_threads,
+                                                "inter_threads": args.tf_inter_threads}),
             "ct2-float32": (CT2_WORKER, {**common, "model": ct2, "compute_type": "float32"}),
             "ct2-int8": (CT2_WORKER, {**common, "model": ct2, "compute_type": "int8"}),
         }
@@ -306,7 +317,10 @@ def main():
                                     threads=args.ct2_threads, beam_size=args.beam_size, alpha=args.alpha,
                                     max_extra=args.max_extra, exact_limits=not args.ct2_batch_limits)
         names = [n for n in args.engines.split(",") if n]
+        if "savedmodel-baseline" in names and not args.baseline:
+            parser.error("the engine savedmodel-baseline needs --baseline DIR")
         worker_env = {"savedmodel": {"XLA_FLAGS": xla_flags}, "savedmodel-no-xla": {"XLA_FLAGS": xla_flags},
+                      "savedmodel-baseline": {"XLA_FLAGS": xla_flags},
                       "savedmodel-eigen-pool": {"XLA_FLAGS": os.environ.get("XLA_FLAGS", "")}}
         workers = {name: Worker(name, *engines[name], cpus=args.cpus, env=worker_env.get(name))  # one at a time
                    for name in names}

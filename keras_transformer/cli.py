@@ -179,8 +179,9 @@ def build_parser():
                                              "tokenization and beam search inside, or (--format ctranslate2) as a "
                                              "CTranslate2 model folder for the fastest CPU serving (docs/serving.md).")
     export.add_argument("--workdir", required=True, action="append", metavar="DIR",
-                        help="the training workdir; repeat it to export several (sharing a vocabulary) as one "
-                             "ensemble. With --format ctranslate2, one workdir or SavedModel export")
+                        help="the training workdir (or a SavedModel export, exported again with this version: the "
+                             "same weights); repeat it to export several (sharing a vocabulary) as one ensemble. "
+                             "With --format ctranslate2, one workdir or SavedModel export")
     export.add_argument("--format", choices=("savedmodel", "ctranslate2"), default="savedmodel",
                         help="savedmodel (default) or ctranslate2 (needs `pip install keras-transformer[ctranslate2]`)")
     export.add_argument("--quantization", help="ctranslate2 only: the stored weight type, e.g. int8 (default float32)")

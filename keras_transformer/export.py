@@ -42,7 +42,7 @@ from keras_transformer.data.tokenizers import save_tokenizers
 from keras_transformer.errors import CheckpointNotFoundError
 from keras_transformer.files import replace_folder, staging_folder
 from keras_transformer.layout import (EXTRA_DIR, MEMBERS_DIR, MODEL_CONFIG, MODEL_WEIGHTS, VOCAB_DIR,
-                                      check_export_destination)
+                                      check_export_destination, is_export)
 from keras_transformer.translation import TRAINED_CHUNK_SIZE, Translator
 from keras_transformer.workdir import load_models, write_model_file
 
@@ -237,7 +237,8 @@ def export(workdir, directory, checkpoint=None, average=None, options=None, jit_
 
     Args:
         workdir: the folder `keras-transformer train` wrote (model.yaml, data/vocab, checkpoints/);
-            a list of workdirs sharing a vocabulary exports them as one ensemble.
+            a list of workdirs sharing a vocabulary exports them as one ensemble. A SavedModel export is
+            exported again with this version's code (the same weights; its options unless given).
         directory: output folder for the SavedModel.
         checkpoint: a `.weights.h5` file; default: the last checkpoint (or the average below).
             An ensemble takes a list, one per workdir (or None).
@@ -262,9 +263,10 @@ def export(workdir, directory, checkpoint=None, average=None, options=None, jit_
     check_export_destination(directory)  # before the models load
     workdirs = list(workdir) if isinstance(workdir, (list, tuple)) else [workdir]
     for path in workdirs:
-        if not os.path.isfile(os.path.join(os.fspath(path), MODEL_CONFIG)):
+        if not (os.path.isfile(os.path.join(os.fspath(path), MODEL_CONFIG)) or is_export(path)):
             raise CheckpointNotFoundError(f"{path} is not a training workdir: "
-                                          f"{os.path.join(os.fspath(path), MODEL_CONFIG)} is missing.")
+                                          f"{os.path.join(os.fspath(path), MODEL_CONFIG)} is missing (nor a "
+                                          "SavedModel export, which is re-exported with this version's code).")
     loaded = load_models(workdirs if len(workdirs) > 1 else workdirs[0], checkpoint, average,
                          require_vocabulary=True)
     translator = Translator.from_models(loaded.models, loaded.vocab_dir, options or loaded.decoding,

@@ -69,3 +69,30 @@ def test_early_exit_changes_the_translations_the_written_out_rule_changes(multi3
         expected, _ = reference_search(early.model, ids.tolist(), beam_size=early.beam_size, alpha=early.alpha,
                                        max_extra=early.max_extra, early_exit=True)
         assert tokens[row][tokens[row] != 0].tolist() == expected[0][0], row
+
+
+GREEDY = GOLDEN.with_name("multi30k_en_de.test2016.first50.greedy.de")
+OLD_MODEL_FILE = GOLDEN.with_name("multi30k_en_de.model.before-decoding-options.yaml")
+
+
+@pytest.mark.slow
+def test_the_shipped_savedmodel_and_greedy_decoding_translate_as_before(first_50):
+    """The SavedModel's own graph (re-exported with the decoding package) serves the golden lines (its early exit
+    changes none of these 50), and greedy decoding gives what `decoding.greedy_decode` gave before the package
+    (`golden/...first50.greedy.de`, written by commit 33a04d3's code)."""
+    served = tf.saved_model.load(str(SHIPPED)).signatures["serving_default"](tf.constant(first_50))["translation"]
+    assert [evaluation.one_line(t.decode("utf-8")) for t in served.numpy()] == GOLDEN.read_text(
+        encoding="utf-8").splitlines()
+    greedy = inference.load_translator(SHIPPED, strategy="greedy").translate_lines(first_50)
+    assert [evaluation.one_line(line) for line in greedy] == GREEDY.read_text(encoding="utf-8").splitlines()
+
+
+def test_a_model_file_from_before_the_decoding_options_loads_as_the_shipped_one():
+    """The shipped model's model.yaml as it was before the decoding options had their own mapping (beam_size,
+    length_penalty, max_decode_extra, early_exit among the architecture's fields) reads as the re-exported one."""
+    from keras_transformer.workdir import read_model_file
+    old_config, old_options = read_model_file(OLD_MODEL_FILE)
+    config, options = read_model_file(SHIPPED / "assets.extra" / "model.yaml")
+    assert (old_config, old_options) == (config, options)
+    assert (options.strategy, options.beam_size, options.alpha, options.max_extra, options.early_exit) == (
+        "beam", 5, 1.0, 50, True)
