@@ -21,6 +21,26 @@ from keras_transformer import masking
 from keras_transformer.layers.position import relative_position_index
 
 
+def masked_softmax(scores, attention_mask, dtype):
+    """Attention weights from logits `(B, H, T, S)`: a softmax over S in float32 (so that masking and normalisation
+    are exact under mixed precision), masked keys at exactly zero weight (even in all-masked rows), cast to `dtype`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> keras.ops.convert_to_numpy(masked_softmax(np.zeros((1, 1, 1, 3)), np.array([[[1, 1, 0]]]), "float32"))
+    array([[[[0.5, 0.5, 0. ]]]], dtype=float32)
+    """
+    scores = ops.cast(scores, "float32")
+    if attention_mask is not None:
+        mask = ops.expand_dims(ops.cast(attention_mask, "bool"), 1)  # (B, 1, T, S)
+        scores = ops.where(mask, scores, ops.cast(-1e9, "float32"))
+    weights = ops.softmax(scores, axis=-1)
+    if attention_mask is not None:
+        weights = ops.where(mask, weights, ops.zeros_like(weights))
+    return ops.cast(weights, dtype)
+
+
 def scaled_dot_product_attention(query, key, value, attention_mask=None, scale=True,
                                  dropout_layer=None, training=None, relative_keys=None, relative_values=None):
     """softmax(Q K^T / sqrt(d_k)) V, per head; with relative position representations if given.
@@ -57,15 +77,7 @@ def scaled_dot_product_attention(query, key, value, attention_mask=None, scale=T
     scores = ops.einsum("bthd,bshd->bhts", query, key)  # (B, H, T, S)
     if relative_keys is not None:  # + q_i a^K_ij
         scores = scores + ops.einsum("bthd,tsd->bhts", query, relative_keys)
-    # Softmax in float32 so that masking and normalisation are exact under mixed precision.
-    scores = ops.cast(scores, "float32")
-    if attention_mask is not None:
-        mask = ops.expand_dims(ops.cast(attention_mask, "bool"), 1)  # (B, 1, T, S)
-        scores = ops.where(mask, scores, ops.cast(-1e9, "float32"))
-    weights = ops.softmax(scores, axis=-1)
-    if attention_mask is not None:
-        weights = ops.where(mask, weights, ops.zeros_like(weights))  # exactly zero, even for all-masked rows
-    weights = ops.cast(weights, value.dtype)
+    weights = masked_softmax(scores, attention_mask, value.dtype)
     dropped = dropout_layer(weights, training=training) if dropout_layer is not None else weights
     outputs = ops.einsum("bhts,bshd->bthd", dropped, value)  # (B, T, H, d_v)
     if relative_values is not None:  # + sum_j alpha_ij a^V_ij
@@ -105,14 +117,7 @@ def heads_first_attention(query, key, value, attention_mask=None, scale=True, re
     scores = ops.einsum("bhtd,bhsd->bhts", query, key)  # (B, H, T, S)
     if relative_keys is not None:
         scores = scores + ops.einsum("bhtd,tsd->bhts", query, relative_keys)
-    scores = ops.cast(scores, "float32")
-    if attention_mask is not None:
-        mask = ops.expand_dims(ops.cast(attention_mask, "bool"), 1)  # (B, 1, T, S)
-        scores = ops.where(mask, scores, ops.cast(-1e9, "float32"))
-    weights = ops.softmax(scores, axis=-1)
-    if attention_mask is not None:
-        weights = ops.where(mask, weights, ops.zeros_like(weights))
-    weights = ops.cast(weights, value.dtype)
+    weights = masked_softmax(scores, attention_mask, value.dtype)
     outputs = ops.matmul(weights, value)  # (B, H, T, d_v)
     if relative_values is not None:
         outputs = outputs + ops.einsum("bhts,tsd->bhtd", weights, relative_values)
