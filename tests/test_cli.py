@@ -92,6 +92,40 @@ def test_early_exit_flag_reaches_the_translator_and_the_export(monkeypatch, caps
     assert seen == [None, True, None, True]  # None: the model config's
 
 
+def test_decoding_arguments_reach_translate_evaluate_and_export_as_options(monkeypatch, capsys, tmp_path):
+    """One set of decoding arguments for the three commands: the sampling ones (alone, they mean --strategy sample)
+    arrive as DecodeOptions fields, and a combination that cannot go together is refused before TensorFlow loads."""
+    from keras_transformer import export, inference
+    monkeypatch.chdir(tmp_path)
+    for folder in ("m", "w"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "model.yaml").write_text("d_model: 64\n", encoding="utf-8")
+    (tmp_path / "s.txt").write_text("a\n", encoding="utf-8")
+    seen = []
+    monkeypatch.setattr(inference, "load_translator", lambda model, checkpoint, average, **options: seen.append(
+        {k: v for k, v in options.items() if v is not None}))
+    monkeypatch.setattr(inference, "translate", lambda translator, chunk, batch_size: [])
+    monkeypatch.setattr(inference, "evaluate", lambda *args, **options: seen.append(
+        {k: v for k, v in options.items() if k in ("strategy", "top_k", "top_p", "temperature", "seed")
+         and v is not None}) or ({}, {}))
+    monkeypatch.setattr(export, "export", lambda workdir, out, **options: seen.append(
+        {k: v for k, v in options.items() if k in ("strategy", "top_k", "seed")}) or out)
+    sampling = ["--sampling-topk", "5", "--sampling-topp", "0.9", "--sampling-temperature", "0.7", "--seed", "3"]
+    assert cli.main(["translate", "--model", "m", *sampling, "a"]) == 0
+    assert cli.main(["evaluate", "--model", "m", "--source", "s.txt", "--reference", "s.txt", "--json",
+                     "--strategy", "sample", "--seed", "4"]) == 0
+    assert cli.main(["export", "--workdir", "w", "--out", "o", "--strategy", "sample", "--sampling-topk", "5"]) == 0
+    assert seen == [{"top_k": 5, "top_p": 0.9, "temperature": 0.7, "seed": 3},
+                    {"strategy": "sample", "seed": 4}, {"strategy": "sample", "top_k": 5}]
+    capsys.readouterr()
+    assert cli.main(["translate", "--model", "m", "--strategy", "beam", "--sampling-topp", "0.9", "a"]) == 2
+    assert "decoding.top_p applies to strategy 'sample' only" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stopped:  # argparse's own refusal
+        cli.main(["translate", "--model", "m", "--sampling-topp", "1.5", "a"])
+    assert stopped.value.code == 2 and "--sampling-topp: must be in (0, 1]" in capsys.readouterr().err
+    assert len(seen) == 3  # refused before any loading
+
+
 def test_python_module_commands_refuse_counts_out_of_range(capsys):
     from keras_transformer import arrays, distillation
     for main, argv, flag in ((arrays.main, ["w", "--average-last", "-1"], "--average-last"),  # 0: no average

@@ -458,3 +458,16 @@ def test_the_three_engines_share_one_interface(trained_copy_model, copy_export):
             np.testing.assert_allclose(a, b, atol=1e-5)
     with pytest.raises(NotImplementedError, match="ctranslate2 engine gives no attention maps"):
         engines["ctranslate2"].attention(SENTENCES[1])
+
+
+def test_ctranslate2_samples_with_its_own_sampling_reproducibly(copy_export):
+    """The options' sampling settings go to CTranslate2's own sampling; a seed gives the same draws again."""
+    folder = copy_export[0]
+    lines = random_sentences(12, seed=4)
+    first = CTranslate2Translator(folder, strategy="sample", top_k=0, temperature=3.0, seed=7)
+    again = CTranslate2Translator(folder, strategy="sample", top_k=0, temperature=3.0, seed=7)
+    other = CTranslate2Translator(folder, strategy="sample", top_k=0, temperature=3.0, seed=8)
+    drawn = first.translate_lines(lines)
+    assert drawn == again.translate_lines(lines) and drawn != other.translate_lines(lines)
+    assert drawn != CTranslate2Translator(folder, beam_size=1, alpha=0.0).translate_lines(lines)  # not greedy
+    assert [len(row) for row in first.n_best_lines(lines[:2])] == [1, 1]
