@@ -324,6 +324,11 @@ class Translator(tf.Module, TranslatorInterface):
                         else self._search_ids)
 
     @property
+    def jit_compile(self):
+        """Whether the search is compiled with XLA, one program per bucketed chunk shape (`bucket_sizes`)."""
+        return self._jit_compile
+
+    @property
     def beam_size(self):
         """`options.beam_size`: beams per sentence of the beam search."""
         return self.options.beam_size
