@@ -1,5 +1,7 @@
 """What a fresh process pays before its first result: a short training run and a first translation.
 
+(The shipped model's first request by serving path, with and without warm-up: bench/first_request.py.)
+
     .venv/bin/python bench/startup.py [--trees . ../other-checkout] [--rounds 3]
 
 Each round starts, for each source tree in turn (alternating, so machine noise falls on all alike), one fresh

@@ -21,6 +21,7 @@ checkpoint) are printed as one line and the command exits with status 2.
 """
 
 import argparse
+import functools
 import json
 import logging
 import math
@@ -338,14 +339,28 @@ def _stdin_chunks(size):
         yield chunk
 
 
+def _ctranslate2_only(args):
+    """Whether `args` translate with one CTranslate2 export: then TensorFlow is never imported (seconds saved)."""
+    from keras_transformer.layout import model_kind
+    return (args.command == "translate" and len(args.model) == 1 and model_kind(args.model[0]) == "ctranslate2"
+            and not args.checkpoint and args.average is None)
+
+
 def _translate(args):
-    from keras_transformer import evaluation, inference
-    model, checkpoint = _weights(args.model, args.checkpoint)
-    translator = inference.load_translator(model, checkpoint, args.average, **_decode_settings(args))
+    from keras_transformer import evaluation
+    if _ctranslate2_only(args):  # what inference.load_translator gives, without importing TensorFlow
+        from keras_transformer.ctranslate2_translator import CTranslate2Translator
+        settings = {key: value for key, value in _decode_settings(args).items() if value is not None}
+        translate = CTranslate2Translator(args.model[0], None, **settings).translate_lines
+    else:
+        from keras_transformer import inference
+        model, checkpoint = _weights(args.model, args.checkpoint)
+        translator = inference.load_translator(model, checkpoint, args.average, **_decode_settings(args))
+        translate = functools.partial(inference.translate, translator)
     # Arguments are one chunk; stdin goes in chunks, so that output starts early and memory stays bounded.
     chunks = [args.sentences] if args.sentences else _stdin_chunks(args.batch_size * STDIN_CHUNK_BATCHES)
     for chunk in chunks:
-        for line in inference.translate(translator, chunk, batch_size=args.batch_size):
+        for line in translate(chunk, batch_size=args.batch_size):
             print(evaluation.one_line(line))  # one output line per input sentence
         sys.stdout.flush()
     return 0
@@ -503,7 +518,8 @@ def main(argv=None):
     try:
         precheck(args)  # before TensorFlow: a wrong key or path answers at once
         dry_run = args.command == "train" and args.dry_run
-        if not dry_run and not args.verbose and os.environ.get(TF_LOGS_VARIABLE, "0") in ("", "0"):
+        if (not dry_run and not args.verbose and os.environ.get(TF_LOGS_VARIABLE, "0") in ("", "0")
+                and not _ctranslate2_only(args)):
             import_tensorflow_quietly()
             logging.getLogger("tensorflow").setLevel(logging.ERROR)
             logging.getLogger("absl").setLevel(logging.ERROR)

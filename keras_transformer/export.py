@@ -9,7 +9,9 @@ saved_models/multi30k_en_de/
   assets/                          the tokenizer files (vocabulary), as SavedModel assets
   assets.extra/                    model.yaml, model.weights.h5, vocab/: rebuild the Keras model
                                    (attention maps, fine-tuning) without the graph; an ensemble has
-                                   members/0/, members/1/, ... each with model.yaml and model.weights.h5
+                                   members/0/, members/1/, ... each with model.yaml and model.weights.h5;
+                                   tf_serving_warmup_requests: requests TensorFlow Serving replays at
+                                   load, compiling every XLA program a request can need (`warmup`)
   README.md                        the model card (shipped models)
 ```
 
@@ -44,6 +46,7 @@ from keras_transformer.files import replace_folder, staging_folder
 from keras_transformer.layout import (EXTRA_DIR, MEMBERS_DIR, MODEL_CONFIG, MODEL_WEIGHTS, VOCAB_DIR,
                                       check_export_destination, is_export)
 from keras_transformer.translation import TRAINED_CHUNK_SIZE, Translator
+from keras_transformer.warmup import warmup_requests, write_warmup_file
 from keras_transformer.workdir import load_models, write_model_file
 
 
@@ -209,6 +212,7 @@ def _write_savedmodel(translator, directory, configs):
         extra = os.path.join(directory, EXTRA_DIR)
         os.makedirs(extra, exist_ok=True)
         shutil.copytree(vocab, os.path.join(extra, VOCAB_DIR), dirs_exist_ok=True)
+    write_warmup_file(directory, warmup_requests(module.translator))  # what TensorFlow Serving replays at load
     if configs is not None:
         single = len(configs) == 1
         # The decoding options say what the graph does, so that `inference.load_translator` decodes alike.

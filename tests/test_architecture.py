@@ -21,7 +21,7 @@ LAYERS = [
     ("workdir", ["workdir", "evaluation"]),
     ("training", ["trainer", "trainer.*"]),
     ("tensorflow", ["data.corpus", "data.tokenizers", "data.pipeline", "data.build", "distribute", "translation",
-                    "export", "callbacks", "ctranslate2_export"]),
+                    "export", "warmup", "callbacks", "ctranslate2_export"]),
     ("user", ["training", "inference", "arrays", "distillation"]),
     ("plotting", ["plotting"]),
     ("cli", ["cli"]),

@@ -759,6 +759,11 @@ def test_export_to_ctranslate2_then_translate_and_evaluate_read_the_folder(tiny_
         assert cli.main(["translate", "--model", str(model), "--beam-size", "1", "--alpha", "0", *sentences]) == 0
         expected.append(capsys.readouterr().out.splitlines())
     assert expected[0] == expected[1] and len(expected[1]) == 3
+    # A CTranslate2 export translates in a process that never imports TensorFlow (it cost 4 s at every start).
+    code = "import sys; from keras_transformer import cli; cli.main(sys.argv[1:]); print('tensorflow' in sys.modules)"
+    alone = subprocess.run([sys.executable, "-c", code, "translate", "--model", str(out), "--beam-size", "1",
+                            "--alpha", "0", sentences[1]], capture_output=True, text=True, check=True)
+    assert alone.stdout.splitlines() == [expected[1][1], "False"]
     (tmp_path / "src.txt").write_text("a man rides a bike\ntwo dogs play\n", encoding="utf-8")
     assert cli.main(["evaluate", "--model", str(out), "--source", str(tmp_path / "src.txt"), "--reference",
                      str(tmp_path / "src.txt")]) == 0

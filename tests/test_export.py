@@ -20,6 +20,7 @@ from keras_transformer.evaluation import read_lines
 from keras_transformer.export import TranslatorModule, export_translator, load_exported
 from keras_transformer.inference import load_translator
 from keras_transformer.translation import TRAINED_CHUNK_SIZE, Translator
+from keras_transformer.warmup import read_warmup_file, warm_up, warmup_requests
 
 # Its module fixtures are expensive: `make test` (--dist loadgroup) runs the whole file on one worker, so they
 # are built once.
@@ -427,3 +428,52 @@ def test_the_sample_signature_draws_what_the_translator_draws(exported, loaded):
     np.testing.assert_allclose(served["score"].numpy(), in_memory["score"].numpy(), atol=1e-4)
     other = sample(inputs=tf.constant(SENTENCES + REFERENCES), **{**settings, "seed": tf.constant(12)})
     assert [t.decode("utf-8") for t in other["translation"].numpy()] != texts
+
+
+def test_the_warmup_file_is_tensorflow_servings_and_replays_through_the_export(exported, loaded):
+    """TensorFlow Serving replays `assets.extra/tf_serving_warmup_requests` when it loads an export: its own
+    protocol buffers (tensorflow-serving-api) read every record, and each request, run through the loaded
+    export, gives what the in-memory translator gives. `warm_up` replays the same requests."""
+    from tensorflow_serving.apis import prediction_log_pb2
+
+    directory, translator = exported
+    requests = []
+    for record in tf.data.TFRecordDataset(str(directory / "assets.extra" / "tf_serving_warmup_requests")):
+        log = prediction_log_pb2.PredictionLog.FromString(record.numpy())
+        assert log.WhichOneof("log_type") == "predict_log"
+        request = log.predict_log.request
+        requests.append((request.model_spec.signature_name,
+                         {name: tf.make_ndarray(tensor) for name, tensor in request.inputs.items()}))
+    # This export has no XLA, so no shapes to compile: one request per signature sets up its graph.
+    assert sorted(name for name, _ in requests) == ["n_best", "score", "serving_default", "translate_ids"]
+    for name, inputs in requests:
+        outputs = loaded.signatures[name](**{key: tf.constant(value) for key, value in inputs.items()})
+        if name in ("serving_default", "n_best"):
+            expected = translator.translate(tf.constant(inputs["inputs"]))["translation"].numpy()
+            got = outputs["translation"] if name == "serving_default" else outputs["translations"][:, 0]
+            assert got.numpy().tolist() == expected.tolist() and all(expected)
+        else:
+            assert np.all(np.isfinite(outputs["score"].numpy()))
+    assert [(name, sorted(inputs)) for name, inputs in read_warmup_file(directory)] == [
+        (name, sorted(inputs)) for name, inputs in requests]
+    assert warm_up(directory, loaded) is loaded
+
+
+def test_warmup_requests_cover_every_shape_xla_compiles(exported, tmp_path):
+    """With XLA a chunk is padded to a (rows, width) bucket, one program each: rows 1, 2, 4 or 8 (the last chunk
+    holds the request's remainder) and width 16, 32 or 48 (this model's max_length) whatever the rows. The
+    warm-up holds one request per bucket for serving_default and for n_best (another program: more
+    hypotheses). An export written before warm-up files is named with the fix."""
+    _, translator = exported
+    compiled = Translator.ensemble([translator], jit_compile=True)
+    buckets = {}
+    for name, inputs in warmup_requests(compiled):
+        if name in ("serving_default", "n_best"):
+            lengths = np.sum(compiled.encode_sources(tf.constant(inputs["inputs"])).numpy() != 0, axis=1)
+            rows = next(size for size in (1, 2, 4, 8) if size >= len(lengths))
+            width = next(size for size in (16, 32, 48) if size >= lengths.max())
+            buckets.setdefault(name, []).append((rows, width))
+    every = [(rows, width) for rows in (1, 2, 4, 8) for width in (16, 32, 48)]
+    assert sorted(buckets["serving_default"]) == sorted(buckets["n_best"]) == every
+    with pytest.raises(FileNotFoundError, match="export it again"):
+        read_warmup_file(tmp_path)

@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer import decoding
-from keras_transformer.translation import TRAINED_CHUNK_SIZE, Translator, bucket_sizes, bucket_table
+from keras_transformer.translation import EAGER_SENTENCES, TRAINED_CHUNK_SIZE, Translator, bucket_sizes, bucket_table
 
 SENTENCES = ["w5 w6 w7", "w8 w9 w10 w11 w12 w13 w14", "w16", "w20 w21 w22 w23 w24 w25"]
 
@@ -131,6 +131,26 @@ def test_a_vocabulary_of_another_size_than_the_model_is_refused(word_tokenizer, 
     config = kt.TransformerConfig.preset("tiny", vocab_size=40, num_layers=1)
     with pytest.raises(ValueError, match="32 ids but the model has 40"):
         Translator.from_models([kt.build_model(config)], (word_tokenizer, word_tokenizer))
+
+
+def test_first_few_sentences_are_decoded_without_tracing_and_as_the_graph_decodes(trained_copy_model,
+                                                                                  word_tokenizer, translator):
+    """A command line translating two sentences spent most of its time tracing the search into a graph: a
+    translator's first EAGER_SENTENCES sentences are decoded eagerly, giving what the graph gives (`translator`'s,
+    traced); past them, it traces once."""
+    model, _ = trained_copy_model
+    fresh = Translator(model, word_tokenizer, beam_size=4, alpha=0.6, max_extra=5)
+    assert EAGER_SENTENCES >= 4
+    translations, n_best = fresh(SENTENCES[:2]), fresh.n_best_lines(SENTENCES[2:4])
+    assert fresh.translate.experimental_get_tracing_count() == fresh.n_best.experimental_get_tracing_count() == 0
+    assert translations == [t.decode() for t in translator.translate(tf.constant(SENTENCES[:2]))["translation"].numpy()]
+    graph = translator.n_best(tf.constant(SENTENCES[2:4]))
+    assert [[text for text, _ in row] for row in n_best] == [[t.decode() for t in row]
+                                                             for row in graph["translations"].numpy()]
+    np.testing.assert_allclose([[score for _, score in row] for row in n_best], graph["scores"], atol=1e-5)
+    assert fresh.translate_lines(SENTENCES * 3) == translator.translate_lines(SENTENCES * 3)
+    assert fresh.translate.experimental_get_tracing_count() == 1  # past EAGER_SENTENCES: the graph, traced once
+    assert fresh(SENTENCES[:1]) == translations[:1] and fresh.translate.experimental_get_tracing_count() == 1
 
 
 def test_xla_translator_matches(trained_copy_model, word_tokenizer, translator):
