@@ -117,6 +117,28 @@ def trained_copy_model(tmp_path_factory, worker_id):
 
 
 @pytest.fixture(scope="session")
+def shipped_served(tmp_path_factory, worker_id, multi30k_dir):
+    """What the shipped EN->DE SavedModel's `serving_default` gives for the first 12 validation and the first 50
+    test2016 sentences, served in one call (the compilations of its search paid once per run): `{"val": [...],
+    "test": [...]}`, for the tests that compare it with JAX and with the golden file."""
+    import json
+
+    def serve(path):
+        import tensorflow as tf
+        import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
+
+        from keras_transformer.evaluation import read_lines
+        val = read_lines(multi30k_dir / "val.en.gz")[:12]
+        test = read_lines(multi30k_dir / "test_2016_flickr.en.gz")[:50]
+        loaded = tf.saved_model.load(str(REPO_ROOT / "saved_models" / "multi30k_en_de"))
+        served = loaded.signatures["serving_default"](tf.constant(val + test))["translation"].numpy()
+        texts = [t.decode("utf-8") for t in served]
+        path.write_text(json.dumps({"val": texts[:12], "test": texts[12:]}, ensure_ascii=False), encoding="utf-8")
+
+    return json.loads(built_once(tmp_path_factory, worker_id, "shipped_served.json", serve).read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="session")
 def word_tokenizer():
     """A whitespace tokenizer over the words "w4".."w31" (id i <-> "w{i}"), tf.function-friendly."""
     import tensorflow as tf

@@ -331,24 +331,21 @@ print(json.dumps(arrays.translate_lines(model, lines, source, target, options=op
 
 
 @pytest.mark.slow
-def test_shipped_model_translates_alike_under_jax_and_from_its_saved_model(multi30k_dir):
+def test_shipped_model_translates_alike_under_jax_and_from_its_saved_model(multi30k_dir, shipped_served):
     """The shipped EN->DE model's Keras weights (assets.extra) decode on JAX without TensorFlow as its SavedModel
     does, and the translations are real German (sentence BLEU against the references)."""
     import gzip
 
     import sacrebleu
-    import tensorflow as tf
-    import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
     with gzip.open(multi30k_dir / "val.en.gz", "rt", encoding="utf-8") as f:
         lines = [next(f).strip() for _ in range(24)]
     with gzip.open(multi30k_dir / "val.de.gz", "rt", encoding="utf-8") as f:
         references = [next(f).strip() for _ in range(24)]
     on_jax = run_jax(SHIPPED_SCRIPT, SHIPPED_DE, json.dumps(lines))
-    # The SavedModel decodes the first 12 (its beam search costs about 0.6 s a sentence here; JAX's cost is mostly
-    # its compilations, so it translates all 24 for the BLEU below).
+    # The SavedModel decoded the first 12 (conftest's `shipped_served`, shared with the golden test; JAX's cost is
+    # mostly its compilations, so it translates all 24 for the BLEU below).
     compared = lines[:12]
-    served = tf.saved_model.load(str(SHIPPED_DE)).signatures["serving_default"](tf.constant(compared))
-    from_saved_model = [t.decode("utf-8") for t in served["translation"].numpy()]
+    from_saved_model = shipped_served["val"]
     assert len(from_saved_model) == len(compared)
     same = sum(a == b for a, b in zip(on_jax, from_saved_model))
     assert same >= len(compared) - 1, list(zip(on_jax, from_saved_model))  # a near tie may flip one beam
