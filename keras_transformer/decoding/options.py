@@ -195,7 +195,7 @@ class DecodeOptions:
         >>> DecodeOptions().describe(), DecodeOptions(strategy="sample", top_p=0.9, seed=3).describe()
         ('beam: beam_size 4, alpha 0.6, max_extra 50', 'sample: temperature 1.0, top_k 0, top_p 0.9, seed 3, max_extra 50')
         """
-        names = {"beam": ("beam_size", "alpha", "max_extra", "early_exit"), "greedy": ("max_extra",),
-                 "sample": ("temperature", "top_k", "top_p", "seed", "max_extra")}[self.strategy]
+        names = {"beam": ("beam_size", "alpha", "max_extra", "early_exit"),
+                 "sample": ("temperature", "top_k", "top_p", "seed", "max_extra")}.get(self.strategy, ("max_extra",))
         shown = [f"{name} {getattr(self, name)}" for name in names if name != "early_exit" or self.early_exit]
         return f"{self.strategy}: " + ", ".join(shown)
