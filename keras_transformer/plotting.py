@@ -127,7 +127,7 @@ def plot_attention_maps(maps, out_dir, kinds=KINDS, layout="grid", dpi=110):
     """Writes the heatmaps of an `AttentionMaps` as PNG files.
 
     Args:
-        maps: an `AttentionMaps` (from `translate_with_attention`).
+        maps: an `AttentionMaps` (from a translator's `attention`).
         out_dir: the folder to write (created if needed).
         kinds: which of ``"encoder_self"``, ``"decoder_self"``, ``"cross"`` to draw.
         layout: ``"grid"``: one PNG per layer with every head in a grid
