@@ -38,6 +38,14 @@ import time
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SENTENCES = ["A man rides a bike.", "Two dogs play in the snow."]
 
+# The two requests every in-process path times, the same sentences twice (`translator`, `times` defined before).
+TWO_REQUESTS = r"""
+for phase in ("first request", "warmed request"):
+    start = time.perf_counter()
+    out = translator.translate_lines(json.loads(sys.argv[2]))
+    times[phase] = time.perf_counter() - start
+"""
+
 KERAS = r"""
 import json, sys, time
 start = time.perf_counter()
@@ -47,10 +55,7 @@ times = {"import": time.perf_counter() - start}
 start = time.perf_counter()
 translator = load_translator(sys.argv[1])
 times["load"] = time.perf_counter() - start
-for phase in ("first request", "warmed request"):
-    start = time.perf_counter()
-    out = translator.translate_lines(json.loads(sys.argv[2]))
-    times[phase] = time.perf_counter() - start
+""" + TWO_REQUESTS + r"""
 print(json.dumps({"times": times, "out": out}))
 """
 
@@ -96,10 +101,7 @@ times = {"import": time.perf_counter() - start}
 start = time.perf_counter()
 translator = CTranslate2Translator(sys.argv[1])
 times["load"] = time.perf_counter() - start
-for phase in ("first request", "warmed request"):
-    start = time.perf_counter()
-    out = translator.translate_lines(json.loads(sys.argv[2]))
-    times[phase] = time.perf_counter() - start
+""" + TWO_REQUESTS + r"""
 assert "tensorflow" not in sys.modules
 print(json.dumps({"times": times, "out": out}))
 """
