@@ -434,6 +434,9 @@ class TrainingSection:
     rdrop_alpha: typing.Optional[float] = None  # R-Drop (null or 0: off): every pair runs twice a batch, with
                                                 # two dropout masks, and alpha / 4 times their symmetric KL joins
                                                 # the loss (losses.RDropLoss); a batch computes twice the positions
+    ema_decay: typing.Optional[float] = None  # keep an exponential moving average of the weights (Keras' use_ema)
+                                              # with this decay, e.g. 0.999 (null: off); checkpoints, validation,
+                                              # BLEU, average and export use it, the backup keeps the raw weights
     seed: int = 1234  # keras.utils.set_random_seed: initial weights, dropout, shuffling
     checkpoint_every_steps: typing.Optional[int] = None  # also write checkpoints/step-XXXXXXXX.weights.h5
     keep_step_checkpoints: int = 3  # how many step checkpoints to keep
@@ -498,6 +501,11 @@ class TrainingSection:
                                              or not isinstance(self.rdrop_alpha, (int, float))
                                              or not self.rdrop_alpha >= 0):
             raise ConfigError(f"training.rdrop_alpha must be a number >= 0 or null, got {self.rdrop_alpha!r}.")
+        if self.ema_decay is not None and (isinstance(self.ema_decay, bool)
+                                           or not isinstance(self.ema_decay, (int, float))
+                                           or not 0 < self.ema_decay < 1):
+            raise ConfigError(f"training.ema_decay must be a number between 0 and 1 (exclusive; e.g. 0.999) or null, "
+                              f"got {self.ema_decay!r}.")
         if self.steps_per_epoch is not None and self.steps_per_epoch % self.steps_per_execution:
             raise ConfigError(f"training.steps_per_epoch={self.steps_per_epoch} is not a multiple of "
                               f"training.steps_per_execution={self.steps_per_execution}: Keras runs whole executions, "

@@ -20,13 +20,20 @@ package, and translation and evaluation, which compute no loss, still work.
 3. `set_update_count`: with `gradient_accumulation_steps`, an optimizer's
    `iterations` is computed from a private counter of batches, and cannot be
    assigned; `training.initial_updates` sets that counter.
+4. `moving_average_pairs` and `keep_raw_weights_after_fit`: an optimizer with
+   `use_ema` keeps the moving average of each weight in a private list, and
+   every `fit` ends by copying it over the model's weights
+   (`finalize_variable_values`), which would make the second of two `fit`
+   calls (a resumed epoch's rest, then the remaining epochs) train on from the
+   average instead of the raw weights.
 """
 
 import functools
 
 import keras
 
-__all__ = ["apply_multi_worker_workarounds", "scale_loss_for_distribution", "set_update_count"]
+__all__ = ["apply_multi_worker_workarounds", "keep_raw_weights_after_fit", "moving_average_pairs",
+           "scale_loss_for_distribution", "set_update_count"]
 
 
 def scale_loss_for_distribution(value):
@@ -76,6 +83,40 @@ def set_update_count(optimizer, updates):
         optimizer._iterations.assign(updates * steps)  # (3) the batch counter behind `iterations`
     else:
         optimizer.iterations.assign(updates)
+
+
+def moving_average_pairs(optimizer):
+    """`[(weight, its moving average)]` of a built optimizer with `use_ema`, in the order it was built with; `[]`
+    for one without.
+
+    Keras keeps the averages in `_model_variables_moving_average`, aligned with
+    the variables the optimizer was built with (`_trainable_variables`), with
+    None for a variable it does not average; those are left out.
+
+    Example:
+
+    >>> weight = keras.Variable(np.zeros(2))
+    >>> optimizer = keras.optimizers.SGD(1.0, use_ema=True, ema_momentum=0.5)
+    >>> optimizer.build([weight])
+    >>> [(w is weight, tuple(a.shape)) for w, a in moving_average_pairs(optimizer)]
+    [(True, (2,))]
+    """
+    if not getattr(optimizer, "use_ema", False) or not optimizer.built:
+        return []
+    # (4) no public name for the averages nor for the variables they belong to
+    return [(weight, average) for weight, average in
+            zip(optimizer._trainable_variables, optimizer._model_variables_moving_average) if average is not None]
+
+
+def keep_raw_weights_after_fit(optimizer):
+    """Stops `fit` from ending with the moving average copied over the model's weights (Keras'
+    `finalize_variable_values` with `use_ema`): the caller decides when the model takes the average.
+
+    Returns:
+        The same optimizer.
+    """
+    optimizer.finalize_variable_values = lambda var_list: None  # (4) an instance attribute: this optimizer only
+    return optimizer
 
 
 def apply_multi_worker_workarounds(model, tf):

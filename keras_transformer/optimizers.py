@@ -5,7 +5,7 @@ import keras
 from keras_transformer.schedules import LinearCooldown, NoamSchedule
 
 
-def make_optimizer(config, gradient_accumulation_steps=None, cooldown=None, **kwargs):
+def make_optimizer(config, gradient_accumulation_steps=None, cooldown=None, ema_decay=None, **kwargs):
     """Returns `keras.optimizers.Adam` configured as in section 5.3 of the paper.
 
     Args:
@@ -15,6 +15,9 @@ def make_optimizer(config, gradient_accumulation_steps=None, cooldown=None, **kw
             before each update (a larger effective batch on small hardware).
         cooldown: `(start, steps)`: from update `start` the learning rate falls
             linearly to zero over `steps` updates (`LinearCooldown`).
+        ema_decay: keep an exponential moving average of the weights with this
+            decay (Keras' `use_ema` / `ema_momentum`): after each batch,
+            `average = ema_decay * average + (1 - ema_decay) * weight`.
         **kwargs: passed on to `keras.optimizers.Adam` (e.g. `clipnorm`).
 
     Example:
@@ -29,5 +32,7 @@ def make_optimizer(config, gradient_accumulation_steps=None, cooldown=None, **kw
         schedule = LinearCooldown(schedule, *cooldown)
     if gradient_accumulation_steps is not None and gradient_accumulation_steps > 1:
         kwargs["gradient_accumulation_steps"] = int(gradient_accumulation_steps)
+    if ema_decay:
+        kwargs.update(use_ema=True, ema_momentum=float(ema_decay))
     return keras.optimizers.Adam(learning_rate=schedule, beta_1=config.beta_1, beta_2=config.beta_2,
                                  epsilon=config.epsilon, **kwargs)

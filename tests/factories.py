@@ -8,6 +8,7 @@ Reach for these (and the session fixtures in `conftest.py`) before writing a new
 - `seeded_weights(model, seed)`: weights of peaked, reproducible noise instead of training.
 - `make_workdir(root, config, ...)`: a workdir as `train` leaves it (model.yaml, epoch checkpoints, data/vocab),
   without training.
+- `backup_weights(workdir, ema_decay)`: the raw weights in a workdir's latest backup and their moving averages.
 - `sampling_uniform(seed, key, sample, step)`: numpy's copy of the draws `decoding.sample` makes, for checking
   them on every backend.
 """
@@ -45,6 +46,26 @@ def seeded_weights(model, seed):
     rng = np.random.default_rng(seed)
     model.set_weights([rng.normal(size=w.shape).astype(w.dtype) for w in model.get_weights()])
     return model
+
+
+def backup_weights(workdir, ema_decay):
+    """`(raw weights, their moving averages)` as numpy arrays, from `workdir/backup/latest.weights.h5` of a run
+    with `training.ema_decay`."""
+    import keras
+
+    from keras_transformer.config import TransformerConfig
+    from keras_transformer.keras_internals import moving_average_pairs
+    from keras_transformer.model import build_model
+    from keras_transformer.optimizers import make_optimizer
+    from keras_transformer.trainer.backup import load_backup_weights
+
+    config = TransformerConfig.from_yaml(pathlib.Path(workdir) / "model.yaml")
+    model = build_model(config)
+    model.compile(optimizer=make_optimizer(config, ema_decay=ema_decay))
+    model.optimizer.build(model.trainable_variables)
+    load_backup_weights(model, pathlib.Path(workdir) / "backup" / "latest.weights.h5")
+    return ([keras.ops.convert_to_numpy(v) for v in model.trainable_variables],
+            [keras.ops.convert_to_numpy(average) for _, average in moving_average_pairs(model.optimizer)])
 
 
 def make_workdir(root, config, *, models=None, epochs=(1,), tokenizers=None, vocab_files=None, seed=None):

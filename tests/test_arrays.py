@@ -11,6 +11,7 @@ from keras_transformer.data.packed import ARRAYS_FILE, arrays_to_ragged, load_ar
 from keras_transformer.errors import ConfigError
 from keras_transformer.inference import load_translator
 from keras_transformer.trainer.backup import resumed_seed
+from factories import backup_weights
 
 # Its module fixtures are expensive: `make test` (--dist loadgroup) runs the whole file on one worker, so they
 # are built once.
@@ -530,14 +531,15 @@ def test_steps_per_epoch_trains_that_many_updates_an_epoch_and_a_resume_across_a
                                                                                                     monkeypatch):
     """training.steps_per_epoch applies on the packed path: an epoch of N updates takes the next N batches of
     the stream of passes, so the second epoch crosses the end of the first pass. A run killed inside it resumes
-    with the batches the epoch had left, across that end, and ends with the weights of the uninterrupted run."""
+    with the batches the epoch had left, across that end, and ends with the weights of the uninterrupted run: with
+    training.ema_decay, its raw weights and their moving averages both."""
     from keras_transformer.trainer.backup import backup_position
     whole, broken = copy_packed("whole"), copy_packed("broken")
     per_pass = len(arrays.packed_data(whole, arrays.packed_experiment(whole))[1])
     steps = per_pass // 2 + 1
     assert steps + 2 < per_pass < 2 * steps
     for workdir in (whole, broken):
-        _set_training(workdir, steps_per_epoch=steps, backup_every_steps=1)
+        _set_training(workdir, steps_per_epoch=steps, backup_every_steps=1, ema_decay=0.9)
     result = arrays.train_arrays(whole, jit_compile=False, average_last=0)
     assert result["updates"] == 2 * steps
     expected = _history(whole)
@@ -553,7 +555,12 @@ def test_steps_per_epoch_trains_that_many_updates_an_epoch_and_a_resume_across_a
     got = _history(broken)
     assert [int(r["step"]) for r in got] == [steps, 2 * steps]
     assert float(got[1]["loss"]) == pytest.approx(float(expected[1]["loss"]), rel=1e-4)
-    _assert_same_final_weights(whole, broken)
+    _assert_same_final_weights(whole, broken)  # the checkpoints: the moving averages (training.ema_decay)
+    (whole_raw, whole_average), (broken_raw, broken_average) = (backup_weights(w, 0.9) for w in (whole, broken))
+    for raw, average, other_raw, other_average in zip(whole_raw, whole_average, broken_raw, broken_average):
+        np.testing.assert_allclose(other_raw, raw, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(other_average, average, rtol=1e-4, atol=1e-5)
+    assert not np.allclose(whole_raw[0], whole_average[0], atol=1e-4)
 
 
 def _history(workdir):

@@ -12,8 +12,10 @@ import pathlib
 import subprocess
 import sys
 
+import keras
 import numpy as np
 import pytest
+from factories import backup_weights
 
 # Its module fixtures are expensive: `make test` (--dist loadgroup) runs the whole file on one worker, so they
 # are built once.
@@ -252,11 +254,16 @@ def test_training_under_jax_resumes_and_reports_the_loss_tensorflow_computes(pac
     second in a new process. The epoch checkpoints load into the TensorFlow model, whose validation loss (numpy's
     label-smoothed cross-entropy of its logits) is the one the JAX run reported: as `model.fit` (and so `train`)
     reports it, each batch's token mean weighted by the batch's rows (padding rows included: XLA's batches have one
-    shape per width)."""
+    shape per width). With training.ema_decay on: validation and checkpoints take the moving average on JAX too."""
+    import yaml
+
     from keras_transformer.config import TransformerConfig
     from keras_transformer.data.packed import ARRAYS_FILE, load_arrays, make_batches
     from keras_transformer.model import build_model
     workdir = copy_packed()
+    experiment = yaml.safe_load((workdir / "experiment.yaml").read_text(encoding="utf-8"))
+    experiment["training"]["ema_decay"] = 0.9
+    (workdir / "experiment.yaml").write_text(yaml.safe_dump(experiment), encoding="utf-8")
     cache = {"JAX_COMPILATION_CACHE_DIR": str(tmp_path / "jax_cache")}  # as docs/gpu.md: the resume compiles less
     run_jax(TRAIN_SCRIPT, workdir, 1, env=cache)
     run_jax(TRAIN_SCRIPT, workdir, 2, env=cache)
@@ -285,6 +292,10 @@ def test_training_under_jax_resumes_and_reports_the_loss_tensorflow_computes(pac
             total += per_token[labels != 0].mean() * len(labels)
             rows += len(labels)
         assert total / rows == pytest.approx(float(row["val_loss"]), rel=1e-4)
+    raw, average = backup_weights(workdir, 0.9)  # the last checkpoint holds the averages the backup keeps
+    for got, expected in zip(model.trainable_variables, average):
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(got), expected, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(raw[0], average[0], atol=1e-4)
 
 
 DRAWS_SCRIPT = """

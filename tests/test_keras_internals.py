@@ -190,3 +190,37 @@ def test_an_optimizer_set_to_7_updates_goes_on_as_one_that_made_them(accumulatio
     assert moves[:-1] == [(0.0, 0.0)] * (batches - 1)  # accumulating: no update before the last batch
     assert moves[-1][0] == moves[-1][1] < 0  # the same update, from the same step of the schedule
     assert int(resumed.iterations) == int(ran.iterations) == 8
+
+
+# ------------------------------------------------------------------ moving averages (training.ema_decay)
+def test_moving_averages_pair_with_their_weights_and_fit_can_leave_the_raw_weights_in_place():
+    """Keras' optimizer EMA: one average per trainable weight, in the order the optimizer was built with, the
+    first update copying the weight; `fit` ends by copying the averages over the weights unless
+    `keep_raw_weights_after_fit` says otherwise."""
+    def fitted(keep_raw):
+        model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(3), keras.layers.Dense(1)])
+        model.compile(optimizer=keras.optimizers.SGD(0.1, use_ema=True, ema_momentum=0.5), loss="mse")
+        model.optimizer.build(model.trainable_variables)
+        if keep_raw:
+            keras_internals.keep_raw_weights_after_fit(model.optimizer)
+        pairs = keras_internals.moving_average_pairs(model.optimizer)
+        assert [weight.path for weight, _ in pairs] == [v.path for v in model.trainable_variables]
+        x, y = np.ones((4, 2), "float32"), np.zeros((4, 1), "float32")
+        raw = []
+
+        class Record(keras.callbacks.Callback):
+            def on_train_batch_end(self, batch, logs=None):
+                raw.append([w.numpy().copy() for w in self.model.trainable_variables])
+        model.fit(x, y, batch_size=2, epochs=1, verbose=0, shuffle=False, callbacks=[Record()])
+        return model, pairs, raw
+
+    model, pairs, raw = fitted(keep_raw=True)
+    expected = [0.5 * first + 0.5 * second for first, second in zip(*raw)]  # the first update copies
+    for (weight, average), value, last in zip(pairs, expected, raw[-1]):
+        np.testing.assert_allclose(average.numpy(), value, rtol=1e-6)
+        np.testing.assert_array_equal(weight.numpy(), last)  # raw weights after fit
+    model, pairs, raw = fitted(keep_raw=False)
+    for (weight, average), last in zip(pairs, raw[-1]):  # Keras' own ending: the averages replace the weights
+        np.testing.assert_array_equal(weight.numpy(), average.numpy())
+        assert not np.array_equal(weight.numpy(), last)
+    assert keras_internals.moving_average_pairs(keras.optimizers.SGD()) == []

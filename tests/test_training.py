@@ -4,6 +4,7 @@ import csv
 import dataclasses
 import pathlib
 
+import keras
 import numpy as np
 import pytest
 import yaml
@@ -22,7 +23,7 @@ from keras_transformer.trainer.callbacks import HistoryCSV, LearningRateLogger
 from keras_transformer.trainer.precision import cpu_has_native_bfloat16, progress_verbosity, resolve_precision
 from keras_transformer.workdir import checkpoint_vocabulary, epoch_checkpoints, load_weights
 
-from factories import REPO, SMALL_MODEL
+from factories import REPO, SMALL_MODEL, backup_weights
 from factories import SMALL_RUN as SMALL
 from factories import TINY_EXPERIMENT as TINY
 
@@ -414,6 +415,88 @@ def test_an_epoch_interrupted_between_backups_resumes_at_its_batch(tmp_path, mon
     assert trainer_backup.backup_position(workdir / "backup") == (3, 0)  # each epoch ends with a backup
 
 
+def _record_raw_weights(monkeypatch, seen, stop_at=None):
+    """Makes the next `train` append the model's trainable weights after every update to `seen` (and stop there,
+    as a killed process would, once the optimizer has made `stop_at` updates)."""
+    class Record(LearningRateLogger):
+        def on_train_batch_end(self, batch, logs=None):
+            seen.append([keras.ops.convert_to_numpy(v).astype(np.float64) for v in self.model.trainable_variables])
+            if int(self.model.optimizer.iterations) == stop_at:
+                raise _Interrupted()
+
+    monkeypatch.setattr(trainer_loop, "LearningRateLogger", Record)  # the first callback the loop makes
+
+
+def _trainable(model):
+    return [keras.ops.convert_to_numpy(v) for v in model.trainable_variables]
+
+
+@pytest.mark.slow
+def test_ema_checkpoints_and_validates_the_average_and_resumes_raw_and_average_from_the_backup(tmp_path, monkeypatch):
+    """training.ema_decay: every epoch checkpoint (and the model `train` returns) holds a numpy EMA of the raw
+    weights' trajectory, the first update copying them; the epoch's val_loss is the averaged weights'; the
+    backup keeps the raw weights beside the averages; a run killed inside an epoch resumes both from its backup and
+    the average goes on from there; turning the average off in a run half way is refused by name."""
+    decay = 0.8
+    settings = SMALL_MODEL + ["data.train_examples=256", "data.val_examples=32", "data.batch_size=32",
+                              "data.shuffle=false", "training.epochs=2", "training.verbose=0",
+                              "training.tensorboard=false", "training.backup_every_steps=2",
+                              f"training.ema_decay={decay}"]
+    experiment = load_experiment(TINY, settings)
+    raw = []
+    _record_raw_weights(monkeypatch, raw)
+    whole = training.train(experiment, tmp_path / "whole")
+    assert len(raw) == 16  # 8 updates an epoch
+    averages = [raw[0]]
+    for weights in raw[1:]:
+        averages.append([decay * a + (1 - decay) * w for a, w in zip(averages[-1], weights)])
+    model = build_model(whole.model_config)
+    for checkpoint, updates in zip(epoch_checkpoints(tmp_path / "whole"), (8, 16)):
+        load_weights(model, checkpoint)
+        for got, expected in zip(_trainable(model), averages[updates - 1]):
+            np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+    for got, expected in zip(_trainable(whole.model), averages[-1]):
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(averages[-1][0], raw[-1][0], atol=1e-4)  # the average is not the raw weights
+    backup_raw, backup_average = backup_weights(tmp_path / "whole", decay)
+    for got, expected in zip(backup_raw, raw[-1]):
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+    for got, expected in zip(backup_average, averages[-1]):
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+    data = build_data(experiment.data, tmp_path / "whole" / "data", seed=experiment.training.seed)
+    val_loss = float(_rows(tmp_path / "whole" / "history.csv")[-1]["val_loss"])
+    assert val_loss == pytest.approx(whole.model.evaluate(data.validation, verbose=0, return_dict=True)["loss"],
+                                     rel=1e-5)
+
+    # Killed inside epoch 2, whose last backup came after update 12: the resumed process restores the raw weights
+    # and their average as they stood then (tf.data trains the epoch's other 4 batches from a new pass; the packed
+    # path resumes at the batch itself: tests/test_arrays.py). The average goes on from exactly there.
+    first, rest = [], []
+    _record_raw_weights(monkeypatch, first, stop_at=13)
+    with pytest.raises(_Interrupted):
+        training.train(experiment, tmp_path / "broken")
+    assert trainer_backup.backup_position(tmp_path / "broken" / "backup") == (1, 4)
+    _record_raw_weights(monkeypatch, rest)
+    resumed = training.train(experiment, tmp_path / "broken")
+    trajectory = first[:12] + rest
+    assert len(rest) == 4 and int(resumed.model.optimizer.iterations) == 16
+    average = trajectory[0]
+    for weights in trajectory[1:]:
+        average = [decay * a + (1 - decay) * w for a, w in zip(average, weights)]
+    backup_raw, backup_average = backup_weights(tmp_path / "broken", decay)
+    load_weights(model, tmp_path / "broken" / "checkpoints" / "ckpt-0002.weights.h5")
+    for got_raw, got_average, got_checkpoint, raw_weight, averaged in zip(
+            backup_raw, backup_average, _trainable(model), trajectory[-1], average):
+        np.testing.assert_allclose(got_raw, raw_weight, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(got_average, averaged, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(got_checkpoint, averaged, rtol=1e-5, atol=1e-6)
+    monkeypatch.undo()
+
+    off = load_experiment(TINY, settings + ["training.ema_decay=null", "training.epochs=3"])
+    with pytest.raises(CheckpointError, match="training.ema_decay is off now but was on"):
+        training.train(off, tmp_path / "whole")
+
+
 @pytest.mark.slow
 def test_the_history_row_of_an_interrupted_epoch_averages_all_its_batches(tmp_path, monkeypatch, caplog):
     """The resumed process trains the epoch's last 4 batches; its history row still averages all 8, the 4 the
@@ -703,6 +786,12 @@ def test_r_drop_trains_on_pairs_and_reports_the_plain_validation_loss(tmp_path):
     result.model.compile(loss=result.model.loss, run_eagerly=True)
     unpaired = result.model.evaluate(data.validation, verbose=0, return_dict=True)["loss"]
     assert unpaired > result.history["val_loss"][-1] + 1e-3
+
+
+@pytest.mark.parametrize("value", [0, 1, 1.5, -0.5, True, "0.999"])
+def test_a_bad_ema_decay_is_named(value):
+    with pytest.raises(ConfigError, match="training.ema_decay must be a number between 0 and 1"):
+        TrainingSection(ema_decay=value).validate()
 
 
 @pytest.mark.parametrize("value", [-1, "5", True])

@@ -2,7 +2,8 @@
 
 A run's `backup/` folder holds `latest.weights.h5` (weights and optimizer
 state), `training_metadata.json` (the epoch, the batches of it already
-trained, and the digest of the weights file it goes with) and, inside an
+trained, whether the optimizer keeps a moving average of the weights, and the
+digest of the weights file it goes with) and, inside an
 epoch, `metrics.npz` (the epoch's running loss and metrics); the backup before
 it stays beside them as `latest.weights.h5.bkp` and `training_metadata.json.bkp`.
 The same command run again restores them and trains only what is left; its
@@ -32,6 +33,7 @@ import numpy as np
 from keras_transformer.errors import CheckpointError
 from keras_transformer.files import (atomic_copy, atomic_write, file_digest, fsync_folder, temporary_path,
                                      write_temporary)
+from keras_transformer.trainer.ema import has_average
 
 log = logging.getLogger("keras_transformer")
 
@@ -71,6 +73,7 @@ class BackupState:
     done: int  # batches of the next epoch already trained
     previous: bool  # the `.bkp` pair: the latest one was not whole
     problems: tuple = ()  # why the backups before it were passed over, one line each
+    moving_average: bool = False  # the optimizer state holds a moving average of the weights (training.ema_decay)
 
     @property
     def position(self):
@@ -78,7 +81,8 @@ class BackupState:
 
 
 def _read_pair(weights, metadata):
-    """The position a weights file and its metadata resume at; raises on anything that makes them unusable."""
+    """`(epoch, batches done, moving average)` of a weights file and its metadata; raises on anything that makes
+    them unusable."""
     if not weights.is_file():
         raise FileNotFoundError(f"{weights} is missing")
     try:
@@ -96,7 +100,7 @@ def _read_pair(weights, metadata):
     if done is None:  # Keras' own record: the last batch's zero-based index; 0 cannot tell one batch from none
         batch = int(record.get("batch", 0) or 0)
         done = batch + 1 if batch else 0
-    return int(record["epoch"]), int(done)
+    return int(record["epoch"]), int(done), bool(record.get("moving_average", False))
 
 
 def find_backup(backup_dir):
@@ -116,11 +120,11 @@ def find_backup(backup_dir):
     problems = []
     for weights, metadata, previous in pairs:
         try:
-            epoch, done = _read_pair(weights, metadata)
+            epoch, done, moving_average = _read_pair(weights, metadata)
         except (OSError, ValueError, TypeError) as error:
             problems.append(str(error))
             continue
-        return BackupState(weights, metadata, epoch, done, previous, tuple(problems))
+        return BackupState(weights, metadata, epoch, done, previous, tuple(problems), moving_average)
     raise CheckpointError(
         f"Cannot resume: no whole training backup in {backup_dir} ({'; '.join(problems)}). To go on from the "
         f"newest epoch checkpoint, start a new workdir with training.init_checkpoint set to it (the optimizer "
@@ -228,6 +232,13 @@ class ResumableBackup(keras.callbacks.Callback):
         model = self.model
         if model.optimizer is not None and not model.optimizer.built:
             model.optimizer.build(model.trainable_variables)
+        if state.moving_average != has_average(model):
+            now, then = ("on", "off") if has_average(model) else ("off", "on")
+            raise CheckpointError(
+                f"Cannot resume {self.backup_dir.parent}: training.ema_decay is {now} now but was {then} in the run "
+                f"that wrote {state.weights}, and the moving average cannot be added to or taken from a run half "
+                f"way. Set training.ema_decay as that run had it (its experiment.yaml), or train in a new workdir "
+                f"with training.init_checkpoint set to one of its checkpoints.")
         try:
             load_backup_weights(model, state.weights)
         except Exception as error:  # noqa: BLE001 - h5py and Keras raise many kinds; the file is named
@@ -272,6 +283,7 @@ class ResumableBackup(keras.callbacks.Callback):
             save_metric_state(self.model, self.backup_dir, epoch, done)
         record = {"epoch": int(epoch), "batches_done": int(done),
                   "updates": int(keras.ops.convert_to_numpy(self.model.optimizer.iterations)),
+                  "moving_average": has_average(self.model),
                   "weights_blake2b": file_digest(weights)}
         metadata = write_temporary(self.metadata_path,
                                    lambda path: pathlib.Path(path).write_text(json.dumps(record), encoding="utf-8"))

@@ -15,6 +15,7 @@ import numpy as np
 
 from keras_transformer import evaluation
 from keras_transformer.files import atomic_write
+from keras_transformer.trainer.ema import averaged_weights
 from keras_transformer.workdir import epoch_checkpoints, save_weights
 
 log = logging.getLogger("keras_transformer")
@@ -82,7 +83,8 @@ def _safe(guard, model):
 
 
 class EpochCheckpoint(keras.callbacks.Callback):
-    """Saves `checkpoints/ckpt-{epoch:04d}.weights.h5` (1-based) at the end of each epoch.
+    """Saves `checkpoints/ckpt-{epoch:04d}.weights.h5` (1-based) at the end of each epoch: the moving average of
+    the weights when the optimizer keeps one (`training.ema_decay`), else the weights.
 
     Each file is written under a temporary name and renamed, so an interrupted
     run never leaves a truncated checkpoint. With `keep` only the newest `keep`
@@ -103,14 +105,16 @@ class EpochCheckpoint(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         if not _safe(self.guard, self.model):
             return
-        save_weights(self.model, self.directory / f"ckpt-{epoch + 1:04d}.weights.h5")
+        with averaged_weights(self.model):
+            save_weights(self.model, self.directory / f"ckpt-{epoch + 1:04d}.weights.h5")
         if self.keep:
             for old in epoch_checkpoints(self.directory.parent)[:-self.keep]:
                 old.unlink(missing_ok=True)
 
 
 class StepCheckpoint(keras.callbacks.Callback):
-    """Saves `checkpoints/step-{step:08d}.weights.h5` every `every` optimizer updates, keeping the last `keep`.
+    """Saves `checkpoints/step-{step:08d}.weights.h5` every `every` optimizer updates, keeping the last `keep`
+    (the moving average of the weights when the optimizer keeps one).
 
     Steps are optimizer updates (`optimizer.iterations`), so with gradient
     accumulation one step spans several batches.
@@ -128,7 +132,8 @@ class StepCheckpoint(keras.callbacks.Callback):
         step = int(self.model.optimizer.iterations.numpy())
         if step % self.every == 0 and step != self._saved and _safe(self.guard, self.model):
             self._saved = step
-            save_weights(self.model, self.directory / f"step-{step:08d}.weights.h5")
+            with averaged_weights(self.model):
+                save_weights(self.model, self.directory / f"step-{step:08d}.weights.h5")
             for old in sorted(self.directory.glob("step-[0-9]*.weights.h5"))[:-self.keep]:
                 old.unlink(missing_ok=True)
 
@@ -302,14 +307,16 @@ class BleuCallback(keras.callbacks.Callback):
         if (epoch + 1) % self.every_n_epochs or (self.guard is not None and self.guard.tripped):
             logs[self.monitor] = float("nan")
             return
-        score = self.compute_bleu()
-        logs[self.monitor] = score
-        self.history.append((epoch, score))
-        improved = score > self.best
-        if improved:
-            self.best = score
-            if self.best_path is not None and _safe(self.guard, self.model):
-                atomic_write(self.best_path, lambda path: self.model.save_weights(path))
+        safe = _safe(self.guard, self.model)
+        with averaged_weights(self.model):
+            score = self.compute_bleu()
+            logs[self.monitor] = score
+            self.history.append((epoch, score))
+            improved = score > self.best
+            if improved:
+                self.best = score
+                if self.best_path is not None and safe:
+                    atomic_write(self.best_path, lambda path: self.model.save_weights(path))
         if self.verbose:
             note = f", saved to {self.best_path}" if improved and self.best_path else ""
             print(f"\nEpoch {epoch + 1}: {self.monitor} = {score:.2f} (best {self.best:.2f}{note})")

@@ -7,7 +7,7 @@ arrays from `arrays`) and, for multi-device runs, a distribution strategy.
 Everything around the loop is shared by every data source: the checkpoints and
 their names, the resumable backup (mid-epoch included), history.csv, the
 learning-rate schedule with its cooldown, clipping and gradient accumulation,
-and BLEU on the validation split. Backend-neutral (keras and numpy).
+the moving average of the weights (`trainer.ema`) and BLEU on the validation split. Backend-neutral (keras and numpy).
 """
 
 import contextlib
@@ -24,12 +24,13 @@ import keras
 from keras_transformer.config import TransformerConfig
 from keras_transformer.errors import CheckpointError, ConfigError
 from keras_transformer.evaluation import read_lines
-from keras_transformer.keras_internals import set_update_count
+from keras_transformer.keras_internals import keep_raw_weights_after_fit, set_update_count
 from keras_transformer.losses import LabelSmoothedCrossEntropy, RDropLoss
 from keras_transformer.metrics import MaskedAccuracy
 from keras_transformer.model import build_model
 from keras_transformer.optimizers import make_optimizer
 from keras_transformer.trainer.backup import ResumableBackup, RestoreMetricState, backup_position
+from keras_transformer.trainer import ema
 from keras_transformer.trainer.callbacks import (BleuCallback, EpochCheckpoint, HistoryCSV, LearningRateLogger,
                                                  NonFiniteGuard, StepCheckpoint, best_logged)
 from keras_transformer.trainer.precision import progress_verbosity
@@ -129,7 +130,7 @@ def summary(config):
 
 def compile_model(experiment, model_config, data, loss=None, metrics=None, prepare=None):
     """Builds and compiles the model of a run: the paper's Adam on the Noam schedule (with the run's cooldown,
-    clipping and gradient accumulation), the label-smoothed loss (R-Drop's with `training.rdrop_alpha`) and the
+    clipping, gradient accumulation and moving average of the weights), the label-smoothed loss (R-Drop's with `training.rdrop_alpha`) and the
     token accuracy; then the initial weights and update count of `training`. Call it under a strategy's scope.
 
     Args:
@@ -152,7 +153,9 @@ def compile_model(experiment, model_config, data, loss=None, metrics=None, prepa
         log.info("Cooldown: the learning rate falls linearly to 0 from update %d over %d updates", *cooldown)
     model = build_model(model_config)
     optimizer = make_optimizer(model_config, gradient_accumulation_steps=training.gradient_accumulation_steps,
-                               cooldown=cooldown, **({"clipnorm": training.clipnorm} if training.clipnorm else {}))
+                               cooldown=cooldown, ema_decay=training.ema_decay,
+                               **({"clipnorm": training.clipnorm} if training.clipnorm else {}))
+    keep_raw_weights_after_fit(optimizer)  # the model takes the average when the whole run ends (fit_experiment)
     model.compile(optimizer=optimizer, loss=loss,
                   metrics=metrics if metrics is not None else [MaskedAccuracy(pad_id=model_config.pad_id)],
                   jit_compile=training.jit_compile, steps_per_execution=training.steps_per_execution)
@@ -169,6 +172,7 @@ def compile_model(experiment, model_config, data, loss=None, metrics=None, prepa
         set_update_count(model.optimizer, training.initial_updates)
         log.info("The optimizer starts at update %d (learning rate %.3g)", training.initial_updates,
                  float(model.optimizer.learning_rate))
+    ema.reset_average(model)  # from these weights, not zeros (a resumed run's backup restores its own average)
     return model
 
 
@@ -186,7 +190,7 @@ def make_callbacks(experiment, model_config, data, output, resumed_at=(0, 0), ma
     training = experiment.training
     guard = NonFiniteGuard()
     backup = ResumableBackup(output / "backup", training.backup_every_steps or "epoch", guard=guard)
-    callbacks = [*data.callbacks, guard, LearningRateLogger()]
+    callbacks = [*data.callbacks, guard, LearningRateLogger(), ema.ValidateOnAverage()]
     if training.bleu_every_epochs and data.valid_pairs is not None and make_translator is not None:
         best_path = output / "checkpoints" / "best.weights.h5"
         sources, references = (list(side[:training.bleu_max_sentences]) for side in data.valid_pairs)
@@ -278,6 +282,9 @@ def fit_experiment(experiment, model_config, data, output, *, strategy=None, res
                  "to train further.", output, finished_epochs(output), training.epochs)
     if backup.guard.tripped:
         raise FloatingPointError(_nonfinite_message(backup.guard, output))
+    if ema.has_average(model):
+        ema.use_average(model)  # what was checkpointed and validated; the backup keeps the raw weights
+        log.info("The model holds the moving average of its weights (training.ema_decay %g)", training.ema_decay)
     return TrainingResult(model=model, model_config=model_config, history=history.history, workdir=output,
                           checkpoints=epoch_checkpoints(output), strategy=strategy, tokenizers=data.tokenizers)
 
