@@ -91,7 +91,8 @@ def moving_average_pairs(optimizer):
 
     Keras keeps the averages in `_model_variables_moving_average`, aligned with
     the variables the optimizer was built with (`_trainable_variables`), with
-    None for a variable it does not average; those are left out.
+    None for a variable it does not average; those are left out. A
+    `LossScaleOptimizer` (mixed_float16) answers for the optimizer it wraps.
 
     Example:
 
@@ -101,6 +102,7 @@ def moving_average_pairs(optimizer):
     >>> [(w is weight, tuple(a.shape)) for w, a in moving_average_pairs(optimizer)]
     [(True, (2,))]
     """
+    optimizer = getattr(optimizer, "inner_optimizer", optimizer)  # under mixed_float16: the LossScaleOptimizer's
     if not getattr(optimizer, "use_ema", False) or not optimizer.built:
         return []
     # (4) no public name for the averages nor for the variables they belong to

@@ -95,7 +95,10 @@ _MIRRORED = textwrap.dedent("""
               "training.verbose=0", "training.tensorboard=false", "training.validation=false",
               "model.epsilon=1.0", "model.learning_rate_scale=20", "training.clipnorm=null",
               # One layer each side halves the tracing; its larger first losses fall fast with a 4-step warm-up.
-              "model.num_layers=1", "model.warmup_steps=4"]
+              "model.num_layers=1", "model.warmup_steps=4",
+              # The weights compared are the moving averages the run ends with, swapped in and out of mirrored
+              # variables at every checkpoint.
+              "training.ema_decay=0.5"]
     runs = {"mirrored": ["training.strategy=mirrored", "training.devices=['/cpu:0', '/cpu:1']"],
             "one_device": ["training.strategy=one_device", "training.devices=['/cpu:0']"]}
     out = {}
