@@ -273,10 +273,12 @@ def test_each_signature_is_traced_and_written_once(exported):
     both copies (twice the export time and a saved_model.pb twice the size)."""
     import re
 
-    directory, _ = exported
+    directory, translator = exported
     names = [f.signature.name for f in saved_model_proto(directory).meta_graphs[0].graph_def.library.function]
     for signature in ("serve", "translate_ids"):  # n_best and score share their names with the Translator's
         assert len([n for n in names if re.fullmatch(rf"__inference_{signature}_\d+", n)]) == 1, sorted(names)
+    assert not translator.jit_compile  # an uncompiled Translator (`export --no-xla`) exports without XLA
+    assert b"_XlaMustCompile" not in (directory / "saved_model.pb").read_bytes()
 
 
 def test_saved_model_stores_each_weight_once(exported):

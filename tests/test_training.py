@@ -386,35 +386,6 @@ def _interrupt_at(monkeypatch, update):
     monkeypatch.setattr(trainer_loop, "LearningRateLogger", Stop)  # the first callback the loop makes
 
 
-@pytest.mark.slow
-def test_an_epoch_interrupted_between_backups_resumes_at_its_batch(tmp_path, monkeypatch):
-    """With training.backup_every_steps a run stopped inside an epoch trains only the batches that epoch had
-    left: the run ends with the updates of an uninterrupted one, and its epochs keep their numbers even when the
-    resumed epoch is interrupted again."""
-    settings = SMALL_MODEL + ["data.train_examples=256", "data.val_examples=32", "data.batch_size=32",
-                              "training.epochs=3", "training.verbose=0", "training.tensorboard=false",
-                              "training.backup_every_steps=2"]
-    experiment = load_experiment(TINY, settings)
-    workdir = tmp_path / "run"
-    positions = []
-    # 8 batches an epoch: inside the second epoch, inside its resumed rest, after the last batch of the third
-    for update in (13, 15, 24):
-        _interrupt_at(monkeypatch, update)
-        with pytest.raises(_Interrupted):
-            training.train(experiment, workdir)
-        positions.append(trainer_backup.backup_position(workdir / "backup"))
-    assert positions == [(1, 4), (1, 6), (2, 6)]  # backups every 2 batches, and at each epoch's end instead
-    monkeypatch.undo()
-    result = training.train(experiment, workdir)
-    assert int(result.model.optimizer.iterations) == 3 * 8
-    with open(workdir / "history.csv", newline="", encoding="utf-8") as f:
-        rows = list(csv.DictReader(f))
-    assert [(row["epoch"], float(row["step"])) for row in rows] == [("1", 8), ("2", 16), ("3", 24)]
-    assert [path.name for path in epoch_checkpoints(workdir)] == [
-        f"ckpt-{n:04d}.weights.h5" for n in (1, 2, 3)]
-    assert trainer_backup.backup_position(workdir / "backup") == (3, 0)  # each epoch ends with a backup
-
-
 def _record_raw_weights(monkeypatch, seen, stop_at=None):
     """Makes the next `train` append the model's trainable weights after every update to `seen` (and stop there,
     as a killed process would, once the optimizer has made `stop_at` updates)."""
@@ -431,70 +402,71 @@ def _trainable(model):
     return [keras.ops.convert_to_numpy(v) for v in model.trainable_variables]
 
 
+def _assert_close(got, expected):
+    for a, b in zip(got, expected, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.slow
-def test_ema_checkpoints_and_validates_the_average_and_resumes_raw_and_average_from_the_backup(tmp_path, monkeypatch):
-    """training.ema_decay: every epoch checkpoint (and the model `train` returns) holds a numpy EMA of the raw
-    weights' trajectory, the first update copying them; the epoch's val_loss is the averaged weights'; the
-    backup keeps the raw weights beside the averages; a run killed inside an epoch resumes both from its backup and
-    the average goes on from there; turning the average off in a run half way is refused by name."""
+def test_an_epoch_interrupted_between_backups_resumes_at_its_batch(tmp_path, monkeypatch):
+    """With training.backup_every_steps a run stopped inside an epoch trains only the batches that epoch had
+    left: the run ends with the updates of an uninterrupted one, and its epochs keep their numbers even when the
+    resumed epoch is interrupted again.
+
+    With training.ema_decay on, each backup restores the raw weights and their moving averages as they stood: the
+    weights each process trained from its backup on, spliced, are the run's raw trajectory, and every epoch
+    checkpoint (and the model `train` returns) holds numpy's EMA of it, the first update copying the weights; the
+    backup keeps the raw weights beside the averages; the last epoch's val_loss is the averaged weights'; and
+    turning the average off in the run half way is refused by name."""
     decay = 0.8
     settings = SMALL_MODEL + ["data.train_examples=256", "data.val_examples=32", "data.batch_size=32",
-                              "data.shuffle=false", "training.epochs=2", "training.verbose=0",
-                              "training.tensorboard=false", "training.backup_every_steps=2",
-                              f"training.ema_decay={decay}"]
+                              "training.epochs=3", "training.verbose=0", "training.tensorboard=false",
+                              "training.backup_every_steps=2", f"training.ema_decay={decay}"]
     experiment = load_experiment(TINY, settings)
-    raw = []
-    _record_raw_weights(monkeypatch, raw)
-    whole = training.train(experiment, tmp_path / "whole")
-    assert len(raw) == 16  # 8 updates an epoch
-    averages = [raw[0]]
-    for weights in raw[1:]:
-        averages.append([decay * a + (1 - decay) * w for a, w in zip(averages[-1], weights)])
-    model = build_model(whole.model_config)
-    for checkpoint, updates in zip(epoch_checkpoints(tmp_path / "whole"), (8, 16)):
-        load_weights(model, checkpoint)
-        for got, expected in zip(_trainable(model), averages[updates - 1]):
-            np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
-    for got, expected in zip(_trainable(whole.model), averages[-1]):
-        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
-    assert not np.allclose(averages[-1][0], raw[-1][0], atol=1e-4)  # the average is not the raw weights
-    backup_raw, backup_average = backup_weights(tmp_path / "whole", decay)
-    for got, expected in zip(backup_raw, raw[-1]):
-        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
-    for got, expected in zip(backup_average, averages[-1]):
-        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
-    data = build_data(experiment.data, tmp_path / "whole" / "data", seed=experiment.training.seed)
-    val_loss = float(_rows(tmp_path / "whole" / "history.csv")[-1]["val_loss"])
-    assert val_loss == pytest.approx(whole.model.evaluate(data.validation, verbose=0, return_dict=True)["loss"],
-                                     rel=1e-5)
-
-    # Killed inside epoch 2, whose last backup came after update 12: the resumed process restores the raw weights
-    # and their average as they stood then (tf.data trains the epoch's other 4 batches from a new pass; the packed
-    # path resumes at the batch itself: tests/test_arrays.py). The average goes on from exactly there.
-    first, rest = [], []
-    _record_raw_weights(monkeypatch, first, stop_at=13)
-    with pytest.raises(_Interrupted):
-        training.train(experiment, tmp_path / "broken")
-    assert trainer_backup.backup_position(tmp_path / "broken" / "backup") == (1, 4)
-    _record_raw_weights(monkeypatch, rest)
-    resumed = training.train(experiment, tmp_path / "broken")
-    trajectory = first[:12] + rest
-    assert len(rest) == 4 and int(resumed.model.optimizer.iterations) == 16
-    average = trajectory[0]
-    for weights in trajectory[1:]:
-        average = [decay * a + (1 - decay) * w for a, w in zip(average, weights)]
-    backup_raw, backup_average = backup_weights(tmp_path / "broken", decay)
-    load_weights(model, tmp_path / "broken" / "checkpoints" / "ckpt-0002.weights.h5")
-    for got_raw, got_average, got_checkpoint, raw_weight, averaged in zip(
-            backup_raw, backup_average, _trainable(model), trajectory[-1], average):
-        np.testing.assert_allclose(got_raw, raw_weight, rtol=1e-5, atol=1e-6)
-        np.testing.assert_allclose(got_average, averaged, rtol=1e-5, atol=1e-6)
-        np.testing.assert_allclose(got_checkpoint, averaged, rtol=1e-5, atol=1e-6)
+    workdir = tmp_path / "run"
+    positions, trajectory = [], []
+    # 8 batches an epoch: inside the second epoch, inside its resumed rest, after the last batch of the third
+    for update in (13, 15, 24):
+        seen = []
+        _record_raw_weights(monkeypatch, seen, stop_at=update)
+        with pytest.raises(_Interrupted):
+            training.train(experiment, workdir)
+        positions.append(trainer_backup.backup_position(workdir / "backup"))
+        epoch, done = positions[-1]
+        trajectory = (trajectory + seen)[:epoch * 8 + done]  # what this process trained up to the backup it left
+    assert positions == [(1, 4), (1, 6), (2, 6)]  # backups every 2 batches, and at each epoch's end instead
+    seen = []
+    _record_raw_weights(monkeypatch, seen)
+    result = training.train(experiment, workdir)
+    trajectory += seen
     monkeypatch.undo()
+    assert int(result.model.optimizer.iterations) == len(trajectory) == 3 * 8
+    with open(workdir / "history.csv", newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert [(row["epoch"], float(row["step"])) for row in rows] == [("1", 8), ("2", 16), ("3", 24)]
+    assert [path.name for path in epoch_checkpoints(workdir)] == [
+        f"ckpt-{n:04d}.weights.h5" for n in (1, 2, 3)]
+    assert trainer_backup.backup_position(workdir / "backup") == (3, 0)  # each epoch ends with a backup
 
-    off = load_experiment(TINY, settings + ["training.ema_decay=null", "training.epochs=3"])
+    averages = [trajectory[0]]
+    for weights in trajectory[1:]:
+        averages.append([decay * a + (1 - decay) * w for a, w in zip(averages[-1], weights)])
+    model = build_model(result.model_config)
+    for checkpoint, updates in zip(epoch_checkpoints(workdir), (8, 16, 24), strict=True):
+        load_weights(model, checkpoint)
+        _assert_close(_trainable(model), averages[updates - 1])
+    _assert_close(_trainable(result.model), averages[-1])
+    raw, average = backup_weights(workdir, decay)
+    _assert_close(raw, trajectory[-1])
+    _assert_close(average, averages[-1])
+    assert not np.allclose(average[0], raw[0], atol=1e-4)  # the average is not the raw weights
+    data = build_data(experiment.data, workdir / "data", seed=experiment.training.seed)
+    assert float(rows[-1]["val_loss"]) == pytest.approx(
+        result.model.evaluate(data.validation, verbose=0, return_dict=True)["loss"], rel=1e-5)
+
+    off = load_experiment(TINY, settings + ["training.ema_decay=null", "training.epochs=4"])
     with pytest.raises(CheckpointError, match="training.ema_decay is off now but was on"):
-        training.train(off, tmp_path / "whole")
+        training.train(off, workdir)
 
 
 @pytest.mark.slow
