@@ -7,7 +7,8 @@ arrays from `arrays`) and, for multi-device runs, a distribution strategy.
 Everything around the loop is shared by every data source: the checkpoints and
 their names, the resumable backup (mid-epoch included), history.csv, the
 learning-rate schedule with its cooldown, clipping and gradient accumulation,
-the moving average of the weights (`trainer.ema`) and BLEU on the validation split. Backend-neutral (keras and numpy).
+the moving average of the weights (`trainer.ema`) and BLEU on the validation
+split. Backend-neutral (keras and numpy).
 """
 
 import contextlib
@@ -29,8 +30,8 @@ from keras_transformer.losses import LabelSmoothedCrossEntropy, RDropLoss
 from keras_transformer.metrics import MaskedAccuracy
 from keras_transformer.model import build_model
 from keras_transformer.optimizers import make_optimizer
-from keras_transformer.trainer.backup import ResumableBackup, RestoreMetricState, backup_position
 from keras_transformer.trainer import ema
+from keras_transformer.trainer.backup import ResumableBackup, RestoreMetricState, backup_position
 from keras_transformer.trainer.callbacks import (BleuCallback, EpochCheckpoint, HistoryCSV, LearningRateLogger,
                                                  NonFiniteGuard, StepCheckpoint, best_logged)
 from keras_transformer.trainer.precision import progress_verbosity
@@ -130,8 +131,9 @@ def summary(config):
 
 def compile_model(experiment, model_config, data, loss=None, metrics=None, prepare=None):
     """Builds and compiles the model of a run: the paper's Adam on the Noam schedule (with the run's cooldown,
-    clipping, gradient accumulation and moving average of the weights), the label-smoothed loss (R-Drop's with `training.rdrop_alpha`) and the
-    token accuracy; then the initial weights and update count of `training`. Call it under a strategy's scope.
+    clipping, gradient accumulation and moving average of the weights), the label-smoothed loss (R-Drop's with
+    `training.rdrop_alpha`) and the token accuracy; then the initial weights and update count of `training`. Call
+    it under a strategy's scope.
 
     Args:
         experiment: the `ExperimentConfig`.
