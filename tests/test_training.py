@@ -376,26 +376,17 @@ class _Interrupted(Exception):
     pass
 
 
-def _interrupt_at(monkeypatch, update):
-    """Makes the next `train` stop, as a killed process would, once the optimizer has made `update` updates."""
+def _interrupt_at(monkeypatch, update=None, seen=None):
+    """Makes the next `train` stop, as a killed process would, once the optimizer has made `update` updates (None:
+    never); with a list `seen`, it also appends the model's trainable weights after every update to it."""
     class Stop(LearningRateLogger):
         def on_train_batch_end(self, batch, logs=None):
+            if seen is not None:
+                seen.append([weights.astype(np.float64) for weights in _trainable(self.model)])
             if int(self.model.optimizer.iterations) == update:
                 raise _Interrupted()
 
     monkeypatch.setattr(trainer_loop, "LearningRateLogger", Stop)  # the first callback the loop makes
-
-
-def _record_raw_weights(monkeypatch, seen, stop_at=None):
-    """Makes the next `train` append the model's trainable weights after every update to `seen` (and stop there,
-    as a killed process would, once the optimizer has made `stop_at` updates)."""
-    class Record(LearningRateLogger):
-        def on_train_batch_end(self, batch, logs=None):
-            seen.append([keras.ops.convert_to_numpy(v).astype(np.float64) for v in self.model.trainable_variables])
-            if int(self.model.optimizer.iterations) == stop_at:
-                raise _Interrupted()
-
-    monkeypatch.setattr(trainer_loop, "LearningRateLogger", Record)  # the first callback the loop makes
 
 
 def _trainable(model):
@@ -428,7 +419,7 @@ def test_an_epoch_interrupted_between_backups_resumes_at_its_batch(tmp_path, mon
     # 8 batches an epoch: inside the second epoch, inside its resumed rest, after the last batch of the third
     for update in (13, 15, 24):
         seen = []
-        _record_raw_weights(monkeypatch, seen, stop_at=update)
+        _interrupt_at(monkeypatch, update, seen)
         with pytest.raises(_Interrupted):
             training.train(experiment, workdir)
         positions.append(trainer_backup.backup_position(workdir / "backup"))
@@ -436,7 +427,7 @@ def test_an_epoch_interrupted_between_backups_resumes_at_its_batch(tmp_path, mon
         trajectory = (trajectory + seen)[:epoch * 8 + done]  # what this process trained up to the backup it left
     assert positions == [(1, 4), (1, 6), (2, 6)]  # backups every 2 batches, and at each epoch's end instead
     seen = []
-    _record_raw_weights(monkeypatch, seen)
+    _interrupt_at(monkeypatch, seen=seen)
     result = training.train(experiment, workdir)
     trajectory += seen
     monkeypatch.undo()

@@ -232,8 +232,9 @@ class ResumableBackup(keras.callbacks.Callback):
         model = self.model
         if model.optimizer is not None and not model.optimizer.built:
             model.optimizer.build(model.trainable_variables)
-        if state.moving_average != has_average(model):
-            now, then = ("on", "off") if has_average(model) else ("off", "on")
+        averaged = has_average(model)
+        if state.moving_average != averaged:
+            now, then = ("on", "off") if averaged else ("off", "on")
             raise CheckpointError(
                 f"Cannot resume {self.backup_dir.parent}: training.ema_decay is {now} now but was {then} in the run "
                 f"that wrote {state.weights}, and the moving average cannot be added to or taken from a run half "

@@ -307,7 +307,6 @@ class BleuCallback(keras.callbacks.Callback):
         if (epoch + 1) % self.every_n_epochs or (self.guard is not None and self.guard.tripped):
             logs[self.monitor] = float("nan")
             return
-        safe = _safe(self.guard, self.model)
         with averaged_weights(self.model):
             score = self.compute_bleu()
             logs[self.monitor] = score
@@ -315,7 +314,7 @@ class BleuCallback(keras.callbacks.Callback):
             improved = score > self.best
             if improved:
                 self.best = score
-                if self.best_path is not None and safe:
+                if self.best_path is not None and _safe(self.guard, self.model):
                     atomic_write(self.best_path, lambda path: self.model.save_weights(path))
         if self.verbose:
             note = f", saved to {self.best_path}" if improved and self.best_path else ""

@@ -72,14 +72,12 @@ class ValidateOnAverage(keras.callbacks.Callback):
 
     def __init__(self):
         super().__init__()
-        self._swapped = None
+        self._swapped = []  # the pairs swapped in by on_test_begin
 
     def on_test_begin(self, logs=None):
-        if self._swapped is None:
-            self._swapped = averaged_weights(self.model)
-            self._swapped.__enter__()
+        self._swapped = moving_average_pairs(self.model.optimizer)
+        _swap(self._swapped)
 
     def on_test_end(self, logs=None):
-        if self._swapped is not None:
-            swapped, self._swapped = self._swapped, None
-            swapped.__exit__(None, None, None)
+        _swap(self._swapped)
+        self._swapped = []
