@@ -52,7 +52,7 @@ from keras_transformer.data.packed import ARRAYS_FILE, load_arrays, make_batches
 from keras_transformer.attention_maps import attention_maps, strip_special
 from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.decoding.registry import STRATEGIES
-from keras_transformer.errors import ConfigError
+from keras_transformer.errors import ConfigError, describe_fault
 from keras_transformer.experiment import load_experiment
 from keras_transformer.files import atomic_write, exclusive_lock, remove_stale_temporaries
 from keras_transformer.interface import TranslatorInterface, check_pairs
@@ -683,7 +683,15 @@ def main(argv=None):
     try:
         _run(args)
     except (FileNotFoundError, ValueError, NotImplementedError, FloatingPointError) as error:  # ConfigError too
-        parser.exit(2, f"{parser.prog}: error: {error}\n")  # bad input: the message, not a traceback
+        if isinstance(error, NotImplementedError):
+            parser.exit(2, f"{parser.prog}: error: {error}\n")  # bad input: the message, not a traceback
+        message, status = describe_fault(error, "train", args.workdir)
+        parser.exit(status, f"{parser.prog}: error: {message}\n")
+    except Exception as error:  # noqa: BLE001 - a full disk, a stop by SIGTERM, exhausted memory: keras-transformer's codes
+        message, status = describe_fault(error, "train", args.workdir)
+        if message is None:
+            raise
+        parser.exit(status, f"{parser.prog}: error: {message}\n")
 
 
 def _run(args):

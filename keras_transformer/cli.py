@@ -17,7 +17,8 @@ Each subcommand parses its arguments and calls one function of the library
 (`training.train_and_evaluate`, `inference.evaluate`, `inference.translate`,
 `export.export`, `workdir.average_workdir`, `training.pack_arrays`); everything they do can be done from
 Python the same way. Errors that name a problem (a bad config key, a missing
-checkpoint) are printed as one line and the command exits with status 2.
+checkpoint, a corrupt file, a full disk) are printed as one line and the command exits with the status
+`errors.EXIT_CODES` gives that kind of fault (`keras-transformer --help` lists them).
 """
 
 import argparse
@@ -34,7 +35,8 @@ import tempfile
 from keras_transformer.arguments import integer_at_least, number_at_least
 from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.decoding.registry import STRATEGIES
-from keras_transformer.errors import CheckpointError, ConfigError, WorkdirBusyError
+from keras_transformer.errors import (EXIT_BAD_INPUT, EXIT_INTERRUPTED, CheckpointError, ConfigError, RunStopped,
+                                     WorkdirBusyError, describe_fault, exit_codes_help)
 
 # Each command imports its library module when it runs (the imports inside the functions below), so that
 # `--help` and argument errors answer without importing TensorFlow, which takes seconds.
@@ -129,7 +131,8 @@ def build_parser():
     3
     """
     parser = argparse.ArgumentParser(
-        prog="keras-transformer", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_EXAMPLES,
+        prog="keras-transformer", formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=_EXAMPLES + "\n" + exit_codes_help() + "\n",
         description="Train, evaluate, translate with, average and export Transformer models "
                     "(Vaswani et al., 2017).")
     parser.add_argument("--verbose", "-v", action="store_true", help="show TensorFlow's own log lines too")
@@ -477,6 +480,8 @@ def precheck(args):
         from keras_transformer.experiment import load_experiment
         experiment = load_experiment(args.config, args.overrides)
         experiment.check_files()
+        if args.command == "train":
+            experiment.check_memory()  # a model this machine cannot hold, refused before anything is written
         # A workdir another run holds is refused now, not after the import (the workers of one multi-worker
         # cluster share the command's --workdir and lock their own folders inside it, later).
         cluster = experiment.training.strategy == "multi_worker" or os.environ.get("TF_CONFIG")
@@ -524,18 +529,34 @@ def main(argv=None):
             logging.getLogger("tensorflow").setLevel(logging.ERROR)
             logging.getLogger("absl").setLevel(logging.ERROR)
         return _COMMANDS[args.command](args)
-    except (ValueError, OSError, RuntimeError, FloatingPointError) as error:
-        if args.verbose:
+    except (ValueError, OSError, RuntimeError, FloatingPointError, MemoryError, RunStopped) as error:
+        message, status = describe_fault(error, args.command, _written_path(args))
+        if message is None or args.verbose:
             raise
-        named = (ConfigError, CheckpointError, OSError, WorkdirBusyError, FloatingPointError)  # the message says it all
-        hint = "" if isinstance(error, named) else " (-v shows the traceback)"
-        print(f"keras-transformer {args.command}: error: {error}{hint}", file=sys.stderr)
-        return 2
+        named = (ConfigError, CheckpointError, OSError, WorkdirBusyError, FloatingPointError, MemoryError,
+                 RunStopped)  # the message says it all
+        hint = "" if isinstance(error, named) or status != EXIT_BAD_INPUT else " (-v shows the traceback)"
+        print(f"keras-transformer {args.command}: error: {message}{hint}", file=sys.stderr)
+        return status
     except KeyboardInterrupt:
         print(f"keras-transformer {args.command}: interrupted; run the same command again to resume.",
               file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
+    except Exception as error:  # noqa: BLE001 - TensorFlow's errors (a full disk, exhausted memory) are not OSErrors
+        message, status = describe_fault(error, args.command, _written_path(args))
+        if message is None or args.verbose:
+            raise
+        print(f"keras-transformer {args.command}: error: {message}", file=sys.stderr)
+        return status
 
+
+def _written_path(args):
+    """The folder or file a command writes, named by a fault whose error names none (a full disk)."""
+    for name in ("out", "output", "workdir"):  # export's --workdir is what it reads
+        value = getattr(args, name, None)
+        if value:
+            return value[0] if isinstance(value, list) else value
+    return None
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -10,6 +10,7 @@ import typing
 
 import yaml
 
+from keras_transformer.errors import CorruptFileError
 from keras_transformer.files import atomic_write_text
 
 POSITION_KINDS = ("sinusoidal", "learned", "relative")
@@ -227,10 +228,7 @@ class TransformerConfig:
         A model.yaml's decoding settings (its `decoding:` mapping, or in an older file the
         `DECODING_FIELDS` among the others) are not the architecture's: `workdir.read_model_file` reads them.
         """
-        with open(path, encoding="utf-8") as f:
-            values = load_yaml(f) or {}
-        if not isinstance(values, dict):
-            raise ValueError(f"{path}: expected a mapping of TransformerConfig fields, got {type(values).__name__}.")
+        values = read_yaml_file(path, "TransformerConfig fields")
         return cls.from_dict({key: value for key, value in values.items()
                               if key != "decoding" and key not in DECODING_FIELDS})
 
@@ -244,6 +242,39 @@ _YamlLoader.add_implicit_resolver(
     re.compile(r"^[-+]?(?:(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?|\.[0-9_]+(?:[eE][-+]?[0-9]+)?"
                r"|[0-9][0-9_]*[eE][-+]?[0-9]+|\.(?:inf|Inf|INF)|[-+]\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
     list("-+0123456789."))
+
+
+def read_yaml_file(path, what="settings"):
+    """The mapping a YAML file written by the package holds (a model.yaml, an experiment.yaml).
+
+    Raises:
+        CorruptFileError: the file is not YAML, or not a mapping (the message names it and what to do).
+
+    Example:
+
+    >>> import pathlib, tempfile
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "model.yaml"
+    >>> _ = path.write_text("d_model: [64")
+    >>> read_yaml_file(path)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    keras_transformer.errors.CorruptFileError: .../model.yaml is not valid YAML (...): ...
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            values = load_yaml(f)
+    except (yaml.YAMLError, UnicodeDecodeError) as error:
+        problem = " ".join(str(error).split())[:200]
+        raise CorruptFileError(f"{path} is not valid YAML ({problem}): {_RESTORE}") from None
+    values = {} if values is None else values
+    if not isinstance(values, dict):
+        raise CorruptFileError(f"{path} does not hold a mapping of {what} (it holds a {type(values).__name__}): "
+                               f"{_RESTORE}")
+    return values
+
+
+_RESTORE = ("restore it from a copy, or write it again: a training workdir's model.yaml is the model section of "
+            "its experiment.yaml (`TransformerConfig.save_yaml`), an export's comes with the export (export again).")
 
 
 def load_yaml(stream):

@@ -1,8 +1,13 @@
 """The package's error types. Standard library only: every other module may import it.
 
 A message always names the key, the value or the file at fault. The command
-line prints these errors without a traceback.
+line prints these errors without a traceback: `describe_fault` gives each fault (these errors, a full disk,
+a denied permission, exhausted memory, a stop by SIGTERM) its one line and its exit status (`EXIT_CODES`).
 """
+
+import errno
+import os
+import shutil
 
 
 class ConfigError(ValueError):
@@ -29,3 +34,151 @@ class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
 
 class WorkdirBusyError(RuntimeError):
     """Another process holds the folder a command writes to (`files.exclusive_lock`); the message names it."""
+
+
+class CorruptFileError(CheckpointError):
+    """A file the package wrote (model.yaml, a tokenizer's model, a weights file) that cannot be read as what it
+    should be; the message names the file, what is wrong with it and what to do."""
+
+
+class RunStopped(Exception):
+    """A training run stopped by a signal (SIGTERM) after writing a backup at the batch it had reached.
+
+    Args:
+        signal_name: the signal, e.g. "SIGTERM".
+        position: `(epochs finished, batches of the next epoch trained)`, what the backup resumes at.
+        backup_dir: the folder of that backup.
+
+    Example:
+
+    >>> print(RunStopped("SIGTERM", (1, 3), "runs/x/backup"))
+    stopped by SIGTERM at epoch 2, batch 3 (the backup in runs/x/backup resumes there)
+    """
+
+    def __init__(self, signal_name, position, backup_dir):
+        self.signal_name, self.position, self.backup_dir = signal_name, tuple(position), str(backup_dir)
+        epoch, done = self.position
+        where = f"epoch {epoch + 1}, batch {done}" if done else f"the end of epoch {epoch}"
+        super().__init__(f"stopped by {signal_name} at {where} (the backup in {backup_dir} resumes there)")
+
+
+# The exit statuses of the `keras-transformer` command (and of `python -m keras_transformer.arrays`), one per
+# kind of fault; `describe_fault` maps an error to its status and its one line. docs/training.md lists them.
+EXIT_CODES = {
+    0: "success",
+    1: "an unexpected error (a bug: the traceback is printed; please report it)",
+    2: "bad input: a command-line argument, a config key or value, a missing or mismatched file, a busy folder",
+    3: "a corrupt file (named), e.g. a model.yaml that is not YAML or a truncated sentencepiece.model",
+    4: "out of disk space: nothing was lost; free some space and run the same command again",
+    5: "permission denied on a file or folder (named)",
+    6: "out of memory: make the model or the batches smaller",
+    130: "interrupted (Ctrl-C): run the same command again to resume from the last backup",
+    143: "stopped by SIGTERM after writing a backup at the current batch: the same command resumes there",
+}
+EXIT_BAD_INPUT, EXIT_CORRUPT, EXIT_DISK_FULL, EXIT_PERMISSION, EXIT_MEMORY = 2, 3, 4, 5, 6
+EXIT_INTERRUPTED, EXIT_STOPPED = 130, 143
+
+
+def exit_codes_help():
+    """The exit statuses as the command's `--help` lists them, one per line.
+
+    Example:
+
+    >>> print(exit_codes_help().splitlines()[5])
+      4    out of disk space: nothing was lost; free some space and run the same command again
+    """
+    return "exit statuses:\n" + "\n".join(f"  {code:<4} {meaning}" for code, meaning in EXIT_CODES.items())
+
+
+def _errno_of(error):
+    """The errno an error carries: an `OSError`'s, or the one HDF5 and TensorFlow print in their messages."""
+    if isinstance(error, OSError) and error.errno is not None:
+        return error.errno
+    text = str(error)
+    if "No space left on device" in text or "errno = 28" in text:
+        return errno.ENOSPC
+    if "Disk quota exceeded" in text:
+        return errno.EDQUOT
+    if "Permission denied" in text:
+        return errno.EACCES
+    if "Read-only file system" in text:
+        return errno.EROFS
+    return None
+
+
+def _free_space(path):
+    """`shutil.disk_usage(...).free` of the disk that holds `path` (its nearest folder that exists), or None."""
+    if path is None:
+        return None
+    path = os.path.abspath(os.fspath(path))
+    while path and not os.path.exists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            return None
+        path = parent
+    try:
+        return shutil.disk_usage(path).free
+    except OSError:
+        return None
+
+
+def format_size(count):
+    """A byte count for people.
+
+    >>> format_size(3 * 2**20), format_size(512)
+    ('3.0 MiB', '512 bytes')
+    """
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
+        if count < 1024 or unit == "TiB":
+            return f"{count} bytes" if unit == "bytes" else f"{count:.1f} {unit}"
+        count /= 1024
+
+
+def describe_fault(error, command="", path=None):
+    """The one line and the exit status (`EXIT_CODES`) of an error that ends a command: the one place that maps
+    faults to what the user reads.
+
+    Args:
+        error: the exception.
+        command: the subcommand (`train`, `export`, ...), for the advice.
+        path: the file or folder the command writes, named when the error names none.
+
+    Returns:
+        `(message, exit status)`; `(None, 1)` for an error that is no fault of the input or the machine (a bug:
+        the caller shows its traceback).
+
+    Example:
+
+    >>> describe_fault(CorruptFileError("runs/x/model.yaml is not valid YAML"))
+    ('runs/x/model.yaml is not valid YAML', 3)
+    >>> message, status = describe_fault(OSError(errno.EACCES, "Permission denied", "/root/run"), "train")
+    >>> message, status
+    ('permission denied: /root/run (choose a folder you may write to, or change its permissions)', 5)
+    """
+    kind = type(error).__name__
+    number = _errno_of(error) if isinstance(error, (OSError, RuntimeError)) or kind.endswith("Error") else None
+    if isinstance(error, RunStopped):
+        return f"{error}; run the same command again to resume.", EXIT_STOPPED
+    if number in (errno.ENOSPC, getattr(errno, "EDQUOT", -1)):
+        where = getattr(error, "filename", None) or path
+        free = _free_space(where)
+        named = f" writing {where}" if where else ""
+        left = f" ({format_size(free)} free there)" if free is not None else ""
+        again = "to resume from where it stopped" if command == "train" else "to write it"
+        return (f"out of disk space{named}{left}: nothing was lost (the files written before stay whole); free "
+                f"some space and run the same command again {again}.", EXIT_DISK_FULL)
+    if number in (errno.EACCES, errno.EPERM, errno.EROFS):
+        where = getattr(error, "filename", None) or path
+        why = " (a read-only file system)" if number == errno.EROFS else ""
+        return (f"permission denied: {where or error}{why} (choose a folder you may write to, or change its "
+                f"permissions)", EXIT_PERMISSION)
+    if isinstance(error, MemoryError) or kind == "ResourceExhaustedError" or "out of memory" in str(error).lower():
+        detail = str(error).strip().splitlines()[0][:200] if str(error).strip() else kind
+        return (f"out of memory ({detail}): lower data.tokens_per_batch (or data.batch_size), or the model's sizes, "
+                f"or use a machine with more memory; a training run resumes from its last backup with the same "
+                f"command.", EXIT_MEMORY)
+    if isinstance(error, CorruptFileError):
+        return str(error), EXIT_CORRUPT
+    if isinstance(error, (ValueError, OSError, RuntimeError, FloatingPointError)):
+        return str(error), EXIT_BAD_INPUT
+    return None, 1

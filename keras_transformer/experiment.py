@@ -37,8 +37,10 @@ from keras_transformer.data.synthetic import TASKS
 from keras_transformer.data.textfile import ERROR_MODES, count_lines
 from keras_transformer.decoding.options import OLD_NAMES as OLD_DECODING_NAMES
 from keras_transformer.decoding.options import DecodeOptions
-from keras_transformer.errors import CheckpointError, CheckpointNotFoundError, ConfigError
+from keras_transformer.errors import (CheckpointError, CheckpointNotFoundError, ConfigError, CorruptFileError,
+                                     format_size)
 from keras_transformer.files import atomic_write_text
+from keras_transformer.footprint import available_memory, check_training_memory, describe_memory, training_memory
 
 DATA_KINDS = ("synthetic", "text", "tfds")
 PRECISIONS = ("float32", "auto", "mixed_float16", "mixed_bfloat16")
@@ -702,6 +704,34 @@ class ExperimentConfig:
         """
         self.model_config(self._configured_vocabulary())
 
+    def training_memory(self):
+        """`footprint.training_memory` of this experiment: its model (with the configured vocabulary, as
+        `check_model`), a batch of its tokens (synthetic data: `batch_size` sentences of `max_length`), its
+        dtype policy ("auto" counted as float32), moving average and gradient accumulation.
+
+        Example:
+
+        >>> ExperimentConfig.from_dict({"model": {"preset": "tiny"}}).training_memory()["parameters"]
+        235520
+        """
+        config = self.model_config(self._configured_vocabulary())
+        if self.data.kind == "synthetic":
+            tokens = self.data.batch_size * (self.data.synthetic_max_length + 1)
+        else:
+            tokens = self.data.data_config().tokens_per_batch
+        return training_memory(config, tokens, self.training.policy, moving_average=self.training.ema_decay is not None,
+                               accumulation=self.training.gradient_accumulation_steps > 1)
+
+    def check_memory(self):
+        """Refuses (`ConfigError`) a model whose training needs more memory than this machine has available
+        (`footprint.check_training_memory`), naming the estimate and the memory; returns the estimate.
+
+        `train` and `train --dry-run` call it before anything is written.
+        """
+        memory = self.training_memory()
+        check_training_memory(memory)
+        return memory
+
     def _configured_vocabulary(self):
         """The vocabulary `model_config` takes before the data's is learned: synthetic data's own, else the
         model section's sizes (None when it gives vocab_size), else `data.vocab_size`."""
@@ -748,9 +778,11 @@ class ExperimentConfig:
         ...
         """
         self.check_files()
+        memory = self.check_memory()
         counts = self.data.check_line_counts()
         notes = ["keras-transformer train --dry-run: the experiment resolved, every default filled in (each key: "
-                 "docs/config.md); nothing trained or written"]
+                 "docs/config.md); nothing trained or written",
+                 f"model: {describe_memory(memory)}; this machine has {_available()} available"]
         if self.model.get("preset"):
             notes.append(f"model: preset {self.model['preset']!r} expanded, the model keys given override it")
         if self.data.kind != "synthetic":
@@ -760,6 +792,11 @@ class ExperimentConfig:
             notes.append("data files: " + ", ".join(f"{split} {lines} lines" for split, lines in counts.items())
                          + ", in each file of the split")
         return "".join(f"# {note}\n" for note in notes) + yaml.safe_dump(self.resolved(workdir), sort_keys=False)
+
+
+def _available():
+    available = available_memory()
+    return "an unknown amount of memory" if available is None else format_size(available)
 
 
 def _reject_unknown(values, known, prefix):
@@ -880,27 +917,59 @@ _RESUMABLE_CHANGES = {
 }
 
 
-def check_same_experiment(path, resolved):
-    """A workdir belongs to one model and one vocabulary: refuse to resume it with others.
+def changed_experiment(path, resolved, sections=("model", "data")):
+    """The changes between the experiment a workdir's `experiment.yaml` (`path`) records and `resolved` that a
+    run cannot resume across (`_RESUMABLE_CHANGES` lists the ones it can), one `section.key: old -> new` each;
+    [] when there is no such file.
 
-    Training settings, batch sizes, regularisation and evaluation files may
-    change between runs (`_RESUMABLE_CHANGES`); model sizes and the data the
-    vocabulary was learned from may not.
+    Raises:
+        CorruptFileError: the file is not YAML.
+
+    Example:
+
+    >>> import tempfile
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "experiment.yaml"
+    >>> write_yaml(path, {"model": {"d_model": 64, "dropout": 0.1}, "data": {}})
+    >>> changed_experiment(path, {"model": {"d_model": 32, "dropout": 0.3}, "data": {}})
+    ['model.d_model: 64 -> 32']
     """
     if not path.is_file():
-        return
-    saved = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        return []
+    try:
+        saved = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as error:
+        raise CorruptFileError(f"{path} is not valid YAML ({_first_line(error)}): restore it, or delete "
+                               f"{path.parent} to start over.") from None
+    if not isinstance(saved, dict):
+        raise CorruptFileError(f"{path} is not an experiment config (a mapping of sections): restore it, or delete "
+                               f"{path.parent} to start over.")
     changed = []
-    for section in ("model", "data"):
+    for section in sections:
         old, new = saved.get(section) or {}, resolved[section]
         for key in sorted(set(old) | set(new)):
             if key in _RESUMABLE_CHANGES[section]:
                 continue
             if old.get(key) != new.get(key):
                 changed.append(f"{section}.{key}: {old.get(key)!r} -> {new.get(key)!r}")
+    return changed
+
+
+def check_same_experiment(path, resolved):
+    """A workdir belongs to one model and one vocabulary: refuse to resume it with others.
+
+    Training settings, batch sizes, regularisation and evaluation files may
+    change between runs (`_RESUMABLE_CHANGES`); model sizes and the data the
+    vocabulary was learned from may not (a run that never trained may start
+    again with another config: `training.train` replaces it).
+    """
+    changed = changed_experiment(path, resolved)
     if changed:
         raise ConfigError(f"{path.parent} holds a run with another model or data config ({'; '.join(changed)}). "
                           f"Use a new --workdir, or delete {path.parent} to start over.")
+
+
+def _first_line(error):
+    return " ".join(str(error).split())[:200]
 
 
 def write_yaml(path, values):

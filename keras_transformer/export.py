@@ -47,7 +47,7 @@ from keras_transformer.layout import (EXTRA_DIR, MEMBERS_DIR, MODEL_CONFIG, MODE
                                       check_export_destination, is_export)
 from keras_transformer.translation import TRAINED_CHUNK_SIZE, Translator
 from keras_transformer.warmup import warmup_requests, write_warmup_file
-from keras_transformer.workdir import load_models, write_model_file
+from keras_transformer.workdir import load_models, write_model_file, write_weights_file
 
 
 class _Untracked:
@@ -220,7 +220,7 @@ def _write_savedmodel(translator, directory, configs):
             folder = extra if single else os.path.join(extra, MEMBERS_DIR, str(index))
             os.makedirs(folder, exist_ok=True)
             write_model_file(os.path.join(folder, MODEL_CONFIG), member_config, translator.options)
-            model.save_weights(os.path.join(folder, MODEL_WEIGHTS))
+            write_weights_file(model, os.path.join(folder, MODEL_WEIGHTS))  # a full disk: one plain OSError
 
 
 def check_saved_model(directory):

@@ -87,7 +87,8 @@ def write_temporary(path, write):
     """Calls `write(temporary)` with a path beside `path` (see `temporary_path`) and flushes it to disk.
 
     The caller renames it into place (`os.replace`) when it is ready; a failing
-    `write` removes the temporary.
+    `write` removes the temporary. An `OSError` that names no file (a full disk
+    reported by a write) is raised again naming `path`.
 
     Returns:
         The temporary path, as a `pathlib.Path`.
@@ -98,9 +99,11 @@ def write_temporary(path, write):
     try:
         write(str(temporary))
         fsync_file(temporary)
-    except BaseException:
+    except BaseException as error:
         with contextlib.suppress(OSError):
             os.remove(temporary)
+        if isinstance(error, OSError) and error.errno is not None and not error.filename:
+            raise OSError(error.errno, error.strerror or os.strerror(error.errno), str(path)) from error
         raise
     return temporary
 

@@ -26,14 +26,17 @@ package, and translation and evaluation, which compute no loss, still work.
    (`finalize_variable_values`), which would make the second of two `fit`
    calls (a resumed epoch's rest, then the remaining epochs) train on from the
    average instead of the raw weights.
+5. `weights_file_bytes`: a `.weights.h5` file built in memory, so that a full
+   disk fails one plain write instead of HDF5's own (which can end the process).
 """
 
 import functools
+import io
 
 import keras
 
 __all__ = ["apply_multi_worker_workarounds", "keep_raw_weights_after_fit", "moving_average_pairs",
-           "scale_loss_for_distribution", "set_update_count"]
+           "scale_loss_for_distribution", "set_update_count", "weights_file_bytes"]
 
 
 def scale_loss_for_distribution(value):
@@ -190,3 +193,30 @@ def _patch_multi_worker_log_reduction(tf):
 
     reduce_per_replica._keras_transformer_patch = True
     keras_tf_trainer.reduce_per_replica = reduce_per_replica
+
+
+def weights_file_bytes(model):
+    """The bytes of the `.weights.h5` file `model.save_weights` would write (weights and, for a compiled model,
+    optimizer state), built in memory.
+
+    HDF5 writing straight to a disk that fills up reports each failed write from a destructor, goes on, and can
+    end the process with a segmentation fault (h5py 3.14, Keras 3.15): built in memory, the file reaches the disk
+    through one Python write that raises a plain `OSError` (ENOSPC) and leaves nothing open. Keras' `H5IOStore`
+    takes an `io.BytesIO`; the function that fills it (`saving_lib._save_state`) has no public name.
+
+    Example:
+
+    >>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(3)])
+    >>> weights_file_bytes(model)[:8] == b"\\x89HDF\\r\\n\\x1a\\n"
+    True
+    """
+    from keras.src.saving import saving_lib
+
+    buffer = io.BytesIO()
+    store = saving_lib.H5IOStore(buffer, mode="w")
+    try:
+        saving_lib._save_state(model, weights_store=store, assets_store=None, inner_path="",
+                               visited_saveables=set())
+    finally:
+        store.close()
+    return buffer.getvalue()

@@ -34,7 +34,9 @@ Each name it uses comes from the module that defines it: `experiment.load_experi
 
 import dataclasses
 import logging
+import os
 import pathlib
+import shutil
 
 import keras
 
@@ -43,8 +45,8 @@ from keras_transformer.data import corpus, pipeline
 from keras_transformer.data.build import build_data, repeat_rows, tfds_pairs, tokenizers_for
 from keras_transformer.data.packed import ARRAYS_FILE, arrays_to_ragged, save_arrays
 from keras_transformer.errors import ConfigError
-from keras_transformer.experiment import as_experiment, check_same_experiment, write_yaml
-from keras_transformer.files import exclusive_lock, remove_stale_temporaries
+from keras_transformer.experiment import as_experiment, changed_experiment, check_same_experiment, write_yaml
+from keras_transformer.files import exclusive_lock, remove_stale_temporaries, staging_folder
 from keras_transformer.inference import evaluate, load_translator
 from keras_transformer.trainer.backup import backup_position, resumed_seed
 from keras_transformer.trainer.loop import TrainingData, check_fresh_start, fit_experiment, summary
@@ -99,6 +101,7 @@ def train(config, workdir):
     experiment = as_experiment(config)
     experiment.check_model()  # before any data work: a bad model section or a missing file fails in seconds
     experiment.check_files()
+    experiment.check_memory()  # before anything is written: a model this machine cannot hold
     workdir = pathlib.Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     training = experiment.training
@@ -117,8 +120,12 @@ def train(config, workdir):
         # A resumed run draws its dropout masks and its shuffling from a seed of its own: seeded as the first
         # run, it would repeat the first run's noise, example for example (Keras does not save the dropout state).
         resumed_at = backup_position(output / "backup")
+        untrained = False
         if resumed_at == (0, 0):
             check_fresh_start(output)
+            untrained = is_chief and not any((output / "checkpoints").glob("*.weights.h5"))
+            if untrained:
+                _replace_untrained_run(experiment, output)
         keras.utils.set_random_seed(resumed_seed(training.seed, *resumed_at))
         if resumed_at != (0, 0):
             log.info("Resuming from %s at epoch %d%s: dropout and shuffling reseeded from training.seed and the "
@@ -128,12 +135,26 @@ def train(config, workdir):
         previous_policy = keras.config.dtype_policy()
         keras.config.set_dtype_policy(policy)
         try:
-            return _train(experiment, workdir, output, strategy, is_chief, policy, resumed_at)
+            return _train(experiment, workdir, output, strategy, is_chief, policy, resumed_at, untrained)
         finally:
             keras.config.set_dtype_policy(previous_policy)
 
 
-def _train(experiment, workdir, output, strategy, is_chief, policy, resumed_at=(0, 0)):
+def _replace_untrained_run(experiment, output):
+    """Lets a run that never saved an update (no backup, no checkpoint: it stopped in its first epoch, or ran out
+    of memory) start again with another model or data config: with another data config, its data folder (the
+    vocabulary learned from the old data) is moved aside, then deleted, and built again; its model.yaml and
+    experiment.yaml are replaced (atomically) when the new run writes its own."""
+    changed = changed_experiment(output / "experiment.yaml", experiment.to_dict(), sections=("data",))
+    if changed and (output / "data").exists():
+        log.info("%s holds a run that never trained, with another data config (%s): its data and vocabulary are "
+                 "built again", output, "; ".join(changed))
+        aside = staging_folder(output / "data")
+        os.replace(output / "data", aside)  # one rename: the old vocabulary is gone, or still whole
+        shutil.rmtree(aside, ignore_errors=True)
+
+
+def _train(experiment, workdir, output, strategy, is_chief, policy, resumed_at=(0, 0), untrained=False):
     training = experiment.training
     if training.init_checkpoint and experiment.data.kind != "synthetic" and is_chief:
         adopt_vocabulary(training.init_checkpoint, workdir / "data" / "vocab")
@@ -146,7 +167,11 @@ def _train(experiment, workdir, output, strategy, is_chief, policy, resumed_at=(
         log.info("R-Drop: every example runs twice per batch, alpha %g", training.rdrop_alpha)
     resolved = experiment.to_dict()
     resolved["model"] = model_config.to_dict()
-    check_same_experiment(output / "experiment.yaml", resolved)
+    if not untrained:
+        check_same_experiment(output / "experiment.yaml", resolved)
+    elif changed_experiment(output / "experiment.yaml", resolved):  # a run that never trained: replaced
+        log.info("%s holds a run that never trained, with another config: its model.yaml and experiment.yaml are "
+                 "replaced", output)
     write_yaml(output / "experiment.yaml", resolved)
     write_model_file(output / MODEL_CONFIG, model_config, experiment.decoding.options)
     log.info("Model: %s; dtype policy %s", summary(model_config), policy)

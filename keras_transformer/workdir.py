@@ -32,10 +32,11 @@ import keras
 import numpy as np
 import yaml
 
-from keras_transformer.config import DECODING_FIELDS, TransformerConfig, load_yaml
+from keras_transformer.config import DECODING_FIELDS, TransformerConfig, read_yaml_file
 from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.errors import CheckpointError, CheckpointNotFoundError, ConfigError
 from keras_transformer.files import atomic_write, atomic_write_text, check_not_an_input, exclusive_lock, staging_folder
+from keras_transformer.keras_internals import weights_file_bytes
 from keras_transformer.layout import (CHECKPOINT_PATTERN, CHECKPOINTS_DIR, EXTRA_DIR, MEMBERS_DIR, MODEL_CONFIG,
                                       MODEL_WEIGHTS, VOCAB_DIR, WORKDIR_VOCAB, check_average_output,
                                       check_model_folder, check_weights_choice, is_export, model_kind, not_a_model)
@@ -118,7 +119,28 @@ def save_weights(model, path):
     >>> save_weights(model, pathlib.Path(tempfile.mkdtemp()) / "ckpt-0001.weights.h5").is_file()
     True
     """
-    return atomic_write(path, lambda temporary: weights_only(model).save_weights(temporary, overwrite=True))
+    return atomic_write(path, lambda temporary: write_weights_file(weights_only(model), temporary))
+
+
+def write_weights_file(model, path):
+    """Writes `model.save_weights`' file to `path` (weights, and a compiled model's optimizer state) in one plain
+    write: the HDF5 file is built in memory (`keras_internals.weights_file_bytes`), so that a full disk raises an
+    `OSError` (ENOSPC) here, with nothing left open, instead of failing inside HDF5. Every weights file the
+    package writes goes through here (under a temporary name: `files.atomic_write`).
+
+    Example:
+
+    >>> import tempfile
+    >>> from keras_transformer.model import build_model
+    >>> model = build_model(TransformerConfig.preset("tiny", vocab_size=20))
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "a.weights.h5"
+    >>> write_weights_file(model, path)
+    >>> load_weights(build_model(TransformerConfig.preset("tiny", vocab_size=20)), path) is not None
+    True
+    """
+    data = weights_file_bytes(model)
+    with open(path, "wb") as handle:
+        handle.write(data)
 
 
 def checkpoint_number(name):
@@ -385,10 +407,7 @@ def read_model_file(path):
     path = pathlib.Path(path)
     if not path.is_file():
         raise CheckpointNotFoundError(f"Model config not found: {path}")
-    with open(path, encoding="utf-8") as handle:
-        values = load_yaml(handle) or {}
-    if not isinstance(values, dict):
-        raise ConfigError(f"{path}: expected a mapping of TransformerConfig fields, got {type(values).__name__}.")
+    values = read_yaml_file(path, "TransformerConfig fields")
     decoding = values.get("decoding") or {}
     if not isinstance(decoding, dict):
         raise ConfigError(f"{path}: decoding must be a mapping of decoding settings, got {decoding!r}.")

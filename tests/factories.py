@@ -9,6 +9,7 @@ Reach for these (and the session fixtures in `conftest.py`) before writing a new
 - `make_workdir(root, config, ...)`: a workdir as `train` leaves it (model.yaml, epoch checkpoints, data/vocab),
   without training.
 - `backup_weights(workdir, ema_decay)`: the raw weights in a workdir's latest backup and their moving averages.
+- `sigterm_at_update(entry, argv, update, folder)`: a training process sent SIGTERM at a known update.
 - `sampling_uniform(seed, key, sample, step)`: numpy's copy of the draws `decoding.sample` makes, for checking
   them on every backend.
 """
@@ -124,3 +125,55 @@ def sampling_uniform(seed, key, sample, step):
         for word in (key, sample, step):
             state = mix(state ^ np.asarray(word).astype(np.uint32))
     return (state >> np.uint32(8)).astype("float64") / 2**24
+
+
+# A training process that pauses at the end of update UPDATE (in its first callback's batch end) until the test
+# has sent it SIGTERM, so that the signal arrives at a known batch, while that batch's callbacks run.
+_PAUSE_AT_UPDATE = """
+import importlib, pathlib, sys, time
+from keras_transformer.trainer import loop
+
+entry, update, paused = sys.argv[1], int(sys.argv[2]), pathlib.Path(sys.argv[3])
+
+class Pause(loop.LearningRateLogger):
+    def on_train_batch_end(self, batch, logs=None):
+        super().on_train_batch_end(batch, logs)
+        if int(self.model.optimizer.iterations) == update:
+            paused.touch()
+            deadline = time.time() + 120
+            while not pathlib.Path(f"{paused}.sent").exists() and time.time() < deadline:
+                time.sleep(0.02)
+
+loop.LearningRateLogger = Pause  # the first callback the loop makes
+sys.exit(importlib.import_module(entry).main(sys.argv[4:]))
+"""
+
+
+def sigterm_at_update(entry, argv, update, folder, timeout=180):
+    """Runs `entry.main(argv)` (`keras_transformer.cli`, `keras_transformer.arrays`) in a new process, sends it
+    SIGTERM during the batch end of its `update`-th update, and returns `(exit status, stderr)` when it ends."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    paused = pathlib.Path(folder) / "paused"
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""}
+    env.pop("TF_CONFIG", None)
+    child = subprocess.Popen([sys.executable, "-c", _PAUSE_AT_UPDATE, entry, str(update), str(paused), *argv],
+                             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + timeout
+        while not paused.exists() and child.poll() is None and time.time() < deadline:
+            time.sleep(0.05)
+        if not paused.exists():
+            child.kill()
+            raise AssertionError(f"the process never reached update {update}: {child.communicate()[1][-3000:]}")
+        child.send_signal(signal.SIGTERM)
+        pathlib.Path(f"{paused}.sent").touch()
+        _, err = child.communicate(timeout=timeout)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    return child.returncode, err

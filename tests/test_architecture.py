@@ -14,7 +14,7 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "keras_transformer"
 LAYERS = [
     ("stdlib", ["errors", "files", "layout", "arguments", "data", "data.textfile", "decoding.registry",
                 "decoding.options", "interface"]),
-    ("core", ["config", "masking", "layers", "layers.*", "model", "losses", "metrics", "schedules", "optimizers",
+    ("core", ["config", "footprint", "masking", "layers", "layers.*", "model", "losses", "metrics", "schedules", "optimizers",
               "decoding", "decoding.*", "attention_maps", "keras_internals", "data.batching", "data.synthetic", "data.packed",
               "ctranslate2_translator"]),
     ("experiment", ["experiment", "config_reference"]),

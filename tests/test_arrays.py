@@ -11,7 +11,7 @@ from keras_transformer.data.packed import ARRAYS_FILE, arrays_to_ragged, load_ar
 from keras_transformer.errors import ConfigError
 from keras_transformer.inference import load_translator
 from keras_transformer.trainer.backup import resumed_seed
-from factories import backup_weights
+from factories import backup_weights, sigterm_at_update
 
 # Its module fixtures are expensive: `make test` (--dist loadgroup) runs the whole file on one worker, so they
 # are built once.
@@ -510,6 +510,30 @@ def test_a_run_interrupted_inside_an_epoch_resumes_to_the_uninterrupted_run_s_we
     for row, reference in zip(got, expected):  # epoch 2's row averages all of its batches, both processes'
         assert float(row["loss"]) == pytest.approx(float(reference["loss"]), rel=1e-4)
         assert float(row["val_loss"]) == pytest.approx(float(reference["val_loss"]), rel=1e-4)
+    _assert_same_final_weights(whole, broken)
+
+
+@pytest.mark.slow
+def test_sigterm_inside_an_epoch_backs_up_that_batch_and_the_same_command_ends_with_the_uninterrupted_weights(
+        trained, copy_packed, tmp_path):
+    """SIGTERM to a packed-path training process inside its first epoch, with backups only at epoch ends: the
+    batch being trained finishes, a backup at it is written, the process says where it stopped in one line and
+    exits with status 143; the same command trains the batches the epoch had left and ends where the
+    uninterrupted run (`trained`'s first call) ends."""
+    from keras_transformer.trainer.backup import backup_position
+    whole, expected = trained[0], trained[4]
+    per_epoch = int(expected[0]["step"])
+    broken = copy_packed("broken")
+    command = [str(broken), "--epochs", "2", "--no-jit", "--average-last", "0"]
+    status, err = sigterm_at_update("keras_transformer.arrays", command, 3, tmp_path)
+    assert status == 143, err[-3000:]
+    lines = [line for line in err.splitlines() if ": error:" in line]
+    assert lines == [f"python -m keras_transformer.arrays: error: stopped by SIGTERM at epoch 1, batch 3 (the "
+                     f"backup in {broken / 'backup'} resumes there); run the same command again to resume."]
+    assert "Traceback" not in err
+    assert backup_position(broken / "backup") == (0, 3)
+    arrays.main(command)  # the same command
+    assert [int(r["step"]) for r in _history(broken)] == [per_epoch, 2 * per_epoch]
     _assert_same_final_weights(whole, broken)
 
 

@@ -1,15 +1,20 @@
-"""What survives what while training: a kill inside a backup write, a torn backup, a loss that is not finite, a
-stale temporary. (Exports: tests/test_export.py; two writers on one workdir: tests/test_cli.py.)"""
+"""What survives what while training: a kill inside a backup write, a torn backup, a full disk, SIGTERM, a loss
+that is not finite, a stale temporary. (Exports: tests/test_export.py; two writers on one workdir:
+tests/test_cli.py; other faults and their exit statuses: tests/test_faults.py.)"""
 
+import csv
+import errno
+import io
 import os
+import pathlib
 import shutil
 
 import keras
 import numpy as np
 import pytest
-from factories import SMALL_MODEL, SMALL_RUN, TINY_EXPERIMENT
+from factories import SMALL_MODEL, SMALL_RUN, TINY_EXPERIMENT, sigterm_at_update
 
-from keras_transformer import files, training
+from keras_transformer import cli, files, training, workdir as workdir_module
 from keras_transformer.errors import CheckpointError, ConfigError
 from keras_transformer.experiment import load_experiment
 from keras_transformer.trainer.callbacks import HistoryCSV, LearningRateLogger
@@ -18,6 +23,24 @@ from keras_transformer.trainer import backup as trainer_backup
 from keras_transformer.trainer import loop as trainer_loop
 
 TINY = TINY_EXPERIMENT
+REPO = pathlib.Path(__file__).resolve().parents[1]
+# The reference run of this file: two epochs of two batches, in a fixed order (no shuffling, no dropout).
+REFERENCE = SMALL_RUN + ["training.epochs=2", "data.shuffle=false"]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """`(workdir, final weights)` of REFERENCE trained without interruption, once for the module (never write into
+    the workdir: copy it)."""
+    workdir = tmp_path_factory.mktemp("uninterrupted") / "run"
+    return workdir, training.train(load_experiment(TINY, REFERENCE), workdir).model.get_weights()
+
+
+def _train_command(workdir, settings=REFERENCE):
+    return ["train", "--config", str(TINY), "--workdir", str(workdir)] + [
+        part for setting in settings for part in ("--set", setting)]
+
+
 
 
 class _Killed(BaseException):
@@ -99,14 +122,15 @@ def test_a_backup_killed_at_any_step_of_its_write_leaves_a_whole_one(tmp_path, m
 
 
 @pytest.mark.slow
-def test_a_torn_latest_backup_resumes_from_the_one_before_to_the_uninterrupted_run_s_weights(tmp_path, caplog):
+def test_a_torn_latest_backup_resumes_from_the_one_before_to_the_uninterrupted_run_s_weights(tmp_path, caplog,
+                                                                                               uninterrupted):
     """The latest weights cut in half, then (after a rerun made the backups whole again) the latest metadata
     emptied: each time the same command resumes from the backup before it and ends with the weights of an
     uninterrupted run."""
-    settings = SMALL_RUN + ["training.epochs=2", "data.shuffle=false"]
-    experiment = load_experiment(TINY, settings)
+    experiment = load_experiment(TINY, REFERENCE)
     workdir = tmp_path / "run"
-    uninterrupted = training.train(experiment, workdir).model.get_weights()  # before anything is torn
+    shutil.copytree(uninterrupted[0], workdir)
+    uninterrupted = uninterrupted[1]
     caplog.set_level("WARNING", logger="keras_transformer")
     weights, metadata = workdir / "backup" / "latest.weights.h5", workdir / "backup" / "training_metadata.json"
     for tear in (lambda: weights.write_bytes(weights.read_bytes()[:weights.stat().st_size // 2]),
@@ -232,3 +256,69 @@ def test_on_nonfinite_offers_stop_only_and_says_why_not_skip():
         load_experiment(TINY, ["training.on_nonfinite=skip"])
     with pytest.raises(ConfigError, match="training.on_nonfinite must be 'stop'"):
         load_experiment(TINY, ["training.on_nonfinite=ignore"])
+
+
+class _FullDisk(io.FileIO):
+    """A file on a disk that fills up half way through the first write: what `write` returns on a full disk."""
+
+    def write(self, data):
+        super().write(bytes(memoryview(data)[:len(data) // 2]))
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+@pytest.mark.slow
+def test_a_full_disk_during_a_backup_ends_in_one_line_loses_nothing_and_the_same_command_resumes(
+        tmp_path, monkeypatch, capsys, uninterrupted):
+    """The disk fills up while the third epoch's backup is written: one line of ours (the file, the space left,
+    that nothing was lost, what to do), status 4, no traceback; the second epoch's backup is whole and untouched;
+    the same command, once there is space, resumes from it and trains the third epoch."""
+    workdir = tmp_path / "run"
+    shutil.copytree(uninterrupted[0], workdir)
+    backup = workdir / "backup"
+    before = {name: (backup / name).read_bytes() for name in ("latest.weights.h5", "training_metadata.json")}
+    command = _train_command(workdir, REFERENCE + ["training.epochs=3"])
+    real_open = open
+
+    def open_on_a_full_disk(path, mode="r", *args, **kwargs):
+        if "latest" in os.fspath(path) and "w" in mode:
+            return _FullDisk(path, "w")
+        return real_open(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr(workdir_module, "open", open_on_a_full_disk, raising=False)  # the weights file writer
+    assert cli.main(command) == 4
+    monkeypatch.undo()
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("keras-transformer train: error:")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert f"out of disk space writing {backup / 'latest.weights.h5'} (" in lines[0]
+    assert "free there): nothing was lost" in lines[0] and "run the same command again to resume" in lines[0]
+    assert {name: (backup / name).read_bytes() for name in before} == before
+    assert trainer_backup.find_backup(backup).position == (2, 0)
+    assert not [path.name for path in backup.iterdir() if files.is_temporary(path.name)]
+
+    assert cli.main(command) == 0
+    assert trainer_backup.find_backup(backup).position == (3, 0)
+    assert [path.name for path in epoch_checkpoints(workdir)] == [f"ckpt-{n:04d}.weights.h5" for n in (1, 2, 3)]
+
+
+@pytest.mark.slow
+def test_sigterm_mid_epoch_backs_up_that_batch_and_the_same_command_trains_the_rest(tmp_path):
+    """SIGTERM to a `train` process during the first batch of its second epoch: the batch finishes, a backup at
+    it is written, the process says where it stopped in one line and exits with status 143; the same command
+    trains only the batch that epoch had left. (On this path a resumed epoch draws its remaining batches from a
+    reseeded order; the packed path serves the very batches left, and its SIGTERM test in tests/test_arrays.py
+    ends with the uninterrupted run's weights.)"""
+    workdir = tmp_path / "run"
+    returncode, err = sigterm_at_update("keras_transformer.cli", _train_command(workdir), 3, tmp_path)
+    assert returncode == 143, err[-3000:]
+    lines = [line for line in err.splitlines() if line.startswith("keras-transformer train: error:")]
+    assert lines == [f"keras-transformer train: error: stopped by SIGTERM at epoch 2, batch 1 (the backup in "
+                     f"{workdir / 'backup'} resumes there); run the same command again to resume."], err[-3000:]
+    assert "Traceback" not in err
+    assert trainer_backup.find_backup(workdir / "backup").position == (1, 1)
+    assert [path.name for path in epoch_checkpoints(workdir)] == ["ckpt-0001.weights.h5"]
+
+    assert cli.main(_train_command(workdir)) == 0  # the same command
+    assert trainer_backup.find_backup(workdir / "backup").position == (2, 0)
+    with open(workdir / "history.csv", encoding="utf-8") as f:
+        assert [(row["epoch"], float(row["step"])) for row in csv.DictReader(f)] == [("1", 2), ("2", 4)]

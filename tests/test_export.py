@@ -33,6 +33,31 @@ BAD_INPUTS = ["", "   \t ", " ".join(["word"] * 3000), "\u4e24\u53ea\u72d7\u5728
 BIN = os.path.dirname(sys.executable)
 
 
+def test_a_full_disk_during_an_export_ends_in_one_line_and_leaves_the_old_export(exported, tmp_path, monkeypatch,
+                                                                                 capsys):
+    """TensorFlow reports a full disk while writing the SavedModel (a `ResourceExhaustedError`): `export` ends in
+    one line of ours that names --out and the space left there, status 4, no traceback; the old export at --out
+    is untouched and nothing is left beside it."""
+    from keras_transformer import cli
+    directory, _ = exported
+    served = tmp_path / "served"
+    shutil.copytree(directory, served)
+    before = {path: path.read_bytes() for path in served.rglob("*") if path.is_file()}
+
+    def full_disk(*args, **kwargs):
+        raise tf.errors.ResourceExhaustedError(None, None, f"{served}/variables/variables.data-00000-of-00001"
+                                                           ".tempstate1; No space left on device")
+
+    monkeypatch.setattr(tf.saved_model, "save", full_disk)
+    assert cli.main(["export", "--workdir", str(directory), "--out", str(served), "--overwrite", "--no-xla"]) == 4
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("keras-transformer export: error:")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert f"out of disk space writing {served} (" in lines[0] and "nothing was lost" in lines[0]
+    assert {path: path.read_bytes() for path in served.rglob("*") if path.is_file()} == before
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["served"]
+
+
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory, multi30k_dir):
     """A small model with seeded weights and Multi30k val tokenizers, exported once for the module."""

@@ -56,6 +56,7 @@ import tensorflow_text as tf_text
 from tensorflow_text.python.ops import sentencepiece_tokenizer as _tf_text_sentencepiece
 
 from keras_transformer.data import corpus
+from keras_transformer.errors import CorruptFileError
 from keras_transformer.experiment import MODEL_TYPES
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
@@ -448,7 +449,14 @@ class SubwordTokenizer(tf.Module):
         else:
             with open(model_path, "rb") as handle:
                 model = handle.read()
-        tokenizer = cls(model, model_type=config["model_type"], lowercase=config.get("lowercase", False))
+        try:
+            tokenizer = cls(model, model_type=config["model_type"], lowercase=config.get("lowercase", False))
+        except ValueError as error:
+            raise CorruptFileError(
+                f"{model_path} is not a valid {config['model_type']} model (truncated or overwritten? "
+                f"{' '.join(str(error).split())[:200]}): copy the folder {directory} again from where it was made "
+                f"(a training workdir's data/vocab, an export's assets.extra/vocab), or learn the vocabulary "
+                f"again.") from None
         if tokenizer.vocab_size != config["vocab_size"]:
             raise ValueError(f"{model_path} holds {tokenizer.vocab_size} ids but {config_path} says "
                              f"vocab_size={config['vocab_size']}.")

@@ -26,14 +26,17 @@ import logging
 import os
 import pathlib
 import shutil
+import signal
+import threading
 
 import keras
 import numpy as np
 
-from keras_transformer.errors import CheckpointError
+from keras_transformer.errors import CheckpointError, RunStopped
 from keras_transformer.files import (atomic_copy, atomic_write, file_digest, fsync_folder, temporary_path,
                                      write_temporary)
 from keras_transformer.trainer.ema import has_average
+from keras_transformer.workdir import write_weights_file
 
 log = logging.getLogger("keras_transformer")
 
@@ -179,6 +182,10 @@ class ResumableBackup(keras.callbacks.Callback):
       so when that is not the latest;
     - a `guard` (`NonFiniteGuard`) can veto a backup of weights that are no longer finite.
 
+    SIGTERM (how clusters stop a job), while `stop_on_sigterm` is active, lets the
+    batch being trained finish, writes a backup at it and raises `RunStopped`:
+    the same command resumes at that batch (docs/training.md).
+
     `restore()` runs before `fit` (which then starts at the restored epoch);
     `offset` is the number of the epoch's batches trained before the current
     `fit` began: `train` sets it for the fit that finishes an interrupted epoch.
@@ -203,6 +210,7 @@ class ResumableBackup(keras.callbacks.Callback):
         self._since = 0  # batches since the last backup
         self._last_end = 0  # `batch + 1` of the last batch end seen in this epoch (steps_per_execution jumps)
         self._latest_whole = False  # whether backup_dir's latest pair is whole, so that it may become `.bkp`
+        self.stop_signal = None  # the name of a signal that asked the run to stop (`stop_on_sigterm`)
 
     @property
     def weights_path(self):
@@ -258,13 +266,17 @@ class ResumableBackup(keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         self._done = self.offset + batch + 1
+        steps = (self.params or {}).get("steps")
+        last = bool(steps) and batch + 1 >= steps  # the epoch's last batch: the epoch-end backup follows
+        if self.stop_signal is not None and not last and self._may_stop():
+            self.save(self.epoch, self._done)
+            raise RunStopped(self.stop_signal, (self.epoch, self._done), self.backup_dir)
         if self.save_freq == "epoch":
             return
         self._since += batch + 1 - self._last_end
         self._last_end = batch + 1
-        steps = (self.params or {}).get("steps")
-        if steps and batch + 1 >= steps:
-            return  # the epoch-end backup follows
+        if last:
+            return
         if self._since >= self.save_freq:
             self._since = 0
             self.save(self.epoch, self._done)
@@ -272,6 +284,13 @@ class ResumableBackup(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         self._done, self.offset = 0, 0
         self.save(epoch + 1, 0)
+        if self.stop_signal is not None and self._may_stop():
+            raise RunStopped(self.stop_signal, (epoch + 1, 0), self.backup_dir)
+
+    def _may_stop(self):
+        """Whether a stop may end the run here: not when the guard stopped it for a non-finite loss (its own
+        error then says what was saved)."""
+        return self.guard is None or not getattr(self.guard, "tripped", False)
 
     def save(self, epoch, done):
         """Writes a backup that resumes after `done` batches of epoch `epoch` (0-based: the epochs finished)."""
@@ -279,7 +298,7 @@ class ResumableBackup(keras.callbacks.Callback):
             return
         self.backup_dir.mkdir(parents=True, exist_ok=True)
         # The new pair is complete on disk before anything is renamed.
-        weights = write_temporary(self.weights_path, lambda path: self.model.save_weights(path))
+        weights = write_temporary(self.weights_path, lambda path: write_weights_file(self.model, path))
         if done:  # inside an epoch: its running loss and metrics, for the process that trains the rest
             save_metric_state(self.model, self.backup_dir, epoch, done)
         record = {"epoch": int(epoch), "batches_done": int(done),
@@ -296,6 +315,39 @@ class ResumableBackup(keras.callbacks.Callback):
         metadata.replace(self.metadata_path)
         fsync_folder(self.backup_dir)
         self._latest_whole = True
+
+
+@contextlib.contextmanager
+def stop_on_sigterm(backup):
+    """While active, SIGTERM asks `backup` (a `ResumableBackup`) to stop the run at the end of the batch being
+    trained, after a backup at it; a second SIGTERM ends the process at once, as SIGTERM does by default (the
+    backups being atomic, nothing written is lost either way). Outside the main thread, where Python cannot take
+    signals, it does nothing.
+
+    Example:
+
+    >>> backup = ResumableBackup("/tmp/kt_backup_example")
+    >>> with stop_on_sigterm(backup):
+    ...     os.kill(os.getpid(), signal.SIGTERM)
+    >>> backup.stop_signal
+    'SIGTERM'
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield backup
+        return
+
+    def handler(number, frame):
+        if backup.stop_signal is not None:  # the second: stop now
+            signal.signal(number, signal.SIG_DFL)
+            os.kill(os.getpid(), number)
+            return
+        backup.stop_signal = signal.Signals(number).name
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield backup
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 METRIC_STATE = "metrics.npz"  # in the backup folder

@@ -16,7 +16,7 @@ import numpy as np
 from keras_transformer import evaluation
 from keras_transformer.files import atomic_write
 from keras_transformer.trainer.ema import averaged_weights
-from keras_transformer.workdir import epoch_checkpoints, save_weights
+from keras_transformer.workdir import epoch_checkpoints, save_weights, write_weights_file
 
 log = logging.getLogger("keras_transformer")
 
@@ -315,7 +315,7 @@ class BleuCallback(keras.callbacks.Callback):
             if improved:
                 self.best = score
                 if self.best_path is not None and _safe(self.guard, self.model):
-                    atomic_write(self.best_path, lambda path: self.model.save_weights(path))
+                    atomic_write(self.best_path, lambda path: write_weights_file(self.model, path))
         if self.verbose:
             note = f", saved to {self.best_path}" if improved and self.best_path else ""
             print(f"\nEpoch {epoch + 1}: {self.monitor} = {score:.2f} (best {self.best:.2f}{note})")

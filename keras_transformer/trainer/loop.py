@@ -31,7 +31,7 @@ from keras_transformer.metrics import MaskedAccuracy
 from keras_transformer.model import build_model
 from keras_transformer.optimizers import make_optimizer
 from keras_transformer.trainer import ema
-from keras_transformer.trainer.backup import ResumableBackup, RestoreMetricState, backup_position
+from keras_transformer.trainer.backup import ResumableBackup, RestoreMetricState, backup_position, stop_on_sigterm
 from keras_transformer.trainer.callbacks import (BleuCallback, EpochCheckpoint, HistoryCSV, LearningRateLogger,
                                                  NonFiniteGuard, StepCheckpoint, best_logged)
 from keras_transformer.trainer.precision import progress_verbosity
@@ -251,6 +251,7 @@ def fit_experiment(experiment, model_config, data, output, *, strategy=None, res
         A `TrainingResult`.
 
     Raises:
+        RunStopped: SIGTERM stopped the run after the batch it was training; a backup at that batch is written.
         FloatingPointError: the training loss or a weight became non-finite (training stopped before
             anything of that epoch was saved).
     """
@@ -270,11 +271,12 @@ def fit_experiment(experiment, model_config, data, output, *, strategy=None, res
                shuffle=False)  # the data sources shuffle themselves
     start = time.time()
     replicas = strategy.num_replicas_in_sync if strategy is not None else 1
-    histories = _finish_interrupted_epoch(model, data, training, resumed_at, backup, fit, replicas=replicas)
-    if not model.stop_training:
-        initial_epoch = resumed_at[0] + 1 if histories else resumed_at[0]
-        histories.append(model.fit(data.train, epochs=training.epochs, steps_per_epoch=training.steps_per_epoch,
-                                   initial_epoch=initial_epoch, **fit))
+    with stop_on_sigterm(backup):  # SIGTERM: a backup at the current batch, then `RunStopped`
+        histories = _finish_interrupted_epoch(model, data, training, resumed_at, backup, fit, replicas=replicas)
+        if not model.stop_training:
+            initial_epoch = resumed_at[0] + 1 if histories else resumed_at[0]
+            histories.append(model.fit(data.train, epochs=training.epochs, steps_per_epoch=training.steps_per_epoch,
+                                       initial_epoch=initial_epoch, **fit))
     history = _merge_histories(histories)
     if history.epoch:
         log.info("Trained %d epoch(s) in %.1f s; checkpoints in %s", len(history.epoch), time.time() - start,

@@ -1,0 +1,147 @@
+"""What a model costs before it is built: its parameter count and the memory training it needs.
+
+`train` and `train --dry-run` check a config with these before anything is
+written, so that a model no machine here could hold (`d_model: 1000000000`) is
+refused in a second, naming the estimate and the memory, instead of ending in
+an out-of-memory error after the vocabulary is learned. Backend-neutral: the
+arithmetic of `model.build_model`'s layers, and the standard library for the
+machine's memory.
+"""
+
+import os
+
+from keras_transformer.errors import ConfigError, format_size
+
+# Bytes of one number of each dtype a policy names; variables of a mixed policy stay float32.
+_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
+MEMORY_CHECK_VARIABLE = "KERAS_TRANSFORMER_MEMORY_CHECK"  # set to 0 to train whatever the estimate says
+
+
+def parameter_count(config):
+    """The number of weights of `build_model(config)`, from the config alone (exact).
+
+    Example:
+
+    >>> from keras_transformer.config import TransformerConfig
+    >>> parameter_count(TransformerConfig.preset("base", vocab_size=37000))
+    63082496
+    """
+    d, ff, heads = config.d_model, config.d_ff, config.num_heads
+    keys, values = heads * config.head_dim, heads * config.head_value_dim
+    attention = d * (2 * keys + values) + 2 * keys + values + values * d + d  # Q, K, V and output projections
+    relative = (2 * config.max_relative_position + 1) * (config.head_dim + config.head_value_dim) \
+        if config.position == "relative" else 0
+    feed_forward = d * ff + ff + ff * d + d
+    sublayer = 2 * d + (1 if config.use_rezero else 0)  # its LayerNorm (and ReZero's scalar)
+    final_norm = 2 * d if config.norm_first else 0
+    encoder = config.encoder_layers * (attention + relative + feed_forward + 2 * sublayer) + final_norm
+    decoder = config.decoder_layers * (2 * attention + relative + feed_forward + 3 * sublayer) + final_norm
+    if config.tie_embeddings == "all":
+        embeddings = config.vocab_size * d
+    else:
+        embeddings = (config.src_vocab_size + config.tgt_vocab_size) * d
+        if config.tie_embeddings == "none":
+            embeddings += config.tgt_vocab_size * d  # the pre-softmax projection's own matrix, no bias
+    positions = 2 * config.max_length * d if config.position == "learned" else 0
+    return embeddings + positions + encoder + decoder
+
+
+def training_memory(config, tokens_per_batch, policy="float32", *, moving_average=False, accumulation=False):
+    """Bytes that training `config` needs, roughly: weights, Adam's two moments and the gradients (one number
+    each per weight, at the variables' precision), a moving average and accumulated gradients where asked,
+    plus the activations of a batch of `tokens_per_batch` source and as many target tokens kept for the
+    backward pass (sub-layer outputs, attention weights up to `max_length` keys, the logits and their softmax).
+
+    Args:
+        config: the `TransformerConfig`.
+        tokens_per_batch: the tokens of one side of a batch (padding included).
+        policy: the dtype policy name ("float32", "mixed_float16", "mixed_bfloat16", "bfloat16", ...).
+        moving_average, accumulation: `training.ema_decay` and `training.gradient_accumulation_steps` > 1.
+
+    Returns:
+        `{"parameters", "weights", "optimizer", "activations", "total"}`: the count, then bytes.
+
+    Example:
+
+    >>> from keras_transformer.config import TransformerConfig
+    >>> memory = training_memory(TransformerConfig.preset("base", vocab_size=37000), 4096)
+    >>> memory["parameters"], memory["weights"] // 2**20, memory["total"] // 2**30
+    (63082496, 240, 5)
+    """
+    parameters = parameter_count(config)
+    policy = str(policy or "float32")
+    compute = _BYTES.get(policy.split("_")[-1], 4)  # "mixed_bfloat16" computes in bfloat16
+    variable = 4 if policy.startswith("mixed") else compute
+    weights = parameters * variable
+    optimizer = parameters * variable * (3 + int(moving_average) + int(accumulation))  # 2 moments + gradients
+    d, ff, heads = config.d_model, config.d_ff, config.num_heads
+    keys = min(config.max_length, tokens_per_batch)  # the longest a sentence can be
+    encoder = config.encoder_layers * (10 * d + 2 * ff + 2 * heads * keys)
+    decoder = config.decoder_layers * (15 * d + 2 * ff + 4 * heads * keys)
+    logits = 3 * config.tgt_vocab_size  # the logits, their softmax and its gradient, in float32
+    activations = tokens_per_batch * ((encoder + decoder) * compute + logits * 4)
+    return {"parameters": parameters, "weights": weights, "optimizer": optimizer, "activations": activations,
+            "total": weights + optimizer + activations}
+
+
+def available_memory():
+    """Bytes of memory this process may still take: Linux's MemAvailable plus free swap, else the physical
+    memory (`os.sysconf`); None where neither can be read.
+
+    Example:
+
+    >>> available_memory() is None or available_memory() > 0
+    True
+    """
+    try:
+        with open("/proc/meminfo", encoding="ascii") as handle:
+            fields = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in handle if line.count(":") == 1}
+        if "MemAvailable" in fields:
+            return fields["MemAvailable"] + fields.get("SwapFree", 0)
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def describe_memory(memory):
+    """One line of `training_memory`'s estimate, for the log and `--dry-run`.
+
+    Example:
+
+    >>> describe_memory({"parameters": 63082496, "weights": 252329984, "optimizer": 756989952,
+    ...                  "activations": 1400000000, "total": 2409319936})
+    '63.1M parameters; training needs about 2.2 GiB (weights 240.6 MiB, optimizer state and gradients 721.9 MiB, activations 1.3 GiB)'
+    """
+    count = memory["parameters"]
+    count = f"{count / 1e9:.1f}G" if count >= 1e9 else f"{count / 1e6:.1f}M" if count >= 1e6 else str(count)
+    return (f"{count} parameters; training needs about {format_size(memory['total'])} (weights "
+            f"{format_size(memory['weights'])}, optimizer state and gradients {format_size(memory['optimizer'])}, activations "
+            f"{format_size(memory['activations'])})")
+
+
+def check_training_memory(memory, available=None):
+    """Refuses (`ConfigError`) a training run whose `training_memory` estimate is more than the memory this
+    machine has left (`available_memory`); `KERAS_TRANSFORMER_MEMORY_CHECK=0` in the environment turns it off.
+
+    Example:
+
+    >>> check_training_memory({"parameters": 10**12, "weights": 4 * 10**12, "optimizer": 12 * 10**12,
+    ...                        "activations": 0, "total": 16 * 10**12}, available=64 * 2**30)
+    Traceback (most recent call last):
+    ...
+    keras_transformer.errors.ConfigError: The model is too large to train here: 1000.0G parameters; training needs about 14.6 TiB ...
+    """
+    if os.environ.get(MEMORY_CHECK_VARIABLE, "1") in ("0", "false", "no"):
+        return
+    available = available_memory() if available is None else available
+    if available is None or memory["total"] <= available:
+        return
+    raise ConfigError(
+        f"The model is too large to train here: {describe_memory(memory)}, and this machine has "
+        f"{format_size(available)} of memory available. Make the model smaller (model.d_model, model.d_ff, "
+        f"model.num_layers, the vocabulary) or the batches (data.tokens_per_batch, data.batch_size); "
+        f"{MEMORY_CHECK_VARIABLE}=0 skips this check.")
+
