@@ -52,7 +52,7 @@ from keras_transformer.data.packed import ARRAYS_FILE, load_arrays, make_batches
 from keras_transformer.attention_maps import attention_maps, strip_special
 from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.decoding.registry import STRATEGIES
-from keras_transformer.errors import ConfigError, describe_fault
+from keras_transformer.errors import ConfigError, describe_fault, raise_on_sigterm
 from keras_transformer.experiment import load_experiment
 from keras_transformer.files import atomic_write, exclusive_lock, remove_stale_temporaries
 from keras_transformer.interface import TranslatorInterface, check_pairs
@@ -681,7 +681,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     try:
-        _run(args)
+        with raise_on_sigterm():  # one line and status 143, wherever it is (a backup first while training)
+            _run(args)
     except (FileNotFoundError, ValueError, NotImplementedError, FloatingPointError) as error:  # ConfigError too
         if isinstance(error, NotImplementedError):
             parser.exit(2, f"{parser.prog}: error: {error}\n")  # bad input: the message, not a traceback

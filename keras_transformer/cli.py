@@ -36,7 +36,7 @@ from keras_transformer.arguments import integer_at_least, number_at_least
 from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.decoding.registry import STRATEGIES
 from keras_transformer.errors import (EXIT_BAD_INPUT, EXIT_INTERRUPTED, CheckpointError, ConfigError, RunStopped,
-                                     WorkdirBusyError, describe_fault, exit_codes_help)
+                                     WorkdirBusyError, describe_fault, exit_codes_help, raise_on_sigterm)
 
 # Each command imports its library module when it runs (the imports inside the functions below), so that
 # `--help` and argument errors answer without importing TensorFlow, which takes seconds.
@@ -520,6 +520,12 @@ def main(argv=None):
     """
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    with raise_on_sigterm():  # one line and status 143, wherever the command is
+        return _run(args)
+
+
+def _run(args):
+    """`main` after parsing: the command, and its faults as one line and a status."""
     try:
         precheck(args)  # before TensorFlow: a wrong key or path answers at once
         dry_run = args.command == "train" and args.dry_run

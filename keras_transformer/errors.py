@@ -5,9 +5,12 @@ line prints these errors without a traceback: `describe_fault` gives each fault 
 a denied permission, exhausted memory, a stop by SIGTERM) its one line and its exit status (`EXIT_CODES`).
 """
 
+import contextlib
 import errno
 import os
 import shutil
+import signal
+import threading
 
 
 class ConfigError(ValueError):
@@ -42,24 +45,63 @@ class CorruptFileError(CheckpointError):
 
 
 class RunStopped(Exception):
-    """A training run stopped by a signal (SIGTERM) after writing a backup at the batch it had reached.
+    """A command stopped by a signal (SIGTERM): a training run after writing a backup at the batch it had reached,
+    any other command (or a run not yet training) where it stood, its files written whole or not at all.
 
     Args:
         signal_name: the signal, e.g. "SIGTERM".
-        position: `(epochs finished, batches of the next epoch trained)`, what the backup resumes at.
+        position: `(epochs finished, batches of the next epoch trained)`, what the backup resumes at; None when
+            no training was under way.
         backup_dir: the folder of that backup.
 
     Example:
 
     >>> print(RunStopped("SIGTERM", (1, 3), "runs/x/backup"))
     stopped by SIGTERM at epoch 2, batch 3 (the backup in runs/x/backup resumes there)
+    >>> print(RunStopped("SIGTERM"))
+    stopped by SIGTERM
     """
 
-    def __init__(self, signal_name, position, backup_dir):
-        self.signal_name, self.position, self.backup_dir = signal_name, tuple(position), str(backup_dir)
+    def __init__(self, signal_name, position=None, backup_dir=None):
+        self.signal_name, self.backup_dir = signal_name, backup_dir and str(backup_dir)
+        self.position = tuple(position) if position is not None else None
+        if self.position is None:
+            super().__init__(f"stopped by {signal_name}")
+            return
         epoch, done = self.position
         where = f"epoch {epoch + 1}, batch {done}" if done else f"the end of epoch {epoch}"
         super().__init__(f"stopped by {signal_name} at {where} (the backup in {backup_dir} resumes there)")
+
+
+@contextlib.contextmanager
+def raise_on_sigterm():
+    """While active, SIGTERM raises `RunStopped` wherever the process is (as Ctrl-C raises KeyboardInterrupt),
+    so that a command ends in one line and status 143 (`describe_fault`) instead of dying silently; files are
+    written atomically, so nothing written is lost. While a run trains, its own handler takes over and first
+    writes a backup at the current batch (`trainer.backup.stop_on_sigterm`). Outside the main thread it does
+    nothing.
+
+    Example:
+
+    >>> try:
+    ...     with raise_on_sigterm():
+    ...         signal.raise_signal(signal.SIGTERM)
+    ... except RunStopped as stopped:
+    ...     print(stopped)
+    stopped by SIGTERM
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(number, frame):
+        raise RunStopped(signal.Signals(number).name)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 # The exit statuses of the `keras-transformer` command (and of `python -m keras_transformer.arrays`), one per
@@ -158,7 +200,8 @@ def describe_fault(error, command="", path=None):
     kind = type(error).__name__
     number = _errno_of(error) if isinstance(error, (OSError, RuntimeError)) or kind.endswith("Error") else None
     if isinstance(error, RunStopped):
-        return f"{error}; run the same command again to resume.", EXIT_STOPPED
+        again = " to resume" if command in ("train", "pack", "") else ""
+        return f"{error}; run the same command again{again}.", EXIT_STOPPED
     if number in (errno.ENOSPC, getattr(errno, "EDQUOT", -1)):
         where = getattr(error, "filename", None) or path
         free = _free_space(where)
@@ -167,7 +210,9 @@ def describe_fault(error, command="", path=None):
         again = "to resume from where it stopped" if command == "train" else "to write it"
         return (f"out of disk space{named}{left}: nothing was lost (the files written before stay whole); free "
                 f"some space and run the same command again {again}.", EXIT_DISK_FULL)
-    if number in (errno.EACCES, errno.EPERM, errno.EROFS):
+    if isinstance(error, PermissionError) or number in (errno.EACCES, errno.EPERM, errno.EROFS):
+        if isinstance(error, OSError) and error.errno is None:  # raised by the package: its message names the path
+            return str(error), EXIT_PERMISSION
         where = getattr(error, "filename", None) or path
         why = " (a read-only file system)" if number == errno.EROFS else ""
         return (f"permission denied: {where or error}{why} (choose a folder you may write to, or change its "

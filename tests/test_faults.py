@@ -6,6 +6,7 @@ import errno
 import os
 import pathlib
 import shutil
+import signal
 
 import numpy as np
 import pytest
@@ -63,6 +64,20 @@ def test_each_fault_ends_in_one_line_and_its_exit_status(tmp_path, monkeypatch, 
         assert word in lines[0]
     if status == 4:  # the error named no file: the command's folder is named, and the space left on its disk
         assert f"writing {workdir} (" in lines[0]
+
+
+def test_sigterm_before_training_starts_ends_in_one_line_and_status_143(tmp_path, monkeypatch, capsys):
+    """SIGTERM while a command is not training (learning a vocabulary, importing, translating): one line, 143."""
+    def terminated(*args, **kwargs):
+        signal.raise_signal(signal.SIGTERM)  # as `kill PID` does
+        raise AssertionError("SIGTERM did not stop the command")
+
+    monkeypatch.setattr(training, "train_and_evaluate", terminated)
+    assert cli.main(["train", "--config", str(TINY_EXPERIMENT), "--workdir", str(tmp_path / "run")]) == 143
+    err = capsys.readouterr().err
+    assert _error_lines(err, "train") == [
+        "keras-transformer train: error: stopped by SIGTERM; run the same command again to resume."], err
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # given back
 
 
 def test_an_unexpected_error_is_not_dressed_up_as_a_fault():

@@ -224,3 +224,28 @@ def test_moving_averages_pair_with_their_weights_and_fit_can_leave_the_raw_weigh
         np.testing.assert_array_equal(weight.numpy(), average.numpy())
         assert not np.array_equal(weight.numpy(), last)
     assert keras_internals.moving_average_pairs(keras.optimizers.SGD()) == []
+
+
+def test_a_weights_file_built_in_memory_is_the_one_save_weights_writes(tmp_path):
+    """The bytes of `weights_file_bytes` load back as `model.save_weights`' file does: the weights and, for a
+    compiled model, the optimizer's state (its update count and moments)."""
+    def compiled(seed):
+        keras.utils.set_random_seed(seed)
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4), keras.layers.Dense(2)])
+        model.compile(optimizer="adam", loss="mse")
+        return model
+
+    model = compiled(0)
+    model.fit(np.ones((8, 3)), np.zeros((8, 2)), epochs=2, verbose=0)
+    path = tmp_path / "memory.weights.h5"
+    path.write_bytes(keras_internals.weights_file_bytes(model))
+    model.save_weights(str(tmp_path / "keras.weights.h5"))
+    for name in ("memory.weights.h5", "keras.weights.h5"):
+        other = compiled(1)
+        other.optimizer.build(other.trainable_variables)
+        other.load_weights(str(tmp_path / name))
+        for ours, theirs in zip(other.optimizer.variables, model.optimizer.variables, strict=True):
+            np.testing.assert_array_equal(np.asarray(ours), np.asarray(theirs))
+        for ours, theirs in zip(other.get_weights(), model.get_weights(), strict=True):
+            np.testing.assert_array_equal(ours, theirs)
+    assert int(model.optimizer.iterations) == 2

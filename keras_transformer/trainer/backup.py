@@ -328,7 +328,7 @@ def stop_on_sigterm(backup):
 
     >>> backup = ResumableBackup("/tmp/kt_backup_example")
     >>> with stop_on_sigterm(backup):
-    ...     os.kill(os.getpid(), signal.SIGTERM)
+    ...     signal.raise_signal(signal.SIGTERM)  # as `kill PID` does
     >>> backup.stop_signal
     'SIGTERM'
     """
