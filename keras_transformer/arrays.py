@@ -52,7 +52,7 @@ from keras_transformer.data.packed import ARRAYS_FILE, load_arrays, make_batches
 from keras_transformer.attention_maps import attention_maps, strip_special
 from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.decoding.registry import STRATEGIES
-from keras_transformer.errors import ConfigError, describe_fault, raise_on_sigterm
+from keras_transformer.errors import ConfigError, RunStopped, describe_fault, raise_on_sigterm
 from keras_transformer.experiment import load_experiment
 from keras_transformer.files import atomic_write, exclusive_lock, remove_stale_temporaries
 from keras_transformer.interface import TranslatorInterface, check_pairs
@@ -688,7 +688,7 @@ def main(argv=None):
             parser.exit(2, f"{parser.prog}: error: {error}\n")  # bad input: the message, not a traceback
         message, status = describe_fault(error, "train", args.workdir)
         parser.exit(status, f"{parser.prog}: error: {message}\n")
-    except Exception as error:  # noqa: BLE001 - a full disk, a stop by SIGTERM, exhausted memory: keras-transformer's codes
+    except (Exception, RunStopped) as error:  # noqa: BLE001 - a full disk, SIGTERM, exhausted memory
         message, status = describe_fault(error, "train", args.workdir)
         if message is None:
             raise

@@ -564,5 +564,6 @@ def _written_path(args):
             return value[0] if isinstance(value, list) else value
     return None
 
+
 if __name__ == "__main__":
     sys.exit(main())

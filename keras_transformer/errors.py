@@ -44,9 +44,12 @@ class CorruptFileError(CheckpointError):
     should be; the message names the file, what is wrong with it and what to do."""
 
 
-class RunStopped(Exception):
+class RunStopped(BaseException):
     """A command stopped by a signal (SIGTERM): a training run after writing a backup at the batch it had reached,
     any other command (or a run not yet training) where it stood, its files written whole or not at all.
+
+    A `BaseException`, as `KeyboardInterrupt` is: no `except Exception` on its way takes it for a fault of its own
+    (a backup that would not load, say).
 
     Args:
         signal_name: the signal, e.g. "SIGTERM".

@@ -111,15 +111,16 @@ def describe_memory(memory):
 
     Example:
 
-    >>> describe_memory({"parameters": 63082496, "weights": 252329984, "optimizer": 756989952,
-    ...                  "activations": 1400000000, "total": 2409319936})
-    '63.1M parameters; training needs about 2.2 GiB (weights 240.6 MiB, optimizer state and gradients 721.9 MiB, activations 1.3 GiB)'
+    >>> print(describe_memory({"parameters": 63082496, "weights": 252329984, "optimizer": 756989952,
+    ...                        "activations": 1400000000, "total": 2409319936}))  # doctest: +NORMALIZE_WHITESPACE
+    63.1M parameters; training needs about 2.2 GiB (weights 240.6 MiB, optimizer state and gradients
+    721.9 MiB, activations 1.3 GiB)
     """
     count = memory["parameters"]
     count = f"{count / 1e9:.1f}G" if count >= 1e9 else f"{count / 1e6:.1f}M" if count >= 1e6 else str(count)
-    return (f"{count} parameters; training needs about {format_size(memory['total'])} (weights "
-            f"{format_size(memory['weights'])}, optimizer state and gradients {format_size(memory['optimizer'])}, activations "
-            f"{format_size(memory['activations'])})")
+    sizes = {name: format_size(memory[name]) for name in ("total", "weights", "optimizer", "activations")}
+    return (f"{count} parameters; training needs about {sizes['total']} (weights {sizes['weights']}, optimizer "
+            f"state and gradients {sizes['optimizer']}, activations {sizes['activations']})")
 
 
 def check_training_memory(memory, available=None):
@@ -132,7 +133,7 @@ def check_training_memory(memory, available=None):
     ...                        "activations": 0, "total": 16 * 10**12}, available=64 * 2**30)
     Traceback (most recent call last):
     ...
-    keras_transformer.errors.ConfigError: The model is too large to train here: 1000.0G parameters; training needs about 14.6 TiB ...
+    keras_transformer.errors.ConfigError: The model is too large to train here: 1000.0G parameters; ...
     """
     if os.environ.get(MEMORY_CHECK_VARIABLE, "1") in ("0", "false", "no"):
         return

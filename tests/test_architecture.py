@@ -14,9 +14,9 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "keras_transformer"
 LAYERS = [
     ("stdlib", ["errors", "files", "layout", "arguments", "data", "data.textfile", "decoding.registry",
                 "decoding.options", "interface"]),
-    ("core", ["config", "footprint", "masking", "layers", "layers.*", "model", "losses", "metrics", "schedules", "optimizers",
+    ("core", ["config", "masking", "layers", "layers.*", "model", "losses", "metrics", "schedules", "optimizers",
               "decoding", "decoding.*", "attention_maps", "keras_internals", "data.batching", "data.synthetic", "data.packed",
-              "ctranslate2_translator"]),
+              "ctranslate2_translator", "footprint"]),
     ("experiment", ["experiment", "config_reference"]),
     ("workdir", ["workdir", "evaluation"]),
     ("training", ["trainer", "trainer.*"]),
