@@ -85,25 +85,36 @@ def training_memory(config, tokens_per_batch, policy="float32", *, moving_averag
 
 
 def available_memory():
-    """Bytes of memory this process may still take: Linux's MemAvailable plus free swap, else the physical
-    memory (`os.sysconf`); None where neither can be read.
+    """Bytes of memory this process may still take: Linux's MemAvailable plus free swap (less, in a container
+    whose cgroup sets a lower limit), else the physical memory (`os.sysconf`); None where neither can be read.
 
     Example:
 
     >>> available_memory() is None or available_memory() > 0
     True
     """
+    available = None
     try:
         with open("/proc/meminfo", encoding="ascii") as handle:
             fields = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in handle if line.count(":") == 1}
         if "MemAvailable" in fields:
-            return fields["MemAvailable"] + fields.get("SwapFree", 0)
+            available = fields["MemAvailable"] + fields.get("SwapFree", 0)
     except (OSError, ValueError, IndexError):
         pass
-    try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (AttributeError, OSError, ValueError):
-        return None
+    if available is None:
+        try:
+            available = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (AttributeError, OSError, ValueError):
+            return None
+    try:  # cgroup v2: the container's own limit, less what it uses
+        with open("/sys/fs/cgroup/memory.max", encoding="ascii") as limit, \
+                open("/sys/fs/cgroup/memory.current", encoding="ascii") as used:
+            text = limit.read().strip()
+            if text != "max":
+                available = min(available, int(text) - int(used.read().strip()))
+    except (OSError, ValueError):
+        pass
+    return available
 
 
 def describe_memory(memory):
