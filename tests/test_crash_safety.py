@@ -303,20 +303,20 @@ def test_a_full_disk_during_a_backup_ends_in_one_line_loses_nothing_and_the_same
 
 @pytest.mark.slow
 def test_sigterm_mid_epoch_backs_up_that_batch_and_the_same_command_trains_the_rest(tmp_path):
-    """SIGTERM to a `train` process during the first batch of its second epoch: the batch finishes, a backup at
+    """SIGTERM to a `train` process during the first batch of its first epoch: the batch finishes, a backup at
     it is written, the process says where it stopped in one line and exits with status 143; the same command
     trains only the batch that epoch had left. (On this path a resumed epoch draws its remaining batches from a
     reseeded order; the packed path serves the very batches left, and its SIGTERM test in tests/test_arrays.py
     ends with the uninterrupted run's weights.)"""
     workdir = tmp_path / "run"
-    returncode, err = sigterm_at_update("keras_transformer.cli", _train_command(workdir), 3, tmp_path)
+    returncode, err = sigterm_at_update("keras_transformer.cli", _train_command(workdir), 1, tmp_path)
     assert returncode == 143, err[-3000:]
     lines = [line for line in err.splitlines() if line.startswith("keras-transformer train: error:")]
-    assert lines == [f"keras-transformer train: error: stopped by SIGTERM at epoch 2, batch 1 (the backup in "
+    assert lines == [f"keras-transformer train: error: stopped by SIGTERM at epoch 1, batch 1 (the backup in "
                      f"{workdir / 'backup'} resumes there); run the same command again to resume."], err[-3000:]
     assert "Traceback" not in err
-    assert trainer_backup.find_backup(workdir / "backup").position == (1, 1)
-    assert [path.name for path in epoch_checkpoints(workdir)] == ["ckpt-0001.weights.h5"]
+    assert trainer_backup.find_backup(workdir / "backup").position == (0, 1)
+    assert epoch_checkpoints(workdir) == []
 
     assert cli.main(_train_command(workdir)) == 0  # the same command
     assert trainer_backup.find_backup(workdir / "backup").position == (2, 0)

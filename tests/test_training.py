@@ -764,8 +764,11 @@ def test_a_bad_rdrop_alpha_is_named(value):
 
 
 def test_workdir_of_another_model_is_refused(tmp_path):
+    """Once a run saved an update (here a step checkpoint); one that never did takes another config
+    (tests/test_faults.py)."""
     workdir = tmp_path / "run"
-    workdir.mkdir()
+    (workdir / "checkpoints").mkdir(parents=True)
+    (workdir / "checkpoints" / "step-00000010.weights.h5").write_bytes(b"weights")
     experiment = load_experiment(TINY, SMALL)
     resolved = experiment.to_dict()
     resolved["model"] = experiment.model_config(24).replace(d_ff=128).to_dict()
