@@ -9,13 +9,14 @@ keras-transformer export    --workdir DIR [--workdir DIR ...] --out DIR [--avera
 keras-transformer average   --workdir DIR [--last N] [--output FILE]
 keras-transformer pack      --config FILE.yaml [--set key=value ...] --workdir DIR   (token ids for other backends)
 keras-transformer plot-attention --model DIR "A man rides a bike." --out DIR   (PNG heatmaps per layer and head)
+keras-transformer serve     --model DIR [--port 8501] [--host H] [--name NAME]   (HTTP, TensorFlow Serving's REST API)
 ```
 
 A repeated --model (or --workdir for export) decodes those models as one ensemble.
 
 Each subcommand parses its arguments and calls one function of the library
 (`training.train_and_evaluate`, `inference.evaluate`, `inference.translate`,
-`export.export`, `workdir.average_workdir`, `training.pack_arrays`); everything they do can be done from
+`export.export`, `workdir.average_workdir`, `training.pack_arrays`, `serving.serve`); everything they do can be done from
 Python the same way. Errors that name a problem (a bad config key, a missing
 checkpoint) are printed as one line and the command exits with status 2.
 """
@@ -50,6 +51,7 @@ _EXAMPLES = """examples:
   keras-transformer average --workdir runs/en_de --last 5
   keras-transformer export --workdir runs/en_de --average 5 --out saved_models/en_de
   keras-transformer evaluate --model runs/en_de --model runs/en_de_seed2 --average 5 --source test.en.gz ...
+  keras-transformer serve --model saved_models/multi30k_en_de --port 8501
 """
 
 
@@ -217,6 +219,34 @@ def build_parser():
                     "(docs/gpu.md).")
     _experiment_arguments(pack, "the folder to write (vocabulary, configs, arrays.npz)")
 
+    serve = commands.add_parser(
+        "serve", help="serve a model over HTTP (TensorFlow Serving's REST API, /translate)",
+        description="Serves the model over HTTP until SIGTERM: TensorFlow Serving's REST API (GET /v1/models/NAME, "
+                    "POST /v1/models/NAME:predict with the export's signatures), POST /translate with per-request "
+                    "decoding options, /healthz, /readyz (after loading and a warm-up translation) and /stats. "
+                    "Concurrent requests asking for the same decoding are decoded in one batch. Needs "
+                    "`pip install keras-transformer[serve]` (docs/serving.md).")
+    serve.add_argument("--model", required=True, action="append", metavar="DIR", help=MODEL_HELP)
+    serve.add_argument("--name", help="the model's name in the URLs (default: the --model folder's name)")
+    serve.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1; 0.0.0.0: "
+                                                           "every interface)")
+    serve.add_argument("--port", type=integer_at_least(0), default=8501,
+                       help="the port (default 8501, TensorFlow Serving's REST port)")
+    limits = serve.add_argument_group("batching and limits")
+    limits.add_argument("--max-batch", type=_POSITIVE, default=64,
+                        help="sentences decoded together at most (default 64)")
+    limits.add_argument("--batch-wait-ms", type=number_at_least(0), default=5.0,
+                        help="how long a request waits for others to share its batch (default 5 ms)")
+    limits.add_argument("--max-body-bytes", type=_POSITIVE, default=1 << 20,
+                        help="larger request bodies get 413 (default 1 MiB)")
+    limits.add_argument("--max-sentences", type=_POSITIVE, default=256,
+                        help="more sentences in one request get 413 (default 256)")
+    limits.add_argument("--max-sentence-chars", type=_POSITIVE, default=2000,
+                        help="a longer sentence gets 413 (default 2000 characters)")
+    _weights_arguments(serve, ensemble=True)
+    _decoding_arguments(serve, "decoding (the requests' default: the model's, from its model.yaml; a request "
+                               "changes it for itself)", batch_size=False)
+
     plot = commands.add_parser("plot-attention", help="translate a sentence and draw its attention maps",
                                description="Translates the sentence and writes PNG heatmaps of encoder "
                                            "self-attention, decoder self-attention and cross-attention per layer "
@@ -342,20 +372,28 @@ def _stdin_chunks(size):
 def _ctranslate2_only(args):
     """Whether `args` translate with one CTranslate2 export: then TensorFlow is never imported (seconds saved)."""
     from keras_transformer.layout import model_kind
-    return (args.command == "translate" and len(args.model) == 1 and model_kind(args.model[0]) == "ctranslate2"
+    return (args.command in ("translate", "serve") and len(args.model) == 1 and model_kind(args.model[0]) == "ctranslate2"
             and not args.checkpoint and args.average is None)
+
+
+def _load_translator(args):
+    """The translator of `--model`, `--checkpoint`, `--average` and the decoding arguments (`translate`, `serve`)."""
+    if _ctranslate2_only(args):  # what inference.load_translator gives, without importing TensorFlow
+        from keras_transformer.ctranslate2_translator import CTranslate2Translator
+        settings = {key: value for key, value in _decode_settings(args).items() if value is not None}
+        return CTranslate2Translator(args.model[0], None, **settings)
+    from keras_transformer import inference
+    model, checkpoint = _weights(args.model, args.checkpoint)
+    return inference.load_translator(model, checkpoint, args.average, **_decode_settings(args))
 
 
 def _translate(args):
     from keras_transformer import evaluation
-    if _ctranslate2_only(args):  # what inference.load_translator gives, without importing TensorFlow
-        from keras_transformer.ctranslate2_translator import CTranslate2Translator
-        settings = {key: value for key, value in _decode_settings(args).items() if value is not None}
-        translate = CTranslate2Translator(args.model[0], None, **settings).translate_lines
+    translator = _load_translator(args)
+    if _ctranslate2_only(args):  # without TensorFlow
+        translate = translator.translate_lines
     else:
         from keras_transformer import inference
-        model, checkpoint = _weights(args.model, args.checkpoint)
-        translator = inference.load_translator(model, checkpoint, args.average, **_decode_settings(args))
         translate = functools.partial(inference.translate, translator)
     # Arguments are one chunk; stdin goes in chunks, so that output starts early and memory stays bounded.
     chunks = [args.sentences] if args.sentences else _stdin_chunks(args.batch_size * STDIN_CHUNK_BATCHES)
@@ -364,6 +402,16 @@ def _translate(args):
             print(evaluation.one_line(line))  # one output line per input sentence
         sys.stdout.flush()
     return 0
+
+
+def _serve(args):
+    from keras_transformer import serving
+    settings = serving.ServeSettings(max_batch=args.max_batch, batch_wait=args.batch_wait_ms / 1000,
+                                     max_body_bytes=args.max_body_bytes, max_sentences=args.max_sentences,
+                                     max_sentence_chars=args.max_sentence_chars)
+    name = args.name or os.path.basename(os.path.normpath(args.model[0]))
+    return serving.serve(functools.partial(_load_translator, args), name, host=args.host, port=args.port,
+                         settings=settings, seeded=args.seed is not None)
 
 
 def _export(args):
@@ -462,7 +510,7 @@ def import_tensorflow_quietly():
 
 
 _COMMANDS = {"train": _train, "evaluate": _evaluate, "translate": _translate, "export": _export,
-             "average": _average, "pack": _pack, "plot-attention": _plot_attention}
+             "average": _average, "pack": _pack, "plot-attention": _plot_attention, "serve": _serve}
 
 
 def precheck(args):
@@ -482,9 +530,14 @@ def precheck(args):
         cluster = experiment.training.strategy == "multi_worker" or os.environ.get("TF_CONFIG")
         if not getattr(args, "dry_run", False) and not cluster:
             files.check_unlocked(args.workdir)
-    if args.command in ("translate", "evaluate", "export"):  # settings that cannot go together
+    if args.command in ("translate", "evaluate", "export", "serve"):  # settings that cannot go together
         DecodeOptions().replace(**_decode_settings(args))
-    if args.command in ("translate", "evaluate", "plot-attention"):
+    if args.command == "serve":
+        from keras_transformer import serving
+        serving.check_installed()
+        if args.name is not None and not re.fullmatch(r"[A-Za-z0-9._-]+", args.name):
+            raise ConfigError(f"--name {args.name!r}: a model name in URLs takes letters, digits, '.', '_' and '-'.")
+    if args.command in ("translate", "evaluate", "plot-attention", "serve"):
         models = args.model if isinstance(args.model, list) else [args.model]
         for model in models:
             layout.check_model_path(model)
