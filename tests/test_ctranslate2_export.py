@@ -17,6 +17,7 @@ from keras_transformer import ctranslate2_export as ce  # noqa: E402
 from keras_transformer import decoding  # noqa: E402
 from keras_transformer.ctranslate2_translator import (CTranslate2Translator, gnmt_length_penalty,  # noqa: E402
                                                       is_ctranslate2_model, read_metadata)
+from keras_transformer.errors import ConfigError  # noqa: E402
 
 SENTENCES = ["w5 w6 w7", "w8 w9 w10 w11 w12 w13 w14", "w16", "w20 w21 w22 w23 w24 w25"]
 
@@ -471,3 +472,10 @@ def test_ctranslate2_samples_with_its_own_sampling_reproducibly(copy_export):
     assert drawn == again.translate_lines(lines) and drawn != other.translate_lines(lines)
     assert drawn != CTranslate2Translator(folder, beam_size=1, alpha=0.0).translate_lines(lines)  # not greedy
     assert [len(row) for row in first.n_best_lines(lines[:2])] == [1, 1]
+    # with_options (what `keras-transformer serve` asks per request): the loaded model, decoding with other options.
+    base = CTranslate2Translator(folder)
+    variant = base.with_options(first.options)
+    assert variant.translator is base.translator and base.options != first.options
+    assert variant.translate_lines(lines) == drawn and base.with_options(base.options) is base
+    with pytest.raises(ConfigError, match="early_exit"):
+        base.with_options(base.options.replace(early_exit=False))
