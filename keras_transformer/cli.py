@@ -16,8 +16,8 @@ A repeated --model (or --workdir for export) decodes those models as one ensembl
 
 Each subcommand parses its arguments and calls one function of the library
 (`training.train_and_evaluate`, `inference.evaluate`, `inference.translate`,
-`export.export`, `workdir.average_workdir`, `training.pack_arrays`, `serving.serve`); everything they do can be done from
-Python the same way. Errors that name a problem (a bad config key, a missing
+`export.export`, `workdir.average_workdir`, `training.pack_arrays`, `serving.serve`); everything they do can be
+done from Python the same way. Errors that name a problem (a bad config key, a missing
 checkpoint) are printed as one line and the command exits with status 2.
 """
 
@@ -230,7 +230,7 @@ def build_parser():
     serve.add_argument("--name", help="the model's name in the URLs (default: the --model folder's name)")
     serve.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1; 0.0.0.0: "
                                                            "every interface)")
-    serve.add_argument("--port", type=integer_at_least(0), default=8501,
+    serve.add_argument("--port", type=_POSITIVE, default=8501,
                        help="the port (default 8501, TensorFlow Serving's REST port)")
     limits = serve.add_argument_group("batching and limits")
     limits.add_argument("--max-batch", type=_POSITIVE, default=64,
@@ -372,7 +372,8 @@ def _stdin_chunks(size):
 def _ctranslate2_only(args):
     """Whether `args` translate with one CTranslate2 export: then TensorFlow is never imported (seconds saved)."""
     from keras_transformer.layout import model_kind
-    return (args.command in ("translate", "serve") and len(args.model) == 1 and model_kind(args.model[0]) == "ctranslate2"
+    return (args.command in ("translate", "serve") and len(args.model) == 1
+            and model_kind(args.model[0]) == "ctranslate2"
             and not args.checkpoint and args.average is None)
 
 

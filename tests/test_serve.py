@@ -40,6 +40,7 @@ def _free_port():
 class Server:
     def __init__(self, process, url, log):
         self.process, self.url, self.log = process, url, log
+        self.while_loading = None  # (/healthz, /readyz, model status) seen while the model loaded
 
     def request(self, path, body=None, raw=None, method=None):
         """`(status, parsed JSON answer)`; `raw` bytes are sent as they are."""
@@ -78,8 +79,12 @@ def server(tmp_path_factory):
             assert process.poll() is None, served.output()[-3000:]
             assert time.monotonic() < deadline, "the server was not ready in 300 s\n" + served.output()[-3000:]
             try:
-                if served.request("/readyz")[0] == 200:
+                ready = served.request("/readyz")
+                if ready[0] == 200:
                     break
+                if served.while_loading is None:
+                    served.while_loading = (served.request("/healthz"), ready,
+                                            served.request(f"/v1/models/{NAME}")[1]["model_version_status"][0])
             except (urllib.error.URLError, ConnectionError):
                 pass  # not listening yet
             time.sleep(0.5)
@@ -91,6 +96,11 @@ def server(tmp_path_factory):
 
 
 def test_status_metadata_health_and_unknown_models(server):
+    # The server listens while the model loads (seconds): alive, not ready, TensorFlow Serving's LOADING.
+    assert server.while_loading is not None, "/readyz was never seen before the model was ready"
+    alive, ready, status = server.while_loading
+    assert alive == (200, {"status": "alive"}) and ready[0] == 503 and ready[1]["status"] == "loading"
+    assert status["state"] == "LOADING"
     assert server.request("/healthz") == (200, {"status": "alive"})
     assert server.request("/readyz")[0] == 200
     status, answer = server.request(f"/v1/models/{NAME}")
