@@ -26,6 +26,10 @@ from keras_transformer.evaluation import read_lines
 
 pytestmark = pytest.mark.xdist_group("test_serve")
 
+# The serve extra (the test extra installs it, as it does ctranslate2 for tests/test_ctranslate2_export.py).
+pytest.importorskip("starlette")
+pytest.importorskip("uvicorn")
+
 NAME = "en_de"
 MAX_SENTENCES, MAX_CHARS, MAX_BODY = 40, 300, 20_000
 COMMAND = os.path.join(os.path.dirname(sys.executable), "keras-transformer")
