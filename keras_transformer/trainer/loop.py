@@ -85,8 +85,8 @@ def batches_per_epoch(training, data):
 def cooldown_updates(training, data):
     """`(first update, length)` of the linear cooldown of `training.cooldown_epochs`, or None without one.
 
-    The optimizer counts batches (accumulated or not), from
-    `training.initial_updates`; so does the schedule.
+    The schedule counts optimizer updates from `training.initial_updates`: one
+    a batch, or one every `training.gradient_accumulation_steps` batches.
     """
     if not training.cooldown_epochs:
         return None
@@ -94,8 +94,10 @@ def cooldown_updates(training, data):
     if per_epoch is None:
         raise ConfigError("training.cooldown_epochs needs the number of batches per epoch, which this data "
                           "does not tell: set training.steps_per_epoch.")
-    return (training.initial_updates + (training.epochs - training.cooldown_epochs) * per_epoch,
-            training.cooldown_epochs * per_epoch)
+    accumulation = training.gradient_accumulation_steps
+    start = training.initial_updates + (training.epochs - training.cooldown_epochs) * per_epoch // accumulation
+    end = training.initial_updates + training.epochs * per_epoch // accumulation
+    return start, max(1, end - start)
 
 
 def finished_epochs(output):
