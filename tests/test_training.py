@@ -408,7 +408,7 @@ def test_an_epoch_interrupted_between_backups_resumes_at_its_batch(tmp_path, mon
     weights each process trained from its backup on, spliced, are the run's raw trajectory, and every epoch
     checkpoint (and the model `train` returns) holds numpy's EMA of it, the first update copying the weights; the
     backup keeps the raw weights beside the averages; the last epoch's val_loss is the averaged weights'; and
-    turning the average off in the run half way is refused by name."""
+    turning the average off in the run half way is refused by name, as is another gradient accumulation."""
     decay = 0.8
     settings = SMALL_MODEL + ["data.train_examples=256", "data.val_examples=32", "data.batch_size=32",
                               "training.epochs=3", "training.verbose=0", "training.tensorboard=false",
@@ -458,6 +458,12 @@ def test_an_epoch_interrupted_between_backups_resumes_at_its_batch(tmp_path, mon
     off = load_experiment(TINY, settings + ["training.ema_decay=null", "training.epochs=4"])
     with pytest.raises(CheckpointError, match="training.ema_decay is off now but was on"):
         training.train(off, workdir)
+    # Nor another gradient accumulation: Keras would drop the optimizer state (its variables differ in number),
+    # and the update count would start over.
+    accumulating = load_experiment(TINY, settings + ["training.gradient_accumulation_steps=2", "training.epochs=4"])
+    with pytest.raises(CheckpointError, match="training.gradient_accumulation_steps is 2 now but was 1"):
+        training.train(accumulating, workdir)
+    assert trainer_backup.backup_position(workdir / "backup") == (3, 0)
 
 
 @pytest.mark.slow
