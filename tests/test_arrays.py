@@ -461,7 +461,8 @@ def test_clipnorm_and_gradient_accumulation_apply_on_the_packed_path(copy_packed
     assert (optimizer["clipnorm"], optimizer["gradient_accumulation_steps"]) == (0.25, 2)
     assert {k: v for k, v in optimizer.items() if k not in ("learning_rate", "name")} == \
         {k: v for k, v in expected.items() if k not in ("learning_rate", "name")}
-    assert result["updates"] == len(arrays.packed_data(workdir, arrays.packed_experiment(workdir))[1])
+    assert result["batches"] == len(arrays.packed_data(workdir, arrays.packed_experiment(workdir))[1])
+    assert result["updates"] == result["batches"] // 2  # one update every 2 batches
 
 
 @pytest.mark.slow  # two train_arrays calls
@@ -486,8 +487,9 @@ def test_accumulating_two_half_batches_is_one_whole_batch_update_for_update_on_t
         config = TransformerConfig.from_yaml(workdir / "model.yaml").replace(epsilon=1e-6)
         config.save_yaml(workdir / "model.yaml")
         _set_training(workdir, gradient_accumulation_steps=accumulation, validation=False, cooldown_epochs=1)
-        arrays.train_arrays(workdir, epochs=3, tokens_per_batch=tokens_per_batch, jit_compile=False,
-                            average_last=0)
+        result = arrays.train_arrays(workdir, epochs=3, tokens_per_batch=tokens_per_batch, jit_compile=False,
+                                     average_last=0)
+        assert (result["updates"], result["batches"]) == (3, 3 * accumulation)
         with open(workdir / "history.csv", encoding="utf-8") as f:
             return list(csv.DictReader(f)), config
 

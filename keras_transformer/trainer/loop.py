@@ -74,6 +74,7 @@ class TrainingResult:
     checkpoints: list  # the epoch checkpoints now in workdir/checkpoints
     strategy: typing.Any = None
     tokenizers: typing.Any = None
+    updates: int = 0  # optimizer updates this call applied (one per gradient_accumulation_steps batches)
 
 
 def batches_per_epoch(training, data):
@@ -267,6 +268,7 @@ def fit_experiment(experiment, model_config, data, output, *, strategy=None, res
         raise CheckpointError(f"The backup in {backup.backup_dir} changed while the run started (it resumes at "
                               f"{restored.position if restored else (0, 0)}, not {tuple(resumed_at)}): is another "
                               f"process writing to {output}?")
+    first_update = int(keras.ops.convert_to_numpy(model.optimizer.iterations))
     validation = data.validation if training.validation else None
     fit = dict(validation_data=validation, callbacks=callbacks, verbose=progress_verbosity(training.verbose),
                shuffle=False)  # the data sources shuffle themselves
@@ -290,7 +292,8 @@ def fit_experiment(experiment, model_config, data, output, *, strategy=None, res
         ema.use_average(model)  # what was checkpointed and validated; the backup keeps the raw weights
         log.info("The model holds the moving average of its weights (training.ema_decay %g)", training.ema_decay)
     return TrainingResult(model=model, model_config=model_config, history=history.history, workdir=output,
-                          checkpoints=epoch_checkpoints(output), strategy=strategy, tokenizers=data.tokenizers)
+                          checkpoints=epoch_checkpoints(output), strategy=strategy, tokenizers=data.tokenizers,
+                          updates=int(keras.ops.convert_to_numpy(model.optimizer.iterations)) - first_update)
 
 
 def _nonfinite_message(guard, output):
