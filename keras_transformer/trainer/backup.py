@@ -259,8 +259,9 @@ class ResumableBackup(keras.callbacks.Callback):
                 f"with training.init_checkpoint set to one of its checkpoints.")
         accumulation = accumulation_steps(model.optimizer)
         if state.accumulation is not None and state.accumulation != accumulation:
-            # Keras would load the optimizer state of another setting without a word, or skip it all (its
-            # variables differ in number): the update count, and so the schedule, would start over.
+            # Keras would load the optimizer state of another k as it stands (the update count read at another
+            # scale), or skip it all with a warning (from or to 1: its variables differ in number), the update
+            # count, and so the schedule, starting over.
             raise CheckpointError(
                 f"Cannot resume {self.backup_dir.parent}: training.gradient_accumulation_steps is {accumulation} "
                 f"now but was {state.accumulation} in the run that wrote {state.weights}, whose optimizer state "
