@@ -419,7 +419,8 @@ class TrainingSection:
     """
 
     epochs: int = 10  # epochs in total (a resumed run counts the ones already done)
-    steps_per_epoch: typing.Optional[int] = None  # updates an epoch, from the training data repeated without end
+    steps_per_epoch: typing.Optional[int] = None  # batches an epoch (updates without gradient accumulation),
+                                                  # from the training data repeated without end
                                                   # (each pass shuffled anew); None: an epoch is one pass
     strategy: str = "auto"  # see keras_transformer.STRATEGIES
     devices: typing.Optional[list] = None  # devices for "mirrored" / "one_device", e.g. ["/gpu:0", "/gpu:1"]
@@ -428,7 +429,8 @@ class TrainingSection:
     mixed_precision: typing.Any = "float32"  # "float32", "auto", "mixed_float16", "mixed_bfloat16" (or bool)
     jit_compile: typing.Any = "auto"  # XLA: true, false or "auto" (Keras decides)
     steps_per_execution: int = 1  # batches per tf.function call (fewer Python round trips)
-    gradient_accumulation_steps: int = 1  # accumulate gradients over this many batches per update
+    gradient_accumulation_steps: int = 1  # update with the mean gradient of this many batches; the schedule,
+                                          # `step` and initial_updates count updates (docs/training.md)
     clipnorm: typing.Optional[float] = None  # clip each gradient to this norm
     cooldown_epochs: typing.Optional[int] = None  # over the last K epochs the learning rate falls linearly to zero
     rdrop_alpha: typing.Optional[float] = None  # R-Drop (null or 0: off): every pair runs twice a batch, with

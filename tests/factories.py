@@ -8,7 +8,7 @@ Reach for these (and the session fixtures in `conftest.py`) before writing a new
 - `seeded_weights(model, seed)`: weights of peaked, reproducible noise instead of training.
 - `make_workdir(root, config, ...)`: a workdir as `train` leaves it (model.yaml, epoch checkpoints, data/vocab),
   without training.
-- `backup_weights(workdir, ema_decay)`: the raw weights in a workdir's latest backup and their moving averages.
+- `backup_weights(workdir, ema_decay, ...)`: the raw weights in a workdir's latest backup and their moving averages.
 - `sampling_uniform(seed, key, sample, step)`: numpy's copy of the draws `decoding.sample` makes, for checking
   them on every backend.
 """
@@ -48,9 +48,10 @@ def seeded_weights(model, seed):
     return model
 
 
-def backup_weights(workdir, ema_decay):
+def backup_weights(workdir, ema_decay, gradient_accumulation_steps=None):
     """`(raw weights, their moving averages)` as numpy arrays, from `workdir/backup/latest.weights.h5` of a run
-    with `training.ema_decay`."""
+    with `training.ema_decay` (and `training.gradient_accumulation_steps`, whose accumulators the optimizer state
+    holds too)."""
     import keras
 
     from keras_transformer.config import TransformerConfig
@@ -61,7 +62,8 @@ def backup_weights(workdir, ema_decay):
 
     config = TransformerConfig.from_yaml(pathlib.Path(workdir) / "model.yaml")
     model = build_model(config)
-    model.compile(optimizer=make_optimizer(config, ema_decay=ema_decay))
+    model.compile(optimizer=make_optimizer(config, ema_decay=ema_decay,
+                                           gradient_accumulation_steps=gradient_accumulation_steps))
     model.optimizer.build(model.trainable_variables)
     load_backup_weights(model, pathlib.Path(workdir) / "backup" / "latest.weights.h5")
     return ([keras.ops.convert_to_numpy(v) for v in model.trainable_variables],

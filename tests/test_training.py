@@ -408,7 +408,7 @@ def test_an_epoch_interrupted_between_backups_resumes_at_its_batch(tmp_path, mon
     weights each process trained from its backup on, spliced, are the run's raw trajectory, and every epoch
     checkpoint (and the model `train` returns) holds numpy's EMA of it, the first update copying the weights; the
     backup keeps the raw weights beside the averages; the last epoch's val_loss is the averaged weights'; and
-    turning the average off in the run half way is refused by name."""
+    turning the average off in the run half way is refused by name, as is another gradient accumulation."""
     decay = 0.8
     settings = SMALL_MODEL + ["data.train_examples=256", "data.val_examples=32", "data.batch_size=32",
                               "training.epochs=3", "training.verbose=0", "training.tensorboard=false",
@@ -458,6 +458,12 @@ def test_an_epoch_interrupted_between_backups_resumes_at_its_batch(tmp_path, mon
     off = load_experiment(TINY, settings + ["training.ema_decay=null", "training.epochs=4"])
     with pytest.raises(CheckpointError, match="training.ema_decay is off now but was on"):
         training.train(off, workdir)
+    # Nor another gradient accumulation: Keras would drop the optimizer state (its variables differ in number),
+    # and the update count would start over.
+    accumulating = load_experiment(TINY, settings + ["training.gradient_accumulation_steps=2", "training.epochs=4"])
+    with pytest.raises(CheckpointError, match="training.gradient_accumulation_steps is 2 now but was 1"):
+        training.train(accumulating, workdir)
+    assert trainer_backup.backup_position(workdir / "backup") == (3, 0)
 
 
 @pytest.mark.slow
@@ -706,20 +712,35 @@ def test_fine_tuning_takes_the_weights_the_vocabulary_and_the_update_count_of_th
     assert str(tmp_path / "first" / "data" / "vocab") in str(error.value)
 
 
-def test_initial_updates_with_gradient_accumulation_count_on_from_the_given_update(tmp_path):
-    """With training.gradient_accumulation_steps, Keras' update count is computed from a private batch counter
-    and cannot be assigned: training.initial_updates raised AttributeError there."""
-    experiment = load_experiment(TINY, SMALL + ["training.gradient_accumulation_steps=2",
-                                                         "training.initial_updates=10", "training.validation=false"])
-    result = training.train(experiment, tmp_path / "run")
-    row = _rows(tmp_path / "run" / "history.csv")[0]
-    assert int(result.model.optimizer.iterations) == int(row["step"]) == 11  # 2 batches: one update after 10
-    # Keras evaluates the schedule at its batch count (2 per update here), so the run goes on where a run that
-    # accumulated over 2 batches from the start would be after 11 updates: batch 22.
-    config, batches = result.model_config, 22
-    expected = config.learning_rate_scale * config.d_model ** -0.5 * min(batches ** -0.5,
-                                                                          batches * config.warmup_steps ** -1.5)
-    assert float(row["learning_rate"]) == pytest.approx(expected, rel=1e-5)
+@pytest.mark.slow  # two `train` calls
+def test_accumulating_two_half_batches_is_one_whole_batch_update_for_update(tmp_path):
+    """With training.gradient_accumulation_steps: 2, two batches of 16 pairs make the update one batch of the same 32
+    makes, at the same point of the schedule: the same `step` and `learning_rate` after every update (the Noam rate
+    at that update, cooldown included) and the same weights. Keras would read the schedule at its count of batches,
+    twice the updates. The run starts at update 10 (training.initial_updates), so that count is set as well; the
+    pairs all have 8 tokens, so both halves hold as many labels and the mean of their mean losses is the whole
+    batch's (the loss is a mean over tokens); dropout is off. Adam's epsilon is 1e-6, not 1e-9: the key biases'
+    gradients are zero but for rounding, which an epsilon of 1e-9 would turn into moves of a whole learning rate."""
+    def run(name, batch_size, accumulation):
+        experiment = load_experiment(TINY, SMALL + [
+            "model.epsilon=1e-6", "data.train_examples=32", f"data.batch_size={batch_size}", "training.epochs=3",
+            "training.cooldown_epochs=1", "training.initial_updates=10", "training.validation=false",
+            f"training.gradient_accumulation_steps={accumulation}"])
+        result = training.train(experiment, tmp_path / name)
+        return result, _rows(tmp_path / name / "history.csv")
+
+    whole, whole_rows = run("whole", 32, 1)
+    halves, halves_rows = run("halves", 16, 2)
+    config = whole.model_config
+    assert config.dropout == config.attention_dropout == config.ffn_dropout == 0
+    noam = [config.learning_rate_scale * config.d_model ** -0.5 * min(step ** -0.5, step * config.warmup_steps ** -1.5)
+            for step in (11, 12)] + [0.0]  # the cooldown reaches 0 at the last update
+    for rows in (whole_rows, halves_rows):
+        assert [int(row["step"]) for row in rows] == [11, 12, 13]
+        np.testing.assert_allclose([float(row["learning_rate"]) for row in rows], noam, rtol=1e-5, atol=1e-12)
+    assert int(halves.model.optimizer.iterations) == 13
+    for a, b in zip(whole.model.get_weights(), halves.model.get_weights()):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
 
 
 def test_the_vocabulary_of_a_checkpoint_is_found_beside_an_export_and_inside_a_workdir():

@@ -129,7 +129,7 @@ class StepCheckpoint(keras.callbacks.Callback):
         self._saved = None
 
     def on_train_batch_end(self, batch, logs=None):
-        step = int(self.model.optimizer.iterations.numpy())
+        step = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))  # a jax.Array on JAX with accumulation
         if step % self.every == 0 and step != self._saved and _safe(self.guard, self.model):
             self._saved = step
             with averaged_weights(self.model):
@@ -146,7 +146,7 @@ class LearningRateLogger(keras.callbacks.Callback):
             return
         optimizer = self.model.optimizer
         logs.setdefault("learning_rate", float(np.asarray(optimizer.learning_rate)))
-        logs["step"] = int(optimizer.iterations.numpy())
+        logs["step"] = int(keras.ops.convert_to_numpy(optimizer.iterations))
 
 
 class HistoryCSV(keras.callbacks.Callback):
