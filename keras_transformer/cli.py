@@ -10,6 +10,7 @@ keras-transformer average   --workdir DIR [--last N] [--output FILE]
 keras-transformer pack      --config FILE.yaml [--set key=value ...] --workdir DIR   (token ids for other backends)
 keras-transformer plot-attention --model DIR "A man rides a bike." --out DIR   (PNG heatmaps per layer and head)
 keras-transformer serve     --model DIR [--port 8501] [--host H] [--name NAME]   (HTTP, TensorFlow Serving's REST API)
+keras-transformer verify    PATH   (an export's files against its manifest; exit 0 whole, 1 damaged, 3 no manifest)
 ```
 
 A repeated --model (or --workdir for export) decodes those models as one ensemble.
@@ -50,6 +51,7 @@ _EXAMPLES = """examples:
   keras-transformer evaluate --model runs/en_de --average 5 --source test.en.gz --reference test.de.gz
   keras-transformer average --workdir runs/en_de --last 5
   keras-transformer export --workdir runs/en_de --average 5 --out saved_models/en_de
+  keras-transformer verify saved_models/en_de
   keras-transformer evaluate --model runs/en_de --model runs/en_de_seed2 --average 5 --source test.en.gz ...
   keras-transformer serve --model saved_models/multi30k_en_de --port 8501
 """
@@ -262,6 +264,16 @@ def build_parser():
     plot.add_argument("--beam-size", type=_POSITIVE,
                       help="beams for the translation; 1 is greedy (default: the model's)")
     _weights_arguments(plot)
+
+    verify = commands.add_parser(
+        "verify", help="check an export's files against its manifest (sizes and SHA-256 digests)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Checks every file of an export (SavedModel or CTranslate2) against the manifest.json written "
+                    "at export: present, of its size, with its SHA-256 digest (docs/serving.md).",
+        epilog="exit status: 0 every file matches; 1 a file is missing or damaged (named); 3 the export has no "
+               "manifest (exported before manifests existed: nothing to check against); 2 another error (no such "
+               "folder, say).")
+    verify.add_argument("path", metavar="PATH", help="the export folder")
     return parser
 
 
@@ -476,6 +488,28 @@ def _plot_attention(args):
     return 0
 
 
+def _verify(args):
+    from keras_transformer import export_folder, layout
+    from keras_transformer.errors import ExportDamagedError
+    try:
+        found = export_folder.verify_export(args.path)
+    except ExportDamagedError as error:
+        print(f"keras-transformer verify: {error}", file=sys.stderr)
+        return export_folder.VERIFY_DAMAGED
+    if found is None and layout.model_kind(args.path) not in ("export", "ctranslate2"):
+        raise CheckpointError(f"{args.path} is not an export: it has no saved_model.pb (a SavedModel) nor "
+                              "keras_transformer.json and model.bin (a CTranslate2 export), and no manifest.")
+    if found is None:
+        print(f"keras-transformer verify: {args.path} has no {export_folder.MANIFEST} (it was exported before "
+              "exports carried one): there is nothing to check its files against. Export it again to give it one.",
+              file=sys.stderr)
+        return export_folder.VERIFY_NO_MANIFEST
+    unlisted = (f"; {len(found.unlisted)} file(s) not in the manifest, added since: {', '.join(found.unlisted)}"
+                if found.unlisted else "")
+    print(f"{args.path}: whole ({found.files} files, {found.size} bytes, SHA-256 checked{unlisted})")
+    return 0
+
+
 def import_tensorflow_quietly():
     """Imports TensorFlow without its C++ log lines on stderr; anything else it writes there still shows.
 
@@ -511,7 +545,8 @@ def import_tensorflow_quietly():
 
 
 _COMMANDS = {"train": _train, "evaluate": _evaluate, "translate": _translate, "export": _export,
-             "average": _average, "pack": _pack, "plot-attention": _plot_attention, "serve": _serve}
+             "average": _average, "pack": _pack, "plot-attention": _plot_attention, "serve": _serve,
+             "verify": _verify}
 
 
 def precheck(args):
@@ -555,6 +590,7 @@ def precheck(args):
         for workdir in args.workdir:
             layout.check_model_path(workdir)
         layout.check_export_destination(args.out)
+        files.check_unlocked(args.out, beside=True)  # another export to --out is running: refused now
     elif args.command == "average":
         layout.check_average_output(args.workdir, args.output)
         files.check_unlocked(args.workdir)
@@ -571,8 +607,8 @@ def main(argv=None):
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
         precheck(args)  # before TensorFlow: a wrong key or path answers at once
-        dry_run = args.command == "train" and args.dry_run
-        if (not dry_run and not args.verbose and os.environ.get(TF_LOGS_VARIABLE, "0") in ("", "0")
+        without_tensorflow = args.command == "verify" or (args.command == "train" and args.dry_run)
+        if (not without_tensorflow and not args.verbose and os.environ.get(TF_LOGS_VARIABLE, "0") in ("", "0")
                 and not _ctranslate2_only(args)):
             import_tensorflow_quietly()
             logging.getLogger("tensorflow").setLevel(logging.ERROR)

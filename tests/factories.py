@@ -11,6 +11,7 @@ Reach for these (and the session fixtures in `conftest.py`) before writing a new
 - `backup_weights(workdir, ema_decay, ...)`: the raw weights in a workdir's latest backup and their moving averages.
 - `sampling_uniform(seed, key, sample, step)`: numpy's copy of the draws `decoding.sample` makes, for checking
   them on every backend.
+- `ExportLockHolder(out)`: another process holding an export folder's writer lock, for `with`.
 """
 
 import pathlib
@@ -126,3 +127,29 @@ def sampling_uniform(seed, key, sample, step):
         for word in (key, sample, step):
             state = mix(state ^ np.asarray(word).astype(np.uint32))
     return (state >> np.uint32(8)).astype("float64") / 2**24
+
+
+class ExportLockHolder:
+    """A separate process holding the writer lock of the export folder `out` (`export_folder.export_lock`) until
+    the `with` block ends: what a second export to `out` meets while a first one runs. `pid` is its process id."""
+
+    SCRIPT = ("import sys, time\nfrom keras_transformer.export_folder import export_lock\n"
+              "with export_lock(sys.argv[1], 'export'):\n    print('held', flush=True)\n    time.sleep(120)\n")
+
+    def __init__(self, out):
+        self.out = out
+
+    def __enter__(self):
+        import subprocess
+        import sys
+
+        self.process = subprocess.Popen([sys.executable, "-c", self.SCRIPT, str(self.out)], cwd=REPO,
+                                        stdout=subprocess.PIPE, text=True)
+        assert self.process.stdout.readline().strip() == "held"
+        self.pid = self.process.pid
+        return self
+
+    def __exit__(self, *exc):
+        self.process.kill()
+        self.process.wait()
+        self.process.stdout.close()
