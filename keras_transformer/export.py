@@ -13,6 +13,8 @@ saved_models/multi30k_en_de/
                                    tf_serving_warmup_requests: requests TensorFlow Serving replays at
                                    load, compiling every XLA program a request can need (`warmup`)
   README.md                        the model card (shipped models)
+  manifest.json                    the size and SHA-256 of every other file (`export_folder`; `keras-transformer
+                                   verify` checks them all, every loader their sizes)
 ```
 
 Signatures:

@@ -5,11 +5,14 @@ history, arrays, translations) is written under a temporary name of its own
 process in the same folder, flushed to disk, and renamed into place, so that a
 process killed at any moment (or a full disk) leaves either the old file or
 the new one, never half of one. Folders (exports, vocabularies) are built
-under a temporary name and swapped in the same way.
+under a temporary name and swapped in the same way (`replace_folder`: one
+atomic exchange where the OS has one).
 
-A process that writes into a training workdir holds its lock
-(`exclusive_lock`) for as long as it writes: a second writer is refused at
+A process that writes into a training workdir, or an export folder, holds its
+lock (`exclusive_lock`) for as long as it writes: a second writer is refused at
 once, and the lock goes with the process that holds it, however it ends.
+Readers that must not lose files a writer deletes hold `shared_lock` on a file
+that the writer takes with `exclusive_unless_shared` before deleting.
 """
 
 import contextlib

@@ -7,6 +7,7 @@ workdir/
   experiment.yaml, model.yaml     the resolved experiment and its TransformerConfig
   data/vocab/                     the tokenizers (SentencePiece files; `source/` and `target/` when separate)
   checkpoints/ckpt-0001.weights.h5 ...   one per epoch (weights only); step-XXXXXXXX.weights.h5, best.weights.h5
+  checkpoints/.readers.lock       held shared by readers, so that rotation spares what they read (`pinned_checkpoints`)
   averaged.weights.h5             `keras-transformer average`, and the packed trainer's average of its last epochs
   backup/                         the resumable training state (`trainer.backup`)
 ```
@@ -209,9 +210,13 @@ def pinned_checkpoints(workdir):
     >>> import tempfile
     >>> run = pathlib.Path(tempfile.mkdtemp())
     >>> (run / "checkpoints").mkdir()
+    >>> for epoch in (1, 2):
+    ...     _ = (run / "checkpoints" / f"ckpt-{epoch:04d}.weights.h5").write_bytes(b"")
     >>> with pinned_checkpoints(run):
     ...     rotate_checkpoints(run / "checkpoints", keep=1)   # a reader is reading: nothing is deleted
     []
+    >>> [path.name for path in rotate_checkpoints(run / "checkpoints", keep=1)]   # the next rotation
+    ['ckpt-0001.weights.h5']
     """
     directory = pathlib.Path(workdir) / CHECKPOINTS_DIR
     if not directory.is_dir():

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.xdist_group("test_cli")
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 TINY = REPO / "configs" / "tiny_copy.yaml"
-SUBCOMMANDS = ("train", "evaluate", "translate", "export", "average", "serve")
+SUBCOMMANDS = ("train", "evaluate", "translate", "export", "average", "serve", "verify")
 
 
 def test_help_lists_every_subcommand_with_examples(capsys):
