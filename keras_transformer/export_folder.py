@@ -145,7 +145,8 @@ def check_export_sizes(folder):
         try:
             size = (pathlib.Path(folder) / name).stat().st_size
         except FileNotFoundError:
-            raise _damaged(folder, name, f"is missing (the export's manifest lists it, {entry['size']} bytes)") from None
+            raise _damaged(folder, name,
+                           f"is missing (the export's manifest lists it, {entry['size']} bytes)") from None
         if size != entry["size"]:
             raise _damaged(folder, name, f"is {size} bytes where the export's manifest records {entry['size']}")
 

@@ -392,7 +392,7 @@ def replace_folder(staging, path):
         exchange_paths(staging, path)
         old = staging  # the old folder now lies at the staging name
     except OSError as error:
-        if error.errno not in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EPERM):
+        if error.errno not in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EPERM, errno.EXDEV):
             raise
         old = _old_name(path)
         if old.exists():

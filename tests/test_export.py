@@ -481,7 +481,7 @@ def test_warmup_requests_cover_every_shape_xla_compiles(exported, tmp_path):
         read_warmup_file(tmp_path)
 
 
-# ------------------------------------------------------------------ one writer, a manifest, a swap that never leaves a gap
+# ------------------------------------------------------------------ one writer, a manifest, a swap without a gap
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHIPPED = os.path.join(REPO, "saved_models", "multi30k_en_de")
 
