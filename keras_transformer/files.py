@@ -332,7 +332,8 @@ def _renameat2():
     number = _RENAMEAT2_SYSCALL.get(platform.machine().lower())
     if number is None or not hasattr(libc, "syscall"):
         return None
-    return lambda *args: libc.syscall(ctypes.c_long(number), *args)
+    return lambda *args: libc.syscall(ctypes.c_long(number), *(  # variadic: integers passed as longs
+        ctypes.c_long(arg) if isinstance(arg, int) else arg for arg in args))
 
 
 def exchange_paths(first, second):

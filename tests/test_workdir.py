@@ -101,7 +101,7 @@ def test_readers_load_a_whole_set_of_checkpoints_while_train_rotates_them(tmp_pa
     stop = threading.Event()
 
     def train():
-        while not stop.wait(0.02):  # an epoch every few hundredths of a second: a model load sees several
+        while not stop.wait(0.1):  # an epoch every few tenths of a second: a model load sees several
             save_epoch()
 
     thread = threading.Thread(target=train)
