@@ -14,7 +14,9 @@ import tensorflow as tf
 
 from keras_transformer.data.batching import batch_plan
 from keras_transformer.data.pipeline import (BatchStatistics, batch_statistics, make_dataset, make_dataset_from_texts,
-                                             make_datasets)
+                                             make_datasets, make_stream, stream_error)
+from keras_transformer.data.stream import Corpus
+from keras_transformer.distribute import input_shard
 from keras_transformer.experiment import DataConfig
 
 BUDGET = 2048
@@ -370,3 +372,101 @@ def test_bpe_dropout_settings_are_checked():
                                          "'target'., got 'decoder'"):
         DataConfig(subword_dropout=0.1, subword_dropout_sides="decoder")
     assert DataConfig.from_dict(DataConfig(subword_dropout=0.1).to_dict()).subword_dropout == 0.1
+
+
+# ---------------------------------------------------------------- streaming: weighted corpora, shards, bad input
+def source_rows(batches):
+    """The source ids of every row of `batches` (pads and eos removed), as tuples."""
+    return [tuple(row[row != 0][:-1].tolist()) for inputs, _ in batches for row in np.asarray(inputs["source"])]
+
+
+def chi_square(counts, weights):
+    """Pearson's statistic of observed `counts` against the shares of `weights`."""
+    counts, shares = np.asarray(counts, float), np.asarray(weights, float) / np.sum(weights)
+    expected = counts.sum() * shares
+    return float(np.sum((counts - expected) ** 2 / expected))
+
+
+CHI2_CRITICAL_1DF = 10.83  # P(chi-square with 1 degree of freedom > 10.83) = 0.001
+
+
+def test_corpora_are_drawn_in_proportion_to_their_weights_each_repeating_on_its_own(multi30k_dir,
+                                                                                     multi30k_tokenizer):
+    english, german = read_split(multi30k_dir, "val.en.gz"), read_split(multi30k_dir, "val.de.gz")
+    big = Corpus("big", english[:300], german[:300], weight=3)
+    small = Corpus("small", english[300:400], german[300:400], weight=1)  # a third the size, drawn a third as often
+    ids = {name: [tuple(row) for row in multi30k_tokenizer.tokenize(corpus.source).to_list()]
+           for name, corpus in (("big", big), ("small", small))}
+    origin = {row: name for name, rows in ids.items() for row in rows}
+    ambiguous = set(ids["big"]) & set(ids["small"])
+    dataset, _ = make_dataset(None, None, multi30k_tokenizer, multi30k_tokenizer, corpora=[big, small],
+                              tokens_per_batch=BUDGET, max_length=None, window=64, seed=0, num_replicas=1)
+    rows = source_rows(dataset.take(150))
+    assert len(rows) > 3000
+    drawn = collections.Counter(origin[row] for row in rows if row not in ambiguous)
+    counts = [drawn["big"], drawn["small"]]
+    assert chi_square(counts, [3, 1]) < CHI2_CRITICAL_1DF, counts  # the weights hold
+    for wrong in ([1, 1], [2, 1], [4, 1]):  # and the same test rejects other weights
+        assert chi_square(counts, wrong) > CHI2_CRITICAL_1DF, (counts, wrong)
+    # The small corpus ran out about 8 times and started again, on its own: each of its pairs came 8 +- 1 times.
+    seen = collections.Counter(row for row in rows if origin.get(row) == "small" and row not in ambiguous)
+    repeats = np.array([seen[row] for row in set(ids["small"]) - ambiguous])
+    assert repeats.min() >= repeats.max() - 1 >= 6, (repeats.min(), repeats.max())
+
+
+@pytest.mark.parametrize("corpora, message", [
+    ([{"name": "a", "source": "a.en", "target": "a.de", "weight": -1}], "weight must be a positive number"),
+    ([{"name": "a", "source": "a.en", "target": "a.de"}, {"name": "a", "source": "b.en", "target": "b.de"}],
+     "the name 'a' is taken"),
+    ([{"name": "a", "source": "a.en", "target": "a.de", "share": 2}], r"unknown keys \['share'\]"),
+    ([{"name": "a", "source": "a.en"}], r"corpora\[0\].target must be a non-empty string"),
+    ([], "non-empty list"),
+])
+def test_a_bad_corpora_list_is_named(corpora, message):
+    with pytest.raises(ValueError, match=message):
+        DataConfig(corpora=corpora)
+
+
+def test_corpora_and_train_files_are_exclusive_and_one_pair_is_a_corpus_named_train():
+    with pytest.raises(ValueError, match="corpora replaces train_source"):
+        DataConfig(train_source="a.en", train_target="a.de", corpora=[{"name": "b", "source": "b.en",
+                                                                         "target": "b.de"}])
+    assert DataConfig(corpora=[{"name": "b", "source": "b.en", "target": "b.de"}]).training_corpora()[0]["weight"] == 1
+
+
+def test_each_worker_reads_its_own_lines_and_together_they_read_the_corpus_once(multi30k_dir, multi30k_tokenizer):
+    """Two workers, as `build_data` makes their streams under MultiWorkerMirroredStrategy (`input_shard` from the
+    cluster's TF_CONFIG): over one pass the union of their pairs is the corpus, no pair twice."""
+    cluster = tf.train.ClusterSpec({"worker": ["localhost:1", "localhost:2"]})
+
+    class Strategy:  # what input_shard reads of a MultiWorkerMirroredStrategy: its cluster resolver
+        def __init__(self, task_id):
+            self.cluster_resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+                cluster, task_type="worker", task_id=task_id)
+
+    config = DataConfig(train_source=str(multi30k_dir / "val.en.gz"), train_target=str(multi30k_dir / "val.de.gz"),
+                        tokens_per_batch=BUDGET, max_length=128, window=300, seed=0)
+    english = read_split(multi30k_dir, "val.en.gz")
+    corpus_rows = collections.Counter(tuple(row) for row in multi30k_tokenizer.tokenize(english).to_list())
+    shards = [input_shard(Strategy(index)) for index in (0, 1)]
+    assert shards == [(2, 0), (2, 1)]
+    seen = [collections.Counter(source_rows(make_stream(config, multi30k_tokenizer, multi30k_tokenizer,
+                                                        num_replicas=1, shard=shard).dataset()))
+            for shard in shards]
+    assert sum(seen[0].values()) == 507 == sum(seen[1].values())  # every other line
+    assert seen[0] + seen[1] == corpus_rows  # the corpus, each pair once (duplicates in it as often as there)
+
+
+def test_bad_input_is_named_with_its_file_and_line_while_streaming(tmp_path, multi30k_tokenizer):
+    (tmp_path / "a.en").write_bytes(b"A dog.\nA cat.\nA \xff bird.\n")
+    (tmp_path / "a.de").write_bytes(b"Ein Hund.\nEine Katze.\nEin Vogel.\n")
+    (tmp_path / "short.de").write_bytes(b"Ein Hund.\nEine Katze.\n")
+    tokens = multi30k_tokenizer
+    with pytest.raises(tf.errors.InvalidArgumentError) as error:
+        list(make_dataset(tmp_path / "a.en", tmp_path / "a.de", tokens, tokens, num_replicas=1)[0])
+    assert str(stream_error(error.value)).startswith(f"{tmp_path / 'a.en'}:3: invalid UTF-8")
+    with pytest.raises(tf.errors.InvalidArgumentError) as error:
+        list(make_dataset(tmp_path / "a.en", tmp_path / "short.de", tokens, tokens, num_replicas=1,
+                          errors="replace")[0])
+    assert str(stream_error(error.value)).startswith(
+        f"Misaligned parallel corpus: {tmp_path / 'short.de'} ends after 2 lines but {tmp_path / 'a.en'} goes on")
