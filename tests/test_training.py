@@ -527,7 +527,7 @@ def test_a_text_run_killed_inside_an_epoch_resumes_at_its_place_in_the_stream(pa
     _interrupt_at(monkeypatch, seen=whole)
     training.train(experiment, tmp_path / "whole")
     per_epoch = len(whole) // 2
-    stop = per_epoch + per_epoch * 3 // 4  # inside the second epoch's last window
+    stop = 2 * per_epoch - 2  # inside the second epoch's last window (read, and the pass ended, before the stop)
     broken = []
     _interrupt_at(monkeypatch, stop, broken)
     with pytest.raises(_Interrupted):
@@ -535,7 +535,7 @@ def test_a_text_run_killed_inside_an_epoch_resumes_at_its_place_in_the_stream(pa
     epoch, done = trainer_backup.backup_position(tmp_path / "broken" / "backup")
     assert epoch == 1 and stop - per_epoch - 3 < done < stop - per_epoch  # the last backups before the stop
     position = trainer_backup.backup_stream(tmp_path / "broken" / "backup")
-    assert position["pass_number"] == 1 and position["window"] >= 2 and position["batch"] == done
+    assert (position["pass_number"], position["window"], position["batch"]) == (1, 3, done) and position["skip"] > 0
     rest = []
     _interrupt_at(monkeypatch, seen=rest)
     caplog.clear()

@@ -164,6 +164,10 @@ def _text_data(section, data_dir, replicas, batch_scaling, seed, wait_for_chief,
             valid_pairs = tfds_pairs(section, section.tfds_valid_split)
             valid, valid_summary = pipeline.make_dataset_from_texts(
                 *valid_pairs, source_tokenizer, target_tokenizer, training=False, **options)
+    if shard[0] > 1 and not steps_per_epoch:
+        raise ConfigError(f"{shard[0]} workers read disjoint shards of the training text, whose passes make different "
+                          "numbers of batches: set training.steps_per_epoch, so that every worker trains as many "
+                          "steps an epoch.")
     if len(corpora) > 1 and not steps_per_epoch:
         raise ConfigError(f"data.corpora: {len(corpora)} corpora mix without end (each starts again when it runs "
                           "out), so an epoch has no natural end: set training.steps_per_epoch.")

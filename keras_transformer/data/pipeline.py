@@ -196,6 +196,8 @@ class TextStream:
         self.sides = subword_dropout_sides
         self.endless = endless or len(self.corpora) > 1
         self.start, self.start_batch = start, int(start_batch)
+        self._anchor = (start, int(start_batch))  # where the current (or last) iteration started: what `locate`
+                                                  # counts from, whatever `start` became since
         self.records = {}  # (pass, window) -> (batches, last window of its pass), as windows are planned
         names = [corpus.name for corpus in self.corpora]
         first = self.corpora[0]
@@ -219,7 +221,8 @@ class TextStream:
         >>> len(batches), text.locate(0), text.locate(3)   # 2 batches of 2 pairs a window
         (4, Position(pass_number=0, window=0, skip=0), Position(pass_number=0, window=1, skip=1))
         """
-        position, first = self.start, self.start_batch - self.start.skip
+        position, batch_at = self._anchor
+        first = batch_at - position.skip
         pass_number, window = position.pass_number, position.window
         while True:
             record = self.records.get((pass_number, window))
@@ -227,6 +230,11 @@ class TextStream:
                 return streams.Position(pass_number, window, max(batch - first, 0))
             first += record[0]
             pass_number, window = (pass_number + 1, 0) if record[1] else (pass_number, window + 1)
+
+    @property
+    def anchor_pass(self):
+        """The pass the current (or last) iteration started in."""
+        return self._anchor[0].pass_number
 
     def seek(self, batch, pass_number=None):
         """Makes the next iteration start at batch `batch` (of pass `pass_number` when not endless)."""
@@ -238,6 +246,7 @@ class TextStream:
     # ------------------------------------------------------------------ the dataset
     def _windows(self):
         start = self.start
+        self._anchor = (start, self.start_batch)
         self._started = time.time() if self.training else None
         if self.training:
             logger.info("Filling the first window: up to %d lines from %s (pass %d, window %d%s)", self.window,
@@ -254,7 +263,7 @@ class TextStream:
             yield (np.array(window.sources, dtype=object), np.array(window.targets, dtype=object),
                    np.array([window.pass_number, window.index, skip, window.lines, window.empty, window.replaced,
                              window.last], np.int64))
-            if window.last and not self.endless and self.start is start:  # the next iteration: the next pass
+            if window.last and not self.endless and self.start is start:  # a next iteration: the next pass
                 self.start, self.start_batch = streams.Position(window.pass_number + 1, 0, 0), 0
 
     def _sample(self, side):
@@ -397,7 +406,7 @@ class StreamCursor(keras.callbacks.Callback):
         """The stream position after `done` batches of epoch `epoch` (0-based), as a dict for the backup."""
         if self.steps_per_epoch:
             batch = epoch * self.steps_per_epoch + done
-        elif epoch != self.text.start.pass_number:
+        elif epoch != self.text.anchor_pass:
             return dict(streams.Position(epoch, 0, 0).to_dict(), batch=0) if not done else None
         else:
             batch = done
