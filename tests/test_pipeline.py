@@ -401,17 +401,17 @@ def test_corpora_are_drawn_in_proportion_to_their_weights_each_repeating_on_its_
     ambiguous = set(ids["big"]) & set(ids["small"])
     dataset, _ = make_dataset(None, None, multi30k_tokenizer, multi30k_tokenizer, corpora=[big, small],
                               tokens_per_batch=BUDGET, max_length=None, window=64, seed=0, num_replicas=1)
-    rows = source_rows(dataset.take(150))
-    assert len(rows) > 3000
+    rows = source_rows(dataset.take(100))
+    assert len(rows) > 2000
     drawn = collections.Counter(origin[row] for row in rows if row not in ambiguous)
     counts = [drawn["big"], drawn["small"]]
     assert chi_square(counts, [3, 1]) < CHI2_CRITICAL_1DF, counts  # the weights hold
     for wrong in ([1, 1], [2, 1], [4, 1]):  # and the same test rejects other weights
         assert chi_square(counts, wrong) > CHI2_CRITICAL_1DF, (counts, wrong)
-    # The small corpus ran out about 8 times and started again, on its own: each of its pairs came 8 +- 1 times.
+    # The small corpus ran out about 5 times and started again, on its own: each of its pairs came 5 +- 1 times.
     seen = collections.Counter(row for row in rows if origin.get(row) == "small" and row not in ambiguous)
     repeats = np.array([seen[row] for row in set(ids["small"]) - ambiguous])
-    assert repeats.min() >= repeats.max() - 1 >= 6, (repeats.min(), repeats.max())
+    assert repeats.min() >= repeats.max() - 1 >= 4, (repeats.min(), repeats.max())
 
 
 @pytest.mark.parametrize("corpora, message", [
