@@ -89,6 +89,7 @@ class BackupState:
     problems: tuple = ()  # why the backups before it were passed over, one line each
     moving_average: bool = False  # the optimizer state holds a moving average of the weights (training.ema_decay)
     accumulation: typing.Optional[int] = None  # training.gradient_accumulation_steps of the run (None: not recorded)
+    stream: typing.Optional[dict] = None  # where the training data's stream resumes (`TrainingData.stream_position`)
 
     @property
     def position(self):
@@ -96,8 +97,8 @@ class BackupState:
 
 
 def _read_pair(weights, metadata):
-    """`(epoch, batches done, moving average, gradient accumulation steps or None)` of a weights file and its
-    metadata; raises on anything that makes them unusable."""
+    """`(epoch, batches done, moving average, gradient accumulation steps or None, stream position or None)` of a
+    weights file and its metadata; raises on anything that makes them unusable."""
     if not weights.is_file():
         raise FileNotFoundError(f"{weights} is missing")
     try:
@@ -116,8 +117,9 @@ def _read_pair(weights, metadata):
         batch = int(record.get("batch", 0) or 0)
         done = batch + 1 if batch else 0
     accumulation = record.get("gradient_accumulation_steps")  # (backups of earlier versions record none)
+    stream = record.get("stream")
     return (int(record["epoch"]), int(done), bool(record.get("moving_average", False)),
-            None if accumulation is None else int(accumulation))
+            None if accumulation is None else int(accumulation), stream if isinstance(stream, dict) else None)
 
 
 def find_backup(backup_dir):
@@ -137,11 +139,12 @@ def find_backup(backup_dir):
     problems = []
     for weights, metadata, previous in pairs:
         try:
-            epoch, done, moving_average, accumulation = _read_pair(weights, metadata)
+            epoch, done, moving_average, accumulation, stream = _read_pair(weights, metadata)
         except (OSError, ValueError, TypeError) as error:
             problems.append(str(error))
             continue
-        return BackupState(weights, metadata, epoch, done, previous, tuple(problems), moving_average, accumulation)
+        return BackupState(weights, metadata, epoch, done, previous, tuple(problems), moving_average, accumulation,
+                           stream)
     raise CheckpointError(
         f"Cannot resume: no whole training backup in {backup_dir} ({'; '.join(problems)}). To go on from the "
         f"newest epoch checkpoint, start a new workdir with training.init_checkpoint set to it (the optimizer "
@@ -157,6 +160,19 @@ def backup_position(backup_dir):
     """
     state = find_backup(backup_dir)
     return (0, 0) if state is None else state.position
+
+
+def backup_stream(backup_dir):
+    """The training stream's position the newest whole backup in `backup_dir` records (a dict), or None.
+
+    Example:
+
+    >>> import tempfile
+    >>> backup_stream(tempfile.mkdtemp()) is None
+    True
+    """
+    state = find_backup(backup_dir)
+    return None if state is None else state.stream
 
 
 def load_backup_weights(model, path):
@@ -204,9 +220,11 @@ class ResumableBackup(keras.callbacks.Callback):
         backup_dir: the backup folder (created at the first backup).
         save_freq: `"epoch"`, or a number of batches between backups.
         guard: an object with `safe_to_save(model)`, or None.
+        position: `position(epoch, done)`, the training data's stream position after `done` batches of
+            `epoch` (a JSON-able dict, recorded as `stream`), or None.
     """
 
-    def __init__(self, backup_dir, save_freq="epoch", guard=None):
+    def __init__(self, backup_dir, save_freq="epoch", guard=None, position=None):
         super().__init__()
         if save_freq != "epoch" and not (isinstance(save_freq, int) and save_freq > 0):
             raise ValueError(f"ResumableBackup: save_freq must be 'epoch' or a positive number of batches, "
@@ -214,6 +232,7 @@ class ResumableBackup(keras.callbacks.Callback):
         self.backup_dir = pathlib.Path(backup_dir)
         self.save_freq = save_freq
         self.guard = guard
+        self.position = position
         self.offset = 0
         self.epoch = 0  # the epoch being trained (0-based)
         self._done = 0  # its batches trained, those before `offset` included
@@ -315,6 +334,9 @@ class ResumableBackup(keras.callbacks.Callback):
                   "moving_average": has_average(self.model),
                   "gradient_accumulation_steps": accumulation_steps(self.model.optimizer),
                   "weights_blake2b": file_digest(weights)}
+        stream = self.position(epoch, done) if self.position is not None else None
+        if stream is not None:
+            record["stream"] = stream
         metadata = write_temporary(self.metadata_path,
                                    lambda path: pathlib.Path(path).write_text(json.dumps(record), encoding="utf-8"))
         # At every instant below, one of the two pairs is whole (its digest matches), whatever is killed when.

@@ -53,6 +53,8 @@ class TrainingData:
     num_batches: typing.Optional[int] = None  # batches per epoch of `train`, when known
     callbacks: list = dataclasses.field(default_factory=list)  # the data's own, first in `fit` (e.g. the packed
                                                                 # batches learn there which epoch is being trained)
+    stream_position: typing.Any = None  # `position(epoch, done)`: where a streamed `train` is after `done` batches
+                                        # of `epoch` (a dict the backup records); its run resumes there exactly
 
     def model_fields(self):
         """The TransformerConfig vocabulary fields this data needs."""
@@ -194,7 +196,8 @@ def make_callbacks(experiment, model_config, data, output, resumed_at=(0, 0), ma
     """
     training = experiment.training
     guard = NonFiniteGuard()
-    backup = ResumableBackup(output / "backup", training.backup_every_steps or "epoch", guard=guard)
+    backup = ResumableBackup(output / "backup", training.backup_every_steps or "epoch", guard=guard,
+                             position=data.stream_position)
     callbacks = [*data.callbacks, guard, LearningRateLogger(), ema.ValidateOnAverage()]
     if training.bleu_every_epochs and data.valid_pairs is not None and make_translator is not None:
         best_path = output / "checkpoints" / "best.weights.h5"
@@ -320,6 +323,12 @@ def _finish_interrupted_epoch(model, data, training, resumed_at, backup, fit, re
     if not done or epoch >= training.epochs:
         return []
     per_epoch = batches_per_epoch(training, data)
+    if per_epoch is None and data.stream_position is not None:  # the stream resumes at its place: the pass's rest
+        log.info("Epoch %d was interrupted after %d batches: training the rest of its pass", epoch + 1, done)
+        backup.offset = done
+        restore = RestoreMetricState(backup.backup_dir, epoch, done, replicas=replicas)
+        fit = dict(fit, callbacks=[restore, *fit["callbacks"]])
+        return [model.fit(data.train, epochs=epoch + 1, initial_epoch=epoch, **fit)]
     if per_epoch is None:
         log.warning("Epoch %d was interrupted after %d batches, but this data does not tell its number of batches "
                     "per epoch (set training.steps_per_epoch): it trains again from its first batch.", epoch + 1, done)
