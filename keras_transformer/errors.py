@@ -39,6 +39,17 @@ class WorkdirBusyError(RuntimeError):
     """Another process holds the folder a command writes to (`files.exclusive_lock`); the message names it."""
 
 
+class ExportDamagedError(CheckpointError):
+    """An export whose files differ from its manifest (a file missing, truncated or changed); the message names
+    the file. Raised by `keras-transformer verify` and, on sizes, by every loader of an export.
+
+    Example:
+
+    >>> issubclass(ExportDamagedError, CheckpointError)
+    True
+    """
+
+
 class CorruptFileError(CheckpointError):
     """A file the package wrote (model.yaml, a tokenizer's model, a weights file) that cannot be read as what it
     should be; the message names the file, what is wrong with it and what to do."""
@@ -113,7 +124,8 @@ EXIT_CODES = {
     0: "success",
     1: "an unexpected error (a bug: the traceback is printed; please report it)",
     2: "bad input: a command-line argument, a config key or value, a missing or mismatched file, a busy folder",
-    3: "a corrupt file (named), e.g. a model.yaml that is not YAML or a truncated sentencepiece.model",
+    3: "a corrupt file (named), e.g. a model.yaml that is not YAML, a truncated sentencepiece.model, an export "
+       "whose files differ from its manifest",
     4: "out of disk space: nothing was lost; free some space and run the same command again",
     5: "permission denied on a file or folder (named)",
     6: "out of memory: make the model or the batches smaller",
@@ -132,7 +144,8 @@ def exit_codes_help():
     >>> print(exit_codes_help().splitlines()[5])
       4    out of disk space: nothing was lost; free some space and run the same command again
     """
-    return "exit statuses:\n" + "\n".join(f"  {code:<4} {meaning}" for code, meaning in EXIT_CODES.items())
+    return ("exit statuses:\n" + "\n".join(f"  {code:<4} {meaning}" for code, meaning in EXIT_CODES.items())
+            + "\n  (verify answers 0 for a whole export, 1 for a damaged one, 3 for one without a manifest)")
 
 
 def _errno_of(error):
@@ -225,7 +238,7 @@ def describe_fault(error, command="", path=None):
         return (f"out of memory ({detail}): lower data.tokens_per_batch (or data.batch_size), or the model's sizes, "
                 f"or use a machine with more memory; a training run resumes from its last backup with the same "
                 f"command.", EXIT_MEMORY)
-    if isinstance(error, CorruptFileError):
+    if isinstance(error, (CorruptFileError, ExportDamagedError)):
         return str(error), EXIT_CORRUPT
     if isinstance(error, (ValueError, OSError, RuntimeError, FloatingPointError)):
         return str(error), EXIT_BAD_INPUT
