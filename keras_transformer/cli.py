@@ -31,6 +31,7 @@ import re
 import sys
 import tempfile
 
+import keras_transformer
 from keras_transformer.arguments import integer_at_least, number_at_least
 from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.decoding.registry import STRATEGIES
@@ -133,6 +134,7 @@ def build_parser():
         description="Train, evaluate, translate with, average and export Transformer models "
                     "(Vaswani et al., 2017).")
     parser.add_argument("--verbose", "-v", action="store_true", help="show TensorFlow's own log lines too")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {keras_transformer.__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     train = commands.add_parser(
