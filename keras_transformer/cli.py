@@ -186,7 +186,7 @@ def build_parser():
                              "same weights); repeat it to export several (sharing a vocabulary) as one ensemble. "
                              "With --format ctranslate2, one workdir or SavedModel export")
     export.add_argument("--format", choices=("savedmodel", "ctranslate2"), default="savedmodel",
-                        help="savedmodel (default) or ctranslate2 (needs `pip install keras-transformer[ctranslate2]`)")
+                        help="savedmodel (default) or ctranslate2 (needs the ctranslate2 extra: `pip install ".[ctranslate2]"`)")
     export.add_argument("--quantization", help="ctranslate2 only: the stored weight type, e.g. int8 (default float32)")
     export.add_argument("--out", required=True, metavar="DIR", help="the export folder")
     export.add_argument("--overwrite", action="store_true", help="replace an existing export")

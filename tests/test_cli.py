@@ -33,6 +33,23 @@ def test_help_lists_every_subcommand_with_examples(capsys):
     assert "keras-transformer train --config configs/tiny_copy.yaml" in text
 
 
+def test_version_prints_the_package_version_which_setup_cfg_reads(capsys):
+    import configparser
+
+    import keras_transformer
+
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out == f"keras-transformer {keras_transformer.__version__}\n"
+    metadata = configparser.ConfigParser()
+    metadata.read(REPO / "setup.cfg")
+    assert metadata["metadata"]["version"] == "attr: keras_transformer.__version__"
+    # "keras-transformer" on PyPI is another project; ours installs the same command under its own name.
+    assert metadata["metadata"]["name"] == "keras-transformer-mt"
+    assert "keras-transformer = keras_transformer.cli:main" in metadata["options.entry_points"]["console_scripts"]
+
+
 @pytest.mark.parametrize("name", SUBCOMMANDS)
 def test_each_subcommand_has_help(capsys, name):
     with pytest.raises(SystemExit) as exit_info:
