@@ -27,21 +27,18 @@ import logging
 import math
 import os
 import pathlib
-import re
 import sys
-import tempfile
 
 import keras_transformer
 from keras_transformer.arguments import integer_at_least, number_at_least
 from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.decoding.registry import STRATEGIES
 from keras_transformer.errors import CheckpointError, ConfigError, WorkdirBusyError
+from keras_transformer.tensorflow_logs import loud_tensorflow_import, tensorflow_logs_wanted, without_cpp_log_lines
 
 # Each command imports its library module when it runs (the imports inside the functions below), so that
 # `--help` and argument errors answer without importing TensorFlow, which takes seconds.
 
-TF_LOGS_VARIABLE = "KERAS_TRANSFORMER_TF_LOGS"  # set (not 0) to see TensorFlow's C++ log lines, as --verbose does
-_CPP_LOG_LINE = re.compile(r"^(?:[IWEF]\d{4} \d\d:\d\d:\d\d|WARNING: All log messages before absl::InitializeLog)")
 
 _EXAMPLES = """examples:
   keras-transformer train --config configs/tiny_copy.yaml --workdir runs/tiny_copy
@@ -186,7 +183,8 @@ def build_parser():
                              "same weights); repeat it to export several (sharing a vocabulary) as one ensemble. "
                              "With --format ctranslate2, one workdir or SavedModel export")
     export.add_argument("--format", choices=("savedmodel", "ctranslate2"), default="savedmodel",
-                        help="savedmodel (default) or ctranslate2 (needs the ctranslate2 extra: `pip install ".[ctranslate2]"`)")
+                        help="savedmodel (default) or ctranslate2 (needs the ctranslate2 extra: "
+                             "`pip install '.[ctranslate2]'`)")
     export.add_argument("--quantization", help="ctranslate2 only: the stored weight type, e.g. int8 (default float32)")
     export.add_argument("--out", required=True, metavar="DIR", help="the export folder")
     export.add_argument("--overwrite", action="store_true", help="replace an existing export")
@@ -432,35 +430,18 @@ def _plot_attention(args):
 def import_tensorflow_quietly():
     """Imports TensorFlow without its C++ log lines on stderr; anything else it writes there still shows.
 
-    TensorFlow's C++ runtime logs through absl straight to file descriptor 2,
-    some lines before `TF_CPP_MIN_LOG_LEVEL` is read ("Could not find cuda
-    drivers", "WARNING: All log messages before absl::InitializeLog()"). While it
-    imports, descriptor 2 goes to a temporary file; the lines that are not such
-    log lines (Python warnings, real errors) are written to stderr afterwards.
-    Later C++ lines below ERROR are off through `TF_CPP_MIN_LOG_LEVEL=3` unless
-    the user set that variable.
+    `keras_transformer.tensorflow_logs.without_cpp_log_lines` around the
+    import; later C++ lines below ERROR are off through `TF_CPP_MIN_LOG_LEVEL=3`
+    unless the user set that variable.
     """
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     if "tensorflow" in sys.modules:
         return
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile(mode="w+b") as captured:
-        os.dup2(captured.fileno(), 2)
+    with without_cpp_log_lines():
         try:
-            try:
-                import tensorflow  # noqa: F401  (imported here for its side effect: the log lines go to the file)
-            except ImportError:
-                pass  # the command that needs it names the problem
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-        captured.seek(0)
-        kept = [line for line in captured.read().decode("utf-8", "replace").splitlines(keepends=True)
-                if not _CPP_LOG_LINE.match(line)
-                and not line.startswith("To enable the following instructions")]
-    sys.stderr.write("".join(kept))
+            import tensorflow  # noqa: F401  (imported here for its side effect: the log lines go to the file)
+        except ImportError:
+            pass  # the command that needs it names the problem
 
 
 _COMMANDS = {"train": _train, "evaluate": _evaluate, "translate": _translate, "export": _export,
@@ -517,10 +498,12 @@ def main(argv=None):
     """
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if args.verbose:
+        loud_tensorflow_import()
     try:
         precheck(args)  # before TensorFlow: a wrong key or path answers at once
         dry_run = args.command == "train" and args.dry_run
-        if (not dry_run and not args.verbose and os.environ.get(TF_LOGS_VARIABLE, "0") in ("", "0")
+        if (not dry_run and not args.verbose and not tensorflow_logs_wanted()
                 and not _ctranslate2_only(args)):
             import_tensorflow_quietly()
             logging.getLogger("tensorflow").setLevel(logging.ERROR)

@@ -2,8 +2,8 @@
 
 CTranslate2 (https://github.com/OpenNMT/CTranslate2) is a C++ inference engine
 for Transformers; on a CPU it decodes faster than the SavedModel and can run in
-int8. It is an optional dependency (the ``ctranslate2`` extra of keras-transformer-mt, ``pip install ".[ctranslate2]"``):
-this module imports ``ctranslate2`` and ``sentencepiece`` inside the functions
+int8. It is an optional dependency (the ``ctranslate2`` extra,
+``pip install ".[ctranslate2]"``): this module imports ``ctranslate2`` and ``sentencepiece`` inside the functions
 that need them. Exporting reads a Keras model, so this module imports Keras (and
 with it TensorFlow); serving does not: `CTranslate2Translator` lives in
 `keras_transformer.ctranslate2_translator`, which imports neither, so a serving

@@ -170,7 +170,10 @@ print(state)
 @pytest.mark.slow
 def test_a_keras_file_reloads_in_a_fresh_process_and_fit_continues_from_its_update_count(tmp_path):
     """Optimizer (Adam's moments, its update count), schedule, loss and metrics come back from `model.keras`:
-    one more `fit` step in a new process gives the weights the same step gives in this one."""
+    one more `fit` step in a new process gives the weights the same step gives in this one. That process prints
+    none of TensorFlow's C++ log lines."""
+    from keras_transformer.tensorflow_logs import CPP_LOG_LINE
+
     config = tiny(num_layers=1, warmup_steps=10)
     model = kt.build_model(config)
     model.compile(optimizer=kt.make_optimizer(config),
@@ -185,11 +188,15 @@ def test_a_keras_file_reloads_in_a_fresh_process_and_fit_continues_from_its_upda
     np.savez(tmp_path / "batch.npz", source=source, target=target, labels=labels)
     saved = model.get_weights()
     model.fit(inputs, labels, verbose=0)  # the step the fresh process takes
-    env = {**os.environ, "PYTHONPATH": str(PACKAGE.parent), "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""}
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("TF_CPP_MIN_LOG_LEVEL", "KERAS_TRANSFORMER_TF_LOGS")}
+    env.update(PYTHONPATH=str(PACKAGE.parent), CUDA_VISIBLE_DEVICES="")
     run = subprocess.run([sys.executable, "-c", RELOAD_AND_CONTINUE, str(tmp_path / "model.keras"),
                           str(tmp_path / "batch.npz"), str(tmp_path / "after.npz")],
                          env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
+    # TensorFlow, imported by Keras, printed none of its C++ log lines (keras_transformer.tensorflow_logs).
+    assert not [line for line in run.stderr.splitlines() if CPP_LOG_LINE.match(line)], run.stderr[-3000:]
     state = eval(run.stdout.strip().splitlines()[-1])
     assert state == dict(iterations=3, schedule="NoamSchedule", loss="LabelSmoothedCrossEntropy", after=4,
                          metrics=["loss", "masked_accuracy"])
