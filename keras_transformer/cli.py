@@ -27,6 +27,7 @@ import logging
 import math
 import os
 import pathlib
+import secrets
 import sys
 
 import keras_transformer
@@ -88,7 +89,8 @@ def _decoding_arguments(parser, title="decoding (default: the model's, from its 
                        help="sample: draw within the nucleus of probability P (1: all)")
     group.add_argument("--sampling-temperature", type=_positive_number, metavar="T",
                        help="sample: divide the logits by T (below 1: closer to greedy)")
-    group.add_argument("--seed", type=integer_at_least(0), help="sample: the draws' seed (same seed, same samples)")
+    group.add_argument("--seed", type=integer_at_least(0),
+                       help="sample: the draws' seed (same seed, same samples; default: a fresh one, printed)")
     if batch_size:
         group.add_argument("--batch-size", type=_POSITIVE, default=64,
                            help="sentences decoded together (default 64)")
@@ -173,6 +175,9 @@ def build_parser():
     translate.add_argument("sentences", nargs="*", help="sentences to translate (default: read stdin)")
     _weights_arguments(translate, ensemble=True)
     _decoding_arguments(translate)
+    translate.add_argument("--n-best", type=_POSITIVE, metavar="N",
+                           help="print N hypotheses per sentence, best first, as 'INDEX<tab>SCORE<tab>TRANSLATION' "
+                                "lines (INDEX: the sentence's, from 0); beam search needs N <= --beam-size")
 
     export = commands.add_parser("export", help="write a SavedModel (strings in, translations out)",
                                  description="Exports a training workdir's model as a TensorFlow SavedModel with "
@@ -253,7 +258,25 @@ def _decode_settings(args):
     """The `DecodeOptions` fields given on the command line (None: not given, the model's stands)."""
     return {"strategy": args.strategy, "beam_size": args.beam_size, "alpha": args.alpha, "max_extra": args.max_extra,
             "early_exit": args.early_exit, "top_k": args.sampling_topk, "top_p": args.sampling_topp,
-            "temperature": args.sampling_temperature, "seed": args.seed}
+            "temperature": args.sampling_temperature, "seed": args.seed, "n_best": getattr(args, "n_best", None)}
+
+
+def draw_seed(args):
+    """Sampling asked for on the command line without `--seed`: a fresh seed in `args.seed`, printed on stderr
+    so that the same samples can be drawn again. Other strategies, and a given seed, change nothing.
+
+    Example:
+
+    >>> args = build_parser().parse_args(["translate", "--model", "m", "--sampling-topp", "0.9", "A dog."])
+    >>> draw_seed(args) == args.seed and args.seed >= 0
+    True
+    """
+    sampling = args.strategy == "sample" or (args.strategy is None and any(
+        value is not None for value in (args.sampling_topk, args.sampling_topp, args.sampling_temperature)))
+    if sampling and args.seed is None:
+        args.seed = secrets.randbelow(2 ** 31)
+        print(f"Sampling with seed {args.seed} (--seed {args.seed} draws these samples again).", file=sys.stderr)
+    return args.seed
 
 
 def _weights(models, checkpoints):
@@ -267,6 +290,7 @@ def _weights(models, checkpoints):
 
 def _evaluate(args):
     from keras_transformer import inference
+    draw_seed(args)
     model, checkpoint = _weights(args.model, args.checkpoint)
     scores, details = inference.evaluate(model, args.source, args.reference,
                                          tokenized_reference=args.tokenized_reference, lang=args.lang,
@@ -348,10 +372,12 @@ def _ctranslate2_only(args):
 
 def _translate(args):
     from keras_transformer import evaluation
+    draw_seed(args)
     if _ctranslate2_only(args):  # what inference.load_translator gives, without importing TensorFlow
         from keras_transformer.ctranslate2_translator import CTranslate2Translator
         settings = {key: value for key, value in _decode_settings(args).items() if value is not None}
-        translate = CTranslate2Translator(args.model[0], None, **settings).translate_lines
+        translator = CTranslate2Translator(args.model[0], None, **settings)
+        translate = translator.translate_lines
     else:
         from keras_transformer import inference
         model, checkpoint = _weights(args.model, args.checkpoint)
@@ -359,9 +385,16 @@ def _translate(args):
         translate = functools.partial(inference.translate, translator)
     # Arguments are one chunk; stdin goes in chunks, so that output starts early and memory stays bounded.
     chunks = [args.sentences] if args.sentences else _stdin_chunks(args.batch_size * STDIN_CHUNK_BATCHES)
+    index = 0
     for chunk in chunks:
-        for line in translate(chunk, batch_size=args.batch_size):
-            print(evaluation.one_line(line))  # one output line per input sentence
+        if args.n_best is None:
+            for line in translate(chunk, batch_size=args.batch_size):
+                print(evaluation.one_line(line))  # one output line per input sentence
+        else:
+            for hypotheses in translator.n_best_lines(list(chunk), batch_size=args.batch_size):
+                for text, score in hypotheses[:args.n_best]:
+                    print(f"{index}\t{score:.4f}\t{evaluation.one_line(text)}")
+                index += 1
         sys.stdout.flush()
     return 0
 
