@@ -51,6 +51,7 @@ included) + `max_extra` tokens, as in `decoding.output_limits`.
 
 import datetime
 import json
+import logging
 import os
 import shutil
 
@@ -431,7 +432,7 @@ def export_ctranslate2(model, config, vocab_dir, directory, *, options=None, qua
         options: the `DecodeOptions` recorded for the translator (default:
             `DecodeOptions()`); `settings` (`beam_size=5`, `alpha=1.0`, `strategy="sample"`, ...)
             replace its fields. CTranslate2's beam search stops by its own rule, so
-            `early_exit` is recorded as true.
+            `early_exit` is recorded as true, with a warning where the options say false.
         quantization: weight type stored in ``model.bin`` (None: float32; or
             "int8", "float16", ... as CTranslate2 accepts); float32 can still be
             run in int8 with ``compute_type="int8"``.
@@ -476,7 +477,12 @@ def export_ctranslate2(model, config, vocab_dir, directory, *, options=None, qua
     names = ({"source": "sentencepiece.model", "target": "sentencepiece.model"} if shared
              else {"source": "source.sentencepiece.model", "target": "target.sentencepiece.model"})
     decoding = (options or DecodeOptions()).replace(**settings)
-    decoding = decoding.replace(early_exit=True) if decoding.strategy == "beam" else decoding
+    if decoding.strategy == "beam" and not decoding.early_exit:
+        logging.getLogger(__name__).warning(
+            "CTranslate2's beam search always stops by its own rule: the export records early_exit: true where the "
+            "decoding options say false (the SavedModel keeps the exact rule; docs/serving.md, 'The rescoring "
+            "rule').")
+        decoding = decoding.replace(early_exit=True)
     decoding = decoding.to_dict()
     metadata = {
         "format": FORMAT, "version": FORMAT_VERSION,
