@@ -166,11 +166,15 @@ def usable_cpus():
 
 
 def default_intra_threads(inter_threads=1):
-    """Threads per batch when none are given: `OMP_NUM_THREADS` if set, else the usable CPUs shared by
-    `inter_threads` translators, at most 4 (CTranslate2's default).
+    """Threads per batch when none are given: `OMP_NUM_THREADS` if set, else the usable CPUs but one, shared by
+    `inter_threads` translators; at least 1, at most 4 (CTranslate2's own default, whatever the machine).
 
-    CTranslate2's own default is 4 whatever the machine: on 2 cores that is two
-    threads per core, which only adds hand-overs.
+    CTranslate2's OpenMP threads wait for each other by spinning. A team as
+    large as the machine collapses as soon as anything else needs a core
+    (the rest of a server, another process): on the 2-core development machine
+    under load, 2 threads translated batches of 64 10-30x slower than 1, and on
+    a quiet moment only 1.2x faster (docs/BENCHMARKS.md, "CTranslate2's CPU
+    backend and threads"). One core is left to the rest.
 
     Example:
 
@@ -180,7 +184,7 @@ def default_intra_threads(inter_threads=1):
     value = os.environ.get("OMP_NUM_THREADS", "").strip()
     if value.isdigit() and int(value) > 0:
         return int(value)
-    return max(1, min(MAX_DEFAULT_THREADS, usable_cpus() // max(1, int(inter_threads))))
+    return max(1, min(MAX_DEFAULT_THREADS, (usable_cpus() - 1) // max(1, int(inter_threads))))
 
 
 # ---------------------------------------------------------------------- decoding
@@ -245,7 +249,7 @@ class CTranslate2Translator(TranslatorInterface):
         compute_type: CTranslate2's compute type: "default" (the stored weights'),
             "float32", "int8", "int8_float32", "float16", ...
         intra_threads: threads inside one batch (None or 0: `default_intra_threads`,
-            `OMP_NUM_THREADS` or the usable CPUs, at most 4).
+            `OMP_NUM_THREADS` or the usable CPUs but one, 1 to 4).
         inter_threads: batches run in parallel.
         cpu_backend: CTranslate2's CPU backend, "dnnl" (oneDNN) or "mkl"; None:
             the `CT2_USE_MKL` environment variable if set, else oneDNN
