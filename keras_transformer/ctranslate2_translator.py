@@ -171,10 +171,10 @@ def default_intra_threads(inter_threads=1):
 
     CTranslate2's OpenMP threads wait for each other by spinning. A team as
     large as the machine collapses as soon as anything else needs a core
-    (the rest of a server, another process): on the 2-core development machine
-    under load, 2 threads translated batches of 64 10-30x slower than 1, and on
-    a quiet moment only 1.2x faster (docs/BENCHMARKS.md, "CTranslate2's CPU
-    backend and threads"). One core is left to the rest.
+    (the rest of a server, another process): on the shared 2-core development
+    machine 2 threads translated batches of 64 8-30x slower than 1
+    (docs/BENCHMARKS.md, "CTranslate2's CPU backend and threads"). One core is
+    left to the rest; a dedicated machine can give `intra_threads` all of them.
 
     Example:
 
