@@ -464,7 +464,8 @@ def train_arrays(workdir, epochs=None, *, jit_compile=None, precision=None, aver
     Returns:
         A dict: `history` (rows of `history.csv` written by this call),
         `checkpoints` (the epoch checkpoints this call wrote), `average` (path
-        or None), `updates` (batches trained by this call), `seconds`,
+        or None), `updates` (optimizer updates applied by this call), `batches`
+        (batches trained by this call: `gradient_accumulation_steps` an update), `seconds`,
         `target_tokens` (non-pad labels trained on by this call).
 
     Raises:
@@ -484,7 +485,7 @@ def train_arrays(workdir, epochs=None, *, jit_compile=None, precision=None, aver
         for folder in (workdir, workdir / "checkpoints", workdir / "backup"):
             remove_stale_temporaries(folder)  # what a killed run left half-written
         before = finished_epochs(workdir)
-        result = {"history": [], "checkpoints": [], "updates": 0, "target_tokens": 0}
+        result = {"history": [], "checkpoints": [], "updates": 0, "batches": 0, "target_tokens": 0}
         if epochs != 0:
             result = _fit_packed(workdir, experiment, before, length_multiple, teacher, distill_weight)
         average_last = experiment.decoding.average_last if average_last is None else average_last
@@ -528,14 +529,14 @@ def _fit_packed(workdir, experiment, before, length_multiple, teacher, distill_w
     previous_policy = keras.config.dtype_policy()
     keras.config.set_dtype_policy(policy)
     try:
-        fit_experiment(experiment, config, data, workdir, resumed_at=resumed_at, make_translator=make_translator,
-                       loss=loss, metrics=metrics)
+        fitted = fit_experiment(experiment, config, data, workdir, resumed_at=resumed_at,
+                                make_translator=make_translator, loss=loss, metrics=metrics)
     finally:
         keras.config.set_dtype_policy(previous_policy)
     _, rows = HistoryCSV(workdir / "history.csv").read()
     return {"history": [row for row in rows if int(row["epoch"]) > before],
             "checkpoints": [path for path in epoch_checkpoints(workdir) if checkpoint_number(path.name) > before],
-            "updates": sum(count for _, _, count in batches.trained),
+            "updates": fitted.updates, "batches": sum(count for _, _, count in batches.trained),
             "target_tokens": sum(batches.target_tokens(*trained) for trained in batches.trained)}
 
 
@@ -705,7 +706,7 @@ def _run(args):
                           init_weights=args.init_weights, initial_updates=args.initial_updates, teacher=args.teacher,
                           cooldown_epochs=args.cooldown_epochs,
                           distill_weight=args.distill_weight)
-    print(json.dumps({"backend": keras.config.backend(), "updates": result["updates"],
+    print(json.dumps({"backend": keras.config.backend(), "updates": result["updates"], "batches": result["batches"],
                       "seconds": round(result["seconds"], 1), "target_tokens": result["target_tokens"],
                       "average": str(result["average"]) if result["average"] else None}))
 

@@ -9,14 +9,16 @@ keras-transformer export    --workdir DIR [--workdir DIR ...] --out DIR [--avera
 keras-transformer average   --workdir DIR [--last N] [--output FILE]
 keras-transformer pack      --config FILE.yaml [--set key=value ...] --workdir DIR   (token ids for other backends)
 keras-transformer plot-attention --model DIR "A man rides a bike." --out DIR   (PNG heatmaps per layer and head)
+keras-transformer serve     --model DIR [--port 8501] [--host H] [--name NAME]   (HTTP, TensorFlow Serving's REST API)
+keras-transformer verify    PATH   (an export's files against its manifest; exit 0 whole, 1 damaged, 3 no manifest)
 ```
 
 A repeated --model (or --workdir for export) decodes those models as one ensemble.
 
 Each subcommand parses its arguments and calls one function of the library
 (`training.train_and_evaluate`, `inference.evaluate`, `inference.translate`,
-`export.export`, `workdir.average_workdir`, `training.pack_arrays`); everything they do can be done from
-Python the same way. Errors that name a problem (a bad config key, a missing
+`export.export`, `workdir.average_workdir`, `training.pack_arrays`, `serving.serve`); everything they do can be
+done from Python the same way. Errors that name a problem (a bad config key, a missing
 checkpoint) are printed as one line and the command exits with status 2.
 """
 
@@ -48,7 +50,9 @@ _EXAMPLES = """examples:
   keras-transformer evaluate --model runs/en_de --average 5 --source test.en.gz --reference test.de.gz
   keras-transformer average --workdir runs/en_de --last 5
   keras-transformer export --workdir runs/en_de --average 5 --out saved_models/en_de
+  keras-transformer verify saved_models/en_de
   keras-transformer evaluate --model runs/en_de --model runs/en_de_seed2 --average 5 --source test.en.gz ...
+  keras-transformer serve --model saved_models/multi30k_en_de --port 8501
 """
 
 
@@ -222,6 +226,34 @@ def build_parser():
                     "(docs/gpu.md).")
     _experiment_arguments(pack, "the folder to write (vocabulary, configs, arrays.npz)")
 
+    serve = commands.add_parser(
+        "serve", help="serve a model over HTTP (TensorFlow Serving's REST API, /translate)",
+        description="Serves the model over HTTP until SIGTERM: TensorFlow Serving's REST API (GET /v1/models/NAME, "
+                    "POST /v1/models/NAME:predict with the export's signatures), POST /translate with per-request "
+                    "decoding options, /healthz, /readyz (after loading and a warm-up translation) and /stats. "
+                    "Concurrent requests asking for the same decoding are decoded in one batch. Needs "
+                    "the serve extra, `pip install '.[serve]'` (docs/serving.md).")
+    serve.add_argument("--model", required=True, action="append", metavar="DIR", help=MODEL_HELP)
+    serve.add_argument("--name", help="the model's name in the URLs (default: the --model folder's name)")
+    serve.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1; 0.0.0.0: "
+                                                           "every interface)")
+    serve.add_argument("--port", type=_POSITIVE, default=8501,
+                       help="the port (default 8501, TensorFlow Serving's REST port)")
+    limits = serve.add_argument_group("batching and limits")
+    limits.add_argument("--max-batch", type=_POSITIVE, default=64,
+                        help="sentences decoded together at most (default 64)")
+    limits.add_argument("--batch-wait-ms", type=number_at_least(0), default=5.0,
+                        help="how long a request waits for others to share its batch (default 5 ms)")
+    limits.add_argument("--max-body-bytes", type=_POSITIVE, default=1 << 20,
+                        help="larger request bodies get 413 (default 1 MiB)")
+    limits.add_argument("--max-sentences", type=_POSITIVE, default=256,
+                        help="more sentences in one request get 413 (default 256)")
+    limits.add_argument("--max-sentence-chars", type=_POSITIVE, default=2000,
+                        help="a longer sentence gets 413 (default 2000 characters)")
+    _weights_arguments(serve, ensemble=True)
+    _decoding_arguments(serve, "decoding (the requests' default: the model's, from its model.yaml; a request "
+                               "changes it for itself)", batch_size=False)
+
     plot = commands.add_parser("plot-attention", help="translate a sentence and draw its attention maps",
                                description="Translates the sentence and writes PNG heatmaps of encoder "
                                            "self-attention, decoder self-attention and cross-attention per layer "
@@ -237,6 +269,16 @@ def build_parser():
     plot.add_argument("--beam-size", type=_POSITIVE,
                       help="beams for the translation; 1 is greedy (default: the model's)")
     _weights_arguments(plot)
+
+    verify = commands.add_parser(
+        "verify", help="check an export's files against its manifest (sizes and SHA-256 digests)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Checks every file of an export (SavedModel or CTranslate2) against the manifest.json written "
+                    "at export: present, of its size, with its SHA-256 digest (docs/serving.md).",
+        epilog="exit status: 0 every file matches; 1 a file is missing or damaged (named); 3 the export has no "
+               "manifest (exported before manifests existed: nothing to check against); 2 another error (no such "
+               "folder, say).")
+    verify.add_argument("path", metavar="PATH", help="the export folder")
     return parser
 
 
@@ -366,22 +408,30 @@ def _stdin_chunks(size):
 def _ctranslate2_only(args):
     """Whether `args` translate with one CTranslate2 export: then TensorFlow is never imported (seconds saved)."""
     from keras_transformer.layout import model_kind
-    return (args.command == "translate" and len(args.model) == 1 and model_kind(args.model[0]) == "ctranslate2"
+    return (args.command in ("translate", "serve") and len(args.model) == 1
+            and model_kind(args.model[0]) == "ctranslate2"
             and not args.checkpoint and args.average is None)
+
+
+def _load_translator(args):
+    """The translator of `--model`, `--checkpoint`, `--average` and the decoding arguments (`translate`, `serve`)."""
+    if _ctranslate2_only(args):  # what inference.load_translator gives, without importing TensorFlow
+        from keras_transformer.ctranslate2_translator import CTranslate2Translator
+        settings = {key: value for key, value in _decode_settings(args).items() if value is not None}
+        return CTranslate2Translator(args.model[0], None, **settings)
+    from keras_transformer import inference
+    model, checkpoint = _weights(args.model, args.checkpoint)
+    return inference.load_translator(model, checkpoint, args.average, **_decode_settings(args))
 
 
 def _translate(args):
     from keras_transformer import evaluation
     draw_seed(args)
-    if _ctranslate2_only(args):  # what inference.load_translator gives, without importing TensorFlow
-        from keras_transformer.ctranslate2_translator import CTranslate2Translator
-        settings = {key: value for key, value in _decode_settings(args).items() if value is not None}
-        translator = CTranslate2Translator(args.model[0], None, **settings)
+    translator = _load_translator(args)
+    if _ctranslate2_only(args):  # without TensorFlow
         translate = translator.translate_lines
     else:
         from keras_transformer import inference
-        model, checkpoint = _weights(args.model, args.checkpoint)
-        translator = inference.load_translator(model, checkpoint, args.average, **_decode_settings(args))
         translate = functools.partial(inference.translate, translator)
     # Arguments are one chunk; stdin goes in chunks, so that output starts early and memory stays bounded.
     chunks = [args.sentences] if args.sentences else _stdin_chunks(args.batch_size * STDIN_CHUNK_BATCHES)
@@ -397,6 +447,16 @@ def _translate(args):
                 index += 1
         sys.stdout.flush()
     return 0
+
+
+def _serve(args):
+    from keras_transformer import serving
+    settings = serving.ServeSettings(max_batch=args.max_batch, batch_wait=args.batch_wait_ms / 1000,
+                                     max_body_bytes=args.max_body_bytes, max_sentences=args.max_sentences,
+                                     max_sentence_chars=args.max_sentence_chars)
+    name = args.name or os.path.basename(os.path.normpath(args.model[0]))
+    return serving.serve(functools.partial(_load_translator, args), name, host=args.host, port=args.port,
+                         settings=settings, seeded=args.seed is not None)
 
 
 def _export(args):
@@ -460,6 +520,28 @@ def _plot_attention(args):
     return 0
 
 
+def _verify(args):
+    from keras_transformer import export_folder, layout
+    from keras_transformer.errors import ExportDamagedError
+    try:
+        found = export_folder.verify_export(args.path)
+    except ExportDamagedError as error:
+        print(f"keras-transformer verify: {error}", file=sys.stderr)
+        return export_folder.VERIFY_DAMAGED
+    if found is None and layout.model_kind(args.path) not in ("export", "ctranslate2"):
+        raise CheckpointError(f"{args.path} is not an export: it has no saved_model.pb (a SavedModel) nor "
+                              "keras_transformer.json and model.bin (a CTranslate2 export), and no manifest.")
+    if found is None:
+        print(f"keras-transformer verify: {args.path} has no {export_folder.MANIFEST} (it was exported before "
+              "exports carried one): there is nothing to check its files against. Export it again to give it one.",
+              file=sys.stderr)
+        return export_folder.VERIFY_NO_MANIFEST
+    unlisted = (f"; {len(found.unlisted)} file(s) not in the manifest, added since: {', '.join(found.unlisted)}"
+                if found.unlisted else "")
+    print(f"{args.path}: whole ({found.files} files, {found.size} bytes, SHA-256 checked{unlisted})")
+    return 0
+
+
 def import_tensorflow_quietly():
     """Imports TensorFlow without its C++ log lines on stderr; anything else it writes there still shows.
 
@@ -478,7 +560,8 @@ def import_tensorflow_quietly():
 
 
 _COMMANDS = {"train": _train, "evaluate": _evaluate, "translate": _translate, "export": _export,
-             "average": _average, "pack": _pack, "plot-attention": _plot_attention}
+             "average": _average, "pack": _pack, "plot-attention": _plot_attention, "serve": _serve,
+             "verify": _verify}
 
 
 def precheck(args):
@@ -498,9 +581,14 @@ def precheck(args):
         cluster = experiment.training.strategy == "multi_worker" or os.environ.get("TF_CONFIG")
         if not getattr(args, "dry_run", False) and not cluster:
             files.check_unlocked(args.workdir)
-    if args.command in ("translate", "evaluate", "export"):  # settings that cannot go together
+    if args.command in ("translate", "evaluate", "export", "serve"):  # settings that cannot go together
         DecodeOptions().replace(**_decode_settings(args))
-    if args.command in ("translate", "evaluate", "plot-attention"):
+    if args.command == "serve":
+        from keras_transformer import serving
+        serving.check_installed()
+        if args.name is not None and not re.fullmatch(r"[A-Za-z0-9._-]+", args.name):
+            raise ConfigError(f"--name {args.name!r}: a model name in URLs takes letters, digits, '.', '_' and '-'.")
+    if args.command in ("translate", "evaluate", "plot-attention", "serve"):
         models = args.model if isinstance(args.model, list) else [args.model]
         for model in models:
             layout.check_model_path(model)
@@ -517,6 +605,7 @@ def precheck(args):
         for workdir in args.workdir:
             layout.check_model_path(workdir)
         layout.check_export_destination(args.out)
+        files.check_unlocked(args.out, beside=True)  # another export to --out is running: refused now
     elif args.command == "average":
         layout.check_average_output(args.workdir, args.output)
         files.check_unlocked(args.workdir)
@@ -535,8 +624,8 @@ def main(argv=None):
         loud_tensorflow_import()
     try:
         precheck(args)  # before TensorFlow: a wrong key or path answers at once
-        dry_run = args.command == "train" and args.dry_run
-        if (not dry_run and not args.verbose and not tensorflow_logs_wanted()
+        without_tensorflow = args.command == "verify" or (args.command == "train" and args.dry_run)
+        if (not without_tensorflow and not args.verbose and not tensorflow_logs_wanted()
                 and not _ctranslate2_only(args)):
             import_tensorflow_quietly()
             logging.getLogger("tensorflow").setLevel(logging.ERROR)

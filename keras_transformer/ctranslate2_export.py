@@ -59,7 +59,8 @@ import numpy as np
 
 from keras_transformer.ctranslate2_translator import FORMAT, FORMAT_VERSION, CTranslate2Translator, is_ctranslate2_model
 from keras_transformer.decoding.options import DecodeOptions
-from keras_transformer.files import atomic_write_text, replace_folder, staging_folder
+from keras_transformer.export_folder import export_lock, writing_export
+from keras_transformer.files import atomic_write_text
 from keras_transformer.layout import CTRANSLATE2_METADATA, check_export_destination
 from keras_transformer.model import parts
 
@@ -418,10 +419,12 @@ def export_ctranslate2(model, config, vocab_dir, directory, *, options=None, qua
     The folder holds CTranslate2's ``model.bin``, ``config.json`` and
     vocabulary, the SentencePiece model(s), ``keras_transformer.json`` (format,
     decoding defaults, special ids, file names; `is_ctranslate2_model` reads
-    it) and a ``README.md`` on loading it. It is written into a temporary
-    folder beside `directory`, loaded and asked to translate one sentence, and
-    only then swapped in by renames: an export that fails or is killed on the
-    way leaves the old one whole.
+    it), a ``README.md`` on loading it and a ``manifest.json`` (the size and
+    SHA-256 of every file). It is written into a temporary folder beside
+    `directory`, loaded and asked to translate one sentence, and only then
+    swapped in (`export_folder.writing_export`, as a SavedModel export is): an
+    export that fails or is killed on the way leaves the old one whole, and a
+    second export to the same folder meanwhile is refused.
 
     Args:
         model: a `build_model(config)` model with its trained weights.
@@ -459,59 +462,57 @@ def export_ctranslate2(model, config, vocab_dir, directory, *, options=None, qua
 
     directory = os.fspath(directory)
     check_export_destination(directory)
-    if os.path.exists(directory) and (not os.path.isdir(directory) or os.listdir(directory)):
-        if not is_ctranslate2_model(directory):
-            raise FileExistsError(f"{directory} exists and is not a keras_transformer CTranslate2 export "
-                                  f"(no {CTRANSLATE2_METADATA}); not writing into it. Choose a new or empty folder.")
-        if not overwrite:
-            raise FileExistsError(f"{directory} already exists; replace it with overwrite=True (--overwrite).")
-    check_ctranslate2_support(config)
-    folders = _tokenizer_folders(vocab_dir)
-    models = {side: _sentencepiece_file(folder) for side, folder in folders.items()}
-    shared = folders["source"] == folders["target"]
-    tokens = {side: vocabulary_tokens(path) for side, path in models.items()}
-    spec = build_spec(model, config, tokens["source"], tokens["target"])
-    spec.validate()
-    spec.optimize(quantization=quantization)
+    with export_lock(os.path.abspath(directory)):  # one writer per export folder, for the whole export
+        if os.path.exists(directory) and (not os.path.isdir(directory) or os.listdir(directory)):
+            if not is_ctranslate2_model(directory):
+                raise FileExistsError(f"{directory} exists and is not a keras_transformer CTranslate2 export "
+                                      f"(no {CTRANSLATE2_METADATA}); not writing into it. Choose a new or empty "
+                                      "folder.")
+            if not overwrite:
+                raise FileExistsError(f"{directory} already exists; replace it with overwrite=True (--overwrite).")
+        check_ctranslate2_support(config)
+        folders = _tokenizer_folders(vocab_dir)
+        models = {side: _sentencepiece_file(folder) for side, folder in folders.items()}
+        shared = folders["source"] == folders["target"]
+        tokens = {side: vocabulary_tokens(path) for side, path in models.items()}
+        spec = build_spec(model, config, tokens["source"], tokens["target"])
+        spec.validate()
+        spec.optimize(quantization=quantization)
 
-    names = ({"source": "sentencepiece.model", "target": "sentencepiece.model"} if shared
-             else {"source": "source.sentencepiece.model", "target": "target.sentencepiece.model"})
-    decoding = (options or DecodeOptions()).replace(**settings)
-    if decoding.strategy == "beam" and not decoding.early_exit:
-        logging.getLogger(__name__).warning(
-            "CTranslate2's beam search always stops by its own rule: the export records early_exit: true where the "
-            "decoding options say false (the SavedModel keeps the exact rule; docs/serving.md, 'The rescoring "
-            "rule').")
-        decoding = decoding.replace(early_exit=True)
-    decoding = decoding.to_dict()
-    metadata = {
-        "format": FORMAT, "version": FORMAT_VERSION,
-        "exported": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
-        "ctranslate2_version": ctranslate2.__version__,
-        "quantization": quantization,
-        "decoding": decoding,
-        "length_penalty": "gnmt: score = log P / ((5 + n) / 6) ** alpha, n counting the eos token",
-        "special_ids": {name: int(getattr(config, name)) for name in _RESERVED},
-        "special_tokens": {"pad": PAD_TOKEN, "unk": tokens["target"][config.unk_id],
-                           "bos": tokens["target"][config.bos_id], "eos": tokens["target"][config.eos_id]},
-        "sentencepiece": names,
-        "max_source_length": int(config.max_length),
-        "max_target_length": int(config.max_length),
-        "model_config": config.to_dict(),
-    }
-    # Written and checked beside `directory`, then swapped in: the old export serves until the new one works.
-    staging = os.fspath(staging_folder(os.path.abspath(directory)))
-    try:
-        spec.save(staging)
-        for side, path in models.items():
-            shutil.copyfile(path, os.path.join(staging, names[side]))
-        atomic_write_text(os.path.join(staging, CTRANSLATE2_METADATA), json.dumps(metadata, indent=2) + "\n")
-        atomic_write_text(os.path.join(staging, README_FILE), _readme(metadata))
-        CTranslate2Translator(staging).translate(["A check."])  # it loads and translates, or this raises
-        replace_folder(staging, directory)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+        names = ({"source": "sentencepiece.model", "target": "sentencepiece.model"} if shared
+                 else {"source": "source.sentencepiece.model", "target": "target.sentencepiece.model"})
+        decoding = (options or DecodeOptions()).replace(**settings)
+        if decoding.strategy == "beam" and not decoding.early_exit:
+            logging.getLogger(__name__).warning(
+                "CTranslate2's beam search always stops by its own rule: the export records early_exit: true where "
+                "the decoding options say false (the SavedModel keeps the exact rule; docs/serving.md, 'The "
+                "rescoring rule').")
+            decoding = decoding.replace(early_exit=True)
+        decoding = decoding.to_dict()
+        metadata = {
+            "format": FORMAT, "version": FORMAT_VERSION,
+            "exported": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+            "ctranslate2_version": ctranslate2.__version__,
+            "quantization": quantization,
+            "decoding": decoding,
+            "length_penalty": "gnmt: score = log P / ((5 + n) / 6) ** alpha, n counting the eos token",
+            "special_ids": {name: int(getattr(config, name)) for name in _RESERVED},
+            "special_tokens": {"pad": PAD_TOKEN, "unk": tokens["target"][config.unk_id],
+                               "bos": tokens["target"][config.bos_id], "eos": tokens["target"][config.eos_id]},
+            "sentencepiece": names,
+            "max_source_length": int(config.max_length),
+            "max_target_length": int(config.max_length),
+            "model_config": config.to_dict(),
+        }
+        # Written and checked beside `directory`, then swapped in: the old export serves until the new one works.
+        with writing_export(os.path.abspath(directory)) as staging:
+            staging = os.fspath(staging)
+            spec.save(staging)
+            for side, path in models.items():
+                shutil.copyfile(path, os.path.join(staging, names[side]))
+            atomic_write_text(os.path.join(staging, CTRANSLATE2_METADATA), json.dumps(metadata, indent=2) + "\n")
+            atomic_write_text(os.path.join(staging, README_FILE), _readme(metadata))
+            CTranslate2Translator(staging).translate(["A check."])  # it loads and translates, or this raises
     return directory
 
 

@@ -7,6 +7,7 @@ engine. This module needs numpy and, when a translator is built, the optional
 serving process imports only what decoding needs.
 """
 
+import copy
 import json
 import os
 import sys
@@ -282,10 +283,7 @@ class CTranslate2Translator(TranslatorInterface):
         if options is None:  # the export's; one from before the decoding options recorded only these three
             options = DecodeOptions.from_dict({**self.metadata["decoding"], "early_exit": True},
                                               where=f"{self.directory}: decoding")
-        self.options = options.replace(**settings)
-        if self.options.strategy == "beam" and not self.options.early_exit:
-            raise ConfigError(f"{self.directory} is a CTranslate2 export, whose beam search always stops by its own "
-                              "rule (early_exit): it has no exact stopping rule.")
+        self.options = self._checked(options.replace(**settings))
         self._ctranslate2 = ctranslate2
         self.exact_limits = bool(exact_limits)
         self.compute_type = compute_type
@@ -307,6 +305,26 @@ class CTranslate2Translator(TranslatorInterface):
         self._never = [[tokens["pad"]], [tokens["bos"]]]  # suppressed only where a search produced them
         self.translator = ctranslate2.Translator(self.directory, device=device, compute_type=compute_type,
                                                  intra_threads=self.intra_threads, inter_threads=int(inter_threads))
+
+    def _checked(self, options):
+        if options.strategy == "beam" and not options.early_exit:
+            raise ConfigError(f"{self.directory} is a CTranslate2 export, whose beam search always stops by its own "
+                              "rule (early_exit): it has no exact stopping rule.")
+        return options
+
+    def with_options(self, options):
+        """A translator of the same loaded CTranslate2 model decoding with `options`
+        (`TranslatorInterface.with_options`); options are read at each call, so this costs nothing.
+
+        Example:
+
+        >>> greedy = translator.with_options(translator.options.replace(strategy="greedy"))  # doctest: +SKIP
+        """
+        if options == self.options:
+            return self
+        variant = copy.copy(self)
+        variant.options = self._checked(options)
+        return variant
 
     @property
     def beam_size(self):

@@ -203,6 +203,30 @@ def task_info(strategy=None):
     return task_type, task_id, is_chief
 
 
+def input_shard(strategy=None):
+    """`(workers, index)`: how many workers read the training data, and which part this process reads.
+
+    Each worker of a multi-worker run reads the lines whose number is its index
+    modulo the number of workers (the chief first, then the workers in order), so
+    that over one pass every pair is trained once across them. `(1, 0)` without a
+    multi-worker cluster.
+
+    Example:
+
+    >>> input_shard(make_strategy("default"))
+    (1, 0)
+    """
+    resolver = getattr(strategy, "cluster_resolver", None) if strategy is not None else None
+    if resolver is None or not getattr(resolver, "task_type", None):
+        return 1, 0
+    cluster = resolver.cluster_spec().as_dict()
+    chiefs, workers = len(cluster.get("chief", [])), len(cluster.get("worker", []))
+    if chiefs + workers <= 1 or resolver.task_type not in ("chief", "worker"):
+        return 1, 0
+    index = 0 if resolver.task_type == "chief" else chiefs + int(resolver.task_id or 0)
+    return chiefs + workers, index
+
+
 def describe(strategy):
     """One line naming the strategy, its replicas and this task, for logs.
 

@@ -29,3 +29,14 @@ class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
 
 class WorkdirBusyError(RuntimeError):
     """Another process holds the folder a command writes to (`files.exclusive_lock`); the message names it."""
+
+
+class ExportDamagedError(CheckpointError):
+    """An export whose files differ from its manifest (a file missing, truncated or changed); the message names
+    the file. Raised by `keras-transformer verify` and, on sizes, by every loader of an export.
+
+    Example:
+
+    >>> issubclass(ExportDamagedError, CheckpointError)
+    True
+    """

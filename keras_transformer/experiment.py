@@ -72,6 +72,8 @@ class DataConfig:
     # --- files ----------------------------------------------------------------
     train_source: typing.Optional[str] = None  # training source file, one sentence per line (plain or .gz UTF-8)
     train_target: typing.Optional[str] = None  # training target file, line-aligned with train_source
+    corpora: typing.Optional[list] = None  # instead of train_source/train_target: several training corpora, each
+                                           # {name, source, target, weight}, drawn in proportion to the weights
     valid_source: typing.Optional[str] = None  # validation source file (optional)
     valid_target: typing.Optional[str] = None  # validation target file
     source_language: str = "en"  # language code of the source side (TFDS: its feature name; reports)
@@ -91,12 +93,12 @@ class DataConfig:
     tokens_per_batch: int = 4096  # GLOBAL budget per step: <= this many source and target positions, padding incl.
     max_length: int = 128  # longest sequence in positions (tokens + bos/eos); longer pairs dropped in training
     bucket_width: int = 1  # lengths sorted as one (mixed at random in training); 1 gives the least padding
-    shuffle_buffer: typing.Optional[int] = None  # pairs in the shuffle buffer; None: the whole corpus
+    window: int = 262144  # lines read, shuffled, sorted by length and batched together: the memory held
     cache: bool = True  # keep the padded batches of inference (validation) datasets in memory
     seed: typing.Optional[int] = None  # shuffle seed; None: a different order every run
 
     def __post_init__(self):
-        for name in ("vocab_size", "tokens_per_batch", "max_length", "bucket_width"):
+        for name in ("vocab_size", "tokens_per_batch", "max_length", "bucket_width", "window"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"DataConfig.{name} must be a positive integer, got {value!r}.")
@@ -105,10 +107,6 @@ class DataConfig:
         if self.tokens_per_batch < self.max_length:
             raise ValueError(f"DataConfig.tokens_per_batch={self.tokens_per_batch} is smaller than max_length="
                              f"{self.max_length}: the longest pair would not fit in a batch.")
-        if self.shuffle_buffer is not None and (isinstance(self.shuffle_buffer, bool)
-                                                or not isinstance(self.shuffle_buffer, int) or self.shuffle_buffer <= 0):
-            raise ValueError(f"DataConfig.shuffle_buffer must be a positive integer or None, "
-                             f"got {self.shuffle_buffer!r}.")
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0):
             raise ValueError(f"DataConfig.seed must be a non-negative integer or None, got {self.seed!r}.")
         if self.model_type not in MODEL_TYPES:
@@ -125,6 +123,10 @@ class DataConfig:
             raise ValueError(f"DataConfig.errors must be one of {ERROR_MODES}, got {self.errors!r}.")
         if (self.train_source is None) != (self.train_target is None):
             raise ValueError("DataConfig.train_source and train_target must be given together.")
+        if self.corpora is not None:
+            if self.train_source is not None:
+                raise ValueError("DataConfig.corpora replaces train_source/train_target: give one or the other.")
+            object.__setattr__(self, "corpora", _checked_corpora(self.corpora))
         if (self.valid_source is None) != (self.valid_target is None):
             raise ValueError("DataConfig.valid_source and valid_target must be given together.")
 
@@ -152,6 +154,52 @@ class DataConfig:
         'bpe'
         """
         return dataclasses.asdict(self)
+
+    def training_corpora(self):
+        """The training corpora as dicts `{name, source, target, weight}`: `corpora`, or `train_source` and
+        `train_target` as one corpus named "train"; `[]` without either.
+
+        Example:
+
+        >>> DataConfig(train_source="a.en", train_target="a.de").training_corpora()
+        [{'name': 'train', 'source': 'a.en', 'target': 'a.de', 'weight': 1}]
+        """
+        if self.corpora is not None:
+            return [dict(corpus) for corpus in self.corpora]
+        if self.train_source is None:
+            return []
+        return [{"name": "train", "source": self.train_source, "target": self.train_target, "weight": 1}]
+
+
+CORPUS_KEYS = ("name", "source", "target", "weight")
+
+
+def _checked_corpora(corpora):
+    """`data.corpora` with each corpus's weight filled in (1), or a `ValueError` naming what is wrong."""
+    if not isinstance(corpora, (list, tuple)) or not corpora:
+        raise ValueError(f"DataConfig.corpora must be a non-empty list of {{name, source, target, weight}} "
+                         f"mappings, got {corpora!r}.")
+    checked, names = [], set()
+    for number, corpus in enumerate(corpora, start=1):
+        where = f"DataConfig.corpora[{number - 1}]"
+        if not isinstance(corpus, dict):
+            raise ValueError(f"{where} must be a mapping with keys {list(CORPUS_KEYS)}, got {corpus!r}.")
+        unknown = sorted(set(corpus) - set(CORPUS_KEYS))
+        if unknown:
+            raise ValueError(f"{where} has unknown keys {unknown}; a corpus has {list(CORPUS_KEYS)}.")
+        for key in ("name", "source", "target"):
+            if not isinstance(corpus.get(key), str) or not corpus[key]:
+                raise ValueError(f"{where}.{key} must be a non-empty string, got {corpus.get(key)!r}.")
+        weight = corpus.get("weight", 1)
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 < weight < float("inf"):
+            raise ValueError(f"{where} ({corpus['name']}): weight must be a positive number, got {weight!r}.")
+        if corpus["name"] in names:
+            raise ValueError(f"{where}: the name {corpus['name']!r} is taken by an earlier corpus; names must "
+                             "differ.")
+        names.add(corpus["name"])
+        checked.append({"name": corpus["name"], "source": corpus["source"], "target": corpus["target"],
+                        "weight": weight})
+    return checked
 
 
 def _is_integer(value):
@@ -324,6 +372,9 @@ class DataSection:
             return
         files = {name: self.pipeline.get(name) for name in ("train_source", "train_target", "valid_source",
                                                              "valid_target")}
+        for number, corpus in enumerate(self.pipeline.get("corpora") or []):
+            files.update({f"corpora[{number}].source": corpus.get("source"),
+                          f"corpora[{number}].target": corpus.get("target")})
         files.update((name, getattr(self, name)) for name in ("valid_tokenized_target", "test_source", "test_target",
                                                                "test_tokenized_target"))
         for name, path in files.items():
@@ -369,6 +420,9 @@ class DataSection:
             return {}
         files = self.pipeline.get
         splits = {"train": {"train_source": files("train_source"), "train_target": files("train_target")},
+                  **{f"corpus {corpus['name']}": {f"corpora[{number}].source": corpus["source"],
+                                                  f"corpora[{number}].target": corpus["target"]}
+                     for number, corpus in enumerate(files("corpora") or [])},
                   "valid": {"valid_source": files("valid_source"), "valid_target": files("valid_target"),
                             "valid_tokenized_target": self.valid_tokenized_target},
                   "test": {"test_source": self.test_source, "test_target": self.test_target,
@@ -419,7 +473,8 @@ class TrainingSection:
     """
 
     epochs: int = 10  # epochs in total (a resumed run counts the ones already done)
-    steps_per_epoch: typing.Optional[int] = None  # updates an epoch, from the training data repeated without end
+    steps_per_epoch: typing.Optional[int] = None  # batches an epoch (updates without gradient accumulation),
+                                                  # from the training data repeated without end
                                                   # (each pass shuffled anew); None: an epoch is one pass
     strategy: str = "auto"  # see keras_transformer.STRATEGIES
     devices: typing.Optional[list] = None  # devices for "mirrored" / "one_device", e.g. ["/gpu:0", "/gpu:1"]
@@ -428,7 +483,8 @@ class TrainingSection:
     mixed_precision: typing.Any = "float32"  # "float32", "auto", "mixed_float16", "mixed_bfloat16" (or bool)
     jit_compile: typing.Any = "auto"  # XLA: true, false or "auto" (Keras decides)
     steps_per_execution: int = 1  # batches per tf.function call (fewer Python round trips)
-    gradient_accumulation_steps: int = 1  # accumulate gradients over this many batches per update
+    gradient_accumulation_steps: int = 1  # update with the mean gradient of this many batches; the schedule,
+                                          # `step` and initial_updates count updates (docs/training.md)
     clipnorm: typing.Optional[float] = None  # clip each gradient to this norm
     cooldown_epochs: typing.Optional[int] = None  # over the last K epochs the learning rate falls linearly to zero
     rdrop_alpha: typing.Optional[float] = None  # R-Drop (null or 0: off): every pair runs twice a batch, with
@@ -874,7 +930,7 @@ def as_experiment(config):
 _RESUMABLE_CHANGES = {
     "model": {"beam_size", "length_penalty", "max_decode_extra", "early_exit", "dropout", "attention_dropout",
               "ffn_dropout", "label_smoothing", "warmup_steps", "learning_rate_scale"},
-    "data": {"batch_size", "shuffle", "tokens_per_batch", "bucket_width", "shuffle_buffer", "cache", "seed",
+    "data": {"batch_size", "shuffle", "tokens_per_batch", "bucket_width", "window", "cache", "seed",
              "max_length", "errors", "valid_source", "valid_target", "valid_tokenized_target", "test_source",
              "test_target", "test_tokenized_target", "tfds_valid_split", "tfds_test_split", "tfds_data_dir"},
 }

@@ -13,6 +13,8 @@ saved_models/multi30k_en_de/
                                    tf_serving_warmup_requests: requests TensorFlow Serving replays at
                                    load, compiling every XLA program a request can need (`warmup`)
   README.md                        the model card (shipped models)
+  manifest.json                    the size and SHA-256 of every other file (`export_folder`; `keras-transformer
+                                   verify` checks them all, every loader their sizes)
 ```
 
 Signatures:
@@ -42,7 +44,7 @@ import tensorflow as tf
 
 from keras_transformer.data.tokenizers import save_tokenizers
 from keras_transformer.errors import CheckpointNotFoundError
-from keras_transformer.files import replace_folder, staging_folder
+from keras_transformer.export_folder import MANIFEST, check_export_sizes, export_lock, writing_export
 from keras_transformer.layout import (EXTRA_DIR, MEMBERS_DIR, MODEL_CONFIG, MODEL_WEIGHTS, VOCAB_DIR,
                                       check_export_destination, is_export)
 from keras_transformer.translation import TRAINED_CHUNK_SIZE, Translator
@@ -153,8 +155,10 @@ def export_translator(translator, directory, config=None, overwrite=False):
         overwrite: replace an existing export.
 
     The export is written into a temporary folder beside `directory`, loaded and
-    asked to translate one sentence, and only then swapped in by renames: an
-    export that fails or is killed on the way leaves the old one whole.
+    asked to translate one sentence, given its manifest (the size and SHA-256
+    of every file), and only then swapped in (`export_folder.writing_export`):
+    an export that fails or is killed on the way leaves the old one whole, and
+    a second export to the same folder meanwhile is refused.
 
     Returns:
         The export directory.
@@ -163,6 +167,7 @@ def export_translator(translator, directory, config=None, overwrite=False):
         FileExistsError: `directory` holds an export and `overwrite` is False, or
             it is a non-empty folder that is not a SavedModel export.
         ConfigError: `directory` is or lies in a training workdir.
+        WorkdirBusyError: another process is exporting to `directory` (named).
 
     Example:
 
@@ -174,31 +179,27 @@ def export_translator(translator, directory, config=None, overwrite=False):
         raise ValueError(f"export_translator: {len(configs)} config(s) for a translator of "
                          f"{len(translator.models)} model(s); give one config per model.")
     check_export_destination(directory)
-    if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
-        if not (directory / "saved_model.pb").is_file():
-            raise FileExistsError(f"{directory} exists and is not a SavedModel export (no saved_model.pb); not "
-                                  f"writing into it. Choose a new or empty --out folder.")
-        if not overwrite:
-            raise FileExistsError(f"{directory} already holds a SavedModel; replace it with --overwrite "
-                                  "(overwrite=True in Python).")
-    # Written and checked beside `directory`, then swapped in: the old export serves until the new one works.
-    staging = staging_folder(directory)
-    try:
-        _write_savedmodel(translator, staging, configs)
-        check_saved_model(staging)
-        if directory.is_dir():  # what else the old folder held (a model card, say) stays
-            for entry in directory.iterdir():
-                if entry.name not in SAVED_MODEL_PARTS and not (staging / entry.name).exists():
-                    copy = shutil.copytree if entry.is_dir() else shutil.copy2
-                    copy(entry, staging / entry.name)
-        replace_folder(staging, directory)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+    with export_lock(directory):  # one writer per export folder, for the whole export
+        if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
+            if not (directory / "saved_model.pb").is_file():
+                raise FileExistsError(f"{directory} exists and is not a SavedModel export (no saved_model.pb); not "
+                                      f"writing into it. Choose a new or empty --out folder.")
+            if not overwrite:
+                raise FileExistsError(f"{directory} already holds a SavedModel; replace it with --overwrite "
+                                      "(overwrite=True in Python).")
+        # Written and checked beside `directory`, then swapped in: the old export serves until the new one works.
+        with writing_export(directory) as staging:
+            _write_savedmodel(translator, staging, configs)
+            check_saved_model(staging)
+            if directory.is_dir():  # what else the old folder held (a model card, say) stays
+                for entry in directory.iterdir():
+                    if entry.name not in SAVED_MODEL_PARTS and not (staging / entry.name).exists():
+                        copy = shutil.copytree if entry.is_dir() else shutil.copy2
+                        copy(entry, staging / entry.name)
     return os.fspath(directory)
 
 
-SAVED_MODEL_PARTS = ("saved_model.pb", "fingerprint.pb", "variables", "assets", EXTRA_DIR)  # what an export writes
+SAVED_MODEL_PARTS = ("saved_model.pb", "fingerprint.pb", "variables", "assets", EXTRA_DIR, MANIFEST)  # an export's own
 
 
 def _write_savedmodel(translator, directory, configs):
@@ -271,11 +272,12 @@ def export(workdir, directory, checkpoint=None, average=None, options=None, jit_
             raise CheckpointNotFoundError(f"{path} is not a training workdir: "
                                           f"{os.path.join(os.fspath(path), MODEL_CONFIG)} is missing (nor a "
                                           "SavedModel export, which is re-exported with this version's code).")
-    loaded = load_models(workdirs if len(workdirs) > 1 else workdirs[0], checkpoint, average,
-                         require_vocabulary=True)
-    translator = Translator.from_models(loaded.models, loaded.vocab_dir, options or loaded.decoding,
-                                        jit_compile=jit_compile, **settings)
-    return export_translator(translator, directory, config=loaded.configs, overwrite=overwrite)
+    with export_lock(directory):  # held from the start: a second export to the same folder is refused at once
+        loaded = load_models(workdirs if len(workdirs) > 1 else workdirs[0], checkpoint, average,
+                             require_vocabulary=True)
+        translator = Translator.from_models(loaded.models, loaded.vocab_dir, options or loaded.decoding,
+                                            jit_compile=jit_compile, **settings)
+        return export_translator(translator, directory, config=loaded.configs, overwrite=overwrite)
 
 
 def load_exported(directory):
@@ -289,4 +291,5 @@ def load_exported(directory):
     directory = os.fspath(directory)
     if not os.path.isfile(os.path.join(directory, "saved_model.pb")):
         raise FileNotFoundError(f"No SavedModel at {directory} (saved_model.pb is missing).")
+    check_export_sizes(directory)  # a truncated variables file is named here, not by TensorFlow
     return tf.saved_model.load(directory)

@@ -5,23 +5,29 @@ history, arrays, translations) is written under a temporary name of its own
 process in the same folder, flushed to disk, and renamed into place, so that a
 process killed at any moment (or a full disk) leaves either the old file or
 the new one, never half of one. Folders (exports, vocabularies) are built
-under a temporary name and swapped in the same way.
+under a temporary name and swapped in the same way (`replace_folder`: one
+atomic exchange where the OS has one).
 
-A process that writes into a training workdir holds its lock
-(`exclusive_lock`) for as long as it writes: a second writer is refused at
+A process that writes into a training workdir, or an export folder, holds its
+lock (`exclusive_lock`) for as long as it writes: a second writer is refused at
 once, and the lock goes with the process that holds it, however it ends.
+Readers that must not lose files a writer deletes hold `shared_lock` on a file
+that the writer takes with `exclusive_unless_shared` before deleting.
 """
 
 import contextlib
+import ctypes
 import errno
 import hashlib
 import json
 import os
 import pathlib
+import platform
 import re
 import secrets
 import shutil
 import socket
+import sys
 import tempfile
 import time
 
@@ -304,11 +310,70 @@ def staging_folder(path):
             continue
 
 
-def replace_folder(staging, path):
-    """Puts the finished folder `staging` at `path`, by renames only; an old `path` is deleted after that.
+# Linux's renameat2(2) flag that swaps two paths in one step (kernel 3.15+, on most local file systems).
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+_RENAMEAT2_SYSCALL = {"x86_64": 316, "amd64": 316, "aarch64": 276, "arm64": 276, "riscv64": 276, "ppc64le": 357,
+                      "s390x": 347}
 
-    Until the first rename `path` is untouched; between the two renames (an instant) the old folder lies at
-    `.NAME.tmp-PID-old` beside it, which the next writer's `remove_stale_temporaries` deletes.
+
+def _renameat2():
+    """libc's `renameat2`, or a call of its system call number, or None (not Linux, or an unknown machine)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+    function = getattr(libc, "renameat2", None)  # glibc 2.28+, musl 1.2.2+
+    if function is not None:
+        function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+        return function
+    number = _RENAMEAT2_SYSCALL.get(platform.machine().lower())
+    if number is None or not hasattr(libc, "syscall"):
+        return None
+    return lambda *args: libc.syscall(ctypes.c_long(number), *(  # variadic: integers passed as longs
+        ctypes.c_long(arg) if isinstance(arg, int) else arg for arg in args))
+
+
+def exchange_paths(first, second):
+    """Swaps two existing paths (folders) in one atomic step: Linux's `renameat2(RENAME_EXCHANGE)`.
+
+    Raises:
+        OSError: the platform or the file system has no atomic exchange (`errno.ENOSYS`, `EINVAL`, ...), or the
+            exchange failed; the two paths are then as they were.
+
+    Example:
+
+    >>> parent = pathlib.Path(tempfile.mkdtemp())
+    >>> (parent / "a").mkdir(); (parent / "b").mkdir(); _ = (parent / "a" / "x").write_text("a")
+    >>> try:
+    ...     exchange_paths(parent / "a", parent / "b")
+    ... except OSError:  # no atomic exchange here: swap by hand for the example
+    ...     _ = os.replace(parent / "a", parent / "b")
+    >>> sorted(p.name for p in (parent / "b").iterdir())
+    ['x']
+    """
+    function = _renameat2()
+    if function is None:
+        raise OSError(errno.ENOSYS, "no atomic exchange of paths on this platform", os.fspath(first))
+    result = function(_AT_FDCWD, os.fsencode(os.fspath(first)), _AT_FDCWD, os.fsencode(os.fspath(second)),
+                      _RENAME_EXCHANGE)
+    if result != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code), os.fspath(first), None, os.fspath(second))
+
+
+def replace_folder(staging, path):
+    """Puts the finished folder `staging` at `path` so that `path` holds a whole folder at every instant, then
+    deletes the old one.
+
+    Where the operating system can swap two paths atomically (Linux, `exchange_paths`), the new folder and the
+    old one trade places in one step and the old one, now at the staging name, is deleted. Elsewhere (another
+    OS, a file system without the exchange) the old folder is first renamed to `.NAME.tmp-PID-old` and the new
+    one renamed to `path`: a kill between those two renames leaves no folder at `path` for an instant's worth
+    of bad luck, and `recover_replaced_folder` (run by the next export and by every loader) renames the old one
+    back. A folder left at a staging name by a kill is deleted by the next writer (`remove_stale_staging`).
 
     Example:
 
@@ -320,72 +385,189 @@ def replace_folder(staging, path):
     ('new', ['out'])
     """
     staging, path = pathlib.Path(staging), pathlib.Path(path)
-    old = None
-    if path.exists() or path.is_symlink():
-        old = path.with_name(f".{path.name}.tmp-{os.getpid()}-old")
+    if not (path.exists() or path.is_symlink()):
+        os.replace(staging, path)
+        fsync_folder(path.parent)
+        return path
+    try:
+        exchange_paths(staging, path)
+        old = staging  # the old folder now lies at the staging name
+    except OSError as error:
+        if error.errno not in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EPERM, errno.EXDEV):
+            raise
+        old = _old_name(path)
         if old.exists():
-            shutil.rmtree(old) if old.is_dir() else old.unlink()
+            shutil.rmtree(old) if old.is_dir() and not old.is_symlink() else old.unlink()
         os.replace(path, old)
-    os.replace(staging, path)
+        os.replace(staging, path)
     fsync_folder(path.parent)
-    if old is not None:
-        shutil.rmtree(old) if old.is_dir() and not old.is_symlink() else old.unlink()
+    shutil.rmtree(old) if old.is_dir() and not old.is_symlink() else old.unlink()
     return path
 
 
+def _old_name(path):
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}-old")
+
+
+def _staging_names(path):
+    """The staging folders (and old folders) beside `path` that a writer of `path` made, newest first."""
+    path = pathlib.Path(path)
+    prefix = f".{path.name}.tmp-"
+    if not path.parent.is_dir():
+        return []
+    found = [entry for entry in path.parent.iterdir() if entry.name.startswith(prefix)
+             and re.fullmatch(r"\d+-[^/]+", entry.name[len(prefix):])]
+    return sorted(found, key=lambda entry: entry.lstat().st_mtime, reverse=True)
+
+
+def recover_replaced_folder(path):
+    """Renames an old folder back to `path` when a writer was killed between the two renames of
+    `replace_folder`'s fallback (`path` missing, `.NAME.tmp-PID-old` beside it). Call it while holding `path`'s
+    lock (`exclusive_lock(path, ..., beside=True)`).
+
+    Returns:
+        The folder renamed back, or None.
+
+    Example:
+
+    >>> parent = pathlib.Path(tempfile.mkdtemp())
+    >>> (parent / ".out.tmp-99999999-old").mkdir()
+    >>> recover_replaced_folder(parent / "out").name, sorted(p.name for p in parent.iterdir())
+    ('.out.tmp-99999999-old', ['out'])
+    """
+    path = pathlib.Path(path)
+    if path.exists() or path.is_symlink():
+        return None
+    for entry in _staging_names(path):
+        if entry.name.endswith("-old") and entry.is_dir():
+            os.replace(entry, path)
+            fsync_folder(path.parent)
+            return entry
+    return None
+
+
+def remove_stale_staging(path):
+    """Removes the staging and old folders (`.NAME.tmp-PID-...`) that earlier writers of `path` left beside it,
+    this process's own excepted. Call it while holding `path`'s lock (`exclusive_lock(path, ..., beside=True)`):
+    no other writer of `path` is then alive, whatever the process ids say (one may have been reused).
+
+    Returns:
+        The paths removed.
+
+    Example:
+
+    >>> parent = pathlib.Path(tempfile.mkdtemp())
+    >>> (parent / ".out.tmp-99999999-1a2b3c4d").mkdir(); (parent / ".other.tmp-99999999-5e6f").mkdir()
+    >>> [p.name for p in remove_stale_staging(parent / "out")], sorted(p.name for p in parent.iterdir())
+    (['.out.tmp-99999999-1a2b3c4d'], ['.other.tmp-99999999-5e6f'])
+    """
+    removed = []
+    mine = f".{pathlib.Path(path).name}.tmp-{os.getpid()}-"
+    for entry in _staging_names(path):
+        if entry.name.startswith(mine):
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                entry.unlink()
+        removed.append(entry)
+    return removed
+
+
 # ------------------------------------------------------------------ one writer per folder
-_HELD = {}  # real path of a locked folder -> [file descriptor, depth] (the lock is re-entrant in a process)
+_HELD = {}  # real path of a lock file -> [file descriptor, depth] (the lock is re-entrant in a process)
 
 
-def lock_holder(folder):
+def lock_file(folder, beside=False):
+    """The lock file of `folder`: `folder/.keras_transformer.lock` (a workdir, which stays in place), or with
+    `beside` the hidden `.NAME.lock` beside it (an export, which is replaced as a whole).
+
+    >>> lock_file("runs/a").name, lock_file("saved_models/en_de", beside=True).name
+    ('.keras_transformer.lock', '.en_de.lock')
+    """
+    folder = pathlib.Path(folder)
+    return folder.with_name(f".{folder.name}.lock") if beside else folder / LOCK_FILE
+
+
+def lock_holder(folder, beside=False):
     """What the lock file of `folder` says of the process that last took it (a dict; empty without one)."""
     try:
-        return json.loads((pathlib.Path(folder) / LOCK_FILE).read_text(encoding="utf-8"))
+        return json.loads(lock_file(folder, beside).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
 
 
-def _busy(folder):
-    holder = lock_holder(folder)
+def _busy(folder, beside=False):
+    holder = lock_holder(folder, beside)
     who = (f"process {holder.get('pid', '?')} on host {holder.get('host', '?')} "
            f"({holder.get('command', '?')}, started {holder.get('started', '?')})") if holder else "another process"
+    what = "an export folder" if beside else "a workdir"
     return WorkdirBusyError(
-        f"{folder} is in use by {who}: one command writes to a workdir at a time. Wait for it to finish, or stop "
+        f"{folder} is in use by {who}: one command writes to {what} at a time. Wait for it to finish, or stop "
         f"it; the lock goes with the process, so the same command can then be run again.")
 
 
-def check_unlocked(folder):
+def check_unlocked(folder, beside=False):
     """Raises `WorkdirBusyError` (as `exclusive_lock` would) when another process holds `folder`'s lock; creates
     nothing. For a command that checks before its slow start (the lock itself is taken later)."""
-    path = pathlib.Path(folder) / LOCK_FILE
-    if fcntl is None or os.path.realpath(folder) in _HELD or not path.is_file():
+    path = lock_file(folder, beside)
+    if fcntl is None or os.path.realpath(path) in _HELD or not path.is_file():
         return
-    fd = os.open(path, os.O_RDONLY)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:  # its holder just finished and removed it
+        return
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         fcntl.flock(fd, fcntl.LOCK_UN)
     except OSError as error:
         if error.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
             raise
-        raise _busy(folder) from None
+        raise _busy(folder, beside) from None
     finally:
         os.close(fd)
 
 
+def _take(path, folder, beside):
+    """An open descriptor of the lock file `path`, locked; raises `WorkdirBusyError` when another process holds
+    it. A lock file that its last holder removed while this process opened it is opened again (`beside` lock
+    files are removed by their holder at release, so the one locked must still be the one at `path`)."""
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as error:
+            os.close(fd)
+            if error.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise
+            raise _busy(folder, beside) from None
+        try:
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                return fd
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+
+
 @contextlib.contextmanager
-def exclusive_lock(folder, command):
+def exclusive_lock(folder, command, beside=False):
     """Holds `folder`'s writer lock for the `with` block; another process that asks for it meanwhile fails.
 
-    The lock is an advisory `flock` on `folder/.keras_transformer.lock`,
-    which records the host, process id, command and start time of its holder.
-    The operating system releases it when the process ends, however it ends
-    (kill -9 included), so a command run again after a crash is never blocked.
-    Nested calls in one process for the same folder are allowed. Where the
-    platform has no `flock` (Windows), no lock is taken.
+    The lock is an advisory `flock` on `folder/.keras_transformer.lock` (a
+    workdir), or with `beside` on `.NAME.lock` beside the folder (an export,
+    which is replaced as a whole: the lock cannot live inside it; its holder
+    removes that file at release). The file records the host, process id,
+    command and start time of its holder. The operating system releases the
+    lock when the process ends, however it ends (kill -9 included), so a
+    command run again after a crash is never blocked. Nested calls in one
+    process for the same folder are allowed. Where the platform has no `flock`
+    (Windows), no lock is taken.
 
     Args:
-        folder: the folder (created if needed).
+        folder: the folder (created if needed, unless `beside`: then its parent is).
         command: what holds it, for the message a second writer gets (e.g. "train").
+        beside: lock a folder that is replaced as a whole (see above).
 
     Raises:
         WorkdirBusyError: another process holds the lock; the message names its host, process and command.
@@ -398,8 +580,9 @@ def exclusive_lock(folder, command):
     ('train', True)
     """
     folder = pathlib.Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    key = os.path.realpath(folder)
+    (folder.parent if beside else folder).mkdir(parents=True, exist_ok=True)
+    path = lock_file(folder, beside)
+    key = os.path.realpath(path)
     if fcntl is None or key in _HELD:
         if key in _HELD:
             _HELD[key][1] += 1
@@ -409,14 +592,7 @@ def exclusive_lock(folder, command):
             if key in _HELD:
                 _HELD[key][1] -= 1
         return
-    fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as error:
-        os.close(fd)
-        if error.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            raise
-        raise _busy(folder) from None
+    fd = _take(path, folder, beside)
     record = {"host": socket.gethostname(), "pid": os.getpid(), "command": command,
               "started": time.strftime("%Y-%m-%d %H:%M:%S")}
     os.ftruncate(fd, 0)
@@ -428,5 +604,83 @@ def exclusive_lock(folder, command):
         _HELD[key][1] -= 1
         if _HELD[key][1] == 0:
             del _HELD[key]
+            if beside:  # removed while held: whoever opened it meanwhile finds it gone and opens a new one
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
+
+
+# ------------------------------------------------------------------ readers and a writer that deletes
+def _open_for_lock(path):
+    """A descriptor of the lock file `path`, created where it can be; None where it cannot be opened or there
+    is no `flock`."""
+    if fcntl is None:
+        return None
+    try:
+        return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        try:
+            return os.open(path, os.O_RDONLY)  # a folder this account may read but not write
+        except OSError:
+            return None
+
+
+@contextlib.contextmanager
+def shared_lock(path):
+    """Holds a shared `flock` on the file `path` for the `with` block: any number of readers hold it together,
+    and `exclusive_unless_shared` on the same file fails meanwhile. Yields whether a lock is held: False where
+    the file cannot be opened or created (a read-only folder without one) or the platform has no `flock`.
+
+    Example:
+
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / ".readers.lock"
+    >>> with shared_lock(path) as held, exclusive_unless_shared(path) as free:
+    ...     held, free
+    (True, False)
+    """
+    fd = _open_for_lock(path)
+    if fd is None:
+        yield False
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)  # waits only while `exclusive_unless_shared` holds it: an instant
+        yield True
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def exclusive_unless_shared(path):
+    """Holds an exclusive `flock` on the file `path` for the `with` block if no one holds `shared_lock` on it,
+    without waiting. Yields whether it is held (True where the platform has no `flock`).
+
+    Example:
+
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / ".readers.lock"
+    >>> with exclusive_unless_shared(path) as free:
+    ...     free
+    True
+    """
+    if fcntl is None:
+        yield True
+        return
+    fd = _open_for_lock(path)
+    if fd is None:
+        yield True  # nobody can have taken a shared lock on a file that cannot be opened
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as error:
+            if error.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)

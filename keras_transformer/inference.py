@@ -16,7 +16,8 @@ import time
 from keras_transformer import ctranslate2_export, ctranslate2_translator, evaluation
 from keras_transformer.errors import ConfigError
 from keras_transformer.files import atomic_write_text, check_not_an_input, check_output_file
-from keras_transformer.layout import check_model_folder, check_weights_choice
+from keras_transformer.export_folder import export_lock
+from keras_transformer.layout import check_export_destination, check_model_folder, check_weights_choice
 from keras_transformer.translation import Translator
 from keras_transformer.workdir import load_models, model_folder
 
@@ -231,6 +232,7 @@ def export_ctranslate2(model, directory, checkpoint=None, average=None, options=
 
     Raises:
         ConfigError: an ensemble, or a model the format cannot hold (the feature is named).
+        WorkdirBusyError: another process is exporting to `directory` (named).
 
     Example:
 
@@ -240,11 +242,14 @@ def export_ctranslate2(model, directory, checkpoint=None, average=None, options=
     if len(paths) != 1:
         raise ConfigError(f"CTranslate2 holds one model, and {len(paths)} were given: export an ensemble as a "
                           "SavedModel instead.")
-    loaded = load_models(paths[0], checkpoint, average, require_vocabulary=True)
-    if len(loaded.models) != 1:
-        raise ConfigError(f"{paths[0]} is an ensemble of {len(loaded.models)} models; CTranslate2 holds one model.")
-    settings = {key: value for key, value in settings.items() if value is not None}
-    return ctranslate2_export.export_ctranslate2(loaded.models[0], loaded.configs[0], loaded.vocab_dir, directory,
-                                                 options=options or loaded.decoding, quantization=quantization,
-                                                 overwrite=overwrite, **settings)
+    check_export_destination(directory)
+    with export_lock(directory):  # held from the start: a second export to the same folder is refused at once
+        loaded = load_models(paths[0], checkpoint, average, require_vocabulary=True)
+        if len(loaded.models) != 1:
+            raise ConfigError(f"{paths[0]} is an ensemble of {len(loaded.models)} models; CTranslate2 holds one "
+                              "model.")
+        settings = {key: value for key, value in settings.items() if value is not None}
+        return ctranslate2_export.export_ctranslate2(loaded.models[0], loaded.configs[0], loaded.vocab_dir,
+                                                     directory, options=options or loaded.decoding,
+                                                     quantization=quantization, overwrite=overwrite, **settings)
 

@@ -59,6 +59,19 @@ class TranslatorInterface(abc.ABC):
             ValueError: `sources` and `targets` of different lengths (both counts named).
         """
 
+    def with_options(self, options):
+        """A translator of the same loaded model(s) that decodes with `options` (a `DecodeOptions`).
+
+        The weights are shared, not loaded again: a server keeps one per set of options it is asked for.
+        `self` when `options` are its own.
+
+        Raises:
+            NotImplementedError: the engine decodes only with the options it was built with (named).
+            ConfigError: options the engine cannot decode with (named).
+        """
+        raise NotImplementedError(f"The {self.engine} engine decodes with the options it was built with; "
+                                  "build another translator for other options.")
+
     def attention(self, sentence, translation=None):
         """The `attention_maps.AttentionMaps` of `sentence` and its translation (or the given `translation`).
 

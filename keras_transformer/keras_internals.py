@@ -26,6 +26,10 @@ package, and translation and evaluation, which compute no loss, still work.
    (`finalize_variable_values`), which would make the second of two `fit`
    calls (a resumed epoch's rest, then the remaining epochs) train on from the
    average instead of the raw weights.
+5. `schedule_on_updates`: with `gradient_accumulation_steps: k`, Keras
+   evaluates a `LearningRateSchedule` at its private count of batches, not at
+   `iterations` (the updates applied), so a schedule's warm-up would end after
+   `warmup_steps / k` updates. The schedule is given `iterations` instead.
 """
 
 import functools
@@ -33,7 +37,7 @@ import functools
 import keras
 
 __all__ = ["apply_multi_worker_workarounds", "keep_raw_weights_after_fit", "moving_average_pairs",
-           "scale_loss_for_distribution", "set_update_count"]
+           "scale_loss_for_distribution", "schedule_on_updates", "set_update_count"]
 
 
 def scale_loss_for_distribution(value):
@@ -83,6 +87,44 @@ def set_update_count(optimizer, updates):
         optimizer._iterations.assign(updates * steps)  # (3) the batch counter behind `iterations`
     else:
         optimizer.iterations.assign(updates)
+
+
+def schedule_on_updates(optimizer):
+    """Makes an optimizer evaluate its learning-rate schedule at the updates it has applied (`iterations`).
+
+    With `gradient_accumulation_steps: k`, Keras calls the schedule with its
+    private count of batches, k per update, so update u of a run reads the
+    schedule at step `k * u + k - 1` where a run without accumulation reads it
+    at `u`: the warm-up ends k times too early and the decay runs k times
+    ahead. After this call it reads `iterations`, the update count, which is
+    also what Adam's bias correction, `set_update_count`, the logged `step` and
+    the step checkpoints count. Without accumulation the two counts are one.
+
+    Args:
+        optimizer: a Keras optimizer.
+
+    Returns:
+        The same optimizer.
+
+    Example:
+
+    >>> schedule = keras.optimizers.schedules.PolynomialDecay(1.0, decay_steps=10, end_learning_rate=0.0)
+    >>> optimizer = schedule_on_updates(keras.optimizers.SGD(schedule, gradient_accumulation_steps=4))
+    >>> optimizer.build([keras.Variable(np.zeros(3))])
+    >>> set_update_count(optimizer, 2)  # 2 updates, 8 batches
+    >>> round(float(optimizer.learning_rate), 6)  # schedule(2), not schedule(8)
+    0.8
+    """
+    keras_learning_rate = optimizer._get_current_learning_rate
+
+    def learning_rate_at_updates():
+        # (5) Keras' `_get_current_learning_rate` passes the schedule `_iterations`, its count of batches.
+        if isinstance(optimizer._learning_rate, keras.optimizers.schedules.LearningRateSchedule):
+            return optimizer._learning_rate(optimizer.iterations)
+        return keras_learning_rate()
+
+    optimizer._get_current_learning_rate = learning_rate_at_updates  # an instance attribute: this optimizer only
+    return optimizer
 
 
 def moving_average_pairs(optimizer):

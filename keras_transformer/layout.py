@@ -10,6 +10,7 @@ import pathlib
 import re
 
 from keras_transformer.errors import CheckpointNotFoundError, ConfigError
+from keras_transformer.export_folder import check_export_sizes, recover_export
 from keras_transformer.files import is_inside
 
 MODEL_CONFIG = "model.yaml"  # a workdir's TransformerConfig, and an export's in assets.extra/
@@ -108,7 +109,18 @@ def check_weights_choice(model, checkpoint, average):
 
 
 def check_model_folder(path):
-    """A missing `--model` folder is named as missing (not as "neither a workdir nor an export")."""
+    """A missing `--model` folder is named as missing (not as "neither a workdir nor an export"); an export's
+    files are checked against the sizes its manifest records (`export_folder.check_export_sizes`).
+
+    An export that a writer killed between the two renames of a swap left beside its folder is first put back
+    (`export_folder.recover_export`).
+
+    Raises:
+        CheckpointNotFoundError: the folder is missing.
+        ExportDamagedError: an export's file is missing or of another size than its manifest says (named).
+    """
+    recover_export(path)
+    check_export_sizes(path)
     if not pathlib.Path(path).exists():
         raise CheckpointNotFoundError(f"Model folder not found: {path} (expected a training workdir, a "
                                       "SavedModel export or a CTranslate2 export).")

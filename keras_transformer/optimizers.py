@@ -2,6 +2,7 @@
 
 import keras
 
+from keras_transformer.keras_internals import schedule_on_updates
 from keras_transformer.schedules import LinearCooldown, NoamSchedule
 
 
@@ -12,7 +13,8 @@ def make_optimizer(config, gradient_accumulation_steps=None, cooldown=None, ema_
         config: a `TransformerConfig` (uses d_model, warmup_steps, learning_rate_scale,
             beta_1, beta_2, epsilon).
         gradient_accumulation_steps: accumulate gradients over this many batches
-            before each update (a larger effective batch on small hardware).
+            before each update (a larger effective batch on small hardware); the
+            update applies their mean. The schedule counts updates, not batches.
         cooldown: `(start, steps)`: from update `start` the learning rate falls
             linearly to zero over `steps` updates (`LinearCooldown`).
         ema_decay: keep an exponential moving average of the weights with this
@@ -34,5 +36,7 @@ def make_optimizer(config, gradient_accumulation_steps=None, cooldown=None, ema_
         kwargs["gradient_accumulation_steps"] = int(gradient_accumulation_steps)
     if ema_decay:
         kwargs.update(use_ema=True, ema_momentum=float(ema_decay))
-    return keras.optimizers.Adam(learning_rate=schedule, beta_1=config.beta_1, beta_2=config.beta_2,
-                                 epsilon=config.epsilon, **kwargs)
+    optimizer = keras.optimizers.Adam(learning_rate=schedule, beta_1=config.beta_1, beta_2=config.beta_2,
+                                      epsilon=config.epsilon, **kwargs)
+    # Keras would read the schedule at its count of batches, k per update with accumulation.
+    return schedule_on_updates(optimizer) if optimizer.gradient_accumulation_steps else optimizer

@@ -46,7 +46,7 @@ from keras_transformer.errors import ConfigError
 from keras_transformer.experiment import as_experiment, check_same_experiment, write_yaml
 from keras_transformer.files import exclusive_lock, remove_stale_temporaries
 from keras_transformer.inference import evaluate, load_translator
-from keras_transformer.trainer.backup import backup_position, resumed_seed
+from keras_transformer.trainer.backup import backup_position, backup_stream, resumed_seed
 from keras_transformer.trainer.loop import TrainingData, check_fresh_start, fit_experiment, summary
 from keras_transformer.trainer.precision import resolve_precision
 from keras_transformer.translation import Translator
@@ -121,8 +121,8 @@ def train(config, workdir):
             check_fresh_start(output)
         keras.utils.set_random_seed(resumed_seed(training.seed, *resumed_at))
         if resumed_at != (0, 0):
-            log.info("Resuming from %s at epoch %d%s: dropout and shuffling reseeded from training.seed and the "
-                     "position", output / "backup", resumed_at[0] + 1,
+            log.info("Resuming from %s at epoch %d%s: dropout reseeded from training.seed and the position; text "
+                     "data goes on where its stream stood", output / "backup", resumed_at[0] + 1,
                      f", batch {resumed_at[1] + 1}" if resumed_at[1] else "")
         policy = resolve_precision(training.policy, strategy)
         previous_policy = keras.config.dtype_policy()
@@ -138,7 +138,8 @@ def _train(experiment, workdir, output, strategy, is_chief, policy, resumed_at=(
     if training.init_checkpoint and experiment.data.kind != "synthetic" and is_chief:
         adopt_vocabulary(training.init_checkpoint, workdir / "data" / "vocab")
     data = build_data(experiment.data, workdir / "data", strategy, training.batch_scaling, seed=training.seed,
-                      wait_for_chief=not is_chief, resumed_at=resumed_at, steps_per_epoch=training.steps_per_epoch)
+                      wait_for_chief=not is_chief, resumed_at=resumed_at, steps_per_epoch=training.steps_per_epoch,
+                      stream_start=backup_stream(output / "backup") if resumed_at != (0, 0) else None)
     model_config = experiment.model_config(data.model_fields())
     if training.rdrop_alpha:  # validation too: without dropout the copies agree, and the loss is the plain one
         data = dataclasses.replace(data, train=repeat_rows(data.train),
@@ -154,8 +155,15 @@ def _train(experiment, workdir, output, strategy, is_chief, policy, resumed_at=(
         # One search per batch of translate_lines (which bounds it): a model still learning runs its translations
         # to their length limit, and would pay for every chunk's full loop in turn (Translator, chunk_size).
         return Translator(model, *data.tokenizers, **{"chunk_size": 0, **options})
-    return fit_experiment(experiment, model_config, data, output, strategy=strategy, resumed_at=resumed_at,
-                          make_translator=make_translator if data.tokenizers is not None else None, prepare=distribute.apply_keras_workarounds)
+    try:
+        return fit_experiment(experiment, model_config, data, output, strategy=strategy, resumed_at=resumed_at,
+                              make_translator=make_translator if data.tokenizers is not None else None,
+                              prepare=distribute.apply_keras_workarounds)
+    except Exception as error:  # noqa: BLE001 - tf.data errors carry the reader's CorpusError as text
+        data_error = pipeline.stream_error(error)
+        if data_error is None:
+            raise
+        raise data_error from None
 
 
 def train_and_evaluate(config, workdir):

@@ -411,6 +411,23 @@ class Translator(tf.Module, TranslatorInterface):
         return cls([model for t in translators for model in t.models], first.source_tokenizer,
                    first.target_tokenizer, first.options, **settings)
 
+    def with_options(self, options):
+        """A Translator of the same models and tokenizers decoding with `options` (`TranslatorInterface.with_options`).
+
+        It shares the weights and keeps `jit_compile` and `chunk_size`; its graphs are its own (traced on
+        first use).
+
+        Example:
+
+        >>> greedy = translator.with_options(translator.options.replace(strategy="greedy"))  # doctest: +SKIP
+        """
+        if not isinstance(options, DecodeOptions):
+            raise TypeError(f"Translator.with_options: options must be a DecodeOptions, got {type(options).__name__}.")
+        if options == self.options:
+            return self
+        return Translator(self.models if len(self.models) > 1 else self.models[0], self.source_tokenizer,
+                          self.target_tokenizer, options, jit_compile=self.jit_compile, chunk_size=self.chunk_size)
+
     # -------------------------------------------------------------------- ids
     def encode_sources(self, sentences):
         """Tokenizes strings into the model's source ids: tokens then eos, padded.

@@ -7,6 +7,7 @@ workdir/
   experiment.yaml, model.yaml     the resolved experiment and its TransformerConfig
   data/vocab/                     the tokenizers (SentencePiece files; `source/` and `target/` when separate)
   checkpoints/ckpt-0001.weights.h5 ...   one per epoch (weights only); step-XXXXXXXX.weights.h5, best.weights.h5
+  checkpoints/.readers.lock       held shared by readers, so that rotation spares what they read (`pinned_checkpoints`)
   averaged.weights.h5             `keras-transformer average`, and the packed trainer's average of its last epochs
   backup/                         the resumable training state (`trainer.backup`)
 ```
@@ -21,6 +22,7 @@ plot-attention, distillation, the packed path's evaluation) goes through
 Keras and numpy only: a machine without TensorFlow loads the same folders.
 """
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -35,7 +37,8 @@ import yaml
 from keras_transformer.config import DECODING_FIELDS, TransformerConfig, load_yaml
 from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.errors import CheckpointError, CheckpointNotFoundError, ConfigError
-from keras_transformer.files import atomic_write, atomic_write_text, check_not_an_input, exclusive_lock, staging_folder
+from keras_transformer.files import (atomic_write, atomic_write_text, check_not_an_input, exclusive_lock,
+                                     exclusive_unless_shared, shared_lock, staging_folder)
 from keras_transformer.layout import (CHECKPOINT_PATTERN, CHECKPOINTS_DIR, EXTRA_DIR, MEMBERS_DIR, MODEL_CONFIG,
                                       MODEL_WEIGHTS, VOCAB_DIR, WORKDIR_VOCAB, check_average_output,
                                       check_model_folder, check_weights_choice, is_export, model_kind, not_a_model)
@@ -186,6 +189,74 @@ def latest_checkpoints(directory, n=5):
     return [os.path.join(directory, name) for name in names[-n:]]
 
 
+READERS_LOCK = ".readers.lock"  # in checkpoints/: held shared by readers, taken by `rotate_checkpoints`
+
+
+@contextlib.contextmanager
+def pinned_checkpoints(workdir):
+    """Keeps the checkpoints of `workdir` in place while the `with` block lists and reads them.
+
+    A running `train` with `training.keep_checkpoints` deletes its oldest checkpoints after each epoch (and
+    `checkpoint_every_steps` its oldest step checkpoints). A reader (`load_models`: translate, evaluate,
+    export; `average_workdir`) holds a shared lock on `checkpoints/.readers.lock` for as long as it reads;
+    `rotate_checkpoints`, the one place that deletes checkpoints, deletes only when no reader holds it, and
+    otherwise leaves the old files to its next rotation. So a reader never lists a checkpoint that is gone
+    before it is read, and a training run never waits for a reader. (New checkpoints are renamed into place
+    whole: a reader sees a file or none.) Without `flock` (Windows), or in a read-only folder that has no
+    lock file, nothing is pinned.
+
+    Example:
+
+    >>> import tempfile
+    >>> run = pathlib.Path(tempfile.mkdtemp())
+    >>> (run / "checkpoints").mkdir()
+    >>> for epoch in (1, 2):
+    ...     _ = (run / "checkpoints" / f"ckpt-{epoch:04d}.weights.h5").write_bytes(b"")
+    >>> with pinned_checkpoints(run):
+    ...     rotate_checkpoints(run / "checkpoints", keep=1)   # a reader is reading: nothing is deleted
+    []
+    >>> [path.name for path in rotate_checkpoints(run / "checkpoints", keep=1)]   # the next rotation
+    ['ckpt-0001.weights.h5']
+    """
+    directory = pathlib.Path(workdir) / CHECKPOINTS_DIR
+    if not directory.is_dir():
+        yield
+        return
+    with shared_lock(directory / READERS_LOCK):
+        yield
+
+
+def rotate_checkpoints(directory, keep, pattern="ckpt-[0-9][0-9][0-9][0-9].weights.h5"):
+    """Deletes all but the newest `keep` checkpoints named like `pattern` in `directory`, unless a reader holds
+    them (`pinned_checkpoints`): then it deletes nothing and returns at once; the next rotation deletes them.
+    What the training loop's checkpoint callbacks call after each save.
+
+    Returns:
+        The paths deleted.
+
+    Example:
+
+    >>> import tempfile
+    >>> directory = pathlib.Path(tempfile.mkdtemp())
+    >>> for epoch in (1, 2, 3):
+    ...     _ = (directory / f"ckpt-{epoch:04d}.weights.h5").write_bytes(b"")
+    >>> [path.name for path in rotate_checkpoints(directory, keep=2)]
+    ['ckpt-0001.weights.h5']
+    """
+    directory = pathlib.Path(directory)
+    old = sorted(directory.glob(pattern))[:-int(keep)]
+    if not old:
+        return []
+    with exclusive_unless_shared(directory / READERS_LOCK) as free:
+        if not free:
+            log.debug("Not deleting %d old checkpoint(s) of %s now: a reader holds them.", len(old), directory)
+            return []
+        old = sorted(directory.glob(pattern))[:-int(keep)]
+        for path in old:
+            path.unlink(missing_ok=True)
+    return old
+
+
 def average_checkpoints(paths, model):
     """Loads the element-wise mean of several checkpoints' weights into `model`.
 
@@ -258,7 +329,7 @@ def average_workdir(workdir, last=None, output=None, checkpoints=None):
     if checkpoints and last is not None:
         raise ConfigError("average: give --last N (the workdir's last checkpoints) or --checkpoint files, not both.")
     output = check_average_output(workdir, output)
-    with exclusive_lock(workdir, "average"):  # one writer per workdir (a running `train` holds it)
+    with exclusive_lock(workdir, "average"), pinned_checkpoints(workdir):  # one writer per workdir
         model = build_model(TransformerConfig.from_yaml(workdir / MODEL_CONFIG))
         paths = ([os.fspath(path) for path in checkpoints] if checkpoints
                  else latest_checkpoints(workdir / CHECKPOINTS_DIR, int(5 if last is None else last)))
@@ -524,6 +595,9 @@ def load_models(paths, checkpoint=None, average=None, require_vocabulary=False):
         ConfigError: options that cannot apply, or members whose vocabularies differ.
         CheckpointError: a missing or unreadable folder, config or weights file (named).
 
+    The checkpoints of each workdir are pinned while they are listed and read (`pinned_checkpoints`): a
+    `train` running there meanwhile does not rotate them away.
+
     Example:
 
     >>> models, configs, vocab = load_models("saved_models/multi30k_en_de")  # doctest: +SKIP
@@ -549,6 +623,13 @@ def load_models(paths, checkpoint=None, average=None, require_vocabulary=False):
         if len(checkpoints) != len(paths):
             raise ConfigError(f"An ensemble of {len(paths)} models takes one checkpoint per model (or none), "
                               f"got {len(checkpoints)}.")
+    with contextlib.ExitStack() as pins:  # the checkpoints listed stay until they are read (rotation waits)
+        for path in paths:
+            pins.enter_context(pinned_checkpoints(path))
+        return _load_folders(paths, checkpoints, average, require_vocabulary)
+
+
+def _load_folders(paths, checkpoints, average, require_vocabulary):
     folders = [model_folder(path, path_checkpoint, average) for path, path_checkpoint in zip(paths, checkpoints)]
     for folder in folders[1:]:
         if not same_vocabulary(folder.vocab_dir or "", folders[0].vocab_dir or "") or \

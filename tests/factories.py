@@ -8,9 +8,10 @@ Reach for these (and the session fixtures in `conftest.py`) before writing a new
 - `seeded_weights(model, seed)`: weights of peaked, reproducible noise instead of training.
 - `make_workdir(root, config, ...)`: a workdir as `train` leaves it (model.yaml, epoch checkpoints, data/vocab),
   without training.
-- `backup_weights(workdir, ema_decay)`: the raw weights in a workdir's latest backup and their moving averages.
+- `backup_weights(workdir, ema_decay, ...)`: the raw weights in a workdir's latest backup and their moving averages.
 - `sampling_uniform(seed, key, sample, step)`: numpy's copy of the draws `decoding.sample` makes, for checking
   them on every backend.
+- `ExportLockHolder(out)`: another process holding an export folder's writer lock, for `with`.
 """
 
 import pathlib
@@ -48,9 +49,10 @@ def seeded_weights(model, seed):
     return model
 
 
-def backup_weights(workdir, ema_decay):
+def backup_weights(workdir, ema_decay, gradient_accumulation_steps=None):
     """`(raw weights, their moving averages)` as numpy arrays, from `workdir/backup/latest.weights.h5` of a run
-    with `training.ema_decay`."""
+    with `training.ema_decay` (and `training.gradient_accumulation_steps`, whose accumulators the optimizer state
+    holds too)."""
     import keras
 
     from keras_transformer.config import TransformerConfig
@@ -61,7 +63,8 @@ def backup_weights(workdir, ema_decay):
 
     config = TransformerConfig.from_yaml(pathlib.Path(workdir) / "model.yaml")
     model = build_model(config)
-    model.compile(optimizer=make_optimizer(config, ema_decay=ema_decay))
+    model.compile(optimizer=make_optimizer(config, ema_decay=ema_decay,
+                                           gradient_accumulation_steps=gradient_accumulation_steps))
     model.optimizer.build(model.trainable_variables)
     load_backup_weights(model, pathlib.Path(workdir) / "backup" / "latest.weights.h5")
     return ([keras.ops.convert_to_numpy(v) for v in model.trainable_variables],
@@ -124,3 +127,29 @@ def sampling_uniform(seed, key, sample, step):
         for word in (key, sample, step):
             state = mix(state ^ np.asarray(word).astype(np.uint32))
     return (state >> np.uint32(8)).astype("float64") / 2**24
+
+
+class ExportLockHolder:
+    """A separate process holding the writer lock of the export folder `out` (`export_folder.export_lock`) until
+    the `with` block ends: what a second export to `out` meets while a first one runs. `pid` is its process id."""
+
+    SCRIPT = ("import sys, time\nfrom keras_transformer.export_folder import export_lock\n"
+              "with export_lock(sys.argv[1], 'export'):\n    print('held', flush=True)\n    time.sleep(120)\n")
+
+    def __init__(self, out):
+        self.out = out
+
+    def __enter__(self):
+        import subprocess
+        import sys
+
+        self.process = subprocess.Popen([sys.executable, "-c", self.SCRIPT, str(self.out)], cwd=REPO,
+                                        stdout=subprocess.PIPE, text=True)
+        assert self.process.stdout.readline().strip() == "held"
+        self.pid = self.process.pid
+        return self
+
+    def __exit__(self, *exc):
+        self.process.kill()
+        self.process.wait()
+        self.process.stdout.close()

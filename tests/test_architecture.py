@@ -12,17 +12,18 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "keras_transformer"
 
 # The layers, lowest first (README, "Layout"). A module imports only from its own layer or the ones below.
 LAYERS = [
-    ("stdlib", ["errors", "files", "layout", "arguments", "registration", "tensorflow_logs", "data", "data.textfile", "decoding.registry",
+    ("stdlib", ["errors", "files", "export_folder", "layout", "arguments", "registration", "tensorflow_logs", "data",
+                "data.textfile", "decoding.registry",
                 "decoding.options", "interface"]),
     ("core", ["config", "masking", "layers", "layers.*", "model", "losses", "metrics", "schedules", "optimizers",
-              "decoding", "decoding.*", "attention_maps", "keras_internals", "data.batching", "data.synthetic", "data.packed",
-              "ctranslate2_translator"]),
+              "decoding", "decoding.*", "attention_maps", "keras_internals", "data.batching", "data.stream",
+              "data.synthetic", "data.packed", "ctranslate2_translator"]),
     ("experiment", ["experiment", "config_reference"]),
     ("workdir", ["workdir", "evaluation"]),
     ("training", ["trainer", "trainer.*"]),
     ("tensorflow", ["data.corpus", "data.tokenizers", "data.pipeline", "data.build", "distribute", "translation",
                     "export", "warmup", "callbacks", "ctranslate2_export"]),
-    ("user", ["training", "inference", "arrays", "distillation"]),
+    ("user", ["training", "inference", "arrays", "distillation", "serving"]),
     ("plotting", ["plotting"]),
     ("cli", ["cli"]),
 ]
@@ -30,7 +31,7 @@ TENSORFLOW_LAYER = 5
 # Third-party modules a function may import: optional, or heavy and needed by one path only (each site says so),
 # and Keras internals, imported where they are used (in keras_internals only, as a test below checks).
 LATE_IMPORTS = {"matplotlib", "jax", "ctranslate2", "tensorboard", "tensorflow_datasets", "sentencepiece",
-                "keras_nlp", "sacremoses", "keras.src", "tensorflow",
+                "keras_nlp", "sacremoses", "keras.src", "tensorflow", "starlette", "uvicorn",
                 "fcntl"}  # fcntl: POSIX only (files.py takes no lock without it)
 
 
@@ -264,6 +265,7 @@ def test_decoding_strategies_live_only_in_the_decoding_package():
 @pytest.mark.parametrize("statement", ["import keras_transformer",
                                        "from keras_transformer.decoding import DecodeOptions",
                                        "from keras_transformer.ctranslate2_translator import CTranslate2Translator",
+                                       "from keras_transformer import serving; serving.check_installed()",
                                        "import keras_transformer.experiment; import keras_transformer.errors",
                                        "from keras_transformer import cli; cli.build_parser()"])
 def test_the_package_the_experiment_config_ct2_serving_and_the_command_line_load_without_tensorflow(statement):

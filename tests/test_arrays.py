@@ -461,7 +461,50 @@ def test_clipnorm_and_gradient_accumulation_apply_on_the_packed_path(copy_packed
     assert (optimizer["clipnorm"], optimizer["gradient_accumulation_steps"]) == (0.25, 2)
     assert {k: v for k, v in optimizer.items() if k not in ("learning_rate", "name")} == \
         {k: v for k, v in expected.items() if k not in ("learning_rate", "name")}
-    assert result["updates"] == len(arrays.packed_data(workdir, arrays.packed_experiment(workdir))[1])
+    assert result["batches"] == len(arrays.packed_data(workdir, arrays.packed_experiment(workdir))[1])
+    assert result["updates"] == result["batches"] // 2  # one update every 2 batches
+
+
+@pytest.mark.slow  # two train_arrays calls
+def test_accumulating_two_half_batches_is_one_whole_batch_update_for_update_on_the_packed_path(copy_packed,
+                                                                                               monkeypatch):
+    """The packed path's twin of test_training's: 16 pairs of one length in one batch a pass, or with
+    training.gradient_accumulation_steps: 2 in two batches of 8 (half the token budget), give the same `step` and
+    `learning_rate` after every update (the Noam rate at that update, cooldown included) and the same weights.
+    Every pair has 6 target tokens, so both halves hold as many labels (the loss is a mean over tokens), and each
+    pass's two halves are the whole batch's pairs, whichever order the pass shuffles them in; dropout is off, and
+    Adam's epsilon 1e-6 (see test_training's twin)."""
+    from keras_transformer.config import TransformerConfig
+    from keras_transformer.trainer import loop
+    rng = np.random.default_rng(0)
+    pairs = ([rng.integers(4, 600, 5) for _ in range(16)], [rng.integers(4, 600, 6) for _ in range(16)])
+    models, compile_model = [], loop.compile_model
+    monkeypatch.setattr(loop, "compile_model", lambda *a, **k: models.append(compile_model(*a, **k)) or models[-1])
+
+    def run(name, tokens_per_batch, accumulation):
+        workdir = copy_packed(name)
+        save_arrays(workdir / ARRAYS_FILE, {"train": pairs})  # width 8: 16 pairs in 128 positions
+        config = TransformerConfig.from_yaml(workdir / "model.yaml").replace(epsilon=1e-6)
+        config.save_yaml(workdir / "model.yaml")
+        _set_training(workdir, gradient_accumulation_steps=accumulation, validation=False, cooldown_epochs=1)
+        result = arrays.train_arrays(workdir, epochs=3, tokens_per_batch=tokens_per_batch, jit_compile=False,
+                                     average_last=0)
+        assert (result["updates"], result["batches"]) == (3, 3 * accumulation)
+        with open(workdir / "history.csv", encoding="utf-8") as f:
+            return list(csv.DictReader(f)), config
+
+    whole_rows, config = run("whole", 128, 1)
+    halves_rows, _ = run("halves", 64, 2)
+    assert config.dropout == config.attention_dropout == config.ffn_dropout == 0
+    noam = [config.learning_rate_scale * config.d_model ** -0.5 * min(step ** -0.5, step * config.warmup_steps ** -1.5)
+            for step in (1, 2)] + [0.0]  # the cooldown reaches 0 at the last update
+    for rows in (whole_rows, halves_rows):
+        assert [int(row["step"]) for row in rows] == [1, 2, 3]
+        np.testing.assert_allclose([float(row["learning_rate"]) for row in rows], noam, rtol=1e-5, atol=1e-12)
+    whole, halves = models
+    assert int(halves.optimizer.iterations) == 3
+    for a, b in zip(whole.get_weights(), halves.get_weights()):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
 
 
 class _Killed(Exception):

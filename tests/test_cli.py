@@ -20,7 +20,7 @@ pytestmark = pytest.mark.xdist_group("test_cli")
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 TINY = REPO / "configs" / "tiny_copy.yaml"
-SUBCOMMANDS = ("train", "evaluate", "translate", "export", "average")
+SUBCOMMANDS = ("train", "evaluate", "translate", "export", "average", "serve", "verify")
 
 
 def test_help_lists_every_subcommand_with_examples(capsys):
@@ -582,7 +582,7 @@ def test_ensemble_errors_name_the_problem(tiny_workdir, second_workdir, tmp_path
     assert "One --model takes one --checkpoint, got 2" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("command", ["translate", "evaluate", "export", "plot-attention"])
+@pytest.mark.parametrize("command", ["translate", "evaluate", "export", "plot-attention", "serve"])
 def test_checkpoint_and_average_together_are_refused_by_every_command(tiny_workdir, tmp_path, capsys, command):
     """`--checkpoint` used to win silently; `average` already refused --last N with --checkpoint files."""
     checkpoint = str(tiny_workdir / "checkpoints" / "ckpt-0001.weights.h5")
@@ -591,7 +591,8 @@ def test_checkpoint_and_average_together_are_refused_by_every_command(tiny_workd
     flag = "--workdir" if command == "export" else "--model"
     argv = {"translate": ["a man"], "evaluate": ["--source", str(tmp_path / "src.txt"), "--reference",
                                                  str(tmp_path / "ref.txt")],
-            "export": ["--out", str(tmp_path / "out")], "plot-attention": ["a man", "--out", str(tmp_path / "out")]}
+            "export": ["--out", str(tmp_path / "out")], "plot-attention": ["a man", "--out", str(tmp_path / "out")],
+            "serve": []}
     status = cli.main([command, flag, str(tiny_workdir), "--checkpoint", checkpoint, "--average", "2",
                        *argv[command]])
     assert status == 2
@@ -606,7 +607,8 @@ def test_checkpoint_and_average_together_are_refused_by_every_command(tiny_workd
 def test_a_missing_model_folder_is_named_as_missing(tmp_path, capsys):
     missing = tmp_path / "no_such_run"
     for command in (["translate", "--model", str(missing), "a man"],
-                    ["plot-attention", "--model", str(missing), "a man", "--out", str(tmp_path / "out")]):
+                    ["plot-attention", "--model", str(missing), "a man", "--out", str(tmp_path / "out")],
+                    ["serve", "--model", str(missing)]):
         assert cli.main(command) == 2
         assert f"Model folder not found: {missing}" in capsys.readouterr().err
 

@@ -18,6 +18,7 @@ from keras_transformer import ctranslate2_export as ce  # noqa: E402
 from keras_transformer import decoding  # noqa: E402
 from keras_transformer.ctranslate2_translator import (CTranslate2Translator, gnmt_length_penalty,  # noqa: E402
                                                       is_ctranslate2_model, read_metadata)
+from keras_transformer.errors import ConfigError  # noqa: E402
 
 SENTENCES = ["w5 w6 w7", "w8 w9 w10 w11 w12 w13 w14", "w16", "w20 w21 w22 w23 w24 w25"]
 
@@ -508,3 +509,47 @@ def test_ctranslate2_samples_with_its_own_sampling_reproducibly(copy_export):
     assert drawn == again.translate_lines(lines) and drawn != other.translate_lines(lines)
     assert drawn != CTranslate2Translator(folder, beam_size=1, alpha=0.0).translate_lines(lines)  # not greedy
     assert [len(row) for row in first.n_best_lines(lines[:2])] == [1, 1]
+    # with_options (what `keras-transformer serve` asks per request): the loaded model, decoding with other options.
+    base = CTranslate2Translator(folder)
+    variant = base.with_options(first.options)
+    assert variant.translator is base.translator and base.options != first.options
+    assert variant.translate_lines(lines) == drawn and base.with_options(base.options) is base
+    with pytest.raises(ConfigError, match="early_exit"):
+        base.with_options(base.options.replace(early_exit=False))
+
+
+def test_a_ctranslate2_export_is_written_as_a_savedmodel_is_one_writer_a_manifest_and_a_clean_swap(
+        trained_copy_model, copy_export, tmp_path, capsys):
+    """The CTranslate2 exporter goes through the SavedModel's staging, lock and swap (`export_folder`): a second
+    export to a folder in use is refused by name, the staging folder a killed export left is removed by the next
+    one, and the export carries a manifest that `verify` and the loader check."""
+    import shutil
+
+    from factories import ExportLockHolder
+
+    from keras_transformer import cli
+    from keras_transformer.errors import ExportDamagedError, WorkdirBusyError
+    from keras_transformer.inference import load_translator
+
+    folder, vocab_dir, _ = copy_export
+    model, config = trained_copy_model
+    assert cli.main(["verify", str(folder)]) == 0
+    out = tmp_path / "ct2"
+    stale = tmp_path / ".ct2.tmp-99999999-1a2b3c4d"  # what an export killed while writing left
+    with ExportLockHolder(out) as holder:
+        stale.mkdir()
+        (stale / "model.bin").write_bytes(b"half a model")
+        with pytest.raises(WorkdirBusyError, match=f"in use by process {holder.pid} .*\\(export, started"):
+            ce.export_ctranslate2(model, config, vocab_dir, out)
+    assert stale.exists() and not out.exists()
+    ce.export_ctranslate2(model, config, vocab_dir, out)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["ct2"]
+    assert cli.main(["verify", str(out)]) == 0
+    truncated = tmp_path / "truncated"
+    shutil.copytree(out, truncated)
+    with open(truncated / "model.bin", "r+b") as f:
+        f.truncate(100)
+    with pytest.raises(ExportDamagedError, match=f"{truncated / 'model.bin'} is 100 bytes where"):
+        load_translator(truncated)
+    assert cli.main(["translate", "--model", str(truncated), "w5 w6"]) == 2
+    assert f"{truncated / 'model.bin'} is 100 bytes" in capsys.readouterr().err

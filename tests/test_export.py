@@ -479,3 +479,149 @@ def test_warmup_requests_cover_every_shape_xla_compiles(exported, tmp_path):
     assert sorted(buckets["serving_default"]) == sorted(buckets["n_best"]) == every
     with pytest.raises(FileNotFoundError, match="export it again"):
         read_warmup_file(tmp_path)
+
+
+# ------------------------------------------------------------------ one writer, a manifest, a swap without a gap
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHIPPED = os.path.join(REPO, "saved_models", "multi30k_en_de")
+
+# Swaps the export in argv[1] (marked "new") in for argv[2] through `writing_export`, the code both exporters
+# use, and dies (os._exit, as kill -9) before the swap's step number argv[3]; argv[4] "fallback" takes away the
+# atomic exchange. Prints the steps it took when it is not killed.
+SWAP_AND_DIE = """
+import os, shutil, sys
+from keras_transformer import export_folder, files
+source, out, kill_at, mode = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+if mode == "fallback":
+    def no_exchange(first, second):
+        raise OSError(38, "Function not implemented")
+    files.exchange_paths = no_exchange
+steps = []
+def step(name, function):
+    def run(*args, **kwargs):
+        if len(steps) == kill_at:
+            os._exit(9)
+        steps.append(name)
+        return function(*args, **kwargs)
+    return run
+with export_folder.writing_export(out) as staging:
+    shutil.copytree(source, staging, dirs_exist_ok=True)
+    for module, name in ((os, "replace"), (os, "rename"), (files, "exchange_paths"), (shutil, "rmtree")):
+        setattr(module, name, step(name, getattr(module, name)))
+print(" ".join(steps))
+"""
+
+
+def test_a_kill_at_any_step_of_the_swap_leaves_a_whole_export_that_loads_and_the_next_export_cleans_up(
+        exported, tmp_path):
+    """Killed before each step of the swap (the manifest's rename, the exchange; or, without an atomic exchange,
+    the two renames; then the old export's removal), `--out` holds a whole export, the old or the new, that
+    loads; one killed between the fallback's two renames is put back by the next load. The next export removes
+    whatever the killed one left beside `--out`."""
+    from keras_transformer import export_folder
+    from keras_transformer.workdir import load_models, model_folder
+
+    directory, _ = exported
+    new = tmp_path / "new"
+    shutil.copytree(directory, new)
+    (new / "NEW").write_text("the new export", encoding="utf-8")
+    for mode, expected in (("exchange", ["replace", "exchange_paths", "rmtree"]),
+                           ("fallback", ["replace", "exchange_paths", "replace", "replace", "rmtree"])):
+        for kill_at in range(len(expected) + 1):
+            parent = tmp_path / f"{mode}-{kill_at}"
+            out = parent / "en_de"
+            shutil.copytree(directory, out)
+            done = subprocess.run([sys.executable, "-c", SWAP_AND_DIE, str(new), str(out), str(kill_at), mode],
+                                  cwd=REPO, capture_output=True, text=True, timeout=60)
+            if kill_at == len(expected):
+                assert done.returncode == 0 and done.stdout.split() == expected, (mode, done.stderr[-2000:])
+            else:
+                assert done.returncode == 9, (mode, kill_at, done.stderr[-2000:])
+            left = sorted(path.name for path in parent.iterdir() if path.name != "en_de")
+            gap = not out.exists()  # only between the fallback's two renames
+            assert gap == (mode == "fallback" and kill_at == 3), (mode, kill_at)
+            if gap or kill_at == len(expected):  # the loader puts an export killed in that gap back
+                assert len(load_models(out).models) == 1
+            assert model_folder(out).kind == "export"  # what every loader reads first (sizes checked)
+            assert export_folder.verify_export(out) is not None, (mode, kill_at)
+            assert (out / "NEW").exists() == (kill_at >= expected.index("rmtree")), (mode, kill_at)
+            assert left or kill_at == len(expected), (mode, kill_at)  # the killed export left something beside
+            again = tmp_path / "again"
+            shutil.copytree(directory, again, dirs_exist_ok=True)
+            with export_folder.writing_export(out) as staging:
+                shutil.copytree(again, staging, dirs_exist_ok=True)
+            assert sorted(path.name for path in parent.iterdir()) == ["en_de"], (mode, kill_at)
+            assert not (out / "NEW").exists() and export_folder.verify_export(out) is not None
+
+
+def test_a_second_export_to_the_same_folder_is_refused_by_name_while_the_first_runs(exported, tmp_path, capsys):
+    """Two exports to one `--out` never both succeed: while one holds the folder, another (from Python or from
+    the command line, before it loads anything) is refused with the first one's process named, and the folder
+    is left as it was."""
+    from factories import ExportLockHolder
+
+    from keras_transformer import cli
+    from keras_transformer.errors import WorkdirBusyError
+
+    directory, translator = exported
+    out = tmp_path / "en_de"
+    with ExportLockHolder(out) as holder:
+        with pytest.raises(WorkdirBusyError, match=f"in use by process {holder.pid} on host .*\\(export, started"):
+            export_translator(translator, out)
+        assert cli.main(["export", "--workdir", str(directory), "--out", str(out)]) == 2
+        assert f"in use by process {holder.pid}" in capsys.readouterr().err
+        assert not out.exists()
+    assert sorted(path.name for path in tmp_path.iterdir()) == [".en_de.lock"]  # the killed holder's, unlocked
+
+
+def test_an_export_carries_a_manifest_that_verify_and_every_loader_check(exported, tmp_path, capsys):
+    """An export lists the size and SHA-256 of each of its files in manifest.json. `verify` checks every digest
+    (exit 0 whole, 1 damaged naming the file, 3 without a manifest); every loader checks the sizes, so a
+    truncated variables file is named before TensorFlow reads it. An export without a manifest (the shipped
+    ones) still loads."""
+    from keras_transformer import cli
+    from keras_transformer.errors import ExportDamagedError
+    from keras_transformer.layout import check_model_folder
+
+    directory, _ = exported
+    listed = json.loads((directory / "manifest.json").read_text(encoding="utf-8"))["files"]
+    on_disk = sorted(path.relative_to(directory).as_posix() for path in directory.rglob("*")
+                     if path.is_file() and path.name != "manifest.json")
+    assert sorted(listed) == on_disk and "variables/variables.index" in listed
+    for name in on_disk:
+        import hashlib
+        data = (directory / name).read_bytes()
+        assert listed[name] == {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    assert cli.main(["verify", str(directory)]) == 0
+    assert f"{directory}: whole ({len(on_disk)} files" in capsys.readouterr().out
+
+    truncated = tmp_path / "truncated"
+    shutil.copytree(directory, truncated)
+    data_file = next((truncated / "variables").glob("variables.data-*"))
+    data_file.write_bytes(data_file.read_bytes()[:-100])
+    assert cli.main(["verify", str(truncated)]) == 1
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and f"{data_file} is " in error and "the export is damaged" in error
+    for load in (load_translator, load_exported, check_model_folder):
+        with pytest.raises(ExportDamagedError, match=f"{data_file} is {data_file.stat().st_size} bytes where"):
+            load(truncated)
+    assert cli.main(["translate", "--model", str(truncated), "A dog."]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and str(data_file) in error
+
+    changed = tmp_path / "changed"
+    shutil.copytree(directory, changed)
+    graph = changed / "saved_model.pb"
+    data = bytearray(graph.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    graph.write_bytes(bytes(data))
+    check_model_folder(changed)  # the loader checks sizes only
+    assert cli.main(["verify", str(changed)]) == 1
+    assert f"{graph} differs from the export's manifest" in capsys.readouterr().err
+    (changed / "manifest.json").unlink()
+    assert cli.main(["verify", str(changed)]) == 3
+    assert "has no manifest.json" in capsys.readouterr().err
+
+    assert not os.path.exists(os.path.join(SHIPPED, "manifest.json"))
+    assert cli.main(["verify", SHIPPED]) == 3
+    check_model_folder(SHIPPED)

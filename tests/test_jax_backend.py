@@ -254,7 +254,10 @@ def test_training_under_jax_resumes_and_reports_the_loss_tensorflow_computes(pac
     second in a new process. The epoch checkpoints load into the TensorFlow model, whose validation loss (numpy's
     label-smoothed cross-entropy of its logits) is the one the JAX run reported: as `model.fit` (and so `train`)
     reports it, each batch's token mean weighted by the batch's rows (padding rows included: XLA's batches have one
-    shape per width). With training.ema_decay on: validation and checkpoints take the moving average on JAX too."""
+    shape per width). With training.ema_decay on: validation and checkpoints take the moving average on JAX too.
+    With training.gradient_accumulation_steps: 2 (the GPU recipes reach larger batches so): `step` counts updates,
+    one per 2 of a pass's 35 batches, so the first process stops with one batch's gradient accumulated, which the
+    backup keeps for the second; and the logged learning rate is the Noam rate at that update, not at the batch."""
     import yaml
 
     from keras_transformer.config import TransformerConfig
@@ -262,7 +265,7 @@ def test_training_under_jax_resumes_and_reports_the_loss_tensorflow_computes(pac
     from keras_transformer.model import build_model
     workdir = copy_packed()
     experiment = yaml.safe_load((workdir / "experiment.yaml").read_text(encoding="utf-8"))
-    experiment["training"]["ema_decay"] = 0.9
+    experiment["training"].update(ema_decay=0.9, gradient_accumulation_steps=2)
     (workdir / "experiment.yaml").write_text(yaml.safe_dump(experiment), encoding="utf-8")
     cache = {"JAX_COMPILATION_CACHE_DIR": str(tmp_path / "jax_cache")}  # as docs/gpu.md: the resume compiles less
     run_jax(TRAIN_SCRIPT, workdir, 1, env=cache)
@@ -270,12 +273,17 @@ def test_training_under_jax_resumes_and_reports_the_loss_tensorflow_computes(pac
     with open(workdir / "history.csv", encoding="utf-8") as f:
         history = list(csv.DictReader(f))
     assert [int(r["epoch"]) for r in history] == [1, 2]
+    config = TransformerConfig.from_yaml(workdir / "model.yaml")
+    per_pass = len(make_batches(*load_arrays(workdir / ARRAYS_FILE)["train"], 512, length_multiple=32))
+    assert per_pass % 2 == 1  # an epoch ends inside an update
     updates = [int(r["step"]) for r in history]
-    assert updates == [updates[0], 2 * updates[0]]  # the resumed optimizer went on counting
+    assert updates == [per_pass // 2, 2 * per_pass // 2]  # updates, and the resumed optimizer went on counting
+    noam = [config.learning_rate_scale * config.d_model ** -0.5 * min(step ** -0.5, step * config.warmup_steps ** -1.5)
+            for step in updates]
+    np.testing.assert_allclose([float(r["learning_rate"]) for r in history], noam, rtol=1e-5)
     assert float(history[1]["loss"]) < float(history[0]["loss"])
     assert float(history[1]["val_loss"]) < float(history[0]["val_loss"])
 
-    config = TransformerConfig.from_yaml(workdir / "model.yaml")
     model = build_model(config)
     sources, targets = load_arrays(workdir / ARRAYS_FILE)["valid"]
     batches = make_batches(sources, targets, 512, pad_id=config.pad_id, bos_id=config.bos_id,
@@ -292,7 +300,7 @@ def test_training_under_jax_resumes_and_reports_the_loss_tensorflow_computes(pac
             total += per_token[labels != 0].mean() * len(labels)
             rows += len(labels)
         assert total / rows == pytest.approx(float(row["val_loss"]), rel=1e-4)
-    raw, average = backup_weights(workdir, 0.9)  # the last checkpoint holds the averages the backup keeps
+    raw, average = backup_weights(workdir, 0.9, 2)  # the last checkpoint holds the averages the backup keeps
     for got, expected in zip(model.trainable_variables, average):
         np.testing.assert_allclose(keras.ops.convert_to_numpy(got), expected, rtol=1e-5, atol=1e-6)
     assert not np.allclose(raw[0], average[0], atol=1e-4)

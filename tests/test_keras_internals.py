@@ -192,6 +192,44 @@ def test_an_optimizer_set_to_7_updates_goes_on_as_one_that_made_them(accumulatio
     assert int(resumed.iterations) == int(ran.iterations) == 8
 
 
+class _StepPlusOneAsRate(keras.optimizers.schedules.LearningRateSchedule):
+    def __call__(self, step):  # never 0, so that every update moves the variable, by the step it read plus one
+        return keras.ops.cast(step, "float32") + 1.0
+
+    def get_config(self):
+        return {}
+
+
+def _steps_read(optimizer, batches):
+    """The schedule step each update of `optimizer` (SGD on `_StepPlusOneAsRate`) read, over `batches` batches."""
+    variable = keras.Variable(np.zeros(1, "float32"))
+    optimizer.build([variable])
+    steps = []
+    for _ in range(batches):
+        before = float(variable.numpy()[0])
+        optimizer.apply([keras.ops.ones(1)], [variable])
+        if float(variable.numpy()[0]) != before:
+            steps.append(round(before - float(variable.numpy()[0]) - 1.0))
+    return steps
+
+
+def test_with_gradient_accumulation_keras_reads_the_schedule_at_batches_and_schedule_on_updates_at_updates():
+    """Keras evaluates a schedule at its private count of batches, so with accumulation over 4 batches its updates
+    read steps 3, 7, 11 where an optimizer without accumulation reads 0, 1, 2 (the warm-up would end 4 times too
+    early); `schedule_on_updates` makes them read 0, 1, 2. A Keras that reads the update count itself fails the
+    first assertion (and `schedule_on_updates` has become unnecessary); one that no longer asks
+    `_get_current_learning_rate` fails the second."""
+    def sgd(**kwargs):
+        return keras.optimizers.SGD(learning_rate=_StepPlusOneAsRate(), **kwargs)
+
+    assert _steps_read(sgd(), 3) == [0, 1, 2]
+    assert _steps_read(sgd(gradient_accumulation_steps=4), 12) == [3, 7, 11]  # Keras' own: the batch count
+    on_updates = keras_internals.schedule_on_updates(sgd(gradient_accumulation_steps=4))
+    assert _steps_read(on_updates, 12) == [0, 1, 2]
+    config = sgd(gradient_accumulation_steps=4, name=on_updates.name).get_config()
+    assert on_updates.get_config() == config  # saved as Keras' own
+
+
 # ------------------------------------------------------------------ moving averages (training.ema_decay)
 def test_moving_averages_pair_with_their_weights_and_fit_can_leave_the_raw_weights_in_place():
     """Keras' optimizer EMA: one average per trainable weight, in the order the optimizer was built with, the

@@ -14,7 +14,9 @@ import tensorflow as tf
 
 from keras_transformer.data.batching import batch_plan
 from keras_transformer.data.pipeline import (BatchStatistics, batch_statistics, make_dataset, make_dataset_from_texts,
-                                             make_datasets)
+                                             make_datasets, make_stream, stream_error)
+from keras_transformer.data.stream import Corpus
+from keras_transformer.distribute import input_shard
 from keras_transformer.experiment import DataConfig
 
 BUDGET = 2048
@@ -114,7 +116,7 @@ def test_pairs_out_equal_pairs_in_minus_reported_filtered(train_batches, train_l
     assert expected_too_long > 0 and summary.too_long == expected_too_long
     assert sum(len(labels) for _, labels in batches) == summary.lines - summary.dropped == summary.kept
     assert summary.kept == 29000 - expected_too_long
-    assert len(batches) == int(dataset.cardinality())  # fit() knows the epoch length
+    assert summary.complete  # the counts of the whole pass, known once it has ended
     assert f"{expected_too_long} over max length {MAX_LENGTH}" in str(summary)
 
 
@@ -138,10 +140,10 @@ def test_over_long_pairs_are_truncated_for_inference(multi30k_dir, multi30k_toke
                          multi30k_tokenizer.tokenize(german).row_lengths().numpy())
     dataset, summary = make_dataset(multi30k_dir / "val.en.gz", multi30k_dir / "val.de.gz", multi30k_tokenizer,
                                     multi30k_tokenizer, tokens_per_batch=BUDGET, max_length=16, training=False)
-    assert summary.truncated == int(np.sum(lengths > 15)) > 0
-    assert summary.too_long == 0 and summary.kept == 1014
     stats = batch_statistics(dataset)
     assert stats.sentences == 1014
+    assert summary.truncated == int(np.sum(lengths > 15)) > 0
+    assert summary.too_long == 0 and summary.kept == 1014
     for inputs, labels in dataset.as_numpy_iterator():
         assert inputs["source"].shape[1] <= 16 and labels.shape[1] <= 16
         assert np.all((labels == 3).sum(1) == 1)  # a truncated target still ends with eos
@@ -181,7 +183,7 @@ def test_pairs_of_one_length_share_different_batches_each_epoch(multi30k_dir, mu
         return {frozenset(map(bytes, np.asarray(inputs["source"]))) for inputs, _ in dataset.as_numpy_iterator()}
 
     first, second = batches_of_pairs(), batches_of_pairs()
-    assert len(first) == len(second) == int(dataset.cardinality())
+    assert len(first) == len(second) > 5
     assert len(first & second) < len(first) // 2  # most batches hold a new set of pairs
 
 
@@ -233,13 +235,11 @@ def test_every_replica_gets_data_under_a_mirrored_strategy(multi30k_dir, multi30
             per_replica.append([int(p.shape[0]) for p in parts])
             global_positions.append(sum(int(p.shape[0]) for p in parts) * max(int(p.shape[1]) for p in parts))
         print(json.dumps(dict(per_replica=per_replica, positions=global_positions, kept=summary.kept,
-                              skipped=summary.replica_remainder, lines=summary.lines,
-                              batches=int(dataset.cardinality()))))
+                              skipped=summary.replica_remainder, lines=summary.lines)))
     """)
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
-    assert len(report["per_replica"]) == report["batches"]
     assert min(min(sizes) for sizes in report["per_replica"]) >= 1
     assert max(report["positions"]) <= 600
     assert sum(map(sum, report["per_replica"])) == report["kept"] == report["lines"] - report["skipped"]
@@ -251,9 +251,9 @@ def test_make_datasets_from_a_data_config(multi30k_dir, multi30k_tokenizer):
                         valid_target=str(multi30k_dir / "test_2016_flickr.de.gz"),
                         tokens_per_batch=1024, max_length=48, seed=0)
     train, train_summary, valid, valid_summary = make_datasets(config, multi30k_tokenizer, multi30k_tokenizer)
-    assert train_summary.lines == 1014 and valid_summary.lines == 1000
     assert batch_statistics(valid).sentences == 1000
     assert batch_statistics(train).max_source_positions <= 1024
+    assert train_summary.lines == 1014 and valid_summary.lines == 1000  # counted as the pass went
 
 
 def test_data_config_rejects_bad_fields():
@@ -270,12 +270,14 @@ def test_data_config_rejects_bad_fields():
 def test_in_memory_pairs_and_nothing_left(multi30k_tokenizer):
     dataset, summary = make_dataset_from_texts(["A dog.", " ", "A cat."], ["Ein Hund.", "leer", "Eine Katze."],
                                                multi30k_tokenizer, multi30k_tokenizer, tokens_per_batch=64)
-    assert (summary.kept, summary.empty) == (2, 1) and batch_statistics(dataset).sentences == 2
-    with pytest.raises(ValueError, match="1 pair.s. cannot give each of 2 replicas one"):
-        make_dataset_from_texts(["A dog."], ["Ein Hund."], multi30k_tokenizer, multi30k_tokenizer, num_replicas=2)
-    with pytest.raises(ValueError, match="No sentence pairs left to batch.*1 over max length 3"):
-        make_dataset_from_texts(["A very long sentence indeed."], ["Ein sehr langer Satz."], multi30k_tokenizer,
-                                multi30k_tokenizer, max_length=3)
+    assert batch_statistics(dataset).sentences == 2 and (summary.kept, summary.empty) == (2, 1)
+    # Found when the pass ends, and named (the CLI shows `stream_error`'s message alone).
+    with pytest.raises(tf.errors.InvalidArgumentError, match="No batch to make.*each of 2 replica"):
+        list(make_dataset_from_texts(["A dog."], ["Ein Hund."], multi30k_tokenizer, multi30k_tokenizer,
+                                     num_replicas=2)[0])
+    with pytest.raises(tf.errors.InvalidArgumentError, match="No batch to make.*1 over max length 3"):
+        list(make_dataset_from_texts(["A very long sentence indeed."], ["Ein sehr langer Satz."], multi30k_tokenizer,
+                                     multi30k_tokenizer, max_length=3)[0])
 
 
 def test_batch_statistics_counts_padding():
@@ -308,20 +310,14 @@ def test_bpe_dropout_segments_every_pair_anew_each_epoch(multi30k_dir, multi30k_
     first, second = epochs[0], epochs[1]
     pairs = sorted((normalized(e), normalized(g)) for e, g in zip(english, german))
     assert sorted((s, t) for s, t, _, _ in first) == pairs  # every pair once, its pieces still spelling its text
-    # An epoch has the first pass's batch count; later passes make a batch more or less and run on across epochs:
-    # read in order, the epochs' batches are whole passes, each holding every pair once.
-    per_epoch = int(train.cardinality())  # known to Keras, as without BPE-dropout
-    assert [len(list(train.take(per_epoch + 5))) for _ in range(2)] == [per_epoch] * 2
+    # An epoch is one pass: every iteration of the dataset is the next pass, holding every pair once.
     fresh, _ = make_dataset(*args, tokens_per_batch=BUDGET, max_length=None, seed=4, subword_dropout=0.1)
-    stream = [batch for _ in range(3) for batch in fresh]
-    wanted, passes, current = collections.Counter(pairs), 0, collections.Counter()
-    for inputs, labels in stream:
-        current.update(zip([s.decode() for s in multi30k_tokenizer.detokenize(inputs["source"]).numpy()],
-                           [t.decode() for t in multi30k_tokenizer.detokenize(labels).numpy()]))
-        assert not current - wanted  # no pair twice within a pass
-        if current == wanted:
-            passes, current = passes + 1, collections.Counter()
-    assert passes >= 2
+    for _ in range(2):
+        seen = collections.Counter()
+        for inputs, labels in fresh:
+            seen.update(zip([s.decode() for s in multi30k_tokenizer.detokenize(inputs["source"]).numpy()],
+                            [t.decode() for t in multi30k_tokenizer.detokenize(labels).numpy()]))
+        assert seen == collections.Counter(pairs)
     deterministic = {(s, t): (a, b) for s, t, a, b in epoch_pairs(make_dataset(
         *args, tokens_per_batch=BUDGET, max_length=None, seed=3)[0], multi30k_tokenizer)}
     exact = sum(len(a) + len(b) for a, b in deterministic.values())
@@ -345,8 +341,8 @@ def test_bpe_dropout_keeps_every_pair_the_length_filter_keeps(multi30k_dir, mult
                                   multi30k_tokenizer, tokens_per_batch=BUDGET, max_length=16, seed=1,
                                   subword_dropout=0.1)
     kept = sorted((normalized(e), normalized(g)) for e, g, n in zip(english, german, lengths) if n <= 15)
-    assert summary.too_long == len(english) - len(kept) > 0
     rows = epoch_pairs(train, multi30k_tokenizer)
+    assert summary.too_long == len(english) - len(kept) > 0
     assert sorted((s, t) for s, t, _, _ in rows) == kept  # none lost when a sample comes out too long
     assert max(max(len(a), len(b)) for _, _, a, b in rows) <= 15
 
@@ -376,3 +372,101 @@ def test_bpe_dropout_settings_are_checked():
                                          "'target'., got 'decoder'"):
         DataConfig(subword_dropout=0.1, subword_dropout_sides="decoder")
     assert DataConfig.from_dict(DataConfig(subword_dropout=0.1).to_dict()).subword_dropout == 0.1
+
+
+# ---------------------------------------------------------------- streaming: weighted corpora, shards, bad input
+def source_rows(batches):
+    """The source ids of every row of `batches` (pads and eos removed), as tuples."""
+    return [tuple(row[row != 0][:-1].tolist()) for inputs, _ in batches for row in np.asarray(inputs["source"])]
+
+
+def chi_square(counts, weights):
+    """Pearson's statistic of observed `counts` against the shares of `weights`."""
+    counts, shares = np.asarray(counts, float), np.asarray(weights, float) / np.sum(weights)
+    expected = counts.sum() * shares
+    return float(np.sum((counts - expected) ** 2 / expected))
+
+
+CHI2_CRITICAL_1DF = 10.83  # P(chi-square with 1 degree of freedom > 10.83) = 0.001
+
+
+def test_corpora_are_drawn_in_proportion_to_their_weights_each_repeating_on_its_own(multi30k_dir,
+                                                                                     multi30k_tokenizer):
+    english, german = read_split(multi30k_dir, "val.en.gz"), read_split(multi30k_dir, "val.de.gz")
+    big = Corpus("big", english[:300], german[:300], weight=3)
+    small = Corpus("small", english[300:400], german[300:400], weight=1)  # a third the size, drawn a third as often
+    ids = {name: [tuple(row) for row in multi30k_tokenizer.tokenize(corpus.source).to_list()]
+           for name, corpus in (("big", big), ("small", small))}
+    origin = {row: name for name, rows in ids.items() for row in rows}
+    ambiguous = set(ids["big"]) & set(ids["small"])
+    dataset, _ = make_dataset(None, None, multi30k_tokenizer, multi30k_tokenizer, corpora=[big, small],
+                              tokens_per_batch=BUDGET, max_length=None, window=64, seed=0, num_replicas=1)
+    rows = source_rows(dataset.take(100))
+    assert len(rows) > 2000
+    drawn = collections.Counter(origin[row] for row in rows if row not in ambiguous)
+    counts = [drawn["big"], drawn["small"]]
+    assert chi_square(counts, [3, 1]) < CHI2_CRITICAL_1DF, counts  # the weights hold
+    for wrong in ([1, 1], [2, 1], [4, 1]):  # and the same test rejects other weights
+        assert chi_square(counts, wrong) > CHI2_CRITICAL_1DF, (counts, wrong)
+    # The small corpus ran out about 5 times and started again, on its own: each of its pairs came 5 +- 1 times.
+    seen = collections.Counter(row for row in rows if origin.get(row) == "small" and row not in ambiguous)
+    repeats = np.array([seen[row] for row in set(ids["small"]) - ambiguous])
+    assert repeats.min() >= repeats.max() - 1 >= 4, (repeats.min(), repeats.max())
+
+
+@pytest.mark.parametrize("corpora, message", [
+    ([{"name": "a", "source": "a.en", "target": "a.de", "weight": -1}], "weight must be a positive number"),
+    ([{"name": "a", "source": "a.en", "target": "a.de"}, {"name": "a", "source": "b.en", "target": "b.de"}],
+     "the name 'a' is taken"),
+    ([{"name": "a", "source": "a.en", "target": "a.de", "share": 2}], r"unknown keys \['share'\]"),
+    ([{"name": "a", "source": "a.en"}], r"corpora\[0\].target must be a non-empty string"),
+    ([], "non-empty list"),
+])
+def test_a_bad_corpora_list_is_named(corpora, message):
+    with pytest.raises(ValueError, match=message):
+        DataConfig(corpora=corpora)
+
+
+def test_corpora_and_train_files_are_exclusive_and_one_pair_is_a_corpus_named_train():
+    with pytest.raises(ValueError, match="corpora replaces train_source"):
+        DataConfig(train_source="a.en", train_target="a.de", corpora=[{"name": "b", "source": "b.en",
+                                                                         "target": "b.de"}])
+    assert DataConfig(corpora=[{"name": "b", "source": "b.en", "target": "b.de"}]).training_corpora()[0]["weight"] == 1
+
+
+def test_each_worker_reads_its_own_lines_and_together_they_read_the_corpus_once(multi30k_dir, multi30k_tokenizer):
+    """Two workers, as `build_data` makes their streams under MultiWorkerMirroredStrategy (`input_shard` from the
+    cluster's TF_CONFIG): over one pass the union of their pairs is the corpus, no pair twice."""
+    cluster = tf.train.ClusterSpec({"worker": ["localhost:1", "localhost:2"]})
+
+    class Strategy:  # what input_shard reads of a MultiWorkerMirroredStrategy: its cluster resolver
+        def __init__(self, task_id):
+            self.cluster_resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+                cluster, task_type="worker", task_id=task_id)
+
+    config = DataConfig(train_source=str(multi30k_dir / "val.en.gz"), train_target=str(multi30k_dir / "val.de.gz"),
+                        tokens_per_batch=BUDGET, max_length=128, window=300, seed=0)
+    english = read_split(multi30k_dir, "val.en.gz")
+    corpus_rows = collections.Counter(tuple(row) for row in multi30k_tokenizer.tokenize(english).to_list())
+    shards = [input_shard(Strategy(index)) for index in (0, 1)]
+    assert shards == [(2, 0), (2, 1)]
+    seen = [collections.Counter(source_rows(make_stream(config, multi30k_tokenizer, multi30k_tokenizer,
+                                                        num_replicas=1, shard=shard).dataset()))
+            for shard in shards]
+    assert sum(seen[0].values()) == 507 == sum(seen[1].values())  # every other line
+    assert seen[0] + seen[1] == corpus_rows  # the corpus, each pair once (duplicates in it as often as there)
+
+
+def test_bad_input_is_named_with_its_file_and_line_while_streaming(tmp_path, multi30k_tokenizer):
+    (tmp_path / "a.en").write_bytes(b"A dog.\nA cat.\nA \xff bird.\n")
+    (tmp_path / "a.de").write_bytes(b"Ein Hund.\nEine Katze.\nEin Vogel.\n")
+    (tmp_path / "short.de").write_bytes(b"Ein Hund.\nEine Katze.\n")
+    tokens = multi30k_tokenizer
+    with pytest.raises(tf.errors.InvalidArgumentError) as error:
+        list(make_dataset(tmp_path / "a.en", tmp_path / "a.de", tokens, tokens, num_replicas=1)[0])
+    assert str(stream_error(error.value)).startswith(f"{tmp_path / 'a.en'}:3: invalid UTF-8")
+    with pytest.raises(tf.errors.InvalidArgumentError) as error:
+        list(make_dataset(tmp_path / "a.en", tmp_path / "short.de", tokens, tokens, num_replicas=1,
+                          errors="replace")[0])
+    assert str(stream_error(error.value)).startswith(
+        f"Misaligned parallel corpus: {tmp_path / 'short.de'} ends after 2 lines but {tmp_path / 'a.en'} goes on")

@@ -51,6 +51,17 @@ def test_n_best_is_sorted_and_starts_with_the_translation(translator):
     assert n_best["translations"][:, 0].numpy().tolist() == best["translation"].numpy().tolist()
 
 
+def test_with_options_decodes_the_same_models_with_other_options(translator, trained_copy_model):
+    """What `keras-transformer serve` asks per request: the search of the new options, over the shared weights."""
+    model, _ = trained_copy_model
+    narrow = translator.with_options(translator.options.replace(beam_size=2, alpha=0.0))
+    assert narrow.models[0] is model and narrow.chunk_size == translator.chunk_size
+    assert translator.with_options(translator.options) is translator and translator.options.beam_size == 4
+    tokens, _ = decoding.beam_search(model, translator.encode_sources(tf.constant(SENTENCES)), beam_size=2,
+                                     alpha=0.0, max_extra=5)
+    assert narrow(SENTENCES) == [" ".join(f"w{i}" for i in row if i > 3) for row in tokens[:, 0].numpy().tolist()]
+
+
 def test_translate_lines_keeps_order(translator):
     lines = SENTENCES[::-1] + SENTENCES
     assert translator.translate_lines(lines, batch_size=3) == translator(SENTENCES[::-1]) + translator(SENTENCES)

@@ -73,3 +73,55 @@ def test_missing_folders_configs_and_checkpoints_are_named_with_one_error_type(t
     assert issubclass(CheckpointNotFoundError, FileNotFoundError) and issubclass(CheckpointError, ValueError)
     with pytest.raises(ConfigError, match="not both"):
         workdir.load_models(tmp_path / "a", checkpoint="x.weights.h5", average=2)
+
+
+def test_readers_load_a_whole_set_of_checkpoints_while_train_rotates_them(tmp_path):
+    """A `train` with `keep_checkpoints` deletes its oldest checkpoint after each save. A reader that averages the
+    newest ones meanwhile (`evaluate --average`, `export --average`, `translate`) loads a set the run held at one
+    instant, never a file that has just gone; the deletions the readers held off are made by the next rotation
+    that meets no reader."""
+    import threading
+
+    from keras_transformer.trainer.callbacks import EpochCheckpoint
+
+    (trainer_model,) = make_workdir(tmp_path, tiny_config(vocab_size=24), epochs=(1,), seed=0)
+    marker = trainer_model.weights[-1]  # each epoch's checkpoint holds its epoch number here
+    callback = EpochCheckpoint(tmp_path / "checkpoints", keep=2)  # what `train` runs after each epoch
+    callback.set_model(trainer_model)
+    saved = []
+
+    def save_epoch():
+        epoch = len(saved) + 1
+        marker.assign(np.full(marker.shape, float(epoch), marker.dtype))
+        callback.on_epoch_end(epoch - 1)  # writes ckpt-{epoch}, then deletes all but the newest two
+        saved.append(epoch)
+
+    save_epoch()
+    save_epoch()
+    stop = threading.Event()
+
+    def train():
+        while not stop.wait(0.1):  # an epoch every few tenths of a second: a model load sees several
+            save_epoch()
+
+    thread = threading.Thread(target=train)
+    thread.start()
+    averages, errors = [], []
+    try:
+        while len(averages) + len(errors) < 4:
+            try:
+                models = workdir.load_models(tmp_path, average=2).models
+            except CheckpointNotFoundError as error:
+                errors.append(str(error))
+                continue
+            averages.append(float(np.unique(models[0].weights[-1].numpy())[0]))
+    finally:
+        stop.set()
+        thread.join()
+    assert not errors, errors[:3]
+    assert saved[-1] > 2 + 4  # checkpoints were written (and rotated) while the readers read
+    for average in averages:  # the mean of two consecutive epochs: a set the run held at one instant
+        assert average * 2 == round(average * 2) and round(average * 2) % 2 == 1, averages
+    save_epoch()  # no reader now: the rotation deletes what the readers held off
+    assert [path.name for path in workdir.epoch_checkpoints(tmp_path)] == [
+        f"ckpt-{epoch:04d}.weights.h5" for epoch in saved[-2:]]

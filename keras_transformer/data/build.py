@@ -14,9 +14,9 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer.data import corpus, pipeline, tokenizers
+from keras_transformer.data import corpus, pipeline, stream, tokenizers
 from keras_transformer.data.synthetic import make_arrays, synthetic_pairs
-from keras_transformer.distribute import global_batch_size
+from keras_transformer.distribute import global_batch_size, input_shard
 from keras_transformer.errors import ConfigError
 from keras_transformer.files import atomic_write, staging_folder
 from keras_transformer.trainer.backup import resumed_seed
@@ -129,44 +129,66 @@ def tokenizers_for(section, config, vocab_dir, wait_for_chief, texts=None):
     return pair
 
 
-def _text_data(section, data_dir, replicas, batch_scaling, shuffle_seed, wait_for_chief):
+def _text_data(section, data_dir, replicas, batch_scaling, seed, wait_for_chief, shard=(1, 0),
+               steps_per_epoch=None, resumed_at=(0, 0), stream_start=None):
     base = section.data_config()
     tokens = global_batch_size(base.tokens_per_batch, replicas, batch_scaling)
     config = dataclasses.replace(
-        section.data_config(tokenizer_dir=pathlib.Path(data_dir) / "vocab", tokens_per_batch=tokens),
-        seed=shuffle_seed)
+        section.data_config(tokenizer_dir=pathlib.Path(data_dir) / "vocab", tokens_per_batch=tokens), seed=seed)
+    options = dict(tokens_per_batch=config.tokens_per_batch, max_length=config.max_length,
+                   bucket_width=config.bucket_width, window=config.window, cache=config.cache, num_replicas=replicas)
+    if stream_start is None and resumed_at != (0, 0):  # a backup without a stream position: its pass's start
+        if resumed_at[1]:
+            log.warning("The backup does not record where the training data stood: epoch %d's pass starts again "
+                        "from its first window.", resumed_at[0] + 1)
+        stream_start = dict(pass_number=resumed_at[0], window=0, skip=0, batch=0) if not steps_per_epoch else None
+    start = stream.Position.from_dict(stream_start) if stream_start else stream.Position()
+    start_batch = int((stream_start or {}).get("batch", 0))
     if section.kind == "text":
         source_tokenizer, target_tokenizer = tokenizers_for(section, config, pathlib.Path(data_dir) / "vocab",
                                                          wait_for_chief)
-        train, train_summary, valid, valid_summary = pipeline.make_datasets(
-            config, source_tokenizer, target_tokenizer, num_replicas=replicas)
-        valid_pairs = None
+        corpora = [stream.Corpus(**corpus) for corpus in config.training_corpora()]
+        valid = valid_summary = valid_pairs = None
         if config.valid_source is not None:
+            valid, valid_summary = pipeline.make_dataset(config.valid_source, config.valid_target, source_tokenizer,
+                                                         target_tokenizer, training=False, errors=config.errors,
+                                                         **options)
             valid_pairs = corpus.read_parallel_corpus(config.valid_source, config.valid_target, config.errors)[:2]
     else:
         sources, targets = tfds_pairs(section, section.tfds_train_split, section.tfds_max_examples)
         source_tokenizer, target_tokenizer = tokenizers_for(section, config, pathlib.Path(data_dir) / "vocab",
                                                          wait_for_chief, texts=(sources, targets))
-        options = dict(tokens_per_batch=config.tokens_per_batch, max_length=config.max_length,
-                       bucket_width=config.bucket_width, cache=config.cache, num_replicas=replicas)
-        train, train_summary = pipeline.make_dataset_from_texts(
-            sources, targets, source_tokenizer, target_tokenizer, training=True,
-            shuffle_buffer=config.shuffle_buffer, seed=config.seed, subword_dropout=config.subword_dropout,
-            subword_dropout_sides=config.subword_dropout_sides, **options)
+        corpora = [stream.Corpus(section.tfds_name or "tfds", sources, targets)]
         valid = valid_summary = valid_pairs = None
         if section.tfds_valid_split:
             valid_pairs = tfds_pairs(section, section.tfds_valid_split)
             valid, valid_summary = pipeline.make_dataset_from_texts(
                 *valid_pairs, source_tokenizer, target_tokenizer, training=False, **options)
-    log.info("Training data: %s", train_summary)
-    if valid_summary is not None:
-        log.info("Validation data: %s", valid_summary)
-    return TrainingData(train, valid, source_tokenizer.vocab_size, target_tokenizer.vocab_size,
-                        tokenizers=(source_tokenizer, target_tokenizer), valid_pairs=valid_pairs)
+    if shard[0] > 1 and not steps_per_epoch:
+        raise ConfigError(f"{shard[0]} workers read disjoint shards of the training text, whose passes make different "
+                          "numbers of batches: set training.steps_per_epoch, so that every worker trains as many "
+                          "steps an epoch.")
+    if len(corpora) > 1 and not steps_per_epoch:
+        raise ConfigError(f"data.corpora: {len(corpora)} corpora mix without end (each starts again when it runs "
+                          "out), so an epoch has no natural end: set training.steps_per_epoch.")
+    text = pipeline.TextStream(corpora, source_tokenizer, target_tokenizer, training=True, errors=config.errors,
+                               seed=config.seed, subword_dropout=config.subword_dropout,
+                               subword_dropout_sides=config.subword_dropout_sides, shard=shard,
+                               endless=bool(steps_per_epoch), start=start, start_batch=start_batch,
+                               **{k: v for k, v in options.items() if k != "cache"})
+    cursor = pipeline.StreamCursor(text, steps_per_epoch, resumed_at)
+    log.info("Training data: %s, streamed in windows of %d lines%s; its counts are logged as each pass ends",
+             " + ".join(f"{c.name} ({stream.side_name(c.source)}, weight {c.weight})" if len(corpora) > 1
+                        else f"{stream.side_name(c.source)} / {stream.side_name(c.target)}"
+                        for c in corpora), config.window,
+             f", worker {shard[1] + 1} of {shard[0]} reading every {shard[0]}th line" if shard[0] > 1 else "")
+    return TrainingData(text.dataset(), valid, source_tokenizer.vocab_size, target_tokenizer.vocab_size,
+                        tokenizers=(source_tokenizer, target_tokenizer), valid_pairs=valid_pairs,
+                        callbacks=[cursor], stream_position=cursor.position)
 
 
 def build_data(section, data_dir, strategy=None, batch_scaling="per_replica", seed=0, wait_for_chief=False,
-               resumed_at=(0, 0), steps_per_epoch=None):
+               resumed_at=(0, 0), steps_per_epoch=None, stream_start=None):
     """Builds the training and validation datasets a `DataSection` describes.
 
     Built once: the synthetic pairs or the learned vocabulary are stored in
@@ -185,10 +207,12 @@ def build_data(section, data_dir, strategy=None, batch_scaling="per_replica", se
             how `data.batch_size` (synthetic) or `data.tokens_per_batch` (text) is read.
         seed: the seed of the synthetic pairs and of shuffling, unless `data.seed` is set.
         wait_for_chief: a non-chief worker waits for the chief's vocabulary instead of learning one.
-        resumed_at: `(epoch, batch)` a resumed run starts from: its shuffling seed is
-            `resumed_seed(seed, epoch, batch)`, so it does not replay the first run's order.
+        resumed_at: `(epoch, batch)` a resumed run starts from. Synthetic data: its shuffling seed is
+            `resumed_seed(seed, epoch, batch)`, so it does not replay the first run's order. Text: the
+            stream starts at `stream_start` and trains the batches the first run would have trained.
         steps_per_epoch: `training.steps_per_epoch`: when set, the training dataset repeats without end
             (`model.fit` takes that many batches an epoch, going on where the last epoch stopped).
+        stream_start: the stream position the backup records (`trainer.backup.backup_stream`), or None.
 
     Returns:
         A `TrainingData` (`num_batches`: the batches of one pass, when tf.data can tell).
@@ -209,11 +233,14 @@ def build_data(section, data_dir, strategy=None, batch_scaling="per_replica", se
         global_batch = global_batch_size(section.batch_size, replicas, batch_scaling)
         data = _synthetic_data(section, data_dir, global_batch, seed, replicas, shuffle_seed)
     else:
-        data = _text_data(section, data_dir, replicas, batch_scaling, shuffle_seed, wait_for_chief)
+        data = _text_data(section, data_dir, replicas, batch_scaling, seed, wait_for_chief,
+                          shard=input_shard(strategy), steps_per_epoch=steps_per_epoch, resumed_at=tuple(resumed_at),
+                          stream_start=stream_start)
     batches = int(data.train.cardinality())  # UNKNOWN (-2) or INFINITE (-1) when tf.data cannot tell
     train = data.train
-    if steps_per_epoch:  # a finite dataset would end an epoch early where a pass ends (Keras: "ran out of data")
-        train = train.repeat()  # each repetition shuffles anew (reshuffle_each_iteration), BPE-dropout samples anew
+    if steps_per_epoch and section.kind == "synthetic":  # a finite dataset would end an epoch early where a pass
+        # ends (Keras: "ran out of data"); the text stream is endless already
+        train = train.repeat()  # each repetition shuffles anew (reshuffle_each_iteration)
     return dataclasses.replace(data, train=train, num_batches=batches if batches > 0 else None)
 
 

@@ -26,12 +26,10 @@ import typing
 import tensorflow as tf
 
 from keras_transformer.data import textfile
+from keras_transformer.data.stream import CorpusError
 
 LENGTH_MODES = ("filter", "truncate")
-
-
-class CorpusError(ValueError):
-    """A parallel corpus that cannot be read as given (misaligned files, invalid UTF-8, ...)."""
+__all__ = ["CorpusError", "CorpusSummary", "read_lines", "read_parallel_corpus", "summarize_texts", "limit_length"]
 
 
 @dataclasses.dataclass(frozen=True)

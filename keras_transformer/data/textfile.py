@@ -111,16 +111,37 @@ def iter_stream(handle, name, errors="strict"):
     if errors not in ERROR_MODES:
         raise ValueError(f"errors must be one of {ERROR_MODES}, got {errors!r}.")
     for number, raw in enumerate(_complete(handle, name), start=1):
-        raw = raw.rstrip(b"\n").rstrip(b"\r")
-        if number == 1 and raw.startswith(_BOM):
-            raw = raw[len(_BOM):]
-        try:
-            yield raw.decode("utf-8"), False
-        except UnicodeDecodeError as error:
-            if errors == "strict":
-                raise InvalidUTF8Error(f"{name}:{number}: invalid UTF-8 (byte {error.start} of the line: "
-                                       f"{raw[error.start:error.end]!r})") from None
-            yield raw.decode("utf-8", errors="replace"), True
+        yield decode_line(raw, name, number, errors)
+
+
+def decode_line(raw, name, number, errors="strict"):
+    """One line as bytes, read the way `iter_stream` reads it: `(text, replaced)`.
+
+    The line end (``\\n``, ``\\r\\n``) is dropped, and line 1's UTF-8 byte-order mark.
+
+    Args:
+        raw: the line's bytes, with or without its line end.
+        name: what the error calls the file.
+        number: the line's number (1-based), for the error and the byte-order mark.
+        errors: ``"strict"`` raises `InvalidUTF8Error`; ``"replace"`` replaces bad bytes with U+FFFD.
+
+    Example:
+
+    >>> decode_line(b"caf\\xc3\\xa9\\r\\n", "a.txt", 7)
+    ('café', False)
+    >>> decode_line(b"caf\\xff\\n", "a.txt", 7, errors="replace")
+    ('caf\\ufffd', True)
+    """
+    raw = raw.rstrip(b"\n").rstrip(b"\r")
+    if number == 1 and raw.startswith(_BOM):
+        raw = raw[len(_BOM):]
+    try:
+        return raw.decode("utf-8"), False
+    except UnicodeDecodeError as error:
+        if errors == "strict":
+            raise InvalidUTF8Error(f"{name}:{number}: invalid UTF-8 (byte {error.start} of the line: "
+                                   f"{raw[error.start:error.end]!r})") from None
+        return raw.decode("utf-8", errors="replace"), True
 
 
 def read_stream(handle, name, errors="strict"):
@@ -142,6 +163,18 @@ def read_stream(handle, name, errors="strict"):
         if bad:
             replaced.add(index)
     return lines, replaced
+
+
+def complete_lines(handle, name):
+    """The lines of a binary file object; gzip data that stops before its end raises `ValueError` naming `name`.
+
+    Example:
+
+    >>> import io
+    >>> list(complete_lines(io.BytesIO(b"a\\nb"), "x"))
+    [b'a\\n', b'b']
+    """
+    return _complete(handle, name)
 
 
 def count_lines(path, chunk_size=1 << 20):

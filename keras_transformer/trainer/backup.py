@@ -26,6 +26,7 @@ import logging
 import os
 import pathlib
 import shutil
+import typing
 
 import keras
 import numpy as np
@@ -63,6 +64,19 @@ def resumed_seed(seed, epoch=0, batch=0):
     return int(np.random.SeedSequence([int(seed), int(epoch), int(batch)]).generate_state(1)[0] & 0x7FFFFFFF)
 
 
+def accumulation_steps(optimizer):
+    """The batches an optimizer accumulates gradients over before each update (its
+    `gradient_accumulation_steps`): 1 without accumulation.
+
+    Example:
+
+    >>> [accumulation_steps(keras.optimizers.Adam(gradient_accumulation_steps=k)) for k in (None, 4)]
+    [1, 4]
+    """
+    optimizer = getattr(optimizer, "inner_optimizer", optimizer)  # under mixed_float16: the LossScaleOptimizer's
+    return int(getattr(optimizer, "gradient_accumulation_steps", None) or 1)
+
+
 @dataclasses.dataclass(frozen=True)
 class BackupState:
     """A whole backup: its files and the position it resumes at."""
@@ -74,6 +88,8 @@ class BackupState:
     previous: bool  # the `.bkp` pair: the latest one was not whole
     problems: tuple = ()  # why the backups before it were passed over, one line each
     moving_average: bool = False  # the optimizer state holds a moving average of the weights (training.ema_decay)
+    accumulation: typing.Optional[int] = None  # training.gradient_accumulation_steps of the run (None: not recorded)
+    stream: typing.Optional[dict] = None  # where the training data's stream resumes (`TrainingData.stream_position`)
 
     @property
     def position(self):
@@ -81,8 +97,8 @@ class BackupState:
 
 
 def _read_pair(weights, metadata):
-    """`(epoch, batches done, moving average)` of a weights file and its metadata; raises on anything that makes
-    them unusable."""
+    """`(epoch, batches done, moving average, gradient accumulation steps or None, stream position or None)` of a
+    weights file and its metadata; raises on anything that makes them unusable."""
     if not weights.is_file():
         raise FileNotFoundError(f"{weights} is missing")
     try:
@@ -100,7 +116,10 @@ def _read_pair(weights, metadata):
     if done is None:  # Keras' own record: the last batch's zero-based index; 0 cannot tell one batch from none
         batch = int(record.get("batch", 0) or 0)
         done = batch + 1 if batch else 0
-    return int(record["epoch"]), int(done), bool(record.get("moving_average", False))
+    accumulation = record.get("gradient_accumulation_steps")  # (backups of earlier versions record none)
+    stream = record.get("stream")
+    return (int(record["epoch"]), int(done), bool(record.get("moving_average", False)),
+            None if accumulation is None else int(accumulation), stream if isinstance(stream, dict) else None)
 
 
 def find_backup(backup_dir):
@@ -120,11 +139,12 @@ def find_backup(backup_dir):
     problems = []
     for weights, metadata, previous in pairs:
         try:
-            epoch, done, moving_average = _read_pair(weights, metadata)
+            epoch, done, moving_average, accumulation, stream = _read_pair(weights, metadata)
         except (OSError, ValueError, TypeError) as error:
             problems.append(str(error))
             continue
-        return BackupState(weights, metadata, epoch, done, previous, tuple(problems), moving_average)
+        return BackupState(weights, metadata, epoch, done, previous, tuple(problems), moving_average, accumulation,
+                           stream)
     raise CheckpointError(
         f"Cannot resume: no whole training backup in {backup_dir} ({'; '.join(problems)}). To go on from the "
         f"newest epoch checkpoint, start a new workdir with training.init_checkpoint set to it (the optimizer "
@@ -140,6 +160,19 @@ def backup_position(backup_dir):
     """
     state = find_backup(backup_dir)
     return (0, 0) if state is None else state.position
+
+
+def backup_stream(backup_dir):
+    """The training stream's position the newest whole backup in `backup_dir` records (a dict), or None.
+
+    Example:
+
+    >>> import tempfile
+    >>> backup_stream(tempfile.mkdtemp()) is None
+    True
+    """
+    state = find_backup(backup_dir)
+    return None if state is None else state.stream
 
 
 def load_backup_weights(model, path):
@@ -187,9 +220,11 @@ class ResumableBackup(keras.callbacks.Callback):
         backup_dir: the backup folder (created at the first backup).
         save_freq: `"epoch"`, or a number of batches between backups.
         guard: an object with `safe_to_save(model)`, or None.
+        position: `position(epoch, done)`, the training data's stream position after `done` batches of
+            `epoch` (a JSON-able dict, recorded as `stream`), or None.
     """
 
-    def __init__(self, backup_dir, save_freq="epoch", guard=None):
+    def __init__(self, backup_dir, save_freq="epoch", guard=None, position=None):
         super().__init__()
         if save_freq != "epoch" and not (isinstance(save_freq, int) and save_freq > 0):
             raise ValueError(f"ResumableBackup: save_freq must be 'epoch' or a positive number of batches, "
@@ -197,6 +232,7 @@ class ResumableBackup(keras.callbacks.Callback):
         self.backup_dir = pathlib.Path(backup_dir)
         self.save_freq = save_freq
         self.guard = guard
+        self.position = position
         self.offset = 0
         self.epoch = 0  # the epoch being trained (0-based)
         self._done = 0  # its batches trained, those before `offset` included
@@ -240,6 +276,17 @@ class ResumableBackup(keras.callbacks.Callback):
                 f"that wrote {state.weights}, and the moving average cannot be added to or taken from a run half "
                 f"way. Set training.ema_decay as that run had it (its experiment.yaml), or train in a new workdir "
                 f"with training.init_checkpoint set to one of its checkpoints.")
+        accumulation = accumulation_steps(model.optimizer)
+        if state.accumulation is not None and state.accumulation != accumulation:
+            # Keras would load the optimizer state of another k as it stands (the update count read at another
+            # scale), or skip it all with a warning (from or to 1: its variables differ in number), the update
+            # count, and so the schedule, starting over.
+            raise CheckpointError(
+                f"Cannot resume {self.backup_dir.parent}: training.gradient_accumulation_steps is {accumulation} "
+                f"now but was {state.accumulation} in the run that wrote {state.weights}, whose optimizer state "
+                f"(its update count, and the gradients it accumulated) belongs to that setting. Set it as that run "
+                f"had it (its experiment.yaml), or train in a new workdir with training.init_checkpoint set to one "
+                f"of its checkpoints and training.initial_updates to its update count.")
         try:
             load_backup_weights(model, state.weights)
         except Exception as error:  # noqa: BLE001 - h5py and Keras raise many kinds; the file is named
@@ -285,7 +332,11 @@ class ResumableBackup(keras.callbacks.Callback):
         record = {"epoch": int(epoch), "batches_done": int(done),
                   "updates": int(keras.ops.convert_to_numpy(self.model.optimizer.iterations)),
                   "moving_average": has_average(self.model),
+                  "gradient_accumulation_steps": accumulation_steps(self.model.optimizer),
                   "weights_blake2b": file_digest(weights)}
+        stream = self.position(epoch, done) if self.position is not None else None
+        if stream is not None:
+            record["stream"] = stream
         metadata = write_temporary(self.metadata_path,
                                    lambda path: pathlib.Path(path).write_text(json.dumps(record), encoding="utf-8"))
         # At every instant below, one of the two pairs is whole (its digest matches), whatever is killed when.

@@ -16,7 +16,7 @@ import numpy as np
 from keras_transformer import evaluation
 from keras_transformer.files import atomic_write
 from keras_transformer.trainer.ema import averaged_weights
-from keras_transformer.workdir import epoch_checkpoints, save_weights
+from keras_transformer.workdir import rotate_checkpoints, save_weights
 
 log = logging.getLogger("keras_transformer")
 
@@ -88,7 +88,8 @@ class EpochCheckpoint(keras.callbacks.Callback):
 
     Each file is written under a temporary name and renamed, so an interrupted
     run never leaves a truncated checkpoint. With `keep` only the newest `keep`
-    files stay.
+    files stay (`workdir.rotate_checkpoints`: while a reader reads the old ones,
+    they stay until the next epoch's rotation).
 
     Args:
         directory: the checkpoint folder.
@@ -108,8 +109,7 @@ class EpochCheckpoint(keras.callbacks.Callback):
         with averaged_weights(self.model):
             save_weights(self.model, self.directory / f"ckpt-{epoch + 1:04d}.weights.h5")
         if self.keep:
-            for old in epoch_checkpoints(self.directory.parent)[:-self.keep]:
-                old.unlink(missing_ok=True)
+            rotate_checkpoints(self.directory, self.keep)  # not while a reader reads them (it deletes them later)
 
 
 class StepCheckpoint(keras.callbacks.Callback):
@@ -129,13 +129,12 @@ class StepCheckpoint(keras.callbacks.Callback):
         self._saved = None
 
     def on_train_batch_end(self, batch, logs=None):
-        step = int(self.model.optimizer.iterations.numpy())
+        step = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))  # a jax.Array on JAX with accumulation
         if step % self.every == 0 and step != self._saved and _safe(self.guard, self.model):
             self._saved = step
             with averaged_weights(self.model):
                 save_weights(self.model, self.directory / f"step-{step:08d}.weights.h5")
-            for old in sorted(self.directory.glob("step-[0-9]*.weights.h5"))[:-self.keep]:
-                old.unlink(missing_ok=True)
+            rotate_checkpoints(self.directory, self.keep, "step-[0-9]*.weights.h5")
 
 
 class LearningRateLogger(keras.callbacks.Callback):
@@ -146,7 +145,7 @@ class LearningRateLogger(keras.callbacks.Callback):
             return
         optimizer = self.model.optimizer
         logs.setdefault("learning_rate", float(np.asarray(optimizer.learning_rate)))
-        logs["step"] = int(optimizer.iterations.numpy())
+        logs["step"] = int(keras.ops.convert_to_numpy(optimizer.iterations))
 
 
 class ProgressLogger(keras.callbacks.ProgbarLogger):

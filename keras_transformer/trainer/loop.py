@@ -53,6 +53,8 @@ class TrainingData:
     num_batches: typing.Optional[int] = None  # batches per epoch of `train`, when known
     callbacks: list = dataclasses.field(default_factory=list)  # the data's own, first in `fit` (e.g. the packed
                                                                 # batches learn there which epoch is being trained)
+    stream_position: typing.Any = None  # `position(epoch, done)`: where a streamed `train` is after `done` batches
+                                        # of `epoch` (a dict the backup records); its run resumes there exactly
 
     def model_fields(self):
         """The TransformerConfig vocabulary fields this data needs."""
@@ -74,6 +76,7 @@ class TrainingResult:
     checkpoints: list  # the epoch checkpoints now in workdir/checkpoints
     strategy: typing.Any = None
     tokenizers: typing.Any = None
+    updates: int = 0  # optimizer updates this call applied (one per gradient_accumulation_steps batches)
 
 
 def batches_per_epoch(training, data):
@@ -85,8 +88,8 @@ def batches_per_epoch(training, data):
 def cooldown_updates(training, data):
     """`(first update, length)` of the linear cooldown of `training.cooldown_epochs`, or None without one.
 
-    The optimizer counts batches (accumulated or not), from
-    `training.initial_updates`; so does the schedule.
+    The schedule counts optimizer updates from `training.initial_updates`: one
+    a batch, or one every `training.gradient_accumulation_steps` batches.
     """
     if not training.cooldown_epochs:
         return None
@@ -94,8 +97,10 @@ def cooldown_updates(training, data):
     if per_epoch is None:
         raise ConfigError("training.cooldown_epochs needs the number of batches per epoch, which this data "
                           "does not tell: set training.steps_per_epoch.")
-    return (training.initial_updates + (training.epochs - training.cooldown_epochs) * per_epoch,
-            training.cooldown_epochs * per_epoch)
+    accumulation = training.gradient_accumulation_steps
+    start = training.initial_updates + (training.epochs - training.cooldown_epochs) * per_epoch // accumulation
+    end = training.initial_updates + training.epochs * per_epoch // accumulation
+    return start, max(1, end - start)
 
 
 def finished_epochs(output):
@@ -191,7 +196,8 @@ def make_callbacks(experiment, model_config, data, output, resumed_at=(0, 0), ma
     """
     training = experiment.training
     guard = NonFiniteGuard()
-    backup = ResumableBackup(output / "backup", training.backup_every_steps or "epoch", guard=guard)
+    backup = ResumableBackup(output / "backup", training.backup_every_steps or "epoch", guard=guard,
+                             position=data.stream_position)
     callbacks = [*data.callbacks, guard, LearningRateLogger(), ema.ValidateOnAverage()]
     if training.bleu_every_epochs and data.valid_pairs is not None and make_translator is not None:
         best_path = output / "checkpoints" / "best.weights.h5"
@@ -265,6 +271,7 @@ def fit_experiment(experiment, model_config, data, output, *, strategy=None, res
         raise CheckpointError(f"The backup in {backup.backup_dir} changed while the run started (it resumes at "
                               f"{restored.position if restored else (0, 0)}, not {tuple(resumed_at)}): is another "
                               f"process writing to {output}?")
+    first_update = int(keras.ops.convert_to_numpy(model.optimizer.iterations))
     validation = data.validation if training.validation else None
     fit = dict(validation_data=validation, callbacks=callbacks, verbose=progress_verbosity(training.verbose),
                shuffle=False)  # the data sources shuffle themselves
@@ -288,7 +295,8 @@ def fit_experiment(experiment, model_config, data, output, *, strategy=None, res
         ema.use_average(model)  # what was checkpointed and validated; the backup keeps the raw weights
         log.info("The model holds the moving average of its weights (training.ema_decay %g)", training.ema_decay)
     return TrainingResult(model=model, model_config=model_config, history=history.history, workdir=output,
-                          checkpoints=epoch_checkpoints(output), strategy=strategy, tokenizers=data.tokenizers)
+                          checkpoints=epoch_checkpoints(output), strategy=strategy, tokenizers=data.tokenizers,
+                          updates=int(keras.ops.convert_to_numpy(model.optimizer.iterations)) - first_update)
 
 
 def _nonfinite_message(guard, output):
@@ -315,6 +323,12 @@ def _finish_interrupted_epoch(model, data, training, resumed_at, backup, fit, re
     if not done or epoch >= training.epochs:
         return []
     per_epoch = batches_per_epoch(training, data)
+    if per_epoch is None and data.stream_position is not None:  # the stream resumes at its place: the pass's rest
+        log.info("Epoch %d was interrupted after %d batches: training the rest of its pass", epoch + 1, done)
+        backup.offset = done
+        restore = RestoreMetricState(backup.backup_dir, epoch, done, replicas=replicas)
+        fit = dict(fit, callbacks=[restore, *fit["callbacks"]])
+        return [model.fit(data.train, epochs=epoch + 1, initial_epoch=epoch, **fit)]
     if per_epoch is None:
         log.warning("Epoch %d was interrupted after %d batches, but this data does not tell its number of batches "
                     "per epoch (set training.steps_per_epoch): it trains again from its first batch.", epoch + 1, done)
