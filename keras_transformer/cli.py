@@ -29,6 +29,7 @@ import logging
 import math
 import os
 import pathlib
+import re
 import secrets
 import sys
 
