@@ -248,10 +248,10 @@ def load_or_train_tokenizers(config, directory=None):
     logger.info("Learning a %s %s vocabulary of %d from %s and %s into %s",
                 "shared" if config.shared_vocab else "separate", config.model_type, config.vocab_size,
                 config.train_source, config.train_target, directory)
-    sources, targets, _ = corpus.read_parallel_corpus(config.train_source, config.train_target, errors=config.errors)
-    return tokenizers.train_tokenizers(sources, targets, config.vocab_size, shared=config.shared_vocab,
-                                       directory=directory, model_type=config.model_type,
-                                       lowercase=config.lowercase)
+    return tokenizers.train_tokenizers_from_files(
+        config.train_source, config.train_target, config.vocab_size, shared=config.shared_vocab, directory=directory,
+        sample_size=config.vocab_sample_size, seed=config.seed or 0, errors=config.errors,
+        model_type=config.model_type, lowercase=config.lowercase)
 
 
 def batch_statistics(dataset):
