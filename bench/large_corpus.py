@@ -1,0 +1,196 @@
+"""How memory and start-up scale with the corpus: the stock EN-DE recipe on Multi30k repeated to a given size.
+
+    .venv/bin/python bench/large_corpus.py --sizes 0.5M,4.5M [--folder /big/disk/corpora] [--vocab-size 32000]
+
+For each size, the Multi30k training pairs (`../shared/data/multi30k/train.{en,de}.gz`) are repeated, in
+order, to that many pairs and written as `train.en.gz` / `train.de.gz` under `--folder` (default: a temporary
+folder, removed at the end; a given folder keeps them and a later run reuses them). Then the real command
+
+    keras-transformer train --config configs/multi30k_en_de.yaml --workdir <fresh> \
+        --set data.train_source=<corpus>/train.en.gz --set data.train_target=<corpus>/train.de.gz \
+        --set data.vocab_size=32000 --set training.checkpoint_every_steps=5 ...
+
+runs in a subprocess of its own (the `keras_transformer` it imports is the one on this process's `PYTHONPATH`,
+so a checkout can be measured by pointing `PYTHONPATH` at it). The run learns its shared vocabulary from the
+corpus, as a user's first run does. Its fifth update is seen when `checkpoints/step-00000005.weights.h5`
+appears (`training.checkpoint_every_steps=5`: written right after that update), and the run is then stopped.
+While it runs, the resident memory of its whole process tree is summed from `/proc` every 0.2 s; the peak is
+the larger of that and the largest single process's `ru_maxrss`. Linux only.
+
+Columns: pairs; peak RSS (GB); seconds from start to the vocabulary stored (the "Vocabulary of ... stored" log
+line, `-` when the run did not print it); seconds from start to the fifth update. The output of each run is kept
+in `<folder>/<size>/train.log` when `--folder` is given.
+"""
+
+import argparse
+import gzip
+import os
+import pathlib
+import re
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+MULTI30K = REPO.parent / "shared" / "data" / "multi30k"
+RECIPE = REPO / "configs" / "multi30k_en_de.yaml"
+UPDATES = 5
+
+
+def parse_size(text):
+    """'4.5M' -> 4500000, '500k' -> 500000, '29000' -> 29000."""
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kKmM]?)\s*", text)
+    if not match:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (examples: 500k, 4.5M, 29000)")
+    scale = {"": 1, "k": 1_000, "m": 1_000_000}[match.group(2).lower()]
+    return int(round(float(match.group(1)) * scale))
+
+
+def label(pairs):
+    """4500000 -> '4.5M'."""
+    if pairs >= 1_000_000:
+        return f"{pairs / 1_000_000:g}M"
+    return f"{pairs / 1_000:g}k" if pairs >= 1_000 else str(pairs)
+
+
+def build_corpus(folder, pairs):
+    """Writes `folder/train.en.gz` and `folder/train.de.gz`: Multi30k's training pairs repeated to `pairs`.
+
+    A folder that already holds a corpus of that size (its `pairs.txt`) is reused."""
+    folder.mkdir(parents=True, exist_ok=True)
+    marker = folder / "pairs.txt"
+    if marker.is_file() and marker.read_text().strip() == str(pairs):
+        return
+    for language in ("en", "de"):
+        with gzip.open(MULTI30K / f"train.{language}.gz", "rb") as handle:
+            lines = handle.read().splitlines(keepends=True)
+        block = b"".join(lines)
+        whole, rest = divmod(pairs, len(lines))
+        temporary = folder / f".train.{language}.gz.tmp"
+        with gzip.open(temporary, "wb", compresslevel=1) as out:
+            for _ in range(whole):
+                out.write(block)
+            out.write(b"".join(lines[:rest]))
+        os.replace(temporary, folder / f"train.{language}.gz")
+    marker.write_text(f"{pairs}\n")
+
+
+def tree_rss(root):
+    """Resident bytes of `root` and all its descendants, from /proc."""
+    children, rss = {}, {}
+    page = os.sysconf("SC_PAGE_SIZE")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        pid, parent = int(entry), int(fields[1])
+        children.setdefault(parent, []).append(pid)
+        rss[pid] = int(fields[21]) * page
+    total, stack = 0, [root]
+    while stack:
+        pid = stack.pop()
+        total += rss.get(pid, 0)
+        stack.extend(children.get(pid, []))
+    return total
+
+
+def run(corpus, workdir, vocab_size, extra, timeout, log_path):
+    """Runs `train` until its fifth update; returns `(peak_bytes, vocabulary_seconds, update_seconds)`."""
+    settings = [f"data.train_source={corpus / 'train.en.gz'}", f"data.train_target={corpus / 'train.de.gz'}",
+                f"data.vocab_size={vocab_size}", f"training.checkpoint_every_steps={UPDATES}", "training.epochs=1",
+                "training.verbose=2", *extra]
+    command = [sys.executable, "-m", "keras_transformer.cli", "train", "--config", str(RECIPE),
+               "--workdir", str(workdir)]
+    for setting in settings:
+        command += ["--set", setting]
+    target = workdir / "checkpoints" / f"step-{UPDATES:08d}.weights.h5"
+    start = time.perf_counter()
+    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               start_new_session=True)
+    seen = {}
+
+    def read_output():
+        with open(log_path, "wb") as log:
+            for line in process.stdout:
+                log.write(line)
+                if b"Vocabulary of" in line and "vocabulary" not in seen:
+                    seen["vocabulary"] = time.perf_counter() - start
+
+    reader = threading.Thread(target=read_output, daemon=True)
+    reader.start()
+    peak, updated = 0, None
+    try:
+        while process.poll() is None:
+            peak = max(peak, tree_rss(process.pid))
+            if target.exists():
+                updated = time.perf_counter() - start
+                break
+            if time.perf_counter() - start > timeout:
+                break
+            time.sleep(0.2)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        reader.join(timeout=10)
+    peak = max(peak, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024)  # largest single process
+    if updated is None:
+        tail = log_path.read_text(errors="replace").splitlines()[-15:]
+        raise SystemExit(f"train did not reach update {UPDATES} (exit {process.returncode}, "
+                         f"{time.perf_counter() - start:.0f} s); its output ends:\n" + "\n".join(tail))
+    return peak, seen.get("vocabulary"), updated
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="0.5M,4.5M",
+                        help="comma-separated corpus sizes in pairs (500k, 4.5M, 13.5M, ...)")
+    parser.add_argument("--folder", type=pathlib.Path, default=None,
+                        help="where the corpora are written and kept (default: a temporary folder, removed after)")
+    parser.add_argument("--vocab-size", type=int, default=32000, help="the shared vocabulary the run learns")
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="a further override for train (repeatable)")
+    parser.add_argument("--timeout", type=float, default=3600, help="seconds allowed per run")
+    args = parser.parse_args()
+    sizes = [parse_size(size) for size in args.sizes.split(",") if size.strip()]
+    if args.folder is not None and args.folder.resolve().is_relative_to(REPO):
+        parser.error(f"--folder {args.folder} is inside the repository; corpora never go there")
+    folder = args.folder or pathlib.Path(tempfile.mkdtemp(prefix="large_corpus_"))
+    rows = []
+    try:
+        for pairs in sizes:
+            corpus = folder / label(pairs)
+            start = time.perf_counter()
+            build_corpus(corpus, pairs)
+            print(f"{label(pairs)} pairs: corpus ready in {time.perf_counter() - start:.0f} s ({corpus})",
+                  flush=True)
+            workdir = pathlib.Path(tempfile.mkdtemp(prefix="run_", dir=folder))
+            try:
+                peak, vocabulary, updated = run(corpus, workdir, args.vocab_size, args.set, args.timeout,
+                                                corpus / "train.log")
+            finally:
+                shutil.rmtree(workdir, ignore_errors=True)
+            rows.append((pairs, peak, vocabulary, updated))
+            print(f"{label(pairs)} pairs: peak RSS {peak / 1e9:.2f} GB, update {UPDATES} after {updated:.0f} s",
+                  flush=True)
+    finally:
+        if args.folder is None:
+            shutil.rmtree(folder, ignore_errors=True)
+    print(f"\n| pairs | peak RSS (GB) | vocabulary stored (s) | update {UPDATES} (s) |")
+    print("| ---: | ---: | ---: | ---: |")
+    for pairs, peak, vocabulary, updated in rows:
+        stored = "-" if vocabulary is None else f"{vocabulary:.0f}"
+        print(f"| {label(pairs)} | {peak / 1e9:.2f} | {stored} | {updated:.0f} |")
+
+
+if __name__ == "__main__":
+    main()
