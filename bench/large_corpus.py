@@ -10,8 +10,9 @@ folder, removed at the end; a given folder keeps them and a later run reuses the
         --set data.train_source=<corpus>/train.en.gz --set data.train_target=<corpus>/train.de.gz \
         --set data.vocab_size=32000 --set training.checkpoint_every_steps=5 ...
 
-runs in a subprocess of its own (the `keras_transformer` it imports is the one on this process's `PYTHONPATH`,
-so a checkout can be measured by pointing `PYTHONPATH` at it). The run learns its shared vocabulary from the
+runs in a subprocess of its own, from the corpus folder, with the recipe's relative file paths made absolute and
+`--tree` (default: this checkout) first on `PYTHONPATH`, so `--tree ../other-checkout` measures another version
+of the package (the path of the package imported is printed). The run learns its shared vocabulary from the
 corpus, as a user's first run does. Its fifth update is seen when `checkpoints/step-00000005.weights.h5`
 appears (`training.checkpoint_every_steps=5`: written right after that update), and the run is then stopped.
 While it runs, the resident memory of its whole process tree is summed from `/proc` every 0.2 s; the peak is
@@ -24,6 +25,7 @@ in `<folder>/<size>/train.log` when `--folder` is given.
 
 import argparse
 import gzip
+import json
 import os
 import pathlib
 import re
@@ -103,26 +105,42 @@ def tree_rss(root):
     return total
 
 
-def run(corpus, workdir, vocab_size, extra, timeout, log_path):
+def absolute_paths():
+    """`--set` overrides that make the recipe's relative data paths absolute (relative to this checkout)."""
+    import yaml
+
+    data = yaml.safe_load(RECIPE.read_text(encoding="utf-8"))["data"]
+    return [f"data.{key}={json.dumps(str((REPO / value).resolve()))}" for key, value in data.items()
+            if isinstance(value, str) and value.startswith("..")]
+
+
+def environment(tree):
+    """The environment of the subprocesses: `tree` first on PYTHONPATH."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(tree)] + [p for p in [env.get("PYTHONPATH")] if p])
+    return env
+
+
+def run(corpus, workdir, vocab_size, extra, timeout, log_path, env):
     """Runs `train` until its fifth update; returns `(peak_bytes, vocabulary_seconds, update_seconds)`."""
-    settings = [f"data.train_source={corpus / 'train.en.gz'}", f"data.train_target={corpus / 'train.de.gz'}",
-                f"data.vocab_size={vocab_size}", f"training.checkpoint_every_steps={UPDATES}", "training.epochs=1",
-                "training.verbose=2", *extra]
+    settings = [*absolute_paths(), f"data.train_source={corpus / 'train.en.gz'}",
+                f"data.train_target={corpus / 'train.de.gz'}", f"data.vocab_size={vocab_size}",
+                f"training.checkpoint_every_steps={UPDATES}", "training.epochs=1", "training.verbose=2", *extra]
     command = [sys.executable, "-m", "keras_transformer.cli", "train", "--config", str(RECIPE),
                "--workdir", str(workdir)]
     for setting in settings:
         command += ["--set", setting]
     target = workdir / "checkpoints" / f"step-{UPDATES:08d}.weights.h5"
     start = time.perf_counter()
-    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               start_new_session=True)
+    process = subprocess.Popen(command, cwd=corpus, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               start_new_session=True, env=env)
     seen = {}
 
     def read_output():
         with open(log_path, "wb") as log:
             for line in process.stdout:
                 log.write(line)
-                if b"Vocabulary of" in line and "vocabulary" not in seen:
+                if b"Vocabulary of" in line and b"stored in" in line and "vocabulary" not in seen:
                     seen["vocabulary"] = time.perf_counter() - start
 
     reader = threading.Thread(target=read_output, daemon=True)
@@ -160,7 +178,13 @@ def main():
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="a further override for train (repeatable)")
     parser.add_argument("--timeout", type=float, default=3600, help="seconds allowed per run")
+    parser.add_argument("--tree", type=pathlib.Path, default=REPO,
+                        help="the checkout whose keras_transformer is measured (default: this one)")
     args = parser.parse_args()
+    env = environment(args.tree.resolve())
+    package = subprocess.run([sys.executable, "-c", "import keras_transformer; print(keras_transformer.__file__)"],
+                             env=env, cwd=tempfile.gettempdir(), capture_output=True, text=True, check=True)
+    print(f"keras_transformer: {package.stdout.strip()}", flush=True)
     sizes = [parse_size(size) for size in args.sizes.split(",") if size.strip()]
     if args.folder is not None and args.folder.resolve().is_relative_to(REPO):
         parser.error(f"--folder {args.folder} is inside the repository; corpora never go there")
@@ -176,7 +200,7 @@ def main():
             workdir = pathlib.Path(tempfile.mkdtemp(prefix="run_", dir=folder))
             try:
                 peak, vocabulary, updated = run(corpus, workdir, args.vocab_size, args.set, args.timeout,
-                                                corpus / "train.log")
+                                                corpus / "train.log", env)
             finally:
                 shutil.rmtree(workdir, ignore_errors=True)
             rows.append((pairs, peak, vocabulary, updated))
