@@ -21,6 +21,10 @@ the larger of that and the largest single process's `ru_maxrss`. Linux only.
 Columns: pairs; peak RSS (GB); seconds from start to the vocabulary stored (the "Vocabulary of ... stored" log
 line, `-` when the run did not print it); seconds from start to the fifth update. The output of each run is kept
 in `<folder>/<size>/train.log` when `--folder` is given.
+
+With `--packed`, the packed path instead: `keras-transformer pack` with the same overrides (peak RSS and seconds
+to its end), then `python -m keras_transformer.arrays WORKDIR --epochs 1` (peak RSS and seconds to its fifth
+update, seen the same way); logs in `pack.log` and `arrays.log`.
 """
 
 import argparse
@@ -118,21 +122,25 @@ def environment(tree):
     """The environment of the subprocesses: `tree` first on PYTHONPATH."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(tree)] + [p for p in [env.get("PYTHONPATH")] if p])
+    env["PYTHONUNBUFFERED"] = "1"  # log lines reach the pipe as they are written: their times are the events'
     return env
 
 
-def run(corpus, workdir, vocab_size, extra, timeout, log_path, env):
-    """Runs `train` until its fifth update; returns `(peak_bytes, vocabulary_seconds, update_seconds)`."""
-    settings = [*absolute_paths(), f"data.train_source={corpus / 'train.en.gz'}",
-                f"data.train_target={corpus / 'train.de.gz'}", f"data.vocab_size={vocab_size}",
-                f"training.checkpoint_every_steps={UPDATES}", "training.epochs=1", "training.verbose=2", *extra]
-    command = [sys.executable, "-m", "keras_transformer.cli", "train", "--config", str(RECIPE),
-               "--workdir", str(workdir)]
-    for setting in settings:
-        command += ["--set", setting]
-    target = workdir / "checkpoints" / f"step-{UPDATES:08d}.weights.h5"
+def settings(corpus, vocab_size, extra):
+    """The `--set` overrides of a run on `corpus`."""
+    return [*absolute_paths(), f"data.train_source={corpus / 'train.en.gz'}",
+            f"data.train_target={corpus / 'train.de.gz'}", f"data.vocab_size={vocab_size}",
+            f"training.checkpoint_every_steps={UPDATES}", "training.epochs=1", "training.verbose=2", *extra]
+
+
+def measure(command, cwd, env, target, timeout, log_path):
+    """Runs `command` until the file `target` appears (then stops it), or to its end when `target` is None.
+
+    Returns `(peak_bytes, vocabulary_seconds, seconds)`: the peak RSS of its process tree, when it logged its
+    vocabulary stored (None if it did not), and when `target` appeared (or the command ended)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     start = time.perf_counter()
-    process = subprocess.Popen(command, cwd=corpus, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                start_new_session=True, env=env)
     seen = {}
 
@@ -145,12 +153,12 @@ def run(corpus, workdir, vocab_size, extra, timeout, log_path, env):
 
     reader = threading.Thread(target=read_output, daemon=True)
     reader.start()
-    peak, updated = 0, None
+    peak, done = 0, None
     try:
         while process.poll() is None:
             peak = max(peak, tree_rss(process.pid))
-            if target.exists():
-                updated = time.perf_counter() - start
+            if target is not None and target.exists():
+                done = time.perf_counter() - start
                 break
             if time.perf_counter() - start > timeout:
                 break
@@ -160,12 +168,41 @@ def run(corpus, workdir, vocab_size, extra, timeout, log_path, env):
             os.killpg(process.pid, signal.SIGKILL)
         process.wait()
         reader.join(timeout=10)
-    peak = max(peak, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024)  # largest single process
-    if updated is None:
+    if target is None and process.returncode == 0:
+        done = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    if after > before:  # this command's largest process (the maximum over every child waited for so far)
+        peak = max(peak, after * 1024)
+    if done is None:
         tail = log_path.read_text(errors="replace").splitlines()[-15:]
-        raise SystemExit(f"train did not reach update {UPDATES} (exit {process.returncode}, "
+        what = f"reach update {UPDATES}" if target is not None else "finish"
+        raise SystemExit(f"{' '.join(command[:4])} did not {what} (exit {process.returncode}, "
                          f"{time.perf_counter() - start:.0f} s); its output ends:\n" + "\n".join(tail))
-    return peak, seen.get("vocabulary"), updated
+    return peak, seen.get("vocabulary"), done
+
+
+def run_train(corpus, workdir, vocab_size, extra, timeout, env):
+    """`train` to its fifth update: `(peak_bytes, vocabulary_seconds, update_seconds)`."""
+    command = [sys.executable, "-m", "keras_transformer.cli", "train", "--config", str(RECIPE),
+               "--workdir", str(workdir)]
+    for setting in settings(corpus, vocab_size, extra):
+        command += ["--set", setting]
+    target = workdir / "checkpoints" / f"step-{UPDATES:08d}.weights.h5"
+    return measure(command, corpus, env, target, timeout, corpus / "train.log")
+
+
+def run_packed(corpus, workdir, vocab_size, extra, timeout, env):
+    """`pack`, then `python -m keras_transformer.arrays` to its fifth update:
+    `(pack_peak, pack_seconds, train_peak, update_seconds)`."""
+    command = [sys.executable, "-m", "keras_transformer.cli", "pack", "--config", str(RECIPE),
+               "--workdir", str(workdir)]
+    for setting in settings(corpus, vocab_size, extra):
+        command += ["--set", setting]
+    pack_peak, _, pack_seconds = measure(command, corpus, env, None, timeout, corpus / "pack.log")
+    command = [sys.executable, "-m", "keras_transformer.arrays", str(workdir), "--epochs", "1"]
+    target = workdir / "checkpoints" / f"step-{UPDATES:08d}.weights.h5"
+    train_peak, _, updated = measure(command, corpus, env, target, timeout, corpus / "arrays.log")
+    return pack_peak, pack_seconds, train_peak, updated
 
 
 def main():
@@ -178,6 +215,9 @@ def main():
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="a further override for train (repeatable)")
     parser.add_argument("--timeout", type=float, default=3600, help="seconds allowed per run")
+    parser.add_argument("--packed", action="store_true",
+                        help="measure the packed path instead: `pack` (peak RSS, seconds), then "
+                             "`python -m keras_transformer.arrays` to its fifth update (peak RSS, seconds)")
     parser.add_argument("--tree", type=pathlib.Path, default=REPO,
                         help="the checkout whose keras_transformer is measured (default: this one)")
     args = parser.parse_args()
@@ -199,16 +239,21 @@ def main():
                   flush=True)
             workdir = pathlib.Path(tempfile.mkdtemp(prefix="run_", dir=folder))
             try:
-                peak, vocabulary, updated = run(corpus, workdir, args.vocab_size, args.set, args.timeout,
-                                                corpus / "train.log", env)
+                run = run_packed if args.packed else run_train
+                rows.append((pairs, *run(corpus, workdir, args.vocab_size, args.set, args.timeout, env)))
             finally:
                 shutil.rmtree(workdir, ignore_errors=True)
-            rows.append((pairs, peak, vocabulary, updated))
-            print(f"{label(pairs)} pairs: peak RSS {peak / 1e9:.2f} GB, update {UPDATES} after {updated:.0f} s",
-                  flush=True)
+            print(f"{label(pairs)} pairs: {rows[-1][1:]}", flush=True)
     finally:
         if args.folder is None:
             shutil.rmtree(folder, ignore_errors=True)
+    if args.packed:
+        print(f"\n| pairs | pack: peak RSS (GB) | pack (s) | arrays: peak RSS (GB) | arrays: update {UPDATES} (s) |")
+        print("| ---: | ---: | ---: | ---: | ---: |")
+        for pairs, pack_peak, pack_seconds, train_peak, updated in rows:
+            print(f"| {label(pairs)} | {pack_peak / 1e9:.2f} | {pack_seconds:.0f} | {train_peak / 1e9:.2f} | "
+                  f"{updated:.0f} |")
+        return
     print(f"\n| pairs | peak RSS (GB) | vocabulary stored (s) | update {UPDATES} (s) |")
     print("| ---: | ---: | ---: | ---: |")
     for pairs, peak, vocabulary, updated in rows:
