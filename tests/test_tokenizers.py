@@ -368,3 +368,13 @@ def test_a_vocabulary_from_a_sample_of_a_repeated_corpus_is_the_corpus_own(multi
     assert shared > 0.95 and abs(ratio - 1) < 0.005
     other = train_tokenizers(multi30k_train_pairs[0][5000:8000], multi30k_train_pairs[1][5000:8000], 2000)[0]
     assert compared(other)[0] < 0.9  # the comparison tells vocabularies of different text apart
+
+
+def test_a_sampled_line_with_invalid_utf8_is_named_by_file_and_line(tmp_path):
+    from keras_transformer.data.corpus import CorpusError
+    from keras_transformer.data.tokenizers import sample_files
+    path = tmp_path / "train.de"
+    path.write_bytes(b"\xef\xbb\xbfEin Hund.\r\n\n  \nZwei M\xe4nner.\n")
+    with pytest.raises(CorpusError, match=rf"{path}:4: invalid UTF-8 \(byte 6"):
+        sample_files(path, None)
+    assert sample_files(path, None, errors="replace") == (["Ein Hund.", "Zwei M\ufffdnner."], 4)  # bom, blanks gone

@@ -58,6 +58,7 @@ import json
 import logging
 import math
 import os
+import random
 import re
 import time
 
@@ -719,7 +720,7 @@ def reservoir_sample(items, size, seed=0):
     Args:
         items: any iterable, read once.
         size: the sample's size; None takes every item.
-        seed: seeds `numpy.random.default_rng` (an int or a sequence of ints).
+        seed: an int or a sequence of ints (through `numpy.random.SeedSequence`).
 
     Returns:
         ``(sample, count)``: a list of ``min(size, count)`` items (in no
@@ -736,38 +737,55 @@ def reservoir_sample(items, size, seed=0):
     if size is None:
         sample = list(items)
         return sample, len(sample)
+    iterator = iter(items)
+    chunks = ((chunk, None) for chunk in iter(lambda: list(itertools.islice(iterator, 1 << 16)), []))
+    sample, count = _reservoir(chunks, size, seed)
+    return [item for _, _, item in sample], count
+
+
+def _reservoir(chunks, size, seed):
+    """`reservoir_sample` over `(items, tag)` chunks: `([(tag, index in its chunk, item), ...], count)`.
+
+    The random numbers, and so the sample, depend only on the items' positions
+    in the whole stream, not on how it is cut into chunks; work is done per item
+    drawn, not per item read, so a chunk's items cost only their reading.
+    """
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
         raise ValueError(f"A sample size must be a positive integer or None, got {size!r}.")
-    iterator = iter(items)
-    reservoir = list(itertools.islice(iterator, size))
-    count = len(reservoir)
-    if count < size:
-        return reservoir, count
-    rng = np.random.default_rng(seed)
+    # Python's generator (seeded through numpy's SeedSequence, which takes an int or a sequence of ints): a draw
+    # costs a tenth of a numpy scalar draw, and a large sample takes about size * log(n / size) of them.
+    rng = random.Random(int(np.random.SeedSequence(seed).generate_state(1, np.uint64)[0]))
 
     def uniform():  # in (0, 1]: its logarithm is finite
         return 1.0 - rng.random()
 
-    weight = math.exp(math.log(uniform()) / size)
-    while True:
-        skip = math.floor(math.log(uniform()) / math.log1p(-weight)) if weight < 1 else 0
-        skipped = sum(1 for _ in itertools.islice(iterator, skip))
-        item = next(iterator, _END)
-        count += skipped
-        if item is _END:
-            return reservoir, count
-        count += 1
-        reservoir[int(rng.integers(size))] = item
-        weight *= math.exp(math.log(uniform()) / size)
+    def skip():
+        return math.floor(math.log(uniform()) / math.log1p(-weight)) if weight < 1 else 0
 
-
-_END = object()
+    reservoir, count, weight, pick = [], 0, None, None  # pick: the stream position drawn next
+    for items, tag in chunks:
+        first, count = count, count + len(items)
+        if len(reservoir) < size:
+            taken = min(size - len(reservoir), len(items))
+            reservoir.extend((tag, index, items[index]) for index in range(taken))
+            if len(reservoir) == size:
+                weight = math.exp(math.log(uniform()) / size)
+                pick = first + taken + skip()
+        while pick is not None and pick < count:
+            reservoir[rng.randrange(size)] = (tag, pick - first, items[pick - first])
+            weight *= math.exp(math.log(uniform()) / size)
+            pick += 1 + skip()
+    return reservoir, count
 
 
 def sample_files(files, size, seed=0, errors="strict"):
-    """A uniform sample of at most `size` non-blank lines of one file or a list of files, read in one pass.
+    """A uniform sample of at most `size` lines of one file or a list of files, read in one pass; blank lines
+    drawn are dropped.
 
-    The files (plain or gzip UTF-8) are streamed line by line into `reservoir_sample`.
+    The files (plain or gzip UTF-8) are read in large blocks split into lines
+    of bytes; `reservoir_sample`'s draws index into them, and only the lines
+    drawn are decoded (and checked: the training pipeline reads every line and
+    checks them all), so the pass runs at the speed of reading.
 
     Args:
         files: one path or a list of paths; every one is checked before any is read.
@@ -776,33 +794,65 @@ def sample_files(files, size, seed=0, errors="strict"):
         errors: ``"strict"`` (invalid UTF-8 raises `corpus.CorpusError` naming file and line) or ``"replace"``.
 
     Returns:
-        ``(sentences, count)``: the sampled lines and the number of non-blank lines read.
+        ``(sentences, count)``: the sampled lines that are not blank, and the number of lines read.
 
     Example:
 
     >>> import pathlib, tempfile
     >>> path = pathlib.Path(tempfile.mkdtemp()) / "a.txt"
-    >>> _ = path.write_text("".join(f"line {i}\\n" for i in range(100)) + "\\n", encoding="utf-8")
+    >>> _ = path.write_text("".join(f"line {i}\\n" for i in range(100)), encoding="utf-8")
     >>> sentences, count = sample_files(path, 10, seed=0)
     >>> len(sentences), count, sentences == sample_files(path, 10, seed=0)[0]
     (10, 100, True)
     """
+    if errors not in textfile.ERROR_MODES:
+        raise ValueError(f"errors must be one of {textfile.ERROR_MODES}, got {errors!r}.")
     _check_files(files)
-    paths = [files] if isinstance(files, (str, os.PathLike)) else list(files)
-    return reservoir_sample(_file_sentences(paths, errors), size, seed)
+    paths = [os.fspath(path) for path in ([files] if isinstance(files, (str, os.PathLike)) else files)]
+    if size is None:
+        sample, count = [], 0
+        for lines, tag in _line_blocks(paths):
+            sample.extend((tag, index, line) for index, line in enumerate(lines))
+            count += len(lines)
+    else:
+        sample, count = _reservoir(_line_blocks(paths), size, seed)
+    sentences = []
+    for (path, first), index, raw in sample:
+        raw, number = raw.rstrip(b"\r"), first + index
+        if number == 1 and raw.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte-order mark
+            raw = raw[3:]
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            if errors == "strict":
+                raise corpus.CorpusError(f"{path}:{number}: invalid UTF-8 (byte {error.start} of the line: "
+                                         f"{raw[error.start:error.end]!r}); fix the file or read it with "
+                                         "errors='replace' to replace bad bytes with U+FFFD.") from None
+            line = raw.decode("utf-8", errors="replace")
+        if line.strip():
+            sentences.append(line)
+    return sentences, count
 
 
-def _file_sentences(paths, errors):
-    """The non-blank lines of `paths`, streamed."""
+def _line_blocks(paths, block=1 << 22):
+    """The lines of `paths` (bytes, split on ``\\n`` only, as `textfile` splits) in lists of a block's lines,
+    each with its tag `(path, number of its first line)`."""
     for path in paths:
+        number, rest = 1, b""
         with textfile.open_binary(path) as handle:
             try:
-                for line, _ in textfile.iter_stream(handle, os.fspath(path), errors):
-                    if line.strip():
-                        yield line
-            except textfile.InvalidUTF8Error as error:
-                raise corpus.CorpusError(f"{error}; fix the file or read it with errors='replace' to replace bad "
-                                         "bytes with U+FFFD.") from None
+                while True:
+                    data = handle.read(block)
+                    if not data:
+                        break
+                    lines = (rest + data).split(b"\n")
+                    rest = lines.pop()
+                    yield lines, (path, number)
+                    number += len(lines)
+            except EOFError:
+                raise ValueError(f"{path}: the gzip data ends before its end marker (a truncated file?)") from None
+        if rest:
+            yield [rest], (path, number)
 
 
 def _learn_sentencepiece(sentences, vocab_size, model_type, lowercase, byte_fallback, character_coverage,
