@@ -63,7 +63,6 @@ import re
 import time
 
 import numpy as np
-
 import tensorflow as tf
 import tensorflow_text as tf_text
 from tensorflow_text.python.ops import sentencepiece_tokenizer as _tf_text_sentencepiece
