@@ -219,13 +219,13 @@ def build_parser():
     average.add_argument("--output", metavar="FILE", help="default: WORKDIR/averaged.weights.h5")
 
     pack = commands.add_parser(
-        "pack", help="tokenize a config's data into WORKDIR/arrays.npz for training on another backend",
+        "pack", help="tokenize a config's data into WORKDIR/arrays/ for training on another backend",
         description="Learns or loads the vocabulary as train does and writes the tokenized training and validation "
-                    "pairs to WORKDIR/arrays.npz with the experiment and model configs. Train the folder on any "
+                    "pairs to WORKDIR/arrays/ with the experiment and model configs. Train the folder on any "
                     "Keras backend (JAX on a GPU machine without TensorFlow) with "
                     "`python -m keras_transformer.arrays WORKDIR`; evaluate, translate and export read it here "
                     "(docs/gpu.md).")
-    _experiment_arguments(pack, "the folder to write (vocabulary, configs, arrays.npz)")
+    _experiment_arguments(pack, "the folder to write (vocabulary, configs, arrays/)")
 
     serve = commands.add_parser(
         "serve", help="serve a model over HTTP (TensorFlow Serving's REST API, /translate)",

@@ -86,6 +86,8 @@ class DataConfig:
     vocab_size: int = 10000  # ids incl. pad/unk/bos/eos; ~10k joint BPE is the best published Multi30k setting
     shared_vocab: bool = True  # one vocabulary for both languages (needed for tie_embeddings="all")
     lowercase: bool = False  # case-fold text before learning and tokenizing (output is then lowercase)
+    vocab_sample_size: typing.Optional[int] = 1_000_000  # sentences the vocabulary is learned from, drawn uniformly
+                                                         # in one pass (half per side when shared); null: every one
     subword_dropout: float = 0.0  # BPE-dropout in training: each merge skipped with this probability, anew each
                                   # pass (SentencePiece "bpe" only; 0 is off; validation and inference never sample)
     subword_dropout_sides: str = "both"  # which sides BPE-dropout samples: "both", "source" or "target"
@@ -102,6 +104,10 @@ class DataConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"DataConfig.{name} must be a positive integer, got {value!r}.")
+        if self.vocab_sample_size is not None and (not _is_integer(self.vocab_sample_size)
+                                                   or self.vocab_sample_size < 2):
+            raise ValueError(f"DataConfig.vocab_sample_size must be an integer of at least 2 or None (every "
+                             f"sentence), got {self.vocab_sample_size!r}.")
         if self.max_length < 2:
             raise ValueError(f"DataConfig.max_length must be at least 2 (bos/eos plus a token), got {self.max_length}.")
         if self.tokens_per_batch < self.max_length:
