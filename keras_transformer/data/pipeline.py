@@ -633,7 +633,8 @@ def load_or_train_tokenizers(config, directory=None):
     return tokenizers.train_tokenizers_from_files(
         [item["source"] for item in training_corpora], [item["target"] for item in training_corpora],
         config.vocab_size, shared=config.shared_vocab, directory=directory, sample_size=config.vocab_sample_size,
-        seed=config.seed or 0, errors=config.errors, model_type=config.model_type, lowercase=config.lowercase)
+        seed=config.seed or 0, errors=config.errors, max_lines=[item["max_pairs"] for item in training_corpora],
+        model_type=config.model_type, lowercase=config.lowercase)
 
 
 def batch_statistics(dataset):

@@ -515,7 +515,7 @@ def train_tokenizers(source_texts, target_texts, vocab_size, shared=True, direct
 
 
 def train_tokenizers_from_files(source_files, target_files, vocab_size, shared=True, directory=None,
-                                sample_size=None, seed=0, errors="strict", **options):
+                                sample_size=None, seed=0, errors="strict", max_lines=None, **options):
     """Learns the source and target tokenizers from text files, shared (one vocabulary) or separate.
 
     The files are streamed: with a `sample_size`, what is held in memory and
@@ -534,6 +534,8 @@ def train_tokenizers_from_files(source_files, target_files, vocab_size, shared=T
             half of them from each side. None: every sentence.
         seed: the seed of that draw (the same seed draws the same sentences).
         errors: invalid UTF-8: ``"strict"`` fails naming the file and line, ``"replace"`` uses U+FFFD.
+        max_lines: read only the first lines of each file: one count for every file, or a list of counts (or
+            None) in the order of a side's files; None reads them whole.
         **options: passed to `SubwordTokenizer.train` (``model_type``, ``lowercase``, ...).
 
     Returns:
@@ -557,8 +559,8 @@ def train_tokenizers_from_files(source_files, target_files, vocab_size, shared=T
     _check_files(source_files)
     _check_files(target_files)
     sides = (source_files, target_files)
-    return _train_pair(lambda side, size: sample_files(sides[side], size, (seed, side), errors), vocab_size, shared,
-                       directory, sample_size, options)
+    return _train_pair(lambda side, size: sample_files(sides[side], size, (seed, side), errors, max_lines),
+                       vocab_size, shared, directory, sample_size, options)
 
 
 def _train_pair(draw, vocab_size, shared, directory, sample_size, options):
@@ -777,7 +779,7 @@ def _reservoir(chunks, size, seed):
     return reservoir, count
 
 
-def sample_files(files, size, seed=0, errors="strict"):
+def sample_files(files, size, seed=0, errors="strict", max_lines=None):
     """A uniform sample of at most `size` lines of one file or a list of files, read in one pass; blank lines
     drawn are dropped.
 
@@ -791,6 +793,8 @@ def sample_files(files, size, seed=0, errors="strict"):
         size: the sample's size; None takes every line.
         seed: the seed of the draw.
         errors: ``"strict"`` (invalid UTF-8 raises `corpus.CorpusError` naming file and line) or ``"replace"``.
+        max_lines: read only the first lines of each file: one count for all, or a list of counts (or None)
+            matching `files`; None reads every line.
 
     Returns:
         ``(sentences, count)``: the sampled lines that are not blank, and the number of lines read.
@@ -803,18 +807,23 @@ def sample_files(files, size, seed=0, errors="strict"):
     >>> sentences, count = sample_files(path, 10, seed=0)
     >>> len(sentences), count, sentences == sample_files(path, 10, seed=0)[0]
     (10, 100, True)
+    >>> sorted(sample_files(path, None, max_lines=3)[0])
+    ['line 0', 'line 1', 'line 2']
     """
     if errors not in textfile.ERROR_MODES:
         raise ValueError(f"errors must be one of {textfile.ERROR_MODES}, got {errors!r}.")
     _check_files(files)
     paths = [os.fspath(path) for path in ([files] if isinstance(files, (str, os.PathLike)) else files)]
+    limits = list(max_lines) if isinstance(max_lines, (list, tuple)) else [max_lines] * len(paths)
+    if len(limits) != len(paths):
+        raise ValueError(f"max_lines has {len(limits)} counts for {len(paths)} files.")
     if size is None:
         sample, count = [], 0
-        for lines, tag in _line_blocks(paths):
+        for lines, tag in _line_blocks(paths, limits):
             sample.extend((tag, index, line) for index, line in enumerate(lines))
             count += len(lines)
     else:
-        sample, count = _reservoir(_line_blocks(paths), size, seed)
+        sample, count = _reservoir(_line_blocks(paths, limits), size, seed)
     sentences = []
     for (path, first), index, raw in sample:
         raw, number = raw.rstrip(b"\r"), first + index
@@ -833,24 +842,27 @@ def sample_files(files, size, seed=0, errors="strict"):
     return sentences, count
 
 
-def _line_blocks(paths, block=1 << 22):
+def _line_blocks(paths, limits, block=1 << 22):
     """The lines of `paths` (bytes, split on ``\\n`` only, as `textfile` splits) in lists of a block's lines,
-    each with its tag `(path, number of its first line)`."""
-    for path in paths:
+    each with its tag `(path, number of its first line)`; a path's limit (None: no limit) ends it after that
+    many lines."""
+    for path, limit in zip(paths, limits):
         number, rest = 1, b""
         with textfile.open_binary(path) as handle:
             try:
-                while True:
+                while limit is None or number <= limit:
                     data = handle.read(block)
                     if not data:
                         break
                     lines = (rest + data).split(b"\n")
                     rest = lines.pop()
+                    if limit is not None and number + len(lines) > limit:
+                        lines, rest = lines[:limit - number + 1], b""
                     yield lines, (path, number)
                     number += len(lines)
             except EOFError:
                 raise ValueError(f"{path}: the gzip data ends before its end marker (a truncated file?)") from None
-        if rest:
+        if rest and (limit is None or number <= limit):
             yield [rest], (path, number)
 
 
