@@ -139,11 +139,12 @@ CT2_WORKER = COMMON + r"""
 setup = json.loads(sys.stdin.readline())
 sys.path.insert(0, setup["repo"])
 from keras_transformer.ctranslate2_translator import CTranslate2Translator  # no Keras, no TensorFlow
+threads = {} if setup["threads"] is None else {"intra_threads": setup["threads"], "inter_threads": 1}
 translator = CTranslate2Translator(setup["model"], beam_size=setup["beam_size"], alpha=setup["alpha"],
                                           max_extra=setup["max_extra"], compute_type=setup["compute_type"],
-                                          intra_threads=setup["threads"], inter_threads=1,
-                                          exact_limits=setup["exact_limits"])
+                                          exact_limits=setup["exact_limits"], **threads)
 assert "tensorflow" not in sys.modules and "keras" not in sys.modules, "the CTranslate2 worker imported Keras"
+print(json.dumps({"backend": translator.cpu_backend, "intra_threads": translator.intra_threads}), file=sys.stderr)
 serve(translator.translate, setup)
 """
 
@@ -155,7 +156,9 @@ class Worker:
         command = [sys.executable, "-c", script]
         if cpus:
             command = ["taskset", "-c", cpus] + command
-        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "OMP_NUM_THREADS": str(setup["threads"]), **(env or {})}
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", **(env or {})}
+        if setup["threads"] is not None:  # None: the engine's own choice
+            env["OMP_NUM_THREADS"] = str(setup["threads"])
         self.name = name
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
                                         cwd=REPO)
@@ -260,6 +263,11 @@ def main():
                         help="XLA_FLAGS for the SavedModel worker (default: --xla_cpu_multi_thread_eigen=false "
                              "with one intra-op thread, as configure_threads sets; '' for none)")
     parser.add_argument("--ct2-threads", type=int, default=1, help="CTranslate2 intra_threads (inter_threads: 1)")
+    parser.add_argument("--ct2-variants", default="",
+                        help="comma-separated CTranslate2 float32 engines by CPU backend and intra_threads, each in "
+                             "its own worker: dnnl-1, mkl-2, ... (CT2_USE_MKL=0 or 1 in the worker, before "
+                             "ctranslate2 is imported), and auto (CTranslate2Translator's own choice of both: "
+                             "no CT2_USE_MKL, no OMP_NUM_THREADS, no thread arguments); named ct2-float32-<variant>")
     parser.add_argument("--cpus", default=None, help="pin every worker to these CPUs with taskset, e.g. 0 or 0-3")
     parser.add_argument("--engines", default="savedmodel,ct2-float32,ct2-int8",
                         help="comma-separated: savedmodel, savedmodel-no-xla (the same export without XLA), "
@@ -312,16 +320,27 @@ def main():
             "ct2-float32": (CT2_WORKER, {**common, "model": ct2, "compute_type": "float32"}),
             "ct2-int8": (CT2_WORKER, {**common, "model": ct2, "compute_type": "int8"}),
         }
-        for name in ("ct2-float32", "ct2-int8"):
-            engines[name][1].update(repo=str(REPO),
-                                    threads=args.ct2_threads, beam_size=args.beam_size, alpha=args.alpha,
-                                    max_extra=args.max_extra, exact_limits=not args.ct2_batch_limits)
-        names = [n for n in args.engines.split(",") if n]
+        worker_env = {}
+        for variant in [v for v in args.ct2_variants.split(",") if v]:
+            backend, _, threads = variant.partition("-")
+            if variant != "auto" and (backend not in ("dnnl", "mkl") or not threads.isdigit()):
+                parser.error(f"--ct2-variants: {variant!r} is not auto, dnnl-N or mkl-N")
+            engines[f"ct2-float32-{variant}"] = (CT2_WORKER, {**common, "model": ct2, "compute_type": "float32",
+                                                              "threads": int(threads) if threads else None})
+            worker_env[f"ct2-float32-{variant}"] = ({} if variant == "auto" else
+                                                    {"CT2_USE_MKL": "1" if backend == "mkl" else "0"})
+        for name, (script, setup) in engines.items():
+            if script is CT2_WORKER:
+                setup.update(repo=str(REPO), beam_size=args.beam_size, alpha=args.alpha, max_extra=args.max_extra,
+                             exact_limits=not args.ct2_batch_limits)
+                setup.setdefault("threads", args.ct2_threads)
+        names = [n for n in args.engines.split(",") if n] + [f"ct2-float32-{v}" for v in args.ct2_variants.split(",")
+                                                            if v]
         if "savedmodel-baseline" in names and not args.baseline:
             parser.error("the engine savedmodel-baseline needs --baseline DIR")
-        worker_env = {"savedmodel": {"XLA_FLAGS": xla_flags}, "savedmodel-no-xla": {"XLA_FLAGS": xla_flags},
+        worker_env.update({"savedmodel": {"XLA_FLAGS": xla_flags}, "savedmodel-no-xla": {"XLA_FLAGS": xla_flags},
                       "savedmodel-baseline": {"XLA_FLAGS": xla_flags},
-                      "savedmodel-eigen-pool": {"XLA_FLAGS": os.environ.get("XLA_FLAGS", "")}}
+                      "savedmodel-eigen-pool": {"XLA_FLAGS": os.environ.get("XLA_FLAGS", "")}})
         workers = {name: Worker(name, *engines[name], cpus=args.cpus, env=worker_env.get(name))  # one at a time
                    for name in names}
         results = {name: [] for name in names}
@@ -378,11 +397,13 @@ def main():
               f"{row['file_order']['cpu_seconds']:>10.1f} {row['sorted']['cpu_seconds']:>10.1f} "
               f"{row['bleu_multi30k']:>8.2f} {row['sacrebleu']:>10.2f} "
               f"{'-' if same is None else f'{same}/{len(sentences)}':>10} {row['warmup_seconds']:>10.1f}")
-    if "savedmodel" in results:
-        print("\nEach engine / SavedModel, paired by round (sentences/s ratio; latency: SavedModel p50 / its p50):")
-        base = results["savedmodel"]
+    base_name = "savedmodel" if "savedmodel" in results else names[0]
+    if len(names) > 1:
+        print(f"\nEach engine / {base_name}, paired by round (sentences/s ratio, above 1: faster than "
+              f"{base_name}; latency: {base_name}'s p50 / its p50):")
+        base = results[base_name]
         for name in names:
-            if name == "savedmodel":
+            if name == base_name:
                 continue
             ratios = {}
             for mode in ("file_order", "sorted"):

@@ -18,8 +18,8 @@ fi
 epochs=$1 seconds=$2 average=$3
 shift 3
 for workdir in "$@"; do
-    if [ ! -f "$workdir/arrays.npz" ]; then
-        echo "$workdir is not a packed workdir (no arrays.npz): run keras-transformer pack first" >&2
+    if [ ! -d "$workdir/arrays" ] && [ ! -f "$workdir/arrays.npz" ]; then
+        echo "$workdir is not a packed workdir (no arrays/): run keras-transformer pack first" >&2
         exit 2
     fi
 done

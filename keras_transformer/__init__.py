@@ -3,7 +3,11 @@
 The public API, nothing else. Importing the package imports neither Keras nor
 TensorFlow: each name is imported from its module the first time it is used
 (`kt.build_model` imports `keras_transformer.model`, and with it Keras), so that
-`keras-transformer --help` and TensorFlow-free tools start at once.
+`keras-transformer --help` and TensorFlow-free tools start at once. The
+package's Keras classes are registered with `keras.saving` as soon as Keras is
+imported (`keras_transformer.registration`), so that
+`keras.models.load_model("model.keras")` finds them; and TensorFlow's C++ log
+lines are kept off stderr when it is imported (`keras_transformer.tensorflow_logs`).
 TensorFlow-specific parts (data pipeline, distribution, export, command line)
 live in their own modules and are imported from there.
 
@@ -16,7 +20,13 @@ Example:
 
 import importlib
 
+from keras_transformer.registration import register_lazily
+from keras_transformer.tensorflow_logs import quiet_tensorflow_import
+
 __version__ = "0.1.0"
+
+register_lazily()
+quiet_tensorflow_import()  # KERAS_TRANSFORMER_TF_LOGS=1 keeps TensorFlow's C++ log lines
 
 # public name -> the module that defines it
 _EXPORTS = {

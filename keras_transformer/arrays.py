@@ -7,7 +7,7 @@ same model from the same vocabulary, in two steps:
 1. Where TensorFlow is installed, `keras-transformer pack --config C --workdir W`
    (`training.pack_arrays`) learns or loads the vocabulary exactly as `train`
    does and writes the tokenized training and validation pairs to
-   `W/arrays.npz`, next to `experiment.yaml`, `model.yaml` and `data/vocab`.
+   `W/arrays/` (`.npy` files training memory-maps), next to `experiment.yaml`, `model.yaml` and `data/vocab`.
 2. On any backend, `python -m keras_transformer.arrays W` (`train_arrays`)
    trains from those arrays in `train`'s own loop (`trainer.loop.fit_experiment`,
    `model.fit`) with the workdir's `experiment.yaml`: the same checkpoints
@@ -48,7 +48,8 @@ import numpy as np
 from keras_transformer import decoding, distillation, evaluation
 from keras_transformer.arguments import integer_at_least, number_at_least
 from keras_transformer.config import TransformerConfig
-from keras_transformer.data.packed import ARRAYS_FILE, load_arrays, make_batches
+from keras_transformer.data.packed import (ARRAYS_FILE, arrays_path, assemble_batch, load_arrays, plan_batches,
+                                           sequence_lengths)
 from keras_transformer.attention_maps import attention_maps, strip_special
 from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.decoding.registry import STRATEGIES
@@ -88,10 +89,13 @@ def packed_experiment(workdir, *, epochs=None, tokens_per_batch=None, seed=None,
     3
     """
     workdir = pathlib.Path(workdir)
-    for needed in ("model.yaml", "experiment.yaml", ARRAYS_FILE):
+    for needed in ("model.yaml", "experiment.yaml"):
         if not (workdir / needed).is_file():
             raise FileNotFoundError(f"{workdir} is not a packed workdir: {workdir / needed} is missing "
                                     "(`keras-transformer pack` writes it).")
+    if arrays_path(workdir) is None:
+        raise FileNotFoundError(f"{workdir} is not a packed workdir: {workdir / ARRAYS_FILE} is missing "
+                                "(`keras-transformer pack` writes it).")
     changes = {"training.epochs": epochs, "training.seed": seed, "training.keep_checkpoints": keep_checkpoints,
                "training.init_checkpoint": None if init_weights is None else str(init_weights),
                "training.initial_updates": initial_updates, "training.jit_compile": jit_compile,
@@ -144,7 +148,7 @@ class PackedBatches(keras.utils.PyDataset):
     its first epoch starts at batch `done`.
 
     Args:
-        sources, targets: lists of id arrays (`arrays.npz`).
+        sources, targets: lists of id arrays, or `data.packed.PackedSequences` (`load_arrays`).
         tokens_per_batch, length_multiple, pad_rows, pad_id, bos_id, eos_id: as in `make_batches`.
         seed: the shuffling seed, or None for one fixed order (validation).
         teacher: `(ids, probabilities)` of `distillation.load_teacher`, packed into the labels.
@@ -164,7 +168,12 @@ class PackedBatches(keras.utils.PyDataset):
     def __init__(self, sources, targets, tokens_per_batch, *, length_multiple=8, pad_rows=False, pad_id=0,
                  bos_id=2, eos_id=3, seed=None, teacher=None, resumed_at=(0, 0), steps_per_epoch=None):
         super().__init__()
+        if len(sources) != len(targets):
+            raise ValueError(f"PackedBatches: {len(sources)} source but {len(targets)} target sequences.")
+        if teacher is not None and not (len(teacher[0]) == len(teacher[1]) == len(targets)):
+            raise ValueError(f"PackedBatches: {len(targets)} pairs but teacher distributions for {len(teacher[0])}.")
         self._pairs = (sources, targets)
+        self._lengths = (sequence_lengths(sources), sequence_lengths(targets))
         self._options = dict(length_multiple=length_multiple, pad_rows=pad_rows, pad_id=pad_id, bos_id=bos_id,
                              eos_id=eos_id, teacher=teacher)
         self.tokens_per_batch, self.seed = int(tokens_per_batch), seed
@@ -172,7 +181,7 @@ class PackedBatches(keras.utils.PyDataset):
         self.epoch, self.offset = resumed_at
         # The same in every pass (the cut depends on lengths only); pass `epoch` is the first an epoch of one
         # pass reads.
-        self.pass_length = len(self.pass_batches(self.epoch))
+        self.pass_length = len(self.pass_plan(self.epoch))
         self._length = int(steps_per_epoch) if steps_per_epoch else self.pass_length
         self._keep = 1 if self._length == self.pass_length else 2  # other epochs read across the end of a pass
         self.offset = self.offset if self.offset < self._length else 0  # more: the epoch trains from its start
@@ -180,19 +189,31 @@ class PackedBatches(keras.utils.PyDataset):
         self.trained = []  # (epoch, first batch, batches) of each epoch trained (in part) by this process
         self.callback = _EpochTracker(self)
 
-    def pass_batches(self, number):
-        """The `(source, target_input, labels)` batches of pass `number` over the pairs (each pair once), in order."""
+    def pass_plan(self, number):
+        """The `(indices, width, rows)` of each batch of pass `number` over the pairs (`data.packed.plan_batches`):
+        the order only, a few bytes per pair; the batches are assembled from the pairs when read."""
         if number not in self._passes:
             rng = None if self.seed is None else np.random.default_rng(resumed_seed(self.seed, number))
-            batches = make_batches(*self._pairs, self.tokens_per_batch, rng=rng, **self._options)
+            plan = plan_batches(*self._lengths, self.tokens_per_batch, rng=rng,
+                                length_multiple=self._options["length_multiple"], pad_rows=self._options["pad_rows"])
             kept = list(self._passes.items())[len(self._passes) - self._keep + 1:]
-            self._passes = dict(kept + [(number, batches)])
+            self._passes = dict(kept + [(number, plan)])
         return self._passes[number]
 
+    def pass_batches(self, number):
+        """The `(source, target_input, labels)` batches of pass `number` over the pairs (each pair once), in order."""
+        return [self._assemble(entry) for entry in self.pass_plan(number)]
+
+    def _assemble(self, entry):
+        indices, width, rows = entry
+        options = {name: self._options[name] for name in ("pad_id", "bos_id", "eos_id", "teacher")}
+        return assemble_batch(*self._pairs, indices, width, rows, **options)
+
     def batch(self, epoch, index):
-        """Batch `index` of `epoch`: the one at position `epoch * len(self) + index` of the stream of passes."""
+        """Batch `index` of `epoch`: the one at position `epoch * len(self) + index` of the stream of passes,
+        gathered from the pairs (read from disk when they are memory-mapped) when it is asked for."""
         position = epoch * self._length + index
-        return self.pass_batches(position // self.pass_length)[position % self.pass_length]
+        return self._assemble(self.pass_plan(position // self.pass_length)[position % self.pass_length])
 
     def batches(self, epoch):
         """The `(source, target_input, labels)` batches of `epoch`, in training order."""
@@ -252,11 +273,11 @@ def _fed_to_the_backend(batches):
 
 def packed_data(workdir, experiment, *, length_multiple=8, teacher=None, resumed_at=(0, 0)):
     """`(TrainingData, PackedBatches)` of a packed workdir: the `trainer.loop.TrainingData` of `PackedBatches`
-    over `arrays.npz` (with the raw validation text for BLEU when `training.bleu_every_epochs` asks for it), and
+    over `arrays/`, memory-mapped (with the raw validation text for BLEU when `training.bleu_every_epochs` asks for it), and
     its training batches."""
     workdir = pathlib.Path(workdir)
     training = experiment.training
-    splits = load_arrays(workdir / ARRAYS_FILE)
+    splits = load_arrays(workdir)  # arrays/ memory-mapped, or an earlier arrays.npz read whole
     config = TransformerConfig.from_yaml(workdir / "model.yaml")
     data_config = experiment.data.data_config()
     seed = experiment.data.seed if experiment.data.seed is not None else training.seed
@@ -441,7 +462,7 @@ def train_arrays(workdir, epochs=None, *, jit_compile=None, precision=None, aver
 
     Args:
         workdir: a folder written by `pack_arrays` (`experiment.yaml`,
-            `model.yaml`, `arrays.npz`).
+            `model.yaml`, `arrays/`).
         epochs: total epochs (`training.epochs`); 0 trains nothing (and averages).
         jit_compile: `training.jit_compile` (XLA, the fast path on a GPU).
         precision: `training.mixed_precision`, e.g. `"mixed_bfloat16"` on a GPU.
@@ -469,7 +490,7 @@ def train_arrays(workdir, epochs=None, *, jit_compile=None, precision=None, aver
         `target_tokens` (non-pad labels trained on by this call).
 
     Raises:
-        FileNotFoundError: no `arrays.npz` / `model.yaml` in `workdir`, or
+        FileNotFoundError: no `arrays/` (nor an earlier `arrays.npz`) / `model.yaml` in `workdir`, or
             no `init_weights` / `teacher` file.
         ConfigError: a bad setting, or one the packed path cannot apply (named).
         ValueError: a teacher file made for other training pairs.
@@ -504,7 +525,7 @@ def _fit_packed(workdir, experiment, before, length_multiple, teacher, distill_w
     training = experiment.training
     teacher_arrays = None
     if teacher:
-        teacher_arrays = distillation.load_teacher(teacher, load_arrays(workdir / ARRAYS_FILE)["train"][1])[:2]
+        teacher_arrays = distillation.load_teacher(teacher, load_arrays(workdir)["train"][1])[:2]
     resumed_at = backup_position(workdir / "backup")
     if resumed_at == (0, 0):
         check_fresh_start(workdir)

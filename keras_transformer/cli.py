@@ -31,20 +31,20 @@ import math
 import os
 import pathlib
 import re
+import secrets
 import sys
-import tempfile
 
+import keras_transformer
 from keras_transformer.arguments import integer_at_least, number_at_least
 from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.decoding.registry import STRATEGIES
 from keras_transformer.errors import (EXIT_BAD_INPUT, EXIT_INTERRUPTED, CheckpointError, ConfigError, RunStopped,
                                      WorkdirBusyError, describe_fault, exit_codes_help, raise_on_sigterm)
+from keras_transformer.tensorflow_logs import loud_tensorflow_import, tensorflow_logs_wanted, without_cpp_log_lines
 
 # Each command imports its library module when it runs (the imports inside the functions below), so that
 # `--help` and argument errors answer without importing TensorFlow, which takes seconds.
 
-TF_LOGS_VARIABLE = "KERAS_TRANSFORMER_TF_LOGS"  # set (not 0) to see TensorFlow's C++ log lines, as --verbose does
-_CPP_LOG_LINE = re.compile(r"^(?:[IWEF]\d{4} \d\d:\d\d:\d\d|WARNING: All log messages before absl::InitializeLog)")
 
 _EXAMPLES = """examples:
   keras-transformer train --config configs/tiny_copy.yaml --workdir runs/tiny_copy
@@ -96,7 +96,8 @@ def _decoding_arguments(parser, title="decoding (default: the model's, from its 
                        help="sample: draw within the nucleus of probability P (1: all)")
     group.add_argument("--sampling-temperature", type=_positive_number, metavar="T",
                        help="sample: divide the logits by T (below 1: closer to greedy)")
-    group.add_argument("--seed", type=integer_at_least(0), help="sample: the draws' seed (same seed, same samples)")
+    group.add_argument("--seed", type=integer_at_least(0),
+                       help="sample: the draws' seed (same seed, same samples; default: a fresh one, printed)")
     if batch_size:
         group.add_argument("--batch-size", type=_POSITIVE, default=64,
                            help="sentences decoded together (default 64)")
@@ -140,6 +141,7 @@ def build_parser():
         description="Train, evaluate, translate with, average and export Transformer models "
                     "(Vaswani et al., 2017).")
     parser.add_argument("--verbose", "-v", action="store_true", help="show TensorFlow's own log lines too")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {keras_transformer.__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     train = commands.add_parser(
@@ -181,6 +183,9 @@ def build_parser():
     translate.add_argument("sentences", nargs="*", help="sentences to translate (default: read stdin)")
     _weights_arguments(translate, ensemble=True)
     _decoding_arguments(translate)
+    translate.add_argument("--n-best", type=_POSITIVE, metavar="N",
+                           help="print N hypotheses per sentence, best first, as 'INDEX<tab>SCORE<tab>TRANSLATION' "
+                                "lines (INDEX: the sentence's, from 0); beam search needs N <= --beam-size")
 
     export = commands.add_parser("export", help="write a SavedModel (strings in, translations out)",
                                  description="Exports a training workdir's model as a TensorFlow SavedModel with "
@@ -191,7 +196,8 @@ def build_parser():
                              "same weights); repeat it to export several (sharing a vocabulary) as one ensemble. "
                              "With --format ctranslate2, one workdir or SavedModel export")
     export.add_argument("--format", choices=("savedmodel", "ctranslate2"), default="savedmodel",
-                        help="savedmodel (default) or ctranslate2 (needs `pip install keras-transformer[ctranslate2]`)")
+                        help="savedmodel (default) or ctranslate2 (needs the ctranslate2 extra: "
+                             "`pip install '.[ctranslate2]'`)")
     export.add_argument("--quantization", help="ctranslate2 only: the stored weight type, e.g. int8 (default float32)")
     export.add_argument("--out", required=True, metavar="DIR", help="the export folder")
     export.add_argument("--overwrite", action="store_true", help="replace an existing export")
@@ -216,13 +222,13 @@ def build_parser():
     average.add_argument("--output", metavar="FILE", help="default: WORKDIR/averaged.weights.h5")
 
     pack = commands.add_parser(
-        "pack", help="tokenize a config's data into WORKDIR/arrays.npz for training on another backend",
+        "pack", help="tokenize a config's data into WORKDIR/arrays/ for training on another backend",
         description="Learns or loads the vocabulary as train does and writes the tokenized training and validation "
-                    "pairs to WORKDIR/arrays.npz with the experiment and model configs. Train the folder on any "
+                    "pairs to WORKDIR/arrays/ with the experiment and model configs. Train the folder on any "
                     "Keras backend (JAX on a GPU machine without TensorFlow) with "
                     "`python -m keras_transformer.arrays WORKDIR`; evaluate, translate and export read it here "
                     "(docs/gpu.md).")
-    _experiment_arguments(pack, "the folder to write (vocabulary, configs, arrays.npz)")
+    _experiment_arguments(pack, "the folder to write (vocabulary, configs, arrays/)")
 
     serve = commands.add_parser(
         "serve", help="serve a model over HTTP (TensorFlow Serving's REST API, /translate)",
@@ -230,7 +236,7 @@ def build_parser():
                     "POST /v1/models/NAME:predict with the export's signatures), POST /translate with per-request "
                     "decoding options, /healthz, /readyz (after loading and a warm-up translation) and /stats. "
                     "Concurrent requests asking for the same decoding are decoded in one batch. Needs "
-                    "`pip install keras-transformer[serve]` (docs/serving.md).")
+                    "the serve extra, `pip install '.[serve]'` (docs/serving.md).")
     serve.add_argument("--model", required=True, action="append", metavar="DIR", help=MODEL_HELP)
     serve.add_argument("--name", help="the model's name in the URLs (default: the --model folder's name)")
     serve.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1; 0.0.0.0: "
@@ -298,7 +304,25 @@ def _decode_settings(args):
     """The `DecodeOptions` fields given on the command line (None: not given, the model's stands)."""
     return {"strategy": args.strategy, "beam_size": args.beam_size, "alpha": args.alpha, "max_extra": args.max_extra,
             "early_exit": args.early_exit, "top_k": args.sampling_topk, "top_p": args.sampling_topp,
-            "temperature": args.sampling_temperature, "seed": args.seed}
+            "temperature": args.sampling_temperature, "seed": args.seed, "n_best": getattr(args, "n_best", None)}
+
+
+def draw_seed(args):
+    """Sampling asked for on the command line without `--seed`: a fresh seed in `args.seed`, printed on stderr
+    so that the same samples can be drawn again. Other strategies, and a given seed, change nothing.
+
+    Example:
+
+    >>> args = build_parser().parse_args(["translate", "--model", "m", "--sampling-topp", "0.9", "A dog."])
+    >>> draw_seed(args) == args.seed and args.seed >= 0
+    True
+    """
+    sampling = args.strategy == "sample" or (args.strategy is None and any(
+        value is not None for value in (args.sampling_topk, args.sampling_topp, args.sampling_temperature)))
+    if sampling and args.seed is None:
+        args.seed = secrets.randbelow(2 ** 31)
+        print(f"Sampling with seed {args.seed} (--seed {args.seed} draws these samples again).", file=sys.stderr)
+    return args.seed
 
 
 def _weights(models, checkpoints):
@@ -312,6 +336,7 @@ def _weights(models, checkpoints):
 
 def _evaluate(args):
     from keras_transformer import inference
+    draw_seed(args)
     model, checkpoint = _weights(args.model, args.checkpoint)
     scores, details = inference.evaluate(model, args.source, args.reference,
                                          tokenized_reference=args.tokenized_reference, lang=args.lang,
@@ -405,6 +430,7 @@ def _load_translator(args):
 
 def _translate(args):
     from keras_transformer import evaluation
+    draw_seed(args)
     translator = _load_translator(args)
     if _ctranslate2_only(args):  # without TensorFlow
         translate = translator.translate_lines
@@ -413,9 +439,16 @@ def _translate(args):
         translate = functools.partial(inference.translate, translator)
     # Arguments are one chunk; stdin goes in chunks, so that output starts early and memory stays bounded.
     chunks = [args.sentences] if args.sentences else _stdin_chunks(args.batch_size * STDIN_CHUNK_BATCHES)
+    index = 0
     for chunk in chunks:
-        for line in translate(chunk, batch_size=args.batch_size):
-            print(evaluation.one_line(line))  # one output line per input sentence
+        if args.n_best is None:
+            for line in translate(chunk, batch_size=args.batch_size):
+                print(evaluation.one_line(line))  # one output line per input sentence
+        else:
+            for hypotheses in translator.n_best_lines(list(chunk), batch_size=args.batch_size):
+                for text, score in hypotheses[:args.n_best]:
+                    print(f"{index}\t{score:.4f}\t{evaluation.one_line(text)}")
+                index += 1
         sys.stdout.flush()
     return 0
 
@@ -516,35 +549,18 @@ def _verify(args):
 def import_tensorflow_quietly():
     """Imports TensorFlow without its C++ log lines on stderr; anything else it writes there still shows.
 
-    TensorFlow's C++ runtime logs through absl straight to file descriptor 2,
-    some lines before `TF_CPP_MIN_LOG_LEVEL` is read ("Could not find cuda
-    drivers", "WARNING: All log messages before absl::InitializeLog()"). While it
-    imports, descriptor 2 goes to a temporary file; the lines that are not such
-    log lines (Python warnings, real errors) are written to stderr afterwards.
-    Later C++ lines below ERROR are off through `TF_CPP_MIN_LOG_LEVEL=3` unless
-    the user set that variable.
+    `keras_transformer.tensorflow_logs.without_cpp_log_lines` around the
+    import; later C++ lines below ERROR are off through `TF_CPP_MIN_LOG_LEVEL=3`
+    unless the user set that variable.
     """
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     if "tensorflow" in sys.modules:
         return
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile(mode="w+b") as captured:
-        os.dup2(captured.fileno(), 2)
+    with without_cpp_log_lines():
         try:
-            try:
-                import tensorflow  # noqa: F401  (imported here for its side effect: the log lines go to the file)
-            except ImportError:
-                pass  # the command that needs it names the problem
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-        captured.seek(0)
-        kept = [line for line in captured.read().decode("utf-8", "replace").splitlines(keepends=True)
-                if not _CPP_LOG_LINE.match(line)
-                and not line.startswith("To enable the following instructions")]
-    sys.stderr.write("".join(kept))
+            import tensorflow  # noqa: F401  (imported here for its side effect: the log lines go to the file)
+        except ImportError:
+            pass  # the command that needs it names the problem
 
 
 _COMMANDS = {"train": _train, "evaluate": _evaluate, "translate": _translate, "export": _export,
@@ -610,6 +626,8 @@ def main(argv=None):
     """
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if args.verbose:
+        loud_tensorflow_import()
     with raise_on_sigterm():  # one line and status 143, wherever the command is
         return _run(args)
 
@@ -619,7 +637,7 @@ def _run(args):
     try:
         precheck(args)  # before TensorFlow: a wrong key or path answers at once
         without_tensorflow = args.command == "verify" or (args.command == "train" and args.dry_run)
-        if (not without_tensorflow and not args.verbose and os.environ.get(TF_LOGS_VARIABLE, "0") in ("", "0")
+        if (not without_tensorflow and not args.verbose and not tensorflow_logs_wanted()
                 and not _ctranslate2_only(args)):
             import_tensorflow_quietly()
             logging.getLogger("tensorflow").setLevel(logging.ERROR)

@@ -2,8 +2,8 @@
 
 CTranslate2 (https://github.com/OpenNMT/CTranslate2) is a C++ inference engine
 for Transformers; on a CPU it decodes faster than the SavedModel and can run in
-int8. It is an optional dependency (``pip install keras-transformer[ctranslate2]``):
-this module imports ``ctranslate2`` and ``sentencepiece`` inside the functions
+int8. It is an optional dependency (the ``ctranslate2`` extra,
+``pip install ".[ctranslate2]"``): this module imports ``ctranslate2`` and ``sentencepiece`` inside the functions
 that need them. Exporting reads a Keras model, so this module imports Keras (and
 with it TensorFlow); serving does not: `CTranslate2Translator` lives in
 `keras_transformer.ctranslate2_translator`, which imports neither, so a serving
@@ -51,6 +51,7 @@ included) + `max_extra` tokens, as in `decoding.output_limits`.
 
 import datetime
 import json
+import logging
 import os
 import shutil
 
@@ -434,7 +435,7 @@ def export_ctranslate2(model, config, vocab_dir, directory, *, options=None, qua
         options: the `DecodeOptions` recorded for the translator (default:
             `DecodeOptions()`); `settings` (`beam_size=5`, `alpha=1.0`, `strategy="sample"`, ...)
             replace its fields. CTranslate2's beam search stops by its own rule, so
-            `early_exit` is recorded as true.
+            `early_exit` is recorded as true, with a warning where the options say false.
         quantization: weight type stored in ``model.bin`` (None: float32; or
             "int8", "float16", ... as CTranslate2 accepts); float32 can still be
             run in int8 with ``compute_type="int8"``.
@@ -481,7 +482,12 @@ def export_ctranslate2(model, config, vocab_dir, directory, *, options=None, qua
         names = ({"source": "sentencepiece.model", "target": "sentencepiece.model"} if shared
                  else {"source": "source.sentencepiece.model", "target": "target.sentencepiece.model"})
         decoding = (options or DecodeOptions()).replace(**settings)
-        decoding = decoding.replace(early_exit=True) if decoding.strategy == "beam" else decoding
+        if decoding.strategy == "beam" and not decoding.early_exit:
+            logging.getLogger(__name__).warning(
+                "CTranslate2's beam search always stops by its own rule: the export records early_exit: true where "
+                "the decoding options say false (the SavedModel keeps the exact rule; docs/serving.md, 'The "
+                "rescoring rule').")
+            decoding = decoding.replace(early_exit=True)
         decoding = decoding.to_dict()
         metadata = {
             "format": FORMAT, "version": FORMAT_VERSION,

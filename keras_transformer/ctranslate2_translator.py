@@ -10,6 +10,7 @@ serving process imports only what decoding needs.
 import copy
 import json
 import os
+import sys
 
 import numpy as np
 
@@ -22,6 +23,11 @@ from keras_transformer.layout import CTRANSLATE2_METADATA
 FORMAT = "keras_transformer.ctranslate2"
 FORMAT_VERSION = 1
 _ASCII_WHITESPACE = " \t\n\v\f\r"
+# CTranslate2 reads it once, when `ctranslate2` is imported: "1" for Intel MKL, "0" for oneDNN (its default: MKL on
+# GenuineIntel CPUs, oneDNN on others).
+CPU_BACKEND_VARIABLE = "CT2_USE_MKL"
+CPU_BACKENDS = {"mkl": "1", "dnnl": "0"}
+MAX_DEFAULT_THREADS = 4  # CTranslate2's own default intra_threads
 
 
 def is_ctranslate2_model(path):
@@ -68,6 +74,118 @@ def read_metadata(directory):
         raise ValueError(f"{directory} was written by a newer keras_transformer (format version "
                          f"{metadata['version']} > {FORMAT_VERSION}); upgrade the package.")
     return metadata
+
+
+# ---------------------------------------------------------------------- CPU backend and threads
+
+
+def _backend_of(value):
+    """The backend a value of CT2_USE_MKL selects ("1"/"true": mkl; else dnnl)."""
+    return "mkl" if str(value).strip().lower() in ("1", "true", "yes", "on") else "dnnl"
+
+
+def cpu_vendor():
+    """The CPU's vendor string as Linux reports it ("GenuineIntel", "AuthenticAMD"; "" where unknown).
+
+    Example:
+
+    >>> isinstance(cpu_vendor(), str)
+    True
+    """
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
+def select_cpu_backend(backend=None):
+    """Chooses CTranslate2's CPU matrix-product backend for this process, before `ctranslate2` is imported.
+
+    The rule: oneDNN ("dnnl") on every CPU, unless asked otherwise. CTranslate2's
+    own default is Intel MKL on Intel CPUs, and MKL with more than one thread
+    stalled a 2-core Intel Xeon (95 ms for one sentence against 7.7 ms with
+    oneDNN); on AMD it already uses oneDNN, which docs/BENCHMARKS.md times
+    against MKL there. `backend` ("dnnl" or "mkl"), else the environment's
+    `CT2_USE_MKL` ("0" or "1"), overrides it. CTranslate2 reads `CT2_USE_MKL`
+    once, when it is imported, so this sets it then; in a process that
+    imported `ctranslate2` already, the backend it chose stays, and asking for
+    another is an error.
+
+    Args:
+        backend: "dnnl", "mkl", or None / "auto" (the rule above).
+
+    Returns:
+        "dnnl" or "mkl": the backend CTranslate2 uses in this process.
+
+    Raises:
+        ConfigError: an unknown backend, or one other than the backend the
+            already imported `ctranslate2` uses.
+
+    Example:
+
+    >>> select_cpu_backend("dnnl") if "ctranslate2" not in sys.modules else "dnnl"
+    'dnnl'
+    """
+    if backend in (None, "auto"):
+        wanted = None
+    elif backend in CPU_BACKENDS:
+        wanted = backend
+    else:
+        raise ConfigError(f"CTranslate2Translator: cpu_backend must be 'auto', 'dnnl' or 'mkl', got {backend!r}.")
+    if "ctranslate2" in sys.modules:  # the choice was made when it was imported
+        value = os.environ.get(CPU_BACKEND_VARIABLE)
+        active = _backend_of(value) if value is not None else ("mkl" if cpu_vendor() == "GenuineIntel" else "dnnl")
+        if wanted is not None and wanted != active:
+            raise ConfigError(f"CTranslate2Translator: cpu_backend={wanted!r}, but ctranslate2 was already imported "
+                              f"in this process with its {active} backend, which it keeps: create the translator "
+                              f"before anything imports ctranslate2, or set {CPU_BACKEND_VARIABLE}="
+                              f"{CPU_BACKENDS[wanted]} before the process starts.")
+        return active
+    if wanted is None:
+        value = os.environ.get(CPU_BACKEND_VARIABLE)
+        wanted = _backend_of(value) if value is not None else "dnnl"
+    os.environ[CPU_BACKEND_VARIABLE] = CPU_BACKENDS[wanted]
+    return wanted
+
+
+def usable_cpus():
+    """The CPUs this process may run on (its affinity mask where the system has one).
+
+    Example:
+
+    >>> usable_cpus() >= 1
+    True
+    """
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def default_intra_threads(inter_threads=1):
+    """Threads per batch when none are given: `OMP_NUM_THREADS` if set, else the usable CPUs but one, shared by
+    `inter_threads` translators; at least 1, at most 4 (CTranslate2's own default, whatever the machine).
+
+    CTranslate2's OpenMP threads wait for each other by spinning. A team as
+    large as the machine collapses as soon as anything else needs a core
+    (the rest of a server, another process): on the shared 2-core development
+    machine 2 threads translated batches of 64 8-30x slower than 1
+    (docs/BENCHMARKS.md, "CTranslate2's CPU backend and threads"). One core is
+    left to the rest; a dedicated machine can give `intra_threads` all of them.
+
+    Example:
+
+    >>> 1 <= default_intra_threads() <= 4
+    True
+    """
+    value = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if value.isdigit() and int(value) > 0:
+        return int(value)
+    return max(1, min(MAX_DEFAULT_THREADS, (usable_cpus() - 1) // max(1, int(inter_threads))))
 
 
 # ---------------------------------------------------------------------- decoding
@@ -131,8 +249,12 @@ class CTranslate2Translator(TranslatorInterface):
         device: "cpu" or "cuda".
         compute_type: CTranslate2's compute type: "default" (the stored weights'),
             "float32", "int8", "int8_float32", "float16", ...
-        intra_threads: threads inside one batch (0: CTranslate2's default, 4).
+        intra_threads: threads inside one batch (None or 0: `default_intra_threads`,
+            `OMP_NUM_THREADS` or the usable CPUs but one, 1 to 4).
         inter_threads: batches run in parallel.
+        cpu_backend: CTranslate2's CPU backend, "dnnl" (oneDNN) or "mkl"; None:
+            the `CT2_USE_MKL` environment variable if set, else oneDNN
+            (`select_cpu_backend`: chosen once per process, before `ctranslate2` is imported).
         exact_limits: decode each batch in groups of sentences with the same
             length limit, so each sentence stops at its own source length +
             `max_extra` tokens as in `keras_transformer.decoding` (True); or
@@ -149,8 +271,10 @@ class CTranslate2Translator(TranslatorInterface):
 
     engine = "ctranslate2"
 
-    def __init__(self, directory, options=None, *, device="cpu", compute_type="default", intra_threads=0,
-                 inter_threads=1, exact_limits=True, **settings):
+    def __init__(self, directory, options=None, *, device="cpu", compute_type="default", intra_threads=None,
+                 inter_threads=1, exact_limits=True, cpu_backend=None, **settings):
+        self.cpu_backend = select_cpu_backend(cpu_backend)  # before ctranslate2 is imported
+        self.intra_threads = int(intra_threads or default_intra_threads(inter_threads))
         import ctranslate2
         import sentencepiece
 
@@ -180,7 +304,7 @@ class CTranslate2Translator(TranslatorInterface):
         self._eos_token = tokens["eos"]
         self._never = [[tokens["pad"]], [tokens["bos"]]]  # suppressed only where a search produced them
         self.translator = ctranslate2.Translator(self.directory, device=device, compute_type=compute_type,
-                                                 intra_threads=int(intra_threads), inter_threads=int(inter_threads))
+                                                 intra_threads=self.intra_threads, inter_threads=int(inter_threads))
 
     def _checked(self, options):
         if options.strategy == "beam" and not options.early_exit:

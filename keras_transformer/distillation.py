@@ -39,7 +39,7 @@ from keras import ops
 from keras_transformer.arguments import integer_at_least
 from keras_transformer import decoding
 from keras_transformer.config import TransformerConfig
-from keras_transformer.data.packed import ARRAYS_FILE, load_arrays, make_batches
+from keras_transformer.data.packed import load_arrays, make_batches
 from keras_transformer.files import atomic_write
 from keras_transformer.losses import LabelSmoothedCrossEntropy, smoothed_cross_entropy
 from keras_transformer.metrics import MaskedAccuracy
@@ -62,7 +62,7 @@ def teacher_top_k(models, sources, targets, *, top_k=8, tokens_per_batch=8192, p
     Args:
         models: one `build_model` model or a list of them sharing the vocabulary
             (checked as `decoding.ensemble_members` does).
-        sources, targets: lists of id arrays (no bos/eos), as in `arrays.npz`.
+        sources, targets: lists of id arrays (no bos/eos), as in `arrays/` (`data.packed.load_arrays`).
         top_k: ids kept per position.
         tokens_per_batch: positions per side in one forward batch.
         pad_id, bos_id, eos_id: special ids.
@@ -273,7 +273,7 @@ def make_teacher(workdir, members, *, top_k=8, tokens_per_batch=8192, output=Non
         if _vocabulary(teacher) != vocabulary:
             raise ValueError(f"Teacher {teacher} has a different vocabulary from the student {workdir} "
                              f"(their data/vocab folders differ): distillation needs the same vocabulary.")
-    sources, targets = load_arrays(workdir / ARRAYS_FILE)["train"]
+    sources, targets = load_arrays(workdir)["train"]
     config = TransformerConfig.from_yaml(workdir / "model.yaml")
     models = [_load_member(teacher, checkpoint) for teacher, checkpoint in members]
     ids, probabilities = teacher_top_k(models, sources, targets, top_k=top_k, tokens_per_batch=tokens_per_batch,

@@ -142,14 +142,19 @@ def multi30k_bleu(hypotheses, references, lang):
         lang: the target language code, for the Moses rules.
 
     Returns:
-        A `sacrebleu.BLEUScore` computed with `tokenize="none"`.
+        A `sacrebleu.BLEUScore` computed with `tokenize="none"` on the lowercased,
+        Moses-tokenized hypotheses; its `signature` says so (`case:lc`,
+        `tok:moses-{lang}`) where sacreBLEU's own would say `case:mixed|tok:none`.
 
     Example:
 
-    >>> round(multi30k_bleu(["A boy's hat."], ["a boy &apos;s hat ."], "en").score, 2)
-    100.0
+    >>> score = multi30k_bleu(["A boy's hat."], ["a boy &apos;s hat ."], "en")
+    >>> round(score.score, 2), score.signature.split("|")[1:4]
+    (100.0, ['case:lc', 'eff:no', 'tok:moses-en'])
     """
-    return bleu(moses_preprocess(hypotheses, lang), references, tokenize="none")
+    score = bleu(moses_preprocess(hypotheses, lang), references, tokenize="none")
+    score.signature = score.signature.replace("case:mixed", "case:lc").replace("tok:none", f"tok:moses-{lang}")
+    return score
 
 
 def evaluate_translations(hypotheses, references, lang=None, tokenized_references=None):
@@ -197,5 +202,5 @@ def scored_translations(hypotheses, references, lang=None, tokenized_references=
             raise ValueError("evaluate_translations: the Multi30k protocol needs the target language (lang=).")
         multi30k = multi30k_bleu(hypotheses, tokenized_references, lang)
         result["bleu_multi30k"] = multi30k.score
-        signatures["bleu_multi30k"] = f"{multi30k.signature} (lowercased, Moses-tokenized {lang})"
+        signatures["bleu_multi30k"] = multi30k.signature
     return result, signatures

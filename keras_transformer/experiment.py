@@ -75,7 +75,10 @@ class DataConfig:
     train_source: typing.Optional[str] = None  # training source file, one sentence per line (plain or .gz UTF-8)
     train_target: typing.Optional[str] = None  # training target file, line-aligned with train_source
     corpora: typing.Optional[list] = None  # instead of train_source/train_target: several training corpora, each
-                                           # {name, source, target, weight}, drawn in proportion to the weights
+                                           # {name, source, target, weight, max_pairs}, drawn in proportion to the
+                                           # weights (max_pairs: that corpus's first N line pairs only)
+    max_train_pairs: typing.Optional[int] = None  # read only the first N line pairs of train_source/train_target
+                                                  # (vocabulary and training); None reads them all
     valid_source: typing.Optional[str] = None  # validation source file (optional)
     valid_target: typing.Optional[str] = None  # validation target file
     source_language: str = "en"  # language code of the source side (TFDS: its feature name; reports)
@@ -88,6 +91,8 @@ class DataConfig:
     vocab_size: int = 10000  # ids incl. pad/unk/bos/eos; ~10k joint BPE is the best published Multi30k setting
     shared_vocab: bool = True  # one vocabulary for both languages (needed for tie_embeddings="all")
     lowercase: bool = False  # case-fold text before learning and tokenizing (output is then lowercase)
+    vocab_sample_size: typing.Optional[int] = 1_000_000  # sentences the vocabulary is learned from, drawn uniformly
+                                                         # in one pass (half per side when shared); null: every one
     subword_dropout: float = 0.0  # BPE-dropout in training: each merge skipped with this probability, anew each
                                   # pass (SentencePiece "bpe" only; 0 is off; validation and inference never sample)
     subword_dropout_sides: str = "both"  # which sides BPE-dropout samples: "both", "source" or "target"
@@ -104,6 +109,10 @@ class DataConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"DataConfig.{name} must be a positive integer, got {value!r}.")
+        if self.vocab_sample_size is not None and (not _is_integer(self.vocab_sample_size)
+                                                   or self.vocab_sample_size < 2):
+            raise ValueError(f"DataConfig.vocab_sample_size must be an integer of at least 2 or None (every "
+                             f"sentence), got {self.vocab_sample_size!r}.")
         if self.max_length < 2:
             raise ValueError(f"DataConfig.max_length must be at least 2 (bos/eos plus a token), got {self.max_length}.")
         if self.tokens_per_batch < self.max_length:
@@ -125,9 +134,15 @@ class DataConfig:
             raise ValueError(f"DataConfig.errors must be one of {ERROR_MODES}, got {self.errors!r}.")
         if (self.train_source is None) != (self.train_target is None):
             raise ValueError("DataConfig.train_source and train_target must be given together.")
+        if self.max_train_pairs is not None and (not _is_integer(self.max_train_pairs) or self.max_train_pairs < 1):
+            raise ValueError(f"DataConfig.max_train_pairs must be a positive integer or None (every pair), got "
+                             f"{self.max_train_pairs!r}.")
         if self.corpora is not None:
             if self.train_source is not None:
                 raise ValueError("DataConfig.corpora replaces train_source/train_target: give one or the other.")
+            if self.max_train_pairs is not None:
+                raise ValueError("DataConfig.max_train_pairs caps train_source/train_target; with corpora, give "
+                                 "each corpus its own max_pairs.")
             object.__setattr__(self, "corpora", _checked_corpora(self.corpora))
         if (self.valid_source is None) != (self.valid_target is None):
             raise ValueError("DataConfig.valid_source and valid_target must be given together.")
@@ -158,22 +173,24 @@ class DataConfig:
         return dataclasses.asdict(self)
 
     def training_corpora(self):
-        """The training corpora as dicts `{name, source, target, weight}`: `corpora`, or `train_source` and
-        `train_target` as one corpus named "train"; `[]` without either.
+        """The training corpora as dicts `{name, source, target, weight, max_pairs}`: `corpora`, or
+        `train_source` and `train_target` as one corpus named "train" (capped by `max_train_pairs`); `[]` without
+        either.
 
         Example:
 
-        >>> DataConfig(train_source="a.en", train_target="a.de").training_corpora()
-        [{'name': 'train', 'source': 'a.en', 'target': 'a.de', 'weight': 1}]
+        >>> DataConfig(train_source="a.en", train_target="a.de", max_train_pairs=5000).training_corpora()
+        [{'name': 'train', 'source': 'a.en', 'target': 'a.de', 'weight': 1, 'max_pairs': 5000}]
         """
         if self.corpora is not None:
             return [dict(corpus) for corpus in self.corpora]
         if self.train_source is None:
             return []
-        return [{"name": "train", "source": self.train_source, "target": self.train_target, "weight": 1}]
+        return [{"name": "train", "source": self.train_source, "target": self.train_target, "weight": 1,
+                 "max_pairs": self.max_train_pairs}]
 
 
-CORPUS_KEYS = ("name", "source", "target", "weight")
+CORPUS_KEYS = ("name", "source", "target", "weight", "max_pairs")
 
 
 def _checked_corpora(corpora):
@@ -198,9 +215,13 @@ def _checked_corpora(corpora):
         if corpus["name"] in names:
             raise ValueError(f"{where}: the name {corpus['name']!r} is taken by an earlier corpus; names must "
                              "differ.")
+        max_pairs = corpus.get("max_pairs")
+        if max_pairs is not None and (not _is_integer(max_pairs) or max_pairs < 1):
+            raise ValueError(f"{where} ({corpus['name']}): max_pairs must be a positive integer or null (every "
+                             f"pair), got {max_pairs!r}.")
         names.add(corpus["name"])
         checked.append({"name": corpus["name"], "source": corpus["source"], "target": corpus["target"],
-                        "weight": weight})
+                        "weight": weight, "max_pairs": max_pairs})
     return checked
 
 

@@ -758,7 +758,7 @@ def check_installed():
             missing.append(module)
     if missing:
         raise ConfigError(f"keras-transformer serve needs {' and '.join(missing)}: "
-                          "pip install 'keras-transformer[serve]'.")
+                          "the serve extra of keras-transformer-mt (pip install '.[serve]' in a clone).")
 
 
 def serve(load, name, host="127.0.0.1", port=8501, settings=None, seeded=False):

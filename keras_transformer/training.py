@@ -33,17 +33,19 @@ Each name it uses comes from the module that defines it: `experiment.load_experi
 """
 
 import dataclasses
+import itertools
 import logging
 import os
 import pathlib
 import shutil
+import time
 
 import keras
 
 from keras_transformer import distribute
-from keras_transformer.data import corpus, pipeline
+from keras_transformer.data import corpus, pipeline, textfile
 from keras_transformer.data.build import build_data, repeat_rows, tfds_pairs, tokenizers_for
-from keras_transformer.data.packed import ARRAYS_FILE, arrays_to_ragged, save_arrays
+from keras_transformer.data.packed import ARRAYS_FILE, LEGACY_ARRAYS_FILE, ArraysWriter
 from keras_transformer.errors import ConfigError
 from keras_transformer.experiment import as_experiment, changed_experiment, check_same_experiment, write_yaml
 from keras_transformer.files import exclusive_lock, remove_stale_temporaries, staging_folder
@@ -245,14 +247,18 @@ def _evaluate_test(experiment, workdir, result):
 
 
 def pack_arrays(config, workdir):
-    """Tokenizes an experiment's text data into `workdir/arrays.npz`, for `keras_transformer.arrays`.
+    """Tokenizes an experiment's text data into `workdir/arrays/`, for `keras_transformer.arrays`.
 
     This is `keras-transformer pack`: the TensorFlow half of training on a
     machine without TensorFlow (a GPU machine with JAX, say). It learns or
     loads the vocabulary in `workdir/data/vocab` exactly as `train` does,
     tokenizes the training pairs (over-long ones dropped, as in training) and
     the validation pairs (over-long sides truncated), and writes them with
-    `experiment.yaml` and `model.yaml`. The folder then travels;
+    `experiment.yaml` and `model.yaml`. The files are read, tokenized and
+    written a chunk of pairs at a time (`PACK_CHUNK`), so packing holds one chunk
+    in memory whatever the corpus size; the `.npy` files of `arrays/`
+    (`data.packed.ArraysWriter`) are renamed into place when complete, and an
+    earlier version's `arrays.npz` is removed then. The folder then travels;
     `python -m keras_transformer.arrays WORKDIR` trains it on any backend and
     every command that takes a workdir (evaluate, translate, export) reads the
     result here.
@@ -280,6 +286,45 @@ def pack_arrays(config, workdir):
         return _pack(experiment, section, workdir)
 
 
+PACK_CHUNK = 100_000  # sentence pairs `pack` reads, tokenizes and writes at a time
+
+
+def _parallel_chunks(source_file, target_file, errors, size):
+    """Streams two aligned files as `(sources, targets, summary)` chunks of at most `size` lines each, pairs with
+    an empty side dropped as `corpus.read_parallel_corpus` drops them (the chunk's `CorpusSummary` counts them).
+
+    Raises:
+        corpus.CorpusError: invalid UTF-8 (file and line named), or one file ending before the other (both files
+            and both line counts named).
+    """
+    names = os.fspath(source_file), os.fspath(target_file)
+    with textfile.open_binary(source_file) as source_handle, textfile.open_binary(target_file) as target_handle:
+        lines = [textfile.iter_stream(source_handle, names[0], errors),
+                 textfile.iter_stream(target_handle, names[1], errors)]
+        read = 0
+        while True:
+            try:
+                chunk = list(itertools.islice(itertools.zip_longest(*lines), size))
+            except textfile.InvalidUTF8Error as error:
+                raise corpus.CorpusError(f"{error}; fix the file or read it with errors='replace' to replace bad "
+                                         "bytes with U+FFFD.") from None
+            if not chunk:
+                return
+            if chunk[-1][0] is None or chunk[-1][1] is None:  # one file ended: count the other's remaining lines
+                ended = 0 if chunk[-1][0] is None else 1
+                counts = [read + sum(1 for pair in chunk if pair[side] is not None) for side in (0, 1)]
+                counts[1 - ended] += sum(1 for _ in lines[1 - ended])
+                raise corpus.CorpusError(
+                    f"Misaligned parallel corpus: {names[0]} has {counts[0]} lines but {names[1]} has {counts[1]}; "
+                    "line N of one file must translate line N of the other.")
+            read += len(chunk)
+            kept = [(s, t) for (s, s_bad), (t, t_bad) in chunk if s.strip() and t.strip()]
+            replaced = sum(1 for (s, s_bad), (t, t_bad) in chunk if (s_bad or t_bad) and s.strip() and t.strip())
+            summary = corpus.CorpusSummary(names[0], names[1], lines=len(chunk), empty=len(chunk) - len(kept),
+                                           replaced=replaced)
+            yield [s for s, _ in kept], [t for _, t in kept], summary
+
+
 def _pack(experiment, section, workdir):
     data_config = section.data_config(tokenizer_dir=workdir / "data" / "vocab", seed=experiment.training.seed)
     if data_config.subword_dropout:
@@ -300,22 +345,30 @@ def _pack(experiment, section, workdir):
     resolved["model"] = model_config.to_dict()
     check_same_experiment(workdir / "experiment.yaml", resolved)
 
-    splits, counts = {}, {}
-    for split, source_file, target_file, mode in (
-            ("train", data_config.train_source, data_config.train_target, "filter"),
-            ("valid", data_config.valid_source, data_config.valid_target, "truncate")):
-        if source_file is None:
-            continue
-        sources, targets, summary = corpus.read_parallel_corpus(source_file, target_file, data_config.errors)
-        source_ids, target_ids, summary = corpus.limit_length(
-            pipeline.tokenize_corpus(source_tokenizer, sources), pipeline.tokenize_corpus(target_tokenizer, targets),
-            data_config.max_length, mode, summary)
-        splits[split] = tuple(arrays_to_ragged(ids.flat_values.numpy(), ids.row_lengths().numpy())
-                              for ids in (source_ids, target_ids))
-        counts[f"{split}_pairs"] = len(splits[split][0])
-        log.info("Packed %s: %s", split, summary)
-    counts["train_target_tokens"] = int(sum(len(t) + 1 for t in splits["train"][1]))
-    save_arrays(workdir / ARRAYS_FILE, splits)
+    counts = {"train_target_tokens": 0}
+    with ArraysWriter(workdir / ARRAYS_FILE) as writer:
+        for split, source_file, target_file, mode in (
+                ("train", data_config.train_source, data_config.train_target, "filter"),
+                ("valid", data_config.valid_source, data_config.valid_target, "truncate")):
+            if source_file is None:
+                continue
+            start, summary = time.perf_counter(), corpus.CorpusSummary(os.fspath(source_file), os.fspath(target_file))
+            writer.add(split, [], [])  # the split's files exist even when no pair is kept
+            for sources, targets, read in _parallel_chunks(source_file, target_file, data_config.errors, PACK_CHUNK):
+                summary = dataclasses.replace(summary, lines=summary.lines + read.lines,
+                                              empty=summary.empty + read.empty, replaced=summary.replaced + read.replaced)
+                if not sources:
+                    continue
+                source_ids, target_ids, summary = corpus.limit_length(
+                    pipeline.tokenize_corpus(source_tokenizer, sources),
+                    pipeline.tokenize_corpus(target_tokenizer, targets), data_config.max_length, mode, summary)
+                sides = [(ids.flat_values.numpy(), ids.row_lengths().numpy()) for ids in (source_ids, target_ids)]
+                writer.add(split, *sides)
+                if split == "train":
+                    counts["train_target_tokens"] += int(sides[1][1].sum()) + len(sides[1][1])
+            counts[f"{split}_pairs"] = summary.kept
+            log.info("Packed %s in %.0f s: %s", split, time.perf_counter() - start, summary)
+    (workdir / LEGACY_ARRAYS_FILE).unlink(missing_ok=True)  # an earlier format's, replaced by arrays/
     write_yaml(workdir / "experiment.yaml", resolved)
     write_model_file(workdir / MODEL_CONFIG, model_config, experiment.decoding.options)
     return counts

@@ -153,6 +153,50 @@ def test_pack_writes_the_pairs_the_vocabulary_reads_back(packed):
     assert counts["train_target_tokens"] == sum(len(t) + 1 for t in splits["train"][1])
 
 
+
+def test_training_reads_the_packed_ids_through_a_memory_map_and_an_earlier_arrays_npz_still_trains(packed,
+                                                                                                      copy_packed):
+    from keras_transformer.data.packed import LEGACY_ARRAYS_FILE, PackedSequences
+    workdir = copy_packed()
+    experiment = arrays.packed_experiment(workdir)
+    _, batches = arrays.packed_data(workdir, experiment)
+    sources, targets = batches._pairs
+    assert isinstance(sources, PackedSequences) and isinstance(sources.values, np.memmap)  # ids stay on disk
+    assert isinstance(targets.values, np.memmap) and str(sources.values.filename).endswith("train_source_values.npy")
+    # the batches gathered per step from the map are those make_batches forms from the pairs in memory
+    lists = [[np.array(s) for s in side] for side in (sources, targets)]
+    expected = make_batches(*lists, batches.tokens_per_batch, rng=np.random.default_rng(resumed_seed(3, 0)),
+                            pad_rows=True)
+    assert [[a.tolist() for a in b] for b in batches.batches(0)] == [[a.tolist() for a in b] for b in expected]
+    # A folder packed in the earlier format (one arrays.npz, read whole) gives the same batches.
+    splits = load_arrays(workdir)
+    import shutil
+    shutil.rmtree(workdir / ARRAYS_FILE)
+    save_arrays(workdir / LEGACY_ARRAYS_FILE, {split: tuple(list(side) for side in pair) for split, pair in splits.items()})
+    _, legacy = arrays.packed_data(workdir, arrays.packed_experiment(workdir))
+    assert not isinstance(legacy._pairs[0].values, np.memmap)
+    assert [[a.tolist() for a in b] for b in legacy.batches(0)] == [[a.tolist() for a in b] for b in expected]
+
+
+def test_pack_streams_the_corpus_a_chunk_at_a_time(packed, tmp_path, monkeypatch):
+    from keras_transformer.data import pipeline
+    workdir, counts, folder = packed
+    tokenized, tokenize = [], pipeline.tokenize_corpus
+    monkeypatch.setattr(pipeline, "tokenize_corpus", lambda tok, texts: (tokenized.append(len(texts)),
+                                                                         tokenize(tok, texts))[1])
+    monkeypatch.setattr(training, "PACK_CHUNK", 64)
+    experiment = arrays.packed_experiment(workdir)  # the packed fixture's experiment, its vocabulary copied
+    import shutil
+    shutil.copytree(workdir / "data", tmp_path / "run" / "data")
+    assert training.pack_arrays(experiment, tmp_path / "run") == counts
+    assert max(tokenized) <= 64 and sum(tokenized) == 2 * (400 + 40)  # never more than a chunk at once
+    chunked, whole = load_arrays(tmp_path / "run"), load_arrays(workdir)
+    for split in ("train", "valid"):
+        for side in (0, 1):
+            assert [s.tolist() for s in chunked[split][side]] == [s.tolist() for s in whole[split][side]]
+    from keras_transformer.files import is_temporary
+    assert not [p.name for p in (tmp_path / "run").iterdir() if is_temporary(p.name)]  # no staging folder left
+
 @pytest.fixture(scope="module")
 def trained(packed, tmp_path_factory):
     """A copy of the packed workdir trained by `train_arrays` for 2 epochs, then resumed to a third: `(workdir,

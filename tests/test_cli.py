@@ -33,6 +33,23 @@ def test_help_lists_every_subcommand_with_examples(capsys):
     assert "keras-transformer train --config configs/tiny_copy.yaml" in text
 
 
+def test_version_prints_the_package_version_which_setup_cfg_reads(capsys):
+    import configparser
+
+    import keras_transformer
+
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out == f"keras-transformer {keras_transformer.__version__}\n"
+    metadata = configparser.ConfigParser()
+    metadata.read(REPO / "setup.cfg")
+    assert metadata["metadata"]["version"] == "attr: keras_transformer.__version__"
+    # "keras-transformer" on PyPI is another project; ours installs the same command under its own name.
+    assert metadata["metadata"]["name"] == "keras-transformer-mt"
+    assert "keras-transformer = keras_transformer.cli:main" in metadata["options.entry_points"]["console_scripts"]
+
+
 @pytest.mark.parametrize("name", SUBCOMMANDS)
 def test_each_subcommand_has_help(capsys, name):
     with pytest.raises(SystemExit) as exit_info:
@@ -102,9 +119,10 @@ def test_decoding_arguments_reach_translate_evaluate_and_export_as_options(monke
         (tmp_path / folder / "model.yaml").write_text("d_model: 64\n", encoding="utf-8")
     (tmp_path / "s.txt").write_text("a\n", encoding="utf-8")
     seen = []
+    nothing = type("Translator", (), {"translate_lines": lambda self, chunk, batch_size: [],
+                                      "n_best_lines": lambda self, chunk, batch_size: []})()
     monkeypatch.setattr(inference, "load_translator", lambda model, checkpoint, average, **options: seen.append(
-        {k: v for k, v in options.items() if v is not None}))
-    monkeypatch.setattr(inference, "translate", lambda translator, chunk, batch_size: [])
+        {k: v for k, v in options.items() if v is not None}) or nothing)
     monkeypatch.setattr(inference, "evaluate", lambda *args, **options: seen.append(
         {k: v for k, v in options.items() if k in ("strategy", "top_k", "top_p", "temperature", "seed")
          and v is not None}) or ({}, {}))
@@ -124,6 +142,16 @@ def test_decoding_arguments_reach_translate_evaluate_and_export_as_options(monke
         cli.main(["translate", "--model", "m", "--sampling-topp", "1.5", "a"])
     assert stopped.value.code == 2 and "--sampling-topp: must be in (0, 1]" in capsys.readouterr().err
     assert len(seen) == 3  # refused before any loading
+    # Sampling without --seed: a fresh seed each time, printed so that the samples can be drawn again.
+    drawn = []
+    for _ in range(2):
+        assert cli.main(["translate", "--model", "m", "--strategy", "sample", "--n-best", "2", "a"]) == 0
+        drawn.append(seen[-1]["seed"])
+        assert f"Sampling with seed {drawn[-1]} (--seed {drawn[-1]} " in capsys.readouterr().err
+        assert seen[-1]["n_best"] == 2
+    assert drawn[0] != drawn[1]  # one chance in 2**31 to fail
+    assert cli.main(["translate", "--model", "m", "--beam-size", "2", "a"]) == 0  # no sampling: no seed drawn
+    assert "seed" not in seen[-1] and "Sampling" not in capsys.readouterr().err
 
 
 def test_python_module_commands_refuse_counts_out_of_range(capsys):
@@ -401,6 +429,18 @@ def test_translate_and_evaluate_run_on_a_workdir(tiny_workdir, tmp_path, capsys,
                      f"{tiny_workdir}: average of ckpt-0001.weights.h5, ckpt-0002.weights.h5", "beam_size 1",
                      "max_extra 3", "sentences       2 in "):
         assert expected in text, (expected, text)
+
+
+def test_translate_n_best_prints_each_sentence_s_hypotheses_best_first(tiny_workdir, capsys, load_once):
+    options = ["translate", "--model", str(tiny_workdir), "--beam-size", "3", "--max-extra", "3"]
+    sentences = ["a man rides a bike", "two dogs play"]
+    assert cli.main(options + sentences) == 0
+    best = capsys.readouterr().out.splitlines()
+    assert cli.main(options + ["--n-best", "2"] + sentences) == 0
+    rows = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
+    assert [row[0] for row in rows] == ["0", "0", "1", "1"]
+    assert [rows[0][2], rows[2][2]] == best  # the first of each sentence's list is its translation
+    assert float(rows[0][1]) >= float(rows[1][1]) and float(rows[2][1]) >= float(rows[3][1])
 
 
 def test_translate_reads_stdin_bytes_that_are_not_utf8_as_replacement_characters(tiny_workdir, capsys,

@@ -2,6 +2,7 @@
 
 import io
 import json
+import os
 import pathlib
 import struct
 import subprocess
@@ -406,6 +407,42 @@ def test_the_readme_snippet_serves_without_tensorflow(copy_export):
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "['w5 w6 w7']"  # the copy model copies
+
+
+CPU_BACKEND_CHECK = """
+import json, os, sys
+from keras_transformer.ctranslate2_translator import CTranslate2Translator, usable_cpus
+from keras_transformer.errors import ConfigError
+translator = CTranslate2Translator(sys.argv[1])
+result = {"backend": translator.cpu_backend, "variable": os.environ.get("CT2_USE_MKL"),
+          "threads": translator.intra_threads, "cpus": usable_cpus()}
+try:
+    CTranslate2Translator(sys.argv[1], cpu_backend="mkl" if translator.cpu_backend == "dnnl" else "dnnl")
+except ConfigError as error:
+    result["refused"] = str(error)
+print(json.dumps(result))
+"""
+
+
+def test_the_cpu_backend_and_threads_are_chosen_before_ctranslate2_starts(copy_export):
+    """oneDNN on every CPU unless `CT2_USE_MKL` (or `cpu_backend`) says otherwise, set before `ctranslate2` is
+    imported, which is when CTranslate2 reads it: its own log names the backend it uses. Threads: OMP_NUM_THREADS,
+    else the usable CPUs but one (1 to 4). Another backend, asked for once CTranslate2 runs, is refused by name."""
+    runs = {}
+    for name, extra in (("default", {}), ("mkl", {"CT2_USE_MKL": "1", "OMP_NUM_THREADS": "1"})):
+        env = {key: value for key, value in os.environ.items() if key not in ("CT2_USE_MKL", "OMP_NUM_THREADS")}
+        env.update(extra, CT2_VERBOSE="1", PYTHONPATH=str(pathlib.Path(__file__).resolve().parents[1]))
+        run = subprocess.run([sys.executable, "-c", CPU_BACKEND_CHECK, str(copy_export[0])], env=env,
+                             capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, run.stderr[-3000:]
+        runs[name] = (json.loads(run.stdout.strip().splitlines()[-1]), run.stdout + run.stderr)
+    default, log = runs["default"]
+    assert default["backend"] == "dnnl" and default["variable"] == "0" and "SGEMM backend: DNNL" in log
+    assert default["threads"] == max(1, min(4, default["cpus"] - 1))
+    assert "already imported in this process with its dnnl backend" in default["refused"]
+    forced, log = runs["mkl"]
+    assert forced["backend"] == "mkl" and forced["threads"] == 1 and "SGEMM backend: MKL" in log
+    assert "with its mkl backend" in forced["refused"]
 
 
 def test_module_examples_run():

@@ -20,7 +20,11 @@ one beside the repository. Relative paths in the docs (``saved_models/multi30k_e
 block writes (``runs/...``, ``ct2/...``) lands in the scratch folder, not in the repository.
 """
 
+import ast
+import importlib
+import inspect
 import pathlib
+import re
 import unittest
 
 import pytest
@@ -138,3 +142,100 @@ def test_block_runs(path, index, checkout, monkeypatch):
         pytest.skip(str(outcome))
     if outcome is not None:
         raise outcome
+
+
+# ------------------------------------------------------------------ every block, skipped or not, read statically
+BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+
+
+def _blocks(path):
+    """`(line, source)` of each fenced Python block of a page."""
+    text = path.read_text(encoding="utf-8")
+    return [(text.count("\n", 0, match.start()) + 2, match.group(1)) for match in BLOCK.finditer(text)]
+
+
+def _package_names(tree, names):
+    """Adds to `names` what the block's imports of keras_transformer bind: local name -> module or object."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "keras_transformer":
+                    local = alias.asname or alias.name.split(".")[0]
+                    names[local] = importlib.import_module(alias.name if alias.asname else "keras_transformer")
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "keras_transformer":
+            module = importlib.import_module(node.module)
+            for alias in node.names:
+                value = getattr(module, alias.name, None)
+                if value is None:
+                    value = importlib.import_module(f"{node.module}.{alias.name}")
+                names[alias.asname or alias.name] = value
+
+
+def _resolve(node, names):
+    """The package object an expression such as `kt.TransformerConfig.preset` names, or None."""
+    if isinstance(node, ast.Name):
+        return names.get(node.id)
+    if isinstance(node, ast.Attribute):
+        owner = _resolve(node.value, names)
+        return None if owner is None else getattr(owner, node.attr, None)
+    return None
+
+
+def _documented(target, parameter):
+    """The text the `Args:` section of `target`'s docstring gives `parameter` ("" if none)."""
+    doc = inspect.getdoc(target) or ""
+    match = re.search(rf"^(\s*){re.escape(parameter)}(?:, [\w, ]+)?:(.*(?:\n\1\s+.*)*)", doc.split("Args:", 1)[-1],
+                      re.M)
+    return match.group(2) if match else ""
+
+
+def _signature_problems(call, target, names, built):
+    """Why `call` cannot reach `target` as written: arguments its signature refuses, or an object built by a
+    package class passed positionally to a parameter whose documentation does not name that class."""
+    if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+        return []
+    try:
+        signature = inspect.signature(target)
+    except (TypeError, ValueError):
+        return []
+    try:
+        bound = signature.bind(*call.args, **{k.arg: k.value for k in call.keywords})
+    except TypeError as error:
+        return [f"{ast.unparse(call)}: {error}"]
+    problems = []
+    for parameter, value in bound.arguments.items():
+        kind = signature.parameters[parameter].kind
+        if kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
+            continue
+        origin = value.func if isinstance(value, ast.Call) else value
+        cls = _resolve(origin, names) if isinstance(value, ast.Call) else built.get(getattr(value, "id", None))
+        if isinstance(cls, type) and _documented(target, parameter) and \
+                cls.__name__ not in _documented(target, parameter):
+            problems.append(f"{ast.unparse(call)}: a {cls.__name__} goes to `{parameter}`, documented as "
+                            f"{_documented(target, parameter).strip()[:80]!r}")
+    return problems
+
+
+def test_every_block_parses_and_calls_the_package_as_its_signatures_allow():
+    """Skipped blocks too (a long run, a GPU, a service): each parses, and each call of a keras_transformer function
+    or class binds to its signature, with no package object in a parameter documented as something else."""
+    problems = []
+    for path in PAGES:
+        names, built = {}, {}  # a page's imports and `x = PackageClass(...)` variables, in page order
+        for line, source in _blocks(path):
+            where = f"{path.relative_to(ROOT).as_posix()}:{line}"
+            try:
+                tree = ast.parse(source)
+            except SyntaxError as error:
+                problems.append(f"{where}: {error}")
+                continue
+            _package_names(tree, names)
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and \
+                        isinstance(_resolve(node.value.func, names), type):
+                    built.update((t.id, _resolve(node.value.func, names)) for t in node.targets
+                                 if isinstance(t, ast.Name))
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Call) and callable(target := _resolve(node.func, names)):
+                    problems += [f"{where}: {problem}" for problem in _signature_problems(node, target, names, built)]
+    assert not problems, "\n".join(problems)

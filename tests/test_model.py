@@ -1,7 +1,10 @@
 """build_model: shapes, causality, padding, weight tying, parameter counts, round trips."""
 
 import ast
+import os
 import pathlib
+import subprocess
+import sys
 
 import keras
 import numpy as np
@@ -126,6 +129,83 @@ def test_model_config_and_keras_file_round_trips(options, tmp_path):
     model.save(path)
     restored = keras.saving.load_model(path)
     np.testing.assert_allclose(logits(restored, source, target), expected, atol=1e-6)
+
+
+def test_every_registered_class_is_known_to_keras_before_its_module_is_imported():
+    """`keras_transformer.registration.SERIALIZABLE` lists each class of the source decorated with
+    `register_keras_serializable`, so that a `.keras` file naming one loads after `import keras_transformer`."""
+    from keras_transformer.registration import SERIALIZABLE
+
+    decorated = set()
+    for path in PACKAGE.rglob("*.py"):
+        module = ".".join(("keras_transformer", *path.relative_to(PACKAGE).with_suffix("").parts))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef) and any("register_keras_serializable" in ast.unparse(d)
+                                                      for d in node.decorator_list):
+                decorated.add((module.removesuffix(".__init__"), node.name))
+    listed = {(module, name) for module, names in SERIALIZABLE.items() for name in names}
+    assert decorated and listed == decorated, (sorted(decorated - listed), sorted(listed - decorated))
+
+
+RELOAD_AND_CONTINUE = """
+import sys
+import keras_transformer
+assert "keras" not in sys.modules and "tensorflow" not in sys.modules, "import keras_transformer imported Keras"
+import keras
+import numpy as np
+model = keras.models.load_model(sys.argv[1])
+optimizer = model.optimizer
+state = dict(iterations=int(optimizer.iterations),
+             schedule=optimizer.get_config()["learning_rate"]["class_name"],
+             loss=type(model.loss).__name__)
+batch = np.load(sys.argv[2])
+history = model.fit({"source": batch["source"], "target": batch["target"]}, batch["labels"], verbose=0)
+state["metrics"] = sorted(history.history)
+state["after"] = int(optimizer.iterations)
+np.savez(sys.argv[3], *model.get_weights())
+print(state)
+"""
+
+
+@pytest.mark.slow
+def test_a_keras_file_reloads_in_a_fresh_process_and_fit_continues_from_its_update_count(tmp_path):
+    """Optimizer (Adam's moments, its update count), schedule, loss and metrics come back from `model.keras`:
+    one more `fit` step in a new process gives the weights the same step gives in this one. That process prints
+    none of TensorFlow's C++ log lines."""
+    from keras_transformer.tensorflow_logs import CPP_LOG_LINE
+
+    config = tiny(num_layers=1, warmup_steps=10)
+    model = kt.build_model(config)
+    model.compile(optimizer=kt.make_optimizer(config),
+                  loss=kt.LabelSmoothedCrossEntropy(config.label_smoothing, pad_id=config.pad_id),
+                  metrics=[kt.MaskedAccuracy(pad_id=config.pad_id)])
+    rng = np.random.default_rng(3)
+    source, target = (rng.integers(4, 40, size=(8, 6)).astype("int32") for _ in range(2))
+    labels = np.roll(target, -1, axis=1)
+    inputs = {"source": source, "target": target}
+    model.fit(inputs, labels, epochs=3, verbose=0)
+    model.save(tmp_path / "model.keras")
+    np.savez(tmp_path / "batch.npz", source=source, target=target, labels=labels)
+    saved = model.get_weights()
+    model.fit(inputs, labels, verbose=0)  # the step the fresh process takes
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("TF_CPP_MIN_LOG_LEVEL", "KERAS_TRANSFORMER_TF_LOGS")}
+    env.update(PYTHONPATH=str(PACKAGE.parent), CUDA_VISIBLE_DEVICES="")
+    run = subprocess.run([sys.executable, "-c", RELOAD_AND_CONTINUE, str(tmp_path / "model.keras"),
+                          str(tmp_path / "batch.npz"), str(tmp_path / "after.npz")],
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    # TensorFlow, imported by Keras, printed none of its C++ log lines (keras_transformer.tensorflow_logs).
+    assert not [line for line in run.stderr.splitlines() if CPP_LOG_LINE.match(line)], run.stderr[-3000:]
+    state = eval(run.stdout.strip().splitlines()[-1])
+    assert state == dict(iterations=3, schedule="NoamSchedule", loss="LabelSmoothedCrossEntropy", after=4,
+                         metrics=["loss", "masked_accuracy"])
+    after = np.load(tmp_path / "after.npz")
+    here = np.concatenate([(w - s).ravel() for w, s in zip(model.get_weights(), saved)])
+    there = np.concatenate([(after[f"arr_{i}"] - s).ravel() for i, s in enumerate(saved)])
+    # The same step, up to float rounding that Adam's division by sqrt(v) magnifies for tiny gradients (1e-4 of
+    # the step measured); lost moments or a restarted schedule would change the step itself.
+    assert np.linalg.norm(there - here) < 0.01 * np.linalg.norm(here)
 
 
 @pytest.mark.parametrize("options", [dict(), dict(position="relative", max_relative_position=2)])

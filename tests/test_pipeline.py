@@ -434,6 +434,39 @@ def test_corpora_and_train_files_are_exclusive_and_one_pair_is_a_corpus_named_tr
     assert DataConfig(corpora=[{"name": "b", "source": "b.en", "target": "b.de"}]).training_corpora()[0]["weight"] == 1
 
 
+def test_max_pairs_reads_only_the_first_pairs_of_a_corpus_also_when_resuming_and_for_the_vocabulary(tmp_path):
+    """`data.max_train_pairs` (`Corpus.max_pairs`): the stream ends after the first N line pairs, read, skipped
+    on resume or sampled for the vocabulary; the files' later lines, even misaligned ones, are never read."""
+    from keras_transformer.data import stream, tokenizers
+
+    source, target = tmp_path / "a.en.gz", tmp_path / "a.de.gz"
+    with gzip.open(source, "wt", encoding="utf-8") as handle:
+        handle.write("".join(f"s{i}\n" for i in range(20)))
+    with gzip.open(target, "wt", encoding="utf-8") as handle:
+        handle.write("".join(f"t{i}\n" for i in range(25)))  # misaligned after line 20: beyond the cap
+    corpus = stream.Corpus("a", source, target, max_pairs=7)
+    windows = list(stream.windows([corpus], 3))
+    assert [w.sources for w in windows] == [["s0", "s1", "s2"], ["s3", "s4", "s5"], ["s6"]]
+    assert windows[-1].last and sum(w.lines for w in windows) == 7
+    resumed = list(stream.windows([corpus], 3, start=stream.Position(0, 2)))  # skips 6 lines at C speed
+    assert [w.sources for w in resumed] == [["s6"]]
+    assert list(stream.windows([stream.Corpus("a", source, target, max_pairs=6)], 3))[-1].sources == ["s3", "s4",
+                                                                                                        "s5"]
+    with pytest.raises(stream.CorpusError, match="Misaligned"):  # uncapped, the same files are refused
+        list(stream.windows([stream.Corpus("a", source, target)], 3))
+    sentences, count = tokenizers.sample_files([source, source], None, max_lines=[7, 2])
+    assert count == 9 and sorted(sentences) == sorted([f"s{i}" for i in range(7)] + ["s0", "s1"])
+    config = DataConfig(train_source=str(source), train_target=str(target), max_train_pairs=7)
+    assert config.training_corpora()[0]["max_pairs"] == 7
+    for bad in (0, -3, 2.5, True):
+        with pytest.raises(ValueError, match="max_train_pairs must be a positive integer"):
+            DataConfig(train_source="a.en", train_target="a.de", max_train_pairs=bad)
+    with pytest.raises(ValueError, match="give each corpus its own max_pairs"):
+        DataConfig(corpora=[{"name": "b", "source": "b.en", "target": "b.de"}], max_train_pairs=5)
+    with pytest.raises(ValueError, match=r"\(b\): max_pairs must be a positive integer"):
+        DataConfig(corpora=[{"name": "b", "source": "b.en", "target": "b.de", "max_pairs": 0}])
+
+
 def test_each_worker_reads_its_own_lines_and_together_they_read_the_corpus_once(multi30k_dir, multi30k_tokenizer):
     """Two workers, as `build_data` makes their streams under MultiWorkerMirroredStrategy (`input_shard` from the
     cluster's TF_CONFIG): over one pass the union of their pairs is the corpus, no pair twice."""

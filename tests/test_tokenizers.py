@@ -311,3 +311,70 @@ def test_bpe_dropout_samples_spell_the_text_and_zero_is_the_plain_segmentation(m
     assert 1.2 < longer.mean() < 1.7 and np.mean(longer >= 1) > 0.95
     with pytest.raises(ValueError, match="BPE-dropout must be a probability in .0, 1., got 1"):
         multi30k_tokenizer.sample(english, 1)
+
+
+# ---------------------------------------------------------------------- a vocabulary from a bounded sample
+def chi_square(counts, expected):
+    counts = np.asarray(counts, dtype=float)
+    return float(((counts - expected) ** 2 / expected).sum())
+
+
+def test_reservoir_sample_is_uniform_bounded_and_repeatable():
+    from keras_transformer.data.tokenizers import reservoir_sample
+
+    # One draw of 2,000 of 20,000 line indices: counts in 20 equal ranges of the corpus against 100 each.
+    sample, count = reservoir_sample(iter(range(20_000)), 2_000, seed=3)
+    assert count == 20_000 and len(sample) == len(set(sample)) == 2_000
+    critical = 43.82  # chi-square, 19 degrees of freedom, p = 0.001 (scipy.stats.chi2.ppf(0.999, 19))
+    assert chi_square(np.bincount(np.asarray(sample) // 1_000, minlength=20), 100) < critical
+    first_lines = list(range(2_000))  # what a sampler biased to the start draws fails the same check
+    assert chi_square(np.bincount(np.asarray(first_lines) // 1_000, minlength=20), 100) > critical
+    # Each index's inclusion over 2,000 seeds (10 of 200 each): 100 expected for every index, first and last too.
+    inclusions = np.zeros(200)
+    for seed in range(2_000):
+        inclusions[reservoir_sample(range(200), 10, seed=seed)[0]] += 1
+    assert chi_square(inclusions, 100) < 266.39  # 199 degrees of freedom, p = 0.001
+    # bounded, and a pure function of the seed
+    assert reservoir_sample(range(20_000), 2_000, seed=3)[0] == sample
+    assert reservoir_sample(range(20_000), 2_000, seed=4)[0] != sample
+    assert reservoir_sample(range(7), 2_000) == (list(range(7)), 7)
+    with pytest.raises(ValueError, match="positive integer"):
+        reservoir_sample(range(7), 0)
+
+
+def test_a_vocabulary_from_a_sample_of_a_repeated_corpus_is_the_corpus_own(multi30k_train_pairs, tmp_path, caplog):
+    english, german, _ = multi30k_train_pairs
+    english, german = english[:3000], german[:3000]
+    for name, lines in (("train.en.gz", english), ("train.de.gz", german)):
+        with gzip.open(tmp_path / name, "wt", encoding="utf-8") as handle:
+            handle.write("".join(line + "\n" for line in lines) * 10)
+    direct = train_tokenizers(english, german, 2000)[0]
+    with caplog.at_level("INFO", logger="keras_transformer"):
+        sampled = train_tokenizers_from_files(tmp_path / "train.en.gz", tmp_path / "train.de.gz", 2000,
+                                              sample_size=30_000, seed=5)[0]
+    # fair to both sides, bounded: half the sample from each side's 30,000 lines, a count and a time logged
+    assert "15000 of 30000 source and 15000 of 30000 target sentences, drawn in" in caplog.text
+    assert "Vocabulary of 2000 learned from 30000 sentences in" in caplog.text
+    # Nearly the same pieces (about 96%: a few of the rarest merges differ; a vocabulary learned from 3,000 other
+    # pairs shares 82%), and the same segmentation length of held-out text (within 0.5%).
+    held_out = multi30k_train_pairs[0][3000:4000] + multi30k_train_pairs[1][3000:4000]
+
+    def compared(tokenizer):
+        pieces = [set(t.id_to_piece(tf.range(2000)).numpy().tolist()) for t in (direct, tokenizer)]
+        lengths = [int(t.tokenize(held_out).row_lengths().numpy().sum()) for t in (direct, tokenizer)]
+        return len(pieces[0] & pieces[1]) / 2000, lengths[1] / lengths[0]
+
+    shared, ratio = compared(sampled)
+    assert shared > 0.95 and abs(ratio - 1) < 0.005
+    other = train_tokenizers(multi30k_train_pairs[0][5000:8000], multi30k_train_pairs[1][5000:8000], 2000)[0]
+    assert compared(other)[0] < 0.9  # the comparison tells vocabularies of different text apart
+
+
+def test_a_sampled_line_with_invalid_utf8_is_named_by_file_and_line(tmp_path):
+    from keras_transformer.data.corpus import CorpusError
+    from keras_transformer.data.tokenizers import sample_files
+    path = tmp_path / "train.de"
+    path.write_bytes(b"\xef\xbb\xbfEin Hund.\r\n\n  \nZwei M\xe4nner.\n")
+    with pytest.raises(CorpusError, match=rf"{path}:4: invalid UTF-8 \(byte 6"):
+        sample_files(path, None)
+    assert sample_files(path, None, errors="replace") == (["Ein Hund.", "Zwei M\ufffdnner."], 4)  # bom, blanks gone

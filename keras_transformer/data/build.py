@@ -121,7 +121,8 @@ def tokenizers_for(section, config, vocab_dir, wait_for_chief, texts=None):
         pair = pipeline.load_or_train_tokenizers(config, staging)
     else:
         pair = tokenizers.train_tokenizers(texts[0], texts[1], config.vocab_size, shared=config.shared_vocab,
-                                           directory=staging, model_type=config.model_type,
+                                           directory=staging, sample_size=config.vocab_sample_size,
+                                           seed=config.seed or 0, model_type=config.model_type,
                                            lowercase=config.lowercase)
     os.replace(staging, vocab_dir)
     log.info("Vocabulary of %d (%s) stored in %s", pair[0].vocab_size,

@@ -1,9 +1,20 @@
-"""Packed token ids: the `arrays.npz` of a packed workdir and the token-budget batches built from it, in numpy.
+"""Packed token ids: the `arrays` folder of a packed workdir and the token-budget batches built from it, in numpy.
 
 `keras-transformer pack` writes a workdir's tokenized training and validation
 pairs here; the packed-array trainer (`keras_transformer.arrays`) and
 distillation (`keras_transformer.distillation`) read them on any backend, with
 no TensorFlow.
+
+Storage: the folder ``arrays/`` holds, per split (``train``, ``valid``) and side
+(``source``, ``target``), two ``.npy`` files: ``{split}_{side}_values.npy``
+(every pair's ids, one after another, int32) and ``{split}_{side}_lengths.npy``
+(ids per pair, int32). `ArraysWriter` writes them a chunk of pairs at a time and
+renames the finished folder into place; `load_arrays` opens them with
+``numpy.load(mmap_mode="r")``, so the ids stay on disk and only the pairs of the
+batch being built are read (`PackedSequences`). What training holds in memory
+grows by a few bytes per pair (lengths, offsets and the pass's order), never by
+the ids. Folders packed before this format hold one compressed ``arrays.npz``:
+`load_arrays` still reads it, whole, into memory; packing again writes the folder.
 
 Batches: a pair's length is its longer side plus one (eos / bos), rounded up
 to a multiple of `length_multiple`; the pairs are sorted by it and cut into
@@ -12,24 +23,29 @@ a batch of width L (its longest rounded length) holds at most
 `tokens_per_batch // L` pairs, and a width's leftover pairs start the next
 batch, so only the epoch's last batch is partial. Batch widths are therefore
 few (one per L), and with `pad_rows` so are the shapes, which is what XLA
-needs: each new shape compiles once.
+needs: each new shape compiles once. `plan_batches` makes the cut (indices only)
+and `assemble_batch` lays out one batch, so a trainer builds each batch when it
+needs it.
 """
 
-import os
 import pathlib
+import shutil
 
 import numpy as np
 
 from keras_transformer.data.batching import batch_plan
-from keras_transformer.files import atomic_write
+from keras_transformer.files import atomic_write, fsync_file, replace_folder, staging_folder
 
-ARRAYS_FILE = "arrays.npz"
+ARRAYS_FILE = "arrays"  # the folder of .npy files in a packed workdir
+LEGACY_ARRAYS_FILE = "arrays.npz"  # what earlier versions packed: one compressed file, read whole
 _SPLITS = ("train", "valid")
+_SIDES = ("source", "target")
+_HEADER_BYTES = 128  # .npy version 1.0 header, padded: room for any shape, rewritten when the file is complete
 
 
 # ------------------------------------------------------------------ packing format
 def ragged_to_arrays(sequences):
-    """`[array, ...]` -> `(values, lengths)`: the packed form stored in `arrays.npz`.
+    """`[array, ...]` -> `(values, lengths)`: the packed form stored in `arrays/`.
 
     Example:
 
@@ -58,31 +74,235 @@ def arrays_to_ragged(values, lengths):
     return np.split(np.asarray(values, dtype=np.int32), np.cumsum(lengths)[:-1]) if len(lengths) else []
 
 
+class PackedSequences:
+    """Id sequences stored end to end (`values`) with their `lengths`: a read-only list of int32 arrays.
+
+    `load_arrays` gives the values as a `numpy.memmap`, so indexing one pair
+    reads its ids from disk (the page cache) and nothing else; the `lengths`
+    are in memory for planning batches.
+
+    Args:
+        values: int32 ids of every sequence, one after another (an array or a memmap).
+        lengths: ids per sequence.
+
+    Example:
+
+    >>> sequences = PackedSequences(np.array([5, 6, 7], np.int32), np.array([2, 1], np.int32))
+    >>> len(sequences), sequences[1].tolist(), [s.tolist() for s in sequences]
+    (2, [7], [[5, 6], [7]])
+    """
+
+    def __init__(self, values, lengths):
+        self.values = values
+        self.lengths = np.asarray(lengths, dtype=np.int32)
+        self.offsets = np.zeros(len(self.lengths) + 1, np.int64)
+        np.cumsum(self.lengths, out=self.offsets[1:])
+        if self.offsets[-1] != len(values):
+            raise ValueError(f"Packed arrays disagree: the lengths add up to {int(self.offsets[-1])} ids but there "
+                             f"are {len(values)} values.")
+
+    def __len__(self):
+        return len(self.lengths)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(f"sequence {index} of {len(self)}")
+        return np.asarray(self.values[self.offsets[index]:self.offsets[index + 1]])
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+
+def sequence_lengths(sequences):
+    """The lengths of a list of sequences, or a `PackedSequences`' own, without reading its ids.
+
+    Example:
+
+    >>> sequence_lengths([[5, 6], [7]]).tolist()
+    [2, 1]
+    """
+    if isinstance(sequences, PackedSequences):
+        return sequences.lengths
+    return np.array([len(s) for s in sequences], dtype=np.int64)
+
+
+class _NpyAppender:
+    """A 1-D int32 `.npy` file written a chunk at a time: the header's shape is filled in by `close`."""
+
+    def __init__(self, path):
+        self.path, self.count = path, 0
+        self.handle = open(path, "wb")
+        self.handle.write(self._header(0))
+
+    @staticmethod
+    def _header(count):
+        text = repr({"descr": np.dtype(np.int32).str, "fortran_order": False, "shape": (count,)})
+        size = _HEADER_BYTES - 10  # magic (6), version (2), header length (2)
+        return (b"\x93NUMPY\x01\x00" + size.to_bytes(2, "little") + text.encode("latin1").ljust(size - 1)
+                + b"\n")
+
+    def append(self, values):
+        values = np.ascontiguousarray(values, dtype=np.int32)
+        self.handle.write(values.tobytes())
+        self.count += len(values)
+
+    def close(self):
+        self.handle.seek(0)
+        self.handle.write(self._header(self.count))
+        self.handle.close()
+        fsync_file(self.path)
+
+
+class ArraysWriter:
+    """Writes a packed `arrays/` folder a chunk of pairs at a time, in a staging folder renamed into place.
+
+    Memory holds one chunk: `add` appends its ids to the open files, and
+    `close` completes the headers and puts the folder at `path` (an older
+    folder there is replaced only then, by `files.replace_folder`). Leaving a
+    ``with`` block by an exception removes the staging folder and leaves `path` as it was.
+
+    Args:
+        path: the folder to write (``WORKDIR/arrays``).
+
+    Example:
+
+    >>> import tempfile
+    >>> folder = pathlib.Path(tempfile.mkdtemp()) / "arrays"
+    >>> with ArraysWriter(folder) as writer:
+    ...     writer.add("train", [np.array([5, 6]), np.array([7])], [np.array([8]), np.array([9, 9])])
+    ...     writer.add("train", [np.array([4])], [np.array([4])])
+    >>> [s.tolist() for s in load_arrays(folder)["train"][1]]
+    [[8], [9, 9], [4]]
+    """
+
+    def __init__(self, path):
+        self.path = pathlib.Path(path)
+        self._staging = staging_folder(self.path)
+        self._files = {}
+
+    def add(self, split, sources, targets):
+        """Appends aligned pairs to `split`: lists of id arrays, or `(values, lengths)` pairs of arrays."""
+        if split not in _SPLITS:
+            raise ValueError(f"split must be one of {_SPLITS}, got {split!r}.")
+        packed = [side if isinstance(side, tuple) else ragged_to_arrays(side) for side in (sources, targets)]
+        if len(packed[0][1]) != len(packed[1][1]):
+            raise ValueError(f"{split}: {len(packed[0][1])} source and {len(packed[1][1])} target sequences.")
+        for side, (values, lengths) in zip(_SIDES, packed):
+            for kind, array in (("values", values), ("lengths", lengths)):
+                name = f"{split}_{side}_{kind}"
+                if name not in self._files:
+                    self._files[name] = _NpyAppender(self._staging / f"{name}.npy")
+                self._files[name].append(array)
+
+    def close(self):
+        """Completes the files and renames the folder into place; returns its path."""
+        for appender in self._files.values():
+            appender.close()
+        return replace_folder(self._staging, self.path)
+
+    def abort(self):
+        """Removes what was written; `path` stays as it was."""
+        for appender in self._files.values():
+            appender.handle.close()
+        shutil.rmtree(self._staging, ignore_errors=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, value, traceback):
+        if kind is None:
+            self.close()
+        else:
+            self.abort()
+
+
 def save_arrays(path, splits):
-    """Writes `{"train": (sources, targets), "valid": (...)}` (lists of id arrays) to an `.npz` file."""
-    arrays = {}
+    """Writes `{"train": (sources, targets), "valid": (...)}` (lists of id arrays): an `arrays/` folder, or a
+    compressed `.npz` file of the earlier format when `path` ends in ``.npz``.
+
+    Example:
+
+    >>> import tempfile
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = save_arrays(folder / "arrays", {"train": ([[5, 6]], [[7]])})
+    >>> sorted(p.name for p in (folder / "arrays").iterdir())  # doctest: +NORMALIZE_WHITESPACE
+    ['train_source_lengths.npy', 'train_source_values.npy', 'train_target_lengths.npy',
+     'train_target_values.npy']
+    """
+    path = pathlib.Path(path)
     for split, (sources, targets) in splits.items():
         if len(sources) != len(targets):
             raise ValueError(f"{split}: {len(sources)} source and {len(targets)} target sequences.")
-        for side, sequences in (("source", sources), ("target", targets)):
-            arrays[f"{split}_{side}_values"], arrays[f"{split}_{side}_lengths"] = ragged_to_arrays(sequences)
-    atomic_write(path, lambda temporary: np.savez_compressed(temporary, **arrays))
+    if path.suffix == ".npz":
+        arrays = {}
+        for split, pair in splits.items():
+            for side, sequences in zip(_SIDES, pair):
+                arrays[f"{split}_{side}_values"], arrays[f"{split}_{side}_lengths"] = ragged_to_arrays(sequences)
+        return atomic_write(path, lambda temporary: np.savez_compressed(temporary, **arrays))
+    with ArraysWriter(path) as writer:
+        for split, (sources, targets) in splits.items():
+            writer.add(split, sources, targets)
+    return path
+
+
+def arrays_path(workdir):
+    """Where a packed workdir keeps its pairs: `arrays/`, or an earlier version's `arrays.npz`; None if neither.
+
+    Example:
+
+    >>> import tempfile
+    >>> arrays_path(tempfile.mkdtemp()) is None
+    True
+    """
+    workdir = pathlib.Path(workdir)
+    for name in (ARRAYS_FILE, LEGACY_ARRAYS_FILE):
+        if (workdir / name).exists():
+            return workdir / name
+    return None
 
 
 def load_arrays(path):
-    """Reads an `arrays.npz`: `{"train": (sources, targets), "valid": (...)}`, splits that are present."""
+    """Reads packed pairs: `{"train": (sources, targets), "valid": (...)}` of `PackedSequences`, splits present.
+
+    Args:
+        path: an `arrays/` folder (its ids memory-mapped, read from disk as
+            batches need them), an earlier version's ``arrays.npz`` (read whole
+            into memory), or a packed workdir holding either.
+
+    Raises:
+        FileNotFoundError: nothing packed at `path` (the message says how to pack).
+        ValueError: the files disagree, or hold no training pairs.
+    """
     path = pathlib.Path(path)
-    if not path.is_file():
+    if path.is_dir() and not (path / "train_source_values.npy").is_file():
+        path = arrays_path(path) or path / ARRAYS_FILE
+    if not path.exists() and path.name == ARRAYS_FILE and (path.parent / LEGACY_ARRAYS_FILE).is_file():
+        path = path.parent / LEGACY_ARRAYS_FILE
+    if not path.exists():
         raise FileNotFoundError(f"No packed data at {path}: run `keras-transformer pack --config ... "
                                 f"--workdir {path.parent}` where TensorFlow is installed first.")
-    with np.load(path) as data:
-        splits = {}
+    splits = {}
+    if path.is_dir():
         for split in _SPLITS:
-            if f"{split}_source_values" in data:
-                splits[split] = tuple(arrays_to_ragged(data[f"{split}_{side}_values"], data[f"{split}_{side}_lengths"])
-                                      for side in ("source", "target"))
+            if (path / f"{split}_source_values.npy").is_file():
+                splits[split] = tuple(PackedSequences(np.load(path / f"{split}_{side}_values.npy", mmap_mode="r"),
+                                                      np.load(path / f"{split}_{side}_lengths.npy"))
+                                      for side in _SIDES)
+    else:
+        with np.load(path) as data:
+            for split in _SPLITS:
+                if f"{split}_source_values" in data:
+                    splits[split] = tuple(PackedSequences(data[f"{split}_{side}_values"],
+                                                          data[f"{split}_{side}_lengths"]) for side in _SIDES)
     if "train" not in splits:
         raise ValueError(f"{path} holds no training pairs (train_source_values).")
+    for split, (sources, targets) in splits.items():
+        if len(sources) != len(targets):
+            raise ValueError(f"{path}: {split} has {len(sources)} source but {len(targets)} target sequences.")
     return splits
 
 
@@ -132,10 +352,41 @@ def make_batches(sources, targets, tokens_per_batch, *, length_multiple=8, pad_i
         raise ValueError(f"make_batches: {len(sources)} source but {len(targets)} target sequences.")
     if teacher is not None and not (len(teacher[0]) == len(teacher[1]) == len(targets)):
         raise ValueError(f"make_batches: {len(targets)} pairs but teacher distributions for {len(teacher[0])}.")
-    if not len(sources):
-        return ([], []) if return_indices else []
+    plan = plan_batches(sequence_lengths(sources), sequence_lengths(targets), tokens_per_batch,
+                        length_multiple=length_multiple, rng=rng, pad_rows=pad_rows)
+    batches = [assemble_batch(sources, targets, indices, width, rows, pad_id=pad_id, bos_id=bos_id, eos_id=eos_id,
+                              teacher=teacher) for indices, width, rows in plan]
+    return (batches, [indices for indices, _, _ in plan]) if return_indices else batches
+
+
+def plan_batches(source_lengths, target_lengths, tokens_per_batch, *, length_multiple=8, rng=None, pad_rows=False):
+    """The cut `make_batches` makes, without the ids: `(indices, width, rows)` of each batch, in training order.
+
+    Needs only each pair's lengths, so a pass over a corpus of any size is
+    planned in a few bytes per pair; `assemble_batch` then reads one batch's
+    pairs. With `rng`, the random numbers are drawn as `make_batches` draws them.
+
+    Args:
+        source_lengths, target_lengths: ids per pair (no bos/eos).
+        tokens_per_batch, length_multiple, rng, pad_rows: as in `make_batches`.
+
+    Returns:
+        A list of `(indices, width, rows)`: the batch's pair indices (int array),
+        its width in positions and its number of rows (padding rows included).
+
+    Raises:
+        ValueError: a pair longer than `tokens_per_batch`.
+
+    Example:
+
+    >>> [(indices.tolist(), width, rows) for indices, width, rows in plan_batches([1, 2, 9], [1, 1, 1], 16)]
+    [([0, 1], 8, 2), ([2], 16, 1)]
+    """
+    source_lengths, target_lengths = np.asarray(source_lengths), np.asarray(target_lengths)
+    if not len(source_lengths):
+        return []
     multiple = max(1, int(length_multiple))
-    lengths = np.maximum([len(s) for s in sources], [len(t) for t in targets]) + 1
+    lengths = np.maximum(source_lengths, target_lengths).astype(np.int64) + 1
     widths = -(-lengths // multiple) * multiple
     if widths.max() > tokens_per_batch:
         longest = int(np.argmax(widths))
@@ -144,34 +395,45 @@ def make_batches(sources, targets, tokens_per_batch, *, length_multiple=8, pad_i
     order = rng.permutation(len(widths)) if rng is not None else np.arange(len(widths))
     order = order[np.argsort(widths[order], kind="stable")]
     _, sizes, _ = batch_plan(widths, int(tokens_per_batch))
-    batches, indices = [], []
+    plan = []
     for chunk in np.split(order, np.cumsum(sizes)[:-1]):
         width = int(widths[chunk[-1]])  # sorted: the last pair is the widest
-        rows = int(tokens_per_batch) // width if pad_rows else len(chunk)
-        source = np.full((rows, width), pad_id, np.int32)
-        target_input = np.full((rows, width), pad_id, np.int32)
-        labels = np.full((rows, width), pad_id, np.int32)
-        for row, index in enumerate(chunk):
-            s, t = sources[index], targets[index]
-            source[row, :len(s)] = s
-            source[row, len(s)] = eos_id
-            target_input[row, 0] = bos_id
-            target_input[row, 1:len(t) + 1] = t
-            labels[row, :len(t)] = t
-            labels[row, len(t)] = eos_id
-        if teacher is not None:
-            k = teacher[0][chunk[0]].shape[-1]
-            ids, probabilities = np.zeros((rows, width, k), np.int32), np.zeros((rows, width, k), np.float32)
-            for row, index in enumerate(chunk):
-                n = len(targets[index]) + 1
-                ids[row, :n], probabilities[row, :n] = teacher[0][index], teacher[1][index]
-            labels = pack_labels(labels, ids, probabilities)
-        batches.append((source, target_input, labels))
-        indices.append(chunk)
+        plan.append((chunk, width, int(tokens_per_batch) // width if pad_rows else len(chunk)))
     if rng is not None:
-        order = rng.permutation(len(batches))
-        batches, indices = [batches[i] for i in order], [indices[i] for i in order]
-    return (batches, indices) if return_indices else batches
+        plan = [plan[i] for i in rng.permutation(len(plan))]
+    return plan
+
+
+def assemble_batch(sources, targets, indices, width, rows, *, pad_id=0, bos_id=2, eos_id=3, teacher=None):
+    """One batch of `plan_batches`: `(source, target_input, labels)` int32 arrays `(rows, width)` of the pairs
+    `indices` (source + eos, bos + target, target + eos), padded with `pad_id`; with `teacher`, the labels are
+    packed with the teacher's distributions as in `make_batches`.
+
+    Example:
+
+    >>> source, target_input, labels = assemble_batch([[7, 8]], [[5]], [0], 4, 2)
+    >>> source.tolist(), target_input.tolist(), labels.tolist()
+    ([[7, 8, 3, 0], [0, 0, 0, 0]], [[2, 5, 0, 0], [0, 0, 0, 0]], [[5, 3, 0, 0], [0, 0, 0, 0]])
+    """
+    source = np.full((rows, width), pad_id, np.int32)
+    target_input = np.full((rows, width), pad_id, np.int32)
+    labels = np.full((rows, width), pad_id, np.int32)
+    for row, index in enumerate(indices):
+        s, t = sources[index], targets[index]
+        source[row, :len(s)] = s
+        source[row, len(s)] = eos_id
+        target_input[row, 0] = bos_id
+        target_input[row, 1:len(t) + 1] = t
+        labels[row, :len(t)] = t
+        labels[row, len(t)] = eos_id
+    if teacher is not None:
+        k = teacher[0][indices[0]].shape[-1]
+        ids, probabilities = np.zeros((rows, width, k), np.int32), np.zeros((rows, width, k), np.float32)
+        for row, index in enumerate(indices):
+            n = len(targets[index]) + 1
+            ids[row, :n], probabilities[row, :n] = teacher[0][index], teacher[1][index]
+        labels = pack_labels(labels, ids, probabilities)
+    return source, target_input, labels
 
 
 def pack_labels(labels, ids, probabilities):

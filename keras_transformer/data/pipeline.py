@@ -630,15 +630,11 @@ def load_or_train_tokenizers(config, directory=None):
     logger.info("Learning a %s %s vocabulary of %d from %s into %s",
                 "shared" if config.shared_vocab else "separate", config.model_type, config.vocab_size,
                 ", ".join(f"{item['source']} and {item['target']}" for item in training_corpora), directory)
-    sources, targets = [], []
-    for item in training_corpora:
-        more_sources, more_targets, _ = corpus.read_parallel_corpus(item["source"], item["target"],
-                                                                    errors=config.errors)
-        sources += more_sources
-        targets += more_targets
-    return tokenizers.train_tokenizers(sources, targets, config.vocab_size, shared=config.shared_vocab,
-                                       directory=directory, model_type=config.model_type,
-                                       lowercase=config.lowercase)
+    return tokenizers.train_tokenizers_from_files(
+        [item["source"] for item in training_corpora], [item["target"] for item in training_corpora],
+        config.vocab_size, shared=config.shared_vocab, directory=directory, sample_size=config.vocab_sample_size,
+        seed=config.seed or 0, errors=config.errors, max_lines=[item["max_pairs"] for item in training_corpora],
+        model_type=config.model_type, lowercase=config.lowercase)
 
 
 def batch_statistics(dataset):

@@ -54,6 +54,7 @@ class Corpus:
     source: typing.Any  # source file (plain or gzip), or a list of str
     target: typing.Any  # target file, line N translating line N of `source`, or a list of str
     weight: float = 1  # share of the training pairs drawn from it, relative to the other corpora's weights
+    max_pairs: typing.Optional[int] = None  # read only its first N line pairs (as if the files ended there)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,6 +114,7 @@ class _PairReader:
         self.count, self.index = shard
         self.names = (side_name(corpus.source), side_name(corpus.target))
         self.number = 0  # lines of the files read so far (all shards)
+        self.limit = corpus.max_pairs  # the files end here for this reader (None: at their end)
         self.done = False  # the files have ended
         self._peeked = None  # `(number, pair)` read ahead by `at_end`
         if isinstance(corpus.source, (list, tuple)):
@@ -136,6 +138,9 @@ class _PairReader:
             pair, self._peeked = self._peeked, None
             return pair
         while not self.done:
+            if self.limit is not None and self.number >= self.limit:
+                self.done = True
+                return None
             try:
                 pair = next(self._lines)
             except StopIteration:
@@ -167,6 +172,8 @@ class _PairReader:
         if self._handles and self._peeked is None and self.number % self.count == 0 and not self.done:
             # Whole files' lines, at C speed: `count` file lines a shard line, both files side by side.
             wanted = lines * self.count
+            if self.limit is not None:
+                wanted = min(wanted, self.limit - self.number)
             got = [sum(1 for _ in itertools.islice(side, wanted)) for side in self._sides]
             if got[0] != got[1]:
                 ended, going = (0, 1) if got[0] < got[1] else (1, 0)
@@ -175,7 +182,7 @@ class _PairReader:
                     f"but {self.names[going]} goes on (line {self.number + got[ended] + 1}); line N of one file "
                     "must translate line N of the other.")
             self.number += got[0]
-            if got[0] < wanted:
+            if got[0] < lines * self.count:
                 self.done = True
                 return len(range(self.index, got[0], self.count))
             return lines

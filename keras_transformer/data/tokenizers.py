@@ -43,19 +43,31 @@ size, options) and ``sentencepiece.model`` or ``wordpiece.vocab``.
 `save_tokenizers` writes a shared tokenizer into ``directory`` itself and
 separate ones into ``directory/source`` and ``directory/target``;
 `load_tokenizers` reads either layout back.
+
+Large corpora: `train_tokenizers_from_files` (what ``train`` and ``pack`` call)
+learns from at most ``sample_size`` sentences, drawn uniformly from the whole of
+each side's files in one streaming pass (`reservoir_sample`; half of the sample
+from each side when the vocabulary is shared), so learning a vocabulary takes
+a time and memory bounded by the sample, whatever the corpus size.
 """
 
 import hashlib
 import io
+import itertools
 import json
+import logging
+import math
 import os
+import random
 import re
+import time
 
+import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
 from tensorflow_text.python.ops import sentencepiece_tokenizer as _tf_text_sentencepiece
 
-from keras_transformer.data import corpus
+from keras_transformer.data import corpus, textfile
 from keras_transformer.errors import CorruptFileError
 from keras_transformer.experiment import MODEL_TYPES
 
@@ -66,6 +78,8 @@ WORDPIECE_FILE = "wordpiece.vocab"
 WORDPIECE_RESERVED = ("[PAD]", "[UNK]", "[BOS]", "[EOS]")
 _FORMAT = "keras_transformer.SubwordTokenizer"
 _FORMAT_VERSION = 1
+
+log = logging.getLogger(__name__)
 
 
 class SubwordTokenizer(tf.Module):
@@ -307,13 +321,17 @@ class SubwordTokenizer(tf.Module):
                           **options)
 
     @classmethod
-    def train_from_files(cls, files, vocab_size, **options) -> "SubwordTokenizer":
+    def train_from_files(cls, files, vocab_size, sample_size=None, seed=0, **options) -> "SubwordTokenizer":
         """Learns a subword vocabulary from text files, one sentence per line.
 
         Args:
             files: one path or a list of paths (str or `os.PathLike`), plain
                 or gzip UTF-8; every line that is not blank is a sentence.
             vocab_size: as for `train`.
+            sample_size: learn from at most this many sentences, drawn
+                uniformly from all the files in one streaming pass
+                (`reservoir_sample`); None: from every sentence.
+            seed: the seed of that draw.
             **options: the options of `train` (``model_type``, ``lowercase``, ...).
 
         Returns:
@@ -335,7 +353,7 @@ class SubwordTokenizer(tf.Module):
         Traceback (most recent call last):
         FileNotFoundError: No such file: .../trian.de ...
         """
-        return cls._learn(_read_files(files), vocab_size, **options)
+        return cls._learn(sample_files(files, sample_size, seed)[0], vocab_size, **options)
 
     @classmethod
     def _learn(cls, sentences, vocab_size, model_type="bpe", lowercase=False, byte_fallback=True,
@@ -464,7 +482,8 @@ class SubwordTokenizer(tf.Module):
 
 
 # ---------------------------------------------------------------------- pairs
-def train_tokenizers(source_texts, target_texts, vocab_size, shared=True, directory=None, **options):
+def train_tokenizers(source_texts, target_texts, vocab_size, shared=True, directory=None, sample_size=None,
+                     seed=0, **options):
     """Learns the source and target tokenizers from sentences in memory, shared (one vocabulary) or separate.
 
     `train_tokenizers_from_files` learns them from files.
@@ -478,6 +497,9 @@ def train_tokenizers(source_texts, target_texts, vocab_size, shared=True, direct
         shared: learn one vocabulary from both sides (the default, needed for
             ``TransformerConfig.tie_embeddings="all"``).
         directory: if given, the tokenizers are saved there with `save_tokenizers`.
+        sample_size: learn each vocabulary from at most this many sentences, drawn uniformly
+            (`reservoir_sample`; a shared one takes half from each side); None: every sentence.
+        seed: the seed of that draw.
         **options: passed to `SubwordTokenizer.train` (``model_type``, ``lowercase``, ...).
 
     Returns:
@@ -495,12 +517,18 @@ def train_tokenizers(source_texts, target_texts, vocab_size, shared=True, direct
     True
     """
     hint = "train_tokenizers_from_files"
-    return _train_pair(_sentences(source_texts, hint), _sentences(target_texts, hint), vocab_size, shared, directory,
-                       options)
+    sides = [_sentences(texts, hint) for texts in (source_texts, target_texts)]
+    return _train_pair(lambda side, size: reservoir_sample(sides[side], size, (seed, side)), vocab_size, shared,
+                       directory, sample_size, options)
 
 
-def train_tokenizers_from_files(source_files, target_files, vocab_size, shared=True, directory=None, **options):
+def train_tokenizers_from_files(source_files, target_files, vocab_size, shared=True, directory=None,
+                                sample_size=None, seed=0, errors="strict", max_lines=None, **options):
     """Learns the source and target tokenizers from text files, shared (one vocabulary) or separate.
+
+    The files are streamed: with a `sample_size`, what is held in memory and
+    learned from is the sample, never the corpus. A log line gives the
+    sentences drawn and the seconds the draw took, another the seconds learning took.
 
     Args:
         source_files: one path or a list of paths of source text (plain or gzip
@@ -509,6 +537,13 @@ def train_tokenizers_from_files(source_files, target_files, vocab_size, shared=T
         vocab_size: as for `train_tokenizers`.
         shared: as for `train_tokenizers`.
         directory: if given, the tokenizers are saved there with `save_tokenizers`.
+        sample_size: learn each vocabulary from at most this many sentences, drawn uniformly
+            from a side's files in one pass (`reservoir_sample`); a shared vocabulary takes
+            half of them from each side. None: every sentence.
+        seed: the seed of that draw (the same seed draws the same sentences).
+        errors: invalid UTF-8: ``"strict"`` fails naming the file and line, ``"replace"`` uses U+FFFD.
+        max_lines: read only the first lines of each file: one count for every file, or a list of counts (or
+            None) in the order of a side's files; None reads them whole.
         **options: passed to `SubwordTokenizer.train` (``model_type``, ``lowercase``, ...).
 
     Returns:
@@ -517,6 +552,7 @@ def train_tokenizers_from_files(source_files, target_files, vocab_size, shared=T
     Raises:
         FileNotFoundError: a file of either side does not exist (the message
             names it); every file is checked before any is read.
+        keras_transformer.data.corpus.CorpusError: invalid UTF-8 (``errors="strict"``), named by file and line.
 
     Example:
 
@@ -530,19 +566,31 @@ def train_tokenizers_from_files(source_files, target_files, vocab_size, shared=T
     """
     _check_files(source_files)
     _check_files(target_files)
-    return _train_pair(_read_files(source_files), _read_files(target_files), vocab_size, shared, directory, options)
+    sides = (source_files, target_files)
+    return _train_pair(lambda side, size: sample_files(sides[side], size, (seed, side), errors, max_lines),
+                       vocab_size, shared, directory, sample_size, options)
 
 
-def _train_pair(sources, targets, vocab_size, shared, directory, options):
-    """`train_tokenizers` on two lists of sentences."""
+def _train_pair(draw, vocab_size, shared, directory, sample_size, options):
+    """Learns the pair from the sentences `draw(side, size)` returns (`(sample, count)`, side 0 or 1)."""
+    if shared and not isinstance(vocab_size, int):
+        raise ValueError(f"A shared vocabulary has one size, got vocab_size={vocab_size!r}.")
+    sizes = [None, None]
+    if sample_size is not None:
+        sizes = [sample_size - sample_size // 2, sample_size // 2] if shared else [sample_size, sample_size]
+    start = time.perf_counter()
+    (sources, source_count), (targets, target_count) = draw(0, sizes[0]), draw(1, sizes[1])
+    log.info("Vocabulary sample: %d of %d source and %d of %d target sentences, drawn in %.1f s", len(sources),
+             source_count, len(targets), target_count, time.perf_counter() - start)
+    start = time.perf_counter()
     if shared:
-        if not isinstance(vocab_size, int):
-            raise ValueError(f"A shared vocabulary has one size, got vocab_size={vocab_size!r}.")
         source = target = SubwordTokenizer._learn(sources + targets, vocab_size, **options)
     else:
         source_size, target_size = (vocab_size, vocab_size) if isinstance(vocab_size, int) else vocab_size
         source = SubwordTokenizer._learn(sources, source_size, **options)
         target = SubwordTokenizer._learn(targets, target_size, **options)
+    log.info("Vocabulary of %d learned from %d sentences in %.1f s", source.vocab_size, len(sources) + len(targets),
+             time.perf_counter() - start)
     if directory is not None:
         save_tokenizers(directory, source, target)
     return source, target
@@ -668,14 +716,162 @@ def _check_files(files):
                                     "files of one sentence per line.")
 
 
-def _read_files(files):
-    """The non-blank lines of one file or a list of files, every file checked first."""
+def reservoir_sample(items, size, seed=0):
+    """A uniform sample of at most `size` items of an iterable of any length, drawn in one pass.
+
+    Every subset of `size` items is equally likely (Li's "Algorithm L", ACM
+    TOMS 1994: a reservoir of `size` items whose next replacement is found by
+    skipping a geometrically distributed number of items). Memory holds the
+    reservoir only, and random numbers are drawn only for the replacements
+    (about ``size * log(n / size)`` of them), so one pass over a corpus of any
+    size costs its reading. The sample is a pure function of the items and `seed`.
+
+    Args:
+        items: any iterable, read once.
+        size: the sample's size; None takes every item.
+        seed: an int or a sequence of ints (through `numpy.random.SeedSequence`).
+
+    Returns:
+        ``(sample, count)``: a list of ``min(size, count)`` items (in no
+        particular order) and the number of items read.
+
+    Example:
+
+    >>> sample, count = reservoir_sample(range(1000), 5, seed=1)
+    >>> len(sample), count, len(set(sample)), all(0 <= item < 1000 for item in sample)
+    (5, 1000, 5, True)
+    >>> reservoir_sample(range(3), 5)
+    ([0, 1, 2], 3)
+    """
+    if size is None:
+        sample = list(items)
+        return sample, len(sample)
+    iterator = iter(items)
+    chunks = ((chunk, None) for chunk in iter(lambda: list(itertools.islice(iterator, 1 << 16)), []))
+    sample, count = _reservoir(chunks, size, seed)
+    return [item for _, _, item in sample], count
+
+
+def _reservoir(chunks, size, seed):
+    """`reservoir_sample` over `(items, tag)` chunks: `([(tag, index in its chunk, item), ...], count)`.
+
+    The random numbers, and so the sample, depend only on the items' positions
+    in the whole stream, not on how it is cut into chunks; work is done per item
+    drawn, not per item read, so a chunk's items cost only their reading.
+    """
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise ValueError(f"A sample size must be a positive integer or None, got {size!r}.")
+    # Python's generator (seeded through numpy's SeedSequence, which takes an int or a sequence of ints): a draw
+    # costs a tenth of a numpy scalar draw, and a large sample takes about size * log(n / size) of them.
+    rng = random.Random(int(np.random.SeedSequence(seed).generate_state(1, np.uint64)[0]))
+
+    def uniform():  # in (0, 1]: its logarithm is finite
+        return 1.0 - rng.random()
+
+    def skip():
+        return math.floor(math.log(uniform()) / math.log1p(-weight)) if weight < 1 else 0
+
+    reservoir, count, weight, pick = [], 0, None, None  # pick: the stream position drawn next
+    for items, tag in chunks:
+        first, count = count, count + len(items)
+        if len(reservoir) < size:
+            taken = min(size - len(reservoir), len(items))
+            reservoir.extend((tag, index, items[index]) for index in range(taken))
+            if len(reservoir) == size:
+                weight = math.exp(math.log(uniform()) / size)
+                pick = first + taken + skip()
+        while pick is not None and pick < count:
+            reservoir[rng.randrange(size)] = (tag, pick - first, items[pick - first])
+            weight *= math.exp(math.log(uniform()) / size)
+            pick += 1 + skip()
+    return reservoir, count
+
+
+def sample_files(files, size, seed=0, errors="strict", max_lines=None):
+    """A uniform sample of at most `size` lines of one file or a list of files, read in one pass; blank lines
+    drawn are dropped.
+
+    The files (plain or gzip UTF-8) are read in large blocks split into lines
+    of bytes; `reservoir_sample`'s draws index into them, and only the lines
+    drawn are decoded (and checked: the training pipeline reads every line and
+    checks them all), so the pass runs at the speed of reading.
+
+    Args:
+        files: one path or a list of paths; every one is checked before any is read.
+        size: the sample's size; None takes every line.
+        seed: the seed of the draw.
+        errors: ``"strict"`` (invalid UTF-8 raises `corpus.CorpusError` naming file and line) or ``"replace"``.
+        max_lines: read only the first lines of each file: one count for all, or a list of counts (or None)
+            matching `files`; None reads every line.
+
+    Returns:
+        ``(sentences, count)``: the sampled lines that are not blank, and the number of lines read.
+
+    Example:
+
+    >>> import pathlib, tempfile
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "a.txt"
+    >>> _ = path.write_text("".join(f"line {i}\\n" for i in range(100)), encoding="utf-8")
+    >>> sentences, count = sample_files(path, 10, seed=0)
+    >>> len(sentences), count, sentences == sample_files(path, 10, seed=0)[0]
+    (10, 100, True)
+    >>> sorted(sample_files(path, None, max_lines=3)[0])
+    ['line 0', 'line 1', 'line 2']
+    """
+    if errors not in textfile.ERROR_MODES:
+        raise ValueError(f"errors must be one of {textfile.ERROR_MODES}, got {errors!r}.")
     _check_files(files)
+    paths = [os.fspath(path) for path in ([files] if isinstance(files, (str, os.PathLike)) else files)]
+    limits = list(max_lines) if isinstance(max_lines, (list, tuple)) else [max_lines] * len(paths)
+    if len(limits) != len(paths):
+        raise ValueError(f"max_lines has {len(limits)} counts for {len(paths)} files.")
+    if size is None:
+        sample, count = [], 0
+        for lines, tag in _line_blocks(paths, limits):
+            sample.extend((tag, index, line) for index, line in enumerate(lines))
+            count += len(lines)
+    else:
+        sample, count = _reservoir(_line_blocks(paths, limits), size, seed)
     sentences = []
-    for path in [files] if isinstance(files, (str, os.PathLike)) else files:
-        lines, _ = corpus.read_lines(path)
-        sentences.extend(line for line in lines if line.strip())
-    return sentences
+    for (path, first), index, raw in sample:
+        raw, number = raw.rstrip(b"\r"), first + index
+        if number == 1 and raw.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte-order mark
+            raw = raw[3:]
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            if errors == "strict":
+                raise corpus.CorpusError(f"{path}:{number}: invalid UTF-8 (byte {error.start} of the line: "
+                                         f"{raw[error.start:error.end]!r}); fix the file or read it with "
+                                         "errors='replace' to replace bad bytes with U+FFFD.") from None
+            line = raw.decode("utf-8", errors="replace")
+        if line.strip():
+            sentences.append(line)
+    return sentences, count
+
+
+def _line_blocks(paths, limits, block=1 << 22):
+    """The lines of `paths` (bytes, split on ``\\n`` only, as `textfile` splits) in lists of a block's lines,
+    each with its tag `(path, number of its first line)`; a path's limit (None: no limit) ends it after that
+    many lines."""
+    for path, limit in zip(paths, limits):
+        number, rest = 1, b""
+        with textfile.open_binary(path) as handle:
+            try:
+                while limit is None or number <= limit:
+                    data = handle.read(block)
+                    if not data:
+                        break
+                    lines = (rest + data).split(b"\n")
+                    rest = lines.pop()
+                    if limit is not None and number + len(lines) > limit:
+                        lines, rest = lines[:limit - number + 1], b""
+                    yield lines, (path, number)
+                    number += len(lines)
+            except EOFError:
+                raise ValueError(f"{path}: the gzip data ends before its end marker (a truncated file?)") from None
+        if rest and (limit is None or number <= limit):
+            yield [rest], (path, number)
 
 
 def _learn_sentencepiece(sentences, vocab_size, model_type, lowercase, byte_fallback, character_coverage,

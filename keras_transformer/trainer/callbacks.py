@@ -148,6 +148,31 @@ class LearningRateLogger(keras.callbacks.Callback):
         logs["step"] = int(keras.ops.convert_to_numpy(optimizer.iterations))
 
 
+class ProgressLogger(keras.callbacks.ProgbarLogger):
+    """Keras' progress bar, without the epoch-end entries kept for `history.csv` and TensorBoard only.
+
+    `step` (the update count, which Keras' bar would print as `53.0000`) and
+    entries that are NaN because nothing was measured that epoch (`val_bleu`
+    between BLEU passes) stay in the logs but leave the printed line.
+
+    Example:
+
+    >>> ProgressLogger.shown({"loss": 2.5, "step": 53, "val_bleu": float("nan")})
+    {'loss': 2.5}
+    """
+
+    HIDDEN = ("step",)
+
+    @classmethod
+    def shown(cls, logs):
+        """The entries of `logs` the progress line prints."""
+        return {key: value for key, value in (logs or {}).items() if key not in cls.HIDDEN and not (
+            isinstance(value, float) and math.isnan(value))}
+
+    def on_epoch_end(self, epoch, logs=None):
+        super().on_epoch_end(epoch, self.shown(logs))
+
+
 class HistoryCSV(keras.callbacks.Callback):
     """Writes `history.csv`: one row per finished epoch, column `epoch` (1-based) first.
 

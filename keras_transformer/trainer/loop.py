@@ -33,7 +33,7 @@ from keras_transformer.optimizers import make_optimizer
 from keras_transformer.trainer import ema
 from keras_transformer.trainer.backup import ResumableBackup, RestoreMetricState, backup_position, stop_on_sigterm
 from keras_transformer.trainer.callbacks import (BleuCallback, EpochCheckpoint, HistoryCSV, LearningRateLogger,
-                                                 NonFiniteGuard, StepCheckpoint, best_logged)
+                                                 NonFiniteGuard, ProgressLogger, StepCheckpoint, best_logged)
 from keras_transformer.trainer.precision import progress_verbosity
 from keras_transformer.workdir import checkpoint_number, epoch_checkpoints, load_weights, weights_only
 
@@ -227,7 +227,7 @@ def make_callbacks(experiment, model_config, data, output, resumed_at=(0, 0), ma
         else:
             log.warning("TensorBoard logs skipped: they need the tensorboard and tensorflow packages "
                         "(training.tensorboard).")
-    callbacks.append(backup)
+    callbacks += [backup, ProgressLogger()]  # printed last, after every callback added to the logs
     return callbacks, backup
 
 

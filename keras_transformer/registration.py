@@ -1,0 +1,143 @@
+"""Makes the package's Keras classes known to `keras.saving` without importing Keras.
+
+A `.keras` file names each custom class by its registered name
+(`"keras_transformer>NoamSchedule"`); `keras.models.load_model` finds it only
+if the class is registered. Importing the modules that define the classes
+would register them, but it imports Keras, and with it TensorFlow (seconds),
+which `import keras_transformer` must not do. Instead, `register_lazily()`
+(run by `import keras_transformer`) puts a `LazyClass` under each registered
+name as soon as Keras is imported, before or after the package: a stand-in
+that imports the class's module when Keras first rebuilds an object from its
+config. That import registers the real class in its place.
+
+Example:
+
+>>> import keras
+>>> register_lazily()
+>>> keras.saving.get_custom_objects()["keras_transformer>NoamSchedule"].from_config(
+...     {"d_model": 64, "warmup_steps": 100}).warmup_steps
+100
+"""
+
+import importlib
+import importlib.util
+import sys
+
+PACKAGE = "keras_transformer"
+
+# module -> the classes it registers with `@keras.saving.register_keras_serializable(package="keras_transformer")`
+# (tests/test_serialization.py checks this list against the source).
+SERIALIZABLE = {
+    "keras_transformer.layers.attention": ("MultiHeadAttention", "MultiHeadSelfAttention"),
+    "keras_transformer.layers.decoder": ("DecoderLayer", "TransformerDecoder"),
+    "keras_transformer.layers.embedding": ("TokenEmbedding",),
+    "keras_transformer.layers.encoder": ("EncoderLayer", "TransformerEncoder"),
+    "keras_transformer.layers.feed_forward": ("PositionWiseFeedForward",),
+    "keras_transformer.layers.normalization": ("LayerNormalization",),
+    "keras_transformer.layers.position": ("PositionalEncoding",),
+    "keras_transformer.layers.sublayer": ("SublayerConnection",),
+    "keras_transformer.masking": ("PaddingMask",),
+    "keras_transformer.losses": ("LabelSmoothedCrossEntropy", "RDropLoss"),
+    "keras_transformer.metrics": ("MaskedAccuracy",),
+    "keras_transformer.schedules": ("LinearCooldown", "NoamSchedule"),
+    "keras_transformer.distillation": ("DistillationLoss", "DistillationAccuracy"),
+}
+
+
+class LazyClass:
+    """Stands in `keras.saving`'s registry for a class whose module is not imported yet.
+
+    Keras rebuilds a registered object with `cls.from_config(config)`; this
+    imports `module` (which registers the real class under the same name) and
+    hands the call on. Calling it builds an instance the same way.
+
+    Args:
+        module: the module that defines the class.
+        name: the class's name in it.
+
+    Example:
+
+    >>> LazyClass("keras_transformer.schedules", "NoamSchedule").resolve().__name__
+    'NoamSchedule'
+    """
+
+    def __init__(self, module, name):
+        self.module = module
+        self.name = name
+
+    def resolve(self):
+        """The class itself (importing its module)."""
+        return getattr(importlib.import_module(self.module), self.name)
+
+    def from_config(self, config):
+        """`resolve().from_config(config)`."""
+        return self.resolve().from_config(config)
+
+    def __call__(self, *args, **kwargs):
+        return self.resolve()(*args, **kwargs)
+
+    def __repr__(self):
+        return f"LazyClass({self.module}.{self.name})"
+
+
+def register_now(keras):
+    """Puts a `LazyClass` in Keras' registry for each class of `SERIALIZABLE` not registered yet.
+
+    Args:
+        keras: the imported `keras` module.
+
+    Example:
+
+    >>> import keras
+    >>> register_now(keras)
+    >>> "keras_transformer>TokenEmbedding" in keras.saving.get_custom_objects()
+    True
+    """
+    registry = keras.saving.get_custom_objects()
+    for module, names in SERIALIZABLE.items():
+        for name in names:
+            registry.setdefault(f"{PACKAGE}>{name}", LazyClass(module, name))
+
+
+class _RegisterAfterKerasLoads:
+    """Finds `keras` with the other finders and, once its module has run, registers the stand-ins.
+
+    A finder on `sys.meta_path` and the loader it returns (the protocols of `importlib.abc.MetaPathFinder` and
+    `importlib.abc.Loader`, whose module costs more to import than this whole package).
+    """
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != "keras":
+            return None
+        sys.meta_path.remove(self)  # once: the next import of keras finds it in sys.modules
+        spec = importlib.util.find_spec("keras")
+        if spec is None or spec.loader is None:
+            return spec
+        self.loader = spec.loader
+        spec.loader = self
+        return spec
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        module.__spec__.loader = module.__loader__ = self.loader
+        self.loader.exec_module(module)
+        register_now(module)
+
+
+def register_lazily():
+    """Registers the package's classes with Keras now if Keras is imported, else right after Keras is.
+
+    Example:
+
+    >>> register_lazily()
+    >>> import keras
+    >>> "keras_transformer>NoamSchedule" in keras.saving.get_custom_objects()
+    True
+    """
+    keras = sys.modules.get("keras")
+    if keras is not None and hasattr(keras, "saving"):
+        register_now(keras)
+    elif not any(isinstance(finder, _RegisterAfterKerasLoads) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _RegisterAfterKerasLoads())
