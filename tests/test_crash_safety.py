@@ -305,7 +305,7 @@ def test_a_full_disk_during_a_backup_ends_in_one_line_loses_nothing_and_the_same
 def test_sigterm_mid_epoch_backs_up_that_batch_and_the_same_command_trains_the_rest(tmp_path):
     """SIGTERM to a `train` process during the first batch of its first epoch: the batch finishes, a backup at
     it is written, the process says where it stopped in one line and exits with status 143; the same command
-    trains only the batch that epoch had left. (On this path a resumed epoch draws its remaining batches from a
+    trains only the batches that epoch had left. (Synthetic data draws a resumed epoch's remaining batches from a
     reseeded order; the packed path serves the very batches left, and its SIGTERM test in tests/test_arrays.py
     ends with the uninterrupted run's weights.)"""
     workdir = tmp_path / "run"
