@@ -10,7 +10,7 @@ keras-transformer average   --workdir DIR [--last N] [--output FILE]
 keras-transformer pack      --config FILE.yaml [--set key=value ...] --workdir DIR   (token ids for other backends)
 keras-transformer plot-attention --model DIR "A man rides a bike." --out DIR   (PNG heatmaps per layer and head)
 keras-transformer serve     --model DIR [--port 8501] [--host H] [--name NAME]   (HTTP, TensorFlow Serving's REST API)
-keras-transformer verify    PATH   (an export's files against its manifest; exit 0 whole, 1 damaged, 3 no manifest)
+keras-transformer verify    PATH   (an export's files against its manifest; exit 0 whole, 3 damaged, 2 no manifest)
 ```
 
 A repeated --model (or --workdir for export) decodes those models as one ensemble.

@@ -145,7 +145,7 @@ def exit_codes_help():
       4    out of disk space: nothing was lost; free some space and run the same command again
     """
     return ("exit statuses:\n" + "\n".join(f"  {code:<4} {meaning}" for code, meaning in EXIT_CODES.items())
-            + "\n  (verify answers 0 for a whole export, 1 for a damaged one, 3 for one without a manifest)")
+            + "\n  (verify answers 0 for a whole export, 3 for a damaged one, 2 for one without a manifest)")
 
 
 def _errno_of(error):
