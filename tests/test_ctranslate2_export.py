@@ -551,5 +551,5 @@ def test_a_ctranslate2_export_is_written_as_a_savedmodel_is_one_writer_a_manifes
         f.truncate(100)
     with pytest.raises(ExportDamagedError, match=f"{truncated / 'model.bin'} is 100 bytes where"):
         load_translator(truncated)
-    assert cli.main(["translate", "--model", str(truncated), "w5 w6"]) == 2
+    assert cli.main(["translate", "--model", str(truncated), "w5 w6"]) == 3
     assert f"{truncated / 'model.bin'} is 100 bytes" in capsys.readouterr().err
