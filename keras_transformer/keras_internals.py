@@ -32,15 +32,20 @@ package, and translation and evaluation, which compute no loss, still work.
    `warmup_steps / k` updates. The schedule is given `iterations` instead.
 6. `weights_file_bytes`: a `.weights.h5` file built in memory, so that a full
    disk fails one plain write instead of HDF5's own (which can end the process).
+7. `quiet_end_of_pass`: Keras warns "Your input ran out of data" at the end of
+   every first epoch of a dataset whose length it does not know (a streamed
+   corpus); the warning is filtered by those words.
 """
 
+import contextlib
 import functools
 import io
+import warnings
 
 import keras
 
-__all__ = ["apply_multi_worker_workarounds", "keep_raw_weights_after_fit", "moving_average_pairs",
-           "scale_loss_for_distribution", "schedule_on_updates", "set_update_count", "weights_file_bytes"]
+__all__ = ["END_OF_PASS_WARNING", "apply_multi_worker_workarounds", "keep_raw_weights_after_fit",
+           "moving_average_pairs", "quiet_end_of_pass", "scale_loss_for_distribution", "schedule_on_updates", "set_update_count", "weights_file_bytes"]
 
 
 def scale_loss_for_distribution(value):
@@ -164,6 +169,22 @@ def keep_raw_weights_after_fit(optimizer):
     """
     optimizer.finalize_variable_values = lambda var_list: None  # (4) an instance attribute: this optimizer only
     return optimizer
+
+
+END_OF_PASS_WARNING = "Your input ran out of data"  # (7) Keras' words when a dataset ends an epoch
+
+
+@contextlib.contextmanager
+def quiet_end_of_pass():
+    """Silences Keras' "Your input ran out of data; interrupting training" inside the block.
+
+    Keras warns so whenever a dataset whose number of batches it does not know yet stops: at the end of every
+    first epoch of a streamed text corpus (its length is learned by reading it), where the end of the pass is the
+    end of the epoch by design, not a mistake. Other warnings are kept.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=END_OF_PASS_WARNING, category=UserWarning)
+        yield
 
 
 def apply_multi_worker_workarounds(model, tf):

@@ -5,6 +5,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import keras
 import numpy as np
@@ -287,3 +288,24 @@ def test_a_weights_file_built_in_memory_is_the_one_save_weights_writes(tmp_path)
         for ours, theirs in zip(other.get_weights(), model.get_weights(), strict=True):
             np.testing.assert_array_equal(ours, theirs)
     assert int(model.optimizer.iterations) == 2
+
+
+def test_keras_warns_when_a_dataset_of_unknown_length_ends_its_first_epoch_and_the_filter_silences_it():
+    """The assumption of `quiet_end_of_pass`: Keras' words when a dataset whose length it does not know ends an
+    epoch (the first of a streamed corpus). If Keras changes them, this fails and the filter must follow."""
+    import tensorflow as tf
+
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    data = tf.data.Dataset.from_tensors((tf.ones((2, 2)), tf.zeros((2, 1)))).repeat(3)
+    data = data.filter(lambda x, y: True)  # a filter hides the length from Keras, as a stream's windows do
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.fit(data, epochs=1, verbose=0, shuffle=False)
+    assert any(keras_internals.END_OF_PASS_WARNING in str(w.message) for w in caught)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with keras_internals.quiet_end_of_pass():
+            model.fit(data, epochs=1, verbose=0, shuffle=False)
+            warnings.warn("another warning")
+    assert [str(w.message) for w in caught] == ["another warning"]

@@ -25,6 +25,7 @@ import keras
 from keras_transformer.config import TransformerConfig
 from keras_transformer.errors import CheckpointError, ConfigError
 from keras_transformer.evaluation import read_lines
+from keras_transformer import keras_internals
 from keras_transformer.keras_internals import keep_raw_weights_after_fit, set_update_count
 from keras_transformer.losses import LabelSmoothedCrossEntropy, RDropLoss
 from keras_transformer.metrics import MaskedAccuracy
@@ -278,7 +279,8 @@ def fit_experiment(experiment, model_config, data, output, *, strategy=None, res
                shuffle=False)  # the data sources shuffle themselves
     start = time.time()
     replicas = strategy.num_replicas_in_sync if strategy is not None else 1
-    with stop_on_sigterm(backup):  # SIGTERM: a backup at the current batch, then `RunStopped`
+    # SIGTERM: a backup at the current batch, then `RunStopped`; a streamed pass ending an epoch is no mistake
+    with stop_on_sigterm(backup), keras_internals.quiet_end_of_pass():
         histories = _finish_interrupted_epoch(model, data, training, resumed_at, backup, fit, replicas=replicas)
         if not model.stop_training:
             initial_epoch = resumed_at[0] + 1 if histories else resumed_at[0]
