@@ -23,7 +23,6 @@ Standard library only.
 """
 
 import contextlib
-import hashlib
 import json
 import os
 import pathlib
@@ -31,8 +30,8 @@ import shutil
 import typing
 
 from keras_transformer.errors import CheckpointNotFoundError, ExportDamagedError, WorkdirBusyError
-from keras_transformer.files import (atomic_write_text, exclusive_lock, recover_replaced_folder, remove_stale_staging,
-                                     replace_folder, staging_folder)
+from keras_transformer.files import (atomic_write_text, exclusive_lock, file_digest, recover_replaced_folder,
+                                     remove_stale_staging, replace_folder, staging_folder)
 
 MANIFEST = "manifest.json"  # in an export folder: {"format", "version", "algorithm", "files": {path: {size, sha256}}}
 MANIFEST_FORMAT = "keras_transformer-manifest"
@@ -41,22 +40,6 @@ MANIFEST_VERSION = 1
 # `keras-transformer verify`'s exit codes (0: every file matches the manifest).
 VERIFY_DAMAGED = 3  # the corrupt-file status of errors.EXIT_CODES: a file is missing, or its size or digest differs from the manifest's
 VERIFY_NO_MANIFEST = 2  # bad input (a missing file): an export written before manifests existed: nothing to check it against
-
-
-def sha256_file(path):
-    """The SHA-256 digest (hex) of a file's bytes.
-
-    >>> import tempfile
-    >>> path = pathlib.Path(tempfile.mkdtemp()) / "a"
-    >>> _ = path.write_bytes(b"abc")
-    >>> sha256_file(path)[:16]
-    'ba7816bf8f01cfea'
-    """
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _listed_files(folder):
@@ -81,7 +64,7 @@ def write_manifest(folder):
     5
     """
     folder = pathlib.Path(folder)
-    files = {name: {"size": (folder / name).stat().st_size, "sha256": sha256_file(folder / name)}
+    files = {name: {"size": (folder / name).stat().st_size, "sha256": file_digest(folder / name, "sha256")}
              for name in _listed_files(folder)}
     manifest = {"format": MANIFEST_FORMAT, "version": MANIFEST_VERSION, "algorithm": "sha256", "files": files}
     return atomic_write_text(folder / MANIFEST, json.dumps(manifest, indent=1) + "\n")
@@ -197,7 +180,7 @@ def verify_export(path):
         return None
     check_export_sizes(path)
     for name, entry in listed.items():
-        if sha256_file(path / name) != entry["sha256"]:
+        if file_digest(path / name, "sha256") != entry["sha256"]:
             raise _damaged(path, name, f"differs from the export's manifest (its SHA-256 is not the one recorded; "
                                        f"same size, {entry['size']} bytes)")
     unlisted = tuple(name for name in _listed_files(path) if name not in listed)
@@ -277,4 +260,4 @@ def recover_export(path):
 
 
 __all__ = ["MANIFEST", "VERIFY_DAMAGED", "VERIFY_NO_MANIFEST", "Verification", "check_export_sizes", "export_lock",
-           "read_manifest", "recover_export", "sha256_file", "verify_export", "write_manifest", "writing_export"]
+           "read_manifest", "recover_export", "verify_export", "write_manifest", "writing_export"]

@@ -174,19 +174,36 @@ def atomic_copy(source, path):
     return atomic_write(path, copy)
 
 
-def file_digest(path):
-    """The BLAKE2b digest (hex) of a file's bytes: what a backup's metadata records of its weights file.
+def file_digest(path, algorithm="blake2b"):
+    """The digest (hex) of a file's bytes, read a MiB at a time: BLAKE2b is what a backup's metadata records of
+    its weights file, SHA-256 what an export's manifest records of each file.
 
     >>> path = pathlib.Path(tempfile.mkdtemp()) / "a"
     >>> _ = path.write_bytes(b"abc")
-    >>> file_digest(path)[:16]
-    'ba80a53f981c4d0d'
+    >>> file_digest(path)[:16], file_digest(path, "sha256")[:16]
+    ('ba80a53f981c4d0d', 'ba7816bf8f01cfea')
     """
-    digest = hashlib.blake2b()
+    digest = hashlib.new(algorithm)
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def remove_entry(entry):
+    """Removes a file, link or folder (with what it holds), as far as it can: what cannot go is left.
+
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> (folder / "sub").mkdir(); _ = (folder / "sub" / "a").write_text("x")
+    >>> remove_entry(folder / "sub"); remove_entry(folder / "gone"); list(folder.iterdir())
+    []
+    """
+    entry = pathlib.Path(entry)
+    if entry.is_dir() and not entry.is_symlink():
+        shutil.rmtree(entry, ignore_errors=True)
+    else:
+        with contextlib.suppress(OSError):
+            entry.unlink()
 
 
 def remove_stale_temporaries(folder):
@@ -216,11 +233,7 @@ def remove_stale_temporaries(folder):
         match = _TEMPORARY.match(entry.name)
         if not match or (match.group("pid") and _alive(int(match.group("pid")))):
             continue  # not a temporary, or one a live process is writing (this one, a worker of a cluster)
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry, ignore_errors=True)
-        else:
-            with contextlib.suppress(OSError):
-                entry.unlink()
+        remove_entry(entry)
         removed.append(entry)
     return removed
 
@@ -469,11 +482,7 @@ def remove_stale_staging(path):
     for entry in _staging_names(path):
         if entry.name.startswith(mine):
             continue
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry, ignore_errors=True)
-        else:
-            with contextlib.suppress(OSError):
-                entry.unlink()
+        remove_entry(entry)
         removed.append(entry)
     return removed
 

@@ -19,9 +19,11 @@ Example:
 100
 """
 
+import contextlib
 import importlib
-import importlib.util
 import sys
+
+from keras_transformer import import_hooks
 
 PACKAGE = "keras_transformer"
 
@@ -99,31 +101,11 @@ def register_now(keras):
             registry.setdefault(f"{PACKAGE}>{name}", LazyClass(module, name))
 
 
-class _RegisterAfterKerasLoads:
-    """Finds `keras` with the other finders and, once its module has run, registers the stand-ins.
-
-    A finder on `sys.meta_path` and the loader it returns (the protocols of `importlib.abc.MetaPathFinder` and
-    `importlib.abc.Loader`, whose module costs more to import than this whole package).
-    """
-
-    def find_spec(self, fullname, path, target=None):
-        if fullname != "keras":
-            return None
-        sys.meta_path.remove(self)  # once: the next import of keras finds it in sys.modules
-        spec = importlib.util.find_spec("keras")
-        if spec is None or spec.loader is None:
-            return spec
-        self.loader = spec.loader
-        spec.loader = self
-        return spec
-
-    def create_module(self, spec):
-        return self.loader.create_module(spec)
-
-    def exec_module(self, module):
-        module.__spec__.loader = module.__loader__ = self.loader
-        self.loader.exec_module(module)
-        register_now(module)
+@contextlib.contextmanager
+def _register_after(module):
+    """Lets Keras' module run, then registers the stand-ins (`import_hooks.around_first_import`)."""
+    yield
+    register_now(module)
 
 
 def register_lazily():
@@ -139,5 +121,5 @@ def register_lazily():
     keras = sys.modules.get("keras")
     if keras is not None and hasattr(keras, "saving"):
         register_now(keras)
-    elif not any(isinstance(finder, _RegisterAfterKerasLoads) for finder in sys.meta_path):
-        sys.meta_path.insert(0, _RegisterAfterKerasLoads())
+    else:
+        import_hooks.around_first_import("keras", _register_after)

@@ -17,11 +17,12 @@ True
 """
 
 import contextlib
-import importlib.util
 import os
 import re
 import sys
 import tempfile
+
+from keras_transformer import import_hooks
 
 TF_LOGS_VARIABLE = "KERAS_TRANSFORMER_TF_LOGS"  # set (not 0) to see TensorFlow's C++ log lines
 CPP_LOG_LINE = re.compile(r"^(?:[IWEF]\d{4} \d\d:\d\d:\d\d|WARNING: All log messages before absl::InitializeLog"
@@ -66,31 +67,6 @@ def without_cpp_log_lines():
             sys.stderr.write("".join(kept))
 
 
-class _QuietTensorFlowImport:
-    """A finder on `sys.meta_path` for `tensorflow` whose loader runs TensorFlow's module `without_cpp_log_lines`
-    (the protocols of `importlib.abc.MetaPathFinder` and `Loader`, whose module costs more to import than the
-    package)."""
-
-    def find_spec(self, fullname, path, target=None):
-        if fullname != "tensorflow":
-            return None
-        sys.meta_path.remove(self)  # once
-        spec = importlib.util.find_spec("tensorflow")
-        if spec is None or spec.loader is None:
-            return spec
-        self.loader = spec.loader
-        spec.loader = self
-        return spec
-
-    def create_module(self, spec):
-        return self.loader.create_module(spec)
-
-    def exec_module(self, module):
-        module.__spec__.loader = module.__loader__ = self.loader
-        with without_cpp_log_lines():
-            self.loader.exec_module(module)
-
-
 def quiet_tensorflow_import():
     """Unless `KERAS_TRANSFORMER_TF_LOGS` is set: `TF_CPP_MIN_LOG_LEVEL=3` if unset, and TensorFlow's import,
     whenever it comes, `without_cpp_log_lines`.
@@ -103,8 +79,12 @@ def quiet_tensorflow_import():
         return
     if "TF_CPP_MIN_LOG_LEVEL" not in os.environ:
         os.environ["TF_CPP_MIN_LOG_LEVEL"] = _SET_LEVEL[0] = "3"
-    if not any(isinstance(finder, _QuietTensorFlowImport) for finder in sys.meta_path):
-        sys.meta_path.insert(0, _QuietTensorFlowImport())
+    import_hooks.around_first_import("tensorflow", _quietly)
+
+
+def _quietly(module):
+    """TensorFlow's module runs `without_cpp_log_lines` (`import_hooks.around_first_import`)."""
+    return without_cpp_log_lines()
 
 
 _SET_LEVEL = [None]  # the TF_CPP_MIN_LOG_LEVEL quiet_tensorflow_import set, if it set one
@@ -117,7 +97,7 @@ def loud_tensorflow_import():
 
     >>> loud_tensorflow_import(); quiet_tensorflow_import()
     """
-    sys.meta_path[:] = [finder for finder in sys.meta_path if not isinstance(finder, _QuietTensorFlowImport)]
+    import_hooks.cancel("tensorflow", _quietly)
     if _SET_LEVEL[0] is not None and os.environ.get("TF_CPP_MIN_LOG_LEVEL") == _SET_LEVEL[0]:
         del os.environ["TF_CPP_MIN_LOG_LEVEL"]
     _SET_LEVEL[0] = None
