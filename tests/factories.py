@@ -206,3 +206,9 @@ def sigterm_at_update(entry, argv, update, folder, timeout=180):
         if child.poll() is None:
             child.kill()
     return child.returncode, err
+
+
+def noam_learning_rates(config, steps):
+    """The Noam schedule's learning rate at each of `steps` (1-based updates) for a model config, computed by hand."""
+    return [config.learning_rate_scale * config.d_model ** -0.5 * min(step ** -0.5, step * config.warmup_steps ** -1.5)
+            for step in steps]

@@ -11,7 +11,7 @@ from keras_transformer.data.packed import ARRAYS_FILE, arrays_to_ragged, load_ar
 from keras_transformer.errors import ConfigError
 from keras_transformer.inference import load_translator
 from keras_transformer.trainer.backup import resumed_seed
-from factories import backup_weights, sigterm_at_update
+from factories import backup_weights, noam_learning_rates, sigterm_at_update
 
 # Its module fixtures are expensive: `make test` (--dist loadgroup) runs the whole file on one worker, so they
 # are built once.
@@ -540,8 +540,7 @@ def test_accumulating_two_half_batches_is_one_whole_batch_update_for_update_on_t
     whole_rows, config = run("whole", 128, 1)
     halves_rows, _ = run("halves", 64, 2)
     assert config.dropout == config.attention_dropout == config.ffn_dropout == 0
-    noam = [config.learning_rate_scale * config.d_model ** -0.5 * min(step ** -0.5, step * config.warmup_steps ** -1.5)
-            for step in (1, 2)] + [0.0]  # the cooldown reaches 0 at the last update
+    noam = noam_learning_rates(config, (1, 2)) + [0.0]  # the cooldown reaches 0 at the last update
     for rows in (whole_rows, halves_rows):
         assert [int(row["step"]) for row in rows] == [1, 2, 3]
         np.testing.assert_allclose([float(row["learning_rate"]) for row in rows], noam, rtol=1e-5, atol=1e-12)

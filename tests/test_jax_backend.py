@@ -15,7 +15,7 @@ import sys
 import keras
 import numpy as np
 import pytest
-from factories import backup_weights
+from factories import backup_weights, noam_learning_rates
 
 # Its module fixtures are expensive: `make test` (--dist loadgroup) runs the whole file on one worker, so they
 # are built once.
@@ -278,8 +278,7 @@ def test_training_under_jax_resumes_and_reports_the_loss_tensorflow_computes(pac
     assert per_pass % 2 == 1  # an epoch ends inside an update
     updates = [int(r["step"]) for r in history]
     assert updates == [per_pass // 2, 2 * per_pass // 2]  # updates, and the resumed optimizer went on counting
-    noam = [config.learning_rate_scale * config.d_model ** -0.5 * min(step ** -0.5, step * config.warmup_steps ** -1.5)
-            for step in updates]
+    noam = noam_learning_rates(config, updates)
     np.testing.assert_allclose([float(r["learning_rate"]) for r in history], noam, rtol=1e-5)
     assert float(history[1]["loss"]) < float(history[0]["loss"])
     assert float(history[1]["val_loss"]) < float(history[0]["val_loss"])

@@ -24,7 +24,7 @@ from keras_transformer.trainer.callbacks import HistoryCSV, LearningRateLogger
 from keras_transformer.trainer.precision import cpu_has_native_bfloat16, progress_verbosity, resolve_precision
 from keras_transformer.workdir import checkpoint_vocabulary, epoch_checkpoints, load_weights
 
-from factories import REPO, SMALL_MODEL, backup_weights
+from factories import REPO, SMALL_MODEL, backup_weights, noam_learning_rates
 from factories import SMALL_RUN as SMALL
 from factories import TINY_EXPERIMENT as TINY
 
@@ -791,8 +791,7 @@ def test_accumulating_two_half_batches_is_one_whole_batch_update_for_update(tmp_
     halves, halves_rows = run("halves", 16, 2)
     config = whole.model_config
     assert config.dropout == config.attention_dropout == config.ffn_dropout == 0
-    noam = [config.learning_rate_scale * config.d_model ** -0.5 * min(step ** -0.5, step * config.warmup_steps ** -1.5)
-            for step in (11, 12)] + [0.0]  # the cooldown reaches 0 at the last update
+    noam = noam_learning_rates(config, (11, 12)) + [0.0]  # the cooldown reaches 0 at the last update
     for rows in (whole_rows, halves_rows):
         assert [int(row["step"]) for row in rows] == [11, 12, 13]
         np.testing.assert_allclose([float(row["learning_rate"]) for row in rows], noam, rtol=1e-5, atol=1e-12)
@@ -905,8 +904,7 @@ def test_train_writes_the_documented_workdir(tmp_path, capsys, caplog):
     assert TransformerConfig.from_yaml(workdir / "model.yaml") == result.model_config
     assert yaml.safe_load((workdir / "experiment.yaml").read_text())["training"]["epochs"] == 2
     config, steps = result.model_config, [int(row["step"]) for row in rows]  # 2 batches an epoch: 2, 4
-    noam = [config.learning_rate_scale * config.d_model ** -0.5 * min(s ** -0.5, s * config.warmup_steps ** -1.5)
-            for s in steps]
+    noam = noam_learning_rates(config, steps)
     assert [float(row["learning_rate"]) for row in rows] == pytest.approx([noam[0], 0.0], rel=1e-5, abs=1e-12)
     assert (workdir / "data" / "synthetic.npz").is_file() and (workdir / "backup").is_dir()
     # An epoch checkpoint holds the weights only, and loads into a fresh model.
