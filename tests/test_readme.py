@@ -85,7 +85,7 @@ def test_layout_section_names_every_module_and_only_those():
                                       f"keras_transformer/ {gone}")
 
 
-def test_layout_reading_resolves_subpackages_and_catches_a_stale_name():
+def test_layout_reading_resolves_each_name_within_its_entry():
     text = ("## Layout\n\n```\nkeras_transformer/\n  __init__.py   the API\n  # a layer\n"
             "  decoding/search.py  the loop, and beam.py,\n                      greedy.py\n"
             "  layers/       attention.py; registration.py is data/batching.py's\n"
