@@ -18,7 +18,7 @@ LAYERS = [
     ("core", ["config", "masking", "layers", "layers.*", "model", "losses", "metrics", "schedules", "optimizers",
               "decoding", "decoding.*", "attention_maps", "keras_internals", "data.batching", "data.stream",
               "data.synthetic", "data.packed", "ctranslate2_translator", "footprint"]),
-    ("experiment", ["experiment", "config_reference"]),
+    ("experiment", ["experiment", "experiment.*", "config_reference"]),
     ("workdir", ["workdir", "evaluation"]),
     ("training", ["trainer", "trainer.*"]),
     ("tensorflow", ["data.corpus", "data.tokenizers", "data.pipeline", "data.build", "distribute", "translation",
