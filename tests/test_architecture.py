@@ -12,7 +12,7 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "keras_transformer"
 
 # The layers, lowest first (README, "Layout"). A module imports only from its own layer or the ones below.
 LAYERS = [
-    ("stdlib", ["errors", "files", "export_folder", "layout", "arguments", "import_hooks", "registration",
+    ("stdlib", ["errors", "files", "files.*", "export_folder", "layout", "arguments", "import_hooks", "registration",
                 "tensorflow_logs", "data", "data.textfile", "decoding.registry",
                 "decoding.options", "interface"]),
     ("core", ["config", "masking", "layers", "layers.*", "model", "losses", "metrics", "schedules", "optimizers",
@@ -32,7 +32,7 @@ TENSORFLOW_LAYER = 5
 # and Keras internals, imported where they are used (in keras_internals only, as a test below checks).
 LATE_IMPORTS = {"matplotlib", "jax", "ctranslate2", "tensorboard", "tensorflow_datasets", "sentencepiece",
                 "keras_nlp", "sacremoses", "keras.src", "tensorflow", "starlette", "uvicorn",
-                "fcntl"}  # fcntl: POSIX only (files.py takes no lock without it)
+                "fcntl"}  # fcntl: POSIX only (files/locks.py takes no lock without it)
 
 
 def _module_name(path):
