@@ -12,8 +12,8 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "keras_transformer"
 
 # The layers, lowest first (README, "Layout"). A module imports only from its own layer or the ones below.
 LAYERS = [
-    ("stdlib", ["errors", "files", "files.*", "export_folder", "layout", "arguments", "import_hooks", "registration",
-                "tensorflow_logs", "data", "data.textfile", "decoding.registry",
+    ("stdlib", ["errors", "files", "files.*", "export_folder", "layout", "arguments", "import_hooks",
+                "registration", "tensorflow_logs", "data", "data.textfile", "decoding.registry",
                 "decoding.options", "interface"]),
     ("core", ["config", "masking", "layers", "layers.*", "model", "losses", "metrics", "schedules", "optimizers",
               "decoding", "decoding.*", "attention_maps", "keras_internals", "data.batching", "data.stream",
@@ -23,7 +23,7 @@ LAYERS = [
     ("training", ["trainer", "trainer.*"]),
     ("tensorflow", ["data.corpus", "data.tokenizers", "data.pipeline", "data.build", "distribute", "translation",
                     "export", "warmup", "callbacks", "ctranslate2_export"]),
-    ("user", ["training", "inference", "arrays", "distillation", "serving"]),
+    ("user", ["training", "inference", "arrays", "distillation", "serving", "serving.*"]),
     ("plotting", ["plotting"]),
     ("cli", ["cli"]),
 ]
