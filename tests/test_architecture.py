@@ -21,7 +21,7 @@ LAYERS = [
     ("experiment", ["experiment", "experiment.*", "config_reference"]),
     ("workdir", ["workdir", "evaluation"]),
     ("training", ["trainer", "trainer.*"]),
-    ("tensorflow", ["data.corpus", "data.tokenizers", "data.tokenizers.*", "data.pipeline",
+    ("tensorflow", ["data.corpus", "data.tokenizers", "data.tokenizers.*", "data.pipeline", "data.pipeline.*",
                     "data.build", "distribute", "translation", "export", "warmup", "callbacks", "ctranslate2_export"]),
     ("user", ["training", "inference", "arrays", "distillation", "serving", "serving.*"]),
     ("plotting", ["plotting"]),
