@@ -57,8 +57,8 @@ import shutil
 
 import numpy as np
 
-from keras_transformer.ctranslate2_translator import (FORMAT, FORMAT_VERSION, CTranslate2Translator, is_ctranslate2_model,
-                                                     read_metadata)
+from keras_transformer.ctranslate2_translator import (FORMAT, FORMAT_VERSION, CTranslate2Translator,
+                                                     is_ctranslate2_model, read_metadata)
 from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.errors import ConfigError
 from keras_transformer.exports import Exporter
@@ -567,4 +567,5 @@ class CTranslate2Exporter(Exporter):
         return DecodeOptions.from_dict(read_metadata(directory)["decoding"])
 
 
-__all__ = ["build_spec", "check_ctranslate2_support", "CTranslate2Exporter", "export_ctranslate2", "position_table", "vocabulary_tokens"]
+__all__ = ["CTranslate2Exporter", "build_spec", "check_ctranslate2_support", "export_ctranslate2", "position_table",
+           "vocabulary_tokens"]
