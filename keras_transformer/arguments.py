@@ -82,8 +82,10 @@ def _positive_number(text):
     return value
 
 
-def _decoding_arguments(parser, title="decoding (default: the model's, from its model.yaml)", batch_size=True):
-    """The `DecodeOptions` arguments, one set for translate, evaluate and export (`_decode_settings` reads them)."""
+def _decoding_arguments(parser, title="decoding (default: the model's, from its model.yaml)", batch_size=True,
+                        fresh_seed=True):
+    """The `DecodeOptions` arguments, one set for every command that decodes (`cli._decode_settings` reads them).
+    `fresh_seed`: sampling without --seed draws a fresh seed (`cli.draw_seed`); else the model's seed stands."""
     group = parser.add_argument_group(title)
     group.add_argument("--strategy", choices=tuple(STRATEGIES),
                        help="beam search (the paper), greedy, or sample (default: the model's; a --sampling-* "
@@ -101,8 +103,9 @@ def _decoding_arguments(parser, title="decoding (default: the model's, from its 
                        help="sample: draw within the nucleus of probability P (1: all)")
     group.add_argument("--sampling-temperature", type=_positive_number, metavar="T",
                        help="sample: divide the logits by T (below 1: closer to greedy)")
-    group.add_argument("--seed", type=integer_at_least(0),
-                       help="sample: the draws' seed (same seed, same samples; default: a fresh one, printed)")
+    default = "a fresh one, printed" if fresh_seed else "the model's"
+    group.add_argument("--seed", type=_NON_NEGATIVE,
+                       help=f"sample: the draws' seed (same seed, same samples; default: {default})")
     if batch_size:
         group.add_argument("--batch-size", type=_POSITIVE, default=64,
                            help="sentences decoded together (default 64)")
@@ -118,6 +121,12 @@ def _weights_arguments(parser, ensemble=False, models="--model"):
         group.add_argument("--checkpoint", help="a .weights.h5 file (default: the last epoch checkpoint)")
     group.add_argument("--average", type=_POSITIVE, metavar="N",
                        help="average the last N epoch checkpoints (all of them, with a warning, if there are fewer)")
+
+
+def _multi30k_arguments(parser):
+    """The published Multi30k protocol's inputs, for the commands that score (`evaluation.evaluate_translations`)."""
+    parser.add_argument("--tokenized-reference", help="*.lc.norm.tok.* references (Multi30k protocol)")
+    parser.add_argument("--lang", help="target language code, for the Multi30k protocol")
 
 
 MODEL_HELP = ("a training workdir or an exported model; repeat it to decode several models sharing a vocabulary "
@@ -170,8 +179,7 @@ def build_parser():
     evaluate.add_argument("--model", required=True, action="append", metavar="DIR", help=MODEL_HELP)
     evaluate.add_argument("--source", required=True, help="source sentences, one per line (plain or .gz)")
     evaluate.add_argument("--reference", required=True, help="reference translations, one per line")
-    evaluate.add_argument("--tokenized-reference", help="*.lc.norm.tok.* references (Multi30k protocol)")
-    evaluate.add_argument("--lang", help="target language code, for the Multi30k protocol")
+    _multi30k_arguments(evaluate)
     evaluate.add_argument("--output", help="write the translations to this file (its folder must exist; checked, "
                                            "like the line counts of the references, before decoding)")
     evaluate.add_argument("--json", action="store_true",
@@ -329,11 +337,10 @@ def _train_packed_arguments(commands):
                          help="translate SOURCE with --checkpoint and score it against REFERENCE")
     scoring.add_argument("--checkpoint", help="a .weights.h5 file (default: the mean of the last N epoch checkpoints "
                          "with --average-last N, else the newest epoch checkpoint)")
-    scoring.add_argument("--tokenized-reference", help="*.lc.norm.tok.* references (Multi30k protocol)")
-    scoring.add_argument("--lang", help="target language code, for the Multi30k protocol")
+    _multi30k_arguments(scoring)
     scoring.add_argument("--output", help="write the translations to this file")
     _decoding_arguments(packed, "decoding of --evaluate (default: the model's, from its model.yaml)",
-                        batch_size=False)
+                        batch_size=False, fresh_seed=False)
 
 
 def _distill_targets_arguments(commands):
