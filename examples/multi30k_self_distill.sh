@@ -17,7 +17,7 @@
 # environment can change: DATA (the Multi30k folder, default ../shared/data/multi30k), CONFIG (default
 # configs/multi30k_en_de.yaml), STUDENT_EPOCHS (default 42), KT (the command, default keras-transformer).
 # Time on one core of a Zen 5 CPU (AVX512_BF16): about 1 h 45 min for the teacher, 25 min of decoding on two, 1.5 h
-# for the student on two; figures in docs/experiments.md ("Sequence-level self-distillation").
+# for the student on two; figures in history/experiments.md ("Sequence-level self-distillation").
 set -euo pipefail
 root=runs/multi30k_en_de_kd
 if [ $# -gt 0 ] && [ "${1#--}" = "$1" ]; then

@@ -6,7 +6,7 @@ larger alpha; past the point where the outputs reach the references' length it l
 lets a few looping hypotheses run to the length limit. Run it on the validation split only, never on the test set,
 and put the chosen value into the config's `decoding.alpha` (the export takes `--alpha`). Distrust an
 optimum right before a steep drop: on Multi30k EN-DE validation chose 1.6 (41.41, against 41.06 at 1.0 and 40.68 at
-1.8), and test2016 then lost 1.2 BLEU against 1.0, its references being relatively shorter (docs/experiments.md,
+1.8), and test2016 then lost 1.2 BLEU against 1.0, its references being relatively shorter (history/experiments.md,
 "A wider length-penalty sweep").
 
     python examples/tune_alpha.py --model runs/multi30k_en_de --average 10 --lang de \

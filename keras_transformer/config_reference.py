@@ -214,12 +214,14 @@ _INTRO = {
     "model": f"{_summary(TransformerConfig)} The section holds `TransformerConfig` fields "
              "(`keras_transformer/config.py`), alone or over a `preset`. The vocabulary sizes default to the "
              "data's (the learned tokenizer's, or `data.vocab_size` for synthetic data).",
-    "data": f"{_summary(DataSection)} Written flat under `data:` (`keras_transformer/experiment.py`, "
-            "`DataSection`); the `DataConfig` fields of the text pipeline apply to `kind: text` and `tfds`, and "
-            "`kind: synthetic` refuses them by name.",
-    "training": f"{_summary(TrainingSection)} (`keras_transformer/experiment.py`, `TrainingSection`.)",
-    "decoding": f"{_summary(DecodingSection)} (`keras_transformer/experiment.py`, `DecodingSection`; the old "
-                "names `length_penalty` and `max_decode_extra` are read as `alpha` and `max_extra`.)",
+    "data": f"{_summary(DataSection)} Written flat under `data:` (`keras_transformer/experiment/data_section.py`, "
+            "`DataSection`); the `DataConfig` fields of the text pipeline (`experiment/data_config.py`) apply to "
+            "`kind: text` and `tfds`, and `kind: synthetic` refuses them by name.",
+    "training": f"{_summary(TrainingSection)} (`keras_transformer/experiment/training_section.py`, "
+                "`TrainingSection`.)",
+    "decoding": f"{_summary(DecodingSection)} (`keras_transformer/experiment/decoding_section.py`, "
+                "`DecodingSection`; the old names `length_penalty` and `max_decode_extra` are read as `alpha` and "
+                "`max_extra`.)",
 }
 
 

@@ -1,7 +1,7 @@
 """Word-level knowledge distillation: one model trained towards an ensemble's next-token distributions.
 
 An ensemble of several runs translates better than any one of them
-(docs/experiments.md, "Ensembles of the trained runs") but costs each member's decoding. Distillation moves
+(history/experiments.md, "Ensembles of the trained runs") but costs each member's decoding. Distillation moves
 part of that gain into a single model (Hinton et al. 2015; for translation,
 "word-level" distillation in Kim and Rush 2016): the student is trained on the
 usual references, and at every target position also towards the teachers'

@@ -14,7 +14,7 @@ def smoothed_cross_entropy(labels, logits, label_smoothing=0.1, soft_ids=None, s
     hand, dloss/dz = softmax(z) - (1 - eps) * one_hot(y) - eps / V, because
     autodiff of the three terms costs a scatter for z_y and a sum of three
     `(B, T, V)` gradients, a large share of a training step with a big
-    vocabulary (docs/experiments.md has the figures).
+    vocabulary (history/experiments.md has the figures).
 
     With `soft_ids` and `soft_probabilities` (a sparse distribution per position,
     e.g. a teacher's top k; `distillation.py`) the target is the mixture

@@ -12,18 +12,19 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "keras_transformer"
 
 # The layers, lowest first (README, "Layout"). A module imports only from its own layer or the ones below.
 LAYERS = [
-    ("stdlib", ["errors", "files", "exports", "exports.folder", "layout", "arguments", "import_hooks", "registration",
-                "tensorflow_logs", "data", "data.textfile", "decoding.registry",
+    ("stdlib", ["errors", "files", "files.*", "exports", "exports.folder", "layout", "arguments", "import_hooks",
+                "registration", "tensorflow_logs", "data", "data.textfile", "decoding.registry",
                 "decoding.options", "interface"]),
     ("core", ["config", "masking", "layers", "layers.*", "model", "losses", "metrics", "schedules", "optimizers",
               "decoding", "decoding.*", "attention_maps", "keras_internals", "data.batching", "data.stream",
               "data.synthetic", "data.packed", "ctranslate2_translator", "footprint"]),
-    ("experiment", ["experiment", "config_reference"]),
+    ("experiment", ["experiment", "experiment.*", "config_reference"]),
     ("workdir", ["workdir", "evaluation"]),
     ("training", ["trainer", "trainer.*"]),
-    ("tensorflow", ["data.corpus", "data.tokenizers", "data.pipeline", "data.build", "distribute", "translation",
-                    "exports.savedmodel", "exports.ctranslate2", "warmup", "callbacks"]),
-    ("user", ["training", "trainer.packed", "inference", "arrays", "distillation", "serving"]),
+    ("tensorflow", ["data.corpus", "data.tokenizers", "data.tokenizers.*", "data.pipeline", "data.pipeline.*",
+                    "data.build", "distribute", "translation", "exports.savedmodel", "exports.ctranslate2", "warmup",
+                    "callbacks"]),
+    ("user", ["training", "trainer.packed", "inference", "arrays", "distillation", "serving", "serving.*"]),
     ("plotting", ["plotting"]),
     ("cli", ["cli"]),
 ]
@@ -32,7 +33,7 @@ TENSORFLOW_LAYER = 5
 # and Keras internals, imported where they are used (in keras_internals only, as a test below checks).
 LATE_IMPORTS = {"matplotlib", "jax", "ctranslate2", "tensorboard", "tensorflow_datasets", "sentencepiece",
                 "keras_nlp", "sacremoses", "keras.src", "tensorflow", "starlette", "uvicorn",
-                "fcntl"}  # fcntl: POSIX only (files.py takes no lock without it)
+                "fcntl"}  # fcntl: POSIX only (files/locks.py takes no lock without it)
 
 
 def _module_name(path):

@@ -2,7 +2,7 @@
 
 `keras-transformer pack` writes a workdir's tokenized training and validation
 pairs here; the packed-array trainer (`keras_transformer.trainer.packed`) and
-distillation (`keras_transformer.distillation`) read them on any backend, with
+distillation (`keras-transformer distill-targets`) read them on any backend, with
 no TensorFlow.
 
 Storage: the folder ``arrays/`` holds, per split (``train``, ``valid``) and side

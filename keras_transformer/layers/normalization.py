@@ -12,7 +12,7 @@ class LayerNormalization(keras.layers.LayerNormalization):
     statistics in float32 under mixed precision. Autodiff of Keras' formulation emits about twenty small ops
     per normalization on the backward pass; the closed form
     dx = (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)) / sqrt(var + eps), with dxhat = dy * gamma,
-    needs about ten (docs/experiments.md has the measured effect). Any other setting (another axis,
+    needs about ten (history/experiments.md has the measured effect). Any other setting (another axis,
     `rms_scaling`, no centering or scaling) and the torch backend, which has a fused kernel, use Keras' own call.
 
     Example:

@@ -1,73 +1,17 @@
-"""Subword vocabularies and the tensorflow-text tokenizers that apply them.
-
-The default is a SentencePiece BPE model learned on the source and target
-training text together (one shared vocabulary):
-
-* it is reversible: SentencePiece keeps whitespace as a piece (``▁``), so
-  ``detokenize(tokenize(s)) == s`` up to the documented normalization (NFKC,
-  whitespace runs collapsed, leading/trailing whitespace removed; case folding
-  too with ``lowercase=True``). Byte fallback spells a character never seen in
-  training as its UTF-8 bytes, so even those come back instead of ``⁇``;
-* a shared vocabulary lets source embedding, target embedding and the softmax
-  share one matrix (``TransformerConfig.tie_embeddings="all"``), as in the
-  paper (37k shared BPE for WMT En-De); on Multi30k the strongest published
-  Transformer used a joint BPE of about 10k;
-* the tokenizer is a `tf.Module` around ``tensorflow_text.SentencepieceTokenizer``:
-  it runs eagerly, inside `tf.function`, in `tf.data` and in a SavedModel (the
-  SentencePiece model travels inside the graph, so the exported model needs
-  only ``tensorflow`` and ``tensorflow_text``).
-
-WordPiece (``model_type="wordpiece"``, learned with keras-nlp's
-``compute_word_piece_vocabulary`` and applied with
-``tensorflow_text.FastWordpieceTokenizer``) is available for comparison. It is
-not the default because it is not reversible: it splits off punctuation and
-drops the information about where spaces were, so detokenized output reads
-"A man , on a bike ." and must be post-processed before BLEU.
-
-The SentencePiece model is learned with the SentencePiece trainer that
-keras-nlp's ``compute_sentence_piece_proto`` wraps, with the same reserved ids
-(pad=0, unk=1, bos=2, eos=3) and normalization (``nmt_nfkc``, or
-``nmt_nfkc_cf`` when lowercasing). We call the trainer ourselves because
-``compute_sentence_piece_proto`` does not expose ``byte_fallback`` and
-``character_coverage``: without them a joint 8k BPE learned on the Multi30k
-training split returns 16 of the 2,028 validation sentences (English and
-German) with ``⁇`` in place of a digit, ``Q``, ``Ü`` or ``é`` (see
-``tests/test_tokenizers.py``). ``byte_fallback=False,
-character_coverage=0.9995`` are keras-nlp's settings.
-
-Reserved ids are the same for every tokenizer and match `TransformerConfig`:
-pad 0, unk 1, bos (begin) 2, eos (end) 3.
-
-Files: ``SubwordTokenizer.save(directory)`` writes ``tokenizer.json`` (kind,
-size, options) and ``sentencepiece.model`` or ``wordpiece.vocab``.
-`save_tokenizers` writes a shared tokenizer into ``directory`` itself and
-separate ones into ``directory/source`` and ``directory/target``;
-`load_tokenizers` reads either layout back.
-
-Large corpora: `train_tokenizers_from_files` (what ``train`` and ``pack`` call)
-learns from at most ``sample_size`` sentences, drawn uniformly from the whole of
-each side's files in one streaming pass (`reservoir_sample`; half of the sample
-from each side when the vocabulary is shared), so learning a vocabulary takes
-a time and memory bounded by the sample, whatever the corpus size.
-"""
+"""`SubwordTokenizer`: one subword vocabulary (SentencePiece BPE or unigram, or WordPiece), learned from
+sentences or files, applied by tensorflow-text, saved and loaded (the package's docstring tells why these)."""
 
 import hashlib
 import io
-import itertools
 import json
-import logging
-import math
 import os
-import random
 import re
-import time
 
-import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
 from tensorflow_text.python.ops import sentencepiece_tokenizer as _tf_text_sentencepiece
 
-from keras_transformer.data import corpus, textfile
+from keras_transformer.data.tokenizers.sampling import sample_files
 from keras_transformer.errors import CorruptFileError
 from keras_transformer.experiment import MODEL_TYPES
 
@@ -78,8 +22,6 @@ WORDPIECE_FILE = "wordpiece.vocab"
 WORDPIECE_RESERVED = ("[PAD]", "[UNK]", "[BOS]", "[EOS]")
 _FORMAT = "keras_transformer.SubwordTokenizer"
 _FORMAT_VERSION = 1
-
-log = logging.getLogger(__name__)
 
 
 class SubwordTokenizer(tf.Module):
@@ -316,7 +258,7 @@ class SubwordTokenizer(tf.Module):
         >>> tokenizer.vocab_size
         280
         """
-        return cls._learn(_sentences(texts, "SubwordTokenizer.train_from_files"), vocab_size, model_type=model_type,
+        return cls.learn(sentence_list(texts, "SubwordTokenizer.train_from_files"), vocab_size, model_type=model_type,
                           lowercase=lowercase, byte_fallback=byte_fallback, character_coverage=character_coverage,
                           **options)
 
@@ -353,12 +295,19 @@ class SubwordTokenizer(tf.Module):
         Traceback (most recent call last):
         FileNotFoundError: No such file: .../trian.de ...
         """
-        return cls._learn(sample_files(files, sample_size, seed)[0], vocab_size, **options)
+        return cls.learn(sample_files(files, sample_size, seed)[0], vocab_size, **options)
 
     @classmethod
-    def _learn(cls, sentences, vocab_size, model_type="bpe", lowercase=False, byte_fallback=True,
-               character_coverage=1.0, **options):
-        """`train` on a list of non-blank sentences."""
+    def learn(cls, sentences, vocab_size, model_type="bpe", lowercase=False, byte_fallback=True,
+              character_coverage=1.0, **options) -> "SubwordTokenizer":
+        """`train` on a list of non-blank sentences, taken as they are (`train` checks and filters its texts;
+        `train_tokenizers` learns from samples it has drawn).
+
+        Example:
+
+        >>> SubwordTokenizer.learn(["a cat", "a hat"] * 10, vocab_size=270).vocab_size
+        270
+        """
         if model_type not in MODEL_TYPES:
             raise ValueError(f"model_type must be one of {MODEL_TYPES}, got {model_type!r}.")
         if not sentences:
@@ -481,183 +430,6 @@ class SubwordTokenizer(tf.Module):
         return tokenizer
 
 
-# ---------------------------------------------------------------------- pairs
-def train_tokenizers(source_texts, target_texts, vocab_size, shared=True, directory=None, sample_size=None,
-                     seed=0, **options):
-    """Learns the source and target tokenizers from sentences in memory, shared (one vocabulary) or separate.
-
-    `train_tokenizers_from_files` learns them from files.
-
-    Args:
-        source_texts: source training sentences (a list of str or a
-            `tf.data.Dataset` of strings; see `SubwordTokenizer.train`).
-        target_texts: target training sentences.
-        vocab_size: size of the shared vocabulary, or with ``shared=False`` an
-            int for both or a pair ``(source_size, target_size)``.
-        shared: learn one vocabulary from both sides (the default, needed for
-            ``TransformerConfig.tie_embeddings="all"``).
-        directory: if given, the tokenizers are saved there with `save_tokenizers`.
-        sample_size: learn each vocabulary from at most this many sentences, drawn uniformly
-            (`reservoir_sample`; a shared one takes half from each side); None: every sentence.
-        seed: the seed of that draw.
-        **options: passed to `SubwordTokenizer.train` (``model_type``, ``lowercase``, ...).
-
-    Returns:
-        ``(source_tokenizer, target_tokenizer)``; the same object twice when shared.
-
-    Raises:
-        TypeError: a side is one str, or holds something other than str (a path: use
-            `train_tokenizers_from_files`).
-        ValueError: as for `SubwordTokenizer.train`.
-
-    Example:
-
-    >>> src, tgt = train_tokenizers(["A dog runs."] * 10, ["Ein Hund läuft."] * 10, vocab_size=280)
-    >>> src is tgt
-    True
-    """
-    hint = "train_tokenizers_from_files"
-    sides = [_sentences(texts, hint) for texts in (source_texts, target_texts)]
-    return _train_pair(lambda side, size: reservoir_sample(sides[side], size, (seed, side)), vocab_size, shared,
-                       directory, sample_size, options)
-
-
-def train_tokenizers_from_files(source_files, target_files, vocab_size, shared=True, directory=None,
-                                sample_size=None, seed=0, errors="strict", max_lines=None, **options):
-    """Learns the source and target tokenizers from text files, shared (one vocabulary) or separate.
-
-    The files are streamed: with a `sample_size`, what is held in memory and
-    learned from is the sample, never the corpus. A log line gives the
-    sentences drawn and the seconds the draw took, another the seconds learning took.
-
-    Args:
-        source_files: one path or a list of paths of source text (plain or gzip
-            UTF-8, one sentence per line).
-        target_files: the same for the target side.
-        vocab_size: as for `train_tokenizers`.
-        shared: as for `train_tokenizers`.
-        directory: if given, the tokenizers are saved there with `save_tokenizers`.
-        sample_size: learn each vocabulary from at most this many sentences, drawn uniformly
-            from a side's files in one pass (`reservoir_sample`); a shared vocabulary takes
-            half of them from each side. None: every sentence.
-        seed: the seed of that draw (the same seed draws the same sentences).
-        errors: invalid UTF-8: ``"strict"`` fails naming the file and line, ``"replace"`` uses U+FFFD.
-        max_lines: read only the first lines of each file: one count for every file, or a list of counts (or
-            None) in the order of a side's files; None reads them whole.
-        **options: passed to `SubwordTokenizer.train` (``model_type``, ``lowercase``, ...).
-
-    Returns:
-        ``(source_tokenizer, target_tokenizer)``; the same object twice when shared.
-
-    Raises:
-        FileNotFoundError: a file of either side does not exist (the message
-            names it); every file is checked before any is read.
-        keras_transformer.data.corpus.CorpusError: invalid UTF-8 (``errors="strict"``), named by file and line.
-
-    Example:
-
-    >>> import pathlib, tempfile
-    >>> folder = pathlib.Path(tempfile.mkdtemp())
-    >>> _ = (folder / "train.en").write_text("A dog runs.\\n" * 10, encoding="utf-8")
-    >>> _ = (folder / "train.de").write_text("Ein Hund läuft.\\n" * 10, encoding="utf-8")
-    >>> src, tgt = train_tokenizers_from_files(folder / "train.en", folder / "train.de", vocab_size=280)
-    >>> src.vocab_size, src is tgt
-    (280, True)
-    """
-    _check_files(source_files)
-    _check_files(target_files)
-    sides = (source_files, target_files)
-    return _train_pair(lambda side, size: sample_files(sides[side], size, (seed, side), errors, max_lines),
-                       vocab_size, shared, directory, sample_size, options)
-
-
-def _train_pair(draw, vocab_size, shared, directory, sample_size, options):
-    """Learns the pair from the sentences `draw(side, size)` returns (`(sample, count)`, side 0 or 1)."""
-    if shared and not isinstance(vocab_size, int):
-        raise ValueError(f"A shared vocabulary has one size, got vocab_size={vocab_size!r}.")
-    sizes = [None, None]
-    if sample_size is not None:
-        sizes = [sample_size - sample_size // 2, sample_size // 2] if shared else [sample_size, sample_size]
-    start = time.perf_counter()
-    (sources, source_count), (targets, target_count) = draw(0, sizes[0]), draw(1, sizes[1])
-    log.info("Vocabulary sample: %d of %d source and %d of %d target sentences, drawn in %.1f s", len(sources),
-             source_count, len(targets), target_count, time.perf_counter() - start)
-    start = time.perf_counter()
-    if shared:
-        source = target = SubwordTokenizer._learn(sources + targets, vocab_size, **options)
-    else:
-        source_size, target_size = (vocab_size, vocab_size) if isinstance(vocab_size, int) else vocab_size
-        source = SubwordTokenizer._learn(sources, source_size, **options)
-        target = SubwordTokenizer._learn(targets, target_size, **options)
-    log.info("Vocabulary of %d learned from %d sentences in %.1f s", source.vocab_size, len(sources) + len(targets),
-             time.perf_counter() - start)
-    if directory is not None:
-        save_tokenizers(directory, source, target)
-    return source, target
-
-
-def save_tokenizers(directory, source_tokenizer, target_tokenizer):
-    """Saves a tokenizer pair: a shared one into `directory`, separate ones into ``source/`` and ``target/``.
-
-    Args:
-        directory: folder to write (created if needed), e.g. ``<run>/tokenizer``.
-        source_tokenizer: the source `SubwordTokenizer`.
-        target_tokenizer: the target `SubwordTokenizer` (the same object when shared).
-
-    Returns:
-        The list of paths written.
-
-    Example:
-
-    >>> import tempfile
-    >>> tok = SubwordTokenizer.train(["a cat", "a hat"] * 10, vocab_size=270)
-    >>> folder = tempfile.mkdtemp()
-    >>> _ = save_tokenizers(folder, tok, tok)
-    >>> src, tgt = load_tokenizers(folder)
-    >>> src is tgt
-    True
-    """
-    directory = os.fspath(directory)
-    if source_tokenizer is target_tokenizer:
-        return source_tokenizer.save(directory)
-    return (source_tokenizer.save(os.path.join(directory, "source"))
-            + target_tokenizer.save(os.path.join(directory, "target")))
-
-
-def load_tokenizers(directory):
-    """Loads the tokenizer pair `save_tokenizers` wrote, shared or separate.
-
-    Args:
-        directory: the folder given to `save_tokenizers`.
-
-    Returns:
-        ``(source_tokenizer, target_tokenizer)``; the same object twice when shared.
-
-    Raises:
-        FileNotFoundError: the folder holds neither layout (the message says what was expected).
-
-    Example:
-
-    >>> import tempfile
-    >>> load_tokenizers(tempfile.mkdtemp())  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    FileNotFoundError: No tokenizers at ...
-    """
-    directory = os.fspath(directory)
-    if os.path.isfile(os.path.join(directory, CONFIG_FILE)):
-        tokenizer = SubwordTokenizer.load(directory)
-        return tokenizer, tokenizer
-    source_dir, target_dir = os.path.join(directory, "source"), os.path.join(directory, "target")
-    if os.path.isdir(source_dir) or os.path.isdir(target_dir):
-        return SubwordTokenizer.load(source_dir), SubwordTokenizer.load(target_dir)
-    found = sorted(os.listdir(directory)) if os.path.isdir(directory) else None
-    raise FileNotFoundError(
-        f"No tokenizers at {directory}: expected {CONFIG_FILE} (shared vocabulary) or source/ and target/ "
-        f"folders, found {found if found is not None else 'no such folder'}. Learn them with "
-        "train_tokenizers(..., directory=...).")
-
-
-# ---------------------------------------------------------------------- helpers
 class _NamedSentencepieceResource(tf.saved_model.experimental.TrackableResource):
     """The SentencePiece model resource, created under a fixed shared name."""
 
@@ -692,8 +464,21 @@ class _SentencepieceTokenizer(tf_text.SentencepieceTokenizer):
         self._model_resource = _NamedSentencepieceResource(model, name)
 
 
-def _sentences(texts, files_function):
-    """The non-blank sentences of a list of str or a dataset of strings; `files_function` is named in errors."""
+def sentence_list(texts, files_function):
+    """The non-blank sentences of a list of str or a dataset of strings; `files_function` is named in errors.
+
+    Raises:
+        TypeError: `texts` is one str (or path), or holds something other than str.
+
+    Example:
+
+    >>> sentence_list(["A dog.", " ", "A cat."], "train_tokenizers_from_files")
+    ['A dog.', 'A cat.']
+    >>> sentence_list("train.en", "train_tokenizers_from_files")
+    Traceback (most recent call last):
+    ...
+    TypeError: Sentences must be a list of str, got one str ('train.en'); to learn from files use train_tokenizers_from_files.
+    """
     if isinstance(texts, tf.data.Dataset):
         return [text.decode("utf-8") for text in texts.as_numpy_iterator() if text.strip()]
     if isinstance(texts, (str, bytes, os.PathLike)):
@@ -705,173 +490,6 @@ def _sentences(texts, files_function):
             raise TypeError(f"Sentences must be str, got {type(item).__name__} ({str(item)[:80]!r}); "
                             f"to learn from files use {files_function}.")
     return [item for item in sentences if item.strip()]
-
-
-def _check_files(files):
-    """Raises FileNotFoundError naming the first of `files` (one path or a list) that is not a file."""
-    for path in [files] if isinstance(files, (str, os.PathLike)) else files:
-        if not os.path.isfile(path):
-            found = "a folder, not a text file" if os.path.isdir(path) else "it does not exist"
-            raise FileNotFoundError(f"No such file: {os.fspath(path)} ({found}); a vocabulary is learned from text "
-                                    "files of one sentence per line.")
-
-
-def reservoir_sample(items, size, seed=0):
-    """A uniform sample of at most `size` items of an iterable of any length, drawn in one pass.
-
-    Every subset of `size` items is equally likely (Li's "Algorithm L", ACM
-    TOMS 1994: a reservoir of `size` items whose next replacement is found by
-    skipping a geometrically distributed number of items). Memory holds the
-    reservoir only, and random numbers are drawn only for the replacements
-    (about ``size * log(n / size)`` of them), so one pass over a corpus of any
-    size costs its reading. The sample is a pure function of the items and `seed`.
-
-    Args:
-        items: any iterable, read once.
-        size: the sample's size; None takes every item.
-        seed: an int or a sequence of ints (through `numpy.random.SeedSequence`).
-
-    Returns:
-        ``(sample, count)``: a list of ``min(size, count)`` items (in no
-        particular order) and the number of items read.
-
-    Example:
-
-    >>> sample, count = reservoir_sample(range(1000), 5, seed=1)
-    >>> len(sample), count, len(set(sample)), all(0 <= item < 1000 for item in sample)
-    (5, 1000, 5, True)
-    >>> reservoir_sample(range(3), 5)
-    ([0, 1, 2], 3)
-    """
-    if size is None:
-        sample = list(items)
-        return sample, len(sample)
-    iterator = iter(items)
-    chunks = ((chunk, None) for chunk in iter(lambda: list(itertools.islice(iterator, 1 << 16)), []))
-    sample, count = _reservoir(chunks, size, seed)
-    return [item for _, _, item in sample], count
-
-
-def _reservoir(chunks, size, seed):
-    """`reservoir_sample` over `(items, tag)` chunks: `([(tag, index in its chunk, item), ...], count)`.
-
-    The random numbers, and so the sample, depend only on the items' positions
-    in the whole stream, not on how it is cut into chunks; work is done per item
-    drawn, not per item read, so a chunk's items cost only their reading.
-    """
-    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-        raise ValueError(f"A sample size must be a positive integer or None, got {size!r}.")
-    # Python's generator (seeded through numpy's SeedSequence, which takes an int or a sequence of ints): a draw
-    # costs a tenth of a numpy scalar draw, and a large sample takes about size * log(n / size) of them.
-    rng = random.Random(int(np.random.SeedSequence(seed).generate_state(1, np.uint64)[0]))
-
-    def uniform():  # in (0, 1]: its logarithm is finite
-        return 1.0 - rng.random()
-
-    def skip():
-        return math.floor(math.log(uniform()) / math.log1p(-weight)) if weight < 1 else 0
-
-    reservoir, count, weight, pick = [], 0, None, None  # pick: the stream position drawn next
-    for items, tag in chunks:
-        first, count = count, count + len(items)
-        if len(reservoir) < size:
-            taken = min(size - len(reservoir), len(items))
-            reservoir.extend((tag, index, items[index]) for index in range(taken))
-            if len(reservoir) == size:
-                weight = math.exp(math.log(uniform()) / size)
-                pick = first + taken + skip()
-        while pick is not None and pick < count:
-            reservoir[rng.randrange(size)] = (tag, pick - first, items[pick - first])
-            weight *= math.exp(math.log(uniform()) / size)
-            pick += 1 + skip()
-    return reservoir, count
-
-
-def sample_files(files, size, seed=0, errors="strict", max_lines=None):
-    """A uniform sample of at most `size` lines of one file or a list of files, read in one pass; blank lines
-    drawn are dropped.
-
-    The files (plain or gzip UTF-8) are read in large blocks split into lines
-    of bytes; `reservoir_sample`'s draws index into them, and only the lines
-    drawn are decoded (and checked: the training pipeline reads every line and
-    checks them all), so the pass runs at the speed of reading.
-
-    Args:
-        files: one path or a list of paths; every one is checked before any is read.
-        size: the sample's size; None takes every line.
-        seed: the seed of the draw.
-        errors: ``"strict"`` (invalid UTF-8 raises `corpus.CorpusError` naming file and line) or ``"replace"``.
-        max_lines: read only the first lines of each file: one count for all, or a list of counts (or None)
-            matching `files`; None reads every line.
-
-    Returns:
-        ``(sentences, count)``: the sampled lines that are not blank, and the number of lines read.
-
-    Example:
-
-    >>> import pathlib, tempfile
-    >>> path = pathlib.Path(tempfile.mkdtemp()) / "a.txt"
-    >>> _ = path.write_text("".join(f"line {i}\\n" for i in range(100)), encoding="utf-8")
-    >>> sentences, count = sample_files(path, 10, seed=0)
-    >>> len(sentences), count, sentences == sample_files(path, 10, seed=0)[0]
-    (10, 100, True)
-    >>> sorted(sample_files(path, None, max_lines=3)[0])
-    ['line 0', 'line 1', 'line 2']
-    """
-    if errors not in textfile.ERROR_MODES:
-        raise ValueError(f"errors must be one of {textfile.ERROR_MODES}, got {errors!r}.")
-    _check_files(files)
-    paths = [os.fspath(path) for path in ([files] if isinstance(files, (str, os.PathLike)) else files)]
-    limits = list(max_lines) if isinstance(max_lines, (list, tuple)) else [max_lines] * len(paths)
-    if len(limits) != len(paths):
-        raise ValueError(f"max_lines has {len(limits)} counts for {len(paths)} files.")
-    if size is None:
-        sample, count = [], 0
-        for lines, tag in _line_blocks(paths, limits):
-            sample.extend((tag, index, line) for index, line in enumerate(lines))
-            count += len(lines)
-    else:
-        sample, count = _reservoir(_line_blocks(paths, limits), size, seed)
-    sentences = []
-    for (path, first), index, raw in sample:
-        raw, number = raw.rstrip(b"\r"), first + index
-        if number == 1 and raw.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte-order mark
-            raw = raw[3:]
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as error:
-            if errors == "strict":
-                raise corpus.CorpusError(f"{path}:{number}: invalid UTF-8 (byte {error.start} of the line: "
-                                         f"{raw[error.start:error.end]!r}); fix the file or read it with "
-                                         "errors='replace' to replace bad bytes with U+FFFD.") from None
-            line = raw.decode("utf-8", errors="replace")
-        if line.strip():
-            sentences.append(line)
-    return sentences, count
-
-
-def _line_blocks(paths, limits, block=1 << 22):
-    """The lines of `paths` (bytes, split on ``\\n`` only, as `textfile` splits) in lists of a block's lines,
-    each with its tag `(path, number of its first line)`; a path's limit (None: no limit) ends it after that
-    many lines."""
-    for path, limit in zip(paths, limits):
-        number, rest = 1, b""
-        with textfile.open_binary(path) as handle:
-            try:
-                while limit is None or number <= limit:
-                    data = handle.read(block)
-                    if not data:
-                        break
-                    lines = (rest + data).split(b"\n")
-                    rest = lines.pop()
-                    if limit is not None and number + len(lines) > limit:
-                        lines, rest = lines[:limit - number + 1], b""
-                    yield lines, (path, number)
-                    number += len(lines)
-            except EOFError:
-                raise ValueError(f"{path}: the gzip data ends before its end marker (a truncated file?)") from None
-        if rest and (limit is None or number <= limit):
-            yield [rest], (path, number)
 
 
 def _learn_sentencepiece(sentences, vocab_size, model_type, lowercase, byte_fallback, character_coverage,

@@ -1,0 +1,242 @@
+"""`ExperimentConfig`, a whole experiment: its four sections, the model config they make, and the checks and
+the resolved view that `train --dry-run` prints."""
+
+import dataclasses
+import pathlib
+
+import yaml
+
+from keras_transformer.config import DECODING_FIELDS, PRESETS, TransformerConfig
+from keras_transformer.decoding.options import OLD_NAMES as OLD_DECODING_NAMES
+from keras_transformer.errors import CheckpointError, CheckpointNotFoundError, ConfigError, format_size
+from keras_transformer.experiment.data_section import DataSection
+from keras_transformer.experiment.decoding_section import DecodingSection
+from keras_transformer.experiment.training_section import TrainingSection
+from keras_transformer.experiment.validation import SECTIONS, is_integer, reject_unknown
+from keras_transformer.footprint import available_memory, check_training_memory, describe_memory, training_memory
+
+
+@dataclasses.dataclass(frozen=True)
+class ExperimentConfig:
+    """A whole experiment: `model` (a dict of TransformerConfig fields and an optional
+    `preset`), `data`, `training` and `decoding`.
+
+    Example:
+
+    >>> experiment = ExperimentConfig.from_dict({"model": {"preset": "tiny"}, "training": {"epochs": 2}})
+    >>> experiment.training.epochs, experiment.data.kind
+    (2, 'synthetic')
+    """
+
+    model: dict = dataclasses.field(default_factory=dict)
+    data: DataSection = dataclasses.field(default_factory=DataSection)
+    training: TrainingSection = dataclasses.field(default_factory=TrainingSection)
+    decoding: DecodingSection = dataclasses.field(default_factory=DecodingSection)
+
+    @classmethod
+    def from_dict(cls, values, check_model=True):
+        """Builds and validates an experiment from nested dicts, rejecting unknown keys by name.
+
+        With `check_model` (the default) the model section is also built into a `TransformerConfig`
+        (`check_model`), so that bad sizes fail here and not after the data work; `load_experiment` turns it off
+        for each file alone, whose model section may need a later file or `--set` to be complete.
+        """
+        values = dict(values or {})
+        reject_unknown(values, SECTIONS, "")
+        for name in SECTIONS:
+            if values.get(name) is not None and not isinstance(values[name], dict):
+                raise ConfigError(f"Section {name!r} must be a mapping, got {values[name]!r}.")
+        model = dict(values.get("model") or {})
+        moved = [name for name in DECODING_FIELDS if name in model]
+        if moved:
+            raise ConfigError(f"model.{moved[0]} is a decoding setting: give it in the decoding section "
+                              f"(decoding.{OLD_DECODING_NAMES.get(moved[0], moved[0])}).")
+        reject_unknown(model, [f.name for f in dataclasses.fields(TransformerConfig)] + ["preset"], "model.")
+        if "preset" in model:
+            if model["preset"] not in PRESETS:
+                raise ConfigError(f"model.preset must be one of {sorted(PRESETS)}, got {model['preset']!r}.")
+        sections = {}
+        for name, section_class in (("data", DataSection), ("training", TrainingSection),
+                                    ("decoding", DecodingSection)):
+            section_values = values.get(name) or {}
+            if section_class in (DataSection, DecodingSection):
+                sections[name] = section_class.from_dict(section_values)
+                continue
+            reject_unknown(section_values, [f.name for f in dataclasses.fields(section_class)], f"{name}.")
+            sections[name] = section_class(**section_values)
+            sections[name].validate()
+        experiment = cls(model=model, **sections)
+        if check_model:
+            experiment.check_model()
+        return experiment
+
+    def to_dict(self):
+        """Nested plain dicts (YAML-friendly)."""
+        return {"model": dict(self.model), "data": self.data.to_dict(),
+                "training": dataclasses.asdict(self.training), "decoding": self.decoding.to_dict()}
+
+    def model_config(self, vocabulary=None):
+        """The `TransformerConfig`: preset (if any), the model fields, the data's vocabulary.
+
+        Args:
+            vocabulary: the data's vocabulary size (an int), or a dict of
+                `vocab_size` / `source_vocab_size` / `target_vocab_size`; used where
+                the model section gives none, and checked where it does (the
+                model's vocabulary is the tokenizer's: a `Translator` refuses any other).
+
+        Example:
+
+        >>> ExperimentConfig.from_dict({"model": {"preset": "tiny"}}).model_config(100).vocab_size
+        100
+        """
+        fields = dict(self.model)
+        preset = fields.pop("preset", None)
+        if isinstance(vocabulary, int):
+            vocabulary = {"vocab_size": vocabulary}
+        for name, size in (vocabulary or {}).items():
+            given = fields.get(name)
+            if given is not None and given != size:
+                relation = "smaller" if given < size else "larger"
+                raise ConfigError(f"model.{name}={given} is {relation} than the data's vocabulary ({size}); "
+                                  f"leave model.{name} out to take the data's.")
+            fields.setdefault(name, size)
+        try:
+            if preset is not None:
+                return TransformerConfig.preset(preset, **fields)
+            return TransformerConfig.from_dict(fields)
+        except ValueError as error:
+            raise ConfigError(f"model: {error}") from error
+
+    def check_files(self):
+        """Names the first missing input file: the data files (`ConfigError`), then `training.init_checkpoint`
+        (`CheckpointError`).
+
+        `train` and `keras-transformer train` (``--dry-run`` too) call it before any data work.
+
+        Example:
+
+        >>> ExperimentConfig.from_dict({"model": {"preset": "tiny"}, "data": {"kind": "synthetic"},
+        ...                             "training": {"init_checkpoint": "/nonexistent.weights.h5"}}).check_files()
+        Traceback (most recent call last):
+        ...
+        keras_transformer.errors.CheckpointNotFoundError: training.init_checkpoint: Checkpoint not found: /nonexistent.weights.h5
+        """
+        self.data.check_files()
+        path = self.training.init_checkpoint
+        if path is not None:
+            path = pathlib.Path(path)
+            if path.is_dir():
+                raise CheckpointError(f"training.init_checkpoint: {path} is a directory, not a weights file.")
+            if not path.is_file():
+                raise CheckpointNotFoundError(f"training.init_checkpoint: Checkpoint not found: {path}")
+
+    def check_model(self):
+        """Raises `ConfigError` if the model section cannot make a `TransformerConfig` (bad sizes or types).
+
+        The vocabulary's size is known once it is learned from the data; until then the configured one stands in
+        (the model section's, else `data.vocab_size`); no other check of the model fields depends on it.
+        `from_dict` calls it, so `load_experiment`, `--dry-run` and `train` refuse such a config before any
+        data work.
+
+        Example:
+
+        >>> ExperimentConfig(model={"d_model": 60, "num_heads": 7}).check_model()
+        Traceback (most recent call last):
+        ...
+        keras_transformer.errors.ConfigError: model: TransformerConfig: d_model=60 is not divisible by num_heads=7; ...
+        """
+        self.model_config(self._configured_vocabulary())
+
+    def training_memory(self):
+        """`footprint.training_memory` of this experiment: its model (with the configured vocabulary, as
+        `check_model`), a batch of its tokens (synthetic data: `batch_size` sentences of `max_length`), its
+        dtype policy ("auto" counted as float32), moving average and gradient accumulation.
+
+        Example:
+
+        >>> ExperimentConfig.from_dict({"model": {"preset": "tiny"}}).training_memory()["parameters"]
+        235520
+        """
+        config = self.model_config(self._configured_vocabulary())
+        if self.data.kind == "synthetic":
+            tokens = self.data.batch_size * (self.data.synthetic_max_length + 1)
+        else:
+            tokens = self.data.data_config().tokens_per_batch
+        return training_memory(config, tokens, self.training.policy, moving_average=self.training.ema_decay is not None,
+                               accumulation=self.training.gradient_accumulation_steps > 1)
+
+    def check_memory(self):
+        """Refuses (`ConfigError`) a model whose training needs more memory than this machine has available
+        (`footprint.check_training_memory`), naming the estimate and the memory; returns the estimate.
+
+        `train` and `train --dry-run` call it before anything is written.
+        """
+        memory = self.training_memory()
+        check_training_memory(memory)
+        return memory
+
+    def _configured_vocabulary(self):
+        """The vocabulary `model_config` takes before the data's is learned: synthetic data's own, else the
+        model section's sizes (None when it gives vocab_size), else `data.vocab_size`."""
+        if self.data.kind == "synthetic":  # the vocabulary is the configured one
+            return self.data.synthetic_vocab_size
+        if self.model.get("vocab_size") is not None:
+            return None
+        given = [size for size in (self.model.get("source_vocab_size"), self.model.get("target_vocab_size"))
+                 if is_integer(size) and size > 0]
+        return max(given) if given else self.data.data_config().vocab_size
+
+    def resolved(self, workdir=None):
+        """The experiment with every default filled in: the model section as the whole `TransformerConfig`
+        (preset expanded), each other section with all of its fields.
+
+        Fed back as a config, it resolves to itself. Unlike `to_dict` (what `train` writes to
+        `experiment.yaml`), it holds defaults too. For text and TFDS data the model's vocabulary size is the
+        configured one (`data.vocab_size`) until `train` learns the vocabulary.
+
+        Example:
+
+        >>> resolved = ExperimentConfig.from_dict({"model": {"preset": "tiny"}}).resolved()
+        >>> resolved["model"]["d_model"], "preset" in resolved["model"], resolved["data"]["seed"]
+        (64, False, 1234)
+        """
+        model = self.model_config(self._configured_vocabulary()).to_dict()
+        return {"model": model, "data": self.data.resolved(self.training.seed, workdir),
+                "training": dataclasses.asdict(self.training), "decoding": self.decoding.to_dict()}
+
+    def dry_run(self, workdir=None):
+        """What `keras-transformer train --dry-run` prints: the `resolved` experiment as YAML, after the checks
+        that need no data work (`check_files`, then `DataSection.check_line_counts`), with comment lines on
+        what `train` settles later.
+
+        Raises:
+            ConfigError: a data file is missing, or two files of a split differ in length (named).
+
+        Example:
+
+        >>> print(ExperimentConfig.from_dict({"model": {"preset": "tiny"}}).dry_run())  # doctest: +ELLIPSIS
+        # keras-transformer train --dry-run: ...
+        model:
+          vocab_size: 32
+        ...
+        """
+        self.check_files()
+        memory = self.check_memory()
+        counts = self.data.check_line_counts()
+        notes = ["keras-transformer train --dry-run: the experiment resolved, every default filled in (each key: "
+                 "docs/config.md); nothing trained or written",
+                 f"model: {describe_memory(memory)}; this machine has {_available()} available"]
+        if self.model.get("preset"):
+            notes.append(f"model: preset {self.model['preset']!r} expanded, the model keys given override it")
+        if self.data.kind != "synthetic":
+            notes.append("model vocabulary sizes: the configured ones until train learns the vocabulary (or finds "
+                         "it in WORKDIR/data/vocab) and takes its size")
+        if counts:
+            notes.append("data files: " + ", ".join(f"{split} {lines} lines" for split, lines in counts.items())
+                         + ", in each file of the split")
+        return "".join(f"# {note}\n" for note in notes) + yaml.safe_dump(self.resolved(workdir), sort_keys=False)
+
+
+def _available():
+    available = available_memory()
+    return "an unknown amount of memory" if available is None else format_size(available)

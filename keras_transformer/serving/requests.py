@@ -1,0 +1,282 @@
+"""Requests of `keras-transformer serve` read and checked, and answers laid out: what the server accepts
+(`ServeSettings`), `/translate` and TensorFlow Serving's predict bodies as `Work`, a predict answer."""
+
+import base64
+import dataclasses
+import json
+import random
+
+from keras_transformer.decoding.options import MAX_SEED, SAMPLING_FIELDS, DecodeOptions
+from keras_transformer.errors import ConfigError
+from keras_transformer.serving.signatures import SIGNATURES, batched_inputs
+
+
+@dataclasses.dataclass(frozen=True)
+class ServeSettings:
+    """How `keras-transformer serve` batches requests and what it accepts.
+
+    Example:
+
+    >>> ServeSettings(max_batch=32).batch_wait
+    0.005
+    """
+
+    max_batch: int = 64  # sentences decoded together at most (a larger request is decoded alone)
+    batch_wait: float = 0.005  # seconds a request waits for others to share its batch (0: no wait)
+    max_body_bytes: int = 1 << 20  # a larger request body is refused with 413
+    max_sentences: int = 256  # sentences (or pairs) per request; more: 413
+    max_sentence_chars: int = 2000  # characters per sentence; more: 413
+    variants: int = 8  # sets of decoding options kept ready (each a translator over the same weights)
+
+    def __post_init__(self):
+        for name in ("max_batch", "max_body_bytes", "max_sentences", "max_sentence_chars", "variants"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ConfigError(f"serve: {name} must be a positive integer, got {getattr(self, name)!r}.")
+        if not self.batch_wait >= 0:
+            raise ConfigError(f"serve: batch_wait must be >= 0 seconds, got {self.batch_wait!r}.")
+
+
+class RequestError(Exception):
+    """A request the server refuses: `status` (400, 404, 413, 503) and a message naming the problem."""
+
+    def __init__(self, status, message):
+        super().__init__(message)
+        self.status = status
+
+
+# ------------------------------------------------------------------------------------------ requests
+def _string(value, where):
+    """A JSON string, or TensorFlow Serving's `{"b64": ...}` for bytes, as `str`."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and set(value) == {"b64"} and isinstance(value["b64"], str):
+        try:
+            return base64.b64decode(value["b64"], validate=True).decode("utf-8", "replace")
+        except ValueError as error:
+            raise RequestError(400, f"{where}: bad base64 ({error}).") from None
+    raise RequestError(400, f"{where}: expected a string (or {{\"b64\": ...}}), got {_kind(value)}.")
+
+
+def _kind(value):
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null",
+            int: "a number", float: "a number"}.get(type(value), type(value).__name__)
+
+
+def check_sentences(sentences, settings, what="sentences"):
+    """Refuses (413) more sentences than `settings.max_sentences` and longer ones than `max_sentence_chars`.
+
+    Example:
+
+    >>> check_sentences(["A dog."] * 3, ServeSettings(max_sentences=2))
+    Traceback (most recent call last):
+    ...
+    keras_transformer.serving.requests.RequestError: 3 sentences in one request; this server takes at most 2 (--max-sentences).
+    """
+    if len(sentences) > settings.max_sentences:
+        raise RequestError(413, f"{len(sentences)} {what} in one request; this server takes at most "
+                                f"{settings.max_sentences} (--max-sentences).")
+    for index, sentence in enumerate(sentences):
+        if len(sentence) > settings.max_sentence_chars:
+            raise RequestError(413, f"{what} {index} has {len(sentence)} characters; this server takes at most "
+                                    f"{settings.max_sentence_chars} (--max-sentence-chars).")
+
+
+def parse_json(body):
+    """A request body as a JSON object, or a 400 naming what is wrong.
+
+    Example:
+
+    >>> parse_json(b'{"instances": ["A dog."]}')
+    {'instances': ['A dog.']}
+    >>> parse_json(b'{"instances": [')
+    Traceback (most recent call last):
+    ...
+    keras_transformer.serving.requests.RequestError: Malformed JSON: Expecting value: line 1 column 16 (char 15).
+    """
+    try:
+        value = json.loads(body.decode("utf-8"))
+    except UnicodeDecodeError as error:
+        raise RequestError(400, f"The request body is not UTF-8 ({error}).") from None
+    except json.JSONDecodeError as error:
+        raise RequestError(400, f"Malformed JSON: {error}.") from None
+    if not isinstance(value, dict):
+        raise RequestError(400, f"The request body must be a JSON object, got {_kind(value)}.")
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class Work:
+    """One request's share of a batch: what to decode (`kind`: "best", "n_best" or "score"), with which options,
+    and its items (sentences; `(source, target)` pairs for "score"). Requests with equal `kind` and `options`
+    are batched together."""
+
+    kind: str
+    options: DecodeOptions
+    items: tuple
+
+    @property
+    def key(self):
+        """What a batch shares."""
+        return self.kind, self.options
+
+
+TRANSLATE_FIELDS = ("strategy", "beam_size", "alpha", "max_extra", "early_exit", "n_best") + SAMPLING_FIELDS
+
+
+def _options(defaults, given, seeded):
+    """`defaults` with the fields in `given` (a 400 for a bad value); a sampling request without a seed gets a
+    fresh one unless the server's defaults were given one (`seeded`)."""
+    try:
+        options = defaults.replace(**given)
+    except (ConfigError, TypeError) as error:
+        raise RequestError(400, str(error)) from None
+    if options.sampling and "seed" not in given and not (seeded and defaults.sampling):
+        options = options.replace(seed=random.randint(0, MAX_SEED))
+    return options
+
+
+def parse_translate(body, defaults, settings, seeded=False):
+    """A `POST /translate` body as `Work`.
+
+    `{"sentences": [...]}` plus any `DecodeOptions` field (`strategy`, `beam_size`, `alpha`, `max_extra`,
+    `early_exit`, `n_best`, `top_k`, `top_p`, `temperature`, `seed`) replacing the server's default for this
+    request; a sampling setting alone means `strategy: sample`. With `n_best`, each sentence gets that many
+    hypotheses.
+
+    Example:
+
+    >>> work = parse_translate({"sentences": ["A dog."], "beam_size": 2}, DecodeOptions(), ServeSettings())
+    >>> work.kind, work.options.beam_size, work.items
+    ('best', 2, ('A dog.',))
+    """
+    unknown = sorted(set(body) - {"sentences", *TRANSLATE_FIELDS})
+    if unknown:
+        raise RequestError(400, f"Unknown field(s) {', '.join(unknown)}; /translate takes sentences and "
+                                f"{', '.join(TRANSLATE_FIELDS)}.")
+    sentences = body.get("sentences")
+    if not isinstance(sentences, list):
+        raise RequestError(400, f"sentences must be a list of strings, got {_kind(sentences)}.")
+    sentences = [_string(value, f"sentences[{index}]") for index, value in enumerate(sentences)]
+    check_sentences(sentences, settings)
+    given = {key: value for key, value in body.items() if key in TRANSLATE_FIELDS and value is not None}
+    options = _options(defaults, given, seeded)
+    if "n_best" in given:
+        return Work("n_best", options, tuple(sentences))
+    return Work("best", options.replace(n_best=1), tuple(sentences))
+
+
+def parse_predict(body, defaults, settings, seeded=False):
+    """A TensorFlow Serving predict body (`POST /v1/models/NAME:predict`) as `(signature, Work, rows)`.
+
+    Rows: `{"instances": [value, ...]}` (a single-input signature) or `[{"name": value, ...}, ...]`; columns:
+    `{"inputs": [...]}` or `{"inputs": {"name": [...], ...}}`. `signature_name` picks a signature of
+    `SIGNATURES` (default `serving_default`); strings may be `{"b64": ...}`. `rows` says which format the
+    answer takes (`predictions` or `outputs`). The `sample` signature's scalars (seed, temperature, top_k,
+    top_p) are one value per request: in rows, every instance gives the same (missing ones: the server's).
+
+    Example:
+
+    >>> signature, work, rows = parse_predict({"instances": ["A dog.", "A cat."]}, DecodeOptions(),
+    ...                                       ServeSettings())
+    >>> signature, work.kind, work.items, rows
+    ('serving_default', 'best', ('A dog.', 'A cat.'), True)
+    """
+    signature = body.get("signature_name", "serving_default") or "serving_default"
+    if signature not in SIGNATURES:
+        raise RequestError(400, f"Unknown signature_name {signature!r}; this server serves "
+                                f"{', '.join(SIGNATURES)}.")
+    unknown = sorted(set(body) - {"signature_name", "instances", "inputs"})
+    if unknown:
+        raise RequestError(400, f"Unknown field(s) {', '.join(unknown)}; a predict request has instances (rows) "
+                                "or inputs (columns), and signature_name.")
+    if ("instances" in body) == ("inputs" in body):
+        raise RequestError(400, "A predict request has either instances (rows) or inputs (columns), "
+                                f"got {'both' if 'instances' in body else 'neither'}.")
+    names = list(SIGNATURES[signature]["inputs"])
+    batched = batched_inputs(signature)
+    rows = "instances" in body
+    columns, scalars = {}, {}
+    if rows:
+        instances = body["instances"]
+        if not isinstance(instances, list):
+            raise RequestError(400, f"instances must be a list, got {_kind(instances)}.")
+        columns = {name: [] for name in batched}
+        for index, instance in enumerate(instances):
+            if len(names) == 1 and not (isinstance(instance, dict) and set(instance) == set(names)):
+                instance = {names[0]: instance}
+            if not isinstance(instance, dict):
+                raise RequestError(400, f"instances[{index}]: signature {signature} takes named inputs "
+                                        f"({', '.join(names)}), got {_kind(instance)}.")
+            _check_names(instance, names, batched, f"instances[{index}]", signature)
+            for name in batched:
+                columns[name].append(_string(instance[name], f"instances[{index}].{name}"))
+            for name in set(instance) - set(batched):
+                if name in scalars and scalars[name] != instance[name]:
+                    raise RequestError(400, f"instances[{index}].{name} is {instance[name]!r} but an earlier "
+                                            f"instance gave {scalars[name]!r}: {name} is one value per request.")
+                scalars[name] = instance[name]
+    else:
+        inputs = body["inputs"]
+        if len(names) == 1 and not isinstance(inputs, dict):
+            inputs = {names[0]: inputs}
+        if not isinstance(inputs, dict):
+            raise RequestError(400, f"inputs: signature {signature} takes named inputs ({', '.join(names)}), "
+                                    f"got {_kind(inputs)}.")
+        _check_names(inputs, names, batched, "inputs", signature)
+        for name in batched:
+            if not isinstance(inputs[name], list):
+                raise RequestError(400, f"inputs.{name} must be a list (shape [-1]), got {_kind(inputs[name])}.")
+            columns[name] = [_string(value, f"inputs.{name}[{index}]") for index, value in enumerate(inputs[name])]
+        scalars = {name: inputs[name] for name in inputs if name not in batched}
+        if len({len(column) for column in columns.values()}) > 1:
+            raise RequestError(400, "inputs: " + " but ".join(f"{name} has {len(column)} values"
+                                                              for name, column in columns.items())
+                               + "; give one per row.")
+    for column in columns.values():
+        check_sentences(column, settings)
+    if signature == "score":
+        return signature, Work("score", defaults, tuple(zip(columns["sources"], columns["targets"]))), rows
+    if signature == "sample":
+        given = {name: value for name, value in scalars.items() if value is not None}
+        options = _options(defaults.replace(strategy="sample") if not defaults.sampling else defaults,
+                           given, seeded)
+        return signature, Work("best", options.replace(n_best=1), tuple(columns["inputs"])), rows
+    if signature == "n_best":
+        return signature, Work("n_best", defaults, tuple(columns["inputs"])), rows
+    return signature, Work("best", defaults.replace(n_best=1), tuple(columns["inputs"])), rows
+
+
+def _check_names(given, names, batched, where, signature):
+    unknown = sorted(set(given) - set(names))
+    if unknown:
+        raise RequestError(400, f"{where}: signature {signature} has no input {', '.join(unknown)} "
+                                f"(its inputs: {', '.join(names)}).")
+    missing = [name for name in batched if name not in given]
+    if missing:
+        raise RequestError(400, f"{where}: signature {signature} needs input {', '.join(missing)}.")
+
+
+def predict_response(signature, work, results, rows):
+    """TensorFlow Serving's answer to a predict request: `{"predictions": [...]}` for rows (one object per
+    instance, or the value alone when the signature has one output) or `{"outputs": ...}` for columns.
+
+    Example:
+
+    >>> work = Work("best", DecodeOptions(n_best=1), ("A dog.",))
+    >>> predict_response("serving_default", work, [("Ein Hund.", -0.5)], rows=True)
+    {'predictions': [{'translation': 'Ein Hund.', 'score': -0.5}]}
+    """
+    if signature == "score":
+        columns = {"score": list(results)}
+    elif signature == "n_best":
+        columns = {"translations": [[text for text, _ in row] for row in results],
+                   "scores": [[score for _, score in row] for row in results]}
+    else:
+        columns = {"translation": [text for text, _ in results], "score": [score for _, score in results]}
+    single = len(columns) == 1
+    if rows:
+        count = len(work.items)
+        if single:
+            return {"predictions": next(iter(columns.values()))}
+        return {"predictions": [{name: column[i] for name, column in columns.items()} for i in range(count)]}
+    return {"outputs": next(iter(columns.values())) if single else columns}
