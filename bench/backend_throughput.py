@@ -2,7 +2,7 @@
 
 `train_throughput.py` compares implementations on TensorFlow; this script
 measures ours alone, on whatever backend `KERAS_BACKEND` names, at a preset
-size (the paper's `base` by default), the way `keras_transformer.arrays`
+size (the paper's `base` by default), the way `keras-transformer train-packed`
 trains: `train_on_batch` with XLA (`jit_compile=True`), a dtype policy, Adam
 with the paper's schedule and label smoothing 0.1. Batches are synthetic
 token ids of one shape with about 20% padding (lengths uniform in

@@ -124,12 +124,13 @@ def prepare(model, folder):
     """Exports `model` again with this tree's code: a SavedModel (with warm-up records) and a CTranslate2 folder."""
     from keras_transformer import inference
     from keras_transformer.config import TransformerConfig
-    from keras_transformer.export import export_translator
+    from keras_transformer.exports.ctranslate2 import CTranslate2Exporter
+    from keras_transformer.exports.savedmodel import export_translator
 
     translator = inference.load_translator(model, jit_compile=True)
     config = TransformerConfig.from_yaml(pathlib.Path(model) / "assets.extra" / "model.yaml")
     savedmodel = export_translator(translator, folder / "savedmodel", config)
-    ct2 = inference.export_ctranslate2(model, folder / "ct2")
+    ct2 = CTranslate2Exporter().export(model, folder / "ct2")
     return savedmodel, ct2
 
 

@@ -23,7 +23,7 @@ line, `-` when the run did not print it); seconds from start to the fifth update
 in `<folder>/<size>/train.log` when `--folder` is given.
 
 With `--packed`, the packed path instead: `keras-transformer pack` with the same overrides (peak RSS and seconds
-to its end), then `python -m keras_transformer.arrays WORKDIR --epochs 1` (peak RSS and seconds to its fifth
+to its end), then `keras-transformer train-packed WORKDIR --epochs 1` (peak RSS and seconds to its fifth
 update, seen the same way); logs in `pack.log` and `arrays.log`.
 """
 
@@ -192,14 +192,14 @@ def run_train(corpus, workdir, vocab_size, extra, timeout, env):
 
 
 def run_packed(corpus, workdir, vocab_size, extra, timeout, env):
-    """`pack`, then `python -m keras_transformer.arrays` to its fifth update:
+    """`pack`, then `keras-transformer train-packed` to its fifth update:
     `(pack_peak, pack_seconds, train_peak, update_seconds)`."""
     command = [sys.executable, "-m", "keras_transformer.cli", "pack", "--config", str(RECIPE),
                "--workdir", str(workdir)]
     for setting in settings(corpus, vocab_size, extra):
         command += ["--set", setting]
     pack_peak, _, pack_seconds = measure(command, corpus, env, None, timeout, corpus / "pack.log")
-    command = [sys.executable, "-m", "keras_transformer.arrays", str(workdir), "--epochs", "1"]
+    command = [sys.executable, "-m", "keras_transformer.cli", "train-packed", str(workdir), "--epochs", "1"]
     target = workdir / "checkpoints" / f"step-{UPDATES:08d}.weights.h5"
     train_peak, _, updated = measure(command, corpus, env, target, timeout, corpus / "arrays.log")
     return pack_peak, pack_seconds, train_peak, updated
@@ -217,7 +217,7 @@ def main():
     parser.add_argument("--timeout", type=float, default=3600, help="seconds allowed per run")
     parser.add_argument("--packed", action="store_true",
                         help="measure the packed path instead: `pack` (peak RSS, seconds), then "
-                             "`python -m keras_transformer.arrays` to its fifth update (peak RSS, seconds)")
+                             "`keras-transformer train-packed` to its fifth update (peak RSS, seconds)")
     parser.add_argument("--tree", type=pathlib.Path, default=REPO,
                         help="the checkout whose keras_transformer is measured (default: this one)")
     args = parser.parse_args()

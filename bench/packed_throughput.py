@@ -1,4 +1,4 @@
-"""Training throughput on the packed path (`keras_transformer.arrays`), one checkout against another, alternating.
+"""Training throughput on the packed path (`keras-transformer train-packed`), one checkout against another, alternating.
 
     .venv/bin/python bench/packed_throughput.py --trees . ../main [--rounds 3] [--steps 60]
 
@@ -44,9 +44,12 @@ TRAIN = r"""
 import json, pathlib, sys, time
 start = time.perf_counter()
 import keras
-from keras_transformer import arrays
+try:
+    from keras_transformer.trainer import packed as trainer
+except ImportError:  # a checkout from before the packed trainer moved to trainer/packed.py
+    from keras_transformer import arrays as trainer
 tree = pathlib.Path(sys.argv[2])
-assert pathlib.Path(arrays.__file__).resolve().is_relative_to(tree.resolve()), arrays.__file__
+assert pathlib.Path(trainer.__file__).resolve().is_relative_to(tree.resolve()), trainer.__file__
 marks = []
 
 
@@ -63,7 +66,7 @@ def timed_fit(self, *args, callbacks=None, **kwargs):
 
 
 keras.Model.fit = timed_fit
-arrays.train_arrays(sys.argv[1], epochs=1, jit_compile=False, precision="float32")
+trainer.train_arrays(sys.argv[1], epochs=1, jit_compile=False, precision="float32")
 total = time.perf_counter() - start
 print(json.dumps({"updates": (marks[-1] - marks[0]) / (len(marks) - 1), "call": total}))
 """

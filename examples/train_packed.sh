@@ -8,8 +8,7 @@
 # Each run stops after EPOCHS epochs or SECONDS seconds (SIGTERM), whichever comes first; finished epochs are
 # kept (checkpoints are written atomically) and rerunning resumes after the last one. Logs go to
 # WORKDIR/train.log; the average of the last AVERAGE epochs to WORKDIR/averaged.weights.h5. Extra options for
-# `python -m keras_transformer.arrays`
-# can be given in ARRAYS_OPTIONS (e.g. "--precision mixed_bfloat16").
+# `keras-transformer train-packed` can be given in ARRAYS_OPTIONS (e.g. "--precision mixed_bfloat16").
 set -u
 if [ $# -lt 4 ]; then
     echo "usage: $0 EPOCHS SECONDS AVERAGE WORKDIR..." >&2
@@ -27,13 +26,13 @@ export XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONUNBUFFERED=1  # JAX: let the ru
 python=${PYTHON:-python3}
 for workdir in "$@"; do  # --average-last 0: averaged below, runs the time limit stopped included
     # shellcheck disable=SC2086
-    timeout -k 30 "$seconds" "$python" -m keras_transformer.arrays "$workdir" --epochs "$epochs" \
+    timeout -k 30 "$seconds" "$python" -m keras_transformer.cli train-packed "$workdir" --epochs "$epochs" \
         --keep-checkpoints "$average" --average-last 0 ${ARRAYS_OPTIONS:-} >>"$workdir/train.log" 2>&1 &
 done
 wait
 status=0
 for workdir in "$@"; do  # --epochs 0: train nothing more, average what the run finished
-    "$python" -m keras_transformer.arrays "$workdir" --epochs 0 --average-last "$average" \
+    "$python" -m keras_transformer.cli train-packed "$workdir" --epochs 0 --average-last "$average" \
         >>"$workdir/train.log" 2>&1 &
 done
 for job in $(jobs -p); do

@@ -5,9 +5,11 @@ keras-transformer train     --config FILE.yaml [--config MORE.yaml] [--set key=v
 keras-transformer evaluate  --model DIR [--model DIR ...] --source FILE --reference FILE
                             [--tokenized-reference FILE --lang de]
 keras-transformer translate --model DIR [--model DIR ...] "A man rides a bike." ...   (or sentences on stdin)
-keras-transformer export    --workdir DIR [--workdir DIR ...] --out DIR [--average N]
+keras-transformer export    --workdir DIR [--workdir DIR ...] --out DIR [--average N] [--format ctranslate2]
 keras-transformer average   --workdir DIR [--last N] [--output FILE]
 keras-transformer pack      --config FILE.yaml [--set key=value ...] --workdir DIR   (token ids for other backends)
+keras-transformer train-packed WORKDIR [--epochs N] [--evaluate SOURCE REFERENCE]   (any backend, no TensorFlow)
+keras-transformer distill-targets WORKDIR --member DIR CHECKPOINT [--member ...]   (teacher.npz, no TensorFlow)
 keras-transformer plot-attention --model DIR "A man rides a bike." --out DIR   (PNG heatmaps per layer and head)
 keras-transformer serve     --model DIR [--port 8501] [--host H] [--name NAME]   (HTTP, TensorFlow Serving's REST API)
 keras-transformer verify    PATH   (an export's files against its manifest; exit 0 whole, 3 damaged, 2 no manifest)
@@ -15,275 +17,34 @@ keras-transformer verify    PATH   (an export's files against its manifest; exit
 
 A repeated --model (or --workdir for export) decodes those models as one ensemble.
 
-Each subcommand parses its arguments and calls one function of the library
-(`training.train_and_evaluate`, `inference.evaluate`, `inference.translate`,
-`export.export`, `workdir.average_workdir`, `training.pack_arrays`, `serving.serve`); everything they do can be
+Each subcommand parses its arguments (`arguments.build_parser`) and calls one function of the library
+(`training.train_and_evaluate`, `inference.evaluate`, `inference.translate`, the `--format`'s exporter
+(`exports.make_exporter`), `workdir.average_workdir`, `training.pack_arrays`, `trainer.packed.train_arrays`,
+`distillation.make_teacher`, `serving.serve`); everything they do can be
 done from Python the same way. Errors that name a problem (a bad config key, a missing
 checkpoint, a corrupt file, a full disk) are printed as one line and the command exits with the status
 `errors.EXIT_CODES` gives that kind of fault (`keras-transformer --help` lists them).
 """
 
-import argparse
 import functools
 import json
 import logging
-import math
 import os
-import pathlib
 import re
 import secrets
 import sys
 
-import keras_transformer
-from keras_transformer.arguments import integer_at_least, number_at_least
+from keras_transformer.arguments import build_parser
 from keras_transformer.decoding.options import DecodeOptions
-from keras_transformer.decoding.registry import STRATEGIES
 from keras_transformer.errors import (EXIT_BAD_INPUT, EXIT_INTERRUPTED, CheckpointError, ConfigError, RunStopped,
-                                     WorkdirBusyError, describe_fault, exit_codes_help, raise_on_sigterm)
+                                     WorkdirBusyError, describe_fault, raise_on_sigterm)
 from keras_transformer.tensorflow_logs import loud_tensorflow_import, tensorflow_logs_wanted, without_cpp_log_lines
 
 # Each command imports its library module when it runs (the imports inside the functions below), so that
 # `--help` and argument errors answer without importing TensorFlow, which takes seconds.
 
-
-_EXAMPLES = """examples:
-  keras-transformer train --config configs/tiny_copy.yaml --workdir runs/tiny_copy
-  keras-transformer train --config configs/multi30k_en_de.yaml --set training.epochs=30 --workdir runs/en_de
-  keras-transformer translate --model saved_models/multi30k_en_de "A man rides a bike."
-  keras-transformer evaluate --model runs/en_de --average 5 --source test.en.gz --reference test.de.gz
-  keras-transformer average --workdir runs/en_de --last 5
-  keras-transformer export --workdir runs/en_de --average 5 --out saved_models/en_de
-  keras-transformer verify saved_models/en_de
-  keras-transformer evaluate --model runs/en_de --model runs/en_de_seed2 --average 5 --source test.en.gz ...
-  keras-transformer serve --model saved_models/multi30k_en_de --port 8501
-"""
-
-
-_POSITIVE, _NON_NEGATIVE = integer_at_least(1), integer_at_least(0)
-_ALPHA = number_at_least(0)  # the length-penalty exponent: 0 ranks by log-probability alone
-
-
-def _unit_interval(text):
-    value = float(text)
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
-    return value
-
-
-def _positive_number(text):
-    value = float(text)
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
-    return value
-
-
-def _decoding_arguments(parser, title="decoding (default: the model's, from its model.yaml)", batch_size=True):
-    """The `DecodeOptions` arguments, one set for translate, evaluate and export (`_decode_settings` reads them)."""
-    group = parser.add_argument_group(title)
-    group.add_argument("--strategy", choices=tuple(STRATEGIES),
-                       help="beam search (the paper), greedy, or sample (default: the model's; a --sampling-* "
-                            "or --seed argument alone means sample)")
-    group.add_argument("--beam-size", type=_POSITIVE, help="beam: beams per sentence")
-    group.add_argument("--alpha", type=_ALPHA, help="beam: length penalty exponent, >= 0 (paper: 0.6)")
-    group.add_argument("--max-extra", type=_NON_NEGATIVE,
-                       help="a translation has at most source length + this many tokens")
-    group.add_argument("--early-exit", action="store_true", default=None,
-                       help="beam: also stop a sentence by OpenNMT's and CTranslate2's rule: about 15%% fewer "
-                            "steps, a few translations change (docs/decoding.md)")
-    group.add_argument("--sampling-topk", type=_NON_NEGATIVE, metavar="K",
-                       help="sample: draw among the K most probable tokens (0: all)")
-    group.add_argument("--sampling-topp", type=_unit_interval, metavar="P",
-                       help="sample: draw within the nucleus of probability P (1: all)")
-    group.add_argument("--sampling-temperature", type=_positive_number, metavar="T",
-                       help="sample: divide the logits by T (below 1: closer to greedy)")
-    group.add_argument("--seed", type=integer_at_least(0),
-                       help="sample: the draws' seed (same seed, same samples; default: a fresh one, printed)")
-    if batch_size:
-        group.add_argument("--batch-size", type=_POSITIVE, default=64,
-                           help="sentences decoded together (default 64)")
-
-
-def _weights_arguments(parser, ensemble=False, models="--model"):
-    group = parser.add_argument_group("weights (training workdirs only; --checkpoint or --average, not both)")
-    if ensemble:
-        group.add_argument("--checkpoint", action="append", help="a .weights.h5 file (default: the last epoch "
-                           f"checkpoint); with several {models}, one --checkpoint per {models[2:]}, in the same "
-                           "order")
-    else:
-        group.add_argument("--checkpoint", help="a .weights.h5 file (default: the last epoch checkpoint)")
-    group.add_argument("--average", type=_POSITIVE, metavar="N",
-                       help="average the last N epoch checkpoints (all of them, with a warning, if there are fewer)")
-
-
-MODEL_HELP = ("a training workdir or an exported model; repeat it to decode several models sharing a vocabulary "
-              "as one ensemble (the mean of their next-token distributions)")
-
-
-def _experiment_arguments(parser, workdir_help):
-    parser.add_argument("--config", action="append", required=True, metavar="FILE.yaml",
-                        help="experiment config; repeat to layer files (later ones win)")
-    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", dest="overrides",
-                        help="override one config value (YAML syntax); repeatable, later ones win")
-    parser.add_argument("--workdir", required=True, metavar="DIR", help=workdir_help)
-
-
-def build_parser():
-    """The argument parser of `keras-transformer` (all subcommands).
-
-    Example:
-
-    >>> build_parser().parse_args(["average", "--workdir", "runs/x", "--last", "3"]).last
-    3
-    """
-    parser = argparse.ArgumentParser(
-        prog="keras-transformer", formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=_EXAMPLES + "\n" + exit_codes_help() + "\n",
-        description="Train, evaluate, translate with, average and export Transformer models "
-                    "(Vaswani et al., 2017).")
-    parser.add_argument("--verbose", "-v", action="store_true", help="show TensorFlow's own log lines too")
-    parser.add_argument("--version", action="version", version=f"%(prog)s {keras_transformer.__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-
-    train = commands.add_parser(
-        "train", help="train (or resume) from a YAML experiment config",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Trains the experiment in --config, resuming whatever an earlier run left in --workdir "
-                    "(run the same command again after any interruption). If the config names test data, "
-                    "the finished model is then evaluated on it.",
-        epilog="The YAML has sections model (TransformerConfig fields or preset:), data, training and decoding; "
-               "docs/config.md lists every key with its type, default and accepted values (recipes: configs/).\n"
-               "  --set training.epochs=20 --set model.dropout=0.3 --set training.strategy=mirrored")
-    _experiment_arguments(train, "folder for checkpoints, logs, history.csv and the vocabulary")
-    train.add_argument("--dry-run", action="store_true",
-                       help="check the config (the model section, that the data files exist and their line counts "
-                            "agree) and print it resolved: presets expanded, every default filled in")
-
-    evaluate = commands.add_parser("evaluate", help="translate a test set and report sacreBLEU",
-                                   description="Translates --source and scores the output against --reference "
-                                               "with sacreBLEU (cased and lowercased); with --tokenized-reference "
-                                               "and --lang also the published Multi30k protocol.")
-    evaluate.add_argument("--model", required=True, action="append", metavar="DIR", help=MODEL_HELP)
-    evaluate.add_argument("--source", required=True, help="source sentences, one per line (plain or .gz)")
-    evaluate.add_argument("--reference", required=True, help="reference translations, one per line")
-    evaluate.add_argument("--tokenized-reference", help="*.lc.norm.tok.* references (Multi30k protocol)")
-    evaluate.add_argument("--lang", help="target language code, for the Multi30k protocol")
-    evaluate.add_argument("--output", help="write the translations to this file (its folder must exist; checked, "
-                                           "like the line counts of the references, before decoding)")
-    evaluate.add_argument("--json", action="store_true",
-                          help="print one JSON object (scores, sacreBLEU signatures, weights, decoding settings, "
-                               "sentences, seconds) instead of the readable report")
-    _weights_arguments(evaluate, ensemble=True)
-    _decoding_arguments(evaluate)
-
-    translate = commands.add_parser("translate", help="translate sentences (arguments or stdin)",
-                                    description="Translates the sentences given as arguments, or else each line "
-                                                "of standard input (plain or gzip), and prints one translation per "
-                                                "line (a line break inside a translation becomes a space).")
-    translate.add_argument("--model", required=True, action="append", metavar="DIR", help=MODEL_HELP)
-    translate.add_argument("sentences", nargs="*", help="sentences to translate (default: read stdin)")
-    _weights_arguments(translate, ensemble=True)
-    _decoding_arguments(translate)
-    translate.add_argument("--n-best", type=_POSITIVE, metavar="N",
-                           help="print N hypotheses per sentence, best first, as 'INDEX<tab>SCORE<tab>TRANSLATION' "
-                                "lines (INDEX: the sentence's, from 0); beam search needs N <= --beam-size")
-
-    export = commands.add_parser("export", help="write a SavedModel (strings in, translations out)",
-                                 description="Exports a training workdir's model as a TensorFlow SavedModel with "
-                                             "tokenization and beam search inside, or (--format ctranslate2) as a "
-                                             "CTranslate2 model folder for the fastest CPU serving (docs/serving.md).")
-    export.add_argument("--workdir", required=True, action="append", metavar="DIR",
-                        help="the training workdir (or a SavedModel export, exported again with this version: the "
-                             "same weights); repeat it to export several (sharing a vocabulary) as one ensemble. "
-                             "With --format ctranslate2, one workdir or SavedModel export")
-    export.add_argument("--format", choices=("savedmodel", "ctranslate2"), default="savedmodel",
-                        help="savedmodel (default) or ctranslate2 (needs the ctranslate2 extra: "
-                             "`pip install '.[ctranslate2]'`)")
-    export.add_argument("--quantization", help="ctranslate2 only: the stored weight type, e.g. int8 (default float32)")
-    export.add_argument("--out", required=True, metavar="DIR", help="the export folder")
-    export.add_argument("--overwrite", action="store_true", help="replace an existing export")
-    export.add_argument("--no-xla", action="store_true",
-                        help="savedmodel only: do not compile the search with XLA (by default it is, one "
-                             "compilation per bucketed input shape on first use; docs/serving.md)")
-    _weights_arguments(export, ensemble=True, models="--workdir")
-    _decoding_arguments(export, "decoding of serving_default and n_best, recorded in the export (default: the "
-                                "model's; the SavedModel's `sample` signature takes its settings as inputs)",
-                        batch_size=False)
-
-    average = commands.add_parser("average", help="average the last N checkpoints into one weights file",
-                                  description="Averages the last N epoch checkpoints of a workdir (the paper: 5 "
-                                              "for base models, 20 for big ones), or the weights files given "
-                                              "with --checkpoint (e.g. a run and its continuation in another "
-                                              "workdir).")
-    average.add_argument("--workdir", required=True, metavar="DIR", help="the training workdir (its model.yaml)")
-    average.add_argument("--last", type=_POSITIVE, metavar="N", help="how many checkpoints (default 5)")
-    average.add_argument("--checkpoint", action="append", metavar="FILE",
-                         help="a .weights.h5 file of the workdir's architecture to average instead (one option per "
-                              "file)")
-    average.add_argument("--output", metavar="FILE", help="default: WORKDIR/averaged.weights.h5")
-
-    pack = commands.add_parser(
-        "pack", help="tokenize a config's data into WORKDIR/arrays/ for training on another backend",
-        description="Learns or loads the vocabulary as train does and writes the tokenized training and validation "
-                    "pairs to WORKDIR/arrays/ with the experiment and model configs. Train the folder on any "
-                    "Keras backend (JAX on a GPU machine without TensorFlow) with "
-                    "`python -m keras_transformer.arrays WORKDIR`; evaluate, translate and export read it here "
-                    "(docs/gpu.md).")
-    _experiment_arguments(pack, "the folder to write (vocabulary, configs, arrays/)")
-
-    serve = commands.add_parser(
-        "serve", help="serve a model over HTTP (TensorFlow Serving's REST API, /translate)",
-        description="Serves the model over HTTP until SIGTERM: TensorFlow Serving's REST API (GET /v1/models/NAME, "
-                    "POST /v1/models/NAME:predict with the export's signatures), POST /translate with per-request "
-                    "decoding options, /healthz, /readyz (after loading and a warm-up translation) and /stats. "
-                    "Concurrent requests asking for the same decoding are decoded in one batch. Needs "
-                    "the serve extra, `pip install '.[serve]'` (docs/serving.md).")
-    serve.add_argument("--model", required=True, action="append", metavar="DIR", help=MODEL_HELP)
-    serve.add_argument("--name", help="the model's name in the URLs (default: the --model folder's name)")
-    serve.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1; 0.0.0.0: "
-                                                           "every interface)")
-    serve.add_argument("--port", type=_POSITIVE, default=8501,
-                       help="the port (default 8501, TensorFlow Serving's REST port)")
-    limits = serve.add_argument_group("batching and limits")
-    limits.add_argument("--max-batch", type=_POSITIVE, default=64,
-                        help="sentences decoded together at most (default 64)")
-    limits.add_argument("--batch-wait-ms", type=number_at_least(0), default=5.0,
-                        help="how long a request waits for others to share its batch (default 5 ms)")
-    limits.add_argument("--max-body-bytes", type=_POSITIVE, default=1 << 20,
-                        help="larger request bodies get 413 (default 1 MiB)")
-    limits.add_argument("--max-sentences", type=_POSITIVE, default=256,
-                        help="more sentences in one request get 413 (default 256)")
-    limits.add_argument("--max-sentence-chars", type=_POSITIVE, default=2000,
-                        help="a longer sentence gets 413 (default 2000 characters)")
-    _weights_arguments(serve, ensemble=True)
-    _decoding_arguments(serve, "decoding (the requests' default: the model's, from its model.yaml; a request "
-                               "changes it for itself)", batch_size=False)
-
-    plot = commands.add_parser("plot-attention", help="translate a sentence and draw its attention maps",
-                               description="Translates the sentence and writes PNG heatmaps of encoder "
-                                           "self-attention, decoder self-attention and cross-attention per layer "
-                                           "and head, with the subword tokens on the axes (docs/attention.md).")
-    plot.add_argument("--model", required=True, metavar="DIR", help="a training workdir or an exported model")
-    plot.add_argument("sentence", help="the source sentence")
-    plot.add_argument("--out", required=True, metavar="DIR", help="folder for the PNG files")
-    plot.add_argument("--translation", help="draw the maps for this target instead of the model's translation")
-    plot.add_argument("--layout", choices=("grid", "heads"), default="grid",
-                      help="grid: one PNG per layer with all heads; heads: one PNG per layer and head")
-    plot.add_argument("--kinds", nargs="+", choices=("encoder_self", "decoder_self", "cross"),
-                      default=["encoder_self", "decoder_self", "cross"], help="which attention to draw")
-    plot.add_argument("--beam-size", type=_POSITIVE,
-                      help="beams for the translation; 1 is greedy (default: the model's)")
-    _weights_arguments(plot)
-
-    verify = commands.add_parser(
-        "verify", help="check an export's files against its manifest (sizes and SHA-256 digests)",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Checks every file of an export (SavedModel or CTranslate2) against the manifest.json written "
-                    "at export: present, of its size, with its SHA-256 digest (docs/serving.md).",
-        epilog="exit status: 0 every file matches; 1 a file is missing or damaged (named); 3 the export has no "
-               "manifest (exported before manifests existed: nothing to check against); 2 another error (no such "
-               "folder, say).")
-    verify.add_argument("path", metavar="PATH", help="the export folder")
-    return parser
+# The commands that run on any Keras backend without TensorFlow (a GPU machine with JAX): never imported for them.
+WITHOUT_TENSORFLOW = ("train-packed", "distill-targets", "verify")
 
 
 def _train(args):
@@ -464,24 +225,13 @@ def _serve(args):
 
 
 def _export(args):
-    from keras_transformer import ctranslate2_translator, export, inference
-    from keras_transformer.workdir import read_model_file
+    from keras_transformer import exports, inference
     workdir, checkpoint = _weights(args.workdir, args.checkpoint)
-    if args.format == "ctranslate2":
-        if args.no_xla:
-            raise ConfigError("--no-xla applies to --format savedmodel (CTranslate2 does not use XLA).")
-        directory = inference.export_ctranslate2(workdir, args.out, checkpoint=checkpoint, average=args.average,
-                                                 quantization=args.quantization, overwrite=args.overwrite,
-                                                 **_decode_settings(args))
-        baked = DecodeOptions.from_dict(ctranslate2_translator.read_metadata(directory)["decoding"])
-    else:
-        if args.quantization:
-            raise ConfigError("--quantization applies to --format ctranslate2.")
-        settings = {key: value for key, value in _decode_settings(args).items() if value is not None}
-        directory = export.export(workdir, args.out, checkpoint=checkpoint, average=args.average,
-                                  jit_compile=not args.no_xla, overwrite=args.overwrite, **settings)
-        written = pathlib.Path(directory) / "assets.extra" / "model.yaml"
-        baked = read_model_file(written)[1] if written.is_file() else None
+    exporter = exports.make_exporter(args.format, quantization=args.quantization,
+                                     jit_compile=False if args.no_xla else None)
+    directory = exporter.export(workdir, args.out, checkpoint=checkpoint, average=args.average,
+                                overwrite=args.overwrite, **_decode_settings(args))
+    baked = exporter.recorded_decoding(directory)
     # The path alone on stdout (scripts take it); what went into it on stderr.
     print(directory)
     try:
@@ -514,6 +264,37 @@ def _pack(args):
     return 0
 
 
+def _train_packed(args):
+    from keras_transformer import arrays
+    from keras_transformer.trainer import packed
+    if args.evaluate:  # scoring instead of training
+        average = None if args.checkpoint else args.average_last or None
+        settings = {key: value for key, value in _decode_settings(args).items() if key != "n_best"}
+        scores = arrays.evaluate_arrays(args.workdir, args.checkpoint, *args.evaluate, average=average,
+                                        tokenized_reference=args.tokenized_reference, lang=args.lang,
+                                        output=args.output, **settings)
+        print(json.dumps({key: round(value, 2) for key, value in scores.items()}))
+        return 0
+    result = packed.train_arrays(args.workdir, args.epochs, jit_compile=False if args.no_jit else None,
+                                 precision=args.precision, average_last=args.average_last,
+                                 length_multiple=args.length_multiple, tokens_per_batch=args.tokens_per_batch,
+                                 keep_checkpoints=args.keep_checkpoints, init_weights=args.init_weights,
+                                 initial_updates=args.initial_updates, teacher=args.teacher,
+                                 cooldown_epochs=args.cooldown_epochs, distill_weight=args.distill_weight)
+    print(json.dumps({"backend": result["backend"], "updates": result["updates"], "batches": result["batches"],
+                      "seconds": round(result["seconds"], 1), "target_tokens": result["target_tokens"],
+                      "average": str(result["average"]) if result["average"] else None}))
+    return 0
+
+
+def _distill_targets(args):
+    from keras_transformer import distillation
+    result = distillation.make_teacher(args.workdir, args.member, top_k=args.top_k,
+                                       tokens_per_batch=args.tokens_per_batch, output=args.output)
+    print(json.dumps(result))
+    return 0
+
+
 def _plot_attention(args):
     from keras_transformer import plotting
     maps, paths = plotting.plot_attention_for_path(args.model, args.sentence, args.out, checkpoint=args.checkpoint,
@@ -525,7 +306,8 @@ def _plot_attention(args):
 
 
 def _verify(args):
-    from keras_transformer import export_folder, layout
+    from keras_transformer import layout
+    from keras_transformer.exports import folder as export_folder
     from keras_transformer.errors import ExportDamagedError
     try:
         found = export_folder.verify_export(args.path)
@@ -564,8 +346,8 @@ def import_tensorflow_quietly():
 
 
 _COMMANDS = {"train": _train, "evaluate": _evaluate, "translate": _translate, "export": _export,
-             "average": _average, "pack": _pack, "plot-attention": _plot_attention, "serve": _serve,
-             "verify": _verify}
+             "average": _average, "pack": _pack, "train-packed": _train_packed, "distill-targets": _distill_targets,
+             "plot-attention": _plot_attention, "serve": _serve, "verify": _verify}
 
 
 def precheck(args):
@@ -625,7 +407,9 @@ def main(argv=None):
     >>> main(["train", "--config", "configs/tiny_copy.yaml", "--workdir", "/tmp/kt", "--dry-run"])  # doctest: +SKIP
     """
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    # the training commands of other backends time their log lines, as train's Keras progress bar does not
+    timed = args.command in ("train-packed", "distill-targets")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s" if timed else "%(message)s")
     if args.verbose:
         loud_tensorflow_import()
     with raise_on_sigterm():  # one line and status 143, wherever the command is
@@ -636,7 +420,7 @@ def _run(args):
     """`main` after parsing: the command, and its faults as one line and a status."""
     try:
         precheck(args)  # before TensorFlow: a wrong key or path answers at once
-        without_tensorflow = args.command == "verify" or (args.command == "train" and args.dry_run)
+        without_tensorflow = args.command in WITHOUT_TENSORFLOW or (args.command == "train" and args.dry_run)
         if (not without_tensorflow and not args.verbose and not tensorflow_logs_wanted()
                 and not _ctranslate2_only(args)):
             import_tensorflow_quietly()

@@ -14,9 +14,9 @@ Two steps, on any Keras backend (this module imports only keras and numpy):
    once and keeps, for every target position, the `top_k` most likely ids of
    the members' mean distribution and their probabilities;
    `save_teacher` writes them to `WORKDIR/teacher.npz`
-   (`python -m keras_transformer.distillation WORKDIR --member DIR CKPT ...`).
-2. `arrays.train_arrays(WORKDIR, teacher=..., distill_weight=w)` (or
-   `python -m keras_transformer.arrays WORKDIR --teacher WORKDIR/teacher.npz`)
+   (`keras-transformer distill-targets WORKDIR --member DIR CKPT ...`).
+2. `trainer.packed.train_arrays(WORKDIR, teacher=..., distill_weight=w)` (or
+   `keras-transformer train-packed WORKDIR --teacher WORKDIR/teacher.npz`)
    trains with `DistillationLoss`: per target token,
    `(1 - w) * label-smoothed cross-entropy(reference) + w * cross-entropy(teacher)`,
    the teacher's top-k probabilities renormalized to sum to one.
@@ -27,7 +27,6 @@ Batches carry the teacher in their labels: a float32 `(B, T, 1 + 2k)` array of
 label-smoothed loss, so validation losses compare with undistilled runs.
 """
 
-import argparse
 import json
 import logging
 import pathlib
@@ -36,7 +35,6 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_transformer.arguments import integer_at_least
 from keras_transformer import decoding
 from keras_transformer.config import TransformerConfig
 from keras_transformer.data.packed import load_arrays, make_batches
@@ -143,7 +141,7 @@ def load_teacher(path, targets=None):
     """
     path = pathlib.Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"No teacher distributions at {path}: run `python -m keras_transformer.distillation "
+        raise FileNotFoundError(f"No teacher distributions at {path}: run `keras-transformer distill-targets "
                                 f"WORKDIR --member DIR CHECKPOINT ...` first.")
     with np.load(path) as data:
         lengths, ids, probabilities = data["lengths"], data["ids"], data["probabilities"].astype(np.float32)
@@ -237,7 +235,7 @@ class DistillationAccuracy(MaskedAccuracy):
         return super().update_state(labels, y_pred, sample_weight)
 
 
-# ------------------------------------------------------------------ command line
+# ------------------------------------------------------------------ the teacher file of a workdir
 def _load_member(workdir, checkpoint):
     return load_models(workdir, checkpoint)[0][0]
 
@@ -287,28 +285,6 @@ def make_teacher(workdir, members, *, top_k=8, tokens_per_batch=8192, output=Non
             "agreement": round(agreement, 4)}
 
 
-def main(argv=None):
-    """`python -m keras_transformer.distillation WORKDIR --member DIR CHECKPOINT [--member ...] [--top-k K]`"""
-    parser = argparse.ArgumentParser(
-        prog="python -m keras_transformer.distillation",
-        description="Write an ensemble's top-k next-token distributions over a packed workdir's training pairs "
-                    "(WORKDIR/teacher.npz), for `python -m keras_transformer.arrays WORKDIR --teacher ...`.")
-    parser.add_argument("workdir", help="the student's packed workdir (keras-transformer pack)")
-    parser.add_argument("--member", nargs=2, action="append", metavar=("WORKDIR", "CHECKPOINT"), required=True,
-                        help="a teacher: its workdir and weights file; repeat for an ensemble")
-    parser.add_argument("--top-k", type=integer_at_least(1), default=8, help="ids kept per position (default 8)")
-    parser.add_argument("--tokens-per-batch", type=integer_at_least(1), default=8192,
-                        help="positions per forward batch")
-    parser.add_argument("--output", help="default: WORKDIR/teacher.npz")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    try:
-        result = make_teacher(args.workdir, args.member, top_k=args.top_k, tokens_per_batch=args.tokens_per_batch,
-                              output=args.output)
-    except (FileNotFoundError, ValueError) as error:
-        parser.exit(2, f"{parser.prog}: error: {error}\n")
-    print(json.dumps(result))
-
-
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # the module's command line before there was one command
+    raise SystemExit("python -m keras_transformer.distillation is now `keras-transformer distill-targets` (the same "
+                     "arguments).")

@@ -118,7 +118,7 @@ def raise_on_sigterm():
         signal.signal(signal.SIGTERM, previous)
 
 
-# The exit statuses of the `keras-transformer` command (and of `python -m keras_transformer.arrays`), one per
+# The exit statuses of the `keras-transformer` command, one per
 # kind of fault; `describe_fault` maps an error to its status and its one line. docs/training.md lists them.
 EXIT_CODES = {
     0: "success",
@@ -216,14 +216,14 @@ def describe_fault(error, command="", path=None):
     kind = type(error).__name__
     number = _errno_of(error) if isinstance(error, (OSError, RuntimeError)) or kind.endswith("Error") else None
     if isinstance(error, RunStopped):
-        again = " to resume" if command in ("train", "pack", "") else ""
+        again = " to resume" if command in ("train", "train-packed", "pack", "") else ""
         return f"{error}; run the same command again{again}.", EXIT_STOPPED
     if number in (errno.ENOSPC, getattr(errno, "EDQUOT", -1)):
         where = getattr(error, "filename", None) or path
         free = _free_space(where)
         named = f" writing {where}" if where else ""
         left = f" ({format_size(free)} free there)" if free is not None else ""
-        again = "to resume from where it stopped" if command == "train" else "to write it"
+        again = "to resume from where it stopped" if command in ("train", "train-packed") else "to write it"
         return (f"out of disk space{named}{left}: nothing was lost (the files written before stay whole); free "
                 f"some space and run the same command again {again}.", EXIT_DISK_FULL)
     if isinstance(error, PermissionError) or number in (errno.EACCES, errno.EPERM, errno.EROFS):

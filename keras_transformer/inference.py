@@ -13,11 +13,10 @@ import logging
 import os
 import time
 
-from keras_transformer import ctranslate2_export, ctranslate2_translator, evaluation
+from keras_transformer import ctranslate2_translator, evaluation
 from keras_transformer.errors import ConfigError
 from keras_transformer.files import atomic_write_text, check_not_an_input, check_output_file
-from keras_transformer.export_folder import export_lock
-from keras_transformer.layout import check_export_destination, check_model_folder, check_weights_choice
+from keras_transformer.layout import check_model_folder, check_weights_choice
 from keras_transformer.translation import Translator
 from keras_transformer.workdir import load_models, model_folder
 
@@ -211,45 +210,3 @@ def describe_weights(model, checkpoint=None, average=None):
         described.append({"model": os.fspath(path),
                           "weights": [os.fspath(w) for member in folder.members for w in member.weights]})
     return described
-
-
-def export_ctranslate2(model, directory, checkpoint=None, average=None, options=None, quantization=None,
-                       overwrite=False, **settings):
-    """Exports a workdir's or a SavedModel export's model to a CTranslate2 folder
-    (`keras-transformer export --format ctranslate2`).
-
-    Args:
-        model: a training workdir or a SavedModel export folder (one model: CTranslate2 decodes no ensemble).
-        directory: the folder to write.
-        checkpoint, average: which weights of a workdir (see `load_translator`).
-        options, **settings: the decoding options recorded in the folder (default: the model folder's;
-            `settings` replace fields, None values change nothing).
-        quantization: the weight type stored (None: float32; "int8", ...).
-        overwrite: replace an existing CTranslate2 export.
-
-    Returns:
-        The folder.
-
-    Raises:
-        ConfigError: an ensemble, or a model the format cannot hold (the feature is named).
-        WorkdirBusyError: another process is exporting to `directory` (named).
-
-    Example:
-
-    >>> export_ctranslate2("saved_models/multi30k_en_de", "exports/en_de_ct2")  # doctest: +SKIP
-    """
-    paths = list(model) if isinstance(model, (list, tuple)) else [model]
-    if len(paths) != 1:
-        raise ConfigError(f"CTranslate2 holds one model, and {len(paths)} were given: export an ensemble as a "
-                          "SavedModel instead.")
-    check_export_destination(directory)
-    with export_lock(directory):  # held from the start: a second export to the same folder is refused at once
-        loaded = load_models(paths[0], checkpoint, average, require_vocabulary=True)
-        if len(loaded.models) != 1:
-            raise ConfigError(f"{paths[0]} is an ensemble of {len(loaded.models)} models; CTranslate2 holds one "
-                              "model.")
-        settings = {key: value for key, value in settings.items() if value is not None}
-        return ctranslate2_export.export_ctranslate2(loaded.models[0], loaded.configs[0], loaded.vocab_dir,
-                                                     directory, options=options or loaded.decoding,
-                                                     quantization=quantization, overwrite=overwrite, **settings)
-

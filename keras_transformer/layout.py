@@ -10,7 +10,7 @@ import pathlib
 import re
 
 from keras_transformer.errors import CheckpointNotFoundError, ConfigError
-from keras_transformer.export_folder import check_export_sizes, recover_export
+from keras_transformer.exports.folder import check_export_sizes, recover_export
 from keras_transformer.files import is_inside
 
 MODEL_CONFIG = "model.yaml"  # a workdir's TransformerConfig, and an export's in assets.extra/
@@ -110,10 +110,10 @@ def check_weights_choice(model, checkpoint, average):
 
 def check_model_folder(path):
     """A missing `--model` folder is named as missing (not as "neither a workdir nor an export"); an export's
-    files are checked against the sizes its manifest records (`export_folder.check_export_sizes`).
+    files are checked against the sizes its manifest records (`exports.folder.check_export_sizes`).
 
     An export that a writer killed between the two renames of a swap left beside its folder is first put back
-    (`export_folder.recover_export`).
+    (`exports.folder.recover_export`).
 
     Raises:
         CheckpointNotFoundError: the folder is missing.

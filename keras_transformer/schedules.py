@@ -50,7 +50,7 @@ class LinearCooldown(keras.optimizers.schedules.LearningRateSchedule):
     lr(step) = schedule(step) * clip((start + steps - step) / steps, 0, 1):
     unchanged before `start`, zero from `start + steps` on. Ending a run at a
     learning rate of zero settles the weights without checkpoint averaging
-    (a "cooldown"); `python -m keras_transformer.arrays --cooldown-epochs K`
+    (a "cooldown"); `keras-transformer train-packed --cooldown-epochs K`
     puts it on the last K epochs of a run.
 
     Args:

@@ -247,7 +247,7 @@ def _evaluate_test(experiment, workdir, result):
 
 
 def pack_arrays(config, workdir):
-    """Tokenizes an experiment's text data into `workdir/arrays/`, for `keras_transformer.arrays`.
+    """Tokenizes an experiment's text data into `workdir/arrays/`, for `keras-transformer train-packed`.
 
     This is `keras-transformer pack`: the TensorFlow half of training on a
     machine without TensorFlow (a GPU machine with JAX, say). It learns or
@@ -259,7 +259,7 @@ def pack_arrays(config, workdir):
     in memory whatever the corpus size; the `.npy` files of `arrays/`
     (`data.packed.ArraysWriter`) are renamed into place when complete, and an
     earlier version's `arrays.npz` is removed then. The folder then travels;
-    `python -m keras_transformer.arrays WORKDIR` trains it on any backend and
+    `keras-transformer train-packed WORKDIR` trains it on any backend and
     every command that takes a workdir (evaluate, translate, export) reads the
     result here.
 
@@ -333,8 +333,8 @@ def _pack(experiment, section, workdir):
                           "or pack with --set data.subword_dropout=0.")
     if experiment.training.rdrop_alpha:
         raise ConfigError(f"training.rdrop_alpha={experiment.training.rdrop_alpha}: training from packed arrays "
-                          "(keras_transformer.arrays) does not implement R-Drop; train with keras-transformer train, "
-                          "or pack with --set training.rdrop_alpha=null.")
+                          "(keras-transformer train-packed) does not implement R-Drop; train with keras-transformer "
+                          "train, or pack with --set training.rdrop_alpha=null.")
     if experiment.training.init_checkpoint:
         adopt_vocabulary(experiment.training.init_checkpoint, workdir / "data" / "vocab")
     source_tokenizer, target_tokenizer = tokenizers_for(section, data_config, workdir / "data" / "vocab", False)

@@ -227,7 +227,7 @@ def multi30k_tokenizer_dir(multi30k_tokenizer, tmp_path_factory):
 
 
 # ---------------------------------------------------------------- packed arrays (test_arrays, test_jax_backend)
-# A small packed workdir: the input of keras_transformer.arrays, which trains on any Keras backend.
+# A small packed workdir: the input of keras-transformer train-packed, which trains on any Keras backend.
 
 
 @pytest.fixture(scope="session")

@@ -131,10 +131,10 @@ def sampling_uniform(seed, key, sample, step):
 
 
 class ExportLockHolder:
-    """A separate process holding the writer lock of the export folder `out` (`export_folder.export_lock`) until
+    """A separate process holding the writer lock of the export folder `out` (`exports.folder.export_lock`) until
     the `with` block ends: what a second export to `out` meets while a first one runs. `pid` is its process id."""
 
-    SCRIPT = ("import sys, time\nfrom keras_transformer.export_folder import export_lock\n"
+    SCRIPT = ("import sys, time\nfrom keras_transformer.exports.folder import export_lock\n"
               "with export_lock(sys.argv[1], 'export'):\n    print('held', flush=True)\n    time.sleep(120)\n")
 
     def __init__(self, out):
@@ -179,7 +179,7 @@ sys.exit(importlib.import_module(entry).main(sys.argv[4:]))
 
 
 def sigterm_at_update(entry, argv, update, folder, timeout=180):
-    """Runs `entry.main(argv)` (`keras_transformer.cli`, `keras_transformer.arrays`) in a new process, sends it
+    """Runs `entry.main(argv)` (`keras_transformer.cli`) in a new process, sends it
     SIGTERM during the batch end of its `update`-th update, and returns `(exit status, stderr)` when it ends."""
     import os
     import signal

@@ -12,7 +12,7 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "keras_transformer"
 
 # The layers, lowest first (README, "Layout"). A module imports only from its own layer or the ones below.
 LAYERS = [
-    ("stdlib", ["errors", "files", "files.*", "export_folder", "layout", "arguments", "import_hooks",
+    ("stdlib", ["errors", "files", "files.*", "exports", "exports.folder", "layout", "arguments", "import_hooks",
                 "registration", "tensorflow_logs", "data", "data.textfile", "decoding.registry",
                 "decoding.options", "interface"]),
     ("core", ["config", "masking", "layers", "layers.*", "model", "losses", "metrics", "schedules", "optimizers",
@@ -22,8 +22,9 @@ LAYERS = [
     ("workdir", ["workdir", "evaluation"]),
     ("training", ["trainer", "trainer.*"]),
     ("tensorflow", ["data.corpus", "data.tokenizers", "data.tokenizers.*", "data.pipeline", "data.pipeline.*",
-                    "data.build", "distribute", "translation", "export", "warmup", "callbacks", "ctranslate2_export"]),
-    ("user", ["training", "inference", "arrays", "distillation", "serving", "serving.*"]),
+                    "data.build", "distribute", "translation", "exports.savedmodel", "exports.ctranslate2", "warmup",
+                    "callbacks"]),
+    ("user", ["training", "trainer.packed", "inference", "arrays", "distillation", "serving", "serving.*"]),
     ("plotting", ["plotting"]),
     ("cli", ["cli"]),
 ]
@@ -43,9 +44,12 @@ def _module_name(path):
 
 
 def _layer(module):
+    for rank, (_, patterns) in enumerate(LAYERS):  # a module named in a layer is there, whatever a pattern says
+        if module in patterns:
+            return rank
     for rank, (_, patterns) in enumerate(LAYERS):
         for pattern in patterns:
-            if module == pattern or (pattern.endswith(".*") and module.startswith(pattern[:-1])):
+            if pattern.endswith(".*") and module.startswith(pattern[:-1]):
                 return rank
     raise AssertionError(f"keras_transformer.{module} is in no layer of tests/test_architecture.py: add it.")
 
@@ -267,7 +271,8 @@ def test_decoding_strategies_live_only_in_the_decoding_package():
                                        "from keras_transformer.ctranslate2_translator import CTranslate2Translator",
                                        "from keras_transformer import serving; serving.check_installed()",
                                        "import keras_transformer.experiment; import keras_transformer.errors",
-                                       "from keras_transformer import cli; cli.build_parser()"])
+                                       "from keras_transformer import cli; cli.build_parser()",
+                                       "from keras_transformer.exports import EXPORTERS, folder"])
 def test_the_package_the_experiment_config_ct2_serving_and_the_command_line_load_without_tensorflow(statement):
     code = f"import sys; {statement}; print(sorted(m for m in ('tensorflow', 'keras') if m in sys.modules))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
@@ -286,3 +291,12 @@ def test_help_prints_no_tensorflow_log_lines_and_commands_print_none_unless_aske
     assert run.stderr.strip().splitlines() == [
         f"keras-transformer translate: error: Model folder not found: {tmp_path / 'missing'} (expected a training "
         "workdir, a SavedModel export or a CTranslate2 export)."]
+
+
+def test_only_the_command_line_parses_arguments():
+    """One command line: `cli` runs it and `arguments` defines its flags; no other module imports argparse (a
+    second `python -m` program would write the shared flags again, and drift from them)."""
+    parsing = sorted(name for name, tree in _modules().items()
+                     for _, _, _, _, external in _imports(tree, {}) if external.split(".")[0] == "argparse")
+    assert set(parsing) <= {"arguments", "cli"}, parsing
+

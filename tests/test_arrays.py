@@ -1,4 +1,5 @@
-"""Packing token ids and training from them (keras_transformer.arrays): the path to a GPU machine without TensorFlow."""
+"""Packing token ids and training from them (keras_transformer.trainer.packed, keras-transformer train-packed), and
+translating them without TensorFlow (keras_transformer.arrays): the path to a GPU machine without TensorFlow."""
 
 import csv
 
@@ -6,11 +7,12 @@ import keras
 import numpy as np
 import pytest
 
-from keras_transformer import arrays, training
+from keras_transformer import arrays, cli, training
 from keras_transformer.data.packed import ARRAYS_FILE, arrays_to_ragged, load_arrays, make_batches, save_arrays
 from keras_transformer.errors import ConfigError
 from keras_transformer.inference import load_translator
 from keras_transformer.trainer.backup import resumed_seed
+from keras_transformer.trainer.packed import PackedBatches, packed_data, packed_experiment, train_arrays
 from factories import backup_weights, noam_learning_rates, sigterm_at_update
 
 # Its module fixtures are expensive: `make test` (--dist loadgroup) runs the whole file on one worker, so they
@@ -84,16 +86,16 @@ def test_epochs_of_steps_per_epoch_batches_cut_one_stream_of_passes_and_resume_a
     def sources_of(batches):
         return [np.asarray(b[0]["source"] if isinstance(b[0], dict) else b[0]).tolist() for b in batches]
 
-    per_pass = len(arrays.PackedBatches(sources, targets, 64, seed=5))
-    passes = [sources_of(arrays.PackedBatches(sources, targets, 64, seed=5).batches(k)) for k in range(3)]
+    per_pass = len(PackedBatches(sources, targets, 64, seed=5))
+    passes = [sources_of(PackedBatches(sources, targets, 64, seed=5).batches(k)) for k in range(3)]
     assert per_pass > 6 and passes[0] != passes[1]
     steps = per_pass // 2 + 1  # epoch 2 ends inside the second pass, epoch 4 inside the third
-    batches = arrays.PackedBatches(sources, targets, 64, seed=5, steps_per_epoch=steps)
+    batches = PackedBatches(sources, targets, 64, seed=5, steps_per_epoch=steps)
     assert len(batches) == steps
     epochs = [sources_of(batches.batches(epoch)) for epoch in range(5)]
     assert sum(epochs, []) == sum(passes, [])[:5 * steps]
     for epoch, done in ((1, 2), (3, steps - 1), (4, 1)):
-        resumed = arrays.PackedBatches(sources, targets, 64, seed=5, steps_per_epoch=steps, resumed_at=(epoch, done))
+        resumed = PackedBatches(sources, targets, 64, seed=5, steps_per_epoch=steps, resumed_at=(epoch, done))
         resumed.callback.on_epoch_begin(epoch)  # what `fit` reads: the epoch's rest, then the next epoch whole
         assert sources_of(resumed[i] for i in range(steps - done)) == epochs[epoch][done:]
         resumed.callback.on_epoch_begin(epoch + 1)
@@ -158,8 +160,8 @@ def test_training_reads_the_packed_ids_through_a_memory_map_and_an_earlier_array
                                                                                                       copy_packed):
     from keras_transformer.data.packed import LEGACY_ARRAYS_FILE, PackedSequences
     workdir = copy_packed()
-    experiment = arrays.packed_experiment(workdir)
-    _, batches = arrays.packed_data(workdir, experiment)
+    experiment = packed_experiment(workdir)
+    _, batches = packed_data(workdir, experiment)
     sources, targets = batches._pairs
     assert isinstance(sources, PackedSequences) and isinstance(sources.values, np.memmap)  # ids stay on disk
     assert isinstance(targets.values, np.memmap) and str(sources.values.filename).endswith("train_source_values.npy")
@@ -173,7 +175,7 @@ def test_training_reads_the_packed_ids_through_a_memory_map_and_an_earlier_array
     import shutil
     shutil.rmtree(workdir / ARRAYS_FILE)
     save_arrays(workdir / LEGACY_ARRAYS_FILE, {split: tuple(list(side) for side in pair) for split, pair in splits.items()})
-    _, legacy = arrays.packed_data(workdir, arrays.packed_experiment(workdir))
+    _, legacy = packed_data(workdir, packed_experiment(workdir))
     assert not isinstance(legacy._pairs[0].values, np.memmap)
     assert [[a.tolist() for a in b] for b in legacy.batches(0)] == [[a.tolist() for a in b] for b in expected]
 
@@ -185,7 +187,7 @@ def test_pack_streams_the_corpus_a_chunk_at_a_time(packed, tmp_path, monkeypatch
     monkeypatch.setattr(pipeline, "tokenize_corpus", lambda tok, texts: (tokenized.append(len(texts)),
                                                                          tokenize(tok, texts))[1])
     monkeypatch.setattr(training, "PACK_CHUNK", 64)
-    experiment = arrays.packed_experiment(workdir)  # the packed fixture's experiment, its vocabulary copied
+    experiment = packed_experiment(workdir)  # the packed fixture's experiment, its vocabulary copied
     import shutil
     shutil.copytree(workdir / "data", tmp_path / "run" / "data")
     assert training.pack_arrays(experiment, tmp_path / "run") == counts
@@ -208,11 +210,11 @@ def trained(packed, tmp_path_factory):
     with pytest.MonkeyPatch.context() as monkeypatch:
         monkeypatch.setattr(keras.utils, "set_random_seed",
                             lambda seed: (seeds.append(seed), set_random_seed(seed)))
-        first = arrays.train_arrays(workdir, epochs=2, jit_compile=False)
+        first = train_arrays(workdir, epochs=2, jit_compile=False)
         with open(workdir / "history.csv", encoding="utf-8") as f:
             history_after_first = list(csv.DictReader(f))
         # Running again with more epochs resumes after epoch 2.
-        second = arrays.train_arrays(workdir, epochs=3, jit_compile=False)
+        second = train_arrays(workdir, epochs=3, jit_compile=False)
     return workdir, first, second, seeds, history_after_first
 
 
@@ -276,7 +278,7 @@ def test_a_packed_fine_tuning_run_takes_the_checkpoint_s_vocabulary_weights_and_
     assert [p.read_bytes() for p in sorted((tuned / "data" / "vocab").iterdir())] == \
         [p.read_bytes() for p in sorted((start / "data" / "vocab").iterdir())]
     assert TransformerConfig.from_yaml(tuned / "model.yaml").vocab_size == 600
-    result = arrays.train_arrays(tuned, jit_compile=False, average_last=0)
+    result = train_arrays(tuned, jit_compile=False, average_last=0)
     model_after = build_model(TransformerConfig.from_yaml(tuned / "model.yaml"))
     model_after.load_weights(str(result["checkpoints"][-1]))
     for before, after in zip(model.get_weights(), model_after.get_weights()):
@@ -296,17 +298,17 @@ def test_cooldown_epochs_bring_the_learning_rate_linearly_to_zero_at_the_last_up
     workdir = copy_packed()
     too_long = r"training.cooldown_epochs \(3\) is more than training.epochs \(2\)"
     with pytest.raises(ConfigError, match=too_long):
-        arrays.train_arrays(workdir, epochs=2, cooldown_epochs=3, jit_compile=False)
+        train_arrays(workdir, epochs=2, cooldown_epochs=3, jit_compile=False)
     import yaml
     experiment = yaml.safe_load((workdir / "experiment.yaml").read_text(encoding="utf-8"))
     assert "cooldown_epochs" in experiment["training"]  # pack writes the key, which is the default here
     experiment["training"]["cooldown_epochs"] = 3
     (workdir / "experiment.yaml").write_text(yaml.safe_dump(experiment), encoding="utf-8")
     with pytest.raises(ConfigError, match=too_long):
-        arrays.train_arrays(workdir, epochs=2, jit_compile=False)  # the file's own 3, the call's 2
+        train_arrays(workdir, epochs=2, jit_compile=False)  # the file's own 3, the call's 2
     _set_training(workdir, cooldown_epochs=2)  # a file that `train` could not read either is refused, file named
-    arrays.train_arrays(workdir, epochs=3, cooldown_epochs=2, initial_updates=50, jit_compile=False,
-                        average_last=None)
+    train_arrays(workdir, epochs=3, cooldown_epochs=2, initial_updates=50, jit_compile=False,
+                 average_last=None)
     with open(workdir / "history.csv", encoding="utf-8") as f:
         history = list(csv.DictReader(f))
     updates = [int(r["step"]) for r in history]  # after each epoch, counted from 50
@@ -324,14 +326,12 @@ def test_cooldown_epochs_bring_the_learning_rate_linearly_to_zero_at_the_last_up
 
 def test_train_arrays_names_a_workdir_that_was_not_packed(tmp_path):
     with pytest.raises(FileNotFoundError, match="keras-transformer pack"):
-        arrays.train_arrays(tmp_path)
+        train_arrays(tmp_path)
 
 
 def test_command_line_reports_bad_input_without_a_traceback(tmp_path, capsys):
     for argv in ([str(tmp_path)], [str(tmp_path), "--evaluate", "src.txt", "ref.txt"]):
-        with pytest.raises(SystemExit) as stopped:
-            arrays.main(argv)
-        assert stopped.value.code == 2
+        assert cli.main(["train-packed", *argv]) == 2
         err = capsys.readouterr().err
         assert "error:" in err and "Traceback" not in err
     assert "is not a model folder" in err
@@ -436,8 +436,8 @@ def test_scoring_without_tensorflow_matches_the_translator(packed, trained, tmp_
     import json
 
     from keras_transformer.evaluation import evaluate_translations, one_line
-    arrays.main([str(copy), "--evaluate", str(folder / "val.en"), str(folder / "val.de"), "--beam-size", "2",
-                 "--alpha", "0.6", "--max-extra", "8", "--output", str(tmp_path / "hyp.txt")])
+    assert cli.main(["train-packed", str(copy), "--evaluate", str(folder / "val.en"), str(folder / "val.de"),
+                     "--beam-size", "2", "--alpha", "0.6", "--max-extra", "8", "--output", str(tmp_path / "hyp.txt")]) == 0
     printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     hypotheses = read_lines(tmp_path / "hyp.txt")
     assert hypotheses == [one_line(line) for line in got[:-1]]
@@ -465,12 +465,12 @@ def test_the_packed_path_reads_the_experiment_with_train_s_defaults(copy_packed)
     from keras_transformer.experiment import TrainingSection, load_experiment
     workdir = copy_packed()
     _set_training(workdir, seed=None, epochs=None)
-    experiment = arrays.packed_experiment(workdir)
+    experiment = packed_experiment(workdir)
     assert (experiment.training.seed, experiment.training.epochs) == (1234, 10)
     assert experiment == load_experiment(workdir / "experiment.yaml")
     assert (experiment.training.seed, experiment.training.epochs) == (TrainingSection().seed, TrainingSection().epochs)
     # Arguments replace the fields they name, and nothing else.
-    changed = arrays.packed_experiment(workdir, epochs=3, seed=7, tokens_per_batch=1024, cooldown_epochs=0)
+    changed = packed_experiment(workdir, epochs=3, seed=7, tokens_per_batch=1024, cooldown_epochs=0)
     assert (changed.training.epochs, changed.training.seed, changed.data.data_config().tokens_per_batch) == (3, 7, 1024)
     assert changed.training.cooldown_epochs is None and changed.model == experiment.model
 
@@ -484,7 +484,7 @@ def test_settings_the_packed_path_cannot_apply_are_refused_by_name(copy_packed, 
     workdir = copy_packed()
     _set_training(workdir, **{setting: value})
     with pytest.raises(ConfigError, match=message):
-        arrays.train_arrays(workdir, jit_compile=False)
+        train_arrays(workdir, jit_compile=False)
     assert not (workdir / "checkpoints").exists()
 
 
@@ -498,14 +498,14 @@ def test_clipnorm_and_gradient_accumulation_apply_on_the_packed_path(copy_packed
     _set_training(workdir, clipnorm=0.25, gradient_accumulation_steps=2)
     models, compile_model = [], loop.compile_model
     monkeypatch.setattr(loop, "compile_model", lambda *a, **k: models.append(compile_model(*a, **k)) or models[-1])
-    result = arrays.train_arrays(workdir, epochs=1, jit_compile=False, average_last=0)
+    result = train_arrays(workdir, epochs=1, jit_compile=False, average_last=0)
     optimizer = models[0].optimizer.get_config()
     expected = make_optimizer(TransformerConfig.from_yaml(workdir / "model.yaml"), gradient_accumulation_steps=2,
                               clipnorm=0.25).get_config()
     assert (optimizer["clipnorm"], optimizer["gradient_accumulation_steps"]) == (0.25, 2)
     assert {k: v for k, v in optimizer.items() if k not in ("learning_rate", "name")} == \
         {k: v for k, v in expected.items() if k not in ("learning_rate", "name")}
-    assert result["batches"] == len(arrays.packed_data(workdir, arrays.packed_experiment(workdir))[1])
+    assert result["batches"] == len(packed_data(workdir, packed_experiment(workdir))[1])
     assert result["updates"] == result["batches"] // 2  # one update every 2 batches
 
 
@@ -531,8 +531,8 @@ def test_accumulating_two_half_batches_is_one_whole_batch_update_for_update_on_t
         config = TransformerConfig.from_yaml(workdir / "model.yaml").replace(epsilon=1e-6)
         config.save_yaml(workdir / "model.yaml")
         _set_training(workdir, gradient_accumulation_steps=accumulation, validation=False, cooldown_epochs=1)
-        result = arrays.train_arrays(workdir, epochs=3, tokens_per_batch=tokens_per_batch, jit_compile=False,
-                                     average_last=0)
+        result = train_arrays(workdir, epochs=3, tokens_per_batch=tokens_per_batch, jit_compile=False,
+                              average_last=0)
         assert (result["updates"], result["batches"]) == (3, 3 * accumulation)
         with open(workdir / "history.csv", encoding="utf-8") as f:
             return list(csv.DictReader(f)), config
@@ -585,10 +585,10 @@ def test_a_run_interrupted_inside_an_epoch_resumes_to_the_uninterrupted_run_s_we
 
     Killed = _kill_after_batches(monkeypatch, per_epoch + 5)  # batch 5 of epoch 2
     with pytest.raises(Killed):
-        arrays.train_arrays(broken, jit_compile=False, average_last=0)
+        train_arrays(broken, jit_compile=False, average_last=0)
     monkeypatch.undo()
     assert backup_position(broken / "backup") == (1, 4)  # the backup of batch 4 of epoch 2 (0-based epoch 1)
-    resumed = arrays.train_arrays(broken, jit_compile=False, average_last=0)
+    resumed = train_arrays(broken, jit_compile=False, average_last=0)
     assert resumed["updates"] == per_epoch - 4 and [p.name for p in resumed["checkpoints"]] == ["ckpt-0002.weights.h5"]
     with open(broken / "history.csv", encoding="utf-8") as f:
         got = list(csv.DictReader(f))
@@ -610,15 +610,15 @@ def test_sigterm_inside_an_epoch_backs_up_that_batch_and_the_same_command_ends_w
     whole, expected = trained[0], trained[4]
     per_epoch = int(expected[0]["step"])
     broken = copy_packed("broken")
-    command = [str(broken), "--epochs", "2", "--no-jit", "--average-last", "0"]
-    status, err = sigterm_at_update("keras_transformer.arrays", command, 3, tmp_path)
+    command = ["train-packed", str(broken), "--epochs", "2", "--no-jit", "--average-last", "0"]
+    status, err = sigterm_at_update("keras_transformer.cli", command, 3, tmp_path)
     assert status == 143, err[-3000:]
     lines = [line for line in err.splitlines() if ": error:" in line]
-    assert lines == [f"python -m keras_transformer.arrays: error: stopped by SIGTERM at epoch 1, batch 3 (the "
+    assert lines == [f"keras-transformer train-packed: error: stopped by SIGTERM at epoch 1, batch 3 (the "
                      f"backup in {broken / 'backup'} resumes there); run the same command again to resume."]
     assert "Traceback" not in err
     assert backup_position(broken / "backup") == (0, 3)
-    arrays.main(command)  # the same command
+    assert cli.main(command) == 0  # the same command
     assert [int(r["step"]) for r in _history(broken)] == [per_epoch, 2 * per_epoch]
     _assert_same_final_weights(whole, broken)
 
@@ -645,22 +645,22 @@ def test_steps_per_epoch_trains_that_many_updates_an_epoch_and_a_resume_across_a
     training.ema_decay, its raw weights and their moving averages both."""
     from keras_transformer.trainer.backup import backup_position
     whole, broken = copy_packed("whole"), copy_packed("broken")
-    per_pass = len(arrays.packed_data(whole, arrays.packed_experiment(whole))[1])
+    per_pass = len(packed_data(whole, packed_experiment(whole))[1])
     steps = per_pass // 2 + 1
     assert steps + 2 < per_pass < 2 * steps
     for workdir in (whole, broken):
         _set_training(workdir, steps_per_epoch=steps, backup_every_steps=1, ema_decay=0.9)
-    result = arrays.train_arrays(whole, jit_compile=False, average_last=0)
+    result = train_arrays(whole, jit_compile=False, average_last=0)
     assert result["updates"] == 2 * steps
     expected = _history(whole)
     assert [int(r["step"]) for r in expected] == [steps, 2 * steps]
 
     Killed = _kill_after_batches(monkeypatch, steps + 2)  # batch 2 of epoch 2
     with pytest.raises(Killed):
-        arrays.train_arrays(broken, jit_compile=False, average_last=0)
+        train_arrays(broken, jit_compile=False, average_last=0)
     monkeypatch.undo()
     assert backup_position(broken / "backup") == (1, 2)
-    resumed = arrays.train_arrays(broken, jit_compile=False, average_last=0)
+    resumed = train_arrays(broken, jit_compile=False, average_last=0)
     assert resumed["updates"] == steps - 2
     got = _history(broken)
     assert [int(r["step"]) for r in got] == [steps, 2 * steps]

@@ -20,7 +20,8 @@ pytestmark = pytest.mark.xdist_group("test_cli")
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 TINY = REPO / "configs" / "tiny_copy.yaml"
-SUBCOMMANDS = ("train", "evaluate", "translate", "export", "average", "serve", "verify")
+SUBCOMMANDS = ("train", "evaluate", "translate", "export", "average", "pack", "train-packed", "distill-targets", "serve",
+               "verify")
 
 
 def test_help_lists_every_subcommand_with_examples(capsys):
@@ -93,7 +94,8 @@ def test_alpha_zero_and_other_finite_values_parse():
 
 
 def test_early_exit_flag_reaches_the_translator_and_the_export(monkeypatch, capsys, tmp_path):
-    from keras_transformer import export, inference
+    from keras_transformer import inference
+    from keras_transformer.exports import savedmodel
     monkeypatch.chdir(tmp_path)
     for folder in ("m", "w"):  # model folders as far as the checks before TensorFlow can tell
         (tmp_path / folder).mkdir()
@@ -102,7 +104,8 @@ def test_early_exit_flag_reaches_the_translator_and_the_export(monkeypatch, caps
     monkeypatch.setattr(inference, "load_translator", lambda model, checkpoint, average, **options: seen.append(
         options["early_exit"]))
     monkeypatch.setattr(inference, "translate", lambda translator, chunk, batch_size: [])
-    monkeypatch.setattr(export, "export", lambda workdir, out, **options: seen.append(options.get("early_exit")) or out)
+    monkeypatch.setattr(savedmodel, "export", lambda workdir, out, **options: seen.append(options.get("early_exit"))
+                        or out)
     for argv in (["translate", "--model", "m", "a"], ["translate", "--model", "m", "--early-exit", "a"],
                  ["export", "--workdir", "w", "--out", "o"], ["export", "--workdir", "w", "--out", "o", "--early-exit"]):
         assert cli.main(argv) == 0
@@ -112,7 +115,8 @@ def test_early_exit_flag_reaches_the_translator_and_the_export(monkeypatch, caps
 def test_decoding_arguments_reach_translate_evaluate_and_export_as_options(monkeypatch, capsys, tmp_path):
     """One set of decoding arguments for the three commands: the sampling ones (alone, they mean --strategy sample)
     arrive as DecodeOptions fields, and a combination that cannot go together is refused before TensorFlow loads."""
-    from keras_transformer import export, inference
+    from keras_transformer import inference
+    from keras_transformer.exports import savedmodel
     monkeypatch.chdir(tmp_path)
     for folder in ("m", "w"):
         (tmp_path / folder).mkdir()
@@ -126,7 +130,7 @@ def test_decoding_arguments_reach_translate_evaluate_and_export_as_options(monke
     monkeypatch.setattr(inference, "evaluate", lambda *args, **options: seen.append(
         {k: v for k, v in options.items() if k in ("strategy", "top_k", "top_p", "temperature", "seed")
          and v is not None}) or ({}, {}))
-    monkeypatch.setattr(export, "export", lambda workdir, out, **options: seen.append(
+    monkeypatch.setattr(savedmodel, "export", lambda workdir, out, **options: seen.append(
         {k: v for k, v in options.items() if k in ("strategy", "top_k", "seed")}) or out)
     sampling = ["--sampling-topk", "5", "--sampling-topp", "0.9", "--sampling-temperature", "0.7", "--seed", "3"]
     assert cli.main(["translate", "--model", "m", *sampling, "a"]) == 0
@@ -154,14 +158,14 @@ def test_decoding_arguments_reach_translate_evaluate_and_export_as_options(monke
     assert "seed" not in seen[-1] and "Sampling" not in capsys.readouterr().err
 
 
-def test_python_module_commands_refuse_counts_out_of_range(capsys):
-    from keras_transformer import arrays, distillation
-    for main, argv, flag in ((arrays.main, ["w", "--average-last", "-1"], "--average-last"),  # 0: no average
-                             (arrays.main, ["w", "--cooldown-epochs", "-1"], "--cooldown-epochs"),
-                             (arrays.main, ["w", "--evaluate", "s", "r", "--alpha", "nan"], "--alpha"),
-                             (distillation.main, ["w", "--member", "a", "b", "--top-k", "0"], "--top-k")):
+def test_packed_commands_refuse_counts_out_of_range(capsys):
+    for argv, flag in ((["train-packed", "w", "--average-last", "-1"], "--average-last"),  # 0: no average
+                       (["train-packed", "w", "--cooldown-epochs", "-1"], "--cooldown-epochs"),
+                       (["train-packed", "w", "--evaluate", "s", "r", "--alpha", "nan"], "--alpha"),
+                       (["train-packed", "w", "--evaluate", "s", "r", "--sampling-topp", "1.5"], "--sampling-topp"),
+                       (["distill-targets", "w", "--member", "a", "b", "--top-k", "0"], "--top-k")):
         with pytest.raises(SystemExit) as exit_info:
-            main(argv)
+            cli.main(argv)
         assert exit_info.value.code == 2 and f"argument {flag}" in capsys.readouterr().err
 
 
@@ -549,9 +553,9 @@ def test_repeated_model_decodes_an_ensemble_and_exports_it(tiny_workdir, second_
     assert capsys.readouterr().out.splitlines() == expected
     # --no-xla exports an uncompiled Translator; tests/test_export.py exports those (no XLA op in their graph) and
     # serves them alike.
-    from keras_transformer import export
+    from keras_transformer.exports import savedmodel
     exported = []
-    monkeypatch.setattr(export, "export_translator", lambda translator, out, **kwargs: exported.append(
+    monkeypatch.setattr(savedmodel, "export_translator", lambda translator, out, **kwargs: exported.append(
         translator.jit_compile) or pathlib.Path(out))
     assert cli.main(["export", "--workdir", str(tiny_workdir), "--out", str(tmp_path / "plain"), "--no-xla"]) == 0
     assert exported == [False]

@@ -14,7 +14,7 @@ import pytest
 ctranslate2 = pytest.importorskip("ctranslate2")
 
 import keras_transformer as kt  # noqa: E402
-from keras_transformer import ctranslate2_export as ce  # noqa: E402
+from keras_transformer.exports import ctranslate2 as ce  # noqa: E402
 from keras_transformer import decoding  # noqa: E402
 from keras_transformer.ctranslate2_translator import (CTranslate2Translator, gnmt_length_penalty,  # noqa: E402
                                                       is_ctranslate2_model, read_metadata)
@@ -520,7 +520,7 @@ def test_ctranslate2_samples_with_its_own_sampling_reproducibly(copy_export):
 
 def test_a_ctranslate2_export_is_written_as_a_savedmodel_is_one_writer_a_manifest_and_a_clean_swap(
         trained_copy_model, copy_export, tmp_path, capsys):
-    """The CTranslate2 exporter goes through the SavedModel's staging, lock and swap (`export_folder`): a second
+    """The CTranslate2 exporter goes through the SavedModel's staging, lock and swap (`exports.folder`): a second
     export to a folder in use is refused by name, the staging folder a killed export left is removed by the next
     one, and the export carries a manifest that `verify` and the loader check."""
     import shutil

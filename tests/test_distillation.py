@@ -6,10 +6,11 @@ import keras
 import numpy as np
 import pytest
 
-from keras_transformer import TransformerConfig, arrays, build_model, distillation
+from keras_transformer import TransformerConfig, build_model, cli, distillation
 from keras_transformer.data.packed import ARRAYS_FILE, make_batches, pack_labels, save_arrays
 from keras_transformer.losses import LabelSmoothedCrossEntropy
 from keras_transformer.schedules import NoamSchedule
+from keras_transformer.trainer.packed import train_arrays
 
 # Its module fixtures are expensive: `make test` (--dist loadgroup) runs the whole file on one worker, so they
 # are built once.
@@ -128,8 +129,8 @@ def student(trained_copy_model, tmp_path_factory):
     rng = np.random.default_rng(0)
     noise = [rng.integers(4, config.vocab_size, len(t)) for t in targets]
     save_arrays(workdir / ARRAYS_FILE, {"train": (sources, noise), "valid": valid})
-    result = arrays.train_arrays(workdir, jit_compile=False, teacher=workdir / distillation.TEACHER_FILE,
-                                 distill_weight=1.0, initial_updates=1000)
+    result = train_arrays(workdir, jit_compile=False, teacher=workdir / distillation.TEACHER_FILE,
+                          distill_weight=1.0, initial_updates=1000)
     return workdir, config, result
 
 
@@ -162,7 +163,7 @@ def test_init_weights_start_a_run_from_another_models_weights(student, tmp_path)
         run = _workdir(tmp_path / name, config, *pairs, pairs, epochs=1)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            arrays.train_arrays(run, jit_compile=False, init_weights=init)  # warm-up: tiny steps
+            train_arrays(run, jit_compile=False, init_weights=init)  # warm-up: tiny steps
         assert not [w for w in caught if "Skipping variable loading" in str(w.message)]
         with open(run / "history.csv", encoding="utf-8") as f:
             accuracy[name] = float(next(csv.DictReader(f))["val_masked_accuracy"])
@@ -199,10 +200,8 @@ def test_teacher_files_and_members_are_checked(tmp_path, capsys):
     for folder, text in ((student, "a"), (other, "b")):
         (folder / "data" / "vocab").mkdir(parents=True)
         (folder / "data" / "vocab" / "tokenizer.json").write_text(text, encoding="utf-8")
-    with pytest.raises(SystemExit) as exit_info:
-        distillation.main([str(student), "--member", str(other), str(other / "w.weights.h5")])
-    assert exit_info.value.code == 2
+    assert cli.main(["distill-targets", str(student), "--member", str(other), str(other / "w.weights.h5")]) == 2
     assert "different vocabulary" in capsys.readouterr().err
     with pytest.raises(FileNotFoundError, match="Checkpoint not found"):
-        arrays.train_arrays(_workdir(tmp_path / "run", config, sources, targets, (sources, targets), 1),
-                            init_weights=tmp_path / "none.weights.h5", jit_compile=False)
+        train_arrays(_workdir(tmp_path / "run", config, sources, targets, (sources, targets), 1),
+                     init_weights=tmp_path / "none.weights.h5", jit_compile=False)

@@ -17,7 +17,7 @@ from keras_transformer.workdir import read_model_file
 from keras_transformer.data.tokenizers import train_tokenizers
 from keras_transformer.errors import ConfigError
 from keras_transformer.evaluation import read_lines
-from keras_transformer.export import TranslatorModule, export_translator, load_exported
+from keras_transformer.exports.savedmodel import TranslatorModule, export_translator, load_exported
 from keras_transformer.inference import load_translator
 from keras_transformer.translation import TRAINED_CHUNK_SIZE, Translator
 from keras_transformer.warmup import read_warmup_file, warm_up, warmup_requests
@@ -515,7 +515,8 @@ SHIPPED = os.path.join(REPO, "saved_models", "multi30k_en_de")
 # atomic exchange. Prints the steps it took when it is not killed.
 SWAP_AND_DIE = """
 import os, shutil, sys
-from keras_transformer import export_folder, files
+from keras_transformer import files
+from keras_transformer.exports import folder as export_folder
 source, out, kill_at, mode = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 if mode == "fallback":
     def no_exchange(first, second):
@@ -543,7 +544,7 @@ def test_a_kill_at_any_step_of_the_swap_leaves_a_whole_export_that_loads_and_the
     the two renames; then the old export's removal), `--out` holds a whole export, the old or the new, that
     loads; one killed between the fallback's two renames is put back by the next load. The next export removes
     whatever the killed one left beside `--out`."""
-    from keras_transformer import export_folder
+    from keras_transformer.exports import folder as export_folder
     from keras_transformer.workdir import load_models, model_folder
 
     directory, _ = exported

@@ -242,15 +242,16 @@ def test_relative_positions_under_jax_compute_what_tensorflow_computes(losses_un
 
 
 TRAIN_SCRIPT = """
-from keras_transformer import arrays
-arrays.main([sys.argv[1], "--epochs", sys.argv[2], "--length-multiple", "32"])  # two widths: two compilations
+from keras_transformer import cli
+status = cli.main(["train-packed", sys.argv[1], "--epochs", sys.argv[2], "--length-multiple", "32"])  # two widths
+assert status == 0, status
 print(json.dumps({"done": True}))
 """
 
 
 @pytest.mark.slow
 def test_training_under_jax_resumes_and_reports_the_loss_tensorflow_computes(packed, copy_packed, tmp_path):
-    """The GPU recipe's path on CPU: `keras_transformer.arrays` with XLA on JAX, one epoch, then a resume to a
+    """The GPU recipe's path on CPU: `keras-transformer train-packed` with XLA on JAX, one epoch, then a resume to a
     second in a new process. The epoch checkpoints load into the TensorFlow model, whose validation loss (numpy's
     label-smoothed cross-entropy of its logits) is the one the JAX run reported: as `model.fit` (and so `train`)
     reports it, each batch's token mean weighted by the batch's rows (padding rows included: XLA's batches have one

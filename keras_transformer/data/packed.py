@@ -1,8 +1,8 @@
 """Packed token ids: the `arrays` folder of a packed workdir and the token-budget batches built from it, in numpy.
 
 `keras-transformer pack` writes a workdir's tokenized training and validation
-pairs here; the packed-array trainer (`keras_transformer.arrays`) and
-distillation (`keras_transformer.distillation`) read them on any backend, with
+pairs here; the packed-array trainer (`keras_transformer.trainer.packed`) and
+distillation (`keras-transformer distill-targets`) read them on any backend, with
 no TensorFlow.
 
 Storage: the folder ``arrays/`` holds, per split (``train``, ``valid``) and side

@@ -43,7 +43,7 @@ log = logging.getLogger("keras_transformer")
 
 @dataclasses.dataclass
 class TrainingData:
-    """The batches of a run, whatever made them (`data.build.build_data`, `arrays.packed_data`)."""
+    """The batches of a run, whatever made them (`data.build.build_data`, `trainer.packed.packed_data`)."""
 
     train: typing.Any  # batches of ({"source", "target"}, labels): a tf.data.Dataset or a keras PyDataset
     validation: typing.Any  # the same for validation, or None

@@ -13,7 +13,7 @@ saved_models/multi30k_en_de/
                                    tf_serving_warmup_requests: requests TensorFlow Serving replays at
                                    load, compiling every XLA program a request can need (`warmup`)
   README.md                        the model card (shipped models)
-  manifest.json                    the size and SHA-256 of every other file (`export_folder`; `keras-transformer
+  manifest.json                    the size and SHA-256 of every other file (`exports.folder`; `keras-transformer
                                    verify` checks them all, every loader their sizes)
 ```
 
@@ -44,12 +44,13 @@ import tensorflow as tf
 
 from keras_transformer.data.tokenizers import save_tokenizers
 from keras_transformer.errors import CheckpointNotFoundError
-from keras_transformer.export_folder import MANIFEST, check_export_sizes, export_lock, writing_export
+from keras_transformer.exports import Exporter
+from keras_transformer.exports.folder import MANIFEST, check_export_sizes, export_lock, writing_export
 from keras_transformer.layout import (EXTRA_DIR, MEMBERS_DIR, MODEL_CONFIG, MODEL_WEIGHTS, VOCAB_DIR,
                                       check_export_destination, is_export)
 from keras_transformer.translation import TRAINED_CHUNK_SIZE, Translator
 from keras_transformer.warmup import warmup_requests, write_warmup_file
-from keras_transformer.workdir import load_models, write_model_file, write_weights_file
+from keras_transformer.workdir import load_models, read_model_file, write_model_file, write_weights_file
 
 
 class _Untracked:
@@ -156,7 +157,7 @@ def export_translator(translator, directory, config=None, overwrite=False):
 
     The export is written into a temporary folder beside `directory`, loaded and
     asked to translate one sentence, given its manifest (the size and SHA-256
-    of every file), and only then swapped in (`export_folder.writing_export`):
+    of every file), and only then swapped in (`exports.folder.writing_export`):
     an export that fails or is killed on the way leaves the old one whole, and
     a second export to the same folder meanwhile is refused.
 
@@ -293,3 +294,33 @@ def load_exported(directory):
         raise FileNotFoundError(f"No SavedModel at {directory} (saved_model.pb is missing).")
     check_export_sizes(directory)  # a truncated variables file is named here, not by TensorFlow
     return tf.saved_model.load(directory)
+
+
+class SavedModelExporter(Exporter):
+    """`keras-transformer export --format savedmodel` (the default): `export` above, and the decoding it records.
+
+    Args:
+        jit_compile: compile the search with XLA (`--no-xla`: False).
+
+    Example:
+
+    >>> SavedModelExporter(jit_compile=False).jit_compile
+    False
+    """
+
+    name = "savedmodel"
+    options = {"jit_compile": "--no-xla"}
+
+    def __init__(self, jit_compile=True):
+        self.jit_compile = jit_compile
+
+    def export(self, model, directory, *, checkpoint=None, average=None, overwrite=False, options=None, **settings):
+        """`export(model, directory, ...)` with this exporter's `jit_compile` (`Exporter.export`)."""
+        settings = {key: value for key, value in settings.items() if value is not None}
+        return export(model, directory, checkpoint=checkpoint, average=average, options=options,
+                      jit_compile=self.jit_compile, overwrite=overwrite, **settings)
+
+    def recorded_decoding(self, directory):
+        """The decoding of the export's `assets.extra/model.yaml` (None without one)."""
+        written = pathlib.Path(directory) / EXTRA_DIR / MODEL_CONFIG
+        return read_model_file(written)[1] if written.is_file() else None

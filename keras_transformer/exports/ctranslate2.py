@@ -57,12 +57,16 @@ import shutil
 
 import numpy as np
 
-from keras_transformer.ctranslate2_translator import FORMAT, FORMAT_VERSION, CTranslate2Translator, is_ctranslate2_model
+from keras_transformer.ctranslate2_translator import (FORMAT, FORMAT_VERSION, CTranslate2Translator,
+                                                     is_ctranslate2_model, read_metadata)
 from keras_transformer.decoding.options import DecodeOptions
-from keras_transformer.export_folder import export_lock, writing_export
+from keras_transformer.errors import ConfigError
+from keras_transformer.exports import Exporter
+from keras_transformer.exports.folder import export_lock, writing_export
 from keras_transformer.files import atomic_write_text
 from keras_transformer.layout import CTRANSLATE2_METADATA, check_export_destination
 from keras_transformer.model import parts
+from keras_transformer.workdir import load_models
 
 README_FILE = "README.md"
 PAD_TOKEN = "<blank>"  # CTranslate2's (and OpenNMT's) padding token
@@ -374,7 +378,7 @@ def _readme(metadata):
     return f"""# CTranslate2 model exported by keras_transformer
 
 A Transformer trained with keras_transformer, converted to the CTranslate2 format
-(`model.bin`, `config.json`, vocabularies) by `keras_transformer.ctranslate2_export.export_ctranslate2`
+(`model.bin`, `config.json`, vocabularies) by `keras_transformer.exports.ctranslate2.export_ctranslate2`
 on {metadata['exported']} with ctranslate2 {metadata['ctranslate2_version']}. Weights are stored in
 {metadata['quantization'] or 'float32'}; load with `compute_type="int8"` to quantize at load time.
 SentencePiece model: {tokenizer}. `{CTRANSLATE2_METADATA}` records the settings below.
@@ -422,7 +426,7 @@ def export_ctranslate2(model, config, vocab_dir, directory, *, options=None, qua
     it), a ``README.md`` on loading it and a ``manifest.json`` (the size and
     SHA-256 of every file). It is written into a temporary folder beside
     `directory`, loaded and asked to translate one sentence, and only then
-    swapped in (`export_folder.writing_export`, as a SavedModel export is): an
+    swapped in (`exports.folder.writing_export`, as a SavedModel export is): an
     export that fails or is killed on the way leaves the old one whole, and a
     second export to the same folder meanwhile is refused.
 
@@ -516,4 +520,52 @@ def export_ctranslate2(model, config, vocab_dir, directory, *, options=None, qua
     return directory
 
 
-__all__ = ["build_spec", "check_ctranslate2_support", "export_ctranslate2", "position_table", "vocabulary_tokens"]
+class CTranslate2Exporter(Exporter):
+    """`keras-transformer export --format ctranslate2`: a workdir's or a SavedModel export's model as a
+    CTranslate2 folder (`export_ctranslate2`), one model (CTranslate2 decodes no ensemble).
+
+    Args:
+        quantization: the weight type stored (None: float32; "int8", ...).
+
+    Example:
+
+    >>> CTranslate2Exporter(quantization="int8").export("saved_models/multi30k_en_de", "exports/ct2")  # doctest: +SKIP
+    'exports/ct2'
+    """
+
+    name = "ctranslate2"
+    options = {"quantization": "--quantization"}
+
+    def __init__(self, quantization=None):
+        self.quantization = quantization
+
+    def export(self, model, directory, *, checkpoint=None, average=None, overwrite=False, options=None, **settings):
+        """Loads `model`'s weights (`workdir.load_models`) and writes them with `export_ctranslate2`; the decoding
+        recorded is `options` (default: the model folder's) with `settings` (None values change nothing).
+
+        Raises:
+            ConfigError: an ensemble, or a model the format cannot hold (the feature is named).
+            WorkdirBusyError: another process is exporting to `directory` (named).
+        """
+        paths = list(model) if isinstance(model, (list, tuple)) else [model]
+        if len(paths) != 1:
+            raise ConfigError(f"CTranslate2 holds one model, and {len(paths)} were given: export an ensemble as a "
+                              "SavedModel instead.")
+        check_export_destination(directory)
+        with export_lock(directory):  # held from the start: a second export to the same folder is refused at once
+            loaded = load_models(paths[0], checkpoint, average, require_vocabulary=True)
+            if len(loaded.models) != 1:
+                raise ConfigError(f"{paths[0]} is an ensemble of {len(loaded.models)} models; CTranslate2 holds one "
+                                  "model.")
+            settings = {key: value for key, value in settings.items() if value is not None}
+            return export_ctranslate2(loaded.models[0], loaded.configs[0], loaded.vocab_dir, directory,
+                                      options=options or loaded.decoding, quantization=self.quantization,
+                                      overwrite=overwrite, **settings)
+
+    def recorded_decoding(self, directory):
+        """The decoding `keras_transformer.json` records."""
+        return DecodeOptions.from_dict(read_metadata(directory)["decoding"])
+
+
+__all__ = ["CTranslate2Exporter", "build_spec", "check_ctranslate2_support", "export_ctranslate2", "position_table",
+           "vocabulary_tokens"]

@@ -1,7 +1,7 @@
 """An export folder's life: one writer at a time, built aside, described by a manifest, swapped in whole.
 
-Both exporters (SavedModel: `export.export_translator`; CTranslate2:
-`ctranslate2_export.export_ctranslate2`) write through `writing_export`:
+Every exporter (SavedModel: `exports.savedmodel.export_translator`; CTranslate2:
+`exports.ctranslate2.export_ctranslate2`) writes through `writing_export`:
 
 1. `export_lock(out)` holds the folder's writer lock for the export's whole life (an `flock` on `.NAME.lock`
    beside `out`: `files.exclusive_lock(out, beside=True)`), so a second export to the same folder is refused,
