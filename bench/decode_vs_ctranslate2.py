@@ -15,7 +15,7 @@ What it does:
 2. Starts one worker process per engine, each pinned to the same CPUs when
    ``--cpus`` is given (``taskset``). The SavedModel worker imports only
    ``tensorflow`` and ``tensorflow_text``; the CTranslate2 workers import
-   ``keras_transformer.ctranslate2_translator`` (``ctranslate2``,
+   ``keras_transformer.engines.ctranslate2`` (``ctranslate2``,
    ``sentencepiece``, ``numpy``: neither Keras nor TensorFlow). Each loads its model and warms up
    with one untimed pass over all three modes below, one worker after the other; the table's
    ``warm-up s`` is its wall time (an XLA-compiled SavedModel compiles one program per padded
@@ -41,7 +41,7 @@ Thread settings: the SavedModel worker uses ``--tf-threads`` intra-op threads an
 ``--tf-inter-threads`` inter-op threads (default 1); CTranslate2 ``intra_threads=--ct2-threads``, ``inter_threads=1``.
 With one intra-op thread the SavedModel worker also runs with
 ``XLA_FLAGS=--xla_cpu_multi_thread_eigen=false``, as
-``keras_transformer.translation.configure_threads(intra_op=1)`` sets it (XLA's matrix products on
+``keras_transformer.engines.tensorflow_threads.configure_threads(intra_op=1)`` sets it (XLA's matrix products on
 the calling thread); ``--tf-xla-flags`` gives the worker other XLA flags ("" for none). The engine
 ``savedmodel-eigen-pool`` is the same export in a worker without that addition, which times the
 setting itself: ``--engines savedmodel,savedmodel-eigen-pool``.
@@ -138,7 +138,7 @@ serve(translate, setup)
 CT2_WORKER = COMMON + r"""
 setup = json.loads(sys.stdin.readline())
 sys.path.insert(0, setup["repo"])
-from keras_transformer.ctranslate2_translator import CTranslate2Translator  # no Keras, no TensorFlow
+from keras_transformer.engines.ctranslate2 import CTranslate2Translator  # no Keras, no TensorFlow
 threads = {} if setup["threads"] is None else {"intra_threads": setup["threads"], "inter_threads": 1}
 translator = CTranslate2Translator(setup["model"], beam_size=setup["beam_size"], alpha=setup["alpha"],
                                           max_extra=setup["max_extra"], compute_type=setup["compute_type"],
@@ -209,7 +209,7 @@ def prepare(args, folder):
     from keras_transformer.config import TransformerConfig
     from keras_transformer.exports.ctranslate2 import export_ctranslate2
     from keras_transformer.exports.savedmodel import export_translator
-    from keras_transformer.inference import load_translator
+    from keras_transformer import load_translator
 
     extra = pathlib.Path(args.export) / "assets.extra"
     settings = dict(beam_size=args.beam_size, alpha=args.alpha, max_extra=args.max_extra)
@@ -292,7 +292,7 @@ def main():
     if args.latency_chunk < 1:
         parser.error(f"--latency-chunk must be at least 1, got {args.latency_chunk}")
 
-    from keras_transformer.translation import xla_flags_for_threads
+    from keras_transformer.engines.tensorflow_threads import xla_flags_for_threads
 
     xla_flags = args.tf_xla_flags
     if xla_flags is None:  # as configure_threads sets them for a process with these threads

@@ -9,7 +9,7 @@ import, load, a first request of two sentences and the same request again (warme
 
 - `cli`: `keras-transformer translate --model <shipped> "A man rides a bike." "Two dogs play in the snow."`,
   timed from outside as a whole (`end to end`);
-- `keras`: the same steps inside one process: `inference.load_translator` (the Keras model of
+- `keras`: the same steps inside one process: `keras_transformer.load_translator` (the Keras model of
   `assets.extra/`, what the command line decodes with), `translate_lines`;
 - `savedmodel`: a TensorFlow-only process (tensorflow, tensorflow-text): `tf.saved_model.load` and
   `serving_default`, no warm-up;
@@ -50,7 +50,7 @@ KERAS = r"""
 import json, sys, time
 start = time.perf_counter()
 import tensorflow as tf
-from keras_transformer.inference import load_translator
+from keras_transformer import load_translator
 times = {"import": time.perf_counter() - start}
 start = time.perf_counter()
 translator = load_translator(sys.argv[1])
@@ -96,7 +96,7 @@ print(json.dumps({"times": times, "out": [t.decode() for t in out]}))
 CTRANSLATE2 = r"""
 import json, sys, time
 start = time.perf_counter()
-from keras_transformer.ctranslate2_translator import CTranslate2Translator
+from keras_transformer.engines.ctranslate2 import CTranslate2Translator
 times = {"import": time.perf_counter() - start}
 start = time.perf_counter()
 translator = CTranslate2Translator(sys.argv[1])
@@ -122,12 +122,12 @@ def bucket_requests(words_per_width, rows=(1, 2, 4, 8)):
 
 def prepare(model, folder):
     """Exports `model` again with this tree's code: a SavedModel (with warm-up records) and a CTranslate2 folder."""
-    from keras_transformer import inference
+    from keras_transformer import inference, load_translator
     from keras_transformer.config import TransformerConfig
     from keras_transformer.exports.ctranslate2 import CTranslate2Exporter
     from keras_transformer.exports.savedmodel import export_translator
 
-    translator = inference.load_translator(model, jit_compile=True)
+    translator = load_translator(model, jit_compile=True)
     config = TransformerConfig.from_yaml(pathlib.Path(model) / "assets.extra" / "model.yaml")
     savedmodel = export_translator(translator, folder / "savedmodel", config)
     ct2 = CTranslate2Exporter().export(model, folder / "ct2")

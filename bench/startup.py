@@ -36,7 +36,7 @@ times = {"import": time.perf_counter() - start}
 assert pathlib.Path(keras_transformer.__file__).resolve().is_relative_to(tree.resolve()), keras_transformer.__file__
 from keras_transformer import training
 from keras_transformer.experiment import load_experiment
-from keras_transformer.translation import Translator
+from keras_transformer.engines.tensorflow import Translator
 
 work = pathlib.Path(tempfile.mkdtemp())
 settings = ["data.train_examples=64", "data.val_examples=32", "data.batch_size=32", "training.epochs=1",

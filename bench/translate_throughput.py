@@ -35,7 +35,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     from keras_transformer.evaluation import one_line
-    from keras_transformer.inference import load_translator
+    from keras_transformer import load_translator
     opener = gzip.open if args.source.endswith(".gz") else open
     with opener(args.source, "rt", encoding="utf-8") as f:
         lines = [line.rstrip("\n") for line in f][:args.sentences]

@@ -82,8 +82,8 @@ loaded = tf.saved_model.load('$WORK/saved_model')
 print(loaded.signatures['serving_default'](tf.constant(['A man rides a bike.']))['translation'].numpy()[0].decode())"
 step "serve: CTranslate2 (no TensorFlow)" $PY -c "
 import sys
-from keras_transformer.ctranslate2_translator import CTranslate2Translator
-print(CTranslate2Translator('$WORK/ct2').translate(['A man rides a bike.'])[0])
+from keras_transformer import load_translator
+print(load_translator('$WORK/ct2').translate_lines(['A man rides a bike.'])[0])
 assert 'tensorflow' not in sys.modules"
 
 # 6. Attention maps.

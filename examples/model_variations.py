@@ -30,7 +30,7 @@ table as "what each change does early in training", not as converged results.
 Results are appended to ``workdir/results.jsonl`` as rows finish; running the
 same command again skips finished rows (same budget), so an interrupted run
 resumes. Each row's weights, config and vocabulary are kept in
-``workdir/rows/<row>/`` (loadable with `keras_transformer.inference.load_translator`).
+``workdir/rows/<row>/`` (loadable with `keras_transformer.load_translator`).
 
 Usage::
 
@@ -214,7 +214,7 @@ class Progress(keras.callbacks.Callback):
 
 def run_row(row, args, data):
     """Trains one row for the budget and scores it on the validation split; returns a dict of results."""
-    from keras_transformer.translation import Translator
+    from keras_transformer.engines.tensorflow import Translator
 
     keras.utils.set_random_seed(args.seed)
     keras.config.set_dtype_policy(args.precision)

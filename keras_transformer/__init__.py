@@ -9,7 +9,8 @@ imported (`keras_transformer.registration`), so that
 `keras.models.load_model("model.keras")` finds them; and TensorFlow's C++ log
 lines are kept off stderr when it is imported (`keras_transformer.tensorflow_logs`).
 TensorFlow-specific parts (data pipeline, distribution, export, command line)
-live in their own modules and are imported from there.
+live in their own modules and are imported from there; `load_translator` imports the engine a model folder
+needs, and only it (a CTranslate2 export or a packed workdir translates without TensorFlow).
 
 Example:
 
@@ -44,6 +45,7 @@ _EXPORTS = {
     "keras_transformer.decoding.options": ("DecodeOptions",),
     "keras_transformer.decoding.scoring": ("score",),
     "keras_transformer.decoding.search": ("length_penalty",),
+    "keras_transformer.engines.loader": ("load_translator",),
     "keras_transformer.losses": ("LabelSmoothedCrossEntropy", "RDropLoss"),
     "keras_transformer.masking": ("PaddingMask", "causal_mask", "padding_mask"),
     "keras_transformer.metrics": ("MaskedAccuracy",),

@@ -7,7 +7,7 @@ TensorFlow `Translator` around the model being trained from
 """
 
 from keras_transformer.trainer import callbacks
-from keras_transformer.translation import Translator
+from keras_transformer.engines.tensorflow import Translator
 
 
 class BleuCallback(callbacks.BleuCallback):

@@ -170,43 +170,37 @@ def _stdin_chunks(size):
         yield chunk
 
 
-def _ctranslate2_only(args):
-    """Whether `args` translate with one CTranslate2 export: then TensorFlow is never imported (seconds saved)."""
+def _tensorflow_free(args):
+    """Whether `args` translate with an engine that needs no TensorFlow (a CTranslate2 export, a packed workdir:
+    `engines.loader.model_engine`): then TensorFlow is never imported (seconds saved)."""
+    from keras_transformer.engines.loader import model_engine
     from keras_transformer.layout import model_kind
     return (args.command in ("translate", "serve") and len(args.model) == 1
-            and model_kind(args.model[0]) == "ctranslate2"
-            and not args.checkpoint and args.average is None)
+            and model_kind(args.model[0]) is not None and model_engine(args.model[0]) != "tensorflow")
 
 
 def _load_translator(args):
-    """The translator of `--model`, `--checkpoint`, `--average` and the decoding arguments (`translate`, `serve`)."""
-    if _ctranslate2_only(args):  # what inference.load_translator gives, without importing TensorFlow
-        from keras_transformer.ctranslate2_translator import CTranslate2Translator
-        settings = {key: value for key, value in _decode_settings(args).items() if value is not None}
-        return CTranslate2Translator(args.model[0], None, **settings)
-    from keras_transformer import inference
+    """The translator of `--model`, `--checkpoint`, `--average` and the decoding arguments (`translate`, `serve`):
+    `keras_transformer.load_translator`'s, which imports TensorFlow only for the TensorFlow engine. `precheck`
+    checked the folders and the weights options."""
+    from keras_transformer.engines.loader import load_translator
     model, checkpoint = _weights(args.model, args.checkpoint)
-    return inference.load_translator(model, checkpoint, args.average, **_decode_settings(args))
+    return load_translator(model, checkpoint, args.average, checked=True, **_decode_settings(args))
 
 
 def _translate(args):
     from keras_transformer import evaluation
     draw_seed(args)
     translator = _load_translator(args)
-    if _ctranslate2_only(args):  # without TensorFlow
-        translate = translator.translate_lines
-    else:
-        from keras_transformer import inference
-        translate = functools.partial(inference.translate, translator)
     # Arguments are one chunk; stdin goes in chunks, so that output starts early and memory stays bounded.
     chunks = [args.sentences] if args.sentences else _stdin_chunks(args.batch_size * STDIN_CHUNK_BATCHES)
     index = 0
     for chunk in chunks:
         if args.n_best is None:
-            for line in translate(chunk, batch_size=args.batch_size):
+            for line in translator.translate_lines(chunk, batch_size=args.batch_size):
                 print(evaluation.one_line(line))  # one output line per input sentence
         else:
-            for hypotheses in translator.n_best_lines(list(chunk), batch_size=args.batch_size):
+            for hypotheses in translator.n_best_lines(chunk, batch_size=args.batch_size):
                 for text, score in hypotheses[:args.n_best]:
                     print(f"{index}\t{score:.4f}\t{evaluation.one_line(text)}")
                 index += 1
@@ -378,9 +372,9 @@ def precheck(args):
             raise ConfigError(f"--name {args.name!r}: a model name in URLs takes letters, digits, '.', '_' and '-'.")
     if args.command in ("translate", "evaluate", "plot-attention", "serve"):
         models = args.model if isinstance(args.model, list) else [args.model]
-        for model in models:
-            layout.check_model_path(model)
-        layout.check_weights_choice(models, args.checkpoint, args.average)
+        for model in layout.check_models(models, args.checkpoint, args.average):  # what every loader checks
+            if layout.model_kind(model) is None:
+                raise layout.not_a_model(model)
         if args.command == "evaluate":
             inputs = [args.source, args.reference, args.tokenized_reference]
             for path in inputs:
@@ -422,7 +416,7 @@ def _run(args):
         precheck(args)  # before TensorFlow: a wrong key or path answers at once
         without_tensorflow = args.command in WITHOUT_TENSORFLOW or (args.command == "train" and args.dry_run)
         if (not without_tensorflow and not args.verbose and not tensorflow_logs_wanted()
-                and not _ctranslate2_only(args)):
+                and not _tensorflow_free(args)):
             import_tensorflow_quietly()
             logging.getLogger("tensorflow").setLevel(logging.ERROR)
             logging.getLogger("absl").setLevel(logging.ERROR)

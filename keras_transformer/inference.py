@@ -3,80 +3,23 @@
 The user-facing functions behind `keras-transformer translate` and `evaluate` (`average` is
 `workdir.average_workdir`).
 
-`load_translator` is the one entry for every kind of model folder: a
-training workdir, a SavedModel export (its Keras model in `assets.extra/`),
-or a list of workdirs and exports decoded as one ensemble. The folders' layout is
-`keras_transformer.workdir`'s.
+Each takes a model folder (or a list of them, an ensemble) and loads it with
+`keras_transformer.load_translator` (`engines.loader`), or a translator already loaded.
+The folders' layout is `keras_transformer.workdir`'s.
 """
 
 import logging
 import os
 import time
 
-from keras_transformer import ctranslate2_translator, evaluation
+from keras_transformer import evaluation
+from keras_transformer.engines.ctranslate2 import is_ctranslate2_model
+from keras_transformer.engines.loader import load_translator
 from keras_transformer.errors import ConfigError
 from keras_transformer.files import atomic_write_text, check_not_an_input, check_output_file
-from keras_transformer.layout import check_model_folder, check_weights_choice
-from keras_transformer.translation import Translator
-from keras_transformer.workdir import load_models, model_folder
+from keras_transformer.workdir import model_folder
 
 log = logging.getLogger("keras_transformer")
-
-
-def load_translator(model, checkpoint=None, average=None, options=None, **settings):
-    """A `Translator` for a training workdir or an exported model directory, or an ensemble of them.
-
-    Args:
-        model: a workdir written by `train` (`model.yaml`, `data/vocab`,
-            `checkpoints/`) or a directory written by `keras-transformer export`
-            (a SavedModel, or a CTranslate2 folder: a `CTranslate2Translator`);
-            a list of them decodes them as one ensemble (they must share the
-            vocabulary files; decoding defaults come from the first).
-        checkpoint: a `.weights.h5` file (workdir only); default: the last epoch checkpoint.
-            For an ensemble, a list with one entry (or None) per model.
-        average: average the last `average` checkpoints instead (workdirs only; each member); not
-            together with `checkpoint`. A workdir with fewer averages those, with a warning.
-        options: a `keras_transformer.decoding.DecodeOptions`; default: the
-            model folder's (its model.yaml's decoding mapping, or what a CTranslate2
-            export recorded). A CTranslate2 export's beam search always stops by its
-            own rule, `early_exit`'s.
-        **settings: `DecodeOptions` fields replacing those of `options` (None values
-            change nothing), and `Translator` arguments (`jit_compile`, `chunk_size`).
-
-    Returns:
-        A `keras_transformer.translation.Translator`.
-
-    Raises:
-        FileNotFoundError / ValueError: a missing or unreadable checkpoint or folder (named), ensemble
-        members with different vocabularies, or both `checkpoint` and `average`.
-
-    Example:
-
-    >>> translator = load_translator("runs/en_de", average=5, beam_size=4)  # doctest: +SKIP
-    >>> translator(["A man rides a bike."])                                  # doctest: +SKIP
-    >>> ensemble = load_translator(["runs/en_de", "runs/en_de_seed2"], average=5)  # doctest: +SKIP
-    >>> fast = load_translator("exports/en_de_ct2")  # a CTranslate2 export     # doctest: +SKIP
-    """
-    check_weights_choice(model, checkpoint, average)
-    paths = list(model) if isinstance(model, (list, tuple)) else [model]
-    if not paths:
-        raise ConfigError("load_translator: no model given (an empty list).")
-    for path in paths:
-        check_model_folder(path)
-    settings = {key: value for key, value in settings.items() if value is not None}
-    converted = [path for path in paths if ctranslate2_translator.is_ctranslate2_model(path)]
-    if converted:
-        if len(paths) > 1:
-            raise ConfigError(f"{converted[0]} is a CTranslate2 export, which decodes alone: an ensemble takes "
-                              "training workdirs and SavedModel exports.")
-        if checkpoint is not None or average is not None:
-            raise ConfigError(f"{paths[0]} is a CTranslate2 export: --checkpoint and --average apply to training "
-                              "workdirs.")
-        for name in ("jit_compile", "chunk_size"):  # the TensorFlow engine's
-            settings.pop(name, None)
-        return ctranslate2_translator.CTranslate2Translator(paths[0], options, **settings)
-    loaded = load_models(paths if len(paths) > 1 else paths[0], checkpoint, average, require_vocabulary=True)
-    return Translator.from_models(loaded.models, loaded.vocab_dir, options or loaded.decoding, **settings)
 
 
 def _lines(source):
@@ -203,7 +146,7 @@ def describe_weights(model, checkpoint=None, average=None):
     checkpoints = list(checkpoint) if isinstance(checkpoint, (list, tuple)) else [checkpoint] * len(paths)
     described = []
     for path, chosen in zip(paths, checkpoints):
-        if ctranslate2_translator.is_ctranslate2_model(path):
+        if is_ctranslate2_model(path):
             described.append({"model": os.fspath(path), "weights": [os.path.join(os.fspath(path), "model.bin")]})
             continue
         folder = model_folder(path, chosen, average)

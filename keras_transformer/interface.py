@@ -1,63 +1,224 @@
-"""`TranslatorInterface`: what every engine's translator offers, whatever decodes underneath.
+"""`TranslatorInterface`: what every engine's translator offers, and the line handling they share.
 
-Three engines implement it:
+Three engines implement it (`keras_transformer.engines`):
 
 | engine | class | needs |
 | --- | --- | --- |
-| TensorFlow (tensorflow-text tokenizers, XLA search, the SavedModel's graph) | `translation.Translator` | TensorFlow |
-| CTranslate2 (its C++ search over a converted model) | `ctranslate2_translator.CTranslate2Translator` | ctranslate2, sentencepiece |
-| packed arrays (Keras on any backend: JAX on a GPU machine) | `arrays.PackedTranslator` | Keras, sentencepiece |
+| TensorFlow (tensorflow-text, XLA, the SavedModel's graph) | `engines.tensorflow.Translator` | TensorFlow |
+| CTranslate2 (its C++ search) | `engines.ctranslate2.CTranslate2Translator` | ctranslate2, sentencepiece |
+| packed (Keras on any backend: JAX on a GPU) | `engines.packed.PackedTranslator` | Keras, sentencepiece |
 
-`inference.load_translator` returns the TensorFlow or the CTranslate2 one for any
-model folder; `arrays.PackedTranslator.from_folder` the packed one. Code written
-against this interface (evaluation, plotting, back-translation scripts) runs on
-each. Every method takes and returns Python values: `str` (or UTF-8 `bytes`) in,
-`str` and `float` out, one result per input, in input order.
+`keras_transformer.load_translator` returns the one a model folder calls for. Code written against this
+interface (evaluation, plotting, serving, back-translation scripts) runs on each. Every method takes and returns
+Python values: `str` (or UTF-8 `bytes`) in, `str` and `float` out, one result per input, in input order.
 
-This module imports only the standard library.
+The base class does what is the same for every engine, once: each line is cleaned (`clean_line`: invalid UTF-8
+and lone surrogates become U+FFFD), a blank line (empty or ASCII whitespace only) gives "" with score 0 without
+reaching the engine, the other lines go to the engine in batches of similar length and come back in input order,
+scores are normalised with `scoring_alpha`, and options are refused when the engine does not implement their
+strategy (`check_options`). An engine implements only its batch methods: `translate_batch`, `n_best_batch` and
+`score_batch`.
+
+This module imports only the standard library (and the package's errors).
 """
 
 import abc
+
+from keras_transformer.errors import ConfigError
+
+# What a blank line may hold: the whitespace TensorFlow's `tf.strings.strip` removes, for every engine alike.
+ASCII_WHITESPACE = " \t\n\v\f\r"
+
+
+def clean_line(line, caller="translator"):
+    """A line as text, the one rule every engine reads lines by: invalid UTF-8 becomes U+FFFD.
+
+    `bytes` are decoded as UTF-8. In a `str`, the lone surrogates by which Python keeps the undecodable bytes of
+    stdin, argv and file names ("surrogateescape") are those bytes again, and any other lone surrogate its invalid
+    3-byte form; either way they are invalid UTF-8, each byte replaced as Python's "replace" error handler does
+    (TensorFlow's `unicode_transcode` replaces the same bytes).
+
+    Raises:
+        TypeError: neither `str` nor `bytes` (the type named).
+
+    Example:
+
+    >>> clean_line("a \\ud800 b"), clean_line(b"x\\xffy"), clean_line("Ein Hund.")
+    ('a \ufffd\ufffd\ufffd b', 'x\ufffdy', 'Ein Hund.')
+    """
+    if isinstance(line, bytes):
+        data = line
+    elif isinstance(line, str):
+        try:
+            data = line.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:
+            data = line.encode("utf-8", "surrogatepass")
+    else:
+        raise TypeError(f"{caller}: sentences must be str (or UTF-8 bytes), got {type(line).__name__}: {line!r}.")
+    return data.decode("utf-8", "replace")
+
+
+def is_blank(text):
+    """True for a line with nothing to translate: empty, or ASCII whitespace only (`ASCII_WHITESPACE`).
+
+    Example:
+
+    >>> is_blank(" \\t"), is_blank("\\u00a0"), is_blank("a")
+    (True, False, False)
+    """
+    return not text.strip(ASCII_WHITESPACE)
+
+
+def scoring_alpha(options):
+    """The length-penalty exponent scores are normalised with: `options.alpha` for beam search, 0 otherwise
+    (greedy decoding and sampling score plain log-probabilities).
+
+    Example:
+
+    >>> from keras_transformer.decoding.options import DecodeOptions
+    >>> scoring_alpha(DecodeOptions(alpha=0.6)), scoring_alpha(DecodeOptions(strategy="greedy", alpha=0.6))
+    (0.6, 0.0)
+    """
+    return options.alpha if options.strategy == "beam" else 0.0
 
 
 class TranslatorInterface(abc.ABC):
     """Translate, n-best, score and (where the engine has them) attention maps, from Python strings.
 
+    The line handling is this class's (the module's docstring); an engine implements `translate_batch`,
+    `n_best_batch` and `score_batch`, which get cleaned, non-blank lines only, and declares the strategies it
+    decodes with in `strategies`.
+
     Attributes:
         options: the `keras_transformer.decoding.DecodeOptions` the translator decodes with.
         engine: a short name for messages ("tensorflow", "ctranslate2", "packed").
+        strategies: the `DecodeOptions.strategy` values the engine implements.
 
     Example:
 
     >>> sorted(TranslatorInterface.__abstractmethods__)
-    ['n_best_lines', 'score_lines', 'translate_lines']
+    ['n_best_batch', 'score_batch', 'translate_batch']
     """
 
     engine = "translator"
+    strategies = ()
+
+    # ------------------------------------------------------------------ what an engine implements
+    @abc.abstractmethod
+    def translate_batch(self, texts):
+        """One translation per text (cleaned, not blank), in order."""
 
     @abc.abstractmethod
+    def n_best_batch(self, texts):
+        """Per text (cleaned, not blank), `returned()` `(translation, score)` pairs, best first."""
+
+    @abc.abstractmethod
+    def score_batch(self, sources, targets):
+        """Per pair of cleaned texts, the forced-decoding score (`score_lines`)."""
+
+    # ------------------------------------------------------------------ shared
+    def check_options(self, options):
+        """`options`, or a `ConfigError` naming their strategy when this engine does not implement it.
+
+        Example:
+
+        >>> class Greedy(TranslatorInterface):
+        ...     engine, strategies = "greedy-only", ("greedy",)
+        ...     translate_batch = n_best_batch = score_batch = None
+        >>> from keras_transformer.decoding.options import DecodeOptions
+        >>> Greedy().check_options(DecodeOptions())
+        Traceback (most recent call last):
+        ...
+        keras_transformer.errors.ConfigError: The greedy-only engine does not implement strategy 'beam': it decodes with ...
+        """
+        if options.strategy not in self.strategies:
+            raise ConfigError(f"The {self.engine} engine does not implement strategy {options.strategy!r}: it "
+                              f"decodes with {', '.join(self.strategies)} only.")
+        return options
+
+    @property
+    def scoring_alpha(self):
+        """The length-penalty exponent this translator's scores are normalised with (`scoring_alpha`)."""
+        return scoring_alpha(self.options)
+
+    def returned(self):
+        """How many `(translation, score)` pairs `n_best_lines` gives a line: `options.returned()`."""
+        return self.options.returned()
+
+    def _in_length_order(self, method, lines, batch_size, run_batch, blank):
+        """`run_batch` over the cleaned non-blank lines, in batches of similar length (word counts: padding, and
+        so wasted work, stays low; no result depends on its batch); a blank line gives `blank()`."""
+        caller = f"{type(self).__name__}.{method}"
+        if isinstance(lines, (str, bytes)):
+            raise TypeError(f"{caller} takes an iterable of lines (a list of str), got one {type(lines).__name__}: "
+                            f"{lines[:40]!r}; translate one sentence with translator(sentence) or "
+                            "translator([sentence]).")
+        texts = [clean_line(line, caller) for line in lines]
+        outputs = [None if not is_blank(text) else blank() for text in texts]
+        order = sorted((i for i, text in enumerate(texts) if outputs[i] is None),
+                       key=lambda i: len(texts[i].split()))
+        for start in range(0, len(order), int(batch_size)):
+            chunk = order[start:start + int(batch_size)]
+            for i, output in zip(chunk, run_batch([texts[i] for i in chunk])):
+                outputs[i] = output
+        return outputs
+
     def translate_lines(self, lines, batch_size=64):
         """One translation per line (`str`), in order; a blank line translates to "".
 
+        Args:
+            lines: an iterable of `str` (or UTF-8 `bytes`).
+            batch_size: lines per batch of the engine.
+
         Raises:
-            TypeError: `lines` is one `str` or `bytes` (give a list).
-        """
+            TypeError: `lines` is one `str` or `bytes` (give a list), or holds something else.
 
-    @abc.abstractmethod
+        Example:
+
+        >>> translator.translate_lines(["A dog.", "", "Two men play football."])  # doctest: +SKIP
+        ['Ein Hund.', '', 'Zwei Männer spielen Fußball.']
+        """
+        return self._in_length_order("translate_lines", lines, batch_size, self.translate_batch, str)
+
     def n_best_lines(self, lines, batch_size=64):
-        """Per line, `options.returned()` `(translation, score)` pairs, best first (sampling: that many draws).
+        """Per line, `returned()` `(translation, score)` pairs, best first (sampling: that many draws).
 
-        Scores are those `translate_lines` ranks by: log-probabilities, length-normalised with `options.alpha`
-        for beam search. A blank line gives `("", 0.0)` pairs.
+        Scores are those `translate_lines` ranks by: log-probabilities, length-normalised with `scoring_alpha`.
+        A blank line gives `("", 0.0)` pairs.
+
+        Example:
+
+        >>> translator.n_best_lines(["A dog."])[0][:2]  # doctest: +SKIP
+        [('Ein Hund.', -0.21), ('Ein Hund rennt.', -0.74)]
         """
+        count = self.returned()
+        return self._in_length_order("n_best_lines", lines, batch_size, self.n_best_batch,
+                                     lambda: [("", 0.0)] * count)
 
-    @abc.abstractmethod
     def score_lines(self, sources, targets, batch_size=64):
         """Forced decoding: per pair, log P(target | source) under the model, normalised as `n_best_lines` is.
 
+        Pairs go to the engine `batch_size` at a time, shortest targets first; scores come back in input order.
+
         Raises:
             ValueError: `sources` and `targets` of different lengths (both counts named).
+
+        Example:
+
+        >>> translator.score_lines(["A dog."], ["Ein Hund."])  # doctest: +SKIP
+        [-0.21]
         """
+        caller = f"{type(self).__name__}.score_lines"
+        sources, targets = check_pairs(caller, sources, targets)
+        sources = [clean_line(line, caller) for line in sources]
+        targets = [clean_line(line, caller) for line in targets]
+        order = sorted(range(len(sources)), key=lambda i: len(targets[i].split()))  # similar lengths together
+        scores = [0.0] * len(sources)
+        for start in range(0, len(order), int(batch_size)):
+            chunk = order[start:start + int(batch_size)]
+            for i, score in zip(chunk, self.score_batch([sources[i] for i in chunk], [targets[i] for i in chunk])):
+                scores[i] = float(score)
+        return scores
 
     def with_options(self, options):
         """A translator of the same loaded model(s) that decodes with `options` (a `DecodeOptions`).

@@ -2,16 +2,23 @@
 
 The command line runs these before it imports TensorFlow (seconds), so that a
 wrong path or a folder that is not a model is reported at once.
-`keras_transformer.workdir` loads what these name. Standard library only.
+`keras_transformer.workdir` loads what these name. Also the vocabulary folders: where a run or an export keeps
+its vocabulary, whether two are the same, and a fine-tuning run's adoption of its checkpoint's.
+Standard library only.
 """
 
+import json
+import logging
 import os
 import pathlib
 import re
+import shutil
 
 from keras_transformer.errors import CheckpointNotFoundError, ConfigError
 from keras_transformer.exports.folder import check_export_sizes, recover_export
-from keras_transformer.files import is_inside
+from keras_transformer.files import is_inside, staging_folder
+
+log = logging.getLogger("keras_transformer")
 
 MODEL_CONFIG = "model.yaml"  # a workdir's TransformerConfig, and an export's in assets.extra/
 CHECKPOINTS_DIR = "checkpoints"
@@ -21,9 +28,11 @@ EXTRA_DIR = "assets.extra"  # an export's Keras model: model.yaml, model.weights
 MODEL_WEIGHTS = "model.weights.h5"
 MEMBERS_DIR = "members"
 VOCAB_DIR = "vocab"
+TOKENIZER_SETTINGS = "tokenizer.json"  # a tokenizer folder's settings (its model_type, model_file, ...)
+SENTENCEPIECE_MODELS = ("bpe", "unigram")  # the model types of a SentencePiece tokenizer
 CHECKPOINT_PATTERN = re.compile(r"^(?:ckpt|step)-(\d+)\.weights\.h5$")
 SAVED_MODEL = "saved_model.pb"
-CTRANSLATE2_METADATA = "keras_transformer.json"  # a CTranslate2 export's own metadata (ctranslate2_translator)
+CTRANSLATE2_METADATA = "keras_transformer.json"  # a CTranslate2 export's own metadata (engines.ctranslate2)
 
 
 def model_kind(path):
@@ -108,6 +117,37 @@ def check_weights_choice(model, checkpoint, average):
             raise ConfigError(f"{path} is an exported model: --checkpoint and --average apply to training workdirs.")
 
 
+def check_models(model, checkpoint, average):
+    """The checks every loader runs once, before it reads anything: the weights options (`check_weights_choice`)
+    and each model folder (`check_model_folder`).
+
+    Args:
+        model: a model folder, or a list of them (an ensemble).
+        checkpoint, average: the weights options, as the loaders take them.
+
+    Returns:
+        The model folders, as a list.
+
+    Raises:
+        ConfigError: an empty list, or weights options that cannot apply (named).
+        CheckpointNotFoundError / ExportDamagedError: as `check_model_folder`.
+
+    Example:
+
+    >>> check_models([], None, None)
+    Traceback (most recent call last):
+    ...
+    keras_transformer.errors.ConfigError: No model given (an empty list).
+    """
+    paths = list(model) if isinstance(model, (list, tuple)) else [model]
+    if not paths:
+        raise ConfigError("No model given (an empty list).")
+    check_weights_choice(paths, checkpoint, average)
+    for path in paths:
+        check_model_folder(path)
+    return paths
+
+
 def check_model_folder(path):
     """A missing `--model` folder is named as missing (not as "neither a workdir nor an export"); an export's
     files are checked against the sizes its manifest records (`exports.folder.check_export_sizes`).
@@ -145,3 +185,123 @@ def check_average_output(workdir, output=None):
                           f"averages: it could replace one of them or pass for the latest. Write it elsewhere "
                           f"(default: {workdir / AVERAGED_WEIGHTS}).")
     return output
+
+
+# ------------------------------------------------------------------ vocabularies
+def vocabulary_dir(path):
+    """The vocabulary folder of a training workdir or an export.
+
+    Example:
+
+    >>> str(vocabulary_dir("runs/en_de")), str(vocabulary_dir("saved_models/multi30k_en_de"))
+    ('runs/en_de/data/vocab', 'saved_models/multi30k_en_de/assets.extra/vocab')
+    """
+    path = pathlib.Path(path)
+    return path / EXTRA_DIR / VOCAB_DIR if (path / "saved_model.pb").is_file() else path / WORKDIR_VOCAB
+
+
+def folder_files(folder):
+    """Every file under `folder`, subfolders included, as `{relative path: bytes}`; `{}` without the folder.
+
+    Separate source and target vocabularies live in `source/` and `target/`:
+    comparing only a folder's top-level files would find two empty sets equal.
+
+    Example:
+
+    >>> import tempfile
+    >>> root = pathlib.Path(tempfile.mkdtemp())
+    >>> (root / "source").mkdir(); _ = (root / "source" / "spm.model").write_bytes(b"x")
+    >>> folder_files(root)
+    {'source/spm.model': b'x'}
+    """
+    folder = pathlib.Path(folder)
+    if not folder.is_dir():
+        return {}
+    return {item.relative_to(folder).as_posix(): item.read_bytes()
+            for item in sorted(folder.rglob("*")) if item.is_file()}
+
+
+def same_vocabulary(first, second):
+    """Whether two vocabulary folders hold the same files with the same bytes (subfolders included)."""
+    return folder_files(first) == folder_files(second)
+
+
+def tokenizer_folders(vocab_dir):
+    """The tokenizer folders of a vocabulary folder: `[vocab_dir]` for a shared vocabulary (its own
+    `tokenizer.json`), else its `source/` and `target/` folders.
+
+    Example:
+
+    >>> import tempfile
+    >>> [folder.name for folder in tokenizer_folders(tempfile.mkdtemp())]
+    ['source', 'target']
+    """
+    vocab_dir = pathlib.Path(vocab_dir)
+    return [vocab_dir] if (vocab_dir / TOKENIZER_SETTINGS).is_file() else [vocab_dir / "source", vocab_dir / "target"]
+
+
+def is_sentencepiece_vocabulary(vocab_dir):
+    """Whether every tokenizer of a vocabulary folder is a SentencePiece model ("bpe" or "unigram" in its
+    `tokenizer.json`): what the TensorFlow-free engines read.
+
+    Example:
+
+    >>> import tempfile
+    >>> is_sentencepiece_vocabulary(tempfile.mkdtemp())
+    False
+    """
+    try:
+        return all(json.loads((folder / TOKENIZER_SETTINGS).read_text(encoding="utf-8")).get("model_type") in
+                   SENTENCEPIECE_MODELS for folder in tokenizer_folders(vocab_dir))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def checkpoint_vocabulary(path):
+    """The vocabulary folder of the run or export that wrote the weights file `path`, or None.
+
+    Looks where this package puts it: an export's `assets.extra/vocab` beside
+    `assets.extra/model.weights.h5`, a workdir's `data/vocab` beside its
+    `averaged.weights.h5` or above its `checkpoints/ckpt-XXXX.weights.h5`.
+
+    Example:
+
+    >>> import tempfile
+    >>> run = pathlib.Path(tempfile.mkdtemp()).resolve()
+    >>> (run / "data" / "vocab").mkdir(parents=True)
+    >>> checkpoint_vocabulary(run / "checkpoints" / "ckpt-0003.weights.h5") == run / "data" / "vocab"
+    True
+    >>> checkpoint_vocabulary(run / "elsewhere" / "deeper" / "my.weights.h5") is None
+    True
+    """
+    folder = pathlib.Path(path).resolve().parent
+    candidates = (folder / VOCAB_DIR, folder / WORKDIR_VOCAB, folder.parent / WORKDIR_VOCAB)
+    return next((candidate for candidate in candidates if candidate.is_dir()), None)
+
+
+def adopt_vocabulary(checkpoint, vocab_dir):
+    """A fine-tuning run tokenizes with the vocabulary its initial weights were trained with.
+
+    A new workdir copies it (so `data/vocab` is never learned afresh, with other
+    ids); a workdir that already has a vocabulary must hold the same files.
+
+    Raises:
+        ConfigError: `vocab_dir` exists and differs from the checkpoint's vocabulary.
+    """
+    source = checkpoint_vocabulary(checkpoint)
+    if source is None:
+        log.warning("training.init_checkpoint: no vocabulary beside %s (an export's assets.extra/vocab or a "
+                    "workdir's data/vocab): the workdir's own is used, so its ids must be the ones the weights "
+                    "were trained with.", checkpoint)
+        return
+    vocab_dir = pathlib.Path(vocab_dir)
+    if vocab_dir.exists():
+        if not same_vocabulary(vocab_dir, source):
+            raise ConfigError(f"training.init_checkpoint: the weights in {checkpoint} were trained with the "
+                              f"vocabulary in {source}, and this workdir's {vocab_dir} differs from it. Fine-tune "
+                              f"in a new workdir: it takes the checkpoint's vocabulary.")
+        return
+    staging = staging_folder(vocab_dir)
+    shutil.copytree(source, staging, dirs_exist_ok=True)
+    os.replace(staging, vocab_dir)
+    log.info("Vocabulary copied from %s, the init checkpoint's", source)

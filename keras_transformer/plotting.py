@@ -40,10 +40,10 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from keras_transformer.attention_maps import KINDS
-from keras_transformer.inference import load_translator
+from keras_transformer.engines.loader import load_translator
+from keras_transformer.interface import clean_line
 from keras_transformer.layers.position import sinusoidal_position_encoding
 from keras_transformer.schedules import NoamSchedule
-from keras_transformer.translation import utf8_bytes
 
 LAYOUTS = ("grid", "heads")
 _TITLES = {"encoder_self": "encoder self-attention", "decoder_self": "decoder self-attention",
@@ -170,7 +170,7 @@ def plot_attention(translator, sentence, out_dir, translation=None, kinds=KINDS,
 
     Args:
         translator: a translator with attention maps (`interface.TranslatorInterface.attention`: the
-            TensorFlow `Translator` or the packed one), e.g. `inference.load_translator(path)`.
+            TensorFlow `Translator` or the packed one), e.g. `keras_transformer.load_translator(path)`.
         sentence: the source sentence (`str`, or UTF-8 `bytes`; bytes that are not UTF-8 become U+FFFD).
         out_dir: the folder to write.
         translation: force this target instead of decoding (e.g. a reference).
@@ -181,12 +181,12 @@ def plot_attention(translator, sentence, out_dir, translation=None, kinds=KINDS,
 
     Example:
 
-    >>> from keras_transformer.inference import load_translator  # doctest: +SKIP
+    >>> from keras_transformer.engines.loader import load_translator  # doctest: +SKIP
     >>> maps, paths = plot_attention(load_translator("runs/en_de"), "A dog runs.", "out/")  # doctest: +SKIP
     """
     maps = translator.attention(sentence, translation)
     paths = plot_attention_maps(maps, out_dir, kinds=kinds, layout=layout, dpi=dpi)
-    text = utf8_bytes(sentence).decode("utf-8", "replace") if isinstance(sentence, (str, bytes)) else sentence
+    text = clean_line(sentence) if isinstance(sentence, (str, bytes)) else sentence
     with open(os.path.join(os.fspath(out_dir), "translation.txt"), "w", encoding="utf-8") as f:
         f.write(f"source:       {text}\ntranslation:  {maps.translation}\n"
                 f"source tokens: {' '.join(maps.source_tokens)}\n"
@@ -199,10 +199,10 @@ def plot_attention_for_path(model_path, sentence, out_dir, checkpoint=None, aver
     """`plot_attention` for a model on disk: what ``keras-transformer plot-attention`` runs.
 
     Args:
-        model_path: a training workdir or a SavedModel export (`inference.load_translator`).
+        model_path: a training workdir or a SavedModel export (`keras_transformer.load_translator`).
         sentence: the source sentence.
         out_dir: the folder to write.
-        checkpoint, average: which weights (`inference.load_translator`).
+        checkpoint, average: which weights (`keras_transformer.load_translator`).
         translation: force this target instead of decoding.
         layout, kinds, dpi: as in `plot_attention_maps`.
         **settings: `DecodeOptions` fields replacing the model's (`beam_size=1`, ...); by default the

@@ -29,7 +29,7 @@ nothing (it logs how many epochs the workdir has); raise `training.epochs` to
 train further.
 
 Each name it uses comes from the module that defines it: `experiment.load_experiment`,
-`errors.ConfigError`, `inference.load_translator`, ... (none is re-exported here).
+`errors.ConfigError`, `keras_transformer.load_translator`, ... (none is re-exported here).
 """
 
 import dataclasses
@@ -46,16 +46,17 @@ from keras_transformer import distribute
 from keras_transformer.data import corpus, pipeline, textfile
 from keras_transformer.data.build import build_data, repeat_rows, tfds_pairs, tokenizers_for
 from keras_transformer.data.packed import ARRAYS_FILE, LEGACY_ARRAYS_FILE, ArraysWriter
+from keras_transformer.engines.loader import load_translator
+from keras_transformer.engines.tensorflow import Translator
 from keras_transformer.errors import ConfigError
 from keras_transformer.experiment import as_experiment, changed_experiment, check_same_experiment, write_yaml
 from keras_transformer.files import exclusive_lock, remove_stale_temporaries, staging_folder
-from keras_transformer.inference import evaluate, load_translator
+from keras_transformer.inference import evaluate
 from keras_transformer.trainer.backup import backup_position, backup_stream, resumed_seed
 from keras_transformer.trainer.loop import TrainingData, check_fresh_start, fit_experiment, summary
 from keras_transformer.trainer.precision import resolve_precision
-from keras_transformer.translation import Translator
-from keras_transformer.layout import MODEL_CONFIG
-from keras_transformer.workdir import adopt_vocabulary, write_model_file
+from keras_transformer.layout import MODEL_CONFIG, adopt_vocabulary
+from keras_transformer.workdir import write_model_file
 
 __all__ = ["pack_arrays", "train", "train_and_evaluate"]
 

@@ -7,7 +7,7 @@ TFRecord file of `tensorflow.serving.PredictionLog` records, each a `PredictRequ
 and holding its inputs as `TensorProto`s. TensorFlow Serving replays the file when it loads the model;
 in Python, `warm_up(directory)` loads an export and replays it the same way.
 
-Which shapes a request can hit (`translation.Translator._search_in_length_order`): a request of N
+Which shapes a request can hit (`engines.tensorflow.Translator._search_in_length_order`): a request of N
 sentences is sorted by length and cut into chunks of `chunk_size` (8); every chunk but the last (the
 longest sentences) has exactly `chunk_size` rows, and the last has N mod `chunk_size` of them (or
 `chunk_size`), padded up to a power of two. Any chunk, full or not, can hold sentences of any length, so
@@ -37,7 +37,7 @@ from tensorflow.core.framework import tensor_pb2
 
 from keras_transformer.files import atomic_write
 from keras_transformer.layout import EXTRA_DIR
-from keras_transformer.translation import SMALLEST_WIDTH_BUCKET, bucket_sizes
+from keras_transformer.engines.tensorflow_graph import SMALLEST_WIDTH_BUCKET, bucket_sizes
 
 WARMUP_FILE = "tf_serving_warmup_requests"  # in assets.extra/: the name TensorFlow Serving looks for
 

@@ -27,7 +27,6 @@ import dataclasses
 import logging
 import os
 import pathlib
-import shutil
 import typing
 
 import keras
@@ -38,11 +37,11 @@ from keras_transformer.config import DECODING_FIELDS, TransformerConfig, read_ya
 from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.errors import CheckpointError, CheckpointNotFoundError, ConfigError
 from keras_transformer.files import (atomic_write, atomic_write_text, check_not_an_input, exclusive_lock,
-                                     exclusive_unless_shared, shared_lock, staging_folder)
+                                     exclusive_unless_shared, shared_lock)
 from keras_transformer.keras_internals import weights_file_bytes
 from keras_transformer.layout import (CHECKPOINT_PATTERN, CHECKPOINTS_DIR, EXTRA_DIR, MEMBERS_DIR, MODEL_CONFIG,
                                       MODEL_WEIGHTS, VOCAB_DIR, WORKDIR_VOCAB, check_average_output,
-                                      check_model_folder, check_weights_choice, is_export, model_kind, not_a_model)
+                                      check_models, is_export, model_kind, not_a_model, same_vocabulary)
 from keras_transformer.model import build_model
 
 log = logging.getLogger("keras_transformer")
@@ -367,95 +366,6 @@ def load_weights_files(model, paths):
     return load_weights(model, paths[0]) if len(paths) == 1 else average_checkpoints(paths, model)
 
 
-# ------------------------------------------------------------------ vocabularies
-def vocabulary_dir(path):
-    """The vocabulary folder of a training workdir or an export.
-
-    Example:
-
-    >>> str(vocabulary_dir("runs/en_de")), str(vocabulary_dir("saved_models/multi30k_en_de"))
-    ('runs/en_de/data/vocab', 'saved_models/multi30k_en_de/assets.extra/vocab')
-    """
-    path = pathlib.Path(path)
-    return path / EXTRA_DIR / VOCAB_DIR if (path / "saved_model.pb").is_file() else path / WORKDIR_VOCAB
-
-
-def folder_files(folder):
-    """Every file under `folder`, subfolders included, as `{relative path: bytes}`; `{}` without the folder.
-
-    Separate source and target vocabularies live in `source/` and `target/`:
-    comparing only a folder's top-level files would find two empty sets equal.
-
-    Example:
-
-    >>> import tempfile
-    >>> root = pathlib.Path(tempfile.mkdtemp())
-    >>> (root / "source").mkdir(); _ = (root / "source" / "spm.model").write_bytes(b"x")
-    >>> folder_files(root)
-    {'source/spm.model': b'x'}
-    """
-    folder = pathlib.Path(folder)
-    if not folder.is_dir():
-        return {}
-    return {item.relative_to(folder).as_posix(): item.read_bytes()
-            for item in sorted(folder.rglob("*")) if item.is_file()}
-
-
-def same_vocabulary(first, second):
-    """Whether two vocabulary folders hold the same files with the same bytes (subfolders included)."""
-    return folder_files(first) == folder_files(second)
-
-
-def checkpoint_vocabulary(path):
-    """The vocabulary folder of the run or export that wrote the weights file `path`, or None.
-
-    Looks where this package puts it: an export's `assets.extra/vocab` beside
-    `assets.extra/model.weights.h5`, a workdir's `data/vocab` beside its
-    `averaged.weights.h5` or above its `checkpoints/ckpt-XXXX.weights.h5`.
-
-    Example:
-
-    >>> import tempfile
-    >>> run = pathlib.Path(tempfile.mkdtemp()).resolve()
-    >>> (run / "data" / "vocab").mkdir(parents=True)
-    >>> checkpoint_vocabulary(run / "checkpoints" / "ckpt-0003.weights.h5") == run / "data" / "vocab"
-    True
-    >>> checkpoint_vocabulary(run / "elsewhere" / "deeper" / "my.weights.h5") is None
-    True
-    """
-    folder = pathlib.Path(path).resolve().parent
-    candidates = (folder / VOCAB_DIR, folder / WORKDIR_VOCAB, folder.parent / WORKDIR_VOCAB)
-    return next((candidate for candidate in candidates if candidate.is_dir()), None)
-
-
-def adopt_vocabulary(checkpoint, vocab_dir):
-    """A fine-tuning run tokenizes with the vocabulary its initial weights were trained with.
-
-    A new workdir copies it (so `data/vocab` is never learned afresh, with other
-    ids); a workdir that already has a vocabulary must hold the same files.
-
-    Raises:
-        ConfigError: `vocab_dir` exists and differs from the checkpoint's vocabulary.
-    """
-    source = checkpoint_vocabulary(checkpoint)
-    if source is None:
-        log.warning("training.init_checkpoint: no vocabulary beside %s (an export's assets.extra/vocab or a "
-                    "workdir's data/vocab): the workdir's own is used, so its ids must be the ones the weights "
-                    "were trained with.", checkpoint)
-        return
-    vocab_dir = pathlib.Path(vocab_dir)
-    if vocab_dir.exists():
-        if not same_vocabulary(vocab_dir, source):
-            raise ConfigError(f"training.init_checkpoint: the weights in {checkpoint} were trained with the "
-                              f"vocabulary in {source}, and this workdir's {vocab_dir} differs from it. Fine-tune "
-                              f"in a new workdir: it takes the checkpoint's vocabulary.")
-        return
-    staging = staging_folder(vocab_dir)
-    shutil.copytree(source, staging, dirs_exist_ok=True)
-    os.replace(staging, vocab_dir)
-    log.info("Vocabulary copied from %s, the init checkpoint's", source)
-
-
 # ------------------------------------------------------------------ model files
 def read_model_file(path):
     """A model folder's `model.yaml`: `(TransformerConfig, DecodeOptions)`.
@@ -533,13 +443,14 @@ class LoadedModels(typing.NamedTuple):
     decoding: DecodeOptions
 
 
-def model_folder(path, checkpoint=None, average=None):
+def model_folder(path, checkpoint=None, average=None, checked=False):
     """Reads what a training workdir or an export holds, without building any model.
 
     Args:
         path: a workdir (`model.yaml`, `checkpoints/`) or an export (`saved_model.pb`, `assets.extra/`).
         checkpoint: a `.weights.h5` file (workdirs only); default: the last epoch checkpoint.
         average: average the last `average` checkpoints instead (workdirs only).
+        checked: the caller ran `layout.check_models` on these arguments already (`load_models` does).
 
     Returns:
         A `ModelFolder`.
@@ -554,8 +465,8 @@ def model_folder(path, checkpoint=None, average=None):
     >>> folder.kind, len(folder.members)                       # doctest: +SKIP
     ('export', 1)
     """
-    check_weights_choice(path, checkpoint, average)
-    check_model_folder(path)
+    if not checked:
+        check_models(path, checkpoint, average)
     path = pathlib.Path(path)
     if is_export(path):
         extra = path / EXTRA_DIR
@@ -593,7 +504,7 @@ def build_member(member):
     return load_weights_files(build_model(member.config), member.weights)
 
 
-def load_models(paths, checkpoint=None, average=None, require_vocabulary=False):
+def load_models(paths, checkpoint=None, average=None, require_vocabulary=False, checked=False):
     """Loads the Keras models of a workdir, an export, or several of them (an ensemble).
 
     Args:
@@ -604,6 +515,8 @@ def load_models(paths, checkpoint=None, average=None, require_vocabulary=False):
         average: average the last `average` epoch checkpoints of each workdir.
         require_vocabulary: refuse, before building any model, a run without
             one (trained on synthetic data: no text to translate).
+        checked: the caller ran `layout.check_models` on these arguments already (`load_translator` does);
+            otherwise this runs it, once for all paths.
 
     Returns:
         `LoadedModels(models, configs, vocab_dir, decoding)`: lists of built
@@ -621,11 +534,9 @@ def load_models(paths, checkpoint=None, average=None, require_vocabulary=False):
 
     >>> models, configs, vocab = load_models("saved_models/multi30k_en_de")  # doctest: +SKIP
     """
-    many = isinstance(paths, (list, tuple))
-    paths = list(paths) if many else [paths]
-    if not paths:
-        raise ConfigError("No model given (an empty list).")
-    check_weights_choice(paths, checkpoint, average)
+    paths = list(paths) if isinstance(paths, (list, tuple)) else [paths]
+    if not checked:
+        check_models(paths, checkpoint, average)
     if len(paths) == 1:
         if isinstance(checkpoint, (list, tuple)):
             if len(checkpoint) != 1:
@@ -649,7 +560,8 @@ def load_models(paths, checkpoint=None, average=None, require_vocabulary=False):
 
 
 def _load_folders(paths, checkpoints, average, require_vocabulary):
-    folders = [model_folder(path, path_checkpoint, average) for path, path_checkpoint in zip(paths, checkpoints)]
+    folders = [model_folder(path, path_checkpoint, average, checked=True)
+               for path, path_checkpoint in zip(paths, checkpoints)]
     for folder in folders[1:]:
         if not same_vocabulary(folder.vocab_dir or "", folders[0].vocab_dir or "") or \
                 (folder.vocab_dir is None) != (folders[0].vocab_dir is None):

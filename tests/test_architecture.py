@@ -17,18 +17,20 @@ LAYERS = [
                 "decoding.options", "interface"]),
     ("core", ["config", "masking", "layers", "layers.*", "model", "losses", "metrics", "schedules", "optimizers",
               "decoding", "decoding.*", "attention_maps", "keras_internals", "data.batching", "data.stream",
-              "data.synthetic", "data.packed", "ctranslate2_translator", "footprint"]),
+              "data.synthetic", "data.packed", "footprint"]),
     ("experiment", ["experiment", "experiment.*", "config_reference"]),
     ("workdir", ["workdir", "evaluation"]),
+    ("engines", ["engines", "engines.packed", "engines.ctranslate2"]),  # the engines TensorFlow-free
     ("training", ["trainer", "trainer.*"]),
     ("tensorflow", ["data.corpus", "data.tokenizers", "data.tokenizers.*", "data.pipeline", "data.pipeline.*",
-                    "data.build", "distribute", "translation", "exports.savedmodel", "exports.ctranslate2", "warmup",
-                    "callbacks"]),
-    ("user", ["training", "trainer.packed", "inference", "arrays", "distillation", "serving", "serving.*"]),
+                    "data.build", "distribute", "engines.tensorflow", "engines.tensorflow_graph",
+                    "engines.tensorflow_threads", "exports.savedmodel", "exports.ctranslate2", "warmup", "callbacks"]),
+    ("user", ["engines.loader", "training", "trainer.packed", "inference", "arrays", "distillation", "serving",
+              "serving.*"]),
     ("plotting", ["plotting"]),
     ("cli", ["cli"]),
 ]
-TENSORFLOW_LAYER = 5
+TENSORFLOW_LAYER = 6
 # Third-party modules a function may import: optional, or heavy and needed by one path only (each site says so),
 # and Keras internals, imported where they are used (in keras_internals only, as a test below checks).
 LATE_IMPORTS = {"matplotlib", "jax", "ctranslate2", "tensorboard", "tensorflow_datasets", "sentencepiece",
@@ -190,7 +192,7 @@ def test_no_module_re_exports_a_name_it_imports_from_another_keras_transformer_m
 
 
 def test_each_name_is_imported_from_the_module_that_defines_it():
-    """`from keras_transformer.inference import load_translator`, never the same function through a module that
+    """`from keras_transformer import load_translator`, never the same function through a module that
     happens to import it; a package's `__init__` is a place to import its public names from."""
     modules, packages = _modules(), _packages()
     defined = {name: _defined(tree) for name, tree in modules.items()}
@@ -223,7 +225,8 @@ def test_imports_inside_functions_are_for_optional_or_heavy_dependencies_only():
         for node, imported, _, top_level, external in _imports(tree, modules):
             if top_level:
                 continue
-            if imported is not None and name != "cli":  # the command line defers its commands (fast --help)
+            # the command line defers its commands (fast --help), the loader its engines (no TensorFlow unless needed)
+            if imported is not None and name not in ("cli", "engines.loader"):
                 late.append(f"{name} line {node.lineno}: keras_transformer.{imported}")
             elif imported is None and not any(external == allowed or external.startswith(allowed + ".")
                                               for allowed in LATE_IMPORTS):
@@ -268,7 +271,8 @@ def test_decoding_strategies_live_only_in_the_decoding_package():
 
 @pytest.mark.parametrize("statement", ["import keras_transformer",
                                        "from keras_transformer.decoding import DecodeOptions",
-                                       "from keras_transformer.ctranslate2_translator import CTranslate2Translator",
+                                       "from keras_transformer.engines.ctranslate2 import CTranslate2Translator",
+                                       "from keras_transformer.engines.loader import load_translator",
                                        "from keras_transformer import serving; serving.check_installed()",
                                        "import keras_transformer.experiment; import keras_transformer.errors",
                                        "from keras_transformer import cli; cli.build_parser()",

@@ -9,8 +9,9 @@ import pytest
 
 from keras_transformer import arrays, cli, training
 from keras_transformer.data.packed import ARRAYS_FILE, arrays_to_ragged, load_arrays, make_batches, save_arrays
+from keras_transformer.engines.packed import sentencepiece_processors
 from keras_transformer.errors import ConfigError
-from keras_transformer.inference import load_translator
+from keras_transformer import load_translator
 from keras_transformer.trainer.backup import resumed_seed
 from keras_transformer.trainer.packed import PackedBatches, packed_data, packed_experiment, train_arrays
 from factories import backup_weights, noam_learning_rates, sigterm_at_update
@@ -416,7 +417,7 @@ def test_scoring_without_tensorflow_matches_the_translator(packed, trained, tmp_
     lines = read_lines(folder / "val.en")
     assert len(lines) == 12
     # SentencePiece through the `sentencepiece` package gives the ids of the tensorflow-text tokenizer.
-    source_processor, target_processor = arrays.sentencepiece_processors(copy / "data" / "vocab")
+    source_processor, target_processor = sentencepiece_processors(copy / "data" / "vocab")
     tokenizer, _ = tokenizers.load_tokenizers(copy / "data" / "vocab")
     assert [source_processor.encode(line) for line in lines] == tokenizer.tokenize(lines).to_list()
     # Same translations as the TensorFlow Translator.

@@ -94,16 +94,17 @@ def test_alpha_zero_and_other_finite_values_parse():
 
 
 def test_early_exit_flag_reaches_the_translator_and_the_export(monkeypatch, capsys, tmp_path):
-    from keras_transformer import inference
+    from keras_transformer import inference  # noqa: F401 (imported before the loader is patched: it binds it)
+    from keras_transformer.engines import loader
     from keras_transformer.exports import savedmodel
     monkeypatch.chdir(tmp_path)
     for folder in ("m", "w"):  # model folders as far as the checks before TensorFlow can tell
         (tmp_path / folder).mkdir()
         (tmp_path / folder / "model.yaml").write_text("d_model: 64\n", encoding="utf-8")
     seen = []
-    monkeypatch.setattr(inference, "load_translator", lambda model, checkpoint, average, **options: seen.append(
-        options["early_exit"]))
-    monkeypatch.setattr(inference, "translate", lambda translator, chunk, batch_size: [])
+    nothing = type("Translator", (), {"translate_lines": lambda self, chunk, batch_size: []})()
+    monkeypatch.setattr(loader, "load_translator", lambda model, checkpoint, average, checked, **options: seen.append(
+        options["early_exit"]) or nothing)
     monkeypatch.setattr(savedmodel, "export", lambda workdir, out, **options: seen.append(options.get("early_exit"))
                         or out)
     for argv in (["translate", "--model", "m", "a"], ["translate", "--model", "m", "--early-exit", "a"],
@@ -116,6 +117,7 @@ def test_decoding_arguments_reach_translate_evaluate_and_export_as_options(monke
     """One set of decoding arguments for the three commands: the sampling ones (alone, they mean --strategy sample)
     arrive as DecodeOptions fields, and a combination that cannot go together is refused before TensorFlow loads."""
     from keras_transformer import inference
+    from keras_transformer.engines import loader
     from keras_transformer.exports import savedmodel
     monkeypatch.chdir(tmp_path)
     for folder in ("m", "w"):
@@ -125,7 +127,7 @@ def test_decoding_arguments_reach_translate_evaluate_and_export_as_options(monke
     seen = []
     nothing = type("Translator", (), {"translate_lines": lambda self, chunk, batch_size: [],
                                       "n_best_lines": lambda self, chunk, batch_size: []})()
-    monkeypatch.setattr(inference, "load_translator", lambda model, checkpoint, average, **options: seen.append(
+    monkeypatch.setattr(loader, "load_translator", lambda model, checkpoint, average, checked, **options: seen.append(
         {k: v for k, v in options.items() if v is not None}) or nothing)
     monkeypatch.setattr(inference, "evaluate", lambda *args, **options: seen.append(
         {k: v for k, v in options.items() if k in ("strategy", "top_k", "top_p", "temperature", "seed")
@@ -297,8 +299,9 @@ def load_once():
     the translations: every load builds the model and traces its search again (seconds). Its own MonkeyPatch,
     so that a test's `monkeypatch.undo()` leaves it in place."""
     from keras_transformer import inference
+    from keras_transformer.engines import loader
 
-    real = inference.load_translator
+    real = loader.load_translator
 
     def load_translator(model, checkpoint=None, average=None, **options):
         paths = tuple(map(str, model)) if isinstance(model, (list, tuple)) else str(model)
@@ -307,7 +310,8 @@ def load_once():
             _LOADED[key] = real(model, checkpoint, average, **options)
         return _LOADED[key]
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(inference, "load_translator", load_translator)
+        patch.setattr(inference, "load_translator", load_translator)  # evaluate's
+        patch.setattr(loader, "load_translator", load_translator)  # translate's and serve's
         yield
 
 

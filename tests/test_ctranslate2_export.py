@@ -16,7 +16,7 @@ ctranslate2 = pytest.importorskip("ctranslate2")
 import keras_transformer as kt  # noqa: E402
 from keras_transformer.exports import ctranslate2 as ce  # noqa: E402
 from keras_transformer import decoding  # noqa: E402
-from keras_transformer.ctranslate2_translator import (CTranslate2Translator, gnmt_length_penalty,  # noqa: E402
+from keras_transformer.engines.ctranslate2 import (CTranslate2Translator, gnmt_length_penalty,  # noqa: E402
                                                       is_ctranslate2_model, read_metadata)
 from keras_transformer.errors import ConfigError  # noqa: E402
 
@@ -95,7 +95,7 @@ _KERAS_TRANSLATORS = {}
 
 def keras_translator(trained_copy_model, tokenizer, **options):
     """The package's own Translator for these settings, built (and traced) once per module."""
-    from keras_transformer.translation import Translator
+    from keras_transformer.engines.tensorflow import Translator
 
     key = tuple(sorted(options.items()))
     if key not in _KERAS_TRANSLATORS:
@@ -398,7 +398,7 @@ def test_the_readme_snippet_serves_without_tensorflow(copy_export):
     folder = copy_export[0]
     readme = (folder / "README.md").read_text()
     snippet = readme.split("```python\n")[1].split("```")[0]  # "Translate with keras_transformer"
-    assert "from keras_transformer.ctranslate2_translator import CTranslate2Translator" in snippet
+    assert "from keras_transformer.engines.ctranslate2 import CTranslate2Translator" in snippet
     check = ("import sys\n"
              "loaded = sorted({name.split('.')[0] for name in sys.modules} & {'tensorflow', 'keras'})\n"
              "assert not loaded, f'the README snippet imported {loaded}'\n"
@@ -411,7 +411,7 @@ def test_the_readme_snippet_serves_without_tensorflow(copy_export):
 
 CPU_BACKEND_CHECK = """
 import json, os, sys
-from keras_transformer.ctranslate2_translator import CTranslate2Translator, usable_cpus
+from keras_transformer.engines.ctranslate2 import CTranslate2Translator, usable_cpus
 from keras_transformer.errors import ConfigError
 translator = CTranslate2Translator(sys.argv[1])
 result = {"backend": translator.cpu_backend, "variable": os.environ.get("CT2_USE_MKL"),
@@ -457,10 +457,10 @@ def test_the_three_engines_share_one_interface(trained_copy_model, copy_export):
     """The TensorFlow, CTranslate2 and packed translators of one model answer the interface's questions alike:
     the same translations, n-best lists (best first, the first one the translation), forced scores, and attention
     maps where the engine has them (CTranslate2 refuses by name)."""
-    from keras_transformer.arrays import PackedTranslator, sentencepiece_processors
+    from keras_transformer.engines.packed import PackedTranslator, sentencepiece_processors
     from keras_transformer.decoding import DecodeOptions
     from keras_transformer.interface import TranslatorInterface
-    from keras_transformer.translation import Translator
+    from keras_transformer.engines.tensorflow import Translator
 
     model, config = trained_copy_model
     folder, vocab_dir, tokenizer = copy_export
@@ -498,6 +498,168 @@ def test_the_three_engines_share_one_interface(trained_copy_model, copy_export):
         engines["ctranslate2"].attention(SENTENCES[1])
 
 
+# Awkward lines, one per rule of `TranslatorInterface`'s line handling. The words around the bad bytes are the copy
+# model's own: on unknown words alone its distribution is near-uniform, where CTranslate2 may rank pad or bos
+# inside its beam (see CTranslate2Translator), which says nothing of the line handling.
+AWKWARD = ["", " \t ", "w5 \ud800 w6", b"w7 \xff w8 \xc3", " ".join(f"w{4 + i % 28}" for i in range(3000)),
+           "w9 w10 w11"]
+_AWKWARD_REFERENCE = {}
+
+
+def awkward_engine(name, trained_copy_model, copy_export):
+    """The engine `name` of the copy model, decoding as its CTranslate2 export was written (beam 4, alpha 0.6,
+    max_extra 5, CTranslate2's stopping rule)."""
+    from keras_transformer.engines.packed import PackedTranslator, sentencepiece_processors
+
+    model, config = trained_copy_model
+    folder, vocab_dir, tokenizer = copy_export
+    options = dict(beam_size=4, alpha=0.6, max_extra=5, early_exit=True)
+    if name == "tensorflow":
+        return keras_translator(trained_copy_model, tokenizer, **options)
+    if name == "ctranslate2":
+        return CTranslate2Translator(folder)
+    return PackedTranslator(model, sentencepiece_processors(vocab_dir), config, decoding.DecodeOptions(**options))
+
+
+def awkward_outputs(translator):
+    translations = translator.translate_lines(AWKWARD, batch_size=2)
+    return translations, translator.n_best_lines(AWKWARD, batch_size=4), translator.score_lines(AWKWARD, translations)
+
+
+@pytest.mark.slow  # three engines, a 3,000-word line each: about 10 CPU seconds
+@pytest.mark.parametrize("engine", ["tensorflow", "ctranslate2", "packed"])
+def test_awkward_lines_give_every_engine_the_same_outputs(engine, trained_copy_model, copy_export):
+    """Blank and whitespace-only lines, a lone surrogate, invalid UTF-8 bytes and a 3,000-word line: each engine
+    translates, n-bests and scores them as the TensorFlow engine does, and each as its cleaned text would be."""
+    if "tensorflow" not in _AWKWARD_REFERENCE:
+        _AWKWARD_REFERENCE["tensorflow"] = awkward_outputs(awkward_engine("tensorflow", trained_copy_model,
+                                                                          copy_export))
+    translator = awkward_engine(engine, trained_copy_model, copy_export)
+    translations, n_best, scores = awkward_outputs(translator)
+    expected_translations, expected_n_best, expected_scores = _AWKWARD_REFERENCE["tensorflow"]
+    assert translations == expected_translations
+    assert [row[0][0] for row in n_best] == translations and [len(row) for row in n_best] == [4] * len(AWKWARD)
+    np.testing.assert_allclose([row[0][1] for row in n_best], [row[0][1] for row in expected_n_best], atol=2e-4)
+    np.testing.assert_allclose(scores, expected_scores, atol=2e-4)
+    # What the cleaned lines give, asked another way: blanks are "" (score 0), bad bytes are U+FFFD each, and a
+    # long line is its first max_length - 1 words (the word model's pieces).
+    assert translations[:2] == ["", ""] and n_best[0] == n_best[1] == [("", 0.0)] * 4
+    max_source = trained_copy_model[1].max_length
+    assert translator(["w5 \ufffd\ufffd\ufffd w6", "w7 \ufffd w8 \ufffd"]) == translations[2:4]
+    assert translator(" ".join(AWKWARD[4].split()[:max_source - 1])) == translations[4]
+
+
+@pytest.mark.parametrize("engine", ["tensorflow", "ctranslate2", "packed"])
+def test_each_engine_refuses_a_strategy_it_does_not_implement_by_name(engine, trained_copy_model, copy_export,
+                                                                       monkeypatch):
+    """A strategy added to the registry is not run by an engine that does not implement it (CTranslate2 ran any
+    strategy but sampling as greedy decoding): building the engine with it, or asking `with_options`, is refused."""
+    from keras_transformer.decoding import registry
+    from keras_transformer.engines.packed import PackedTranslator, sentencepiece_processors
+    from keras_transformer.engines.tensorflow import Translator
+
+    model, config = trained_copy_model
+    folder, vocab_dir, tokenizer = copy_export
+    translator = awkward_engine(engine, trained_copy_model, copy_export)
+    assert translator.strategies == ("beam", "greedy", "sample")
+    monkeypatch.setitem(registry.STRATEGIES, "typical", "typical")  # a strategy registered after the engines
+    options = translator.options.replace(strategy="typical")
+    build = {"tensorflow": lambda: Translator(model, tokenizer, tokenizer, options),
+             "ctranslate2": lambda: CTranslate2Translator(folder, options),
+             "packed": lambda: PackedTranslator(model, sentencepiece_processors(vocab_dir), config, options)}
+    message = f"The {engine} engine does not implement strategy 'typical': it decodes with beam, greedy, sample only"
+    with pytest.raises(ConfigError, match=message):
+        build[engine]()
+    with pytest.raises(ConfigError, match=message):
+        translator.with_options(options)
+
+
+@pytest.fixture(scope="module")
+def packed_copy_folder(trained_copy_model, copy_export, tmp_path_factory):
+    """A packed workdir of the copy model (`arrays/` beside `model.yaml`, its word vocabulary, one checkpoint),
+    decoding as the CTranslate2 export does: what the loader gives the packed engine."""
+    import shutil
+
+    from keras_transformer.workdir import write_model_file
+
+    model, config = trained_copy_model
+    folder = tmp_path_factory.mktemp("packed_copy") / "run"
+    (folder / "arrays").mkdir(parents=True)
+    (folder / "checkpoints").mkdir()
+    shutil.copytree(copy_export[1], folder / "data" / "vocab")
+    write_model_file(folder / "model.yaml", config, decoding.DecodeOptions(beam_size=4, alpha=0.6, max_extra=5,
+                                                                           early_exit=True))
+    model.save_weights(str(folder / "checkpoints" / "ckpt-0001.weights.h5"))
+    return folder
+
+
+LOADER_WITHOUT_TENSORFLOW = """
+import json, sys
+class _NoTensorFlow:  # importing TensorFlow fails, as on a machine without it
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("tensorflow", "tensorflow_text", "tf_keras"):
+            raise ImportError(f"No module named {name!r} (hidden)")
+sys.meta_path.insert(0, _NoTensorFlow())
+from keras_transformer import load_translator
+lines = json.loads(sys.argv[3])
+ct2, packed = load_translator(sys.argv[1]), load_translator(sys.argv[2])
+print(json.dumps({"engines": [ct2.engine, packed.engine], "ctranslate2": ct2.translate_lines(lines),
+                  "packed": packed.translate_lines(lines), "tensorflow": "tensorflow" in sys.modules}))
+"""
+
+
+@pytest.mark.slow  # a fresh interpreter importing JAX and Keras: about 8 CPU seconds
+def test_the_loader_translates_a_ctranslate2_export_and_a_packed_workdir_without_tensorflow(copy_export,
+                                                                                           packed_copy_folder):
+    """`keras_transformer.load_translator` picks the engine from the folder and imports it only: with TensorFlow
+    unimportable (Keras on JAX), both translate, alike, and TensorFlow never enters `sys.modules`."""
+    lines = SENTENCES + ["", "w5 \ud800 w6"]
+    env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu",
+           "PYTHONPATH": str(pathlib.Path(__file__).resolve().parents[1])}
+    run = subprocess.run([sys.executable, "-c", LOADER_WITHOUT_TENSORFLOW, str(copy_export[0]),
+                          str(packed_copy_folder), json.dumps(lines)], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    assert result["engines"] == ["ctranslate2", "packed"] and result["tensorflow"] is False
+    assert result["ctranslate2"] == result["packed"] == CTranslate2Translator(copy_export[0]).translate_lines(lines)
+
+
+def test_the_loader_picks_the_engine_and_the_command_line_checks_each_folder_once(copy_export, packed_copy_folder,
+                                                                                 monkeypatch, capsys):
+    """A packed workdir gets the packed engine (or the one asked for; several, the TensorFlow engine's ensemble), a
+    CTranslate2 export the CTranslate2 one and nothing else; `keras-transformer translate` checks the weights
+    options and the folder once."""
+    from keras_transformer import cli, layout, load_translator
+    from keras_transformer.engines.loader import model_engine
+
+    assert [model_engine(path) for path in (copy_export[0], packed_copy_folder)] == ["ctranslate2", "packed"]
+    with pytest.raises(ConfigError, match="is a CTranslate2 export: the packed engine cannot read it"):
+        load_translator(copy_export[0], engine="packed")
+    with pytest.raises(ConfigError, match="is not a CTranslate2 export"):
+        load_translator(packed_copy_folder, engine="ctranslate2")
+    with pytest.raises(ConfigError, match="which decodes alone"):
+        load_translator([copy_export[0], packed_copy_folder])
+    with pytest.raises(ConfigError, match="engine must be one of tensorflow, ctranslate2, packed"):
+        load_translator(packed_copy_folder, engine="torch")
+    assert load_translator([packed_copy_folder, packed_copy_folder]).engine == "tensorflow"  # ensembles' engine
+    packed = load_translator(packed_copy_folder, jit_compile=True)  # the TensorFlow engine's setting: ignored
+    ct2 = CTranslate2Translator(copy_export[0])
+    assert packed.engine == "packed" and packed.translate_lines(SENTENCES) == ct2.translate_lines(SENTENCES)
+    greedy = packed.with_options(packed.options.replace(strategy="greedy"))  # what `serve` asks per request
+    assert greedy.model is packed.model and packed.with_options(packed.options) is packed
+    assert greedy.translate_lines(SENTENCES) == ct2.with_options(greedy.options).translate_lines(SENTENCES)
+    calls = []
+    for name in ("check_weights_choice", "check_model_folder"):
+        real = getattr(layout, name)
+        monkeypatch.setattr(layout, name, lambda *args, real=real, name=name: calls.append(name) or real(*args))
+    for folder in (copy_export[0], packed_copy_folder):
+        calls.clear()
+        assert cli.main(["translate", "--model", str(folder), SENTENCES[0], SENTENCES[1]]) == 0
+        assert sorted(calls) == ["check_model_folder", "check_weights_choice"], folder
+        assert capsys.readouterr().out.splitlines() == packed.translate_lines(SENTENCES[:2])
+
+
 def test_ctranslate2_samples_with_its_own_sampling_reproducibly(copy_export):
     """The options' sampling settings go to CTranslate2's own sampling; a seed gives the same draws again."""
     folder = copy_export[0]
@@ -529,7 +691,7 @@ def test_a_ctranslate2_export_is_written_as_a_savedmodel_is_one_writer_a_manifes
 
     from keras_transformer import cli
     from keras_transformer.errors import ExportDamagedError, WorkdirBusyError
-    from keras_transformer.inference import load_translator
+    from keras_transformer import load_translator
 
     folder, vocab_dir, _ = copy_export
     model, config = trained_copy_model

@@ -337,13 +337,14 @@ def test_sampling_draws_are_bit_identical_under_jax(losses_under_jax):
 SHIPPED_SCRIPT = """
 import pathlib
 from keras_transformer import arrays
+from keras_transformer.engines.packed import sentencepiece_processors
 from keras_transformer.model import build_model
 from keras_transformer.workdir import read_model_file
 extra = pathlib.Path(sys.argv[1]) / "assets.extra"
 config, options = read_model_file(extra / "model.yaml")
 model = build_model(config)
 model.load_weights(str(extra / "model.weights.h5"))
-source, target = arrays.sentencepiece_processors(extra / "vocab")
+source, target = sentencepiece_processors(extra / "vocab")
 lines = json.loads(sys.argv[2])
 print(json.dumps(arrays.translate_lines(model, lines, source, target, options=options)))
 """

@@ -134,7 +134,7 @@ _WITHOUT_SCALE_LOSS = textwrap.dedent("""
         return keras_import(name, globals, locals, fromlist, level)
 
     builtins.__import__ = moved
-    import keras_transformer.evaluation, keras_transformer.training, keras_transformer.translation
+    import keras_transformer.evaluation, keras_transformer.training, keras_transformer.engines.tensorflow
     from keras_transformer import cli, keras_internals, losses
     losses.RDropLoss(5.0)
     try:

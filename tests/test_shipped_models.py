@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer import evaluation, inference, plotting
-from keras_transformer.translation import Translator
+from keras_transformer.engines.tensorflow import Translator
 
 # Its module fixtures are expensive: `make test` (--dist loadgroup) runs the whole file on one worker, so they
 # are built once.

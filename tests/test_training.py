@@ -22,7 +22,8 @@ from keras_transformer.trainer import loop as trainer_loop
 from keras_transformer.trainer.backup import resumed_seed
 from keras_transformer.trainer.callbacks import HistoryCSV, LearningRateLogger
 from keras_transformer.trainer.precision import cpu_has_native_bfloat16, progress_verbosity, resolve_precision
-from keras_transformer.workdir import checkpoint_vocabulary, epoch_checkpoints, load_weights
+from keras_transformer.layout import checkpoint_vocabulary
+from keras_transformer.workdir import epoch_checkpoints, load_weights
 
 from factories import REPO, SMALL_MODEL, backup_weights, noam_learning_rates
 from factories import SMALL_RUN as SMALL

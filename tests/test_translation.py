@@ -5,7 +5,8 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer import decoding
-from keras_transformer.translation import EAGER_SENTENCES, TRAINED_CHUNK_SIZE, Translator, bucket_sizes, bucket_table
+from keras_transformer.engines.tensorflow import EAGER_SENTENCES, TRAINED_CHUNK_SIZE, Translator
+from keras_transformer.engines.tensorflow_graph import bucket_sizes, bucket_table
 
 SENTENCES = ["w5 w6 w7", "w8 w9 w10 w11 w12 w13 w14", "w16", "w20 w21 w22 w23 w24 w25"]
 
@@ -289,7 +290,7 @@ def test_configure_threads_sets_the_pools_before_tensorflow_starts_and_refuses_a
     code = f"""
 import json, os
 os.environ.pop("XLA_FLAGS", None)
-from keras_transformer.translation import configure_threads
+from keras_transformer.engines.tensorflow_threads import configure_threads
 print(json.dumps(configure_threads(inter_op=1, intra_op=2)))
 for flags in {[flags for flags, _ in cases]!r}:
     os.environ.pop("XLA_FLAGS", None)
@@ -311,7 +312,7 @@ print(float(tf.function(lambda x: tf.matmul(x, x), jit_compile=True)(tf.ones((2,
     assert json.loads(lines[0]) == [1, 2]
     assert [json.loads(line) for line in lines[1:4]] == [[[1, 1], expected] for _, expected in cases]
     assert lines[4] == "2.0" and any(dump.iterdir())
-    from keras_transformer.translation import configure_threads
+    from keras_transformer.engines.tensorflow_threads import configure_threads
 
     current = tf.config.threading.get_inter_op_parallelism_threads()
     with pytest.raises(RuntimeError, match="configure_threads: TensorFlow has already run an op"):

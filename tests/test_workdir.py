@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from factories import make_workdir, tiny_config
-from keras_transformer import workdir
+from keras_transformer import layout, workdir
 from keras_transformer.errors import CheckpointError, CheckpointNotFoundError, ConfigError
 
 
@@ -23,12 +23,12 @@ def test_separate_vocabularies_that_differ_are_told_apart(tmp_path):
     """Separate vocabularies live in source/ and target/: comparing only top-level files found two empty sets."""
     _run(tmp_path / "a", 1, SEPARATE)
     _run(tmp_path / "b", 2, {**SEPARATE, "target/spm.model": b"french"})
-    assert not workdir.same_vocabulary(tmp_path / "a" / "data" / "vocab", tmp_path / "b" / "data" / "vocab")
+    assert not layout.same_vocabulary(tmp_path / "a" / "data" / "vocab", tmp_path / "b" / "data" / "vocab")
     with pytest.raises(ConfigError, match="different vocabulary"):
         workdir.load_models([tmp_path / "a", tmp_path / "b"])
     # Fine-tuning into a workdir whose own separate vocabulary differs from the checkpoint's is refused too.
     with pytest.raises(ConfigError, match="differs from it"):
-        workdir.adopt_vocabulary(tmp_path / "a" / "checkpoints" / "ckpt-0001.weights.h5",
+        layout.adopt_vocabulary(tmp_path / "a" / "checkpoints" / "ckpt-0001.weights.h5",
                                  tmp_path / "b" / "data" / "vocab")
 
 
@@ -41,8 +41,8 @@ def test_an_ensemble_of_runs_sharing_a_vocabulary_loads_each_run_s_own_weights(t
         for a, b in zip(loaded.get_weights(), original.get_weights()):
             np.testing.assert_array_equal(a, b)
     # A fresh copy of the vocabulary for a fine-tuning workdir: the same files, subfolders included.
-    workdir.adopt_vocabulary(tmp_path / "a" / "checkpoints" / "ckpt-0001.weights.h5", tmp_path / "c" / "data" / "vocab")
-    assert workdir.folder_files(tmp_path / "c" / "data" / "vocab") == {
+    layout.adopt_vocabulary(tmp_path / "a" / "checkpoints" / "ckpt-0001.weights.h5", tmp_path / "c" / "data" / "vocab")
+    assert layout.folder_files(tmp_path / "c" / "data" / "vocab") == {
         name: content for name, content in sorted(SEPARATE.items())}
 
 

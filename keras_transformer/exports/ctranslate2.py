@@ -6,7 +6,7 @@ int8. It is an optional dependency (the ``ctranslate2`` extra,
 ``pip install ".[ctranslate2]"``): this module imports ``ctranslate2`` and ``sentencepiece`` inside the functions
 that need them. Exporting reads a Keras model, so this module imports Keras (and
 with it TensorFlow); serving does not: `CTranslate2Translator` lives in
-`keras_transformer.ctranslate2_translator`, which imports neither, so a serving
+`keras_transformer.engines.ctranslate2`, which imports neither, so a serving
 process needs only ``ctranslate2``, ``sentencepiece`` and ``numpy`` (the export's
 README names that module).
 
@@ -57,7 +57,7 @@ import shutil
 
 import numpy as np
 
-from keras_transformer.ctranslate2_translator import (FORMAT, FORMAT_VERSION, CTranslate2Translator,
+from keras_transformer.engines.ctranslate2 import (FORMAT, FORMAT_VERSION, CTranslate2Translator,
                                                      is_ctranslate2_model, read_metadata)
 from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.errors import ConfigError
@@ -386,7 +386,7 @@ SentencePiece model: {tokenizer}. `{CTRANSLATE2_METADATA}` records the settings 
 ## Translate with keras_transformer
 
 ```python
-from keras_transformer.ctranslate2_translator import CTranslate2Translator
+from keras_transformer.engines.ctranslate2 import CTranslate2Translator
 translator = CTranslate2Translator("this/folder")          # compute_type="int8", intra_threads=4, ...
 translator(["A man rides a bike."])
 ```

@@ -48,7 +48,7 @@ from keras_transformer.exports import Exporter
 from keras_transformer.exports.folder import MANIFEST, check_export_sizes, export_lock, writing_export
 from keras_transformer.layout import (EXTRA_DIR, MEMBERS_DIR, MODEL_CONFIG, MODEL_WEIGHTS, VOCAB_DIR,
                                       check_export_destination, is_export)
-from keras_transformer.translation import TRAINED_CHUNK_SIZE, Translator
+from keras_transformer.engines.tensorflow import TRAINED_CHUNK_SIZE, Translator
 from keras_transformer.warmup import warmup_requests, write_warmup_file
 from keras_transformer.workdir import load_models, read_model_file, write_model_file, write_weights_file
 
@@ -100,7 +100,7 @@ class TranslatorModule(tf.Module):
         """The `Translator` the signatures run."""
         return self._held.translator
 
-    # Signatures are traced without AutoGraph, as the Translator's methods are (see translation.py).
+    # Signatures are traced without AutoGraph, as the Translator's methods are (see engines/tensorflow.py).
     @tf.function(autograph=False, input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
     def serve(self, inputs):
         """Best translation and its score for each input string."""
@@ -147,7 +147,7 @@ def export_translator(translator, directory, config=None, overwrite=False):
     """Writes `translator` as a SavedModel (see the module docstring for the layout).
 
     Args:
-        translator: a `keras_transformer.translation.Translator`.
+        translator: a `keras_transformer.engines.tensorflow.Translator`.
         directory: output folder.
         config: the model's `TransformerConfig` (an ensemble: a list, one per
             member); with it, `assets.extra/` also holds the Keras weights, config

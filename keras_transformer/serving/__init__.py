@@ -1,7 +1,7 @@
 """`keras-transformer serve`: any model folder behind HTTP, speaking TensorFlow Serving's REST API.
 
 One process serves one model (a training workdir, a SavedModel or CTranslate2
-export, or an ensemble: whatever `inference.load_translator` loads; the command
+export, or an ensemble: whatever `keras_transformer.load_translator` loads; the command
 line hands `serve` the loading function). Endpoints (docs/serving.md):
 
 ```

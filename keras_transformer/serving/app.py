@@ -57,7 +57,7 @@ def build_app(load, name, settings=None, seeded=False, on_failure=None):
     """The Starlette application of `keras-transformer serve` (`serve` runs it with uvicorn).
 
     Args:
-        load: a function of no argument returning the translator (`inference.load_translator` bound to its
+        load: a function of no argument returning the translator (`keras_transformer.load_translator` bound to its
             arguments); called, then warmed up, on the engine's thread once the server listens.
         name: the model's name in TensorFlow Serving's URLs.
         settings: a `ServeSettings`.

@@ -1,6 +1,6 @@
 """Serving a CTranslate2 export: `CTranslate2Translator`, with the package's length penalty and input handling.
 
-A folder written by `ctranslate2_export.export_ctranslate2` (or
+A folder written by `exports.ctranslate2.export_ctranslate2` (or
 `keras-transformer export --format ctranslate2`) is served by CTranslate2's C++
 engine. This module needs numpy and, when a translator is built, the optional
 `ctranslate2` and `sentencepiece` packages: neither Keras nor TensorFlow, so a
@@ -14,15 +14,13 @@ import sys
 
 import numpy as np
 
-from keras_transformer.data.batching import in_length_order
 from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.errors import ConfigError
-from keras_transformer.interface import TranslatorInterface, check_pairs
+from keras_transformer.interface import TranslatorInterface
 from keras_transformer.layout import CTRANSLATE2_METADATA
 
 FORMAT = "keras_transformer.ctranslate2"
 FORMAT_VERSION = 1
-_ASCII_WHITESPACE = " \t\n\v\f\r"
 # CTranslate2 reads it once, when `ctranslate2` is imported: "1" for Intel MKL, "0" for oneDNN (its default: MKL on
 # GenuineIntel CPUs, oneDNN on others).
 CPU_BACKEND_VARIABLE = "CT2_USE_MKL"
@@ -202,28 +200,12 @@ def gnmt_length_penalty(length, alpha):
     return np.power((5.0 + np.asarray(length, dtype=np.float64)) / 6.0, float(alpha))
 
 
-def _utf8_text(line):
-    """A `str` or UTF-8 `bytes` as text, bad bytes (and lone surrogates) replaced by U+FFFD, as Translator does."""
-    if isinstance(line, bytes):
-        data = line
-    elif isinstance(line, str):
-        try:
-            data = line.encode("utf-8", "surrogateescape")
-        except UnicodeEncodeError:
-            data = line.encode("utf-8", "surrogatepass")
-    else:
-        raise TypeError(f"CTranslate2Translator: sentences must be str (or UTF-8 bytes), got "
-                        f"{type(line).__name__}: {line!r}.")
-    return data.decode("utf-8", "replace")
-
-
 class CTranslate2Translator(TranslatorInterface):
     """Translates with a CTranslate2 export, ranking hypotheses as keras_transformer's beam search does.
 
-    Strings in, strings out, like `keras_transformer.translation.Translator`:
-    bad UTF-8 bytes become U+FFFD, empty or whitespace-only inputs give "",
-    over-long sources keep their first ``max_length - 1`` pieces, and every
-    input gives exactly one output.
+    Strings in, strings out, like `keras_transformer.engines.tensorflow.Translator`
+    (the line handling is `TranslatorInterface`'s): over-long sources keep their first
+    ``max_length - 1`` pieces, and every input gives exactly one output.
 
     The search is CTranslate2's: its candidates and hypotheses are those of
     `keras_transformer.decoding.beam_search` step for step, with the same
@@ -270,6 +252,7 @@ class CTranslate2Translator(TranslatorInterface):
     """
 
     engine = "ctranslate2"
+    strategies = ("beam", "greedy", "sample")  # what `_search_once` passes to CTranslate2
 
     def __init__(self, directory, options=None, *, device="cpu", compute_type="default", intra_threads=None,
                  inter_threads=1, exact_limits=True, cpu_backend=None, **settings):
@@ -283,7 +266,7 @@ class CTranslate2Translator(TranslatorInterface):
         if options is None:  # the export's; one from before the decoding options recorded only these three
             options = DecodeOptions.from_dict({**self.metadata["decoding"], "early_exit": True},
                                               where=f"{self.directory}: decoding")
-        self.options = self._checked(options.replace(**settings))
+        self.options = self.check_options(options.replace(**settings))
         self._ctranslate2 = ctranslate2
         self.exact_limits = bool(exact_limits)
         self.compute_type = compute_type
@@ -306,7 +289,9 @@ class CTranslate2Translator(TranslatorInterface):
         self.translator = ctranslate2.Translator(self.directory, device=device, compute_type=compute_type,
                                                  intra_threads=self.intra_threads, inter_threads=int(inter_threads))
 
-    def _checked(self, options):
+    def check_options(self, options):
+        """`TranslatorInterface.check_options`, and a beam search must stop by CTranslate2's own rule."""
+        options = super().check_options(options)
         if options.strategy == "beam" and not options.early_exit:
             raise ConfigError(f"{self.directory} is a CTranslate2 export, whose beam search always stops by its own "
                               "rule (early_exit): it has no exact stopping rule.")
@@ -323,7 +308,7 @@ class CTranslate2Translator(TranslatorInterface):
         if options == self.options:
             return self
         variant = copy.copy(self)
-        variant.options = self._checked(options)
+        variant.options = self.check_options(options)
         return variant
 
     @property
@@ -332,16 +317,12 @@ class CTranslate2Translator(TranslatorInterface):
         return self.options.beam_size if self.options.strategy == "beam" else 1
 
     @property
-    def alpha(self):
-        """The length-penalty exponent the hypotheses are ranked by (beam search; 0 otherwise)."""
-        return self.options.alpha if self.options.strategy == "beam" else 0.0
-
-    @property
     def max_extra(self):
         """A translation has at most its source's length (with eos) + this many tokens."""
         return self.options.max_extra
 
-    def _returned(self):
+    def returned(self):
+        """Hypotheses per sentence: all `beam_size` for beam search, else `options.returned()`."""
         return self.options.returned() if self.options.strategy != "beam" else self.beam_size
 
     def _saved_vocabulary(self, side):
@@ -403,14 +384,14 @@ class CTranslate2Translator(TranslatorInterface):
         for key, members in groups.items():
             limit = key if self.exact_limits else max(limits[i] for i in members)
             outputs = self.translator.translate_batch(
-                [sources[i] for i in members], beam_size=self.beam_size, num_hypotheses=self._returned(),
+                [sources[i] for i in members], beam_size=self.beam_size, num_hypotheses=self.returned(),
                 length_penalty=0.0, return_scores=True, return_end_token=True, min_decoding_length=0,
                 max_decoding_length=limit, max_input_length=0, suppress_sequences=self._never if suppress else None,
                 **sampling)
             for i, output in zip(members, outputs):
                 hypotheses = [[self._target_ids[token] for token in tokens] for tokens in output.hypotheses]
                 # |Y| counts eos, as decoding.beam_search does: return_end_token keeps it in the hypothesis.
-                penalties = gnmt_length_penalty([len(ids) for ids in hypotheses], self.alpha)
+                penalties = gnmt_length_penalty([len(ids) for ids in hypotheses], self.scoring_alpha)
                 scored = [(ids, float(score) / float(penalty))
                           for ids, score, penalty in zip(hypotheses, output.scores, penalties)]
                 results[i] = sorted(scored, key=lambda pair: -pair[1])  # stable: ties keep CTranslate2's order
@@ -426,24 +407,33 @@ class CTranslate2Translator(TranslatorInterface):
         return self.target_processor.decode(kept)
 
     # ------------------------------------------------------------------ strings
-    def _translate(self, sentences):
-        """Per sentence, `[(text, score)]` best first (`beam_size` of them); blank inputs give ("", 0.0)."""
-        if isinstance(sentences, (str, bytes)):
-            raise TypeError(f"CTranslate2Translator takes a list of sentences, got one {type(sentences).__name__}: "
-                            f"{sentences[:40]!r}; use translator(sentence) or translator([sentence]).")
-        texts = [_utf8_text(line) for line in sentences]
-        blank = [not text.strip(_ASCII_WHITESPACE) for text in texts]
-        indices = [i for i, is_blank in enumerate(blank) if not is_blank]
-        searched = self._search([self.encode_source(texts[i]) for i in indices]) if indices else []
-        returned = self._returned()
-        results = [[("", 0.0)] * returned for _ in texts]
-        for i, hypotheses in zip(indices, searched):
+    def n_best_batch(self, texts):
+        """Per text (cleaned, not blank: `TranslatorInterface`), `returned()` `(text, score)` pairs, best first."""
+        returned = self.returned()
+        results = []
+        for hypotheses in self._search([self.encode_source(text) for text in texts]):
             ranked = [(self._detokenize(ids), score) for ids, score in hypotheses]
-            results[i] = (ranked + [("", float("-inf"))] * returned)[:returned]
+            results.append((ranked + [("", float("-inf"))] * returned)[:returned])
         return results
 
+    def translate_batch(self, texts):
+        """The best of `n_best_batch`, per text."""
+        return [hypotheses[0][0] for hypotheses in self.n_best_batch(texts)]
+
+    def score_batch(self, sources, targets):
+        """Forced decoding with CTranslate2's `score_batch`: per pair, log P(target and eos | source), divided by
+        the GNMT penalty of `scoring_alpha`, as the other engines score."""
+        target_tokens = []
+        for text in targets:
+            ids = self.target_processor.encode(text)[: self.max_target_length - 1]
+            target_tokens.append([self.target_tokens[i] for i in ids])
+        results = self.translator.score_batch([self.encode_source(text) for text in sources], target_tokens,
+                                              max_input_length=0)
+        return [float(np.sum(result.log_probs)) / float(gnmt_length_penalty(len(result.log_probs), self.scoring_alpha))
+                for result in results]
+
     def translate(self, sentences):
-        """Translates a batch of sentences.
+        """Translates a batch of sentences (`translate_lines` in one batch).
 
         Args:
             sentences: a list of `str` (or UTF-8 `bytes`).
@@ -456,7 +446,7 @@ class CTranslate2Translator(TranslatorInterface):
         >>> translator.translate(["A man rides a bike.", ""])  # doctest: +SKIP
         ['Ein Mann fährt Fahrrad.', '']
         """
-        return [hypotheses[0][0] for hypotheses in self._translate(sentences)]
+        return self.translate_lines(sentences, batch_size=sys.maxsize)  # one batch
 
     def n_best(self, sentences):
         """All `beam_size` hypotheses per sentence, best first, with their length-normalised scores.
@@ -470,58 +460,6 @@ class CTranslate2Translator(TranslatorInterface):
         >>> translator.n_best(["A dog."])["translations"][0][:2]  # doctest: +SKIP
         ['Ein Hund rennt.', 'Ein Hund befindet sich.']
         """
-        results = self._translate(sentences)
+        results = self.n_best_lines(sentences, batch_size=sys.maxsize)  # one batch
         return {"translations": [[text for text, _ in row] for row in results],
                 "scores": [[score for _, score in row] for row in results]}
-
-    def translate_lines(self, lines, batch_size=64):
-        """Translates many sentences in batches of similar length, keeping their order.
-
-        Args:
-            lines: an iterable of `str` (or UTF-8 `bytes`).
-            batch_size: sentences per batch.
-
-        Returns:
-            A list of `str`, one per line.
-
-        Example:
-
-        >>> translator.translate_lines(["A dog.", "Two men play football."])  # doctest: +SKIP
-        ['Ein Hund rennt.', 'Zwei Männer spielen Football.']
-        """
-        return in_length_order("CTranslate2Translator.translate_lines", lines, batch_size, _utf8_text,
-                               self.translate)
-
-    def n_best_lines(self, lines, batch_size=64):
-        """Per line, the `(translation, score)` pairs of `n_best`, best first (`TranslatorInterface.n_best_lines`).
-
-        Example:
-
-        >>> translator.n_best_lines(["A dog."])[0][:2]  # doctest: +SKIP
-        [('Ein Hund rennt.', -0.35), ('Ein Hund befindet sich.', -0.61)]
-        """
-        return in_length_order("CTranslate2Translator.n_best_lines", lines, batch_size, _utf8_text, self._translate)
-
-    def score_lines(self, sources, targets, batch_size=64):
-        """Forced decoding with CTranslate2's `score_batch`: per pair, log P(target and eos | source), divided by
-        the GNMT penalty of the beam search's alpha (0 for greedy and sampling), as the other engines score.
-
-        Example:
-
-        >>> translator.score_lines(["A dog."], ["Ein Hund."])  # doctest: +SKIP
-        [-0.35]
-        """
-        sources, targets = check_pairs("CTranslate2Translator.score_lines", sources, targets)
-        source_tokens = [self.encode_source(_utf8_text(text)) for text in sources]
-        target_tokens = []
-        for text in targets:
-            ids = self.target_processor.encode(_utf8_text(text))[: self.max_target_length - 1]
-            target_tokens.append([self.target_tokens[i] for i in ids])
-        scores = []
-        for start in range(0, len(sources), int(batch_size)):
-            results = self.translator.score_batch(source_tokens[start:start + int(batch_size)],
-                                                  target_tokens[start:start + int(batch_size)], max_input_length=0)
-            for result in results:
-                penalty = float(gnmt_length_penalty(len(result.log_probs), self.alpha))
-                scores.append(float(np.sum(result.log_probs)) / penalty)
-        return scores

@@ -3,14 +3,14 @@
 This is the TensorFlow side of decoding: the tokenizers are tensorflow-text
 graphs, and the whole path runs in one `tf.function` that the export module
 saves in a SavedModel. The search itself is `keras_transformer.decoding`
-(the strategy its `DecodeOptions` name), and the Python-level methods are
-`keras_transformer.interface.TranslatorInterface`'s. `inference.load_translator`
-builds one for any model folder.
+(the strategy its `DecodeOptions` name), the graph's pieces are
+`engines.tensorflow_graph`'s, and the Python-level methods (line clean-up,
+blanks, length order) are `keras_transformer.interface.TranslatorInterface`'s.
+`keras_transformer.load_translator` builds one for a workdir or SavedModel export.
 
-Input that is not valid UTF-8 has its bad bytes replaced by U+FFFD (Python
-strings too: the lone surrogates by which Python keeps undecodable bytes of
-stdin or argv count as bad bytes); an empty or whitespace-only input
-translates to "" with score 0. Sources longer than the model accepts are
+The graph itself replaces bytes that are not valid UTF-8 by U+FFFD and
+translates an empty or whitespace-only input to "" with score 0, as the
+Python-level methods do (an exported signature gets raw strings). Sources longer than the model accepts are
 truncated: a source keeps its first `max_length - 1` tokens and then its
 end-of-sequence token, so the encoder sees at most `max_length` positions
 (`max_length` is the model's positional-encoding length,
@@ -23,170 +23,14 @@ import tensorflow as tf
 
 from keras_transformer import decoding
 from keras_transformer.attention_maps import attention_maps, strip_special
-from keras_transformer.data.batching import in_length_order
 from keras_transformer.data.tokenizers import load_tokenizers
 from keras_transformer.decoding.options import SAMPLING_FIELDS, DecodeOptions
-from keras_transformer.interface import TranslatorInterface, check_pairs
+from keras_transformer.decoding.registry import STRATEGIES
+from keras_transformer.engines.tensorflow_graph import (SMALLEST_WIDTH_BUCKET, blank_strings, bucket_table,
+                                                         check_vocabulary_sizes, encode_ids, one_target_per_source,
+                                                         result_parts, row_lengths, valid_utf8)
+from keras_transformer.interface import TranslatorInterface, clean_line
 from keras_transformer.model import parts
-
-
-def _valid_utf8(strings):
-    """Replaces invalid UTF-8 bytes with U+FFFD, so no input can break tokenization or output."""
-    return tf.strings.unicode_transcode(tf.convert_to_tensor(strings, tf.string), "UTF-8", "UTF-8",
-                                        errors="replace", replacement_char=0xFFFD)
-
-
-def utf8_bytes(line):
-    """A `str` (or `bytes`) as UTF-8 bytes for a string tensor.
-
-    Python keeps the undecodable bytes of stdin, argv and file names as lone
-    surrogates ("surrogateescape"), which TensorFlow refuses to convert; those
-    bytes are restored here (and any other lone surrogate is passed through as
-    its invalid 3-byte form), so that `_valid_utf8` replaces them with U+FFFD.
-    """
-    if isinstance(line, bytes):
-        return line
-    if not isinstance(line, str):
-        raise TypeError(f"Translator: sentences must be str (or UTF-8 bytes), got {type(line).__name__}: {line!r}.")
-    try:
-        return line.encode("utf-8", "surrogateescape")
-    except UnicodeEncodeError:
-        return line.encode("utf-8", "surrogatepass")
-
-
-def _is_blank(strings):
-    """True for empty or whitespace-only strings."""
-    return tf.equal(tf.strings.length(tf.strings.strip(tf.convert_to_tensor(strings, tf.string))), 0)
-
-
-def _encode(tokenizer, sentences, max_length):
-    """Tokenizes strings into ids followed by eos, keeping at most `max_length` positions, padded."""
-    tokens = tokenizer.tokenize(_valid_utf8(sentences))
-    if not isinstance(tokens, tf.RaggedTensor):
-        tokens = tf.RaggedTensor.from_tensor(tokens, padding=tokenizer.pad_id)
-    tokens = tf.cast(tokens, tf.int32)[:, : max_length - 1]
-    eos = tf.fill([tokens.nrows(), 1], tf.constant(tokenizer.eos_id, tf.int32))
-    return tf.concat([tokens, tf.RaggedTensor.from_tensor(eos)], axis=1).to_tensor(default_value=tokenizer.pad_id)
-
-
-def _lengths(ids, pad_id):
-    """int32 `[N]`: the ids of each row that are not `pad_id` (tokens and eos; `_encode` pads after them)."""
-    return tf.reduce_sum(tf.cast(tf.not_equal(ids, pad_id), tf.int32), axis=1)
-
-
-def _parts(empty):
-    """A TensorArray gathering a loop's results, part 1, 2, ... one per iteration, to concatenate once at the end.
-
-    Part 0 is `empty` (no rows, the parts' other sizes), so that a loop of no iteration (an empty batch)
-    concatenates to no rows: a TensorArray cannot concatenate zero parts (in a graph, of sizes known only at
-    run time; eagerly, any).
-    """
-    shape = tf.TensorShape([None]).concatenate(empty.shape[1:])
-    parts = tf.TensorArray(empty.dtype, size=0, dynamic_size=True, infer_shape=False, element_shape=shape)
-    return parts.write(0, empty)
-
-
-def _one_target_per_source(caller, sources, targets):
-    """`sources, targets` behind a run-time check that they hold as many sentences, naming both counts.
-
-    The check is an op of the graph (a traced batch has no size yet), so an
-    exported signature refuses other pairs as well.
-    """
-    sources, targets = tf.convert_to_tensor(sources, tf.string), tf.convert_to_tensor(targets, tf.string)
-    same = tf.debugging.Assert(tf.equal(tf.size(sources), tf.size(targets)),
-                               [f"{caller}: got", tf.size(sources), "source(s) but", tf.size(targets),
-                                "target(s); give one target per source."])
-    with tf.control_dependencies([same]):
-        return tf.identity(sources), tf.identity(targets)
-
-
-def _check_vocabulary_sizes(model, source_tokenizer, target_tokenizer, which):
-    """Refuses tokenizers whose vocabulary size is not that of the embedding their ids go through.
-
-    Ids beyond the embedding would fail inside the graph; a smaller vocabulary
-    (another one, most likely) would decode into nonsense without a word.
-    """
-    layers = {layer.name: layer for layer in model.layers}
-    for side, tokenizer in (("source", source_tokenizer), ("target", target_tokenizer)):
-        embedding = layers.get("shared_embedding") or layers[f"{side}_embedding"]
-        size = getattr(tokenizer, "vocab_size", None)
-        if size is not None and int(size) != embedding.vocab_size:
-            field = "vocab_size" if embedding.name == "shared_embedding" else f"{side}_vocab_size"
-            raise ValueError(f"Translator: the {side} tokenizer has a vocabulary of {int(size)} ids but {which} "
-                             f"has {embedding.vocab_size} ({embedding.name}, TransformerConfig.{field}); "
-                             "use the vocabulary the model was trained with.")
-
-
-# The XLA flag that runs a compiled program's matrix products on the calling thread (see configure_threads).
-SINGLE_THREADED_EIGEN = "--xla_cpu_multi_thread_eigen=false"
-
-
-def xla_flags_for_threads(intra_op, flags=""):
-    """`flags` (an `XLA_FLAGS` value) with what `intra_op` intra-op threads call for.
-
-    With one intra-op thread, `SINGLE_THREADED_EIGEN` is added unless `flags`
-    already set that flag; otherwise `flags` come back as they are.
-
-    Example:
-
-    >>> xla_flags_for_threads(1, "--xla_dump_to=dump"), xla_flags_for_threads(2)
-    ('--xla_dump_to=dump --xla_cpu_multi_thread_eigen=false', '')
-    """
-    if int(intra_op) == 1 and SINGLE_THREADED_EIGEN.split("=")[0] not in flags:
-        return f"{flags} {SINGLE_THREADED_EIGEN}".strip()
-    return flags
-
-
-def configure_threads(inter_op=None, intra_op=None):
-    """Sets the sizes of TensorFlow's two thread pools, for this whole process.
-
-    The search is a long chain of small ops, one decoding step after another,
-    so extra inter-op threads mostly hand work between cores: for
-    single-sentence latency on CPU, `inter_op=1` (and `intra_op` = the cores
-    given to the process) is the measured best (docs/decoding.md). Large
-    batches gain from intra-op threads. Nothing in this package calls it: a
-    process's thread pools are its owner's choice. It must run before
-    TensorFlow runs its first op; afterwards TensorFlow cannot resize the
-    pools and this raises.
-
-    With `intra_op=1` it also has XLA run matrix products on the calling
-    thread (`XLA_FLAGS=--xla_cpu_multi_thread_eigen=false`, added to the
-    process's `XLA_FLAGS` unless they already set that flag): otherwise XLA
-    hands every product of the compiled search to the one-thread pool and
-    waits for it, which made single-sentence decoding 5-8% slower
-    (docs/decoding.md, "Threads"). The flag is read when XLA first compiles,
-    which is after this call.
-
-    Args:
-        inter_op: threads running independent ops side by side (None: leave as is; 0: TF's default).
-        intra_op: threads inside one op (a matmul, a reduction) (None: leave as is; 0: TF's default).
-
-    Returns:
-        `(inter_op, intra_op)` as TensorFlow reports them afterwards.
-
-    Raises:
-        RuntimeError: TensorFlow already started (naming the fix).
-
-    Example:
-
-    >>> configure_threads(inter_op=1)  # doctest: +SKIP
-    (1, 0)
-    """
-    try:
-        if inter_op is not None:
-            tf.config.threading.set_inter_op_parallelism_threads(int(inter_op))
-        if intra_op is not None:
-            tf.config.threading.set_intra_op_parallelism_threads(int(intra_op))
-    except RuntimeError as error:
-        raise RuntimeError("configure_threads: TensorFlow has already run an op in this process, so its thread "
-                           "pools are fixed; call configure_threads first thing after importing "
-                           f"(TensorFlow said: {error})") from error
-    if intra_op is not None:
-        flags = xla_flags_for_threads(intra_op, os.environ.get("XLA_FLAGS", ""))
-        if flags:
-            os.environ["XLA_FLAGS"] = flags
-    return (tf.config.threading.get_inter_op_parallelism_threads(),
-            tf.config.threading.get_intra_op_parallelism_threads())
 
 
 # Sentences per search loop (and pairs per forced-decoding pass of `score`), the `Translator` default: each
@@ -200,12 +44,6 @@ TRAINED_CHUNK_SIZE = 8
 # spends most of its time converting the decoding code (bench/startup.py: 2.6x faster).
 
 
-# With `jit_compile`, XLA compiles one program per input shape, so a chunk is padded to a few
-# shapes: its rows to the next power of two (up to `chunk_size`), its source width to the next power
-# of two from 16 (up to the model's source limit). A chunk of 8 then has at most 4 row sizes and,
-# for sentences under 64 tokens, 3 widths.
-SMALLEST_WIDTH_BUCKET = 16
-
 # A translator without XLA decodes its first sentences eagerly, op by op, up to this many in all: tracing
 # `translate` into a graph and optimising it costs 4.4 s for the shipped model on the 2-core development CPU,
 # most of a two-sentence `keras-transformer translate`, where eager decoding takes about 1 s for two sentences
@@ -218,35 +56,6 @@ EAGER_SENTENCES = 8
 # `jit_compile`, the chunks are dealt to this many independent loops (chunk i to loop i % 2). With one
 # inter-op thread they run one after the other; results never depend on it.
 PARALLEL_CHUNKS = 2
-
-
-def bucket_sizes(limit, smallest=1):
-    """The padded sizes up to `limit`: powers of two from `smallest`, then `limit` itself.
-
-    Example:
-
-    >>> bucket_sizes(128, 16), bucket_sizes(100, 16), bucket_sizes(8)
-    ([16, 32, 64, 128], [16, 32, 64, 100], [1, 2, 4, 8])
-    """
-    if limit < 1 or smallest < 1:
-        raise ValueError(f"bucket_sizes: limit and smallest must be >= 1, got {limit} and {smallest}.")
-    sizes, size = [], smallest
-    while size < limit:
-        sizes.append(size)
-        size *= 2
-    return sizes + [limit]
-
-
-def bucket_table(limit, smallest=1):
-    """int32 `(limit + 1,)`: entry `n` is the smallest `bucket_sizes(limit, smallest)` size >= n.
-
-    Example:
-
-    >>> bucket_table(8).numpy().tolist()
-    [1, 1, 2, 4, 4, 8, 8, 8, 8]
-    """
-    sizes = bucket_sizes(limit, smallest)
-    return tf.constant([next(size for size in sizes if size >= n) for n in range(limit + 1)], tf.int32)
 
 
 class Translator(tf.Module, TranslatorInterface):
@@ -309,6 +118,7 @@ class Translator(tf.Module, TranslatorInterface):
     """
 
     engine = "tensorflow"
+    strategies = tuple(STRATEGIES)  # every registered strategy: the search is `decoding.strategy(name)`
 
     def __init__(self, model, source_tokenizer, target_tokenizer=None, options=None, jit_compile=False,
                  chunk_size=TRAINED_CHUNK_SIZE, name="translator", **settings):
@@ -318,9 +128,9 @@ class Translator(tf.Module, TranslatorInterface):
         self.target_tokenizer = target_tokenizer if target_tokenizer is not None else source_tokenizer
         if options is not None and not isinstance(options, DecodeOptions):
             raise TypeError(f"Translator: options must be a DecodeOptions, got {type(options).__name__}.")
-        self.options = (options or DecodeOptions()).replace(**settings)
+        self.options = self.check_options((options or DecodeOptions()).replace(**settings))
         for index, model in enumerate(self.models):
-            _check_vocabulary_sizes(model, self.source_tokenizer, self.target_tokenizer,
+            check_vocabulary_sizes(model, self.source_tokenizer, self.target_tokenizer,
                                     "the model" if len(self.models) == 1 else f"ensemble member {index}")
         self.max_source_length = parts(self.models[0]).source_position.max_length
         self.max_target_length = decoding.max_positions(self.models[0])
@@ -384,7 +194,7 @@ class Translator(tf.Module, TranslatorInterface):
         >>> loaded = workdir.load_models("runs/en_de")  # doctest: +SKIP
         >>> translator = Translator.from_models(loaded.models, loaded.vocab_dir, loaded.decoding)  # doctest: +SKIP
 
-        `inference.load_translator` does this for any model folder.
+        `keras_transformer.load_translator` does this for any model folder.
         """
         if isinstance(tokenizers, (str, os.PathLike)):
             tokenizers = load_tokenizers(os.fspath(tokenizers))
@@ -440,11 +250,11 @@ class Translator(tf.Module, TranslatorInterface):
         Returns:
             int32 `[N, S]` with `S <= max_length`.
         """
-        return _encode(self.source_tokenizer, sentences, self.max_source_length)
+        return encode_ids(self.source_tokenizer, sentences, self.max_source_length)
 
     def encode_targets(self, sentences):
         """Tokenizes reference translations into target ids (tokens then eos), for `score`."""
-        return _encode(self.target_tokenizer, sentences, self.max_target_length)
+        return encode_ids(self.target_tokenizer, sentences, self.max_target_length)
 
     def _search_ids(self, source, num_return, options, sampling):
         """The options' strategy (`keras_transformer.decoding.STRATEGIES`) on one chunk of source ids.
@@ -471,7 +281,7 @@ class Translator(tf.Module, TranslatorInterface):
         """
         pad = self.target_tokenizer.pad_id
         count, width = tf.shape(source)[0], tf.shape(source)[1]
-        lengths = _lengths(source, self.source_tokenizer.pad_id)
+        lengths = row_lengths(source, self.source_tokenizer.pad_id)
         order = tf.argsort(lengths, stable=True)  # (N,) shortest first
         ordered, ordered_lengths = tf.gather(source, order), tf.gather(lengths, order)
         out_width = tf.clip_by_value(width + self.max_extra, 1, self.max_target_length)
@@ -496,8 +306,8 @@ class Translator(tf.Module, TranslatorInterface):
 
         results = []
         for lane in range(lanes):  # lane j decodes chunks j, j + lanes, ...: independent loops
-            start = (tf.constant(lane), _parts(tf.zeros([0, num_return, out_width], tf.int32)),
-                     _parts(tf.zeros([0, num_return], tf.float32)), _parts(tf.zeros([0], tf.int32)))
+            start = (tf.constant(lane), result_parts(tf.zeros([0, num_return, out_width], tf.int32)),
+                     result_parts(tf.zeros([0, num_return], tf.float32)), result_parts(tf.zeros([0], tf.int32)))
             results.append([parts.concat() for parts in tf.while_loop(lambda i, *_: i < chunks, body, start)[1:]])
         tokens, scores, positions = (tf.concat(lane_parts, 0) for lane_parts in zip(*results))  # in lane order
         # Row k holds the sentence at length-order position positions[k], input position order[positions[k]].
@@ -557,8 +367,8 @@ class Translator(tf.Module, TranslatorInterface):
             hypothesis and its length-normalised log-probability.
         """
         tokens, scores = self.translate_ids(self.encode_sources(sentences), num_return=1)
-        blank = _is_blank(sentences)  # empty or whitespace-only inputs translate to "" with score 0
-        translation = _valid_utf8(self.target_tokenizer.detokenize(tokens[:, 0]))
+        blank = blank_strings(sentences)  # empty or whitespace-only inputs translate to "" with score 0
+        translation = valid_utf8(self.target_tokenizer.detokenize(tokens[:, 0]))
         return {"translation": tf.where(blank, tf.constant(""), translation),
                 "score": tf.where(blank, tf.zeros_like(scores[:, 0]), scores[:, 0])}
 
@@ -572,8 +382,8 @@ class Translator(tf.Module, TranslatorInterface):
         """
         tokens, scores = self.translate_ids(self.encode_sources(sentences))
         shape = tf.shape(tokens)  # (N, K, T)
-        flat = _valid_utf8(self.target_tokenizer.detokenize(tf.reshape(tokens, [shape[0] * shape[1], shape[2]])))
-        blank = tf.broadcast_to(_is_blank(sentences)[:, tf.newaxis], shape[:2])
+        flat = valid_utf8(self.target_tokenizer.detokenize(tf.reshape(tokens, [shape[0] * shape[1], shape[2]])))
+        blank = tf.broadcast_to(blank_strings(sentences)[:, tf.newaxis], shape[:2])
         return {"translations": tf.where(blank, tf.constant(""), tf.reshape(flat, shape[:2])),
                 "scores": tf.where(blank, tf.zeros_like(scores), scores)}
 
@@ -602,8 +412,8 @@ class Translator(tf.Module, TranslatorInterface):
         sampling = {"seed": seed, "temperature": temperature, "top_k": top_k, "top_p": top_p}
         tokens, scores = self.translate_ids(self.encode_sources(sentences), num_return=1, options=options,
                                             sampling=sampling)
-        blank = _is_blank(sentences)
-        translation = _valid_utf8(self.target_tokenizer.detokenize(tokens[:, 0]))
+        blank = blank_strings(sentences)
+        translation = valid_utf8(self.target_tokenizer.detokenize(tokens[:, 0]))
         return {"translation": tf.where(blank, tf.constant(""), translation),
                 "score": tf.where(blank, tf.zeros_like(scores[:, 0]), scores[:, 0])}
 
@@ -625,7 +435,7 @@ class Translator(tf.Module, TranslatorInterface):
         Returns:
             float32 `[N]`, comparable with the scores of `translate`.
         """
-        sources, targets = _one_target_per_source("Translator.score", sources, targets)
+        sources, targets = one_target_per_source("Translator.score", sources, targets)
         source, target = self.encode_sources(sources), self.encode_targets(targets)
         if self.chunk_size:
             return self._score_in_length_order(source, target)
@@ -634,8 +444,7 @@ class Translator(tf.Module, TranslatorInterface):
     def _score_ids(self, source, target):
         """`decoding.score` of id batches, with this translator's models, alpha and special ids."""
         target_tokenizer = self.target_tokenizer
-        alpha = self.options.alpha if self.options.strategy == "beam" else 0.0
-        return decoding.score(self.models, source, target, alpha=alpha, pad_id=target_tokenizer.pad_id,
+        return decoding.score(self.models, source, target, alpha=self.scoring_alpha, pad_id=target_tokenizer.pad_id,
                               bos_id=target_tokenizer.bos_id)
 
     def _score_in_length_order(self, source, target):
@@ -648,8 +457,8 @@ class Translator(tf.Module, TranslatorInterface):
         batch, to float rounding (padding changes no score).
         """
         count = tf.shape(source)[0]
-        source_lengths = _lengths(source, self.source_tokenizer.pad_id)
-        target_lengths = _lengths(target, self.target_tokenizer.pad_id)
+        source_lengths = row_lengths(source, self.source_tokenizer.pad_id)
+        target_lengths = row_lengths(target, self.target_tokenizer.pad_id)
         order = tf.argsort(target_lengths, stable=True)  # (N,) shortest targets first
         source, target = tf.gather(source, order), tf.gather(target, order)
         source_lengths, target_lengths = tf.gather(source_lengths, order), tf.gather(target_lengths, order)
@@ -662,7 +471,7 @@ class Translator(tf.Module, TranslatorInterface):
             piece_target = target[start:end, :target_lengths[end - 1]]  # (c, T_chunk)
             return i + 1, all_scores.write(i + 1, self._score_ids(piece_source, piece_target))
 
-        _, all_scores = tf.while_loop(lambda i, _: i < chunks, body, (tf.constant(0), _parts(tf.zeros([0]))),
+        _, all_scores = tf.while_loop(lambda i, _: i < chunks, body, (tf.constant(0), result_parts(tf.zeros([0]))),
                                       parallel_iterations=PARALLEL_CHUNKS)
         return tf.gather(all_scores.concat(), tf.math.invert_permutation(order))  # (N,) in input order
 
@@ -679,78 +488,21 @@ class Translator(tf.Module, TranslatorInterface):
             return function.python_function(sentences)
         return function(sentences)
 
-    def __call__(self, sentences):
-        """Python convenience: a `str` or a list of `str` in, the same out (`bytes` are taken as UTF-8)."""
-        single = isinstance(sentences, (str, bytes))
-        batch = [sentences] if single else list(sentences)
-        outputs = self._run(self.translate, [utf8_bytes(s) for s in batch])["translation"].numpy()
-        texts = [t.decode("utf-8") for t in outputs]
-        return texts[0] if single else texts
+    def translate_batch(self, texts):
+        """`translate` on cleaned, non-blank texts (`TranslatorInterface.translate_lines` calls it)."""
+        result = self._run(self.translate, [text.encode("utf-8") for text in texts])["translation"].numpy()
+        return [text.decode("utf-8") for text in result]
 
-    def translate_lines(self, lines, batch_size=64):
-        """Translates a list of sentences in batches of similar length, keeping their order.
+    def n_best_batch(self, texts):
+        """`n_best` on cleaned, non-blank texts, as `(translation, score)` lists (`n_best_lines` calls it)."""
+        result = self._run(self.n_best, [text.encode("utf-8") for text in texts])
+        return [[(text.decode("utf-8"), float(score)) for text, score in zip(texts, scores)]
+                for texts, scores in zip(result["translations"].numpy(), result["scores"].numpy())]
 
-        Sorting by length keeps padding (and so wasted work) low; padding never
-        changes a translation.
-
-        Args:
-            lines: a list (any iterable) of `str` (or UTF-8 `bytes`); one sentence
-                alone goes through `translator(sentence)` instead.
-            batch_size: sentences per batch.
-
-        Returns:
-            A list of `str`, one per line.
-
-        Raises:
-            TypeError: `lines` is one `str` or `bytes` (not taken character by character).
-
-        Example:
-
-        >>> translator.translate_lines(["A dog.", "Two men play football."])  # doctest: +SKIP
-        ['Ein Hund.', 'Zwei Männer spielen Fußball.']
-        """
-        def translate_batch(batch):
-            result = self._run(self.translate, batch)["translation"].numpy()
-            return [text.decode("utf-8") for text in result]
-
-        return in_length_order("Translator.translate_lines", lines, batch_size, utf8_bytes, translate_batch)
-
-    def n_best_lines(self, lines, batch_size=64):
-        """Per line, `options.returned()` `(translation, score)` pairs, best first (`n_best`, in length-ordered
-        batches; `TranslatorInterface.n_best_lines`).
-
-        Example:
-
-        >>> translator.n_best_lines(["A dog."])[0][:2]  # doctest: +SKIP
-        [('Ein Hund.', -0.21), ('Ein Hund rennt.', -0.74)]
-        """
-        def n_best_batch(batch):
-            result = self._run(self.n_best, batch)
-            return [[(text.decode("utf-8"), float(score)) for text, score in zip(texts, scores)]
-                    for texts, scores in zip(result["translations"].numpy(), result["scores"].numpy())]
-
-        return in_length_order("Translator.n_best_lines", lines, batch_size, utf8_bytes, n_best_batch)
-
-    def score_lines(self, sources, targets, batch_size=64):
-        """Per pair, the model's score of `target` as a translation of `source` (`score`;
-        `TranslatorInterface.score_lines`).
-
-        Example:
-
-        >>> translator.score_lines(["A dog."], ["Ein Hund."])  # doctest: +SKIP
-        [-0.21]
-        """
-        sources, targets = check_pairs("Translator.score_lines", sources, targets)
-        sources, targets = [utf8_bytes(s) for s in sources], [utf8_bytes(t) for t in targets]
-        order = sorted(range(len(sources)), key=lambda i: len(targets[i].split()))  # similar lengths together
-        scores = [0.0] * len(sources)
-        for start in range(0, len(order), int(batch_size)):
-            chunk = order[start:start + int(batch_size)]
-            result = self.score(tf.constant([sources[i] for i in chunk], tf.string),
-                                tf.constant([targets[i] for i in chunk], tf.string)).numpy()
-            for i, score in zip(chunk, result):
-                scores[i] = float(score)
-        return scores
+    def score_batch(self, sources, targets):
+        """`score` on cleaned pairs (`score_lines` calls it)."""
+        return self.score(tf.constant([text.encode("utf-8") for text in sources], tf.string),
+                          tf.constant([text.encode("utf-8") for text in targets], tf.string)).numpy().tolist()
 
     def attention(self, sentence, translation=None):
         """The `AttentionMaps` of `sentence` and the translation this translator gives it (or `translation`).
@@ -767,20 +519,20 @@ class Translator(tf.Module, TranslatorInterface):
         if len(self.models) != 1:
             raise ValueError(f"Attention maps are drawn for one model; this Translator decodes an ensemble of "
                              f"{len(self.models)}.")
-        text = utf8_bytes(sentence).decode("utf-8", "replace") if isinstance(sentence, (str, bytes)) else sentence
+        text = clean_line(sentence, "Translator.attention") if isinstance(sentence, (str, bytes)) else sentence
         if not isinstance(text, str) or not text.strip():
             raise ValueError(f"Translator.attention needs a non-empty sentence, got {sentence!r}.")
-        source = self.encode_sources(tf.constant([utf8_bytes(text)]))  # (1, S): tokens then eos
+        source = self.encode_sources(tf.constant([text.encode("utf-8")]))  # (1, S): tokens then eos
         target = self.target_tokenizer
         if translation is None:
             tokens, _ = self.translate_ids(source, num_return=1)
             target_ids = strip_special(tokens.numpy()[0, 0], target.eos_id, target.pad_id, target.bos_id)
         else:
-            forced = utf8_bytes(translation).decode("utf-8", "replace") if isinstance(translation, bytes) else translation
-            target_ids = self.encode_targets(tf.constant([utf8_bytes(forced)])).numpy()[0].tolist()
+            forced = clean_line(translation, "Translator.attention")
+            target_ids = self.encode_targets(tf.constant([forced.encode("utf-8")])).numpy()[0].tolist()
             target_ids = strip_special(target_ids, target.eos_id, target.pad_id, target.bos_id)
         target_ids = target_ids[: self.max_target_length - 1]
-        detokenized = _valid_utf8(target.detokenize(tf.constant([target_ids + [target.eos_id]], tf.int32)))
+        detokenized = valid_utf8(target.detokenize(tf.constant([target_ids + [target.eos_id]], tf.int32)))
 
         def pieces(tokenizer):
             def read(ids):

@@ -1,0 +1,128 @@
+"""`load_translator`: the one loader of every engine, itself free of TensorFlow.
+
+It checks the folders and the weights options once (`layout.check_models`), reads which kind of model folder it was
+given (`model_engine`), and imports that engine only: a CTranslate2 export or a packed workdir translates in a
+process that never imports TensorFlow (the command line's `translate` included).
+
+| folder | engine | translator |
+| --- | --- | --- |
+| a training workdir, a SavedModel export, or several (an ensemble) | "tensorflow" | `Translator` |
+| a CTranslate2 export (`export --format ctranslate2`) | "ctranslate2" | `CTranslate2Translator` |
+| a packed workdir (`keras-transformer pack`: `arrays/`), SentencePiece vocabulary | "packed" | `PackedTranslator` |
+
+`engine=` picks another engine for a folder that it can read: "packed" for a workdir or a SavedModel export (no
+TensorFlow: JAX on a GPU machine), "tensorflow" for a packed workdir.
+"""
+
+import pathlib
+
+from keras_transformer.data.packed import arrays_path
+from keras_transformer.errors import ConfigError
+from keras_transformer.layout import WORKDIR_VOCAB, check_models, is_sentencepiece_vocabulary, model_kind, not_a_model
+
+ENGINES = ("tensorflow", "ctranslate2", "packed")
+# Settings only the TensorFlow engine takes (`Translator` arguments); the others decode without them.
+TENSORFLOW_SETTINGS = ("jit_compile", "chunk_size")
+
+
+def model_engine(path):
+    """The engine a model folder is translated with by default: "tensorflow", "ctranslate2" or "packed" (a packed
+    workdir with a SentencePiece vocabulary, what the packed engine reads).
+
+    Raises:
+        CheckpointNotFoundError: the folder holds no model (the three kinds named).
+
+    Example:
+
+    >>> model_engine("saved_models/multi30k_en_de")
+    'tensorflow'
+    """
+    kind = model_kind(path)
+    if kind is None:
+        raise not_a_model(path)
+    if kind == "ctranslate2":
+        return "ctranslate2"
+    packed = kind == "workdir" and arrays_path(path) is not None
+    return "packed" if packed and is_sentencepiece_vocabulary(pathlib.Path(path) / WORKDIR_VOCAB) else "tensorflow"
+
+
+def load_translator(model, checkpoint=None, average=None, options=None, *, engine=None, checked=False, **settings):
+    """The translator of a model folder, or of several decoded as one ensemble: a `TranslatorInterface`.
+
+    Args:
+        model: a training workdir (`model.yaml`, `data/vocab`, `checkpoints/`), a SavedModel export, a
+            CTranslate2 export, a packed workdir, or a list of workdirs and SavedModel exports (an ensemble, on
+            the TensorFlow engine: they must share the vocabulary files; decoding defaults come from the first).
+        checkpoint: a `.weights.h5` file (workdirs only); default: the last epoch checkpoint. For an ensemble, a
+            list with one entry (or None) per model.
+        average: average the last `average` checkpoints instead (workdirs only; each member); not together with
+            `checkpoint`. A workdir with fewer averages those, with a warning.
+        options: a `keras_transformer.decoding.DecodeOptions`; default: the model folder's (its model.yaml's
+            decoding mapping, or what a CTranslate2 export recorded). A CTranslate2 export's beam search always
+            stops by its own rule, `early_exit`'s.
+        engine: "tensorflow", "ctranslate2" or "packed"; default: the folder's (`model_engine`).
+        checked: the caller ran `layout.check_models(model, checkpoint, average)` already (the command line
+            does, before it imports anything); otherwise this runs it. Either way it runs once.
+        **settings: `DecodeOptions` fields replacing those of `options` (None values change nothing), the
+            TensorFlow engine's `jit_compile` and `chunk_size` (other engines ignore them), and CTranslate2's
+            own arguments (`compute_type`, `intra_threads`, ...).
+
+    Returns:
+        A `keras_transformer.interface.TranslatorInterface`: the engine's translator.
+
+    Raises:
+        ConfigError: an empty list, an unknown engine, one that cannot read the folder, an ensemble the engine
+            cannot decode, or weights options that cannot apply (named).
+        CheckpointError: a missing or unreadable folder, config or weights file (named).
+
+    Example:
+
+    >>> translator = load_translator("saved_models/multi30k_en_de", beam_size=4)  # doctest: +SKIP
+    >>> translator(["A man rides a bike."])                                     # doctest: +SKIP
+    ['Ein Mann fährt Fahrrad.']
+    >>> ensemble = load_translator(["runs/en_de", "runs/en_de_seed2"], average=5)  # doctest: +SKIP
+    >>> fast = load_translator("exports/en_de_ct2")  # CTranslate2, no TensorFlow  # doctest: +SKIP
+    """
+    paths = (list(model) if isinstance(model, (list, tuple)) else [model]) if checked else \
+        check_models(model, checkpoint, average)
+    engines = [model_engine(path) for path in paths]
+    engine = engine or (engines[0] if len(paths) == 1 else "tensorflow")  # the engine of ensembles
+    if engine not in ENGINES:
+        raise ConfigError(f"load_translator: engine must be one of {', '.join(ENGINES)}, got {engine!r}.")
+    settings = {key: value for key, value in settings.items() if value is not None}
+    if "ctranslate2" in engines or engine == "ctranslate2":
+        return _ctranslate2(paths, engines, engine, checkpoint, average, options, settings)
+    if engine == "packed":
+        if len(paths) > 1:
+            raise ConfigError(f"The packed engine decodes one model, and {len(paths)} were given: decode an "
+                              "ensemble with the TensorFlow engine.")
+        from keras_transformer.engines.packed import PackedTranslator  # the engine asked for, and only it
+        for name in TENSORFLOW_SETTINGS:
+            settings.pop(name, None)
+        return PackedTranslator.from_folder(paths[0], checkpoint, average, options, checked=True, **settings)
+    from keras_transformer.engines.tensorflow import Translator  # imports TensorFlow
+    from keras_transformer.workdir import load_models
+    loaded = load_models(paths if len(paths) > 1 else paths[0], checkpoint, average, require_vocabulary=True,
+                         checked=True)
+    return Translator.from_models(loaded.models, loaded.vocab_dir, options or loaded.decoding, **settings)
+
+
+def _ctranslate2(paths, engines, engine, checkpoint, average, options, settings):
+    """The CTranslate2 translator of one CTranslate2 export, or the error naming why not."""
+    converted = paths[engines.index("ctranslate2")] if "ctranslate2" in engines else paths[0]
+    if len(paths) > 1:
+        raise ConfigError(f"{converted} is a CTranslate2 export, which decodes alone: an ensemble takes training "
+                          "workdirs and SavedModel exports.")
+    if engine != "ctranslate2":
+        raise ConfigError(f"{converted} is a CTranslate2 export: the {engine} engine cannot read it (leave the "
+                          "engine unset).")
+    if engines[0] != "ctranslate2":
+        raise ConfigError(f"{converted} is not a CTranslate2 export: write one with keras-transformer export "
+                          "--format ctranslate2.")
+    if checkpoint is not None or average is not None:
+        raise ConfigError(f"{converted} is a CTranslate2 export: --checkpoint and --average apply to training "
+                          "workdirs.")
+    from keras_transformer.engines.ctranslate2 import CTranslate2Translator  # the engine asked for, and only it
+    for name in TENSORFLOW_SETTINGS:
+        settings.pop(name, None)
+    return CTranslate2Translator(converted, options, **settings)

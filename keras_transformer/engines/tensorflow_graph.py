@@ -1,0 +1,112 @@
+"""The TensorFlow engine's graph pieces: UTF-8 clean-up, tokenization to padded ids, chunk bookkeeping, shapes.
+
+What `engines.tensorflow.Translator` builds its `tf.function`s from (and so what a SavedModel's signatures run);
+the warm-up requests of an export (`warmup`) use the same shape buckets.
+"""
+
+import tensorflow as tf
+
+
+def valid_utf8(strings):
+    """Replaces invalid UTF-8 bytes with U+FFFD, so no input can break tokenization or output."""
+    return tf.strings.unicode_transcode(tf.convert_to_tensor(strings, tf.string), "UTF-8", "UTF-8",
+                                        errors="replace", replacement_char=0xFFFD)
+
+
+def blank_strings(strings):
+    """True for empty or whitespace-only strings."""
+    return tf.equal(tf.strings.length(tf.strings.strip(tf.convert_to_tensor(strings, tf.string))), 0)
+
+
+def encode_ids(tokenizer, sentences, max_length):
+    """Tokenizes strings into ids followed by eos, keeping at most `max_length` positions, padded."""
+    tokens = tokenizer.tokenize(valid_utf8(sentences))
+    if not isinstance(tokens, tf.RaggedTensor):
+        tokens = tf.RaggedTensor.from_tensor(tokens, padding=tokenizer.pad_id)
+    tokens = tf.cast(tokens, tf.int32)[:, : max_length - 1]
+    eos = tf.fill([tokens.nrows(), 1], tf.constant(tokenizer.eos_id, tf.int32))
+    return tf.concat([tokens, tf.RaggedTensor.from_tensor(eos)], axis=1).to_tensor(default_value=tokenizer.pad_id)
+
+
+def row_lengths(ids, pad_id):
+    """int32 `[N]`: the ids of each row that are not `pad_id` (tokens and eos; `encode_ids` pads after them)."""
+    return tf.reduce_sum(tf.cast(tf.not_equal(ids, pad_id), tf.int32), axis=1)
+
+
+def result_parts(empty):
+    """A TensorArray gathering a loop's results, part 1, 2, ... one per iteration, to concatenate once at the end.
+
+    Part 0 is `empty` (no rows, the parts' other sizes), so that a loop of no iteration (an empty batch)
+    concatenates to no rows: a TensorArray cannot concatenate zero parts (in a graph, of sizes known only at
+    run time; eagerly, any).
+    """
+    shape = tf.TensorShape([None]).concatenate(empty.shape[1:])
+    parts = tf.TensorArray(empty.dtype, size=0, dynamic_size=True, infer_shape=False, element_shape=shape)
+    return parts.write(0, empty)
+
+
+def one_target_per_source(caller, sources, targets):
+    """`sources, targets` behind a run-time check that they hold as many sentences, naming both counts.
+
+    The check is an op of the graph (a traced batch has no size yet), so an
+    exported signature refuses other pairs as well.
+    """
+    sources, targets = tf.convert_to_tensor(sources, tf.string), tf.convert_to_tensor(targets, tf.string)
+    same = tf.debugging.Assert(tf.equal(tf.size(sources), tf.size(targets)),
+                               [f"{caller}: got", tf.size(sources), "source(s) but", tf.size(targets),
+                                "target(s); give one target per source."])
+    with tf.control_dependencies([same]):
+        return tf.identity(sources), tf.identity(targets)
+
+
+def check_vocabulary_sizes(model, source_tokenizer, target_tokenizer, which):
+    """Refuses tokenizers whose vocabulary size is not that of the embedding their ids go through.
+
+    Ids beyond the embedding would fail inside the graph; a smaller vocabulary
+    (another one, most likely) would decode into nonsense without a word.
+    """
+    layers = {layer.name: layer for layer in model.layers}
+    for side, tokenizer in (("source", source_tokenizer), ("target", target_tokenizer)):
+        embedding = layers.get("shared_embedding") or layers[f"{side}_embedding"]
+        size = getattr(tokenizer, "vocab_size", None)
+        if size is not None and int(size) != embedding.vocab_size:
+            field = "vocab_size" if embedding.name == "shared_embedding" else f"{side}_vocab_size"
+            raise ValueError(f"Translator: the {side} tokenizer has a vocabulary of {int(size)} ids but {which} "
+                             f"has {embedding.vocab_size} ({embedding.name}, TransformerConfig.{field}); "
+                             "use the vocabulary the model was trained with.")
+
+
+# With `jit_compile`, XLA compiles one program per input shape, so a chunk is padded to a few
+# shapes: its rows to the next power of two (up to `chunk_size`), its source width to the next power
+# of two from 16 (up to the model's source limit). A chunk of 8 then has at most 4 row sizes and,
+# for sentences under 64 tokens, 3 widths.
+SMALLEST_WIDTH_BUCKET = 16
+
+
+def bucket_sizes(limit, smallest=1):
+    """The padded sizes up to `limit`: powers of two from `smallest`, then `limit` itself.
+
+    Example:
+
+    >>> bucket_sizes(128, 16), bucket_sizes(100, 16), bucket_sizes(8)
+    ([16, 32, 64, 128], [16, 32, 64, 100], [1, 2, 4, 8])
+    """
+    if limit < 1 or smallest < 1:
+        raise ValueError(f"bucket_sizes: limit and smallest must be >= 1, got {limit} and {smallest}.")
+    sizes, size = [], smallest
+    while size < limit:
+        sizes.append(size)
+        size *= 2
+    return sizes + [limit]
+
+
+def bucket_table(limit, smallest=1):
+    """int32 `(limit + 1,)`: entry `n` is the smallest `bucket_sizes(limit, smallest)` size >= n.
+
+    Example:
+
+    >>> bucket_table(8).numpy().tolist()
+    [1, 1, 2, 4, 4, 8, 8, 8, 8]
+    """
+    sizes = bucket_sizes(limit, smallest)
+    return tf.constant([next(size for size in sizes if size >= n) for n in range(limit + 1)], tf.int32)
