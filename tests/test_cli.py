@@ -497,8 +497,11 @@ def test_line_breaks_inside_translations_keep_one_output_line_per_sentence(tiny_
     import json
 
     from keras_transformer import evaluation, inference
+    from keras_transformer.engines import loader
     emitted = ["ein\x0bmann", "zwei\n\nhunde\u2028", ""]
-    monkeypatch.setattr(inference, "translate", lambda *args, **kwargs: list(emitted))  # translate's and evaluate's
+    emitting = type("Translator", (), {"translate_lines": lambda self, chunk, batch_size: list(emitted)})()
+    monkeypatch.setattr(loader, "load_translator", lambda *args, **kwargs: emitting)  # translate's
+    monkeypatch.setattr(inference, "translate", lambda *args, **kwargs: list(emitted))  # evaluate's
     assert cli.main(["translate", "--model", str(tiny_workdir), "a", "b", "c"]) == 0
     assert capsys.readouterr().out.split("\n") == ["ein mann", "zwei hunde ", "", ""]
     (tmp_path / "src.txt").write_text("a\nb\nc\n", encoding="utf-8")

@@ -8,6 +8,8 @@ import dataclasses
 import logging
 import time
 
+from keras_transformer.interface import clean_line
+
 log = logging.getLogger("keras_transformer.serving")
 
 # A warm-up translates this many sentences at once, so that a graph-building engine (the TensorFlow one decodes
@@ -60,7 +62,7 @@ class Engine:
         elif kind == "best" and options.sampling and getattr(self.translator, "engine", "") == "tensorflow":
             # The TensorFlow engine's `sample` takes the sampling settings as inputs: one graph for every seed.
             translator = self.variant(dataclasses.replace(options, seed=0, top_k=0, top_p=1.0, temperature=1.0))
-            outputs = translator.sample([line.encode("utf-8", "surrogatepass") for line in items], options.seed,
+            outputs = translator.sample([clean_line(line).encode("utf-8") for line in items], options.seed,
                                         float(options.temperature), options.top_k, float(options.top_p))
             results = [(text.decode("utf-8", "replace"), float(score))
                        for text, score in zip(outputs["translation"].numpy(), outputs["score"].numpy())]
