@@ -8,8 +8,8 @@ the model of `configs/multi30k_en_de.yaml` (4+4 layers, d_model 128, relative po
 batches of about 4,096 target positions in six shapes (128x32, 256x16, 64x64, 100x40, 200x20, 80x51), with
 `TF_CPU_ALLOCATOR_USE_BFC=true` so that TensorFlow's CPU allocator reports its peak of live tensor bytes
 (`tf.config.experimental.get_memory_info`), which does not depend on how the C library hands memory back. With
-`--no-logits-metric` the metric counts labels only (never reads the logits): what the step costs when nothing
-keeps the float32 logits alive until the metrics run, after the update.
+`--no-logits-metric` the metric counts labels only (never reads the logits): what the step costs without the
+metric's own work on the `(B, T, V)` logits.
 
 Columns: tree, vocabulary, metric, TensorFlow's peak of live tensors (GB), the process's peak RSS (GB).
 """
