@@ -1,14 +1,14 @@
 """The C library's allocator in a training process: one malloc arena for all its threads.
 
-glibc's malloc gives each thread that allocates while another holds the lock
-an arena of its own, up to eight per core, and memory freed in an arena is kept
-there for that arena's later requests. TensorFlow's thread pools, tf.data's
-and the data stream's threads all allocate: freed memory then sits in one
-arena while another grows. With the stock EN-DE recipe and a 32k vocabulary on
-a 2-core machine, one arena lowers the peak resident memory of `train` from
-2.98 to 2.83 GB at 4.5M pairs and from 2.94 to 2.78 GB at 13.5M, the fifth
-update coming as soon (docs/BENCHMARKS.md, "Large corpora"). A
-`MALLOC_ARENA_MAX` in the environment is left to glibc.
+glibc's malloc gives the threads of a process arenas of their own, up to eight
+per core, and memory freed in an arena is kept there for that arena's later
+requests. TensorFlow's thread pools, tf.data's and the data stream's threads
+all allocate: freed memory then sits in one arena while another grows. With the
+EN-DE recipe, 4,096-token batches and a 32k vocabulary on a 2-core machine, one
+arena lowers the peak resident memory of `train` from 2.98 to 2.83 GB at 4.5M
+pairs and from 2.94 to 2.78 GB at 13.5M, the fifth update coming as soon
+(docs/BENCHMARKS.md, "Large corpora"). A `MALLOC_ARENA_MAX` in the environment
+is left to glibc.
 """
 
 import ctypes
