@@ -51,30 +51,45 @@ def smoothed_cross_entropy(labels, logits, label_smoothing=0.1, soft_ids=None, s
     hard = 1.0 - w
 
     def forward(z, y, ids, p):
+        # Few (B, T, V) tensors live at once: the terms of the loss read z itself, so `z - peak` feeds
+        # only the exp (which TensorFlow then computes in place), and the gradient starts from `exp`
+        # and overwrites the label positions only (below). With a 32k vocabulary and 4,096 target
+        # positions each float32 (B, T, V) tensor takes 0.52 GB (docs/BENCHMARKS.md, "Training memory").
         vocab_size = ops.shape(z)[-1]
-        shifted = z - ops.max(z, axis=-1, keepdims=True)
-        exp = ops.exp(shifted)  # kept for the gradient
+        peak = ops.max(z, axis=-1, keepdims=True)  # (B, T, 1)
+        exp = ops.exp(z - peak)  # kept for the gradient
         total = ops.sum(exp, axis=-1, keepdims=True)  # (B, T, 1)
-        true_logit = ops.take_along_axis(shifted, ops.expand_dims(y, -1), axis=-1)  # (B, T, 1)
+        label = ops.expand_dims(y, -1)  # (B, T, 1)
+        true_logit = ops.take_along_axis(z, label, axis=-1) - peak  # (B, T, 1)
+        label_exp = ops.take_along_axis(exp, label, axis=-1)  # (B, T, 1), for the gradient
         loss = ops.log(total) - hard * (1.0 - eps) * true_logit
         if eps > 0 and hard > 0:
-            loss = loss - hard * eps * ops.mean(shifted, axis=-1, keepdims=True)
+            loss = loss - hard * eps * (ops.mean(z, axis=-1, keepdims=True) - peak)
         if soft:
-            loss = loss - w * ops.sum(p * ops.take_along_axis(shifted, ids, axis=-1), axis=-1, keepdims=True)
+            loss = loss - w * ops.sum(p * (ops.take_along_axis(z, ids, axis=-1) - peak), axis=-1, keepdims=True)
         loss = ops.squeeze(loss, -1)  # (B, T)
 
         def grad(upstream):
             upstream = ops.expand_dims(upstream, -1)  # (B, T, 1)
             uniform = hard * eps / ops.cast(vocab_size, z.dtype)
-            is_label = ops.equal(ops.expand_dims(y, -1), ops.arange(vocab_size, dtype=y.dtype))  # (B, T, V)
+            if not soft:  # softmax * upstream - upstream * eps / V everywhere, then the label positions' values
+                scale = upstream / total
+                gradient = exp * scale - upstream * uniform  # (B, T, V)
+                at_label = label_exp * scale - upstream * (hard * (1.0 - eps) + uniform)  # (B, T, 1)
+                rows = ops.shape(z)[0] * ops.shape(z)[1]
+                positions = ops.stack([ops.arange(rows, dtype="int32"), ops.reshape(label, [-1])], axis=1)
+                gradient = ops.scatter_update(ops.reshape(gradient, [rows, vocab_size]), positions,
+                                              ops.reshape(at_label, [-1]))
+                return ops.reshape(gradient, ops.shape(z))
+            is_label = ops.equal(label, ops.arange(vocab_size, dtype=y.dtype))  # (B, T, V)
             target = ops.where(is_label, upstream * (hard * (1.0 - eps) + uniform), upstream * uniform)
-            if soft:  # + w * p_j at (b, t, id_j): one scatter of B*T*k values into a zero (B*T, V) tensor
-                k = ops.shape(ids)[-1]
-                rows = ops.repeat(ops.arange(ops.shape(ids)[0] * ops.shape(ids)[1], dtype="int32"), k)
-                flat = ops.stack([rows, ops.reshape(ops.cast(ids, "int32"), [-1])], axis=1)
-                spread = ops.scatter(flat, ops.reshape(upstream * (w * p), [-1]),
-                                     [ops.shape(ids)[0] * ops.shape(ids)[1], vocab_size])
-                target = target + ops.reshape(spread, ops.shape(z))
+            # + w * p_j at (b, t, id_j): one scatter of B*T*k values into a zero (B*T, V) tensor
+            k = ops.shape(ids)[-1]
+            rows = ops.repeat(ops.arange(ops.shape(ids)[0] * ops.shape(ids)[1], dtype="int32"), k)
+            flat = ops.stack([rows, ops.reshape(ops.cast(ids, "int32"), [-1])], axis=1)
+            spread = ops.scatter(flat, ops.reshape(upstream * (w * p), [-1]),
+                                 [ops.shape(ids)[0] * ops.shape(ids)[1], vocab_size])
+            target = target + ops.reshape(spread, ops.shape(z))
             return exp * (upstream / total) - target
 
         return loss, grad

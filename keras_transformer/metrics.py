@@ -29,7 +29,11 @@ class MaskedAccuracy(keras.metrics.Metric):
 
     def update_state(self, y_true, y_pred, sample_weight=None):
         labels = ops.cast(y_true, "int32")
-        predictions = ops.cast(ops.argmax(y_pred, axis=-1), "int32")
+        # The first index of the largest logit, as argmax picks it (`top_k` puts the lower index first among
+        # equal values; only a largest logit of 0.0 after a -0.0 differs). `ops.argmax` of floats makes a float32
+        # copy of the (B, T, V) logits and three boolean masks of that size on TensorFlow (its -0.0 fix): 0.9 GB
+        # of the training step with a 32k vocabulary (docs/BENCHMARKS.md, "Training memory").
+        predictions = ops.cast(ops.top_k(y_pred, 1)[1][..., 0], "int32")  # (B, T)
         weights = ops.cast(ops.not_equal(labels, self.pad_id), "float32")
         if sample_weight is not None:
             sample_weight = ops.cast(sample_weight, "float32")

@@ -54,6 +54,7 @@ from keras_transformer.files import exclusive_lock, remove_stale_temporaries, st
 from keras_transformer.inference import evaluate
 from keras_transformer.trainer.backup import backup_position, backup_stream, resumed_seed
 from keras_transformer.trainer.loop import TrainingData, check_fresh_start, fit_experiment, summary
+from keras_transformer.trainer.malloc import limit_malloc_arenas
 from keras_transformer.trainer.precision import resolve_precision
 from keras_transformer.layout import MODEL_CONFIG, adopt_vocabulary
 from keras_transformer.workdir import write_model_file
@@ -108,6 +109,7 @@ def train(config, workdir):
     workdir = pathlib.Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     training = experiment.training
+    limit_malloc_arenas(1)  # before TensorFlow's threads allocate: their freed memory is shared (trainer.malloc)
 
     # The strategy comes first: multi-worker and TPU strategies must configure TensorFlow before it runs ops.
     strategy = distribute.make_strategy(training.strategy, devices=training.devices,

@@ -5,6 +5,7 @@ multi-worker cluster must be configured before TensorFlow starts, which the
 test process has long done.
 """
 
+import collections
 import json
 import os
 import pathlib
@@ -192,3 +193,91 @@ def test_multi_worker_training_on_two_processes_ends_with_identical_weights(tmp_
     assert chief_rows == (tmp_path / "worker-1" / "history.csv").read_text().splitlines()
     header, first_row = chief_rows[0].split(","), chief_rows[1].split(",")
     assert float(first_row[header.index("loss")]) < 1.5 * np.log(24)
+
+
+# Each worker builds its training data as `train` does (`build_data` under the real strategy, the chief learning
+# the vocabulary while the other waits for it) and iterates it as `fit` does (`experimental_distribute_dataset`,
+# which hands each replica half of every local batch, both workers in step), recording the pairs of each step until
+# it has as many as its shard holds: every other line of the corpus. The same processes then build the data once
+# more with sharding turned off (`input_shard` made to answer "one worker"), which the same check must reject.
+# The first 1,000 pairs of Multi30k's validation split, in windows of 250 lines: under two replicas a window's batch
+# sizes are even, and an odd window would leave its last pair out (`batching.batch_plan`).
+_WORKER = textwrap.dedent("""
+    import gzip, json, sys
+    from keras_transformer import distribute
+    strategy = distribute.make_strategy("multi_worker")  # first: it configures TensorFlow's runtime
+    from keras_transformer.data import build
+    from keras_transformer.data.tokenizers import EOS_ID
+    from keras_transformer.experiment import as_experiment
+    corpus, workdir = sys.argv[1], sys.argv[2]
+    data = as_experiment({"data": {"kind": "text", "train_source": corpus + "/val.en.gz",
+                                   "train_target": corpus + "/val.de.gz", "max_train_pairs": 1000,
+                                   "vocab_size": 600, "window": 250,
+                                   "tokens_per_batch": 2048, "max_length": 256}}).data
+    _, _, is_chief = distribute.task_info(strategy)
+    workers, index = build.input_shard(strategy)
+    count = len(range(index, 1000, workers))  # the lines of this worker's shard
+
+    def pairs_of_one_shard():
+        train = build.build_data(data, workdir + "/data", strategy, seed=0, wait_for_chief=not is_chief,
+                                 steps_per_epoch=5)
+        seen = []
+        # The same number of steps on both workers (each step is collective), enough for two passes of a shard.
+        for _, (inputs, labels) in zip(range(40), strategy.experimental_distribute_dataset(train.train)):
+            if len(seen) < count:
+                sides = (strategy.experimental_local_results(t)[0].numpy() for t in (inputs["source"], labels))
+                seen += [[[int(i) for i in side if i] for side in pair] for pair in zip(*sides)]
+        return train, seen
+
+    train, sharded = pairs_of_one_shard()
+    build.input_shard = lambda strategy: (1, 0)  # the control: every worker reads every line
+    _, unsharded = pairs_of_one_shard()
+    tokenizer = train.tokenizers[0]
+    sides = [[line.decode().rstrip("\\n") for line in gzip.open(corpus + "/val." + lang + ".gz")]
+             for lang in ("en", "de")]
+    rows = [tokenizer.tokenize(side[:1000]).to_list() for side in sides]
+    print("RESULT " + json.dumps({"shard": [workers, index], "replicas": strategy.num_replicas_in_sync,
+                                  "sharded": sharded, "unsharded": unsharded,
+                                  "corpus": [[s + [EOS_ID], t + [EOS_ID]] for s, t in zip(*rows)]}))
+""")
+
+
+def _one_pass_each(pairs, corpus):
+    """Whether the workers' pairs together are `corpus` (a multiset: its duplicate lines as often as there)."""
+    counts = [collections.Counter(json.dumps(pair) for pair in worker) for worker in pairs]
+    return sum(counts, collections.Counter()) == collections.Counter(json.dumps(pair) for pair in corpus)
+
+
+@pytest.mark.slow
+def test_two_worker_processes_read_disjoint_shards_that_together_are_the_corpus(tmp_path, multi30k_dir):
+    workers = [f"127.0.0.1:{port}" for port in _free_ports(2)]
+    processes = []
+    for index in range(2):
+        tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
+        processes.append(subprocess.Popen([sys.executable, "-c", _WORKER, str(multi30k_dir), str(tmp_path)],
+                                          cwd=REPO, env=_env(TF_CONFIG=json.dumps(tf_config)),
+                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outputs = []
+    try:
+        for process in processes:
+            outputs.append(process.communicate(timeout=240)[0])  # a worker left alone would wait for its peer
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    results = []
+    for process, output in zip(processes, outputs):
+        lines = [line for line in output.splitlines() if line.startswith("RESULT ")]
+        assert process.returncode == 0 and lines, output[-3000:]
+        results.append(json.loads(lines[-1][len("RESULT "):]))
+    corpus = results[0]["corpus"]
+    assert len(corpus) == 1000 and results[1]["corpus"] == corpus
+    assert [result["shard"] for result in results] == [[2, 0], [2, 1]]
+    assert [result["replicas"] for result in results] == [2, 2]
+    # One pass of each shard: every other line, exactly (no batch crosses into the next pass).
+    assert [len(result["sharded"]) for result in results] == [500, 500]
+    assert _one_pass_each([result["sharded"] for result in results], corpus)
+    # Without the shards, the workers read the same lines in the same order: pairs twice, others never.
+    assert [len(result["unsharded"]) for result in results] == [500, 500]
+    assert not _one_pass_each([result["unsharded"] for result in results], corpus)

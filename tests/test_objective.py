@@ -69,6 +69,20 @@ def test_masked_accuracy_counts_only_real_tokens():
     assert float(metric.result()) == 0.0
 
 
+def test_masked_accuracy_predicts_the_first_index_of_the_largest_logit_as_argmax_does():
+    rng = np.random.default_rng(0)
+    logits = rng.integers(-2, 3, (4, 9, 6)).astype("float32")  # five values: ties at the maximum are common
+    labels = rng.integers(1, 6, (4, 9))
+    labels[:, 7:] = 0  # pads
+    metric = kt.MaskedAccuracy(pad_id=0)
+    metric.update_state(labels, logits)
+    real = labels != 0
+    expected = np.sum((logits.argmax(-1) == labels) & real) / np.sum(real)  # numpy: the first maximum wins
+    assert float(metric.result()) == pytest.approx(expected, rel=1e-6)
+    attains_maximum = np.sum((np.take_along_axis(logits, labels[..., None], -1)[..., 0] == logits.max(-1)) & real)
+    assert attains_maximum / np.sum(real) > expected + 0.05  # counting every label that ties would differ
+
+
 @pytest.mark.parametrize("step", [1, 100, 4000, 4001, 100000])
 def test_noam_schedule_matches_formula(step):
     schedule = kt.NoamSchedule(d_model=512, warmup_steps=4000)
@@ -123,7 +137,7 @@ def value_and_gradient(loss, labels, logits):
     return float(value), tape.gradient(value, logits).numpy()
 
 
-@pytest.mark.parametrize("eps", [0.0, 0.1])
+@pytest.mark.parametrize("eps", [0.0, 0.1, 0.3])
 def test_label_smoothed_loss_gradient_matches_autodiff_of_the_one_hot_formula(eps):
     """The loss's gradient is written by hand (losses.smoothed_cross_entropy); autodiff of the textbook formula agrees."""
     import tensorflow as tf
