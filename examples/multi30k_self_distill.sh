@@ -33,13 +33,13 @@ for file in train.{en,de}.gz val.{en,de,lc.norm.tok.de}.gz test_2016_flickr.{en,
         exit 2
     fi
 done
-# The shipped model's settings: the config's defaults became relative positions and 8,192-token updates for 122
-# epochs after it was trained (docs/BENCHMARKS.md); `--set model.position=relative --set data.tokens_per_batch=8192
-# --set training.epochs=122 --set decoding.average_last=24` distils the new recipe's teacher instead (then set
-# STUDENT_EPOCHS and the student's average to match its updates).
+# The shipped model's settings: the config's defaults became relative positions and 8,192-token updates (two
+# accumulated batches) for 122 epochs after it was trained (docs/BENCHMARKS.md); `--set model.position=relative
+# --set training.gradient_accumulation_steps=2 --set training.epochs=122 --set decoding.average_last=24` distils the
+# new recipe's teacher instead (then set STUDENT_EPOCHS and the student's average to match its updates).
 paths=(--set "data.valid_source=$data/val.en.gz" --set "data.valid_target=$data/val.de.gz"
        --set "data.valid_tokenized_target=$data/val.lc.norm.tok.de.gz" --set model.position=sinusoidal
-       --set data.tokens_per_batch=4096 --set training.epochs=84 --set decoding.average_last=10)
+       --set training.gradient_accumulation_steps=1 --set training.epochs=84 --set decoding.average_last=10)
 mkdir -p "$root"
 
 echo "== 1. teacher: $root/teacher"
