@@ -157,11 +157,7 @@ class TranslatorInterface(abc.ABC):
         outputs = [None if not is_blank(text) else blank() for text in texts]
         order = sorted((i for i, text in enumerate(texts) if outputs[i] is None),
                        key=lambda i: len(texts[i].split()))
-        for start in range(0, len(order), int(batch_size)):
-            chunk = order[start:start + int(batch_size)]
-            for i, output in zip(chunk, run_batch([texts[i] for i in chunk])):
-                outputs[i] = output
-        return outputs
+        return _scattered(outputs, order, batch_size, lambda chunk: run_batch([texts[i] for i in chunk]))
 
     def translate_lines(self, lines, batch_size=64):
         """One translation per line (`str`), in order; a blank line translates to "".
@@ -213,12 +209,9 @@ class TranslatorInterface(abc.ABC):
         sources = [clean_line(line, caller) for line in sources]
         targets = [clean_line(line, caller) for line in targets]
         order = sorted(range(len(sources)), key=lambda i: len(targets[i].split()))  # similar lengths together
-        scores = [0.0] * len(sources)
-        for start in range(0, len(order), int(batch_size)):
-            chunk = order[start:start + int(batch_size)]
-            for i, score in zip(chunk, self.score_batch([sources[i] for i in chunk], [targets[i] for i in chunk])):
-                scores[i] = float(score)
-        return scores
+        scores = _scattered([None] * len(sources), order, batch_size, lambda chunk: self.score_batch(
+            [sources[i] for i in chunk], [targets[i] for i in chunk]))
+        return [float(score) for score in scores]
 
     def with_options(self, options):
         """A translator of the same loaded model(s) that decodes with `options` (a `DecodeOptions`).
@@ -247,6 +240,16 @@ class TranslatorInterface(abc.ABC):
         single = isinstance(sentences, (str, bytes))
         texts = self.translate_lines([sentences] if single else list(sentences))
         return texts[0] if single else texts
+
+
+def _scattered(outputs, order, batch_size, run_batch):
+    """`outputs` with `run_batch(indices)`'s results put at those indices, for `order` cut into batches of
+    `batch_size` indices."""
+    for start in range(0, len(order), int(batch_size)):
+        chunk = order[start:start + int(batch_size)]
+        for i, output in zip(chunk, run_batch(chunk)):
+            outputs[i] = output
+    return outputs
 
 
 def check_pairs(caller, sources, targets):

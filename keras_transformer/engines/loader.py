@@ -89,7 +89,8 @@ def load_translator(model, checkpoint=None, average=None, options=None, *, engin
     engine = engine or (engines[0] if len(paths) == 1 else "tensorflow")  # the engine of ensembles
     if engine not in ENGINES:
         raise ConfigError(f"load_translator: engine must be one of {', '.join(ENGINES)}, got {engine!r}.")
-    settings = {key: value for key, value in settings.items() if value is not None}
+    settings = {key: value for key, value in settings.items() if value is not None
+                and (engine == "tensorflow" or key not in TENSORFLOW_SETTINGS)}  # the others decode without them
     if "ctranslate2" in engines or engine == "ctranslate2":
         return _ctranslate2(paths, engines, engine, checkpoint, average, options, settings)
     if engine == "packed":
@@ -97,8 +98,6 @@ def load_translator(model, checkpoint=None, average=None, options=None, *, engin
             raise ConfigError(f"The packed engine decodes one model, and {len(paths)} were given: decode an "
                               "ensemble with the TensorFlow engine.")
         from keras_transformer.engines.packed import PackedTranslator  # the engine asked for, and only it
-        for name in TENSORFLOW_SETTINGS:
-            settings.pop(name, None)
         return PackedTranslator.from_folder(paths[0], checkpoint, average, options, checked=True, **settings)
     from keras_transformer.engines.tensorflow import Translator  # imports TensorFlow
     from keras_transformer.workdir import load_models
@@ -123,6 +122,4 @@ def _ctranslate2(paths, engines, engine, checkpoint, average, options, settings)
         raise ConfigError(f"{converted} is a CTranslate2 export: --checkpoint and --average apply to training "
                           "workdirs.")
     from keras_transformer.engines.ctranslate2 import CTranslate2Translator  # the engine asked for, and only it
-    for name in TENSORFLOW_SETTINGS:
-        settings.pop(name, None)
     return CTranslate2Translator(converted, options, **settings)
