@@ -426,7 +426,7 @@ def _run(args):
         if message is None or args.verbose:
             raise
         named = (ConfigError, CheckpointError, OSError, WorkdirBusyError, FloatingPointError, MemoryError,
-                 RunStopped)  # the message says it all
+                 RunStopped, NotImplementedError)  # the message says it all (NotImplementedError: a refusal)
         hint = "" if isinstance(error, named) or status != EXIT_BAD_INPUT else " (-v shows the traceback)"
         print(f"keras-transformer {args.command}: error: {message}{hint}", file=sys.stderr)
         return status

@@ -280,6 +280,10 @@ def pack_arrays(config, workdir):
     section = experiment.data
     if section.kind != "text":
         raise ConfigError(f"pack needs data.kind: text (files), got {section.kind!r}.")
+    if section.pipeline.get("corpora") is not None:
+        raise ConfigError("pack writes one fixed set of pairs from data.train_source / train_target; data.corpora "
+                          "mixes its corpora by weight without end, which packed arrays cannot hold: train them with "
+                          "keras-transformer train.")
     experiment.check_model()
     experiment.check_files()  # the data files and training.init_checkpoint
     workdir = pathlib.Path(workdir)
@@ -292,9 +296,10 @@ def pack_arrays(config, workdir):
 PACK_CHUNK = 100_000  # sentence pairs `pack` reads, tokenizes and writes at a time
 
 
-def _parallel_chunks(source_file, target_file, errors, size):
+def _parallel_chunks(source_file, target_file, errors, size, limit=None):
     """Streams two aligned files as `(sources, targets, summary)` chunks of at most `size` lines each, pairs with
     an empty side dropped as `corpus.read_parallel_corpus` drops them (the chunk's `CorpusSummary` counts them).
+    With `limit`, only the first `limit` line pairs are read, as if the files ended there (`max_train_pairs`).
 
     Raises:
         corpus.CorpusError: invalid UTF-8 (file and line named), or one file ending before the other (both files
@@ -306,8 +311,9 @@ def _parallel_chunks(source_file, target_file, errors, size):
                  textfile.iter_stream(target_handle, names[1], errors)]
         read = 0
         while True:
+            take = size if limit is None else min(size, limit - read)
             try:
-                chunk = list(itertools.islice(itertools.zip_longest(*lines), size))
+                chunk = list(itertools.islice(itertools.zip_longest(*lines), take)) if take > 0 else []
             except textfile.InvalidUTF8Error as error:
                 raise corpus.CorpusError(f"{error}; fix the file or read it with errors='replace' to replace bad "
                                          "bytes with U+FFFD.") from None
@@ -350,14 +356,15 @@ def _pack(experiment, section, workdir):
 
     counts = {"train_target_tokens": 0}
     with ArraysWriter(workdir / ARRAYS_FILE) as writer:
-        for split, source_file, target_file, mode in (
-                ("train", data_config.train_source, data_config.train_target, "filter"),
-                ("valid", data_config.valid_source, data_config.valid_target, "truncate")):
+        for split, source_file, target_file, mode, limit in (
+                ("train", data_config.train_source, data_config.train_target, "filter", data_config.max_train_pairs),
+                ("valid", data_config.valid_source, data_config.valid_target, "truncate", None)):
             if source_file is None:
                 continue
             start, summary = time.perf_counter(), corpus.CorpusSummary(os.fspath(source_file), os.fspath(target_file))
             writer.add(split, [], [])  # the split's files exist even when no pair is kept
-            for sources, targets, read in _parallel_chunks(source_file, target_file, data_config.errors, PACK_CHUNK):
+            for sources, targets, read in _parallel_chunks(source_file, target_file, data_config.errors, PACK_CHUNK,
+                                                           limit):
                 summary = dataclasses.replace(summary, lines=summary.lines + read.lines,
                                               empty=summary.empty + read.empty, replaced=summary.replaced + read.replaced)
                 if not sources:

@@ -204,10 +204,14 @@ def latest_checkpoints(directory, n=5):
         raise CheckpointNotFoundError(f"No checkpoints named ckpt-NNNN.weights.h5 or step-NNNN.weights.h5 in "
                                       f"{directory}")
     names.sort(key=checkpoint_number)
-    if len(names) < n:
-        log.warning("Asked for the last %d checkpoints, but %s has only %d: using those %d.", n, directory,
-                    len(names), len(names))
+    if len(names) < n and (directory, n, len(names)) not in _SHORT_WARNED:  # once a process, though a command
+        _SHORT_WARNED.add((directory, n, len(names)))                     # may look twice (check, then load)
+        log.warning("Asked for the last %d checkpoints, but %s has only %s.", n, directory,
+                    "one: using it" if len(names) == 1 else f"{len(names)}: using those {len(names)}")
     return [os.path.join(directory, name) for name in names[-n:]]
+
+
+_SHORT_WARNED = set()  # (folder, asked, found) of `latest_checkpoints` warnings already given
 
 
 READERS_LOCK = ".readers.lock"  # in checkpoints/: held shared by readers, taken by `rotate_checkpoints`

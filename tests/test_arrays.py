@@ -181,6 +181,28 @@ def test_training_reads_the_packed_ids_through_a_memory_map_and_an_earlier_array
     assert [[a.tolist() for a in b] for b in legacy.batches(0)] == [[a.tolist() for a in b] for b in expected]
 
 
+def test_pack_reads_only_the_first_max_train_pairs_and_refuses_weighted_corpora(packed, tmp_path):
+    """docs/data.md: `data.max_train_pairs` holds for every pass, `pack`'s included; a mixture of corpora has no
+    end, which one fixed set of arrays cannot hold."""
+    import shutil
+
+    workdir, counts, folder = packed
+    experiment = packed_experiment(workdir).to_dict()
+    experiment["data"]["max_train_pairs"] = 100
+    shutil.copytree(workdir / "data", tmp_path / "run" / "data")  # the same vocabulary
+    capped = training.pack_arrays(experiment, tmp_path / "run")
+    assert counts["train_pairs"] > 100 and 0 < capped["train_pairs"] <= 100
+    assert capped["valid_pairs"] == counts["valid_pairs"]  # validation is not capped
+    first = load_arrays(workdir)["train"]
+    kept = load_arrays(tmp_path / "run")["train"]
+    assert [ids.tolist() for ids in kept[0]] == [ids.tolist() for ids in first[0][:len(kept[0])]]  # the first pairs
+    mixed = packed_experiment(workdir).to_dict()
+    data = mixed["data"]
+    data["corpora"] = [{"name": "a", "source": data.pop("train_source"), "target": data.pop("train_target")}]
+    with pytest.raises(ConfigError, match="pack writes one fixed set of pairs.*data.corpora"):
+        training.pack_arrays(mixed, tmp_path / "mixed")
+
+
 def test_pack_streams_the_corpus_a_chunk_at_a_time(packed, tmp_path, monkeypatch):
     from keras_transformer.data import pipeline
     workdir, counts, folder = packed

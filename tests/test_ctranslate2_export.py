@@ -498,6 +498,17 @@ def test_the_three_engines_share_one_interface(trained_copy_model, copy_export):
         engines["ctranslate2"].attention(SENTENCES[1])
 
 
+def test_plot_attention_on_a_ctranslate2_export_is_refused_in_one_line_without_a_traceback_hint(copy_export,
+                                                                                             tmp_path, capsys):
+    from keras_transformer import cli
+
+    folder, _, _ = copy_export
+    status = cli.main(["plot-attention", "--model", str(folder), SENTENCES[1], "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip()
+    assert status == 2 and len(err.splitlines()) == 1, err
+    assert "ctranslate2 engine gives no attention maps" in err and "traceback" not in err
+
+
 # Awkward lines, one per rule of `TranslatorInterface`'s line handling. The words around the bad bytes are the copy
 # model's own: on unknown words alone its distribution is near-uniform, where CTranslate2 may rank pad or bos
 # inside its beam (see CTranslate2Translator), which says nothing of the line handling.

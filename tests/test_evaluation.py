@@ -120,6 +120,14 @@ def test_fewer_checkpoints_than_asked_are_used_with_a_warning(tmp_path, caplog):
     assert caplog.messages == [f"Asked for the last 10 checkpoints, but {tmp_path} has only 3: using those 3."]
     caplog.clear()
     assert len(latest_checkpoints(tmp_path, 3)) == 3 and not caplog.messages
+    with caplog.at_level("WARNING", logger="keras_transformer"):  # a command looks twice: it says so once
+        assert len(latest_checkpoints(tmp_path, 10)) == 3
+    assert not caplog.messages
+    (tmp_path / "one").mkdir()
+    (tmp_path / "one" / "ckpt-0001.weights.h5").write_bytes(b"")
+    with caplog.at_level("WARNING", logger="keras_transformer"):
+        assert len(latest_checkpoints(tmp_path / "one", 5)) == 1
+    assert caplog.messages == [f"Asked for the last 5 checkpoints, but {tmp_path / 'one'} has only one: using it."]
 
 
 def test_read_lines_names_a_folder_given_for_a_file(tmp_path):

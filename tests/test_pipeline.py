@@ -503,3 +503,13 @@ def test_bad_input_is_named_with_its_file_and_line_while_streaming(tmp_path, mul
                           errors="replace")[0])
     assert str(stream_error(error.value)).startswith(
         f"Misaligned parallel corpus: {tmp_path / 'short.de'} ends after 2 lines but {tmp_path / 'a.en'} goes on")
+
+
+def test_the_validation_pass_is_logged_as_validation_not_as_a_pass_over_the_training_data(caplog):
+    from keras_transformer.data.pipeline.text_stream import CorpusTally
+
+    with caplog.at_level("INFO", logger="keras_transformer.data.pipeline"):
+        CorpusTally("val.en.gz", "val.de.gz", split="validation").add(0, last=True, lines=3)
+        CorpusTally("train.en.gz", "train.de.gz").add(0, last=True, lines=5)
+    assert caplog.messages[0].startswith("Read the validation data: ") and "val.en.gz" in caplog.messages[0]
+    assert caplog.messages[1].startswith("Pass 1 over the training data done: ")

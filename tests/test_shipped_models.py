@@ -98,3 +98,13 @@ def test_a_model_file_from_before_the_decoding_options_loads_as_the_shipped_one(
     assert (old_config, old_options) == (config, options)
     assert (options.strategy, options.beam_size, options.alpha, options.max_extra, options.early_exit) == (
         "beam", 5, 1.0, 50, True)
+
+
+@pytest.mark.parametrize("name", ["multi30k_en_de", "multi30k_en_fr"])
+def test_every_shipped_model_verifies_against_its_manifest(name, capsys):
+    """README and docs/serving.md: `keras-transformer verify` checks any export, the shipped ones included."""
+    from keras_transformer import cli
+
+    assert cli.main(["verify", str(ROOT / "saved_models" / name)]) == 0
+    out = capsys.readouterr().out
+    assert "whole (11 files" in out and "SHA-256 checked" in out and "README.md" in out

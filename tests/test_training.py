@@ -964,3 +964,14 @@ def test_mixed_bfloat16_trains_and_restores_the_global_policy(tmp_path):
     assert result.model.get_layer("logits").compute_dtype == "float32"
     assert np.isfinite(result.history["loss"][-1])
     assert keras.config.dtype_policy().name == before
+
+
+def test_a_resumed_epoch_s_header_counts_to_the_run_s_epochs(capsys):
+    """`fit` trains a resumed epoch's rest alone (epochs=3, initial_epoch=2): the header still reads the run's
+    total, "Epoch 3/8", not Keras' "Epoch 3/3"."""
+    from keras_transformer.trainer.callbacks import ProgressLogger
+
+    for logger, expected in ((ProgressLogger(epochs=8), "Epoch 3/8"), (ProgressLogger(), "Epoch 3/3")):
+        logger.set_params({"verbose": 2, "epochs": 3, "steps": 4})
+        logger.on_epoch_begin(2)
+        assert capsys.readouterr().out.strip() == expected

@@ -40,7 +40,8 @@ class DataSection:
     32
     """
 
-    kind: str = "synthetic"  # "synthetic", "text" (parallel files) or "tfds" (TensorFlow Datasets)
+    kind: str = "synthetic"  # "synthetic", "text" (parallel files; the default when train_source or corpora is
+                             # given) or "tfds" (TensorFlow Datasets)
     vocab_size: typing.Optional[int] = None  # synthetic: 32 by default; text: DataConfig.vocab_size (10000)
     max_length: typing.Optional[int] = None  # synthetic: longest sentence (10); text: DataConfig.max_length
     seed: typing.Optional[int] = None  # synthetic pairs / shuffling seed (default: training.seed)
@@ -73,6 +74,8 @@ class DataSection:
         own = [f.name for f in dataclasses.fields(cls) if f.name != "pipeline"]
         if "pipeline" in values:
             raise ConfigError("data.pipeline is not a key: write the DataConfig fields directly under data:.")
+        if "kind" not in values and ("train_source" in values or "corpora" in values):
+            values["kind"] = "text"  # files given: the section reads text, whatever the default kind
         kind = values.get("kind", "synthetic")
         pipeline_keys = _pipeline_fields() if kind != "synthetic" else []
         for key in values:
@@ -145,8 +148,9 @@ class DataSection:
                                   "reserved ids.")
             return
         config = self.data_config()
-        if self.kind == "text" and config.train_source is None:
-            raise ConfigError("data.kind 'text' needs data.train_source and data.train_target (file paths).")
+        if self.kind == "text" and config.train_source is None and config.corpora is None:
+            raise ConfigError("data.kind 'text' needs data.train_source and data.train_target (file paths), or "
+                              "data.corpora.")
         if self.kind == "tfds":
             if not self.tfds_name:
                 raise ConfigError("data.kind 'tfds' needs data.tfds_name, e.g. wmt14_translate/de-en.")
@@ -226,6 +230,39 @@ class DataSection:
                   "test": {"test_source": self.test_source, "test_target": self.test_target,
                            "test_tokenized_target": self.test_tokenized_target}}
         return count_split_lines(splits)
+
+    def describe_line_counts(self, counts):
+        """`check_line_counts`'s counts in words, as `train --dry-run` prints them: each training corpus with its
+        weight (when several mix) and the cap that reads only its first lines (`max_pairs`, `max_train_pairs`).
+
+        Example:
+
+        >>> section = DataSection.from_dict({"corpora": [
+        ...     {"name": "a", "source": "a.en", "target": "a.de"},
+        ...     {"name": "b", "source": "b.en", "target": "b.de", "weight": 3, "max_pairs": 100}]})
+        >>> print("\\n".join(section.describe_line_counts({"corpus a": 600, "corpus b": 401, "valid": 50})))
+        corpus a 600 lines (weight 1)
+        corpus b 401 lines (weight 3, the first 100 read: max_pairs)
+        valid 50 lines
+        >>> DataSection.from_dict({"train_source": "a.en", "train_target": "a.de", "max_train_pairs": 3000}
+        ...                       ).describe_line_counts({"train": 29000})
+        ['train 29000 lines (the first 3000 read: max_train_pairs)']
+        """
+        config = self.data_config()
+        several = config.corpora is not None and len(config.corpora) > 1
+        caps = {("train" if config.corpora is None else f"corpus {corpus['name']}"): corpus
+                for corpus in config.training_corpora()}
+        words = []
+        for split, lines in counts.items():
+            corpus = caps.get(split)
+            notes = []
+            if corpus is not None and several:
+                notes.append(f"weight {corpus['weight']:g}")
+            if corpus is not None and corpus["max_pairs"] is not None and corpus["max_pairs"] < lines:
+                key = "max_pairs" if config.corpora is not None else "max_train_pairs"
+                notes.append(f"the first {corpus['max_pairs']} read: {key}")
+            words.append(f"{split} {lines} lines" + (f" ({', '.join(notes)})" if notes else ""))
+        return words
 
     def resolved(self, seed, workdir=None):
         """The section as `train` reads it, every field of this kind given: the kind's own fields (vocab_size,

@@ -232,7 +232,7 @@ class ExperimentConfig:
             notes.append("model vocabulary sizes: the configured ones until train learns the vocabulary (or finds "
                          "it in WORKDIR/data/vocab) and takes its size")
         if counts:
-            notes.append("data files: " + ", ".join(f"{split} {lines} lines" for split, lines in counts.items())
+            notes.append("data files: " + ", ".join(self.data.describe_line_counts(counts))
                          + ", in each file of the split")
         return "".join(f"# {note}\n" for note in notes) + yaml.safe_dump(self.resolved(workdir), sort_keys=False)
 

@@ -155,6 +155,9 @@ class ProgressLogger(keras.callbacks.ProgbarLogger):
     entries that are NaN because nothing was measured that epoch (`val_bleu`
     between BLEU passes) stay in the logs but leave the printed line.
 
+    `epochs` (the run's `training.epochs`) is the total its epoch headers count to, also when `fit` trains a
+    resumed epoch's rest alone.
+
     Example:
 
     >>> ProgressLogger.shown({"loss": 2.5, "step": 53, "val_bleu": float("nan")})
@@ -162,6 +165,15 @@ class ProgressLogger(keras.callbacks.ProgbarLogger):
     """
 
     HIDDEN = ("step",)
+
+    def __init__(self, epochs=None):
+        super().__init__()
+        self.run_epochs = epochs  # the run's training.epochs: a resumed epoch's header reads "Epoch 3/8", not 3/3
+
+    def set_params(self, params):
+        super().set_params(params)
+        if self.run_epochs is not None:
+            self.epochs = max(int(self.run_epochs), self.epochs)
 
     @classmethod
     def shown(cls, logs):

@@ -228,7 +228,8 @@ def make_callbacks(experiment, model_config, data, output, resumed_at=(0, 0), ma
         else:
             log.warning("TensorBoard logs skipped: they need the tensorboard and tensorflow packages "
                         "(training.tensorboard).")
-    callbacks += [backup, ProgressLogger()]  # printed last, after every callback added to the logs
+    # the progress line last, after every callback added to the logs
+    callbacks += [backup, ProgressLogger(epochs=training.epochs)]
     return callbacks, backup
 
 

@@ -35,8 +35,9 @@ class CorpusTally:
     (7, True)
     """
 
-    def __init__(self, source_file, target_file, max_length=None):
+    def __init__(self, source_file, target_file, max_length=None, split="training"):
         self._names = (source_file, target_file)
+        self._split = split  # what the log line names: "training" or "validation"
         self._max_length = max_length
         self._passes = {}  # pass -> counts so far
         self._last = None  # the CorpusSummary of the last whole pass
@@ -50,7 +51,10 @@ class CorpusTally:
         if last:
             self._last = self._summary(self._passes.pop(int(pass_number)))
             self.complete = True
-            logger.info("Pass %d over the training data done: %s", int(pass_number) + 1, self._last)
+            if self._split == "training":
+                logger.info("Pass %d over the training data done: %s", int(pass_number) + 1, self._last)
+            else:
+                logger.info("Read the %s data: %s", self._split, self._last)
 
     def _summary(self, counts):
         return CorpusSummary(*self._names, max_length=self._max_length, **counts)
@@ -115,7 +119,8 @@ class TextStream:
         names = [corpus.name for corpus in self.corpora]
         first = self.corpora[0]
         self.tally = CorpusTally(*((streams.side_name(first.source), streams.side_name(first.target)) if len(names) == 1
-                                   else (", ".join(names), "")), max_length=max_length)
+                                   else (", ".join(names), "")), max_length=max_length,
+                                  split="training" if training else "validation")
         self._started = None  # when the current iteration began (for the first window's log line)
         self._pass_batches = {}  # pass -> batches planned so far
 
