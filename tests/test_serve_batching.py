@@ -1,0 +1,104 @@
+"""The server's queue on its own (`serving.batching.Batcher`), with engines that record what they are given instead
+of decoding: the order batches are formed in, the bound on the queue, cancellation and deadlines. The end-to-end
+behaviour, on a real server process, is tests/test_serve_load.py's."""
+
+import asyncio
+import concurrent.futures
+import time
+
+import pytest
+
+from keras_transformer.decoding.options import DecodeOptions
+from keras_transformer.serving import Batcher, RequestError, ServeSettings, Stats, Work
+from keras_transformer.serving.batching import Cancelled
+
+
+class Recorder:
+    """An engine call that records each batch `(engine, sentences)` and answers each sentence with itself."""
+
+    def __init__(self, seconds=0.01):
+        self.batches, self.seconds = [], seconds
+
+    def __call__(self, engine, key, parts):
+        time.sleep(self.seconds)
+        self.batches.append((engine, [item for part in parts for item in part]))
+        return [[(item, 0.0) for item in part] for part in parts]
+
+
+def _work(prefix, count):
+    return Work("best", DecodeOptions(n_best=1), tuple(f"{prefix}{i}" for i in range(count)))
+
+
+def _run(test, recorder, **settings):
+    async def main():
+        executor = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+        batcher = Batcher(recorder, ServeSettings(batch_wait=0.0, **settings), Stats(), executor)
+        task = asyncio.create_task(batcher.run())
+        try:
+            return await test(batcher)
+        finally:
+            task.cancel()
+            executor.shutdown(wait=True)
+    return asyncio.run(main())
+
+
+def test_large_requests_go_in_chunks_of_max_batch_and_models_take_turns():
+    recorder = Recorder(seconds=0.05)
+
+    async def test(batcher):
+        huge = batcher.admit("A", _work("h-", 40))  # model A: 3 chunks, 16, 16 and 8
+        await asyncio.sleep(0.01)  # its first chunk is on the engine
+        small = batcher.admit("A", _work("s-", 1))
+        other = batcher.admit("B", _work("b-", 1))  # model B
+        return await asyncio.gather(*(batcher.wait(p) for p in (huge, small, other)))
+
+    huge, small, other = _run(test, recorder, max_batch=16, max_queue=128, max_sentences=40)
+    assert [(engine, len(items)) for engine, items in recorder.batches] == [("A", 16), ("B", 1), ("A", 16), ("A", 9)]
+    assert recorder.batches[2][1][0] == "s-0"  # the small request waited for one chunk of the large one (and B)
+    assert [text for text, _ in huge] == [f"h-{i}" for i in range(40)]  # its chunks put back in order
+    assert small == [("s-0", 0.0)] and other == [("b-0", 0.0)]
+
+
+def test_a_full_queue_refuses_at_once_with_retry_after_and_counts_it():
+    recorder = Recorder(seconds=0.2)
+
+    async def test(batcher):
+        first = batcher.admit("A", _work("x", 8))
+        await asyncio.sleep(0.01)  # on the engine: the queue is empty again
+        waiting = [batcher.admit("A", _work(f"w{n}-", 8)) for n in range(2)]  # 16 queued: the limit
+        started = time.monotonic()
+        with pytest.raises(RequestError) as refused:
+            batcher.admit("A", _work("z", 1))
+        assert time.monotonic() - started < 0.05
+        assert refused.value.status == 503 and "--max-queue" in str(refused.value)
+        assert int(refused.value.headers["Retry-After"]) >= 1
+        await asyncio.gather(*(batcher.wait(p) for p in [first] + waiting))
+        return batcher
+
+    batcher = _run(test, recorder, max_batch=8, max_queue=16, max_sentences=8)
+    assert batcher._stats.rejected == 1 and batcher.queued_sentences == 0
+
+
+def test_cancelled_and_overdue_requests_are_not_decoded():
+    recorder = Recorder(seconds=0.2)
+
+    async def test(batcher):
+        first = batcher.admit("A", _work("first", 4))
+        await asyncio.sleep(0.01)
+        gone = batcher.admit("A", _work("gone", 4))
+        overdue = batcher.admit("A", _work("late", 4), deadline=time.monotonic() + 0.05)
+        batcher.cancel(gone)
+        with pytest.raises(Cancelled):
+            await batcher.wait(gone)
+        with pytest.raises(RequestError) as late:
+            await batcher.wait(overdue)
+        assert late.value.status == 504
+        await batcher.wait(first)
+        kept = await batcher.submit("A", _work("kept", 2))
+        return batcher, kept
+
+    batcher, kept = _run(test, recorder, max_batch=8, max_queue=64, max_sentences=8)
+    decoded = [item for _, items in recorder.batches for item in items]
+    assert not [item for item in decoded if item.startswith(("gone", "late"))], decoded
+    assert [text for text, _ in kept] == ["kept0", "kept1"]
+    assert (batcher._stats.cancelled, batcher._stats.deadline_exceeded) == (1, 1)
