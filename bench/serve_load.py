@@ -8,8 +8,9 @@ in a temporary folder, version 1 a link to the model), waits until it is ready, 
 that many clients for `--seconds`: each sends TensorFlow Serving predict requests of `--sentences-per-request`
 test2016 sentences, the next as soon as the last is answered; a client answered 503 waits `--backoff-ms` (or
 the server's Retry-After, whichever is shorter) and sends again. Requests still running at the end are awaited.
-Prints a table (sentences/s answered, latency percentiles of the 200s, the 503 share and their p99 latency,
-other failures, the server's peak RSS against its RSS when idle) and, with `--swap`, a run at 16 clients during
+Prints a table (sentences/s answered, latency percentiles of the 200s, the 503 share and their latency as this
+client saw it and by the server's own histogram (the bucket holding its 99th percentile), other failures, the
+server's peak RSS against its RSS when idle) and, with `--swap`, a run at 16 clients during
 which version 2 is copied beside version 1: the requests that failed, and when the server switched.
 
 The client is asyncio over raw sockets (one thread for every client), so that it costs the machine little next
@@ -147,6 +148,25 @@ class RssSampler:
         self._thread.join()
 
 
+def refusal_buckets(port):
+    """The server's own latency histogram of its 503 answers to predict: `{upper bound: cumulative count}`."""
+    _, _, content = asyncio.run(request(port, "GET", "/monitoring/prometheus/metrics"))
+    buckets = {}
+    for line in content.decode("utf-8").splitlines():
+        if line.startswith("keras_transformer_serve_request_seconds_bucket{") and 'route="predict"' in line \
+                and 'status="503"' in line:
+            bound = line.split('le="')[1].split('"')[0]
+            buckets[float(bound)] = float(line.rsplit(" ", 1)[1])
+    return buckets
+
+
+def server_p99(before, after):
+    """The upper bound of the histogram bucket holding the 99th percentile of the answers between two reads."""
+    counts = {bound: after[bound] - before.get(bound, 0.0) for bound in sorted(after)}
+    total = counts.get(float("inf"), 0.0)
+    return next((bound for bound, count in counts.items() if total and count >= 0.99 * total), float("nan"))
+
+
 # ------------------------------------------------------------------------------------------ the bench
 def _call(port, path):
     with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=60) as answer:
@@ -169,30 +189,38 @@ def _start(base, port, log, args):
             time.sleep(0.5)
 
 
-def _swap_run(port, base, model, bodies, seconds):
-    """16 clients for `seconds` while version 2 is copied in after a quarter of them; the states seen."""
-    seen, switched = set(), [None]
+def _swap_run(port, base, model, bodies, limit=300.0):
+    """16 clients, from before version 2 is copied beside version 1 until version 1 has ended (at most `limit`
+    seconds); returns the records, the version states seen in order, and the seconds from the copy to the switch
+    and to the end of version 1."""
+    seen, times = [], {}
 
-    async def watch(stop):
-        while time.monotonic() < stop:
-            status, _, content = await request(port, "GET", "/v1/models/model")
+    async def watch(started):
+        while True:
+            _, _, content = await request(port, "GET", "/v1/models/model")
             states = tuple((v["version"], v["state"]) for v in json.loads(content)["model_version_status"])
-            seen.add(states)
-            if switched[0] is None and ("2", "AVAILABLE") in states:
-                switched[0] = time.monotonic()
+            if not seen or seen[-1] != states:
+                seen.append(states)
+            if ("2", "AVAILABLE") in states:
+                times.setdefault("switch", time.monotonic() - started)
+            if states == (("2", "AVAILABLE"), ("1", "END")):
+                times["end"] = time.monotonic() - started
+                return
             await asyncio.sleep(0.1)
 
     async def run():
+        records = await load(port, 16, 2, bodies, "/v1/models/model:predict")  # before the copy
         started = time.monotonic()
-        copy = asyncio.get_running_loop().run_in_executor(None, lambda: (time.sleep(seconds / 4), shutil.copytree(
-            model, base / "2", symlinks=True)))
-        records, _ = await asyncio.gather(load(port, 16, seconds, bodies, "/v1/models/model:predict"),
-                                          watch(started + seconds), )
+        watcher = asyncio.ensure_future(watch(started))
+        copy = asyncio.get_running_loop().run_in_executor(None, shutil.copytree, model, base / "2")
+        while not watcher.done() and time.monotonic() - started < limit:
+            records += await load(port, 16, 2, bodies, "/v1/models/model:predict")
         await copy
-        return records, started
+        watcher.cancel()
+        return records
 
-    records, started = asyncio.run(run())
-    return records, seen, (switched[0] - started - seconds / 4) if switched[0] else None
+    records = asyncio.run(run())
+    return records, seen, times
 
 
 def main(argv=None):
@@ -227,33 +255,38 @@ def main(argv=None):
             idle = rss_bytes(process.pid)
             rows = []
             for clients in args.clients:
+                refusals = refusal_buckets(port)
                 with RssSampler(process.pid) as rss:
                     started = time.monotonic()
                     records = asyncio.run(load(port, clients, args.seconds, bodies, "/v1/models/model:predict",
                                                backoff=args.backoff_ms / 1000))
                     elapsed = time.monotonic() - started
-                rows.append((clients, summarize(records, elapsed), rss.peak))
-            swap = _swap_run(port, base, model, bodies, args.seconds) if args.swap else None
+                figures = summarize(records, elapsed)
+                figures["server_rejected_p99"] = server_p99(refusals, refusal_buckets(port))
+                rows.append((clients, figures, rss.peak))
+            swap = _swap_run(port, base, model, bodies) if args.swap else None
         finally:
             process.terminate()
             status = process.wait(timeout=120)
     print(f"model {args.model}; requests of {size} test2016 sentences, TensorFlow Serving predict; "
           f"--max-batch {args.max_batch} --max-queue {args.max_queue}; {args.seconds:g} s per run; ready after "
           f"{ready_s:.1f} s; idle RSS {idle / 2**20:.0f} MiB; exit status after SIGTERM: {status}")
-    print("| clients | sentences/s | p50 (s) | p90 (s) | p99 (s) | 503 share | 503 p99 (ms) | other failures "
-          "| peak RSS (MiB) |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| clients | sentences/s | p50 (s) | p90 (s) | p99 (s) | 503 share | 503 p50 / p99, client (ms) "
+          "| 503 p99, server (ms) | other failures | peak RSS (MiB) |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for clients, figures, peak in rows:
         print(f"| {clients} | {figures['sentences_per_s']:.1f} | {figures['p50']:.2f} | {figures['p90']:.2f} | "
               f"{figures['p99']:.2f} | {100 * figures['rejected_share']:.0f}% | "
-              f"{1000 * figures['rejected_p99']:.0f} | {figures['failed']} | {peak / 2**20:.0f} |")
+              f"{1000 * figures['rejected_p50']:.0f} / {1000 * figures['rejected_p99']:.0f} | "
+              f"<= {1000 * figures['server_rejected_p99']:.0f} | {figures['failed']} | {peak / 2**20:.0f} |")
     if swap is not None:
-        records, seen, switch_s = swap
-        figures = summarize(records, args.seconds)
-        print(f"version swap under 16 clients: {figures['requests']} requests, statuses {figures['statuses']}, "
-              f"{figures['failed'] + figures['rejected']} not answered 200; version 2 serving "
-              f"{switch_s:.1f} s after the copy began" if switch_s is not None else "version 2 never served")
-        print("states seen: " + "; ".join(", ".join(f"{v} {s}" for v, s in states) for states in sorted(seen)))
+        records, seen, times = swap
+        statuses = sorted({r[0] for r in records})
+        failed = sum(r[0] != 200 for r in records)
+        print(f"version swap under 16 clients: {len(records)} requests, statuses {statuses}, {failed} not answered "
+              f"200; version 2 served {times.get('switch', float('nan')):.1f} s after the copy began, version 1 "
+              f"ended at {times.get('end', float('nan')):.1f} s")
+        print("states seen, in order: " + " -> ".join("/".join(f"{v} {s}" for v, s in states) for states in seen))
     return 0
 
 

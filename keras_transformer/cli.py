@@ -211,13 +211,7 @@ def _translate(args):
 def _serve(args):
     from keras_transformer import serving
     from keras_transformer.serving.versions import ServedModel, is_version_base, parse_model_argument
-    settings = serving.ServeSettings(max_batch=args.max_batch, batch_wait=args.batch_wait_ms / 1000,
-                                     max_body_bytes=args.max_body_bytes, max_sentences=args.max_sentences,
-                                     max_sentence_chars=args.max_sentence_chars, max_queue=args.max_queue,
-                                     max_beam_size=args.max_beam_size, max_n_best=args.max_n_best,
-                                     max_extra_limit=args.max_extra_limit, max_top_k=args.max_top_k,
-                                     min_temperature=args.min_temperature, max_alpha=args.max_alpha,
-                                     poll_seconds=args.poll_seconds)
+    settings = _serve_settings(args)
     parsed = parse_model_argument(args.model)
     seeded = args.seed is not None
     if parsed[0][0] is None and not (len(parsed) == 1 and is_version_base(parsed[0][1])):
@@ -232,6 +226,19 @@ def _serve(args):
         else:
             models.append(ServedModel(name, lambda _, folder=path: _load_folder(args, folder)))
     return serving.serve(models, None, host=args.host, port=args.port, settings=settings, seeded=seeded)
+
+
+def _serve_settings(args):
+    """The `ServeSettings` of `serve`'s batching and limit flags (checked together: a queue smaller than the
+    largest request is refused by name)."""
+    from keras_transformer.serving.requests import ServeSettings
+    return ServeSettings(max_batch=args.max_batch, batch_wait=args.batch_wait_ms / 1000,
+                         max_body_bytes=args.max_body_bytes, max_sentences=args.max_sentences,
+                         max_sentence_chars=args.max_sentence_chars, max_queue=args.max_queue,
+                         max_beam_size=args.max_beam_size, max_n_best=args.max_n_best,
+                         max_extra_limit=args.max_extra_limit, max_top_k=args.max_top_k,
+                         min_temperature=args.min_temperature, max_alpha=args.max_alpha,
+                         poll_seconds=args.poll_seconds)
 
 
 def _load_folder(args, path):
@@ -394,6 +401,7 @@ def precheck(args):
         from keras_transformer import serving
         from keras_transformer.serving.versions import is_version_base, numbered_versions, parse_model_argument
         serving.check_installed()
+        _serve_settings(args)
         if args.name is not None and not re.fullmatch(r"[A-Za-z0-9._-]+", args.name):
             raise ConfigError(f"--name {args.name!r}: a model name in URLs takes letters, digits, '.', '_' and '-'.")
         parsed = parse_model_argument(args.model)

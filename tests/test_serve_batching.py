@@ -102,3 +102,19 @@ def test_cancelled_and_overdue_requests_are_not_decoded():
     assert not [item for item in decoded if item.startswith(("gone", "late"))], decoded
     assert [text for text, _ in kept] == ["kept0", "kept1"]
     assert (batcher._stats.cancelled, batcher._stats.deadline_exceeded) == (1, 1)
+
+
+@pytest.mark.parametrize(("arguments", "named"), [
+    (["--model", "en_de=saved_models/multi30k_en_de", "--model", "saved_models/multi30k_en_fr"], "not a mix"),
+    (["--model", "a=saved_models/multi30k_en_de", "--model", "a=saved_models/multi30k_en_fr"], "given twice"),
+    (["--model", "a=saved_models/multi30k_en_de", "--name", "b"], "--name"),
+    (["--model", "saved_models/multi30k_en_de", "--max-queue", "10"], "--max-queue (10)"),
+])
+def test_serve_refuses_bad_model_and_queue_flags_before_loading(arguments, named, capsys, monkeypatch):
+    from conftest import REPO_ROOT
+
+    from keras_transformer import cli
+
+    monkeypatch.chdir(REPO_ROOT)
+    assert cli.main(["serve", *arguments]) == 2
+    assert named in capsys.readouterr().err

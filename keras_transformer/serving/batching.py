@@ -85,26 +85,10 @@ class Engine:
         self.run(("best", self.options.replace(n_best=1)), [sentences])
 
     def search_memory(self, rows, beam):
-        """Bytes the search over `rows` sentences of `beam` hypotheses holds at its longest
-        (`footprint.search_memory` with this model's sizes), or None where the engine does not say them.
-
-        A TensorFlow translator decodes `chunk_size` sentences at a time (two chunks at once), whatever `rows`.
-        """
-        models = getattr(self.translator, "models", None)
-        if not models:
-            return None
-        from keras_transformer.footprint import search_memory
-        from keras_transformer.model import parts
-
-        chunk = getattr(self.translator, "chunk_size", 0)
-        rows = min(rows, 2 * chunk) if chunk else rows
-        total = 0
-        for model in models:
-            layers = parts(model)
-            total += search_memory(rows, beam, layers.source_position.max_length,
-                                   layers.target_position.max_length, layers.target_embedding.d_model,
-                                   layers.decoder.num_layers, layers.target_embedding.vocab_size)
-        return total
+        """Bytes the search over `rows` sentences of `beam` hypotheses holds at its longest (the translator's
+        `search_memory`), or None where the engine does not say."""
+        measure = getattr(self.translator, "search_memory", None)
+        return measure(rows, beam) if measure is not None else None
 
 
 # ------------------------------------------------------------------------------------------ counts

@@ -14,6 +14,7 @@ import re
 import typing
 
 from keras_transformer import layout
+from keras_transformer.errors import ConfigError
 
 # TensorFlow Serving's states of a version (`ManagerState`), in the order a version goes through them.
 START, LOADING, AVAILABLE, UNLOADING, END = "START", "LOADING", "AVAILABLE", "UNLOADING", "END"
@@ -150,7 +151,8 @@ def folder_signature(path):
 
 def parse_model_argument(values):
     """The `--model` values of `serve` as `[(name or None, path)]`: `NAME=PATH` names a model (repeatable: one
-    server, several models), a plain `PATH` repeated is one ensemble. Raises `ValueError` for a mix.
+    server, several models), a plain `PATH` repeated is one ensemble. Raises `ConfigError` for a mix or a name
+    given twice.
 
     Example:
 
@@ -166,9 +168,9 @@ def parse_model_argument(values):
         parsed.append((name, path) if named else (None, value))
     names = [name for name, _ in parsed if name is not None]
     if names and len(names) != len(parsed):
-        raise ValueError("serve --model: give every model as NAME=PATH (several models) or none (one model, or an "
+        raise ConfigError("serve --model: give every model as NAME=PATH (several models) or none (one model, or an "
                          "ensemble of the --model folders), not a mix.")
     if len(set(names)) != len(names):
         twice = sorted({name for name in names if names.count(name) > 1})
-        raise ValueError(f"serve --model: the name {', '.join(twice)} is given twice.")
+        raise ConfigError(f"serve --model: the name {', '.join(twice)} is given twice.")
     return parsed
