@@ -1,6 +1,8 @@
-"""The server's queue on its own (`serving.batching.Batcher`), with engines that record what they are given instead
-of decoding: the order batches are formed in, the bound on the queue, cancellation and deadlines. The end-to-end
-behaviour, on a real server process, is tests/test_serve_load.py's."""
+"""The server's parts on their own, without a server: the queue (`serving.batching.Batcher`, with engines that
+record what they are given instead of decoding: the order batches are formed in, the bound on the queue,
+cancellation and deadlines), which version of a base folder is loaded when (`serving.versions.ServedModel`), and
+the command line's checks of serve's flags. The end-to-end behaviour, on a real server process, is
+tests/test_serve_load.py's."""
 
 import asyncio
 import concurrent.futures
@@ -118,3 +120,35 @@ def test_serve_refuses_bad_model_and_queue_flags_before_loading(arguments, named
     monkeypatch.chdir(REPO_ROOT)
     assert cli.main(["serve", *arguments]) == 2
     assert named in capsys.readouterr().err
+
+
+def test_a_new_version_is_loaded_once_its_files_stop_changing_and_a_failed_one_only_when_changed(tmp_path):
+    from keras_transformer.serving.versions import AVAILABLE, END, ServedModel
+
+    def version(number, content=b"graph"):
+        folder = tmp_path / str(number)
+        folder.mkdir(exist_ok=True)
+        (folder / "saved_model.pb").write_bytes(content)  # what makes a folder an export (layout.model_kind)
+
+    version(1)
+    version(2)
+    (tmp_path / ".3.partial").mkdir()  # hidden: never a version
+    model = ServedModel("m", load=None, base=str(tmp_path))
+    first = model.to_load()
+    assert first.number == 2 and model.to_load() is None  # at start, the highest at once; then nothing new
+    first.state = AVAILABLE
+    version(3)
+    assert model.to_load() is None  # just appeared: its files may still be growing
+    (tmp_path / "3" / "variables").mkdir()
+    (tmp_path / "3" / "variables" / "data").write_bytes(b"x" * 10)
+    assert model.to_load() is None  # changed since the last look
+    third = model.to_load()  # unchanged since the last look: loaded
+    assert third.number == 3 and third.path == str(tmp_path / "3")
+    third.state, third.error = END, "damaged"  # its load failed: the current version keeps serving
+    assert model.current is first and model.to_load() is None and model.to_load() is None
+    version(3, b"fixed graph")  # changed: tried again once stable
+    assert model.to_load() is None
+    again = model.to_load()
+    assert again.number == 3 and not again.error
+    again.state = AVAILABLE
+    assert model.current is again and model.replaced() == [first]
