@@ -63,9 +63,10 @@ async def request(port, method, path, body=None, headers=None, timeout=120.0):
     return await asyncio.wait_for(exchange(), timeout)
 
 
-async def load(port, clients, seconds, bodies, path, backoff=0.1, headers=None):
-    """`clients` clients sending `bodies` (cycled) to `path` for `seconds`; returns one record per request:
-    `(status, seconds, sentences, sent_at)` (status 0: no answer, the connection failed or timed out)."""
+async def load(port, clients, seconds, bodies, path, backoff=0.1, headers=None, think=0.0):
+    """`clients` clients sending `bodies` (cycled) to `path` for `seconds`, each pausing `think` seconds between
+    an answer and its next request; returns one record per request: `(status, seconds, sentences, sent_at)`
+    (status 0: no answer, the connection failed or timed out)."""
     records, stop = [], time.monotonic() + seconds
     counter = iter(range(10**12))
 
@@ -81,6 +82,8 @@ async def load(port, clients, seconds, bodies, path, backoff=0.1, headers=None):
             if status == 503:
                 retry = float(fields.get("retry-after", backoff))
                 await asyncio.sleep(min(retry, backoff) * random.uniform(0.5, 1.5))
+            elif think:
+                await asyncio.sleep(think * random.uniform(0.5, 1.5))
 
     await asyncio.gather(*(client() for _ in range(clients)))
     return records

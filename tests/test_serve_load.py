@@ -298,8 +298,9 @@ def test_version_2_copied_beside_version_1_is_switched_to_without_a_failed_reque
         watcher = asyncio.ensure_future(watch())
         await asyncio.to_thread(shutil.copytree, SHIPPED, base / "2")  # a copy in progress is not loaded
         loads = []
-        while not watcher.done():  # 16 clients, in rounds of 2 s, until the switch is over
-            loads += await serve_load.load(server.port, 16, 2, bodies, f"/v1/models/{NAME}:predict")
+        while not watcher.done():  # 16 clients, in rounds of 2 s, until the switch is over; each pauses about
+            # 0.5 s between an answer and its next request, leaving the 2 cores some time for version 2's warm-up
+            loads += await serve_load.load(server.port, 16, 2, bodies, f"/v1/models/{NAME}:predict", think=0.5)
             assert len(loads) < 100_000
         await asyncio.wait_for(watcher, 300)
         return loads
