@@ -22,7 +22,6 @@ import argparse
 import asyncio
 import gzip
 import json
-import os
 import pathlib
 import random
 import shutil

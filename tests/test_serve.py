@@ -9,7 +9,6 @@ which runs after this one and ends it by SIGTERM.
 
 import json
 import threading
-import time
 
 import pytest
 
