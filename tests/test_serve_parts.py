@@ -1,7 +1,7 @@
 """The server's parts on their own, without a server: the queue (`serving.batching.Batcher`, with engines that
 record what they are given instead of decoding: the order batches are formed in, the bound on the queue,
-cancellation and deadlines), which version of a base folder is loaded when (`serving.versions.ServedModel`), and
-the command line's checks of serve's flags. The end-to-end behaviour, on a real server process, is
+cancellation and deadlines), which version of a base folder is loaded when (`serving.versions.ServedModel`), the
+command line's checks of serve's flags, and the application on a translator without a model, in this process. The end-to-end behaviour, on a real server process, is
 tests/test_serve_load.py's."""
 
 import asyncio
@@ -152,3 +152,76 @@ def test_a_new_version_is_loaded_once_its_files_stop_changing_and_a_failed_one_o
     assert again.number == 3 and not again.error
     again.state = AVAILABLE
     assert model.current is again and model.replaced() == [first]
+
+
+class UpperCaser:
+    """A translator of the interface `serve` uses, without a model: a sentence's translation is its upper case."""
+
+    engine = "upper"
+
+    def __init__(self, options=None):
+        self.options = options or DecodeOptions(n_best=None)
+
+    def with_options(self, options):
+        return UpperCaser(options)
+
+    def n_best_lines(self, lines, batch_size=64):
+        return [[(line.upper(), -float(len(line)))] * self.options.returned() for line in lines]
+
+
+def test_a_model_folder_given_as_a_load_function_is_served_as_version_1():
+    """`build_app(load, name)` as before versions existed (`serve --model DIR` of one folder): version 1, predict,
+    /translate in chunks of max_batch, /stats and the metrics, in this process with uvicorn on a thread."""
+    import json
+    import socket
+    import threading
+    import urllib.error
+    import urllib.request
+
+    uvicorn = pytest.importorskip("uvicorn")  # the serve extra, with starlette and prometheus_client
+    pytest.importorskip("prometheus_client")
+    from keras_transformer.serving import build_app
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    app = build_app(lambda: UpperCaser(), "upper", ServeSettings(max_batch=4, max_sentences=8))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run)
+    thread.start()
+
+    def call(path, body=None):
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data)
+        try:
+            with urllib.request.urlopen(request, timeout=30) as answer:
+                return answer.status, answer.read()
+        except urllib.error.HTTPError as error:
+            return error.code, error.read()
+
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if call("/readyz")[0] == 200:
+                    break
+            except (urllib.error.URLError, ConnectionError):
+                pass
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        status, answer = call("/v1/models/upper")
+        assert status == 200 and json.loads(answer)["model_version_status"] == [
+            {"version": "1", "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}]
+        assert call("/v1/models/upper/versions/2")[0] == 404
+        status, answer = call("/v1/models/upper/versions/1:predict", {"instances": ["a dog", "a cat"]})
+        assert status == 200 and [p["translation"] for p in json.loads(answer)["predictions"]] == ["A DOG", "A CAT"]
+        status, answer = call("/translate", {"sentences": [f"s{i}" for i in range(6)]})
+        assert status == 200 and json.loads(answer)["translations"] == [f"S{i}" for i in range(6)]
+        stats = json.loads(call("/stats")[1])
+        assert stats["batch_sentences"] == {"2": 2, "4": 1} and stats["requests"] == 2  # 2, then 4 and 2
+        metrics = call("/monitoring/prometheus/metrics")[1].decode()
+        assert 'keras_transformer_serve_model_version{model="upper"} 1.0' in metrics
+        assert 'keras_transformer_serve_requests_total{route="predict",status="200"} 1.0' in metrics
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
