@@ -256,10 +256,7 @@ def build_app(load, name=None, settings=None, seeded=False, on_failure=None):
         return listed[0]
 
     async def decode(request, version, work, deadline):
-        try:
-            pending = state.batcher.admit(version.engine, work, deadline)
-        except (ValueError, TypeError) as error:
-            raise RequestError(400, str(error)) from None
+        pending = state.batcher.admit(version.engine, work, deadline)  # or 503 (queue full) / 504 (deadline)
         version.active += 1
         waiter = asyncio.ensure_future(state.batcher.wait(pending))
         watcher = asyncio.ensure_future(_disconnected(request))
