@@ -253,7 +253,10 @@ def build_parser():
                     "decoding options, /healthz, /readyz (after loading and a warm-up translation) and /stats. "
                     "Concurrent requests asking for the same decoding are decoded in one batch. Needs "
                     "the serve extra, `pip install '.[serve]'` (docs/serving.md).")
-    serve.add_argument("--model", required=True, action="append", metavar="DIR", help=MODEL_HELP)
+    serve.add_argument("--model", required=True, action="append", metavar="DIR",
+                       help=MODEL_HELP + "; or a base folder of numbered versions (DIR/1, DIR/2, ...: the highest "
+                            "is served, a new one is loaded and switched to without a failed request); or "
+                            "NAME=DIR, repeated, for several models in one server")
     serve.add_argument("--name", help="the model's name in the URLs (default: the --model folder's name)")
     serve.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1; 0.0.0.0: "
                                                            "every interface)")
@@ -270,6 +273,23 @@ def build_parser():
                         help="more sentences in one request get 413 (default 256)")
     limits.add_argument("--max-sentence-chars", type=_POSITIVE, default=2000,
                         help="a longer sentence gets 413 (default 2000 characters)")
+    limits.add_argument("--max-queue", type=_POSITIVE, metavar="SENTENCES",
+                        help="sentences waiting for the engine at most, all requests together; a request past it "
+                             "gets 503 with Retry-After at once (default 4 batches: 4 x --max-batch, at least "
+                             "--max-sentences)")
+    limits.add_argument("--max-beam-size", type=_POSITIVE, default=16,
+                        help="a request's beam_size at most; more gets 400 (default 16)")
+    limits.add_argument("--max-n-best", type=_POSITIVE, default=16,
+                        help="a request's n_best (hypotheses or samples per sentence) at most (default 16)")
+    limits.add_argument("--max-extra-limit", type=_NON_NEGATIVE, default=256, metavar="TOKENS",
+                        help="a request's max_extra at most (default 256)")
+    limits.add_argument("--max-top-k", type=_POSITIVE, default=1000, help="a request's top_k at most (default 1000)")
+    limits.add_argument("--min-temperature", type=_positive_number, default=0.05,
+                        help="a request's sampling temperature at least (default 0.05)")
+    limits.add_argument("--max-alpha", type=_positive_number, default=10.0,
+                        help="a request's length-penalty exponent at most (default 10)")
+    limits.add_argument("--poll-seconds", type=_positive_number, default=1.0,
+                        help="how often a base folder of versions is looked at for a new one (default 1 s)")
     _weights_arguments(serve, ensemble=True)
     _decoding_arguments(serve, "decoding (the requests' default: the model's, from its model.yaml; a request "
                                "changes it for itself)", batch_size=False)

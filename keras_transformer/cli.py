@@ -210,12 +210,43 @@ def _translate(args):
 
 def _serve(args):
     from keras_transformer import serving
-    settings = serving.ServeSettings(max_batch=args.max_batch, batch_wait=args.batch_wait_ms / 1000,
-                                     max_body_bytes=args.max_body_bytes, max_sentences=args.max_sentences,
-                                     max_sentence_chars=args.max_sentence_chars)
-    name = args.name or os.path.basename(os.path.normpath(args.model[0]))
-    return serving.serve(functools.partial(_load_translator, args), name, host=args.host, port=args.port,
-                         settings=settings, seeded=args.seed is not None)
+    from keras_transformer.serving.versions import ServedModel, is_version_base, parse_model_argument
+    settings = _serve_settings(args)
+    parsed = parse_model_argument(args.model)
+    seeded = args.seed is not None
+    if parsed[0][0] is None and not (len(parsed) == 1 and is_version_base(parsed[0][1])):
+        name = args.name or os.path.basename(os.path.normpath(args.model[0]))  # one model, or an ensemble
+        return serving.serve(functools.partial(_load_translator, args), name, host=args.host, port=args.port,
+                             settings=settings, seeded=seeded)
+    models = []
+    for name, path in parsed:
+        name = name or args.name or os.path.basename(os.path.normpath(path))
+        if is_version_base(path):
+            models.append(ServedModel(name, functools.partial(_load_folder, args), base=path))
+        else:
+            models.append(ServedModel(name, lambda _, folder=path: _load_folder(args, folder)))
+    return serving.serve(models, None, host=args.host, port=args.port, settings=settings, seeded=seeded)
+
+
+def _serve_settings(args):
+    """The `ServeSettings` of `serve`'s batching and limit flags (checked together: a queue smaller than the
+    largest request is refused by name)."""
+    from keras_transformer.serving.requests import ServeSettings
+    return ServeSettings(max_batch=args.max_batch, batch_wait=args.batch_wait_ms / 1000,
+                         max_body_bytes=args.max_body_bytes, max_sentences=args.max_sentences,
+                         max_sentence_chars=args.max_sentence_chars, max_queue=args.max_queue,
+                         max_beam_size=args.max_beam_size, max_n_best=args.max_n_best,
+                         max_extra_limit=args.max_extra_limit, max_top_k=args.max_top_k,
+                         min_temperature=args.min_temperature, max_alpha=args.max_alpha,
+                         poll_seconds=args.poll_seconds)
+
+
+def _load_folder(args, path):
+    """The translator of one model folder of `serve` (a version of a base folder, or a NAME=DIR model), with the
+    weights and decoding arguments."""
+    from keras_transformer.engines.loader import load_translator
+    return load_translator(path, args.checkpoint[0] if args.checkpoint else None, args.average, checked=True,
+                           **_decode_settings(args))
 
 
 def _export(args):
@@ -365,16 +396,29 @@ def precheck(args):
             files.check_unlocked(args.workdir)
     if args.command in ("translate", "evaluate", "export", "serve"):  # settings that cannot go together
         DecodeOptions().replace(**_decode_settings(args))
+    groups = None
     if args.command == "serve":
         from keras_transformer import serving
+        from keras_transformer.serving.versions import is_version_base, numbered_versions, parse_model_argument
         serving.check_installed()
+        _serve_settings(args)
         if args.name is not None and not re.fullmatch(r"[A-Za-z0-9._-]+", args.name):
             raise ConfigError(f"--name {args.name!r}: a model name in URLs takes letters, digits, '.', '_' and '-'.")
+        parsed = parse_model_argument(args.model)
+        if parsed[0][0] is not None and args.name is not None:
+            raise ConfigError("serve: --name names the one model; with NAME=DIR models each --model names its own.")
+        if parsed[0][0] is not None and len({name for name, _ in parsed}) != len(parsed):
+            raise ConfigError("serve: each NAME=DIR model needs a name of its own.")
+        ensemble = parsed[0][0] is None and len(parsed) > 1
+        groups = [args.model] if ensemble else [
+            [str(numbered_versions(path)[max(numbered_versions(path))])] if is_version_base(path) else [path]
+            for _, path in parsed]
     if args.command in ("translate", "evaluate", "plot-attention", "serve"):
-        models = args.model if isinstance(args.model, list) else [args.model]
-        for model in layout.check_models(models, args.checkpoint, args.average):  # what every loader checks
-            if layout.model_kind(model) is None:
-                raise layout.not_a_model(model)
+        groups = groups or [args.model if isinstance(args.model, list) else [args.model]]
+        for models in groups:
+            for model in layout.check_models(models, args.checkpoint, args.average):  # what every loader checks
+                if layout.model_kind(model) is None:
+                    raise layout.not_a_model(model)
         if args.command == "evaluate":
             inputs = [args.source, args.reference, args.tokenized_reference]
             for path in inputs:

@@ -157,3 +157,23 @@ def check_training_memory(memory, available=None):
         f"model.num_layers, the vocabulary) or the batches (data.tokens_per_batch, data.batch_size); "
         f"{MEMORY_CHECK_VARIABLE}=0 skips this check.")
 
+
+
+def search_memory(rows, beam, source_positions, target_positions, d_model, decoder_layers, vocab_size, members=1):
+    """Bytes that a cached search over `rows` sentences with `beam` hypotheses each holds at its longest, roughly:
+    the decoder's cached self-attention keys and values (`target_positions` of them), the cross-attention keys
+    and values of the encoder's output (`source_positions`), and one step's logits, log-probabilities and the
+    top-k scratch over `beam * vocab_size` candidates, all float32, per ensemble member.
+
+    What a server must be able to hold for the largest request it allows (`keras-transformer serve` logs it).
+
+    Example:
+
+    >>> search_memory(rows=16, beam=16, source_positions=128, target_positions=128, d_model=128,
+    ...               decoder_layers=4, vocab_size=8000) // 2**20
+    279
+    """
+    hypotheses = rows * beam
+    cache = decoder_layers * 2 * hypotheses * (target_positions + source_positions) * d_model * 4
+    step = 3 * hypotheses * vocab_size * 4
+    return members * (cache + step)

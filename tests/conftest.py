@@ -271,3 +271,39 @@ def copy_packed(packed, tmp_path):
                                ignore=shutil.ignore_patterns("checkpoints", "backup", "history.csv",
                                                              "averaged.weights.h5"))
     return copy
+
+# ---------------------------------------------------------------- serving (test_serve, test_serve_load)
+# One `keras-transformer serve` process for both files (TensorFlow's import, the model's load and its warm-up cost
+# tens of seconds on 2 cores): the shipped EN-DE export served as version 1 of a base folder of numbered versions,
+# with a queue of 4 batches of 16 sentences. Both files are one xdist_group, run in collection order on one
+# worker; the last test of test_serve_load.py swaps in version 2 and the one after it ends the server by SIGTERM.
+
+SERVE_NAME = "en_de"
+SERVE_LIMITS = {"max_batch": 16, "max_queue": 64, "max_sentences": 40, "max_sentence_chars": 300,
+                "max_body_bytes": 20_000}
+
+
+@pytest.fixture(scope="session")
+def serve_base(tmp_path_factory):
+    """The server's base folder of versions: `1` links to saved_models/multi30k_en_de."""
+    folder = tmp_path_factory.mktemp("versions") / SERVE_NAME
+    folder.mkdir()
+    (folder / "1").symlink_to(REPO_ROOT / "saved_models" / "multi30k_en_de")
+    return folder
+
+
+@pytest.fixture(scope="session")
+def served(serve_base, tmp_path_factory):
+    """The running server (`factories.ServeProcess`), ready; killed at the end of the session if still running."""
+    pytest.importorskip("starlette")
+    pytest.importorskip("uvicorn")
+    from factories import ServeProcess
+
+    arguments = ["--model", str(serve_base), "--name", SERVE_NAME, "--batch-wait-ms", "20", "--poll-seconds", "0.5"]
+    for name, value in SERVE_LIMITS.items():
+        arguments += ["--" + name.replace("_", "-"), str(value)]
+    server = ServeProcess.start(arguments, tmp_path_factory.mktemp("serve") / "server.log", SERVE_NAME)
+    try:
+        yield server
+    finally:
+        server.stop()

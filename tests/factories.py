@@ -13,6 +13,7 @@ Reach for these (and the session fixtures in `conftest.py`) before writing a new
 - `sampling_uniform(seed, key, sample, step)`: numpy's copy of the draws `decoding.sample` makes, for checking
   them on every backend.
 - `ExportLockHolder(out)`: another process holding an export folder's writer lock, for `with`.
+- `ServeProcess.start(arguments, log)`: a real `keras-transformer serve` process, ready, driven over HTTP.
 """
 
 import pathlib
@@ -212,3 +213,80 @@ def noam_learning_rates(config, steps):
     """The Noam schedule's learning rate at each of `steps` (1-based updates) for a model config, computed by hand."""
     return [config.learning_rate_scale * config.d_model ** -0.5 * min(step ** -0.5, step * config.warmup_steps ** -1.5)
             for step in steps]
+
+
+class ServeProcess:
+    """A `keras-transformer serve` process on a free loopback port, and its HTTP client.
+
+    `ServeProcess.start(arguments, log)` starts it (`arguments` after `serve`, without `--port`), waits until
+    `/readyz` answers 200 and records what `/healthz`, `/readyz` and the first model's status said while the
+    model loaded (`while_loading`); `stop()` kills what is still running.
+    """
+
+    def __init__(self, process, port, log, name):
+        self.process, self.port, self.log, self.name = process, port, log, name
+        self.url = f"http://127.0.0.1:{port}"
+        self.while_loading = None  # (/healthz, /readyz, model status) seen while the model loaded
+
+    @classmethod
+    def start(cls, arguments, log, name, timeout=300):
+        import os
+        import socket
+        import subprocess
+        import sys
+        import time
+        import urllib.error
+
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        command = os.path.join(os.path.dirname(sys.executable), "keras-transformer")
+        command = [command] if os.path.exists(command) else [sys.executable, "-m", "keras_transformer.cli"]
+        with open(log, "wb") as handle:
+            process = subprocess.Popen(command + ["serve", *arguments, "--port", str(port)], stdout=handle,
+                                       stderr=subprocess.STDOUT, cwd=REPO)
+        served = cls(process, port, log, name)
+        try:
+            deadline = time.monotonic() + timeout
+            while True:
+                assert process.poll() is None, served.output()[-3000:]
+                assert time.monotonic() < deadline, f"not ready in {timeout} s\n" + served.output()[-3000:]
+                try:
+                    ready = served.request("/readyz")
+                    if ready[0] == 200:
+                        return served
+                    if served.while_loading is None:
+                        served.while_loading = (served.request("/healthz"), ready,
+                                                served.request(f"/v1/models/{name}")[1]["model_version_status"][0])
+                except (urllib.error.URLError, ConnectionError):
+                    pass  # not listening yet
+                time.sleep(0.5)
+        except BaseException:
+            served.stop()
+            raise
+
+    def request(self, path, body=None, raw=None, method=None, headers=None):
+        """`(status, parsed JSON answer)`; `raw` bytes are sent as they are."""
+        import json
+        import urllib.error
+        import urllib.request
+
+        data = raw if raw is not None else (json.dumps(body).encode("utf-8") if body is not None else None)
+        request = urllib.request.Request(self.url + path, data=data, method=method,
+                                         headers={"Content-Type": "application/json", **(headers or {})})
+        try:
+            with urllib.request.urlopen(request, timeout=120) as answer:
+                return answer.status, json.loads(answer.read())
+        except urllib.error.HTTPError as error:
+            return error.code, json.loads(error.read())
+
+    def predict(self, body):
+        return self.request(f"/v1/models/{self.name}:predict", body)
+
+    def output(self):
+        return pathlib.Path(self.log).read_text(encoding="utf-8", errors="replace")
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()

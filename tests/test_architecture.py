@@ -34,7 +34,7 @@ TENSORFLOW_LAYER = 6
 # Third-party modules a function may import: optional, or heavy and needed by one path only (each site says so),
 # and Keras internals, imported where they are used (in keras_internals only, as a test below checks).
 LATE_IMPORTS = {"matplotlib", "jax", "ctranslate2", "tensorboard", "tensorflow_datasets", "sentencepiece",
-                "keras_nlp", "sacremoses", "keras.src", "tensorflow", "starlette", "uvicorn",
+                "keras_nlp", "sacremoses", "keras.src", "tensorflow", "starlette", "uvicorn", "prometheus_client",
                 "fcntl"}  # fcntl: POSIX only (files/locks.py takes no lock without it)
 
 

@@ -2,25 +2,17 @@
 
 TensorFlow Serving's predict answers what the SavedModel's own `serving_default` gives (`shipped_served`, the
 signature called directly); `/translate` samples with per-request options; concurrent clients are batched;
-malformed and oversized requests are refused with a message; SIGTERM lets the requests in flight finish and the
-process exits 0. The server starts once for the module (TensorFlow's import, the model's load and its warm-up
-cost seconds); the SIGTERM test, which ends it, runs last.
+malformed and oversized requests are refused with a message. The server is conftest's `served`, started once for
+this file and tests/test_serve_load.py (TensorFlow's import, the model's load and its warm-up cost seconds),
+which runs after this one and ends it by SIGTERM.
 """
 
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
 import threading
-import time
-import urllib.error
-import urllib.request
 
 import pytest
 
-from conftest import REPO_ROOT
+from conftest import SERVE_LIMITS, SERVE_NAME
 
 from keras_transformer.evaluation import read_lines
 
@@ -30,73 +22,14 @@ pytestmark = pytest.mark.xdist_group("test_serve")
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
-NAME = "en_de"
-MAX_SENTENCES, MAX_CHARS, MAX_BODY = 40, 300, 20_000
-COMMAND = os.path.join(os.path.dirname(sys.executable), "keras-transformer")
-
-
-def _free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-class Server:
-    def __init__(self, process, url, log):
-        self.process, self.url, self.log = process, url, log
-        self.while_loading = None  # (/healthz, /readyz, model status) seen while the model loaded
-
-    def request(self, path, body=None, raw=None, method=None):
-        """`(status, parsed JSON answer)`; `raw` bytes are sent as they are."""
-        data = raw if raw is not None else (json.dumps(body).encode("utf-8") if body is not None else None)
-        request = urllib.request.Request(self.url + path, data=data, method=method,
-                                         headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(request, timeout=120) as answer:
-                return answer.status, json.loads(answer.read())
-        except urllib.error.HTTPError as error:
-            return error.code, json.loads(error.read())
-
-    def predict(self, body):
-        return self.request(f"/v1/models/{NAME}:predict", body)
-
-    def output(self):
-        return self.log.read_text(encoding="utf-8", errors="replace")
+NAME = SERVE_NAME
+MAX_SENTENCES, MAX_CHARS, MAX_BODY = (SERVE_LIMITS[name] for name in ("max_sentences", "max_sentence_chars",
+                                                                     "max_body_bytes"))
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    port = _free_port()
-    log = tmp_path_factory.mktemp("serve") / "server.log"
-    command = [COMMAND] if os.path.exists(COMMAND) else [sys.executable, "-m", "keras_transformer.cli"]
-    with open(log, "wb") as handle:
-        process = subprocess.Popen(
-            command + ["serve", "--model", str(REPO_ROOT / "saved_models" / "multi30k_en_de"), "--name", NAME,
-                       "--port", str(port), "--max-sentences", str(MAX_SENTENCES),
-                       "--max-sentence-chars", str(MAX_CHARS), "--max-body-bytes", str(MAX_BODY),
-                       "--batch-wait-ms", "20"],
-            stdout=handle, stderr=subprocess.STDOUT, cwd=REPO_ROOT)
-    served = Server(process, f"http://127.0.0.1:{port}", log)
-    try:
-        deadline = time.monotonic() + 300
-        while True:
-            assert process.poll() is None, served.output()[-3000:]
-            assert time.monotonic() < deadline, "the server was not ready in 300 s\n" + served.output()[-3000:]
-            try:
-                ready = served.request("/readyz")
-                if ready[0] == 200:
-                    break
-                if served.while_loading is None:
-                    served.while_loading = (served.request("/healthz"), ready,
-                                            served.request(f"/v1/models/{NAME}")[1]["model_version_status"][0])
-            except (urllib.error.URLError, ConnectionError):
-                pass  # not listening yet
-            time.sleep(0.5)
-        yield served
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+def server(served):
+    return served  # conftest's server, shared with tests/test_serve_load.py
 
 
 def test_status_metadata_health_and_unknown_models(server):
@@ -206,34 +139,3 @@ def test_malformed_and_oversized_requests_are_refused_with_a_message(server):
         status, answer = server.request(path, raw=raw)
         assert (status, named in answer.get("error", "")) == (expected, True), (raw[:80], status, answer)
     assert server.request("/v1/models/x/y/z")[0] == 404
-
-
-@pytest.mark.slow  # its call reaps the server, whose whole CPU time counts (TensorFlow's import, load, warm-up)
-def test_sigterm_lets_requests_in_flight_finish_then_exits_0(server, multi30k_dir):
-    sentences = read_lines(multi30k_dir / "val.en.gz")[100:164]
-    answers, finished = [None] * 16, [0.0] * 16
-
-    def client(index):
-        answers[index] = server.request("/translate", {"sentences": sentences[4 * index:4 * index + 4]})
-        finished[index] = time.monotonic()
-
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(16)]
-    for thread in threads:
-        thread.start()
-    done = server.request("/stats")[1]["requests"]
-    deadline = time.monotonic() + 60
-    while True:  # until every request has reached the server (answered or waiting for its batch)
-        stats = server.request("/stats")[1]
-        if stats["requests"] - done + stats["in_flight"] >= len(threads):
-            break
-        assert time.monotonic() < deadline, stats
-        time.sleep(0.01)
-    signalled = time.monotonic()
-    server.process.send_signal(signal.SIGTERM)
-    for thread in threads:
-        thread.join()
-    assert server.process.wait(timeout=120) == 0, server.output()[-3000:]
-    assert [status for status, _ in answers] == [200] * 16, answers
-    assert all(len(answer["translations"]) == 4 and all(answer["translations"]) for _, answer in answers)
-    assert max(finished) > signalled  # requests still decoding when the signal came were answered
-    assert "Shutting down" in server.output()

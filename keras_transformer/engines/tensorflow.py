@@ -30,6 +30,7 @@ from keras_transformer.engines.tensorflow_graph import (SMALLEST_WIDTH_BUCKET, b
                                                          check_vocabulary_sizes, encode_ids, one_target_per_source,
                                                          result_parts, row_lengths, valid_utf8)
 from keras_transformer.interface import TranslatorInterface, clean_line
+from keras_transformer.footprint import search_memory
 from keras_transformer.model import parts
 
 
@@ -220,6 +221,25 @@ class Translator(tf.Module, TranslatorInterface):
         settings = {"jit_compile": first._jit_compile, "chunk_size": first.chunk_size, **settings}
         return cls([model for t in translators for model in t.models], first.source_tokenizer,
                    first.target_tokenizer, first.options, **settings)
+
+    def search_memory(self, rows, beam):
+        """Bytes the search over `rows` sentences of `beam` hypotheses each holds at its longest, every member of
+        an ensemble included (`footprint.search_memory` with the models' sizes; a `chunk_size` translator
+        decodes two chunks at a time at most, whatever `rows`).
+
+        Example:
+
+        >>> translator.search_memory(rows=64, beam=16) // 2**20  # doctest: +SKIP
+        279
+        """
+        rows = min(rows, 2 * self.chunk_size) if self.chunk_size else rows
+        total = 0
+        for model in self.models:
+            layers = parts(model)
+            total += search_memory(rows, beam, layers.source_position.max_length,
+                                   layers.target_position.max_length, layers.target_embedding.d_model,
+                                   layers.decoder.num_layers, layers.target_embedding.vocab_size)
+        return total
 
     def with_options(self, options):
         """A Translator of the same models and tokenizers decoding with `options` (`TranslatorInterface.with_options`).

@@ -7,63 +7,125 @@ import contextlib
 import dataclasses
 import json
 import logging
+import math
 import signal
 import threading
 import time
 
-from keras_transformer.errors import ConfigError
-from keras_transformer.serving.batching import Batcher, Engine, Stats
-from keras_transformer.serving.requests import (RequestError, ServeSettings, parse_json, parse_predict,
-                                                parse_translate, predict_response)
-from keras_transformer.serving.signatures import VERSION, signature_metadata
+from keras_transformer.errors import ConfigError, format_size
+from keras_transformer.serving.batching import Batcher, Cancelled, Engine, Stats
+from keras_transformer.serving.metrics import CONTENT_TYPE, Metrics, route_of
+from keras_transformer.serving.requests import (RequestError, ServeSettings, check_limits, parse_json,
+                                                parse_predict, parse_translate, predict_response)
+from keras_transformer.serving.signatures import signature_metadata
+from keras_transformer.serving.versions import AVAILABLE, END, LOADING, UNLOADING, ServedModel
 
 log = logging.getLogger("keras_transformer.serving")
 
+DEADLINE_HEADER = "x-deadline-ms"  # milliseconds from its arrival within which a request wants its answer
+MAX_DEADLINE_MS = 24 * 3600 * 1000
+DRAIN_BYTES = 4 << 20  # a body past --max-body-bytes is read and dropped up to this (or 8 times the limit)
+CLIENT_GONE = 499  # the status an answer nobody reads is counted under (nginx's "client closed request")
+
+
 # ------------------------------------------------------------------------------------------ the app
 class _State:
-    def __init__(self, name, settings, seeded):
-        self.name, self.settings, self.seeded = name, settings, seeded
-        self.engine = self.batcher = None
-        self.ready = False
+    def __init__(self, models, settings, seeded):
+        self.models, self.settings, self.seeded = models, settings, seeded
+        self.by_name = {model.name: model for model in models}
+        self.batcher = None
         self.failed = None
         self.stats = Stats()
 
+    @property
+    def ready(self):
+        return all(model.current is not None for model in self.models)
 
-def _json(payload, status=200):
+
+def _json(payload, status=200, headers=None):
     from starlette.responses import Response
 
-    return Response(json.dumps(payload, ensure_ascii=False).encode("utf-8"), status_code=status,
-                    media_type="application/json")
+    text = json.dumps(payload, ensure_ascii=False)
+    try:
+        body = text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate a client sent, quoted back in a message
+        body = json.dumps(payload).encode("ascii")
+    return Response(body, status_code=status, media_type="application/json", headers=headers)
 
 
 async def _body(request, settings):
-    """The request body, refused with 413 past `settings.max_body_bytes` (before reading it when the client
-    says its length)."""
+    """The request body, refused with 413 past `settings.max_body_bytes`.
+
+    A body past the limit is still read (and dropped) up to `DRAIN_BYTES`, so that the client, still sending,
+    gets the 413 rather than a connection reset; a larger one is refused unread (when the client says its length).
+    """
+    limit = settings.max_body_bytes
+    drain = max(8 * limit, DRAIN_BYTES)
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > settings.max_body_bytes:
-        raise RequestError(413, f"The request body has {int(declared)} bytes; this server takes at most "
-                                f"{settings.max_body_bytes} (--max-body-bytes).")
+    refused = None
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        refused = (f"The request body has {int(declared)} bytes; this server takes at most {limit} "
+                   "(--max-body-bytes).")
+        if int(declared) > drain:
+            raise RequestError(413, refused)
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
-        if size > settings.max_body_bytes:
-            raise RequestError(413, f"The request body has more than {settings.max_body_bytes} bytes, the most "
-                                    "this server takes (--max-body-bytes).")
-        chunks.append(chunk)
+        if refused is None and size > limit:
+            refused = f"The request body has more than {limit} bytes, the most this server takes (--max-body-bytes)."
+        if refused is None:
+            chunks.append(chunk)
+        elif size > drain:
+            break
+    if refused is not None:
+        raise RequestError(413, refused)
     return b"".join(chunks)
 
 
-def build_app(load, name, settings=None, seeded=False, on_failure=None):
+def _deadline(request, body):
+    """The request's deadline (`time.monotonic()` seconds) from the `X-Deadline-Ms` header or a `/translate`
+    body's `deadline_ms` (the earlier of the two), or None."""
+    given = []
+    header = request.headers.get(DEADLINE_HEADER)
+    if header is not None:
+        try:
+            given.append(("X-Deadline-Ms", float(header)))
+        except ValueError:
+            raise RequestError(400, f"X-Deadline-Ms must be a number of milliseconds, got {header[:40]!r}.") from None
+    if body is not None and "deadline_ms" in body:
+        given.append(("deadline_ms", body.pop("deadline_ms")))
+    deadline = None
+    for name, value in given:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+                math.isfinite(value) and 0 < value <= MAX_DEADLINE_MS):
+            raise RequestError(400, f"{name} must be a number of milliseconds in (0, {MAX_DEADLINE_MS}], "
+                                    f"got {str(value)[:40]}.")
+        at = request.state.arrived + value / 1000
+        deadline = at if deadline is None else min(deadline, at)
+    return deadline
+
+
+async def _disconnected(request):
+    """Returns once the client has gone (the ASGI server's `http.disconnect`; the body has been read)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+def build_app(load, name=None, settings=None, seeded=False, on_failure=None):
     """The Starlette application of `keras-transformer serve` (`serve` runs it with uvicorn).
 
     Args:
         load: a function of no argument returning the translator (`keras_transformer.load_translator` bound to its
-            arguments); called, then warmed up, on the engine's thread once the server listens.
+            arguments), served under `name` as version 1; or a list of `versions.ServedModel` (several models, or
+            a base folder of numbered versions), `name` then unused. Models load, then warm up, on a thread of
+            their own once the server listens.
         name: the model's name in TensorFlow Serving's URLs.
         settings: a `ServeSettings`.
         seeded: the translator's options carry a seed given by the user (sampling requests without a seed use
             it; otherwise each gets a fresh one).
-        on_failure: called with the message when loading or warming up fails.
+        on_failure: called with the message when loading or warming up fails at start.
 
     Example:
 
@@ -71,98 +133,199 @@ def build_app(load, name, settings=None, seeded=False, on_failure=None):
     """
     from starlette.applications import Starlette
     from starlette.exceptions import HTTPException
+    from starlette.requests import ClientDisconnect
+    from starlette.responses import Response
     from starlette.routing import Route
 
     settings = settings or ServeSettings()
-    state = _State(name, settings, seeded)
-    executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine")
+    if callable(load):
+        single = load
+        models = [ServedModel(name, lambda path: single())]
+    else:
+        models = list(load)
+    state = _State(models, settings, seeded)
+    metrics = Metrics(state.stats, state)
+    engine_thread = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine")
+    loader_thread = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="loader")
 
-    def load_and_warm_up():
+    def load_and_warm_up(model, version):
         started = time.monotonic()
-        engine = Engine(load(), settings.variants)
+        engine = Engine(model.load(version.path), settings.variants)
+        try:
+            check_limits(engine.options, settings)
+        except RequestError as error:
+            raise ConfigError(f"{model.name}: the model decodes by default with options this server refuses: "
+                              f"{error}") from None
         loaded = time.monotonic()
         engine.warm_up()
-        log.info("%s loaded in %.1f s, warmed up in %.1f s (%s engine; decoding by default: %s)", name,
-                 loaded - started, time.monotonic() - loaded, getattr(engine.translator, "engine", "?"),
-                 engine.options.describe())
+        log.info("%s version %d loaded in %.1f s, warmed up in %.1f s (%s engine; decoding by default: %s)",
+                 model.name, version.number, loaded - started, time.monotonic() - loaded,
+                 getattr(engine.translator, "engine", "?"), engine.options.describe())
+        memory = engine.search_memory(settings.max_batch, settings.max_beam_size)
+        if memory is not None:
+            log.info("%s: the largest request allowed (batches of %d sentences, beam %d, %d-token outputs at most) "
+                     "holds about %s of search state", model.name, settings.max_batch, settings.max_beam_size,
+                     engine.translator.max_target_length, format_size(memory))
         return engine
 
-    async def start():
+    async def bring_up(model, version, at_start):
+        version.state = LOADING
         try:
-            state.engine = await asyncio.get_running_loop().run_in_executor(executor, load_and_warm_up)
-        except Exception as error:  # noqa: BLE001 (any failure ends the server with its message)
-            state.failed = f"{type(error).__name__}: {error}" if not isinstance(error, (ValueError, OSError)) \
+            version.engine = await asyncio.get_running_loop().run_in_executor(loader_thread, load_and_warm_up,
+                                                                              model, version)
+        except Exception as error:  # noqa: BLE001 (any failure ends the version, with its message)
+            version.state = END
+            version.error = f"{type(error).__name__}: {error}" if not isinstance(error, (ValueError, OSError)) \
                 else str(error)
-            log.error("keras-transformer serve: error: %s", state.failed)
-            if on_failure is not None:
-                on_failure(state.failed)
+            log.error("keras-transformer serve: error: %s version %d: %s", model.name, version.number,
+                      version.error)
+            if at_start:
+                state.failed = version.error
+                if on_failure is not None:
+                    on_failure(version.error)
             return
-        state.ready = True
+        version.state = AVAILABLE  # new requests go to the highest AVAILABLE version from now on
+        for old in model.replaced():
+            old.state = UNLOADING
+            log.info("%s: version %d serves new requests; version %d finishes its %d request(s)", model.name,
+                     version.number, old.number, old.active)
+            retire(old)
+
+    def retire(version):
+        if version.state == UNLOADING and version.active == 0:
+            version.state, version.engine = END, None
+
+    async def watch(model):
+        first = True
+        while True:
+            version = model.to_load()
+            if version is not None:
+                await bring_up(model, version, at_start=first)
+                if first and state.failed:
+                    return
+                first = False
+            if model.base is None and not first:
+                return
+            await asyncio.sleep(settings.poll_seconds)
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
-        state.batcher = Batcher(lambda key, parts: state.engine.run(key, parts), settings, state.stats, executor)
-        tasks = [asyncio.create_task(state.batcher.run()), asyncio.create_task(start())]
+        state.batcher = Batcher(lambda engine, key, parts: engine.run(key, parts), settings, state.stats,
+                                engine_thread)
+        state.batcher.on_batch = lambda engine, sentences, requests, seconds: metrics.observe_batch(sentences,
+                                                                                                      seconds)
+        tasks = [asyncio.create_task(state.batcher.run())] + [asyncio.create_task(watch(m)) for m in models]
         try:
             yield
         finally:
             for task in tasks:
                 task.cancel()
-            executor.shutdown(wait=False, cancel_futures=True)
+            engine_thread.shutdown(wait=False, cancel_futures=True)
+            loader_thread.shutdown(wait=False, cancel_futures=True)
 
-    def check_model(model):
-        if model != state.name:
-            raise RequestError(404, f"Model {model!r} is not served here; this server serves {state.name!r}.")
+    def model_named(model):
+        if model not in state.by_name:
+            served = ", ".join(repr(m.name) for m in models)
+            raise RequestError(404, f"Model {model!r} is not served here; this server serves {served}.")
+        return state.by_name[model]
 
-    def check_ready():
+    def version_number(model, version):
+        if version is None:
+            return None
+        if not version.isdigit() or len(version) > 18:
+            raise RequestError(404, f"Version {version[:40]!r} of {model.name} is not served: versions are "
+                                    "numbers.")
+        return int(version)
+
+    def serving_version(model, number):
+        """The version a request of `model` goes to (`number`: the one it names, or None: the current one)."""
         if state.failed:
             raise RequestError(503, f"The model failed to load: {state.failed}")
-        if not state.ready:
-            raise RequestError(503, f"{state.name} is loading; /readyz says when it is ready.")
+        if number is None:
+            version = model.current
+            if version is None:
+                raise RequestError(503, f"{model.name} is loading; /readyz says when it is ready.")
+            return version
+        listed = model.listed(number)
+        if not listed or listed[0].state in (END, UNLOADING):
+            serving = model.current
+            raise RequestError(404, f"Version {number} of {model.name} is not served"
+                                    + (f"; version {serving.number} is." if serving else "."))
+        if listed[0].state != AVAILABLE:
+            raise RequestError(503, f"Version {number} of {model.name} is loading.")
+        return listed[0]
 
-    async def decode(work):
+    async def decode(request, version, work, deadline):
+        pending = state.batcher.admit(version.engine, work, deadline)  # or 503 (queue full) / 504 (deadline)
+        version.active += 1
+        waiter = asyncio.ensure_future(state.batcher.wait(pending))
+        watcher = asyncio.ensure_future(_disconnected(request))
         try:
-            return await state.batcher.submit(work)
-        except (ValueError, TypeError, NotImplementedError) as error:  # options the engine refuses (named)
-            raise RequestError(400, str(error)) from None
+            await asyncio.wait({waiter, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            if not waiter.done():
+                state.batcher.cancel(pending)
+                with contextlib.suppress(Cancelled, RequestError):
+                    await waiter
+                raise Cancelled()
+            try:
+                return waiter.result()
+            except (ValueError, TypeError, NotImplementedError) as error:  # options the engine refuses (named)
+                raise RequestError(400, str(error)) from None
+        finally:
+            watcher.cancel()
+            version.active -= 1
+            retire(version)
 
     async def model_status(request):
-        check_model(request.path_params["model"])
-        version = request.path_params.get("version", VERSION)
-        if version != VERSION:
-            raise RequestError(404, f"Version {version} of {state.name} is not served; version {VERSION} is.")
-        status = ("AVAILABLE", "OK", "") if state.ready else \
-            ("END", "UNKNOWN", state.failed) if state.failed else ("LOADING", "OK", "")
-        return _json({"model_version_status": [{"version": VERSION, "state": status[0],
-                                                "status": {"error_code": status[1], "error_message": status[2]}}]})
+        model = model_named(request.path_params["model"])
+        number = version_number(model, request.path_params.get("version"))
+        listed = model.listed(number)
+        if not listed:
+            raise RequestError(404, f"Version {number} of {model.name} is not served; its versions: "
+                                    f"{', '.join(str(v.number) for v in model.listed()) or 'none yet'}.")
+        return _json({"model_version_status": [version.status() for version in listed]})
 
     async def metadata(request):
-        check_model(request.path_params["model"])
-        return _json(signature_metadata(state.name))
+        model = model_named(request.path_params["model"])
+        number = version_number(model, request.path_params.get("version"))
+        version = serving_version(model, number) if number is not None else model.current
+        payload = signature_metadata(model.name)
+        payload["model_spec"]["version"] = str(version.number if version else number or 1)
+        return _json(payload)
 
     async def predict(request):
+        raw = await _body(request, settings)  # read first: a client answered before it has sent its body sees a reset
         head, _, method = request.path_params["target"].rpartition(":")
-        model, version = (request.path_params["model"], head) if "model" in request.path_params else (head, None)
-        if not model:
+        name, version = (request.path_params["model"], head) if "model" in request.path_params else (head, None)
+        if not name:
             raise RequestError(404, f"Unknown path {request.url.path}; predict is POST /v1/models/NAME:predict.")
-        check_model(model)
-        if version not in (None, VERSION):
-            raise RequestError(404, f"Version {version} of {state.name} is not served; version {VERSION} is.")
+        model = model_named(name)
+        number = version_number(model, version)
         if method != "predict":
             raise RequestError(400 if method in ("classify", "regress") else 404,
                                f"{method or 'no method'}: this server answers predict only "
                                "(POST /v1/models/NAME:predict).")
-        body = parse_json(await _body(request, settings))
-        check_ready()
-        signature, work, rows = parse_predict(body, state.engine.options, settings, state.seeded)
-        results = await decode(work)
+        body = parse_json(raw)
+        deadline = _deadline(request, None)
+        served = serving_version(model, number)
+        signature, work, rows = parse_predict(body, served.engine.options, settings, state.seeded)
+        results = await decode(request, served, work, deadline)
         return _json(predict_response(signature, work, results, rows))
 
     async def translate(request):
         body = parse_json(await _body(request, settings))
-        check_ready()
-        work = parse_translate(body, state.engine.options, settings, state.seeded)
-        results = await decode(work)
+        deadline = _deadline(request, body)
+        if len(models) > 1 or "model" in body:
+            name = body.pop("model", None)
+            if not isinstance(name, str):
+                raise RequestError(400, f"This server serves several models: name one in \"model\" "
+                                        f"({', '.join(m.name for m in models)}).")
+            model = model_named(name)
+        else:
+            model = models[0]
+        served = serving_version(model, None)
+        work = parse_translate(body, served.engine.options, settings, state.seeded)
+        results = await decode(request, served, work, deadline)
         if work.kind == "n_best":
             payload = {"translations": [[text for text, _ in row] for row in results],
                        "scores": [[score for _, score in row] for row in results]}
@@ -176,19 +339,29 @@ def build_app(load, name, settings=None, seeded=False, on_failure=None):
         return _json({"status": "alive"})
 
     async def readyz(request):
+        names = ", ".join(m.name for m in models)
         if state.ready:
-            return _json({"status": "ready", "model": state.name})
-        return _json({"status": "failed" if state.failed else "loading", "model": state.name,
+            return _json({"status": "ready", "model": names})
+        return _json({"status": "failed" if state.failed else "loading", "model": names,
                       "error": state.failed or ""}, status=503)
 
     async def stats(request):
         batcher = state.batcher
-        return _json({"model": state.name, "ready": state.ready, **state.stats.as_dict(),
-                      "queued": batcher.queued if batcher else 0, "in_flight": batcher.in_flight if batcher else 0,
+        versions = {model.name: {str(v.number): v.state for v in model.listed()} for model in models}
+        return _json({"model": ", ".join(m.name for m in models), "ready": state.ready, **state.stats.as_dict(),
+                      "queued": batcher.queued if batcher else 0,
+                      "queued_sentences": batcher.queued_sentences if batcher else 0,
+                      "in_flight": batcher.in_flight if batcher else 0, "versions": versions,
                       "settings": dataclasses.asdict(settings)})
 
+    async def prometheus(request):
+        return Response(metrics.exposition(), media_type=CONTENT_TYPE)
+
     async def refused(request, error):
-        return _json({"error": str(error)}, status=error.status)
+        return _json({"error": str(error)}, status=error.status, headers=error.headers)
+
+    async def gone(request, error):
+        return _json({"error": "The client went away."}, status=CLIENT_GONE)
 
     async def internal(request, error):
         log.exception("%s %s failed", request.method, request.url.path, exc_info=error)
@@ -200,6 +373,10 @@ def build_app(load, name, settings=None, seeded=False, on_failure=None):
                                                                                        str(error.detail))
         return _json({"error": message}, status=error.status_code)
 
+    async def client_disconnect(request, error):
+        state.stats.cancelled += 1  # gone before its body was read: never queued
+        return await gone(request, error)
+
     routes = [Route("/v1/models/{model}", model_status, methods=["GET"]),
               Route("/v1/models/{model}/versions/{version}", model_status, methods=["GET"]),
               Route("/v1/models/{model}/metadata", metadata, methods=["GET"]),
@@ -209,22 +386,55 @@ def build_app(load, name, settings=None, seeded=False, on_failure=None):
               Route("/translate", translate, methods=["POST"]),
               Route("/healthz", healthz, methods=["GET"]),
               Route("/readyz", readyz, methods=["GET"]),
-              Route("/stats", stats, methods=["GET"])]
+              Route("/stats", stats, methods=["GET"]),
+              Route("/monitoring/prometheus/metrics", prometheus, methods=["GET"])]
     app = Starlette(routes=routes, lifespan=lifespan,
-                    exception_handlers={RequestError: refused, HTTPException: http_error, Exception: internal})
+                    exception_handlers={RequestError: refused, HTTPException: http_error, Cancelled: gone,
+                                        ClientDisconnect: client_disconnect, Exception: internal})
     app.state.serving = state
-    return app
+    return _Counted(app, state.stats, metrics)
+
+
+class _Counted:
+    """The application with each answer counted by route and status (`Stats.responses`) and its latency observed
+    (`Metrics`): an ASGI middleware, so that refusals and unknown paths are counted too."""
+
+    def __init__(self, app, stats, metrics):
+        self.app, self.stats, self.metrics = app, stats, metrics
+        self.state = app.state
+        self.router = app.router
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        arrived = time.monotonic()
+        scope.setdefault("state", {})["arrived"] = arrived
+        status = [500]
+
+        async def sending(message):
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            route = route_of(scope.get("path", ""))
+            self.stats.responses[route, status[0]] += 1
+            self.metrics.observe_request(route, status[0], time.monotonic() - arrived)
 
 
 def check_installed():
-    """Raises `ConfigError` (naming the extra) when the server's packages (starlette, uvicorn) are missing.
+    """Raises `ConfigError` (naming the extra) when the server's packages (starlette, uvicorn, prometheus_client)
+    are missing.
 
     Example:
 
     >>> check_installed()  # doctest: +SKIP
     """
     missing = []
-    for module in ("starlette", "uvicorn"):
+    for module in ("starlette", "uvicorn", "prometheus_client"):
         try:
             __import__(module)
         except ImportError:
@@ -242,7 +452,7 @@ def serve(load, name, host="127.0.0.1", port=8501, settings=None, seeded=False):
     returns 0; a model that fails to load ends it with 2.
 
     Args:
-        load, name, settings, seeded: see `build_app`.
+        load, name, settings, seeded: see `build_app` (`load` may be a list of `versions.ServedModel`).
         host, port: where to listen (TensorFlow Serving's REST port is 8501).
 
     Example:
@@ -277,8 +487,9 @@ def serve(load, name, host="127.0.0.1", port=8501, settings=None, seeded=False):
     app = build_app(load, name, settings, seeded, on_failure=failed)
     server = Server(uvicorn.Config(app, host=host, port=port, log_level="info", access_log=False,
                                    lifespan="on"))
-    log.info("serving %s at http://%s:%d/v1/models/%s (loading; /readyz says when it is ready)", name, host, port,
-             name)
+    names = [m.name for m in app.state.serving.models]
+    log.info("serving %s at http://%s:%d/v1/models/%s (loading; /readyz says when it is ready)", ", ".join(names),
+             host, port, names[0])
     server.run()
     if failures:
         return 2

@@ -1,14 +1,17 @@
-"""The engine's thread and the batches it decodes: concurrent requests asking for the same decoding are
-gathered into one batch, and counted."""
+"""The engine's thread and the batches it decodes: a bounded queue of requests, cut into chunks of at most
+`max_batch` sentences that are decoded in turn (round-robin), concurrent requests asking for the same decoding
+gathered into one batch; what the server did, counted."""
 
 import asyncio
 import collections
 import contextlib
 import dataclasses
 import logging
+import math
 import time
 
 from keras_transformer.interface import clean_line
+from keras_transformer.serving.requests import RequestError
 
 log = logging.getLogger("keras_transformer.serving")
 
@@ -81,10 +84,18 @@ class Engine:
         sentences = [f"A warm-up sentence, number {i}." for i in range(WARM_UP_SENTENCES)]
         self.run(("best", self.options.replace(n_best=1)), [sentences])
 
+    def search_memory(self, rows, beam):
+        """Bytes the search over `rows` sentences of `beam` hypotheses holds at its longest (the translator's
+        `search_memory`), or None where the engine does not say."""
+        measure = getattr(self.translator, "search_memory", None)
+        return measure(rows, beam) if measure is not None else None
 
-# ------------------------------------------------------------------------------------------ batching
+
+# ------------------------------------------------------------------------------------------ counts
 class Stats:
-    """What the server has done: requests, sentences, and the batches' sizes (sentences and requests).
+    """What the server has done: requests answered, sentences and batches decoded (with the batches' sizes),
+    requests refused for a full queue (503), given up by their clients (cancelled), past their deadline (504),
+    and every answer by route and status.
 
     Example:
 
@@ -94,41 +105,77 @@ class Stats:
 
     def __init__(self):
         self.requests = self.sentences = self.batches = 0
+        self.rejected = self.cancelled = self.deadline_exceeded = 0
         self.batch_sentences = collections.Counter()
         self.batch_requests = collections.Counter()
-        self.seconds = 0.0
+        self.responses = collections.Counter()  # (route, status)
+        self.seconds = self.longest = 0.0
 
     def record(self, requests, sentences, seconds):
-        """Counts one decoded batch."""
+        """Counts one decoded batch of `sentences` from `requests` requests."""
         self.batches += 1
-        self.requests += requests
         self.sentences += sentences
         self.batch_sentences[sentences] += 1
         self.batch_requests[requests] += 1
         self.seconds += seconds
+        self.longest = max(self.longest, seconds)
 
     def as_dict(self):
         """The counts as JSON-friendly values (histogram keys are strings)."""
+        responses = {}
+        for (route, status), count in sorted(self.responses.items()):
+            responses.setdefault(route, {})[str(status)] = count
         return {"requests": self.requests, "sentences": self.sentences, "batches": self.batches,
                 "largest_batch": max(self.batch_sentences, default=0),
                 "mean_batch": round(self.sentences / self.batches, 2) if self.batches else 0.0,
                 "batch_sentences": {str(k): v for k, v in sorted(self.batch_sentences.items())},
                 "batch_requests": {str(k): v for k, v in sorted(self.batch_requests.items())},
-                "decoding_seconds": round(self.seconds, 3)}
+                "decoding_seconds": round(self.seconds, 3), "longest_batch_seconds": round(self.longest, 3),
+                "rejected": self.rejected, "cancelled": self.cancelled,
+                "deadline_exceeded": self.deadline_exceeded, "responses": responses}
 
 
-class _Pending:
-    def __init__(self, work, future):
-        self.work, self.future, self.arrived = work, future, time.monotonic()
+# ------------------------------------------------------------------------------------------ batching
+class Cancelled(Exception):
+    """The request's client went away before its answer (it is not decoded further)."""
+
+
+class Pending:
+    """One admitted request: its engine and `Work`, the items handed to the engine so far (`taken`), the results
+    back so far, its deadline (`time.monotonic()` seconds, or None) and the future its handler awaits."""
+
+    def __init__(self, engine, work, future, deadline):
+        self.engine, self.work, self.future, self.deadline = engine, work, future, deadline
+        self.arrived = time.monotonic()
+        self.taken = 0
+        self.results = []
+
+    @property
+    def key(self):
+        """What a batch shares: the engine (a model version) and `Work.key`."""
+        return self.engine, self.work.key
+
+    @property
+    def left(self):
+        """Items not yet handed to the engine."""
+        return len(self.work.items) - self.taken
 
 
 class Batcher:
-    """Gathers concurrent requests into batches of equal `Work.key` and runs them on the engine's thread.
+    """A bounded queue of requests, decoded in batches of equal engine and `Work.key` on the engine's thread.
 
-    The oldest waiting request decides the next batch: it waits until `max_batch` sentences with its key are
-    queued or `batch_wait` seconds have passed since it arrived, then takes those (in arrival order, at most
-    `max_batch` sentences; a larger request goes alone). Requests arriving while a batch decodes queue for the
-    next. Create it inside the running event loop.
+    Admission (`admit`): a request that would take the sentences waiting past `max_queue` is refused at once
+    with 503 and `Retry-After` (how long the queue takes to drain at the recent batch time); one whose deadline
+    cannot be met by that estimate gets 504. Both are counted, and neither is decoded.
+
+    Batches: the request at the head of the queue (of another engine than the last batch's, where one waits:
+    several models, or versions, take turns) decides the next batch: it waits until `max_batch` sentences
+    with its key are queued or `batch_wait` seconds have passed since it arrived; the batch then takes, in queue
+    order, each request's next items up to `max_batch` sentences in all. A request with items left goes to the
+    back of the queue once its chunk is decoded, so a large request is decoded in chunks of at most `max_batch`
+    sentences, taking turns with the others: a one-sentence request waits for at most one chunk of it. A request
+    whose client has gone (`cancel`) or whose deadline has passed leaves the queue without being decoded further.
+    Requests arriving while a batch decodes queue for the next. Create it inside the running event loop.
     """
 
     def __init__(self, engine_call, settings, stats, executor):
@@ -136,64 +183,182 @@ class Batcher:
         self._pending = collections.deque()
         self._wake = asyncio.Event()
         self.in_flight = 0
+        self.batch_seconds = None  # recent seconds per batch (a moving average), for estimates
+        self.decoding = 0  # sentences of the batch on the engine's thread
+        self._parked = []  # requests with a chunk on the engine's thread and items left: back in the queue after it
+        self._last_engine = None
+        self.on_batch = None  # called with (engine, sentences, requests, seconds) after each batch
 
     @property
     def queued(self):
-        """Requests waiting for a batch."""
-        return len(self._pending)
+        """Requests waiting for (more of) their sentences to be decoded."""
+        return len(self._pending) + len(self._parked)
 
-    async def submit(self, work):
-        """Decodes `work` in some batch and returns its results."""
+    @property
+    def queued_sentences(self):
+        """Sentences waiting for the engine, all requests together (what `max_queue` bounds)."""
+        return sum(pending.left for pending in self._pending) + sum(pending.left for pending in self._parked)
+
+    def drain_seconds(self, sentences):
+        """How long the engine takes for `sentences` queued sentences at the recent batch time (None: not known)."""
+        if self.batch_seconds is None:
+            return None
+        return math.ceil(sentences / self._settings.max_batch) * self.batch_seconds
+
+    def admit(self, engine, work, deadline=None):
+        """Queues `work` for `engine`, or refuses it (503: the queue is full; 504: `deadline` cannot be met).
+
+        Returns the `Pending` whose `future` gives the results (`wait` awaits it).
+        """
+        size, queued = len(work.items), self.queued_sentences
+        if queued + size > self._settings.max_queue:
+            self._stats.rejected += 1
+            wait = self.drain_seconds(queued + self.decoding)
+            retry = max(1, math.ceil(wait)) if wait is not None else 1
+            raise RequestError(503, f"The server is busy: {queued} sentences are waiting and this request's "
+                                    f"{size} would pass the queue's limit of {self._settings.max_queue} "
+                                    f"(--max-queue); retry after {retry} s.", headers={"Retry-After": str(retry)})
+        if deadline is not None:
+            wait = self.drain_seconds(queued + self.decoding + size)
+            if time.monotonic() >= deadline or (wait is not None and time.monotonic() + wait > deadline):
+                self._stats.deadline_exceeded += 1
+                raise RequestError(504, _deadline_message(wait))
         future = asyncio.get_running_loop().create_future()
-        self._pending.append(_Pending(work, future))
+        pending = Pending(engine, work, future, deadline)
+        if size == 0:
+            future.set_result([])
+            return pending
+        self._pending.append(pending)
         self._wake.set()
+        return pending
+
+    async def wait(self, pending):
+        """The results of `pending` (raises its `RequestError` or the engine's error); past its deadline, 504."""
         self.in_flight += 1
         try:
-            return await future
+            if pending.deadline is None:
+                return await asyncio.shield(pending.future)
+            left = pending.deadline - time.monotonic()
+            with contextlib.suppress(asyncio.TimeoutError):
+                return await asyncio.wait_for(asyncio.shield(pending.future), max(left, 0))
+            if not pending.future.done():
+                self._expire(pending)
+            return pending.future.result()
         finally:
             self.in_flight -= 1
 
+    async def submit(self, engine, work, deadline=None):
+        """`admit` then `wait`: decodes `work` with `engine` in some batch(es) and returns its results."""
+        return await self.wait(self.admit(engine, work, deadline))
+
+    def cancel(self, pending):
+        """Drops `pending` (its client has gone): out of the queue, its remaining items never decoded."""
+        if pending.future.done():
+            return
+        self._drop(pending)
+        self._stats.cancelled += 1
+        pending.future.set_exception(Cancelled())
+        pending.future.exception()  # retrieved: nobody awaits it any more
+
+    def _expire(self, pending):
+        self._drop(pending)
+        self._stats.deadline_exceeded += 1
+        pending.future.set_exception(RequestError(504, _deadline_message(None, decoded=pending.taken)))
+
+    def _drop(self, pending):
+        with contextlib.suppress(ValueError):
+            self._pending.remove(pending)
+        with contextlib.suppress(ValueError):
+            self._parked.remove(pending)
+
+    def _head(self):
+        """The request that decides the next batch: the oldest one, unless the last batch was its engine's (a model
+        version's) and another engine has a request waiting: then the oldest of those (models take turns)."""
+        for pending in self._pending:
+            if pending.engine is not self._last_engine:
+                return pending
+        return self._pending[0]
+
     def _ready(self, key):
-        return sum(len(p.work.items) for p in self._pending if p.work.key == key) >= self._settings.max_batch
+        return sum(p.left for p in self._pending if p.key == key) >= self._settings.max_batch
+
+    def _expire_overdue(self):
+        now = time.monotonic()
+        for pending in [p for p in self._pending if p.deadline is not None and p.deadline <= now]:
+            self._expire(pending)
 
     async def run(self):
         """The batching loop (a task for the server's lifetime)."""
         loop = asyncio.get_running_loop()
+        limit = self._settings.max_batch
         while True:
+            self._expire_overdue()
             while not self._pending:
                 self._wake.clear()
                 await self._wake.wait()
-            first = self._pending[0]
-            key = first.work.key
-            while not self._ready(key):
+                self._expire_overdue()
+            first = self._head()
+            key = first.key
+            while not self._ready(key) and first in self._pending:
                 left = first.arrived + self._settings.batch_wait - time.monotonic()
                 if left <= 0:
                     break
                 self._wake.clear()
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), left)
+            self._expire_overdue()
+            if first not in self._pending:  # cancelled or past its deadline while it waited for company
+                continue
             batch, size = [], 0
             for pending in list(self._pending):
-                if pending.work.key != key:
-                    continue
-                if batch and size + len(pending.work.items) > self._settings.max_batch:
+                if size >= limit:
                     break
-                batch.append(pending)
-                size += len(pending.work.items)
+                if pending.key != key:
+                    continue
+                take = min(pending.left, limit - size)
+                batch.append((pending, pending.taken, pending.taken + take))
+                pending.taken += take
+                size += take
                 self._pending.remove(pending)
+                if pending.left:  # its next chunk queues again once this one is decoded, behind those queued then
+                    self._parked.append(pending)
+            engine = self._last_engine = key[0]
             started = time.monotonic()
+            self.decoding = size
             try:
-                results = await loop.run_in_executor(self._executor, self._call, key,
-                                                     [p.work.items for p in batch])
+                results = await loop.run_in_executor(self._executor, self._call, engine, key[1],
+                                                     [p.work.items[start:end] for p, start, end in batch])
             except Exception as error:  # every request of the batch gets the engine's message
-                for pending in batch:
+                for pending, _, _ in batch:
                     if not pending.future.done():
+                        self._drop(pending)
                         pending.future.set_exception(error)
                 continue
+            finally:
+                self.decoding = 0
+                for pending, _, _ in batch:
+                    if pending in self._parked:
+                        self._parked.remove(pending)
+                        self._pending.append(pending)
             seconds = time.monotonic() - started
+            self.batch_seconds = seconds if self.batch_seconds is None else 0.7 * self.batch_seconds + 0.3 * seconds
             self._stats.record(len(batch), size, seconds)
-            log.info("batch of %d sentence(s) from %d request(s) (%s, %s) in %.3f s", size, len(batch), key[0],
-                     key[1].describe(), seconds)
-            for pending, result in zip(batch, results):
-                if not pending.future.done():
-                    pending.future.set_result(result)
+            if self.on_batch is not None:
+                self.on_batch(engine, size, len(batch), seconds)
+            log.info("batch of %d sentence(s) from %d request(s) (%s, %s) in %.3f s", size, len(batch),
+                     key[1][0], key[1][1].describe(), seconds)
+            for (pending, _, _), result in zip(batch, results):
+                if pending.future.done():  # cancelled or past its deadline while its chunk decoded
+                    continue
+                pending.results.extend(result)
+                if len(pending.results) == len(pending.work.items):
+                    self._stats.requests += 1
+                    pending.future.set_result(pending.results)
+
+
+def _deadline_message(wait, decoded=None):
+    if decoded is not None:
+        return (f"The request's deadline passed before it was answered ({decoded} of its sentences were "
+                "decoded; the rest were not).")
+    estimate = f" (the queue takes about {wait:.2f} s now)" if wait is not None else ""
+    return f"The request's deadline cannot be met{estimate}; it was not decoded."

@@ -4,7 +4,9 @@
 import base64
 import dataclasses
 import json
+import math
 import random
+import typing
 
 from keras_transformer.decoding.options import MAX_SEED, SAMPLING_FIELDS, DecodeOptions
 from keras_transformer.errors import ConfigError
@@ -15,33 +17,60 @@ from keras_transformer.serving.signatures import SIGNATURES, batched_inputs
 class ServeSettings:
     """How `keras-transformer serve` batches requests and what it accepts.
 
+    Each limit is a command-line flag of the same name (`max_beam_size`: `--max-beam-size`); a request past one is
+    refused with a message naming the flag.
+
     Example:
 
-    >>> ServeSettings(max_batch=32).batch_wait
-    0.005
+    >>> ServeSettings(max_batch=32).batch_wait, ServeSettings(max_batch=32).max_queue
+    (0.005, 256)
     """
 
-    max_batch: int = 64  # sentences decoded together at most (a larger request is decoded alone)
+    max_batch: int = 64  # sentences decoded together at most (a larger request is decoded in chunks of this size)
     batch_wait: float = 0.005  # seconds a request waits for others to share its batch (0: no wait)
     max_body_bytes: int = 1 << 20  # a larger request body is refused with 413
     max_sentences: int = 256  # sentences (or pairs) per request; more: 413
     max_sentence_chars: int = 2000  # characters per sentence; more: 413
     variants: int = 8  # sets of decoding options kept ready (each a translator over the same weights)
+    # Sentences waiting for the engine, all requests together; a request that would pass it gets 503 at once.
+    # None: 4 batches (`4 * max_batch`), and never fewer than `max_sentences` (the largest request always fits).
+    max_queue: typing.Optional[int] = None
+    max_beam_size: int = 16  # beams per sentence a request may ask for (memory grows with it)
+    max_n_best: int = 16  # hypotheses (or samples) per sentence a request may ask for
+    max_extra_limit: int = 256  # a request's max_extra (output tokens past the source length) at most
+    max_top_k: int = 1000  # a sampling request's top_k at most
+    min_temperature: float = 0.05  # a sampling request's temperature at least (near 0 the logits overflow)
+    max_alpha: float = 10.0  # a request's length-penalty exponent at most
+    poll_seconds: float = 1.0  # how often a base folder of numbered versions is looked at for a new one
 
     def __post_init__(self):
-        for name in ("max_batch", "max_body_bytes", "max_sentences", "max_sentence_chars", "variants"):
+        for name in ("max_batch", "max_body_bytes", "max_sentences", "max_sentence_chars", "variants",
+                     "max_beam_size", "max_n_best", "max_top_k"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ConfigError(f"serve: {name} must be a positive integer, got {getattr(self, name)!r}.")
+        if not isinstance(self.max_extra_limit, int) or self.max_extra_limit < 0:
+            raise ConfigError(f"serve: max_extra_limit must be an integer >= 0, got {self.max_extra_limit!r}.")
         if not self.batch_wait >= 0:
             raise ConfigError(f"serve: batch_wait must be >= 0 seconds, got {self.batch_wait!r}.")
+        for name in ("min_temperature", "max_alpha", "poll_seconds"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise ConfigError(f"serve: {name} must be a finite number > 0, got {value!r}.")
+        if self.max_queue is None:
+            object.__setattr__(self, "max_queue", max(4 * self.max_batch, self.max_sentences))
+        elif not isinstance(self.max_queue, int) or self.max_queue < self.max_sentences:
+            raise ConfigError(f"serve: --max-queue ({self.max_queue!r}) must be an integer of at least "
+                              f"--max-sentences ({self.max_sentences}): the largest request must fit in the queue.")
 
 
 class RequestError(Exception):
-    """A request the server refuses: `status` (400, 404, 413, 503) and a message naming the problem."""
+    """A request the server refuses: `status` (400, 404, 413, 503, 504), a message naming the problem, and
+    `headers` for the answer (`Retry-After` with a 503)."""
 
-    def __init__(self, status, message):
+    def __init__(self, status, message, headers=None):
         super().__init__(message)
         self.status = status
+        self.headers = dict(headers or {})
 
 
 # ------------------------------------------------------------------------------------------ requests
@@ -99,6 +128,10 @@ def parse_json(body):
         raise RequestError(400, f"The request body is not UTF-8 ({error}).") from None
     except json.JSONDecodeError as error:
         raise RequestError(400, f"Malformed JSON: {error}.") from None
+    except RecursionError:
+        raise RequestError(400, "Malformed JSON: nested too deeply.") from None
+    except ValueError:  # an integer of more digits than Python converts (sys.get_int_max_str_digits)
+        raise RequestError(400, "Malformed JSON: a number has more digits than this server reads.") from None
     if not isinstance(value, dict):
         raise RequestError(400, f"The request body must be a JSON object, got {_kind(value)}.")
     return value
@@ -123,16 +156,45 @@ class Work:
 TRANSLATE_FIELDS = ("strategy", "beam_size", "alpha", "max_extra", "early_exit", "n_best") + SAMPLING_FIELDS
 
 
-def _options(defaults, given, seeded):
-    """`defaults` with the fields in `given` (a 400 for a bad value); a sampling request without a seed gets a
-    fresh one unless the server's defaults were given one (`seeded`)."""
+def _options(defaults, given, seeded, settings):
+    """`defaults` with the fields in `given` (a 400 for a bad value or one past `settings`' limits); a sampling
+    request without a seed gets a fresh one unless the server's defaults were given one (`seeded`)."""
     try:
         options = defaults.replace(**given)
     except (ConfigError, TypeError) as error:
         raise RequestError(400, str(error)) from None
+    check_limits(options, settings, given)
     if options.sampling and "seed" not in given and not (seeded and defaults.sampling):
         options = options.replace(seed=random.randint(0, MAX_SEED))
     return options
+
+
+def check_limits(options, settings, given=None):
+    """Refuses (400, naming the flag) decoding options past the server's limits (`ServeSettings.max_beam_size`,
+    `max_n_best`, `max_extra_limit`, `max_top_k`, `min_temperature`, `max_alpha`); `given` names the request's own
+    fields (every field when None).
+
+    Example:
+
+    >>> check_limits(DecodeOptions(beam_size=64), ServeSettings())
+    Traceback (most recent call last):
+    ...
+    keras_transformer.serving.requests.RequestError: beam_size 64 is more than this server allows (--max-beam-size 16).
+    """
+    given = options.to_dict() if given is None else given
+    checks = [("beam_size", options.beam_size if options.strategy == "beam" else 1, settings.max_beam_size,
+               "--max-beam-size"),
+              ("n_best", options.n_best or 0, settings.max_n_best, "--max-n-best"),
+              ("max_extra", options.max_extra, settings.max_extra_limit, "--max-extra-limit"),
+              ("top_k", options.top_k, settings.max_top_k, "--max-top-k"),
+              ("alpha", options.alpha, settings.max_alpha, "--max-alpha")]
+    for name, value, limit, flag in checks:
+        if value > limit:
+            where = "" if name in given else " (the server's default)"
+            raise RequestError(400, f"{name} {value:g}{where} is more than this server allows ({flag} {limit:g}).")
+    if options.sampling and options.temperature < settings.min_temperature:
+        raise RequestError(400, f"temperature {options.temperature:g} is less than this server allows "
+                                f"(--min-temperature {settings.min_temperature:g}).")
 
 
 def parse_translate(body, defaults, settings, seeded=False):
@@ -159,7 +221,7 @@ def parse_translate(body, defaults, settings, seeded=False):
     sentences = [_string(value, f"sentences[{index}]") for index, value in enumerate(sentences)]
     check_sentences(sentences, settings)
     given = {key: value for key, value in body.items() if key in TRANSLATE_FIELDS and value is not None}
-    options = _options(defaults, given, seeded)
+    options = _options(defaults, given, seeded, settings)
     if "n_best" in given:
         return Work("n_best", options, tuple(sentences))
     return Work("best", options.replace(n_best=1), tuple(sentences))
@@ -182,7 +244,7 @@ def parse_predict(body, defaults, settings, seeded=False):
     ('serving_default', 'best', ('A dog.', 'A cat.'), True)
     """
     signature = body.get("signature_name", "serving_default") or "serving_default"
-    if signature not in SIGNATURES:
+    if not isinstance(signature, str) or signature not in SIGNATURES:
         raise RequestError(400, f"Unknown signature_name {signature!r}; this server serves "
                                 f"{', '.join(SIGNATURES)}.")
     unknown = sorted(set(body) - {"signature_name", "instances", "inputs"})
@@ -239,7 +301,7 @@ def parse_predict(body, defaults, settings, seeded=False):
     if signature == "sample":
         given = {name: value for name, value in scalars.items() if value is not None}
         options = _options(defaults.replace(strategy="sample") if not defaults.sampling else defaults,
-                           given, seeded)
+                           given, seeded, settings)
         return signature, Work("best", options.replace(n_best=1), tuple(columns["inputs"])), rows
     if signature == "n_best":
         return signature, Work("n_best", defaults, tuple(columns["inputs"])), rows

@@ -1,0 +1,227 @@
+"""The server's parts on their own, without a server: the queue (`serving.batching.Batcher`, with engines that
+record what they are given instead of decoding: the order batches are formed in, the bound on the queue,
+cancellation and deadlines), which version of a base folder is loaded when (`serving.versions.ServedModel`), the
+command line's checks of serve's flags, and the application on a translator without a model, in this process. The end-to-end behaviour, on a real server process, is
+tests/test_serve_load.py's."""
+
+import asyncio
+import concurrent.futures
+import time
+
+import pytest
+
+from keras_transformer.decoding.options import DecodeOptions
+from keras_transformer.serving import Batcher, RequestError, ServeSettings, Stats, Work
+from keras_transformer.serving.batching import Cancelled
+
+
+class Recorder:
+    """An engine call that records each batch `(engine, sentences)` and answers each sentence with itself."""
+
+    def __init__(self, seconds=0.01):
+        self.batches, self.seconds = [], seconds
+
+    def __call__(self, engine, key, parts):
+        time.sleep(self.seconds)
+        self.batches.append((engine, [item for part in parts for item in part]))
+        return [[(item, 0.0) for item in part] for part in parts]
+
+
+def _work(prefix, count):
+    return Work("best", DecodeOptions(n_best=1), tuple(f"{prefix}{i}" for i in range(count)))
+
+
+def _run(test, recorder, **settings):
+    async def main():
+        executor = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+        batcher = Batcher(recorder, ServeSettings(batch_wait=0.0, **settings), Stats(), executor)
+        task = asyncio.create_task(batcher.run())
+        try:
+            return await test(batcher)
+        finally:
+            task.cancel()
+            executor.shutdown(wait=True)
+    return asyncio.run(main())
+
+
+def test_large_requests_go_in_chunks_of_max_batch_and_models_take_turns():
+    recorder = Recorder(seconds=0.05)
+
+    async def test(batcher):
+        huge = batcher.admit("A", _work("h-", 40))  # model A: 3 chunks, 16, 16 and 8
+        await asyncio.sleep(0.01)  # its first chunk is on the engine
+        small = batcher.admit("A", _work("s-", 1))
+        other = batcher.admit("B", _work("b-", 1))  # model B
+        return await asyncio.gather(*(batcher.wait(p) for p in (huge, small, other)))
+
+    huge, small, other = _run(test, recorder, max_batch=16, max_queue=128, max_sentences=40)
+    assert [(engine, len(items)) for engine, items in recorder.batches] == [("A", 16), ("B", 1), ("A", 16), ("A", 9)]
+    assert recorder.batches[2][1][0] == "s-0"  # the small request waited for one chunk of the large one (and B)
+    assert [text for text, _ in huge] == [f"h-{i}" for i in range(40)]  # its chunks put back in order
+    assert small == [("s-0", 0.0)] and other == [("b-0", 0.0)]
+
+
+def test_a_full_queue_refuses_at_once_with_retry_after_and_counts_it():
+    recorder = Recorder(seconds=0.2)
+
+    async def test(batcher):
+        first = batcher.admit("A", _work("x", 8))
+        await asyncio.sleep(0.01)  # on the engine: the queue is empty again
+        waiting = [batcher.admit("A", _work(f"w{n}-", 8)) for n in range(2)]  # 16 queued: the limit
+        started = time.monotonic()
+        with pytest.raises(RequestError) as refused:
+            batcher.admit("A", _work("z", 1))
+        assert time.monotonic() - started < 0.05
+        assert refused.value.status == 503 and "--max-queue" in str(refused.value)
+        assert int(refused.value.headers["Retry-After"]) >= 1
+        await asyncio.gather(*(batcher.wait(p) for p in [first] + waiting))
+        return batcher
+
+    batcher = _run(test, recorder, max_batch=8, max_queue=16, max_sentences=8)
+    assert batcher._stats.rejected == 1 and batcher.queued_sentences == 0
+
+
+def test_cancelled_and_overdue_requests_are_not_decoded():
+    recorder = Recorder(seconds=0.2)
+
+    async def test(batcher):
+        first = batcher.admit("A", _work("first", 4))
+        await asyncio.sleep(0.01)
+        gone = batcher.admit("A", _work("gone", 4))
+        overdue = batcher.admit("A", _work("late", 4), deadline=time.monotonic() + 0.05)
+        batcher.cancel(gone)
+        with pytest.raises(Cancelled):
+            await batcher.wait(gone)
+        with pytest.raises(RequestError) as late:
+            await batcher.wait(overdue)
+        assert late.value.status == 504
+        await batcher.wait(first)
+        kept = await batcher.submit("A", _work("kept", 2))
+        return batcher, kept
+
+    batcher, kept = _run(test, recorder, max_batch=8, max_queue=64, max_sentences=8)
+    decoded = [item for _, items in recorder.batches for item in items]
+    assert not [item for item in decoded if item.startswith(("gone", "late"))], decoded
+    assert [text for text, _ in kept] == ["kept0", "kept1"]
+    assert (batcher._stats.cancelled, batcher._stats.deadline_exceeded) == (1, 1)
+
+
+@pytest.mark.parametrize(("arguments", "named"), [
+    (["--model", "en_de=saved_models/multi30k_en_de", "--model", "saved_models/multi30k_en_fr"], "not a mix"),
+    (["--model", "a=saved_models/multi30k_en_de", "--model", "a=saved_models/multi30k_en_fr"], "given twice"),
+    (["--model", "a=saved_models/multi30k_en_de", "--name", "b"], "--name"),
+    (["--model", "saved_models/multi30k_en_de", "--max-queue", "10"], "--max-queue (10)"),
+])
+def test_serve_refuses_bad_model_and_queue_flags_before_loading(arguments, named, capsys, monkeypatch):
+    from conftest import REPO_ROOT
+
+    from keras_transformer import cli
+
+    monkeypatch.chdir(REPO_ROOT)
+    assert cli.main(["serve", *arguments]) == 2
+    assert named in capsys.readouterr().err
+
+
+def test_a_new_version_is_loaded_once_its_files_stop_changing_and_a_failed_one_only_when_changed(tmp_path):
+    from keras_transformer.serving.versions import AVAILABLE, END, ServedModel
+
+    def version(number, content=b"graph"):
+        folder = tmp_path / str(number)
+        folder.mkdir(exist_ok=True)
+        (folder / "saved_model.pb").write_bytes(content)  # what makes a folder an export (layout.model_kind)
+
+    version(1)
+    version(2)
+    (tmp_path / ".3.partial").mkdir()  # hidden: never a version
+    model = ServedModel("m", load=None, base=str(tmp_path))
+    first = model.to_load()
+    assert first.number == 2 and model.to_load() is None  # at start, the highest at once; then nothing new
+    first.state = AVAILABLE
+    version(3)
+    assert model.to_load() is None  # just appeared: its files may still be growing
+    (tmp_path / "3" / "variables").mkdir()
+    (tmp_path / "3" / "variables" / "data").write_bytes(b"x" * 10)
+    assert model.to_load() is None  # changed since the last look
+    third = model.to_load()  # unchanged since the last look: loaded
+    assert third.number == 3 and third.path == str(tmp_path / "3")
+    third.state, third.error = END, "damaged"  # its load failed: the current version keeps serving
+    assert model.current is first and model.to_load() is None and model.to_load() is None
+    version(3, b"fixed graph")  # changed: tried again once stable
+    assert model.to_load() is None
+    again = model.to_load()
+    assert again.number == 3 and not again.error
+    again.state = AVAILABLE
+    assert model.current is again and model.replaced() == [first]
+
+
+class UpperCaser:
+    """A translator of the interface `serve` uses, without a model: a sentence's translation is its upper case."""
+
+    engine = "upper"
+
+    def __init__(self, options=None):
+        self.options = options or DecodeOptions(n_best=None)
+
+    def with_options(self, options):
+        return UpperCaser(options)
+
+    def n_best_lines(self, lines, batch_size=64):
+        return [[(line.upper(), -float(len(line)))] * self.options.returned() for line in lines]
+
+
+def test_a_model_folder_given_as_a_load_function_is_served_as_version_1():
+    """`build_app(load, name)` as before versions existed (`serve --model DIR` of one folder): version 1, predict,
+    /translate in chunks of max_batch, /stats and the metrics, in this process with uvicorn on a thread."""
+    import json
+    import socket
+    import threading
+    import urllib.error
+    import urllib.request
+
+    uvicorn = pytest.importorskip("uvicorn")  # the serve extra, with starlette and prometheus_client
+    pytest.importorskip("prometheus_client")
+    from keras_transformer.serving import build_app
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    app = build_app(lambda: UpperCaser(), "upper", ServeSettings(max_batch=4, max_sentences=8))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run)
+    thread.start()
+
+    def call(path, body=None):
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data)
+        try:
+            with urllib.request.urlopen(request, timeout=30) as answer:
+                return answer.status, answer.read()
+        except urllib.error.HTTPError as error:
+            return error.code, error.read()
+
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if call("/readyz")[0] == 200:
+                    break
+            except (urllib.error.URLError, ConnectionError):
+                pass
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        status, answer = call("/v1/models/upper")
+        assert status == 200 and json.loads(answer)["model_version_status"] == [
+            {"version": "1", "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}]
+        assert call("/v1/models/upper/versions/2")[0] == 404
+        status, answer = call("/v1/models/upper/versions/1:predict", {"instances": ["a dog", "a cat"]})
+        assert status == 200 and [p["translation"] for p in json.loads(answer)["predictions"]] == ["A DOG", "A CAT"]
+        status, answer = call("/translate", {"sentences": [f"s{i}" for i in range(6)]})
+        assert status == 200 and json.loads(answer)["translations"] == [f"S{i}" for i in range(6)]
+        stats = json.loads(call("/stats")[1])
+        assert stats["batch_sentences"] == {"2": 2, "4": 1} and stats["requests"] == 2  # 2, then 4 and 2
+        metrics = call("/monitoring/prometheus/metrics")[1].decode()
+        assert 'keras_transformer_serve_model_version{model="upper"} 1.0' in metrics
+        assert 'keras_transformer_serve_requests_total{route="predict",status="200"} 1.0' in metrics
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
