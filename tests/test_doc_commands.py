@@ -78,7 +78,9 @@ def command_lines(body, variables):
         if words[0] == "timeout":
             words = words[2:]
         if words[:1] == ["keras-transformer"]:
-            commands.append((line, words[1:]))
+            ends = [i for i, word in enumerate(words) if word in ("&", "&&", "|", "||", ";")
+                    or re.fullmatch(r"\d?[<>].*", word)]  # the command ends there: background, pipe, redirection
+            commands.append((line, words[1:ends[0] if ends else None]))
     return commands
 
 
@@ -188,9 +190,10 @@ def test_the_command_checks_fail_on_what_a_reader_would_trip_on():
     assert partial == "options left out" and not command_problems(argv, partial, root_written)
     variables = {}
     assert command_lines('D=../data\nexport X="--last 2"\nKERAS_BACKEND=jax keras-transformer average '
-                         '--workdir $D/w $X  # note\n', variables) == [
+                         '--workdir $D/w $X  # note\nkeras-transformer serve --model m > log 2>&1 &\n', variables) == [
         ('KERAS_BACKEND=jax keras-transformer average --workdir $D/w $X  # note',
-         ["average", "--workdir", "../data/w", "--last", "2"])]
+         ["average", "--workdir", "../data/w", "--last", "2"]),
+        ("keras-transformer serve --model m > log 2>&1 &", ["serve", "--model", "m"])]
 
 
 # ------------------------------------------------------------------ YAML configs
