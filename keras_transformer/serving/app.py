@@ -154,14 +154,15 @@ def build_app(load, name, settings=None, seeded=False, on_failure=None):
                                "(POST /v1/models/NAME:predict).")
         body = parse_json(await _body(request, settings))
         check_ready()
-        signature, work, rows = parse_predict(body, state.engine.options, settings, state.seeded)
+        signature, work, rows = parse_predict(body, state.engine.options, settings, state.seeded,
+                                              state.engine.translator)
         results = await decode(work)
         return _json(predict_response(signature, work, results, rows))
 
     async def translate(request):
         body = parse_json(await _body(request, settings))
         check_ready()
-        work = parse_translate(body, state.engine.options, settings, state.seeded)
+        work = parse_translate(body, state.engine.options, settings, state.seeded, state.engine.translator)
         results = await decode(work)
         if work.kind == "n_best":
             payload = {"translations": [[text for text, _ in row] for row in results],
