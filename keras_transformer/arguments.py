@@ -111,6 +111,19 @@ def _decoding_arguments(parser, title="decoding (default: the model's, from its 
                            help="sentences decoded together (default 64)")
 
 
+def _prefix_arguments(parser, prefix=True):
+    """The forced starts of the translations (`TranslatorInterface.translate_lines`' `target_prefix` and
+    `target_lang`; docs/decoding.md, "Target prefixes")."""
+    group = parser.add_argument_group("target prefix (the translations' forced start)")
+    if prefix:
+        group.add_argument("--target-prefix", metavar="TEXT",
+                           help="every translation starts with this target-language text, forced, then continued "
+                                "(it is part of the translation and of its score)")
+    group.add_argument("--target-lang", metavar="LANG",
+                       help="a multilingual model's target language (e.g. deu_Latn): its language token is forced "
+                            "first; refused, with the languages listed, for a model without it")
+
+
 def _weights_arguments(parser, ensemble=False, models="--model"):
     group = parser.add_argument_group("weights (training workdirs only; --checkpoint or --average, not both)")
     if ensemble:
@@ -187,6 +200,7 @@ def build_parser():
                                "sentences, seconds) instead of the readable report")
     _weights_arguments(evaluate, ensemble=True)
     _decoding_arguments(evaluate)
+    _prefix_arguments(evaluate, prefix=False)
 
     translate = commands.add_parser("translate", help="translate sentences (arguments or stdin)",
                                     description="Translates the sentences given as arguments, or else each line "
@@ -196,6 +210,7 @@ def build_parser():
     translate.add_argument("sentences", nargs="*", help="sentences to translate (default: read stdin)")
     _weights_arguments(translate, ensemble=True)
     _decoding_arguments(translate)
+    _prefix_arguments(translate)
     translate.add_argument("--n-best", type=_POSITIVE, metavar="N",
                            help="print N hypotheses per sentence, best first, as 'INDEX<tab>SCORE<tab>TRANSLATION' "
                                 "lines (INDEX: the sentence's, from 0); beam search needs N <= --beam-size")

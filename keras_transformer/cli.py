@@ -102,7 +102,9 @@ def _evaluate(args):
     scores, details = inference.evaluate(model, args.source, args.reference,
                                          tokenized_reference=args.tokenized_reference, lang=args.lang,
                                          checkpoint=checkpoint, average=args.average, batch_size=args.batch_size,
-                                         output=args.output, details=True, **_decode_settings(args))
+                                         output=args.output, details=True,
+                                         **({"target_lang": args.target_lang} if args.target_lang else {}),
+                                         **_decode_settings(args))
     if args.json:
         print(json.dumps({**scores, **details}))
     else:
@@ -194,13 +196,17 @@ def _translate(args):
     translator = _load_translator(args)
     # Arguments are one chunk; stdin goes in chunks, so that output starts early and memory stays bounded.
     chunks = [args.sentences] if args.sentences else _stdin_chunks(args.batch_size * STDIN_CHUNK_BATCHES)
+    forced = {key: value for key, value in (("target_prefix", args.target_prefix),
+                                            ("target_lang", args.target_lang)) if value is not None}
+    if forced:  # a bad prefix or language: one line, before any decoding
+        translator.target_prefix_ids(translator.target_prefixes(1, caller="translate", **forced))
     index = 0
     for chunk in chunks:
         if args.n_best is None:
-            for line in translator.translate_lines(chunk, batch_size=args.batch_size):
+            for line in translator.translate_lines(chunk, batch_size=args.batch_size, **forced):
                 print(evaluation.one_line(line))  # one output line per input sentence
         else:
-            for hypotheses in translator.n_best_lines(chunk, batch_size=args.batch_size):
+            for hypotheses in translator.n_best_lines(chunk, batch_size=args.batch_size, **forced):
                 for text, score in hypotheses[:args.n_best]:
                     print(f"{index}\t{score:.4f}\t{evaluation.one_line(text)}")
                 index += 1

@@ -33,7 +33,8 @@ def _in(source):
     return f" in {os.fspath(source)}" if isinstance(source, (str, os.PathLike)) else ""
 
 
-def translate(model, sentences, checkpoint=None, average=None, batch_size=64, **options):
+def translate(model, sentences, checkpoint=None, average=None, batch_size=64, target_prefix=None,
+              target_lang=None, **options):
     """Translates sentences with a trained workdir or an exported model (`keras-transformer translate`).
 
     Args:
@@ -42,6 +43,8 @@ def translate(model, sentences, checkpoint=None, average=None, batch_size=64, **
         sentences: a list of `str` (one sentence: a list of one).
         checkpoint, average, **options: see `load_translator`.
         batch_size: sentences decoded together.
+        target_prefix, target_lang: the translations' forced start
+            (`TranslatorInterface.translate_lines`).
 
     Returns:
         A list of `str`, one translation per sentence.
@@ -60,11 +63,12 @@ def translate(model, sentences, checkpoint=None, average=None, batch_size=64, **
                         f"{sentences[:40]!r}; give one sentence as [sentence], and a file's lines as "
                         "keras_transformer.evaluation.read_lines(path).")
     translator = model if hasattr(model, "translate_lines") else load_translator(model, checkpoint, average, **options)
-    return translator.translate_lines(list(sentences), batch_size=batch_size)
+    return translator.translate_lines(list(sentences), batch_size=batch_size, target_prefix=target_prefix,
+                                      target_lang=target_lang)
 
 
 def evaluate(model, source, reference, tokenized_reference=None, lang=None, checkpoint=None, average=None,
-             batch_size=64, output=None, details=False, **options):
+             batch_size=64, output=None, details=False, target_lang=None, **options):
     """Translates `source` and scores it with sacreBLEU (`keras-transformer evaluate`).
 
     Args:
@@ -81,6 +85,8 @@ def evaluate(model, source, reference, tokenized_reference=None, lang=None, chec
             (line breaks inside a translation become spaces: `evaluation.one_line`); its folder
             must exist.
         details: also return what it takes to reproduce the scores (see Returns).
+        target_lang: a multilingual model's target language, whose token each translation starts with
+            (`TranslatorInterface.translate_lines`).
 
     Raises:
         ValueError / OSError: before any decoding: unreadable or misaligned files (the
@@ -116,7 +122,8 @@ def evaluate(model, source, reference, tokenized_reference=None, lang=None, chec
                          f"{_in(tokenized_reference)}: they must pair line by line.")
     started = time.perf_counter()
     translator = model if hasattr(model, "translate_lines") else load_translator(model, checkpoint, average, **options)
-    hypotheses = [evaluation.one_line(h) for h in translate(translator, sources, batch_size=batch_size)]
+    hypotheses = [evaluation.one_line(h) for h in translate(translator, sources, batch_size=batch_size,
+                                                            target_lang=target_lang)]
     seconds = time.perf_counter() - started
     if output is not None:
         atomic_write_text(output, "".join(line + "\n" for line in hypotheses))

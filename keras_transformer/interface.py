@@ -19,6 +19,13 @@ scores are normalised with `scoring_alpha`, and options are refused when the eng
 strategy (`check_options`). An engine implements only its batch methods: `translate_batch`, `n_best_batch` and
 `score_batch`.
 
+Target prefixes (`translate_lines(..., target_prefix=..., target_lang=...)`): each line's translation starts with
+its prefix, forced, then decoding goes on (docs/decoding.md, "Target prefixes"). A prefix is text of the target
+language, tokenized by the model's target tokenizer without eos; `target_lang` puts the language token of a
+multilingual model's target vocabulary first (`target_languages` lists them). The base class gives the engine one
+prefix text per line (`prefixes=` of its batch methods), and the engine refuses, by `check_prefix_ids`, a prefix
+that holds unk or leaves no room for a decoded token.
+
 This module imports only the standard library (and the package's errors).
 """
 
@@ -69,6 +76,29 @@ def is_blank(text):
     return not text.strip(ASCII_WHITESPACE)
 
 
+def check_prefix_ids(caller, text, ids, unk_id, max_target_length):
+    """`ids`, a prefix's target ids, or a `ValueError` naming the prefix: one holding the unk id (text the target
+    vocabulary lacks: forcing it would force unk), or one of `max_target_length` tokens or more (no room left for
+    a decoded token).
+
+    Example:
+
+    >>> check_prefix_ids("translate", "Ein Hund", [57, 980], unk_id=1, max_target_length=128)
+    [57, 980]
+    >>> check_prefix_ids("translate", "Ein ☃", [57, 1], unk_id=1, max_target_length=128)
+    Traceback (most recent call last):
+    ...
+    ValueError: translate: the target prefix 'Ein ☃' holds text the target vocabulary does not have (token 2 of 2 is unk); forcing it would force unk.
+    """
+    if unk_id is not None and unk_id in ids:
+        raise ValueError(f"{caller}: the target prefix {text!r} holds text the target vocabulary does not have "
+                         f"(token {ids.index(unk_id) + 1} of {len(ids)} is unk); forcing it would force unk.")
+    if len(ids) >= max_target_length:
+        raise ValueError(f"{caller}: the target prefix {text[:40]!r}... has {len(ids)} tokens; the model produces at "
+                         f"most {max_target_length}, so a prefix has at most {max_target_length - 1}.")
+    return ids
+
+
 def scoring_alpha(options):
     """The length-penalty exponent scores are normalised with: `options.alpha` for beam search, 0 otherwise
     (greedy decoding and sampling score plain log-probabilities).
@@ -102,15 +132,18 @@ class TranslatorInterface(abc.ABC):
 
     engine = "translator"
     strategies = ()
+    target_languages = ()  # the language codes `target_lang` takes (a multilingual model's target language tokens)
 
     # ------------------------------------------------------------------ what an engine implements
     @abc.abstractmethod
-    def translate_batch(self, texts):
-        """One translation per text (cleaned, not blank), in order."""
+    def translate_batch(self, texts, prefixes=None):
+        """One translation per text (cleaned, not blank), in order; with `prefixes` (one text per text), each
+        starting with its prefix."""
 
     @abc.abstractmethod
-    def n_best_batch(self, texts):
-        """Per text (cleaned, not blank), `returned()` `(translation, score)` pairs, best first."""
+    def n_best_batch(self, texts, prefixes=None):
+        """Per text (cleaned, not blank), `returned()` `(translation, score)` pairs, best first; with `prefixes`,
+        every hypothesis starting with its text's prefix."""
 
     @abc.abstractmethod
     def score_batch(self, sources, targets):
@@ -145,42 +178,107 @@ class TranslatorInterface(abc.ABC):
         """How many `(translation, score)` pairs `n_best_lines` gives a line: `options.returned()`."""
         return self.options.returned()
 
-    def _in_length_order(self, method, lines, batch_size, run_batch, blank):
+    def target_prefix_ids(self, prefixes):
+        """Per prefix text, its forced target ids, checked by `check_prefix_ids` (a `ValueError` naming a bad one).
+
+        Raises:
+            NotImplementedError: the engine takes no target prefixes (named).
+        """
+        raise NotImplementedError(f"The {self.engine} engine takes no target prefixes.")
+
+    def target_prefixes(self, count, target_prefix=None, target_lang=None, caller="translator"):
+        """Each of `count` lines' prefix text, from `target_prefix` (one text for every line, or a list of one per
+        line) and `target_lang` (a code of `target_languages`, whose token goes first); None when neither is
+        given.
+
+        Raises:
+            ConfigError: a `target_lang` this model has no token for (its languages named).
+            ValueError: a list of prefixes of another length than the lines (both counts named).
+
+        Example:
+
+        >>> class Plain(TranslatorInterface):
+        ...     translate_batch = n_best_batch = score_batch = None
+        >>> Plain().target_prefixes(2, "Ein"), Plain().target_prefixes(2)
+        (['Ein', 'Ein'], None)
+        >>> Plain().target_prefixes(1, target_lang="deu_Latn")
+        Traceback (most recent call last):
+        ...
+        keras_transformer.errors.ConfigError: translator: target language 'deu_Latn': this model has no language tokens (it is not a multilingual model); give its translations a start with a target prefix instead.
+        """
+        if target_prefix is None and target_lang is None:
+            return None
+        if target_prefix is None or isinstance(target_prefix, (str, bytes)):
+            prefixes = [clean_line(target_prefix or "", caller)] * count
+        else:
+            prefixes = [clean_line(text, caller) for text in target_prefix]
+            if len(prefixes) != count:
+                raise ValueError(f"{caller}: {count} line(s) but {len(prefixes)} target prefix(es); give one prefix "
+                                 "per line, or one text for all.")
+        if target_lang is not None:
+            languages = tuple(self.target_languages)
+            if not languages:
+                raise ConfigError(f"{caller}: target language {target_lang!r}: this model has no language tokens (it "
+                                  "is not a multilingual model); give its translations a start with a target prefix "
+                                  "instead.")
+            if target_lang not in languages:
+                shown = ", ".join(sorted(languages)[:12]) + (", ..." if len(languages) > 12 else "")
+                raise ConfigError(f"{caller}: unknown target language {target_lang!r}; this model's target languages "
+                                  f"({len(languages)}): {shown}.")
+            prefixes = [f"{target_lang} {text}".rstrip(ASCII_WHITESPACE) for text in prefixes]
+        return prefixes
+
+    def _in_length_order(self, method, lines, batch_size, run_batch, blank, target_prefix=None, target_lang=None):
         """`run_batch` over the cleaned non-blank lines, in batches of similar length (word counts: padding, and
-        so wasted work, stays low; no result depends on its batch); a blank line gives `blank()`."""
+        so wasted work, stays low; no result depends on its batch); a blank line gives `blank()`. With a
+        target prefix (`target_prefixes`), `run_batch` gets each batch's prefixes as `prefixes=`."""
         caller = f"{type(self).__name__}.{method}"
         if isinstance(lines, (str, bytes)):
             raise TypeError(f"{caller} takes an iterable of lines (a list of str), got one {type(lines).__name__}: "
                             f"{lines[:40]!r}; translate one sentence with translator(sentence) or "
                             "translator([sentence]).")
         texts = [clean_line(line, caller) for line in lines]
+        prefixes = self.target_prefixes(len(texts), target_prefix, target_lang, caller)
         outputs = [None if not is_blank(text) else blank() for text in texts]
         order = sorted((i for i, text in enumerate(texts) if outputs[i] is None),
                        key=lambda i: len(texts[i].split()))
-        return _scattered(outputs, order, batch_size, lambda chunk: run_batch([texts[i] for i in chunk]))
+        if prefixes is None:
+            return _scattered(outputs, order, batch_size, lambda chunk: run_batch([texts[i] for i in chunk]))
+        return _scattered(outputs, order, batch_size, lambda chunk: run_batch(
+            [texts[i] for i in chunk], prefixes=[prefixes[i] for i in chunk]))
 
-    def translate_lines(self, lines, batch_size=64):
+    def translate_lines(self, lines, batch_size=64, target_prefix=None, target_lang=None):
         """One translation per line (`str`), in order; a blank line translates to "".
 
         Args:
             lines: an iterable of `str` (or UTF-8 `bytes`).
             batch_size: lines per batch of the engine.
+            target_prefix: text each translation starts with (forced, then continued; included in the
+                translation and its score), one for every line or a list of one per line ("" forces nothing).
+            target_lang: a multilingual model's target language (one of `target_languages`): its language
+                token is forced first, before `target_prefix`.
 
         Raises:
             TypeError: `lines` is one `str` or `bytes` (give a list), or holds something else.
+            ValueError: a prefix holding text the target vocabulary lacks, or too long (named).
+            ConfigError: a `target_lang` the model has no token for (named).
 
         Example:
 
         >>> translator.translate_lines(["A dog.", "", "Two men play football."])  # doctest: +SKIP
         ['Ein Hund.', '', 'Zwei Männer spielen Fußball.']
+        >>> translator.translate_lines(["A dog runs."], target_prefix="Der Hund")  # doctest: +SKIP
+        ['Der Hund rennt.']
         """
-        return self._in_length_order("translate_lines", lines, batch_size, self.translate_batch, str)
+        return self._in_length_order("translate_lines", lines, batch_size, self.translate_batch, str,
+                                     target_prefix, target_lang)
 
-    def n_best_lines(self, lines, batch_size=64):
+    def n_best_lines(self, lines, batch_size=64, target_prefix=None, target_lang=None):
         """Per line, `returned()` `(translation, score)` pairs, best first (sampling: that many draws).
 
         Scores are those `translate_lines` ranks by: log-probabilities, length-normalised with `scoring_alpha`.
-        A blank line gives `("", 0.0)` pairs.
+        A blank line gives `("", 0.0)` pairs. `target_prefix` and `target_lang` as in `translate_lines`: every
+        hypothesis starts with its line's prefix.
 
         Example:
 
@@ -189,7 +287,7 @@ class TranslatorInterface(abc.ABC):
         """
         count = self.returned()
         return self._in_length_order("n_best_lines", lines, batch_size, self.n_best_batch,
-                                     lambda: [("", 0.0)] * count)
+                                     lambda: [("", 0.0)] * count, target_prefix, target_lang)
 
     def score_lines(self, sources, targets, batch_size=64):
         """Forced decoding: per pair, log P(target | source) under the model, normalised as `n_best_lines` is.

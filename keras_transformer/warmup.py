@@ -19,9 +19,9 @@ so a program compiled in one lane serves the other; `translate_ids` calls the se
 compiles (both measured by counting the entries of a persistent XLA cache). So there is one request per
 (signature, rows, width): `rows` copies of a sentence whose tokenized length (tokens and end-of-sentence)
 falls in that width bucket. `translate_ids` and `score` (not compiled with XLA) get one small request
-each, for their first-call graph set-up. `sample` is left out: its programs (another strategy) compile
-on its first requests. An export without XLA (`--no-xla`) has no shapes to compile: one small request
-per signature.
+each, for their first-call graph set-up. `sample` and `translate_prefix` are left out: their programs
+(another strategy; prefix widths) compile on their first requests. An export without XLA (`--no-xla`)
+has no shapes to compile: one small request per signature.
 
 The records are protocol buffers written here field by field (`_message`): TensorFlow Serving's Python
 package (`tensorflow-serving-api`) pins TensorFlow and is needed only by the test that reads the file back

@@ -6,7 +6,7 @@ from keras_transformer.model import decode, encode
 
 
 def reference_beam_search(model, source, beam_size, alpha, max_extra, num_return=1, early_exit=False, pad_id=0,
-                          bos_id=2, eos_id=3):
+                          bos_id=2, eos_id=3, prefix=()):
     """`decoding.beam_search` for one sentence, over the uncached decoder (the whole prefix every step).
 
     Each step extends every alive hypothesis by every token but pad and bos and keeps the 2K best
@@ -16,19 +16,30 @@ def reference_beam_search(model, source, beam_size, alpha, max_extra, num_return
     the best alive log P over the limit's penalty, at the limit, and with `early_exit` also once some
     step's best candidate ended and K hypotheses in all have ended.
 
+    With a `prefix` (forced first tokens), the search starts from the one hypothesis bos + prefix, scored by
+    the log-probability of the prefix's tokens, and the limit is at least the prefix's length + 1.
+
     Returns:
         `(hypotheses, steps)`: `[(tokens ending with eos, score), ...]` best first, at most `num_return`;
         and the number of steps run.
     """
     source = np.asarray([t for t in source if t != pad_id], "int32")[None]
-    limit = source.shape[1] + max_extra
+    prefix = [int(t) for t in prefix]
+    limit = max(source.shape[1] + max_extra, len(prefix) + 1)
     memory, padding = encode(model, source)
 
     def penalty(length):
         return ((5.0 + length) / 6.0) ** alpha
 
-    alive, finished, ended, best_ended = [([bos_id], 0.0)], [], 0, False
-    for length in range(1, limit + 1):
+    start = 0.0
+    if prefix:  # teacher-forced: the log-probability of each prefix token after the ones before it
+        logits = np.asarray(decode(model, np.array([[bos_id] + prefix], "int32"), memory, padding))[0]
+        logits = logits[:len(prefix)].astype("float64")
+        top = logits.max(-1, keepdims=True)
+        log_probs = logits - top - np.log(np.exp(logits - top).sum(-1, keepdims=True))
+        start = float(log_probs[np.arange(len(prefix)), prefix].sum())
+    alive, finished, ended, best_ended = [([bos_id] + prefix, start)], [], 0, False
+    for length in range(len(prefix) + 1, limit + 1):
         prefixes = np.array([tokens for tokens, _ in alive], "int32")
         logits = np.asarray(decode(model, prefixes, np.repeat(memory, len(alive), 0),
                                    np.repeat(padding, len(alive), 0)))[:, -1].astype("float64")
@@ -50,7 +61,8 @@ def reference_beam_search(model, source, beam_size, alpha, max_extra, num_return
                 going_on.append((tokens, flat[index]))
         finished = sorted(finished, key=lambda item: -item[0])[:beam_size]
         alive = going_on
-        exact = len(finished) >= num_return and finished[num_return - 1][0] >= alive[0][1] / penalty(limit)
+        exact = not alive or (len(finished) >= num_return
+                              and finished[num_return - 1][0] >= alive[0][1] / penalty(limit))
         if length >= limit or exact or (early_exit and best_ended and ended >= beam_size):
             return [(tokens[1:], score) for score, tokens in finished[:num_return]], length
     raise AssertionError("unreachable: the limit ends the search")

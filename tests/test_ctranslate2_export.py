@@ -726,3 +726,30 @@ def test_a_ctranslate2_export_is_written_as_a_savedmodel_is_one_writer_a_manifes
         load_translator(truncated)
     assert cli.main(["translate", "--model", str(truncated), "w5 w6"]) == 3
     assert f"{truncated / 'model.bin'} is 100 bytes" in capsys.readouterr().err
+
+
+def test_target_prefixes_give_every_engine_the_same_outputs(trained_copy_model, copy_export):
+    """With target prefixes (one per line, one of them empty), the TensorFlow engine, CTranslate2's
+    `target_prefix` and the packed engine give the same translations, each starting with its prefix, and the same
+    n-best scores, which are the forced scores of the whole translations (the prefix counted; CTranslate2's own
+    scores leave it out). A prefix holding a word the target vocabulary lacks is refused by each, naming it. Beam
+    search (CTranslate2's stopping rule), the strategy with the most to force: every beam."""
+    engines = {name: awkward_engine(name, trained_copy_model, copy_export)
+               for name in ("tensorflow", "ctranslate2", "packed")}
+    lines = SENTENCES[:3] + [""]
+    prefixes = ["w30 w29", "", "w16 w17 w18 w19 w20 w21 w22 w23", "w9"]
+    results = {}
+    for name, engine in engines.items():
+        n_best = engine.n_best_lines(lines, batch_size=3, target_prefix=prefixes)
+        translations = [row[0][0] for row in n_best]
+        assert translations[3] == "" and translations[0].startswith("w30 w29") and translations[2].startswith(
+            prefixes[2]), (name, translations)
+        scores = engine.score_lines(lines[:3], translations[:3])
+        np.testing.assert_allclose(scores, [row[0][1] for row in n_best[:3]], atol=2e-4, err_msg=name)
+        with pytest.raises(ValueError, match="the target prefix 'w5 w99' holds text the target vocabulary does not"):
+            engine.translate_lines(lines[:1], target_prefix="w5 w99")
+        results[name] = translations, scores
+    for name in ("ctranslate2", "packed"):
+        assert results[name][0] == results["tensorflow"][0], name
+        np.testing.assert_allclose(results[name][1], results["tensorflow"][1], atol=2e-4)
+    assert results["tensorflow"][0][1] == engines["tensorflow"].translate_lines(lines[1:2])[0]  # "" forces nothing

@@ -457,6 +457,26 @@ def test_the_sample_signature_draws_what_the_translator_draws(exported, loaded):
     assert [t.decode("utf-8") for t in other["translation"].numpy()] != texts
 
 
+def test_the_translate_prefix_signature_forces_what_the_translator_forces(exported, loaded):
+    """The export's `translate_prefix` signature (an input of its own) gives what the in-memory Translator gives
+    with those target prefixes: each translation starts with its prefix, scored with it; "" forces nothing (the
+    `serving_default` translation); a prefix leaving no room for a decoded token fails in the graph, naming it."""
+    directory, translator = exported
+    prefixes = ["Ein Hund", "", "Eine Frau in"]
+    served = loaded.signatures["translate_prefix"](inputs=tf.constant(SENTENCES), target_prefix=tf.constant(prefixes))
+    texts = [t.decode("utf-8") for t in served["translation"].numpy()]
+    assert texts[0].startswith("Ein Hund") and texts[2].startswith("Eine Frau in")
+    # The in-memory Translator's method, run eagerly (the same ops, without tracing a second graph).
+    in_memory = translator.translate_prefixed.python_function(tf.constant(SENTENCES), tf.constant(prefixes))
+    assert texts == [t.decode("utf-8") for t in in_memory["translation"].numpy()]
+    np.testing.assert_allclose(served["score"].numpy(), in_memory["score"].numpy(), atol=1e-4)
+    plain = loaded.signatures["serving_default"](tf.constant(SENTENCES[1:2]))
+    assert texts[1] == plain["translation"].numpy()[0].decode("utf-8")
+    with pytest.raises(tf.errors.InvalidArgumentError, match="target prefix: a prefix of.*leaves no room"):
+        loaded.signatures["translate_prefix"](inputs=tf.constant(SENTENCES[:1]),
+                                              target_prefix=tf.constant(["Ein " * 60]))
+
+
 def test_the_warmup_file_is_tensorflow_servings_and_replays_through_the_export(exported, loaded):
     """TensorFlow Serving replays `assets.extra/tf_serving_warmup_requests` when it loads an export: its own
     protocol buffers (tensorflow-serving-api) read every record, and each request, run through the loaded

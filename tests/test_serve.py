@@ -99,6 +99,25 @@ def test_translate_takes_sampling_options_per_request(server, shipped_served, mu
     assert status == 200 and len(n_best["translations"][0]) == 2 and n_best["scores"][0][0] >= n_best["scores"][0][1]
 
 
+@pytest.mark.slow  # the prefixed search is built in the server on first use
+def test_translate_and_predict_take_target_prefixes(server, shipped_served, multi30k_dir):
+    """/translate's `target_prefix` (one for all, or one per sentence) and the `translate_prefix` signature force
+    the translations' start; "" forces nothing (the plain translation); a prefix too long and a language the model
+    has no token for are that request's 400, naming them."""
+    sentences = read_lines(multi30k_dir / "val.en.gz")[:2]
+    status, forced = server.request("/translate", {"sentences": sentences, "target_prefix": ["Eine Frau", ""]})
+    assert status == 200 and forced["translations"][0].startswith("Eine Frau")
+    assert forced["translations"][1] == shipped_served["val"][1]
+    status, signature = server.predict({"signature_name": "translate_prefix",
+                                        "inputs": {"inputs": sentences, "target_prefix": ["Eine Frau", ""]}})
+    assert status == 200 and signature["outputs"]["translation"] == forced["translations"]
+    assert signature["outputs"]["score"] == pytest.approx(forced["scores"], abs=1e-4)
+    status, refused = server.request("/translate", {"sentences": sentences[:1], "target_prefix": "Ein " * 200})
+    assert status == 400 and "has 200 tokens; the model produces at most 128" in refused["error"]
+    status, refused = server.request("/translate", {"sentences": sentences[:1], "target_lang": "deu_Latn"})
+    assert status == 400 and "target language 'deu_Latn': this model has no language tokens" in refused["error"]
+
+
 def test_concurrent_requests_all_succeed_and_are_decoded_in_batches(server, shipped_served, multi30k_dir):
     sentences = read_lines(multi30k_dir / "test_2016_flickr.en.gz")[:32]
     answers = [None] * len(sentences)

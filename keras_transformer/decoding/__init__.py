@@ -2,11 +2,13 @@
 
 One module per strategy, each behind the same function::
 
-    decode(models, source, options, pad_id, bos_id, eos_id, first_cache_stage=None, row_keys=None)
+    decode(models, source, options, pad_id, bos_id, eos_id, first_cache_stage=None, row_keys=None,
+           target_prefix=None)
         -> (tokens int32 (B, R, T), scores float32 (B, R))
 
-with `options` a `DecodeOptions` and `R = options.returned()`. `STRATEGIES`
-(`registry`) maps each name to its module: adding a strategy is its module
+with `options` a `DecodeOptions` and `R = options.returned()`; `target_prefix`, int `(B, P)` padded,
+forces each sentence's first output tokens (`search.target_prefix_ids`; docs/decoding.md, "Target
+prefixes"). `STRATEGIES` (`registry`) maps each name to its module: adding a strategy is its module
 plus one line there (docs/decoding.md, "Adding a strategy"). What every strategy shares (the
 cached decoder step, the search loop, the length limits, ensembles) is in
 `search`; `scoring` is forced decoding.
@@ -36,6 +38,7 @@ _DEFINED_IN = {
     "score": "scoring",
     "FIRST_CACHE_STAGE": "search", "cache_stages": "search", "check_options": "search",
     "ensemble_members": "search", "length_penalty": "search", "max_positions": "search", "output_limits": "search",
+    "target_prefix_ids": "search",
 }
 
 

@@ -11,7 +11,8 @@ change any more.
 from keras import ops
 
 from keras_transformer.decoding.search import (NEG_INF, cache_stages, check_options, ensemble_members, excluded,
-                                               length_penalty, output_limits, search_loop, step_function, token_ids,
+                                               forced_token, length_penalty, output_limits, prefix_rows, search_loop,
+                                               step_function, target_prefix_ids, token_ids, with_prefix_room,
                                                write_column)
 
 
@@ -75,7 +76,7 @@ def _gather_beams(x, beam_index):
 
 def beam_search(model, source, beam_size=4, alpha=0.6, max_extra=50, max_length=None, num_return=1,
                 pad_id=0, bos_id=2, eos_id=3, use_cache=True, first_cache_stage=None, early_exit=False,
-                return_steps=False):
+                return_steps=False, target_prefix=None):
     """Beam search with the GNMT length penalty, batched, with a key/value cache.
 
     At every step each alive hypothesis is extended by every token and the
@@ -88,6 +89,12 @@ def beam_search(model, source, beam_size=4, alpha=0.6, max_extra=50, max_length=
     future score); the loop stops when every sentence is done, so asking for
     fewer hypotheses can stop sooner but never changes the ones returned.
     With `beam_size=1` and `alpha=0` this is exactly greedy decoding.
+
+    With a `target_prefix`, each sentence's first steps extend its one live
+    hypothesis by its forced tokens only (every beam then starts with the
+    prefix, which counts in its log-probability and its length), and the
+    search proper starts after them, from that hypothesis, as it starts from
+    bos without one.
 
     That rule is exact, and it is slow to fire: lp(limit) is several times
     lp(length) for a short sentence, so an alive hypothesis must fall far
@@ -113,11 +120,13 @@ def beam_search(model, source, beam_size=4, alpha=0.6, max_extra=50, max_length=
         use_cache, first_cache_stage: as in `greedy_decode`.
         early_exit: also stop a sentence by the OpenNMT/CTranslate2 rule above.
         return_steps: also return how many decoder steps the search ran.
+        target_prefix: optional int `(B, P)` forced first tokens per sentence, as in `greedy_decode`.
 
     Returns:
-        `(tokens, scores)`: int32 `(B, num_return, T)` hypotheses, best first,
-        ending with eos and padded with `pad_id`; float32 `(B, num_return)`
-        scores log P(tokens | source) / lp(length), where length counts eos.
+        `(tokens, scores)`: int32 `(B, num_return, T)` hypotheses, best first
+        (each starting with its sentence's prefix), ending with eos and padded
+        with `pad_id`; float32 `(B, num_return)` scores log P(tokens | source)
+        / lp(length), where tokens and length count the prefix and eos.
         With `return_steps`, `(tokens, scores, steps)`: steps is an int32
         scalar, the steps until every sentence was done (one sentence: its
         own; `bench/stopping_rules.py` counts them per sentence).
@@ -142,6 +151,10 @@ def beam_search(model, source, beam_size=4, alpha=0.6, max_extra=50, max_length=
     source = token_ids("beam_search", "source", source, models[0])
     batch = ops.shape(source)[0]
     limits, steps = output_limits(models[0], source, pad_id, max_extra, max_length)  # (B,), T_max
+    if target_prefix is not None:
+        target_prefix = target_prefix_ids("beam_search", target_prefix, source, models[0], pad_id, bos_id, eos_id)
+        limits, steps = with_prefix_room(limits, steps, target_prefix, models[0], pad_id)
+        forced_rows = prefix_rows(target_prefix, beams, pad_id)  # (B*K, P + 1)
     best_possible_penalty = length_penalty(limits, alpha)  # (B,)
     stages = cache_stages(steps, first_cache_stage) if use_cache else [steps]
     step, cache = step_function(models, source, pad_id, beams, steps, use_cache, stages[0])
@@ -178,6 +191,16 @@ def beam_search(model, source, beam_size=4, alpha=0.6, max_extra=50, max_length=
         per_row = min(2 * beams + 2, int(values.shape[-1]))
         row_values, row_tokens = top_k_by_blocks(values, per_row)  # (B*K, k)
         row_log_probs = ops.where(excluded(row_tokens, pad_id, bos_id), NEG_INF, row_values - normalizer)
+        if target_prefix is not None:
+            # A row inside its prefix has one candidate, its forced token (its own log-probability); the
+            # others become padding at -inf, which never ends a hypothesis.
+            forced, is_forced = forced_token(forced_rows, t, pad_id)  # (B*K,)
+            forced_log_prob = ops.take_along_axis(values, ops.expand_dims(forced, 1), axis=1) - normalizer
+            first = ops.expand_dims(ops.arange(per_row) == 0, 0)  # (1, k)
+            is_forced = ops.expand_dims(is_forced, 1)  # (B*K, 1)
+            row_tokens = ops.where(is_forced, ops.where(first, ops.expand_dims(forced, 1), pad_id),
+                                   ops.cast(row_tokens, "int32"))
+            row_log_probs = ops.where(is_forced, ops.where(first, forced_log_prob, NEG_INF), row_log_probs)
         candidates = ops.expand_dims(state["alive_log_probs"], 2) + ops.reshape(row_log_probs,
                                                                                  (batch, beams, per_row))
         top_log_probs, top_index = ops.top_k(ops.reshape(candidates, (batch, beams * per_row)), 2 * beams)
@@ -228,8 +251,10 @@ def beam_search(model, source, beam_size=4, alpha=0.6, max_extra=50, max_length=
     return tokens, scores
 
 
-def decode(models, source, options, pad_id, bos_id, eos_id, first_cache_stage=None, row_keys=None):
-    """The strategy's entry (`keras_transformer.decoding.STRATEGIES`): `beam_search` with `options`.
+def decode(models, source, options, pad_id, bos_id, eos_id, first_cache_stage=None, row_keys=None,
+           target_prefix=None):
+    """The strategy's entry (`keras_transformer.decoding.STRATEGIES`): `beam_search` with `options` (and
+    `target_prefix`, as there).
 
     Returns `options.returned()` hypotheses per sentence, best first: int32 `(B, R, T)` and float32
     `(B, R)` scores log P / lp(length). `row_keys` (used by sampling) are not needed here.
@@ -247,4 +272,5 @@ def decode(models, source, options, pad_id, bos_id, eos_id, first_cache_stage=No
     """
     return beam_search(models, source, beam_size=options.beam_size, alpha=options.alpha,
                        max_extra=options.max_extra, num_return=options.returned(), pad_id=pad_id, bos_id=bos_id,
-                       eos_id=eos_id, first_cache_stage=first_cache_stage, early_exit=options.early_exit)
+                       eos_id=eos_id, first_cache_stage=first_cache_stage, early_exit=options.early_exit,
+                       target_prefix=target_prefix)

@@ -6,7 +6,7 @@ from keras_transformer.decoding.search import one_token_search
 
 
 def greedy_decode(model, source, max_extra=50, max_length=None, pad_id=0, bos_id=2, eos_id=3,
-                  use_cache=True, first_cache_stage=None):
+                  use_cache=True, first_cache_stage=None, target_prefix=None):
     """Decodes a batch by taking the most likely token at every step.
 
     Args:
@@ -24,10 +24,17 @@ def greedy_decode(model, source, max_extra=50, max_length=None, pad_id=0, bos_id
             more steps (faster for short outputs; one more loop to trace; the
             same output). None: one loop over the whole buffer. `Translator`
             uses `FIRST_CACHE_STAGE`.
+        target_prefix: optional int `(B, P)` forced first output tokens per
+            sentence, padded with `pad_id` (`search.target_prefix_ids`): they
+            are produced first, whatever the model prefers, then decoding goes
+            on from them. A sentence may produce at least its prefix and one
+            more token.
 
     Returns:
-        `(tokens, scores)`: int32 `(B, T)` outputs ending with eos (unless cut
-        by the length limit), padded with `pad_id`; float32 `(B,)` log P(tokens | source).
+        `(tokens, scores)`: int32 `(B, T)` outputs (the prefix, then the
+        decoded tokens) ending with eos (unless cut by the length limit),
+        padded with `pad_id`; float32 `(B,)` log P(tokens | source), the
+        prefix's tokens included (what `score` gives the whole output).
 
     Example:
 
@@ -42,12 +49,15 @@ def greedy_decode(model, source, max_extra=50, max_length=None, pad_id=0, bos_id
         return ops.argmax(log_probs, axis=-1)
 
     tokens, scores = one_token_search(model, source, most_probable, 1, max_extra, max_length, pad_id, bos_id,
-                                      eos_id, use_cache, first_cache_stage, caller="greedy_decode")
+                                      eos_id, use_cache, first_cache_stage, caller="greedy_decode",
+                                      target_prefix=target_prefix)
     return tokens[:, 0], scores[:, 0]
 
 
-def decode(models, source, options, pad_id, bos_id, eos_id, first_cache_stage=None, row_keys=None):
-    """The strategy's entry (`keras_transformer.decoding.STRATEGIES`): `greedy_decode` with `options`.
+def decode(models, source, options, pad_id, bos_id, eos_id, first_cache_stage=None, row_keys=None,
+           target_prefix=None):
+    """The strategy's entry (`keras_transformer.decoding.STRATEGIES`): `greedy_decode` with `options` (and
+    `target_prefix`, as there).
 
     Returns int32 `(B, 1, T)` and float32 `(B, 1)` scores log P(tokens | source) (no length penalty).
 
@@ -63,5 +73,5 @@ def decode(models, source, options, pad_id, bos_id, eos_id, first_cache_stage=No
     ((1, 1, 6), (1, 1))
     """
     tokens, scores = greedy_decode(models, source, max_extra=options.max_extra, pad_id=pad_id, bos_id=bos_id,
-                                   eos_id=eos_id, first_cache_stage=first_cache_stage)
+                                   eos_id=eos_id, first_cache_stage=first_cache_stage, target_prefix=target_prefix)
     return ops.expand_dims(tokens, 1), ops.expand_dims(scores, 1)

@@ -174,7 +174,8 @@ def _choose(log_probs, u, top_k, top_p, temperature):
 
 
 def sample(model, source, top_k=0, top_p=1.0, temperature=1.0, seed=0, row_keys=None, num_return=1,
-           max_extra=50, max_length=None, pad_id=0, bos_id=2, eos_id=3, use_cache=True, first_cache_stage=None):
+           max_extra=50, max_length=None, pad_id=0, bos_id=2, eos_id=3, use_cache=True, first_cache_stage=None,
+           target_prefix=None):
     """Decodes a batch by drawing every next token from the model's (reshaped) distribution.
 
     Each step divides the log-probabilities by `temperature`, keeps the `top_k` most probable tokens and the
@@ -198,12 +199,15 @@ def sample(model, source, top_k=0, top_p=1.0, temperature=1.0, seed=0, row_keys=
         row_keys: int `(B,)` a key per sentence (its draws' stream); default `source_keys(source)`, a hash of
             the sentence's ids, so that a sentence's samples do not depend on its batch or its place in it.
         num_return: samples per sentence (independent draws), a Python int >= 1.
-        max_extra, max_length, pad_id, bos_id, eos_id, use_cache, first_cache_stage: as in `greedy_decode`.
+        max_extra, max_length, pad_id, bos_id, eos_id, use_cache, first_cache_stage, target_prefix: as in
+            `greedy_decode` (every sample of a sentence starts with its prefix; the draws of the forced steps
+            are made and not used, so the steps after a prefix draw as they would at those positions).
 
     Returns:
         `(tokens, scores)`: int32 `(B, num_return, T)` samples ending with eos (unless cut by the length limit),
         padded with `pad_id`; float32 `(B, num_return)` log P(tokens | source) under the model's own
-        distribution (untempered, uncut, no length penalty): what `score(..., alpha=0)` gives them.
+        distribution (untempered, uncut, no length penalty; a prefix's tokens included): what
+        `score(..., alpha=0)` gives them.
 
     Example:
 
@@ -229,11 +233,13 @@ def sample(model, source, top_k=0, top_p=1.0, temperature=1.0, seed=0, row_keys=
         return _choose(log_probs, _uniform(streams, t), top_k, top_p, temperature)
 
     return one_token_search(model, source, draw, rows, max_extra, max_length, pad_id, bos_id, eos_id,
-                            use_cache, first_cache_stage, caller="sample")
+                            use_cache, first_cache_stage, caller="sample", target_prefix=target_prefix)
 
 
-def decode(models, source, options, pad_id, bos_id, eos_id, first_cache_stage=None, row_keys=None):
-    """The strategy's entry (`keras_transformer.decoding.STRATEGIES`): `sample` with `options`.
+def decode(models, source, options, pad_id, bos_id, eos_id, first_cache_stage=None, row_keys=None,
+           target_prefix=None):
+    """The strategy's entry (`keras_transformer.decoding.STRATEGIES`): `sample` with `options` (and
+    `target_prefix`, as there).
 
     Returns `options.returned()` independent samples per sentence: int32 `(B, R, T)` and float32 `(B, R)`
     scores log P(tokens | source) (no length penalty). `row_keys` as in `sample`.
@@ -251,4 +257,5 @@ def decode(models, source, options, pad_id, bos_id, eos_id, first_cache_stage=No
     """
     return sample(models, source, top_k=options.top_k, top_p=options.top_p, temperature=options.temperature,
                   seed=options.seed, row_keys=row_keys, num_return=options.returned(), max_extra=options.max_extra,
-                  pad_id=pad_id, bos_id=bos_id, eos_id=eos_id, first_cache_stage=first_cache_stage)
+                  pad_id=pad_id, bos_id=bos_id, eos_id=eos_id, first_cache_stage=first_cache_stage,
+                  target_prefix=target_prefix)

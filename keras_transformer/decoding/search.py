@@ -162,6 +162,81 @@ def token_ids(caller, name, ids, model=None, embedding="source"):
     return tensor
 
 
+def target_prefix_ids(caller, prefix, source, model, pad_id=0, bos_id=2, eos_id=3):
+    """`prefix` (forced first target tokens per sentence) as int32 `(B, P)`, or an error naming the problem.
+
+    A prefix row holds a sentence's forced tokens then `pad_id` padding (P = 0, or a row of padding only:
+    nothing forced). Where the ids are concrete (lists, numpy arrays), they are checked: one row per source
+    sentence, ids inside the target vocabulary, no bos or eos (a prefix is continued; bos is never produced),
+    no token after padding, and fewer tokens than the model's longest output (at least one is decoded).
+    Tensors (a SavedModel's input) are taken as they are; `Translator` checks them in the graph.
+
+    Example:
+
+    >>> from keras_transformer import TransformerConfig, build_model
+    >>> model = build_model(TransformerConfig.preset("tiny", vocab_size=50))
+    >>> tuple(target_prefix_ids("greedy_decode", [[7, 9], [8, 0]], [[5, 3], [6, 3]], model).shape)
+    (2, 2)
+    >>> target_prefix_ids("greedy_decode", [[7, 3]], [[5, 3]], model)
+    Traceback (most recent call last):
+    ...
+    ValueError: greedy_decode: target_prefix row 0 holds eos (3); a prefix is forced and then continued, without bos or eos.
+    """
+    if isinstance(prefix, (list, tuple)) and all(isinstance(row, (list, tuple)) and not row for row in prefix):
+        prefix = np.zeros((len(prefix), 0), "int32")  # rows of nothing forced
+    ids = token_ids(caller, "target_prefix", prefix, model, embedding="target")
+    check_same_batch(caller, source, ids, "target prefix")
+    if isinstance(prefix, (list, tuple, np.ndarray)):
+        cap = max_positions(model) if model is not None else None
+        for row, values in enumerate(np.asarray(prefix).reshape(len(prefix), -1)):
+            tokens = values[values != pad_id]
+            for special, name in ((bos_id, "bos"), (eos_id, "eos")):
+                if special in tokens:
+                    raise ValueError(f"{caller}: target_prefix row {row} holds {name} ({special}); a prefix is forced "
+                                     "and then continued, without bos or eos.")
+            if len(tokens) and np.flatnonzero(values != pad_id)[-1] >= len(tokens):
+                raise ValueError(f"{caller}: target_prefix row {row} has a token after padding ({pad_id}); "
+                                 "give each row's tokens first, then padding.")
+            if cap is not None and len(tokens) >= cap:
+                raise ValueError(f"{caller}: target_prefix row {row} has {len(tokens)} tokens; the model produces "
+                                 f"at most {cap} (its max_length), so a prefix has at most {cap - 1}.")
+    return ids
+
+
+def prefix_lengths(prefix, pad_id=0):
+    """int32 `(B,)`: the forced tokens of each `target_prefix_ids` row (those that are not `pad_id`)."""
+    return ops.sum(ops.cast(ops.not_equal(prefix, pad_id), "int32"), axis=1)
+
+
+def with_prefix_room(limits, steps, prefix, model, pad_id=0):
+    """`output_limits`' `(limits, steps)` widened so that every sentence decodes at least one token after its
+    target prefix (capped by the model's longest output, which `target_prefix_ids` keeps prefixes under)."""
+    cap = max_positions(model)
+    limits = ops.minimum(ops.maximum(limits, prefix_lengths(prefix, pad_id) + 1), cap)  # (B,)
+    width = ops.shape(prefix)[1]
+    if isinstance(width, int) and isinstance(steps, int):
+        return limits, min(max(steps, width + 1), cap)
+    return limits, ops.minimum(ops.maximum(steps, width + 1), cap)
+
+
+def forced_token(prefix, t, pad_id=0):
+    """At step `t` (from 0), each row's forced token and whether it is forced: `(tokens (N,), forced (N,))`.
+
+    `prefix` is `(N, P + 1)`: `target_prefix_ids` rows with one more column of padding, so that every step
+    past the prefix reads padding (not forced) whatever P is.
+    """
+    column = ops.minimum(t, ops.shape(prefix)[1] - 1)
+    token = ops.take(prefix, column, axis=1)  # (N,)
+    return token, ops.not_equal(token, pad_id)
+
+
+def prefix_rows(prefix, rows_per_sentence, pad_id=0):
+    """`target_prefix_ids` `(B, P)` -> `(B*R, P + 1)`: each sentence's prefix for each of its R rows, padded by
+    one column (`forced_token`)."""
+    prefix = ops.pad(prefix, [[0, 0], [0, 1]], constant_values=pad_id)
+    return ops.repeat(prefix, rows_per_sentence, axis=0) if rows_per_sentence > 1 else prefix
+
+
 def check_options(caller, max_extra=0, alpha=0.0):
     """Refuses a negative `max_extra` and a negative or non-finite `alpha`, naming `caller`.
 
@@ -184,12 +259,12 @@ def check_options(caller, max_extra=0, alpha=0.0):
                          f"(0: plain log-probability), got {alpha}.")
 
 
-def check_same_batch(caller, source, target):
-    """Refuses a source and a target batch of different sizes where both sizes are known (Python ints)."""
+def check_same_batch(caller, source, target, what="target"):
+    """Refuses a source and a target batch (or `what` batch) of different sizes where both sizes are known."""
     sources, targets = ops.shape(source)[0], ops.shape(target)[0]
     if isinstance(sources, int) and isinstance(targets, int) and sources != targets:
-        raise ValueError(f"{caller}: {sources} source sentence(s) but {targets} target(s); "
-                         "give one target per source.")
+        raise ValueError(f"{caller}: {sources} source sentence(s) but {targets} {what}(s); "
+                         f"give one {what} per source.")
 
 
 def ensemble_members(model):
@@ -373,7 +448,8 @@ def search_loop(cond, body, state, stages):
 
 
 def one_token_search(models, source, choose, rows_per_sentence=1, max_extra=50, max_length=None, pad_id=0,
-                     bos_id=2, eos_id=3, use_cache=True, first_cache_stage=None, caller="one_token_search"):
+                     bos_id=2, eos_id=3, use_cache=True, first_cache_stage=None, caller="one_token_search",
+                     target_prefix=None):
     """The loop of the strategies that keep one hypothesis per row and only choose its next token (greedy, sampling).
 
     Each sentence gets `rows_per_sentence` rows (R; its cross-attention keys and values are shared by them, as
@@ -388,12 +464,13 @@ def one_token_search(models, source, choose, rows_per_sentence=1, max_extra=50, 
             next-token log-probabilities (pad and bos already -inf) at step `t` (int32 scalar, from 0).
             Row `b * R + r` is sample `r` of sentence `b`.
         rows_per_sentence: R, rows per sentence (a Python int).
-        max_extra, max_length, pad_id, bos_id, eos_id, use_cache, first_cache_stage: as in `greedy_decode`.
+        max_extra, max_length, pad_id, bos_id, eos_id, use_cache, first_cache_stage, target_prefix: as in
+            `greedy_decode`; a row's forced tokens replace what `choose` gave at their steps.
         caller: the name errors give.
 
     Returns:
-        `(tokens, scores)`: int32 `(B, R, T)` outputs padded with `pad_id`, float32 `(B, R)` log P(tokens | source)
-        under the model's own distribution (whatever `choose` did).
+        `(tokens, scores)`: int32 `(B, R, T)` outputs (prefix included) padded with `pad_id`, float32 `(B, R)`
+        log P(tokens | source) under the model's own distribution (whatever `choose` did).
 
     Example:
 
@@ -412,6 +489,10 @@ def one_token_search(models, source, choose, rows_per_sentence=1, max_extra=50, 
     rows = int(rows_per_sentence)
     source = token_ids(caller, "source", source, models[0])
     limits, steps = output_limits(models[0], source, pad_id, max_extra, max_length)  # (B,), T_max
+    if target_prefix is not None:
+        target_prefix = target_prefix_ids(caller, target_prefix, source, models[0], pad_id, bos_id, eos_id)
+        limits, steps = with_prefix_room(limits, steps, target_prefix, models[0], pad_id)
+        forced_rows = prefix_rows(target_prefix, rows, pad_id)  # (B*R, P + 1)
     if rows > 1:
         limits = ops.repeat(limits, rows, axis=0)  # (B*R,)
     stages = cache_stages(steps, first_cache_stage) if use_cache else [steps]
@@ -437,7 +518,11 @@ def one_token_search(models, source, choose, rows_per_sentence=1, max_extra=50, 
         log_probs = values - normalizer
         vocab = ops.arange(ops.shape(log_probs)[-1], dtype="int32")
         log_probs = ops.where(excluded(vocab, pad_id, bos_id), NEG_INF, log_probs)  # (B*R, V)
-        token = ops.where(finished, pad_id, ops.cast(choose(log_probs, t), "int32"))  # (B*R,)
+        token = ops.cast(choose(log_probs, t), "int32")  # (B*R,)
+        if target_prefix is not None:  # a prefix's tokens are forced, whatever was chosen
+            forced, is_forced = forced_token(forced_rows, t, pad_id)
+            token = ops.where(is_forced, forced, token)
+        token = ops.where(finished, pad_id, token)
         gain = ops.take_along_axis(log_probs, ops.expand_dims(token, 1), axis=1)[:, 0]  # (B*R,)
         scores = state["scores"] + ops.where(finished, 0.0, gain)
         finished = finished | ops.equal(token, eos_id) | ops.greater_equal(t + 1, limits)

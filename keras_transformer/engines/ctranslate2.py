@@ -16,7 +16,7 @@ import numpy as np
 
 from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.errors import ConfigError
-from keras_transformer.interface import TranslatorInterface
+from keras_transformer.interface import TranslatorInterface, check_prefix_ids
 from keras_transformer.layout import CTRANSLATE2_METADATA
 
 FORMAT = "keras_transformer.ctranslate2"
@@ -346,11 +346,25 @@ class CTranslate2Translator(TranslatorInterface):
         ids = self.source_processor.encode(text)[: self.max_source_length - 1]
         return [self.source_tokens[i] for i in ids]
 
-    def _limit(self, source_tokens):
-        """Tokens a translation may have: source length with eos + max_extra, capped by the position table."""
-        return max(1, min(len(source_tokens) + 1 + self.max_extra, self.max_target_length))
+    def _limit(self, source_tokens, prefix=()):
+        """Tokens a translation may have: source length with eos + max_extra, at least its target prefix and one
+        more, capped by the position table."""
+        wanted = max(len(source_tokens) + 1 + self.max_extra, len(prefix) + 1)
+        return max(1, min(wanted, self.max_target_length))
 
-    def _search(self, sources):
+    @property
+    def target_languages(self):
+        """The language codes of the export's target language tokens (`TranslatorInterface.target_languages`)."""
+        return tuple(self.metadata.get("target_languages", ()))
+
+    def target_prefix_ids(self, prefixes):
+        """Per prefix text, its forced target ids (the target SentencePiece model's, no eos), checked
+        (`interface.check_prefix_ids`)."""
+        processor = self.target_processor
+        return [check_prefix_ids("CTranslate2Translator", text, processor.encode(text), processor.unk_id(),
+                                 self.max_target_length) for text in prefixes]
+
+    def _search(self, sources, prefixes=None):
         """Beam search on token lists: per sentence, `[(ids, score)]` best first (rescored with the GNMT penalty).
 
         Pad and bos are never produced by `keras_transformer.decoding`, which
@@ -360,18 +374,22 @@ class CTranslate2Translator(TranslatorInterface):
         (and on a small model can reorder near-tied hypotheses), so the search
         runs unsuppressed; the rare sentence whose n-best holds a pad or bos
         token is searched again with both suppressed.
+
+        `prefixes` (target token lists, one per source) are CTranslate2's
+        `target_prefix`: forced, then continued; the hypotheses and their
+        scores include them, as `keras_transformer.decoding`'s do.
         """
-        results = self._search_once(sources, list(range(len(sources))), suppress=False)
+        results = self._search_once(sources, list(range(len(sources))), suppress=False, prefixes=prefixes)
         again = [i for i, hypotheses in enumerate(results)
                  if any(self.pad_id in ids or self.bos_id in ids for ids, _ in hypotheses)]
         if again:
-            for i, hypotheses in zip(again, self._search_once(sources, again, suppress=True)):
+            for i, hypotheses in zip(again, self._search_once(sources, again, suppress=True, prefixes=prefixes)):
                 results[i] = hypotheses
         return results
 
-    def _search_once(self, sources, indices, suppress):
+    def _search_once(self, sources, indices, suppress, prefixes=None):
         """`_search` for `sources[i]`, i in `indices`; returns their results in that order."""
-        limits = {i: self._limit(sources[i]) for i in indices}
+        limits = {i: self._limit(sources[i], prefixes[i] if prefixes else ()) for i in indices}
         groups = {}
         for i in indices:
             groups.setdefault(limits[i] if self.exact_limits else 0, []).append(i)
@@ -383,19 +401,35 @@ class CTranslate2Translator(TranslatorInterface):
             self._ctranslate2.set_random_seed(self.options.seed)
         for key, members in groups.items():
             limit = key if self.exact_limits else max(limits[i] for i in members)
+            forced = [prefixes[i] or None for i in members] if prefixes else None
             outputs = self.translator.translate_batch(
-                [sources[i] for i in members], beam_size=self.beam_size, num_hypotheses=self.returned(),
+                [sources[i] for i in members], forced, beam_size=self.beam_size, num_hypotheses=self.returned(),
                 length_penalty=0.0, return_scores=True, return_end_token=True, min_decoding_length=0,
                 max_decoding_length=limit, max_input_length=0, suppress_sequences=self._never if suppress else None,
                 **sampling)
-            for i, output in zip(members, outputs):
+            forced_log_probs = self._prefix_log_probs([sources[i] for i in members], forced)
+            for i, output, prefix_log_prob in zip(members, outputs, forced_log_probs):
                 hypotheses = [[self._target_ids[token] for token in tokens] for tokens in output.hypotheses]
                 # |Y| counts eos, as decoding.beam_search does: return_end_token keeps it in the hypothesis.
                 penalties = gnmt_length_penalty([len(ids) for ids in hypotheses], self.scoring_alpha)
-                scored = [(ids, float(score) / float(penalty))
+                scored = [(ids, (float(score) + prefix_log_prob) / float(penalty))
                           for ids, score, penalty in zip(hypotheses, output.scores, penalties)]
                 results[i] = sorted(scored, key=lambda pair: -pair[1])  # stable: ties keep CTranslate2's order
         return [results[i] for i in indices]
+
+    def _prefix_log_probs(self, sources, prefixes):
+        """Per source, log P(its target prefix | source): CTranslate2's scores leave the forced tokens out, the
+        package's count them (a hypothesis's score is the forced score of all of it). 0 without a prefix."""
+        if not prefixes:
+            return [0.0] * len(sources)
+        given = [i for i, prefix in enumerate(prefixes) if prefix]
+        totals = [0.0] * len(sources)
+        if given:
+            results = self.translator.score_batch([sources[i] for i in given], [prefixes[i] for i in given],
+                                                  max_input_length=0)
+            for i, result in zip(given, results):
+                totals[i] = float(np.sum(result.log_probs[:-1]))  # the last is the eos score_batch appends
+        return totals
 
     def _detokenize(self, ids):
         kept = []
@@ -407,18 +441,22 @@ class CTranslate2Translator(TranslatorInterface):
         return self.target_processor.decode(kept)
 
     # ------------------------------------------------------------------ strings
-    def n_best_batch(self, texts):
-        """Per text (cleaned, not blank: `TranslatorInterface`), `returned()` `(text, score)` pairs, best first."""
+    def n_best_batch(self, texts, prefixes=None):
+        """Per text (cleaned, not blank: `TranslatorInterface`), `returned()` `(text, score)` pairs, best first;
+        with `prefixes` (one text per text), each starting with its text's target prefix."""
         returned = self.returned()
         results = []
-        for hypotheses in self._search([self.encode_source(text) for text in texts]):
+        forced = None
+        if prefixes is not None:
+            forced = [[self.target_tokens[i] for i in ids] for ids in self.target_prefix_ids(prefixes)]
+        for hypotheses in self._search([self.encode_source(text) for text in texts], forced):
             ranked = [(self._detokenize(ids), score) for ids, score in hypotheses]
             results.append((ranked + [("", float("-inf"))] * returned)[:returned])
         return results
 
-    def translate_batch(self, texts):
+    def translate_batch(self, texts, prefixes=None):
         """The best of `n_best_batch`, per text."""
-        return [hypotheses[0][0] for hypotheses in self.n_best_batch(texts)]
+        return [hypotheses[0][0] for hypotheses in self.n_best_batch(texts, prefixes)]
 
     def score_batch(self, sources, targets):
         """Forced decoding with CTranslate2's `score_batch`: per pair, log P(target and eos | source), divided by

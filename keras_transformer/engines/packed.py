@@ -14,7 +14,7 @@ from keras_transformer.attention_maps import attention_maps, strip_special
 from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.decoding.registry import STRATEGIES
 from keras_transformer.errors import ConfigError
-from keras_transformer.interface import TranslatorInterface, clean_line, is_blank
+from keras_transformer.interface import TranslatorInterface, check_prefix_ids, clean_line, is_blank
 from keras_transformer.layout import SENTENCEPIECE_MODELS, TOKENIZER_SETTINGS, tokenizer_folders
 from keras_transformer.model import parts
 from keras_transformer.workdir import load_models
@@ -83,30 +83,44 @@ class PackedTranslator(TranslatorInterface):
         max_source = parts(self.model).source_position.max_length
         return self.processors[0].encode(text)[:max_source - 1] + [self.config.eos_id]
 
-    def _decode(self, texts, num_return):
+    def target_prefix_ids(self, prefixes):
+        """Per prefix text, its forced target ids (SentencePiece, no eos), checked (`interface.check_prefix_ids`)."""
+        target, limit = self.processors[1], decoding.max_positions(self.model)
+        return [check_prefix_ids("PackedTranslator", text, target.encode(text), target.unk_id(), limit)
+                for text in prefixes]
+
+    def _decode(self, texts, num_return, prefixes=None):
         """Per text (cleaned, not blank), `num_return` `(token ids without specials, score)` pairs: one search over
-        the batch, its width rounded up to a multiple of 8 (few shapes)."""
+        the batch, its width rounded up to a multiple of 8 (few shapes); with `prefixes`, each output starts
+        with its text's prefix (the prefix width rounded up likewise)."""
         config, options = self.config, self.options.replace(n_best=num_return)
         ids = [self._source_ids(text) for text in texts]
         max_source = parts(self.model).source_position.max_length
         width = min(max_source, -(-max(len(row) for row in ids) // 8) * 8)
         source = _padded(ids, config.pad_id, width)
+        forced = {}
+        if prefixes is not None:
+            prefix_ids = self.target_prefix_ids(prefixes)
+            forced["target_prefix"] = _padded(prefix_ids, config.pad_id, -(-max(map(len, prefix_ids)) // 8) * 8)
         tokens, scores = decoding.strategy(options.strategy)(
-            [self.model], source, options, pad_id=config.pad_id, bos_id=config.bos_id, eos_id=config.eos_id)
+            [self.model], source, options, pad_id=config.pad_id, bos_id=config.bos_id, eos_id=config.eos_id,
+            **forced)
         tokens, scores = keras.ops.convert_to_numpy(tokens), keras.ops.convert_to_numpy(scores)
         return [[(strip_special(tokens[row, r], config.eos_id, config.pad_id, config.bos_id), float(scores[row, r]))
                  for r in range(num_return)] for row in range(len(texts))]
 
-    def translate_batch(self, texts):
-        """One translation per cleaned, non-blank text (`TranslatorInterface.translate_lines` calls it)."""
+    def translate_batch(self, texts, prefixes=None):
+        """One translation per cleaned, non-blank text (`TranslatorInterface.translate_lines` calls it); with
+        `prefixes`, each starting with its prefix."""
         decode = self.processors[1].decode
-        return [decode(hypotheses[0][0]) for hypotheses in self._decode(texts, 1)]
+        return [decode(hypotheses[0][0]) for hypotheses in self._decode(texts, 1, prefixes)]
 
-    def n_best_batch(self, texts):
-        """Per cleaned, non-blank text, `returned()` `(translation, score)` pairs (`n_best_lines` calls it)."""
+    def n_best_batch(self, texts, prefixes=None):
+        """Per cleaned, non-blank text, `returned()` `(translation, score)` pairs (`n_best_lines` calls it); with
+        `prefixes`, each starting with its text's prefix."""
         decode = self.processors[1].decode
         return [[(decode(ids), score) for ids, score in hypotheses]
-                for hypotheses in self._decode(texts, self.returned())]
+                for hypotheses in self._decode(texts, self.returned(), prefixes)]
 
     def score_batch(self, sources, targets):
         """Forced decoding of cleaned pairs (`decoding.score`; `score_lines` calls it)."""

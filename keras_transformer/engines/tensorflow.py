@@ -27,9 +27,10 @@ from keras_transformer.data.tokenizers import load_tokenizers
 from keras_transformer.decoding.options import SAMPLING_FIELDS, DecodeOptions
 from keras_transformer.decoding.registry import STRATEGIES
 from keras_transformer.engines.tensorflow_graph import (SMALLEST_WIDTH_BUCKET, blank_strings, bucket_table,
-                                                         check_vocabulary_sizes, encode_ids, one_target_per_source,
-                                                         result_parts, row_lengths, valid_utf8)
-from keras_transformer.interface import TranslatorInterface, clean_line
+                                                         check_vocabulary_sizes, encode_ids, encode_prefix_ids,
+                                                         one_target_per_source, result_parts, row_lengths,
+                                                         valid_utf8)
+from keras_transformer.interface import TranslatorInterface, check_prefix_ids, clean_line
 from keras_transformer.footprint import search_memory
 from keras_transformer.model import parts
 
@@ -276,7 +277,26 @@ class Translator(tf.Module, TranslatorInterface):
         """Tokenizes reference translations into target ids (tokens then eos), for `score`."""
         return encode_ids(self.target_tokenizer, sentences, self.max_target_length)
 
-    def _search_ids(self, source, num_return, options, sampling):
+    def encode_prefixes(self, prefixes):
+        """Tokenizes target prefixes into forced target ids (no eos), padded: int32 `[N, P]`
+        (`tensorflow_graph.encode_prefix_ids`: too long a prefix, or one holding unk, fails in the graph)."""
+        return encode_prefix_ids(self.target_tokenizer, prefixes, self.max_target_length)
+
+    @property
+    def target_languages(self):
+        """The language codes of the target tokenizer's language tokens (`TranslatorInterface.target_languages`)."""
+        return tuple(getattr(self.target_tokenizer, "languages", ()))
+
+    def target_prefix_ids(self, prefixes):
+        """Per prefix text, its forced target ids, checked (`interface.check_prefix_ids`) before any graph runs."""
+        target = self.target_tokenizer
+        ids = target.tokenize(tf.constant([text.encode("utf-8") for text in prefixes], tf.string))
+        rows = ids.to_list() if isinstance(ids, tf.RaggedTensor) else [
+            [i for i in row if i != target.pad_id] for row in ids.numpy().tolist()]
+        return [check_prefix_ids("Translator", text, [int(i) for i in row], getattr(target, "unk_id", None),
+                                 self.max_target_length) for text, row in zip(prefixes, rows)]
+
+    def _search_ids(self, source, num_return, options, sampling, target_prefix=None):
         """The options' strategy (`keras_transformer.decoding.STRATEGIES`) on one chunk of source ids.
 
         `sampling` holds the sampling settings as tensors (inputs of the compiled search, never constants
@@ -284,11 +304,12 @@ class Translator(tf.Module, TranslatorInterface):
         sentence's draws depend on its own ids (`decoding.sampling.source_keys`), not on its chunk.
         """
         target = self.target_tokenizer
+        forced = {} if target_prefix is None else {"target_prefix": target_prefix}
         return decoding.strategy(options.strategy)(
             self.models, source, options.replace(n_best=num_return, **sampling), pad_id=target.pad_id,
-            bos_id=target.bos_id, eos_id=target.eos_id, first_cache_stage=decoding.FIRST_CACHE_STAGE)
+            bos_id=target.bos_id, eos_id=target.eos_id, first_cache_stage=decoding.FIRST_CACHE_STAGE, **forced)
 
-    def _search_in_length_order(self, source, num_return, options, sampling):
+    def _search_in_length_order(self, source, num_return, options, sampling, target_prefix=None):
         """`_search` over `chunk_size` sentences at a time, shortest sources first, results in input order.
 
         Each chunk keeps only its own source width (padding never changes a
@@ -297,7 +318,8 @@ class Translator(tf.Module, TranslatorInterface):
         batch gives, `min(S + max_extra, max target length)`. With XLA, chunks
         are padded to bucketed shapes and dealt to `PARALLEL_CHUNKS` loops.
         Each loop gathers its chunks' results in a TensorArray, concatenated
-        once at the end (not the results so far copied at every chunk).
+        once at the end (not the results so far copied at every chunk). A
+        `target_prefix` `[N, P]` goes along, each chunk keeping its own width.
         """
         pad = self.target_tokenizer.pad_id
         count, width = tf.shape(source)[0], tf.shape(source)[1]
@@ -305,6 +327,10 @@ class Translator(tf.Module, TranslatorInterface):
         order = tf.argsort(lengths, stable=True)  # (N,) shortest first
         ordered, ordered_lengths = tf.gather(source, order), tf.gather(lengths, order)
         out_width = tf.clip_by_value(width + self.max_extra, 1, self.max_target_length)
+        if target_prefix is not None:  # every output holds its prefix and one more token
+            ordered_prefix = tf.gather(target_prefix, order)  # (N, P)
+            prefix_lengths = row_lengths(ordered_prefix, pad)
+            out_width = tf.minimum(tf.maximum(out_width, tf.shape(target_prefix)[1] + 1), self.max_target_length)
         chunks = (count + self.chunk_size - 1) // self.chunk_size
         lanes = PARALLEL_CHUNKS if self._jit_compile else 1
 
@@ -312,11 +338,16 @@ class Translator(tf.Module, TranslatorInterface):
             start = i * self.chunk_size
             end = tf.minimum(start + self.chunk_size, count)
             piece = ordered[start:end, :tf.maximum(ordered_lengths[end - 1], 1)]  # (c, S_chunk)
+            forced = None
+            if target_prefix is not None:  # (c, P_chunk)
+                forced = ordered_prefix[start:end, :tf.reduce_max(prefix_lengths[start:end])]
             if self._jit_compile:  # a few shapes, so a few XLA programs; padding never changes a result
-                tokens, scores = self._search(self._pad_to_bucket(piece), num_return, options, sampling)
+                if forced is not None:
+                    forced = self._pad_prefix_to_bucket(forced)
+                tokens, scores = self._search(self._pad_to_bucket(piece), num_return, options, sampling, forced)
                 tokens, scores = tokens[:end - start], scores[:end - start]
             else:
-                tokens, scores = self._search(piece, num_return, options, sampling)  # (c, R, T_chunk), (c, R)
+                tokens, scores = self._search(piece, num_return, options, sampling, forced)  # (c, R, T_c), (c, R)
             # A padded source width gives a wider buffer; past `out_width` it holds only padding.
             tokens = tf.pad(tokens, [[0, 0], [0, 0], [0, tf.maximum(out_width - tf.shape(tokens)[2], 0)]],
                             constant_values=pad)[:, :, :out_width]
@@ -344,7 +375,16 @@ class Translator(tf.Module, TranslatorInterface):
         piece = tf.concat([piece, tf.repeat(piece[-1:], bucket_rows - rows, axis=0)], 0)
         return tf.pad(piece, [[0, 0], [0, bucket_width - width]], constant_values=self.source_tokenizer.pad_id)
 
-    def translate_ids(self, source, num_return=None, options=None, sampling=None):
+    def _pad_prefix_to_bucket(self, prefix):
+        """Pads a chunk's target prefixes as `_pad_to_bucket` pads its sources (the rows alike; the width to a
+        power of two from 4), so that prefixes add a few XLA programs, not one per prefix length."""
+        rows, width = tf.shape(prefix)[0], tf.shape(prefix)[1]
+        bucket_rows = tf.gather(bucket_table(self.chunk_size, smallest=1), rows)
+        bucket_width = tf.gather(bucket_table(self.max_target_length, smallest=4), width)
+        prefix = tf.concat([prefix, tf.repeat(prefix[-1:], bucket_rows - rows, axis=0)], 0)
+        return tf.pad(prefix, [[0, 0], [0, bucket_width - width]], constant_values=self.target_tokenizer.pad_id)
+
+    def translate_ids(self, source, num_return=None, options=None, sampling=None, target_prefix=None):
         """Decodes source ids with the translator's options (or `options`).
 
         Args:
@@ -355,11 +395,13 @@ class Translator(tf.Module, TranslatorInterface):
             options: a `DecodeOptions` for this call (default: `self.options`).
             sampling: with strategy "sample", a dict of the `DecodeOptions.SAMPLING_FIELDS` as
                 tensors (the `sample` method's inputs) replacing the options' own.
+            target_prefix: optional int32 `[N, P]` forced first target ids per sentence, padded
+                (`encode_prefixes`; `keras_transformer.decoding.search.target_prefix_ids`).
 
         Returns:
-            `(tokens, scores)`: int32 `[N, num_return, T]` hypotheses, best first,
-            and float32 `[N, num_return]` scores (beam: length-normalised
-            log-probabilities; greedy and sampling: log-probabilities).
+            `(tokens, scores)`: int32 `[N, num_return, T]` hypotheses, best first (each starting with its
+            prefix), and float32 `[N, num_return]` scores (beam: length-normalised log-probabilities;
+            greedy and sampling: log-probabilities; a prefix's tokens counted).
         """
         source = tf.convert_to_tensor(source, tf.int32)
         options = self.options if options is None else options
@@ -370,9 +412,11 @@ class Translator(tf.Module, TranslatorInterface):
                         for name, value in given.items()}
         else:
             sampling = {}
+        if target_prefix is not None:
+            target_prefix = tf.convert_to_tensor(target_prefix, tf.int32)
         if self.chunk_size:
-            return self._search_in_length_order(source, num_return, options, sampling)
-        return self._search(source, num_return, options, sampling)
+            return self._search_in_length_order(source, num_return, options, sampling, target_prefix)
+        return self._search(source, num_return, options, sampling, target_prefix)
 
     # ----------------------------------------------------------------- strings
     @tf.function(autograph=False, input_signature=[tf.TensorSpec([None], tf.string)])
@@ -392,6 +436,28 @@ class Translator(tf.Module, TranslatorInterface):
         return {"translation": tf.where(blank, tf.constant(""), translation),
                 "score": tf.where(blank, tf.zeros_like(scores[:, 0]), scores[:, 0])}
 
+    @tf.function(autograph=False, input_signature=[tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.string)])
+    def translate_prefixed(self, sentences, prefixes):
+        """`translate` with each translation starting with its target prefix (forced, then continued).
+
+        Args:
+            sentences: `tf.string [N]`.
+            prefixes: `tf.string [N]`, one per sentence ("" forces nothing): text of the target language,
+                tokenized without eos. Other counts fail naming both; a prefix of as many tokens as the model's
+                longest output, or one holding text the target vocabulary lacks (unk), fails naming it.
+
+        Returns:
+            `{"translation": tf.string [N], "score": float32 [N]}`: the best hypothesis (its prefix included)
+            and its score, the prefix's tokens counted.
+        """
+        sentences, prefixes = one_target_per_source("Translator.translate_prefixed", sentences, prefixes)
+        tokens, scores = self.translate_ids(self.encode_sources(sentences), num_return=1,
+                                            target_prefix=self.encode_prefixes(prefixes))
+        blank = blank_strings(sentences)
+        translation = valid_utf8(self.target_tokenizer.detokenize(tokens[:, 0]))
+        return {"translation": tf.where(blank, tf.constant(""), translation),
+                "score": tf.where(blank, tf.zeros_like(scores[:, 0]), scores[:, 0])}
+
     @tf.function(autograph=False, input_signature=[tf.TensorSpec([None], tf.string)])
     def n_best(self, sentences):
         """`options.returned()` hypotheses per sentence (beam: all `beam_size`), best first; with strategy
@@ -401,6 +467,18 @@ class Translator(tf.Module, TranslatorInterface):
             `{"translations": tf.string [N, R], "scores": float32 [N, R]}`.
         """
         tokens, scores = self.translate_ids(self.encode_sources(sentences))
+        shape = tf.shape(tokens)  # (N, K, T)
+        flat = valid_utf8(self.target_tokenizer.detokenize(tf.reshape(tokens, [shape[0] * shape[1], shape[2]])))
+        blank = tf.broadcast_to(blank_strings(sentences)[:, tf.newaxis], shape[:2])
+        return {"translations": tf.where(blank, tf.constant(""), tf.reshape(flat, shape[:2])),
+                "scores": tf.where(blank, tf.zeros_like(scores), scores)}
+
+    @tf.function(autograph=False, input_signature=[tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.string)])
+    def n_best_prefixed(self, sentences, prefixes):
+        """`n_best` with every hypothesis starting with its sentence's target prefix (`translate_prefixed`)."""
+        sentences, prefixes = one_target_per_source("Translator.n_best_prefixed", sentences, prefixes)
+        tokens, scores = self.translate_ids(self.encode_sources(sentences),
+                                            target_prefix=self.encode_prefixes(prefixes))
         shape = tf.shape(tokens)  # (N, K, T)
         flat = valid_utf8(self.target_tokenizer.detokenize(tf.reshape(tokens, [shape[0] * shape[1], shape[2]])))
         blank = tf.broadcast_to(blank_strings(sentences)[:, tf.newaxis], shape[:2])
@@ -495,27 +573,35 @@ class Translator(tf.Module, TranslatorInterface):
                                       parallel_iterations=PARALLEL_CHUNKS)
         return tf.gather(all_scores.concat(), tf.math.invert_permutation(order))  # (N,) in input order
 
-    def _run(self, function, batch):
-        """`function` (`translate` or `n_best`) on a list of UTF-8 `bytes`, for the Python-level methods.
+    def _run(self, name, batch, prefixes=None):
+        """The method `name` (`translate` or `n_best`; with `prefixes`, its `_prefixed` form) on a list of
+        UTF-8 `bytes`, for the Python-level methods.
 
         Eagerly while the graph is not traced and the process's first `EAGER_SENTENCES` sentences last
         (a translator without XLA), else through the traced graph: the same results, sooner for a short
         first request.
         """
-        sentences = tf.constant(batch, tf.string)
+        inputs = [tf.constant(batch, tf.string)]
+        if prefixes is not None:
+            self.target_prefix_ids(prefixes)  # a bad prefix is named here, before any graph runs
+            name += "_prefixed"
+            inputs.append(tf.constant([text.encode("utf-8") for text in prefixes], tf.string))
+        function = getattr(self, name)
         if 0 < len(batch) <= self._eager_left and function.experimental_get_tracing_count() == 0:
             self._eager_left -= len(batch)
-            return function.python_function(sentences)
-        return function(sentences)
+            return function.python_function(*inputs)
+        return function(*inputs)
 
-    def translate_batch(self, texts):
-        """`translate` on cleaned, non-blank texts (`TranslatorInterface.translate_lines` calls it)."""
-        result = self._run(self.translate, [text.encode("utf-8") for text in texts])["translation"].numpy()
-        return [text.decode("utf-8") for text in result]
+    def translate_batch(self, texts, prefixes=None):
+        """`translate` on cleaned, non-blank texts (`TranslatorInterface.translate_lines` calls it); with
+        `prefixes` (one text per text), `translate_prefixed`."""
+        result = self._run("translate", [text.encode("utf-8") for text in texts], prefixes)
+        return [text.decode("utf-8") for text in result["translation"].numpy()]
 
-    def n_best_batch(self, texts):
-        """`n_best` on cleaned, non-blank texts, as `(translation, score)` lists (`n_best_lines` calls it)."""
-        result = self._run(self.n_best, [text.encode("utf-8") for text in texts])
+    def n_best_batch(self, texts, prefixes=None):
+        """`n_best` on cleaned, non-blank texts, as `(translation, score)` lists (`n_best_lines` calls it); with
+        `prefixes`, `n_best_prefixed`."""
+        result = self._run("n_best", [text.encode("utf-8") for text in texts], prefixes)
         return [[(text.decode("utf-8"), float(score)) for text, score in zip(texts, scores)]
                 for texts, scores in zip(result["translations"].numpy(), result["scores"].numpy())]
 

@@ -28,6 +28,30 @@ def encode_ids(tokenizer, sentences, max_length):
     return tf.concat([tokens, tf.RaggedTensor.from_tensor(eos)], axis=1).to_tensor(default_value=tokenizer.pad_id)
 
 
+def encode_prefix_ids(tokenizer, prefixes, max_length):
+    """Tokenizes target prefixes into forced target ids (no eos), padded: int32 `[N, P]`.
+
+    Checked in the graph, so that an exported signature refuses them too (`tf.errors.InvalidArgumentError`
+    naming the problem): a prefix must leave room for one decoded token (fewer than `max_length` tokens) and
+    hold no piece the target vocabulary lacks (the tokenizer's unk id).
+    """
+    tokens = tokenizer.tokenize(valid_utf8(prefixes))
+    if not isinstance(tokens, tf.RaggedTensor):
+        tokens = tf.RaggedTensor.from_tensor(tokens, padding=tokenizer.pad_id)
+    tokens = tf.cast(tokens, tf.int32)
+    longest = tf.reduce_max(tf.concat([tokens.row_lengths(), [0]], 0))
+    checks = [tf.debugging.Assert(longest < max_length, [
+        "target prefix: a prefix of", longest, f"tokens leaves no room; the model produces at most {max_length} "
+        f"tokens, so a prefix has at most {max_length - 1}."])]
+    unk_id = getattr(tokenizer, "unk_id", None)
+    if unk_id is not None:
+        checks.append(tf.debugging.Assert(tf.logical_not(tf.reduce_any(tf.equal(tokens.flat_values, unk_id))), [
+            "target prefix: a prefix holds text the target vocabulary does not have (it tokenizes to unk); "
+            "forcing it would force unk."]))
+    with tf.control_dependencies(checks):
+        return tf.identity(tokens.to_tensor(default_value=tokenizer.pad_id))
+
+
 def row_lengths(ids, pad_id):
     """int32 `[N]`: the ids of each row that are not `pad_id` (tokens and eos; `encode_ids` pads after them)."""
     return tf.reduce_sum(tf.cast(tf.not_equal(ids, pad_id), tf.int32), axis=1)

@@ -26,6 +26,9 @@ Signatures:
   -> {translation: string [N], score: float32 [N]}` (one draw per input; the same seed, the same draws)
 - `score(sources: string [N], targets: string [N]) -> {score: float32 [N]}` (forced decoding; one target per
   source, other counts fail naming both)
+- `translate_prefix(inputs: string [N], target_prefix: string [N]) -> {translation: string [N], score: float32 [N]}`
+  (`serving_default` with each translation starting with its target prefix, forced then continued; "" forces
+  nothing; a prefix holding unk or leaving no room for a decoded token fails naming it)
 
 Scores are length-normalised log-probabilities (GNMT penalty with the export's alpha). An
 ensemble (a `Translator` over several models) exports the same way, with every member's
@@ -121,6 +124,12 @@ class TranslatorModule(tf.Module):
         """One translation per input drawn at random (`Translator.sample`): the same seed gives the same draws."""
         return self.translator.sample(inputs, seed, temperature, top_k, top_p)
 
+    @tf.function(autograph=False, input_signature=[tf.TensorSpec([None], tf.string, name="inputs"),
+                                                   tf.TensorSpec([None], tf.string, name="target_prefix")])
+    def translate_prefix(self, inputs, target_prefix):
+        """Best translation per input starting with its target prefix (`Translator.translate_prefixed`)."""
+        return self.translator.translate_prefixed(inputs, target_prefix)
+
     @tf.function(autograph=False, input_signature=[tf.TensorSpec([None, None], tf.int32, name="source_ids")])
     def translate_ids(self, source_ids):
         """Token ids in (tokens then eos, pad 0), best hypothesis ids out."""
@@ -140,7 +149,7 @@ class TranslatorModule(tf.Module):
         context, and a concrete function traced before it would be traced a second time there.
         """
         return {"serving_default": self.serve, "n_best": self.n_best, "translate_ids": self.translate_ids,
-                "score": self.score, "sample": self.sample}
+                "score": self.score, "sample": self.sample, "translate_prefix": self.translate_prefix}
 
 
 def export_translator(translator, directory, config=None, overwrite=False):

@@ -308,7 +308,8 @@ def build_app(load, name=None, settings=None, seeded=False, on_failure=None):
         body = parse_json(raw)
         deadline = _deadline(request, None)
         served = serving_version(model, number)
-        signature, work, rows = parse_predict(body, served.engine.options, settings, state.seeded)
+        signature, work, rows = parse_predict(body, served.engine.options, settings, state.seeded,
+                                              served.engine.translator)
         results = await decode(request, served, work, deadline)
         return _json(predict_response(signature, work, results, rows))
 
@@ -324,7 +325,7 @@ def build_app(load, name=None, settings=None, seeded=False, on_failure=None):
         else:
             model = models[0]
         served = serving_version(model, None)
-        work = parse_translate(body, served.engine.options, settings, state.seeded)
+        work = parse_translate(body, served.engine.options, settings, state.seeded, served.engine.translator)
         results = await decode(request, served, work, deadline)
         if work.kind == "n_best":
             payload = {"translations": [[text for text, _ in row] for row in results],

@@ -31,7 +31,7 @@ class Engine:
     Example:
 
     >>> engine = Engine(load_translator("saved_models/multi30k_en_de"))  # doctest: +SKIP
-    >>> engine.run(("best", engine.options.replace(n_best=1)), [("A dog.",)])  # doctest: +SKIP
+    >>> engine.run(("best", engine.options.replace(n_best=1), False), [("A dog.",)])  # doctest: +SKIP
     [[('Ein Hund.', -0.29)]]
     """
 
@@ -55,10 +55,15 @@ class Engine:
     def run(self, key, parts):
         """Decodes one batch: `key` is `Work.key`, `parts` each request's items; returns each request's results
         (`(translation, score)` per sentence for "best", a list of them for "n_best", a score for "score")."""
-        kind, options = key
+        kind, options, prefixed = key
         items = [item for part in parts for item in part]
         if not items:
             results = []
+        elif prefixed:  # (sentence, target prefix) pairs, checked when the request was read
+            hypotheses = self.variant(options).n_best_lines([s for s, _ in items], batch_size=len(items),
+                                                            target_prefix=[p for _, p in items])
+            count = options.returned()
+            results = [row[0] for row in hypotheses] if kind == "best" else [row[:count] for row in hypotheses]
         elif kind == "score":
             results = self.variant(options).score_lines([s for s, _ in items], [t for _, t in items],
                                                         batch_size=len(items))
@@ -82,7 +87,7 @@ class Engine:
     def warm_up(self):
         """Translates `WARM_UP_SENTENCES` sentences with the default options, as requests will."""
         sentences = [f"A warm-up sentence, number {i}." for i in range(WARM_UP_SENTENCES)]
-        self.run(("best", self.options.replace(n_best=1)), [sentences])
+        self.run(("best", self.options.replace(n_best=1), False), [sentences])
 
     def search_memory(self, rows, beam):
         """Bytes the search over `rows` sentences of `beam` hypotheses holds at its longest (the translator's

@@ -140,20 +140,50 @@ def parse_json(body):
 @dataclasses.dataclass(frozen=True)
 class Work:
     """One request's share of a batch: what to decode (`kind`: "best", "n_best" or "score"), with which options,
-    and its items (sentences; `(source, target)` pairs for "score"). Requests with equal `kind` and `options`
-    are batched together."""
+    and its items (sentences; `(source, target)` pairs for "score"; `(sentence, target prefix)` pairs where
+    `prefixed`). Requests with equal `kind`, `options` and `prefixed` are batched together."""
 
     kind: str
     options: DecodeOptions
     items: tuple
+    prefixed: bool = False  # items are (sentence, target prefix) pairs: each translation starts with its prefix
 
     @property
     def key(self):
-        """What a batch shares."""
-        return self.kind, self.options
+        """What a batch shares: `(kind, options, prefixed)`."""
+        return self.kind, self.options, self.prefixed
 
 
 TRANSLATE_FIELDS = ("strategy", "beam_size", "alpha", "max_extra", "early_exit", "n_best") + SAMPLING_FIELDS
+PREFIX_FIELDS = ("target_prefix", "target_lang")  # /translate's forced starts of the translations
+
+
+def checked_prefixes(translator, sentences, target_prefix=None, target_lang=None, where="target_prefix"):
+    """Each sentence's target prefix (`TranslatorInterface.target_prefixes`), checked by the translator's
+    tokenizer (`target_prefix_ids`) before the request joins a batch: a bad prefix is its own request's 400,
+    never its batch's failure. None when neither is given.
+
+    Example:
+
+    >>> checked_prefixes(None, ["A dog."]) is None
+    True
+    """
+    if target_prefix is None and target_lang is None:
+        return None
+    if translator is None:
+        raise RequestError(400, f"{where}: this server takes no target prefixes.")
+    if target_lang is not None and not isinstance(target_lang, str):
+        raise RequestError(400, f"target_lang must be a string (a language code), got {_kind(target_lang)}.")
+    if isinstance(target_prefix, list):
+        target_prefix = [_string(value, f"{where}[{index}]") for index, value in enumerate(target_prefix)]
+    elif target_prefix is not None:
+        target_prefix = _string(target_prefix, where)
+    try:
+        prefixes = translator.target_prefixes(len(sentences), target_prefix, target_lang, where)
+        translator.target_prefix_ids([text for sentence, text in zip(sentences, prefixes) if sentence.strip()])
+    except (ConfigError, ValueError, NotImplementedError) as error:
+        raise RequestError(400, str(error)) from None
+    return prefixes
 
 
 def _options(defaults, given, seeded, settings):
@@ -197,13 +227,15 @@ def check_limits(options, settings, given=None):
                                 f"(--min-temperature {settings.min_temperature:g}).")
 
 
-def parse_translate(body, defaults, settings, seeded=False):
+def parse_translate(body, defaults, settings, seeded=False, translator=None):
     """A `POST /translate` body as `Work`.
 
     `{"sentences": [...]}` plus any `DecodeOptions` field (`strategy`, `beam_size`, `alpha`, `max_extra`,
     `early_exit`, `n_best`, `top_k`, `top_p`, `temperature`, `seed`) replacing the server's default for this
     request; a sampling setting alone means `strategy: sample`. With `n_best`, each sentence gets that many
-    hypotheses.
+    hypotheses. `target_prefix` (a string for every sentence, or a list of one per sentence) and `target_lang`
+    (a multilingual model's target language) force the translations' first tokens (`checked_prefixes`, with
+    the served `translator`).
 
     Example:
 
@@ -211,10 +243,10 @@ def parse_translate(body, defaults, settings, seeded=False):
     >>> work.kind, work.options.beam_size, work.items
     ('best', 2, ('A dog.',))
     """
-    unknown = sorted(set(body) - {"sentences", *TRANSLATE_FIELDS})
+    unknown = sorted(set(body) - {"sentences", *TRANSLATE_FIELDS, *PREFIX_FIELDS})
     if unknown:
         raise RequestError(400, f"Unknown field(s) {', '.join(unknown)}; /translate takes sentences and "
-                                f"{', '.join(TRANSLATE_FIELDS)}.")
+                                f"{', '.join(TRANSLATE_FIELDS + PREFIX_FIELDS)}.")
     sentences = body.get("sentences")
     if not isinstance(sentences, list):
         raise RequestError(400, f"sentences must be a list of strings, got {_kind(sentences)}.")
@@ -222,12 +254,16 @@ def parse_translate(body, defaults, settings, seeded=False):
     check_sentences(sentences, settings)
     given = {key: value for key, value in body.items() if key in TRANSLATE_FIELDS and value is not None}
     options = _options(defaults, given, seeded, settings)
+    prefixes = checked_prefixes(translator, sentences, body.get("target_prefix"), body.get("target_lang"))
+    items = tuple(sentences) if prefixes is None else tuple(zip(sentences, prefixes))
+    if prefixes is not None:
+        check_sentences(prefixes, settings, "target prefixes")
     if "n_best" in given:
-        return Work("n_best", options, tuple(sentences))
-    return Work("best", options.replace(n_best=1), tuple(sentences))
+        return Work("n_best", options, items, prefixes is not None)
+    return Work("best", options.replace(n_best=1), items, prefixes is not None)
 
 
-def parse_predict(body, defaults, settings, seeded=False):
+def parse_predict(body, defaults, settings, seeded=False, translator=None):
     """A TensorFlow Serving predict body (`POST /v1/models/NAME:predict`) as `(signature, Work, rows)`.
 
     Rows: `{"instances": [value, ...]}` (a single-input signature) or `[{"name": value, ...}, ...]`; columns:
@@ -235,6 +271,7 @@ def parse_predict(body, defaults, settings, seeded=False):
     `SIGNATURES` (default `serving_default`); strings may be `{"b64": ...}`. `rows` says which format the
     answer takes (`predictions` or `outputs`). The `sample` signature's scalars (seed, temperature, top_k,
     top_p) are one value per request: in rows, every instance gives the same (missing ones: the server's).
+    The `translate_prefix` signature's prefixes are checked by the served `translator` (`checked_prefixes`).
 
     Example:
 
@@ -305,6 +342,10 @@ def parse_predict(body, defaults, settings, seeded=False):
         return signature, Work("best", options.replace(n_best=1), tuple(columns["inputs"])), rows
     if signature == "n_best":
         return signature, Work("n_best", defaults, tuple(columns["inputs"])), rows
+    if signature == "translate_prefix":
+        prefixes = checked_prefixes(translator, columns["inputs"], columns["target_prefix"])
+        return signature, Work("best", defaults.replace(n_best=1), tuple(zip(columns["inputs"], prefixes)),
+                               True), rows
     return signature, Work("best", defaults.replace(n_best=1), tuple(columns["inputs"])), rows
 
 

@@ -22,6 +22,8 @@ SIGNATURES = {
                "outputs": {"translation": _tensor("DT_STRING", -1), "score": _tensor("DT_FLOAT", -1)}},
     "score": {"inputs": {"sources": _tensor("DT_STRING", -1), "targets": _tensor("DT_STRING", -1)},
               "outputs": {"score": _tensor("DT_FLOAT", -1)}},
+    "translate_prefix": {"inputs": {"inputs": _tensor("DT_STRING", -1), "target_prefix": _tensor("DT_STRING", -1)},
+                         "outputs": {"translation": _tensor("DT_STRING", -1), "score": _tensor("DT_FLOAT", -1)}},
 }
 
 
