@@ -411,11 +411,15 @@ def test_the_readme_snippet_serves_without_tensorflow(copy_export):
 
 CPU_BACKEND_CHECK = """
 import json, os, sys
-from keras_transformer.engines.ctranslate2 import CTranslate2Translator, usable_cpus
+from keras_transformer.engines.ctranslate2 import CTranslate2Translator
 from keras_transformer.errors import ConfigError
 translator = CTranslate2Translator(sys.argv[1])
+cpus = sorted(os.sched_getaffinity(0))
 result = {"backend": translator.cpu_backend, "variable": os.environ.get("CT2_USE_MKL"),
-          "threads": translator.intra_threads, "cpus": usable_cpus()}
+          "threads": translator.intra_threads, "cpus": len(cpus),
+          "given": CTranslate2Translator(sys.argv[1], intra_threads=3).intra_threads}
+os.sched_setaffinity(0, cpus[:1])  # a process allowed one core (taskset, a container's cpuset)
+result["one_core"] = CTranslate2Translator(sys.argv[1]).intra_threads
 try:
     CTranslate2Translator(sys.argv[1], cpu_backend="mkl" if translator.cpu_backend == "dnnl" else "dnnl")
 except ConfigError as error:
@@ -426,8 +430,9 @@ print(json.dumps(result))
 
 def test_the_cpu_backend_and_threads_are_chosen_before_ctranslate2_starts(copy_export):
     """oneDNN on every CPU unless `CT2_USE_MKL` (or `cpu_backend`) says otherwise, set before `ctranslate2` is
-    imported, which is when CTranslate2 reads it: its own log names the backend it uses. Threads: OMP_NUM_THREADS,
-    else the usable CPUs but one (1 to 4). Another backend, asked for once CTranslate2 runs, is refused by name."""
+    imported, which is when CTranslate2 reads it: its own log names the backend it uses. Threads: `intra_threads`,
+    else OMP_NUM_THREADS, else every CPU of the process's affinity mask (a server owns its machine). Another
+    backend, asked for once CTranslate2 runs, is refused by name."""
     runs = {}
     for name, extra in (("default", {}), ("mkl", {"CT2_USE_MKL": "1", "OMP_NUM_THREADS": "1"})):
         env = {key: value for key, value in os.environ.items() if key not in ("CT2_USE_MKL", "OMP_NUM_THREADS")}
@@ -438,7 +443,8 @@ def test_the_cpu_backend_and_threads_are_chosen_before_ctranslate2_starts(copy_e
         runs[name] = (json.loads(run.stdout.strip().splitlines()[-1]), run.stdout + run.stderr)
     default, log = runs["default"]
     assert default["backend"] == "dnnl" and default["variable"] == "0" and "SGEMM backend: DNNL" in log
-    assert default["threads"] == max(1, min(4, default["cpus"] - 1))
+    assert default["threads"] == default["cpus"] == len(os.sched_getaffinity(0))
+    assert default["given"] == 3 and default["one_core"] == 1
     assert "already imported in this process with its dnnl backend" in default["refused"]
     forced, log = runs["mkl"]
     assert forced["backend"] == "mkl" and forced["threads"] == 1 and "SGEMM backend: MKL" in log

@@ -25,7 +25,6 @@ FORMAT_VERSION = 1
 # GenuineIntel CPUs, oneDNN on others).
 CPU_BACKEND_VARIABLE = "CT2_USE_MKL"
 CPU_BACKENDS = {"mkl": "1", "dnnl": "0"}
-MAX_DEFAULT_THREADS = 4  # CTranslate2's own default intra_threads
 
 
 def is_ctranslate2_model(path):
@@ -165,25 +164,24 @@ def usable_cpus():
 
 
 def default_intra_threads(inter_threads=1):
-    """Threads per batch when none are given: `OMP_NUM_THREADS` if set, else the usable CPUs but one, shared by
-    `inter_threads` translators; at least 1, at most 4 (CTranslate2's own default, whatever the machine).
+    """Threads per batch when none are given: `OMP_NUM_THREADS` if set, else every CPU the process may use
+    (`usable_cpus`, its affinity mask), shared by `inter_threads` translators; at least 1.
 
-    CTranslate2's OpenMP threads wait for each other by spinning. A team as
-    large as the machine collapses as soon as anything else needs a core
-    (the rest of a server, another process): on the shared 2-core development
-    machine 2 threads translated batches of 64 8-30x slower than 1
-    (docs/BENCHMARKS.md, "CTranslate2's CPU backend and threads"). One core is
-    left to the rest; a dedicated machine can give `intra_threads` all of them.
+    A server owns its machine: one sentence of the shipped model took 8 ms on 2 threads of a 2-core Xeon
+    against 13 ms on one (docs/BENCHMARKS.md). CTranslate2's OpenMP threads wait for each other by spinning,
+    so on a machine shared with other busy processes a team as large as the machine stalls whenever one of
+    its cores is taken (2 threads 8-30x slower than 1 under load, docs/serving.md): there, give
+    `intra_threads` (or `OMP_NUM_THREADS`) fewer threads than cores.
 
     Example:
 
-    >>> 1 <= default_intra_threads() <= 4
+    >>> default_intra_threads() == int(os.environ.get("OMP_NUM_THREADS") or usable_cpus())
     True
     """
     value = os.environ.get("OMP_NUM_THREADS", "").strip()
     if value.isdigit() and int(value) > 0:
         return int(value)
-    return max(1, min(MAX_DEFAULT_THREADS, (usable_cpus() - 1) // max(1, int(inter_threads))))
+    return max(1, usable_cpus() // max(1, int(inter_threads)))
 
 
 # ---------------------------------------------------------------------- decoding
@@ -232,7 +230,7 @@ class CTranslate2Translator(TranslatorInterface):
         compute_type: CTranslate2's compute type: "default" (the stored weights'),
             "float32", "int8", "int8_float32", "float16", ...
         intra_threads: threads inside one batch (None or 0: `default_intra_threads`,
-            `OMP_NUM_THREADS` or the usable CPUs but one, 1 to 4).
+            `OMP_NUM_THREADS`, else every usable CPU divided by `inter_threads`).
         inter_threads: batches run in parallel.
         cpu_backend: CTranslate2's CPU backend, "dnnl" (oneDNN) or "mkl"; None:
             the `CT2_USE_MKL` environment variable if set, else oneDNN
