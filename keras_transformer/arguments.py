@@ -211,7 +211,11 @@ def build_parser():
     export.add_argument("--format", choices=tuple(EXPORTERS), default="savedmodel",
                         help="savedmodel (default) or ctranslate2 (needs the ctranslate2 extra: "
                              "`pip install '.[ctranslate2]'`)")
-    export.add_argument("--quantization", help="ctranslate2 only: the stored weight type, e.g. int8 (default float32)")
+    export.add_argument("--precision", metavar="TYPE",
+                        help="ctranslate2: the weights' and matrix products' precision (default float32), one of "
+                             "CTranslate2's compute types: int8, int8_float32, int8_float16, int8_bfloat16, int16, "
+                             "float16, bfloat16, float32, where this CPU runs them (docs/serving.md)")
+    export.add_argument("--quantization", help="ctranslate2 only: the older name of --precision")
     export.add_argument("--out", required=True, metavar="DIR", help="the export folder")
     export.add_argument("--overwrite", action="store_true", help="replace an existing export")
     export.add_argument("--no-xla", action="store_true",

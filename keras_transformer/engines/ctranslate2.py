@@ -9,6 +9,7 @@ serving process imports only what decoding needs.
 
 import copy
 import json
+import logging
 import os
 import sys
 
@@ -21,6 +22,10 @@ from keras_transformer.layout import CTRANSLATE2_METADATA
 
 FORMAT = "keras_transformer.ctranslate2"
 FORMAT_VERSION = 1
+# The compute types CTranslate2 can store and run (`export --format ctranslate2 --precision`; its converters'
+# `quantization`): weights in the first part, activations in the second ("int8" alone: int8 weights, and what the
+# device runs best around them).
+PRECISIONS = ("float32", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16")
 # CTranslate2 reads it once, when `ctranslate2` is imported: "1" for Intel MKL, "0" for oneDNN (its default: MKL on
 # GenuineIntel CPUs, oneDNN on others).
 CPU_BACKEND_VARIABLE = "CT2_USE_MKL"
@@ -89,11 +94,17 @@ def cpu_vendor():
     >>> isinstance(cpu_vendor(), str)
     True
     """
+    return _cpuinfo_field("vendor_id")
+
+
+def _cpuinfo_field(name):
+    """The first value of field `name` in /proc/cpuinfo ("" where there is none)."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
             for line in handle:
-                if line.startswith("vendor_id"):
-                    return line.split(":", 1)[1].strip()
+                key, _, value = line.partition(":")
+                if key.strip() == name:
+                    return value.strip()
     except OSError:
         pass
     return ""
@@ -184,6 +195,62 @@ def default_intra_threads(inter_threads=1):
     return max(1, usable_cpus() // max(1, int(inter_threads)))
 
 
+def supported_precisions(device="cpu"):
+    """The compute types CTranslate2 runs on `device` in this process (`ctranslate2.get_supported_compute_types`),
+    in the order of `PRECISIONS`. It imports `ctranslate2`, after `select_cpu_backend` has chosen its CPU backend.
+
+    Example:
+
+    >>> "float32" in supported_precisions()
+    True
+    """
+    select_cpu_backend()  # before ctranslate2 is imported, if it is not yet
+    import ctranslate2
+
+    supported = set(ctranslate2.get_supported_compute_types(device))
+    return tuple(precision for precision in PRECISIONS if precision in supported)
+
+
+def check_precision(precision, device="cpu", flag="--precision"):
+    """Returns `precision` if CTranslate2 runs it on `device` here; else raises, naming it and what runs.
+
+    Raises:
+        ConfigError: a compute type CTranslate2 does not know, or one it cannot run on this machine's `device`
+            (float16 on a CPU, int8_bfloat16 without AVX512_BF16, ...).
+
+    Example:
+
+    >>> check_precision("float32")
+    'float32'
+    >>> check_precision("int4")
+    Traceback (most recent call last):
+    ...
+    keras_transformer.errors.ConfigError: --precision int4: CTranslate2 has no such compute type; ...
+    """
+    if precision not in PRECISIONS:
+        raise ConfigError(f"{flag} {precision}: CTranslate2 has no such compute type; it takes "
+                          f"{', '.join(PRECISIONS)}.")
+    supported = supported_precisions(device)
+    if precision not in supported:
+        import ctranslate2
+
+        raise ConfigError(f"{flag} {precision}: CTranslate2 {ctranslate2.__version__} cannot run it on this "
+                          f"{device.upper()} ({cpu_model() if device == 'cpu' else device}); it runs "
+                          f"{', '.join(supported)}.")
+    return precision
+
+
+def cpu_model():
+    """The CPU's model name as Linux reports it ("" where unknown).
+
+    Example:
+
+    >>> isinstance(cpu_model(), str)
+    True
+    """
+    return _cpuinfo_field("model name")
+
+
 # ---------------------------------------------------------------------- decoding
 
 
@@ -227,8 +294,9 @@ class CTranslate2Translator(TranslatorInterface):
             `sampling_temperature`, `ctranslate2.set_random_seed(seed)`): reproducible
             for one seed and request, not the draws of the TensorFlow engines.
         device: "cpu" or "cuda".
-        compute_type: CTranslate2's compute type: "default" (the stored weights'),
-            "float32", "int8", "int8_float32", "float16", ...
+        compute_type: CTranslate2's compute type: "default" (the precision the export records, its
+            `--precision`; where this device cannot run that one, CTranslate2's choice for the stored weights,
+            with a warning), or "float32", "int8", "int8_float32", "float16", ... (`PRECISIONS`).
         intra_threads: threads inside one batch (None or 0: `default_intra_threads`,
             `OMP_NUM_THREADS`, else every usable CPU divided by `inter_threads`).
         inter_threads: batches run in parallel.
@@ -267,7 +335,7 @@ class CTranslate2Translator(TranslatorInterface):
         self.options = self.check_options(options.replace(**settings))
         self._ctranslate2 = ctranslate2
         self.exact_limits = bool(exact_limits)
-        self.compute_type = compute_type
+        self.compute_type = self._compute_type(compute_type, device)
         self.max_source_length = int(self.metadata["max_source_length"])
         self.max_target_length = int(self.metadata["max_target_length"])
         special = self.metadata["special_ids"]
@@ -284,8 +352,23 @@ class CTranslate2Translator(TranslatorInterface):
         tokens = self.metadata["special_tokens"]
         self._eos_token = tokens["eos"]
         self._never = [[tokens["pad"]], [tokens["bos"]]]  # suppressed only where a search produced them
-        self.translator = ctranslate2.Translator(self.directory, device=device, compute_type=compute_type,
+        self.translator = ctranslate2.Translator(self.directory, device=device, compute_type=self.compute_type,
                                                  intra_threads=self.intra_threads, inter_threads=int(inter_threads))
+
+    def _compute_type(self, compute_type, device):
+        """The compute type to load with: `compute_type`, or for "default" the precision the export records."""
+        if compute_type not in (None, "default"):
+            return compute_type
+        recorded = self.metadata.get("precision")
+        if recorded is None:  # an export from before precisions were recorded: its stored weights' type
+            return "default"
+        if recorded not in supported_precisions(device):
+            logging.getLogger(__name__).warning(
+                "%s was exported in %s, which CTranslate2 cannot run on this %s; it runs in CTranslate2's default "
+                "compute type for the stored weights instead (compute_type= chooses one).", self.directory,
+                recorded, device)
+            return "default"
+        return recorded
 
     def check_options(self, options):
         """`TranslatorInterface.check_options`, and a beam search must stop by CTranslate2's own rule."""
