@@ -6,7 +6,7 @@ keras-transformer evaluate  --model DIR [--model DIR ...] --source FILE --refere
                             [--tokenized-reference FILE --lang de]
 keras-transformer translate --model DIR [--model DIR ...] "A man rides a bike." ...   (or sentences on stdin)
 keras-transformer export    --workdir DIR [--workdir DIR ...] --out DIR [--average N] [--format ctranslate2]
-                            [--precision int8|...]
+                            [--precision bfloat16|int8|...]
 keras-transformer average   --workdir DIR [--last N] [--output FILE]
 keras-transformer pack      --config FILE.yaml [--set key=value ...] --workdir DIR   (token ids for other backends)
 keras-transformer train-packed WORKDIR [--epochs N] [--evaluate SOURCE REFERENCE]   (any backend, no TensorFlow)
