@@ -226,12 +226,18 @@ def build_parser():
     export.add_argument("--format", choices=tuple(EXPORTERS), default="savedmodel",
                         help="savedmodel (default) or ctranslate2 (needs the ctranslate2 extra: "
                              "`pip install '.[ctranslate2]'`)")
-    export.add_argument("--quantization", help="ctranslate2 only: the stored weight type, e.g. int8 (default float32)")
+    export.add_argument("--precision", metavar="TYPE",
+                        help="the weights' and matrix products' precision (default float32): savedmodel takes "
+                             "bfloat16 (fast on CPUs with AVX512_BF16 or AMX); ctranslate2 takes CTranslate2's "
+                             "compute types: int8, int8_float32, int8_float16, int8_bfloat16, int16, float16, "
+                             "bfloat16, float32, where this CPU runs them (docs/serving.md, 'Precision')")
+    export.add_argument("--quantization", help="ctranslate2 only: the older name of --precision")
     export.add_argument("--out", required=True, metavar="DIR", help="the export folder")
     export.add_argument("--overwrite", action="store_true", help="replace an existing export")
     export.add_argument("--no-xla", action="store_true",
-                        help="savedmodel only: do not compile the search with XLA (by default it is, one "
-                             "compilation per bucketed input shape on first use; docs/serving.md)")
+                        help="savedmodel only: do not compile the search with XLA (by default it is in float32, one "
+                             "compilation per bucketed input shape on first use; a bfloat16 export never is: "
+                             "docs/serving.md)")
     _weights_arguments(export, ensemble=True, models="--workdir")
     _decoding_arguments(export, "decoding of serving_default and n_best, recorded in the export (default: the "
                                 "model's; the SavedModel's `sample` signature takes its settings as inputs)",

@@ -6,6 +6,7 @@ keras-transformer evaluate  --model DIR [--model DIR ...] --source FILE --refere
                             [--tokenized-reference FILE --lang de]
 keras-transformer translate --model DIR [--model DIR ...] "A man rides a bike." ...   (or sentences on stdin)
 keras-transformer export    --workdir DIR [--workdir DIR ...] --out DIR [--average N] [--format ctranslate2]
+                            [--precision bfloat16|int8|...]
 keras-transformer average   --workdir DIR [--last N] [--output FILE]
 keras-transformer pack      --config FILE.yaml [--set key=value ...] --workdir DIR   (token ids for other backends)
 keras-transformer train-packed WORKDIR [--epochs N] [--evaluate SOURCE REFERENCE]   (any backend, no TensorFlow)
@@ -258,7 +259,7 @@ def _load_folder(args, path):
 def _export(args):
     from keras_transformer import exports, inference
     workdir, checkpoint = _weights(args.workdir, args.checkpoint)
-    exporter = exports.make_exporter(args.format, quantization=args.quantization,
+    exporter = exports.make_exporter(args.format, quantization=args.quantization, precision=args.precision,
                                      jit_compile=False if args.no_xla else None)
     directory = exporter.export(workdir, args.out, checkpoint=checkpoint, average=args.average,
                                 overwrite=args.overwrite, **_decode_settings(args))
@@ -355,7 +356,9 @@ def _verify(args):
         return export_folder.VERIFY_NO_MANIFEST
     unlisted = (f"; {len(found.unlisted)} file(s) not in the manifest, added since: {', '.join(found.unlisted)}"
                 if found.unlisted else "")
-    print(f"{args.path}: whole ({found.files} files, {found.size} bytes, SHA-256 checked{unlisted})")
+    precision = export_folder.export_precision(args.path)
+    precision = f", precision {precision}" if precision else ""
+    print(f"{args.path}: whole ({found.files} files, {found.size} bytes, SHA-256 checked{unlisted}{precision})")
     return 0
 
 

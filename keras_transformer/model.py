@@ -26,7 +26,7 @@ def _stack_options(config):
                 max_relative_position=config.max_relative_position if config.position == "relative" else None)
 
 
-def build_model(config: TransformerConfig, name="transformer") -> keras.Model:
+def build_model(config: TransformerConfig, name="transformer", dtype=None) -> keras.Model:
     """Builds the encoder-decoder Transformer described by `config`.
 
     Inputs are a dict `{"source": int32 (B, S), "target": int32 (B, T)}` where
@@ -41,6 +41,10 @@ def build_model(config: TransformerConfig, name="transformer") -> keras.Model:
     Args:
         config: a `TransformerConfig`.
         name: the model's name.
+        dtype: the Keras dtype policy of its layers (None: the global one, `keras.config.dtype_policy()`).
+            "bfloat16" stores the weights and multiplies matrices in bfloat16 (a serving precision:
+            `cast_model`); under any policy the attention softmax, the layer-norm statistics and the logits
+            are float32.
 
     Returns:
         A functional `keras.Model`.
@@ -55,6 +59,13 @@ def build_model(config: TransformerConfig, name="transformer") -> keras.Model:
     """
     if not isinstance(config, TransformerConfig):
         raise TypeError(f"build_model expects a TransformerConfig, got {type(config).__name__}.")
+    if dtype is not None:
+        previous = keras.config.dtype_policy()
+        keras.config.set_dtype_policy(dtype)
+        try:
+            return build_model(config, name)
+        finally:
+            keras.config.set_dtype_policy(previous)
     source = keras.Input(shape=(None,), dtype="int32", name="source")
     target = keras.Input(shape=(None,), dtype="int32", name="target")
     source_padding = PaddingMask(config.pad_id, name="source_padding")(source)  # (B, S)
@@ -88,6 +99,37 @@ def build_model(config: TransformerConfig, name="transformer") -> keras.Model:
         logits = keras.layers.Dense(config.tgt_vocab_size, use_bias=False, name="output_projection")(y)
     logits = keras.layers.Activation("linear", dtype="float32", name="logits")(logits)  # (B, T, V)
     return keras.Model({"source": source, "target": target}, logits, name=name)
+
+
+def cast_model(model, config, dtype):
+    """`model` (a `build_model(config)` model) with its layers under the dtype policy `dtype` and its weights cast
+    to that policy's variable dtype (round to nearest): `model` itself where it is already so.
+
+    What a bfloat16 export serves (`keras-transformer export --precision bfloat16`): every weight stored in
+    bfloat16 and every matrix product run in it, while the softmax, the layer-norm statistics, the logits and so
+    the search's scores stay float32.
+
+    Example:
+
+    >>> config = TransformerConfig.preset("tiny", vocab_size=50)
+    >>> half = cast_model(build_model(config), config, "bfloat16")
+    >>> sorted({weight.dtype for weight in half.weights}), half.dtype_policy.name
+    (['bfloat16'], 'bfloat16')
+    """
+    policy = keras.dtype_policies.get(dtype)
+    if model.dtype_policy.name == policy.name and all(
+            weight.dtype == policy.variable_dtype for weight in model.weights if "float" in str(weight.dtype)):
+        return model
+    cast = build_model(config, model.name, dtype=policy.name)
+    if len(cast.weights) != len(model.weights):
+        raise ValueError(f"cast_model: {model.name} has {len(model.weights)} weights where build_model(config) "
+                         f"builds {len(cast.weights)}; give the config the model was built from.")
+    for target, weight in zip(cast.weights, model.weights):
+        if tuple(target.shape) != tuple(weight.shape):
+            raise ValueError(f"cast_model: {weight.path} is {tuple(weight.shape)} where build_model(config) builds "
+                             f"{tuple(target.shape)}; give the config the model was built from.")
+        target.assign(keras.ops.cast(weight, target.dtype))
+    return cast
 
 
 @dataclasses.dataclass(frozen=True)

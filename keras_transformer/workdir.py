@@ -38,6 +38,7 @@ from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.errors import CheckpointError, CheckpointNotFoundError, ConfigError
 from keras_transformer.files import (atomic_write, atomic_write_text, check_not_an_input, exclusive_lock,
                                      exclusive_unless_shared, shared_lock)
+from keras_transformer.exports.folder import export_precision
 from keras_transformer.keras_internals import weights_file_bytes
 from keras_transformer.layout import (CHECKPOINT_PATTERN, CHECKPOINTS_DIR, EXTRA_DIR, MEMBERS_DIR, MODEL_CONFIG,
                                       MODEL_WEIGHTS, VOCAB_DIR, WORKDIR_VOCAB, check_average_output,
@@ -419,10 +420,12 @@ def write_model_file(path, config, options=None):
 # ------------------------------------------------------------------ model folders
 @dataclasses.dataclass(frozen=True)
 class Member:
-    """One model of a folder: its config and the weights file(s) to load (several are averaged)."""
+    """One model of a folder: its config, the weights file(s) to load (several are averaged), and the dtype policy
+    to build it under (None: the global one; "bfloat16" for an export of that precision)."""
 
     config: TransformerConfig
     weights: tuple
+    dtype: typing.Optional[str] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -481,12 +484,14 @@ def model_folder(path, checkpoint=None, average=None, checked=False):
         else:
             folders = [extra]
         members, decoding = [], []
+        # A bfloat16 export (its manifest says so) rebuilds in bfloat16: the Python engine decodes as its graph does.
+        dtype = "bfloat16" if export_precision(path) == "bfloat16" else None
         for folder in folders:
             weights = folder / MODEL_WEIGHTS
             if not weights.is_file():
                 raise CheckpointNotFoundError(f"{path} has no Keras weights ({weights}); export it with a config.")
             config, options = read_model_file(folder / MODEL_CONFIG)
-            members.append(Member(config, (str(weights),)))
+            members.append(Member(config, (str(weights),), dtype))
             decoding.append(options)
         return ModelFolder(path, "export", tuple(members), extra / VOCAB_DIR, decoding[0])
     if not (path / MODEL_CONFIG).is_file():
@@ -505,7 +510,7 @@ def model_folder(path, checkpoint=None, average=None, checked=False):
 
 def build_member(member):
     """Builds the Keras model of a `Member` and loads (or averages) its weights into it."""
-    return load_weights_files(build_model(member.config), member.weights)
+    return load_weights_files(build_model(member.config, dtype=member.dtype), member.weights)
 
 
 def load_models(paths, checkpoint=None, average=None, require_vocabulary=False, checked=False):

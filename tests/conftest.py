@@ -8,6 +8,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # TensorFlow pool, instead of one per core each, whose threads would spin against the other worker's.
 os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
 os.environ.setdefault("TF_NUM_INTEROP_THREADS", "1")
+# Likewise CTranslate2, which by default takes every core (`engines.ctranslate2.default_intra_threads`): its OpenMP
+# threads spin while they wait for each other, and a team as large as the machine stalls beside the other worker.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import pytest  # noqa: E402
 

@@ -14,6 +14,9 @@ Reach for these (and the session fixtures in `conftest.py`) before writing a new
   them on every backend.
 - `ExportLockHolder(out)`: another process holding an export folder's writer lock, for `with`.
 - `ServeProcess.start(arguments, log)`: a real `keras-transformer serve` process, ready, driven over HTTP.
+- `word_vocabulary(directory, 32)`: a SentencePiece word vocabulary whose ids are those of conftest's copy task, so
+  that `trained_copy_model` translates real strings ("w5 w6 w7"); `random_sentences(count, seed)`: inputs for it;
+  `copy_accuracy(outputs, sentences)`: its word accuracy.
 """
 
 import pathlib
@@ -112,6 +115,45 @@ def make_workdir(root, config, *, models=None, epochs=(1,), tokenizers=None, voc
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(content)
     return models
+
+
+def word_vocabulary(directory, size):
+    """A SentencePiece word model whose piece i is "▁w{i}" (i >= 4), saved as `save_tokenizers` saves one.
+
+    With size 32 its ids are those of conftest's copy task and word tokenizer, so
+    the copy model translates real strings through SentencePiece.
+    """
+    import io
+
+    import sentencepiece
+
+    from keras_transformer.data.tokenizers import SubwordTokenizer
+
+    sentences = [f"w{i}" for i in range(4, size) for _ in range(3 * (size - i))]  # frequency falls with i
+    writer = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(sentences), model_writer=writer, vocab_size=size, model_type="word",
+        pad_id=0, unk_id=1, bos_id=2, eos_id=3, normalization_rule_name="identity", minloglevel=2)
+    tokenizer = SubwordTokenizer(writer.getvalue(), model_type="unigram")
+    tokenizer.save(directory)
+    return tokenizer
+
+
+def random_sentences(count, seed, vocab_size=32, max_length=10):
+    """`count` sentences of 1 to `max_length` words "w4".."w{vocab_size - 1}", drawn from `seed`."""
+    rng = np.random.default_rng(seed)
+    return [" ".join(f"w{i}" for i in rng.integers(4, vocab_size, size=rng.integers(1, max_length + 1)))
+            for _ in range(count)]
+
+
+def copy_accuracy(outputs, sentences):
+    """The copy task's word accuracy in percent: words output at their source word's place, over the longer of the
+    two (a missing or extra word counts as wrong)."""
+    scores = []
+    for output, source in zip(outputs, sentences):
+        out, src = output.split(), source.split()
+        scores.append(sum(a == b for a, b in zip(out, src)) / max(len(out), len(src), 1))
+    return 100 * float(np.mean(scores))
 
 
 def sampling_uniform(seed, key, sample, step):

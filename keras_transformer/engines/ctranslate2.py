@@ -9,6 +9,7 @@ serving process imports only what decoding needs.
 
 import copy
 import json
+import logging
 import os
 import sys
 
@@ -21,11 +22,14 @@ from keras_transformer.layout import CTRANSLATE2_METADATA
 
 FORMAT = "keras_transformer.ctranslate2"
 FORMAT_VERSION = 1
+# The compute types CTranslate2 can store and run (`export --format ctranslate2 --precision`; its converters'
+# `quantization`): weights in the first part, activations in the second ("int8" alone: int8 weights, and what the
+# device runs best around them).
+PRECISIONS = ("float32", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16")
 # CTranslate2 reads it once, when `ctranslate2` is imported: "1" for Intel MKL, "0" for oneDNN (its default: MKL on
 # GenuineIntel CPUs, oneDNN on others).
 CPU_BACKEND_VARIABLE = "CT2_USE_MKL"
 CPU_BACKENDS = {"mkl": "1", "dnnl": "0"}
-MAX_DEFAULT_THREADS = 4  # CTranslate2's own default intra_threads
 
 
 def is_ctranslate2_model(path):
@@ -90,11 +94,17 @@ def cpu_vendor():
     >>> isinstance(cpu_vendor(), str)
     True
     """
+    return _cpuinfo_field("vendor_id")
+
+
+def _cpuinfo_field(name):
+    """The first value of field `name` in /proc/cpuinfo ("" where there is none)."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
             for line in handle:
-                if line.startswith("vendor_id"):
-                    return line.split(":", 1)[1].strip()
+                key, _, value = line.partition(":")
+                if key.strip() == name:
+                    return value.strip()
     except OSError:
         pass
     return ""
@@ -165,25 +175,80 @@ def usable_cpus():
 
 
 def default_intra_threads(inter_threads=1):
-    """Threads per batch when none are given: `OMP_NUM_THREADS` if set, else the usable CPUs but one, shared by
-    `inter_threads` translators; at least 1, at most 4 (CTranslate2's own default, whatever the machine).
+    """Threads per batch when none are given: `OMP_NUM_THREADS` if set, else every CPU the process may use
+    (`usable_cpus`, its affinity mask), shared by `inter_threads` translators; at least 1.
 
-    CTranslate2's OpenMP threads wait for each other by spinning. A team as
-    large as the machine collapses as soon as anything else needs a core
-    (the rest of a server, another process): on the shared 2-core development
-    machine 2 threads translated batches of 64 8-30x slower than 1
-    (docs/BENCHMARKS.md, "CTranslate2's CPU backend and threads"). One core is
-    left to the rest; a dedicated machine can give `intra_threads` all of them.
+    A server owns its machine: one sentence of the shipped model took 8 ms on 2 threads of a 2-core Xeon
+    against 13 ms on one (docs/BENCHMARKS.md). CTranslate2's OpenMP threads wait for each other by spinning,
+    so on a machine shared with other busy processes a team as large as the machine stalls whenever one of
+    its cores is taken (2 threads 8-30x slower than 1 under load, docs/serving.md): there, give
+    `intra_threads` (or `OMP_NUM_THREADS`) fewer threads than cores.
 
     Example:
 
-    >>> 1 <= default_intra_threads() <= 4
+    >>> default_intra_threads() == int(os.environ.get("OMP_NUM_THREADS") or usable_cpus())
     True
     """
     value = os.environ.get("OMP_NUM_THREADS", "").strip()
     if value.isdigit() and int(value) > 0:
         return int(value)
-    return max(1, min(MAX_DEFAULT_THREADS, (usable_cpus() - 1) // max(1, int(inter_threads))))
+    return max(1, usable_cpus() // max(1, int(inter_threads)))
+
+
+def supported_precisions(device="cpu"):
+    """The compute types CTranslate2 runs on `device` in this process (`ctranslate2.get_supported_compute_types`),
+    in the order of `PRECISIONS`. It imports `ctranslate2`, after `select_cpu_backend` has chosen its CPU backend.
+
+    Example:
+
+    >>> "float32" in supported_precisions()
+    True
+    """
+    select_cpu_backend()  # before ctranslate2 is imported, if it is not yet
+    import ctranslate2
+
+    supported = set(ctranslate2.get_supported_compute_types(device))
+    return tuple(precision for precision in PRECISIONS if precision in supported)
+
+
+def check_precision(precision, device="cpu", flag="--precision"):
+    """Returns `precision` if CTranslate2 runs it on `device` here; else raises, naming it and what runs.
+
+    Raises:
+        ConfigError: a compute type CTranslate2 does not know, or one it cannot run on this machine's `device`
+            (float16 on a CPU, int8_bfloat16 without AVX512_BF16, ...).
+
+    Example:
+
+    >>> check_precision("float32")
+    'float32'
+    >>> check_precision("int4")
+    Traceback (most recent call last):
+    ...
+    keras_transformer.errors.ConfigError: --precision int4: CTranslate2 has no such compute type; ...
+    """
+    if precision not in PRECISIONS:
+        raise ConfigError(f"{flag} {precision}: CTranslate2 has no such compute type; it takes "
+                          f"{', '.join(PRECISIONS)}.")
+    supported = supported_precisions(device)
+    if precision not in supported:
+        import ctranslate2
+
+        raise ConfigError(f"{flag} {precision}: CTranslate2 {ctranslate2.__version__} cannot run it on this "
+                          f"{device.upper()} ({cpu_model() if device == 'cpu' else device}); it runs "
+                          f"{', '.join(supported)}.")
+    return precision
+
+
+def cpu_model():
+    """The CPU's model name as Linux reports it ("" where unknown).
+
+    Example:
+
+    >>> isinstance(cpu_model(), str)
+    True
+    """
+    return _cpuinfo_field("model name")
 
 
 # ---------------------------------------------------------------------- decoding
@@ -229,10 +294,11 @@ class CTranslate2Translator(TranslatorInterface):
             `sampling_temperature`, `ctranslate2.set_random_seed(seed)`): reproducible
             for one seed and request, not the draws of the TensorFlow engines.
         device: "cpu" or "cuda".
-        compute_type: CTranslate2's compute type: "default" (the stored weights'),
-            "float32", "int8", "int8_float32", "float16", ...
+        compute_type: CTranslate2's compute type: "default" (the precision the export records, its
+            `--precision`; where this device cannot run that one, CTranslate2's choice for the stored weights,
+            with a warning), or "float32", "int8", "int8_float32", "float16", ... (`PRECISIONS`).
         intra_threads: threads inside one batch (None or 0: `default_intra_threads`,
-            `OMP_NUM_THREADS` or the usable CPUs but one, 1 to 4).
+            `OMP_NUM_THREADS`, else every usable CPU divided by `inter_threads`).
         inter_threads: batches run in parallel.
         cpu_backend: CTranslate2's CPU backend, "dnnl" (oneDNN) or "mkl"; None:
             the `CT2_USE_MKL` environment variable if set, else oneDNN
@@ -269,7 +335,7 @@ class CTranslate2Translator(TranslatorInterface):
         self.options = self.check_options(options.replace(**settings))
         self._ctranslate2 = ctranslate2
         self.exact_limits = bool(exact_limits)
-        self.compute_type = compute_type
+        self.compute_type = self._compute_type(compute_type, device)
         self.max_source_length = int(self.metadata["max_source_length"])
         self.max_target_length = int(self.metadata["max_target_length"])
         special = self.metadata["special_ids"]
@@ -286,8 +352,23 @@ class CTranslate2Translator(TranslatorInterface):
         tokens = self.metadata["special_tokens"]
         self._eos_token = tokens["eos"]
         self._never = [[tokens["pad"]], [tokens["bos"]]]  # suppressed only where a search produced them
-        self.translator = ctranslate2.Translator(self.directory, device=device, compute_type=compute_type,
+        self.translator = ctranslate2.Translator(self.directory, device=device, compute_type=self.compute_type,
                                                  intra_threads=self.intra_threads, inter_threads=int(inter_threads))
+
+    def _compute_type(self, compute_type, device):
+        """The compute type to load with: `compute_type`, or for "default" the precision the export records."""
+        if compute_type not in (None, "default"):
+            return compute_type
+        recorded = self.metadata.get("precision")
+        if recorded is None:  # an export from before precisions were recorded: its stored weights' type
+            return "default"
+        if recorded not in supported_precisions(device):
+            logging.getLogger(__name__).warning(
+                "%s was exported in %s, which CTranslate2 cannot run on this %s; it runs in CTranslate2's default "
+                "compute type for the stored weights instead (compute_type= chooses one).", self.directory,
+                recorded, device)
+            return "default"
+        return recorded
 
     def check_options(self, options):
         """`TranslatorInterface.check_options`, and a beam search must stop by CTranslate2's own rule."""

@@ -57,8 +57,8 @@ import shutil
 
 import numpy as np
 
-from keras_transformer.engines.ctranslate2 import (FORMAT, FORMAT_VERSION, CTranslate2Translator,
-                                                     is_ctranslate2_model, read_metadata)
+from keras_transformer.engines.ctranslate2 import (FORMAT, FORMAT_VERSION, PRECISIONS, CTranslate2Translator,
+                                                     check_precision, is_ctranslate2_model, read_metadata)
 from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.errors import ConfigError
 from keras_transformer.exports import Exporter
@@ -371,6 +371,7 @@ def build_spec(model, config, source_tokens, target_tokens):
 
 
 def _readme(metadata):
+    precision = metadata.get("precision") or metadata["quantization"] or "float32"
     decoding = metadata["decoding"]
     files = metadata["sentencepiece"]
     tokenizer = (f"`{files['source']}`" if files["source"] == files["target"]
@@ -379,8 +380,8 @@ def _readme(metadata):
 
 A Transformer trained with keras_transformer, converted to the CTranslate2 format
 (`model.bin`, `config.json`, vocabularies) by `keras_transformer.exports.ctranslate2.export_ctranslate2`
-on {metadata['exported']} with ctranslate2 {metadata['ctranslate2_version']}. Weights are stored in
-{metadata['quantization'] or 'float32'}; load with `compute_type="int8"` to quantize at load time.
+on {metadata['exported']} with ctranslate2 {metadata['ctranslate2_version']}. Precision: {precision} (weights stored
+as CTranslate2's `{precision}` compute type, which `CTranslate2Translator` loads with; `manifest.json` records it too).
 SentencePiece model: {tokenizer}. `{CTRANSLATE2_METADATA}` records the settings below.
 
 ## Translate with keras_transformer
@@ -401,7 +402,7 @@ whitespace-only input gives "").
 ```python
 import ctranslate2, sentencepiece
 sp = sentencepiece.SentencePieceProcessor(model_file="this/folder/{files['source']}")
-translator = ctranslate2.Translator("this/folder", device="cpu")
+translator = ctranslate2.Translator("this/folder", device="cpu", compute_type="{precision}")
 tokens = [sp.id_to_piece(i) for i in sp.encode("A man rides a bike.")]
 result = translator.translate_batch([tokens], beam_size={decoding['beam_size']}, num_hypotheses={decoding['beam_size']},
                                     length_penalty=0, return_scores=True, return_end_token=True,
@@ -416,8 +417,8 @@ counts the hypothesis tokens including the end token `</s>` (`return_end_token=T
 """
 
 
-def export_ctranslate2(model, config, vocab_dir, directory, *, options=None, quantization=None, overwrite=False,
-                       **settings):
+def export_ctranslate2(model, config, vocab_dir, directory, *, options=None, quantization=None, precision=None,
+                       overwrite=False, **settings):
     """Writes `model` as a CTranslate2 model folder that `CTranslate2Translator` (or ctranslate2 alone) loads.
 
     The folder holds CTranslate2's ``model.bin``, ``config.json`` and
@@ -440,9 +441,12 @@ def export_ctranslate2(model, config, vocab_dir, directory, *, options=None, qua
             `DecodeOptions()`); `settings` (`beam_size=5`, `alpha=1.0`, `strategy="sample"`, ...)
             replace its fields. CTranslate2's beam search stops by its own rule, so
             `early_exit` is recorded as true, with a warning where the options say false.
-        quantization: weight type stored in ``model.bin`` (None: float32; or
-            "int8", "float16", ... as CTranslate2 accepts); float32 can still be
-            run in int8 with ``compute_type="int8"``.
+        precision: CTranslate2's compute type of the export (`engines.ctranslate2.PRECISIONS`; None: float32):
+            the weights are quantized to it in ``model.bin`` (CTranslate2's converter ``quantization``),
+            ``keras_transformer.json`` and ``manifest.json`` record it, and `CTranslate2Translator` loads with
+            it. A type CTranslate2 cannot run on this CPU is refused (the export translates a sentence with it
+            before it is swapped in). A float32 export can still run in int8 with ``compute_type="int8"``.
+        quantization: the older name of `precision` (either one, or both the same).
         overwrite: replace an existing CTranslate2 export at `directory`.
 
     Returns:
@@ -462,6 +466,7 @@ def export_ctranslate2(model, config, vocab_dir, directory, *, options=None, qua
     ...                    "ct2/multi30k_en_de")  # doctest: +SKIP
     'ct2/multi30k_en_de'
     """
+    precision = _precision(precision, quantization)
     import ctranslate2
 
     directory = os.fspath(directory)
@@ -481,7 +486,7 @@ def export_ctranslate2(model, config, vocab_dir, directory, *, options=None, qua
         tokens = {side: vocabulary_tokens(path) for side, path in models.items()}
         spec = build_spec(model, config, tokens["source"], tokens["target"])
         spec.validate()
-        spec.optimize(quantization=quantization)
+        spec.optimize(quantization=None if precision == "float32" else precision)
 
         names = ({"source": "sentencepiece.model", "target": "sentencepiece.model"} if shared
                  else {"source": "source.sentencepiece.model", "target": "target.sentencepiece.model"})
@@ -497,7 +502,8 @@ def export_ctranslate2(model, config, vocab_dir, directory, *, options=None, qua
             "format": FORMAT, "version": FORMAT_VERSION,
             "exported": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
             "ctranslate2_version": ctranslate2.__version__,
-            "quantization": quantization,
+            "quantization": None if precision == "float32" else precision,
+            "precision": precision,
             "decoding": decoding,
             "length_penalty": "gnmt: score = log P / ((5 + n) / 6) ** alpha, n counting the eos token",
             "special_ids": {name: int(getattr(config, name)) for name in _RESERVED},
@@ -509,7 +515,7 @@ def export_ctranslate2(model, config, vocab_dir, directory, *, options=None, qua
             "model_config": config.to_dict(),
         }
         # Written and checked beside `directory`, then swapped in: the old export serves until the new one works.
-        with writing_export(os.path.abspath(directory)) as staging:
+        with writing_export(os.path.abspath(directory), precision=precision) as staging:
             staging = os.fspath(staging)
             spec.save(staging)
             for side, path in models.items():
@@ -520,24 +526,36 @@ def export_ctranslate2(model, config, vocab_dir, directory, *, options=None, qua
     return directory
 
 
+def _precision(precision, quantization, flags=("precision", "quantization")):
+    """The one precision of `precision` and its older name `quantization` (float32 without either), checked."""
+    if precision is not None and quantization is not None and precision != quantization:
+        raise ConfigError(f"{flags[0]}={precision} and {flags[1]}={quantization} disagree: give one of them.")
+    precision = precision or quantization or "float32"
+    return check_precision(precision, flag=flags[0])
+
+
 class CTranslate2Exporter(Exporter):
     """`keras-transformer export --format ctranslate2`: a workdir's or a SavedModel export's model as a
     CTranslate2 folder (`export_ctranslate2`), one model (CTranslate2 decodes no ensemble).
 
     Args:
-        quantization: the weight type stored (None: float32; "int8", ...).
+        precision: CTranslate2's compute type of the export (`PRECISIONS`: "int8", "int8_float32", "bfloat16",
+            ...; None: float32), checked against what CTranslate2 runs on this CPU at once.
+        quantization: its older name (`--quantization`).
 
     Example:
 
-    >>> CTranslate2Exporter(quantization="int8").export("saved_models/multi30k_en_de", "exports/ct2")  # doctest: +SKIP
+    >>> CTranslate2Exporter(precision="int8").export("saved_models/multi30k_en_de", "exports/ct2")  # doctest: +SKIP
     'exports/ct2'
     """
 
     name = "ctranslate2"
-    options = {"quantization": "--quantization"}
+    options = {"precision": "--precision", "quantization": "--quantization"}
+    precisions = PRECISIONS
 
-    def __init__(self, quantization=None):
-        self.quantization = quantization
+    def __init__(self, precision=None, quantization=None):
+        self.precision = _precision(precision, quantization, ("--precision", "--quantization"))
+        self.quantization = None if self.precision == "float32" else self.precision
 
     def export(self, model, directory, *, checkpoint=None, average=None, overwrite=False, options=None, **settings):
         """Loads `model`'s weights (`workdir.load_models`) and writes them with `export_ctranslate2`; the decoding
@@ -559,7 +577,7 @@ class CTranslate2Exporter(Exporter):
                                   "model.")
             settings = {key: value for key, value in settings.items() if value is not None}
             return export_ctranslate2(loaded.models[0], loaded.configs[0], loaded.vocab_dir, directory,
-                                      options=options or loaded.decoding, quantization=self.quantization,
+                                      options=options or loaded.decoding, precision=self.precision,
                                       overwrite=overwrite, **settings)
 
     def recorded_decoding(self, directory):

@@ -33,7 +33,8 @@ from keras_transformer.errors import CheckpointNotFoundError, ExportDamagedError
 from keras_transformer.files import (atomic_write_text, exclusive_lock, file_digest, recover_replaced_folder,
                                      remove_stale_staging, replace_folder, staging_folder)
 
-MANIFEST = "manifest.json"  # in an export folder: {"format", "version", "algorithm", "files": {path: {size, sha256}}}
+# In an export folder: {"format", "version", "algorithm", "precision", "files": {path: {size, sha256}}}.
+MANIFEST = "manifest.json"
 MANIFEST_FORMAT = "keras_transformer-manifest"
 MANIFEST_VERSION = 1
 
@@ -49,8 +50,10 @@ def _listed_files(folder):
                   if path.is_file() and not path.is_symlink() and path.relative_to(folder).as_posix() != MANIFEST)
 
 
-def write_manifest(folder):
-    """Writes `folder/manifest.json`, atomically: the size and SHA-256 of every file under `folder`.
+def write_manifest(folder, precision=None):
+    """Writes `folder/manifest.json`, atomically: the size and SHA-256 of every file under `folder`, and the
+    `precision` of the export's weights and matrix products where one is given ("float32", "bfloat16", "int8", ...:
+    `keras-transformer export --precision`; `export_precision` reads it back).
 
     Returns:
         The manifest's path.
@@ -66,7 +69,8 @@ def write_manifest(folder):
     folder = pathlib.Path(folder)
     files = {name: {"size": (folder / name).stat().st_size, "sha256": file_digest(folder / name, "sha256")}
              for name in _listed_files(folder)}
-    manifest = {"format": MANIFEST_FORMAT, "version": MANIFEST_VERSION, "algorithm": "sha256", "files": files}
+    manifest = {"format": MANIFEST_FORMAT, "version": MANIFEST_VERSION, "algorithm": "sha256",
+                **({"precision": precision} if precision else {}), "files": files}
     return atomic_write_text(folder / MANIFEST, json.dumps(manifest, indent=1) + "\n")
 
 
@@ -96,6 +100,24 @@ def read_manifest(folder):
         raise ExportDamagedError(f"{path} is damaged ({error}): it cannot say which files the export holds. "
                                  "Copy the export again from a whole copy, or export it again.") from None
     return files
+
+
+def export_precision(folder):
+    """The precision an export's manifest records ("float32", "bfloat16", "int8", ...; `write_manifest`), or None
+    for a folder without a manifest or one written before manifests recorded it (float32).
+
+    Example:
+
+    >>> import tempfile
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = write_manifest(folder, precision="bfloat16")
+    >>> export_precision(folder)
+    'bfloat16'
+    """
+    path = pathlib.Path(folder) / MANIFEST
+    if read_manifest(folder) is None:
+        return None
+    return json.loads(path.read_text(encoding="utf-8")).get("precision")
 
 
 def _damaged(folder, name, what):
@@ -214,10 +236,11 @@ def export_lock(out, command="export"):
 
 
 @contextlib.contextmanager
-def writing_export(out, command="export"):
+def writing_export(out, command="export", precision=None):
     """Yields a new staging folder beside `out` to write an export into; when the block ends, writes its
     manifest and swaps it in for `out` (see the module docstring). An exception in the block removes the
-    staging folder and leaves `out` as it was. The whole runs under `export_lock(out)`.
+    staging folder and leaves `out` as it was. The whole runs under `export_lock(out)`. `precision`: what the
+    manifest records of the export's weights (`write_manifest`).
 
     Example:
 
@@ -233,7 +256,7 @@ def writing_export(out, command="export"):
         staging = staging_folder(out)
         try:
             yield staging
-            write_manifest(staging)
+            write_manifest(staging, precision)
             replace_folder(staging, out)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
@@ -260,4 +283,4 @@ def recover_export(path):
 
 
 __all__ = ["MANIFEST", "VERIFY_DAMAGED", "VERIFY_NO_MANIFEST", "Verification", "check_export_sizes", "export_lock",
-           "read_manifest", "recover_export", "verify_export", "write_manifest", "writing_export"]
+           "export_precision", "read_manifest", "recover_export", "verify_export", "write_manifest", "writing_export"]

@@ -5,16 +5,16 @@ importing only `tensorflow` and `tensorflow_text` (the SentencePiece ops):
 
 ```
 saved_models/multi30k_en_de/
-  saved_model.pb, variables/       the graph and its weights (float32)
+  saved_model.pb, variables/       the graph and its weights (float32, or bfloat16: `--precision`)
   assets/                          the tokenizer files (vocabulary), as SavedModel assets
   assets.extra/                    model.yaml, model.weights.h5, vocab/: rebuild the Keras model
                                    (attention maps, fine-tuning) without the graph; an ensemble has
                                    members/0/, members/1/, ... each with model.yaml and model.weights.h5;
                                    tf_serving_warmup_requests: requests TensorFlow Serving replays at
                                    load, compiling every XLA program a request can need (`warmup`)
-  README.md                        the model card (shipped models)
-  manifest.json                    the size and SHA-256 of every other file (`exports.folder`; `keras-transformer
-                                   verify` checks them all, every loader their sizes)
+  README.md                        the model card (shipped models; a bfloat16 export writes its own)
+  manifest.json                    the size and SHA-256 of every other file and the precision (`exports.folder`;
+                                   `keras-transformer verify` checks them all, every loader their sizes)
 ```
 
 Signatures:
@@ -36,8 +36,17 @@ weights in the one graph. Every signature works through its input in chunks of t
 translator's `chunk_size` (`TRAINED_CHUNK_SIZE` for a translator built with 0), results
 gathered once, so a request's memory does not grow with its size beyond its own ids and
 results (docs/serving.md).
+
+Precision (`export(..., precision=)`, `keras-transformer export --precision`): float32, or bfloat16, where every
+weight is stored in bfloat16 and every matrix product runs in it while the attention softmax, the layer-norm
+statistics, the logits and the beam search's scores stay float32 (`model.cast_model`), and the search runs on
+TensorFlow's own (oneDNN) kernels, not XLA, whose CPU compiler converts bfloat16 products to float32. Fast where
+the CPU has bfloat16 instructions (AVX512_BF16, AMX); elsewhere they are emulated, and the export warns.
+TensorFlow's int8 paths were slower than float32 on every CPU measured (docs/BENCHMARKS.md, "Low precision"), so
+int8 is CTranslate2's (`--format ctranslate2 --precision int8`).
 """
 
+import logging
 import os
 import pathlib
 import shutil
@@ -46,14 +55,25 @@ import tempfile
 import tensorflow as tf
 
 from keras_transformer.data.tokenizers import save_tokenizers
-from keras_transformer.errors import CheckpointNotFoundError
+from keras_transformer.errors import CheckpointNotFoundError, ConfigError
 from keras_transformer.exports import Exporter
 from keras_transformer.exports.folder import MANIFEST, check_export_sizes, export_lock, writing_export
 from keras_transformer.layout import (EXTRA_DIR, MEMBERS_DIR, MODEL_CONFIG, MODEL_WEIGHTS, VOCAB_DIR,
                                       check_export_destination, is_export)
 from keras_transformer.engines.tensorflow import TRAINED_CHUNK_SIZE, Translator
 from keras_transformer.warmup import warmup_requests, write_warmup_file
+from keras_transformer.model import cast_model
+from keras_transformer.trainer.precision import cpu_has_native_bfloat16
 from keras_transformer.workdir import load_models, read_model_file, write_model_file, write_weights_file
+
+# The precisions a SavedModel export takes (`export --precision`), and why the others are not offered.
+PRECISIONS = ("float32", "bfloat16")
+_NOT_OFFERED = {
+    "int8": "TensorFlow's int8 paths (Keras' quantize('int8'), int8 weights cast back, its quantized MatMul) "
+            "were slower than float32 on every CPU measured (docs/BENCHMARKS.md, 'Low precision'): export "
+            "--format ctranslate2 --precision int8",
+    "float16": "TensorFlow has no fast float16 matrix products on CPUs: use bfloat16 (same size, float32's range)",
+}
 
 
 class _Untracked:
@@ -197,10 +217,13 @@ def export_translator(translator, directory, config=None, overwrite=False):
             if not overwrite:
                 raise FileExistsError(f"{directory} already holds a SavedModel; replace it with --overwrite "
                                       "(overwrite=True in Python).")
+        precision = translator_precision(translator)
         # Written and checked beside `directory`, then swapped in: the old export serves until the new one works.
-        with writing_export(directory) as staging:
+        with writing_export(directory, precision=precision) as staging:
             _write_savedmodel(translator, staging, configs)
             check_saved_model(staging)
+            if precision != "float32":  # the card says so (a float32 export keeps the folder's own card, if any)
+                (staging / MODEL_CARD).write_text(_model_card(translator, precision), encoding="utf-8")
             if directory.is_dir():  # what else the old folder held (a model card, say) stays
                 for entry in directory.iterdir():
                     if entry.name not in SAVED_MODEL_PARTS and not (staging / entry.name).exists():
@@ -210,6 +233,69 @@ def export_translator(translator, directory, config=None, overwrite=False):
 
 
 SAVED_MODEL_PARTS = ("saved_model.pb", "fingerprint.pb", "variables", "assets", EXTRA_DIR, MANIFEST)  # an export's own
+MODEL_CARD = "README.md"
+
+
+def translator_precision(translator):
+    """The precision of a `Translator`'s weights: "bfloat16" where its models run under that policy, else
+    "float32" (what the export records).
+
+    Example:
+
+    >>> translator_precision(Translator(model, tokenizer))  # doctest: +SKIP
+    'float32'
+    """
+    names = {model.dtype_policy.name for model in translator.models}
+    return "bfloat16" if names == {"bfloat16"} else "float32"
+
+
+def _model_card(translator, precision):
+    options = translator.options
+    xla = ", compiled with XLA" if translator.jit_compile else " (TensorFlow's own kernels, not XLA)"
+    return f"""# A keras_transformer SavedModel in {precision}
+
+Precision: **{precision}**. Every weight is stored in {precision} and every matrix product runs in it; the attention
+softmax, the layer-norm statistics, the logits and the beam search's scores are float32. It is fast on CPUs with
+bfloat16 instructions (AVX512_BF16 or AMX: Intel Xeon from Cooper Lake and Sapphire Rapids, AMD Zen 4 and later);
+elsewhere TensorFlow converts around every matrix product and the float32 export is faster. `manifest.json` records
+the precision (`keras-transformer verify` prints it).
+
+Decoding: {options.describe()}, in the graph with the SentencePiece tokenization{xla}.
+
+```python
+import tensorflow as tf
+import tensorflow_text  # registers the SentencePiece ops
+translator = tf.saved_model.load("this/folder")
+translator.signatures["serving_default"](tf.constant(["A man rides a bike."]))["translation"]
+```
+"""
+
+
+def check_precision(precision, flag="--precision", warn=True):
+    """Returns `precision` if a SavedModel export takes it ("float32", "bfloat16"); else raises naming why not.
+    bfloat16 on a CPU without bfloat16 instructions is taken with a warning that names them.
+
+    Raises:
+        ConfigError: another precision (int8, float16, ...), with the reason and what to use instead.
+
+    Example:
+
+    >>> check_precision("float32")
+    'float32'
+    >>> check_precision("int8")
+    Traceback (most recent call last):
+    ...
+    keras_transformer.errors.ConfigError: --precision int8 is not offered for --format savedmodel: ...
+    """
+    if precision not in PRECISIONS:
+        reason = _NOT_OFFERED.get(precision, f"it takes {' or '.join(PRECISIONS)}")
+        raise ConfigError(f"{flag} {precision} is not offered for --format savedmodel: {reason}.")
+    if warn and precision == "bfloat16" and not cpu_has_native_bfloat16():
+        logging.getLogger(__name__).warning(
+            "%s bfloat16: this CPU has neither AVX512_BF16 nor AMX (no avx512_bf16 or amx_bf16 in /proc/cpuinfo), "
+            "so TensorFlow converts bfloat16 around every matrix product and the export decodes slower than "
+            "float32 here; serve it on a CPU that has them (docs/serving.md, 'Precision').", flag)
+    return precision
 
 
 def _write_savedmodel(translator, directory, configs):
@@ -246,8 +332,8 @@ def check_saved_model(directory):
                            f"{outputs}.")
 
 
-def export(workdir, directory, checkpoint=None, average=None, options=None, jit_compile=True, overwrite=False,
-           **settings):
+def export(workdir, directory, checkpoint=None, average=None, options=None, jit_compile=None, overwrite=False,
+           precision="float32", **settings):
     """Exports a training workdir's model: the library function behind `keras-transformer export`.
 
     Args:
@@ -264,8 +350,13 @@ def export(workdir, directory, checkpoint=None, average=None, options=None, jit_
             settings as inputs.
         jit_compile: compile the search with XLA (`Translator`'s `jit_compile`): a serving process
             compiles one program per bucketed input shape on first use, then decodes the shipped model
-            1.5-1.8x faster on the 2-core development CPU (docs/BENCHMARKS.md).
+            1.5-1.8x faster on the 2-core development CPU (docs/BENCHMARKS.md). None: True in float32, False in
+            bfloat16, whose products XLA's CPU compiler in TensorFlow's wheels converts to float32 (it keeps
+            bfloat16 dots only in builds with oneDNN inside XLA), where TensorFlow's own kernels run them in
+            bfloat16 (oneDNN, AMX).
         overwrite: replace an existing export.
+        precision: "float32", or "bfloat16": weights and matrix products in bfloat16, softmax, layer norms and
+            search scores in float32 (the module docstring; `check_precision`).
         **settings: `DecodeOptions` fields replacing those of `options` (`beam_size=5`, `alpha=1.0`, ...).
 
     Returns:
@@ -275,6 +366,7 @@ def export(workdir, directory, checkpoint=None, average=None, options=None, jit_
 
     >>> export("runs/multi30k_en_de", "saved_models/multi30k_en_de", average=10)  # doctest: +SKIP
     """
+    check_precision(precision)
     check_export_destination(directory)  # before the models load
     workdirs = list(workdir) if isinstance(workdir, (list, tuple)) else [workdir]
     for path in workdirs:
@@ -285,7 +377,9 @@ def export(workdir, directory, checkpoint=None, average=None, options=None, jit_
     with export_lock(directory):  # held from the start: a second export to the same folder is refused at once
         loaded = load_models(workdirs if len(workdirs) > 1 else workdirs[0], checkpoint, average,
                              require_vocabulary=True)
-        translator = Translator.from_models(loaded.models, loaded.vocab_dir, options or loaded.decoding,
+        models = [cast_model(model, config, precision) for model, config in zip(loaded.models, loaded.configs)]
+        jit_compile = precision != "bfloat16" if jit_compile is None else jit_compile
+        translator = Translator.from_models(models, loaded.vocab_dir, options or loaded.decoding,
                                             jit_compile=jit_compile, **settings)
         return export_translator(translator, directory, config=loaded.configs, overwrite=overwrite)
 
@@ -309,7 +403,8 @@ class SavedModelExporter(Exporter):
     """`keras-transformer export --format savedmodel` (the default): `export` above, and the decoding it records.
 
     Args:
-        jit_compile: compile the search with XLA (`--no-xla`: False).
+        jit_compile: compile the search with XLA (`--no-xla`: False; None: `export`'s choice for the precision).
+        precision: "float32" (None) or "bfloat16" (`--precision`; `check_precision`).
 
     Example:
 
@@ -318,16 +413,18 @@ class SavedModelExporter(Exporter):
     """
 
     name = "savedmodel"
-    options = {"jit_compile": "--no-xla"}
+    options = {"jit_compile": "--no-xla", "precision": "--precision"}
+    precisions = PRECISIONS
 
-    def __init__(self, jit_compile=True):
+    def __init__(self, jit_compile=None, precision=None):
         self.jit_compile = jit_compile
+        self.precision = check_precision(precision or "float32", warn=False)  # `export` warns
 
     def export(self, model, directory, *, checkpoint=None, average=None, overwrite=False, options=None, **settings):
         """`export(model, directory, ...)` with this exporter's `jit_compile` (`Exporter.export`)."""
         settings = {key: value for key, value in settings.items() if value is not None}
         return export(model, directory, checkpoint=checkpoint, average=average, options=options,
-                      jit_compile=self.jit_compile, overwrite=overwrite, **settings)
+                      jit_compile=self.jit_compile, overwrite=overwrite, precision=self.precision, **settings)
 
     def recorded_decoding(self, directory):
         """The decoding of the export's `assets.extra/model.yaml` (None without one)."""
