@@ -340,6 +340,16 @@ def build_parser():
                "manifest (exported before manifests existed: nothing to check against); 2 another error (no such "
                "folder, say).")
     verify.add_argument("path", metavar="PATH", help="the export folder")
+
+    imported = commands.add_parser(
+        "import", help="turn a published checkpoint (OPUS-MT / Marian) into a workdir",
+        description="Reads a checkpoint in the Hugging Face layout (config.json, model.safetensors or "
+                    "pytorch_model.bin, the tokenizer's files) from a folder, or a Hub id where the network allows, "
+                    "and writes an ordinary workdir (model.yaml, data/vocab, one checkpoint, imported.json) that "
+                    "translate, evaluate, export, serve and train (training.init_checkpoint) take "
+                    "(docs/pretrained.md).")
+    imported.add_argument("source", metavar="SOURCE", help="the checkpoint folder, or a Hub id (owner/name)")
+    imported.add_argument("--workdir", required=True, help="the workdir to create (new or empty)")
     return parser
 
 

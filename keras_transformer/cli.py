@@ -14,6 +14,7 @@ keras-transformer distill-targets WORKDIR --member DIR CHECKPOINT [--member ...]
 keras-transformer plot-attention --model DIR "A man rides a bike." --out DIR   (PNG heatmaps per layer and head)
 keras-transformer serve     --model DIR [--port 8501] [--host H] [--name NAME]   (HTTP, TensorFlow Serving's REST API)
 keras-transformer verify    PATH   (an export's files against its manifest; exit 0 whole, 3 damaged, 2 no manifest)
+keras-transformer import    SOURCE --workdir DIR   (a published checkpoint, OPUS-MT / Marian, as a workdir)
 ```
 
 A repeated --model (or --workdir for export) decodes those models as one ensemble.
@@ -21,7 +22,7 @@ A repeated --model (or --workdir for export) decodes those models as one ensembl
 Each subcommand parses its arguments (`arguments.build_parser`) and calls one function of the library
 (`training.train_and_evaluate`, `inference.evaluate`, `inference.translate`, the `--format`'s exporter
 (`exports.make_exporter`), `workdir.average_workdir`, `training.pack_arrays`, `trainer.packed.train_arrays`,
-`distillation.make_teacher`, `serving.serve`); everything they do can be
+`distillation.make_teacher`, `serving.serve`, `imports.importer.import_checkpoint`); everything they do can be
 done from Python the same way. Errors that name a problem (a bad config key, a missing
 checkpoint, a corrupt file, a full disk) are printed as one line and the command exits with the status
 `errors.EXIT_CODES` gives that kind of fault (`keras-transformer --help` lists them).
@@ -379,9 +380,17 @@ def import_tensorflow_quietly():
             pass  # the command that needs it names the problem
 
 
+def _import(args):
+    from keras_transformer.imports.importer import import_checkpoint
+    workdir = import_checkpoint(args.source, args.workdir)
+    print(f"Imported {args.source} into {workdir}; translate with: keras-transformer translate --model {workdir}")
+    return 0
+
+
 _COMMANDS = {"train": _train, "evaluate": _evaluate, "translate": _translate, "export": _export,
              "average": _average, "pack": _pack, "train-packed": _train_packed, "distill-targets": _distill_targets,
-             "plot-attention": _plot_attention, "serve": _serve, "verify": _verify}
+             "plot-attention": _plot_attention, "serve": _serve, "verify": _verify,
+             "import": _import}
 
 
 def precheck(args):

@@ -15,6 +15,8 @@ from keras_transformer.files import atomic_write_text
 
 POSITION_KINDS = ("sinusoidal", "learned", "relative")
 TIE_MODES = ("all", "decoder", "none")
+SINUSOID_LAYOUTS = ("interleaved", "concatenated")
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swish")
 # Decoding settings that a model.yaml held among the architecture's fields until they moved to its own `decoding:`
 # mapping (`keras_transformer.decoding.DecodeOptions`, `workdir.read_model_file`): `from_yaml` leaves them there.
 DECODING_FIELDS = ("beam_size", "length_penalty", "max_decode_extra", "early_exit")
@@ -44,7 +46,7 @@ class TransformerConfig:
     target_vocab_size: typing.Optional[int] = None  # separate target vocabulary; None -> vocab_size
     pad_id: int = 0  # padding id; never attended to, never in the loss
     unk_id: int = 1  # unknown-token id
-    bos_id: int = 2  # begin-of-sequence id; the decoder's first input
+    bos_id: int = 2  # begin-of-sequence id; the decoder's first input (may be pad_id: Marian starts from padding)
     eos_id: int = 3  # end-of-sequence id; decoding stops on it
     # --- architecture ---------------------------------------------------------
     num_layers: int = 6  # N, layers in the encoder and in the decoder
@@ -58,6 +60,11 @@ class TransformerConfig:
     max_length: int = 256  # longest sequence (positions) the model accepts
     position: str = "sinusoidal"  # "sinusoidal" (paper), "learned" (Table 3 row E) or "relative" (Shaw et al. 2018)
     max_relative_position: int = 20  # k of position "relative": distances clipped to [-k, k] (OpenNMT-tf's 20)
+    sinusoid_layout: str = "interleaved"  # sinusoids: "interleaved" sin/cos (paper) or "concatenated" (all sines,
+                                          # then all cosines: tensor2tensor, fairseq, Marian)
+    scale_embeddings: bool = True  # multiply token embeddings by sqrt(d_model) (section 3.4)
+    activation: str = "relu"  # FFN activation: "relu" (paper), "gelu" (erf), "gelu_tanh" or "swish" (SiLU)
+    output_bias: bool = False  # a learned bias added to the logits (Marian's final_logits_bias)
     norm_first: bool = False  # False: post-norm LayerNorm(x + Sublayer(x)) as the paper; True: pre-norm
     layer_norm_epsilon: float = 1e-6  # LayerNorm epsilon
     tie_embeddings: str = "all"  # "all" (src+tgt+softmax, shared vocab), "decoder" (tgt+softmax), "none"
@@ -140,6 +147,12 @@ class TransformerConfig:
         if self.position not in POSITION_KINDS:
             raise ValueError(f"TransformerConfig.position must be one of {POSITION_KINDS}, "
                              f"got {self.position!r}.")
+        for name, kinds in (("sinusoid_layout", SINUSOID_LAYOUTS), ("activation", ACTIVATIONS)):
+            if getattr(self, name) not in kinds:
+                raise ValueError(f"TransformerConfig.{name} must be one of {kinds}, got {getattr(self, name)!r}.")
+        for name in ("scale_embeddings", "output_bias"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"TransformerConfig.{name} must be true or false, got {getattr(self, name)!r}.")
         if self.tie_embeddings not in TIE_MODES:
             raise ValueError(f"TransformerConfig.tie_embeddings must be one of {TIE_MODES} "
                              f"(or a bool), got {self.tie_embeddings!r}.")
@@ -153,8 +166,12 @@ class TransformerConfig:
             if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < min(
                     self.src_vocab_size, self.tgt_vocab_size):
                 raise ValueError(f"TransformerConfig.{name}={value!r} is outside the vocabulary.")
-        if len(set(special.values())) != len(special):
-            raise ValueError(f"TransformerConfig: special ids must differ, got {special}.")
+        # A vocabulary without a begin-of-sequence token starts the decoder from padding (bos_id == pad_id, as
+        # Marian does); the decoder's first position is then never masked as padding (`build_model`).
+        distinct = {name: value for name, value in special.items() if name != "bos_id" or value != self.pad_id}
+        if len(set(distinct.values())) != len(distinct):
+            raise ValueError(f"TransformerConfig: special ids must differ (only bos_id may equal pad_id), "
+                             f"got {special}.")
         for name in ("layer_norm_epsilon", "learning_rate_scale", "epsilon", "beta_1", "beta_2"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)):

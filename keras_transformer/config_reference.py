@@ -28,7 +28,8 @@ import sys
 import tokenize
 import typing
 
-from keras_transformer.config import POSITION_KINDS, PRESETS, TIE_MODES, TransformerConfig
+from keras_transformer.config import (ACTIVATIONS, POSITION_KINDS, PRESETS, SINUSOID_LAYOUTS, TIE_MODES,
+                                      TransformerConfig)
 from keras_transformer.data.synthetic import TASKS
 from keras_transformer.data.textfile import ERROR_MODES
 from keras_transformer.decoding.options import DecodeOptions
@@ -43,6 +44,8 @@ COMMAND = "python -m keras_transformer.config_reference > docs/config.md"
 CHOICES = {
     "model.preset": tuple(PRESETS),
     "model.position": POSITION_KINDS,
+    "model.sinusoid_layout": SINUSOID_LAYOUTS,
+    "model.activation": ACTIVATIONS,
     "model.tie_embeddings": TIE_MODES + (True, False),
     "data.kind": DATA_KINDS,
     "data.task": TASKS,

@@ -81,6 +81,9 @@ import keras  # noqa: E402  (the layer below wraps the functions above)
 class PaddingMask(keras.layers.Layer):
     """Layer form of `padding_mask` for functional models: ids `(B, T)` -> bool `(B, T)`.
 
+    With `keep_first`, position 0 is never padding: a decoder input whose start
+    token is the pad id (`TransformerConfig.bos_id == pad_id`, as Marian's) attends to it.
+
     Example:
 
     >>> import numpy as np
@@ -88,13 +91,18 @@ class PaddingMask(keras.layers.Layer):
     [[True, False]]
     """
 
-    def __init__(self, pad_id=0, **kwargs):
+    def __init__(self, pad_id=0, keep_first=False, **kwargs):
         super().__init__(**kwargs)
         self.pad_id = int(pad_id)
+        self.keep_first = bool(keep_first)
         self.built = True
 
     def call(self, ids):
-        return padding_mask(ids, self.pad_id)
+        mask = padding_mask(ids, self.pad_id)
+        if self.keep_first:  # the decoder's start token, which may be the pad id (Marian), is never padding
+            first = ops.expand_dims(ops.equal(ops.arange(ops.shape(ids)[1]), 0), 0)  # (1, T)
+            mask = ops.logical_or(mask, first)
+        return mask
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)
@@ -103,4 +111,4 @@ class PaddingMask(keras.layers.Layer):
         return keras.KerasTensor(ids.shape, dtype="bool")
 
     def get_config(self):
-        return {**super().get_config(), "pad_id": self.pad_id}
+        return {**super().get_config(), "pad_id": self.pad_id, "keep_first": self.keep_first}

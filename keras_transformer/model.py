@@ -11,7 +11,7 @@ import dataclasses
 import keras
 
 from keras_transformer.config import TransformerConfig
-from keras_transformer.layers import (PositionalEncoding, TokenEmbedding, TransformerDecoder,
+from keras_transformer.layers import (OutputBias, PositionalEncoding, TokenEmbedding, TransformerDecoder,
                                       TransformerEncoder)
 from keras_transformer.masking import PaddingMask, padding_mask
 
@@ -23,7 +23,8 @@ def _stack_options(config):
                 norm_first=config.norm_first, use_rezero=config.use_rezero,
                 scale_attention_logits=config.scale_attention_logits,
                 layer_norm_epsilon=config.layer_norm_epsilon, attention_window=config.attention_window,
-                max_relative_position=config.max_relative_position if config.position == "relative" else None)
+                max_relative_position=config.max_relative_position if config.position == "relative" else None,
+                activation=config.activation)
 
 
 def build_model(config: TransformerConfig, name="transformer", dtype=None) -> keras.Model:
@@ -35,8 +36,9 @@ def build_model(config: TransformerConfig, name="transformer", dtype=None) -> ke
 
     Layer names (used by `encode`/`decode` and by checkpoints):
     `shared_embedding` (tie "all") or `source_embedding`/`target_embedding`,
-    `source_position`, `target_position`, `encoder`, `decoder`, and
-    `output_projection` when the softmax weights are not tied.
+    `source_position`, `target_position`, `encoder`, `decoder`,
+    `output_projection` when the softmax weights are not tied, and
+    `output_bias` with `config.output_bias`.
 
     Args:
         config: a `TransformerConfig`.
@@ -69,25 +71,29 @@ def build_model(config: TransformerConfig, name="transformer", dtype=None) -> ke
     source = keras.Input(shape=(None,), dtype="int32", name="source")
     target = keras.Input(shape=(None,), dtype="int32", name="target")
     source_padding = PaddingMask(config.pad_id, name="source_padding")(source)  # (B, S)
-    target_padding = PaddingMask(config.pad_id, name="target_padding")(target)  # (B, T)
+    # A decoder that starts from the pad id (bos_id == pad_id, as Marian's) attends to its first position.
+    start_is_pad = {"keep_first": True} if config.bos_id == config.pad_id else {}
+    target_padding = PaddingMask(config.pad_id, name="target_padding", **start_is_pad)(target)  # (B, T)
 
+    scale = config.scale_embeddings
     if config.tie_embeddings == "all":
-        source_embedding = target_embedding = TokenEmbedding(config.vocab_size, config.d_model,
+        source_embedding = target_embedding = TokenEmbedding(config.vocab_size, config.d_model, scale=scale,
                                                              name="shared_embedding")
     else:
-        source_embedding = TokenEmbedding(config.src_vocab_size, config.d_model, name="source_embedding")
-        target_embedding = TokenEmbedding(config.tgt_vocab_size, config.d_model, name="target_embedding")
+        source_embedding = TokenEmbedding(config.src_vocab_size, config.d_model, scale=scale, name="source_embedding")
+        target_embedding = TokenEmbedding(config.tgt_vocab_size, config.d_model, scale=scale, name="target_embedding")
+    layout = {"layout": config.sinusoid_layout} if config.sinusoid_layout != "interleaved" else {}
 
     # Encoder: embed, add positions, dropout, N layers.
     x = source_embedding(source)  # (B, S, D)
-    x = PositionalEncoding(config.max_length, config.position, name="source_position")(x)
+    x = PositionalEncoding(config.max_length, config.position, name="source_position", **layout)(x)
     x = keras.layers.Dropout(config.dropout, name="source_dropout")(x)
     memory = TransformerEncoder(config.encoder_layers, name="encoder", **_stack_options(config))(
         x, padding_mask=source_padding)  # (B, S, D)
 
     # Decoder: embed the shifted target, add positions, dropout, N layers.
     y = target_embedding(target)  # (B, T, D)
-    y = PositionalEncoding(config.max_length, config.position, name="target_position")(y)
+    y = PositionalEncoding(config.max_length, config.position, name="target_position", **layout)(y)
     y = keras.layers.Dropout(config.dropout, name="target_dropout")(y)
     y = TransformerDecoder(config.decoder_layers, name="decoder", **_stack_options(config))(
         y, memory, target_padding_mask=target_padding, memory_padding_mask=source_padding)  # (B, T, D)
@@ -97,6 +103,8 @@ def build_model(config: TransformerConfig, name="transformer", dtype=None) -> ke
         logits = target_embedding(y, reverse=True)
     else:
         logits = keras.layers.Dense(config.tgt_vocab_size, use_bias=False, name="output_projection")(y)
+    if config.output_bias:
+        logits = OutputBias(config.tgt_vocab_size, name="output_bias")(logits)
     logits = keras.layers.Activation("linear", dtype="float32", name="logits")(logits)  # (B, T, V)
     return keras.Model({"source": source, "target": target}, logits, name=name)
 
@@ -145,6 +153,7 @@ class TransformerParts:
         encoder, decoder: `TransformerEncoder`, `TransformerDecoder`.
         output_projection: the pre-softmax `Dense`, or None when the target
             embedding is reused (tied) as the projection.
+        output_bias: the `OutputBias` added to the logits, or None.
         tie: `TransformerConfig.tie_embeddings` as the layers show it: "all"
             (one shared embedding), "decoder" (target embedding = projection)
             or "none".
@@ -166,6 +175,7 @@ class TransformerParts:
     decoder: keras.layers.Layer
     output_projection: keras.layers.Layer | None
     tie: str
+    output_bias: keras.layers.Layer | None = None
 
     @property
     def shared_embedding(self):
@@ -213,7 +223,7 @@ def parts(model):
                             source_position=layers["source_position"], target_position=layers["target_position"],
                             source_dropout=layers["source_dropout"], target_dropout=layers["target_dropout"],
                             encoder=layers["encoder"], decoder=layers["decoder"], output_projection=projection,
-                            tie=tie)
+                            tie=tie, output_bias=layers.get("output_bias"))
 
 
 def output_kernel(model):
@@ -315,6 +325,8 @@ def decode(model, target, memory=None, source_padding=None, target_padding=None,
         logits = p.output_projection(hidden)
     else:
         logits = p.target_embedding(hidden, reverse=True)
+    if p.output_bias is not None:
+        logits = p.output_bias(logits)
     logits = keras.ops.cast(logits, "float32")
     if step:
         logits = keras.ops.expand_dims(logits, 1)  # (B, 1, V)

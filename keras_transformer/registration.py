@@ -36,6 +36,7 @@ SERIALIZABLE = {
     "keras_transformer.layers.encoder": ("EncoderLayer", "TransformerEncoder"),
     "keras_transformer.layers.feed_forward": ("PositionWiseFeedForward",),
     "keras_transformer.layers.normalization": ("LayerNormalization",),
+    "keras_transformer.layers.output_bias": ("OutputBias",),
     "keras_transformer.layers.position": ("PositionalEncoding",),
     "keras_transformer.layers.sublayer": ("SublayerConnection",),
     "keras_transformer.masking": ("PaddingMask",),

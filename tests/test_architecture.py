@@ -26,7 +26,7 @@ LAYERS = [
                     "data.build", "distribute", "engines.tensorflow", "engines.tensorflow_graph",
                     "engines.tensorflow_threads", "exports.savedmodel", "exports.ctranslate2", "warmup", "callbacks"]),
     ("user", ["engines.loader", "training", "trainer.packed", "inference", "arrays", "distillation", "serving",
-              "serving.*"]),
+              "serving.*", "imports", "imports.*"]),
     ("plotting", ["plotting"]),
     ("cli", ["cli"]),
 ]
@@ -35,6 +35,7 @@ TENSORFLOW_LAYER = 6
 # and Keras internals, imported where they are used (in keras_internals only, as a test below checks).
 LATE_IMPORTS = {"matplotlib", "jax", "ctranslate2", "tensorboard", "tensorflow_datasets", "sentencepiece",
                 "keras_nlp", "sacremoses", "keras.src", "tensorflow", "starlette", "uvicorn", "prometheus_client",
+                "safetensors", "torch", "huggingface_hub",
                 "fcntl"}  # fcntl: POSIX only (files/locks.py takes no lock without it)
 
 

@@ -117,7 +117,9 @@ def test_separate_vocabularies_give_target_sized_logits():
 
 
 @pytest.mark.parametrize("options", [dict(), dict(tie_embeddings="none", norm_first=True, position="learned"),
-                                     dict(position="relative", max_relative_position=3)])
+                                     dict(position="relative", max_relative_position=3),
+                                     dict(activation="gelu_tanh", output_bias=True, sinusoid_layout="concatenated",
+                                          scale_embeddings=False, tie_embeddings="none")])
 def test_model_config_and_keras_file_round_trips(options, tmp_path):
     model = kt.build_model(tiny(**options))
     source, target = random_batch()
@@ -224,6 +226,60 @@ def test_cached_decoding_equals_full_pass(options):
                                 cross_attention_cache=cross)
         steps.append(keras.ops.convert_to_numpy(step))
     np.testing.assert_allclose(np.concatenate(steps, axis=1), full, atol=1e-5)
+
+
+def test_a_decoder_that_starts_from_the_pad_id_attends_to_it_in_the_full_pass_as_step_by_step():
+    """Marian's layout (eos 0, unk 1, pad = bos = V - 1): the start token is the pad id, yet never padding."""
+    config = tiny(num_layers=2, pad_id=39, bos_id=39, eos_id=0, unk_id=1, activation="swish", output_bias=True,
+                  sinusoid_layout="concatenated")
+    model = kt.build_model(config)
+    model.get_layer("output_bias").bias.assign(RNG.normal(size=40).astype("float32"))
+    source = RNG.integers(2, 39, size=(2, 6)).astype("int32")
+    source[0, 4:] = 39
+    target = np.concatenate([np.full((2, 1), 39), RNG.integers(2, 39, size=(2, 4))], axis=1).astype("int32")
+    full = logits(model, source, target)
+    memory, mask = kt.encode(model, source, pad_id=39)
+    decoder = model.get_layer("decoder")
+    cache, cross = decoder.initial_cache(2, 5), decoder.cross_attention_cache(memory)
+    steps = []
+    for t in range(5):
+        step, cache = kt.decode(model, target[:, t:t + 1], None, mask, self_attention_cache=cache, cache_index=t,
+                                cross_attention_cache=cross)
+        steps.append(keras.ops.convert_to_numpy(step))
+    np.testing.assert_allclose(np.concatenate(steps, axis=1), full, atol=1e-5)
+    # the bias is added to every position's logits
+    without = keras.ops.convert_to_numpy(kt.decode(model, target, memory, mask)) - \
+        keras.ops.convert_to_numpy(model.get_layer("output_bias").bias)
+    model.get_layer("output_bias").bias.assign(np.zeros(40, "float32"))
+    np.testing.assert_allclose(logits(model, source, target), without, atol=1e-5)
+
+
+def test_concatenated_sinusoids_put_every_sine_before_every_cosine():
+    from keras_transformer.layers.position import sinusoidal_position_encoding
+    table = sinusoidal_position_encoding(7, 6, "concatenated")
+    for pos in range(7):
+        for i in range(3):
+            angle = pos / 10000 ** (2 * i / 6)
+            assert table[pos, i] == pytest.approx(np.sin(angle), abs=1e-6)
+            assert table[pos, 3 + i] == pytest.approx(np.cos(angle), abs=1e-6)
+    interleaved = sinusoidal_position_encoding(7, 6)
+    np.testing.assert_array_equal(interleaved[:, 0::2], table[:, :3])
+
+
+@pytest.mark.parametrize("name, function", [
+    ("relu", lambda x: np.maximum(x, 0)),
+    ("gelu", lambda x: 0.5 * x * (1 + np.vectorize(__import__("math").erf)(x / np.sqrt(2)))),
+    ("gelu_tanh", lambda x: 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))),
+    ("swish", lambda x: x / (1 + np.exp(-x)))])
+def test_each_feed_forward_activation_is_the_function_it_names(name, function):
+    layer = kt.PositionWiseFeedForward(d_model=4, d_ff=8, activation=name)
+    x = RNG.normal(size=(1, 3, 4)).astype("float32")
+    layer(x)
+    inner = x @ keras.ops.convert_to_numpy(layer.inner.kernel) + keras.ops.convert_to_numpy(layer.inner.bias)
+    expected = function(inner) @ keras.ops.convert_to_numpy(layer.outer.kernel) + \
+        keras.ops.convert_to_numpy(layer.outer.bias)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(layer(x)), expected, atol=1e-5)
+    assert kt.PositionWiseFeedForward.from_config(layer.get_config()).activation == name
 
 
 def test_decoder_caches_are_heads_first_key_value_pairs_per_layer():

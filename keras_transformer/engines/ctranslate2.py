@@ -349,7 +349,11 @@ class CTranslate2Translator(TranslatorInterface):
         self.source_tokens = self._saved_vocabulary("source")
         self.target_tokens = self._saved_vocabulary("target")
         self._target_ids = {token: index for index, token in enumerate(self.target_tokens)}
+        # An imported vocabulary ("mapped"): pieces go to CTranslate2 as tokens, numbered by its vocabulary
+        self.mapped = self.metadata.get("tokenization") == "mapped"
+        self._known = {"source": set(self.source_tokens), "target": set(self.target_tokens)}
         tokens = self.metadata["special_tokens"]
+        self._unk_token = tokens["unk"]
         self._eos_token = tokens["eos"]
         self._never = [[tokens["pad"]], [tokens["bos"]]]  # suppressed only where a search produced them
         self.translator = ctranslate2.Translator(self.directory, device=device, compute_type=self.compute_type,
@@ -424,8 +428,20 @@ class CTranslate2Translator(TranslatorInterface):
         >>> translator.encode_source("A man.")  # doctest: +SKIP
         ['▁A', '▁man', '.']
         """
+        if self.mapped:
+            return self._pieces(self.source_processor, text, "source")[: self.max_source_length - 1]
         ids = self.source_processor.encode(text)[: self.max_source_length - 1]
         return [self.source_tokens[i] for i in ids]
+
+    def _pieces(self, processor, text, side):
+        """An imported vocabulary's tokens of `text`: a leading ``>>xx<<`` tag whole, then SentencePiece's pieces,
+        each one the vocabulary lacks read as unk (`keras_transformer.data.tokenizers.MappedTokenizer`)."""
+        tag = []
+        if text.startswith(">>") and text.find("<<") != -1:
+            end = text.find("<<") + 2
+            tag, text = [text[:end]], text[end:]
+        return [token if token in self._known[side] else self._unk_token
+                for token in tag + processor.encode(text, out_type=str)]
 
     def _limit(self, source_tokens, prefix=()):
         """Tokens a translation may have: source length with eos + max_extra, at least its target prefix and one
@@ -439,11 +455,17 @@ class CTranslate2Translator(TranslatorInterface):
         return tuple(self.metadata.get("target_languages", ()))
 
     def target_prefix_ids(self, prefixes):
-        """Per prefix text, its forced target ids (the target SentencePiece model's, no eos), checked
-        (`interface.check_prefix_ids`)."""
-        processor = self.target_processor
-        return [check_prefix_ids("CTranslate2Translator", text, processor.encode(text), processor.unk_id(),
-                                 self.max_target_length) for text in prefixes]
+        """Per prefix text, its forced target ids (no eos), checked (`interface.check_prefix_ids`): the target
+        SentencePiece model's ids, or for an imported vocabulary the ids of its pieces in that vocabulary (a
+        ``>>xx<<`` tag whole), which index `target_tokens` alike."""
+        if self.mapped:
+            def encode(text):
+                return [self._target_ids[token] for token in self._pieces(self.target_processor, text, "target")]
+            unk = self._target_ids[self._unk_token]
+        else:
+            encode, unk = self.target_processor.encode, self.target_processor.unk_id()
+        return [check_prefix_ids("CTranslate2Translator", text, encode(text), unk, self.max_target_length)
+                for text in prefixes]
 
     def _search(self, sources, prefixes=None):
         """Beam search on token lists: per sentence, `[(ids, score)]` best first (rescored with the GNMT penalty).
@@ -519,6 +541,9 @@ class CTranslate2Translator(TranslatorInterface):
                 break
             if token not in (self.pad_id, self.bos_id):
                 kept.append(token)
+        if self.mapped:  # as MappedTokenizer.detokenize: the pieces joined, unk dropped, each ▁ a space
+            pieces = [self.target_tokens[i] for i in kept if self.target_tokens[i] != self._unk_token]
+            return "".join(pieces).replace("\u2581", " ").strip()
         return self.target_processor.decode(kept)
 
     # ------------------------------------------------------------------ strings
@@ -544,6 +569,9 @@ class CTranslate2Translator(TranslatorInterface):
         the GNMT penalty of `scoring_alpha`, as the other engines score."""
         target_tokens = []
         for text in targets:
+            if self.mapped:
+                target_tokens.append(self._pieces(self.target_processor, text, "target")[: self.max_target_length - 1])
+                continue
             ids = self.target_processor.encode(text)[: self.max_target_length - 1]
             target_tokens.append([self.target_tokens[i] for i in ids])
         results = self.translator.score_batch([self.encode_source(text) for text in sources], target_tokens,

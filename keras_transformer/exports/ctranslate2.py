@@ -72,7 +72,10 @@ README_FILE = "README.md"
 PAD_TOKEN = "<blank>"  # CTranslate2's (and OpenNMT's) padding token
 _TOKENIZER_FORMAT = "keras_transformer.SubwordTokenizer"  # tokenizer.json of keras_transformer.data.tokenizers
 _TOKENIZER_CONFIG = "tokenizer.json"
+_MAPPED_FORMAT = "keras_transformer.MappedTokenizer"  # tokenizer.json of an imported vocabulary (MappedTokenizer)
 _RESERVED = {"pad_id": 0, "unk_id": 1, "bos_id": 2, "eos_id": 3}
+# TransformerConfig.activation -> CTranslate2's common_spec.Activation
+_ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "gelu_tanh": "GELUTanh", "swish": "SWISH"}
 
 
 # ---------------------------------------------------------------------- support checks
@@ -127,11 +130,47 @@ def _tokenizer_folders(vocab_dir):
                             "save_tokenizers writes them (an export keeps them in assets.extra/vocab).")
 
 
+def _read_settings(folder):
+    with open(os.path.join(folder, _TOKENIZER_CONFIG), encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def _is_mapped(folder):
+    """Whether a tokenizer folder holds a `MappedTokenizer` (an imported vocabulary: pieces numbered by vocab.json)."""
+    return _read_settings(folder).get("format") == _MAPPED_FORMAT
+
+
+def mapped_vocabulary(folder):
+    """The SentencePiece model file and the tokens by id of an imported (`MappedTokenizer`) vocabulary folder.
+
+    Its tokens are the CTranslate2 vocabulary as they are (the checkpoint's own, its ``<pad>`` included): the
+    export gives CTranslate2 pieces, which it numbers by that list, as CTranslate2's own Marian converter does.
+
+    Example:
+
+    >>> model_file, tokens = mapped_vocabulary("runs/opus_en_de/data/vocab/source")  # doctest: +SKIP
+    >>> tokens[:2]  # doctest: +SKIP
+    ['</s>', '<unk>']
+    """
+    settings = _read_settings(folder)
+    model_file = os.path.join(folder, settings["model_file"])
+    vocabulary = os.path.join(folder, settings["vocabulary_file"])
+    for path in (model_file, vocabulary):
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"Tokenizer file {path} named in {os.path.join(folder, _TOKENIZER_CONFIG)} is "
+                                    "missing.")
+    with open(vocabulary, encoding="utf-8") as handle:
+        mapping = json.load(handle)
+    tokens = [None] * len(mapping)
+    for token, index in mapping.items():
+        tokens[index] = token
+    return model_file, tokens
+
+
 def _sentencepiece_file(folder):
     """The SentencePiece model file of a tokenizer folder, after checking its tokenizer.json."""
     path = os.path.join(folder, _TOKENIZER_CONFIG)
-    with open(path, encoding="utf-8") as handle:
-        settings = json.load(handle)
+    settings = _read_settings(folder)
     if settings.get("format") != _TOKENIZER_FORMAT:
         raise ValueError(f"{path} does not describe a keras_transformer tokenizer (format={settings.get('format')!r}).")
     if settings.get("model_type") == "wordpiece":
@@ -307,7 +346,7 @@ def build_spec(model, config, source_tokens, target_tokens):
     >>> spec.encoder.position_encodings.encodings.shape  # doctest: +SKIP
     (128, 512)
     """
-    from ctranslate2.specs import transformer_spec
+    from ctranslate2.specs import common_spec, transformer_spec
 
     check_ctranslate2_support(config)
     model_parts = parts(model)
@@ -321,8 +360,9 @@ def build_spec(model, config, source_tokens, target_tokens):
     head_dim = config.head_dim
     custom_head = head_dim * config.num_heads != config.d_model
     relative = config.position == "relative"
+    activation = getattr(common_spec.Activation, _ACTIVATIONS[config.activation])
     options = dict(pre_norm=config.norm_first, head_dim=head_dim if custom_head else None,
-                   relative_position=relative)
+                   relative_position=relative, activation=activation)
     encoder_spec = transformer_spec.TransformerEncoderSpec(config.encoder_layers, config.num_heads, **options)
     decoder_spec = transformer_spec.TransformerDecoderSpec(config.decoder_layers, config.num_heads, **options)
     spec = transformer_spec.TransformerSpec(encoder_spec, decoder_spec)
@@ -330,7 +370,7 @@ def build_spec(model, config, source_tokens, target_tokens):
     scale = config.scale_attention_logits
     encoder, decoder = model_parts.encoder, model_parts.decoder
     spec.encoder.embeddings[0].weight = _numpy(source_embedding.embeddings)
-    spec.encoder.scale_embeddings = True  # x sqrt(d_model), as TokenEmbedding does
+    spec.encoder.scale_embeddings = config.scale_embeddings  # x sqrt(d_model), as TokenEmbedding does
     if not relative:  # relative positions live in the self-attention specs instead (_self_attention)
         spec.encoder.position_encodings.encodings = position_table(model, "source")
     for layer_spec, layer in zip(spec.encoder.layer, encoder.encoder_layers):
@@ -340,7 +380,7 @@ def build_spec(model, config, source_tokens, target_tokens):
         _layer_norm(spec.encoder.layer_norm, encoder.final_norm)
 
     spec.decoder.embeddings.weight = _numpy(target_embedding.embeddings)
-    spec.decoder.scale_embeddings = True
+    spec.decoder.scale_embeddings = config.scale_embeddings
     if not relative:
         spec.decoder.position_encodings.encodings = position_table(model, "target")
     for layer_spec, layer in zip(spec.decoder.layer, decoder.decoder_layers):
@@ -354,6 +394,8 @@ def build_spec(model, config, source_tokens, target_tokens):
     else:
         spec.decoder.projection.weight = np.ascontiguousarray(
             _numpy(model_parts.output_projection.kernel).T)
+    if model_parts.output_bias is not None:
+        spec.decoder.projection.bias = _numpy(model_parts.output_bias.bias)
 
     spec.config.layer_norm_epsilon = float(config.layer_norm_epsilon)
     spec.config.unk_token = target_tokens[config.unk_id]
@@ -481,9 +523,16 @@ def export_ctranslate2(model, config, vocab_dir, directory, *, options=None, qua
                 raise FileExistsError(f"{directory} already exists; replace it with overwrite=True (--overwrite).")
         check_ctranslate2_support(config)
         folders = _tokenizer_folders(vocab_dir)
-        models = {side: _sentencepiece_file(folder) for side, folder in folders.items()}
-        shared = folders["source"] == folders["target"]
-        tokens = {side: vocabulary_tokens(path) for side, path in models.items()}
+        mapped = _is_mapped(folders["source"])
+        if mapped:  # an imported vocabulary: pieces numbered by its own vocab.json
+            models, tokens = {}, {}
+            for side, folder in folders.items():
+                models[side], tokens[side] = mapped_vocabulary(folder)
+            shared = models["source"] == models["target"]
+        else:
+            models = {side: _sentencepiece_file(folder) for side, folder in folders.items()}
+            shared = folders["source"] == folders["target"]
+            tokens = {side: vocabulary_tokens(path) for side, path in models.items()}
         spec = build_spec(model, config, tokens["source"], tokens["target"])
         spec.validate()
         spec.optimize(quantization=None if precision == "float32" else precision)
@@ -507,7 +556,11 @@ def export_ctranslate2(model, config, vocab_dir, directory, *, options=None, qua
             "decoding": decoding,
             "length_penalty": "gnmt: score = log P / ((5 + n) / 6) ** alpha, n counting the eos token",
             "special_ids": {name: int(getattr(config, name)) for name in _RESERVED},
-            "special_tokens": {"pad": PAD_TOKEN, "unk": tokens["target"][config.unk_id],
+            # "mapped": SentencePiece pieces given to CTranslate2 as tokens (an imported vocabulary, a leading
+            # >>xx<< tag one token); "ids": SentencePiece ids, the pieces of a vocabulary learned by the package
+            "tokenization": "mapped" if mapped else "ids",
+            "special_tokens": {"pad": tokens["target"][config.pad_id] if mapped else PAD_TOKEN,
+                               "unk": tokens["target"][config.unk_id],
                                "bos": tokens["target"][config.bos_id], "eos": tokens["target"][config.eos_id]},
             "sentencepiece": names,
             "max_source_length": int(config.max_length),

@@ -26,6 +26,7 @@ class EncoderLayer(LayerOptions):
         max_relative_position: if set (k), self-attention adds learned embeddings of the
             distance clip(j - i, -k, k) to its keys and values (Shaw et al., 2018);
             the layer's inputs then carry no position signal of their own.
+        activation: the feed-forward activation ("relu", "gelu", "gelu_tanh", "swish").
 
     Call args:
         x: `(B, S, d_model)`.

@@ -3,6 +3,32 @@
 import keras
 
 
+def gelu_tanh(x):
+    """GELU by its tanh approximation (Hendrycks and Gimpel, 2016), PyTorch's ``gelu(approximate="tanh")``.
+
+    Example:
+
+    >>> round(float(gelu_tanh(keras.ops.convert_to_tensor(1.0))), 4)
+    0.8412
+    """
+    return keras.activations.gelu(x, approximate=True)
+
+
+# `TransformerConfig.activation` names -> Keras activations ("gelu" is the exact, erf form; "swish" is SiLU).
+ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_tanh": gelu_tanh, "swish": "silu"}
+
+
+def feed_forward_activation(name):
+    """The Keras activation of a `TransformerConfig.activation` name, or any Keras activation given as such.
+
+    Example:
+
+    >>> feed_forward_activation("swish").__name__
+    'silu'
+    """
+    return keras.activations.get(ACTIVATIONS.get(name, name))
+
+
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class PositionWiseFeedForward(keras.layers.Layer):
     """Two dense layers applied to every position alike, with a ReLU between.
@@ -11,7 +37,8 @@ class PositionWiseFeedForward(keras.layers.Layer):
         d_model: output width.
         d_ff: inner width (2048 in the base model).
         dropout: dropout on the inner activations (0 in the paper).
-        activation: inner activation (ReLU in the paper).
+        activation: inner activation (ReLU in the paper): a `TransformerConfig.activation`
+            name ("relu", "gelu", "gelu_tanh", "swish") or any Keras activation.
 
     Example:
 
@@ -25,7 +52,10 @@ class PositionWiseFeedForward(keras.layers.Layer):
         self.d_model = int(d_model)
         self.d_ff = int(d_ff)
         self.dropout = float(dropout)
-        self.activation = keras.activations.serialize(keras.activations.get(activation))
+        # A `TransformerConfig.activation` name is kept as such; another activation as Keras serializes it.
+        self.activation = (activation if isinstance(activation, str) and activation in ACTIVATIONS
+                           else keras.activations.serialize(feed_forward_activation(activation)))
+        activation = feed_forward_activation(self.activation)
         if self.d_model <= 0 or self.d_ff <= 0:
             raise ValueError(f"PositionWiseFeedForward: d_model and d_ff must be positive, "
                              f"got {self.d_model} and {self.d_ff}.")

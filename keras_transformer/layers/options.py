@@ -12,7 +12,7 @@ def layer_options(layer):
     Example:
 
     >>> sorted(layer_options(LayerOptions(d_model=8, num_heads=2, d_ff=16)))[:3]
-    ['attention_dropout', 'attention_window', 'd_ff']
+    ['activation', 'attention_dropout', 'attention_window']
     """
     return {
         "d_model": layer.d_model, "num_heads": layer.num_heads, "d_ff": layer.d_ff,
@@ -21,7 +21,7 @@ def layer_options(layer):
         "norm_first": layer.norm_first, "use_rezero": layer.use_rezero,
         "scale_attention_logits": layer.scale_attention_logits,
         "layer_norm_epsilon": layer.layer_norm_epsilon, "attention_window": layer.attention_window,
-        "max_relative_position": layer.max_relative_position,
+        "max_relative_position": layer.max_relative_position, "activation": layer.activation,
     }
 
 
@@ -31,7 +31,7 @@ class LayerOptions(keras.layers.Layer):
     Args: as `EncoderLayer` (d_model, num_heads, d_ff, dropout, attention_dropout,
         ffn_dropout, key_dim, value_dim, norm_first, use_rezero,
         scale_attention_logits, layer_norm_epsilon, attention_window,
-        max_relative_position).
+        max_relative_position, activation).
 
     Example:
 
@@ -42,7 +42,7 @@ class LayerOptions(keras.layers.Layer):
     def __init__(self, d_model, num_heads, d_ff, dropout=0.1, attention_dropout=0.0, ffn_dropout=0.0,
                  key_dim=None, value_dim=None, norm_first=False, use_rezero=False,
                  scale_attention_logits=True, layer_norm_epsilon=1e-6, attention_window=None,
-                 max_relative_position=None, **kwargs):
+                 max_relative_position=None, activation="relu", **kwargs):
         super().__init__(**kwargs)
         self.d_model, self.num_heads, self.d_ff = int(d_model), int(num_heads), int(d_ff)
         if key_dim is None and self.d_model % self.num_heads:
@@ -59,6 +59,7 @@ class LayerOptions(keras.layers.Layer):
         self.layer_norm_epsilon = float(layer_norm_epsilon)
         self.attention_window = int(attention_window) if attention_window is not None else None
         self.max_relative_position = int(max_relative_position) if max_relative_position is not None else None
+        self.activation = activation  # the feed-forward activation's name (`TransformerConfig.activation`)
 
     def _check_width(self, x_shape):
         if x_shape[-1] != self.d_model:
@@ -80,7 +81,7 @@ class LayerOptions(keras.layers.Layer):
                     **self._attention_args())
 
     def _feed_forward(self):
-        return PositionWiseFeedForward(self.d_model, self.d_ff, dropout=self.ffn_dropout,
+        return PositionWiseFeedForward(self.d_model, self.d_ff, dropout=self.ffn_dropout, activation=self.activation,
                                        dtype=self.dtype_policy, name="feed_forward")
 
     def get_config(self):

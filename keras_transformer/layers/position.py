@@ -11,23 +11,37 @@ import numpy as np
 from keras import ops
 
 
-def sinusoidal_position_encoding(length, d_model):
+LAYOUTS = ("interleaved", "concatenated")
+
+
+def sinusoidal_position_encoding(length, d_model, layout="interleaved"):
     """Returns the `(length, d_model)` float32 table of the paper's section 3.5.
 
-    PE(pos, 2i) = sin(pos / 10000^(2i / d_model)), PE(pos, 2i + 1) = cos(pos / 10000^(2i / d_model)).
+    "interleaved" (the paper): PE(pos, 2i) = sin(pos / 10000^(2i / d_model)), PE(pos, 2i + 1) = cos(...).
+    "concatenated": the same sines in the first ceil(d_model / 2) columns, then the cosines (tensor2tensor,
+    fairseq, Marian and Hugging Face's `MarianSinusoidalPositionalEmbedding`).
 
     Example:
 
     >>> table = sinusoidal_position_encoding(4, 6)
     >>> table.shape, float(table[0, 1])
     ((4, 6), 1.0)
+    >>> float(sinusoidal_position_encoding(4, 6, "concatenated")[0, 3])
+    1.0
     """
+    if layout not in LAYOUTS:
+        raise ValueError(f"sinusoidal_position_encoding: layout must be one of {LAYOUTS}, got {layout!r}.")
     positions = np.arange(length, dtype=np.float64)[:, None]  # (L, 1)
     two_i = np.arange(0, d_model, 2, dtype=np.float64)[None, :]  # (1, ceil(D/2))
     angles = positions / np.power(10000.0, two_i / d_model)
     table = np.zeros((length, d_model), dtype=np.float64)
-    table[:, 0::2] = np.sin(angles)
-    table[:, 1::2] = np.cos(angles[:, : d_model // 2])
+    if layout == "concatenated":
+        sines = angles.shape[1]
+        table[:, :sines] = np.sin(angles)
+        table[:, sines:] = np.cos(angles[:, : d_model // 2])
+    else:
+        table[:, 0::2] = np.sin(angles)
+        table[:, 1::2] = np.cos(angles[:, : d_model // 2])
     return table.astype("float32")
 
 
@@ -63,6 +77,8 @@ class PositionalEncoding(keras.layers.Layer):
         kind: "sinusoidal" (fixed, the paper), "learned" (a trainable table) or
             "relative" (nothing is added: the self-attention layers carry the
             positions; the layer still bounds lengths by `max_length`).
+        layout: the sinusoids' column order, "interleaved" (the paper) or
+            "concatenated" (`sinusoidal_position_encoding`).
 
     Call args:
         x: `(B, T, D)` embeddings.
@@ -77,10 +93,13 @@ class PositionalEncoding(keras.layers.Layer):
     True
     """
 
-    def __init__(self, max_length, kind="sinusoidal", initializer="glorot_uniform", **kwargs):
+    def __init__(self, max_length, kind="sinusoidal", initializer="glorot_uniform", layout="interleaved", **kwargs):
         super().__init__(**kwargs)
         if kind not in KINDS:
             raise ValueError(f"PositionalEncoding: kind must be one of {KINDS}, got {kind!r}.")
+        if layout not in LAYOUTS:
+            raise ValueError(f"PositionalEncoding: layout must be one of {LAYOUTS}, got {layout!r}.")
+        self.layout = layout
         self.max_length = int(max_length)
         self.kind = kind
         self.initializer = keras.initializers.get(initializer)
@@ -94,7 +113,7 @@ class PositionalEncoding(keras.layers.Layer):
             self.table = self.add_weight(name="positions", shape=(self.max_length, d_model),
                                          initializer=self.initializer, trainable=True)
         elif self.kind == "sinusoidal":
-            self.table = sinusoidal_position_encoding(self.max_length, d_model)
+            self.table = sinusoidal_position_encoding(self.max_length, d_model, self.layout)
 
     def call(self, x, start_index=0):
         length = x.shape[1]
@@ -112,4 +131,4 @@ class PositionalEncoding(keras.layers.Layer):
 
     def get_config(self):
         return {**super().get_config(), "max_length": self.max_length, "kind": self.kind,
-                "initializer": keras.initializers.serialize(self.initializer)}
+                "initializer": keras.initializers.serialize(self.initializer), "layout": self.layout}

@@ -50,18 +50,23 @@ each side's files in one streaming pass (`reservoir_sample`; half of the sample
 from each side when the vocabulary is shared), so learning a vocabulary takes
 a time and memory bounded by the sample, whatever the corpus size.
 
+Imported vocabularies (`keras-transformer import`): `mapped` (`MappedTokenizer`: a published model's SentencePiece
+model whose pieces are numbered by its own vocabulary, with its own special ids); `load_tokenizers` reads it too.
+
 The modules: `subword` (`SubwordTokenizer`: one vocabulary, learned, applied, saved), `pairs` (the source and
 target tokenizers learned, saved and loaded together), `sampling` (the uniform draw of sentences from files,
 without TensorFlow). Import the names from this package.
 """
 
-from keras_transformer.data.tokenizers.pairs import (load_tokenizers, save_tokenizers, train_tokenizers,
-                                                     train_tokenizers_from_files)
+from keras_transformer.data.tokenizers.mapped import MappedTokenizer, read_vocabulary
+from keras_transformer.data.tokenizers.pairs import (load_tokenizer, load_tokenizers, save_tokenizers,
+                                                     train_tokenizers, train_tokenizers_from_files)
 from keras_transformer.data.tokenizers.sampling import check_text_files, reservoir_sample, sample_files
 from keras_transformer.data.tokenizers.subword import (BOS_ID, CONFIG_FILE, EOS_ID, PAD_ID, SENTENCEPIECE_FILE, UNK_ID,
                                                        WORDPIECE_FILE, WORDPIECE_RESERVED, SubwordTokenizer,
                                                        sentence_list)
 
 __all__ = ["BOS_ID", "CONFIG_FILE", "EOS_ID", "PAD_ID", "SENTENCEPIECE_FILE", "UNK_ID", "WORDPIECE_FILE",
-           "WORDPIECE_RESERVED", "SubwordTokenizer", "check_text_files", "load_tokenizers", "reservoir_sample",
+           "WORDPIECE_RESERVED", "MappedTokenizer", "SubwordTokenizer", "check_text_files", "load_tokenizer",
+           "load_tokenizers", "read_vocabulary", "reservoir_sample",
            "sample_files", "save_tokenizers", "sentence_list", "train_tokenizers", "train_tokenizers_from_files"]

@@ -6,6 +6,7 @@ import os
 import time
 
 from keras_transformer.data.tokenizers.sampling import check_text_files, reservoir_sample, sample_files
+from keras_transformer.data.tokenizers.mapped import MappedTokenizer, is_mapped_tokenizer
 from keras_transformer.data.tokenizers.subword import CONFIG_FILE, SubwordTokenizer, sentence_list
 
 log = logging.getLogger("keras_transformer.data.tokenizers")
@@ -174,13 +175,30 @@ def load_tokenizers(directory):
     """
     directory = os.fspath(directory)
     if os.path.isfile(os.path.join(directory, CONFIG_FILE)):
-        tokenizer = SubwordTokenizer.load(directory)
+        tokenizer = load_tokenizer(directory)
         return tokenizer, tokenizer
     source_dir, target_dir = os.path.join(directory, "source"), os.path.join(directory, "target")
     if os.path.isdir(source_dir) or os.path.isdir(target_dir):
-        return SubwordTokenizer.load(source_dir), SubwordTokenizer.load(target_dir)
+        return load_tokenizer(source_dir), load_tokenizer(target_dir)
     found = sorted(os.listdir(directory)) if os.path.isdir(directory) else None
     raise FileNotFoundError(
         f"No tokenizers at {directory}: expected {CONFIG_FILE} (shared vocabulary) or source/ and target/ "
         f"folders, found {found if found is not None else 'no such folder'}. Learn them with "
         "train_tokenizers(..., directory=...).")
+
+
+def load_tokenizer(directory):
+    """The one tokenizer `directory` holds: a `MappedTokenizer` (an imported vocabulary) where its tokenizer.json
+    says so, else a `SubwordTokenizer`.
+
+    Example:
+
+    >>> import tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> _ = SubwordTokenizer.train(["a cat", "a hat"] * 10, vocab_size=270).save(folder)
+    >>> type(load_tokenizer(folder)).__name__
+    'SubwordTokenizer'
+    """
+    if is_mapped_tokenizer(directory):
+        return MappedTokenizer.load(directory)
+    return SubwordTokenizer.load(directory)

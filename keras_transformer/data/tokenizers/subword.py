@@ -78,7 +78,7 @@ class SubwordTokenizer(tf.Module):
                 raise TypeError(f"A SentencePiece tokenizer needs the serialized model as bytes, got {type(model)}.")
             self._model = bytes(model)
             self._vocab_size = _check_sentencepiece_ids(self._model)
-            self._tokenizer = _SentencepieceTokenizer(self._model)
+            self._tokenizer = NamedSentencepieceTokenizer(self._model)
 
     # ------------------------------------------------------------------ properties
     @property
@@ -444,7 +444,7 @@ class _NamedSentencepieceResource(tf.saved_model.experimental.TrackableResource)
             model=self._model, shared_name=self._shared_name)
 
 
-class _SentencepieceTokenizer(tf_text.SentencepieceTokenizer):
+class NamedSentencepieceTokenizer(tf_text.SentencepieceTokenizer):
     """``tensorflow_text.SentencepieceTokenizer`` whose model survives ``tf.random.set_seed``.
 
     tensorflow-text creates its model resource without a name, so it belongs
@@ -455,11 +455,19 @@ class _SentencepieceTokenizer(tf_text.SentencepieceTokenizer):
     training script seeds after loading its tokenizers, so the resource is
     created here under a name derived from the model's bytes, which keeps it in
     the resource manager (also in SavedModels, whose resource initializer
-    carries the name).
+    carries the name). `out_type` tf.string gives pieces instead of ids.
+
+    Example:
+
+    >>> import tempfile
+    >>> model = SubwordTokenizer.train(["a cat", "a hat"] * 10, vocab_size=270).save(tempfile.mkdtemp())[0]
+    >>> segmenter = NamedSentencepieceTokenizer(open(model, "rb").read(), out_type=tf.string)
+    >>> segmenter.tokenize(["a cat"]).to_list()
+    [[b'\xe2\x96\x81a', b'\xe2\x96\x81cat']]
     """
 
-    def __init__(self, model):
-        super().__init__(model=model, out_type=tf.int32)
+    def __init__(self, model, out_type=tf.int32):
+        super().__init__(model=model, out_type=out_type)
         name = "keras_transformer_sentencepiece_" + hashlib.sha256(model).hexdigest()[:32]
         self._model_resource = _NamedSentencepieceResource(model, name)
 

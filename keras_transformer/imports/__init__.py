@@ -1,0 +1,50 @@
+"""Imports of published checkpoints: one module per family, registered by its ``model_type``.
+
+```
+imports/
+  checkpoint.py  a Hugging Face checkpoint folder (or Hub id) read: configs, weights, model card
+  family.py      what a family module gives (`Family`), and the weight-copying helpers they share
+  importer.py    `import_checkpoint`: the checkpoint as an ordinary workdir, written whole or not at all
+  marian.py      OPUS-MT / Marian (MarianMTModel)
+```
+
+A family maps names and shapes onto `TransformerConfig` and `build_model`'s weights (its tokenizer is a
+`keras_transformer.data.tokenizers` one). Adding a family is its module (a `Family` subclass) plus one line in
+`FAMILIES`; `family_for` imports the module when a checkpoint of that family is imported.
+
+Example:
+
+>>> sorted(FAMILIES)
+['marian']
+"""
+
+import importlib
+
+from keras_transformer.errors import ConfigError
+
+# config.json's model_type -> (its module in keras_transformer.imports, its Family class)
+FAMILIES = {
+    "marian": ("marian", "MarianFamily"),
+}
+
+
+def family_for(model_type, where="config.json"):
+    """The `Family` that imports checkpoints of `model_type`.
+
+    Raises:
+        ConfigError: a model_type no family imports (it and the supported ones named).
+
+    Example:
+
+    >>> family_for("marian").name
+    'marian'
+    >>> family_for("bert", "bert/config.json")
+    Traceback (most recent call last):
+    ...
+    keras_transformer.errors.ConfigError: bert/config.json: model_type 'bert' is not a family keras-transformer imports; the supported families are: marian.
+    """
+    if model_type not in FAMILIES:
+        raise ConfigError(f"{where}: model_type {model_type!r} is not a family keras-transformer imports; the "
+                          f"supported families are: {', '.join(sorted(FAMILIES))}.")
+    module, cls = FAMILIES[model_type]
+    return getattr(importlib.import_module(f"keras_transformer.imports.{module}"), cls)()

@@ -1,0 +1,132 @@
+"""`Family`: what a published family's module gives the importer, and the weight-copying helpers they share.
+
+A family maps a checkpoint's names and shapes onto `TransformerConfig` and the
+weights of `build_model`; it is a mapping, not a model of its own. Its methods:
+
+* `config(checkpoint, tensors)`: the `TransformerConfig` (refusing, by name, what the
+  package's model cannot hold);
+* `decoding(checkpoint)`: the `DecodeOptions` its generation config implies;
+* `tokenizers(checkpoint, config)`: the source and target tokenizers, ids as
+  the checkpoint numbers them;
+* `assign_weights(model, tensors, config)`: the checkpoint's tensors copied into
+  a `build_model(config)` model, every tensor used once, every weight set once.
+"""
+
+import numpy as np
+
+from keras_transformer.errors import ConfigError
+
+
+class Family:
+    """One published family of checkpoints (`imports.FAMILIES` names each by its ``model_type``).
+
+    Example:
+
+    >>> Family.name
+    ''
+    """
+
+    name = ""  # the model_type of config.json
+    description = ""  # a few words for messages and the import record
+
+    def config(self, checkpoint, tensors):
+        """The `TransformerConfig` of `checkpoint` (an `imports.checkpoint.Checkpoint`) and its `WeightSource`."""
+        raise NotImplementedError
+
+    def decoding(self, checkpoint):
+        """The `DecodeOptions` of `checkpoint`'s generation settings."""
+        raise NotImplementedError
+
+    def tokenizers(self, checkpoint, config):
+        """`(source, target)` tokenizers of `checkpoint`; the same object twice for one shared tokenizer."""
+        raise NotImplementedError
+
+    def assign_weights(self, model, tensors, config):
+        """Copies `tensors` into `model` (a `build_model(config)` model)."""
+        raise NotImplementedError
+
+
+class WeightSource:
+    """The checkpoint's tensors, handed out by name once each, with shape checks that name the key.
+
+    Args:
+        tensors: `{name: numpy array}`.
+        file: the weights file, for messages.
+
+    Example:
+
+    >>> source = WeightSource({"w": np.ones((2, 3))}, "model.safetensors")
+    >>> source.take("w", (2, 3)).shape, source.unused()
+    ((2, 3), [])
+    >>> WeightSource({"w": np.ones((2, 3))}, "model.safetensors").take("w", (3, 3))
+    Traceback (most recent call last):
+    ...
+    keras_transformer.errors.ConfigError: model.safetensors: w has shape (2, 3) but config.json's sizes give (3, 3).
+    """
+
+    def __init__(self, tensors, file):
+        self._tensors = dict(tensors)
+        self._file = file
+        self._used = set()
+
+    def has(self, name):
+        """Whether the checkpoint holds `name`."""
+        return name in self._tensors
+
+    def peek(self, name):
+        """The tensor `name`, or None, without counting it as used."""
+        return self._tensors.get(name)
+
+    def take(self, name, shape):
+        """The tensor `name`, checked to have `shape`.
+
+        Raises:
+            ConfigError: the tensor is missing, or its shape is not `shape` (the key named).
+        """
+        if name not in self._tensors:
+            raise ConfigError(f"{self._file}: {name} is missing (config.json describes a model that has it).")
+        value = self._tensors[name]
+        if tuple(value.shape) != tuple(shape):
+            raise ConfigError(f"{self._file}: {name} has shape {tuple(value.shape)} but config.json's sizes give "
+                              f"{tuple(shape)}.")
+        self._used.add(name)
+        return np.asarray(value, dtype=np.float32)
+
+    def skip(self, name):
+        """Marks `name` as accounted for without copying it (a table the model computes itself)."""
+        self._used.add(name)
+
+    def unused(self):
+        """The names no `take` or `skip` asked for, sorted."""
+        return sorted(set(self._tensors) - self._used)
+
+
+def assign(variable, value, name):
+    """Sets a Keras variable to `value`, whose shape must be the variable's (the checkpoint key named otherwise).
+
+    Example:
+
+    >>> import keras
+    >>> layer = keras.layers.Dense(2); layer.build((None, 3))
+    >>> assign(layer.bias, np.ones(2), "fc.bias"); layer.bias.numpy().tolist()
+    [1.0, 1.0]
+    """
+    if tuple(variable.shape) != tuple(value.shape):
+        raise ConfigError(f"{name} has shape {tuple(value.shape)} where the model's {variable.path} has "
+                          f"{tuple(variable.shape)}.")
+    variable.assign(value.astype(np.float32))
+
+
+def per_head(parts, num_heads):
+    """Projection matrices `(in, H * size_i)` each, interleaved per head: `(in, H * sum(sizes))` with, for each
+    head h, the columns `[part_0 of h | part_1 of h | ...]` (the fused layout of the package's attention layers).
+
+    Example:
+
+    >>> q, k = np.array([[1, 2, 3, 4]]), np.array([[5, 6, 7, 8]])
+    >>> per_head([q, k], num_heads=2).tolist()
+    [[1, 2, 5, 6, 3, 4, 7, 8]]
+    """
+    rows = parts[0].shape[0]
+    split = [part.reshape(rows, num_heads, -1) for part in parts]  # each (in, H, size)
+    return np.concatenate(split, axis=-1).reshape(rows, -1)

@@ -1,0 +1,326 @@
+"""keras-transformer import: small random MarianMTModel checkpoints (transformers' own classes, the reference),
+imported and checked against it: token ids, logits, greedy and beam search; exports; fine-tuning; faults.
+
+Three shapes, built once for the file: a shared vocabulary with multi-target `>>lang<<` tokens and swish, unequal
+encoder/decoder depth; separate vocabularies (share_encoder_decoder_embeddings false) with gelu; separate
+vocabularies with an untied softmax and relu. Each has a non-zero final_logits_bias and SentencePiece models
+trained here on Multi30k lines.
+"""
+
+import gzip
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+import keras_transformer as kt
+from keras_transformer.errors import CheckpointNotFoundError, ConfigError, CorruptFileError
+
+from conftest import MULTI30K
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+pytestmark = pytest.mark.xdist_group("test_pretrained")
+
+SHAPES = {
+    "shared_swish": dict(share=True, tie=True, activation="swish", encoder_layers=2, decoder_layers=1,
+                         tags=(">>fra<<", ">>deu<<")),
+    "separate_gelu": dict(share=False, tie=True, activation="gelu", encoder_layers=1, decoder_layers=2, tags=()),
+    "untied_relu": dict(share=False, tie=False, activation="relu", encoder_layers=1, decoder_layers=1, tags=()),
+}
+SENTENCES = ["A man rides a bike.", "Two dogs play in the snow near a house.", "A girl.",
+             "Zwei Männer sitzen auf einer Bank!", ">>fra<< A woman sings on a stage."]
+MAX_EXTRA = 6
+WEIGHT_STD = 0.3  # of the random weights, larger than MarianMTModel's initialization: outputs that differ
+BIAS_STD = 0.1  # of final_logits_bias
+
+
+def _lines(name, count):
+    with gzip.open(MULTI30K / name, "rt", encoding="utf-8") as handle:
+        return [next(handle).strip() for _ in range(count)]
+
+
+def _sentencepiece(sentences, size, path):
+    import sentencepiece
+    with open(path, "wb") as handle:
+        sentencepiece.SentencePieceTrainer.train(
+            sentence_iterator=iter(sentences), model_writer=handle, vocab_size=size, model_type="unigram",
+            character_coverage=1.0, minloglevel=2, num_threads=1, unk_id=0, eos_id=1, bos_id=-1, pad_id=-1)
+
+
+def _vocabulary(tags, *spm_files):
+    import sentencepiece
+    vocabulary = {"</s>": 0, "<unk>": 1}
+    for token in tags:
+        vocabulary.setdefault(token, len(vocabulary))
+    for path in spm_files:
+        processor = sentencepiece.SentencePieceProcessor(model_file=str(path))
+        for index in range(processor.get_piece_size()):
+            if not (processor.is_control(index) or processor.is_unknown(index)):
+                vocabulary.setdefault(processor.id_to_piece(index), len(vocabulary))
+    vocabulary["<pad>"] = len(vocabulary)
+    return vocabulary
+
+
+def build_reference(folder, *, share, tie, activation, encoder_layers, decoder_layers, tags, seed=0):
+    """A random MarianMTModel with its tokenizer files, saved as save_pretrained saves them."""
+    folder.mkdir(parents=True)
+    _sentencepiece(_lines("train.en.gz", 300), 170, folder / "source.spm")
+    _sentencepiece(_lines("train.de.gz", 300), 150, folder / "target.spm")
+    if share:
+        source = target = _vocabulary(tags, folder / "source.spm", folder / "target.spm")
+    else:
+        source, target = _vocabulary(tags, folder / "source.spm"), _vocabulary(tags, folder / "target.spm")
+        # config.json has one pad id: the target's <pad> at the source's, and the target vocabulary 12 larger
+        target = {token: index for token, index in target.items() if token != "<pad>"}
+        assert len(target) < len(source) - 1
+        while len(target) < len(source) + 12:
+            target["<pad>" if len(target) == len(source) - 1 else f"<extra_{len(target)}>"] = len(target)
+    json.dump(source, open(folder / "vocab.json", "w", encoding="utf-8"), ensure_ascii=False)
+    if not share:
+        json.dump(target, open(folder / "target_vocab.json", "w", encoding="utf-8"), ensure_ascii=False)
+    pad = len(source) - 1
+    config = transformers.MarianConfig(
+        vocab_size=len(source), decoder_vocab_size=len(target), d_model=16, encoder_layers=encoder_layers,
+        decoder_layers=decoder_layers, encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32,
+        decoder_ffn_dim=32, activation_function=activation, max_position_embeddings=64, pad_token_id=pad,
+        eos_token_id=0, decoder_start_token_id=pad, share_encoder_decoder_embeddings=share,
+        tie_word_embeddings=tie, scale_embedding=True, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)
+    torch.manual_seed(seed)
+    model = transformers.MarianMTModel(config).eval()
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            parameter.normal_(0, WEIGHT_STD if parameter.dim() > 1 else 0.1)
+            if "layer_norm.weight" in name:
+                parameter.add_(1.0)
+        model.final_logits_bias.normal_(0, BIAS_STD)
+    model.generation_config.bad_words_ids = [[pad]]
+    tokenizer = transformers.MarianTokenizer(
+        str(folder / "source.spm"), str(folder / "target.spm"), str(folder / "vocab.json"),
+        target_vocab_file=None if share else str(folder / "target_vocab.json"), separate_vocabs=not share)
+    # eos's bias, raised until greedy translations of SENTENCES end at different steps (a random model otherwise
+    # ends every one at the first step or none before the limit)
+    batch = tokenizer(SENTENCES, return_tensors="pt", padding=True)
+    for eos_bias in np.arange(0.0, 8.0, 0.25):
+        with torch.no_grad():
+            model.final_logits_bias[0, 0] = float(eos_bias)
+            output = model.generate(**batch, max_new_tokens=batch["input_ids"].shape[1] + MAX_EXTRA, num_beams=1,
+                                    do_sample=False, forced_eos_token_id=None)
+        limits = batch["attention_mask"].sum(1).tolist()  # each sentence's own limit is its length + MAX_EXTRA
+        ended = [0 in row[1:limit + MAX_EXTRA + 1] and row.index(0) > 1 for row, limit in zip(output.tolist(), limits)]
+        if any(ended):
+            break
+    model.generation_config.num_beams = 4
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def references(tmp_path_factory):
+    """name -> (checkpoint folder, imported workdir, the transformers model, its tokenizer)."""
+    root = tmp_path_factory.mktemp("pretrained")
+    built = {}
+    for name, shape in SHAPES.items():
+        folder = build_reference(root / name, **shape)
+        workdir = kt.import_checkpoint(folder, root / f"{name}_workdir")
+        model = transformers.MarianMTModel.from_pretrained(folder).eval()
+        tokenizer = transformers.MarianTokenizer.from_pretrained(folder)
+        built[name] = (folder, workdir, model, tokenizer)
+    return built
+
+
+def _ours(workdir):
+    from keras_transformer.data.tokenizers import load_tokenizers
+    from keras_transformer.workdir import load_models
+    loaded = load_models(workdir)
+    source, target = load_tokenizers(workdir / "data" / "vocab")
+    return loaded.models[0], loaded.configs[0], source, target
+
+
+@pytest.mark.parametrize("name", SHAPES)
+def test_token_ids_equal_the_reference_tokenizer(references, name):
+    folder, workdir, _, reference = references[name]
+    _, config, source, target = _ours(workdir)
+    lines = _lines("val.en.gz", 60) + SENTENCES + [">>deu<<no space", ">>xx<< an unknown tag", "", "  spaces  "]
+    ours = [ids + [config.eos_id] for ids in source.tokenize(lines).to_list()]
+    assert ours == reference(lines)["input_ids"]
+    german = _lines("val.de.gz", 40)
+    ours = [ids + [config.eos_id] for ids in target.tokenize(german).to_list()]
+    assert ours == reference(text_target=german)["input_ids"]
+    # decoding: what generate's ids read as, up to the first eos
+    ids = [row + [config.eos_id] for row in reference(text_target=german)["input_ids"]]
+    import tensorflow as tf
+    assert [text.decode() for text in target.detokenize(tf.ragged.constant(ids)).numpy()] == \
+        reference.batch_decode(ids, skip_special_tokens=True)
+    if SHAPES[name]["tags"]:
+        assert source.tokenize([">>fra<< A dog."]).to_list()[0][0] == reference.convert_tokens_to_ids(">>fra<<")
+
+
+@pytest.mark.parametrize("name", SHAPES)
+def test_logits_equal_the_reference_on_a_padded_batch(references, name):
+    _, workdir, reference, tokenizer = references[name]
+    model, config, _, _ = _ours(workdir)
+    batch = tokenizer(SENTENCES, return_tensors="pt", padding=True)
+    assert (batch["attention_mask"] == 0).any()  # padded rows
+    rng = np.random.default_rng(0)
+    decoder_input = np.full((len(SENTENCES), 7), config.pad_id)  # starts from the pad id, as Marian's decoder
+    decoder_input[:, 1:] = rng.integers(2, config.pad_id, size=(len(SENTENCES), 6))
+    with torch.no_grad():
+        expected = reference(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                             decoder_input_ids=torch.tensor(decoder_input)).logits.numpy()
+    ours = np.asarray(model({"source": batch["input_ids"].numpy().astype("int32"),
+                             "target": decoder_input.astype("int32")}))
+    assert ours.shape == expected.shape
+    np.testing.assert_allclose(ours, expected, atol=1e-4, rtol=0)
+
+
+def _generate(reference, ids, **options):
+    limit = len(ids) + MAX_EXTRA
+    with torch.no_grad():
+        output = reference.generate(torch.tensor([ids]), max_new_tokens=limit, do_sample=False,
+                                    forced_eos_token_id=None, **options)[0].tolist()
+    return output[1:]  # without the decoder's start token
+
+
+def _strip(tokens, config):
+    tokens = list(tokens)
+    return tokens[:tokens.index(config.eos_id) + 1] if config.eos_id in tokens else \
+        [token for token in tokens if token != config.pad_id]
+
+
+@pytest.mark.parametrize("name", SHAPES)
+def test_greedy_and_beam_search_equal_generate(references, name):
+    _, workdir, reference, tokenizer = references[name]
+    model, config, _, _ = _ours(workdir)
+    special = dict(pad_id=config.pad_id, bos_id=config.bos_id, eos_id=config.eos_id)
+    batch = tokenizer(SENTENCES, return_tensors="np", padding=True)["input_ids"].astype("int32")  # (B, S), padded
+    greedy, _ = kt.greedy_decode(model, batch, max_extra=MAX_EXTRA, **special)  # (B, T)
+    beam, _ = kt.beam_search(model, batch, beam_size=4, alpha=0.0, max_extra=MAX_EXTRA, **special)  # (B, 1, T)
+    lengths = set()
+    for row, ids in enumerate(tokenizer(SENTENCES)["input_ids"]):
+        expected = _generate(reference, ids, num_beams=1)
+        assert _strip(np.asarray(greedy)[row], config) == _strip(expected, config)
+        lengths.add(len(_strip(expected, config)) if config.eos_id in expected else None)
+        expected = _generate(reference, ids, num_beams=4, length_penalty=0.0, early_stopping=False)
+        assert _strip(np.asarray(beam)[row, 0], config) == _strip(expected, config)
+    assert lengths - {None}  # some greedy translations end with eos before their limit
+
+
+def test_the_workdir_records_where_it_came_from_and_the_decoding_defaults(references):
+    folder, workdir, _, _ = references["shared_swish"]
+    record = json.loads((workdir / "imported.json").read_text())
+    assert record["family"] == "marian" and record["config"]["model_type"] == "marian"
+    assert set(record["files"]) >= {"config.json", "model.safetensors", "source.spm", "target.spm", "vocab.json"}
+    from keras_transformer.workdir import read_model_file
+    config, options = read_model_file(workdir / "model.yaml")
+    assert (options.strategy, options.beam_size) == ("beam", 4)  # generation_config.json's num_beams
+    assert config.bos_id == config.pad_id and config.sinusoid_layout == "concatenated"
+    assert config.activation == "swish" and config.output_bias and config.tie_embeddings == "all"
+    assert kt.TransformerConfig.from_yaml(workdir / "model.yaml") == config
+
+
+def _copy(references, tmp_path, name="shared_swish"):
+    folder = tmp_path / "checkpoint"
+    shutil.copytree(references[name][0], folder)
+    return folder
+
+
+@pytest.mark.parametrize("fault, error, named", [
+    ("model_type", ConfigError, "model_type 'bert' is not a family"),
+    ("tokenizer", CheckpointNotFoundError, "target.spm is missing"),
+    ("truncated", CorruptFileError, "model.safetensors cannot be read"),
+    ("shape", ConfigError, "model.encoder.layers.0.fc1.weight has shape (32, 16) but config.json's sizes give "
+                           "(48, 16)"),
+])
+def test_a_faulty_checkpoint_ends_in_one_line_naming_it_and_writes_nothing(references, tmp_path, capsys, fault,
+                                                                           error, named):
+    folder = _copy(references, tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    if fault == "model_type":
+        config["model_type"] = "bert"
+    elif fault == "shape":
+        config["encoder_ffn_dim"] = config["decoder_ffn_dim"] = 48
+    elif fault == "tokenizer":
+        (folder / "target.spm").unlink()
+    else:
+        weights = folder / "model.safetensors"
+        weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    (folder / "config.json").write_text(json.dumps(config))
+    workdir = tmp_path / "workdir"
+    with pytest.raises(error, match=named.replace("(", r"\(").replace(")", r"\)")):
+        kt.import_checkpoint(folder, workdir)
+    assert not workdir.exists() and sorted(os.listdir(tmp_path)) == ["checkpoint"]
+    from keras_transformer.cli import main
+    assert main(["import", str(folder), "--workdir", str(workdir)]) != 0
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and named in lines[0] and lines[0].startswith("keras-transformer import: error:")
+    assert not workdir.exists()
+
+
+@pytest.mark.slow
+def test_the_savedmodel_and_ctranslate2_exports_translate_as_the_workdir(references, tmp_path):
+    """Both exports of an imported workdir (separate vocabularies: two SentencePiece models, two vocabularies)
+    give the workdir's translations, greedy, strings in and strings out."""
+    from keras_transformer.engines.loader import load_translator
+    from keras_transformer.exports import make_exporter
+    _, workdir, _, _ = references["separate_gelu"]
+    lines = SENTENCES[:4]
+    expected = [str(text) for text in load_translator(workdir, strategy="greedy").translate(lines)]
+    assert len(set(expected)) > 1
+    for name in ("savedmodel", "ctranslate2"):
+        out = make_exporter(name).export(workdir, tmp_path / name, strategy="greedy")
+        assert [str(text) for text in load_translator(out).translate(lines)] == expected, name
+    import tensorflow as tf
+    loaded = tf.saved_model.load(str(tmp_path / "savedmodel"))
+    served = loaded.signatures["serving_default"](tf.constant(lines))
+    assert [text.decode() for text in served["translation"].numpy()] == expected
+
+
+@pytest.mark.slow
+def test_three_fine_tuning_updates_raise_the_likelihood_of_the_data_and_the_result_exports(references, tmp_path):
+    """train with training.init_checkpoint on an imported workdir: its vocabulary is taken, three updates raise
+    log P(targets | sources) of the training pairs (scored with both weights), and the tuned run exports."""
+    import yaml
+    from keras_transformer import training
+    from keras_transformer.data.tokenizers import load_tokenizers
+    from keras_transformer.engines.loader import load_translator
+    from keras_transformer.exports import make_exporter
+    from keras_transformer.workdir import load_models
+    _, workdir, _, _ = references["shared_swish"]
+    sources, targets = _lines("val.en.gz", 48), _lines("val.de.gz", 48)
+    for name, lines in (("train.en", sources), ("train.de", targets)):
+        (tmp_path / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    fields = yaml.safe_load((workdir / "model.yaml").read_text(encoding="utf-8"))
+    fields.pop("decoding")
+    experiment = {
+        "model": {**fields, "dropout": 0.0, "label_smoothing": 0.0, "warmup_steps": 1, "learning_rate_scale": 0.5},
+        "data": {"kind": "text", "train_source": str(tmp_path / "train.en"), "train_target": str(tmp_path / "train.de"),
+                 "tokens_per_batch": 4096, "max_length": 64},
+        "training": {"epochs": 1, "steps_per_epoch": 3, "seed": 0, "jit_compile": False,
+                     "init_checkpoint": str(workdir / "checkpoints" / "ckpt-0000.weights.h5")},
+    }
+    tuned = tmp_path / "tuned"
+    training.train(experiment, tuned)
+    assert [p.read_bytes() for p in sorted((tuned / "data" / "vocab").rglob("*")) if p.is_file()] == \
+        [p.read_bytes() for p in sorted((workdir / "data" / "vocab").rglob("*")) if p.is_file()]
+    source_tokenizer, target_tokenizer = load_tokenizers(tuned / "data" / "vocab")
+    config = load_models(workdir).configs[0]
+
+    def padded(rows):  # tokens then eos, padded
+        rows = [row + [config.eos_id] for row in rows]
+        width = max(len(row) for row in rows)
+        return np.array([row + [config.pad_id] * (width - len(row)) for row in rows], "int32")
+
+    source_ids = padded(source_tokenizer.tokenize(sources).to_list())
+    target_ids = padded(target_tokenizer.tokenize(targets).to_list())
+    before = np.mean(np.asarray(kt.score(load_models(workdir).models[0], source_ids, target_ids,
+                                         pad_id=config.pad_id, bos_id=config.bos_id)))
+    after = np.mean(np.asarray(kt.score(load_models(tuned).models[0], source_ids, target_ids,
+                                        pad_id=config.pad_id, bos_id=config.bos_id)))
+    assert after > before
+    out = make_exporter("savedmodel").export(tuned, tmp_path / "export", strategy="greedy")
+    assert len(load_translator(out).translate(SENTENCES[:2])) == 2
