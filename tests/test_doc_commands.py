@@ -132,7 +132,7 @@ def command_problems(argv, partial, written):
         return [f"refused by the parser: {error}"]
     problems = []
     for name in INPUT_FILES:
-        value = getattr(args, name, None)
+        value = getattr(args, name, None) if args.command != "import" else None  # import's SOURCE: a folder or id
         if isinstance(value, str) and value != "-" and not (ROOT / value).exists():
             problems.append(f"--{name.replace('_', '-')} {value}: no such file (from the repository root)")
     models = getattr(args, "model", None)
@@ -207,6 +207,12 @@ def _data_files(config):
     return paths
 
 
+def _checkpoint_files(config):
+    """The checkpoint a config starts from (`training.init_checkpoint`), written by an earlier command of its page."""
+    value = ((config or {}).get("training") or {}).get("init_checkpoint")
+    return [value] if isinstance(value, str) else []
+
+
 def write_stand_ins(folder, config, lines):
     """Writes `lines` (the same number in every file, so that each split aligns) at every data path of `config`,
     relative to `folder`; gzip where the name ends in .gz."""
@@ -215,6 +221,9 @@ def write_stand_ins(folder, config, lines):
         path.parent.mkdir(parents=True, exist_ok=True)
         data = "".join(f"{line}\n" for line in lines).encode("utf-8")
         path.write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
+    for name in _checkpoint_files(config):  # an empty stand-in: a dry run checks that it is there
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes(b"")
 
 
 @pytest.fixture(scope="module")
