@@ -80,12 +80,12 @@ class MappedTokenizer(tf.Module):
     >>> import io, sentencepiece
     >>> writer = io.BytesIO()
     >>> sentencepiece.SentencePieceTrainer.train(sentence_iterator=iter(["a cat", "a hat"] * 10),
-    ...     model_writer=writer, vocab_size=12, minloglevel=2, bos_id=-1)
+    ...     model_writer=writer, vocab_size=9, model_type="char", minloglevel=2, bos_id=-1)
     >>> pieces = ["</s>", "<unk>", "▁a", "▁", "c", "a", "t", "h", ">>fr<<", "<pad>"]
     >>> tokenizer = MappedTokenizer(writer.getvalue(), pieces, pad_id=9, unk_id=1, bos_id=9, eos_id=0)
     >>> tokenizer.tokenize([">>fr<< a cat"]).to_list()
-    [[8, 2, 3, 4, 5, 6]]
-    >>> tokenizer.detokenize([[9, 2, 3, 4, 5, 6, 0, 9]]).numpy()
+    [[8, 3, 5, 3, 4, 5, 6]]
+    >>> tokenizer.detokenize([[9, 3, 5, 3, 4, 5, 6, 0, 9]]).numpy()
     array([b'a cat'], dtype=object)
     """
 
