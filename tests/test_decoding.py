@@ -89,6 +89,7 @@ def test_scores_are_the_model_log_probabilities(random_model):
         assert len({tuple(h) for h in hypotheses}) == 4
 
 
+@pytest.mark.slow  # two traced searches per model: 15.4 CPU s on a 2-core AVX2 machine, over the unmarked bound
 @pytest.mark.parametrize("fixture", ["random_model", "trained_copy_model"])
 def test_beam_size_one_is_greedy(fixture, random_model, trained_copy_model):
     model = {"random_model": random_model, "trained_copy_model": trained_copy_model[0]}[fixture]
