@@ -217,15 +217,21 @@ def test_cached_decoding_equals_full_pass(options):
     source, target = random_batch(batch=2, target_length=7)
     source[0, 5:] = 0
     full = logits(model, source, target)
-    memory, mask = kt.encode(model, source)
+    np.testing.assert_allclose(step_by_step(model, source, target), full, atol=1e-5)
+
+
+def step_by_step(model, source, target, pad_id=0):
+    """The logits of `target` decoded one cached step at a time (`encode`, then `decode` per position)."""
+    memory, mask = kt.encode(model, source, pad_id=pad_id)
     decoder = model.get_layer("decoder")
-    cache, cross = decoder.initial_cache(2, 7), decoder.cross_attention_cache(memory)
+    batch, length = target.shape
+    cache, cross = decoder.initial_cache(batch, length), decoder.cross_attention_cache(memory)
     steps = []
-    for t in range(7):
+    for t in range(length):
         step, cache = kt.decode(model, target[:, t:t + 1], None, mask, self_attention_cache=cache, cache_index=t,
                                 cross_attention_cache=cross)
         steps.append(keras.ops.convert_to_numpy(step))
-    np.testing.assert_allclose(np.concatenate(steps, axis=1), full, atol=1e-5)
+    return np.concatenate(steps, axis=1)
 
 
 def test_a_decoder_that_starts_from_the_pad_id_attends_to_it_in_the_full_pass_as_step_by_step():
@@ -238,16 +244,9 @@ def test_a_decoder_that_starts_from_the_pad_id_attends_to_it_in_the_full_pass_as
     source[0, 4:] = 39
     target = np.concatenate([np.full((2, 1), 39), RNG.integers(2, 39, size=(2, 4))], axis=1).astype("int32")
     full = logits(model, source, target)
-    memory, mask = kt.encode(model, source, pad_id=39)
-    decoder = model.get_layer("decoder")
-    cache, cross = decoder.initial_cache(2, 5), decoder.cross_attention_cache(memory)
-    steps = []
-    for t in range(5):
-        step, cache = kt.decode(model, target[:, t:t + 1], None, mask, self_attention_cache=cache, cache_index=t,
-                                cross_attention_cache=cross)
-        steps.append(keras.ops.convert_to_numpy(step))
-    np.testing.assert_allclose(np.concatenate(steps, axis=1), full, atol=1e-5)
+    np.testing.assert_allclose(step_by_step(model, source, target, pad_id=39), full, atol=1e-5)
     # the bias is added to every position's logits
+    memory, mask = kt.encode(model, source, pad_id=39)
     without = keras.ops.convert_to_numpy(kt.decode(model, target, memory, mask)) - \
         keras.ops.convert_to_numpy(model.get_layer("output_bias").bias)
     model.get_layer("output_bias").bias.assign(np.zeros(40, "float32"))
