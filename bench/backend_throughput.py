@@ -28,7 +28,6 @@ import statistics
 import time
 
 import numpy as np
-
 from train_throughput import make_batches, model_gflop_per_step
 
 

@@ -81,7 +81,7 @@ def main():
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
-    print(f"| model | backup file | Keras save | ours save | ratio | Keras resume | ours resume | ratio |")
+    print("| model | backup file | Keras save | ours save | ratio | Keras resume | ours resume | ratio |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for name in args.models:
         size, median = measure(name, args.rounds)

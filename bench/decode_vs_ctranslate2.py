@@ -206,10 +206,10 @@ def prepare(args, folder):
 
     Returns `(saved_model, saved_model_without_xla or None, ct2)` paths.
     """
+    from keras_transformer import load_translator
     from keras_transformer.config import TransformerConfig
     from keras_transformer.exports.ctranslate2 import export_ctranslate2
     from keras_transformer.exports.savedmodel import export_translator
-    from keras_transformer import load_translator
 
     extra = pathlib.Path(args.export) / "assets.extra"
     settings = dict(beam_size=args.beam_size, alpha=args.alpha, max_extra=args.max_extra)

@@ -26,15 +26,15 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-import numpy as np  # noqa: E402
 import keras  # noqa: E402
+import numpy as np  # noqa: E402
 from keras import ops  # noqa: E402
 
 import keras_transformer as kt  # noqa: E402
 from keras_transformer import distillation  # noqa: E402
 from keras_transformer.data.packed import pack_labels  # noqa: E402
-from keras_transformer.losses import smoothed_cross_entropy  # noqa: E402
 from keras_transformer.experiment import load_experiment  # noqa: E402
+from keras_transformer.losses import smoothed_cross_entropy  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IMPLS = ("plain", "autodiff", "fused")

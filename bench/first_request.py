@@ -122,7 +122,7 @@ def bucket_requests(words_per_width, rows=(1, 2, 4, 8)):
 
 def prepare(model, folder):
     """Exports `model` again with this tree's code: a SavedModel (with warm-up records) and a CTranslate2 folder."""
-    from keras_transformer import inference, load_translator
+    from keras_transformer import load_translator
     from keras_transformer.config import TransformerConfig
     from keras_transformer.exports.ctranslate2 import CTranslate2Exporter
     from keras_transformer.exports.savedmodel import export_translator

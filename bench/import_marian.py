@@ -33,7 +33,6 @@ import sys
 import tempfile
 import time
 
-
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
 SIZES = {"base": dict(layers=6, d_model=512, heads=8, d_ff=2048, vocab=58101),
@@ -111,6 +110,7 @@ def main():
 
     import torch
     import transformers
+
     from keras_transformer.engines.loader import load_translator
     from keras_transformer.exports import make_exporter
 

@@ -26,14 +26,13 @@ import statistics
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-import numpy as np  # noqa: E402
 import keras  # noqa: E402
+import numpy as np  # noqa: E402
+from distillation_step import make_batches, print_table, time_in_turn  # noqa: E402  (this folder)
 from keras import ops  # noqa: E402
 
 import keras_transformer as kt  # noqa: E402
 from keras_transformer.experiment import load_experiment  # noqa: E402
-
-from distillation_step import make_batches, print_table, time_in_turn  # noqa: E402  (this folder)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IMPLS = ("plain", "rdrop", "autodiff")

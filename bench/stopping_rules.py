@@ -41,9 +41,8 @@ import tensorflow as tf  # noqa: E402
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from keras_transformer import decoding  # noqa: E402
+from keras_transformer import decoding, load_translator  # noqa: E402
 from keras_transformer.evaluation import bleu, multi30k_bleu, read_lines  # noqa: E402
-from keras_transformer import load_translator  # noqa: E402
 
 DATA = REPO.parent / "shared" / "data" / "multi30k"
 RULES = (("exact", False), ("early exit", True))

@@ -45,8 +45,7 @@ import numpy as np  # noqa: E402
 from keras_transformer.data import pipeline  # noqa: E402
 from keras_transformer.data.tokenizers import load_tokenizers  # noqa: E402
 from keras_transformer.experiment import load_experiment  # noqa: E402
-from keras_transformer.trainer.loop import compile_model  # noqa: E402
-from keras_transformer.trainer.loop import TrainingData  # noqa: E402
+from keras_transformer.trainer.loop import TrainingData, compile_model  # noqa: E402
 
 
 def old_pipeline(revision):

@@ -34,8 +34,8 @@ def main(argv=None):
     parser.add_argument("--output", help="write the translations here")
     args = parser.parse_args(argv)
 
-    from keras_transformer.evaluation import one_line
     from keras_transformer import load_translator
+    from keras_transformer.evaluation import one_line
     opener = gzip.open if args.source.endswith(".gz") else open
     with opener(args.source, "rt", encoding="utf-8") as f:
         lines = [line.rstrip("\n") for line in f][:args.sentences]

@@ -6,8 +6,8 @@ TensorFlow `Translator` around the model being trained from
 `(source_tokenizer, target_tokenizer)`.
 """
 
-from keras_transformer.trainer import callbacks
 from keras_transformer.engines.tensorflow import Translator
+from keras_transformer.trainer import callbacks
 
 
 class BleuCallback(callbacks.BleuCallback):

@@ -38,8 +38,16 @@ import sys
 
 from keras_transformer.arguments import build_parser
 from keras_transformer.decoding.options import DecodeOptions
-from keras_transformer.errors import (EXIT_BAD_INPUT, EXIT_INTERRUPTED, CheckpointError, ConfigError, RunStopped,
-                                     WorkdirBusyError, describe_fault, raise_on_sigterm)
+from keras_transformer.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_INTERRUPTED,
+    CheckpointError,
+    ConfigError,
+    RunStopped,
+    WorkdirBusyError,
+    describe_fault,
+    raise_on_sigterm,
+)
 from keras_transformer.tensorflow_logs import loud_tensorflow_import, tensorflow_logs_wanted, without_cpp_log_lines
 
 # Each command imports its library module when it runs (the imports inside the functions below), so that
@@ -340,8 +348,8 @@ def _plot_attention(args):
 
 def _verify(args):
     from keras_transformer import layout
-    from keras_transformer.exports import folder as export_folder
     from keras_transformer.errors import ExportDamagedError
+    from keras_transformer.exports import folder as export_folder
     try:
         found = export_folder.verify_export(args.path)
     except ExportDamagedError as error:

@@ -28,15 +28,34 @@ import sys
 import tokenize
 import typing
 
-from keras_transformer.config import (ACTIVATIONS, POSITION_KINDS, PRESETS, SINUSOID_LAYOUTS, TIE_MODES,
-                                      TransformerConfig)
+from keras_transformer.config import (
+    ACTIVATIONS,
+    POSITION_KINDS,
+    PRESETS,
+    SINUSOID_LAYOUTS,
+    TIE_MODES,
+    TransformerConfig,
+)
 from keras_transformer.data.synthetic import TASKS
 from keras_transformer.data.textfile import ERROR_MODES
 from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.decoding.registry import STRATEGIES as STRATEGY_MODULES
-from keras_transformer.experiment import (BATCH_SCALINGS, COMMUNICATIONS, DATA_KINDS, JIT_COMPILE, MODEL_TYPES,
-                                          NONFINITE, PRECISIONS, STRATEGIES, SUBWORD_DROPOUT_SIDES, VERBOSITIES,
-                                          DataConfig, DataSection, DecodingSection, TrainingSection)
+from keras_transformer.experiment import (
+    BATCH_SCALINGS,
+    COMMUNICATIONS,
+    DATA_KINDS,
+    JIT_COMPILE,
+    MODEL_TYPES,
+    NONFINITE,
+    PRECISIONS,
+    STRATEGIES,
+    SUBWORD_DROPOUT_SIDES,
+    VERBOSITIES,
+    DataConfig,
+    DataSection,
+    DecodingSection,
+    TrainingSection,
+)
 
 COMMAND = "python -m keras_transformer.config_reference > docs/config.md"
 

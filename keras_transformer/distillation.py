@@ -39,9 +39,9 @@ from keras_transformer import decoding
 from keras_transformer.config import TransformerConfig
 from keras_transformer.data.packed import load_arrays, make_batches
 from keras_transformer.files import atomic_write
+from keras_transformer.layout import WORKDIR_VOCAB, folder_files
 from keras_transformer.losses import LabelSmoothedCrossEntropy, smoothed_cross_entropy
 from keras_transformer.metrics import MaskedAccuracy
-from keras_transformer.layout import WORKDIR_VOCAB, folder_files
 from keras_transformer.workdir import load_models
 
 log = logging.getLogger(__name__)

@@ -28,7 +28,6 @@ import tensorflow as tf
 from keras_transformer import keras_internals
 from keras_transformer.experiment import BATCH_SCALINGS, STRATEGIES
 
-
 # Environment variables that announce a TPU (Cloud TPU VMs, Colab, GKE).
 _TPU_ENV = ("TPU_NAME", "COLAB_TPU_ADDR", "TPU_ACCELERATOR_TYPE", "KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS")
 _TPU_DEVICE = "/dev/accel0"  # a TPU VM's first TPU chip

@@ -11,8 +11,13 @@ import dataclasses
 import keras
 
 from keras_transformer.config import TransformerConfig
-from keras_transformer.layers import (OutputBias, PositionalEncoding, TokenEmbedding, TransformerDecoder,
-                                      TransformerEncoder)
+from keras_transformer.layers import (
+    OutputBias,
+    PositionalEncoding,
+    TokenEmbedding,
+    TransformerDecoder,
+    TransformerEncoder,
+)
 from keras_transformer.masking import PaddingMask, padding_mask
 
 

@@ -52,11 +52,11 @@ from keras_transformer.errors import ConfigError
 from keras_transformer.experiment import as_experiment, changed_experiment, check_same_experiment, write_yaml
 from keras_transformer.files import exclusive_lock, remove_stale_temporaries, staging_folder
 from keras_transformer.inference import evaluate
+from keras_transformer.layout import MODEL_CONFIG, adopt_vocabulary
 from keras_transformer.trainer.backup import backup_position, backup_stream, resumed_seed
 from keras_transformer.trainer.loop import TrainingData, check_fresh_start, fit_experiment, summary
 from keras_transformer.trainer.malloc import limit_malloc_arenas
 from keras_transformer.trainer.precision import resolve_precision
-from keras_transformer.layout import MODEL_CONFIG, adopt_vocabulary
 from keras_transformer.workdir import write_model_file
 
 __all__ = ["pack_arrays", "train", "train_and_evaluate"]

@@ -36,13 +36,32 @@ import yaml
 from keras_transformer.config import DECODING_FIELDS, TransformerConfig, read_yaml_file
 from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.errors import CheckpointError, CheckpointNotFoundError, ConfigError
-from keras_transformer.files import (atomic_write, atomic_write_text, check_not_an_input, exclusive_lock,
-                                     exclusive_unless_shared, shared_lock)
 from keras_transformer.exports.folder import export_precision
+from keras_transformer.files import (
+    atomic_write,
+    atomic_write_text,
+    check_not_an_input,
+    exclusive_lock,
+    exclusive_unless_shared,
+    shared_lock,
+)
 from keras_transformer.keras_internals import weights_file_bytes
-from keras_transformer.layout import (CHECKPOINT_PATTERN, CHECKPOINTS_DIR, EXTRA_DIR, MEMBERS_DIR, MODEL_CONFIG,
-                                      MODEL_WEIGHTS, VOCAB_DIR, WORKDIR_VOCAB, check_average_output,
-                                      check_models, is_export, model_kind, not_a_model, same_vocabulary)
+from keras_transformer.layout import (
+    CHECKPOINT_PATTERN,
+    CHECKPOINTS_DIR,
+    EXTRA_DIR,
+    MEMBERS_DIR,
+    MODEL_CONFIG,
+    MODEL_WEIGHTS,
+    VOCAB_DIR,
+    WORKDIR_VOCAB,
+    check_average_output,
+    check_models,
+    is_export,
+    model_kind,
+    not_a_model,
+    same_vocabulary,
+)
 from keras_transformer.model import build_model
 
 log = logging.getLogger("keras_transformer")

@@ -175,9 +175,9 @@ def word_tokenizer():
 def reference_search():
     """`reference_beam_search` (tests/reference_search.py), its uncached decoder pass run as one tf.function per
     model (shapes left dynamic) instead of eagerly: the same written-out search, about 3x faster."""
+    import reference_search as module
     import tensorflow as tf
 
-    import reference_search as module
     from keras_transformer.model import decode
 
     graphs = {}

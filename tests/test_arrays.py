@@ -6,15 +6,14 @@ import csv
 import keras
 import numpy as np
 import pytest
+from factories import backup_weights, noam_learning_rates, sigterm_at_update
 
-from keras_transformer import arrays, cli, training
+from keras_transformer import arrays, cli, load_translator, training
 from keras_transformer.data.packed import ARRAYS_FILE, arrays_to_ragged, load_arrays, make_batches, save_arrays
 from keras_transformer.engines.packed import sentencepiece_processors
 from keras_transformer.errors import ConfigError
-from keras_transformer import load_translator
 from keras_transformer.trainer.backup import resumed_seed
 from keras_transformer.trainer.packed import PackedBatches, packed_data, packed_experiment, train_arrays
-from factories import backup_weights, noam_learning_rates, sigterm_at_update
 
 # Its module fixtures are expensive: `make test` (--dist loadgroup) runs the whole file on one worker, so they
 # are built once.

@@ -5,7 +5,6 @@ One layer per side and 2,000 examples: both seeds tried (0 and 1) reach 1.000 he
 """
 
 import keras
-import numpy as np
 import pytest
 
 import keras_transformer as kt

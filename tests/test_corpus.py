@@ -5,8 +5,7 @@ import gzip
 import pytest
 import tensorflow as tf
 
-from keras_transformer.data.corpus import (CorpusError, CorpusSummary, limit_length, read_lines,
-                                           read_parallel_corpus)
+from keras_transformer.data.corpus import CorpusError, CorpusSummary, limit_length, read_lines, read_parallel_corpus
 
 
 @pytest.fixture(scope="module")

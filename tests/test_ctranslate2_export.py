@@ -12,14 +12,18 @@ import pytest
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 
-import keras_transformer as kt  # noqa: E402
-from keras_transformer.exports import ctranslate2 as ce  # noqa: E402
-from keras_transformer import decoding  # noqa: E402
-from keras_transformer.engines.ctranslate2 import (CTranslate2Translator, gnmt_length_penalty,  # noqa: E402
-                                                      is_ctranslate2_model, read_metadata)
-from keras_transformer.errors import ConfigError  # noqa: E402
-
 from factories import copy_accuracy, random_sentences, word_vocabulary  # noqa: E402
+
+import keras_transformer as kt  # noqa: E402
+from keras_transformer import decoding  # noqa: E402
+from keras_transformer.engines.ctranslate2 import (  # noqa: E402
+    CTranslate2Translator,
+    gnmt_length_penalty,
+    is_ctranslate2_model,
+    read_metadata,
+)
+from keras_transformer.errors import ConfigError  # noqa: E402
+from keras_transformer.exports import ctranslate2 as ce  # noqa: E402
 
 SENTENCES = ["w5 w6 w7", "w8 w9 w10 w11 w12 w13 w14", "w16", "w20 w21 w22 w23 w24 w25"]
 
@@ -438,10 +442,10 @@ def test_the_three_engines_share_one_interface(trained_copy_model, copy_export):
     """The TensorFlow, CTranslate2 and packed translators of one model answer the interface's questions alike:
     the same translations, n-best lists (best first, the first one the translation), forced scores, and attention
     maps where the engine has them (CTranslate2 refuses by name)."""
-    from keras_transformer.engines.packed import PackedTranslator, sentencepiece_processors
     from keras_transformer.decoding import DecodeOptions
-    from keras_transformer.interface import TranslatorInterface
+    from keras_transformer.engines.packed import PackedTranslator, sentencepiece_processors
     from keras_transformer.engines.tensorflow import Translator
+    from keras_transformer.interface import TranslatorInterface
 
     model, config = trained_copy_model
     folder, vocab_dir, tokenizer = copy_export
@@ -681,9 +685,8 @@ def test_a_ctranslate2_export_is_written_as_a_savedmodel_is_one_writer_a_manifes
 
     from factories import ExportLockHolder
 
-    from keras_transformer import cli
+    from keras_transformer import cli, load_translator
     from keras_transformer.errors import ExportDamagedError, WorkdirBusyError
-    from keras_transformer import load_translator
 
     folder, vocab_dir, _ = copy_export
     model, config = trained_copy_model

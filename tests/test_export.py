@@ -9,18 +9,17 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-
 from factories import seeded_weights
 
 import keras_transformer as kt
-from keras_transformer.workdir import read_model_file
+from keras_transformer import load_translator
 from keras_transformer.data.tokenizers import train_tokenizers
+from keras_transformer.engines.tensorflow import TRAINED_CHUNK_SIZE, Translator
 from keras_transformer.errors import ConfigError
 from keras_transformer.evaluation import read_lines
 from keras_transformer.exports.savedmodel import TranslatorModule, export_translator, load_exported
-from keras_transformer import load_translator
-from keras_transformer.engines.tensorflow import TRAINED_CHUNK_SIZE, Translator
 from keras_transformer.warmup import read_warmup_file, warm_up, warmup_requests
+from keras_transformer.workdir import read_model_file
 
 # Its module fixtures are expensive: `make test` (--dist loadgroup) runs the whole file on one worker, so they
 # are built once.

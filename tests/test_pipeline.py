@@ -13,8 +13,15 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer.data.batching import batch_plan
-from keras_transformer.data.pipeline import (BatchStatistics, batch_statistics, make_dataset, make_dataset_from_texts,
-                                             make_datasets, make_stream, stream_error)
+from keras_transformer.data.pipeline import (
+    BatchStatistics,
+    batch_statistics,
+    make_dataset,
+    make_dataset_from_texts,
+    make_datasets,
+    make_stream,
+    stream_error,
+)
 from keras_transformer.data.stream import Corpus
 from keras_transformer.distribute import input_shard
 from keras_transformer.experiment import DataConfig

@@ -7,11 +7,10 @@ import numpy as np
 import pytest
 
 import keras_transformer as kt
-from keras_transformer import plotting
+from keras_transformer import load_translator, plotting
 from keras_transformer.decoding import greedy_decode
-from keras_transformer import load_translator
-from keras_transformer.model import decode, encode
 from keras_transformer.engines.tensorflow import Translator
+from keras_transformer.model import decode, encode
 
 SENTENCES = ["A man rides a bike.", "A dog runs in the snow.", "Two women sing on a stage.",
              "Ein Mann fährt Fahrrad.", "Ein Hund läuft im Schnee.", "Zwei Frauen singen auf einer Bühne."]

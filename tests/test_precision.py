@@ -6,7 +6,6 @@ import logging
 import numpy as np
 import pytest
 import tensorflow as tf
-
 from factories import copy_accuracy, make_workdir, random_sentences, word_vocabulary
 
 from keras_transformer import cli, load_translator

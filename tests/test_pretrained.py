@@ -14,11 +14,10 @@ import shutil
 
 import numpy as np
 import pytest
+from conftest import MULTI30K
 
 import keras_transformer as kt
 from keras_transformer.errors import CheckpointNotFoundError, ConfigError, CorruptFileError
-
-from conftest import MULTI30K
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -280,6 +279,7 @@ def test_three_fine_tuning_updates_raise_the_likelihood_of_the_data_and_the_resu
     """train with training.init_checkpoint on an imported workdir: its vocabulary is taken, three updates raise
     log P(targets | sources) of the training pairs (scored with both weights), and the tuned run exports."""
     import yaml
+
     from keras_transformer import training
     from keras_transformer.data.tokenizers import load_tokenizers
     from keras_transformer.engines.loader import load_translator

@@ -5,13 +5,12 @@ import math
 import numpy as np
 import pytest
 import tensorflow as tf
+from factories import sampling_uniform, tiny_config
 
 import keras_transformer as kt
 from keras_transformer import decoding
 from keras_transformer.decoding import sampling
 from keras_transformer.model import decode, encode
-
-from factories import sampling_uniform, tiny_config
 
 VOCAB = 16
 # Sources of different lengths (tokens then eos 3), padded with 0.

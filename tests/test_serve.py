@@ -11,7 +11,6 @@ import json
 import threading
 
 import pytest
-
 from conftest import SERVE_LIMITS, SERVE_NAME
 
 from keras_transformer.evaluation import read_lines

@@ -20,7 +20,6 @@ import threading
 import time
 
 import pytest
-
 from conftest import REPO_ROOT, SERVE_LIMITS, SERVE_NAME
 
 from keras_transformer.evaluation import read_lines

@@ -13,8 +13,12 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer import TransformerConfig
-from keras_transformer.data.tokenizers import (SubwordTokenizer, load_tokenizers, train_tokenizers,
-                                               train_tokenizers_from_files)
+from keras_transformer.data.tokenizers import (
+    SubwordTokenizer,
+    load_tokenizers,
+    train_tokenizers,
+    train_tokenizers_from_files,
+)
 
 
 def read_split(multi30k_dir, name):

@@ -2,8 +2,8 @@
 
 import numpy as np
 import pytest
-
 from factories import make_workdir, tiny_config
+
 from keras_transformer import layout, workdir
 from keras_transformer.errors import CheckpointError, CheckpointNotFoundError, ConfigError
 

@@ -10,10 +10,23 @@ change any more.
 
 from keras import ops
 
-from keras_transformer.decoding.search import (NEG_INF, cache_stages, check_options, ensemble_members, excluded,
-                                               forced_token, length_penalty, output_limits, prefix_rows, search_loop,
-                                               step_function, target_prefix_ids, token_ids, with_prefix_room,
-                                               write_column)
+from keras_transformer.decoding.search import (
+    NEG_INF,
+    cache_stages,
+    check_options,
+    ensemble_members,
+    excluded,
+    forced_token,
+    length_penalty,
+    output_limits,
+    prefix_rows,
+    search_loop,
+    step_function,
+    target_prefix_ids,
+    token_ids,
+    with_prefix_room,
+    write_column,
+)
 
 
 def top_k_by_blocks(values, k, block=32):

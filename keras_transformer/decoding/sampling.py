@@ -21,7 +21,6 @@ import math
 import numbers
 
 import numpy as np
-
 from keras import ops
 
 from keras_transformer.decoding.options import MAX_SEED  # the largest seed (and row key): 32-bit integers

@@ -2,8 +2,14 @@
 
 from keras import ops
 
-from keras_transformer.decoding.search import (check_options, check_same_batch, combine, ensemble_members,
-                                               length_penalty, token_ids)
+from keras_transformer.decoding.search import (
+    check_options,
+    check_same_batch,
+    combine,
+    ensemble_members,
+    length_penalty,
+    token_ids,
+)
 from keras_transformer.model import decode, encode
 
 

@@ -37,7 +37,6 @@ import math
 import numbers
 
 import numpy as np
-
 from keras import ops
 
 from keras_transformer.model import decode, encode, output_kernel, parts

@@ -26,14 +26,21 @@ from keras_transformer.attention_maps import attention_maps, strip_special
 from keras_transformer.data.tokenizers import load_tokenizers
 from keras_transformer.decoding.options import SAMPLING_FIELDS, DecodeOptions
 from keras_transformer.decoding.registry import STRATEGIES
-from keras_transformer.engines.tensorflow_graph import (SMALLEST_WIDTH_BUCKET, blank_strings, bucket_table,
-                                                         check_vocabulary_sizes, encode_ids, encode_prefix_ids,
-                                                         one_target_per_source, result_parts, row_lengths,
-                                                         valid_utf8)
-from keras_transformer.interface import TranslatorInterface, check_prefix_ids, clean_line
+from keras_transformer.engines.tensorflow_graph import (
+    SMALLEST_WIDTH_BUCKET,
+    blank_strings,
+    bucket_table,
+    check_vocabulary_sizes,
+    encode_ids,
+    encode_prefix_ids,
+    one_target_per_source,
+    result_parts,
+    row_lengths,
+    valid_utf8,
+)
 from keras_transformer.footprint import search_memory
+from keras_transformer.interface import TranslatorInterface, check_prefix_ids, clean_line
 from keras_transformer.model import parts
-
 
 # Sentences per search loop (and pairs per forced-decoding pass of `score`), the `Translator` default: each
 # length-ordered chunk stops when its own sentences are done (docs/decoding.md, "Length-ordered chunks"; 8-12

@@ -4,7 +4,6 @@ import os
 
 import tensorflow as tf
 
-
 # The XLA flag that runs a compiled program's matrix products on the calling thread (see configure_threads).
 SINGLE_THREADED_EIGEN = "--xla_cpu_multi_thread_eigen=false"
 

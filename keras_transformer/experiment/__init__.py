@@ -44,9 +44,21 @@ from keras_transformer.experiment.experiment_config import ExperimentConfig
 from keras_transformer.experiment.loading import as_experiment, load_experiment, parse_override
 from keras_transformer.experiment.resume import changed_experiment, check_same_experiment, write_yaml
 from keras_transformer.experiment.training_section import TrainingSection
-from keras_transformer.experiment.validation import (BATCH_SCALINGS, COMMUNICATIONS, DATA_KINDS, JIT_COMPILE,
-                                                     MODEL_TYPES, NONFINITE, PRECISIONS, SECTIONS, STRATEGIES,
-                                                     SUBWORD_DROPOUT_SIDES, VERBOSITIES, is_integer, reject_unknown)
+from keras_transformer.experiment.validation import (
+                                                     BATCH_SCALINGS,
+                                                     COMMUNICATIONS,
+                                                     DATA_KINDS,
+                                                     JIT_COMPILE,
+                                                     MODEL_TYPES,
+                                                     NONFINITE,
+                                                     PRECISIONS,
+                                                     SECTIONS,
+                                                     STRATEGIES,
+                                                     SUBWORD_DROPOUT_SIDES,
+                                                     VERBOSITIES,
+                                                     is_integer,
+                                                     reject_unknown,
+)
 
 __all__ = ["BATCH_SCALINGS", "COMMUNICATIONS", "CORPUS_KEYS", "DATA_KINDS", "JIT_COMPILE", "MODEL_TYPES", "NONFINITE",
            "PRECISIONS", "SECTIONS", "STRATEGIES", "SUBWORD_DROPOUT_SIDES", "VERBOSITIES", "DataConfig", "DataSection",

@@ -6,7 +6,6 @@ import yaml
 from keras_transformer.errors import ConfigError, CorruptFileError
 from keras_transformer.files import atomic_write_text
 
-
 # Keys that may change between runs in one workdir: they do not change the weights' meaning or the vocabulary.
 _RESUMABLE_CHANGES = {
     "model": {"beam_size", "length_penalty", "max_decode_extra", "early_exit", "dropout", "attention_dropout",

@@ -4,8 +4,15 @@ import dataclasses
 import typing
 
 from keras_transformer.errors import ConfigError
-from keras_transformer.experiment.validation import (BATCH_SCALINGS, COMMUNICATIONS, NONFINITE, PRECISIONS,
-                                                     STRATEGIES, VERBOSITIES, is_integer)
+from keras_transformer.experiment.validation import (
+    BATCH_SCALINGS,
+    COMMUNICATIONS,
+    NONFINITE,
+    PRECISIONS,
+    STRATEGIES,
+    VERBOSITIES,
+    is_integer,
+)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -57,9 +57,16 @@ import shutil
 
 import numpy as np
 
-from keras_transformer.engines.ctranslate2 import (FORMAT, FORMAT_VERSION, PRECISIONS, CTranslate2Translator,
-                                                     check_precision, is_ctranslate2_model, read_metadata)
 from keras_transformer.decoding.options import DecodeOptions
+from keras_transformer.engines.ctranslate2 import (
+    FORMAT,
+    FORMAT_VERSION,
+    PRECISIONS,
+    CTranslate2Translator,
+    check_precision,
+    is_ctranslate2_model,
+    read_metadata,
+)
 from keras_transformer.errors import ConfigError
 from keras_transformer.exports import Exporter
 from keras_transformer.exports.folder import export_lock, writing_export

@@ -30,8 +30,15 @@ import shutil
 import typing
 
 from keras_transformer.errors import CheckpointNotFoundError, ExportDamagedError, WorkdirBusyError
-from keras_transformer.files import (atomic_write_text, exclusive_lock, file_digest, recover_replaced_folder,
-                                     remove_stale_staging, replace_folder, staging_folder)
+from keras_transformer.files import (
+    atomic_write_text,
+    exclusive_lock,
+    file_digest,
+    recover_replaced_folder,
+    remove_stale_staging,
+    replace_folder,
+    staging_folder,
+)
 
 # In an export folder: {"format", "version", "algorithm", "precision", "files": {path: {size, sha256}}}.
 MANIFEST = "manifest.json"

@@ -30,10 +30,17 @@ import re
 import secrets
 import shutil
 import sys
-import tempfile
+import tempfile  # noqa: F401 (the examples of the docstrings use it)
 
-from keras_transformer.files.locks import (LOCK_FILE, check_unlocked, exclusive_lock, exclusive_unless_shared,
-                                           lock_file, lock_holder, shared_lock)
+from keras_transformer.files.locks import (
+    LOCK_FILE,
+    check_unlocked,
+    exclusive_lock,
+    exclusive_unless_shared,
+    lock_file,
+    lock_holder,
+    shared_lock,
+)
 from keras_transformer.files.paths import check_not_an_input, check_output_file, is_inside, same_file
 
 __all__ = ["LOCK_FILE", "atomic_copy", "atomic_write", "atomic_write_text", "check_not_an_input", "check_output_file",

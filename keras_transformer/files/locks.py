@@ -12,7 +12,7 @@ import json
 import os
 import pathlib
 import socket
-import tempfile
+import tempfile  # noqa: F401 (the examples of the docstrings use it)
 import time
 
 from keras_transformer.errors import WorkdirBusyError

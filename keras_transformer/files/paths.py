@@ -2,7 +2,7 @@
 
 import os
 import pathlib
-import tempfile
+import tempfile  # noqa: F401 (the examples of the docstrings use it)
 
 
 def same_file(first, second):

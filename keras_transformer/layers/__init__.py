@@ -1,7 +1,6 @@
 """The Transformer's layers, one concern per module."""
 
-from keras_transformer.layers.attention import (MultiHeadAttention, MultiHeadSelfAttention,
-                                                scaled_dot_product_attention)
+from keras_transformer.layers.attention import MultiHeadAttention, MultiHeadSelfAttention, scaled_dot_product_attention
 from keras_transformer.layers.decoder import DecoderLayer, TransformerDecoder
 from keras_transformer.layers.embedding import TokenEmbedding
 from keras_transformer.layers.encoder import EncoderLayer, TransformerEncoder

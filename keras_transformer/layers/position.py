@@ -10,7 +10,6 @@ import keras
 import numpy as np
 from keras import ops
 
-
 LAYOUTS = ("interleaved", "concatenated")
 
 

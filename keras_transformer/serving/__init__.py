@@ -37,9 +37,18 @@ TensorFlow only by the engine the loading function returns.
 
 from keras_transformer.serving.app import build_app, check_installed, serve
 from keras_transformer.serving.batching import WARM_UP_SENTENCES, Batcher, Engine, Stats
-from keras_transformer.serving.requests import (TRANSLATE_FIELDS, RequestError, ServeSettings, Work, check_limits,
-                                                check_sentences, parse_json, parse_predict, parse_translate,
-                                                predict_response)
+from keras_transformer.serving.requests import (
+                                                TRANSLATE_FIELDS,
+                                                RequestError,
+                                                ServeSettings,
+                                                Work,
+                                                check_limits,
+                                                check_sentences,
+                                                parse_json,
+                                                parse_predict,
+                                                parse_translate,
+                                                predict_response,
+)
 from keras_transformer.serving.signatures import SIGNATURES, VERSION, batched_inputs, signature_metadata
 from keras_transformer.serving.versions import ServedModel
 

@@ -15,8 +15,15 @@ import time
 from keras_transformer.errors import ConfigError, format_size
 from keras_transformer.serving.batching import Batcher, Cancelled, Engine, Stats
 from keras_transformer.serving.metrics import CONTENT_TYPE, Metrics, route_of
-from keras_transformer.serving.requests import (RequestError, ServeSettings, check_limits, parse_json,
-                                                parse_predict, parse_translate, predict_response)
+from keras_transformer.serving.requests import (
+    RequestError,
+    ServeSettings,
+    check_limits,
+    parse_json,
+    parse_predict,
+    parse_translate,
+    predict_response,
+)
 from keras_transformer.serving.signatures import signature_metadata
 from keras_transformer.serving.versions import AVAILABLE, END, LOADING, UNLOADING, ServedModel
 

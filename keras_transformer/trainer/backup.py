@@ -34,8 +34,14 @@ import keras
 import numpy as np
 
 from keras_transformer.errors import CheckpointError, RunStopped
-from keras_transformer.files import (atomic_copy, atomic_write, file_digest, fsync_folder, temporary_path,
-                                     write_temporary)
+from keras_transformer.files import (
+    atomic_copy,
+    atomic_write,
+    file_digest,
+    fsync_folder,
+    temporary_path,
+    write_temporary,
+)
 from keras_transformer.trainer.ema import has_average
 from keras_transformer.workdir import write_weights_file
 

@@ -46,10 +46,16 @@ import keras
 import numpy as np
 
 from keras_transformer import distillation, evaluation
-from keras_transformer.engines.packed import PackedTranslator, sentencepiece_processors
 from keras_transformer.config import TransformerConfig
-from keras_transformer.data.packed import (ARRAYS_FILE, arrays_path, assemble_batch, load_arrays, plan_batches,
-                                           sequence_lengths)
+from keras_transformer.data.packed import (
+    ARRAYS_FILE,
+    arrays_path,
+    assemble_batch,
+    load_arrays,
+    plan_batches,
+    sequence_lengths,
+)
+from keras_transformer.engines.packed import PackedTranslator, sentencepiece_processors
 from keras_transformer.errors import ConfigError
 from keras_transformer.experiment import load_experiment
 from keras_transformer.files import exclusive_lock, remove_stale_temporaries

@@ -59,9 +59,17 @@ The modules: `text_stream` (`TextStream`, the windows read, tokenized and cut in
 tokenizers of a config, batch statistics). Import the names from this package.
 """
 
-from keras_transformer.data.pipeline.datasets import (BatchStatistics, batch_statistics, load_or_train_tokenizers,
-                                                      make_dataset, make_dataset_from_texts, make_datasets,
-                                                      make_stream, stream_error, tokenize_corpus)
+from keras_transformer.data.pipeline.datasets import (
+                                                      BatchStatistics,
+                                                      batch_statistics,
+                                                      load_or_train_tokenizers,
+                                                      make_dataset,
+                                                      make_dataset_from_texts,
+                                                      make_datasets,
+                                                      make_stream,
+                                                      stream_error,
+                                                      tokenize_corpus,
+)
 from keras_transformer.data.pipeline.text_stream import DEFAULT_WINDOW, CorpusTally, StreamCursor, TextStream
 
 __all__ = ["DEFAULT_WINDOW", "BatchStatistics", "CorpusTally", "StreamCursor", "TextStream", "batch_statistics",

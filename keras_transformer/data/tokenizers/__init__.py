@@ -59,12 +59,26 @@ without TensorFlow). Import the names from this package.
 """
 
 from keras_transformer.data.tokenizers.mapped import MappedTokenizer, read_vocabulary
-from keras_transformer.data.tokenizers.pairs import (load_tokenizer, load_tokenizers, save_tokenizers,
-                                                     train_tokenizers, train_tokenizers_from_files)
+from keras_transformer.data.tokenizers.pairs import (
+                                                     load_tokenizer,
+                                                     load_tokenizers,
+                                                     save_tokenizers,
+                                                     train_tokenizers,
+                                                     train_tokenizers_from_files,
+)
 from keras_transformer.data.tokenizers.sampling import check_text_files, reservoir_sample, sample_files
-from keras_transformer.data.tokenizers.subword import (BOS_ID, CONFIG_FILE, EOS_ID, PAD_ID, SENTENCEPIECE_FILE, UNK_ID,
-                                                       WORDPIECE_FILE, WORDPIECE_RESERVED, SubwordTokenizer,
-                                                       sentence_list)
+from keras_transformer.data.tokenizers.subword import (
+                                                     BOS_ID,
+                                                     CONFIG_FILE,
+                                                     EOS_ID,
+                                                     PAD_ID,
+                                                     SENTENCEPIECE_FILE,
+                                                     UNK_ID,
+                                                     WORDPIECE_FILE,
+                                                     WORDPIECE_RESERVED,
+                                                     SubwordTokenizer,
+                                                     sentence_list,
+)
 
 __all__ = ["BOS_ID", "CONFIG_FILE", "EOS_ID", "PAD_ID", "SENTENCEPIECE_FILE", "UNK_ID", "WORDPIECE_FILE",
            "WORDPIECE_RESERVED", "MappedTokenizer", "SubwordTokenizer", "check_text_files", "load_tokenizer",

@@ -5,8 +5,8 @@ import logging
 import os
 import time
 
-from keras_transformer.data.tokenizers.sampling import check_text_files, reservoir_sample, sample_files
 from keras_transformer.data.tokenizers.mapped import MappedTokenizer, is_mapped_tokenizer
+from keras_transformer.data.tokenizers.sampling import check_text_files, reservoir_sample, sample_files
 from keras_transformer.data.tokenizers.subword import CONFIG_FILE, SubwordTokenizer, sentence_list
 
 log = logging.getLogger("keras_transformer.data.tokenizers")
