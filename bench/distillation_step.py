@@ -53,7 +53,8 @@ class AutodiffDistillationLoss(distillation.DistillationLoss):
 
 
 def make_batches(count, config, batch_size, length, top_k, seed=0):
-    """`count` batches `((source, decoder input), plain labels, packed labels)`; lengths uniform in [length/2, length]."""
+    """`count` batches `((source, decoder input), plain labels, packed labels)`; lengths uniform in
+    [length/2, length]."""
     rng = np.random.default_rng(seed)
     batches = []
     for _ in range(count):

@@ -2,10 +2,10 @@
 
     .venv/bin/python bench/first_request.py [--model saved_models/multi30k_en_de] [--rounds 3]
 
-The bench first exports copies of the model with this tree's code (so that an older export measures as this code writes it) into a
-temporary folder: a SavedModel (XLA, with `assets.extra/tf_serving_warmup_requests`) and a CTranslate2 folder.
-Then each round starts one fresh process per path, in turn (so machine noise falls on all alike), each timing
-import, load, a first request of two sentences and the same request again (warmed):
+The bench first exports copies of the model with this tree's code (so that an older export measures as this code
+writes it) into a temporary folder: a SavedModel (XLA, with `assets.extra/tf_serving_warmup_requests`) and a
+CTranslate2 folder. Then each round starts one fresh process per path, in turn (so machine noise falls on all alike),
+each timing import, load, a first request of two sentences and the same request again (warmed):
 
 - `cli`: `keras-transformer translate --model <shipped> "A man rides a bike." "Two dogs play in the snow."`,
   timed from outside as a whole (`end to end`);

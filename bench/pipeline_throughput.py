@@ -95,7 +95,8 @@ def main():
     parser.add_argument("--max-length", type=int, default=128)
     parser.add_argument("--bucket-width", type=int, default=1, help="lengths per bucket (DataConfig.bucket_width)")
     parser.add_argument("--vocab-size", type=int, default=8000)
-    parser.add_argument("--epochs", type=int, default=4, help="pipeline passes per measurement (the first traces the pipeline)")
+    parser.add_argument("--epochs", type=int, default=4,
+                        help="pipeline passes per measurement (the first traces the pipeline)")
     parser.add_argument("--train-steps", type=int, default=8, help="timed training steps (after warm-up)")
     parser.add_argument("--warmup-steps", type=int, default=4, help="untimed training steps that trace the step")
     args = parser.parse_args()
@@ -128,7 +129,7 @@ def main():
     first_sentences = before[0][1] / before[0][0]
     sentences_before, batches_before = rates(before)
     sentences_after, batches_after = rates(after)
-    sentences_per_s, batches_per_s = min(sentences_before, sentences_after), min(batches_before, batches_after)
+    batches_per_s = min(batches_before, batches_after)
     steps_per_s = 1.0 / step_seconds
 
     print(f"Multi30k En-De train, shared BPE vocabulary {tokenizer.vocab_size} (learned in {learn_seconds:.1f} s), "

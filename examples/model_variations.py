@@ -350,7 +350,8 @@ def main(argv=None):
         with open(results_path, "a", encoding="utf-8") as f:
             f.write(json.dumps(result) + "\n")
         print(f"{row.name}: {result['params'] / 1e6:.2f}M params, val PPL {result['val_ppl']:.2f}, "
-              f"BLEU {result['bleu']:.1f} (lc.tok {result['bleu_multi30k']:.1f}), train {result['train_seconds']:.0f} s, "
+              f"BLEU {result['bleu']:.1f} (lc.tok {result['bleu_multi30k']:.1f}), "
+              f"train {result['train_seconds']:.0f} s, "
               f"eval {result['eval_seconds']:.0f} s; e.g. {result['example']!r}", flush=True)
     print()
     print(format_table(results, rows))

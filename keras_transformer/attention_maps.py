@@ -140,5 +140,6 @@ def attention_maps(model, source_ids, target_ids, pieces, translation, bos_id=2,
     decoder_outputs = target_ids + [eos_id]  # (T,)
     weights = attention_weights(model, np.asarray(source_ids, "int32"), np.asarray(decoder_inputs, "int32"),
                                 pad_id=pad_id)
-    return AttentionMaps(source_tokens=list(source_pieces(source_ids)), target_inputs=list(target_pieces(decoder_inputs)),
+    return AttentionMaps(source_tokens=list(source_pieces(source_ids)),
+                         target_inputs=list(target_pieces(decoder_inputs)),
                          target_outputs=list(target_pieces(decoder_outputs)), translation=translation, **weights)

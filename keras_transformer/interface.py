@@ -88,7 +88,7 @@ def check_prefix_ids(caller, text, ids, unk_id, max_target_length):
     >>> check_prefix_ids("translate", "Ein ☃", [57, 1], unk_id=1, max_target_length=128)
     Traceback (most recent call last):
     ...
-    ValueError: translate: the target prefix 'Ein ☃' holds text the target vocabulary does not have (token 2 of 2 is unk); forcing it would force unk.
+    ValueError: translate: the target prefix 'Ein ☃' holds text the target vocabulary does not have (token 2 ...
     """
     if unk_id is not None and unk_id in ids:
         raise ValueError(f"{caller}: the target prefix {text!r} holds text the target vocabulary does not have "
@@ -162,7 +162,7 @@ class TranslatorInterface(abc.ABC):
         >>> Greedy().check_options(DecodeOptions())
         Traceback (most recent call last):
         ...
-        keras_transformer.errors.ConfigError: The greedy-only engine does not implement strategy 'beam': it decodes with ...
+        keras_transformer.errors.ConfigError: The greedy-only engine does not implement strategy 'beam': ...
         """
         if options.strategy not in self.strategies:
             raise ConfigError(f"The {self.engine} engine does not implement strategy {options.strategy!r}: it "
@@ -204,7 +204,7 @@ class TranslatorInterface(abc.ABC):
         >>> Plain().target_prefixes(1, target_lang="deu_Latn")
         Traceback (most recent call last):
         ...
-        keras_transformer.errors.ConfigError: translator: target language 'deu_Latn': this model has no language tokens (it is not a multilingual model); give its translations a start with a target prefix instead.
+        keras_transformer.errors.ConfigError: translator: target language 'deu_Latn': this model has no language ...
         """
         if target_prefix is None and target_lang is None:
             return None

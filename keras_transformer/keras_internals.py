@@ -45,7 +45,8 @@ import warnings
 import keras
 
 __all__ = ["END_OF_PASS_WARNING", "apply_multi_worker_workarounds", "keep_raw_weights_after_fit",
-           "moving_average_pairs", "quiet_end_of_pass", "scale_loss_for_distribution", "schedule_on_updates", "set_update_count", "weights_file_bytes"]
+           "moving_average_pairs", "quiet_end_of_pass", "scale_loss_for_distribution", "schedule_on_updates",
+           "set_update_count", "weights_file_bytes"]
 
 
 def scale_loss_for_distribution(value):

@@ -366,7 +366,8 @@ def _pack(experiment, section, workdir):
             for sources, targets, read in _parallel_chunks(source_file, target_file, data_config.errors, PACK_CHUNK,
                                                            limit):
                 summary = dataclasses.replace(summary, lines=summary.lines + read.lines,
-                                              empty=summary.empty + read.empty, replaced=summary.replaced + read.replaced)
+                                              empty=summary.empty + read.empty,
+                                              replaced=summary.replaced + read.replaced)
                 if not sources:
                     continue
                 source_ids, target_ids, summary = corpus.limit_length(

@@ -174,7 +174,8 @@ def test_training_reads_the_packed_ids_through_a_memory_map_and_an_earlier_array
     splits = load_arrays(workdir)
     import shutil
     shutil.rmtree(workdir / ARRAYS_FILE)
-    save_arrays(workdir / LEGACY_ARRAYS_FILE, {split: tuple(list(side) for side in pair) for split, pair in splits.items()})
+    save_arrays(workdir / LEGACY_ARRAYS_FILE,
+                {split: tuple(list(side) for side in pair) for split, pair in splits.items()})
     _, legacy = packed_data(workdir, packed_experiment(workdir))
     assert not isinstance(legacy._pairs[0].values, np.memmap)
     assert [[a.tolist() for a in b] for b in legacy.batches(0)] == [[a.tolist() for a in b] for b in expected]
@@ -459,7 +460,8 @@ def test_scoring_without_tensorflow_matches_the_translator(packed, trained, tmp_
 
     from keras_transformer.evaluation import evaluate_translations, one_line
     assert cli.main(["train-packed", str(copy), "--evaluate", str(folder / "val.en"), str(folder / "val.de"),
-                     "--beam-size", "2", "--alpha", "0.6", "--max-extra", "8", "--output", str(tmp_path / "hyp.txt")]) == 0
+                     "--beam-size", "2", "--alpha", "0.6", "--max-extra", "8",
+                     "--output", str(tmp_path / "hyp.txt")]) == 0
     printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     hypotheses = read_lines(tmp_path / "hyp.txt")
     assert hypotheses == [one_line(line) for line in got[:-1]]

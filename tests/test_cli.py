@@ -20,8 +20,8 @@ pytestmark = pytest.mark.xdist_group("test_cli")
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 TINY = REPO / "configs" / "tiny_copy.yaml"
-SUBCOMMANDS = ("train", "evaluate", "translate", "export", "average", "pack", "train-packed", "distill-targets", "serve",
-               "verify")
+SUBCOMMANDS = ("train", "evaluate", "translate", "export", "average", "pack", "train-packed", "distill-targets",
+               "serve", "verify")
 
 
 def test_help_lists_every_subcommand_with_examples(capsys):
@@ -108,7 +108,8 @@ def test_early_exit_flag_reaches_the_translator_and_the_export(monkeypatch, caps
     monkeypatch.setattr(savedmodel, "export", lambda workdir, out, **options: seen.append(options.get("early_exit"))
                         or out)
     for argv in (["translate", "--model", "m", "a"], ["translate", "--model", "m", "--early-exit", "a"],
-                 ["export", "--workdir", "w", "--out", "o"], ["export", "--workdir", "w", "--out", "o", "--early-exit"]):
+                 ["export", "--workdir", "w", "--out", "o"],
+                 ["export", "--workdir", "w", "--out", "o", "--early-exit"]):
         assert cli.main(argv) == 0
     assert seen == [None, True, None, True]  # None: the model config's
 
@@ -246,7 +247,8 @@ def test_dry_run_checks_that_each_split_s_files_have_as_many_lines(tmp_path, cap
     printed = capsys.readouterr().out
     assert "# data files: train 30 lines, valid 4 lines, test 5 lines" in printed
     data = yaml.safe_load(printed)["data"]
-    assert (data["tokens_per_batch"], data["model_type"], data["seed"]) == (4096, "bpe", 1234)  # DataConfig's, training's
+    # DataConfig's, training's
+    assert (data["tokens_per_batch"], data["model_type"], data["seed"]) == (4096, "bpe", 1234)
     assert data["tokenizer_dir"] == str(tmp_path / "run" / "data" / "vocab")  # where train keeps it
     for key, other in (("train_target", "train_source"), ("valid_target", "valid_source"),
                        ("test_tokenized_target", "test_source")):
@@ -545,7 +547,8 @@ def test_repeated_model_decodes_an_ensemble_and_exports_it(tiny_workdir, second_
     assert cli.main(["translate", "--model", str(tiny_workdir), "--model", str(second_workdir), *options,
                      *sentences]) == 0
     printed = capsys.readouterr().out.splitlines()
-    members = [inference.load_translator(w, beam_size=2, alpha=0.6, max_extra=4) for w in (tiny_workdir, second_workdir)]
+    members = [inference.load_translator(w, beam_size=2, alpha=0.6, max_extra=4)
+               for w in (tiny_workdir, second_workdir)]
     source = members[0].encode_sources(tf.constant(sentences))
     tokens, _ = decoding.beam_search([m.model for m in members], source, beam_size=2, alpha=0.6, max_extra=4)
     by_hand = [t.decode("utf-8") for t in members[0].target_tokenizer.detokenize(tokens[:, 0]).numpy()]

@@ -22,7 +22,8 @@ def test_docs_config_md_is_what_the_schema_generates():
 
 def test_each_key_has_its_type_default_accepted_values_and_whole_comment():
     keys = {key.name: key for keys in config_reference.schema_keys().values() for key in keys}
-    assert keys["training.steps_per_epoch"].type == "int or null" and keys["training.steps_per_epoch"].default == "`null`"
+    assert keys["training.steps_per_epoch"].type == "int or null"
+    assert keys["training.steps_per_epoch"].default == "`null`"
     assert keys["training.strategy"].accepts == ("auto", "default", "one_device", "mirrored", "multi_worker", "tpu")
     assert keys["training.mixed_precision"].type == "str or bool"  # typing.Any: the types of the values it takes
     assert keys["model.layer_norm_epsilon"].default == "`1e-06`" and keys["model.vocab_size"].default == \

@@ -289,7 +289,8 @@ def test_decoder_caches_are_heads_first_key_value_pairs_per_layer():
     cache, cross = decoder.initial_cache(2, 7), decoder.cross_attention_cache(memory)
     d_k = 64 // decoder.num_heads
     assert [[tuple(t.shape) for t in pair] for pair in cache] == [[(2, decoder.num_heads, 7, d_k)] * 2] * 3
-    assert [[tuple(t.shape) for t in pair] for pair in cross] == [[(2, decoder.num_heads, source.shape[1], d_k)] * 2] * 3
+    assert ([[tuple(t.shape) for t in pair] for pair in cross]
+            == [[(2, decoder.num_heads, source.shape[1], d_k)] * 2] * 3)
     # the cross-attention pair is the fused key/value projection of the memory, split per head
     fused = keras.ops.convert_to_numpy(decoder.decoder_layers[0].cross_attention.key_value_dense(memory))
     fused = fused.reshape(2, source.shape[1], decoder.num_heads, 2 * d_k)

@@ -139,7 +139,8 @@ def value_and_gradient(loss, labels, logits):
 
 @pytest.mark.parametrize("eps", [0.0, 0.1, 0.3])
 def test_label_smoothed_loss_gradient_matches_autodiff_of_the_one_hot_formula(eps):
-    """The loss's gradient is written by hand (losses.smoothed_cross_entropy); autodiff of the textbook formula agrees."""
+    """The loss's gradient is written by hand (losses.smoothed_cross_entropy); autodiff of the textbook formula
+    agrees."""
     import tensorflow as tf
     rng = np.random.default_rng(0)
     vocab = 50

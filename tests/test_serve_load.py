@@ -281,7 +281,7 @@ def test_prometheus_metrics_parse_and_agree_with_stats(server):
 
 def test_version_2_copied_beside_version_1_is_switched_to_without_a_failed_request(server, base, sentences):
     bodies = [{"instances": sentences[i:i + 2]} for i in range(500, 700, 2)]
-    seen, states = [], {}
+    seen = []
 
     async def watch():
         while True:

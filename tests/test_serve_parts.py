@@ -1,8 +1,8 @@
 """The server's parts on their own, without a server: the queue (`serving.batching.Batcher`, with engines that
 record what they are given instead of decoding: the order batches are formed in, the bound on the queue,
 cancellation and deadlines), which version of a base folder is loaded when (`serving.versions.ServedModel`), the
-command line's checks of serve's flags, and the application on a translator without a model, in this process. The end-to-end behaviour, on a real server process, is
-tests/test_serve_load.py's."""
+command line's checks of serve's flags, and the application on a translator without a model, in this process. The
+end-to-end behaviour, on a real server process, is tests/test_serve_load.py's."""
 
 import asyncio
 import concurrent.futures

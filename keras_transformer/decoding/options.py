@@ -64,11 +64,11 @@ class DecodeOptions:
     >>> DecodeOptions().returned(), DecodeOptions(strategy="sample", n_best=3, seed=7).returned()
     (4, 3)
     >>> DecodeOptions.from_dict({"length_penalty": 1.0, "max_decode_extra": 20})
-    DecodeOptions(strategy='beam', beam_size=4, alpha=1.0, max_extra=20, early_exit=False, n_best=None, top_k=0, top_p=1.0, temperature=1.0, seed=0)
+    DecodeOptions(strategy='beam', beam_size=4, alpha=1.0, max_extra=20, early_exit=False, n_best=None, ...)
     >>> DecodeOptions(strategy="beam", top_k=10)
     Traceback (most recent call last):
     ...
-    keras_transformer.errors.ConfigError: decoding.top_k applies to strategy 'sample' only (this is 'beam'); set decoding.strategy: sample (--strategy sample) to sample.
+    keras_transformer.errors.ConfigError: decoding.top_k applies to strategy 'sample' only (this is 'beam'); ...
     """
 
     strategy: str = "beam"  # how tokens are chosen: beam search (the paper), greedy, or sampling
@@ -192,8 +192,10 @@ class DecodeOptions:
 
         Example:
 
-        >>> DecodeOptions().describe(), DecodeOptions(strategy="sample", top_p=0.9, seed=3).describe()
-        ('beam: beam_size 4, alpha 0.6, max_extra 50', 'sample: temperature 1.0, top_k 0, top_p 0.9, seed 3, max_extra 50')
+        >>> DecodeOptions().describe()
+        'beam: beam_size 4, alpha 0.6, max_extra 50'
+        >>> DecodeOptions(strategy="sample", top_p=0.9, seed=3).describe()
+        'sample: temperature 1.0, top_k 0, top_p 0.9, seed 3, max_extra 50'
         """
         names = {"beam": ("beam_size", "alpha", "max_extra", "early_exit"),
                  "sample": ("temperature", "top_k", "top_p", "seed", "max_extra")}.get(self.strategy, ("max_extra",))

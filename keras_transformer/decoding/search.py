@@ -179,7 +179,7 @@ def target_prefix_ids(caller, prefix, source, model, pad_id=0, bos_id=2, eos_id=
     >>> target_prefix_ids("greedy_decode", [[7, 3]], [[5, 3]], model)
     Traceback (most recent call last):
     ...
-    ValueError: greedy_decode: target_prefix row 0 holds eos (3); a prefix is forced and then continued, without bos or eos.
+    ValueError: greedy_decode: target_prefix row 0 holds eos (3); a prefix is forced and then continued, ...
     """
     if isinstance(prefix, (list, tuple)) and all(isinstance(row, (list, tuple)) and not row for row in prefix):
         prefix = np.zeros((len(prefix), 0), "int32")  # rows of nothing forced
@@ -248,7 +248,7 @@ def check_options(caller, max_extra=0, alpha=0.0):
     >>> check_options("beam_search", alpha=float("nan"))
     Traceback (most recent call last):
     ...
-    ValueError: beam_search: alpha (the length-penalty exponent) must be a finite number >= 0 (0: plain log-probability), got nan.
+    ValueError: beam_search: alpha (the length-penalty exponent) must be a finite number >= 0 (...), got nan.
     """
     if isinstance(max_extra, numbers.Real) and not max_extra >= 0:
         raise ValueError(f"{caller}: max_extra (output tokens allowed beyond the source length) must be >= 0, "
@@ -408,7 +408,8 @@ def cache_stages(steps, first_cache_stage=None):
         return [steps]
     first = int(first_cache_stage)
     if first < 1:
-        raise ValueError(f"first_cache_stage must be a positive number of positions (or None), got {first_cache_stage}.")
+        raise ValueError("first_cache_stage must be a positive number of positions (or None), "
+                         f"got {first_cache_stage}.")
     if isinstance(steps, int) and steps <= first:
         return [steps]
     return [first, steps]

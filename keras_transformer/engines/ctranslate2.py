@@ -33,7 +33,8 @@ CPU_BACKENDS = {"mkl": "1", "dnnl": "0"}
 
 
 def is_ctranslate2_model(path):
-    """True if `path` is a folder written by `export_ctranslate2` (it holds ``keras_transformer.json`` and ``model.bin``).
+    """True if `path` is a folder written by `export_ctranslate2` (it holds ``keras_transformer.json`` and
+    ``model.bin``).
 
     Args:
         path: any path.

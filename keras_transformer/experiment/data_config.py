@@ -80,9 +80,11 @@ class DataConfig:
             raise ValueError(f"DataConfig.model_type must be one of {MODEL_TYPES}, got {self.model_type!r}.")
         if (isinstance(self.subword_dropout, bool) or not isinstance(self.subword_dropout, (int, float))
                 or not 0 <= self.subword_dropout < 1):
-            raise ValueError(f"DataConfig.subword_dropout must be a probability in [0, 1), got {self.subword_dropout!r}.")
+            raise ValueError("DataConfig.subword_dropout must be a probability in [0, 1), "
+                             f"got {self.subword_dropout!r}.")
         if self.subword_dropout and self.model_type != "bpe":
-            raise ValueError(f"DataConfig.subword_dropout (BPE-dropout) needs model_type 'bpe', got {self.model_type!r}.")
+            raise ValueError("DataConfig.subword_dropout (BPE-dropout) needs model_type 'bpe', "
+                             f"got {self.model_type!r}.")
         if self.subword_dropout_sides not in SUBWORD_DROPOUT_SIDES:
             raise ValueError(f"DataConfig.subword_dropout_sides must be one of {SUBWORD_DROPOUT_SIDES}, "
                              f"got {self.subword_dropout_sides!r}.")

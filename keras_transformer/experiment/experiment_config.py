@@ -119,7 +119,7 @@ class ExperimentConfig:
         ...                             "training": {"init_checkpoint": "/nonexistent.weights.h5"}}).check_files()
         Traceback (most recent call last):
         ...
-        keras_transformer.errors.CheckpointNotFoundError: training.init_checkpoint: Checkpoint not found: /nonexistent.weights.h5
+        keras_transformer.errors.CheckpointNotFoundError: training.init_checkpoint: Checkpoint not found: ...
         """
         self.data.check_files()
         path = self.training.init_checkpoint

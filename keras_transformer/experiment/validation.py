@@ -42,7 +42,7 @@ def reject_unknown(values, known, prefix):
     >>> reject_unknown({"epoch": 3}, ["epochs", "seed"], "training.")
     Traceback (most recent call last):
     ...
-    keras_transformer.errors.ConfigError: Unknown config key 'training.epoch'. Did you mean 'training.epochs'? Known keys in training: epochs, seed.
+    keras_transformer.errors.ConfigError: Unknown config key 'training.epoch'. Did you mean 'training.epochs'? ...
     """
     if not isinstance(values, dict):
         raise ConfigError(f"{prefix.rstrip('.') or 'The experiment config'} must be a mapping, got {values!r}.")

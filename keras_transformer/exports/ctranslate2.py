@@ -109,7 +109,7 @@ def check_ctranslate2_support(config):
     >>> check_ctranslate2_support(TransformerConfig.preset("tiny", vocab_size=100))
     >>> check_ctranslate2_support(TransformerConfig.preset("tiny", vocab_size=100, attention_window=3))
     Traceback (most recent call last):
-    ValueError: CTranslate2 export: TransformerConfig.attention_window=3 (restricted self-attention) is not supported by CTranslate2; export this model as a SavedModel instead.
+    ValueError: CTranslate2 export: TransformerConfig.attention_window=3 (restricted self-attention) is not ...
     """
     if config.attention_window is not None:
         raise ValueError(f"CTranslate2 export: TransformerConfig.attention_window={config.attention_window} "
@@ -204,7 +204,8 @@ def vocabulary_tokens(sentencepiece_file):
 
     Example:
 
-    >>> tokens = vocabulary_tokens("saved_models/multi30k_en_de/assets.extra/vocab/sentencepiece.model")  # doctest: +SKIP
+    >>> path = "saved_models/multi30k_en_de/assets.extra/vocab/sentencepiece.model"
+    >>> tokens = vocabulary_tokens(path)  # doctest: +SKIP
     >>> tokens[:4]  # doctest: +SKIP
     ['<blank>', '<unk>', '<s>', '</s>']
     """
@@ -422,6 +423,7 @@ def build_spec(model, config, source_tokens, target_tokens):
 def _readme(metadata):
     precision = metadata.get("precision") or metadata["quantization"] or "float32"
     decoding = metadata["decoding"]
+    max_extra = decoding["max_extra"]
     files = metadata["sentencepiece"]
     tokenizer = (f"`{files['source']}`" if files["source"] == files["target"]
                  else f"`{files['source']}` (source) and `{files['target']}` (target)")
@@ -455,7 +457,7 @@ translator = ctranslate2.Translator("this/folder", device="cpu", compute_type="{
 tokens = [sp.id_to_piece(i) for i in sp.encode("A man rides a bike.")]
 result = translator.translate_batch([tokens], beam_size={decoding['beam_size']}, num_hypotheses={decoding['beam_size']},
                                     length_penalty=0, return_scores=True, return_end_token=True,
-                                    min_decoding_length=0, max_decoding_length=len(tokens) + 1 + {decoding['max_extra']})
+                                    min_decoding_length=0, max_decoding_length=len(tokens) + 1 + {max_extra})
 ```
 
 The source end token `</s>` is added by CTranslate2 (`add_source_eos`); id 0 is `<blank>`. Rank the hypotheses as

@@ -46,8 +46,10 @@ MANIFEST_FORMAT = "keras_transformer-manifest"
 MANIFEST_VERSION = 1
 
 # `keras-transformer verify`'s exit codes (0: every file matches the manifest).
-VERIFY_DAMAGED = 3  # the corrupt-file status of errors.EXIT_CODES: a file is missing, or its size or digest differs from the manifest's
-VERIFY_NO_MANIFEST = 2  # bad input (a missing file): an export written before manifests existed: nothing to check it against
+# The corrupt-file status of errors.EXIT_CODES: a file is missing, or its size or digest differs from the manifest's.
+VERIFY_DAMAGED = 3
+# Bad input (a missing file): an export written before manifests existed: nothing to check it against.
+VERIFY_NO_MANIFEST = 2
 
 
 def _listed_files(folder):

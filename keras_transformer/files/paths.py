@@ -37,7 +37,7 @@ def check_not_an_input(output, inputs, option="--output"):
     >>> check_not_an_input("a.txt", ["b.txt", "a.txt"])
     Traceback (most recent call last):
     ...
-    ValueError: --output a.txt is one of this command's input files (a.txt): writing it would destroy that input. Choose another file.
+    ValueError: --output a.txt is one of this command's input files (a.txt): writing it would destroy that input. ...
     """
     for source in inputs:
         if isinstance(source, (str, os.PathLike)) and same_file(output, source):

@@ -41,7 +41,7 @@ def family_for(model_type, where="config.json"):
     >>> family_for("bert", "bert/config.json")
     Traceback (most recent call last):
     ...
-    keras_transformer.errors.ConfigError: bert/config.json: model_type 'bert' is not a family keras-transformer imports; the supported families are: marian.
+    keras_transformer.errors.ConfigError: bert/config.json: model_type 'bert' is not a family keras-transformer ...
     """
     if model_type not in FAMILIES:
         raise ConfigError(f"{where}: model_type {model_type!r} is not a family keras-transformer imports; the "

@@ -60,7 +60,8 @@ class Checkpoint:
         try:
             if self.weights_file.name == SAFETENSORS:
                 from safetensors.numpy import load_file
-                return {name: np.asarray(value, dtype=np.float32) for name, value in load_file(self.weights_file).items()}
+                return {name: np.asarray(value, dtype=np.float32)
+                        for name, value in load_file(self.weights_file).items()}
             try:
                 import torch
             except ImportError:

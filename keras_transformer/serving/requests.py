@@ -99,7 +99,7 @@ def check_sentences(sentences, settings, what="sentences"):
     >>> check_sentences(["A dog."] * 3, ServeSettings(max_sentences=2))
     Traceback (most recent call last):
     ...
-    keras_transformer.serving.requests.RequestError: 3 sentences in one request; this server takes at most 2 (--max-sentences).
+    keras_transformer.serving.requests.RequestError: 3 sentences in one request; ... at most 2 (--max-sentences).
     """
     if len(sentences) > settings.max_sentences:
         raise RequestError(413, f"{len(sentences)} {what} in one request; this server takes at most "

@@ -274,8 +274,8 @@ def _fed_to_the_backend(batches):
 
 def packed_data(workdir, experiment, *, length_multiple=8, teacher=None, resumed_at=(0, 0)):
     """`(TrainingData, PackedBatches)` of a packed workdir: the `trainer.loop.TrainingData` of `PackedBatches`
-    over `arrays/`, memory-mapped (with the raw validation text for BLEU when `training.bleu_every_epochs` asks for it), and
-    its training batches."""
+    over `arrays/`, memory-mapped (with the raw validation text for BLEU when `training.bleu_every_epochs` asks for
+    it), and its training batches."""
     workdir = pathlib.Path(workdir)
     training = experiment.training
     splits = load_arrays(workdir)  # arrays/ memory-mapped, or an earlier arrays.npz read whole

@@ -19,7 +19,7 @@ def check_text_files(files):
     >>> check_text_files("/nonexistent/train.en")
     Traceback (most recent call last):
     ...
-    FileNotFoundError: No such file: /nonexistent/train.en (it does not exist); a vocabulary is learned from text files of one sentence per line.
+    FileNotFoundError: No such file: /nonexistent/train.en (it does not exist); a vocabulary is learned from ...
     """
     for path in [files] if isinstance(files, (str, os.PathLike)) else files:
         if not os.path.isfile(path):

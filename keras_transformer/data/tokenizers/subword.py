@@ -485,7 +485,7 @@ def sentence_list(texts, files_function):
     >>> sentence_list("train.en", "train_tokenizers_from_files")
     Traceback (most recent call last):
     ...
-    TypeError: Sentences must be a list of str, got one str ('train.en'); to learn from files use train_tokenizers_from_files.
+    TypeError: Sentences must be a list of str, got one str ('train.en'); to learn from files use ...
     """
     if isinstance(texts, tf.data.Dataset):
         return [text.decode("utf-8") for text in texts.as_numpy_iterator() if text.strip()]
