@@ -20,6 +20,7 @@ Example:
 """
 
 import importlib
+from typing import Any
 
 from keras_transformer.registration import register_lazily
 from keras_transformer.tensorflow_logs import quiet_tensorflow_import
@@ -60,7 +61,7 @@ _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in nam
 __all__ = sorted(_MODULE_OF)
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> Any:
     module = _MODULE_OF.get(name)
     if module is None:
         raise AttributeError(f"module 'keras_transformer' has no attribute {name!r}")
@@ -69,5 +70,5 @@ def __getattr__(name):
     return value
 
 
-def __dir__():
+def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))

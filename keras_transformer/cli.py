@@ -28,6 +28,9 @@ checkpoint, a corrupt file, a full disk) are printed as one line and the command
 `errors.EXIT_CODES` gives that kind of fault (`keras-transformer --help` lists them).
 """
 
+from __future__ import annotations
+
+import argparse
 import functools
 import json
 import logging
@@ -35,6 +38,8 @@ import os
 import re
 import secrets
 import sys
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from keras_transformer.arguments import build_parser
 from keras_transformer.decoding.options import DecodeOptions
@@ -50,6 +55,10 @@ from keras_transformer.errors import (
 )
 from keras_transformer.tensorflow_logs import loud_tensorflow_import, tensorflow_logs_wanted, without_cpp_log_lines
 
+if TYPE_CHECKING:
+    from keras_transformer.interface import TranslatorInterface
+    from keras_transformer.serving.requests import ServeSettings
+
 # Each command imports its library module when it runs (the imports inside the functions below), so that
 # `--help` and argument errors answer without importing TensorFlow, which takes seconds.
 
@@ -57,7 +66,7 @@ from keras_transformer.tensorflow_logs import loud_tensorflow_import, tensorflow
 WITHOUT_TENSORFLOW = ("train-packed", "distill-targets", "verify")
 
 
-def _train(args):
+def _train(args: argparse.Namespace) -> int:
     from keras_transformer.experiment import load_experiment
     experiment = load_experiment(args.config, args.overrides)  # checks the model section too
     experiment.check_files()  # also for --dry-run: a wrong path shows now, not after the vocabulary is learned
@@ -71,14 +80,14 @@ def _train(args):
     return 0
 
 
-def _decode_settings(args):
+def _decode_settings(args: argparse.Namespace) -> dict[str, Any]:
     """The `DecodeOptions` fields given on the command line (None: not given, the model's stands)."""
     return {"strategy": args.strategy, "beam_size": args.beam_size, "alpha": args.alpha, "max_extra": args.max_extra,
             "early_exit": args.early_exit, "top_k": args.sampling_topk, "top_p": args.sampling_topp,
             "temperature": args.sampling_temperature, "seed": args.seed, "n_best": getattr(args, "n_best", None)}
 
 
-def draw_seed(args):
+def draw_seed(args: argparse.Namespace) -> int | None:
     """Sampling asked for on the command line without `--seed`: a fresh seed in `args.seed`, printed on stderr
     so that the same samples can be drawn again. Other strategies, and a given seed, change nothing.
 
@@ -96,7 +105,7 @@ def draw_seed(args):
     return args.seed
 
 
-def _weights(models, checkpoints):
+def _weights(models: list[str], checkpoints: list[str] | None) -> tuple[Any, Any]:
     """Repeated `--model`/`--checkpoint` as `load_translator` takes them: one path, or lists for an ensemble."""
     if len(models) == 1:
         if checkpoints is not None and len(checkpoints) > 1:
@@ -105,7 +114,7 @@ def _weights(models, checkpoints):
     return models, checkpoints
 
 
-def _evaluate(args):
+def _evaluate(args: argparse.Namespace) -> int:
     from keras_transformer import inference
     draw_seed(args)
     model, checkpoint = _weights(args.model, args.checkpoint)
@@ -122,7 +131,7 @@ def _evaluate(args):
     return 0
 
 
-def evaluation_report(scores, details):
+def evaluation_report(scores: dict[str, Any], details: dict[str, Any]) -> str:
     """The readable report of `evaluate`: each score with its sacreBLEU signature, the weights, the decoding.
 
     Example:
@@ -162,7 +171,7 @@ def evaluation_report(scores, details):
 STDIN_CHUNK_BATCHES = 32  # translate reads stdin this many batches at a time and prints each chunk's lines
 
 
-def _stdin_chunks(size):
+def _stdin_chunks(size: int) -> Iterator[list[str]]:
     """stdin's lines in lists of `size`, split as files are (`data.textfile`: gzip is decompressed as it comes);
     bytes that are not UTF-8 become U+FFFD, whatever error handler the locale gives `sys.stdin`."""
     from keras_transformer.data import textfile
@@ -182,7 +191,7 @@ def _stdin_chunks(size):
         yield chunk
 
 
-def _tensorflow_free(args):
+def _tensorflow_free(args: argparse.Namespace) -> bool:
     """Whether `args` translate with an engine that needs no TensorFlow (a CTranslate2 export, a packed workdir:
     `engines.loader.model_engine`): then TensorFlow is never imported (seconds saved)."""
     from keras_transformer.engines.loader import model_engine
@@ -191,7 +200,7 @@ def _tensorflow_free(args):
             and model_kind(args.model[0]) is not None and model_engine(args.model[0]) != "tensorflow")
 
 
-def _load_translator(args):
+def _load_translator(args: argparse.Namespace) -> TranslatorInterface:
     """The translator of `--model`, `--checkpoint`, `--average` and the decoding arguments (`translate`, `serve`):
     `keras_transformer.load_translator`'s, which imports TensorFlow only for the TensorFlow engine. `precheck`
     checked the folders and the weights options."""
@@ -200,7 +209,7 @@ def _load_translator(args):
     return load_translator(model, checkpoint, args.average, checked=True, **_decode_settings(args))
 
 
-def _translate(args):
+def _translate(args: argparse.Namespace) -> int:
     from keras_transformer import evaluation
     draw_seed(args)
     translator = _load_translator(args)
@@ -208,8 +217,9 @@ def _translate(args):
     chunks = [args.sentences] if args.sentences else _stdin_chunks(args.batch_size * STDIN_CHUNK_BATCHES)
     forced = {key: value for key, value in (("target_prefix", args.target_prefix),
                                             ("target_lang", args.target_lang)) if value is not None}
-    if forced:  # a bad prefix or language: one line, before any decoding
-        translator.target_prefix_ids(translator.target_prefixes(1, caller="translate", **forced))
+    prefixes = translator.target_prefixes(1, caller="translate", **forced) if forced else None
+    if prefixes is not None:  # a bad prefix or language: one line, before any decoding
+        translator.target_prefix_ids(prefixes)
     index = 0
     for chunk in chunks:
         if args.n_best is None:
@@ -224,7 +234,7 @@ def _translate(args):
     return 0
 
 
-def _serve(args):
+def _serve(args: argparse.Namespace) -> int:
     from keras_transformer import serving
     from keras_transformer.serving.versions import ServedModel, is_version_base, parse_model_argument
     settings = _serve_settings(args)
@@ -244,7 +254,7 @@ def _serve(args):
     return serving.serve(models, None, host=args.host, port=args.port, settings=settings, seeded=seeded)
 
 
-def _serve_settings(args):
+def _serve_settings(args: argparse.Namespace) -> ServeSettings:
     """The `ServeSettings` of `serve`'s batching and limit flags (checked together: a queue smaller than the
     largest request is refused by name)."""
     from keras_transformer.serving.requests import ServeSettings
@@ -257,7 +267,7 @@ def _serve_settings(args):
                          poll_seconds=args.poll_seconds)
 
 
-def _load_folder(args, path):
+def _load_folder(args: argparse.Namespace, path: str) -> TranslatorInterface:
     """The translator of one model folder of `serve` (a version of a base folder, or a NAME=DIR model), with the
     weights and decoding arguments."""
     from keras_transformer.engines.loader import load_translator
@@ -265,7 +275,7 @@ def _load_folder(args, path):
                            **_decode_settings(args))
 
 
-def _export(args):
+def _export(args: argparse.Namespace) -> int:
     from keras_transformer import exports, inference
     workdir, checkpoint = _weights(args.workdir, args.checkpoint)
     exporter = exports.make_exporter(args.format, quantization=args.quantization, precision=args.precision,
@@ -289,7 +299,7 @@ def _export(args):
     return 0
 
 
-def _average(args):
+def _average(args: argparse.Namespace) -> int:
     from keras_transformer.workdir import average_workdir
     output, paths = average_workdir(args.workdir, last=args.last, output=args.output, checkpoints=args.checkpoint)
     print(f"Averaged {len(paths)} checkpoint(s) ({os.path.basename(paths[0])} .. {os.path.basename(paths[-1])}) "
@@ -297,7 +307,7 @@ def _average(args):
     return 0
 
 
-def _pack(args):
+def _pack(args: argparse.Namespace) -> int:
     from keras_transformer import training
     from keras_transformer.experiment import load_experiment
     counts = training.pack_arrays(load_experiment(args.config, args.overrides), args.workdir)
@@ -305,7 +315,7 @@ def _pack(args):
     return 0
 
 
-def _train_packed(args):
+def _train_packed(args: argparse.Namespace) -> int:
     from keras_transformer import arrays
     from keras_transformer.trainer import packed
     if args.evaluate:  # scoring instead of training
@@ -328,7 +338,7 @@ def _train_packed(args):
     return 0
 
 
-def _distill_targets(args):
+def _distill_targets(args: argparse.Namespace) -> int:
     from keras_transformer import distillation
     result = distillation.make_teacher(args.workdir, args.member, top_k=args.top_k,
                                        tokens_per_batch=args.tokens_per_batch, output=args.output)
@@ -336,7 +346,7 @@ def _distill_targets(args):
     return 0
 
 
-def _plot_attention(args):
+def _plot_attention(args: argparse.Namespace) -> int:
     from keras_transformer import plotting
     maps, paths = plotting.plot_attention_for_path(args.model, args.sentence, args.out, checkpoint=args.checkpoint,
                                                    average=args.average, beam_size=args.beam_size,
@@ -346,7 +356,7 @@ def _plot_attention(args):
     return 0
 
 
-def _verify(args):
+def _verify(args: argparse.Namespace) -> int:
     from keras_transformer import layout
     from keras_transformer.errors import ExportDamagedError
     from keras_transformer.exports import folder as export_folder
@@ -371,7 +381,7 @@ def _verify(args):
     return 0
 
 
-def import_tensorflow_quietly():
+def import_tensorflow_quietly() -> None:
     """Imports TensorFlow without its C++ log lines on stderr; anything else it writes there still shows.
 
     `keras_transformer.tensorflow_logs.without_cpp_log_lines` around the
@@ -388,7 +398,7 @@ def import_tensorflow_quietly():
             pass  # the command that needs it names the problem
 
 
-def _import(args):
+def _import(args: argparse.Namespace) -> int:
     from keras_transformer.imports.importer import import_checkpoint
     workdir = import_checkpoint(args.source, args.workdir)
     print(f"Imported {args.source} into {workdir}; translate with: keras-transformer translate --model {workdir}")
@@ -401,7 +411,7 @@ _COMMANDS = {"train": _train, "evaluate": _evaluate, "translate": _translate, "e
              "import": _import}
 
 
-def precheck(args):
+def precheck(args: argparse.Namespace) -> None:
     """Checks what a command reads and writes before TensorFlow is imported (which takes seconds): the config (key
     names, values, data files) of `train` and `pack`, every model folder, input file and output path. A typo
     then answers at once; the command itself checks everything again, and more.
@@ -463,7 +473,7 @@ def precheck(args):
         files.check_unlocked(args.workdir)
 
 
-def main(argv=None):
+def main(argv: list[str] | None = None) -> int:
     """Runs `keras-transformer` with `argv` (default: the command line) and returns the exit status.
 
     Example:
@@ -480,7 +490,7 @@ def main(argv=None):
         return _run(args)
 
 
-def _run(args):
+def _run(args: argparse.Namespace) -> int:
     """`main` after parsing: the command, and its faults as one line and a status."""
     try:
         precheck(args)  # before TensorFlow: a wrong key or path answers at once
@@ -512,7 +522,7 @@ def _run(args):
         return status
 
 
-def _written_path(args):
+def _written_path(args: argparse.Namespace) -> str | None:
     """The folder or file a command writes, named by a fault whose error names none (a full disk)."""
     for name in ("out", "output", "workdir"):  # export's --workdir is what it reads
         value = getattr(args, name, None)

@@ -5,6 +5,7 @@ validated with messages that name the offending field.
 """
 
 import dataclasses
+import os
 import re
 import typing
 
@@ -83,7 +84,7 @@ class TransformerConfig:
     beta_2: float = 0.98  # Adam beta2
     epsilon: float = 1e-9  # Adam epsilon
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         # Accept booleans for tie_embeddings: True -> "all", False -> "none".
         if isinstance(self.tie_embeddings, bool):
             object.__setattr__(self, "tie_embeddings", "all" if self.tie_embeddings else "none")
@@ -121,7 +122,7 @@ class TransformerConfig:
         return self.value_dim if self.value_dim is not None else self.head_dim
 
     # --------------------------------------------------------------- validation
-    def validate(self):
+    def validate(self) -> None:
         """Raises `ValueError` naming the first invalid field."""
         positive = ["vocab_size", "num_layers", "d_model", "num_heads", "d_ff", "max_length",
                     "max_relative_position", "warmup_steps"]
@@ -185,7 +186,7 @@ class TransformerConfig:
 
     # ------------------------------------------------------------ construction
     @classmethod
-    def preset(cls, name: str, **overrides) -> "TransformerConfig":
+    def preset(cls, name: str, **overrides: typing.Any) -> "TransformerConfig":
         """Returns the preset `name` ("tiny", "small", "base", "big") with `overrides` applied.
 
         Example:
@@ -221,11 +222,11 @@ class TransformerConfig:
         """Returns the fields as a plain dict (YAML- and JSON-friendly)."""
         return dataclasses.asdict(self)
 
-    def replace(self, **changes) -> "TransformerConfig":
+    def replace(self, **changes: typing.Any) -> "TransformerConfig":
         """Returns a copy with `changes` applied (and validated)."""
         return self.from_dict({**self.to_dict(), **changes})
 
-    def save_yaml(self, path) -> None:
+    def save_yaml(self, path: str | os.PathLike[str]) -> None:
         """Writes the config to a YAML file.
 
         Example:
@@ -239,7 +240,7 @@ class TransformerConfig:
         atomic_write_text(path, yaml.safe_dump(self.to_dict(), sort_keys=False))
 
     @classmethod
-    def from_yaml(cls, path) -> "TransformerConfig":
+    def from_yaml(cls, path: str | os.PathLike[str]) -> "TransformerConfig":
         """Reads a config written by `save_yaml` (or by hand), or a model folder's `model.yaml`.
 
         A model.yaml's decoding settings (its `decoding:` mapping, or in an older file the
@@ -261,7 +262,7 @@ _YamlLoader.add_implicit_resolver(
     list("-+0123456789."))
 
 
-def read_yaml_file(path, what="settings"):
+def read_yaml_file(path: str | os.PathLike[str], what: str = "settings") -> dict[str, typing.Any]:
     """The mapping a YAML file written by the package holds (a model.yaml, an experiment.yaml).
 
     Raises:
@@ -294,7 +295,7 @@ _RESTORE = ("restore it from a copy, or write it again: a training workdir's mod
             "its experiment.yaml (`TransformerConfig.save_yaml`), an export's comes with the export (export again).")
 
 
-def load_yaml(stream):
+def load_yaml(stream: typing.Any) -> typing.Any:
     """Reads YAML as `yaml.safe_load` does, except that `1e-9` is a float, as a config author means it.
 
     PyYAML follows YAML 1.1, whose floats need a dot (`1.0e-9`); `1e-9` would

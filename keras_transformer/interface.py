@@ -29,15 +29,27 @@ that holds unk or leaves no room for a decoded token.
 This module imports only the standard library (and the package's errors).
 """
 
+from __future__ import annotations
+
 import abc
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from keras_transformer.errors import ConfigError
+
+if TYPE_CHECKING:
+    from keras_transformer.decoding.options import DecodeOptions
+
+# Lines in: `str`, or UTF-8 `bytes`.
+Lines: TypeAlias = Iterable[str | bytes]
+# A target prefix: one text for every line, or a list of one per line (None: no prefix).
+Prefixes: TypeAlias = str | bytes | Sequence[str | bytes] | None
 
 # What a blank line may hold: the whitespace TensorFlow's `tf.strings.strip` removes, for every engine alike.
 ASCII_WHITESPACE = " \t\n\v\f\r"
 
 
-def clean_line(line, caller="translator"):
+def clean_line(line: str | bytes, caller: str = "translator") -> str:
     """A line as text, the one rule every engine reads lines by: invalid UTF-8 becomes U+FFFD.
 
     `bytes` are decoded as UTF-8. In a `str`, the lone surrogates by which Python keeps the undecodable bytes of
@@ -65,7 +77,7 @@ def clean_line(line, caller="translator"):
     return data.decode("utf-8", "replace")
 
 
-def is_blank(text):
+def is_blank(text: str) -> bool:
     """True for a line with nothing to translate: empty, or ASCII whitespace only (`ASCII_WHITESPACE`).
 
     Example:
@@ -76,7 +88,7 @@ def is_blank(text):
     return not text.strip(ASCII_WHITESPACE)
 
 
-def check_prefix_ids(caller, text, ids, unk_id, max_target_length):
+def check_prefix_ids(caller: str, text: str, ids: list[int], unk_id: int | None, max_target_length: int) -> list[int]:
     """`ids`, a prefix's target ids, or a `ValueError` naming the prefix: one holding the unk id (text the target
     vocabulary lacks: forcing it would force unk), or one of `max_target_length` tokens or more (no room left for
     a decoded token).
@@ -99,7 +111,7 @@ def check_prefix_ids(caller, text, ids, unk_id, max_target_length):
     return ids
 
 
-def scoring_alpha(options):
+def scoring_alpha(options: DecodeOptions) -> float:
     """The length-penalty exponent scores are normalised with: `options.alpha` for beam search, 0 otherwise
     (greedy decoding and sampling score plain log-probabilities).
 
@@ -130,27 +142,29 @@ class TranslatorInterface(abc.ABC):
     ['n_best_batch', 'score_batch', 'translate_batch']
     """
 
-    engine = "translator"
-    strategies = ()
-    target_languages = ()  # the language codes `target_lang` takes (a multilingual model's target language tokens)
+    options: DecodeOptions
+    engine: str = "translator"
+    strategies: tuple[str, ...] = ()
+    # the language codes `target_lang` takes (a multilingual model's target language tokens)
+    target_languages: tuple[str, ...] = ()
 
     # ------------------------------------------------------------------ what an engine implements
     @abc.abstractmethod
-    def translate_batch(self, texts, prefixes=None):
+    def translate_batch(self, texts: list[str], prefixes: list[str] | None = None) -> list[str]:
         """One translation per text (cleaned, not blank), in order; with `prefixes` (one text per text), each
         starting with its prefix."""
 
     @abc.abstractmethod
-    def n_best_batch(self, texts, prefixes=None):
+    def n_best_batch(self, texts: list[str], prefixes: list[str] | None = None) -> list[list[tuple[str, float]]]:
         """Per text (cleaned, not blank), `returned()` `(translation, score)` pairs, best first; with `prefixes`,
         every hypothesis starting with its text's prefix."""
 
     @abc.abstractmethod
-    def score_batch(self, sources, targets):
+    def score_batch(self, sources: list[str], targets: list[str]) -> Iterable[float]:
         """Per pair of cleaned texts, the forced-decoding score (`score_lines`)."""
 
     # ------------------------------------------------------------------ shared
-    def check_options(self, options):
+    def check_options(self, options: DecodeOptions) -> DecodeOptions:
         """`options`, or a `ConfigError` naming their strategy when this engine does not implement it.
 
         Example:
@@ -170,15 +184,15 @@ class TranslatorInterface(abc.ABC):
         return options
 
     @property
-    def scoring_alpha(self):
+    def scoring_alpha(self) -> float:
         """The length-penalty exponent this translator's scores are normalised with (`scoring_alpha`)."""
         return scoring_alpha(self.options)
 
-    def returned(self):
+    def returned(self) -> int:
         """How many `(translation, score)` pairs `n_best_lines` gives a line: `options.returned()`."""
         return self.options.returned()
 
-    def target_prefix_ids(self, prefixes):
+    def target_prefix_ids(self, prefixes: list[str]) -> list[list[int]]:
         """Per prefix text, its forced target ids, checked by `check_prefix_ids` (a `ValueError` naming a bad one).
 
         Raises:
@@ -186,7 +200,8 @@ class TranslatorInterface(abc.ABC):
         """
         raise NotImplementedError(f"The {self.engine} engine takes no target prefixes.")
 
-    def target_prefixes(self, count, target_prefix=None, target_lang=None, caller="translator"):
+    def target_prefixes(self, count: int, target_prefix: Prefixes = None, target_lang: str | None = None,
+                        caller: str = "translator") -> list[str] | None:
         """Each of `count` lines' prefix text, from `target_prefix` (one text for every line, or a list of one per
         line) and `target_lang` (a code of `target_languages`, whose token goes first); None when neither is
         given.
@@ -228,7 +243,9 @@ class TranslatorInterface(abc.ABC):
             prefixes = [f"{target_lang} {text}".rstrip(ASCII_WHITESPACE) for text in prefixes]
         return prefixes
 
-    def _in_length_order(self, method, lines, batch_size, run_batch, blank, target_prefix=None, target_lang=None):
+    def _in_length_order(self, method: str, lines: Lines, batch_size: int, run_batch: Callable[..., Iterable[Any]],
+                         blank: Callable[[], Any], target_prefix: Prefixes = None,
+                         target_lang: str | None = None) -> list[Any]:
         """`run_batch` over the cleaned non-blank lines, in batches of similar length (word counts: padding, and
         so wasted work, stays low; no result depends on its batch); a blank line gives `blank()`. With a
         target prefix (`target_prefixes`), `run_batch` gets each batch's prefixes as `prefixes=`."""
@@ -247,7 +264,8 @@ class TranslatorInterface(abc.ABC):
         return _scattered(outputs, order, batch_size, lambda chunk: run_batch(
             [texts[i] for i in chunk], prefixes=[prefixes[i] for i in chunk]))
 
-    def translate_lines(self, lines, batch_size=64, target_prefix=None, target_lang=None):
+    def translate_lines(self, lines: Lines, batch_size: int = 64, target_prefix: Prefixes = None,
+                        target_lang: str | None = None) -> list[str]:
         """One translation per line (`str`), in order; a blank line translates to "".
 
         Args:
@@ -273,7 +291,8 @@ class TranslatorInterface(abc.ABC):
         return self._in_length_order("translate_lines", lines, batch_size, self.translate_batch, str,
                                      target_prefix, target_lang)
 
-    def n_best_lines(self, lines, batch_size=64, target_prefix=None, target_lang=None):
+    def n_best_lines(self, lines: Lines, batch_size: int = 64, target_prefix: Prefixes = None,
+                     target_lang: str | None = None) -> list[list[tuple[str, float]]]:
         """Per line, `returned()` `(translation, score)` pairs, best first (sampling: that many draws).
 
         Scores are those `translate_lines` ranks by: log-probabilities, length-normalised with `scoring_alpha`.
@@ -289,7 +308,7 @@ class TranslatorInterface(abc.ABC):
         return self._in_length_order("n_best_lines", lines, batch_size, self.n_best_batch,
                                      lambda: [("", 0.0)] * count, target_prefix, target_lang)
 
-    def score_lines(self, sources, targets, batch_size=64):
+    def score_lines(self, sources: Lines, targets: Lines, batch_size: int = 64) -> list[float]:
         """Forced decoding: per pair, log P(target | source) under the model, normalised as `n_best_lines` is.
 
         Pairs go to the engine `batch_size` at a time, shortest targets first; scores come back in input order.
@@ -304,14 +323,14 @@ class TranslatorInterface(abc.ABC):
         """
         caller = f"{type(self).__name__}.score_lines"
         sources, targets = check_pairs(caller, sources, targets)
-        sources = [clean_line(line, caller) for line in sources]
-        targets = [clean_line(line, caller) for line in targets]
-        order = sorted(range(len(sources)), key=lambda i: len(targets[i].split()))  # similar lengths together
-        scores = _scattered([None] * len(sources), order, batch_size, lambda chunk: self.score_batch(
-            [sources[i] for i in chunk], [targets[i] for i in chunk]))
+        source_texts = [clean_line(line, caller) for line in sources]
+        target_texts = [clean_line(line, caller) for line in targets]
+        order = sorted(range(len(source_texts)), key=lambda i: len(target_texts[i].split()))  # similar lengths together
+        scores = _scattered([None] * len(source_texts), order, batch_size, lambda chunk: self.score_batch(
+            [source_texts[i] for i in chunk], [target_texts[i] for i in chunk]))
         return [float(score) for score in scores]
 
-    def with_options(self, options):
+    def with_options(self, options: DecodeOptions) -> TranslatorInterface:
         """A translator of the same loaded model(s) that decodes with `options` (a `DecodeOptions`).
 
         The weights are shared, not loaded again: a server keeps one per set of options it is asked for.
@@ -324,7 +343,7 @@ class TranslatorInterface(abc.ABC):
         raise NotImplementedError(f"The {self.engine} engine decodes with the options it was built with; "
                                   "build another translator for other options.")
 
-    def attention(self, sentence, translation=None):
+    def attention(self, sentence: str, translation: str | None = None) -> Any:  # an AttentionMaps
         """The `attention_maps.AttentionMaps` of `sentence` and its translation (or the given `translation`).
 
         Raises:
@@ -333,14 +352,15 @@ class TranslatorInterface(abc.ABC):
         raise NotImplementedError(f"The {self.engine} engine gives no attention maps; load the model with the "
                                   "TensorFlow engine (a training workdir or a SavedModel export) to draw them.")
 
-    def __call__(self, sentences):
+    def __call__(self, sentences: str | bytes | Lines) -> str | list[str]:
         """A `str` or a list of `str` in, the same out (`bytes` are taken as UTF-8)."""
-        single = isinstance(sentences, (str, bytes))
-        texts = self.translate_lines([sentences] if single else list(sentences))
-        return texts[0] if single else texts
+        if isinstance(sentences, (str, bytes)):
+            return self.translate_lines([sentences])[0]
+        return self.translate_lines(list(sentences))
 
 
-def _scattered(outputs, order, batch_size, run_batch):
+def _scattered(outputs: list[Any], order: list[int], batch_size: int,
+               run_batch: Callable[[list[int]], Iterable[Any]]) -> list[Any]:
     """`outputs` with `run_batch(indices)`'s results put at those indices, for `order` cut into batches of
     `batch_size` indices."""
     for start in range(0, len(order), int(batch_size)):
@@ -350,7 +370,7 @@ def _scattered(outputs, order, batch_size, run_batch):
     return outputs
 
 
-def check_pairs(caller, sources, targets):
+def check_pairs(caller: str, sources: Lines, targets: Lines) -> tuple[list[str | bytes], list[str | bytes]]:
     """`sources, targets` as lists, or a `ValueError` naming both counts (and a `TypeError` for one string).
 
     Example:

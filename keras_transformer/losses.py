@@ -1,13 +1,15 @@
 """Label-smoothed cross-entropy averaged over non-pad target tokens (section 5.4)."""
 
+from typing import Any
+
 import keras
 from keras import ops
 
 from keras_transformer.keras_internals import scale_loss_for_distribution
 
 
-def smoothed_cross_entropy(labels, logits, label_smoothing=0.1, soft_ids=None, soft_probabilities=None,
-                           soft_weight=0.0):
+def smoothed_cross_entropy(labels: Any, logits: Any, label_smoothing: float = 0.1, soft_ids: Any = None,
+                           soft_probabilities: Any = None, soft_weight: float = 0.0) -> Any:
     """Per-token label-smoothed cross-entropy `(B, T)` from logits `(B, T, V)`, pads included.
 
     loss = logsumexp(z) - (1 - eps) * z_y - eps * mean(z). The gradient is given by
@@ -50,7 +52,7 @@ def smoothed_cross_entropy(labels, logits, label_smoothing=0.1, soft_ids=None, s
     w = float(soft_weight) if soft else 0.0
     hard = 1.0 - w
 
-    def forward(z, y, ids, p):
+    def forward(z: Any, y: Any, ids: Any, p: Any) -> Any:
         # Few (B, T, V) tensors live at once: the terms of the loss read z itself, so `z - peak` feeds
         # only the exp (which TensorFlow then computes in place), and the gradient starts from `exp`
         # and overwrites the label positions only (below). With a 32k vocabulary and 4,096 target
@@ -69,7 +71,7 @@ def smoothed_cross_entropy(labels, logits, label_smoothing=0.1, soft_ids=None, s
             loss = loss - w * ops.sum(p * (ops.take_along_axis(z, ids, axis=-1) - peak), axis=-1, keepdims=True)
         loss = ops.squeeze(loss, -1)  # (B, T)
 
-        def grad(upstream):
+        def grad(upstream: Any) -> Any:
             upstream = ops.expand_dims(upstream, -1)  # (B, T, 1)
             uniform = hard * eps / ops.cast(vocab_size, z.dtype)
             if not soft:  # softmax * upstream - upstream * eps / V everywhere, then the label positions' values
@@ -97,15 +99,15 @@ def smoothed_cross_entropy(labels, logits, label_smoothing=0.1, soft_ids=None, s
     z, y = ops.cast(logits, "float32"), ops.cast(labels, "int32")
     if soft:
         @ops.custom_gradient
-        def cross_entropy(z, y, ids, p):
+        def soft_cross_entropy(z: Any, y: Any, ids: Any, p: Any) -> Any:
             loss, grad = forward(z, y, ids, p)
             return loss, lambda *args, upstream=None: (grad(args[0] if upstream is None else upstream),
                                                        None, None, None)
 
-        return cross_entropy(z, y, ops.cast(soft_ids, "int32"), ops.cast(soft_probabilities, "float32"))
+        return soft_cross_entropy(z, y, ops.cast(soft_ids, "int32"), ops.cast(soft_probabilities, "float32"))
 
     @ops.custom_gradient
-    def cross_entropy(z, y):  # z: float32 (B, T, V), y: int32 (B, T)
+    def cross_entropy(z: Any, y: Any) -> Any:  # z: float32 (B, T, V), y: int32 (B, T)
         loss, grad = forward(z, y, None, None)
         return loss, lambda *args, upstream=None: (grad(args[0] if upstream is None else upstream), None)
 
@@ -138,7 +140,8 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
     0.1054
     """
 
-    def __init__(self, label_smoothing=0.1, pad_id=0, name="label_smoothed_cross_entropy", **kwargs):
+    def __init__(self, label_smoothing: float = 0.1, pad_id: int = 0, name: str = "label_smoothed_cross_entropy",
+                 **kwargs: Any) -> None:
         kwargs.pop("reduction", None)
         super().__init__(name=name, reduction="sum_over_batch_size", **kwargs)
         if not 0.0 <= float(label_smoothing) < 1.0:
@@ -146,14 +149,14 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
         self.label_smoothing = float(label_smoothing)
         self.pad_id = int(pad_id)
 
-    def call(self, y_true, y_pred):
+    def call(self, y_true: Any, y_pred: Any) -> Any:
         """Per-token losses `(B, T)` (pads included; `__call__` masks them)."""
         return smoothed_cross_entropy(y_true, y_pred, self.label_smoothing)
 
-    def __call__(self, y_true, y_pred, sample_weight=None):
+    def __call__(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> Any:
         return self._masked_mean(self.call(y_true, y_pred), y_true, sample_weight)
 
-    def _masked_mean(self, per_token, labels, sample_weight=None):
+    def _masked_mean(self, per_token: Any, labels: Any, sample_weight: Any = None) -> Any:
         """The mean of `per_token` `(B, T)` over the positions whose label is not `pad_id` (times any weight)."""
         weights = ops.cast(ops.not_equal(ops.cast(labels, "int32"), self.pad_id), "float32")
         if sample_weight is not None:
@@ -166,13 +169,13 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
         # replica's loss divided by the replica count, as keras.losses.Loss.__call__ does.
         return scale_loss_for_distribution(total / ops.maximum(ops.sum(weights), 1.0))
 
-    def get_config(self):
+    def get_config(self) -> dict[str, Any]:
         config = super().get_config()
         config.pop("reduction", None)
         return {**config, "label_smoothing": self.label_smoothing, "pad_id": self.pad_id}
 
 
-def rdrop_cross_entropy(labels, logits, label_smoothing=0.1, alpha=5.0):
+def rdrop_cross_entropy(labels: Any, logits: Any, label_smoothing: float = 0.1, alpha: float = 5.0) -> Any:
     """Per-position R-Drop loss `(B, T)` of B examples, each run twice: logits `(B, 2, T, V)`.
 
     `(CE_1 + CE_2) / 2 + alpha / 4 * (KL(p_1 || p_2) + KL(p_2 || p_1))`, CE the
@@ -194,7 +197,7 @@ def rdrop_cross_entropy(labels, logits, label_smoothing=0.1, alpha=5.0):
     eps, alpha = float(label_smoothing), float(alpha)
 
     @ops.custom_gradient
-    def loss_fn(z, y):  # z: float32 (B, 2, T, V), y: int32 (B, T)
+    def loss_fn(z: Any, y: Any) -> Any:  # z: float32 (B, 2, T, V), y: int32 (B, T)
         vocab_size = ops.shape(z)[-1]
         shifted = z - ops.max(z, axis=-1, keepdims=True)
         exp = ops.exp(shifted)
@@ -211,7 +214,7 @@ def rdrop_cross_entropy(labels, logits, label_smoothing=0.1, alpha=5.0):
         divergence = ops.sum((p - q) * d, axis=-1)  # (B, T)
         loss = 0.5 * ops.sum(ops.squeeze(cross_entropy, -1), axis=1) + alpha / 4.0 * divergence
 
-        def grad(upstream):
+        def grad(upstream: Any) -> Any:
             upstream = ops.expand_dims(upstream, -1)  # (B, T, 1)
             uniform = eps / ops.cast(vocab_size, z.dtype)
             is_label = ops.equal(ops.expand_dims(y, -1), ops.arange(vocab_size, dtype=y.dtype))  # (B, T, V)
@@ -255,13 +258,14 @@ class RDropLoss(LabelSmoothedCrossEntropy):
     0.1054
     """
 
-    def __init__(self, alpha=5.0, label_smoothing=0.1, pad_id=0, name="rdrop_cross_entropy", **kwargs):
+    def __init__(self, alpha: float = 5.0, label_smoothing: float = 0.1, pad_id: int = 0,
+                 name: str = "rdrop_cross_entropy", **kwargs: Any) -> None:
         super().__init__(label_smoothing=label_smoothing, pad_id=pad_id, name=name, **kwargs)
         if not float(alpha) >= 0.0:
             raise ValueError(f"alpha must be >= 0, got {alpha}.")
         self.alpha = float(alpha)
 
-    def __call__(self, y_true, y_pred, sample_weight=None):
+    def __call__(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> Any:
         shape = ops.shape(y_pred)
         pairs = ops.reshape(y_pred, (-1, 2, shape[1], shape[2]))  # rows 2i and 2i + 1: one example's two passes
         labels = ops.reshape(y_true, (-1, 2, shape[1]))[:, 0]
@@ -271,5 +275,5 @@ class RDropLoss(LabelSmoothedCrossEntropy):
         per_position = rdrop_cross_entropy(labels, pairs, self.label_smoothing, self.alpha)
         return self._masked_mean(per_position, labels, sample_weight)
 
-    def get_config(self):
+    def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "alpha": self.alpha}

@@ -5,10 +5,12 @@ positions by key positions) or anything that broadcasts to it, such as
 `(B, 1, S)` for key padding alone.
 """
 
+from typing import Any
+
 from keras import ops
 
 
-def padding_mask(ids, pad_id=0):
+def padding_mask(ids: Any, pad_id: int = 0) -> Any:
     """Returns `ids != pad_id` as a boolean `(B, T)` mask.
 
     Example:
@@ -20,7 +22,7 @@ def padding_mask(ids, pad_id=0):
     return ops.not_equal(ids, pad_id)
 
 
-def causal_mask(query_length, key_length=None, offset=0):
+def causal_mask(query_length: Any, key_length: Any = None, offset: Any = 0) -> Any:
     """Returns the `(T, S)` lower-triangular mask: query i may see keys j <= i + offset.
 
     `offset` is the position of the first query, used when queries continue a
@@ -37,7 +39,7 @@ def causal_mask(query_length, key_length=None, offset=0):
     return ops.greater_equal(rows, cols)
 
 
-def window_mask(query_length, key_length=None, window=1, offset=0):
+def window_mask(query_length: Any, key_length: Any = None, window: int = 1, offset: Any = 0) -> Any:
     """Returns the `(T, S)` band mask |i + offset - j| <= window (restricted self-attention).
 
     Example:
@@ -51,12 +53,12 @@ def window_mask(query_length, key_length=None, window=1, offset=0):
     return ops.less_equal(ops.abs(rows - cols), window)
 
 
-def key_padding_attention_mask(key_padding):
+def key_padding_attention_mask(key_padding: Any) -> Any:
     """Turns a `(B, S)` key padding mask into a `(B, 1, S)` attention mask."""
     return ops.expand_dims(ops.cast(key_padding, "bool"), 1)
 
 
-def merge_masks(*masks):
+def merge_masks(*masks: Any) -> Any:
     """Logical AND of masks that broadcast together; `None` entries are skipped.
 
     Example:
@@ -91,24 +93,24 @@ class PaddingMask(keras.layers.Layer):
     [[True, False]]
     """
 
-    def __init__(self, pad_id=0, keep_first=False, **kwargs):
+    def __init__(self, pad_id: int = 0, keep_first: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.pad_id = int(pad_id)
         self.keep_first = bool(keep_first)
         self.built = True
 
-    def call(self, ids):
+    def call(self, ids: Any) -> Any:
         mask = padding_mask(ids, self.pad_id)
         if self.keep_first:  # the decoder's start token, which may be the pad id (Marian), is never padding
             first = ops.expand_dims(ops.equal(ops.arange(ops.shape(ids)[1]), 0), 0)  # (1, T)
             mask = ops.logical_or(mask, first)
         return mask
 
-    def compute_output_shape(self, input_shape):
+    def compute_output_shape(self, input_shape: tuple[int | None, ...]) -> tuple[int | None, ...]:
         return tuple(input_shape)
 
-    def compute_output_spec(self, ids):
+    def compute_output_spec(self, ids: Any) -> Any:
         return keras.KerasTensor(ids.shape, dtype="bool")
 
-    def get_config(self):
+    def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "pad_id": self.pad_id, "keep_first": self.keep_first}

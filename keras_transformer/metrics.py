@@ -1,5 +1,7 @@
 """Token accuracy over non-pad positions."""
 
+from typing import Any
+
 import keras
 from keras import ops
 
@@ -21,13 +23,13 @@ class MaskedAccuracy(keras.metrics.Metric):
     0.5
     """
 
-    def __init__(self, pad_id=0, name="masked_accuracy", **kwargs):
+    def __init__(self, pad_id: int = 0, name: str = "masked_accuracy", **kwargs: Any) -> None:
         super().__init__(name=name, **kwargs)
         self.pad_id = int(pad_id)
         self.correct = self.add_variable(shape=(), initializer="zeros", name="correct")
         self.total = self.add_variable(shape=(), initializer="zeros", name="total")
 
-    def update_state(self, y_true, y_pred, sample_weight=None):
+    def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
         labels = ops.cast(y_true, "int32")
         # The first index of the largest logit, as argmax picks it (`top_k` puts the lower index first among
         # equal values; only a largest logit of 0.0 after a -0.0 differs). `ops.argmax` of floats makes a float32
@@ -44,12 +46,12 @@ class MaskedAccuracy(keras.metrics.Metric):
         self.correct.assign_add(ops.sum(hits))
         self.total.assign_add(ops.sum(weights))
 
-    def result(self):
+    def result(self) -> Any:
         return self.correct / ops.maximum(self.total, 1.0)
 
-    def reset_state(self):
+    def reset_state(self) -> None:
         self.correct.assign(0.0)
         self.total.assign(0.0)
 
-    def get_config(self):
+    def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "pad_id": self.pad_id}

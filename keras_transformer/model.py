@@ -7,6 +7,7 @@ key/value caches.
 """
 
 import dataclasses
+from typing import Any
 
 import keras
 
@@ -21,7 +22,7 @@ from keras_transformer.layers import (
 from keras_transformer.masking import PaddingMask, padding_mask
 
 
-def _stack_options(config):
+def _stack_options(config: TransformerConfig) -> dict[str, Any]:
     return dict(d_model=config.d_model, num_heads=config.num_heads, d_ff=config.d_ff,
                 dropout=config.dropout, attention_dropout=config.attention_dropout,
                 ffn_dropout=config.ffn_dropout, key_dim=config.key_dim, value_dim=config.value_dim,
@@ -32,7 +33,7 @@ def _stack_options(config):
                 activation=config.activation)
 
 
-def build_model(config: TransformerConfig, name="transformer", dtype=None) -> keras.Model:
+def build_model(config: TransformerConfig, name: str = "transformer", dtype: Any = None) -> keras.Model:
     """Builds the encoder-decoder Transformer described by `config`.
 
     Inputs are a dict `{"source": int32 (B, S), "target": int32 (B, T)}` where
@@ -114,7 +115,7 @@ def build_model(config: TransformerConfig, name="transformer", dtype=None) -> ke
     return keras.Model({"source": source, "target": target}, logits, name=name)
 
 
-def cast_model(model, config, dtype):
+def cast_model(model: keras.Model, config: TransformerConfig, dtype: Any) -> keras.Model:
     """`model` (a `build_model(config)` model) with its layers under the dtype policy `dtype` and its weights cast
     to that policy's variable dtype (round to nearest): `model` itself where it is already so.
 
@@ -183,17 +184,17 @@ class TransformerParts:
     output_bias: keras.layers.Layer | None = None
 
     @property
-    def shared_embedding(self):
+    def shared_embedding(self) -> bool:
         """True when source and target share one embedding matrix (`tie == "all"`)."""
         return self.tie == "all"
 
     @property
-    def tied_output(self):
+    def tied_output(self) -> bool:
         """True when the target embedding is the pre-softmax projection (`tie` "all" or "decoder")."""
         return self.output_projection is None
 
 
-def parts(model):
+def parts(model: keras.Model) -> "TransformerParts":
     """The layers of a `build_model` model by role, as a frozen `TransformerParts`.
 
     The one place that knows the layer names `build_model` gives; decoding,
@@ -231,7 +232,7 @@ def parts(model):
                             tie=tie, output_bias=layers.get("output_bias"))
 
 
-def output_kernel(model):
+def output_kernel(model: Any) -> Any:
     """The `(D, V)` pre-softmax matrix: the output projection's kernel, or the tied embedding transposed.
 
     Decoding computes it once per search and passes it to `decode`, so that
@@ -248,7 +249,8 @@ def output_kernel(model):
     return keras.ops.transpose(p.target_embedding.embeddings)
 
 
-def encode(model, source, pad_id=0, training=False, return_attention_scores=False):
+def encode(model: Any, source: Any, pad_id: int = 0, training: bool | None = False,
+           return_attention_scores: bool = False) -> Any:
     """Runs the encoder of a `build_model` model.
 
     Args:
@@ -281,9 +283,10 @@ def encode(model, source, pad_id=0, training=False, return_attention_scores=Fals
     return outputs, source_padding
 
 
-def decode(model, target, memory=None, source_padding=None, target_padding=None, self_attention_cache=None,
-           cache_index=None, cross_attention_cache=None, beam_size=1, output_kernel=None, training=False,
-           return_attention_scores=False):
+def decode(model: Any, target: Any, memory: Any = None, source_padding: Any = None, target_padding: Any = None,
+           self_attention_cache: Any = None, cache_index: Any = None, cross_attention_cache: Any = None,
+           beam_size: int = 1, output_kernel: Any = None, training: bool | None = False,
+           return_attention_scores: bool = False) -> Any:
     """Runs the decoder and output projection of a `build_model` model.
 
     Without caches this is the teacher-forced pass over the whole `target`.

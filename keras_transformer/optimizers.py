@@ -1,12 +1,17 @@
 """The paper's optimizer: Adam(beta1=0.9, beta2=0.98, eps=1e-9) on the Noam schedule."""
 
+from typing import Any
+
 import keras
 
+from keras_transformer.config import TransformerConfig
 from keras_transformer.keras_internals import schedule_on_updates
 from keras_transformer.schedules import LinearCooldown, NoamSchedule
 
 
-def make_optimizer(config, gradient_accumulation_steps=None, cooldown=None, ema_decay=None, **kwargs):
+def make_optimizer(config: TransformerConfig, gradient_accumulation_steps: int | None = None,
+                   cooldown: tuple[int, int] | None = None, ema_decay: float | None = None,
+                   **kwargs: Any) -> keras.optimizers.Adam:
     """Returns `keras.optimizers.Adam` configured as in section 5.3 of the paper.
 
     Args:

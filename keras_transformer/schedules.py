@@ -1,5 +1,7 @@
 """The paper's learning-rate schedule (section 5.3), as a serializable Keras schedule."""
 
+from typing import Any
+
 import keras
 from keras import ops
 
@@ -24,7 +26,7 @@ class NoamSchedule(keras.optimizers.schedules.LearningRateSchedule):
     0.000699
     """
 
-    def __init__(self, d_model, warmup_steps=4000, scale=1.0):
+    def __init__(self, d_model: int, warmup_steps: int = 4000, scale: float = 1.0) -> None:
         super().__init__()
         if d_model <= 0 or warmup_steps <= 0 or scale <= 0:
             raise ValueError(f"NoamSchedule: d_model, warmup_steps and scale must be positive, "
@@ -33,13 +35,13 @@ class NoamSchedule(keras.optimizers.schedules.LearningRateSchedule):
         self.warmup_steps = int(warmup_steps)
         self.scale = float(scale)
 
-    def __call__(self, step):
+    def __call__(self, step: Any) -> Any:
         step = ops.maximum(ops.cast(step, "float32"), 1.0)
         decay = ops.rsqrt(step)
         warmup = step * (self.warmup_steps ** -1.5)
         return self.scale * (self.d_model ** -0.5) * ops.minimum(decay, warmup)
 
-    def get_config(self):
+    def get_config(self) -> dict[str, Any]:
         return {"d_model": self.d_model, "warmup_steps": self.warmup_steps, "scale": self.scale}
 
 
@@ -66,7 +68,7 @@ class LinearCooldown(keras.optimizers.schedules.LearningRateSchedule):
     [1.0, 1.0, 0.75, 0.0, 0.0]
     """
 
-    def __init__(self, schedule, start, steps):
+    def __init__(self, schedule: Any, start: int, steps: int) -> None:
         super().__init__()
         if isinstance(schedule, dict):
             schedule = keras.saving.deserialize_keras_object(schedule)
@@ -76,10 +78,10 @@ class LinearCooldown(keras.optimizers.schedules.LearningRateSchedule):
         self.start = int(start)
         self.steps = int(steps)
 
-    def __call__(self, step):
+    def __call__(self, step: Any) -> Any:
         remaining = (float(self.start + self.steps) - ops.cast(step, "float32")) / float(self.steps)
         return self.schedule(step) * ops.clip(remaining, 0.0, 1.0)
 
-    def get_config(self):
+    def get_config(self) -> dict[str, Any]:
         return {"schedule": keras.saving.serialize_keras_object(self.schedule), "start": self.start,
                 "steps": self.steps}

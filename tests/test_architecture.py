@@ -63,8 +63,14 @@ def _modules():
 
 
 def _imports(tree, modules):
-    """`(node, imported module or None, names, is_top_level, external name)` for every import statement."""
+    """`(node, imported module or None, names, is_top_level, external name)` for every import statement.
+
+    The imports of a module-level `if TYPE_CHECKING:` block (names for annotations, never imported at run time)
+    count as top-level ones, and still sit in the layers."""
     top = {id(node) for node in tree.body}
+    top |= {id(statement) for node in tree.body
+            if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
+            for statement in node.body}
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:

@@ -8,8 +8,11 @@ never built. The loop stops as soon as no sentence's returned hypotheses can
 change any more.
 """
 
+from typing import Any
+
 from keras import ops
 
+from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.decoding.search import (
     NEG_INF,
     cache_stages,
@@ -29,7 +32,7 @@ from keras_transformer.decoding.search import (
 )
 
 
-def top_k_by_blocks(values, k, block=32):
+def top_k_by_blocks(values: Any, k: Any, block: int = 32) -> Any:
     """`ops.top_k(values, k)` over the last axis of `values (R, V)`, reading most of each row only once.
 
     The row is cut into blocks of `block` ids; the `k` blocks with the largest maxima hold the
@@ -72,14 +75,14 @@ def top_k_by_blocks(values, k, block=32):
     return top_values, block_of * block + position % block
 
 
-def _flat_index(beam_index, beams):
+def _flat_index(beam_index: Any, beams: Any) -> Any:
     """`(B, M)` beam numbers -> `(B*M,)` row numbers of a `(B*beams, ...)` tensor."""
     batch = ops.shape(beam_index)[0]
     offsets = ops.expand_dims(ops.arange(batch, dtype="int32") * beams, 1)  # (B, 1)
     return ops.reshape(offsets + ops.cast(beam_index, "int32"), (-1,))
 
 
-def _gather_beams(x, beam_index):
+def _gather_beams(x: Any, beam_index: Any) -> Any:
     """`x (B, K, ...)`, `beam_index (B, M)` -> `(B, M, ...)`: x[b, beam_index[b, m]]."""
     shape = ops.shape(x)
     flat = ops.reshape(x, (shape[0] * shape[1], *shape[2:]))
@@ -87,9 +90,10 @@ def _gather_beams(x, beam_index):
     return ops.reshape(picked, (shape[0], ops.shape(beam_index)[1], *shape[2:]))
 
 
-def beam_search(model, source, beam_size=4, alpha=0.6, max_extra=50, max_length=None, num_return=1,
-                pad_id=0, bos_id=2, eos_id=3, use_cache=True, first_cache_stage=None, early_exit=False,
-                return_steps=False, target_prefix=None):
+def beam_search(model: Any, source: Any, beam_size: int = 4, alpha: float = 0.6, max_extra: int = 50,
+                max_length: int | None = None, num_return: int = 1, pad_id: int = 0, bos_id: int = 2, eos_id: int = 3,
+                use_cache: bool = True, first_cache_stage: int | None = None, early_exit: bool = False,
+                return_steps: bool = False, target_prefix: Any = None) -> Any:
     """Beam search with the GNMT length penalty, batched, with a key/value cache.
 
     At every step each alive hypothesis is extended by every token and the
@@ -189,10 +193,10 @@ def beam_search(model, source, beam_size=4, alpha=0.6, max_extra=50, max_length=
     top_k_rank = ops.arange(2 * beams) < beams  # (2K,): candidates inside the beam proper
     returned = int(num_return) - 1  # the last returned finished hypothesis decides when a sentence is done
 
-    def cond(state):
+    def cond(state: Any) -> Any:
         return ops.logical_and(ops.less(state["t"], steps), ops.logical_not(ops.all(state["done"])))
 
-    def body(state):
+    def body(state: Any) -> Any:
         t = state["t"]
         length = t + 1  # tokens in every hypothesis after this step, eos included
 
@@ -264,8 +268,8 @@ def beam_search(model, source, beam_size=4, alpha=0.6, max_extra=50, max_length=
     return tokens, scores
 
 
-def decode(models, source, options, pad_id, bos_id, eos_id, first_cache_stage=None, row_keys=None,
-           target_prefix=None):
+def decode(models: Any, source: Any, options: DecodeOptions, pad_id: int, bos_id: int, eos_id: int,
+           first_cache_stage: int | None = None, row_keys: Any = None, target_prefix: Any = None) -> tuple[Any, Any]:
     """The strategy's entry (`keras_transformer.decoding.STRATEGIES`): `beam_search` with `options` (and
     `target_prefix`, as there).
 

@@ -1,12 +1,16 @@
 """Greedy decoding: the most probable next token at every step, one hypothesis per sentence."""
 
+from typing import Any
+
 from keras import ops
 
+from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.decoding.search import one_token_search
 
 
-def greedy_decode(model, source, max_extra=50, max_length=None, pad_id=0, bos_id=2, eos_id=3,
-                  use_cache=True, first_cache_stage=None, target_prefix=None):
+def greedy_decode(model: Any, source: Any, max_extra: int = 50, max_length: int | None = None, pad_id: int = 0,
+                  bos_id: int = 2, eos_id: int = 3, use_cache: bool = True, first_cache_stage: int | None = None,
+                  target_prefix: Any = None) -> tuple[Any, Any]:
     """Decodes a batch by taking the most likely token at every step.
 
     Args:
@@ -45,7 +49,7 @@ def greedy_decode(model, source, max_extra=50, max_length=None, pad_id=0, bos_id
     >>> tuple(tokens.shape), tuple(scores.shape)
     ((2, 7), (2,))
     """
-    def most_probable(log_probs, t):  # (B, V) -> (B,)
+    def most_probable(log_probs: Any, t: Any) -> Any:  # (B, V) -> (B,)
         return ops.argmax(log_probs, axis=-1)
 
     tokens, scores = one_token_search(model, source, most_probable, 1, max_extra, max_length, pad_id, bos_id,
@@ -54,8 +58,8 @@ def greedy_decode(model, source, max_extra=50, max_length=None, pad_id=0, bos_id
     return tokens[:, 0], scores[:, 0]
 
 
-def decode(models, source, options, pad_id, bos_id, eos_id, first_cache_stage=None, row_keys=None,
-           target_prefix=None):
+def decode(models: Any, source: Any, options: DecodeOptions, pad_id: int, bos_id: int, eos_id: int,
+           first_cache_stage: int | None = None, row_keys: Any = None, target_prefix: Any = None) -> tuple[Any, Any]:
     """The strategy's entry (`keras_transformer.decoding.STRATEGIES`): `greedy_decode` with `options` (and
     `target_prefix`, as there).
 

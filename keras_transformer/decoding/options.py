@@ -9,6 +9,7 @@ but the standard library, so the command line checks it before TensorFlow loads.
 import dataclasses
 import math
 import typing
+from collections.abc import Mapping
 
 from keras_transformer.decoding.registry import STRATEGIES
 from keras_transformer.errors import ConfigError
@@ -23,15 +24,15 @@ SAMPLING_FIELDS = ("top_k", "top_p", "temperature", "seed")
 MAX_SEED = 2**31 - 1
 
 
-def _is_integer(value):
+def _is_integer(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_number(value):
+def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def is_run_time_value(value):
+def is_run_time_value(value: object) -> bool:
     """True for a tensor (a SavedModel signature's input, known only when it runs): not checked here; the
     search clips it to its range.
 
@@ -82,10 +83,10 @@ class DecodeOptions:
     temperature: float = 1.0  # sample: divide the logits by this before drawing (> 0; toward 0: greedy)
     seed: int = 0  # sample: the draws' seed (same seed, same request: same samples)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         self.validate()
 
-    def validate(self):
+    def validate(self) -> None:
         """Raises `ConfigError` naming the first bad field."""
         if self.strategy not in STRATEGIES:
             raise ConfigError(f"decoding.strategy must be one of {', '.join(STRATEGIES)}, got {self.strategy!r}.")
@@ -124,20 +125,20 @@ class DecodeOptions:
                                       f"{self.strategy!r}); set decoding.strategy: sample (--strategy sample) "
                                       "to sample.")
 
-    def returned(self):
+    def returned(self) -> int:
         """How many hypotheses an n-best request returns per sentence: `n_best`, or its default."""
         if self.n_best is not None:
             return self.n_best
         return self.beam_size if self.strategy == "beam" else 1
 
     @property
-    def sampling(self):
+    def sampling(self) -> bool:
         """True when the strategy draws at random."""
         return self.strategy == "sample"
 
     # ------------------------------------------------------------ construction
     @classmethod
-    def from_dict(cls, values, where="decoding"):
+    def from_dict(cls, values: Mapping[str, typing.Any] | None, where: str = "decoding") -> "DecodeOptions":
         """Builds options from a mapping, taking the old names (`length_penalty`, `max_decode_extra`) too.
 
         Unknown keys are refused by name; `where` names the mapping in errors.
@@ -159,11 +160,11 @@ class DecodeOptions:
             raise ConfigError(f"Unknown {where} field(s): {', '.join(unknown)}. Known fields: {', '.join(known)}.")
         return cls(**values)
 
-    def to_dict(self):
+    def to_dict(self) -> dict[str, typing.Any]:
         """The fields as a plain dict (YAML- and JSON-friendly)."""
         return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
 
-    def replace(self, **changes):
+    def replace(self, **changes: typing.Any) -> "DecodeOptions":
         """A copy with `changes` applied (and validated); `None` values change nothing (an option not given).
 
         Giving a sampling setting (`top_k`, `top_p`, `temperature`, `seed`) without a strategy chooses
@@ -187,7 +188,7 @@ class DecodeOptions:
             values["n_best"] = None
         return DecodeOptions.from_dict({**values, **changes})
 
-    def describe(self):
+    def describe(self) -> str:
         """The settings that matter for the strategy, as one line (for logs and reports).
 
         Example:

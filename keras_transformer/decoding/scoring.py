@@ -1,5 +1,7 @@
 """Forced decoding: the model's log-probability of given translations."""
 
+from typing import Any
+
 from keras import ops
 
 from keras_transformer.decoding.search import (
@@ -13,7 +15,7 @@ from keras_transformer.decoding.search import (
 from keras_transformer.model import decode, encode
 
 
-def score(model, source, target, alpha=0.0, pad_id=0, bos_id=2):
+def score(model: Any, source: Any, target: Any, alpha: float = 0.0, pad_id: int = 0, bos_id: int = 2) -> Any:
     """Forced decoding: the model's log P(target | source), optionally length-normalised.
 
     Runs the teacher-forced pass once (decoder input = bos + target[:-1]) and

@@ -35,6 +35,7 @@ zero attention.
 
 import math
 import numbers
+from typing import Any
 
 import numpy as np
 from keras import ops
@@ -44,7 +45,7 @@ from keras_transformer.model import decode, encode, output_kernel, parts
 NEG_INF = float("-inf")
 
 
-def length_penalty(length, alpha=0.6):
+def length_penalty(length: Any, alpha: float = 0.6) -> Any:
     """The GNMT length penalty lp(Y) = ((5 + |Y|) / 6) ** alpha (Wu et al., 2016).
 
     Beam search ranks finished hypotheses by log P(Y | X) / lp(Y); with
@@ -68,7 +69,7 @@ def length_penalty(length, alpha=0.6):
     return ops.power((5.0 + length) / 6.0, float(alpha))
 
 
-def max_positions(model):
+def max_positions(model: Any) -> Any:
     """The longest target sequence `model` accepts (its positional-encoding length).
 
     Example:
@@ -80,7 +81,7 @@ def max_positions(model):
     return parts(model).target_position.max_length
 
 
-def output_limits(model, source, pad_id=0, max_extra=50, max_length=None):
+def output_limits(model: Any, source: Any, pad_id: int = 0, max_extra: int = 50, max_length: int | None = None) -> Any:
     """How many tokens each sentence may produce, and the width of the output buffer.
 
     A sentence with `n` source tokens (its eos included, padding excluded) may
@@ -131,13 +132,13 @@ def output_limits(model, source, pad_id=0, max_extra=50, max_length=None):
 # ----------------------------------------------------------------- helpers
 
 
-def write_column(sequences, column, values):
+def write_column(sequences: Any, column: Any, values: Any) -> Any:
     """Returns `sequences (..., T)` with `values (...)` written at `column`."""
     positions = ops.arange(ops.shape(sequences)[-1], dtype="int32")
     return ops.where(ops.equal(positions, column), ops.expand_dims(values, -1), sequences)
 
 
-def token_ids(caller, name, ids, model=None, embedding="source"):
+def token_ids(caller: str, name: str, ids: Any, model: Any = None, embedding: str = "source") -> Any:
     """`ids` as an int32 `(B, L)` tensor, or an error that names the problem.
 
     The rank is checked for any input; the values (integers, inside the
@@ -161,7 +162,8 @@ def token_ids(caller, name, ids, model=None, embedding="source"):
     return tensor
 
 
-def target_prefix_ids(caller, prefix, source, model, pad_id=0, bos_id=2, eos_id=3):
+def target_prefix_ids(caller: str, prefix: Any, source: Any, model: Any, pad_id: int = 0, bos_id: int = 2,
+                      eos_id: int = 3) -> Any:
     """`prefix` (forced first target tokens per sentence) as int32 `(B, P)`, or an error naming the problem.
 
     A prefix row holds a sentence's forced tokens then `pad_id` padding (P = 0, or a row of padding only:
@@ -202,12 +204,12 @@ def target_prefix_ids(caller, prefix, source, model, pad_id=0, bos_id=2, eos_id=
     return ids
 
 
-def prefix_lengths(prefix, pad_id=0):
+def prefix_lengths(prefix: Any, pad_id: int = 0) -> Any:
     """int32 `(B,)`: the forced tokens of each `target_prefix_ids` row (those that are not `pad_id`)."""
     return ops.sum(ops.cast(ops.not_equal(prefix, pad_id), "int32"), axis=1)
 
 
-def with_prefix_room(limits, steps, prefix, model, pad_id=0):
+def with_prefix_room(limits: Any, steps: Any, prefix: Any, model: Any, pad_id: int = 0) -> Any:
     """`output_limits`' `(limits, steps)` widened so that every sentence decodes at least one token after its
     target prefix (capped by the model's longest output, which `target_prefix_ids` keeps prefixes under)."""
     cap = max_positions(model)
@@ -218,7 +220,7 @@ def with_prefix_room(limits, steps, prefix, model, pad_id=0):
     return limits, ops.minimum(ops.maximum(steps, width + 1), cap)
 
 
-def forced_token(prefix, t, pad_id=0):
+def forced_token(prefix: Any, t: Any, pad_id: int = 0) -> Any:
     """At step `t` (from 0), each row's forced token and whether it is forced: `(tokens (N,), forced (N,))`.
 
     `prefix` is `(N, P + 1)`: `target_prefix_ids` rows with one more column of padding, so that every step
@@ -229,14 +231,14 @@ def forced_token(prefix, t, pad_id=0):
     return token, ops.not_equal(token, pad_id)
 
 
-def prefix_rows(prefix, rows_per_sentence, pad_id=0):
+def prefix_rows(prefix: Any, rows_per_sentence: Any, pad_id: int = 0) -> Any:
     """`target_prefix_ids` `(B, P)` -> `(B*R, P + 1)`: each sentence's prefix for each of its R rows, padded by
     one column (`forced_token`)."""
     prefix = ops.pad(prefix, [[0, 0], [0, 1]], constant_values=pad_id)
     return ops.repeat(prefix, rows_per_sentence, axis=0) if rows_per_sentence > 1 else prefix
 
 
-def check_options(caller, max_extra=0, alpha=0.0):
+def check_options(caller: str, max_extra: int = 0, alpha: float = 0.0) -> None:
     """Refuses a negative `max_extra` and a negative or non-finite `alpha`, naming `caller`.
 
     Only Python (and numpy) numbers are checked; these options are never
@@ -258,7 +260,7 @@ def check_options(caller, max_extra=0, alpha=0.0):
                          f"(0: plain log-probability), got {alpha}.")
 
 
-def check_same_batch(caller, source, target, what="target"):
+def check_same_batch(caller: str, source: Any, target: Any, what: str = "target") -> None:
     """Refuses a source and a target batch (or `what` batch) of different sizes where both sizes are known."""
     sources, targets = ops.shape(source)[0], ops.shape(target)[0]
     if isinstance(sources, int) and isinstance(targets, int) and sources != targets:
@@ -266,7 +268,7 @@ def check_same_batch(caller, source, target, what="target"):
                          f"give one {what} per source.")
 
 
-def ensemble_members(model):
+def ensemble_members(model: Any) -> Any:
     """`model`, or a list of models decoded as one ensemble, as a checked list.
 
     Members must agree on everything decoding relies on: the output vocabulary
@@ -305,7 +307,8 @@ def ensemble_members(model):
     return models
 
 
-def _member_step(model, source, pad_id, beams, steps, use_cache, cache_length):
+def _member_step(model: Any, source: Any, pad_id: int, beams: Any, steps: Any, use_cache: bool,
+                 cache_length: Any) -> Any:
     """One model's half of `step_function`: `(step, cache)` returning the newest position's float32 logits."""
     memory, source_padding = encode(model, source, pad_id)  # (B, S, D), (B, S)
     decoder = parts(model).decoder
@@ -317,7 +320,7 @@ def _member_step(model, source, pad_id, beams, steps, use_cache, cache_length):
         cache = decoder.initial_cache(ops.shape(source)[0] * beams, cache_length)
         kernel = output_kernel(model)  # (D, V), transposed once here rather than at every step
 
-        def step(sequences, t, cache):
+        def step(sequences: Any, t: Any, cache: Any) -> Any:
             token = ops.expand_dims(ops.take(sequences, t, axis=1), 1)  # (B*K, 1)
             logits, cache = decode(model, token, None, source_padding, self_attention_cache=cache,
                                    cache_index=t, cross_attention_cache=cross, beam_size=beams,
@@ -328,20 +331,21 @@ def _member_step(model, source, pad_id, beams, steps, use_cache, cache_length):
     memory = ops.repeat(memory, beams, axis=0)  # (B*K, S, D)
     source_padding = ops.repeat(source_padding, beams, axis=0)  # (B*K, S)
 
-    def uncached_step(sequences, t, cache):
+    def uncached_step(sequences: Any, t: Any, cache: Any) -> Any:
         logits = decode(model, sequences[:, :steps], memory, source_padding)  # (B*K, T_max, V)
         return ops.cast(ops.take(logits, t, axis=1), "float32"), cache
     return uncached_step, ()
 
 
-def combine(log_probs):
+def combine(log_probs: Any) -> Any:
     """Members' next-token log-probabilities -> the ensemble's: log of the mean probability."""
     if len(log_probs) == 1:
         return log_probs[0]
     return ops.logsumexp(ops.stack(log_probs), axis=0) - math.log(len(log_probs))
 
 
-def step_function(models, source, pad_id, beams, steps, use_cache, cache_length):
+def step_function(models: Any, source: Any, pad_id: int, beams: Any, steps: Any, use_cache: bool,
+                  cache_length: Any) -> Any:
     """Encodes `source` once per model and returns `(step, cache)` for a `(B*beams)`-row decoder.
 
     `step(sequences, t, cache)` takes the token buffer `(B*beams, steps + 1)`
@@ -362,7 +366,7 @@ def step_function(models, source, pad_id, beams, steps, use_cache, cache_length)
     sizes = [len(cache) for _, cache in members]
     cache = tuple(pair for _, member_cache in members for pair in member_cache) if use_cache else ops.zeros((1,))
 
-    def step(sequences, t, cache):
+    def step(sequences: Any, t: Any, cache: Any) -> Any:
         outputs, updated, start = [], [], 0
         for (member, _), size in zip(members, sizes):
             logits, member_cache = member(sequences, t, cache[start:start + size] if use_cache else ())
@@ -377,7 +381,7 @@ def step_function(models, source, pad_id, beams, steps, use_cache, cache_length)
     return step, cache
 
 
-def excluded(tokens, pad_id, bos_id):
+def excluded(tokens: Any, pad_id: int, bos_id: int) -> Any:
     """True where a token id is one that is never produced (padding, bos)."""
     return ops.logical_or(ops.equal(tokens, pad_id), ops.equal(tokens, bos_id))
 
@@ -392,7 +396,7 @@ def excluded(tokens, pad_id, bos_id):
 FIRST_CACHE_STAGE = 32
 
 
-def cache_stages(steps, first_cache_stage=None):
+def cache_stages(steps: Any, first_cache_stage: int | None = None) -> Any:
     """The cache lengths of the successive search loops for an output buffer of `steps` positions.
 
     `[first_cache_stage, steps]`, or `[steps]` without a first stage or when the buffer is not
@@ -415,13 +419,13 @@ def cache_stages(steps, first_cache_stage=None):
     return [first, steps]
 
 
-def _grow(cache, length):
+def _grow(cache: Any, length: Any) -> Any:
     """Pads every `(rows, H, T, d)` cache tensor to at least `length` positions (zeros, which attention masks out).
 
     With a static `length` the padding is a Python int (XLA and JAX need static shapes); a
     `length` known only at run time (TensorFlow graphs) gives caches of unknown length.
     """
-    def padded(tensor):
+    def padded(tensor: Any) -> Any:
         current = tensor.shape[2]
         if isinstance(length, int) and isinstance(current, int):
             extra = max(length - current, 0)
@@ -431,7 +435,7 @@ def _grow(cache, length):
     return tuple(tuple(padded(tensor) for tensor in pair) for pair in cache)
 
 
-def search_loop(cond, body, state, stages):
+def search_loop(cond: Any, body: Any, state: Any, stages: Any) -> Any:
     """`while cond(state): state = body(state)`, one `while_loop` per cache length in `stages`.
 
     A loop runs while `cond` holds and the step `t` still fits its cache; the caches then grow to
@@ -441,15 +445,16 @@ def search_loop(cond, body, state, stages):
         if index:
             state = {**state, "cache": _grow(state["cache"], length)}
 
-        def fits(state, length=length):
+        def fits(state: Any, length: Any = length) -> Any:
             return ops.logical_and(ops.less(state["t"], length), cond(state))
         state = ops.while_loop(fits, body, state)
     return state
 
 
-def one_token_search(models, source, choose, rows_per_sentence=1, max_extra=50, max_length=None, pad_id=0,
-                     bos_id=2, eos_id=3, use_cache=True, first_cache_stage=None, caller="one_token_search",
-                     target_prefix=None):
+def one_token_search(models: Any, source: Any, choose: Any, rows_per_sentence: int = 1, max_extra: int = 50,
+                     max_length: int | None = None, pad_id: int = 0, bos_id: int = 2, eos_id: int = 3,
+                     use_cache: bool = True, first_cache_stage: int | None = None, caller: str = "one_token_search",
+                     target_prefix: Any = None) -> Any:
     """The loop of the strategies that keep one hypothesis per row and only choose its next token (greedy, sampling).
 
     Each sentence gets `rows_per_sentence` rows (R; its cross-attention keys and values are shared by them, as
@@ -509,10 +514,10 @@ def one_token_search(models, source, choose, rows_per_sentence=1, max_extra=50, 
         "finished": ops.zeros((batch,), "bool"),
     }
 
-    def cond(state):
+    def cond(state: Any) -> Any:
         return ops.logical_and(ops.less(state["t"], steps), ops.logical_not(ops.all(state["finished"])))
 
-    def body(state):
+    def body(state: Any) -> Any:
         t, finished = state["t"], state["finished"]
         values, normalizer, cache = step(state["sequences"], t, state["cache"])  # (B*R, V), (B*R, 1)
         log_probs = values - normalizer

@@ -14,18 +14,26 @@ process that never imports TensorFlow (the command line's `translate` included).
 TensorFlow: JAX on a GPU machine), "tensorflow" for a packed workdir.
 """
 
+from __future__ import annotations
+
+import os
 import pathlib
+from typing import TYPE_CHECKING, Any
 
 from keras_transformer.data.packed import arrays_path
 from keras_transformer.errors import ConfigError
 from keras_transformer.layout import WORKDIR_VOCAB, check_models, is_sentencepiece_vocabulary, model_kind, not_a_model
+
+if TYPE_CHECKING:
+    from keras_transformer.decoding.options import DecodeOptions
+    from keras_transformer.interface import TranslatorInterface
 
 ENGINES = ("tensorflow", "ctranslate2", "packed")
 # Settings only the TensorFlow engine takes (`Translator` arguments); the others decode without them.
 TENSORFLOW_SETTINGS = ("jit_compile", "chunk_size")
 
 
-def model_engine(path):
+def model_engine(path: str | os.PathLike[str]) -> str:
     """The engine a model folder is translated with by default: "tensorflow", "ctranslate2" or "packed" (a packed
     workdir with a SentencePiece vocabulary, what the packed engine reads).
 
@@ -46,7 +54,9 @@ def model_engine(path):
     return "packed" if packed and is_sentencepiece_vocabulary(pathlib.Path(path) / WORKDIR_VOCAB) else "tensorflow"
 
 
-def load_translator(model, checkpoint=None, average=None, options=None, *, engine=None, checked=False, **settings):
+def load_translator(model: str | os.PathLike[str] | list[str | os.PathLike[str]], checkpoint: Any = None,
+                    average: int | None = None, options: DecodeOptions | None = None, *, engine: str | None = None,
+                    checked: bool = False, **settings: Any) -> TranslatorInterface:
     """The translator of a model folder, or of several decoded as one ensemble: a `TranslatorInterface`.
 
     Args:
@@ -106,7 +116,8 @@ def load_translator(model, checkpoint=None, average=None, options=None, *, engin
     return Translator.from_models(loaded.models, loaded.vocab_dir, options or loaded.decoding, **settings)
 
 
-def _ctranslate2(paths, engines, engine, checkpoint, average, options, settings):
+def _ctranslate2(paths: list[Any], engines: list[str], engine: str, checkpoint: Any, average: int | None,
+                 options: DecodeOptions | None, settings: dict[str, Any]) -> TranslatorInterface:
     """The CTranslate2 translator of one CTranslate2 export, or the error naming why not."""
     converted = paths[engines.index("ctranslate2")] if "ctranslate2" in engines else paths[0]
     if len(paths) > 1:

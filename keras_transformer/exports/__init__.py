@@ -18,9 +18,16 @@ Example:
 ['ctranslate2', 'savedmodel']
 """
 
+from __future__ import annotations
+
 import importlib
+import os
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from keras_transformer.errors import ConfigError
+
+if TYPE_CHECKING:
+    from keras_transformer.decoding.options import DecodeOptions
 
 # format name -> (its module in keras_transformer.exports, its Exporter class)
 EXPORTERS = {
@@ -42,21 +49,23 @@ class Exporter:
     {}
     """
 
-    name = ""
-    options = {}  # option -> the `keras-transformer export` flag that sets it
+    name: ClassVar[str] = ""
+    options: ClassVar[dict[str, str]] = {}  # option -> the `keras-transformer export` flag that sets it
 
-    def export(self, model, directory, *, checkpoint=None, average=None, overwrite=False, options=None, **settings):
+    def export(self, model: str | os.PathLike[str] | list[str | os.PathLike[str]], directory: str | os.PathLike[str],
+               *, checkpoint: Any = None, average: int | None = None, overwrite: bool = False,
+               options: DecodeOptions | None = None, **settings: Any) -> str | os.PathLike[str]:
         """Writes `model` (a workdir or an export folder; a list: an ensemble, where the format holds one) to
         `directory` and returns the folder. `checkpoint`, `average`: which weights of a workdir; `options` and
         `settings` (None values change nothing): the decoding recorded in the export (default: the model's)."""
         raise NotImplementedError
 
-    def recorded_decoding(self, directory):
+    def recorded_decoding(self, directory: str | os.PathLike[str]) -> DecodeOptions | None:
         """The `DecodeOptions` an export of this format records (None if it records none)."""
         raise NotImplementedError
 
 
-def exporter_class(name):
+def exporter_class(name: str) -> type[Exporter]:
     """The `Exporter` subclass of format `name`, its module imported now.
 
     Raises:
@@ -73,7 +82,7 @@ def exporter_class(name):
     return getattr(importlib.import_module(f"keras_transformer.exports.{module}"), cls)
 
 
-def make_exporter(name, **options):
+def make_exporter(name: str, **options: Any) -> Exporter:
     """The exporter of format `name`, with its own `options` (None values are not given).
 
     Raises:

@@ -12,9 +12,20 @@ weights of `build_model`; it is a mapping, not a model of its own. Its methods:
   a `build_model(config)` model, every tensor used once, every weight set once.
 """
 
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 
 from keras_transformer.errors import ConfigError
+
+if TYPE_CHECKING:
+    from keras_transformer.config import TransformerConfig
+    from keras_transformer.decoding.options import DecodeOptions
+    from keras_transformer.imports.checkpoint import Checkpoint
 
 
 class Family:
@@ -26,22 +37,22 @@ class Family:
     ''
     """
 
-    name = ""  # the model_type of config.json
-    description = ""  # a few words for messages and the import record
+    name: str = ""  # the model_type of config.json
+    description: str = ""  # a few words for messages and the import record
 
-    def config(self, checkpoint, tensors):
+    def config(self, checkpoint: Checkpoint, tensors: WeightSource) -> TransformerConfig:
         """The `TransformerConfig` of `checkpoint` (an `imports.checkpoint.Checkpoint`) and its `WeightSource`."""
         raise NotImplementedError
 
-    def decoding(self, checkpoint):
+    def decoding(self, checkpoint: Checkpoint) -> DecodeOptions:
         """The `DecodeOptions` of `checkpoint`'s generation settings."""
         raise NotImplementedError
 
-    def tokenizers(self, checkpoint, config):
+    def tokenizers(self, checkpoint: Checkpoint, config: TransformerConfig) -> tuple[Any, Any]:
         """`(source, target)` tokenizers of `checkpoint`; the same object twice for one shared tokenizer."""
         raise NotImplementedError
 
-    def assign_weights(self, model, tensors, config):
+    def assign_weights(self, model: Any, tensors: WeightSource, config: TransformerConfig) -> None:
         """Copies `tensors` into `model` (a `build_model(config)` model)."""
         raise NotImplementedError
 
@@ -64,20 +75,20 @@ class WeightSource:
     keras_transformer.errors.ConfigError: model.safetensors: w has shape (2, 3) but config.json's sizes give (3, 3).
     """
 
-    def __init__(self, tensors, file):
+    def __init__(self, tensors: Mapping[str, Any], file: str | os.PathLike[str]) -> None:
         self._tensors = dict(tensors)
         self._file = file
-        self._used = set()
+        self._used: set[str] = set()
 
-    def has(self, name):
+    def has(self, name: str) -> bool:
         """Whether the checkpoint holds `name`."""
         return name in self._tensors
 
-    def peek(self, name):
+    def peek(self, name: str) -> Any:
         """The tensor `name`, or None, without counting it as used."""
         return self._tensors.get(name)
 
-    def take(self, name, shape):
+    def take(self, name: str, shape: Sequence[int]) -> np.ndarray:
         """The tensor `name`, checked to have `shape`.
 
         Raises:
@@ -92,16 +103,16 @@ class WeightSource:
         self._used.add(name)
         return np.asarray(value, dtype=np.float32)
 
-    def skip(self, name):
+    def skip(self, name: str) -> None:
         """Marks `name` as accounted for without copying it (a table the model computes itself)."""
         self._used.add(name)
 
-    def unused(self):
+    def unused(self) -> list[str]:
         """The names no `take` or `skip` asked for, sorted."""
         return sorted(set(self._tensors) - self._used)
 
 
-def assign(variable, value, name):
+def assign(variable: Any, value: np.ndarray, name: str) -> None:
     """Sets a Keras variable to `value`, whose shape must be the variable's (the checkpoint key named otherwise).
 
     Example:
@@ -117,7 +128,7 @@ def assign(variable, value, name):
     variable.assign(value.astype(np.float32))
 
 
-def per_head(parts, num_heads):
+def per_head(parts: Sequence[np.ndarray], num_heads: int) -> np.ndarray:
     """Projection matrices `(in, H * size_i)` each, interleaved per head: `(in, H * sum(sizes))` with, for each
     head h, the columns `[part_0 of h | part_1 of h | ...]` (the fused layout of the package's attention layers).
 

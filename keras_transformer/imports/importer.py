@@ -35,7 +35,7 @@ IMPORT_RECORD = "imported.json"
 FIRST_CHECKPOINT = "ckpt-0000.weights.h5"  # epoch 0: the published weights, before any update of ours
 
 
-def _sha256(path):
+def _sha256(path: str | os.PathLike[str]) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
@@ -43,7 +43,7 @@ def _sha256(path):
     return digest.hexdigest()
 
 
-def import_checkpoint(source, workdir):
+def import_checkpoint(source: str | os.PathLike[str], workdir: str | os.PathLike[str]) -> pathlib.Path:
     """Imports a published checkpoint as a workdir that translates, scores, exports, serves and fine-tunes.
 
     Args:

@@ -14,6 +14,8 @@ transpose or split of the cache (the fused kernels are split per head once per
 step, on the new token only). Writing a step's keys/values touches one position.
 """
 
+from typing import Any
+
 import keras
 from keras import ops
 
@@ -21,7 +23,7 @@ from keras_transformer import masking
 from keras_transformer.layers.position import relative_position_index
 
 
-def masked_softmax(scores, attention_mask, dtype):
+def masked_softmax(scores: Any, attention_mask: Any, dtype: Any) -> Any:
     """Attention weights from logits `(B, H, T, S)`: a softmax over S in float32 (so that masking and normalisation
     are exact under mixed precision), masked keys at exactly zero weight (even in all-masked rows), cast to `dtype`.
 
@@ -41,8 +43,9 @@ def masked_softmax(scores, attention_mask, dtype):
     return ops.cast(weights, dtype)
 
 
-def scaled_dot_product_attention(query, key, value, attention_mask=None, scale=True,
-                                 dropout_layer=None, training=None, relative_keys=None, relative_values=None):
+def scaled_dot_product_attention(query: Any, key: Any, value: Any, attention_mask: Any = None, scale: bool = True,
+                                 dropout_layer: Any = None, training: bool | None = None, relative_keys: Any = None,
+                                 relative_values: Any = None) -> Any:
     """softmax(Q K^T / sqrt(d_k)) V, per head; with relative position representations if given.
 
     With `relative_keys` a^K and `relative_values` a^V (Shaw et al., 2018, eqs. 3-4)
@@ -85,8 +88,8 @@ def scaled_dot_product_attention(query, key, value, attention_mask=None, scale=T
     return outputs, weights
 
 
-def heads_first_attention(query, key, value, attention_mask=None, scale=True, relative_keys=None,
-                          relative_values=None):
+def heads_first_attention(query: Any, key: Any, value: Any, attention_mask: Any = None, scale: bool = True,
+                          relative_keys: Any = None, relative_values: Any = None) -> Any:
     """softmax(Q K^T / sqrt(d_k)) V on heads-first tensors, the layout of the decoding caches.
 
     The same computation as `scaled_dot_product_attention` (no dropout: it
@@ -124,7 +127,7 @@ def heads_first_attention(query, key, value, attention_mask=None, scale=True, re
     return outputs, weights
 
 
-def write_positions(cache, start, new):
+def write_positions(cache: Any, start: Any, new: Any) -> Any:
     """`cache (B, H, S_max, d)` with `new (B, H, T, d)` written at positions `start .. start + T - 1`.
 
     One new position (a decoding step) is written with a scatter of one `d`-vector per row and
@@ -148,8 +151,9 @@ def write_positions(cache, start, new):
 class _AttentionBase(keras.layers.Layer):
     """Shared arguments, output projection and config of the two attention layers."""
 
-    def __init__(self, num_heads, key_dim, value_dim=None, output_dim=None, dropout=0.0,
-                 use_bias=True, scale_logits=True, kernel_initializer="glorot_uniform", **kwargs):
+    def __init__(self, num_heads: int, key_dim: int, value_dim: int | None = None, output_dim: int | None = None,
+                 dropout: float = 0.0, use_bias: bool = True, scale_logits: bool = True,
+                 kernel_initializer: Any = "glorot_uniform", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.num_heads = int(num_heads)
         self.key_dim = int(key_dim)
@@ -164,36 +168,37 @@ class _AttentionBase(keras.layers.Layer):
                 raise ValueError(f"{type(self).__name__}: {name} must be positive, got {getattr(self, name)}.")
         self.attention_dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy,
                                                       name="attention_dropout")
-        self.output_dense = None  # created in build(), once the model width is known
+        self.output_dense: Any = None  # created in build(), once the model width is known
 
-    def _initializer(self):
+    def _initializer(self) -> Any:
         """A fresh copy of `kernel_initializer` (a shared instance would draw the same values for every weight)."""
         return keras.initializers.get(keras.initializers.serialize(self.kernel_initializer))
 
-    def _dense(self, units, name):
+    def _dense(self, units: int, name: str) -> Any:
         return keras.layers.Dense(units, use_bias=self.use_bias, kernel_initializer=self._initializer(),
                                   dtype=self.dtype_policy, name=name)
 
-    def _build_output(self, query_shape):
+    def _build_output(self, query_shape: Any) -> None:
         out_dim = self.output_dim or query_shape[-1]
         self.output_dense = self._dense(out_dim, "output")
         self.output_dense.build((*query_shape[:-1], self.num_heads * self.value_dim))
 
-    def _split_heads(self, x, size):
+    def _split_heads(self, x: Any, size: int) -> Any:
         """`(B, T, H*size)` -> `(B, T, H, size)`; a flat `(B, H*size)` (one position per row) -> `(B, 1, H, size)`."""
         if len(x.shape) == 2:  # a decoding step: a constant target shape, no shape arithmetic in the graph
             return ops.reshape(x, (-1, 1, self.num_heads, size))
         batch, length = ops.shape(x)[0], ops.shape(x)[1]
         return ops.reshape(x, (batch, length, self.num_heads, size))
 
-    def _merge_heads(self, x, flat=False):
+    def _merge_heads(self, x: Any, flat: bool = False) -> Any:
         """`(B, T, H, d_v)` -> `(B, T, H*d_v)`, or `(B, H*d_v)` for flat inputs (T = 1)."""
         if flat:
             return ops.reshape(x, (-1, self.num_heads * self.value_dim))
         batch, length = ops.shape(x)[0], ops.shape(x)[1]
         return ops.reshape(x, (batch, length, self.num_heads * self.value_dim))
 
-    def _attend(self, query, key_value, attention_mask, training, flat=False, relative=(None, None)):
+    def _attend(self, query: Any, key_value: Any, attention_mask: Any, training: bool | None, flat: bool = False,
+                relative: Any = (None, None)) -> Any:
         """The one hook that runs attention: `query (B,T,H,dk)`, `key_value (B,S,H,dk+dv)`.
 
         `relative`: the `(T, S, d_k)` and `(T, S, d_v)` relative position representations, or Nones.
@@ -207,7 +212,8 @@ class _AttentionBase(keras.layers.Layer):
             relative_values=relative[1])
         return self.output_dense(self._merge_heads(outputs, flat)), weights
 
-    def _attend_cached(self, query, key, value, attention_mask, beam_size=1, flat=False, relative=(None, None)):
+    def _attend_cached(self, query: Any, key: Any, value: Any, attention_mask: Any, beam_size: int = 1,
+                       flat: bool = False, relative: Any = (None, None)) -> Any:
         """Attention over a heads-first cache: `query (B*G, T, H, dk)`, `key/value (B, H, S, d)`.
 
         With `beam_size` G > 1 each cache row serves G consecutive query rows
@@ -232,7 +238,7 @@ class _AttentionBase(keras.layers.Layer):
             weights = ops.reshape(ops.transpose(weights, (0, 2, 1, 3, 4)), (batch, self.num_heads, length, sources))
         return self.output_dense(outputs), weights
 
-    def get_config(self):
+    def get_config(self) -> dict[str, Any]:
         return {
             **super().get_config(),
             "num_heads": self.num_heads,
@@ -280,12 +286,12 @@ class MultiHeadAttention(_AttentionBase):
     (1, 3, 8)
     """
 
-    def __init__(self, num_heads, key_dim, **kwargs):
+    def __init__(self, num_heads: int, key_dim: int, **kwargs: Any) -> None:
         super().__init__(num_heads, key_dim, **kwargs)
         self.query_dense = self._dense(self.num_heads * self.key_dim, "query")
         self.key_value_dense = self._dense(self.num_heads * (self.key_dim + self.value_dim), "key_value")
 
-    def build(self, query_shape, value_shape=None):
+    def build(self, query_shape: Any, value_shape: Any = None) -> None:
         value_shape = query_shape if value_shape is None else value_shape
         if value_shape[-1] is None or query_shape[-1] is None:
             raise ValueError(f"{self.name}: the last axis of query and value must be known, "
@@ -294,7 +300,7 @@ class MultiHeadAttention(_AttentionBase):
         self.key_value_dense.build(value_shape)
         self._build_output(query_shape)
 
-    def compute_key_value(self, value):
+    def compute_key_value(self, value: Any) -> Any:
         """Projects `value (B, S, D)` once into the heads-first cache `(keys (B, H, S, d_k), values (B, H, S, d_v))`.
 
         Example:
@@ -309,8 +315,8 @@ class MultiHeadAttention(_AttentionBase):
         key, value = ops.split(key_value, [self.key_dim], axis=-1)  # (B, S, H, dk), (B, S, H, dv)
         return ops.transpose(key, (0, 2, 1, 3)), ops.transpose(value, (0, 2, 1, 3))
 
-    def call(self, query, value=None, attention_mask=None, cache=None, beam_size=1,
-             return_attention_scores=False, training=None):
+    def call(self, query: Any, value: Any = None, attention_mask: Any = None, cache: Any = None, beam_size: int = 1,
+             return_attention_scores: bool = False, training: bool | None = None) -> Any:
         flat = len(query.shape) == 2  # (B, D): one position per row, a decoding step
         q = self._split_heads(self.query_dense(query), self.key_dim)  # (B, T, H, dk)
         if cache is not None:
@@ -322,7 +328,7 @@ class MultiHeadAttention(_AttentionBase):
             outputs, weights = self._attend(q, key_value, attention_mask, training, flat)
         return (outputs, weights) if return_attention_scores else outputs
 
-    def compute_output_shape(self, query_shape, value_shape=None):
+    def compute_output_shape(self, query_shape: Any, value_shape: Any = None) -> Any:
         return (*query_shape[:-1], self.output_dim or query_shape[-1])
 
 
@@ -363,7 +369,8 @@ class MultiHeadSelfAttention(_AttentionBase):
     (2, 3, 8)
     """
 
-    def __init__(self, num_heads, key_dim, causal=False, window=None, max_relative_position=None, **kwargs):
+    def __init__(self, num_heads: int, key_dim: int, causal: bool = False, window: int | None = None,
+                 max_relative_position: int | None = None, **kwargs: Any) -> None:
         super().__init__(num_heads, key_dim, **kwargs)
         self.causal = bool(causal)
         self.window = int(window) if window is not None else None
@@ -376,7 +383,7 @@ class MultiHeadSelfAttention(_AttentionBase):
         self.qkv_dense = self._dense(self.num_heads * (2 * self.key_dim + self.value_dim), "qkv")
         self.relative_position_keys = self.relative_position_values = None  # created in build()
 
-    def build(self, x_shape):
+    def build(self, x_shape: Any) -> None:
         if x_shape[-1] is None:
             raise ValueError(f"{self.name}: the last axis of the input must be known, got {x_shape}.")
         self.qkv_dense.build(x_shape)
@@ -389,7 +396,7 @@ class MultiHeadSelfAttention(_AttentionBase):
             self.relative_position_values = self.add_weight(
                 name="relative_position_values", shape=(rows, self.value_dim), initializer=self._initializer())
 
-    def _relative(self, query_length, key_length, offset, dtype):
+    def _relative(self, query_length: Any, key_length: Any, offset: Any, dtype: Any) -> Any:
         """`(a^K (T, S, d_k), a^V (T, S, d_v))` for queries at `offset ..` and keys at `0 ..`, or Nones."""
         if self.max_relative_position is None:
             return None, None
@@ -397,8 +404,8 @@ class MultiHeadSelfAttention(_AttentionBase):
         return (ops.take(ops.cast(self.relative_position_keys, dtype), index, axis=0),
                 ops.take(ops.cast(self.relative_position_values, dtype), index, axis=0))
 
-    def call(self, x, attention_mask=None, cache=None, cache_index=None,
-             return_attention_scores=False, training=None):
+    def call(self, x: Any, attention_mask: Any = None, cache: Any = None, cache_index: Any = None,
+             return_attention_scores: bool = False, training: bool | None = None) -> Any:
         flat = len(x.shape) == 2  # (B, D): one position per row, a decoding step
         qkv = self._split_heads(self.qkv_dense(x), 2 * self.key_dim + self.value_dim)  # (B, T, H, 2dk+dv)
         if cache is not None:
@@ -410,7 +417,7 @@ class MultiHeadSelfAttention(_AttentionBase):
         outputs, weights = self._attend(query, key_value, mask, training, flat, relative)
         return (outputs, weights) if return_attention_scores else outputs
 
-    def _mask(self, attention_mask, query_length, key_length, offset):
+    def _mask(self, attention_mask: Any, query_length: Any, key_length: Any, offset: Any) -> Any:
         """The caller's mask merged with the causal and window masks (None when there is none)."""
         structural = None
         if self.causal:
@@ -422,7 +429,8 @@ class MultiHeadSelfAttention(_AttentionBase):
             structural = ops.expand_dims(structural, 0)  # (1, T, S)
         return masking.merge_masks(attention_mask, structural)
 
-    def _call_cached(self, qkv, attention_mask, cache, cache_index, return_attention_scores, flat=False):
+    def _call_cached(self, qkv: Any, attention_mask: Any, cache: Any, cache_index: Any, return_attention_scores: bool,
+                     flat: bool = False) -> Any:
         """One decoding step: writes the new keys/values at `cache_index`, attends over the cache."""
         key_cache, value_cache = cache  # (B, H, S_max, dk), (B, H, S_max, dv)
         offset = 0 if cache_index is None else cache_index
@@ -437,9 +445,9 @@ class MultiHeadSelfAttention(_AttentionBase):
             return outputs, (key_cache, value_cache), weights
         return outputs, (key_cache, value_cache)
 
-    def compute_output_shape(self, x_shape):
+    def compute_output_shape(self, x_shape: Any) -> Any:
         return (*x_shape[:-1], self.output_dim or x_shape[-1])
 
-    def get_config(self):
+    def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "causal": self.causal, "window": self.window,
                 "max_relative_position": self.max_relative_position}

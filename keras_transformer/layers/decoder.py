@@ -1,5 +1,7 @@
 """One decoder layer, and the stack of N of them, with key/value caches for decoding."""
 
+from typing import Any
+
 import keras
 from keras import ops
 
@@ -9,7 +11,8 @@ from keras_transformer.layers.normalization import LayerNormalization
 from keras_transformer.layers.options import LayerOptions, layer_options
 
 
-def _check_batch_sizes(x, memory, memory_padding_mask, cross_attention_cache, beam_size=1):
+def _check_batch_sizes(x: Any, memory: Any, memory_padding_mask: Any, cross_attention_cache: Any,
+                       beam_size: int = 1) -> None:
     """Refuses a target batch `x` whose size is not `beam_size` times the source side's, where both are known.
 
     Attention would otherwise broadcast a batch of one against the other
@@ -65,7 +68,7 @@ class DecoderLayer(LayerOptions):
     (1, 3, 8)
     """
 
-    def __init__(self, d_model, num_heads, d_ff, **kwargs):
+    def __init__(self, d_model: int, num_heads: int, d_ff: int, **kwargs: Any) -> None:
         super().__init__(d_model, num_heads, d_ff, **kwargs)
         self.self_attention = MultiHeadSelfAttention(causal=True, name="self_attention",
                                                      **self._self_attention_args())
@@ -75,7 +78,7 @@ class DecoderLayer(LayerOptions):
         self.feed_forward = self._feed_forward()
         self.feed_forward_block = self._block("feed_forward_block")
 
-    def build(self, x_shape, memory_shape=None):
+    def build(self, x_shape: Any, memory_shape: Any = None) -> None:
         self._check_width(x_shape)
         memory_shape = memory_shape if memory_shape is not None else x_shape
         self.self_attention.build(x_shape)
@@ -84,9 +87,9 @@ class DecoderLayer(LayerOptions):
             block.build(x_shape)
         self.feed_forward.build(x_shape)
 
-    def call(self, x, memory=None, target_padding_mask=None, memory_padding_mask=None,
-             self_attention_cache=None, cache_index=None, cross_attention_cache=None, beam_size=1,
-             return_attention_scores=False, training=None):
+    def call(self, x: Any, memory: Any = None, target_padding_mask: Any = None, memory_padding_mask: Any = None,
+             self_attention_cache: Any = None, cache_index: Any = None, cross_attention_cache: Any = None,
+             beam_size: int = 1, return_attention_scores: bool = False, training: bool | None = None) -> Any:
         beam_size = int(beam_size) if cross_attention_cache is not None else 1
         _check_batch_sizes(x, memory, memory_padding_mask, cross_attention_cache, beam_size)
         self_mask = (masking.key_padding_attention_mask(target_padding_mask)
@@ -119,14 +122,14 @@ class DecoderLayer(LayerOptions):
         h = self.feed_forward(self.feed_forward_block.normalize(x), training=training)
         x = self.feed_forward_block(residual, h, training=training)
 
-        result = (x,)
+        result: tuple[Any, ...] = (x,)
         if self_attention_cache is not None:
             result += (self_attention_cache,)
         if return_attention_scores:
             result += ({"self": self_weights, "cross": cross_weights},)
         return result[0] if len(result) == 1 else result
 
-    def compute_output_shape(self, x_shape, memory_shape=None):
+    def compute_output_shape(self, x_shape: Any, memory_shape: Any = None) -> Any:
         return tuple(x_shape)
 
 
@@ -159,7 +162,7 @@ class TransformerDecoder(LayerOptions):
     (1, 3, 8)
     """
 
-    def __init__(self, num_layers, d_model, num_heads, d_ff, **kwargs):
+    def __init__(self, num_layers: int, d_model: int, num_heads: int, d_ff: int, **kwargs: Any) -> None:
         super().__init__(d_model, num_heads, d_ff, **kwargs)
         self.num_layers = int(num_layers)
         if self.num_layers <= 0:
@@ -174,14 +177,14 @@ class TransformerDecoder(LayerOptions):
                                               name="final_norm")
                            if self.norm_first else None)
 
-    def build(self, x_shape, memory_shape=None):
+    def build(self, x_shape: Any, memory_shape: Any = None) -> None:
         self._check_width(x_shape)
         for layer in self.decoder_layers:
             layer.build(x_shape, memory_shape)
         if self.final_norm is not None:
             self.final_norm.build(x_shape)
 
-    def initial_cache(self, batch_size, max_length, dtype=None):
+    def initial_cache(self, batch_size: int, max_length: int, dtype: Any = None) -> Any:
         """Zeros for the self-attention keys/values: N pairs `((B, H, T_max, d_k), (B, H, T_max, d_v))`.
 
         Example:
@@ -195,11 +198,11 @@ class TransformerDecoder(LayerOptions):
         values = (batch_size, self.num_heads, max_length, self.value_dim)
         return tuple((ops.zeros(keys, dtype=dtype), ops.zeros(values, dtype=dtype)) for _ in range(self.num_layers))
 
-    def cross_attention_cache(self, memory):
+    def cross_attention_cache(self, memory: Any) -> Any:
         """Projects the encoder output once per layer: N pairs `((B, H, S, d_k), (B, H, S, d_v))`."""
         return tuple(layer.cross_attention.compute_key_value(memory) for layer in self.decoder_layers)
 
-    def _per_layer(self, cache, name):
+    def _per_layer(self, cache: Any, name: str) -> Any:
         """Checks that `cache` is None or holds one (keys, values) pair per layer, and returns it as a tuple."""
         if cache is None:
             return (None,) * self.num_layers
@@ -211,9 +214,9 @@ class TransformerDecoder(LayerOptions):
                              f"({self.num_layers}; see initial_cache and cross_attention_cache), got {found}.")
         return tuple(tuple(c) for c in cache)
 
-    def call(self, x, memory=None, target_padding_mask=None, memory_padding_mask=None,
-             self_attention_cache=None, cache_index=None, cross_attention_cache=None, beam_size=1,
-             return_attention_scores=False, training=None):
+    def call(self, x: Any, memory: Any = None, target_padding_mask: Any = None, memory_padding_mask: Any = None,
+             self_attention_cache: Any = None, cache_index: Any = None, cross_attention_cache: Any = None,
+             beam_size: int = 1, return_attention_scores: bool = False, training: bool | None = None) -> Any:
         self_caches = self._per_layer(self_attention_cache, "self_attention_cache")
         cross_caches = self._per_layer(cross_attention_cache, "cross_attention_cache")
         new_caches, all_weights = [], []
@@ -230,15 +233,15 @@ class TransformerDecoder(LayerOptions):
             all_weights.append(weights)
         if self.final_norm is not None:
             x = self.final_norm(x)
-        result = (x,)
+        result: tuple[Any, ...] = (x,)
         if self_attention_cache is not None:
             result += (tuple(new_caches),)
         if return_attention_scores:
             result += (all_weights,)
         return result[0] if len(result) == 1 else result
 
-    def compute_output_shape(self, x_shape, memory_shape=None):
+    def compute_output_shape(self, x_shape: Any, memory_shape: Any = None) -> Any:
         return tuple(x_shape)
 
-    def get_config(self):
+    def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "num_layers": self.num_layers}

@@ -1,5 +1,7 @@
 """Token embeddings scaled by sqrt(d_model), reusable as the tied pre-softmax projection."""
 
+from typing import Any
+
 import keras
 from keras import ops
 
@@ -27,7 +29,8 @@ class TokenEmbedding(keras.layers.Layer):
     ((1, 2, 4), (1, 2, 10))
     """
 
-    def __init__(self, vocab_size, d_model, scale=True, embeddings_initializer=None, **kwargs):
+    def __init__(self, vocab_size: int, d_model: int, scale: bool = True, embeddings_initializer: Any = None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.vocab_size = int(vocab_size)
         self.d_model = int(d_model)
@@ -40,11 +43,11 @@ class TokenEmbedding(keras.layers.Layer):
         self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
         self.embeddings = None
 
-    def build(self, input_shape=None):
+    def build(self, input_shape: Any = None) -> None:
         self.embeddings = self.add_weight(name="embeddings", shape=(self.vocab_size, self.d_model),
                                           initializer=self.embeddings_initializer, trainable=True)
 
-    def call(self, inputs, reverse=False):
+    def call(self, inputs: Any, reverse: bool = False) -> Any:
         if reverse:
             kernel = ops.cast(self.embeddings, inputs.dtype)
             logits = ops.matmul(inputs, ops.transpose(kernel))  # (B, T, V)
@@ -55,12 +58,12 @@ class TokenEmbedding(keras.layers.Layer):
             vectors = vectors * ops.cast(self.d_model ** 0.5, vectors.dtype)
         return vectors
 
-    def compute_output_spec(self, inputs, reverse=False):
+    def compute_output_spec(self, inputs: Any, reverse: bool = False) -> Any:
         if reverse:
             return keras.KerasTensor((*inputs.shape[:-1], self.vocab_size), dtype="float32")
         return keras.KerasTensor((*inputs.shape, self.d_model), dtype=self.compute_dtype)
 
-    def get_config(self):
+    def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "vocab_size": self.vocab_size, "d_model": self.d_model,
                 "scale": self.scale,
                 "embeddings_initializer": keras.initializers.serialize(self.embeddings_initializer)}

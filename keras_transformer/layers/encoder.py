@@ -1,5 +1,7 @@
 """One encoder layer, and the stack of N of them (with pre-norm's final LayerNorm)."""
 
+from typing import Any
+
 import keras
 
 from keras_transformer import masking
@@ -40,20 +42,21 @@ class EncoderLayer(LayerOptions):
     (1, 4, 8)
     """
 
-    def __init__(self, d_model, num_heads, d_ff, **kwargs):
+    def __init__(self, d_model: int, num_heads: int, d_ff: int, **kwargs: Any) -> None:
         super().__init__(d_model, num_heads, d_ff, **kwargs)
         self.self_attention = MultiHeadSelfAttention(name="self_attention", **self._self_attention_args())
         self.self_attention_block = self._block("self_attention_block")
         self.feed_forward = self._feed_forward()
         self.feed_forward_block = self._block("feed_forward_block")
 
-    def build(self, x_shape):
+    def build(self, x_shape: Any) -> None:
         self._check_width(x_shape)
         for layer in (self.self_attention, self.self_attention_block, self.feed_forward,
                       self.feed_forward_block):
             layer.build(x_shape)
 
-    def call(self, x, padding_mask=None, return_attention_scores=False, training=None):
+    def call(self, x: Any, padding_mask: Any = None, return_attention_scores: bool = False,
+             training: bool | None = None) -> Any:
         mask = masking.key_padding_attention_mask(padding_mask) if padding_mask is not None else None
         residual = x  # (B, S, D)
         h = self.self_attention_block.normalize(x)
@@ -65,7 +68,7 @@ class EncoderLayer(LayerOptions):
         x = self.feed_forward_block(residual, h, training=training)
         return (x, weights) if return_attention_scores else x
 
-    def compute_output_shape(self, x_shape):
+    def compute_output_shape(self, x_shape: Any) -> Any:
         return tuple(x_shape)
 
 
@@ -90,7 +93,7 @@ class TransformerEncoder(LayerOptions):
     (1, 4, 8)
     """
 
-    def __init__(self, num_layers, d_model, num_heads, d_ff, **kwargs):
+    def __init__(self, num_layers: int, d_model: int, num_heads: int, d_ff: int, **kwargs: Any) -> None:
         super().__init__(d_model, num_heads, d_ff, **kwargs)
         self.num_layers = int(num_layers)
         if self.num_layers <= 0:
@@ -105,14 +108,15 @@ class TransformerEncoder(LayerOptions):
                                               name="final_norm")
                            if self.norm_first else None)
 
-    def build(self, x_shape):
+    def build(self, x_shape: Any) -> None:
         self._check_width(x_shape)
         for layer in self.encoder_layers:
             layer.build(x_shape)
         if self.final_norm is not None:
             self.final_norm.build(x_shape)
 
-    def call(self, x, padding_mask=None, return_attention_scores=False, training=None):
+    def call(self, x: Any, padding_mask: Any = None, return_attention_scores: bool = False,
+             training: bool | None = None) -> Any:
         all_weights = []
         for layer in self.encoder_layers:
             x, weights = layer(x, padding_mask=padding_mask, return_attention_scores=True, training=training)
@@ -121,8 +125,8 @@ class TransformerEncoder(LayerOptions):
             x = self.final_norm(x)
         return (x, all_weights) if return_attention_scores else x
 
-    def compute_output_shape(self, x_shape):
+    def compute_output_shape(self, x_shape: Any) -> Any:
         return tuple(x_shape)
 
-    def get_config(self):
+    def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "num_layers": self.num_layers}

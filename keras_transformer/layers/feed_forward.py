@@ -1,9 +1,11 @@
 """The position-wise feed-forward network FFN(x) = max(0, x W1 + b1) W2 + b2."""
 
+from typing import Any
+
 import keras
 
 
-def gelu_tanh(x):
+def gelu_tanh(x: Any) -> Any:
     """GELU by its tanh approximation (Hendrycks and Gimpel, 2016), PyTorch's ``gelu(approximate="tanh")``.
 
     Example:
@@ -18,7 +20,7 @@ def gelu_tanh(x):
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_tanh": gelu_tanh, "swish": "silu"}
 
 
-def feed_forward_activation(name):
+def feed_forward_activation(name: str) -> Any:
     """The Keras activation of a `TransformerConfig.activation` name, or any Keras activation given as such.
 
     Example:
@@ -47,7 +49,7 @@ class PositionWiseFeedForward(keras.layers.Layer):
     (2, 5, 8)
     """
 
-    def __init__(self, d_model, d_ff, dropout=0.0, activation="relu", **kwargs):
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.d_model = int(d_model)
         self.d_ff = int(d_ff)
@@ -64,17 +66,17 @@ class PositionWiseFeedForward(keras.layers.Layer):
         self.inner_dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy, name="inner_dropout")
         self.outer = keras.layers.Dense(self.d_model, dtype=self.dtype_policy, name="outer")
 
-    def build(self, x_shape):
+    def build(self, x_shape: Any) -> None:
         self.inner.build(x_shape)
         self.outer.build((*x_shape[:-1], self.d_ff))
 
-    def call(self, x, training=None):
+    def call(self, x: Any, training: bool | None = None) -> Any:
         hidden = self.inner_dropout(self.inner(x), training=training)  # (B, T, d_ff)
         return self.outer(hidden)  # (B, T, d_model)
 
-    def compute_output_shape(self, x_shape):
+    def compute_output_shape(self, x_shape: Any) -> Any:
         return (*x_shape[:-1], self.d_model)
 
-    def get_config(self):
+    def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "d_model": self.d_model, "d_ff": self.d_ff,
                 "dropout": self.dropout, "activation": self.activation}

@@ -6,6 +6,8 @@ j - i to its keys and values (`MultiHeadSelfAttention(max_relative_position=k)`)
 and `relative_position_index` says which of the 2k + 1 embeddings each pair uses.
 """
 
+from typing import Any
+
 import keras
 import numpy as np
 from keras import ops
@@ -13,7 +15,7 @@ from keras import ops
 LAYOUTS = ("interleaved", "concatenated")
 
 
-def sinusoidal_position_encoding(length, d_model, layout="interleaved"):
+def sinusoidal_position_encoding(length: Any, d_model: int, layout: str = "interleaved") -> Any:
     """Returns the `(length, d_model)` float32 table of the paper's section 3.5.
 
     "interleaved" (the paper): PE(pos, 2i) = sin(pos / 10000^(2i / d_model)), PE(pos, 2i + 1) = cos(...).
@@ -44,7 +46,7 @@ def sinusoidal_position_encoding(length, d_model, layout="interleaved"):
     return table.astype("float32")
 
 
-def relative_position_index(query_length, key_length, max_relative_position, offset=0):
+def relative_position_index(query_length: Any, key_length: Any, max_relative_position: Any, offset: Any = 0) -> Any:
     """The `(T, S)` int32 rows of the relative-position tables each query/key pair uses.
 
     Query i (at position i + offset) and key j use row clip(j - (i + offset), -k, k) + k of a
@@ -92,7 +94,8 @@ class PositionalEncoding(keras.layers.Layer):
     True
     """
 
-    def __init__(self, max_length, kind="sinusoidal", initializer="glorot_uniform", layout="interleaved", **kwargs):
+    def __init__(self, max_length: int, kind: str = "sinusoidal", initializer: Any = "glorot_uniform",
+                 layout: str = "interleaved", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if kind not in KINDS:
             raise ValueError(f"PositionalEncoding: kind must be one of {KINDS}, got {kind!r}.")
@@ -104,7 +107,7 @@ class PositionalEncoding(keras.layers.Layer):
         self.initializer = keras.initializers.get(initializer)
         self.table = None
 
-    def build(self, x_shape):
+    def build(self, x_shape: Any) -> None:
         d_model = x_shape[-1]
         if d_model is None:
             raise ValueError(f"{self.name}: the embedding width must be known, got shape {x_shape}.")
@@ -114,7 +117,7 @@ class PositionalEncoding(keras.layers.Layer):
         elif self.kind == "sinusoidal":
             self.table = sinusoidal_position_encoding(self.max_length, d_model, self.layout)
 
-    def call(self, x, start_index=0):
+    def call(self, x: Any, start_index: Any = 0) -> Any:
         length = x.shape[1]
         if isinstance(length, int) and isinstance(start_index, int) and start_index + length > self.max_length:
             raise ValueError(f"{self.name}: sequence of length {start_index + length} exceeds "
@@ -125,9 +128,9 @@ class PositionalEncoding(keras.layers.Layer):
         positions = ops.slice(table, [start_index, 0], [ops.shape(x)[1], ops.shape(x)[2]])
         return x + ops.expand_dims(positions, 0)
 
-    def compute_output_shape(self, x_shape):
+    def compute_output_shape(self, x_shape: Any) -> Any:
         return tuple(x_shape)
 
-    def get_config(self):
+    def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "max_length": self.max_length, "kind": self.kind,
                 "initializer": keras.initializers.serialize(self.initializer), "layout": self.layout}

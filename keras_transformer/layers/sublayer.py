@@ -1,5 +1,7 @@
 """The residual "sublayer connection" around every attention and feed-forward block."""
 
+from typing import Any
+
 import keras
 
 from keras_transformer.layers.normalization import LayerNormalization
@@ -32,7 +34,8 @@ class SublayerConnection(keras.layers.Layer):
     True
     """
 
-    def __init__(self, norm_first=False, dropout=0.0, use_rezero=False, epsilon=1e-6, **kwargs):
+    def __init__(self, norm_first: bool = False, dropout: float = 0.0, use_rezero: bool = False, epsilon: float = 1e-6,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.norm_first = bool(norm_first)
         self.dropout = float(dropout)
@@ -42,26 +45,26 @@ class SublayerConnection(keras.layers.Layer):
         self.output_dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy, name="dropout")
         self.rezero_alpha = None
 
-    def build(self, x_shape, sublayer_output_shape=None):
+    def build(self, x_shape: Any, sublayer_output_shape: Any = None) -> None:
         self.norm.build(x_shape)
         if self.use_rezero:
             self.rezero_alpha = self.add_weight(name="rezero_alpha", shape=(), initializer="zeros",
                                                 trainable=True)
 
-    def normalize(self, x):
+    def normalize(self, x: Any) -> Any:
         """The sub-layer's input: LayerNorm(x) with pre-norm, x itself with post-norm."""
         return self.norm(x) if self.norm_first else x
 
-    def call(self, x, sublayer_output, training=None):
+    def call(self, x: Any, sublayer_output: Any, training: bool | None = None) -> Any:
         y = self.output_dropout(sublayer_output, training=training)
         if self.use_rezero:
             y = y * keras.ops.cast(self.rezero_alpha, y.dtype)
         x = x + y
         return x if self.norm_first else self.norm(x)
 
-    def compute_output_shape(self, x_shape, sublayer_output_shape=None):
+    def compute_output_shape(self, x_shape: Any, sublayer_output_shape: Any = None) -> Any:
         return tuple(x_shape)
 
-    def get_config(self):
+    def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "norm_first": self.norm_first, "dropout": self.dropout,
                 "use_rezero": self.use_rezero, "epsilon": self.epsilon}
