@@ -10,7 +10,7 @@ CONSTRAINTS ?= constraints.txt
 # that its fixtures are built once.
 PARALLEL ?= -n auto --maxprocesses 4 --dist loadgroup
 
-.PHONY: install test test-fast demo bench clean constraints
+.PHONY: install lint test test-fast demo bench clean constraints
 
 $(STAMP): setup.cfg pyproject.toml $(CONSTRAINTS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -19,6 +19,11 @@ $(STAMP): setup.cfg pyproject.toml $(CONSTRAINTS)
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# ruff (lint and import order, pyproject.toml) over the tree, then mypy over the typed public API ([tool.mypy]).
+lint: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m mypy
 
 test: $(STAMP)
 	$(PY) -m pytest -q $(PARALLEL)
