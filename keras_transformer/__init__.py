@@ -25,7 +25,7 @@ from typing import Any
 from keras_transformer.registration import register_lazily
 from keras_transformer.tensorflow_logs import quiet_tensorflow_import
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 register_lazily()
 quiet_tensorflow_import()  # KERAS_TRANSFORMER_TF_LOGS=1 keeps TensorFlow's C++ log lines
