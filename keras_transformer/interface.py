@@ -133,6 +133,7 @@ class TranslatorInterface(abc.ABC):
     engine = "translator"
     strategies = ()
     target_languages = ()  # the language codes `target_lang` takes (a multilingual model's target language tokens)
+    source_languages = ()  # the language codes `source_lang` takes (a multilingual model's source language tokens)
 
     # ------------------------------------------------------------------ what an engine implements
     @abc.abstractmethod
@@ -227,6 +228,32 @@ class TranslatorInterface(abc.ABC):
                                   f"({len(languages)}): {shown}.")
             prefixes = [f"{target_lang} {text}".rstrip(ASCII_WHITESPACE) for text in prefixes]
         return prefixes
+
+    def with_source_lang(self, lines, source_lang=None, caller="translator"):
+        """`lines` with a multilingual model's source language token first (`source_languages`), in place of the
+        source language its import set; blank lines stay blank. `lines` themselves without `source_lang`.
+
+        Raises:
+            ConfigError: a `source_lang` this model has no token for (its languages named).
+
+        Example:
+
+        >>> class Multilingual(TranslatorInterface):
+        ...     translate_batch = n_best_batch = score_batch = None
+        ...     source_languages = ("eng_Latn", "fra_Latn")
+        >>> Multilingual().with_source_lang(["Bonjour.", ""], "fra_Latn")
+        ['fra_Latn Bonjour.', '']
+        """
+        if source_lang is None:
+            return lines
+        languages = tuple(self.source_languages)
+        if source_lang not in languages:
+            shown = ", ".join(sorted(languages)[:12]) + (", ..." if len(languages) > 12 else "")
+            raise ConfigError(f"{caller}: unknown source language {source_lang!r}; " + (
+                f"this model's source languages ({len(languages)}): {shown}." if languages else
+                "this model has no language tokens (it is not a multilingual model)."))
+        return [line if is_blank(clean_line(line, caller)) else f"{source_lang} {clean_line(line, caller)}"
+                for line in lines]
 
     def _in_length_order(self, method, lines, batch_size, run_batch, blank, target_prefix=None, target_lang=None):
         """`run_batch` over the cleaned non-blank lines, in batches of similar length (word counts: padding, and
