@@ -329,3 +329,20 @@ def test_three_fine_tuning_updates_raise_the_likelihood_of_the_data_and_the_resu
     assert after > before
     out = make_exporter("savedmodel").export(tuned, tmp_path / "export", strategy="greedy")
     assert len(load_translator(out).translate_lines(SENTENCES[:2], target_lang="__fr__")) == 2
+
+
+@pytest.mark.parametrize("d_model", [16, 17])
+def test_the_fairseq_sinusoids_with_an_offset_are_m2m_100s_table_and_round_trip(d_model):
+    """`PositionalEncoding(layout="fairseq", offset=2)` adds at index t the row of position t + 2 of
+    `M2M100SinusoidalPositionalEmbedding` (odd widths: a zero last column), and is rebuilt by `from_config`."""
+    import keras
+    from transformers.models.m2m_100.modeling_m2m_100 import M2M100SinusoidalPositionalEmbedding
+
+    from keras_transformer.layers import PositionalEncoding
+    expected = M2M100SinusoidalPositionalEmbedding.get_embedding(40 + 2, d_model, padding_idx=1).numpy()[2:]
+    layer = PositionalEncoding(40, layout="fairseq", offset=2)
+    out = np.asarray(layer(np.zeros((1, 40, d_model), "float32")))[0]
+    np.testing.assert_allclose(out, expected, atol=1e-5, rtol=0)  # torch computes in float32
+    again = keras.layers.deserialize(keras.layers.serialize(layer))
+    assert (again.layout, again.offset) == ("fairseq", 2)
+    np.testing.assert_array_equal(np.asarray(again(np.zeros((1, 5, d_model), "float32")))[0], out[:5])
