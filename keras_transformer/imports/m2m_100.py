@@ -201,6 +201,9 @@ class M2M100Family(Family):
                                   f"not {token}.")
         settings = self._settings(checkpoint)
         nllb = self._is_nllb(checkpoint)
+        if nllb and settings.get("legacy_behaviour"):
+            raise ConfigError(f"{checkpoint.folder / TOKENIZER_CONFIG}: legacy_behaviour true (tokens </s> [src_lang]) "
+                              "is not read; the package encodes [src_lang] tokens </s>, NLLB's current layout.")
 
         def language(key, default):
             code = settings.get(key) or default
