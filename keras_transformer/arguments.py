@@ -111,7 +111,7 @@ def _decoding_arguments(parser, title="decoding (default: the model's, from its 
                            help="sentences decoded together (default 64)")
 
 
-def _prefix_arguments(parser, prefix=True):
+def _prefix_arguments(parser, prefix=True, source_lang=False):
     """The forced starts of the translations (`TranslatorInterface.translate_lines`' `target_prefix` and
     `target_lang`; docs/decoding.md, "Target prefixes")."""
     group = parser.add_argument_group("target prefix (the translations' forced start)")
@@ -122,6 +122,12 @@ def _prefix_arguments(parser, prefix=True):
     group.add_argument("--target-lang", metavar="LANG",
                        help="a multilingual model's target language (e.g. deu_Latn): its language token is forced "
                             "first; refused, with the languages listed, for a model without it")
+    if not source_lang:
+        return
+    parser.add_argument_group("source language").add_argument(
+        "--source-lang", metavar="LANG",
+        help="a multilingual model's source language (e.g. fra_Latn): its language token opens every source, in "
+             "place of the one its import set; refused, with the languages listed, for a model without it")
 
 
 def _weights_arguments(parser, ensemble=False, models="--model"):
@@ -210,7 +216,7 @@ def build_parser():
     translate.add_argument("sentences", nargs="*", help="sentences to translate (default: read stdin)")
     _weights_arguments(translate, ensemble=True)
     _decoding_arguments(translate)
-    _prefix_arguments(translate)
+    _prefix_arguments(translate, source_lang=True)
     translate.add_argument("--n-best", type=_POSITIVE, metavar="N",
                            help="print N hypotheses per sentence, best first, as 'INDEX<tab>SCORE<tab>TRANSLATION' "
                                 "lines (INDEX: the sentence's, from 0); beam search needs N <= --beam-size")

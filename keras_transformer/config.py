@@ -16,7 +16,7 @@ from keras_transformer.files import atomic_write_text
 
 POSITION_KINDS = ("sinusoidal", "learned", "relative")
 TIE_MODES = ("all", "decoder", "none")
-SINUSOID_LAYOUTS = ("interleaved", "concatenated")
+SINUSOID_LAYOUTS = ("interleaved", "concatenated", "fairseq")
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swish")
 # Decoding settings that a model.yaml held among the architecture's fields until they moved to its own `decoding:`
 # mapping (`keras_transformer.decoding.DecodeOptions`, `workdir.read_model_file`): `from_yaml` leaves them there.
@@ -47,7 +47,8 @@ class TransformerConfig:
     target_vocab_size: typing.Optional[int] = None  # separate target vocabulary; None -> vocab_size
     pad_id: int = 0  # padding id; never attended to, never in the loss
     unk_id: int = 1  # unknown-token id
-    bos_id: int = 2  # begin-of-sequence id; the decoder's first input (may be pad_id: Marian starts from padding)
+    bos_id: int = 2  # the decoder's start id, its first input; never produced. May be pad_id (Marian starts from
+                     # padding) or eos_id (M2M-100 / NLLB start from </s>, which the search still produces)
     eos_id: int = 3  # end-of-sequence id; decoding stops on it
     # --- architecture ---------------------------------------------------------
     num_layers: int = 6  # N, layers in the encoder and in the decoder
@@ -61,8 +62,10 @@ class TransformerConfig:
     max_length: int = 256  # longest sequence (positions) the model accepts
     position: str = "sinusoidal"  # "sinusoidal" (paper), "learned" (Table 3 row E) or "relative" (Shaw et al. 2018)
     max_relative_position: int = 20  # k of position "relative": distances clipped to [-k, k] (OpenNMT-tf's 20)
-    sinusoid_layout: str = "interleaved"  # sinusoids: "interleaved" sin/cos (paper) or "concatenated" (all sines,
-                                          # then all cosines: tensor2tensor, fairseq, Marian)
+    sinusoid_layout: str = "interleaved"  # sinusoids: "interleaved" sin/cos (paper), "concatenated" (all sines,
+                                          # then all cosines: Marian) or "fairseq" (sines then cosines, frequencies
+                                          # 10000^(-i/(d/2-1)): tensor2tensor, fairseq, M2M-100 / NLLB)
+    position_offset: int = 0  # the first token's position number (M2M-100 / NLLB count from pad_id + 1 = 2)
     scale_embeddings: bool = True  # multiply token embeddings by sqrt(d_model) (section 3.4)
     activation: str = "relu"  # FFN activation: "relu" (paper), "gelu" (erf), "gelu_tanh" or "swish" (SiLU)
     output_bias: bool = False  # a learned bias added to the logits (Marian's final_logits_bias)
@@ -132,6 +135,13 @@ class TransformerConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"TransformerConfig.{name} must be a positive integer, got {value!r}.")
+        if isinstance(self.position_offset, bool) or not isinstance(self.position_offset, int) or \
+                self.position_offset < 0:
+            raise ValueError(f"TransformerConfig.position_offset must be an integer >= 0, got "
+                             f"{self.position_offset!r}.")
+        if self.position_offset and self.position != "sinusoidal":
+            raise ValueError(f"TransformerConfig.position_offset numbers sinusoids; position {self.position!r} has "
+                             "none: leave it 0.")
         for name in optional_positive:
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
@@ -168,10 +178,12 @@ class TransformerConfig:
                     self.src_vocab_size, self.tgt_vocab_size):
                 raise ValueError(f"TransformerConfig.{name}={value!r} is outside the vocabulary.")
         # A vocabulary without a begin-of-sequence token starts the decoder from padding (bos_id == pad_id, as
-        # Marian does); the decoder's first position is then never masked as padding (`build_model`).
-        distinct = {name: value for name, value in special.items() if name != "bos_id" or value != self.pad_id}
+        # Marian does; the decoder's first position is then never masked as padding, `build_model`) or from eos
+        # (bos_id == eos_id, as M2M-100 and NLLB do; the searches still produce eos, and only a produced one ends).
+        distinct = {name: value for name, value in special.items()
+                    if name != "bos_id" or value not in (self.pad_id, self.eos_id)}
         if len(set(distinct.values())) != len(distinct):
-            raise ValueError(f"TransformerConfig: special ids must differ (only bos_id may equal pad_id), "
+            raise ValueError(f"TransformerConfig: special ids must differ (only bos_id may equal pad_id or eos_id), "
                              f"got {special}.")
         for name in ("layer_norm_epsilon", "learning_rate_scale", "epsilon", "beta_1", "beta_2"):
             value = getattr(self, name)

@@ -147,6 +147,8 @@ class TranslatorInterface(abc.ABC):
     strategies: tuple[str, ...] = ()
     # the language codes `target_lang` takes (a multilingual model's target language tokens)
     target_languages: tuple[str, ...] = ()
+    # the language codes `source_lang` takes (a multilingual model's source language tokens)
+    source_languages: tuple[str, ...] = ()
 
     # ------------------------------------------------------------------ what an engine implements
     @abc.abstractmethod
@@ -242,6 +244,33 @@ class TranslatorInterface(abc.ABC):
                                   f"({len(languages)}): {shown}.")
             prefixes = [f"{target_lang} {text}".rstrip(ASCII_WHITESPACE) for text in prefixes]
         return prefixes
+
+    def with_source_lang(self, lines: Sequence[str], source_lang: str | None = None,
+                         caller: str = "translator") -> list[str]:
+        """`lines` with a multilingual model's source language token first (`source_languages`), in place of the
+        source language its import set; blank lines stay blank. `lines` themselves without `source_lang`.
+
+        Raises:
+            ConfigError: a `source_lang` this model has no token for (its languages named).
+
+        Example:
+
+        >>> class Multilingual(TranslatorInterface):
+        ...     translate_batch = n_best_batch = score_batch = None
+        ...     source_languages = ("eng_Latn", "fra_Latn")
+        >>> Multilingual().with_source_lang(["Bonjour.", ""], "fra_Latn")
+        ['fra_Latn Bonjour.', '']
+        """
+        if source_lang is None:
+            return list(lines)
+        languages = tuple(self.source_languages)
+        if source_lang not in languages:
+            shown = ", ".join(sorted(languages)[:12]) + (", ..." if len(languages) > 12 else "")
+            raise ConfigError(f"{caller}: unknown source language {source_lang!r}; " + (
+                f"this model's source languages ({len(languages)}): {shown}." if languages else
+                "this model has no language tokens (it is not a multilingual model)."))
+        return [line if is_blank(clean_line(line, caller)) else f"{source_lang} {clean_line(line, caller)}"
+                for line in lines]
 
     def _in_length_order(self, method: str, lines: Lines, batch_size: int, run_batch: Callable[..., Iterable[Any]],
                          blank: Callable[[], Any], target_prefix: Prefixes = None,

@@ -88,7 +88,9 @@ def build_model(config: TransformerConfig, name: str = "transformer", dtype: Any
     else:
         source_embedding = TokenEmbedding(config.src_vocab_size, config.d_model, scale=scale, name="source_embedding")
         target_embedding = TokenEmbedding(config.tgt_vocab_size, config.d_model, scale=scale, name="target_embedding")
-    layout = {"layout": config.sinusoid_layout} if config.sinusoid_layout != "interleaved" else {}
+    layout: dict[str, Any] = {"layout": config.sinusoid_layout} if config.sinusoid_layout != "interleaved" else {}
+    if config.position_offset:
+        layout["offset"] = config.position_offset
 
     # Encoder: embed, add positions, dropout, N layers.
     x = source_embedding(source)  # (B, S, D)

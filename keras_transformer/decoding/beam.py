@@ -207,7 +207,7 @@ def beam_search(model: Any, source: Any, beam_size: int = 4, alpha: float = 0.6,
         values, normalizer, cache = step(flat_alive, t, state["cache"])  # (B*K, V), (B*K, 1)
         per_row = min(2 * beams + 2, int(values.shape[-1]))
         row_values, row_tokens = top_k_by_blocks(values, per_row)  # (B*K, k)
-        row_log_probs = ops.where(excluded(row_tokens, pad_id, bos_id), NEG_INF, row_values - normalizer)
+        row_log_probs = ops.where(excluded(row_tokens, pad_id, bos_id, eos_id), NEG_INF, row_values - normalizer)
         if target_prefix is not None:
             # A row inside its prefix has one candidate, its forced token (its own log-probability); the
             # others become padding at -inf, which never ends a hypothesis.

@@ -191,7 +191,7 @@ def target_prefix_ids(caller: str, prefix: Any, source: Any, model: Any, pad_id:
         cap = max_positions(model) if model is not None else None
         for row, values in enumerate(np.asarray(prefix).reshape(len(prefix), -1)):
             tokens = values[values != pad_id]
-            for special, name in ((bos_id, "bos"), (eos_id, "eos")):
+            for special, name in ((eos_id, "eos"), (bos_id, "bos")):
                 if special in tokens:
                     raise ValueError(f"{caller}: target_prefix row {row} holds {name} ({special}); a prefix is forced "
                                      "and then continued, without bos or eos.")
@@ -381,8 +381,11 @@ def step_function(models: Any, source: Any, pad_id: int, beams: Any, steps: Any,
     return step, cache
 
 
-def excluded(tokens: Any, pad_id: int, bos_id: int) -> Any:
-    """True where a token id is one that is never produced (padding, bos)."""
+def excluded(tokens: Any, pad_id: int, bos_id: int, eos_id: int | None = None) -> Any:
+    """True where a token id is one that is never produced: padding, and bos unless it is the eos id (a decoder
+    that starts from eos, as M2M-100's, still ends with it)."""
+    if bos_id == eos_id:
+        return ops.equal(tokens, pad_id)
     return ops.logical_or(ops.equal(tokens, pad_id), ops.equal(tokens, bos_id))
 
 
@@ -522,7 +525,7 @@ def one_token_search(models: Any, source: Any, choose: Any, rows_per_sentence: i
         values, normalizer, cache = step(state["sequences"], t, state["cache"])  # (B*R, V), (B*R, 1)
         log_probs = values - normalizer
         vocab = ops.arange(ops.shape(log_probs)[-1], dtype="int32")
-        log_probs = ops.where(excluded(vocab, pad_id, bos_id), NEG_INF, log_probs)  # (B*R, V)
+        log_probs = ops.where(excluded(vocab, pad_id, bos_id, eos_id), NEG_INF, log_probs)  # (B*R, V)
         token = ops.cast(choose(log_probs, t), "int32")  # (B*R,)
         if target_prefix is not None:  # a prefix's tokens are forced, whatever was chosen
             forced, is_forced = forced_token(forced_rows, t, pad_id)

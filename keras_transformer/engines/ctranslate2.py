@@ -356,7 +356,16 @@ class CTranslate2Translator(TranslatorInterface):
         tokens = self.metadata["special_tokens"]
         self._unk_token = tokens["unk"]
         self._eos_token = tokens["eos"]
-        self._never = [[tokens["pad"]], [tokens["bos"]]]  # suppressed only where a search produced them
+        # never produced: pad, and bos unless it is eos (a decoder that starts from eos); suppressed only where a
+        # search produced them
+        self._never = [[tokens["pad"]]] + ([[tokens["bos"]]] if tokens["bos"] != tokens["eos"] else [])
+        self._never_ids = {self._target_ids[token] for (token,) in self._never}
+        languages = self.metadata.get("languages") or {}
+        self._languages = {side: set(languages.get(side, {}).get("languages", [])) for side in ("source", "target")}
+        self._language = {side: languages.get(side, {}).get("language") for side in ("source", "target")}
+        target = languages.get("target", {})
+        self._dropped = {self._target_ids[token] for token in
+                         list(target.get("languages", [])) + list(target.get("special_tokens", []))}
         self.translator = ctranslate2.Translator(self.directory, device=device, compute_type=self.compute_type,
                                                  intra_threads=self.intra_threads, inter_threads=int(inter_threads))
 
@@ -435,10 +444,17 @@ class CTranslate2Translator(TranslatorInterface):
         return [self.source_tokens[i] for i in ids]
 
     def _pieces(self, processor, text, side):
-        """An imported vocabulary's tokens of `text`: a leading ``>>xx<<`` tag whole, then SentencePiece's pieces,
-        each one the vocabulary lacks read as unk (`keras_transformer.data.tokenizers.MappedTokenizer`)."""
+        """An imported vocabulary's tokens of `text`: a leading ``>>xx<<`` tag whole (or, with language tokens, a
+        leading one of them, else the side's language), then SentencePiece's pieces, each one the vocabulary lacks
+        read as unk (`keras_transformer.data.tokenizers.MappedTokenizer`)."""
         tag = []
-        if text.startswith(">>") and text.find("<<") != -1:
+        if self._languages[side]:
+            first = text.split(maxsplit=1)[0] if text.strip() else ""
+            if first in self._languages[side] and text.startswith(first):
+                tag, text = [first], text[len(first):]
+            elif self._language[side] is not None:
+                tag = [self._language[side]]
+        elif text.startswith(">>") and text.find("<<") != -1:
             end = text.find("<<") + 2
             tag, text = [text[:end]], text[end:]
         return [token if token in self._known[side] else self._unk_token
@@ -454,6 +470,11 @@ class CTranslate2Translator(TranslatorInterface):
     def target_languages(self):
         """The language codes of the export's target language tokens (`TranslatorInterface.target_languages`)."""
         return tuple(self.metadata.get("target_languages", ()))
+
+    @property
+    def source_languages(self):
+        """The language codes of the export's source language tokens (`TranslatorInterface.source_languages`)."""
+        return tuple((self.metadata.get("languages") or {}).get("source", {}).get("languages", ()))
 
     def target_prefix_ids(self, prefixes):
         """Per prefix text, its forced target ids (no eos), checked (`interface.check_prefix_ids`): the target
@@ -485,7 +506,7 @@ class CTranslate2Translator(TranslatorInterface):
         """
         results = self._search_once(sources, list(range(len(sources))), suppress=False, prefixes=prefixes)
         again = [i for i, hypotheses in enumerate(results)
-                 if any(self.pad_id in ids or self.bos_id in ids for ids, _ in hypotheses)]
+                 if any(self._never_ids.intersection(ids) for ids, _ in hypotheses)]
         if again:
             for i, hypotheses in zip(again, self._search_once(sources, again, suppress=True, prefixes=prefixes)):
                 results[i] = hypotheses
@@ -540,7 +561,7 @@ class CTranslate2Translator(TranslatorInterface):
         for token in ids:
             if token == self.eos_id:
                 break
-            if token not in (self.pad_id, self.bos_id):
+            if token not in (self.pad_id, self.bos_id) and token not in self._dropped:
                 kept.append(token)
         if self.mapped:  # as MappedTokenizer.detokenize: the pieces joined, unk dropped, each ▁ a space
             pieces = [self.target_tokens[i] for i in kept if self.target_tokens[i] != self._unk_token]

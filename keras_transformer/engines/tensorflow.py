@@ -294,6 +294,11 @@ class Translator(tf.Module, TranslatorInterface):
         """The language codes of the target tokenizer's language tokens (`TranslatorInterface.target_languages`)."""
         return tuple(getattr(self.target_tokenizer, "languages", ()))
 
+    @property
+    def source_languages(self):
+        """The language codes of the source tokenizer's language tokens (`TranslatorInterface.source_languages`)."""
+        return tuple(getattr(self.source_tokenizer, "languages", ()))
+
     def target_prefix_ids(self, prefixes):
         """Per prefix text, its forced target ids, checked (`interface.check_prefix_ids`) before any graph runs."""
         target = self.target_tokenizer

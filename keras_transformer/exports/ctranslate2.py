@@ -174,6 +174,13 @@ def mapped_vocabulary(folder):
     return model_file, tokens
 
 
+def _language_settings(folder):
+    """A `MappedTokenizer` folder's language tokens, its default language and the special tokens it drops."""
+    settings = _read_settings(folder)
+    return {"languages": list(settings.get("languages", [])), "language": settings.get("language"),
+            "special_tokens": list(settings.get("special_tokens", []))}
+
+
 def _sentencepiece_file(folder):
     """The SentencePiece model file of a tokenizer folder, after checking its tokenizer.json."""
     path = os.path.join(folder, _TOKENIZER_CONFIG)
@@ -572,6 +579,10 @@ def export_ctranslate2(model, config, vocab_dir, directory, *, options=None, qua
                                "unk": tokens["target"][config.unk_id],
                                "bos": tokens["target"][config.bos_id], "eos": tokens["target"][config.eos_id]},
             "sentencepiece": names,
+            # a multilingual imported vocabulary's language tokens: a sentence may open with one, one without
+            # gets the side's language first; detokenizing drops them and the special tokens
+            "languages": {side: _language_settings(folder) for side, folder in folders.items()} if mapped else {},
+            "target_languages": _language_settings(folders["target"])["languages"] if mapped else [],
             "max_source_length": int(config.max_length),
             "max_target_length": int(config.max_length),
             "model_config": config.to_dict(),

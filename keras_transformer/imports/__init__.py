@@ -6,6 +6,7 @@ imports/
   family.py      what a family module gives (`Family`), and the weight-copying helpers they share
   importer.py    `import_checkpoint`: the checkpoint as an ordinary workdir, written whole or not at all
   marian.py      OPUS-MT / Marian (MarianMTModel)
+  m2m_100.py     M2M-100 and NLLB-200 (M2M100ForConditionalGeneration)
 ```
 
 A family maps names and shapes onto `TransformerConfig` and `build_model`'s weights (its tokenizer is a
@@ -15,7 +16,7 @@ A family maps names and shapes onto `TransformerConfig` and `build_model`'s weig
 Example:
 
 >>> sorted(FAMILIES)
-['marian']
+['m2m_100', 'marian']
 """
 
 import importlib
@@ -25,6 +26,7 @@ from keras_transformer.errors import ConfigError
 # config.json's model_type -> (its module in keras_transformer.imports, its Family class)
 FAMILIES = {
     "marian": ("marian", "MarianFamily"),
+    "m2m_100": ("m2m_100", "M2M100Family"),
 }
 
 
@@ -38,10 +40,10 @@ def family_for(model_type, where="config.json"):
 
     >>> family_for("marian").name
     'marian'
-    >>> family_for("bert", "bert/config.json")
+    >>> family_for("bert", "bert/config.json")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    keras_transformer.errors.ConfigError: bert/config.json: model_type 'bert' is not a family keras-transformer ...
+    keras_transformer.errors.ConfigError: bert/config.json: model_type 'bert' is not a family ...: m2m_100, marian.
     """
     if model_type not in FAMILIES:
         raise ConfigError(f"{where}: model_type {model_type!r} is not a family keras-transformer imports; the "

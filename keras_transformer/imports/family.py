@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.errors import ConfigError
 
 if TYPE_CHECKING:
     from keras_transformer.config import TransformerConfig
-    from keras_transformer.decoding.options import DecodeOptions
     from keras_transformer.imports.checkpoint import Checkpoint
 
 
@@ -45,8 +45,15 @@ class Family:
         raise NotImplementedError
 
     def decoding(self, checkpoint: Checkpoint) -> DecodeOptions:
-        """The `DecodeOptions` of `checkpoint`'s generation settings."""
-        raise NotImplementedError
+        """The `DecodeOptions` of `checkpoint`'s generation settings: ``num_beams`` (1: greedy) and
+        ``length_penalty`` (as `alpha`), from ``generation_config.json`` or ``config.json``."""
+        generation = {**{key: checkpoint.config[key] for key in ("num_beams", "length_penalty")
+                         if key in checkpoint.config}, **checkpoint.generation}
+        beams = int(generation.get("num_beams") or 1)
+        alpha = float(generation.get("length_penalty", 1.0)) if beams > 1 else 0.0
+        if beams == 1:
+            return DecodeOptions(strategy="greedy")
+        return DecodeOptions(strategy="beam", beam_size=beams, alpha=max(alpha, 0.0))
 
     def tokenizers(self, checkpoint: Checkpoint, config: TransformerConfig) -> tuple[Any, Any]:
         """`(source, target)` tokenizers of `checkpoint`; the same object twice for one shared tokenizer."""
@@ -141,3 +148,47 @@ def per_head(parts: Sequence[np.ndarray], num_heads: int) -> np.ndarray:
     rows = parts[0].shape[0]
     split = [part.reshape(rows, num_heads, -1) for part in parts]  # each (in, H, size)
     return np.concatenate(split, axis=-1).reshape(rows, -1)
+
+
+def linear(tensors: Any, name: str, rows: int, columns: int) -> tuple[np.ndarray, np.ndarray]:
+    """A PyTorch Linear's weight `(out, in)` as a Keras kernel `(in, out)`, and its bias."""
+    return tensors.take(f"{name}.weight", (rows, columns)).T, tensors.take(f"{name}.bias", (rows,))
+
+
+def dense(tensors: Any, layer: Any, name: Any, rows: Any, columns: Any) -> None:
+    """Fills a Keras Dense from a PyTorch Linear."""
+    kernel, bias = linear(tensors, name, rows, columns)
+    assign(layer.kernel, kernel, f"{name}.weight")
+    assign(layer.bias, bias, f"{name}.bias")
+
+
+def norm(tensors: Any, layer: Any, name: Any, d: Any) -> None:
+    """Fills a LayerNormalization from a PyTorch LayerNorm's weight and bias."""
+    assign(layer.gamma, tensors.take(f"{name}.weight", (d,)), f"{name}.weight")
+    assign(layer.beta, tensors.take(f"{name}.bias", (d,)), f"{name}.bias")
+
+
+def fused(layer: Any, tensors: Any, name: Any, projections: Any, heads: Any, d: Any) -> None:
+    """Fills a fused per-head projection from separate q/k/v `Linear`s (`projections`: (name, size) pairs)."""
+    kernels, biases = zip(*(linear(tensors, f"{name}.{proj}", heads * size, d) for proj, size in projections))
+    assign(layer.kernel, per_head(kernels, heads), f"{name}.{projections[0][0]}.weight")
+    assign(layer.bias, per_head([b[None, :] for b in biases], heads)[0], f"{name}.{projections[0][0]}.bias")
+
+
+def self_attention(tensors: Any, attention: Any, name: Any, d: Any, heads: Any, dk: Any, dv: Any) -> None:
+    """Fills a self-attention layer from ``{name}.q_proj / k_proj / v_proj / out_proj``."""
+    fused(attention.qkv_dense, tensors, name, (("q_proj", dk), ("k_proj", dk), ("v_proj", dv)), heads, d)
+    dense(tensors, attention.output_dense, f"{name}.out_proj", d, heads * dv)
+
+
+def cross_attention(tensors: Any, attention: Any, name: Any, d: Any, heads: Any, dk: Any, dv: Any) -> None:
+    """Fills a cross-attention layer from ``{name}.q_proj / k_proj / v_proj / out_proj``."""
+    dense(tensors, attention.query_dense, f"{name}.q_proj", heads * dk, d)
+    fused(attention.key_value_dense, tensors, name, (("k_proj", dk), ("v_proj", dv)), heads, d)
+    dense(tensors, attention.output_dense, f"{name}.out_proj", d, heads * dv)
+
+
+def feed_forward(tensors: Any, layer: Any, prefix: Any, d: Any, d_ff: Any) -> None:
+    """Fills a feed-forward network from ``{prefix}.fc1`` and ``{prefix}.fc2``."""
+    dense(tensors, layer.inner, f"{prefix}.fc1", d_ff, d)
+    dense(tensors, layer.outer, f"{prefix}.fc2", d, d_ff)

@@ -22,9 +22,15 @@ import numpy as np
 
 from keras_transformer.config import TransformerConfig
 from keras_transformer.data.tokenizers import MappedTokenizer, read_vocabulary
-from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.errors import ConfigError
-from keras_transformer.imports.family import Family, assign, per_head
+from keras_transformer.imports.family import (
+    Family,
+    assign,
+    cross_attention,
+    feed_forward,
+    norm,
+    self_attention,
+)
 from keras_transformer.layers.position import sinusoidal_position_encoding
 from keras_transformer.model import parts
 
@@ -96,15 +102,6 @@ class MarianFamily(Family):
         except ValueError as error:
             raise ConfigError(f"{where}: {error}") from None
 
-    def decoding(self, checkpoint):
-        generation = {**{key: checkpoint.config[key] for key in ("num_beams", "length_penalty")
-                         if key in checkpoint.config}, **checkpoint.generation}
-        beams = int(generation.get("num_beams") or 1)
-        alpha = float(generation.get("length_penalty", 1.0)) if beams > 1 else 0.0
-        if beams == 1:
-            return DecodeOptions(strategy="greedy")
-        return DecodeOptions(strategy="beam", beam_size=beams, alpha=max(alpha, 0.0))
-
     # ------------------------------------------------------------------ tokenizers
     def _vocabularies(self, checkpoint):
         source = read_vocabulary(checkpoint.file("vocab.json", "vocabulary (token -> id)"))
@@ -173,63 +170,24 @@ class MarianFamily(Family):
                 _same(tensors.take(name, table.shape), table, name, atol=1e-4)
         for i, layer in enumerate(p.encoder.encoder_layers):
             prefix = f"model.encoder.layers.{i}"
-            _self_attention(tensors, layer.self_attention, f"{prefix}.self_attn", d, heads, dk, dv)
-            _norm(tensors, layer.self_attention_block.norm, f"{prefix}.self_attn_layer_norm", d)
-            _feed_forward(tensors, layer.feed_forward, prefix, d, config.d_ff)
-            _norm(tensors, layer.feed_forward_block.norm, f"{prefix}.final_layer_norm", d)
+            self_attention(tensors, layer.self_attention, f"{prefix}.self_attn", d, heads, dk, dv)
+            norm(tensors, layer.self_attention_block.norm, f"{prefix}.self_attn_layer_norm", d)
+            feed_forward(tensors, layer.feed_forward, prefix, d, config.d_ff)
+            norm(tensors, layer.feed_forward_block.norm, f"{prefix}.final_layer_norm", d)
         for i, layer in enumerate(p.decoder.decoder_layers):
             prefix = f"model.decoder.layers.{i}"
-            _self_attention(tensors, layer.self_attention, f"{prefix}.self_attn", d, heads, dk, dv)
-            _norm(tensors, layer.self_attention_block.norm, f"{prefix}.self_attn_layer_norm", d)
-            _cross_attention(tensors, layer.cross_attention, f"{prefix}.encoder_attn", d, heads, dk, dv)
-            _norm(tensors, layer.cross_attention_block.norm, f"{prefix}.encoder_attn_layer_norm", d)
-            _feed_forward(tensors, layer.feed_forward, prefix, d, config.d_ff)
-            _norm(tensors, layer.feed_forward_block.norm, f"{prefix}.final_layer_norm", d)
+            self_attention(tensors, layer.self_attention, f"{prefix}.self_attn", d, heads, dk, dv)
+            norm(tensors, layer.self_attention_block.norm, f"{prefix}.self_attn_layer_norm", d)
+            cross_attention(tensors, layer.cross_attention, f"{prefix}.encoder_attn", d, heads, dk, dv)
+            norm(tensors, layer.cross_attention_block.norm, f"{prefix}.encoder_attn_layer_norm", d)
+            feed_forward(tensors, layer.feed_forward, prefix, d, config.d_ff)
+            norm(tensors, layer.feed_forward_block.norm, f"{prefix}.final_layer_norm", d)
 
 
 def _same(value, expected, name, atol=0.0):
     if not np.allclose(value, expected, atol=atol, rtol=0):
         raise ConfigError(f"{name} differs from the matrix config.json says it shares (or, for positions, from "
                           "Marian's sinusoids); this checkpoint is not the model its config.json describes.")
-
-
-def _linear(tensors, name, rows, columns):
-    """A PyTorch Linear's weight `(out, in)` as a Keras kernel `(in, out)`, and its bias."""
-    return tensors.take(f"{name}.weight", (rows, columns)).T, tensors.take(f"{name}.bias", (rows,))
-
-
-def _dense(tensors, dense, name, rows, columns):
-    kernel, bias = _linear(tensors, name, rows, columns)
-    assign(dense.kernel, kernel, f"{name}.weight")
-    assign(dense.bias, bias, f"{name}.bias")
-
-
-def _norm(tensors, norm, name, d):
-    assign(norm.gamma, tensors.take(f"{name}.weight", (d,)), f"{name}.weight")
-    assign(norm.beta, tensors.take(f"{name}.bias", (d,)), f"{name}.bias")
-
-
-def _fused(dense, tensors, name, projections, heads, d):
-    """Fills a fused per-head projection from separate q/k/v `Linear`s (`projections`: (name, size) pairs)."""
-    kernels, biases = zip(*(_linear(tensors, f"{name}.{proj}", heads * size, d) for proj, size in projections))
-    assign(dense.kernel, per_head(kernels, heads), f"{name}.{projections[0][0]}.weight")
-    assign(dense.bias, per_head([b[None, :] for b in biases], heads)[0], f"{name}.{projections[0][0]}.bias")
-
-
-def _self_attention(tensors, attention, name, d, heads, dk, dv):
-    _fused(attention.qkv_dense, tensors, name, (("q_proj", dk), ("k_proj", dk), ("v_proj", dv)), heads, d)
-    _dense(tensors, attention.output_dense, f"{name}.out_proj", d, heads * dv)
-
-
-def _cross_attention(tensors, attention, name, d, heads, dk, dv):
-    _dense(tensors, attention.query_dense, f"{name}.q_proj", heads * dk, d)
-    _fused(attention.key_value_dense, tensors, name, (("k_proj", dk), ("v_proj", dv)), heads, d)
-    _dense(tensors, attention.output_dense, f"{name}.out_proj", d, heads * dv)
-
-
-def _feed_forward(tensors, feed_forward, prefix, d, d_ff):
-    _dense(tensors, feed_forward.inner, f"{prefix}.fc1", d_ff, d)
-    _dense(tensors, feed_forward.outer, f"{prefix}.fc2", d, d_ff)
 
 
 __all__ = ["ACTIVATIONS", "MarianFamily"]

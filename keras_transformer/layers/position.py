@@ -12,15 +12,18 @@ import keras
 import numpy as np
 from keras import ops
 
-LAYOUTS = ("interleaved", "concatenated")
+LAYOUTS = ("interleaved", "concatenated", "fairseq")
 
 
-def sinusoidal_position_encoding(length: Any, d_model: int, layout: str = "interleaved") -> Any:
-    """Returns the `(length, d_model)` float32 table of the paper's section 3.5.
+def sinusoidal_position_encoding(length: Any, d_model: int, layout: str = "interleaved", offset: int = 0) -> Any:
+    """Returns the `(length, d_model)` float32 table of the paper's section 3.5, row i for position `offset + i`.
 
     "interleaved" (the paper): PE(pos, 2i) = sin(pos / 10000^(2i / d_model)), PE(pos, 2i + 1) = cos(...).
-    "concatenated": the same sines in the first ceil(d_model / 2) columns, then the cosines (tensor2tensor,
-    fairseq, Marian and Hugging Face's `MarianSinusoidalPositionalEmbedding`).
+    "concatenated": the same sines in the first ceil(d_model / 2) columns, then the cosines (Marian and Hugging
+    Face's `MarianSinusoidalPositionalEmbedding`).
+    "fairseq": sines in the first h = floor(d_model / 2) columns, then cosines, of pos / 10000^(i / (h - 1)),
+    i = 0..h-1, and a zero column for an odd d_model (tensor2tensor's `get_timing_signal_1d`, fairseq's
+    `SinusoidalPositionalEmbedding`, Hugging Face's `M2M100SinusoidalPositionalEmbedding`).
 
     Example:
 
@@ -29,13 +32,22 @@ def sinusoidal_position_encoding(length: Any, d_model: int, layout: str = "inter
     ((4, 6), 1.0)
     >>> float(sinusoidal_position_encoding(4, 6, "concatenated")[0, 3])
     1.0
+    >>> round(float(sinusoidal_position_encoding(1, 6, "fairseq", offset=2)[0, 2]), 6)  # sin(2 / 10000^(2/2))
+    0.0002
     """
     if layout not in LAYOUTS:
         raise ValueError(f"sinusoidal_position_encoding: layout must be one of {LAYOUTS}, got {layout!r}.")
-    positions = np.arange(length, dtype=np.float64)[:, None]  # (L, 1)
+    positions = np.arange(offset, offset + length, dtype=np.float64)[:, None]  # (L, 1)
+    table = np.zeros((length, d_model), dtype=np.float64)
+    if layout == "fairseq":
+        half = d_model // 2
+        frequencies = np.exp(np.arange(half, dtype=np.float64) * -(np.log(10000.0) / max(half - 1, 1)))
+        angles = positions * frequencies[None, :]  # (L, h)
+        table[:, :half] = np.sin(angles)
+        table[:, half:2 * half] = np.cos(angles)
+        return table.astype("float32")
     two_i = np.arange(0, d_model, 2, dtype=np.float64)[None, :]  # (1, ceil(D/2))
     angles = positions / np.power(10000.0, two_i / d_model)
-    table = np.zeros((length, d_model), dtype=np.float64)
     if layout == "concatenated":
         sines = angles.shape[1]
         table[:, :sines] = np.sin(angles)
@@ -78,8 +90,10 @@ class PositionalEncoding(keras.layers.Layer):
         kind: "sinusoidal" (fixed, the paper), "learned" (a trainable table) or
             "relative" (nothing is added: the self-attention layers carry the
             positions; the layer still bounds lengths by `max_length`).
-        layout: the sinusoids' column order, "interleaved" (the paper) or
-            "concatenated" (`sinusoidal_position_encoding`).
+        layout: the sinusoids' column order and frequencies, "interleaved" (the paper), "concatenated" or
+            "fairseq" (`sinusoidal_position_encoding`).
+        offset: the position number of the first token (0; fairseq's models count from pad_id + 1 = 2): the
+            sinusoid added at index t is that of position `offset + t`.
 
     Call args:
         x: `(B, T, D)` embeddings.
@@ -95,13 +109,18 @@ class PositionalEncoding(keras.layers.Layer):
     """
 
     def __init__(self, max_length: int, kind: str = "sinusoidal", initializer: Any = "glorot_uniform",
-                 layout: str = "interleaved", **kwargs: Any) -> None:
+                 layout: str = "interleaved", offset: int = 0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if kind not in KINDS:
             raise ValueError(f"PositionalEncoding: kind must be one of {KINDS}, got {kind!r}.")
         if layout not in LAYOUTS:
             raise ValueError(f"PositionalEncoding: layout must be one of {LAYOUTS}, got {layout!r}.")
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise ValueError(f"PositionalEncoding: offset must be an integer >= 0, got {offset!r}.")
+        if offset and kind != "sinusoidal":
+            raise ValueError(f"PositionalEncoding: offset applies to sinusoids, not to kind {kind!r}.")
         self.layout = layout
+        self.offset = offset
         self.max_length = int(max_length)
         self.kind = kind
         self.initializer = keras.initializers.get(initializer)
@@ -115,7 +134,7 @@ class PositionalEncoding(keras.layers.Layer):
             self.table = self.add_weight(name="positions", shape=(self.max_length, d_model),
                                          initializer=self.initializer, trainable=True)
         elif self.kind == "sinusoidal":
-            self.table = sinusoidal_position_encoding(self.max_length, d_model, self.layout)
+            self.table = sinusoidal_position_encoding(self.max_length, d_model, self.layout, self.offset)
 
     def call(self, x: Any, start_index: Any = 0) -> Any:
         length = x.shape[1]
@@ -133,4 +152,5 @@ class PositionalEncoding(keras.layers.Layer):
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "max_length": self.max_length, "kind": self.kind,
-                "initializer": keras.initializers.serialize(self.initializer), "layout": self.layout}
+                "initializer": keras.initializers.serialize(self.initializer), "layout": self.layout,
+                "offset": self.offset}

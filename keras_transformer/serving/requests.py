@@ -235,7 +235,8 @@ def parse_translate(body, defaults, settings, seeded=False, translator=None):
     request; a sampling setting alone means `strategy: sample`. With `n_best`, each sentence gets that many
     hypotheses. `target_prefix` (a string for every sentence, or a list of one per sentence) and `target_lang`
     (a multilingual model's target language) force the translations' first tokens (`checked_prefixes`, with
-    the served `translator`).
+    the served `translator`); `source_lang` (a multilingual model's source language) opens every sentence with
+    its language token (`TranslatorInterface.with_source_lang`).
 
     Example:
 
@@ -243,14 +244,24 @@ def parse_translate(body, defaults, settings, seeded=False, translator=None):
     >>> work.kind, work.options.beam_size, work.items
     ('best', 2, ('A dog.',))
     """
-    unknown = sorted(set(body) - {"sentences", *TRANSLATE_FIELDS, *PREFIX_FIELDS})
+    unknown = sorted(set(body) - {"sentences", "source_lang", *TRANSLATE_FIELDS, *PREFIX_FIELDS})
     if unknown:
-        raise RequestError(400, f"Unknown field(s) {', '.join(unknown)}; /translate takes sentences and "
+        raise RequestError(400, f"Unknown field(s) {', '.join(unknown)}; /translate takes sentences, source_lang and "
                                 f"{', '.join(TRANSLATE_FIELDS + PREFIX_FIELDS)}.")
     sentences = body.get("sentences")
     if not isinstance(sentences, list):
         raise RequestError(400, f"sentences must be a list of strings, got {_kind(sentences)}.")
     sentences = [_string(value, f"sentences[{index}]") for index, value in enumerate(sentences)]
+    source_lang = body.get("source_lang")
+    if source_lang is not None:  # a multilingual model's source language token opens every sentence
+        if not isinstance(source_lang, str):
+            raise RequestError(400, f"source_lang must be a string (a language code), got {_kind(source_lang)}.")
+        if translator is None:
+            raise RequestError(400, "source_lang: this server takes no source language.")
+        try:
+            sentences = translator.with_source_lang(sentences, source_lang, "source_lang")
+        except ConfigError as error:
+            raise RequestError(400, str(error)) from None
     check_sentences(sentences, settings)
     given = {key: value for key, value in body.items() if key in TRANSLATE_FIELDS and value is not None}
     options = _options(defaults, given, seeded, settings)

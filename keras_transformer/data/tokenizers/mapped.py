@@ -15,10 +15,20 @@ A tag ``>>xx<<`` that opens a sentence (the target-language token of
 multi-target OPUS-MT models) is kept as one token, looked up in the vocabulary
 as it is, and the rest of the sentence is segmented, as Hugging Face's
 ``MarianTokenizer`` does.
+
+Multilingual vocabularies with language tokens (M2M-100's ``__fr__``, NLLB's
+``fra_Latn``) give them as `languages`: a sentence that opens with one of them
+(then whitespace, or nothing) has it as its first token, and a sentence that
+opens with none has the tokenizer's `language` first, where it has one (the
+source language of an import: ``[src_lang] tokens </s>``, as Hugging Face's
+``M2M100Tokenizer`` and ``NllbTokenizer`` encode). Detokenizing drops the
+language tokens and the `special_tokens` (``<s>``, ``<mask>``), as their
+``decode(..., skip_special_tokens=True)`` does.
 """
 
 import json
 import os
+import re
 
 import tensorflow as tf
 
@@ -72,7 +82,11 @@ class MappedTokenizer(tf.Module):
     Args:
         model: the serialized SentencePiece model (bytes) that segments the text.
         vocabulary: the tokens by id (a list of str); a piece not in it reads as `unk_id`.
-        pad_id, unk_id, bos_id, eos_id: the special ids (bos may be the pad id: the decoder starts from padding).
+        pad_id, unk_id, bos_id, eos_id: the special ids (bos may be the pad id or the eos id: the decoder's start).
+        languages: tokens of the vocabulary that name a language; a sentence may open with one (then it is its
+            first token), and detokenizing drops them.
+        language: one of `languages`, put first in a sentence that opens with none (None: nothing is).
+        special_tokens: more tokens of the vocabulary that detokenizing drops (pad, unk and bos always are).
         name: the `tf.Module` name.
 
     Example:
@@ -87,9 +101,17 @@ class MappedTokenizer(tf.Module):
     [[8, 3, 5, 3, 4, 5, 6]]
     >>> tokenizer.detokenize([[9, 3, 5, 3, 4, 5, 6, 0, 9]]).numpy()
     array([b'a cat'], dtype=object)
+    >>> pieces = ["<s>", "<pad>", "</s>", "<unk>", "▁a", "▁", "c", "a", "t", "h", "en", "fr"]
+    >>> multilingual = MappedTokenizer(writer.getvalue(), pieces, pad_id=1, unk_id=3, bos_id=2, eos_id=2,
+    ...                                languages=["en", "fr"], language="en", special_tokens=["<s>"])
+    >>> multilingual.tokenize(["a cat", "fr a hat"]).to_list()
+    [[10, 5, 7, 5, 6, 7, 8], [11, 5, 7, 5, 9, 7, 8]]
+    >>> multilingual.detokenize([[11, 5, 7, 5, 9, 7, 8, 2]]).numpy()
+    array([b'a hat'], dtype=object)
     """
 
-    def __init__(self, model, vocabulary, *, pad_id, unk_id, bos_id, eos_id, name="mapped_tokenizer"):
+    def __init__(self, model, vocabulary, *, pad_id, unk_id, bos_id, eos_id, languages=(), language=None,
+                 special_tokens=(), name="mapped_tokenizer"):
         super().__init__(name=name)
         if not isinstance(model, (bytes, bytearray)):
             raise TypeError(f"MappedTokenizer needs the serialized SentencePiece model as bytes, got {type(model)}.")
@@ -101,6 +123,21 @@ class MappedTokenizer(tf.Module):
         for key, value in self._special.items():
             if not 0 <= value < len(self._tokens):
                 raise ValueError(f"MappedTokenizer: {key}={value} is outside the vocabulary of {len(self._tokens)}.")
+        self._languages = tuple(str(token) for token in languages)
+        self._language = None if language is None else str(language)
+        self._special_tokens = tuple(str(token) for token in special_tokens)
+        index = {token: i for i, token in enumerate(self._tokens)}
+        for token in self._languages + self._special_tokens:
+            if token not in index:
+                raise ValueError(f"MappedTokenizer: the language or special token {token!r} is not in the vocabulary.")
+        if self._language is not None and self._language not in self._languages:
+            raise ValueError(f"MappedTokenizer: language {self._language!r} is not one of its languages.")
+        dropped = {self._special["pad_id"], self._special["bos_id"], self._special["unk_id"]}
+        dropped |= {index[token] for token in self._languages + self._special_tokens}
+        self._dropped = tf.constant(sorted(dropped), tf.int32)
+        # a leading language token: one of `languages`, then whitespace or the end
+        self._language_pattern = "(" + "|".join(re.escape(token) for token in sorted(
+            self._languages, key=len, reverse=True)) + r")(\s|$)" if self._languages else None
         self._segmenter = NamedSentencepieceTokenizer(self._model, out_type=tf.string)
         self._vocabulary = tf.constant(self._tokens)
         self._table = tf.lookup.StaticHashTable(
@@ -112,6 +149,21 @@ class MappedTokenizer(tf.Module):
     unk_id = property(lambda self: self._special["unk_id"], doc="The unknown-token id.")
     bos_id = property(lambda self: self._special["bos_id"], doc="The decoder's start id (may be the pad id).")
     eos_id = property(lambda self: self._special["eos_id"], doc="The end-of-sequence id.")
+
+    @property
+    def languages(self):
+        """The language tokens a sentence may open with (a multilingual vocabulary's; () for others)."""
+        return self._languages
+
+    @property
+    def language(self):
+        """The language token put first in a sentence that opens with none, or None."""
+        return self._language
+
+    @property
+    def special_tokens(self):
+        """The tokens besides pad, unk, bos and the languages that detokenizing drops."""
+        return self._special_tokens
 
     @property
     def vocab_size(self) -> int:
@@ -143,10 +195,20 @@ class MappedTokenizer(tf.Module):
         single = strings.shape.rank == 0
         if single:
             strings = strings[tf.newaxis]
-        tagged = tf.strings.regex_full_match(strings, "(?s)" + _TAG + ".*")  # (N,)
-        rest = tf.strings.regex_replace(strings, "^" + _TAG, "", replace_global=False)
-        tag_lengths = tf.strings.length(strings) - tf.strings.length(rest)  # bytes
-        tags = tf.strings.substr(strings, tf.zeros_like(tag_lengths), tag_lengths)
+        if self._language_pattern is not None:  # a leading language token, or the tokenizer's language
+            tagged = tf.strings.regex_full_match(strings, "(?s)" + self._language_pattern + ".*")  # (N,)
+            rest = tf.strings.regex_replace(strings, "^" + self._language_pattern, "", replace_global=False)
+            tags = tf.strings.regex_replace(strings, "(?s)^" + self._language_pattern + ".*$", r"\1")
+            if self._language is not None:
+                tags = tf.where(tagged, tags, self._language)
+                tagged = tf.ones_like(tagged)
+            rest = tf.where(tf.strings.regex_full_match(strings, "(?s)" + self._language_pattern + ".*"), rest,
+                            strings)
+        else:
+            tagged = tf.strings.regex_full_match(strings, "(?s)" + _TAG + ".*")  # (N,)
+            rest = tf.strings.regex_replace(strings, "^" + _TAG, "", replace_global=False)
+            tag_lengths = tf.strings.length(strings) - tf.strings.length(rest)  # bytes
+            tags = tf.strings.substr(strings, tf.zeros_like(tag_lengths), tag_lengths)
         pieces = self._segmenter.tokenize(rest)  # ragged (N, None) strings
         ids = tf.ragged.map_flat_values(self._table.lookup, pieces)
         tag_ids = tf.ragged.boolean_mask(self._table.lookup(tags)[:, tf.newaxis], tagged[:, tf.newaxis])
@@ -154,7 +216,7 @@ class MappedTokenizer(tf.Module):
         return ids[0] if single else ids
 
     def detokenize(self, ids):
-        """Ids -> text, each row read up to its first eos; pad, bos and unk dropped.
+        """Ids -> text, each row read up to its first eos; pad, bos, unk, the languages and `special_tokens` dropped.
 
         The tokens are joined and each ``▁`` read as a space, as ``MarianTokenizer.decode(...,
         skip_special_tokens=True)`` does (SentencePiece's ``decode_pieces``, which keeps a piece it does not know as
@@ -168,8 +230,7 @@ class MappedTokenizer(tf.Module):
             ids = ids[tf.newaxis]
         before_eos = tf.math.cumsum(tf.cast(tf.equal(ids, self.eos_id), tf.int32), axis=1) == 0
         ids = tf.where((ids < 0) | (ids >= self.vocab_size), self.unk_id, ids)
-        keep = before_eos & tf.not_equal(ids, self.pad_id) & tf.not_equal(ids, self.bos_id) & \
-            tf.not_equal(ids, self.unk_id)
+        keep = before_eos & tf.logical_not(tf.reduce_any(tf.equal(ids[..., tf.newaxis], self._dropped), axis=-1))
         pieces = tf.gather(self._vocabulary, tf.ragged.boolean_mask(ids, keep))  # ragged (N, None)
         text = tf.strings.strip(tf.strings.regex_replace(tf.strings.reduce_join(pieces, axis=-1), "▁", " "))
         return text[0] if single else text
@@ -206,6 +267,9 @@ class MappedTokenizer(tf.Module):
         settings = {"format": FORMAT, "version": FORMAT_VERSION, "model_type": MODEL_TYPE,
                     "model_file": SENTENCEPIECE_FILE, "vocabulary_file": VOCABULARY_FILE,
                     "vocab_size": self.vocab_size, "lowercase": False, **self._special}
+        if self._languages or self._special_tokens:
+            settings.update(languages=list(self._languages), language=self._language,
+                            special_tokens=list(self._special_tokens))
         with open(paths[2], "w", encoding="utf-8") as handle:
             json.dump(settings, handle, indent=2)
             handle.write("\n")
@@ -241,7 +305,8 @@ class MappedTokenizer(tf.Module):
         if len(tokens) != settings.get("vocab_size"):
             raise CorruptFileError(f"{vocabulary_path} holds {len(tokens)} tokens but {settings_path} says "
                                    f"vocab_size={settings.get('vocab_size')}.")
-        return cls(model, tokens, **{key: settings[key] for key in SPECIAL})
+        return cls(model, tokens, **{key: settings[key] for key in SPECIAL}, languages=settings.get("languages", ()),
+                   language=settings.get("language"), special_tokens=settings.get("special_tokens", ()))
 
 
 def is_mapped_tokenizer(directory):

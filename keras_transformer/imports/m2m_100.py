@@ -1,0 +1,260 @@
+"""M2M-100 and NLLB-200 (``model_type: m2m_100``, Hugging Face's ``M2M100ForConditionalGeneration``) onto
+`TransformerConfig` and `build_model`'s weights.
+
+How a checkpoint maps onto the package's model:
+
+* pre-norm layers (``self_attn_layer_norm`` before attention, ``final_layer_norm``
+  before the feed-forward network) and a final LayerNorm after each stack
+  (``model.encoder.layer_norm``, ``model.decoder.layer_norm``): ``norm_first``,
+  LayerNorm epsilon 1e-5 (PyTorch's default);
+* token embeddings x sqrt(d_model) (``scale_embedding``) plus fairseq's sinusoids
+  (sines then cosines of pos / 10000^(i / (d/2 - 1)): ``sinusoid_layout: fairseq``)
+  numbered from ``pad_token_id + 1`` (``position_offset``); the table is computed,
+  not stored, in the checkpoint and in the model alike;
+* one embedding for the encoder, the decoder and the softmax (``tie_embeddings: all``),
+  no output bias;
+* ``activation_function`` -> ``activation``;
+* the decoder starts from ``decoder_start_token_id``, which is eos (``bos_id == eos_id``);
+  the target language is forced as the first generated token (``forced_bos_token_id``),
+  which the package does with a target prefix (``--target-lang``).
+
+The tokenizer, by ``tokenizer_config.json``'s ``tokenizer_class``:
+
+* ``M2M100Tokenizer``: ``sentencepiece.bpe.model`` segments, ``vocab.json`` numbers
+  the pieces, the language tokens ``__xx__`` follow the vocabulary in the order of
+  the checkpoint's ``language_codes`` (fairseq's lists, below);
+* ``NllbTokenizer``: ``sentencepiece.bpe.model`` segments, ``tokenizer.json`` numbers
+  the pieces and the language codes (``eng_Latn``: fairseq's numbering, SentencePiece's
+  ids shifted by one after ``<s> <pad> </s> <unk>``); without a ``tokenizer.json``,
+  that numbering is computed, with the languages of ``tokenizer_config.json`` after
+  the pieces and ``<mask>`` last.
+
+A source is ``[src_lang] tokens </s>`` (``src_lang`` of ``tokenizer_config.json``, or a
+language token the sentence opens with); a target ``[tgt_lang] tokens </s>`` where the
+checkpoint names a ``tgt_lang`` (`MappedTokenizer`'s ``languages`` and ``language``).
+"""
+
+import json
+
+import numpy as np
+
+from keras_transformer.config import TransformerConfig
+from keras_transformer.data.tokenizers import MappedTokenizer, read_vocabulary
+from keras_transformer.errors import CheckpointNotFoundError, ConfigError, CorruptFileError
+from keras_transformer.imports.family import (
+    Family,
+    assign,
+    cross_attention,
+    feed_forward,
+    norm,
+    self_attention,
+)
+from keras_transformer.imports.marian import ACTIVATIONS, LAYER_NORM_EPSILON
+from keras_transformer.model import parts
+
+# fairseq's language lists of M2M100Tokenizer (tokenizer_config.json's language_codes), in id order
+LANGUAGE_CODES = {
+    "m2m100": ("af am ar ast az ba be bg bn br bs ca ceb cs cy da de el en es et fa ff fi fr fy ga gd gl gu ha he "
+               "hi hr ht hu hy id ig ilo is it ja jv ka kk km kn ko lb lg ln lo lt lv mg mk ml mn mr ms my ne nl no "
+               "ns oc or pa pl ps pt ro ru sd si sk sl so sq sr ss su sv sw ta th tl tn tr uk ur uz vi wo xh yi yo "
+               "zh zu").split(),
+    "wmt21": "en ha is ja cs ru zh de".split(),
+}
+TOKENIZER_CONFIG = "tokenizer_config.json"
+SENTENCEPIECE = "sentencepiece.bpe.model"
+NLLB_SPECIALS = ("<s>", "<pad>", "</s>", "<unk>")  # fairseq's first ids, before SentencePiece's pieces
+
+
+class M2M100Family(Family):
+    """M2M-100, NLLB-200 and every other ``M2M100ForConditionalGeneration`` checkpoint.
+
+    Example:
+
+    >>> M2M100Family().name
+    'm2m_100'
+    """
+
+    name = "m2m_100"
+    description = "M2M-100 / NLLB-200 (M2M100ForConditionalGeneration)"
+
+    # ------------------------------------------------------------------ config
+    def config(self, checkpoint, tensors):
+        hf = checkpoint.config
+        where = f"{checkpoint.folder / 'config.json'}"
+
+        def same(first, second):
+            if hf.get(first) != hf.get(second):
+                raise ConfigError(f"{where}: {first}={hf.get(first)} differs from {second}={hf.get(second)}; the "
+                                  "package's model has one size for both sides.")
+            return hf.get(first)
+
+        heads, d_ff = same("encoder_attention_heads", "decoder_attention_heads"), same("encoder_ffn_dim",
+                                                                                       "decoder_ffn_dim")
+        activation = hf.get("activation_function", "relu")
+        if activation not in ACTIVATIONS:
+            raise ConfigError(f"{where}: activation_function {activation!r} is not one of {sorted(ACTIVATIONS)}.")
+        if not hf.get("tie_word_embeddings", True):
+            raise ConfigError(f"{where}: tie_word_embeddings false (one embedding for both sides, a softmax of its "
+                              "own) is not a tying mode of the package (all, decoder, none).")
+        pad, eos = int(hf["pad_token_id"]), int(hf["eos_token_id"])
+        start = hf.get("decoder_start_token_id")
+        values = dict(
+            vocab_size=int(hf["vocab_size"]), pad_id=pad, unk_id=self._unk_id(checkpoint),
+            bos_id=eos if start is None else int(start), eos_id=eos,
+            num_layers=int(hf["encoder_layers"]), num_encoder_layers=int(hf["encoder_layers"]),
+            num_decoder_layers=int(hf["decoder_layers"]), d_model=int(hf["d_model"]), num_heads=int(heads),
+            d_ff=int(d_ff), max_length=int(hf.get("max_position_embeddings", 1024)), position="sinusoidal",
+            sinusoid_layout="fairseq", position_offset=pad + 1, scale_embeddings=bool(hf.get("scale_embedding", True)),
+            activation=ACTIVATIONS[activation], output_bias=False, layer_norm_epsilon=LAYER_NORM_EPSILON,
+            norm_first=True, tie_embeddings="all",
+            dropout=float(hf.get("dropout", 0.1)), attention_dropout=float(hf.get("attention_dropout", 0.0)),
+            ffn_dropout=float(hf.get("activation_dropout", 0.0)))
+        try:
+            return TransformerConfig.from_dict(values)
+        except ValueError as error:
+            raise ConfigError(f"{where}: {error}") from None
+
+    # ------------------------------------------------------------------ tokenizers
+    def _settings(self, checkpoint):
+        path = checkpoint.folder / TOKENIZER_CONFIG
+        if not path.is_file():
+            return {}
+        try:
+            settings = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as error:
+            raise CorruptFileError(f"{path} is not valid JSON ({' '.join(str(error).split())[:160]}).") from None
+        return settings if isinstance(settings, dict) else {}
+
+    def _is_nllb(self, checkpoint):
+        kind = str(self._settings(checkpoint).get("tokenizer_class") or "")
+        if kind:
+            return kind.startswith("Nllb")
+        return not (checkpoint.folder / "vocab.json").is_file()
+
+    def _vocabulary(self, checkpoint):
+        """`(tokens by id, language tokens, tokens detokenizing drops besides the languages)`."""
+        if self._is_nllb(checkpoint):
+            return self._nllb_vocabulary(checkpoint)
+        tokens = read_vocabulary(checkpoint.file("vocab.json", "vocabulary (token -> id)"))
+        settings = self._settings(checkpoint)
+        listed = [token for token in (settings.get("additional_special_tokens") or settings.get(
+            "extra_special_tokens") or []) if isinstance(token, str) and token.startswith("__")]
+        codes = settings.get("language_codes", "m2m100")
+        if not listed and codes not in LANGUAGE_CODES:
+            raise ConfigError(f"{checkpoint.folder / TOKENIZER_CONFIG}: language_codes {codes!r} is not one of "
+                              f"{sorted(LANGUAGE_CODES)}.")
+        languages = listed or [f"__{code}__" for code in LANGUAGE_CODES[codes]]
+        return tokens + [token for token in languages if token not in tokens], languages, ["<s>"]
+
+    def _nllb_vocabulary(self, checkpoint):
+        path = checkpoint.folder / "tokenizer.json"
+        if path.is_file():
+            try:
+                saved = json.loads(path.read_text(encoding="utf-8"))
+                mapping = dict(saved["model"]["vocab"])
+                added = {entry["content"]: int(entry["id"]) for entry in saved.get("added_tokens", [])}
+            except (OSError, ValueError, KeyError, TypeError) as error:
+                raise CorruptFileError(f"{path} is not a tokenizers-library tokenizer.json (its model's vocab and "
+                                       f"added_tokens): {' '.join(str(error).split())[:160]}.") from None
+            mapping.update(added)
+            tokens = [None] * (max(mapping.values()) + 1)
+            for token, index in mapping.items():
+                tokens[index] = token
+            tokens = [f"<unused_{i}>" if token is None else token for i, token in enumerate(tokens)]
+            languages = [token for token in added if token not in NLLB_SPECIALS and token != "<mask>"]
+        else:  # fairseq's numbering: <s> <pad> </s> <unk>, SentencePiece's pieces one up, the languages, <mask>
+            import sentencepiece
+            processor = sentencepiece.SentencePieceProcessor(model_file=str(self._sentencepiece(checkpoint)))
+            tokens = list(NLLB_SPECIALS) + [processor.id_to_piece(i) for i in range(3, processor.get_piece_size())]
+            settings = self._settings(checkpoint)
+            languages = [token for token in (settings.get("extra_special_tokens") or settings.get(
+                "additional_special_tokens") or []) if isinstance(token, str)]
+            if not languages:
+                raise CheckpointNotFoundError(f"{checkpoint.folder / 'tokenizer.json'} is missing and "
+                                              f"{TOKENIZER_CONFIG} lists no language codes: the NLLB tokenizer's ids "
+                                              "of its language tokens are unknown.")
+            tokens += languages + ["<mask>"]
+        return tokens, languages, [token for token in ("<s>", "<mask>") if token in tokens]
+
+    def _sentencepiece(self, checkpoint):
+        return checkpoint.file(SENTENCEPIECE, "SentencePiece model (the Hub folders hold it; transformers 5 saves "
+                                              "NLLB's tokenizer without it: copy it beside tokenizer.json)")
+
+    def _unk_id(self, checkpoint):
+        tokens, _, _ = self._vocabulary(checkpoint)
+        if "<unk>" not in tokens:
+            raise ConfigError(f"{checkpoint.folder}: the vocabulary has no <unk> token.")
+        return tokens.index("<unk>")
+
+    def tokenizers(self, checkpoint, config):
+        tokens, languages, dropped = self._vocabulary(checkpoint)
+        model = self._sentencepiece(checkpoint).read_bytes()
+        if len(tokens) > config.vocab_size:
+            raise ConfigError(f"{checkpoint.folder}: the vocabulary has {len(tokens)} tokens but config.json's "
+                              f"vocab_size is {config.vocab_size}.")
+        # ids the vocabulary does not name (M2M-100's made-up words, a model padded to a round size): placeholders
+        tokens = tokens + [f"<unused_{index}>" for index in range(len(tokens), config.vocab_size)]
+        for name, token in (("pad_id", "<pad>"), ("eos_id", "</s>"), ("unk_id", "<unk>")):
+            if tokens[getattr(config, name)] != token:
+                raise ConfigError(f"{checkpoint.folder}: config.json's {name.replace('_id', '_token_id')} "
+                                  f"{getattr(config, name)} is {tokens[getattr(config, name)]!r} in the vocabulary, "
+                                  f"not {token}.")
+        settings = self._settings(checkpoint)
+        nllb = self._is_nllb(checkpoint)
+        if nllb and settings.get("legacy_behaviour"):
+            raise ConfigError(f"{checkpoint.folder / TOKENIZER_CONFIG}: legacy_behaviour true (tokens </s> [src_lang]) "
+                              "is not read; the package encodes [src_lang] tokens </s>, NLLB's current layout.")
+
+        def language(key, default):
+            code = settings.get(key) or default
+            if code is None:
+                return None
+            token = code if nllb or code.startswith("__") else f"__{code}__"
+            if token not in languages:
+                raise ConfigError(f"{checkpoint.folder / TOKENIZER_CONFIG}: {key} {code!r} is not one of the "
+                                  f"vocabulary's {len(languages)} language tokens.")
+            return token
+
+        common = dict(pad_id=config.pad_id, unk_id=config.unk_id, bos_id=config.bos_id, eos_id=config.eos_id,
+                      languages=languages, special_tokens=dropped)
+        source = MappedTokenizer(model, tokens, language=language("src_lang", "eng_Latn" if nllb else "en"),
+                                 name="source_tokenizer", **common)
+        target = MappedTokenizer(model, tokens, language=language("tgt_lang", None), name="target_tokenizer",
+                                 **common)
+        return source, target
+
+    # ------------------------------------------------------------------ weights
+    def assign_weights(self, model, tensors, config):
+        p = parts(model)
+        d, heads, dk, dv = config.d_model, config.num_heads, config.head_dim, config.head_value_dim
+        shared = tensors.take("model.shared.weight", (config.vocab_size, d))
+        for name in ("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight", "lm_head.weight"):
+            if tensors.has(name):  # a copy of the shared matrix, where the file keeps one
+                if not np.array_equal(tensors.take(name, shared.shape), shared):
+                    raise ConfigError(f"{name} differs from model.shared.weight, which config.json says it is "
+                                      "(tie_word_embeddings); this checkpoint is not the model its config.json "
+                                      "describes.")
+        assign(p.source_embedding.embeddings, shared, "model.shared.weight")
+        for side in ("encoder", "decoder"):
+            name = f"model.{side}.embed_positions.weights"
+            if tensors.has(name):  # the computed sinusoids, where a file keeps them
+                tensors.skip(name)
+        for i, layer in enumerate(p.encoder.encoder_layers):
+            prefix = f"model.encoder.layers.{i}"
+            self_attention(tensors, layer.self_attention, f"{prefix}.self_attn", d, heads, dk, dv)
+            norm(tensors, layer.self_attention_block.norm, f"{prefix}.self_attn_layer_norm", d)
+            feed_forward(tensors, layer.feed_forward, prefix, d, config.d_ff)
+            norm(tensors, layer.feed_forward_block.norm, f"{prefix}.final_layer_norm", d)
+        norm(tensors, p.encoder.final_norm, "model.encoder.layer_norm", d)
+        for i, layer in enumerate(p.decoder.decoder_layers):
+            prefix = f"model.decoder.layers.{i}"
+            self_attention(tensors, layer.self_attention, f"{prefix}.self_attn", d, heads, dk, dv)
+            norm(tensors, layer.self_attention_block.norm, f"{prefix}.self_attn_layer_norm", d)
+            cross_attention(tensors, layer.cross_attention, f"{prefix}.encoder_attn", d, heads, dk, dv)
+            norm(tensors, layer.cross_attention_block.norm, f"{prefix}.encoder_attn_layer_norm", d)
+            feed_forward(tensors, layer.feed_forward, prefix, d, config.d_ff)
+            norm(tensors, layer.feed_forward_block.norm, f"{prefix}.final_layer_norm", d)
+        norm(tensors, p.decoder.final_norm, "model.decoder.layer_norm", d)
+
+
+__all__ = ["LANGUAGE_CODES", "M2M100Family"]
