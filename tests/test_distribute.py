@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from keras_transformer import distribute
-from keras_transformer.experiment import STRATEGIES
+from keras_transformer.experiment import DISTRIBUTION_STRATEGIES
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 TINY = REPO / "configs" / "tiny_copy.yaml"
@@ -54,7 +54,7 @@ def test_auto_on_this_machine_is_default_without_gpus(monkeypatch):
 
 
 def test_explicit_names_are_kept_and_unknown_ones_rejected():
-    for name in STRATEGIES[1:]:
+    for name in DISTRIBUTION_STRATEGIES[1:]:
         assert distribute.resolve_strategy_name(name) == name
     with pytest.raises(ValueError, match="Unknown strategy 'horovod'"):
         distribute.resolve_strategy_name("horovod")
