@@ -12,22 +12,23 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "keras_transformer"
 
 # The layers, lowest first (README, "Layout"). A module imports only from its own layer or the ones below.
 LAYERS = [
-    ("stdlib", ["errors", "files", "files.*", "exports", "exports.folder", "layout", "arguments", "import_hooks",
-                "registration", "tensorflow_logs", "data", "data.textfile", "decoding.registry",
-                "decoding.options", "interface"]),
+    ("stdlib", ["errors", "files", "files.*", "exports", "exports.folder", "workdir", "workdir.layout", "arguments",
+                "import_hooks", "registration", "tensorflow_logs", "data", "data.textfile", "decoding.registry",
+                "decoding.options", "engines", "engines.interface", "attention", "packed"]),
     ("core", ["config", "masking", "layers", "layers.*", "model", "losses", "metrics", "schedules", "optimizers",
-              "decoding", "decoding.*", "attention_maps", "keras_internals", "data.batching", "data.stream",
-              "data.synthetic", "data.packed", "footprint"]),
-    ("experiment", ["experiment", "experiment.*", "config_reference"]),
-    ("workdir", ["workdir", "evaluation"]),
-    ("engines", ["engines", "engines.packed", "engines.ctranslate2"]),  # the engines TensorFlow-free
+              "decoding", "decoding.*", "attention.maps", "keras_internals", "data.batching", "data.stream",
+              "data.synthetic", "packed.data", "trainer.footprint"]),
+    ("experiment", ["experiment", "experiment.*"]),
+    ("workdir", ["workdir.checkpoints", "evaluation"]),
+    ("engines", ["engines.packed", "engines.ctranslate2"]),  # the engines TensorFlow-free
     ("training", ["trainer", "trainer.*"]),
     ("tensorflow", ["data.corpus", "data.tokenizers", "data.tokenizers.*", "data.pipeline", "data.pipeline.*",
-                    "data.build", "distribute", "engines.tensorflow", "engines.tensorflow_graph",
-                    "engines.tensorflow_threads", "exports.savedmodel", "exports.ctranslate2", "warmup", "callbacks"]),
-    ("user", ["engines.loader", "training", "trainer.packed", "inference", "arrays", "distillation", "serving",
-              "serving.*", "imports", "imports.*"]),
-    ("plotting", ["plotting"]),
+                    "data.build", "trainer.distribute", "engines.tensorflow", "engines.tensorflow_graph",
+                    "engines.tensorflow_threads", "exports.savedmodel", "exports.ctranslate2", "exports.warmup",
+                    "trainer.tensorflow_callbacks"]),
+    ("user", ["engines.loader", "training", "packed.training", "inference", "packed.scoring", "distillation",
+              "serving", "serving.*", "imports", "imports.*"]),
+    ("plotting", ["attention.plotting"]),
     ("cli", ["cli"]),
 ]
 TENSORFLOW_LAYER = 6

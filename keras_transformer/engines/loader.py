@@ -20,13 +20,19 @@ import os
 import pathlib
 from typing import TYPE_CHECKING, Any
 
-from keras_transformer.data.packed import arrays_path
 from keras_transformer.errors import ConfigError
-from keras_transformer.layout import WORKDIR_VOCAB, check_models, is_sentencepiece_vocabulary, model_kind, not_a_model
+from keras_transformer.packed.data import arrays_path
+from keras_transformer.workdir.layout import (
+    WORKDIR_VOCAB,
+    check_models,
+    is_sentencepiece_vocabulary,
+    model_kind,
+    not_a_model,
+)
 
 if TYPE_CHECKING:
     from keras_transformer.decoding.options import DecodeOptions
-    from keras_transformer.interface import TranslatorInterface
+    from keras_transformer.engines.interface import TranslatorInterface
 
 ENGINES = ("tensorflow", "ctranslate2", "packed")
 # Settings only the TensorFlow engine takes (`Translator` arguments); the others decode without them.
@@ -78,7 +84,7 @@ def load_translator(model: str | os.PathLike[str] | list[str | os.PathLike[str]]
             own arguments (`compute_type`, `intra_threads`, ...).
 
     Returns:
-        A `keras_transformer.interface.TranslatorInterface`: the engine's translator.
+        A `keras_transformer.engines.interface.TranslatorInterface`: the engine's translator.
 
     Raises:
         ConfigError: an empty list, an unknown engine, one that cannot read the folder, an ensemble the engine
@@ -110,7 +116,7 @@ def load_translator(model: str | os.PathLike[str] | list[str | os.PathLike[str]]
         from keras_transformer.engines.packed import PackedTranslator  # the engine asked for, and only it
         return PackedTranslator.from_folder(paths[0], checkpoint, average, options, checked=True, **settings)
     from keras_transformer.engines.tensorflow import Translator  # imports TensorFlow
-    from keras_transformer.workdir import load_models
+    from keras_transformer.workdir.checkpoints import load_models
     loaded = load_models(paths if len(paths) > 1 else paths[0], checkpoint, average, require_vocabulary=True,
                          checked=True)
     return Translator.from_models(loaded.models, loaded.vocab_dir, options or loaded.decoding, **settings)

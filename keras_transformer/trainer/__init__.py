@@ -2,6 +2,6 @@
 
 `trainer.loop.fit_experiment` is the loop every data source shares; the
 user-facing `keras_transformer.training.train` (tf.data) and
-`keras_transformer.trainer.packed.train_arrays` (packed arrays, any backend) hand it
+`keras_transformer.packed.training.train_arrays` (packed arrays, any backend) hand it
 their batches.
 """
