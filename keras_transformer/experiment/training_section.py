@@ -29,7 +29,7 @@ class TrainingSection:
     steps_per_epoch: typing.Optional[int] = None  # batches an epoch (updates without gradient accumulation),
                                                   # from the training data repeated without end
                                                   # (each pass shuffled anew); None: an epoch is one pass
-    strategy: str = "auto"  # see keras_transformer.STRATEGIES
+    strategy: str = "auto"  # see keras_transformer.experiment.STRATEGIES
     devices: typing.Optional[list] = None  # devices for "mirrored" / "one_device", e.g. ["/gpu:0", "/gpu:1"]
     communication: str = "auto"  # multi_worker all-reduce: "auto", "ring" or "nccl"
     batch_scaling: str = "per_replica"  # data batch sizes are "per_replica" or "global" (docs/distributed.md)
