@@ -48,70 +48,84 @@ def smoothed_cross_entropy(labels: Any, logits: Any, label_smoothing: float = 0.
     0.837
     """
     eps = float(label_smoothing)
-    soft = soft_ids is not None
-    w = float(soft_weight) if soft else 0.0
-    hard = 1.0 - w
-
-    def forward(z: Any, y: Any, ids: Any, p: Any) -> Any:
-        # Few (B, T, V) tensors live at once: the terms of the loss read z itself, so `z - peak` feeds
-        # only the exp (which TensorFlow then computes in place), and the gradient starts from `exp`
-        # and overwrites the label positions only (below). With a 32k vocabulary and 4,096 target
-        # positions each float32 (B, T, V) tensor takes 0.52 GB (docs/BENCHMARKS.md, "Training memory").
-        vocab_size = ops.shape(z)[-1]
-        peak = ops.max(z, axis=-1, keepdims=True)  # (B, T, 1)
-        exp = ops.exp(z - peak)  # kept for the gradient
-        total = ops.sum(exp, axis=-1, keepdims=True)  # (B, T, 1)
-        label = ops.expand_dims(y, -1)  # (B, T, 1)
-        true_logit = ops.take_along_axis(z, label, axis=-1) - peak  # (B, T, 1)
-        label_exp = ops.take_along_axis(exp, label, axis=-1)  # (B, T, 1), for the gradient
-        loss = ops.log(total) - hard * (1.0 - eps) * true_logit
-        if eps > 0 and hard > 0:
-            loss = loss - hard * eps * (ops.mean(z, axis=-1, keepdims=True) - peak)
-        if soft:
-            loss = loss - w * ops.sum(p * (ops.take_along_axis(z, ids, axis=-1) - peak), axis=-1, keepdims=True)
-        loss = ops.squeeze(loss, -1)  # (B, T)
-
-        def grad(upstream: Any) -> Any:
-            upstream = ops.expand_dims(upstream, -1)  # (B, T, 1)
-            uniform = hard * eps / ops.cast(vocab_size, z.dtype)
-            if not soft:  # softmax * upstream - upstream * eps / V everywhere, then the label positions' values
-                scale = upstream / total
-                gradient = exp * scale - upstream * uniform  # (B, T, V)
-                at_label = label_exp * scale - upstream * (hard * (1.0 - eps) + uniform)  # (B, T, 1)
-                rows = ops.shape(z)[0] * ops.shape(z)[1]
-                positions = ops.stack([ops.arange(rows, dtype="int32"), ops.reshape(label, [-1])], axis=1)
-                gradient = ops.scatter_update(ops.reshape(gradient, [rows, vocab_size]), positions,
-                                              ops.reshape(at_label, [-1]))
-                return ops.reshape(gradient, ops.shape(z))
-            is_label = ops.equal(label, ops.arange(vocab_size, dtype=y.dtype))  # (B, T, V)
-            target = ops.where(is_label, upstream * (hard * (1.0 - eps) + uniform), upstream * uniform)
-            # + w * p_j at (b, t, id_j): one scatter of B*T*k values into a zero (B*T, V) tensor
-            k = ops.shape(ids)[-1]
-            rows = ops.repeat(ops.arange(ops.shape(ids)[0] * ops.shape(ids)[1], dtype="int32"), k)
-            flat = ops.stack([rows, ops.reshape(ops.cast(ids, "int32"), [-1])], axis=1)
-            spread = ops.scatter(flat, ops.reshape(upstream * (w * p), [-1]),
-                                 [ops.shape(ids)[0] * ops.shape(ids)[1], vocab_size])
-            target = target + ops.reshape(spread, ops.shape(z))
-            return exp * (upstream / total) - target
-
-        return loss, grad
-
     z, y = ops.cast(logits, "float32"), ops.cast(labels, "int32")
-    if soft:
+    if soft_ids is None:
         @ops.custom_gradient
-        def soft_cross_entropy(z: Any, y: Any, ids: Any, p: Any) -> Any:
-            loss, grad = forward(z, y, ids, p)
-            return loss, lambda *args, upstream=None: (grad(args[0] if upstream is None else upstream),
-                                                       None, None, None)
+        def cross_entropy(z: Any, y: Any) -> Any:  # z: float32 (B, T, V), y: int32 (B, T)
+            loss, saved = _forward(z, y, eps)
+            return loss, lambda *args, upstream=None: (
+                _hard_target_gradient(args[0] if upstream is None else upstream, z, saved, eps), None)
 
-        return soft_cross_entropy(z, y, ops.cast(soft_ids, "int32"), ops.cast(soft_probabilities, "float32"))
+        return cross_entropy(z, y)
+
+    w = float(soft_weight)
 
     @ops.custom_gradient
-    def cross_entropy(z: Any, y: Any) -> Any:  # z: float32 (B, T, V), y: int32 (B, T)
-        loss, grad = forward(z, y, None, None)
-        return loss, lambda *args, upstream=None: (grad(args[0] if upstream is None else upstream), None)
+    def soft_cross_entropy(z: Any, y: Any, ids: Any, p: Any) -> Any:
+        loss, saved = _forward(z, y, eps, ids, p, w)
+        return loss, lambda *args, upstream=None: (
+            _soft_target_gradient(args[0] if upstream is None else upstream, z, y, saved, eps, ids, p, w),
+            None, None, None)
 
-    return cross_entropy(z, y)
+    return soft_cross_entropy(z, y, ops.cast(soft_ids, "int32"), ops.cast(soft_probabilities, "float32"))
+
+
+def _forward(z: Any, y: Any, eps: float, ids: Any = None, p: Any = None, w: float = 0.0) -> tuple[Any, Any]:
+    """The loss `(B, T)` of `smoothed_cross_entropy`, and what its gradient reuses: `(exp, total, label,
+    label_exp)`, the shifted exponentials `(B, T, V)`, their sum, the labels and the labels' exponentials
+    `(B, T, 1)`."""
+    # Few (B, T, V) tensors live at once: the terms of the loss read z itself, so `z - peak` feeds
+    # only the exp (which TensorFlow then computes in place), and the gradient starts from `exp`
+    # and overwrites the label positions only (`_hard_target_gradient`). With a 32k vocabulary and 4,096 target
+    # positions each float32 (B, T, V) tensor takes 0.52 GB (docs/BENCHMARKS.md, "Training memory").
+    hard = 1.0 - w
+    peak = ops.max(z, axis=-1, keepdims=True)  # (B, T, 1)
+    exp = ops.exp(z - peak)  # kept for the gradient
+    total = ops.sum(exp, axis=-1, keepdims=True)  # (B, T, 1)
+    label = ops.expand_dims(y, -1)  # (B, T, 1)
+    true_logit = ops.take_along_axis(z, label, axis=-1) - peak  # (B, T, 1)
+    label_exp = ops.take_along_axis(exp, label, axis=-1)  # (B, T, 1), for the gradient
+    loss = ops.log(total) - hard * (1.0 - eps) * true_logit
+    if eps > 0 and hard > 0:
+        loss = loss - hard * eps * (ops.mean(z, axis=-1, keepdims=True) - peak)
+    if ids is not None:
+        loss = loss - w * ops.sum(p * (ops.take_along_axis(z, ids, axis=-1) - peak), axis=-1, keepdims=True)
+    return ops.squeeze(loss, -1), (exp, total, label, label_exp)  # (B, T)
+
+
+def _hard_target_gradient(upstream: Any, z: Any, saved: Any, eps: float) -> Any:
+    """dloss/dz against the smoothed one-hot target: softmax * upstream - upstream * eps / V everywhere, then the
+    label positions' values written over."""
+    exp, total, label, label_exp = saved
+    vocab_size = ops.shape(z)[-1]
+    upstream = ops.expand_dims(upstream, -1)  # (B, T, 1)
+    uniform = eps / ops.cast(vocab_size, z.dtype)
+    scale = upstream / total
+    gradient = exp * scale - upstream * uniform  # (B, T, V)
+    at_label = label_exp * scale - upstream * ((1.0 - eps) + uniform)  # (B, T, 1)
+    rows = ops.shape(z)[0] * ops.shape(z)[1]
+    positions = ops.stack([ops.arange(rows, dtype="int32"), ops.reshape(label, [-1])], axis=1)
+    gradient = ops.scatter_update(ops.reshape(gradient, [rows, vocab_size]), positions, ops.reshape(at_label, [-1]))
+    return ops.reshape(gradient, ops.shape(z))
+
+
+def _soft_target_gradient(upstream: Any, z: Any, y: Any, saved: Any, eps: float, ids: Any, p: Any, w: float) -> Any:
+    """dloss/dz against the mixture `(1 - w) * smoothed one-hot + w * soft`: softmax * upstream - the target."""
+    exp, total, label, _ = saved
+    hard = 1.0 - w
+    vocab_size = ops.shape(z)[-1]
+    upstream = ops.expand_dims(upstream, -1)  # (B, T, 1)
+    uniform = hard * eps / ops.cast(vocab_size, z.dtype)
+    is_label = ops.equal(label, ops.arange(vocab_size, dtype=y.dtype))  # (B, T, V)
+    target = ops.where(is_label, upstream * (hard * (1.0 - eps) + uniform), upstream * uniform)
+    # + w * p_j at (b, t, id_j): one scatter of B*T*k values into a zero (B*T, V) tensor
+    k = ops.shape(ids)[-1]
+    rows = ops.repeat(ops.arange(ops.shape(ids)[0] * ops.shape(ids)[1], dtype="int32"), k)
+    flat = ops.stack([rows, ops.reshape(ops.cast(ids, "int32"), [-1])], axis=1)
+    spread = ops.scatter(flat, ops.reshape(upstream * (w * p), [-1]),
+                         [ops.shape(ids)[0] * ops.shape(ids)[1], vocab_size])
+    target = target + ops.reshape(spread, ops.shape(z))
+    return exp * (upstream / total) - target
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")

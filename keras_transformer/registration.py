@@ -24,27 +24,34 @@ import importlib
 import sys
 
 from keras_transformer import import_hooks
+from keras_transformer.registry import Registry
 
 PACKAGE = "keras_transformer"
 
-# module -> the classes it registers with `@keras.saving.register_keras_serializable(package="keras_transformer")`
-# (tests/test_serialization.py checks this list against the source).
-SERIALIZABLE = {
-    "keras_transformer.layers.attention": ("MultiHeadAttention", "MultiHeadSelfAttention"),
-    "keras_transformer.layers.decoder": ("DecoderLayer", "TransformerDecoder"),
-    "keras_transformer.layers.embedding": ("TokenEmbedding",),
-    "keras_transformer.layers.encoder": ("EncoderLayer", "TransformerEncoder"),
-    "keras_transformer.layers.feed_forward": ("PositionWiseFeedForward",),
-    "keras_transformer.layers.normalization": ("LayerNormalization",),
-    "keras_transformer.layers.output_bias": ("OutputBias",),
-    "keras_transformer.layers.position": ("PositionalEncoding",),
-    "keras_transformer.layers.sublayer": ("SublayerConnection",),
-    "keras_transformer.masking": ("PaddingMask",),
-    "keras_transformer.losses": ("LabelSmoothedCrossEntropy", "RDropLoss"),
-    "keras_transformer.metrics": ("MaskedAccuracy",),
-    "keras_transformer.schedules": ("LinearCooldown", "NoamSchedule"),
-    "keras_transformer.distillation": ("DistillationLoss", "DistillationAccuracy"),
-}
+# registered name (without the package) -> where the class is defined: each class of the package decorated with
+# `@keras.saving.register_keras_serializable(package="keras_transformer")` (tests/test_model.py checks this list
+# against the source).
+SERIALIZABLE = Registry("Keras-serializable class")
+SERIALIZABLE.register("MultiHeadAttention", "keras_transformer.layers.attention:MultiHeadAttention")
+SERIALIZABLE.register("MultiHeadSelfAttention", "keras_transformer.layers.attention:MultiHeadSelfAttention")
+SERIALIZABLE.register("DecoderLayer", "keras_transformer.layers.decoder:DecoderLayer")
+SERIALIZABLE.register("TransformerDecoder", "keras_transformer.layers.decoder:TransformerDecoder")
+SERIALIZABLE.register("TokenEmbedding", "keras_transformer.layers.embedding:TokenEmbedding")
+SERIALIZABLE.register("EncoderLayer", "keras_transformer.layers.encoder:EncoderLayer")
+SERIALIZABLE.register("TransformerEncoder", "keras_transformer.layers.encoder:TransformerEncoder")
+SERIALIZABLE.register("PositionWiseFeedForward", "keras_transformer.layers.feed_forward:PositionWiseFeedForward")
+SERIALIZABLE.register("LayerNormalization", "keras_transformer.layers.normalization:LayerNormalization")
+SERIALIZABLE.register("OutputBias", "keras_transformer.layers.output_bias:OutputBias")
+SERIALIZABLE.register("PositionalEncoding", "keras_transformer.layers.position:PositionalEncoding")
+SERIALIZABLE.register("SublayerConnection", "keras_transformer.layers.sublayer:SublayerConnection")
+SERIALIZABLE.register("PaddingMask", "keras_transformer.masking:PaddingMask")
+SERIALIZABLE.register("LabelSmoothedCrossEntropy", "keras_transformer.losses:LabelSmoothedCrossEntropy")
+SERIALIZABLE.register("RDropLoss", "keras_transformer.losses:RDropLoss")
+SERIALIZABLE.register("MaskedAccuracy", "keras_transformer.metrics:MaskedAccuracy")
+SERIALIZABLE.register("LinearCooldown", "keras_transformer.schedules:LinearCooldown")
+SERIALIZABLE.register("NoamSchedule", "keras_transformer.schedules:NoamSchedule")
+SERIALIZABLE.register("DistillationLoss", "keras_transformer.distillation:DistillationLoss")
+SERIALIZABLE.register("DistillationAccuracy", "keras_transformer.distillation:DistillationAccuracy")
 
 
 class LazyClass:
@@ -97,9 +104,9 @@ def register_now(keras):
     True
     """
     registry = keras.saving.get_custom_objects()
-    for module, names in SERIALIZABLE.items():
-        for name in names:
-            registry.setdefault(f"{PACKAGE}>{name}", LazyClass(module, name))
+    for name in SERIALIZABLE:
+        module, _, attribute = SERIALIZABLE.path(name).partition(":")
+        registry.setdefault(f"{PACKAGE}>{name}", LazyClass(module, attribute))
 
 
 @contextlib.contextmanager

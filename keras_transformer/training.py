@@ -42,6 +42,7 @@ import time
 
 import keras
 
+from keras_transformer import distribute
 from keras_transformer.data import corpus, pipeline, textfile
 from keras_transformer.data.build import build_data, repeat_rows, tfds_pairs, tokenizers_for
 from keras_transformer.engines.loader import load_translator
@@ -50,8 +51,7 @@ from keras_transformer.errors import ConfigError
 from keras_transformer.experiment import as_experiment, changed_experiment, check_same_experiment, write_yaml
 from keras_transformer.files import exclusive_lock, remove_stale_temporaries, staging_folder
 from keras_transformer.inference import evaluate
-from keras_transformer.packed.data import ARRAYS_FILE, LEGACY_ARRAYS_FILE, ArraysWriter
-from keras_transformer.trainer import distribute
+from keras_transformer.packed.data import ARRAYS_FILE, OLD_ARRAYS_FILE, ArraysWriter
 from keras_transformer.trainer.backup import backup_position, backup_stream, resumed_seed
 from keras_transformer.trainer.loop import TrainingData, check_fresh_start, fit_experiment, summary
 from keras_transformer.trainer.malloc import limit_malloc_arenas
@@ -261,7 +261,7 @@ def pack_arrays(config, workdir):
     written a chunk of pairs at a time (`PACK_CHUNK`), so packing holds one chunk
     in memory whatever the corpus size; the `.npy` files of `arrays/`
     (`packed.data.ArraysWriter`) are renamed into place when complete, and an
-    earlier version's `arrays.npz` is removed then. The folder then travels;
+    unreleased version's `arrays.npz` is removed then. The folder then travels;
     `keras-transformer train-packed WORKDIR` trains it on any backend and
     every command that takes a workdir (evaluate, translate, export) reads the
     result here.
@@ -379,7 +379,7 @@ def _pack(experiment, section, workdir):
                     counts["train_target_tokens"] += int(sides[1][1].sum()) + len(sides[1][1])
             counts[f"{split}_pairs"] = summary.kept
             log.info("Packed %s in %.0f s: %s", split, time.perf_counter() - start, summary)
-    (workdir / LEGACY_ARRAYS_FILE).unlink(missing_ok=True)  # an earlier format's, replaced by arrays/
+    (workdir / OLD_ARRAYS_FILE).unlink(missing_ok=True)  # an unreleased format's, replaced by arrays/
     write_yaml(workdir / "experiment.yaml", resolved)
     write_model_file(workdir / MODEL_CONFIG, model_config, experiment.decoding.options)
     return counts

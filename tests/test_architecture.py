@@ -13,8 +13,9 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "keras_transformer"
 # The layers, lowest first (README, "Layout"). A module imports only from its own layer or the ones below.
 LAYERS = [
     ("stdlib", ["errors", "files", "files.*", "exports", "exports.folder", "workdir", "workdir.layout", "arguments",
-                "import_hooks", "registration", "tensorflow_logs", "data", "data.textfile", "decoding.registry",
-                "decoding", "decoding.options", "engines", "engines.interface", "attention", "packed"]),
+                "import_hooks", "registry", "registration", "tensorflow_logs", "data", "data.textfile",
+                "decoding.registry", "decoding.strategies", "decoding", "decoding.options", "engines",
+                "engines.interface", "attention", "packed"]),
     ("core", ["config", "masking", "layers", "layers.*", "model", "losses", "metrics", "schedules", "optimizers",
               "decoding.*", "attention.maps", "keras_internals", "data.batching", "data.stream",
               "data.synthetic", "packed.data", "trainer", "trainer.footprint"]),
@@ -127,6 +128,7 @@ TOP_LEVEL = {
     "masking": "the model's masks", "losses": "the model's losses", "metrics": "the model's metrics",
     "schedules": "the model's schedule", "optimizers": "the model's optimizer",
     "errors": "every package raises them", "keras_internals": "every package's one door to Keras internals",
+    "registry": "the Registry type of the exporters, engines and strategies",
     "registration": "run by `import keras_transformer`", "tensorflow_logs": "run by `import keras_transformer`",
     "import_hooks": "what registration and tensorflow_logs run through",
 }
@@ -311,9 +313,10 @@ def test_decoding_strategies_live_only_in_the_decoding_package():
                                                   for k in node.keywords):
                 outside.append(f"{name} line {node.lineno}: a cached decoder step outside keras_transformer/decoding/")
     assert not outside, "\n".join(outside)
-    shared = {"__init__", "registry", "options", "search", "scoring"}
+    shared = {"__init__", "registry", "strategies", "options", "search", "scoring"}
     strategies = {path.stem for path in (PACKAGE / "decoding").glob("*.py")} - shared
-    assert strategies == set(STRATEGIES.values()), "every strategy module is registered in decoding/registry.py"
+    searches = {STRATEGIES.get(name).search.split(":")[0].rsplit(".", 1)[-1] for name in STRATEGIES}
+    assert strategies == searches, "every strategy module is registered in decoding/registry.py"
 
 
 @pytest.mark.parametrize("statement", ["import keras_transformer",

@@ -12,7 +12,14 @@ from keras_transformer import cli, load_translator, training
 from keras_transformer.engines.packed import sentencepiece_processors
 from keras_transformer.errors import ConfigError
 from keras_transformer.packed import scoring as arrays
-from keras_transformer.packed.data import ARRAYS_FILE, arrays_to_ragged, load_arrays, make_batches, save_arrays
+from keras_transformer.packed.data import (
+    ARRAYS_FILE,
+    arrays_path,
+    arrays_to_ragged,
+    load_arrays,
+    make_batches,
+    save_arrays,
+)
 from keras_transformer.packed.training import PackedBatches, packed_data, packed_experiment, train_arrays
 from keras_transformer.trainer.backup import resumed_seed
 
@@ -113,13 +120,13 @@ def test_batches_reject_bad_input():
 
 def test_packed_arrays_round_trip_and_name_missing_files(tmp_path):
     sequences = [np.array([5, 6, 7]), np.array([8]), np.array([9, 10])]
-    save_arrays(tmp_path / "a.npz", {"train": (sequences, sequences[::-1])})
-    loaded = load_arrays(tmp_path / "a.npz")
+    save_arrays(tmp_path / "arrays", {"train": (sequences, sequences[::-1])})
+    loaded = load_arrays(tmp_path / "arrays")
     assert [s.tolist() for s in loaded["train"][0]] == [[5, 6, 7], [8], [9, 10]]
     assert [s.tolist() for s in loaded["train"][1]] == [[9, 10], [8], [5, 6, 7]]
     assert "valid" not in loaded
     with pytest.raises(FileNotFoundError, match="keras-transformer pack"):
-        load_arrays(tmp_path / "missing.npz")
+        load_arrays(tmp_path / "missing")
     with pytest.raises(ValueError, match="lengths add up to 3"):
         arrays_to_ragged(np.array([1, 2]), np.array([1, 2]))
 
@@ -157,9 +164,9 @@ def test_pack_writes_the_pairs_the_vocabulary_reads_back(packed):
 
 
 
-def test_training_reads_the_packed_ids_through_a_memory_map_and_an_earlier_arrays_npz_still_trains(packed,
-                                                                                                      copy_packed):
-    from keras_transformer.packed.data import LEGACY_ARRAYS_FILE, PackedSequences
+def test_training_reads_the_packed_ids_through_a_memory_map_and_an_unreleased_arrays_npz_is_named(packed,
+                                                                                                   copy_packed):
+    from keras_transformer.packed.data import OLD_ARRAYS_FILE, PackedSequences, ragged_to_arrays
     workdir = copy_packed()
     experiment = packed_experiment(workdir)
     _, batches = packed_data(workdir, experiment)
@@ -171,15 +178,20 @@ def test_training_reads_the_packed_ids_through_a_memory_map_and_an_earlier_array
     expected = make_batches(*lists, batches.tokens_per_batch, rng=np.random.default_rng(resumed_seed(3, 0)),
                             pad_rows=True)
     assert [[a.tolist() for a in b] for b in batches.batches(0)] == [[a.tolist() for a in b] for b in expected]
-    # A folder packed in the earlier format (one arrays.npz, read whole) gives the same batches.
+    # A folder packed in the unreleased format (one arrays.npz) gets one line saying to pack it again.
     splits = load_arrays(workdir)
     import shutil
     shutil.rmtree(workdir / ARRAYS_FILE)
-    save_arrays(workdir / LEGACY_ARRAYS_FILE,
-                {split: tuple(list(side) for side in pair) for split, pair in splits.items()})
-    _, legacy = packed_data(workdir, packed_experiment(workdir))
-    assert not isinstance(legacy._pairs[0].values, np.memmap)
-    assert [[a.tolist() for a in b] for b in legacy.batches(0)] == [[a.tolist() for a in b] for b in expected]
+    old = {f"{split}_{side}_{part}": array for split, pair in splits.items() for side, sequences in
+           zip(("source", "target"), pair) for part, array in zip(("values", "lengths"), ragged_to_arrays(sequences))}
+    np.savez_compressed(workdir / OLD_ARRAYS_FILE, **old)
+    message = (rf"^{workdir / OLD_ARRAYS_FILE} was packed by an unreleased version of keras_transformer, which is no "
+               rf"longer read: run `keras-transformer pack --config \.\.\. --workdir {workdir}` again\.$")
+    with pytest.raises(FileNotFoundError, match=message):
+        packed_data(workdir, packed_experiment(workdir))
+    with pytest.raises(FileNotFoundError, match=message):
+        load_arrays(workdir / OLD_ARRAYS_FILE)
+    assert arrays_path(workdir) is None  # what the loader reads as a packed workdir
 
 
 def test_pack_reads_only_the_first_max_train_pairs_and_refuses_weighted_corpora(packed, tmp_path):

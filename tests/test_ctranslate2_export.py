@@ -551,6 +551,7 @@ def test_each_engine_refuses_a_strategy_it_does_not_implement_by_name(engine, tr
     """A strategy added to the registry is not run by an engine that does not implement it (CTranslate2 ran any
     strategy but sampling as greedy decoding): building the engine with it, or asking `with_options`, is refused."""
     from keras_transformer.decoding import registry
+    from keras_transformer.decoding.strategies import GreedySearch
     from keras_transformer.engines.packed import PackedTranslator, sentencepiece_processors
     from keras_transformer.engines.tensorflow import Translator
 
@@ -558,16 +559,23 @@ def test_each_engine_refuses_a_strategy_it_does_not_implement_by_name(engine, tr
     folder, vocab_dir, tokenizer = copy_export
     translator = awkward_engine(engine, trained_copy_model, copy_export)
     assert translator.strategies == ("beam", "greedy", "sample")
-    monkeypatch.setitem(registry.STRATEGIES, "typical", "typical")  # a strategy registered after the engines
-    options = translator.options.replace(strategy="typical")
-    build = {"tensorflow": lambda: Translator(model, tokenizer, tokenizer, options),
-             "ctranslate2": lambda: CTranslate2Translator(folder, options),
-             "packed": lambda: PackedTranslator(model, sentencepiece_processors(vocab_dir), config, options)}
-    message = f"The {engine} engine does not implement strategy 'typical': it decodes with beam, greedy, sample only"
-    with pytest.raises(ConfigError, match=message):
-        build[engine]()
-    with pytest.raises(ConfigError, match=message):
-        translator.with_options(options)
+    class Typical(GreedySearch):  # a strategy registered after the engines
+        name = "typical"
+
+    registry.STRATEGIES.register("typical", Typical)
+    try:
+        options = translator.options.replace(strategy="typical")
+        build = {"tensorflow": lambda: Translator(model, tokenizer, tokenizer, options),
+                 "ctranslate2": lambda: CTranslate2Translator(folder, options),
+                 "packed": lambda: PackedTranslator(model, sentencepiece_processors(vocab_dir), config, options)}
+        message = (f"The {engine} engine does not implement strategy 'typical': it decodes with beam, greedy, "
+                   "sample only")
+        with pytest.raises(ConfigError, match=message):
+            build[engine]()
+        with pytest.raises(ConfigError, match=message):
+            translator.with_options(options)
+    finally:
+        registry.STRATEGIES.unregister("typical")
 
 
 @pytest.fixture(scope="module")

@@ -412,3 +412,57 @@ def test_early_exit_search_is_the_written_out_search(trained_copy_model, referen
     greedy, _ = run(decoding.greedy_decode, model, padded(sources), max_extra=4)
     early, _ = run(decoding.beam_search, model, padded(sources), beam_size=1, alpha=0.0, max_extra=4, early_exit=True)
     np.testing.assert_array_equal(np.asarray(early)[:, 0], greedy)
+
+
+def test_a_strategy_is_one_class_and_one_registry_line(random_model):
+    """A strategy of one's own: a `Strategy` subclass (its settings' checks, n-best default, description and
+    search) and one `STRATEGIES.register` line; `DecodeOptions` and `decoding.strategy` (what every engine calls)
+    then take it by name, and drop it when it is unregistered."""
+    from keras import ops
+
+    from keras_transformer.decoding.registry import STRATEGIES
+    from keras_transformer.decoding.strategies import Strategy
+    from keras_transformer.errors import ConfigError
+
+    def twice_greedy(models, source, options, pad_id, bos_id, eos_id, first_cache_stage=None, row_keys=None,
+                     target_prefix=None):
+        tokens, scores = decoding.greedy_decode(models, source, max_extra=options.max_extra, pad_id=pad_id,
+                                                bos_id=bos_id, eos_id=eos_id, target_prefix=target_prefix)
+        rows = options.returned()
+        return ops.repeat(ops.expand_dims(tokens, 1), rows, axis=1), ops.repeat(ops.expand_dims(scores, 1), rows, 1)
+
+    class TwiceGreedy(Strategy):
+        name = "twice"
+        search = twice_greedy
+
+        @classmethod
+        def default_n_best(cls, options):
+            return 2
+
+        @classmethod
+        def check(cls, options):
+            if options.max_extra > 10:
+                raise ConfigError(f"decoding.max_extra must be at most 10 with strategy 'twice', got "
+                                  f"{options.max_extra}.")
+
+    STRATEGIES.register("twice", TwiceGreedy)
+    try:
+        options = decoding.DecodeOptions(strategy="sample", top_k=5).replace(strategy="twice", max_extra=5)
+        assert (options.top_k, options.returned(), options.sampling) == (0, 2, False)  # sample's setting reset
+        assert options.describe() == "twice: max_extra 5"
+        with pytest.raises(ConfigError, match="decoding.max_extra must be at most 10 with strategy 'twice'"):
+            options.replace(max_extra=11)
+        with pytest.raises(ConfigError, match="decoding.top_k applies to strategy 'sample' only"):
+            decoding.DecodeOptions(strategy="twice", top_k=5, max_extra=5)
+        source = padded(SOURCES)
+        tokens, scores = decoding.strategy("twice")([random_model], source, options, pad_id=0, bos_id=2, eos_id=3)
+        greedy, greedy_scores = decoding.strategy("greedy")([random_model], source, options.replace(
+            strategy="greedy"), pad_id=0, bos_id=2, eos_id=3)
+        assert tuple(tokens.shape)[:2] == (len(SOURCES), 2)
+        for row in range(2):
+            np.testing.assert_array_equal(tokens[:, row], greedy[:, 0])
+            np.testing.assert_allclose(scores[:, row], greedy_scores[:, 0])
+    finally:
+        STRATEGIES.unregister("twice")
+    with pytest.raises(ConfigError, match="decoding.strategy must be one of beam, greedy, sample, got 'twice'"):
+        decoding.DecodeOptions(strategy="twice")

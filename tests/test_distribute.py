@@ -17,7 +17,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from keras_transformer.experiment import STRATEGIES
+from keras_transformer.experiment import DISTRIBUTION_STRATEGIES
 from keras_transformer.trainer import distribute
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -54,7 +54,7 @@ def test_auto_on_this_machine_is_default_without_gpus(monkeypatch):
 
 
 def test_explicit_names_are_kept_and_unknown_ones_rejected():
-    for name in STRATEGIES[1:]:
+    for name in DISTRIBUTION_STRATEGIES[1:]:
         assert distribute.resolve_strategy_name(name) == name
     with pytest.raises(ValueError, match="Unknown strategy 'horovod'"):
         distribute.resolve_strategy_name("horovod")
@@ -204,7 +204,7 @@ def test_multi_worker_training_on_two_processes_ends_with_identical_weights(tmp_
 # sizes are even, and an odd window would leave its last pair out (`batching.batch_plan`).
 _WORKER = textwrap.dedent("""
     import gzip, json, sys
-    from keras_transformer.trainer import distribute
+    from keras_transformer import distribute
     strategy = distribute.make_strategy("multi_worker")  # first: it configures TensorFlow's runtime
     from keras_transformer.data import build
     from keras_transformer.data.tokenizers import EOS_ID

@@ -8,8 +8,9 @@ One module per strategy, each behind the same function::
 
 with `options` a `DecodeOptions` and `R = options.returned()`; `target_prefix`, int `(B, P)` padded,
 forces each sentence's first output tokens (`search.target_prefix_ids`; docs/decoding.md, "Target
-prefixes"). `STRATEGIES` (`registry`) maps each name to its module: adding a strategy is its module
-plus one line there (docs/decoding.md, "Adding a strategy"). What every strategy shares (the
+prefixes"). `STRATEGIES` (`registry`) maps each name to its `Strategy` (`strategies`: the settings it reads,
+their checks, its search): adding a strategy is its module plus one line there (docs/decoding.md, "Adding a
+strategy"). What every strategy shares (the
 cached decoder step, the search loop, the length limits, ensembles) is in
 `search`; `scoring` is forced decoding.
 
@@ -25,44 +26,46 @@ Example:
 1
 """
 
-import importlib
-
 from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.decoding.registry import STRATEGIES
+from keras_transformer.registry import Registry
 
-# The public functions and the module of this package that defines each.
-_DEFINED_IN = {
-    "beam_search": "beam", "top_k_by_blocks": "beam",
-    "greedy_decode": "greedy",
-    "sample": "sampling",
-    "score": "scoring",
-    "FIRST_CACHE_STAGE": "search", "cache_stages": "search", "check_options": "search",
-    "ensemble_members": "search", "length_penalty": "search", "max_positions": "search", "output_limits": "search",
-    "target_prefix_ids": "search",
-}
+# The public functions, each with where it is defined (imported on first use).
+_PUBLIC = Registry("name of keras_transformer.decoding")
+_PUBLIC.register("beam_search", "keras_transformer.decoding.beam:beam_search")
+_PUBLIC.register("top_k_by_blocks", "keras_transformer.decoding.beam:top_k_by_blocks")
+_PUBLIC.register("greedy_decode", "keras_transformer.decoding.greedy:greedy_decode")
+_PUBLIC.register("sample", "keras_transformer.decoding.sampling:sample")
+_PUBLIC.register("score", "keras_transformer.decoding.scoring:score")
+_PUBLIC.register("FIRST_CACHE_STAGE", "keras_transformer.decoding.search:FIRST_CACHE_STAGE")
+_PUBLIC.register("cache_stages", "keras_transformer.decoding.search:cache_stages")
+_PUBLIC.register("check_options", "keras_transformer.decoding.search:check_options")
+_PUBLIC.register("ensemble_members", "keras_transformer.decoding.search:ensemble_members")
+_PUBLIC.register("length_penalty", "keras_transformer.decoding.search:length_penalty")
+_PUBLIC.register("max_positions", "keras_transformer.decoding.search:max_positions")
+_PUBLIC.register("output_limits", "keras_transformer.decoding.search:output_limits")
+_PUBLIC.register("target_prefix_ids", "keras_transformer.decoding.search:target_prefix_ids")
 
 
 def strategy(name):
-    """The `decode` function of the strategy called `name` (a key of `STRATEGIES`).
+    """The search function of the strategy called `name` (a key of `STRATEGIES`).
 
     Example:
 
     >>> strategy("beam").__module__
     'keras_transformer.decoding.beam'
     """
-    if name not in STRATEGIES:
-        raise ValueError(f"Unknown decoding strategy {name!r}; choose one of {', '.join(sorted(STRATEGIES))}.")
-    return importlib.import_module(f"{__name__}.{STRATEGIES[name]}").decode
+    return STRATEGIES.get(name).decode_function()
 
 
 def __getattr__(name):
-    if name in _DEFINED_IN:
-        return getattr(importlib.import_module(f"{__name__}.{_DEFINED_IN[name]}"), name)
+    if name in _PUBLIC:
+        return _PUBLIC.get(name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__():
-    return sorted([*globals(), *_DEFINED_IN])
+    return sorted([*globals(), *_PUBLIC])
 
 
-__all__ = ["STRATEGIES", "DecodeOptions", "strategy", *sorted(_DEFINED_IN)]
+__all__ = ["STRATEGIES", "DecodeOptions", "strategy", *sorted(_PUBLIC)]

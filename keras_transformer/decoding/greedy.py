@@ -60,7 +60,7 @@ def greedy_decode(model: Any, source: Any, max_extra: int = 50, max_length: int 
 
 def decode(models: Any, source: Any, options: DecodeOptions, pad_id: int, bos_id: int, eos_id: int,
            first_cache_stage: int | None = None, row_keys: Any = None, target_prefix: Any = None) -> tuple[Any, Any]:
-    """The strategy's entry (`keras_transformer.decoding.STRATEGIES`): `greedy_decode` with `options` (and
+    """The strategy's search (`strategies.GreedySearch`): `greedy_decode` with `options` (and
     `target_prefix`, as there).
 
     Returns int32 `(B, 1, T)` and float32 `(B, 1)` scores log P(tokens | source) (no length penalty).

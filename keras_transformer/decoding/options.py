@@ -7,41 +7,20 @@ but the standard library, so the command line checks it before TensorFlow loads.
 """
 
 import dataclasses
-import math
 import typing
 from collections.abc import Mapping
 
 from keras_transformer.decoding.registry import STRATEGIES
+from keras_transformer.decoding.strategies import (
+    Strategy,
+    is_integer,
+    is_run_time_value,
+    require,
+)
 from keras_transformer.errors import ConfigError
 
 # Names an older config or model.yaml used, and the field each is now.
 OLD_NAMES = {"length_penalty": "alpha", "max_decode_extra": "max_extra"}
-
-# The settings of strategy "sample" only; a SavedModel's `sample` signature takes them as inputs.
-SAMPLING_FIELDS = ("top_k", "top_p", "temperature", "seed")
-
-# The largest seed: seeds are mixed as 32-bit integers inside the search.
-MAX_SEED = 2**31 - 1
-
-
-def _is_integer(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def is_run_time_value(value: object) -> bool:
-    """True for a tensor (a SavedModel signature's input, known only when it runs): not checked here; the
-    search clips it to its range.
-
-    Example:
-
-    >>> is_run_time_value(0.9), is_run_time_value("0.9")
-    (False, False)
-    """
-    return not isinstance(value, (bool, int, float, str, type(None))) and hasattr(value, "dtype")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,54 +66,41 @@ class DecodeOptions:
         self.validate()
 
     def validate(self) -> None:
-        """Raises `ConfigError` naming the first bad field."""
+        """Raises `ConfigError` naming the first bad field: the strategy checks the settings it reads."""
         if self.strategy not in STRATEGIES:
             raise ConfigError(f"decoding.strategy must be one of {', '.join(STRATEGIES)}, got {self.strategy!r}.")
-        for name, low in (("beam_size", 1), ("max_extra", 0), ("top_k", 0), ("seed", 0)):
-            value = getattr(self, name)
-            if name in SAMPLING_FIELDS and is_run_time_value(value):
-                continue
-            if not _is_integer(value) or value < low:
-                raise ConfigError(f"decoding.{name} must be an integer >= {low}, got {value!r}.")
-        if not is_run_time_value(self.seed) and self.seed > MAX_SEED:
-            raise ConfigError(f"decoding.seed must be at most {MAX_SEED}, got {self.seed}.")
-        if not isinstance(self.early_exit, bool):
-            raise ConfigError(f"decoding.early_exit must be true or false, got {self.early_exit!r}.")
-        if not _is_number(self.alpha) or not (math.isfinite(self.alpha) and self.alpha >= 0):
-            raise ConfigError(f"decoding.alpha (the length-penalty exponent) must be a finite number >= 0 "
-                              f"(0: plain log-probability), got {self.alpha!r}.")
-        if not is_run_time_value(self.top_p) and (not _is_number(self.top_p) or not 0 < self.top_p <= 1):
-            raise ConfigError(f"decoding.top_p must be in (0, 1] (1: no cut), got {self.top_p!r}.")
-        if not is_run_time_value(self.temperature) and (
-                not _is_number(self.temperature) or not (math.isfinite(self.temperature) and self.temperature > 0)):
-            raise ConfigError(f"decoding.temperature must be a finite number > 0, got {self.temperature!r}.")
+        require(is_integer(self.max_extra) and self.max_extra >= 0, "decoding.", "max_extra", "an integer >= 0",
+                self.max_extra)
+        for strategy in _strategies():  # every field is well-formed, whichever strategy reads it
+            strategy.check_settings({name: getattr(self, name) for name in strategy.settings})
         if self.n_best is not None:
-            if not _is_integer(self.n_best) or self.n_best < 1:
-                raise ConfigError(f"decoding.n_best must be a positive integer or null, got {self.n_best!r}.")
-            if self.strategy == "beam" and self.n_best > self.beam_size:
-                raise ConfigError(f"decoding.n_best={self.n_best} is more than decoding.beam_size={self.beam_size}: "
-                                  "beam search returns at most beam_size hypotheses.")
-            if self.strategy == "greedy" and self.n_best != 1:
-                raise ConfigError(f"decoding.n_best must be 1 with strategy 'greedy' (one hypothesis), "
-                                  f"got {self.n_best}; sample for several.")
-        if self.strategy != "sample":
-            defaults = DecodeOptions.__dataclass_fields__
-            for name in SAMPLING_FIELDS:
-                if is_run_time_value(getattr(self, name)) or getattr(self, name) != defaults[name].default:
-                    raise ConfigError(f"decoding.{name} applies to strategy 'sample' only (this is "
-                                      f"{self.strategy!r}); set decoding.strategy: sample (--strategy sample) "
-                                      "to sample.")
+            require(is_integer(self.n_best) and self.n_best >= 1, "decoding.", "n_best",
+                    "a positive integer or null", self.n_best)
+        self.strategy_class().check(self)
+        defaults = _defaults()
+        for other in _strategies():
+            if other.name == self.strategy or not other.exclusive:
+                continue
+            for name in other.settings:
+                if is_run_time_value(getattr(self, name)) or getattr(self, name) != defaults[name]:
+                    raise ConfigError(f"decoding.{name} applies to strategy {other.name!r} only (this is "
+                                      f"{self.strategy!r}); set decoding.strategy: {other.name} (--strategy "
+                                      f"{other.name}) to {other.name}.")
+
+    def strategy_class(self) -> type[Strategy]:
+        """The registered `Strategy` of `strategy`: its settings, checks and search."""
+        return STRATEGIES.get(self.strategy)
 
     def returned(self) -> int:
         """How many hypotheses an n-best request returns per sentence: `n_best`, or its default."""
         if self.n_best is not None:
             return self.n_best
-        return self.beam_size if self.strategy == "beam" else 1
+        return self.strategy_class().default_n_best(self)
 
     @property
     def sampling(self) -> bool:
         """True when the strategy draws at random."""
-        return self.strategy == "sample"
+        return self.strategy_class().random
 
     # ------------------------------------------------------------ construction
     @classmethod
@@ -178,14 +144,18 @@ class DecodeOptions:
         'sample'
         """
         changes = {name: value for name, value in changes.items() if value is not None}
-        sampling = set(SAMPLING_FIELDS) & set(changes)
-        if sampling and "strategy" not in changes:
-            changes["strategy"] = "sample"
+        if "strategy" not in changes:  # a setting only one strategy takes chooses it
+            owners = [other.name for other in _strategies() if other.exclusive and set(other.settings) & set(changes)]
+            if owners:
+                changes["strategy"] = owners[0]
         values = self.to_dict()
-        if changes.get("strategy", values["strategy"]) != "sample":
-            values.update(top_k=0, top_p=1.0, temperature=1.0, seed=0)
-        if changes.get("strategy", values["strategy"]) == "greedy":
-            values["n_best"] = None
+        target = changes.get("strategy", values["strategy"])
+        defaults = _defaults()
+        for other in _strategies():
+            if other.exclusive and other.name != target:
+                values.update({name: defaults[name] for name in other.settings})
+        if target in STRATEGIES:
+            values = STRATEGIES.get(target).adopt(values)
         return DecodeOptions.from_dict({**values, **changes})
 
     def describe(self) -> str:
@@ -198,7 +168,14 @@ class DecodeOptions:
         >>> DecodeOptions(strategy="sample", top_p=0.9, seed=3).describe()
         'sample: temperature 1.0, top_k 0, top_p 0.9, seed 3, max_extra 50'
         """
-        names = {"beam": ("beam_size", "alpha", "max_extra", "early_exit"),
-                 "sample": ("temperature", "top_k", "top_p", "seed", "max_extra")}.get(self.strategy, ("max_extra",))
-        shown = [f"{name} {getattr(self, name)}" for name in names if name != "early_exit" or self.early_exit]
-        return f"{self.strategy}: " + ", ".join(shown)
+        return f"{self.strategy}: " + ", ".join(self.strategy_class().describe(self))
+
+
+def _strategies() -> list[type[Strategy]]:
+    """Every registered strategy, in registration order."""
+    return [STRATEGIES.get(name) for name in STRATEGIES]
+
+
+def _defaults() -> dict[str, typing.Any]:
+    """Each `DecodeOptions` field's default."""
+    return {field.name: field.default for field in dataclasses.fields(DecodeOptions)}

@@ -1,10 +1,12 @@
-"""The decoding strategies: each name and the module of `keras_transformer.decoding` whose `decode` runs it.
+"""The decoding strategies, each name with its `Strategy` (`decoding.strategies`): its settings and its search.
 
-Adding a strategy is its module plus one line here (docs/decoding.md, "Adding a strategy").
+Adding a strategy is its module (a `Strategy` subclass and its search) plus one line here (docs/decoding.md,
+"Adding a strategy"). Nothing here imports Keras: a strategy's search is imported when it first decodes.
 """
 
-STRATEGIES = {
-    "beam": "beam",
-    "greedy": "greedy",
-    "sample": "sampling",
-}
+from keras_transformer.registry import Registry
+
+STRATEGIES = Registry("decoding strategy")
+STRATEGIES.register("beam", "keras_transformer.decoding.strategies:BeamSearch")
+STRATEGIES.register("greedy", "keras_transformer.decoding.strategies:GreedySearch")
+STRATEGIES.register("sample", "keras_transformer.decoding.strategies:Sampling")

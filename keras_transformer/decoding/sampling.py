@@ -17,14 +17,11 @@ batch, its order, padding or chunking, and the numbers drawn are bit-identical
 eagerly, in `tf.function`, under XLA and on JAX.
 """
 
-import math
-import numbers
-
 import numpy as np
 from keras import ops
 
-from keras_transformer.decoding.options import MAX_SEED  # the largest seed (and row key): 32-bit integers
 from keras_transformer.decoding.search import one_token_search
+from keras_transformer.decoding.strategies import MAX_SEED, Sampling, is_integer  # MAX_SEED: 32-bit seeds and keys
 
 # lowbias32 (Chris Wellons' hash-prospector): x ^= x >> 16; x *= M1; x ^= x >> 15; x *= M2; x ^= x >> 16.
 # The multipliers as int32 (two's complement): int32 products wrap around alike in TensorFlow, XLA and JAX.
@@ -87,20 +84,11 @@ def uniform(seed, row_keys, sample, step):
     return _uniform(_streams(seed, row_keys, sample), step)
 
 
-def _check_number(name, value, valid, meaning):
-    if isinstance(value, (numbers.Number, np.generic)) and not valid(value):
-        raise ValueError(f"sample: {name} must be {meaning}, got {value!r}.")
-
-
 def _check_settings(top_k, top_p, temperature, seed, num_return):
-    """Refuses bad Python (and numpy) settings by name; tensors are taken as they are (see `_choose`)."""
-    def is_integer(value):
-        return isinstance(value, (numbers.Integral, np.integer)) and not isinstance(value, bool)
-
-    _check_number("top_k", top_k, lambda k: is_integer(k) and k >= 0, "an integer >= 0 (0: no cut)")
-    _check_number("top_p", top_p, lambda p: 0 < p <= 1, "in (0, 1] (1: no cut)")
-    _check_number("temperature", temperature, lambda x: math.isfinite(x) and x > 0, "a finite number > 0")
-    _check_number("seed", seed, lambda s: is_integer(s) and 0 <= s <= MAX_SEED, f"an integer in [0, {MAX_SEED}]")
+    """Refuses bad Python (and numpy) settings by name, as `DecodeOptions` does (`strategies.Sampling`); tensors
+    are taken as they are (see `_choose`)."""
+    Sampling.check_settings({"top_k": top_k, "top_p": top_p, "temperature": temperature, "seed": seed},
+                            where="sample: ")
     if not (is_integer(num_return) and num_return >= 1):
         raise ValueError(f"sample: num_return (samples per sentence) must be an integer >= 1, got {num_return!r}.")
 
@@ -237,7 +225,7 @@ def sample(model, source, top_k=0, top_p=1.0, temperature=1.0, seed=0, row_keys=
 
 def decode(models, source, options, pad_id, bos_id, eos_id, first_cache_stage=None, row_keys=None,
            target_prefix=None):
-    """The strategy's entry (`keras_transformer.decoding.STRATEGIES`): `sample` with `options` (and
+    """The strategy's search (`strategies.Sampling`): `sample` with `options` (and
     `target_prefix`, as there).
 
     Returns `options.returned()` independent samples per sentence: int32 `(B, R, T)` and float32 `(B, R)`

@@ -369,6 +369,12 @@ class CTranslate2Translator(TranslatorInterface):
         self.translator = ctranslate2.Translator(self.directory, device=device, compute_type=self.compute_type,
                                                  intra_threads=self.intra_threads, inter_threads=int(inter_threads))
 
+    @classmethod
+    def load(cls, paths, checkpoint=None, average=None, options=None, **settings):
+        """The translator of the one CTranslate2 export in `paths` (`TranslatorInterface.load`;
+        `engines.loader` refused ensembles and weights options already)."""
+        return cls(paths[0], options, **settings)
+
     def _compute_type(self, compute_type, device):
         """The compute type to load with: `compute_type`, or for "default" the precision the export records."""
         if compute_type not in (None, "default"):

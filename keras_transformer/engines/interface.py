@@ -165,6 +165,17 @@ class TranslatorInterface(abc.ABC):
     def score_batch(self, sources: list[str], targets: list[str]) -> Iterable[float]:
         """Per pair of cleaned texts, the forced-decoding score (`score_lines`)."""
 
+    @classmethod
+    def load(cls, paths: list[Any], checkpoint: Any = None, average: int | None = None,
+             options: DecodeOptions | None = None, **settings: Any) -> TranslatorInterface:
+        """The translator of the model folders `paths` (checked by `layout.check_models`; several: an ensemble),
+        what `engines.loader.load_translator` calls for the engine registered as `engine`.
+
+        Raises:
+            ConfigError: this engine cannot decode these folders together (named).
+        """
+        raise NotImplementedError(f"The {cls.engine} engine is not loaded from model folders.")
+
     # ------------------------------------------------------------------ shared
     def check_options(self, options: DecodeOptions) -> DecodeOptions:
         """`options`, or a `ConfigError` naming their strategy when this engine does not implement it.

@@ -11,7 +11,9 @@ process that never imports TensorFlow (the command line's `translate` included).
 | a packed workdir (`keras-transformer pack`: `arrays/`), SentencePiece vocabulary | "packed" | `PackedTranslator` |
 
 `engine=` picks another engine for a folder that it can read: "packed" for a workdir or a SavedModel export (no
-TensorFlow: JAX on a GPU machine), "tensorflow" for a packed workdir.
+TensorFlow: JAX on a GPU machine), "tensorflow" for a packed workdir. Each engine is registered in `ENGINES` by
+its translator class, whose `load` reads the folders (`TranslatorInterface.load`); an engine is imported only when
+it is asked for.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from keras_transformer.errors import ConfigError
 from keras_transformer.packed.data import arrays_path
+from keras_transformer.registry import Registry
 from keras_transformer.workdir.layout import (
     WORKDIR_VOCAB,
     check_models,
@@ -34,7 +37,11 @@ if TYPE_CHECKING:
     from keras_transformer.decoding.options import DecodeOptions
     from keras_transformer.engines.interface import TranslatorInterface
 
-ENGINES = ("tensorflow", "ctranslate2", "packed")
+# engine name -> its translator class (a `TranslatorInterface`, whose `engine` is this name)
+ENGINES = Registry("engine")
+ENGINES.register("tensorflow", "keras_transformer.engines.tensorflow:Translator")  # imports TensorFlow
+ENGINES.register("ctranslate2", "keras_transformer.engines.ctranslate2:CTranslate2Translator")
+ENGINES.register("packed", "keras_transformer.engines.packed:PackedTranslator")
 # Settings only the TensorFlow engine takes (`Translator` arguments); the others decode without them.
 TENSORFLOW_SETTINGS = ("jit_compile", "chunk_size")
 
@@ -108,23 +115,15 @@ def load_translator(model: str | os.PathLike[str] | list[str | os.PathLike[str]]
     settings = {key: value for key, value in settings.items() if value is not None
                 and (engine == "tensorflow" or key not in TENSORFLOW_SETTINGS)}  # the others decode without them
     if "ctranslate2" in engines or engine == "ctranslate2":
-        return _ctranslate2(paths, engines, engine, checkpoint, average, options, settings)
-    if engine == "packed":
-        if len(paths) > 1:
-            raise ConfigError(f"The packed engine decodes one model, and {len(paths)} were given: decode an "
-                              "ensemble with the TensorFlow engine.")
-        from keras_transformer.engines.packed import PackedTranslator  # the engine asked for, and only it
-        return PackedTranslator.from_folder(paths[0], checkpoint, average, options, checked=True, **settings)
-    from keras_transformer.engines.tensorflow import Translator  # imports TensorFlow
-    from keras_transformer.workdir.checkpoints import load_models
-    loaded = load_models(paths if len(paths) > 1 else paths[0], checkpoint, average, require_vocabulary=True,
-                         checked=True)
-    return Translator.from_models(loaded.models, loaded.vocab_dir, options or loaded.decoding, **settings)
+        _check_ctranslate2(paths, engines, engine, checkpoint, average)
+    translator: TranslatorInterface = ENGINES.get(engine).load(paths, checkpoint, average, options, **settings)
+    return translator
 
 
-def _ctranslate2(paths: list[Any], engines: list[str], engine: str, checkpoint: Any, average: int | None,
-                 options: DecodeOptions | None, settings: dict[str, Any]) -> TranslatorInterface:
-    """The CTranslate2 translator of one CTranslate2 export, or the error naming why not."""
+def _check_ctranslate2(paths: list[Any], engines: list[str], engine: str, checkpoint: Any,
+                       average: int | None) -> None:
+    """Refuses, naming why, a CTranslate2 export that the CTranslate2 engine cannot decode as asked (or another
+    engine asked to read one)."""
     converted = paths[engines.index("ctranslate2")] if "ctranslate2" in engines else paths[0]
     if len(paths) > 1:
         raise ConfigError(f"{converted} is a CTranslate2 export, which decodes alone: an ensemble takes training "
@@ -138,5 +137,3 @@ def _ctranslate2(paths: list[Any], engines: list[str], engine: str, checkpoint: 
     if checkpoint is not None or average is not None:
         raise ConfigError(f"{converted} is a CTranslate2 export: --checkpoint and --average apply to training "
                           "workdirs.")
-    from keras_transformer.engines.ctranslate2 import CTranslate2Translator  # the engine asked for, and only it
-    return CTranslate2Translator(converted, options, **settings)

@@ -51,6 +51,14 @@ class PackedTranslator(TranslatorInterface):
         self.options = self.check_options((options or DecodeOptions()).replace(**settings))
 
     @classmethod
+    def load(cls, paths, checkpoint=None, average=None, options=None, **settings):
+        """`from_folder` of the one folder in `paths` (`TranslatorInterface.load`): no ensembles."""
+        if len(paths) > 1:
+            raise ConfigError(f"The packed engine decodes one model, and {len(paths)} were given: decode an "
+                              "ensemble with the TensorFlow engine.")
+        return cls.from_folder(paths[0], checkpoint, average, options, checked=True, **settings)
+
+    @classmethod
     def from_folder(cls, path, checkpoint=None, average=None, options=None, checked=False, **settings):
         """The packed translator of a workdir or SavedModel export (`workdir.load_models`, `checked` as there),
         with its SentencePiece vocabulary and, by default, its decoding options.

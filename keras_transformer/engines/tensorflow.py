@@ -24,8 +24,9 @@ import tensorflow as tf
 from keras_transformer import decoding
 from keras_transformer.attention.maps import attention_maps, strip_special
 from keras_transformer.data.tokenizers import load_tokenizers
-from keras_transformer.decoding.options import SAMPLING_FIELDS, DecodeOptions
+from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.decoding.registry import STRATEGIES
+from keras_transformer.decoding.strategies import SAMPLING_FIELDS
 from keras_transformer.engines.interface import TranslatorInterface, check_prefix_ids, clean_line
 from keras_transformer.engines.tensorflow_graph import (
     SMALLEST_WIDTH_BUCKET,
@@ -41,6 +42,7 @@ from keras_transformer.engines.tensorflow_graph import (
 )
 from keras_transformer.model import parts
 from keras_transformer.trainer.footprint import search_memory
+from keras_transformer.workdir.checkpoints import load_models
 
 # Sentences per search loop (and pairs per forced-decoding pass of `score`), the `Translator` default: each
 # length-ordered chunk stops when its own sentences are done (docs/decoding.md, "Length-ordered chunks"; 8-12
@@ -185,6 +187,14 @@ class Translator(tf.Module, TranslatorInterface):
         return self.models[0]
 
     # --------------------------------------------------------------- constructors
+    @classmethod
+    def load(cls, paths, checkpoint=None, average=None, options=None, **settings):
+        """The translator of workdirs and SavedModel exports, several as one ensemble (`TranslatorInterface.load`;
+        `workdir.load_models`): decoding defaults from the first."""
+        loaded = load_models(paths if len(paths) > 1 else paths[0], checkpoint, average, require_vocabulary=True,
+                             checked=True)
+        return cls.from_models(loaded.models, loaded.vocab_dir, options or loaded.decoding, **settings)
+
     @classmethod
     def from_models(cls, models, tokenizers, options=None, **settings):
         """Wraps built models (one, or an ensemble's members) with their tokenizers.
@@ -405,7 +415,7 @@ class Translator(tf.Module, TranslatorInterface):
                 `options.returned()`, all `beam_size` for beam search); fewer lets
                 a beam search stop sooner, never changing the ones returned.
             options: a `DecodeOptions` for this call (default: `self.options`).
-            sampling: with strategy "sample", a dict of the `DecodeOptions.SAMPLING_FIELDS` as
+            sampling: with strategy "sample", a dict of the `decoding.strategies.SAMPLING_FIELDS` as
                 tensors (the `sample` method's inputs) replacing the options' own.
             target_prefix: optional int32 `[N, P]` forced first target ids per sentence, padded
                 (`encode_prefixes`; `keras_transformer.decoding.search.target_prefix_ids`).

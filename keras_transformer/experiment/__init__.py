@@ -36,6 +36,8 @@ Example:
 2
 """
 
+import warnings
+
 from keras_transformer.experiment.data_config import CORPUS_KEYS, DataConfig
 from keras_transformer.experiment.data_files import check_data_files, count_split_lines
 from keras_transformer.experiment.data_section import DataSection
@@ -45,23 +47,31 @@ from keras_transformer.experiment.loading import as_experiment, load_experiment,
 from keras_transformer.experiment.resume import changed_experiment, check_same_experiment, write_yaml
 from keras_transformer.experiment.training_section import TrainingSection
 from keras_transformer.experiment.validation import (
-                                                     BATCH_SCALINGS,
-                                                     COMMUNICATIONS,
-                                                     DATA_KINDS,
-                                                     JIT_COMPILE,
-                                                     MODEL_TYPES,
-                                                     NONFINITE,
-                                                     PRECISIONS,
-                                                     SECTIONS,
-                                                     STRATEGIES,
-                                                     SUBWORD_DROPOUT_SIDES,
-                                                     VERBOSITIES,
-                                                     is_integer,
-                                                     reject_unknown,
+    BATCH_SCALINGS,
+    COMMUNICATIONS,
+    DATA_KINDS,
+    DISTRIBUTION_STRATEGIES,
+    JIT_COMPILE,
+    MODEL_TYPES,
+    NONFINITE,
+    PRECISIONS,
+    SECTIONS,
+    SUBWORD_DROPOUT_SIDES,
+    VERBOSITIES,
+    is_integer,
+    reject_unknown,
 )
 
-__all__ = ["BATCH_SCALINGS", "COMMUNICATIONS", "CORPUS_KEYS", "DATA_KINDS", "JIT_COMPILE", "MODEL_TYPES", "NONFINITE",
-           "PRECISIONS", "SECTIONS", "STRATEGIES", "SUBWORD_DROPOUT_SIDES", "VERBOSITIES", "DataConfig", "DataSection",
-           "DecodingSection", "ExperimentConfig", "TrainingSection", "as_experiment", "changed_experiment",
-           "check_data_files", "check_same_experiment", "count_split_lines", "is_integer", "load_experiment",
-           "parse_override", "reject_unknown", "write_yaml"]
+__all__ = ["BATCH_SCALINGS", "COMMUNICATIONS", "CORPUS_KEYS", "DATA_KINDS", "DISTRIBUTION_STRATEGIES", "JIT_COMPILE",
+           "MODEL_TYPES", "NONFINITE", "PRECISIONS", "SECTIONS", "SUBWORD_DROPOUT_SIDES", "VERBOSITIES", "DataConfig",
+           "DataSection", "DecodingSection", "ExperimentConfig", "TrainingSection", "as_experiment",
+           "changed_experiment", "check_data_files", "check_same_experiment", "count_split_lines", "is_integer",
+           "load_experiment", "parse_override", "reject_unknown", "write_yaml"]
+
+
+def __getattr__(name):
+    if name == "STRATEGIES":  # the old name of DISTRIBUTION_STRATEGIES (it read like the decoding strategies)
+        warnings.warn("keras_transformer.experiment.STRATEGIES is now DISTRIBUTION_STRATEGIES.", DeprecationWarning,
+                      stacklevel=2)
+        return DISTRIBUTION_STRATEGIES
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

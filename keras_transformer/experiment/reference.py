@@ -39,16 +39,16 @@ from keras_transformer.config import (
 from keras_transformer.data.synthetic import TASKS
 from keras_transformer.data.textfile import ERROR_MODES
 from keras_transformer.decoding.options import DecodeOptions
-from keras_transformer.decoding.registry import STRATEGIES as STRATEGY_MODULES
+from keras_transformer.decoding.registry import STRATEGIES
 from keras_transformer.experiment import (
     BATCH_SCALINGS,
     COMMUNICATIONS,
     DATA_KINDS,
+    DISTRIBUTION_STRATEGIES,
     JIT_COMPILE,
     MODEL_TYPES,
     NONFINITE,
     PRECISIONS,
-    STRATEGIES,
     SUBWORD_DROPOUT_SIDES,
     VERBOSITIES,
     DataConfig,
@@ -71,14 +71,14 @@ CHOICES = {
     "data.errors": ERROR_MODES,
     "data.model_type": MODEL_TYPES,
     "data.subword_dropout_sides": SUBWORD_DROPOUT_SIDES,
-    "training.strategy": STRATEGIES,
+    "training.strategy": DISTRIBUTION_STRATEGIES,
     "training.communication": COMMUNICATIONS,
     "training.batch_scaling": BATCH_SCALINGS,
     "training.mixed_precision": PRECISIONS + (True, False),
     "training.jit_compile": JIT_COMPILE,
     "training.on_nonfinite": NONFINITE,
     "training.verbose": VERBOSITIES,
-    "decoding.strategy": tuple(STRATEGY_MODULES),
+    "decoding.strategy": tuple(STRATEGIES),
 }
 
 # Defaults an experiment takes from elsewhere than its dataclass field.

@@ -7,9 +7,9 @@ from keras_transformer.errors import ConfigError
 from keras_transformer.experiment.validation import (
     BATCH_SCALINGS,
     COMMUNICATIONS,
+    DISTRIBUTION_STRATEGIES,
     NONFINITE,
     PRECISIONS,
-    STRATEGIES,
     VERBOSITIES,
     is_integer,
 )
@@ -29,7 +29,7 @@ class TrainingSection:
     steps_per_epoch: typing.Optional[int] = None  # batches an epoch (updates without gradient accumulation),
                                                   # from the training data repeated without end
                                                   # (each pass shuffled anew); None: an epoch is one pass
-    strategy: str = "auto"  # see keras_transformer.experiment.STRATEGIES
+    strategy: str = "auto"  # see keras_transformer.experiment.DISTRIBUTION_STRATEGIES
     devices: typing.Optional[list] = None  # devices for "mirrored" / "one_device", e.g. ["/gpu:0", "/gpu:1"]
     communication: str = "auto"  # multi_worker all-reduce: "auto", "ring" or "nccl"
     batch_scaling: str = "per_replica"  # data batch sizes are "per_replica" or "global" (docs/distributed.md)
@@ -69,8 +69,8 @@ class TrainingSection:
         """Raises `ConfigError` naming the first bad field."""
         if not is_integer(self.epochs) or self.epochs <= 0:
             raise ConfigError(f"training.epochs must be a positive integer, got {self.epochs!r}.")
-        if self.strategy not in STRATEGIES:
-            raise ConfigError(f"training.strategy must be one of {STRATEGIES}, got {self.strategy!r}.")
+        if self.strategy not in DISTRIBUTION_STRATEGIES:
+            raise ConfigError(f"training.strategy must be one of {DISTRIBUTION_STRATEGIES}, got {self.strategy!r}.")
         if self.communication not in COMMUNICATIONS:
             raise ConfigError(f"training.communication must be one of {COMMUNICATIONS}, got {self.communication!r}.")
         if self.batch_scaling not in BATCH_SCALINGS:

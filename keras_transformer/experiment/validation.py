@@ -11,7 +11,8 @@ from keras_transformer.errors import ConfigError
 DATA_KINDS = ("synthetic", "text", "tfds")
 PRECISIONS = ("float32", "auto", "mixed_float16", "mixed_bfloat16")
 SECTIONS = ("model", "data", "training", "decoding")
-STRATEGIES = ("auto", "default", "one_device", "mirrored", "multi_worker", "tpu")  # training.strategy
+# training.strategy: the tf.distribute strategies (decoding strategies are `keras_transformer.decoding.STRATEGIES`)
+DISTRIBUTION_STRATEGIES = ("auto", "default", "one_device", "mirrored", "multi_worker", "tpu")
 COMMUNICATIONS = ("auto", "ring", "nccl")  # training.communication: multi_worker's all-reduce
 JIT_COMPILE = (True, False, "auto")  # training.jit_compile
 VERBOSITIES = ("auto", 0, 1, 2)  # training.verbose

@@ -10,7 +10,7 @@ exports/
 The command line knows a format by its name only: `make_exporter(name)` imports the format's module when it is
 asked for (the SavedModel's imports TensorFlow; this registry imports nothing heavy) and returns its exporter,
 whose `export(model, directory, ...)` writes a training workdir's or an export's model. Adding a format is its
-module (an `Exporter` subclass) plus one line in `EXPORTERS`.
+module (an `Exporter` subclass) plus one line in `EXPORTERS` (a `keras_transformer.registry.Registry`).
 
 Example:
 
@@ -20,20 +20,19 @@ Example:
 
 from __future__ import annotations
 
-import importlib
 import os
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from keras_transformer.errors import ConfigError
+from keras_transformer.registry import Registry
 
 if TYPE_CHECKING:
     from keras_transformer.decoding.options import DecodeOptions
 
-# format name -> (its module in keras_transformer.exports, its Exporter class)
-EXPORTERS = {
-    "savedmodel": ("savedmodel", "SavedModelExporter"),
-    "ctranslate2": ("ctranslate2", "CTranslate2Exporter"),
-}
+# format name -> its Exporter class, imported when the format is asked for
+EXPORTERS = Registry("export format")
+EXPORTERS.register("savedmodel", "keras_transformer.exports.savedmodel:SavedModelExporter")
+EXPORTERS.register("ctranslate2", "keras_transformer.exports.ctranslate2:CTranslate2Exporter")
 
 
 class Exporter:
@@ -78,8 +77,8 @@ def exporter_class(name: str) -> type[Exporter]:
     """
     if name not in EXPORTERS:
         raise ConfigError(f"No export format {name!r}; the formats are {', '.join(EXPORTERS)}.")
-    module, cls = EXPORTERS[name]
-    return getattr(importlib.import_module(f"keras_transformer.exports.{module}"), cls)
+    exporter: type[Exporter] = EXPORTERS.get(name)
+    return exporter
 
 
 def make_exporter(name: str, **options: Any) -> Exporter:

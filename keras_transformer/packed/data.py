@@ -13,8 +13,8 @@ renames the finished folder into place; `load_arrays` opens them with
 ``numpy.load(mmap_mode="r")``, so the ids stay on disk and only the pairs of the
 batch being built are read (`PackedSequences`). What training holds in memory
 grows by a few bytes per pair (lengths, offsets and the pass's order), never by
-the ids. Folders packed before this format hold one compressed ``arrays.npz``:
-`load_arrays` still reads it, whole, into memory; packing again writes the folder.
+the ids. A folder packed before this format (one ``arrays.npz``, never released) is refused with one line:
+packing it again writes ``arrays/``.
 
 Batches: a pair's length is its longer side plus one (eos / bos), rounded up
 to a multiple of `length_multiple`; the pairs are sorted by it and cut into
@@ -34,10 +34,10 @@ import shutil
 import numpy as np
 
 from keras_transformer.data.batching import batch_plan
-from keras_transformer.files import atomic_write, fsync_file, replace_folder, staging_folder
+from keras_transformer.files import fsync_file, replace_folder, staging_folder
 
 ARRAYS_FILE = "arrays"  # the folder of .npy files in a packed workdir
-LEGACY_ARRAYS_FILE = "arrays.npz"  # what earlier versions packed: one compressed file, read whole
+OLD_ARRAYS_FILE = "arrays.npz"  # what unreleased versions packed: refused by name (pack again), removed by `pack`
 _SPLITS = ("train", "valid")
 _SIDES = ("source", "target")
 _HEADER_BYTES = 128  # .npy version 1.0 header, padded: room for any shape, rewritten when the file is complete
@@ -221,8 +221,7 @@ class ArraysWriter:
 
 
 def save_arrays(path, splits):
-    """Writes `{"train": (sources, targets), "valid": (...)}` (lists of id arrays): an `arrays/` folder, or a
-    compressed `.npz` file of the earlier format when `path` ends in ``.npz``.
+    """Writes `{"train": (sources, targets), "valid": (...)}` (lists of id arrays) as an `arrays/` folder.
 
     Example:
 
@@ -237,12 +236,6 @@ def save_arrays(path, splits):
     for split, (sources, targets) in splits.items():
         if len(sources) != len(targets):
             raise ValueError(f"{split}: {len(sources)} source and {len(targets)} target sequences.")
-    if path.suffix == ".npz":
-        arrays = {}
-        for split, pair in splits.items():
-            for side, sequences in zip(_SIDES, pair):
-                arrays[f"{split}_{side}_values"], arrays[f"{split}_{side}_lengths"] = ragged_to_arrays(sequences)
-        return atomic_write(path, lambda temporary: np.savez_compressed(temporary, **arrays))
     with ArraysWriter(path) as writer:
         for split, (sources, targets) in splits.items():
             writer.add(split, sources, targets)
@@ -250,7 +243,7 @@ def save_arrays(path, splits):
 
 
 def arrays_path(workdir):
-    """Where a packed workdir keeps its pairs: `arrays/`, or an earlier version's `arrays.npz`; None if neither.
+    """Where a packed workdir keeps its pairs, `arrays/`; None if it has none.
 
     Example:
 
@@ -258,11 +251,24 @@ def arrays_path(workdir):
     >>> arrays_path(tempfile.mkdtemp()) is None
     True
     """
+    path = pathlib.Path(workdir) / ARRAYS_FILE
+    return path if path.exists() else None
+
+
+def check_not_unreleased_format(workdir):
+    """Raises `FileNotFoundError`, saying to pack again, for a workdir without `arrays/` that holds the
+    `arrays.npz` of an unreleased version.
+
+    Example:
+
+    >>> import tempfile
+    >>> check_not_unreleased_format(tempfile.mkdtemp())
+    """
     workdir = pathlib.Path(workdir)
-    for name in (ARRAYS_FILE, LEGACY_ARRAYS_FILE):
-        if (workdir / name).exists():
-            return workdir / name
-    return None
+    if not (workdir / ARRAYS_FILE).is_dir() and (workdir / OLD_ARRAYS_FILE).is_file():
+        raise FileNotFoundError(f"{workdir / OLD_ARRAYS_FILE} was packed by an unreleased version of "
+                                "keras_transformer, which is no longer read: run `keras-transformer pack --config ... "
+                                f"--workdir {workdir}` again.")
 
 
 def load_arrays(path):
@@ -270,34 +276,27 @@ def load_arrays(path):
 
     Args:
         path: an `arrays/` folder (its ids memory-mapped, read from disk as
-            batches need them), an earlier version's ``arrays.npz`` (read whole
-            into memory), or a packed workdir holding either.
+            batches need them), or a packed workdir holding one.
 
     Raises:
-        FileNotFoundError: nothing packed at `path` (the message says how to pack).
+        FileNotFoundError: nothing packed at `path`, or an unreleased version's ``arrays.npz`` (the message says
+            how to pack).
         ValueError: the files disagree, or hold no training pairs.
     """
     path = pathlib.Path(path)
     if path.is_dir() and not (path / "train_source_values.npy").is_file():
         path = arrays_path(path) or path / ARRAYS_FILE
-    if not path.exists() and path.name == ARRAYS_FILE and (path.parent / LEGACY_ARRAYS_FILE).is_file():
-        path = path.parent / LEGACY_ARRAYS_FILE
+    if not path.is_dir():
+        check_not_unreleased_format(path.parent if path.name in (ARRAYS_FILE, OLD_ARRAYS_FILE) else path)
     if not path.exists():
         raise FileNotFoundError(f"No packed data at {path}: run `keras-transformer pack --config ... "
                                 f"--workdir {path.parent}` where TensorFlow is installed first.")
     splits = {}
-    if path.is_dir():
-        for split in _SPLITS:
-            if (path / f"{split}_source_values.npy").is_file():
-                splits[split] = tuple(PackedSequences(np.load(path / f"{split}_{side}_values.npy", mmap_mode="r"),
-                                                      np.load(path / f"{split}_{side}_lengths.npy"))
-                                      for side in _SIDES)
-    else:
-        with np.load(path) as data:
-            for split in _SPLITS:
-                if f"{split}_source_values" in data:
-                    splits[split] = tuple(PackedSequences(data[f"{split}_{side}_values"],
-                                                          data[f"{split}_{side}_lengths"]) for side in _SIDES)
+    for split in _SPLITS:
+        if (path / f"{split}_source_values.npy").is_file():
+            splits[split] = tuple(PackedSequences(np.load(path / f"{split}_{side}_values.npy", mmap_mode="r"),
+                                                  np.load(path / f"{split}_{side}_lengths.npy"))
+                                  for side in _SIDES)
     if "train" not in splits:
         raise ValueError(f"{path} holds no training pairs (train_source_values).")
     for split, (sources, targets) in splits.items():

@@ -55,6 +55,7 @@ from keras_transformer.packed.data import (
     ARRAYS_FILE,
     arrays_path,
     assemble_batch,
+    check_not_unreleased_format,
     load_arrays,
     plan_batches,
     sequence_lengths,
@@ -95,6 +96,7 @@ def packed_experiment(workdir, *, epochs=None, tokens_per_batch=None, seed=None,
             raise FileNotFoundError(f"{workdir} is not a packed workdir: {workdir / needed} is missing "
                                     "(`keras-transformer pack` writes it).")
     if arrays_path(workdir) is None:
+        check_not_unreleased_format(workdir)
         raise FileNotFoundError(f"{workdir} is not a packed workdir: {workdir / ARRAYS_FILE} is missing "
                                 "(`keras-transformer pack` writes it).")
     changes = {"training.epochs": epochs, "training.seed": seed, "training.keep_checkpoints": keep_checkpoints,
@@ -278,7 +280,7 @@ def packed_data(workdir, experiment, *, length_multiple=8, teacher=None, resumed
     it), and its training batches."""
     workdir = pathlib.Path(workdir)
     training = experiment.training
-    splits = load_arrays(workdir)  # arrays/ memory-mapped, or an earlier arrays.npz read whole
+    splits = load_arrays(workdir)  # arrays/ memory-mapped
     config = TransformerConfig.from_yaml(workdir / "model.yaml")
     data_config = experiment.data.data_config()
     seed = experiment.data.seed if experiment.data.seed is not None else training.seed
@@ -346,7 +348,7 @@ def train_arrays(workdir, epochs=None, *, jit_compile=None, precision=None, aver
         `target_tokens` (non-pad labels trained on by this call), `backend` (Keras', e.g. "jax").
 
     Raises:
-        FileNotFoundError: no `arrays/` (nor an earlier `arrays.npz`) / `model.yaml` in `workdir`, or
+        FileNotFoundError: no `arrays/` (an unreleased version's `arrays.npz`: named) / `model.yaml` in `workdir`, or
             no `init_weights` / `teacher` file.
         ConfigError: a bad setting, or one the packed path cannot apply (named).
         ValueError: a teacher file made for other training pairs.

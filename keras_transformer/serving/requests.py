@@ -8,7 +8,8 @@ import math
 import random
 import typing
 
-from keras_transformer.decoding.options import MAX_SEED, SAMPLING_FIELDS, DecodeOptions
+from keras_transformer.decoding.options import DecodeOptions
+from keras_transformer.decoding.strategies import MAX_SEED, SAMPLING_FIELDS
 from keras_transformer.errors import ConfigError
 from keras_transformer.serving.signatures import SIGNATURES, batched_inputs
 

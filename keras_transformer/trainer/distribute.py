@@ -26,7 +26,7 @@ import os
 import tensorflow as tf
 
 from keras_transformer import keras_internals
-from keras_transformer.experiment import BATCH_SCALINGS, STRATEGIES
+from keras_transformer.experiment import BATCH_SCALINGS, DISTRIBUTION_STRATEGIES
 
 # Environment variables that announce a TPU (Cloud TPU VMs, Colab, GKE).
 _TPU_ENV = ("TPU_NAME", "COLAB_TPU_ADDR", "TPU_ACCELERATOR_TYPE", "KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS")
@@ -77,18 +77,18 @@ def resolve_strategy_name(name="auto"):
     (`mirrored`), and otherwise uses `default`.
 
     Args:
-        name: one of `STRATEGIES`.
+        name: one of `DISTRIBUTION_STRATEGIES`.
 
     Returns:
-        A name from `STRATEGIES` other than `"auto"`.
+        A name from `DISTRIBUTION_STRATEGIES` other than `"auto"`.
 
     Example:
 
     >>> resolve_strategy_name("mirrored")
     'mirrored'
     """
-    if name not in STRATEGIES:
-        raise ValueError(f"Unknown strategy {name!r}; choose one of {STRATEGIES}.")
+    if name not in DISTRIBUTION_STRATEGIES:
+        raise ValueError(f"Unknown strategy {name!r}; choose one of {DISTRIBUTION_STRATEGIES}.")
     if name != "auto":
         return name
     spec = cluster_spec_from_env()
@@ -108,7 +108,7 @@ def make_strategy(name="auto", devices=None, tpu=None, communication="auto"):
     strategies configure the runtime and fail once it is running.
 
     Args:
-        name: one of `STRATEGIES` (`"auto"` chooses with `resolve_strategy_name`).
+        name: one of `DISTRIBUTION_STRATEGIES` (`"auto"` chooses with `resolve_strategy_name`).
         devices: device strings for `mirrored` (default: all local GPUs, else the CPU)
             and `one_device` (default: the first GPU, else the CPU).
         tpu: TPU name or address for `tpu` (default: taken from the environment).
