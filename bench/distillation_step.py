@@ -11,7 +11,7 @@ in turn on the same batches (the order rotates every step):
               (losses.smoothed_cross_entropy with soft targets)
 
 Teacher labels are random top-k ids with random probabilities per target position, packed as
-data.packed.pack_labels does. Prints a table: median step time and target tokens/s of each, and the paired
+packed.data.pack_labels does. Prints a table: median step time and target tokens/s of each, and the paired
 median ratio of each step time to plain's (taken under the same machine load, so usable on a noisy machine).
 
     python bench/distillation_step.py --steps 30
@@ -32,9 +32,9 @@ from keras import ops  # noqa: E402
 
 import keras_transformer as kt  # noqa: E402
 from keras_transformer import distillation  # noqa: E402
-from keras_transformer.data.packed import pack_labels  # noqa: E402
 from keras_transformer.experiment import load_experiment  # noqa: E402
 from keras_transformer.losses import smoothed_cross_entropy  # noqa: E402
+from keras_transformer.packed.data import pack_labels  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IMPLS = ("plain", "autodiff", "fused")

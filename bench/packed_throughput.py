@@ -45,9 +45,12 @@ import json, pathlib, sys, time
 start = time.perf_counter()
 import keras
 try:
-    from keras_transformer.trainer import packed as trainer
-except ImportError:  # a checkout from before the packed trainer moved to trainer/packed.py
-    from keras_transformer import arrays as trainer
+    from keras_transformer.packed import training as trainer
+except ImportError:  # a checkout from before the packed trainer moved to packed/training.py
+    try:
+        from keras_transformer.trainer import packed as trainer
+    except ImportError:  # ... and from before it moved to trainer/packed.py
+        from keras_transformer import arrays as trainer
 tree = pathlib.Path(sys.argv[2])
 assert pathlib.Path(trainer.__file__).resolve().is_relative_to(tree.resolve()), trainer.__file__
 marks = []

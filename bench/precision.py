@@ -109,8 +109,8 @@ def base_workdir(folder):
     import sentencepiece
 
     import keras_transformer as kt
-    from keras_transformer import workdir
     from keras_transformer.data.tokenizers import SubwordTokenizer, save_tokenizers
+    from keras_transformer.workdir import checkpoints as workdir
 
     with gzip.open(DATA / "train.en.gz", "rt", encoding="utf-8") as handle:
         english = [line.strip() for line in handle]

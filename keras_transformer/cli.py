@@ -21,7 +21,7 @@ A repeated --model (or --workdir for export) decodes those models as one ensembl
 
 Each subcommand parses its arguments (`arguments.build_parser`) and calls one function of the library
 (`training.train_and_evaluate`, `inference.evaluate`, `inference.translate`, the `--format`'s exporter
-(`exports.make_exporter`), `workdir.average_workdir`, `training.pack_arrays`, `trainer.packed.train_arrays`,
+(`exports.make_exporter`), `workdir.average_workdir`, `training.pack_arrays`, `packed.training.train_arrays`,
 `distillation.make_teacher`, `serving.serve`, `imports.importer.import_checkpoint`); everything they do can be
 done from Python the same way. Errors that name a problem (a bad config key, a missing
 checkpoint, a corrupt file, a full disk) are printed as one line and the command exits with the status
@@ -56,7 +56,7 @@ from keras_transformer.errors import (
 from keras_transformer.tensorflow_logs import loud_tensorflow_import, tensorflow_logs_wanted, without_cpp_log_lines
 
 if TYPE_CHECKING:
-    from keras_transformer.interface import TranslatorInterface
+    from keras_transformer.engines.interface import TranslatorInterface
     from keras_transformer.serving.requests import ServeSettings
 
 # Each command imports its library module when it runs (the imports inside the functions below), so that
@@ -195,7 +195,7 @@ def _tensorflow_free(args: argparse.Namespace) -> bool:
     """Whether `args` translate with an engine that needs no TensorFlow (a CTranslate2 export, a packed workdir:
     `engines.loader.model_engine`): then TensorFlow is never imported (seconds saved)."""
     from keras_transformer.engines.loader import model_engine
-    from keras_transformer.layout import model_kind
+    from keras_transformer.workdir.layout import model_kind
     return (args.command in ("translate", "serve") and len(args.model) == 1
             and model_kind(args.model[0]) is not None and model_engine(args.model[0]) != "tensorflow")
 
@@ -302,7 +302,7 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _average(args: argparse.Namespace) -> int:
-    from keras_transformer.workdir import average_workdir
+    from keras_transformer.workdir.checkpoints import average_workdir
     output, paths = average_workdir(args.workdir, last=args.last, output=args.output, checkpoints=args.checkpoint)
     print(f"Averaged {len(paths)} checkpoint(s) ({os.path.basename(paths[0])} .. {os.path.basename(paths[-1])}) "
           f"into {output}")
@@ -318,14 +318,14 @@ def _pack(args: argparse.Namespace) -> int:
 
 
 def _train_packed(args: argparse.Namespace) -> int:
-    from keras_transformer import arrays
-    from keras_transformer.trainer import packed
+    from keras_transformer.packed import scoring
+    from keras_transformer.packed import training as packed
     if args.evaluate:  # scoring instead of training
         average = None if args.checkpoint else args.average_last or None
         settings = {key: value for key, value in _decode_settings(args).items() if key != "n_best"}
-        scores = arrays.evaluate_arrays(args.workdir, args.checkpoint, *args.evaluate, average=average,
-                                        tokenized_reference=args.tokenized_reference, lang=args.lang,
-                                        output=args.output, **settings)
+        scores = scoring.evaluate_arrays(args.workdir, args.checkpoint, *args.evaluate, average=average,
+                                         tokenized_reference=args.tokenized_reference, lang=args.lang,
+                                         output=args.output, **settings)
         print(json.dumps({key: round(value, 2) for key, value in scores.items()}))
         return 0
     result = packed.train_arrays(args.workdir, args.epochs, jit_compile=False if args.no_jit else None,
@@ -349,7 +349,7 @@ def _distill_targets(args: argparse.Namespace) -> int:
 
 
 def _plot_attention(args: argparse.Namespace) -> int:
-    from keras_transformer import plotting
+    from keras_transformer.attention import plotting
     maps, paths = plotting.plot_attention_for_path(args.model, args.sentence, args.out, checkpoint=args.checkpoint,
                                                    average=args.average, beam_size=args.beam_size,
                                                    translation=args.translation, layout=args.layout,
@@ -359,9 +359,9 @@ def _plot_attention(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from keras_transformer import layout
     from keras_transformer.errors import ExportDamagedError
     from keras_transformer.exports import folder as export_folder
+    from keras_transformer.workdir import layout
     try:
         found = export_folder.verify_export(args.path)
     except ExportDamagedError as error:
@@ -418,8 +418,9 @@ def precheck(args: argparse.Namespace) -> None:
     names, values, data files) of `train` and `pack`, every model folder, input file and output path. A typo
     then answers at once; the command itself checks everything again, and more.
     """
-    from keras_transformer import files, layout
+    from keras_transformer import files
     from keras_transformer.data import textfile
+    from keras_transformer.workdir import layout
 
     if args.command in ("train", "pack"):
         from keras_transformer.experiment import load_experiment

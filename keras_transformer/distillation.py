@@ -15,7 +15,7 @@ Two steps, on any Keras backend (this module imports only keras and numpy):
    the members' mean distribution and their probabilities;
    `save_teacher` writes them to `WORKDIR/teacher.npz`
    (`keras-transformer distill-targets WORKDIR --member DIR CKPT ...`).
-2. `trainer.packed.train_arrays(WORKDIR, teacher=..., distill_weight=w)` (or
+2. `packed.training.train_arrays(WORKDIR, teacher=..., distill_weight=w)` (or
    `keras-transformer train-packed WORKDIR --teacher WORKDIR/teacher.npz`)
    trains with `DistillationLoss`: per target token,
    `(1 - w) * label-smoothed cross-entropy(reference) + w * cross-entropy(teacher)`,
@@ -37,12 +37,12 @@ from keras import ops
 
 from keras_transformer import decoding
 from keras_transformer.config import TransformerConfig
-from keras_transformer.data.packed import load_arrays, make_batches
 from keras_transformer.files import atomic_write
-from keras_transformer.layout import WORKDIR_VOCAB, folder_files
 from keras_transformer.losses import LabelSmoothedCrossEntropy, smoothed_cross_entropy
 from keras_transformer.metrics import MaskedAccuracy
-from keras_transformer.workdir import load_models
+from keras_transformer.packed.data import load_arrays, make_batches
+from keras_transformer.workdir.checkpoints import load_models
+from keras_transformer.workdir.layout import WORKDIR_VOCAB, folder_files
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ def teacher_top_k(models, sources, targets, *, top_k=8, tokens_per_batch=8192, p
     Args:
         models: one `build_model` model or a list of them sharing the vocabulary
             (checked as `decoding.ensemble_members` does).
-        sources, targets: lists of id arrays (no bos/eos), as in `arrays/` (`data.packed.load_arrays`).
+        sources, targets: lists of id arrays (no bos/eos), as in `arrays/` (`packed.data.load_arrays`).
         top_k: ids kept per position.
         tokens_per_batch: positions per side in one forward batch.
         pad_id, bos_id, eos_id: special ids.
@@ -160,7 +160,7 @@ def unpack_labels(y_true):
 
     Example:
 
-    >>> from keras_transformer.data.packed import pack_labels
+    >>> from keras_transformer.packed.data import pack_labels
     >>> labels, ids, probabilities = unpack_labels(pack_labels([[4]], [[[4, 9]]], [[[0.75, 0.25]]]))
     >>> [ops.convert_to_numpy(x).tolist() for x in (labels, ids, probabilities)]
     [[[4]], [[[4, 9]]], [[[0.75, 0.25]]]]
@@ -190,7 +190,7 @@ class DistillationLoss(LabelSmoothedCrossEntropy):
     Example:
 
     >>> logits = np.log(np.array([[[0.5, 0.25, 0.25]]], "float32"))
-    >>> from keras_transformer.data.packed import pack_labels
+    >>> from keras_transformer.packed.data import pack_labels
     >>> y = pack_labels([[1]], [[[2]]], [[[1.0]]])
     >>> round(float(DistillationLoss(0.0, 0.5)(y, logits)), 4)  # (log 4 + log 4) / 2
     1.3863

@@ -20,7 +20,7 @@ class ConfigError(ValueError):
 class CheckpointError(ValueError, RuntimeError):
     """A checkpoint, training backup or model folder that cannot be read; the message names the file.
 
-    The one error type of `keras_transformer.workdir`, which knows the on-disk
+    The one error type of `keras_transformer.workdir.checkpoints`, which knows the on-disk
     layout of runs and exports. It is a `ValueError` (an unreadable or
     mismatched file) and, as it always was, a `RuntimeError`.
 

@@ -13,7 +13,7 @@ Two ways to report BLEU, both with sacreBLEU:
   preprocessing reproduces `val.lc.norm.tok.en` line for line.
 
 Checkpoint averaging (the paper averages the last 5 checkpoints for base
-models, the last 20 for big ones) is `keras_transformer.workdir`'s
+models, the last 20 for big ones) is `keras_transformer.workdir.checkpoints`'s
 (`average_workdir`, `average_checkpoints`, `latest_checkpoints`).
 """
 

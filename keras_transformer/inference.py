@@ -5,7 +5,7 @@ The user-facing functions behind `keras-transformer translate` and `evaluate` (`
 
 Each takes a model folder (or a list of them, an ensemble) and loads it with
 `keras_transformer.load_translator` (`engines.loader`), or a translator already loaded.
-The folders' layout is `keras_transformer.workdir`'s.
+The folders' layout is `keras_transformer.workdir.checkpoints`'s.
 """
 
 import logging
@@ -17,7 +17,7 @@ from keras_transformer.engines.ctranslate2 import is_ctranslate2_model
 from keras_transformer.engines.loader import load_translator
 from keras_transformer.errors import ConfigError
 from keras_transformer.files import atomic_write_text, check_not_an_input, check_output_file
-from keras_transformer.workdir import model_folder
+from keras_transformer.workdir.checkpoints import model_folder
 
 log = logging.getLogger("keras_transformer")
 

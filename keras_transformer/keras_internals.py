@@ -16,7 +16,7 @@ package, and translation and evaluation, which compute no loss, still work.
 2. `apply_multi_worker_workarounds`: two bugs of Keras' TensorFlow trainer under
    `MultiWorkerMirroredStrategy` (keras-team/keras issues 20329 and 20585),
    fixed by replacing a model method and a trainer function. TensorFlow is passed
-   in by the caller (`distribute.py`), so this module imports keras only.
+   in by the caller (`trainer/distribute.py`), so this module imports keras only.
 3. `set_update_count`: with `gradient_accumulation_steps`, an optimizer's
    `iterations` is computed from a private counter of batches, and cannot be
    assigned; `training.initial_updates` sets that counter.

@@ -45,19 +45,19 @@ import keras
 from keras_transformer import distribute
 from keras_transformer.data import corpus, pipeline, textfile
 from keras_transformer.data.build import build_data, repeat_rows, tfds_pairs, tokenizers_for
-from keras_transformer.data.packed import ARRAYS_FILE, OLD_ARRAYS_FILE, ArraysWriter
 from keras_transformer.engines.loader import load_translator
 from keras_transformer.engines.tensorflow import Translator
 from keras_transformer.errors import ConfigError
 from keras_transformer.experiment import as_experiment, changed_experiment, check_same_experiment, write_yaml
 from keras_transformer.files import exclusive_lock, remove_stale_temporaries, staging_folder
 from keras_transformer.inference import evaluate
-from keras_transformer.layout import MODEL_CONFIG, adopt_vocabulary
+from keras_transformer.packed.data import ARRAYS_FILE, OLD_ARRAYS_FILE, ArraysWriter
 from keras_transformer.trainer.backup import backup_position, backup_stream, resumed_seed
 from keras_transformer.trainer.loop import TrainingData, check_fresh_start, fit_experiment, summary
 from keras_transformer.trainer.malloc import limit_malloc_arenas
 from keras_transformer.trainer.precision import resolve_precision
-from keras_transformer.workdir import write_model_file
+from keras_transformer.workdir.checkpoints import write_model_file
+from keras_transformer.workdir.layout import MODEL_CONFIG, adopt_vocabulary
 
 __all__ = ["pack_arrays", "train", "train_and_evaluate"]
 
@@ -260,7 +260,7 @@ def pack_arrays(config, workdir):
     `experiment.yaml` and `model.yaml`. The files are read, tokenized and
     written a chunk of pairs at a time (`PACK_CHUNK`), so packing holds one chunk
     in memory whatever the corpus size; the `.npy` files of `arrays/`
-    (`data.packed.ArraysWriter`) are renamed into place when complete, and an
+    (`packed.data.ArraysWriter`) are renamed into place when complete, and an
     unreleased version's `arrays.npz` is removed then. The folder then travels;
     `keras-transformer train-packed WORKDIR` trains it on any backend and
     every command that takes a workdir (evaluate, translate, export) reads the

@@ -93,8 +93,8 @@ def make_workdir(root, config, *, models=None, epochs=(1,), tokenizers=None, voc
     Returns:
         The list of models saved, one per epoch.
     """
-    from keras_transformer import workdir
     from keras_transformer.model import build_model
+    from keras_transformer.workdir import checkpoints as workdir
 
     root = pathlib.Path(root)
     (root / "checkpoints").mkdir(parents=True, exist_ok=True)

@@ -12,22 +12,24 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "keras_transformer"
 
 # The layers, lowest first (README, "Layout"). A module imports only from its own layer or the ones below.
 LAYERS = [
-    ("stdlib", ["errors", "files", "files.*", "exports", "exports.folder", "layout", "arguments", "import_hooks",
-                "registry", "registration", "tensorflow_logs", "data", "data.textfile", "decoding.registry",
-                "decoding.strategies", "decoding.options", "interface"]),
+    ("stdlib", ["errors", "files", "files.*", "exports", "exports.folder", "workdir", "workdir.layout", "arguments",
+                "import_hooks", "registry", "registration", "tensorflow_logs", "data", "data.textfile",
+                "decoding.registry", "decoding.strategies", "decoding", "decoding.options", "engines",
+                "engines.interface", "attention", "packed"]),
     ("core", ["config", "masking", "layers", "layers.*", "model", "losses", "metrics", "schedules", "optimizers",
-              "decoding", "decoding.*", "attention_maps", "keras_internals", "data.batching", "data.stream",
-              "data.synthetic", "data.packed", "footprint"]),
-    ("experiment", ["experiment", "experiment.*", "config_reference"]),
-    ("workdir", ["workdir", "evaluation"]),
-    ("engines", ["engines", "engines.packed", "engines.ctranslate2"]),  # the engines TensorFlow-free
-    ("training", ["trainer", "trainer.*"]),
+              "decoding.*", "attention.maps", "keras_internals", "data.batching", "data.stream",
+              "data.synthetic", "packed.data", "trainer", "trainer.footprint"]),
+    ("experiment", ["experiment", "experiment.*"]),
+    ("workdir", ["workdir.checkpoints", "evaluation"]),
+    ("engines", ["engines.packed", "engines.ctranslate2"]),  # the engines TensorFlow-free
+    ("training", ["trainer.*"]),
     ("tensorflow", ["data.corpus", "data.tokenizers", "data.tokenizers.*", "data.pipeline", "data.pipeline.*",
-                    "data.build", "distribute", "engines.tensorflow", "engines.tensorflow_graph",
-                    "engines.tensorflow_threads", "exports.savedmodel", "exports.ctranslate2", "warmup", "callbacks"]),
-    ("user", ["engines.loader", "training", "trainer.packed", "inference", "arrays", "distillation", "serving",
-              "serving.*", "imports", "imports.*"]),
-    ("plotting", ["plotting"]),
+                    "data.build", "trainer.distribute", "engines.tensorflow", "engines.tensorflow_graph",
+                    "engines.tensorflow_threads", "exports.savedmodel", "exports.ctranslate2", "exports.warmup",
+                    "trainer.tensorflow_callbacks"]),
+    ("user", ["engines.loader", "training", "packed.training", "inference", "packed.scoring", "distillation",
+              "serving", "serving.*", "imports", "imports.*"]),
+    ("plotting", ["attention.plotting"]),
     ("cli", ["cli"]),
 ]
 TENSORFLOW_LAYER = 6
@@ -111,6 +113,46 @@ def test_every_module_sits_in_a_layer_and_imports_only_its_own_or_lower_layers()
             if other and _layer(other) > _layer(name):
                 upward.append(f"{name} ({LAYERS[_layer(name)][0]}) imports {other} ({LAYERS[_layer(other)][0]})")
     assert not upward, "\n".join(sorted(upward))
+
+
+# The modules that stay at the top of the package, each for a reason; every other module belongs to a package.
+TOP_LEVEL = {
+    "": "the public API",
+    "training": "user-facing: train, train_and_evaluate, pack_arrays",
+    "inference": "user-facing: translate, evaluate",
+    "evaluation": "user-facing: bleu, the Multi30k protocol",
+    "distillation": "user-facing: distill-targets and its loss",
+    "cli": "the command line",
+    "arguments": "the command line's flags, beside it",
+    "config": "the model: TransformerConfig", "model": "the model: build_model",
+    "masking": "the model's masks", "losses": "the model's losses", "metrics": "the model's metrics",
+    "schedules": "the model's schedule", "optimizers": "the model's optimizer",
+    "errors": "every package raises them", "keras_internals": "every package's one door to Keras internals",
+    "registry": "the Registry type of the exporters, engines and strategies",
+    "registration": "run by `import keras_transformer`", "tensorflow_logs": "run by `import keras_transformer`",
+    "import_hooks": "what registration and tensorflow_logs run through",
+}
+
+
+def test_only_entry_points_and_shared_modules_stay_at_the_top_of_the_package():
+    top = {name for name in _modules() if "." not in name and name not in _packages()} | {""}
+    assert top == set(TOP_LEVEL), (f"top-level modules not in TOP_LEVEL (move them into a package, or say why they "
+                                   f"stay): {sorted(top - set(TOP_LEVEL))}; gone: {sorted(set(TOP_LEVEL) - top)}")
+
+
+def test_every_package_sits_no_higher_than_its_modules():
+    """Importing any module of a package first runs the package's `__init__`: it sits in the lowest layer of its
+    modules (it imports nothing above them), so that `workdir.layout`, `engines.interface` or `packed.data` stay
+    as light as they are."""
+    modules, packages = _modules(), _packages() - {""}
+    higher = []
+    for package in sorted(packages):
+        inside = [name for name in modules if name.startswith(package + ".")]
+        lowest = min(_layer(name) for name in inside)
+        if _layer(package) > lowest:
+            higher.append(f"{package} ({LAYERS[_layer(package)][0]}) is above its modules' lowest layer "
+                          f"({LAYERS[lowest][0]})")
+    assert not higher, "\n".join(higher)
 
 
 def test_the_import_graph_has_no_cycle():

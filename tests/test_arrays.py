@@ -1,5 +1,5 @@
-"""Packing token ids and training from them (keras_transformer.trainer.packed, keras-transformer train-packed), and
-translating them without TensorFlow (keras_transformer.arrays): the path to a GPU machine without TensorFlow."""
+"""Packing token ids and training from them (keras_transformer.packed.training, keras-transformer train-packed), and
+translating them without TensorFlow (keras_transformer.packed.scoring): the path to a GPU machine without TensorFlow."""
 
 import csv
 
@@ -8,8 +8,11 @@ import numpy as np
 import pytest
 from factories import backup_weights, noam_learning_rates, sigterm_at_update
 
-from keras_transformer import arrays, cli, load_translator, training
-from keras_transformer.data.packed import (
+from keras_transformer import cli, load_translator, training
+from keras_transformer.engines.packed import sentencepiece_processors
+from keras_transformer.errors import ConfigError
+from keras_transformer.packed import scoring as arrays
+from keras_transformer.packed.data import (
     ARRAYS_FILE,
     arrays_path,
     arrays_to_ragged,
@@ -17,10 +20,8 @@ from keras_transformer.data.packed import (
     make_batches,
     save_arrays,
 )
-from keras_transformer.engines.packed import sentencepiece_processors
-from keras_transformer.errors import ConfigError
+from keras_transformer.packed.training import PackedBatches, packed_data, packed_experiment, train_arrays
 from keras_transformer.trainer.backup import resumed_seed
-from keras_transformer.trainer.packed import PackedBatches, packed_data, packed_experiment, train_arrays
 
 # Its module fixtures are expensive: `make test` (--dist loadgroup) runs the whole file on one worker, so they
 # are built once.
@@ -165,7 +166,7 @@ def test_pack_writes_the_pairs_the_vocabulary_reads_back(packed):
 
 def test_training_reads_the_packed_ids_through_a_memory_map_and_an_unreleased_arrays_npz_is_named(packed,
                                                                                                    copy_packed):
-    from keras_transformer.data.packed import OLD_ARRAYS_FILE, PackedSequences, ragged_to_arrays
+    from keras_transformer.packed.data import OLD_ARRAYS_FILE, PackedSequences, ragged_to_arrays
     workdir = copy_packed()
     experiment = packed_experiment(workdir)
     _, batches = packed_data(workdir, experiment)

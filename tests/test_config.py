@@ -83,7 +83,7 @@ def test_decoding_fields_moved_out_of_the_model_config_and_old_model_files_still
     """A model.yaml from before the move (decoding fields among the architecture's) loads: its values become the
     decoding options; TransformerConfig itself refuses them by name."""
     from keras_transformer.decoding import DecodeOptions
-    from keras_transformer.workdir import read_model_file, write_model_file
+    from keras_transformer.workdir.checkpoints import read_model_file, write_model_file
     with pytest.raises(ValueError, match="beam_size: decoding settings are not part of TransformerConfig"):
         TransformerConfig.from_dict(dict(vocab_size=100, beam_size=5))
     old = tmp_path / "old.yaml"

@@ -6,9 +6,9 @@ import typing
 import pytest
 from factories import REPO
 
-from keras_transformer import config_reference
 from keras_transformer.errors import ConfigError
 from keras_transformer.experiment import ExperimentConfig
+from keras_transformer.experiment import reference as config_reference
 
 TEXT_FILES = {"train_source": "a.en", "train_target": "a.de"}  # never read: loading a config checks no file
 

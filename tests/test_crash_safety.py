@@ -15,13 +15,13 @@ import pytest
 from factories import SMALL_MODEL, SMALL_RUN, TINY_EXPERIMENT, sigterm_at_update
 
 from keras_transformer import cli, files, training
-from keras_transformer import workdir as workdir_module
 from keras_transformer.errors import CheckpointError, ConfigError
 from keras_transformer.experiment import load_experiment
 from keras_transformer.trainer import backup as trainer_backup
 from keras_transformer.trainer import loop as trainer_loop
 from keras_transformer.trainer.callbacks import HistoryCSV, LearningRateLogger
-from keras_transformer.workdir import epoch_checkpoints
+from keras_transformer.workdir import checkpoints as workdir_module
+from keras_transformer.workdir.checkpoints import epoch_checkpoints
 
 TINY = TINY_EXPERIMENT
 REPO = pathlib.Path(__file__).resolve().parents[1]

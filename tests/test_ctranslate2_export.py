@@ -443,9 +443,9 @@ def test_the_three_engines_share_one_interface(trained_copy_model, copy_export):
     the same translations, n-best lists (best first, the first one the translation), forced scores, and attention
     maps where the engine has them (CTranslate2 refuses by name)."""
     from keras_transformer.decoding import DecodeOptions
+    from keras_transformer.engines.interface import TranslatorInterface
     from keras_transformer.engines.packed import PackedTranslator, sentencepiece_processors
     from keras_transformer.engines.tensorflow import Translator
-    from keras_transformer.interface import TranslatorInterface
 
     model, config = trained_copy_model
     folder, vocab_dir, tokenizer = copy_export
@@ -584,7 +584,7 @@ def packed_copy_folder(trained_copy_model, copy_export, tmp_path_factory):
     decoding as the CTranslate2 export does: what the loader gives the packed engine."""
     import shutil
 
-    from keras_transformer.workdir import write_model_file
+    from keras_transformer.workdir.checkpoints import write_model_file
 
     model, config = trained_copy_model
     folder = tmp_path_factory.mktemp("packed_copy") / "run"
@@ -634,8 +634,9 @@ def test_the_loader_picks_the_engine_and_the_command_line_checks_each_folder_onc
     """A packed workdir gets the packed engine (or the one asked for; several, the TensorFlow engine's ensemble), a
     CTranslate2 export the CTranslate2 one and nothing else; `keras-transformer translate` checks the weights
     options and the folder once."""
-    from keras_transformer import cli, layout, load_translator
+    from keras_transformer import cli, load_translator
     from keras_transformer.engines.loader import model_engine
+    from keras_transformer.workdir import layout
 
     assert [model_engine(path) for path in (copy_export[0], packed_copy_folder)] == ["ctranslate2", "packed"]
     with pytest.raises(ConfigError, match="is a CTranslate2 export: the packed engine cannot read it"):

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from keras_transformer import TransformerConfig, build_model, cli, distillation
-from keras_transformer.data.packed import ARRAYS_FILE, make_batches, pack_labels, save_arrays
 from keras_transformer.losses import LabelSmoothedCrossEntropy
+from keras_transformer.packed.data import ARRAYS_FILE, make_batches, pack_labels, save_arrays
+from keras_transformer.packed.training import train_arrays
 from keras_transformer.schedules import NoamSchedule
-from keras_transformer.trainer.packed import train_arrays
 
 # Its module fixtures are expensive: `make test` (--dist loadgroup) runs the whole file on one worker, so they
 # are built once.

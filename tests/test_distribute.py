@@ -17,8 +17,8 @@ import textwrap
 import numpy as np
 import pytest
 
-from keras_transformer import distribute
 from keras_transformer.experiment import DISTRIBUTION_STRATEGIES
+from keras_transformer.trainer import distribute
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 TINY = REPO / "configs" / "tiny_copy.yaml"

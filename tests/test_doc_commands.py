@@ -26,7 +26,8 @@ import shlex
 import pytest
 import yaml
 
-from keras_transformer import arguments, cli, layout
+from keras_transformer import arguments, cli
+from keras_transformer.workdir import layout
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

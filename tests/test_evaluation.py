@@ -9,8 +9,8 @@ import pytest
 
 import keras_transformer as kt
 from keras_transformer import evaluation
-from keras_transformer.callbacks import BleuCallback
-from keras_transformer.workdir import average_checkpoints, latest_checkpoints, load_weights
+from keras_transformer.trainer.tensorflow_callbacks import BleuCallback
+from keras_transformer.workdir.checkpoints import average_checkpoints, latest_checkpoints, load_weights
 
 # --------------------------------------------------------------------- BLEU
 

@@ -18,8 +18,8 @@ from keras_transformer.engines.tensorflow import TRAINED_CHUNK_SIZE, Translator
 from keras_transformer.errors import ConfigError
 from keras_transformer.evaluation import read_lines
 from keras_transformer.exports.savedmodel import TranslatorModule, export_translator, load_exported
-from keras_transformer.warmup import read_warmup_file, warm_up, warmup_requests
-from keras_transformer.workdir import read_model_file
+from keras_transformer.exports.warmup import read_warmup_file, warm_up, warmup_requests
+from keras_transformer.workdir.checkpoints import read_model_file
 
 # Its module fixtures are expensive: `make test` (--dist loadgroup) runs the whole file on one worker, so they
 # are built once.
@@ -564,7 +564,7 @@ def test_a_kill_at_any_step_of_the_swap_leaves_a_whole_export_that_loads_and_the
     loads; one killed between the fallback's two renames is put back by the next load. The next export removes
     whatever the killed one left beside `--out`."""
     from keras_transformer.exports import folder as export_folder
-    from keras_transformer.workdir import load_models, model_folder
+    from keras_transformer.workdir.checkpoints import load_models, model_folder
 
     directory, _ = exported
     new = tmp_path / "new"
@@ -626,7 +626,7 @@ def test_an_export_carries_a_manifest_that_verify_and_every_loader_check(exporte
     ones) still loads."""
     from keras_transformer import cli
     from keras_transformer.errors import ExportDamagedError
-    from keras_transformer.layout import check_model_folder
+    from keras_transformer.workdir.layout import check_model_folder
 
     directory, _ = exported
     listed = json.loads((directory / "manifest.json").read_text(encoding="utf-8"))["files"]

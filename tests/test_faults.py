@@ -13,13 +13,14 @@ import pytest
 import tensorflow as tf
 from factories import SMALL_RUN, TINY_EXPERIMENT, make_workdir, tiny_config
 
-from keras_transformer import cli, footprint, training
+from keras_transformer import cli, training
 from keras_transformer.config import TransformerConfig
 from keras_transformer.data.tokenizers import load_tokenizers
 from keras_transformer.errors import EXIT_CODES, ConfigError, CorruptFileError, describe_fault
 from keras_transformer.experiment import load_experiment
 from keras_transformer.model import build_model
-from keras_transformer.workdir import read_model_file
+from keras_transformer.trainer import footprint
+from keras_transformer.workdir.checkpoints import read_model_file
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 

@@ -66,7 +66,7 @@ def _log_softmax(x):
 LOSSES_SCRIPT = """
 import jax
 from keras_transformer import distillation
-from keras_transformer.data.packed import pack_labels
+from keras_transformer.packed.data import pack_labels
 from keras_transformer.losses import LabelSmoothedCrossEntropy
 inputs = np.load(sys.argv[1])
 logits, labels = jax.numpy.asarray(inputs["logits"]), inputs["labels"]
@@ -262,8 +262,8 @@ def test_training_under_jax_resumes_and_reports_the_loss_tensorflow_computes(pac
     import yaml
 
     from keras_transformer.config import TransformerConfig
-    from keras_transformer.data.packed import ARRAYS_FILE, load_arrays, make_batches
     from keras_transformer.model import build_model
+    from keras_transformer.packed.data import ARRAYS_FILE, load_arrays, make_batches
     workdir = copy_packed()
     experiment = yaml.safe_load((workdir / "experiment.yaml").read_text(encoding="utf-8"))
     experiment["training"].update(ema_decay=0.9, gradient_accumulation_steps=2)
@@ -336,10 +336,10 @@ def test_sampling_draws_are_bit_identical_under_jax(losses_under_jax):
 
 SHIPPED_SCRIPT = """
 import pathlib
-from keras_transformer import arrays
+from keras_transformer.packed import scoring as arrays
 from keras_transformer.engines.packed import sentencepiece_processors
 from keras_transformer.model import build_model
-from keras_transformer.workdir import read_model_file
+from keras_transformer.workdir.checkpoints import read_model_file
 extra = pathlib.Path(sys.argv[1]) / "assets.extra"
 config, options = read_model_file(extra / "model.yaml")
 model = build_model(config)

@@ -23,8 +23,8 @@ from keras_transformer.data.pipeline import (
     stream_error,
 )
 from keras_transformer.data.stream import Corpus
-from keras_transformer.distribute import input_shard
 from keras_transformer.experiment import DataConfig
+from keras_transformer.trainer.distribute import input_shard
 
 BUDGET = 2048
 MAX_LENGTH = 40  # positions; 66 of the 29,000 Multi30k training pairs are longer (8k joint BPE)

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 import keras_transformer as kt
-from keras_transformer import load_translator, plotting
+from keras_transformer import load_translator
+from keras_transformer.attention import plotting
 from keras_transformer.decoding import greedy_decode
 from keras_transformer.engines.tensorflow import Translator
 from keras_transformer.model import decode, encode

@@ -131,7 +131,7 @@ def references(tmp_path_factory):
 
 def _ours(workdir):
     from keras_transformer.data.tokenizers import load_tokenizers
-    from keras_transformer.workdir import load_models
+    from keras_transformer.workdir.checkpoints import load_models
     loaded = load_models(workdir)
     source, target = load_tokenizers(workdir / "data" / "vocab")
     return loaded.models[0], loaded.configs[0], source, target
@@ -209,7 +209,7 @@ def test_the_workdir_records_where_it_came_from_and_the_decoding_defaults(refere
     record = json.loads((workdir / "imported.json").read_text())
     assert record["family"] == "marian" and record["config"]["model_type"] == "marian"
     assert set(record["files"]) >= {"config.json", "model.safetensors", "source.spm", "target.spm", "vocab.json"}
-    from keras_transformer.workdir import read_model_file
+    from keras_transformer.workdir.checkpoints import read_model_file
     config, options = read_model_file(workdir / "model.yaml")
     assert (options.strategy, options.beam_size) == ("beam", 4)  # generation_config.json's num_beams
     assert config.bos_id == config.pad_id and config.sinusoid_layout == "concatenated"
@@ -284,7 +284,7 @@ def test_three_fine_tuning_updates_raise_the_likelihood_of_the_data_and_the_resu
     from keras_transformer.data.tokenizers import load_tokenizers
     from keras_transformer.engines.loader import load_translator
     from keras_transformer.exports import make_exporter
-    from keras_transformer.workdir import load_models
+    from keras_transformer.workdir.checkpoints import load_models
     _, workdir, _, _ = references["shared_swish"]
     sources, targets = _lines("val.en.gz", 48), _lines("val.de.gz", 48)
     for name, lines in (("train.en", sources), ("train.de", targets)):

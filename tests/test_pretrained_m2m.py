@@ -123,7 +123,7 @@ def references(tmp_path_factory):
 
 def _ours(workdir):
     from keras_transformer.data.tokenizers import load_tokenizers
-    from keras_transformer.workdir import load_models
+    from keras_transformer.workdir.checkpoints import load_models
     loaded = load_models(workdir)
     source, target = load_tokenizers(workdir / "data" / "vocab")
     return loaded.models[0], loaded.configs[0], source, target
@@ -212,7 +212,7 @@ def test_the_workdir_records_the_family_and_the_options(references):
     _, workdir, _, _ = references["nllb"]
     record = json.loads((workdir / "imported.json").read_text())
     assert record["family"] == "m2m_100" and set(record["files"]) >= {"tokenizer.json", "sentencepiece.bpe.model"}
-    from keras_transformer.workdir import read_model_file
+    from keras_transformer.workdir.checkpoints import read_model_file
     config, options = read_model_file(workdir / "model.yaml")
     assert (options.strategy, options.beam_size) == ("beam", 4)
     assert config.norm_first and config.sinusoid_layout == "fairseq" and config.tie_embeddings == "all"
@@ -294,7 +294,7 @@ def test_three_fine_tuning_updates_raise_the_likelihood_of_the_data_and_the_resu
     from keras_transformer.data.tokenizers import load_tokenizers
     from keras_transformer.engines.loader import load_translator
     from keras_transformer.exports import make_exporter
-    from keras_transformer.workdir import load_models
+    from keras_transformer.workdir.checkpoints import load_models
     _, workdir, _, _ = references["m2m100"]
     sources, targets = _lines("val.en.gz", 48), _lines("val.de.gz", 48)
     for name, lines in (("train.en", sources), ("train.de", targets)):

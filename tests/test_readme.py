@@ -85,6 +85,20 @@ def test_layout_section_names_every_module_and_only_those():
                                       f"keras_transformer/ {gone}")
 
 
+def test_layout_section_gives_each_package_its_own_entry_with_its_purpose():
+    """The tree is drawn by role: every package (``workdir/``, ``data/tokenizers/``) opens an entry of its own,
+    and the entry says what the package is for before (or around) the modules it lists."""
+    entries = _entries(_layout_block(README.read_text(encoding="utf-8")))
+    heads = {entry.split()[0].rstrip(","): entry for entry in entries}
+    packages = {path.parent.relative_to(PACKAGE).as_posix() + "/" for path in PACKAGE.rglob("__init__.py")
+                if path.parent != PACKAGE and "__pycache__" not in path.parts}
+    missing = sorted(packages - set(heads))
+    assert not missing, f"README's layout section: no entry of their own for the packages {missing}"
+    bare = sorted(package for package in packages
+                  if not re.sub(r"(?:\w+/)*\w+\.py|[\s,;:()]", "", heads[package][len(package):]))
+    assert not bare, f"README's layout section: packages listed without a word of their purpose {bare}"
+
+
 def test_layout_reading_resolves_each_name_within_its_entry():
     text = ("## Layout\n\n```\nkeras_transformer/\n  __init__.py   the API\n  # a layer\n"
             "  decoding/search.py  the loop, and beam.py,\n                      greedy.py\n"

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer import evaluation, inference, plotting
+from keras_transformer import evaluation, inference
+from keras_transformer.attention import plotting
 from keras_transformer.engines.tensorflow import Translator
 
 # Its module fixtures are expensive: `make test` (--dist loadgroup) runs the whole file on one worker, so they
@@ -92,7 +93,7 @@ def test_the_shipped_savedmodel_and_greedy_decoding_translate_as_before(first_50
 def test_a_model_file_from_before_the_decoding_options_loads_as_the_shipped_one():
     """The shipped model's model.yaml as it was before the decoding options had their own mapping (beam_size,
     length_penalty, max_decode_extra, early_exit among the architecture's fields) reads as the re-exported one."""
-    from keras_transformer.workdir import read_model_file
+    from keras_transformer.workdir.checkpoints import read_model_file
     old_config, old_options = read_model_file(OLD_MODEL_FILE)
     config, options = read_model_file(SHIPPED / "assets.extra" / "model.yaml")
     assert (old_config, old_options) == (config, options)

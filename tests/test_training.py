@@ -17,7 +17,6 @@ from keras_transformer.config import TransformerConfig
 from keras_transformer.data.build import build_data
 from keras_transformer.errors import CheckpointError, ConfigError
 from keras_transformer.experiment import DataSection, ExperimentConfig, TrainingSection, load_experiment, parse_override
-from keras_transformer.layout import checkpoint_vocabulary
 from keras_transformer.model import build_model
 from keras_transformer.trainer import backup as trainer_backup
 from keras_transformer.trainer import callbacks as trainer_callbacks
@@ -25,7 +24,8 @@ from keras_transformer.trainer import loop as trainer_loop
 from keras_transformer.trainer.backup import resumed_seed
 from keras_transformer.trainer.callbacks import HistoryCSV, LearningRateLogger
 from keras_transformer.trainer.precision import cpu_has_native_bfloat16, progress_verbosity, resolve_precision
-from keras_transformer.workdir import epoch_checkpoints, load_weights
+from keras_transformer.workdir.checkpoints import epoch_checkpoints, load_weights
+from keras_transformer.workdir.layout import checkpoint_vocabulary
 
 
 def _write(path, values):

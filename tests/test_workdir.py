@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 from factories import make_workdir, tiny_config
 
-from keras_transformer import layout, workdir
 from keras_transformer.errors import CheckpointError, CheckpointNotFoundError, ConfigError
+from keras_transformer.workdir import checkpoints as workdir
+from keras_transformer.workdir import layout
 
 
 def _run(root, seed, vocab_files):

@@ -1,6 +1,6 @@
 """Token-budget batching plans, in numpy only: shared by the tf.data pipeline and the packed-array trainer.
 
-`keras_transformer.trainer.packed` trains on machines without TensorFlow, so what both
+`keras_transformer.packed.training` trains on machines without TensorFlow, so what both
 paths need to agree on lives here, free of TensorFlow.
 """
 

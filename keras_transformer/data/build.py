@@ -16,10 +16,10 @@ import tensorflow as tf
 
 from keras_transformer.data import corpus, pipeline, stream, tokenizers
 from keras_transformer.data.synthetic import make_arrays, synthetic_pairs
-from keras_transformer.distribute import global_batch_size, input_shard
 from keras_transformer.errors import ConfigError
 from keras_transformer.files import atomic_write, staging_folder
 from keras_transformer.trainer.backup import resumed_seed
+from keras_transformer.trainer.distribute import global_batch_size, input_shard
 from keras_transformer.trainer.loop import TrainingData
 
 log = logging.getLogger("keras_transformer")

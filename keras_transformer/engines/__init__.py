@@ -1,4 +1,4 @@
-"""The engines that translate a trained model, each behind `keras_transformer.interface.TranslatorInterface`.
+"""The engines that translate a trained model, each behind `keras_transformer.engines.interface.TranslatorInterface`.
 
 | engine | module | needs |
 | --- | --- | --- |

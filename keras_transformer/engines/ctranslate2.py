@@ -16,9 +16,9 @@ import sys
 import numpy as np
 
 from keras_transformer.decoding.options import DecodeOptions
+from keras_transformer.engines.interface import TranslatorInterface, check_prefix_ids
 from keras_transformer.errors import ConfigError
-from keras_transformer.interface import TranslatorInterface, check_prefix_ids
-from keras_transformer.layout import CTRANSLATE2_METADATA
+from keras_transformer.workdir.layout import CTRANSLATE2_METADATA
 
 FORMAT = "keras_transformer.ctranslate2"
 FORMAT_VERSION = 1

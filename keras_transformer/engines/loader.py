@@ -22,14 +22,20 @@ import os
 import pathlib
 from typing import TYPE_CHECKING, Any
 
-from keras_transformer.data.packed import arrays_path
 from keras_transformer.errors import ConfigError
-from keras_transformer.layout import WORKDIR_VOCAB, check_models, is_sentencepiece_vocabulary, model_kind, not_a_model
+from keras_transformer.packed.data import arrays_path
 from keras_transformer.registry import Registry
+from keras_transformer.workdir.layout import (
+    WORKDIR_VOCAB,
+    check_models,
+    is_sentencepiece_vocabulary,
+    model_kind,
+    not_a_model,
+)
 
 if TYPE_CHECKING:
     from keras_transformer.decoding.options import DecodeOptions
-    from keras_transformer.interface import TranslatorInterface
+    from keras_transformer.engines.interface import TranslatorInterface
 
 # engine name -> its translator class (a `TranslatorInterface`, whose `engine` is this name)
 ENGINES = Registry("engine")
@@ -85,7 +91,7 @@ def load_translator(model: str | os.PathLike[str] | list[str | os.PathLike[str]]
             own arguments (`compute_type`, `intra_threads`, ...).
 
     Returns:
-        A `keras_transformer.interface.TranslatorInterface`: the engine's translator.
+        A `keras_transformer.engines.interface.TranslatorInterface`: the engine's translator.
 
     Raises:
         ConfigError: an empty list, an unknown engine, one that cannot read the folder, an ensemble the engine

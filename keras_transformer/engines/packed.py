@@ -1,6 +1,6 @@
 """`PackedTranslator`: the engine of the packed path, Keras on any backend and SentencePiece, no TensorFlow.
 
-A machine that trains from packed arrays (`keras_transformer.arrays`, JAX on a GPU) decodes and scores with it:
+A machine that trains from packed arrays (`keras_transformer.packed.scoring`, JAX on a GPU) decodes and scores with it:
 the model's own search (`keras_transformer.decoding`) over SentencePiece ids.
 """
 
@@ -10,14 +10,14 @@ import keras
 import numpy as np
 
 from keras_transformer import decoding
-from keras_transformer.attention_maps import attention_maps, strip_special
+from keras_transformer.attention.maps import attention_maps, strip_special
 from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.decoding.registry import STRATEGIES
+from keras_transformer.engines.interface import TranslatorInterface, check_prefix_ids, clean_line, is_blank
 from keras_transformer.errors import ConfigError
-from keras_transformer.interface import TranslatorInterface, check_prefix_ids, clean_line, is_blank
-from keras_transformer.layout import SENTENCEPIECE_MODELS, TOKENIZER_SETTINGS, tokenizer_folders
 from keras_transformer.model import parts
-from keras_transformer.workdir import load_models
+from keras_transformer.workdir.checkpoints import load_models
+from keras_transformer.workdir.layout import SENTENCEPIECE_MODELS, TOKENIZER_SETTINGS, tokenizer_folders
 
 
 class PackedTranslator(TranslatorInterface):

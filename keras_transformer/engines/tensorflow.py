@@ -5,7 +5,7 @@ graphs, and the whole path runs in one `tf.function` that the export module
 saves in a SavedModel. The search itself is `keras_transformer.decoding`
 (the strategy its `DecodeOptions` name), the graph's pieces are
 `engines.tensorflow_graph`'s, and the Python-level methods (line clean-up,
-blanks, length order) are `keras_transformer.interface.TranslatorInterface`'s.
+blanks, length order) are `keras_transformer.engines.interface.TranslatorInterface`'s.
 `keras_transformer.load_translator` builds one for a workdir or SavedModel export.
 
 The graph itself replaces bytes that are not valid UTF-8 by U+FFFD and
@@ -22,11 +22,12 @@ import os
 import tensorflow as tf
 
 from keras_transformer import decoding
-from keras_transformer.attention_maps import attention_maps, strip_special
+from keras_transformer.attention.maps import attention_maps, strip_special
 from keras_transformer.data.tokenizers import load_tokenizers
 from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.decoding.registry import STRATEGIES
 from keras_transformer.decoding.strategies import SAMPLING_FIELDS
+from keras_transformer.engines.interface import TranslatorInterface, check_prefix_ids, clean_line
 from keras_transformer.engines.tensorflow_graph import (
     SMALLEST_WIDTH_BUCKET,
     blank_strings,
@@ -39,10 +40,9 @@ from keras_transformer.engines.tensorflow_graph import (
     row_lengths,
     valid_utf8,
 )
-from keras_transformer.footprint import search_memory
-from keras_transformer.interface import TranslatorInterface, check_prefix_ids, clean_line
 from keras_transformer.model import parts
-from keras_transformer.workdir import load_models
+from keras_transformer.trainer.footprint import search_memory
+from keras_transformer.workdir.checkpoints import load_models
 
 # Sentences per search loop (and pairs per forced-decoding pass of `score`), the `Translator` default: each
 # length-ordered chunk stops when its own sentences are done (docs/decoding.md, "Length-ordered chunks"; 8-12

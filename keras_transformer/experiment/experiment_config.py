@@ -13,7 +13,12 @@ from keras_transformer.experiment.data_section import DataSection
 from keras_transformer.experiment.decoding_section import DecodingSection
 from keras_transformer.experiment.training_section import TrainingSection
 from keras_transformer.experiment.validation import SECTIONS, is_integer, reject_unknown
-from keras_transformer.footprint import available_memory, check_training_memory, describe_memory, training_memory
+from keras_transformer.trainer.footprint import (
+    available_memory,
+    check_training_memory,
+    describe_memory,
+    training_memory,
+)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -71,9 +71,9 @@ from keras_transformer.errors import ConfigError
 from keras_transformer.exports import Exporter
 from keras_transformer.exports.folder import export_lock, writing_export
 from keras_transformer.files import atomic_write_text
-from keras_transformer.layout import CTRANSLATE2_METADATA, check_export_destination
 from keras_transformer.model import parts
-from keras_transformer.workdir import load_models
+from keras_transformer.workdir.checkpoints import load_models
+from keras_transformer.workdir.layout import CTRANSLATE2_METADATA, check_export_destination
 
 README_FILE = "README.md"
 PAD_TOKEN = "<blank>"  # CTranslate2's (and OpenNMT's) padding token

@@ -59,7 +59,11 @@ from keras_transformer.engines.tensorflow import TRAINED_CHUNK_SIZE, Translator
 from keras_transformer.errors import CheckpointNotFoundError, ConfigError
 from keras_transformer.exports import Exporter
 from keras_transformer.exports.folder import MANIFEST, check_export_sizes, export_lock, writing_export
-from keras_transformer.layout import (
+from keras_transformer.exports.warmup import warmup_requests, write_warmup_file
+from keras_transformer.model import cast_model
+from keras_transformer.trainer.precision import cpu_has_native_bfloat16
+from keras_transformer.workdir.checkpoints import load_models, read_model_file, write_model_file, write_weights_file
+from keras_transformer.workdir.layout import (
     EXTRA_DIR,
     MEMBERS_DIR,
     MODEL_CONFIG,
@@ -68,10 +72,6 @@ from keras_transformer.layout import (
     check_export_destination,
     is_export,
 )
-from keras_transformer.model import cast_model
-from keras_transformer.trainer.precision import cpu_has_native_bfloat16
-from keras_transformer.warmup import warmup_requests, write_warmup_file
-from keras_transformer.workdir import load_models, read_model_file, write_model_file, write_weights_file
 
 # The precisions a SavedModel export takes (`export --precision`), and why the others are not offered.
 PRECISIONS = ("float32", "bfloat16")

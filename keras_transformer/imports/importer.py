@@ -25,9 +25,9 @@ from keras_transformer.files import atomic_write_text, fsync_folder, staging_fol
 from keras_transformer.imports import family_for
 from keras_transformer.imports.checkpoint import licence, read_checkpoint
 from keras_transformer.imports.family import WeightSource
-from keras_transformer.layout import CHECKPOINTS_DIR, MODEL_CONFIG, WORKDIR_VOCAB
 from keras_transformer.model import build_model
-from keras_transformer.workdir import save_weights, write_model_file
+from keras_transformer.workdir.checkpoints import save_weights, write_model_file
+from keras_transformer.workdir.layout import CHECKPOINTS_DIR, MODEL_CONFIG, WORKDIR_VOCAB
 
 log = logging.getLogger("keras_transformer")
 

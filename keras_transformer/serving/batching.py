@@ -10,7 +10,7 @@ import logging
 import math
 import time
 
-from keras_transformer.interface import clean_line
+from keras_transformer.engines.interface import clean_line
 from keras_transformer.serving.requests import RequestError
 
 log = logging.getLogger("keras_transformer.serving")
@@ -25,7 +25,7 @@ class Engine:
     """A loaded translator and its variants (one per set of decoding options asked for), run from one thread.
 
     Args:
-        translator: a `keras_transformer.interface.TranslatorInterface` (what `load_translator` returns).
+        translator: a `keras_transformer.engines.interface.TranslatorInterface` (what `load_translator` returns).
         variants: how many variants to keep (least recently used ones go).
 
     Example:

@@ -13,8 +13,8 @@ import pathlib
 import re
 import typing
 
-from keras_transformer import layout
 from keras_transformer.errors import ConfigError
+from keras_transformer.workdir import layout
 
 # TensorFlow Serving's states of a version (`ManagerState`), in the order a version goes through them.
 START, LOADING, AVAILABLE, UNLOADING, END = "START", "LOADING", "AVAILABLE", "UNLOADING", "END"

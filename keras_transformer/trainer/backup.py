@@ -43,7 +43,7 @@ from keras_transformer.files import (
     write_temporary,
 )
 from keras_transformer.trainer.ema import has_average
-from keras_transformer.workdir import write_weights_file
+from keras_transformer.workdir.checkpoints import write_weights_file
 
 log = logging.getLogger("keras_transformer")
 

@@ -16,7 +16,7 @@ import numpy as np
 from keras_transformer import evaluation
 from keras_transformer.files import atomic_write
 from keras_transformer.trainer.ema import averaged_weights
-from keras_transformer.workdir import rotate_checkpoints, save_weights, write_weights_file
+from keras_transformer.workdir.checkpoints import rotate_checkpoints, save_weights, write_weights_file
 
 log = logging.getLogger("keras_transformer")
 
@@ -273,7 +273,7 @@ class BleuCallback(keras.callbacks.Callback):
             decoding with the model being trained (a `Translator`), or None to
             build one in `on_train_begin` with `make_translator`.
         make_translator: `make_translator(model, **translator_options)` when
-            `translator` is None (`keras_transformer.callbacks.BleuCallback`
+            `translator` is None (`keras_transformer.trainer.tensorflow_callbacks.BleuCallback`
             passes one that builds a `Translator` from tokenizers).
         every_n_epochs: decode after epochs N, 2N, ...
         lowercase: case-insensitive BLEU.

@@ -44,14 +44,14 @@ from keras_transformer.trainer.callbacks import (
     best_logged,
 )
 from keras_transformer.trainer.precision import progress_verbosity
-from keras_transformer.workdir import checkpoint_number, epoch_checkpoints, load_weights, weights_only
+from keras_transformer.workdir.checkpoints import checkpoint_number, epoch_checkpoints, load_weights, weights_only
 
 log = logging.getLogger("keras_transformer")
 
 
 @dataclasses.dataclass
 class TrainingData:
-    """The batches of a run, whatever made them (`data.build.build_data`, `trainer.packed.packed_data`)."""
+    """The batches of a run, whatever made them (`data.build.build_data`, `packed.training.packed_data`)."""
 
     train: typing.Any  # batches of ({"source", "target"}, labels): a tf.data.Dataset or a keras PyDataset
     validation: typing.Any  # the same for validation, or None

@@ -18,13 +18,13 @@ same model from the same vocabulary, in two steps:
 
 The workdir then serves every TensorFlow-side command unchanged:
 `keras-transformer evaluate --model W --average N ...`, `export --workdir W`;
-`keras-transformer train-packed W --evaluate SOURCE REFERENCE` (`arrays.evaluate_arrays`) scores it without
+`keras-transformer train-packed W --evaluate SOURCE REFERENCE` (`packed.scoring.evaluate_arrays`) scores it without
 TensorFlow.
 
 Batches (`PackedBatches`, a `keras.utils.PyDataset`): a pair's length is its
 longer side plus one (eos / bos), rounded up to a multiple of `length_multiple`;
 the pairs are sorted by it and cut into token-budget batches as the tf.data
-pipeline cuts them (`data.packed.make_batches`). An epoch is one pass over
+pipeline cuts them (`packed.data.make_batches`). An epoch is one pass over
 the pairs, or `training.steps_per_epoch` batches of an endless stream of
 passes; each pass's order is a pure function of the seed and the pass, so a
 run resumed inside an epoch trains the batches the interrupted one had left.
@@ -47,7 +47,11 @@ import numpy as np
 
 from keras_transformer import distillation, evaluation
 from keras_transformer.config import TransformerConfig
-from keras_transformer.data.packed import (
+from keras_transformer.engines.packed import PackedTranslator, sentencepiece_processors
+from keras_transformer.errors import ConfigError
+from keras_transformer.experiment import load_experiment
+from keras_transformer.files import exclusive_lock, remove_stale_temporaries
+from keras_transformer.packed.data import (
     ARRAYS_FILE,
     arrays_path,
     assemble_batch,
@@ -56,15 +60,11 @@ from keras_transformer.data.packed import (
     plan_batches,
     sequence_lengths,
 )
-from keras_transformer.engines.packed import PackedTranslator, sentencepiece_processors
-from keras_transformer.errors import ConfigError
-from keras_transformer.experiment import load_experiment
-from keras_transformer.files import exclusive_lock, remove_stale_temporaries
 from keras_transformer.trainer.backup import backup_position, resumed_seed
 from keras_transformer.trainer.callbacks import HistoryCSV
 from keras_transformer.trainer.loop import TrainingData, check_fresh_start, finished_epochs, fit_experiment
 from keras_transformer.trainer.precision import resolve_precision
-from keras_transformer.workdir import average_workdir, checkpoint_number, epoch_checkpoints
+from keras_transformer.workdir.checkpoints import average_workdir, checkpoint_number, epoch_checkpoints
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +136,7 @@ def _refuse_what_packed_arrays_cannot_train(experiment):
 
 # ------------------------------------------------------------------ batches for model.fit
 class PackedBatches(keras.utils.PyDataset):
-    """The token-budget batches of packed pairs (`data.packed.make_batches`) for `model.fit`, on any backend.
+    """The token-budget batches of packed pairs (`packed.data.make_batches`) for `model.fit`, on any backend.
 
     Each item is `({"source", "target"}, labels)`. The batches form one
     endless stream of passes over the pairs; with a `seed` the pairs are
@@ -151,7 +151,7 @@ class PackedBatches(keras.utils.PyDataset):
     its first epoch starts at batch `done`.
 
     Args:
-        sources, targets: lists of id arrays, or `data.packed.PackedSequences` (`load_arrays`).
+        sources, targets: lists of id arrays, or `packed.data.PackedSequences` (`load_arrays`).
         tokens_per_batch, length_multiple, pad_rows, pad_id, bos_id, eos_id: as in `make_batches`.
         seed: the shuffling seed, or None for one fixed order (validation).
         teacher: `(ids, probabilities)` of `distillation.load_teacher`, packed into the labels.
@@ -193,7 +193,7 @@ class PackedBatches(keras.utils.PyDataset):
         self.callback = _EpochTracker(self)
 
     def pass_plan(self, number):
-        """The `(indices, width, rows)` of each batch of pass `number` over the pairs (`data.packed.plan_batches`):
+        """The `(indices, width, rows)` of each batch of pass `number` over the pairs (`packed.data.plan_batches`):
         the order only, a few bytes per pair; the batches are assembled from the pairs when read."""
         if number not in self._passes:
             rng = None if self.seed is None else np.random.default_rng(resumed_seed(self.seed, number))

@@ -11,7 +11,7 @@ accepts, where they are a closed set, come from the constants the validation
 uses (`CHOICES`).
 
 ```
-python -m keras_transformer.config_reference > docs/config.md
+python -m keras_transformer.experiment.reference > docs/config.md
 ```
 
 `tests/test_config_reference.py` fails when docs/config.md and the schema
@@ -57,7 +57,7 @@ from keras_transformer.experiment import (
     TrainingSection,
 )
 
-COMMAND = "python -m keras_transformer.config_reference > docs/config.md"
+COMMAND = "python -m keras_transformer.experiment.reference > docs/config.md"
 
 # The closed sets of values a key accepts: the constants its validation checks against.
 CHOICES = {
@@ -306,7 +306,7 @@ def reference():
 
 
 def main(argv=None):
-    """`python -m keras_transformer.config_reference`: writes the reference to stdout."""
+    """`python -m keras_transformer.experiment.reference`: writes the reference to stdout."""
     argv = sys.argv[1:] if argv is None else argv
     if argv:
         sys.exit(f"usage: {COMMAND}")

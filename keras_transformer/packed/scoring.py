@@ -1,7 +1,7 @@
 """Translating and scoring a packed workdir without TensorFlow: Keras on any backend and SentencePiece.
 
 `keras-transformer pack` writes a workdir that trains on any Keras backend (`keras-transformer train-packed`,
-`trainer.packed.train_arrays`). On that machine there may be no TensorFlow: `engines.packed.PackedTranslator`
+`packed.training.train_arrays`). On that machine there may be no TensorFlow: `engines.packed.PackedTranslator`
 decodes its model with the package's own searches (`keras_transformer.decoding`) and the SentencePiece vocabulary, and
 `evaluate_arrays` scores it (`keras-transformer train-packed W --evaluate SOURCE REFERENCE`). The workdir also
 serves every TensorFlow-side command unchanged: `keras-transformer evaluate --model W --average N ...`,

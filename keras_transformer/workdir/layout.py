@@ -2,7 +2,7 @@
 
 The command line runs these before it imports TensorFlow (seconds), so that a
 wrong path or a folder that is not a model is reported at once.
-`keras_transformer.workdir` loads what these name. Also the vocabulary folders: where a run or an export keeps
+`workdir.checkpoints` loads what these name. Also the vocabulary folders: where a run or an export keeps
 its vocabulary, whether two are the same, and a fine-tuning run's adoption of its checkpoint's.
 Standard library only.
 """

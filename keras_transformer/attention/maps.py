@@ -1,8 +1,8 @@
 """Attention maps of one sentence pair: every attention weight matrix of a model, with the tokens for the axes.
 
 `AttentionMaps` is what a translator's `attention(sentence)` returns
-(`keras_transformer.interface.TranslatorInterface`) and what
-`keras_transformer.plotting` draws. The numbers come from one teacher-forced
+(`keras_transformer.engines.interface.TranslatorInterface`) and what
+`keras_transformer.attention.plotting` draws. The numbers come from one teacher-forced
 pass over the source and ``<s> + translation`` (`attention_weights`); each
 engine brings its own tokenizer for the axes' tokens (`attention_maps`).
 

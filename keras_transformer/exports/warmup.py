@@ -37,7 +37,7 @@ from tensorflow.core.framework import tensor_pb2
 
 from keras_transformer.engines.tensorflow_graph import SMALLEST_WIDTH_BUCKET, bucket_sizes
 from keras_transformer.files import atomic_write
-from keras_transformer.layout import EXTRA_DIR
+from keras_transformer.workdir.layout import EXTRA_DIR
 
 WARMUP_FILE = "tf_serving_warmup_requests"  # in assets.extra/: the name TensorFlow Serving looks for
 

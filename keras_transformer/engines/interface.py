@@ -384,7 +384,7 @@ class TranslatorInterface(abc.ABC):
                                   "build another translator for other options.")
 
     def attention(self, sentence: str, translation: str | None = None) -> Any:  # an AttentionMaps
-        """The `attention_maps.AttentionMaps` of `sentence` and its translation (or the given `translation`).
+        """The `attention.maps.AttentionMaps` of `sentence` and its translation (or the given `translation`).
 
         Raises:
             NotImplementedError: the engine exposes no attention weights (named).

@@ -46,7 +46,8 @@ from keras_transformer.files import (
     shared_lock,
 )
 from keras_transformer.keras_internals import weights_file_bytes
-from keras_transformer.layout import (
+from keras_transformer.model import build_model
+from keras_transformer.workdir.layout import (
     CHECKPOINT_PATTERN,
     CHECKPOINTS_DIR,
     EXTRA_DIR,
@@ -62,7 +63,6 @@ from keras_transformer.layout import (
     not_a_model,
     same_vocabulary,
 )
-from keras_transformer.model import build_model
 
 log = logging.getLogger("keras_transformer")
 

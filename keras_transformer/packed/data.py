@@ -1,7 +1,7 @@
 """Packed token ids: the `arrays` folder of a packed workdir and the token-budget batches built from it, in numpy.
 
 `keras-transformer pack` writes a workdir's tokenized training and validation
-pairs here; the packed-array trainer (`keras_transformer.trainer.packed`) and
+pairs here; the packed-array trainer (`keras_transformer.packed.training`) and
 distillation (`keras-transformer distill-targets`) read them on any backend, with
 no TensorFlow.
 

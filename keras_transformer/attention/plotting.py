@@ -30,7 +30,7 @@ Files (``plot_attention_maps``)::
     encoder_self_layer1_head1.png ...                        (heads layout)
 
 The numbers come from the translator (`TranslatorInterface.attention`, which
-builds `keras_transformer.attention_maps.AttentionMaps`); this module draws them.
+builds `keras_transformer.attention.maps.AttentionMaps`); this module draws them.
 """
 
 import math
@@ -39,9 +39,9 @@ import os
 import numpy as np
 from matplotlib.figure import Figure
 
-from keras_transformer.attention_maps import KINDS
+from keras_transformer.attention.maps import KINDS
+from keras_transformer.engines.interface import clean_line
 from keras_transformer.engines.loader import load_translator
-from keras_transformer.interface import clean_line
 from keras_transformer.layers.position import sinusoidal_position_encoding
 from keras_transformer.schedules import NoamSchedule
 
