@@ -42,7 +42,6 @@ import time
 
 import keras
 
-from keras_transformer import distribute
 from keras_transformer.data import corpus, pipeline, textfile
 from keras_transformer.data.build import build_data, repeat_rows, tfds_pairs, tokenizers_for
 from keras_transformer.engines.loader import load_translator
@@ -52,6 +51,7 @@ from keras_transformer.experiment import as_experiment, changed_experiment, chec
 from keras_transformer.files import exclusive_lock, remove_stale_temporaries, staging_folder
 from keras_transformer.inference import evaluate
 from keras_transformer.packed.data import ARRAYS_FILE, OLD_ARRAYS_FILE, ArraysWriter
+from keras_transformer.trainer import distribute
 from keras_transformer.trainer.backup import backup_position, backup_stream, resumed_seed
 from keras_transformer.trainer.loop import TrainingData, check_fresh_start, fit_experiment, summary
 from keras_transformer.trainer.malloc import limit_malloc_arenas

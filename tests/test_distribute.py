@@ -204,7 +204,7 @@ def test_multi_worker_training_on_two_processes_ends_with_identical_weights(tmp_
 # sizes are even, and an odd window would leave its last pair out (`batching.batch_plan`).
 _WORKER = textwrap.dedent("""
     import gzip, json, sys
-    from keras_transformer import distribute
+    from keras_transformer.trainer import distribute
     strategy = distribute.make_strategy("multi_worker")  # first: it configures TensorFlow's runtime
     from keras_transformer.data import build
     from keras_transformer.data.tokenizers import EOS_ID
