@@ -220,10 +220,12 @@ def _translate(args: argparse.Namespace) -> int:
     prefixes = translator.target_prefixes(1, caller="translate", **forced) if forced else None
     if prefixes is not None:  # a bad prefix or language: one line, before any decoding
         translator.target_prefix_ids(prefixes)
-    translator.with_source_lang([], args.source_lang, "translate")  # a bad source language: one line, first
+    if args.source_lang is not None:  # a bad source language: one line, first
+        translator.with_source_lang([], args.source_lang, "translate")
     index = 0
     for chunk in chunks:
-        chunk = translator.with_source_lang(chunk, args.source_lang, "translate")
+        if args.source_lang is not None:
+            chunk = translator.with_source_lang(chunk, args.source_lang, "translate")
         if args.n_best is None:
             for line in translator.translate_lines(chunk, batch_size=args.batch_size, **forced):
                 print(evaluation.one_line(line))  # one output line per input sentence
