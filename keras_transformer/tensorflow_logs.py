@@ -17,7 +17,6 @@ True
 """
 
 import contextlib
-import logging
 import os
 import re
 import sys
@@ -68,40 +67,15 @@ def without_cpp_log_lines():
             sys.stderr.write("".join(kept))
 
 
-class UnsavedGradientsFilter:
-    """Drops TensorFlow's warning, one per function, that a loaded SavedModel holds "ops with unsaved custom
-    gradients": the package's exports leave out the gradient functions on purpose (they decode, never
-    differentiate), so the warning says nothing about them.
-
-    Example:
-
-    >>> import logging
-    >>> warning = "Importing a function (%s) with ops with unsaved custom gradients. Will likely fail ..."
-    >>> UnsavedGradientsFilter().filter(logging.LogRecord("absl", logging.WARNING, "", 0, warning, ("f",), None))
-    False
-    """
-
-    def filter(self, record):
-        return UNSAVED_GRADIENTS not in str(record.msg)
-
-
-# What `UnsavedGradientsFilter` looks for (tensorflow/python/saved_model/function_deserialization.py's warning).
-UNSAVED_GRADIENTS = "with ops with unsaved custom gradients"
-
-
 def quiet_tensorflow_import():
-    """Unless `KERAS_TRANSFORMER_TF_LOGS` is set: `TF_CPP_MIN_LOG_LEVEL=3` if unset, TensorFlow's import,
-    whenever it comes, `without_cpp_log_lines`, and `UnsavedGradientsFilter` on absl's logger.
+    """Unless `KERAS_TRANSFORMER_TF_LOGS` is set: `TF_CPP_MIN_LOG_LEVEL=3` if unset, and TensorFlow's import,
+    whenever it comes, `without_cpp_log_lines`.
 
     Example:
 
     >>> quiet_tensorflow_import()
     """
-    if tensorflow_logs_wanted():
-        return
-    if not any(isinstance(each, UnsavedGradientsFilter) for each in logging.getLogger("absl").filters):
-        logging.getLogger("absl").addFilter(UnsavedGradientsFilter())
-    if "tensorflow" in sys.modules:
+    if tensorflow_logs_wanted() or "tensorflow" in sys.modules:
         return
     if "TF_CPP_MIN_LOG_LEVEL" not in os.environ:
         os.environ["TF_CPP_MIN_LOG_LEVEL"] = _SET_LEVEL[0] = "3"
@@ -124,8 +98,6 @@ def loud_tensorflow_import():
     >>> loud_tensorflow_import(); quiet_tensorflow_import()
     """
     import_hooks.cancel("tensorflow", _quietly)
-    for each in [each for each in logging.getLogger("absl").filters if isinstance(each, UnsavedGradientsFilter)]:
-        logging.getLogger("absl").removeFilter(each)
     if _SET_LEVEL[0] is not None and os.environ.get("TF_CPP_MIN_LOG_LEVEL") == _SET_LEVEL[0]:
         del os.environ["TF_CPP_MIN_LOG_LEVEL"]
     _SET_LEVEL[0] = None

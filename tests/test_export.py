@@ -204,19 +204,6 @@ def saved_model_proto(directory):
     return saved
 
 
-def test_an_export_holds_no_gradient_functions_and_loads_without_warning_of_them(exported, caplog):
-    """An export decodes and never differentiates: `save` leaves out the custom gradients' functions, and loading it
-    (its functions then lack them) logs nothing about it."""
-    import logging
-
-    library = saved_model_proto(exported[0]).meta_graphs[0].graph_def.library
-    assert len(library.registered_gradients) == 0
-    assert not [fn.signature.name for fn in library.function if "grad_fn" in fn.signature.name]
-    with caplog.at_level(logging.WARNING):
-        load_exported(exported[0])
-    assert not [record for record in caplog.records if "custom gradients" in record.getMessage()]
-
-
 @pytest.mark.slow
 def test_tensorflow_only_process_serves_what_the_in_memory_translator_gives(exported, served):
     directory, translator = exported
