@@ -305,11 +305,6 @@ def check_precision(precision, flag="--precision", warn=True):
     return precision
 
 
-# An export decodes and scores; it never differentiates. Without the gradient functions of the custom gradients
-# (layer normalization's), `save` traces a fifth less and the SavedModel holds no graphs it never runs.
-SAVE_OPTIONS = tf.saved_model.SaveOptions(experimental_custom_gradients=False)
-
-
 def _write_savedmodel(translator, directory, configs):
     """Writes the SavedModel and its `assets.extra/` into the new folder `directory`."""
     directory = os.fspath(directory)
@@ -317,7 +312,7 @@ def _write_savedmodel(translator, directory, configs):
         vocab = os.path.join(scratch, VOCAB_DIR)
         files = save_tokenizers(vocab, translator.source_tokenizer, translator.target_tokenizer)
         module = TranslatorModule(translator, files)
-        tf.saved_model.save(module, directory, signatures=module.signatures(), options=SAVE_OPTIONS)
+        tf.saved_model.save(module, directory, signatures=module.signatures())
         extra = os.path.join(directory, EXTRA_DIR)
         os.makedirs(extra, exist_ok=True)
         shutil.copytree(vocab, os.path.join(extra, VOCAB_DIR), dirs_exist_ok=True)
