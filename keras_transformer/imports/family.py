@@ -28,6 +28,41 @@ if TYPE_CHECKING:
     from keras_transformer.imports.checkpoint import Checkpoint
 
 
+# Hugging Face's activation names (ACT2FN) -> TransformerConfig.activation
+ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "swish", "silu": "swish", "gelu_new": "gelu_tanh",
+               "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": "gelu_tanh"}
+LAYER_NORM_EPSILON = 1e-5  # torch.nn.LayerNorm's default, which both families' checkpoints use
+
+
+def one_size(config: Mapping[str, Any], where: str, first: str, second: str) -> Any:
+    """The value of `config`'s keys `first` and `second` (an encoder's and a decoder's size), which must agree: the
+    package's model has one size for both sides.
+
+    Example:
+
+    >>> one_size({"encoder_ffn_dim": 64, "decoder_ffn_dim": 64}, "config.json", "encoder_ffn_dim", "decoder_ffn_dim")
+    64
+    """
+    if config.get(first) != config.get(second):
+        raise ConfigError(f"{where}: {first}={config.get(first)} differs from {second}={config.get(second)}; the "
+                          "package's model has one size for both sides.")
+    return config.get(first)
+
+
+def activation_of(config: Mapping[str, Any], where: str, default: str) -> str:
+    """`TransformerConfig.activation` for `config`'s ``activation_function`` (`default` when absent).
+
+    Example:
+
+    >>> activation_of({"activation_function": "gelu_new"}, "config.json", "relu")
+    'gelu_tanh'
+    """
+    activation = config.get("activation_function", default)
+    if activation not in ACTIVATIONS:
+        raise ConfigError(f"{where}: activation_function {activation!r} is not one of {sorted(ACTIVATIONS)}.")
+    return ACTIVATIONS[activation]
+
+
 class Family:
     """One published family of checkpoints (`imports.FAMILIES` names each by its ``model_type``).
 

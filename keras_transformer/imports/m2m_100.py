@@ -42,14 +42,16 @@ from keras_transformer.config import TransformerConfig
 from keras_transformer.data.tokenizers import MappedTokenizer, read_vocabulary
 from keras_transformer.errors import CheckpointNotFoundError, ConfigError, CorruptFileError
 from keras_transformer.imports.family import (
+    LAYER_NORM_EPSILON,
     Family,
+    activation_of,
     assign,
     cross_attention,
     feed_forward,
     norm,
+    one_size,
     self_attention,
 )
-from keras_transformer.imports.marian import ACTIVATIONS, LAYER_NORM_EPSILON
 from keras_transformer.model import parts
 
 # fairseq's language lists of M2M100Tokenizer (tokenizer_config.json's language_codes), in id order
@@ -82,17 +84,9 @@ class M2M100Family(Family):
         hf = checkpoint.config
         where = f"{checkpoint.folder / 'config.json'}"
 
-        def same(first, second):
-            if hf.get(first) != hf.get(second):
-                raise ConfigError(f"{where}: {first}={hf.get(first)} differs from {second}={hf.get(second)}; the "
-                                  "package's model has one size for both sides.")
-            return hf.get(first)
-
-        heads, d_ff = same("encoder_attention_heads", "decoder_attention_heads"), same("encoder_ffn_dim",
-                                                                                       "decoder_ffn_dim")
-        activation = hf.get("activation_function", "relu")
-        if activation not in ACTIVATIONS:
-            raise ConfigError(f"{where}: activation_function {activation!r} is not one of {sorted(ACTIVATIONS)}.")
+        heads = one_size(hf, where, "encoder_attention_heads", "decoder_attention_heads")
+        d_ff = one_size(hf, where, "encoder_ffn_dim", "decoder_ffn_dim")
+        activation = activation_of(hf, where, "relu")
         if not hf.get("tie_word_embeddings", True):
             raise ConfigError(f"{where}: tie_word_embeddings false (one embedding for both sides, a softmax of its "
                               "own) is not a tying mode of the package (all, decoder, none).")
@@ -105,7 +99,7 @@ class M2M100Family(Family):
             num_decoder_layers=int(hf["decoder_layers"]), d_model=int(hf["d_model"]), num_heads=int(heads),
             d_ff=int(d_ff), max_length=int(hf.get("max_position_embeddings", 1024)), position="sinusoidal",
             sinusoid_layout="fairseq", position_offset=pad + 1, scale_embeddings=bool(hf.get("scale_embedding", True)),
-            activation=ACTIVATIONS[activation], output_bias=False, layer_norm_epsilon=LAYER_NORM_EPSILON,
+            activation=activation, output_bias=False, layer_norm_epsilon=LAYER_NORM_EPSILON,
             norm_first=True, tie_embeddings="all",
             dropout=float(hf.get("dropout", 0.1)), attention_dropout=float(hf.get("attention_dropout", 0.0)),
             ffn_dropout=float(hf.get("activation_dropout", 0.0)))

@@ -24,20 +24,18 @@ from keras_transformer.config import TransformerConfig
 from keras_transformer.data.tokenizers import MappedTokenizer, read_vocabulary
 from keras_transformer.errors import ConfigError
 from keras_transformer.imports.family import (
+    LAYER_NORM_EPSILON,
     Family,
+    activation_of,
     assign,
     cross_attention,
     feed_forward,
     norm,
+    one_size,
     self_attention,
 )
 from keras_transformer.layers.position import sinusoidal_position_encoding
 from keras_transformer.model import parts
-
-# Hugging Face's activation names (ACT2FN) -> TransformerConfig.activation
-ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "swish", "silu": "swish", "gelu_new": "gelu_tanh",
-               "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": "gelu_tanh"}
-LAYER_NORM_EPSILON = 1e-5  # torch.nn.LayerNorm's default, which MarianMTModel uses
 
 
 class MarianFamily(Family):
@@ -57,20 +55,12 @@ class MarianFamily(Family):
         hf = checkpoint.config
         where = f"{checkpoint.folder / 'config.json'}"
 
-        def same(first, second):
-            if hf.get(first) != hf.get(second):
-                raise ConfigError(f"{where}: {first}={hf.get(first)} differs from {second}={hf.get(second)}; the "
-                                  "package's model has one size for both sides.")
-            return hf.get(first)
-
-        heads, d_ff = same("encoder_attention_heads", "decoder_attention_heads"), same("encoder_ffn_dim",
-                                                                                       "decoder_ffn_dim")
+        heads = one_size(hf, where, "encoder_attention_heads", "decoder_attention_heads")
+        d_ff = one_size(hf, where, "encoder_ffn_dim", "decoder_ffn_dim")
         if hf.get("normalize_before") or hf.get("normalize_embedding") or hf.get("add_final_layer_norm"):
             raise ConfigError(f"{where}: normalize_before / normalize_embedding / add_final_layer_norm are not "
                               "Marian's post-norm layout; this importer reads MarianMTModel checkpoints.")
-        activation = hf.get("activation_function", "gelu")
-        if activation not in ACTIVATIONS:
-            raise ConfigError(f"{where}: activation_function {activation!r} is not one of {sorted(ACTIVATIONS)}.")
+        activation = activation_of(hf, where, "gelu")
         shared = bool(hf.get("share_encoder_decoder_embeddings", True))
         tied = bool(hf.get("tie_word_embeddings", True))
         if shared and not tied:
@@ -92,7 +82,7 @@ class MarianFamily(Family):
             num_decoder_layers=int(hf["decoder_layers"]), d_model=int(hf["d_model"]), num_heads=int(heads),
             d_ff=int(d_ff), max_length=int(hf.get("max_position_embeddings", 512)), position="sinusoidal",
             sinusoid_layout="concatenated", scale_embeddings=bool(hf.get("scale_embedding", False)),
-            activation=ACTIVATIONS[activation], output_bias=bias is not None and bool(np.any(bias != 0)),
+            activation=activation, output_bias=bias is not None and bool(np.any(bias != 0)),
             layer_norm_epsilon=LAYER_NORM_EPSILON, norm_first=False,
             tie_embeddings="all" if shared else ("decoder" if tied else "none"),
             dropout=float(hf.get("dropout", 0.1)), attention_dropout=float(hf.get("attention_dropout", 0.0)),
@@ -190,4 +180,4 @@ def _same(value, expected, name, atol=0.0):
                           "Marian's sinusoids); this checkpoint is not the model its config.json describes.")
 
 
-__all__ = ["ACTIVATIONS", "MarianFamily"]
+__all__ = ["MarianFamily"]
