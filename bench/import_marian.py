@@ -83,6 +83,15 @@ def build_checkpoint(folder, size):
     return sum(parameter.numel() for parameter in model.parameters())
 
 
+def baseline_rss_mb():
+    """The peak RSS of a child that loads what the import's process loads (TensorFlow, Keras, the importer) and
+    imports nothing: what the import's own peak is compared with. Measured before the import (the children's peak
+    is a maximum over all of them)."""
+    subprocess.run([sys.executable, "-c", "import keras_transformer.cli, keras_transformer.imports.importer, "
+                    "keras_transformer.model, keras; keras.ops.zeros(1)"], check=True)
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+
+
 def timed_import(folder, workdir):
     start = time.perf_counter()
     subprocess.run([sys.executable, "-m", "keras_transformer.cli", "import", str(folder), "--workdir", str(workdir)],
@@ -100,13 +109,21 @@ def main():
     parser.add_argument("--beam-size", type=int, default=4)
     parser.add_argument("--max-tokens", type=int, default=24, help="tokens each translation is capped at")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--import-only", action="store_true", help="measure the import, not the decoding")
     args = parser.parse_args()
 
     root = pathlib.Path(tempfile.mkdtemp(prefix="import_marian_"))
     folder, workdir = root / "checkpoint", root / "workdir"
     parameters = build_checkpoint(folder, args.size)
     weights_mb = (folder / "model.safetensors").stat().st_size / 2**20
+    baseline_mb = baseline_rss_mb()
     seconds, peak_mb = timed_import(folder, workdir)
+    if args.import_only:
+        print(f"| parameters | weights file | import | peak RSS | baseline RSS | peak - baseline |\n"
+              f"| ---: | ---: | ---: | ---: | ---: | ---: |\n"
+              f"| {parameters / 1e6:.1f}M | {weights_mb:.0f} MiB | {seconds:.1f} s | {peak_mb:.0f} MiB | "
+              f"{baseline_mb:.0f} MiB | {peak_mb - baseline_mb:.0f} MiB = {(peak_mb - baseline_mb) / weights_mb:.2f}x |")
+        return
 
     import torch
     import transformers
@@ -150,7 +167,8 @@ def main():
             times[name].append(time.perf_counter() - start)
 
     print(f"# import_marian: {args.size} ({parameters / 1e6:.1f}M parameters, weights {weights_mb:.0f} MiB)")
-    print(f"import: {seconds:.1f} s, peak RSS {peak_mb:.0f} MiB ({peak_mb / weights_mb:.2f}x the weights file)")
+    print(f"import: {seconds:.1f} s, peak RSS {peak_mb:.0f} MiB, {peak_mb - baseline_mb:.0f} MiB above a process "
+          f"that loads the same modules ({(peak_mb - baseline_mb) / weights_mb:.2f}x the weights file)")
     print(f"decoding {len(sentences)} sentences, batch {args.batch_size}, beam {args.beam_size}, "
           f"{args.repeats} rounds (median):")
     print("| engine | s | sentences/s | vs transformers |")

@@ -177,6 +177,23 @@ def build_parser():
     parser.add_argument("--version", action="version", version=f"%(prog)s {keras_transformer.__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
+    _train_arguments(commands)
+    _evaluate_arguments(commands)
+    _translate_arguments(commands)
+    _export_arguments(commands)
+    _average_arguments(commands)
+    _pack_arguments(commands)
+    _train_packed_arguments(commands)
+    _distill_targets_arguments(commands)
+    _serve_arguments(commands)
+    _plot_attention_arguments(commands)
+    _verify_arguments(commands)
+    _import_arguments(commands)
+    return parser
+
+
+
+def _train_arguments(commands):
     train = commands.add_parser(
         "train", help="train (or resume) from a YAML experiment config",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -191,6 +208,8 @@ def build_parser():
                        help="check the config (the model section, that the data files exist and their line counts "
                             "agree) and print it resolved: presets expanded, every default filled in")
 
+
+def _evaluate_arguments(commands):
     evaluate = commands.add_parser("evaluate", help="translate a test set and report sacreBLEU",
                                    description="Translates --source and scores the output against --reference "
                                                "with sacreBLEU (cased and lowercased); with --tokenized-reference "
@@ -208,6 +227,8 @@ def build_parser():
     _decoding_arguments(evaluate)
     _prefix_arguments(evaluate, prefix=False)
 
+
+def _translate_arguments(commands):
     translate = commands.add_parser("translate", help="translate sentences (arguments or stdin)",
                                     description="Translates the sentences given as arguments, or else each line "
                                                 "of standard input (plain or gzip), and prints one translation per "
@@ -221,6 +242,8 @@ def build_parser():
                            help="print N hypotheses per sentence, best first, as 'INDEX<tab>SCORE<tab>TRANSLATION' "
                                 "lines (INDEX: the sentence's, from 0); beam search needs N <= --beam-size")
 
+
+def _export_arguments(commands):
     export = commands.add_parser("export", help="write a SavedModel (strings in, translations out)",
                                  description="Exports a training workdir's model as a TensorFlow SavedModel with "
                                              "tokenization and beam search inside, or (--format ctranslate2) as a "
@@ -249,6 +272,8 @@ def build_parser():
                                 "model's; the SavedModel's `sample` signature takes its settings as inputs)",
                         batch_size=False)
 
+
+def _average_arguments(commands):
     average = commands.add_parser("average", help="average the last N checkpoints into one weights file",
                                   description="Averages the last N epoch checkpoints of a workdir (the paper: 5 "
                                               "for base models, 20 for big ones), or the weights files given "
@@ -261,6 +286,8 @@ def build_parser():
                               "file)")
     average.add_argument("--output", metavar="FILE", help="default: WORKDIR/averaged.weights.h5")
 
+
+def _pack_arguments(commands):
     pack = commands.add_parser(
         "pack", help="tokenize a config's data into WORKDIR/arrays/ for training on another backend",
         description="Learns or loads the vocabulary as train does and writes the tokenized training and validation "
@@ -270,9 +297,8 @@ def build_parser():
                     "(docs/gpu.md).")
     _experiment_arguments(pack, "the folder to write (vocabulary, configs, arrays/)")
 
-    _train_packed_arguments(commands)
-    _distill_targets_arguments(commands)
 
+def _serve_arguments(commands):
     serve = commands.add_parser(
         "serve", help="serve a model over HTTP (TensorFlow Serving's REST API, /translate)",
         description="Serves the model over HTTP until SIGTERM: TensorFlow Serving's REST API (GET /v1/models/NAME, "
@@ -321,6 +347,8 @@ def build_parser():
     _decoding_arguments(serve, "decoding (the requests' default: the model's, from its model.yaml; a request "
                                "changes it for itself)", batch_size=False)
 
+
+def _plot_attention_arguments(commands):
     plot = commands.add_parser("plot-attention", help="translate a sentence and draw its attention maps",
                                description="Translates the sentence and writes PNG heatmaps of encoder "
                                            "self-attention, decoder self-attention and cross-attention per layer "
@@ -337,6 +365,8 @@ def build_parser():
                       help="beams for the translation; 1 is greedy (default: the model's)")
     _weights_arguments(plot)
 
+
+def _verify_arguments(commands):
     verify = commands.add_parser(
         "verify", help="check an export's files against its manifest (sizes and SHA-256 digests)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -347,8 +377,10 @@ def build_parser():
                "folder, say).")
     verify.add_argument("path", metavar="PATH", help="the export folder")
 
+
+def _import_arguments(commands):
     imported = commands.add_parser(
-        "import", help="turn a published checkpoint (OPUS-MT / Marian) into a workdir",
+        "import", help="turn a published checkpoint (OPUS-MT / Marian, NLLB / M2M-100) into a workdir",
         description="Reads a checkpoint in the Hugging Face layout (config.json, model.safetensors or "
                     "pytorch_model.bin, the tokenizer's files) from a folder, or a Hub id where the network allows, "
                     "and writes an ordinary workdir (model.yaml, data/vocab, one checkpoint, imported.json) that "
@@ -356,7 +388,6 @@ def build_parser():
                     "(docs/pretrained.md).")
     imported.add_argument("source", metavar="SOURCE", help="the checkpoint folder, or a Hub id (owner/name)")
     imported.add_argument("--workdir", required=True, help="the workdir to create (new or empty)")
-    return parser
 
 
 def _train_packed_arguments(commands):

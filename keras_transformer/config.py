@@ -255,12 +255,11 @@ class TransformerConfig:
     def from_yaml(cls, path: str | os.PathLike[str]) -> "TransformerConfig":
         """Reads a config written by `save_yaml` (or by hand), or a model folder's `model.yaml`.
 
-        A model.yaml's decoding settings (its `decoding:` mapping, or in an older file the
-        `DECODING_FIELDS` among the others) are not the architecture's: `workdir.read_model_file` reads them.
+        A model.yaml's decoding settings (its `decoding:` mapping) are not the architecture's:
+        `workdir.checkpoints.read_model_file` reads them.
         """
         values = read_yaml_file(path, "TransformerConfig fields")
-        return cls.from_dict({key: value for key, value in values.items()
-                              if key != "decoding" and key not in DECODING_FIELDS})
+        return cls.from_dict({key: value for key, value in values.items() if key != "decoding"})
 
 
 class _YamlLoader(yaml.SafeLoader):

@@ -23,6 +23,10 @@ from keras_transformer.trainer.callbacks import HistoryCSV, LearningRateLogger
 from keras_transformer.workdir import checkpoints as workdir_module
 from keras_transformer.workdir.checkpoints import epoch_checkpoints
 
+# Its module fixtures and traced translators are shared by its tests: `make test` (--dist loadgroup) runs the
+# whole file on one worker, so they are built once.
+pytestmark = pytest.mark.xdist_group("test_crash_safety")
+
 TINY = TINY_EXPERIMENT
 REPO = pathlib.Path(__file__).resolve().parents[1]
 # The reference run of this file: two epochs of two batches, in a fixed order (no shuffling, no dropout).

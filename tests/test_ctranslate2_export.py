@@ -25,6 +25,10 @@ from keras_transformer.engines.ctranslate2 import (  # noqa: E402
 from keras_transformer.errors import ConfigError  # noqa: E402
 from keras_transformer.exports import ctranslate2 as ce  # noqa: E402
 
+# Its module fixtures and traced translators are shared by its tests: `make test` (--dist loadgroup) runs the
+# whole file on one worker, so they are built once.
+pytestmark = pytest.mark.xdist_group("test_ctranslate2_export")
+
 SENTENCES = ["w5 w6 w7", "w8 w9 w10 w11 w12 w13 w14", "w16", "w20 w21 w22 w23 w24 w25"]
 
 
@@ -629,6 +633,7 @@ def test_the_loader_translates_a_ctranslate2_export_and_a_packed_workdir_without
     assert result["ctranslate2"] == result["packed"] == CTranslate2Translator(copy_export[0]).translate_lines(lines)
 
 
+@pytest.mark.slow
 def test_the_loader_picks_the_engine_and_the_command_line_checks_each_folder_once(copy_export, packed_copy_folder,
                                                                                  monkeypatch, capsys):
     """A packed workdir gets the packed engine (or the one asked for; several, the TensorFlow engine's ensemble), a
@@ -721,6 +726,7 @@ def test_a_ctranslate2_export_is_written_as_a_savedmodel_is_one_writer_a_manifes
     assert f"{truncated / 'model.bin'} is 100 bytes" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_target_prefixes_give_every_engine_the_same_outputs(trained_copy_model, copy_export):
     """With target prefixes (one per line, one of them empty), the TensorFlow engine, CTranslate2's
     `target_prefix` and the packed engine give the same translations, each starting with its prefix, and the same

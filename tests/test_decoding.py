@@ -10,6 +10,10 @@ import tensorflow as tf
 import keras_transformer as kt
 from keras_transformer import decoding
 
+# Its module fixtures and traced translators are shared by its tests: `make test` (--dist loadgroup) runs the
+# whole file on one worker, so they are built once.
+pytestmark = pytest.mark.xdist_group("test_decoding")
+
 # Options shared by most tests, so that each (search, model, options) graph is traced once.
 BEAM = dict(beam_size=4, alpha=0.6, max_extra=5, num_return=4)
 GREEDY = dict(max_extra=5)
@@ -208,6 +212,7 @@ def test_top_k_by_blocks_equals_a_full_top_k(vocab, k, block):
     np.testing.assert_array_equal(top_values, expected_values)
 
 
+@pytest.mark.slow
 def test_xla_compiled_search_matches_eager(trained_copy_model):
     model, _ = trained_copy_model
     source = padded(SOURCES)

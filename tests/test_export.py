@@ -436,6 +436,7 @@ def test_a_request_of_10000_sentences_is_served_in_bounded_memory(exported):
         assert rose[10_000][signature] <= 2 * rose[64][signature], rose
 
 
+@pytest.mark.slow
 def test_the_sample_signature_draws_what_the_translator_draws(exported, loaded):
     """With a fixed seed the exported SavedModel's `sample` signature (settings as inputs, under XLA) and a
     Translator sampling with the same options give identical samples, whatever the batch: a sentence's draws depend

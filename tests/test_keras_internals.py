@@ -145,6 +145,7 @@ _WITHOUT_SCALE_LOSS = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_translate_and_evaluate_import_and_run_without_keras_private_loss_scaling(tmp_path):
     """Only computing a loss needs `keras.src.losses.loss.scale_loss_for_distribution`: with a Keras that moved
     it, the package, its losses, training, evaluation and translation modules import, and `translate` runs until

@@ -13,6 +13,10 @@ from keras_transformer.decoding import greedy_decode
 from keras_transformer.engines.tensorflow import Translator
 from keras_transformer.model import decode, encode
 
+# Its module fixtures and traced translators are shared by its tests: `make test` (--dist loadgroup) runs the
+# whole file on one worker, so they are built once.
+pytestmark = pytest.mark.xdist_group("test_plotting")
+
 SENTENCES = ["A man rides a bike.", "A dog runs in the snow.", "Two women sing on a stage.",
              "Ein Mann fährt Fahrrad.", "Ein Hund läuft im Schnee.", "Zwei Frauen singen auf einer Bühne."]
 SOURCE = "A dog rides a bike."
@@ -131,6 +135,7 @@ def test_figure_labels_and_pixels_are_the_tokens_and_weights(maps):
     assert long[0] > short[0] and long[1] > short[1]
 
 
+@pytest.mark.slow
 def test_grid_layout_writes_one_png_per_kind_and_layer(maps, tmp_path):
     paths = plotting.plot_attention_maps(maps, tmp_path, dpi=60)
     names = [os.path.basename(p) for p in paths]

@@ -280,9 +280,8 @@ def test_the_savedmodel_and_ctranslate2_exports_translate_as_the_workdir(referen
 @pytest.mark.slow
 def test_three_fine_tuning_updates_raise_the_likelihood_of_the_data_and_the_result_exports(references, tmp_path):
     """train with training.init_checkpoint on an imported workdir: its vocabulary is taken, three updates raise
-    log P(targets | sources) of the training pairs (scored with both weights), and the tuned run exports."""
-    import yaml
-
+    log P(targets | sources) of the training pairs (scored with both weights), and the tuned run exports. The
+    experiment's model section is `from:` the import (tests/test_pretrained_m2m.py copies the fields by hand)."""
     from keras_transformer import training
     from keras_transformer.data.tokenizers import load_tokenizers
     from keras_transformer.engines.loader import load_translator
@@ -292,10 +291,9 @@ def test_three_fine_tuning_updates_raise_the_likelihood_of_the_data_and_the_resu
     sources, targets = _lines("val.en.gz", 48), _lines("val.de.gz", 48)
     for name, lines in (("train.en", sources), ("train.de", targets)):
         (tmp_path / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
-    fields = yaml.safe_load((workdir / "model.yaml").read_text(encoding="utf-8"))
-    fields.pop("decoding")
-    experiment = {
-        "model": {**fields, "dropout": 0.0, "label_smoothing": 0.0, "warmup_steps": 1, "learning_rate_scale": 0.5},
+    experiment = {  # the model section starts from the import's model.yaml (`from:`)
+        "model": {"from": str(workdir), "dropout": 0.0, "label_smoothing": 0.0, "warmup_steps": 1,
+                  "learning_rate_scale": 0.5},
         "data": {"kind": "text", "train_source": str(tmp_path / "train.en"), "train_target": str(tmp_path / "train.de"),
                  "tokens_per_batch": 4096, "max_length": 40},
         "training": {"epochs": 1, "steps_per_epoch": 3, "seed": 0, "jit_compile": False,
@@ -325,3 +323,68 @@ def test_three_fine_tuning_updates_raise_the_likelihood_of_the_data_and_the_resu
     out = make_exporter("ctranslate2").export(tuned, tmp_path / "export", strategy="greedy")
     expected = load_translator(tuned, strategy="greedy").translate_lines(SENTENCES[:2])
     assert load_translator(out).translate_lines(SENTENCES[:2]) == expected and len(expected) == 2
+
+
+@pytest.mark.slow
+def test_evaluate_plot_attention_and_serve_take_the_imported_workdir(references, tmp_path, capsys, monkeypatch):
+    """The commands that read a workdir read an imported one unchanged (separate vocabularies): `evaluate` scores
+    the workdir's own translations as references at BLEU 100, `plot-attention` draws every layer of each kind,
+    and `serve` (its load function run by the application in this process) answers /translate and predict with
+    the workdir's translations."""
+    import socket
+    import threading
+    import urllib.request
+
+    uvicorn = pytest.importorskip("uvicorn")
+    from keras_transformer import cli, serving
+    from keras_transformer.engines.loader import load_translator
+    _, workdir, reference, _ = references["separate_gelu"]
+    lines = SENTENCES[:4]
+    expected = load_translator(workdir, strategy="greedy", max_extra=MAX_EXTRA).translate_lines(lines)
+    greedy = ["--strategy", "greedy", "--max-extra", str(MAX_EXTRA)]
+    (tmp_path / "src.en").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (tmp_path / "ref.de").write_text("\n".join(expected) + "\n", encoding="utf-8")
+    assert cli.main(["evaluate", "--model", str(workdir), "--source", str(tmp_path / "src.en"), "--reference",
+                     str(tmp_path / "ref.de"), "--json", *greedy]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["bleu"] == 100.0 and report["sentences"] == 4
+
+    assert cli.main(["plot-attention", "--model", str(workdir), lines[0], "--out", str(tmp_path / "maps"),
+                     "--beam-size", "1"]) == 0
+    layers = {"encoder_self": reference.config.encoder_layers, "decoder_self": reference.config.decoder_layers,
+              "cross": reference.config.decoder_layers}
+    assert sorted(os.listdir(tmp_path / "maps")) == sorted(f"{kind}_layer{layer}.png" for kind, count in layers.items()
+                                                           for layer in range(1, count + 1))
+
+    built = {}
+    monkeypatch.setattr(serving, "serve", lambda load, name, **options: built.update(
+        app=serving.build_app(load, name, options["settings"])) or 0)
+    assert cli.main(["serve", "--model", str(workdir), *greedy]) == 0
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(built["app"], host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run)
+    thread.start()
+
+    def call(path, body=None):
+        data = json.dumps(body).encode() if body is not None else None
+        with urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data),
+                                    timeout=60) as answer:
+            return json.loads(answer.read())
+
+    try:
+        for _ in range(600):
+            try:
+                if call("/readyz")["status"] == "ready":
+                    break
+            except OSError:  # not listening yet, or 503 while the model loads and warms up
+                pass
+            threading.Event().wait(0.1)
+        assert call("/translate", {"sentences": lines})["translations"] == expected
+        name = workdir.name
+        predicted = call(f"/v1/models/{name}:predict", {"instances": lines})["predictions"]
+        assert [row["translation"] for row in predicted] == expected
+    finally:
+        server.should_exit = True
+        thread.join(timeout=60)

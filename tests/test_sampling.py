@@ -12,6 +12,10 @@ from keras_transformer import decoding
 from keras_transformer.decoding import sampling
 from keras_transformer.model import decode, encode
 
+# Its module fixtures and traced translators are shared by its tests: `make test` (--dist loadgroup) runs the
+# whole file on one worker, so they are built once.
+pytestmark = pytest.mark.xdist_group("test_sampling")
+
 VOCAB = 16
 # Sources of different lengths (tokens then eos 3), padded with 0.
 SOURCES = [[5, 6, 7, 3], [8, 9, 10, 11, 12, 13, 3], [14, 3], [4, 15, 6, 7, 8, 3]]

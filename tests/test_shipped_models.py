@@ -90,13 +90,28 @@ def test_the_shipped_savedmodel_and_greedy_decoding_translate_as_before(first_50
     assert [evaluation.one_line(line) for line in texts] == GREEDY.read_text(encoding="utf-8").splitlines()
 
 
-def test_a_model_file_from_before_the_decoding_options_loads_as_the_shipped_one():
+def test_a_model_file_from_before_the_decoding_options_is_refused_in_one_line_saying_how_to_move_them(tmp_path):
     """The shipped model's model.yaml as it was before the decoding options had their own mapping (beam_size,
-    length_penalty, max_decode_extra, early_exit among the architecture's fields) reads as the re-exported one."""
+    length_penalty, max_decode_extra, early_exit among the architecture's fields; no release wrote it) is refused,
+    the fields named; moved under decoding: as the message says, it reads as the re-exported one."""
+    import yaml
+
+    from keras_transformer.config import TransformerConfig
+    from keras_transformer.errors import ConfigError
     from keras_transformer.workdir.checkpoints import read_model_file
-    old_config, old_options = read_model_file(OLD_MODEL_FILE)
+    with pytest.raises(ConfigError, match=r"model.before-decoding-options.yaml: beam_size, length_penalty, "
+                                          r"max_decode_extra, early_exit among the architecture's fields"):
+        read_model_file(OLD_MODEL_FILE)
+    with pytest.raises(ValueError, match="decoding settings are not part of TransformerConfig"):
+        TransformerConfig.from_yaml(OLD_MODEL_FILE)
+    values = yaml.safe_load(OLD_MODEL_FILE.read_text(encoding="utf-8"))
+    moved = {"length_penalty": "alpha", "max_decode_extra": "max_extra"}
+    values["decoding"] = {moved.get(name, name): values.pop(name)
+                          for name in ("beam_size", "length_penalty", "max_decode_extra", "early_exit")}
+    fixed = tmp_path / "model.yaml"
+    fixed.write_text(yaml.safe_dump(values), encoding="utf-8")
     config, options = read_model_file(SHIPPED / "assets.extra" / "model.yaml")
-    assert (old_config, old_options) == (config, options)
+    assert read_model_file(fixed) == (config, options)
     assert (options.strategy, options.beam_size, options.alpha, options.max_extra, options.early_exit) == (
         "beam", 5, 1.0, 50, True)
 

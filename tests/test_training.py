@@ -2,6 +2,7 @@
 
 import csv
 import dataclasses
+import json
 import shutil
 
 import keras
@@ -125,6 +126,33 @@ def test_model_section_preset_overrides_vocabulary_and_decoding():
     with pytest.raises(ConfigError, match="model.vocab_size=32 is larger than the data's vocabulary"):
         load_experiment(TINY, ["model.vocab_size=32"]).model_config(24)
 
+
+def test_model_from_starts_the_section_from_a_model_yaml_of_a_workdir_an_export_or_a_file(tmp_path):
+    """`model.from` (an imported model to fine-tune, a run to continue with other settings): the fields of that
+    model.yaml, its decoding mapping left out, then the section's own keys over them."""
+    from keras_transformer.errors import CheckpointNotFoundError
+    from keras_transformer.workdir.checkpoints import read_model_file
+    shipped = REPO / "saved_models" / "multi30k_en_de"
+    config, _ = read_model_file(shipped / "assets.extra" / "model.yaml")
+    fields = yaml.safe_load((shipped / "assets.extra" / "model.yaml").read_text(encoding="utf-8"))
+    expected = {**{key: value for key, value in fields.items() if key != "decoding"}, "dropout": 0.3}
+    for source in (shipped, shipped / "assets.extra" / "model.yaml"):
+        experiment = ExperimentConfig.from_dict({"model": {"from": str(source), "dropout": 0.3}}, check_model=False)
+        assert experiment.model == expected and "decoding" not in experiment.model
+        assert TransformerConfig.from_dict(experiment.model) == dataclasses.replace(config, dropout=0.3)
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(shipped / "assets.extra" / "model.yaml", run / "model.yaml")
+    experiment = ExperimentConfig.from_dict({"model": {"from": str(run), "norm_first": False}}, check_model=False)
+    assert experiment.model_config(config.vocab_size) == dataclasses.replace(config, norm_first=False)
+    assert ExperimentConfig.from_dict({"model": {"from": None, "preset": "tiny"}}).model == {"preset": "tiny"}
+    (tmp_path / "ensemble" / "assets.extra" / "members").mkdir(parents=True)
+    with pytest.raises(ConfigError, match="is an ensemble export: each member has its own model.yaml"):
+        ExperimentConfig.from_dict({"model": {"from": str(tmp_path / "ensemble")}})
+    with pytest.raises(ConfigError, match="model.from and model.preset both give the model's sizes"):
+        ExperimentConfig.from_dict({"model": {"from": str(shipped), "preset": "tiny"}})
+    with pytest.raises(CheckpointNotFoundError, match=f"No model.yaml at {tmp_path / 'nowhere'}"):
+        ExperimentConfig.from_dict({"model": {"from": str(tmp_path / "nowhere")}})
 
 @pytest.mark.parametrize("path", sorted((REPO / "configs").glob("*.yaml")), ids=lambda p: p.name)
 def test_shipped_configs_load_and_resolve(path):
@@ -306,7 +334,9 @@ def test_corrupt_backup_stops_resume_with_the_file_named(tmp_path):
     workdir = tmp_path / "run"
     (workdir / "backup").mkdir(parents=True)
     (workdir / "backup" / "latest.weights.h5").write_bytes(b"\x89HDF\r\n\x1a\n truncated")
-    (workdir / "backup" / "training_metadata.json").write_text('{"epoch": 1, "batch": 0}')
+    digest = files.file_digest(workdir / "backup" / "latest.weights.h5")  # the file the record describes
+    (workdir / "backup" / "training_metadata.json").write_text(json.dumps(
+        {"epoch": 1, "batches_done": 0, "gradient_accumulation_steps": 1, "weights_blake2b": digest}))
     with pytest.raises(CheckpointError) as error:
         training.train(load_experiment(TINY, SMALL), workdir)
     assert str(workdir / "backup" / "latest.weights.h5") in str(error.value)
@@ -343,14 +373,16 @@ def test_resume_position_is_read_from_the_backup(tmp_path):
     with pytest.raises(CheckpointError, match="latest.weights.h5 is missing"):
         trainer_backup.backup_position(backup)  # metadata without weights: not a backup to start afresh beside
     (backup / "latest.weights.h5").write_bytes(b"weights")
-    assert trainer_backup.backup_position(backup) == (7, 31)  # Keras' own record: the last batch's zero-based index
-    (backup / "training_metadata.json").write_text('{"epoch": 7, "batch": 0}')
-    assert trainer_backup.backup_position(backup) == (7, 0)  # an epoch boundary (or one batch: Keras cannot tell)
-    (backup / "training_metadata.json").write_text('{"epoch": 7, "batch": 0, "batches_done": 1}')
-    assert trainer_backup.backup_position(backup) == (7, 1)
+    # Keras' own record (the last batch's zero-based index), which versions before 0.2.0 could leave: named, refused
+    with pytest.raises(CheckpointError, match="records no batches_done, weights_blake2b, gradient_accumulation_steps"
+                                              ": a backup of another program or an earlier version"):
+        trainer_backup.backup_position(backup)
     digest = files.file_digest(backup / "latest.weights.h5")
-    (backup / "training_metadata.json").write_text(f'{{"epoch": 7, "batches_done": 2, "weights_blake2b": "{digest}"}}')
+    record = {"epoch": 7, "batches_done": 2, "gradient_accumulation_steps": 1, "weights_blake2b": digest}
+    (backup / "training_metadata.json").write_text(json.dumps(record))
     assert trainer_backup.backup_position(backup) == (7, 2)
+    (backup / "training_metadata.json").write_text(json.dumps({**record, "batches_done": 0}))
+    assert trainer_backup.backup_position(backup) == (7, 0)  # an epoch boundary
     (backup / "latest.weights.h5").write_bytes(b"weightz")  # not the file the metadata describes
     with pytest.raises(CheckpointError, match="latest.weights.h5 is not the file"):
         trainer_backup.backup_position(backup)

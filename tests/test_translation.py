@@ -8,6 +8,10 @@ from keras_transformer import decoding
 from keras_transformer.engines.tensorflow import EAGER_SENTENCES, TRAINED_CHUNK_SIZE, Translator
 from keras_transformer.engines.tensorflow_graph import bucket_sizes, bucket_table
 
+# Its module fixtures and traced translators are shared by its tests: `make test` (--dist loadgroup) runs the
+# whole file on one worker, so they are built once.
+pytestmark = pytest.mark.xdist_group("test_translation")
+
 SENTENCES = ["w5 w6 w7", "w8 w9 w10 w11 w12 w13 w14", "w16", "w20 w21 w22 w23 w24 w25"]
 
 
@@ -165,6 +169,7 @@ def test_first_few_sentences_are_decoded_without_tracing_and_as_the_graph_decode
     assert fresh(SENTENCES[:1]) == translations[:1] and fresh.translate.experimental_get_tracing_count() == 1
 
 
+@pytest.mark.slow
 def test_xla_translator_matches(trained_copy_model, word_tokenizer, translator):
     model, _ = trained_copy_model
     compiled = Translator(model, word_tokenizer, beam_size=4, alpha=0.6, max_extra=5, jit_compile=True)
@@ -244,6 +249,7 @@ def test_length_ordered_chunks_return_the_one_search_results_in_input_order(trai
     np.testing.assert_allclose(result["score"].numpy(), scores.numpy()[:, 0], atol=1e-5)
 
 
+@pytest.mark.slow
 def test_bad_inputs_give_one_output_each_in_chunks(trained_copy_model, word_tokenizer, translator):
     """Empty, whitespace, 3,000 words, invalid UTF-8, non-Latin, in one mixed batch spread over chunks."""
     model, _ = trained_copy_model

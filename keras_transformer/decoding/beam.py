@@ -206,18 +206,9 @@ def beam_search(model: Any, source: Any, beam_size: int = 4, alpha: float = 0.6,
         flat_alive = ops.reshape(state["alive"], (batch * beams, steps + 1))
         values, normalizer, cache = step(flat_alive, t, state["cache"])  # (B*K, V), (B*K, 1)
         per_row = min(2 * beams + 2, int(values.shape[-1]))
-        row_values, row_tokens = top_k_by_blocks(values, per_row)  # (B*K, k)
-        row_log_probs = ops.where(excluded(row_tokens, pad_id, bos_id, eos_id), NEG_INF, row_values - normalizer)
-        if target_prefix is not None:
-            # A row inside its prefix has one candidate, its forced token (its own log-probability); the
-            # others become padding at -inf, which never ends a hypothesis.
-            forced, is_forced = forced_token(forced_rows, t, pad_id)  # (B*K,)
-            forced_log_prob = ops.take_along_axis(values, ops.expand_dims(forced, 1), axis=1) - normalizer
-            first = ops.expand_dims(ops.arange(per_row) == 0, 0)  # (1, k)
-            is_forced = ops.expand_dims(is_forced, 1)  # (B*K, 1)
-            row_tokens = ops.where(is_forced, ops.where(first, ops.expand_dims(forced, 1), pad_id),
-                                   ops.cast(row_tokens, "int32"))
-            row_log_probs = ops.where(is_forced, ops.where(first, forced_log_prob, NEG_INF), row_log_probs)
+        row_tokens, row_log_probs = _row_candidates(values, normalizer, per_row, pad_id, bos_id, eos_id,
+                                                    None if target_prefix is None else forced_token(forced_rows, t,
+                                                                                                    pad_id))
         candidates = ops.expand_dims(state["alive_log_probs"], 2) + ops.reshape(row_log_probs,
                                                                                  (batch, beams, per_row))
         top_log_probs, top_index = ops.top_k(ops.reshape(candidates, (batch, beams * per_row)), 2 * beams)
@@ -266,6 +257,29 @@ def beam_search(model: Any, source: Any, beam_size: int = 4, alpha: float = 0.6,
     if return_steps:
         return tokens, scores, state["t"]
     return tokens, scores
+
+
+def _row_candidates(values: Any, normalizer: Any, per_row: int, pad_id: int, bos_id: int, eos_id: int,
+                    forced: Any = None) -> tuple[Any, Any]:
+    """Each hypothesis's best `per_row` next tokens and their log-probabilities, `(tokens, log_probs)` of shape
+    `(B*K, per_row)`: pad and bos excluded (-inf); ties go to the lower id, as a top_k over all K*V candidates.
+
+    `forced`: `forced_token`'s `(token, is_forced)` for this step, or None. A row inside its target prefix has one
+    candidate, its forced token (at its own log-probability); the others become padding at -inf, which never ends
+    a hypothesis.
+    """
+    row_values, row_tokens = top_k_by_blocks(values, per_row)  # (B*K, k)
+    row_log_probs = ops.where(excluded(row_tokens, pad_id, bos_id, eos_id), NEG_INF, row_values - normalizer)
+    if forced is None:
+        return row_tokens, row_log_probs
+    token, is_forced = forced  # (B*K,)
+    forced_log_prob = ops.take_along_axis(values, ops.expand_dims(token, 1), axis=1) - normalizer
+    first = ops.expand_dims(ops.arange(per_row) == 0, 0)  # (1, k)
+    is_forced = ops.expand_dims(is_forced, 1)  # (B*K, 1)
+    row_tokens = ops.where(is_forced, ops.where(first, ops.expand_dims(token, 1), pad_id),
+                           ops.cast(row_tokens, "int32"))
+    row_log_probs = ops.where(is_forced, ops.where(first, forced_log_prob, NEG_INF), row_log_probs)
+    return row_tokens, row_log_probs
 
 
 def decode(models: Any, source: Any, options: DecodeOptions, pad_id: int, bos_id: int, eos_id: int,

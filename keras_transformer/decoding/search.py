@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 from keras import ops
 
+from keras_transformer.decoding.strategies import ALPHA, MAX_EXTRA, valid_alpha
 from keras_transformer.model import decode, encode, output_kernel, parts
 
 NEG_INF = float("-inf")
@@ -253,11 +254,9 @@ def check_options(caller: str, max_extra: int = 0, alpha: float = 0.0) -> None:
     ValueError: beam_search: alpha (the length-penalty exponent) must be a finite number >= 0 (...), got nan.
     """
     if isinstance(max_extra, numbers.Real) and not max_extra >= 0:
-        raise ValueError(f"{caller}: max_extra (output tokens allowed beyond the source length) must be >= 0, "
-                         f"got {max_extra}.")
-    if isinstance(alpha, numbers.Real) and not (math.isfinite(alpha) and alpha >= 0):
-        raise ValueError(f"{caller}: alpha (the length-penalty exponent) must be a finite number >= 0 "
-                         f"(0: plain log-probability), got {alpha}.")
+        raise ValueError(f"{caller}: {MAX_EXTRA[0]} must be >= 0, got {max_extra}.")
+    if isinstance(alpha, numbers.Real) and not valid_alpha(alpha):
+        raise ValueError(f"{caller}: {ALPHA[0]} must be {ALPHA[1]}, got {alpha}.")
 
 
 def check_same_batch(caller: str, source: Any, target: Any, what: str = "target") -> None:

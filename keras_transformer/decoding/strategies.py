@@ -55,6 +55,17 @@ def is_number(value: object) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
+# The rules every entry point applies to these two settings: `DecodeOptions` (ConfigError, for a config or a
+# request) and the search functions called directly (`decoding.search.check_options`, ValueError).
+ALPHA = ("alpha (the length-penalty exponent)", "a finite number >= 0 (0: plain log-probability)")
+MAX_EXTRA = ("max_extra (output tokens allowed beyond the source length)", "an integer >= 0")
+
+
+def valid_alpha(value: object) -> bool:
+    """A finite number >= 0 (the GNMT length-penalty exponent; 0 ranks by log-probability)."""
+    return is_number(value) and math.isfinite(value) and value >= 0
+
+
 def require(valid: bool, where: str, name: str, requirement: str, value: Any) -> None:
     """Raises `ConfigError("{where}{name} must be {requirement}, got {value!r}.")` unless `valid`."""
     if not valid:
@@ -133,8 +144,7 @@ class BeamSearch(Strategy):
             require(isinstance(value, bool), where, "early_exit", "true or false", value)
         if "alpha" in values:
             value = values["alpha"]
-            require(is_number(value) and math.isfinite(value) and value >= 0, where, "alpha (the length-penalty "
-                    "exponent)", "a finite number >= 0 (0: plain log-probability)", value)
+            require(valid_alpha(value), where, *ALPHA, value)
 
     @classmethod
     def check(cls, options: Any) -> None:

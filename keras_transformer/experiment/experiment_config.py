@@ -6,7 +6,7 @@ import pathlib
 
 import yaml
 
-from keras_transformer.config import DECODING_FIELDS, PRESETS, TransformerConfig
+from keras_transformer.config import DECODING_FIELDS, PRESETS, TransformerConfig, read_yaml_file
 from keras_transformer.decoding.options import OLD_NAMES as OLD_DECODING_NAMES
 from keras_transformer.errors import CheckpointError, CheckpointNotFoundError, ConfigError, format_size
 from keras_transformer.experiment.data_section import DataSection
@@ -19,7 +19,23 @@ from keras_transformer.trainer.footprint import (
     describe_memory,
     training_memory,
 )
+from keras_transformer.workdir.layout import model_file
 
+
+def _model_section(model):
+    """The model section with its `from:` resolved: the fields of that model's `model.yaml` (its decoding
+    defaults left out: the experiment's decoding section is its own), then the section's other keys over them."""
+    model = dict(model)
+    if model.get("from") is None:
+        model.pop("from", None)
+        return model
+    source = model.pop("from")
+    if model.get("preset") is not None:
+        raise ConfigError("model.from and model.preset both give the model's sizes: keep one.")
+    path = model_file(source)
+    fields = read_yaml_file(path, "TransformerConfig fields")
+    fields.pop("decoding", None)
+    return {**fields, **model}
 
 @dataclasses.dataclass(frozen=True)
 class ExperimentConfig:
@@ -51,7 +67,7 @@ class ExperimentConfig:
         for name in SECTIONS:
             if values.get(name) is not None and not isinstance(values[name], dict):
                 raise ConfigError(f"Section {name!r} must be a mapping, got {values[name]!r}.")
-        model = dict(values.get("model") or {})
+        model = _model_section(values.get("model") or {})
         moved = [name for name in DECODING_FIELDS if name in model]
         if moved:
             raise ConfigError(f"model.{moved[0]} is a decoding setting: give it in the decoding section "

@@ -213,11 +213,14 @@ def schema_keys():
     """
     preset = Key("model.preset", "str or null", "`null`", CHOICES["model.preset"],
                  "start from these sizes (table below); the model keys given override them")
+    start = Key("model.from", "str or null", "`null`", (),
+                "start from the fields of this workdir's, export's or file's model.yaml (an imported model to "
+                "fine-tune; not with preset); the model keys given override them")
     data = section_keys("data", DataSection, skip=("pipeline",))
     own = {key.name for key in data}
     pipeline = [dataclasses.replace(key, group=f"{key.group} (kind: text or tfds)")
                 for key in section_keys("data", DataConfig) if key.name not in own]
-    return {"model": [preset] + section_keys("model", TransformerConfig), "data": data + pipeline,
+    return {"model": [preset, start] + section_keys("model", TransformerConfig), "data": data + pipeline,
             "training": section_keys("training", TrainingSection),
             "decoding": section_keys("decoding", DecodeOptions)
             + section_keys("decoding", DecodingSection, skip=("options",))}

@@ -525,7 +525,7 @@ def export_ctranslate2(model, config, vocab_dir, directory, *, options=None, qua
     'ct2/multi30k_en_de'
     """
     precision = _precision(precision, quantization)
-    import ctranslate2
+    import ctranslate2  # noqa: F401  (not installed: refused here, before the folder is looked at)
 
     directory = os.fspath(directory)
     check_export_destination(directory)
@@ -538,55 +538,12 @@ def export_ctranslate2(model, config, vocab_dir, directory, *, options=None, qua
             if not overwrite:
                 raise FileExistsError(f"{directory} already exists; replace it with overwrite=True (--overwrite).")
         check_ctranslate2_support(config)
-        folders = _tokenizer_folders(vocab_dir)
-        mapped = _is_mapped(folders["source"])
-        if mapped:  # an imported vocabulary: pieces numbered by its own vocab.json
-            models, tokens = {}, {}
-            for side, folder in folders.items():
-                models[side], tokens[side] = mapped_vocabulary(folder)
-            shared = models["source"] == models["target"]
-        else:
-            models = {side: _sentencepiece_file(folder) for side, folder in folders.items()}
-            shared = folders["source"] == folders["target"]
-            tokens = {side: vocabulary_tokens(path) for side, path in models.items()}
-        spec = build_spec(model, config, tokens["source"], tokens["target"])
+        vocabulary = _Vocabulary(vocab_dir)
+        spec = build_spec(model, config, vocabulary.tokens["source"], vocabulary.tokens["target"])
         spec.validate()
         spec.optimize(quantization=None if precision == "float32" else precision)
-
-        names = ({"source": "sentencepiece.model", "target": "sentencepiece.model"} if shared
-                 else {"source": "source.sentencepiece.model", "target": "target.sentencepiece.model"})
-        decoding = (options or DecodeOptions()).replace(**settings)
-        if decoding.strategy == "beam" and not decoding.early_exit:
-            logging.getLogger(__name__).warning(
-                "CTranslate2's beam search always stops by its own rule: the export records early_exit: true where "
-                "the decoding options say false (the SavedModel keeps the exact rule; docs/serving.md, 'The "
-                "rescoring rule').")
-            decoding = decoding.replace(early_exit=True)
-        decoding = decoding.to_dict()
-        metadata = {
-            "format": FORMAT, "version": FORMAT_VERSION,
-            "exported": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
-            "ctranslate2_version": ctranslate2.__version__,
-            "quantization": None if precision == "float32" else precision,
-            "precision": precision,
-            "decoding": decoding,
-            "length_penalty": "gnmt: score = log P / ((5 + n) / 6) ** alpha, n counting the eos token",
-            "special_ids": {name: int(getattr(config, name)) for name in _RESERVED},
-            # "mapped": SentencePiece pieces given to CTranslate2 as tokens (an imported vocabulary, a leading
-            # >>xx<< tag one token); "ids": SentencePiece ids, the pieces of a vocabulary learned by the package
-            "tokenization": "mapped" if mapped else "ids",
-            "special_tokens": {"pad": tokens["target"][config.pad_id] if mapped else PAD_TOKEN,
-                               "unk": tokens["target"][config.unk_id],
-                               "bos": tokens["target"][config.bos_id], "eos": tokens["target"][config.eos_id]},
-            "sentencepiece": names,
-            # a multilingual imported vocabulary's language tokens: a sentence may open with one, one without
-            # gets the side's language first; detokenizing drops them and the special tokens
-            "languages": {side: _language_settings(folder) for side, folder in folders.items()} if mapped else {},
-            "target_languages": _language_settings(folders["target"])["languages"] if mapped else [],
-            "max_source_length": int(config.max_length),
-            "max_target_length": int(config.max_length),
-            "model_config": config.to_dict(),
-        }
+        models, names = vocabulary.models, vocabulary.names
+        metadata = _metadata(config, vocabulary, _decoding_record(options, settings), precision)
         # Written and checked beside `directory`, then swapped in: the old export serves until the new one works.
         with writing_export(os.path.abspath(directory), precision=precision) as staging:
             staging = os.fspath(staging)
@@ -597,6 +554,71 @@ def export_ctranslate2(model, config, vocab_dir, directory, *, options=None, qua
             atomic_write_text(os.path.join(staging, README_FILE), _readme(metadata))
             CTranslate2Translator(staging).translate(["A check."])  # it loads and translates, or this raises
     return directory
+
+
+class _Vocabulary:
+    """The SentencePiece model(s) of a vocabulary folder as the export copies them: `models` (side -> file),
+    `tokens` (side -> CTranslate2's token list), `names` (side -> file name in the export), `folders`, and
+    `mapped` (an imported vocabulary, whose pieces are numbered by its own vocab.json)."""
+
+    def __init__(self, vocab_dir):
+        self.folders = _tokenizer_folders(vocab_dir)
+        self.mapped = _is_mapped(self.folders["source"])
+        if self.mapped:
+            self.models, self.tokens = {}, {}
+            for side, folder in self.folders.items():
+                self.models[side], self.tokens[side] = mapped_vocabulary(folder)
+            shared = self.models["source"] == self.models["target"]
+        else:
+            self.models = {side: _sentencepiece_file(folder) for side, folder in self.folders.items()}
+            shared = self.folders["source"] == self.folders["target"]
+            self.tokens = {side: vocabulary_tokens(path) for side, path in self.models.items()}
+        self.names = ({"source": "sentencepiece.model", "target": "sentencepiece.model"} if shared
+                      else {"source": "source.sentencepiece.model", "target": "target.sentencepiece.model"})
+
+
+def _decoding_record(options, settings):
+    """The decoding options the export records (`options` with `settings` replaced), as a dict: a beam search
+    with early_exit (CTranslate2's own stopping rule), with a warning where the options say otherwise."""
+    decoding = (options or DecodeOptions()).replace(**settings)
+    if decoding.strategy == "beam" and not decoding.early_exit:
+        logging.getLogger(__name__).warning(
+            "CTranslate2's beam search always stops by its own rule: the export records early_exit: true where "
+            "the decoding options say false (the SavedModel keeps the exact rule; docs/serving.md, 'The "
+            "rescoring rule').")
+        decoding = decoding.replace(early_exit=True)
+    return decoding.to_dict()
+
+
+def _metadata(config, vocabulary, decoding, precision):
+    """``keras_transformer.json``: what `CTranslate2Translator` needs beside CTranslate2's own files."""
+    import ctranslate2
+
+    tokens, folders, mapped = vocabulary.tokens, vocabulary.folders, vocabulary.mapped
+    return {
+        "format": FORMAT, "version": FORMAT_VERSION,
+        "exported": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+        "ctranslate2_version": ctranslate2.__version__,
+        "quantization": None if precision == "float32" else precision,
+        "precision": precision,
+        "decoding": decoding,
+        "length_penalty": "gnmt: score = log P / ((5 + n) / 6) ** alpha, n counting the eos token",
+        "special_ids": {name: int(getattr(config, name)) for name in _RESERVED},
+        # "mapped": SentencePiece pieces given to CTranslate2 as tokens (an imported vocabulary, a leading
+        # >>xx<< tag one token); "ids": SentencePiece ids, the pieces of a vocabulary learned by the package
+        "tokenization": "mapped" if mapped else "ids",
+        "special_tokens": {"pad": tokens["target"][config.pad_id] if mapped else PAD_TOKEN,
+                           "unk": tokens["target"][config.unk_id],
+                           "bos": tokens["target"][config.bos_id], "eos": tokens["target"][config.eos_id]},
+        "sentencepiece": vocabulary.names,
+        # a multilingual imported vocabulary's language tokens: a sentence may open with one, one without
+        # gets the side's language first; detokenizing drops them and the special tokens
+        "languages": {side: _language_settings(folder) for side, folder in folders.items()} if mapped else {},
+        "target_languages": _language_settings(folders["target"])["languages"] if mapped else [],
+        "max_source_length": int(config.max_length),
+        "max_target_length": int(config.max_length),
+        "model_config": config.to_dict(),
+    }
 
 
 def _precision(precision, quantization, flags=("precision", "quantization")):

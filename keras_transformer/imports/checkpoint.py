@@ -1,7 +1,7 @@
 """A checkpoint in the Hugging Face layout, read: its config, generation config, weights and the folder it lies in.
 
-Weights come from ``model.safetensors`` (read with `safetensors`) or, without
-it, ``pytorch_model.bin`` (read with `torch`, which only that needs). A Hub id
+Weights come from ``model.safetensors`` (read here, one tensor at a time) or,
+without it, ``pytorch_model.bin`` (read with `torch`, which only that needs). A Hub id
 is fetched with `huggingface_hub` where the network allows; a local folder is
 never sent anywhere.
 """
@@ -10,6 +10,7 @@ import dataclasses
 import json
 import os
 import pathlib
+from collections.abc import Iterator, Mapping
 
 import numpy as np
 
@@ -52,29 +53,135 @@ class Checkpoint:
         return path
 
     def tensors(self):
-        """The weights as `{name: float32 numpy array}`.
+        """The weights as a read-only mapping `{name: float32 numpy array}` that reads each tensor from the file
+        when asked for it (and its shape, `shape(name)`, without reading it), so that an import holds one tensor
+        at a time beside the model, not a second copy of the checkpoint.
 
         Raises:
-            CorruptFileError: the file cannot be read (truncated, not a weights file), named.
+            CorruptFileError: the file cannot be read (truncated, not a weights file), named; a tensor's read
+                raises it too.
         """
+        if self.weights_file.name == SAFETENSORS:
+            return SafetensorsFile(self.weights_file)
+        return _torch_tensors(self.weights_file)
+
+
+# safetensors' dtype names -> numpy dtypes (BF16 is read as uint16 and widened: numpy has no bfloat16)
+_SAFETENSORS_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": np.uint16,
+                       "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8,
+                       "BOOL": np.bool_}
+
+
+class SafetensorsFile(Mapping):
+    """A ``.safetensors`` file as a mapping `{name: float32 numpy array}`, each tensor read (with one `readinto`,
+    no memory map) when asked for.
+
+    The format: 8 bytes (little-endian) giving the length of a JSON header, the header
+    (``{name: {"dtype", "shape", "data_offsets": [begin, end]}}`` plus an optional ``__metadata__``), then the
+    tensors' bytes, offsets counted from the header's end. The header is checked against the file's size when
+    the file is opened, so a truncated file is refused before anything is built.
+
+    Raises:
+        CorruptFileError: not a safetensors file, or truncated (named).
+
+    Example:
+
+    >>> import tempfile, struct
+    >>> header = json.dumps({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}).encode()
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "model.safetensors"
+    >>> _ = path.write_bytes(struct.pack("<Q", len(header)) + header + np.array([1, 2], np.float32).tobytes())
+    >>> weights = SafetensorsFile(path)
+    >>> list(weights), weights.shape("w"), weights["w"].tolist()
+    (['w'], (2,), [1.0, 2.0])
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = pathlib.Path(path)
         try:
-            if self.weights_file.name == SAFETENSORS:
-                from safetensors.numpy import load_file
-                return {name: np.asarray(value, dtype=np.float32)
-                        for name, value in load_file(self.weights_file).items()}
-            try:
-                import torch
-            except ImportError:
-                raise ConfigError(f"{self.weights_file} is a PyTorch file, which needs torch to read: install torch "
-                                  "(docs/install.md) or convert it to model.safetensors.") from None
-            state = torch.load(self.weights_file, map_location="cpu", weights_only=True)
-            return {name: value.float().numpy() for name, value in state.items()}
-        except ConfigError:
-            raise
-        except Exception as error:  # noqa: BLE001 - each reader raises its own types for a damaged file
-            problem = " ".join(str(error).split())[:160]
-            raise CorruptFileError(f"{self.weights_file} cannot be read as weights (truncated or damaged? {problem}); "
-                                   "copy or download it again.") from None
+            size = self.path.stat().st_size
+            with open(self.path, "rb") as handle:
+                length = int.from_bytes(handle.read(8), "little")
+                if not 2 <= length <= size - 8:
+                    raise ValueError(f"a header of {length} bytes in a file of {size}")
+                header = json.loads(handle.read(length))
+            self._start = 8 + length
+            header.pop("__metadata__", None)
+            self._entries = {}
+            for name, entry in header.items():
+                begin, end = (int(offset) for offset in entry["data_offsets"])
+                dtype = np.dtype(_SAFETENSORS_DTYPES[entry["dtype"]])
+                shape = tuple(int(n) for n in entry["shape"])
+                if end - begin != dtype.itemsize * int(np.prod(shape)) or self._start + end > size:
+                    raise ValueError(f"{name} ends at byte {self._start + end} of {size}")
+                self._entries[name] = (entry["dtype"], dtype, shape, begin)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+            raise _unreadable(self.path, error) from None
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        kind, dtype, shape, begin = self._entries[name]
+        buffer = np.empty(dtype.itemsize * int(np.prod(shape)), np.uint8)
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(self._start + begin)
+                if handle.readinto(buffer) != buffer.size:
+                    raise ValueError(f"{name} is cut short")
+        except (OSError, ValueError) as error:
+            raise _unreadable(self.path, error) from None
+        value = buffer.view(dtype).reshape(shape)
+        if kind == "BF16":  # the upper half of a float32
+            return (value.astype(np.uint32) << 16).view(np.float32)
+        return value.astype(np.float32, copy=False)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        """The shape of tensor `name`, read from the header."""
+        return self._entries[name][2]
+
+
+def _unreadable(path, error):
+    problem = " ".join(str(error).split())[:160]
+    return CorruptFileError(f"{path} cannot be read as weights (truncated or damaged? {problem}); copy or download "
+                            "it again.")
+
+
+def _torch_tensors(path):
+    try:
+        import torch
+    except ImportError:
+        raise ConfigError(f"{path} is a PyTorch file, which needs torch to read: install torch (docs/install.md) or "
+                          "convert it to model.safetensors.") from None
+    try:
+        try:  # memory-mapped: tensors are read when asked for (torch's zip format, the one save_pretrained writes)
+            state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        except RuntimeError:  # the legacy format, which cannot be mapped: read whole
+            state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # noqa: BLE001 - torch raises its own types for a damaged file
+        raise _unreadable(path, error) from None
+    return _TorchTensors(state)
+
+
+class _TorchTensors(Mapping):
+    """A ``pytorch_model.bin`` state dict (memory-mapped), each tensor widened to float32 when asked for."""
+
+    def __init__(self, state):
+        self._state = state
+
+    def __getitem__(self, name):
+        return self._state[name].float().numpy()
+
+    def __iter__(self):
+        return iter(self._state)
+
+    def __len__(self):
+        return len(self._state)
+
+    def shape(self, name):
+        return tuple(self._state[name].shape)
 
 
 def _read_json(path, required):

@@ -103,7 +103,8 @@ class WeightSource:
     """The checkpoint's tensors, handed out by name once each, with shape checks that name the key.
 
     Args:
-        tensors: `{name: numpy array}`.
+        tensors: `{name: numpy array}`, or a mapping that reads each tensor when asked for it and gives its shape
+            with ``shape(name)`` (`imports.checkpoint.SafetensorsFile`): its shape is then checked before it is read.
         file: the weights file, for messages.
 
     Example:
@@ -118,7 +119,7 @@ class WeightSource:
     """
 
     def __init__(self, tensors: Mapping[str, Any], file: str | os.PathLike[str]) -> None:
-        self._tensors = dict(tensors)
+        self._tensors = tensors
         self._file = file
         self._used: set[str] = set()
 
@@ -138,12 +139,15 @@ class WeightSource:
         """
         if name not in self._tensors:
             raise ConfigError(f"{self._file}: {name} is missing (config.json describes a model that has it).")
-        value = self._tensors[name]
-        if tuple(value.shape) != tuple(shape):
-            raise ConfigError(f"{self._file}: {name} has shape {tuple(value.shape)} but config.json's sizes give "
-                              f"{tuple(shape)}.")
+        found = self._shape(name)
+        if found != tuple(shape):
+            raise ConfigError(f"{self._file}: {name} has shape {found} but config.json's sizes give {tuple(shape)}.")
         self._used.add(name)
-        return np.asarray(value, dtype=np.float32)
+        return np.asarray(self._tensors[name], dtype=np.float32)
+
+    def _shape(self, name: str) -> tuple[int, ...]:
+        reader = getattr(self._tensors, "shape", None)
+        return tuple(reader(name)) if callable(reader) else tuple(np.shape(self._tensors[name]))
 
     def skip(self, name: str) -> None:
         """Marks `name` as accounted for without copying it (a table the model computes itself)."""

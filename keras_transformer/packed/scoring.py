@@ -10,12 +10,10 @@ serves every TensorFlow-side command unchanged: `keras-transformer evaluate --mo
 This module needs only keras, numpy, sentencepiece and the package itself: no TensorFlow.
 """
 
-import pathlib
 import typing
 
-from keras_transformer import evaluation
 from keras_transformer.engines.packed import PackedTranslator
-from keras_transformer.files import atomic_write
+from keras_transformer.inference import evaluate
 
 
 # ------------------------------------------------------------------ scoring without TensorFlow
@@ -57,10 +55,11 @@ def evaluate_arrays(workdir, checkpoint, source, reference, *, average=None, tok
                     options=None, batch_size=128, output=None, **settings):
     """Translates `source` with a packed workdir's weights and scores it, without TensorFlow.
 
-    The TensorFlow-free twin of `keras-transformer evaluate` for a machine that
-    trains with `train_arrays` (a GPU machine with JAX): it reads the
-    workdir as every loader does (`PackedTranslator.from_folder`), decodes with
-    its options and scores with `evaluation.evaluate_translations`.
+    `keras-transformer evaluate` for a machine that trains with `train_arrays`
+    (a GPU machine with JAX): it reads the workdir as every loader does
+    (`PackedTranslator.from_folder`) and gives that translator to
+    `inference.evaluate`, which checks the files (line counts, the output's
+    folder) before decoding and scores with sacreBLEU.
     Needs the `sentencepiece` package (and `sacremoses` for the Multi30k protocol).
 
     Args:
@@ -76,21 +75,13 @@ def evaluate_arrays(workdir, checkpoint, source, reference, *, average=None, tok
         output: optional path to write the translations to.
 
     Returns:
-        The dict of `evaluation.evaluate_translations` (cased and lowercased
-        sacreBLEU, and `bleu_multi30k` with `tokenized_reference`).
+        `inference.evaluate`'s scores (cased and lowercased sacreBLEU, the length ratio, and `bleu_multi30k`
+        with `tokenized_reference`), rounded as it rounds them.
     """
 
     translator = PackedTranslator.from_folder(workdir, checkpoint, average, options, **settings)
-    lines = evaluation.read_lines(source)
-    references = evaluation.read_lines(reference)
-    hypotheses = translator.translate_lines(lines, batch_size=batch_size)
-    hypotheses = [evaluation.one_line(h) for h in hypotheses]  # one line each in the output file, as scored
-    if output:
-        atomic_write(output, lambda path: pathlib.Path(path).write_text("".join(h + "\n" for h in hypotheses),
-                                                                  encoding="utf-8"))
-    tokenized = evaluation.read_lines(tokenized_reference) if tokenized_reference else None
-    return evaluation.evaluate_translations(hypotheses, references, lang=lang, tokenized_references=tokenized)
-
+    return evaluate(translator, source, reference, tokenized_reference=tokenized_reference, lang=lang,
+                    batch_size=batch_size, output=output)
 
 if __name__ == "__main__":  # the module's command line before there was one command
     raise SystemExit("python -m keras_transformer.arrays is now `keras-transformer train-packed` (the same arguments).")

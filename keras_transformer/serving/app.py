@@ -139,10 +139,6 @@ def build_app(load, name=None, settings=None, seeded=False, on_failure=None):
     >>> app = build_app(lambda: load_translator("saved_models/multi30k_en_de"), "en_de")  # doctest: +SKIP
     """
     from starlette.applications import Starlette
-    from starlette.exceptions import HTTPException
-    from starlette.requests import ClientDisconnect
-    from starlette.responses import Response
-    from starlette.routing import Route
 
     settings = settings or ServeSettings()
     if callable(load):
@@ -150,16 +146,30 @@ def build_app(load, name=None, settings=None, seeded=False, on_failure=None):
         models = [ServedModel(name, lambda path: single())]
     else:
         models = list(load)
-    state = _State(models, settings, seeded)
-    metrics = Metrics(state.stats, state)
-    engine_thread = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine")
-    loader_thread = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="loader")
+    server = _Server(models, settings, seeded, on_failure)
+    app = Starlette(routes=server.routes(), lifespan=server.lifespan, exception_handlers=server.exception_handlers())
+    app.state.serving = server.state
+    return _Counted(app, server.state.stats, server.metrics)
 
-    def load_and_warm_up(model, version):
+
+class _Server:
+    """What `build_app`'s handlers share: the models and their versions (loaded, warmed up and retired on a
+    thread of their own), the batcher feeding the engine's thread, the settings and the metrics. Each handler is
+    one method; `routes` and `exception_handlers` give them to Starlette."""
+
+    def __init__(self, models, settings, seeded, on_failure):
+        self.models, self.settings, self.on_failure = models, settings, on_failure
+        self.state = _State(models, settings, seeded)
+        self.metrics = Metrics(self.state.stats, self.state)
+        self.engine_thread = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine")
+        self.loader_thread = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="loader")
+
+    # ---------------------------------------------------------------- versions: load, warm up, retire
+    def load_and_warm_up(self, model, version):
         started = time.monotonic()
-        engine = Engine(model.load(version.path), settings.variants)
+        engine = Engine(model.load(version.path), self.settings.variants)
         try:
-            check_limits(engine.options, settings)
+            check_limits(engine.options, self.settings)
         except RequestError as error:
             raise ConfigError(f"{model.name}: the model decodes by default with options this server refuses: "
                               f"{error}") from None
@@ -168,17 +178,17 @@ def build_app(load, name=None, settings=None, seeded=False, on_failure=None):
         log.info("%s version %d loaded in %.1f s, warmed up in %.1f s (%s engine; decoding by default: %s)",
                  model.name, version.number, loaded - started, time.monotonic() - loaded,
                  getattr(engine.translator, "engine", "?"), engine.options.describe())
-        memory = engine.search_memory(settings.max_batch, settings.max_beam_size)
+        memory = engine.search_memory(self.settings.max_batch, self.settings.max_beam_size)
         if memory is not None:
             log.info("%s: the largest request allowed (batches of %d sentences, beam %d, %d-token outputs at most) "
-                     "holds about %s of search state", model.name, settings.max_batch, settings.max_beam_size,
-                     engine.translator.max_target_length, format_size(memory))
+                     "holds about %s of search state", model.name, self.settings.max_batch,
+                     self.settings.max_beam_size, engine.translator.max_target_length, format_size(memory))
         return engine
 
-    async def bring_up(model, version, at_start):
+    async def bring_up(self, model, version, at_start):
         version.state = LOADING
         try:
-            version.engine = await asyncio.get_running_loop().run_in_executor(loader_thread, load_and_warm_up,
+            version.engine = await asyncio.get_running_loop().run_in_executor(self.loader_thread, self.load_and_warm_up,
                                                                               model, version)
         except Exception as error:  # noqa: BLE001 (any failure ends the version, with its message)
             version.state = END
@@ -187,56 +197,58 @@ def build_app(load, name=None, settings=None, seeded=False, on_failure=None):
             log.error("keras-transformer serve: error: %s version %d: %s", model.name, version.number,
                       version.error)
             if at_start:
-                state.failed = version.error
-                if on_failure is not None:
-                    on_failure(version.error)
+                self.state.failed = version.error
+                if self.on_failure is not None:
+                    self.on_failure(version.error)
             return
         version.state = AVAILABLE  # new requests go to the highest AVAILABLE version from now on
         for old in model.replaced():
             old.state = UNLOADING
             log.info("%s: version %d serves new requests; version %d finishes its %d request(s)", model.name,
                      version.number, old.number, old.active)
-            retire(old)
+            self.retire(old)
 
-    def retire(version):
+    def retire(self, version):
         if version.state == UNLOADING and version.active == 0:
             version.state, version.engine = END, None
 
-    async def watch(model):
+    async def watch(self, model):
         first = True
         while True:
             version = model.to_load()
             if version is not None:
-                await bring_up(model, version, at_start=first)
-                if first and state.failed:
+                await self.bring_up(model, version, at_start=first)
+                if first and self.state.failed:
                     return
                 first = False
             if model.base is None and not first:
                 return
-            await asyncio.sleep(settings.poll_seconds)
+            await asyncio.sleep(self.settings.poll_seconds)
 
     @contextlib.asynccontextmanager
-    async def lifespan(app):
-        state.batcher = Batcher(lambda engine, key, parts: engine.run(key, parts), settings, state.stats,
-                                engine_thread)
-        state.batcher.on_batch = lambda engine, sentences, requests, seconds: metrics.observe_batch(sentences,
-                                                                                                      seconds)
-        tasks = [asyncio.create_task(state.batcher.run())] + [asyncio.create_task(watch(m)) for m in models]
+    async def lifespan(self, app):
+        """Starlette's lifespan: the batcher and one watcher per model run while the server does."""
+        self.state.batcher = Batcher(lambda engine, key, parts: engine.run(key, parts), self.settings,
+                                     self.state.stats, self.engine_thread)
+        self.state.batcher.on_batch = (lambda engine, sentences, requests, seconds:
+                                       self.metrics.observe_batch(sentences, seconds))
+        tasks = [asyncio.create_task(self.state.batcher.run())]
+        tasks += [asyncio.create_task(self.watch(model)) for model in self.models]
         try:
             yield
         finally:
             for task in tasks:
                 task.cancel()
-            engine_thread.shutdown(wait=False, cancel_futures=True)
-            loader_thread.shutdown(wait=False, cancel_futures=True)
+            self.engine_thread.shutdown(wait=False, cancel_futures=True)
+            self.loader_thread.shutdown(wait=False, cancel_futures=True)
 
-    def model_named(model):
-        if model not in state.by_name:
-            served = ", ".join(repr(m.name) for m in models)
+    def model_named(self, model):
+        if model not in self.state.by_name:
+            served = ", ".join(repr(m.name) for m in self.models)
             raise RequestError(404, f"Model {model!r} is not served here; this server serves {served}.")
-        return state.by_name[model]
+        return self.state.by_name[model]
 
-    def version_number(model, version):
+    def version_number(self, model, version):
         if version is None:
             return None
         if not version.isdigit() or len(version) > 18:
@@ -244,10 +256,10 @@ def build_app(load, name=None, settings=None, seeded=False, on_failure=None):
                                     "numbers.")
         return int(version)
 
-    def serving_version(model, number):
+    def serving_version(self, model, number):
         """The version a request of `model` goes to (`number`: the one it names, or None: the current one)."""
-        if state.failed:
-            raise RequestError(503, f"The model failed to load: {state.failed}")
+        if self.state.failed:
+            raise RequestError(503, f"The model failed to load: {self.state.failed}")
         if number is None:
             version = model.current
             if version is None:
@@ -262,15 +274,15 @@ def build_app(load, name=None, settings=None, seeded=False, on_failure=None):
             raise RequestError(503, f"Version {number} of {model.name} is loading.")
         return listed[0]
 
-    async def decode(request, version, work, deadline):
-        pending = state.batcher.admit(version.engine, work, deadline)  # or 503 (queue full) / 504 (deadline)
+    async def decode(self, request, version, work, deadline):
+        pending = self.state.batcher.admit(version.engine, work, deadline)  # or 503 (queue full) / 504 (deadline)
         version.active += 1
-        waiter = asyncio.ensure_future(state.batcher.wait(pending))
+        waiter = asyncio.ensure_future(self.state.batcher.wait(pending))
         watcher = asyncio.ensure_future(_disconnected(request))
         try:
             await asyncio.wait({waiter, watcher}, return_when=asyncio.FIRST_COMPLETED)
             if not waiter.done():
-                state.batcher.cancel(pending)
+                self.state.batcher.cancel(pending)
                 with contextlib.suppress(Cancelled, RequestError):
                     await waiter
                 raise Cancelled()
@@ -281,59 +293,60 @@ def build_app(load, name=None, settings=None, seeded=False, on_failure=None):
         finally:
             watcher.cancel()
             version.active -= 1
-            retire(version)
+            self.retire(version)
 
-    async def model_status(request):
-        model = model_named(request.path_params["model"])
-        number = version_number(model, request.path_params.get("version"))
+    # ---------------------------------------------------------------- the handlers, one per route
+    async def model_status(self, request):
+        model = self.model_named(request.path_params["model"])
+        number = self.version_number(model, request.path_params.get("version"))
         listed = model.listed(number)
         if not listed:
             raise RequestError(404, f"Version {number} of {model.name} is not served; its versions: "
                                     f"{', '.join(str(v.number) for v in model.listed()) or 'none yet'}.")
         return _json({"model_version_status": [version.status() for version in listed]})
 
-    async def metadata(request):
-        model = model_named(request.path_params["model"])
-        number = version_number(model, request.path_params.get("version"))
-        version = serving_version(model, number) if number is not None else model.current
+    async def metadata(self, request):
+        model = self.model_named(request.path_params["model"])
+        number = self.version_number(model, request.path_params.get("version"))
+        version = self.serving_version(model, number) if number is not None else model.current
         payload = signature_metadata(model.name)
         payload["model_spec"]["version"] = str(version.number if version else number or 1)
         return _json(payload)
 
-    async def predict(request):
-        raw = await _body(request, settings)  # read first: a client answered before it has sent its body sees a reset
+    async def predict(self, request):
+        raw = await _body(request, self.settings)  # read first: a client answered before sending its body sees a reset
         head, _, method = request.path_params["target"].rpartition(":")
         name, version = (request.path_params["model"], head) if "model" in request.path_params else (head, None)
         if not name:
             raise RequestError(404, f"Unknown path {request.url.path}; predict is POST /v1/models/NAME:predict.")
-        model = model_named(name)
-        number = version_number(model, version)
+        model = self.model_named(name)
+        number = self.version_number(model, version)
         if method != "predict":
             raise RequestError(400 if method in ("classify", "regress") else 404,
                                f"{method or 'no method'}: this server answers predict only "
                                "(POST /v1/models/NAME:predict).")
         body = parse_json(raw)
         deadline = _deadline(request, None)
-        served = serving_version(model, number)
-        signature, work, rows = parse_predict(body, served.engine.options, settings, state.seeded,
+        served = self.serving_version(model, number)
+        signature, work, rows = parse_predict(body, served.engine.options, self.settings, self.state.seeded,
                                               served.engine.translator)
-        results = await decode(request, served, work, deadline)
+        results = await self.decode(request, served, work, deadline)
         return _json(predict_response(signature, work, results, rows))
 
-    async def translate(request):
-        body = parse_json(await _body(request, settings))
+    async def translate(self, request):
+        body = parse_json(await _body(request, self.settings))
         deadline = _deadline(request, body)
-        if len(models) > 1 or "model" in body:
+        if len(self.models) > 1 or "model" in body:
             name = body.pop("model", None)
             if not isinstance(name, str):
                 raise RequestError(400, f"This server serves several models: name one in \"model\" "
-                                        f"({', '.join(m.name for m in models)}).")
-            model = model_named(name)
+                                        f"({', '.join(m.name for m in self.models)}).")
+            model = self.model_named(name)
         else:
-            model = models[0]
-        served = serving_version(model, None)
-        work = parse_translate(body, served.engine.options, settings, state.seeded, served.engine.translator)
-        results = await decode(request, served, work, deadline)
+            model = self.models[0]
+        served = self.serving_version(model, None)
+        work = parse_translate(body, served.engine.options, self.settings, self.state.seeded, served.engine.translator)
+        results = await self.decode(request, served, work, deadline)
         if work.kind == "n_best":
             payload = {"translations": [[text for text, _ in row] for row in results],
                        "scores": [[score for _, score in row] for row in results]}
@@ -343,64 +356,75 @@ def build_app(load, name=None, settings=None, seeded=False, on_failure=None):
             payload["seed"] = work.options.seed
         return _json(payload)
 
-    async def healthz(request):
+    async def healthz(self, request):
         return _json({"status": "alive"})
 
-    async def readyz(request):
-        names = ", ".join(m.name for m in models)
-        if state.ready:
+    async def readyz(self, request):
+        names = ", ".join(m.name for m in self.models)
+        if self.state.ready:
             return _json({"status": "ready", "model": names})
-        return _json({"status": "failed" if state.failed else "loading", "model": names,
-                      "error": state.failed or ""}, status=503)
+        return _json({"status": "failed" if self.state.failed else "loading", "model": names,
+                      "error": self.state.failed or ""}, status=503)
 
-    async def stats(request):
-        batcher = state.batcher
-        versions = {model.name: {str(v.number): v.state for v in model.listed()} for model in models}
-        return _json({"model": ", ".join(m.name for m in models), "ready": state.ready, **state.stats.as_dict(),
+    async def stats(self, request):
+        batcher = self.state.batcher
+        versions = {model.name: {str(v.number): v.state for v in model.listed()} for model in self.models}
+        return _json({"model": ", ".join(m.name for m in self.models), "ready": self.state.ready,
+                      **self.state.stats.as_dict(),
                       "queued": batcher.queued if batcher else 0,
                       "queued_sentences": batcher.queued_sentences if batcher else 0,
                       "in_flight": batcher.in_flight if batcher else 0, "versions": versions,
-                      "settings": dataclasses.asdict(settings)})
+                      "settings": dataclasses.asdict(self.settings)})
 
-    async def prometheus(request):
-        return Response(metrics.exposition(), media_type=CONTENT_TYPE)
+    async def prometheus(self, request):
+        from starlette.responses import Response
 
-    async def refused(request, error):
+        return Response(self.metrics.exposition(), media_type=CONTENT_TYPE)
+
+    # ---------------------------------------------------------------- exception handlers
+    async def refused(self, request, error):
         return _json({"error": str(error)}, status=error.status, headers=error.headers)
 
-    async def gone(request, error):
+    async def gone(self, request, error):
         return _json({"error": "The client went away."}, status=CLIENT_GONE)
 
-    async def internal(request, error):
+    async def internal(self, request, error):
         log.exception("%s %s failed", request.method, request.url.path, exc_info=error)
         return _json({"error": f"{type(error).__name__}: {error}"}, status=500)
 
-    async def http_error(request, error):
+    async def http_error(self, request, error):
         message = {404: f"Unknown path {request.url.path}.",
                    405: f"{request.method} is not allowed on {request.url.path}."}.get(error.status_code,
                                                                                        str(error.detail))
         return _json({"error": message}, status=error.status_code)
 
-    async def client_disconnect(request, error):
-        state.stats.cancelled += 1  # gone before its body was read: never queued
-        return await gone(request, error)
+    async def client_disconnect(self, request, error):
+        self.state.stats.cancelled += 1  # gone before its body was read: never queued
+        return await self.gone(request, error)
 
-    routes = [Route("/v1/models/{model}", model_status, methods=["GET"]),
-              Route("/v1/models/{model}/versions/{version}", model_status, methods=["GET"]),
-              Route("/v1/models/{model}/metadata", metadata, methods=["GET"]),
-              Route("/v1/models/{model}/versions/{version}/metadata", metadata, methods=["GET"]),
-              Route("/v1/models/{target}", predict, methods=["POST"]),
-              Route("/v1/models/{model}/versions/{target}", predict, methods=["POST"]),
-              Route("/translate", translate, methods=["POST"]),
-              Route("/healthz", healthz, methods=["GET"]),
-              Route("/readyz", readyz, methods=["GET"]),
-              Route("/stats", stats, methods=["GET"]),
-              Route("/monitoring/prometheus/metrics", prometheus, methods=["GET"])]
-    app = Starlette(routes=routes, lifespan=lifespan,
-                    exception_handlers={RequestError: refused, HTTPException: http_error, Cancelled: gone,
-                                        ClientDisconnect: client_disconnect, Exception: internal})
-    app.state.serving = state
-    return _Counted(app, state.stats, metrics)
+    def routes(self):
+        """The URLs: TensorFlow Serving's REST API, /translate, the health and readiness probes, the metrics."""
+        from starlette.routing import Route
+
+        return [Route("/v1/models/{model}", self.model_status, methods=["GET"]),
+                Route("/v1/models/{model}/versions/{version}", self.model_status, methods=["GET"]),
+                Route("/v1/models/{model}/metadata", self.metadata, methods=["GET"]),
+                Route("/v1/models/{model}/versions/{version}/metadata", self.metadata, methods=["GET"]),
+                Route("/v1/models/{target}", self.predict, methods=["POST"]),
+                Route("/v1/models/{model}/versions/{target}", self.predict, methods=["POST"]),
+                Route("/translate", self.translate, methods=["POST"]),
+                Route("/healthz", self.healthz, methods=["GET"]),
+                Route("/readyz", self.readyz, methods=["GET"]),
+                Route("/stats", self.stats, methods=["GET"]),
+                Route("/monitoring/prometheus/metrics", self.prometheus, methods=["GET"])]
+
+    def exception_handlers(self):
+        """Every failure answered in one JSON line: refusals with their status, a client gone, the rest 500."""
+        from starlette.exceptions import HTTPException
+        from starlette.requests import ClientDisconnect
+
+        return {RequestError: self.refused, HTTPException: self.http_error, Cancelled: self.gone,
+                ClientDisconnect: self.client_disconnect, Exception: self.internal}
 
 
 class _Counted:

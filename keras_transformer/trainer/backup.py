@@ -118,17 +118,16 @@ def _read_pair(weights, metadata):
         raise ValueError(f"{metadata} is not JSON ({error})") from None
     if not isinstance(record, dict) or not isinstance(record.get("epoch"), int):
         raise ValueError(f"{metadata} has no epoch")
-    digest = record.get("weights_blake2b")
-    if digest is not None and file_digest(weights) != digest:  # (backups of earlier versions record none)
+    missing = [key for key in ("batches_done", "weights_blake2b", "gradient_accumulation_steps") if key not in record]
+    if missing:  # Keras' own record ({"epoch", "batch"}), which versions before 0.2.0 could leave
+        raise ValueError(f"{metadata} records no {', '.join(missing)}: a backup of another program or an earlier "
+                         "version, which this one does not resume")
+    if file_digest(weights) != record["weights_blake2b"]:
         raise ValueError(f"{weights} is not the file {metadata.name} describes (torn or replaced)")
-    done = record.get("batches_done")
-    if done is None:  # Keras' own record: the last batch's zero-based index; 0 cannot tell one batch from none
-        batch = int(record.get("batch", 0) or 0)
-        done = batch + 1 if batch else 0
-    accumulation = record.get("gradient_accumulation_steps")  # (backups of earlier versions record none)
+    accumulation = record["gradient_accumulation_steps"]
     stream = record.get("stream")
-    return (int(record["epoch"]), int(done), bool(record.get("moving_average", False)),
-            None if accumulation is None else int(accumulation), stream if isinstance(stream, dict) else None)
+    return (int(record["epoch"]), int(record["batches_done"]), bool(record.get("moving_average", False)),
+            int(accumulation), stream if isinstance(stream, dict) else None)
 
 
 def find_backup(backup_dir):

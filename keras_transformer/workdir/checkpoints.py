@@ -394,14 +394,12 @@ def load_weights_files(model, paths):
 def read_model_file(path):
     """A model folder's `model.yaml`: `(TransformerConfig, DecodeOptions)`.
 
-    The file holds the architecture's fields and a `decoding:` mapping (the model's decoding defaults). An
-    older file kept its decoding settings (`config.DECODING_FIELDS`) among the architecture's fields: they are
-    read as the decoding section's, under its old names (`length_penalty` is `alpha`, `max_decode_extra` is
-    `max_extra`).
+    The file holds the architecture's fields and a `decoding:` mapping (the model's decoding defaults).
 
     Raises:
         CheckpointNotFoundError: no such file.
-        ConfigError / ValueError: a field that is not valid (named).
+        ConfigError / ValueError: a field that is not valid (named); decoding settings among the architecture's
+            fields (`config.DECODING_FIELDS`: the layout before the `decoding:` mapping, which no release wrote).
 
     Example:
 
@@ -416,8 +414,12 @@ def read_model_file(path):
     decoding = values.get("decoding") or {}
     if not isinstance(decoding, dict):
         raise ConfigError(f"{path}: decoding must be a mapping of decoding settings, got {decoding!r}.")
-    old = {name: values[name] for name in DECODING_FIELDS if name in values}
-    return TransformerConfig.from_yaml(path), DecodeOptions.from_dict({**old, **decoding}, where=f"{path}: decoding")
+    old = [name for name in DECODING_FIELDS if name in values]
+    if old:
+        raise ConfigError(f"{path}: {', '.join(old)} among the architecture's fields is the layout of model files "
+                          "before the decoding: mapping, which this version does not read; move them under "
+                          "decoding: (length_penalty as alpha, max_decode_extra as max_extra).")
+    return TransformerConfig.from_yaml(path), DecodeOptions.from_dict(decoding, where=f"{path}: decoding")
 
 
 def write_model_file(path, config, options=None):

@@ -279,6 +279,34 @@ def checkpoint_vocabulary(path):
     return next((candidate for candidate in candidates if candidate.is_dir()), None)
 
 
+def model_file(path):
+    """The `model.yaml` of one model: `path` itself (a file), a workdir's (a run, an import) or a SavedModel
+    export's (`assets.extra/model.yaml`).
+
+    Raises:
+        CheckpointNotFoundError: none there (the places looked in named).
+        ConfigError: an ensemble export (one model.yaml per member: no one model to start from).
+
+    Example:
+
+    >>> import tempfile
+    >>> run = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (run / MODEL_CONFIG).write_text("d_model: 64\n")
+    >>> model_file(run) == run / MODEL_CONFIG
+    True
+    """
+    path = pathlib.Path(path)
+    if path.is_file():
+        return path
+    if (path / EXTRA_DIR / MEMBERS_DIR).is_dir():
+        raise ConfigError(f"{path} is an ensemble export: each member has its own {MODEL_CONFIG}; name one "
+                          f"({path / EXTRA_DIR / MEMBERS_DIR}/<i>/{MODEL_CONFIG}).")
+    for candidate in (path / MODEL_CONFIG, path / EXTRA_DIR / MODEL_CONFIG):
+        if candidate.is_file():
+            return candidate
+    raise CheckpointNotFoundError(f"No {MODEL_CONFIG} at {path}: expected a file, a workdir holding {MODEL_CONFIG} "
+                                  f"or an export holding {EXTRA_DIR}/{MODEL_CONFIG}.")
+
 def adopt_vocabulary(checkpoint, vocab_dir):
     """A fine-tuning run tokenizes with the vocabulary its initial weights were trained with.
 
