@@ -122,7 +122,8 @@ def main():
         print(f"| parameters | weights file | import | peak RSS | baseline RSS | peak - baseline |\n"
               f"| ---: | ---: | ---: | ---: | ---: | ---: |\n"
               f"| {parameters / 1e6:.1f}M | {weights_mb:.0f} MiB | {seconds:.1f} s | {peak_mb:.0f} MiB | "
-              f"{baseline_mb:.0f} MiB | {peak_mb - baseline_mb:.0f} MiB = {(peak_mb - baseline_mb) / weights_mb:.2f}x |")
+              f"{baseline_mb:.0f} MiB | {peak_mb - baseline_mb:.0f} MiB = "
+              f"{(peak_mb - baseline_mb) / weights_mb:.2f}x |")
         return
 
     import torch
