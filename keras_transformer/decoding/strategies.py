@@ -61,7 +61,7 @@ ALPHA = ("alpha (the length-penalty exponent)", "a finite number >= 0 (0: plain 
 MAX_EXTRA = ("max_extra (output tokens allowed beyond the source length)", "an integer >= 0")
 
 
-def valid_alpha(value: object) -> bool:
+def valid_alpha(value: Any) -> bool:
     """A finite number >= 0 (the GNMT length-penalty exponent; 0 ranks by log-probability)."""
     return is_number(value) and math.isfinite(value) and value >= 0
 
