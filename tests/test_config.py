@@ -79,19 +79,24 @@ def test_decode_options_name_the_problem(values, fragment):
     assert fragment in str(error.value)
 
 
-def test_decoding_fields_moved_out_of_the_model_config_and_old_model_files_still_load(tmp_path):
-    """A model.yaml from before the move (decoding fields among the architecture's) loads: its values become the
-    decoding options; TransformerConfig itself refuses them by name."""
+def test_decoding_fields_moved_out_of_the_model_config_and_old_model_files_are_refused_by_name(tmp_path):
+    """A model.yaml of the layout before the move (decoding fields among the architecture's; no release wrote it)
+    is refused in one line naming the fields and where they go; TransformerConfig itself refuses them by name; the
+    decoding: mapping round-trips."""
     from keras_transformer.decoding import DecodeOptions
+    from keras_transformer.errors import ConfigError
     from keras_transformer.workdir.checkpoints import read_model_file, write_model_file
     with pytest.raises(ValueError, match="beam_size: decoding settings are not part of TransformerConfig"):
         TransformerConfig.from_dict(dict(vocab_size=100, beam_size=5))
     old = tmp_path / "old.yaml"
     old.write_text("vocab_size: 100\nd_model: 64\nnum_heads: 4\nbeam_size: 5\nlength_penalty: 1.0\n"
                    "max_decode_extra: 20\nearly_exit: true\n")
-    config, options = read_model_file(old)
-    assert config == TransformerConfig(vocab_size=100, d_model=64, num_heads=4)
-    assert options == DecodeOptions(beam_size=5, alpha=1.0, max_extra=20, early_exit=True)
+    with pytest.raises(ConfigError, match=r"old.yaml: beam_size, length_penalty, max_decode_extra, early_exit "
+                                          r"among the architecture's fields .* move them under decoding: "
+                                          r"\(length_penalty as alpha, max_decode_extra as max_extra\)"):
+        read_model_file(old)
+    config = TransformerConfig(vocab_size=100, d_model=64, num_heads=4)
+    options = DecodeOptions(beam_size=5, alpha=1.0, max_extra=20, early_exit=True)
     new = tmp_path / "new.yaml"
     write_model_file(new, config, options.replace(strategy="sample", top_p=0.9, seed=3))
     assert read_model_file(new) == (config, DecodeOptions(strategy="sample", beam_size=5, alpha=1.0, max_extra=20,

@@ -88,10 +88,10 @@ def test_the_values_a_key_is_listed_to_accept_are_the_ones_the_config_accepts(na
 
 def test_every_key_a_resolved_config_holds_is_in_the_reference_and_the_other_way_round():
     """`train --dry-run` prints every key of the kind of data it trains on; together the kinds print each key the
-    reference lists (but `model.preset`, which they expand)."""
+    reference lists (but `model.preset` and `model.from`, which they expand)."""
     resolved = set()
     for data in ({"kind": "synthetic"}, {"kind": "text", **TEXT_FILES}, {"kind": "tfds", "tfds_name": "x/y"}):
         sections = ExperimentConfig.from_dict({"model": {"preset": "tiny"}, "data": data}).resolved()
         resolved |= {f"{section}.{key}" for section, values in sections.items() for key in values}
     listed = {key.name for keys in config_reference.schema_keys().values() for key in keys}
-    assert resolved == listed - {"model.preset"}
+    assert resolved == listed - {"model.preset", "model.from"}

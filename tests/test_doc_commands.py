@@ -22,6 +22,7 @@ import io
 import pathlib
 import re
 import shlex
+import shutil
 
 import pytest
 import yaml
@@ -214,9 +215,16 @@ def _checkpoint_files(config):
     return [value] if isinstance(value, str) else []
 
 
+def _model_sources(config):
+    """The folder whose model.yaml a config's model section starts from (`model.from`: an earlier import)."""
+    value = ((config or {}).get("model") or {}).get("from")
+    return [value] if isinstance(value, str) else []
+
+
 def write_stand_ins(folder, config, lines):
     """Writes `lines` (the same number in every file, so that each split aligns) at every data path of `config`,
-    relative to `folder`; gzip where the name ends in .gz."""
+    relative to `folder`; gzip where the name ends in .gz. A `model.from` folder gets the shipped EN-DE model's
+    model.yaml, and an init_checkpoint an empty file (a dry run checks that it is there)."""
     for name in _data_files(config):
         path = folder / name
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -225,6 +233,9 @@ def write_stand_ins(folder, config, lines):
     for name in _checkpoint_files(config):  # an empty stand-in: a dry run checks that it is there
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         (folder / name).write_bytes(b"")
+    for name in _model_sources(config):
+        (folder / name).mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / "saved_models" / "multi30k_en_de" / "assets.extra" / "model.yaml", folder / name)
 
 
 @pytest.fixture(scope="module")

@@ -353,8 +353,8 @@ def test_evaluate_plot_attention_and_serve_take_the_imported_workdir(references,
                      "--beam-size", "1"]) == 0
     layers = {"encoder_self": reference.config.encoder_layers, "decoder_self": reference.config.decoder_layers,
               "cross": reference.config.decoder_layers}
-    assert sorted(os.listdir(tmp_path / "maps")) == sorted(f"{kind}_layer{layer}.png" for kind, count in layers.items()
-                                                           for layer in range(1, count + 1))
+    assert sorted(os.listdir(tmp_path / "maps")) == sorted(["translation.txt"] + [
+        f"{kind}_layer{layer}.png" for kind, count in layers.items() for layer in range(1, count + 1)])
 
     built = {}
     monkeypatch.setattr(serving, "serve", lambda load, name, **options: built.update(
@@ -363,7 +363,7 @@ def test_evaluate_plot_attention_and_serve_take_the_imported_workdir(references,
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(built["app"], host="127.0.0.1", port=port, log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(built["app"], host="127.0.0.1", port=port, log_config=None))
     thread = threading.Thread(target=server.run)
     thread.start()
 

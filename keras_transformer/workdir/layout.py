@@ -291,7 +291,7 @@ def model_file(path):
 
     >>> import tempfile
     >>> run = pathlib.Path(tempfile.mkdtemp())
-    >>> _ = (run / MODEL_CONFIG).write_text("d_model: 64\n")
+    >>> _ = (run / MODEL_CONFIG).write_text("d_model: 64\\n")
     >>> model_file(run) == run / MODEL_CONFIG
     True
     """
