@@ -37,6 +37,7 @@ def _model_section(model):
     fields.pop("decoding", None)
     return {**fields, **model}
 
+
 @dataclasses.dataclass(frozen=True)
 class ExperimentConfig:
     """A whole experiment: `model` (a dict of TransformerConfig fields and an optional

@@ -97,7 +97,7 @@ class BackupState:
     previous: bool  # the `.bkp` pair: the latest one was not whole
     problems: tuple = ()  # why the backups before it were passed over, one line each
     moving_average: bool = False  # the optimizer state holds a moving average of the weights (training.ema_decay)
-    accumulation: typing.Optional[int] = None  # training.gradient_accumulation_steps of the run (None: not recorded)
+    accumulation: int = 1  # training.gradient_accumulation_steps of the run that wrote it
     stream: typing.Optional[dict] = None  # where the training data's stream resumes (`TrainingData.stream_position`)
 
     @property
@@ -106,7 +106,7 @@ class BackupState:
 
 
 def _read_pair(weights, metadata):
-    """`(epoch, batches done, moving average, gradient accumulation steps or None, stream position or None)` of a
+    """`(epoch, batches done, moving average, gradient accumulation steps, stream position or None)` of a
     weights file and its metadata; raises on anything that makes them unusable."""
     if not weights.is_file():
         raise FileNotFoundError(f"{weights} is missing")
@@ -124,10 +124,9 @@ def _read_pair(weights, metadata):
                          "version, which this one does not resume")
     if file_digest(weights) != record["weights_blake2b"]:
         raise ValueError(f"{weights} is not the file {metadata.name} describes (torn or replaced)")
-    accumulation = record["gradient_accumulation_steps"]
     stream = record.get("stream")
     return (int(record["epoch"]), int(record["batches_done"]), bool(record.get("moving_average", False)),
-            int(accumulation), stream if isinstance(stream, dict) else None)
+            int(record["gradient_accumulation_steps"]), stream if isinstance(stream, dict) else None)
 
 
 def find_backup(backup_dir):
@@ -290,7 +289,7 @@ class ResumableBackup(keras.callbacks.Callback):
                 f"way. Set training.ema_decay as that run had it (its experiment.yaml), or train in a new workdir "
                 f"with training.init_checkpoint set to one of its checkpoints.")
         accumulation = accumulation_steps(model.optimizer)
-        if state.accumulation is not None and state.accumulation != accumulation:
+        if state.accumulation != accumulation:
             # Keras would load the optimizer state of another k as it stands (the update count read at another
             # scale), or skip it all with a warning (from or to 1: its variables differ in number), the update
             # count, and so the schedule, starting over.
