@@ -154,6 +154,17 @@ def test_model_from_starts_the_section_from_a_model_yaml_of_a_workdir_an_export_
     with pytest.raises(CheckpointNotFoundError, match=f"No model.yaml at {tmp_path / 'nowhere'}"):
         ExperimentConfig.from_dict({"model": {"from": str(tmp_path / "nowhere")}})
 
+
+def test_a_null_preset_is_no_preset(tmp_path):
+    """`--set model.preset=null` (docs/config.md: "str or null") drops a config file's preset: the model is the
+    defaults with the keys given, as when the key is left out."""
+    (tmp_path / "experiment.yaml").write_text("model:\n  preset: tiny\n  d_model: 64\n", encoding="utf-8")
+    experiment = load_experiment(tmp_path / "experiment.yaml", ["model.preset=null"])
+    assert experiment.model_config(100) == TransformerConfig(vocab_size=100, d_model=64)
+    with_preset = load_experiment(tmp_path / "experiment.yaml").model_config(100)
+    assert with_preset == TransformerConfig.preset("tiny", vocab_size=100, d_model=64) != experiment.model_config(100)
+
+
 @pytest.mark.parametrize("path", sorted((REPO / "configs").glob("*.yaml")), ids=lambda p: p.name)
 def test_shipped_configs_load_and_resolve(path):
     experiment = load_experiment(path)

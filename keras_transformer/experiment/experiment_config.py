@@ -74,7 +74,7 @@ class ExperimentConfig:
             raise ConfigError(f"model.{moved[0]} is a decoding setting: give it in the decoding section "
                               f"(decoding.{OLD_DECODING_NAMES.get(moved[0], moved[0])}).")
         reject_unknown(model, [f.name for f in dataclasses.fields(TransformerConfig)] + ["preset"], "model.")
-        if "preset" in model:
+        if model.get("preset") is not None:  # null: no preset, as when the key is left out
             if model["preset"] not in PRESETS:
                 raise ConfigError(f"model.preset must be one of {sorted(PRESETS)}, got {model['preset']!r}.")
         sections = {}
