@@ -30,8 +30,10 @@ package, and translation and evaluation, which compute no loss, still work.
    evaluates a `LearningRateSchedule` at its private count of batches, not at
    `iterations` (the updates applied), so a schedule's warm-up would end after
    `warmup_steps / k` updates. The schedule is given `iterations` instead.
-6. `weights_file_bytes`: a `.weights.h5` file built in memory, so that a full
-   disk fails one plain write instead of HDF5's own (which can end the process).
+6. `write_weights_to`: a `.weights.h5` file written through a file object that
+   keeps a full disk's error from HDF5 (which can end the process on one) and
+   raises it once the file is closed; a large variable is written a block of
+   rows at a time, where Keras' store would copy it whole first.
 7. `quiet_end_of_pass`: Keras warns "Your input ran out of data" at the end of
    every first epoch of a dataset whose length it does not know (a streamed
    corpus); the warning is filtered by those words.
@@ -43,10 +45,11 @@ import io
 import warnings
 
 import keras
+import numpy as np
 
-__all__ = ["END_OF_PASS_WARNING", "apply_multi_worker_workarounds", "keep_raw_weights_after_fit",
+__all__ = ["END_OF_PASS_WARNING", "WRITE_BLOCK_BYTES", "apply_multi_worker_workarounds", "keep_raw_weights_after_fit",
            "moving_average_pairs", "quiet_end_of_pass", "scale_loss_for_distribution", "schedule_on_updates",
-           "set_update_count", "weights_file_bytes"]
+           "set_update_count", "write_weights_to"]
 
 
 def scale_loss_for_distribution(value):
@@ -259,28 +262,123 @@ def _patch_multi_worker_log_reduction(tf):
     keras_tf_trainer.reduce_per_replica = reduce_per_replica
 
 
-def weights_file_bytes(model):
-    """The bytes of the `.weights.h5` file `model.save_weights` would write (weights and, for a compiled model,
-    optimizer state), built in memory.
+def write_weights_to(model, handle):
+    """Writes the `.weights.h5` file `model.save_weights` would write (weights and, for a compiled model, optimizer
+    state) to `handle`, an open binary file, as HDF5 builds it: no copy of the weights is held in memory, and a
+    variable larger than `WRITE_BLOCK_BYTES` is written a block of rows at a time (Keras' `H5IOStore` converts
+    each variable whole to numpy first: for OPUS-MT's 119 MiB embedding, two transient copies), into the
+    dataset Keras would create, made the same way: the file is Keras' own, byte for byte.
 
     HDF5 writing straight to a disk that fills up reports each failed write from a destructor, goes on, and can
-    end the process with a segmentation fault (h5py 3.14, Keras 3.15): built in memory, the file reaches the disk
-    through one Python write that raises a plain `OSError` (ENOSPC) and leaves nothing open. Keras' `H5IOStore`
-    takes an `io.BytesIO`; the function that fills it (`saving_lib._save_state`) has no public name.
+    end the process with a segmentation fault (h5py 3.14, Keras 3.15). Here HDF5 writes through a file object
+    (h5py's file-object driver; Keras' `H5IOStore` takes only an `io.BytesIO`, hence the subclass) that keeps the
+    first `OSError` of a write (ENOSPC) and drops the writes after it, so that HDF5 closes the file as if all had
+    gone well; that `OSError` is raised then, with nothing left open. HDF5 reads nothing back while it writes a
+    new file, so the dropped writes are never read. The function that fills the store (`saving_lib._save_state`)
+    has no public name.
 
     Example:
 
     >>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(3)])
-    >>> weights_file_bytes(model)[:8] == b"\\x89HDF\\r\\n\\x1a\\n"
+    >>> handle = io.BytesIO()
+    >>> write_weights_to(model, handle)
+    >>> handle.getvalue()[:8] == b"\\x89HDF\\r\\n\\x1a\\n"
     True
     """
     from keras.src.saving import saving_lib
 
-    buffer = io.BytesIO()
-    store = saving_lib.H5IOStore(buffer, mode="w")
+    stream = _WriteThrough(handle)
+    store = _block_store()(stream, mode="w")
     try:
         saving_lib._save_state(model, weights_store=store, assets_store=None, inner_path="",
                                visited_saveables=set())
     finally:
         store.close()
-    return buffer.getvalue()
+    if stream.error is not None:
+        raise stream.error.with_traceback(None)  # not the frames of the save, which hold its arrays
+
+
+WRITE_BLOCK_BYTES = 1 << 21  # `write_weights_to` writes a larger variable in blocks of rows of about this size
+
+
+def _rows_per_block(value):
+    """The rows of `value` to write at a time, or None for a value Keras' store writes as it is (not a float
+    variable of more than `WRITE_BLOCK_BYTES`; bfloat16 carries an attribute of Keras' own)."""
+    if not isinstance(value, keras.Variable) or len(value.shape) == 0:
+        return None
+    dtype = keras.backend.standardize_dtype(value.dtype)
+    if dtype not in ("float16", "float32", "float64"):
+        return None
+    row_bytes = int(np.prod(value.shape[1:], dtype=np.int64)) * np.dtype(dtype).itemsize
+    rows = max(1, WRITE_BLOCK_BYTES // max(1, row_bytes))
+    return rows if rows < value.shape[0] else None
+
+
+@functools.cache
+def _block_store():
+    from keras.src.saving import saving_lib
+
+    class BlockStore(saving_lib.H5IOStore):
+        """Keras' store, with a large variable written a block of rows at a time, the way `H5IOStore.__setitem__`
+        writes one whole (the entry's group made at its first value; `group[key] = array`, which makes an
+        anonymous dataset and links it by name), so that the file is the same, byte for byte."""
+
+        def __setitem__(self, key, value):
+            rows = _rows_per_block(value) if self.mode == "w" else None
+            if rows is None:
+                super().__setitem__(key, value)
+                return
+            if not self._h5_entry_initialized:  # (6) H5IOStore's own steps, private
+                self._create_h5_group(self._h5_entry_path)
+            dataset = self._h5_entry_group.create_dataset(None, shape=tuple(value.shape), dtype=value.dtype)
+            for start in range(0, value.shape[0], rows):
+                dataset[start:start + rows] = keras.ops.convert_to_numpy(value[start:start + rows])
+            self._h5_entry_group[key] = dataset
+
+    return BlockStore
+
+
+class _WriteThrough(io.BytesIO):
+    """`handle` behind the `io.BytesIO` type that Keras' `H5IOStore` requires (its own buffer stays empty): what
+    h5py's file-object driver calls (seek, tell, read, write, truncate, flush) goes to `handle`, except that the
+    first `OSError` of a write, truncate or flush is kept in `error` and the writes after it are dropped."""
+
+    def __init__(self, handle):
+        super().__init__()
+        self.handle = handle
+        self.error = None
+
+    def seek(self, offset, whence=io.SEEK_SET):
+        return self.handle.seek(offset, whence)
+
+    def tell(self):
+        return self.handle.tell()
+
+    def read(self, size=-1):
+        return self.handle.read(size)
+
+    def readinto(self, buffer):
+        return self.handle.readinto(buffer)
+
+    def write(self, data):
+        if self.error is None:
+            try:
+                return self.handle.write(data)
+            except OSError as error:
+                self.error = error
+        return memoryview(data).nbytes
+
+    def truncate(self, size=None):
+        if self.error is None:
+            try:
+                return self.handle.truncate(size)
+            except OSError as error:
+                self.error = error
+        return size
+
+    def flush(self):
+        if self.error is None:
+            try:
+                self.handle.flush()
+            except OSError as error:
+                self.error = error

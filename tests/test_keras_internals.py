@@ -1,6 +1,7 @@
 """Each assumption `keras_internals` makes about the installed Keras, checked: a Keras release that changes one
 fails here, by name, instead of breaking a resumed training run."""
 
+import io
 import json
 import subprocess
 import sys
@@ -266,8 +267,8 @@ def test_moving_averages_pair_with_their_weights_and_fit_can_leave_the_raw_weigh
     assert keras_internals.moving_average_pairs(keras.optimizers.SGD()) == []
 
 
-def test_a_weights_file_built_in_memory_is_the_one_save_weights_writes(tmp_path):
-    """The bytes of `weights_file_bytes` load back as `model.save_weights`' file does: the weights and, for a
+def test_a_weights_file_written_through_a_file_object_is_the_one_save_weights_writes(tmp_path):
+    """The file of `write_weights_to` loads back as `model.save_weights`' file does: the weights and, for a
     compiled model, the optimizer's state (its update count and moments)."""
     def compiled(seed):
         keras.utils.set_random_seed(seed)
@@ -277,10 +278,10 @@ def test_a_weights_file_built_in_memory_is_the_one_save_weights_writes(tmp_path)
 
     model = compiled(0)
     model.fit(np.ones((8, 3)), np.zeros((8, 2)), epochs=2, verbose=0)
-    path = tmp_path / "memory.weights.h5"
-    path.write_bytes(keras_internals.weights_file_bytes(model))
+    with open(tmp_path / "through.weights.h5", "w+b") as handle:
+        keras_internals.write_weights_to(model, handle)
     model.save_weights(str(tmp_path / "keras.weights.h5"))
-    for name in ("memory.weights.h5", "keras.weights.h5"):
+    for name in ("through.weights.h5", "keras.weights.h5"):
         other = compiled(1)
         other.optimizer.build(other.trainable_variables)
         other.load_weights(str(tmp_path / name))
@@ -289,6 +290,51 @@ def test_a_weights_file_built_in_memory_is_the_one_save_weights_writes(tmp_path)
         for ours, theirs in zip(other.get_weights(), model.get_weights(), strict=True):
             np.testing.assert_array_equal(ours, theirs)
     assert int(model.optimizer.iterations) == 2
+
+
+def test_a_large_variable_written_a_block_of_rows_at_a_time_gives_keras_own_file_byte_for_byte():
+    """The assumption of `write_weights_to`'s blocks: they make the dataset `H5IOStore.__setitem__` makes, so the
+    file is the one Keras' own store writes (here into memory, as `save_weights` would), byte for byte."""
+    from keras.src.saving import saving_lib
+
+    model = keras.Sequential([keras.Input((3,), dtype="int32"), keras.layers.Embedding(1100, 512),
+                              keras.layers.Dense(2)])
+    assert 1100 * 512 * 4 > keras_internals.WRITE_BLOCK_BYTES  # the embedding is written in blocks
+    keras_own = io.BytesIO()
+    store = saving_lib.H5IOStore(keras_own, mode="w")
+    saving_lib._save_state(model, weights_store=store, assets_store=None, inner_path="", visited_saveables=set())
+    store.close()
+    ours = io.BytesIO()
+    keras_internals.write_weights_to(model, ours)
+    assert ours.getvalue() == keras_own.getvalue()
+
+def test_a_full_disk_while_a_weights_file_is_written_raises_its_os_error_once_hdf5_has_closed_the_file(tmp_path):
+    """HDF5 sees no failed write (the one that fails and those after it are dropped): the file is closed, no HDF5
+    object is left open, and the disk's own `OSError` is what the caller gets."""
+    import errno
+    import os
+
+    import h5py
+
+    class FullDisk(io.FileIO):
+        def __init__(self, path, room):
+            super().__init__(path, "w+")
+            self.room = room
+
+        def write(self, data):
+            if self.room < memoryview(data).nbytes:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            self.room -= memoryview(data).nbytes
+            return super().write(data)
+
+    model = keras.Sequential([keras.Input((300,)), keras.layers.Dense(400), keras.layers.Dense(2)])
+    open_before = h5py.h5f.get_obj_count(types=h5py.h5f.OBJ_FILE)
+    with FullDisk(tmp_path / "full.weights.h5", room=100_000) as handle:
+        with pytest.raises(OSError) as raised:
+            keras_internals.write_weights_to(model, handle)
+    assert raised.value.errno == errno.ENOSPC
+    assert h5py.h5f.get_obj_count(types=h5py.h5f.OBJ_FILE) == open_before
+    assert (tmp_path / "full.weights.h5").stat().st_size <= 100_000
 
 
 def test_keras_warns_when_a_dataset_of_unknown_length_ends_its_first_epoch_and_the_filter_silences_it():

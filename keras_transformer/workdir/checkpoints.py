@@ -45,7 +45,7 @@ from keras_transformer.files import (
     exclusive_unless_shared,
     shared_lock,
 )
-from keras_transformer.keras_internals import weights_file_bytes
+from keras_transformer.keras_internals import write_weights_to
 from keras_transformer.model import build_model
 from keras_transformer.workdir.layout import (
     CHECKPOINT_PATTERN,
@@ -145,10 +145,10 @@ def save_weights(model, path):
 
 
 def write_weights_file(model, path):
-    """Writes `model.save_weights`' file to `path` (weights, and a compiled model's optimizer state) in one plain
-    write: the HDF5 file is built in memory (`keras_internals.weights_file_bytes`), so that a full disk raises an
-    `OSError` (ENOSPC) here, with nothing left open, instead of failing inside HDF5. Every weights file the
-    package writes goes through here (under a temporary name: `files.atomic_write`).
+    """Writes `model.save_weights`' file to `path` (weights, and a compiled model's optimizer state) through a
+    Python file object (`keras_internals.write_weights_to`), with no copy of the weights in memory: a full disk
+    raises an `OSError` (ENOSPC) here, with nothing left open, instead of failing inside HDF5. Every weights file
+    the package writes goes through here (under a temporary name: `files.atomic_write`).
 
     Example:
 
@@ -160,9 +160,8 @@ def write_weights_file(model, path):
     >>> load_weights(build_model(TransformerConfig.preset("tiny", vocab_size=20)), path) is not None
     True
     """
-    data = weights_file_bytes(model)
-    with open(path, "wb") as handle:
-        handle.write(data)
+    with open(path, "w+b") as handle:
+        write_weights_to(model, handle)
 
 
 def checkpoint_number(name):
