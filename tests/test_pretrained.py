@@ -388,3 +388,38 @@ def test_evaluate_plot_attention_and_serve_take_the_imported_workdir(references,
     finally:
         server.should_exit = True
         thread.join(timeout=60)
+
+
+def test_a_large_matrix_read_from_a_checkpoint_becomes_the_variable_s_memory_with_its_exact_values(tmp_path):
+    """On TensorFlow a large matrix read from a safetensors file is taken over by the variable (no full-size
+    copy); a view that is not aligned, and a transposed one, are copied once; the values are the array's, bit for
+    bit, either way, and the original of a copied view is left as it was."""
+    import struct
+
+    import keras
+
+    from keras_transformer.imports.checkpoint import SafetensorsFile
+    from keras_transformer.imports.tensorflow_weights import LARGE_BYTES, assign_array
+
+    rows, columns = 1024, 600  # 2.4 MB: more than LARGE_BYTES
+    assert rows * columns * 4 > LARGE_BYTES
+    values = np.random.default_rng(0).standard_normal((rows, columns)).astype(np.float32)
+    header = json.dumps({"w": {"dtype": "F32", "shape": [rows, columns], "data_offsets": [0, values.nbytes]}})
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(struct.pack("<Q", len(header)) + header.encode() + values.tobytes())
+    read = SafetensorsFile(path)["w"]
+    variable = keras.Variable(np.zeros((rows, columns), np.float32))
+    assign_array(variable, read)
+    np.testing.assert_array_equal(variable.numpy(), values)
+    read[0, 0] = 42.0  # the variable's memory is the array's (why a caller drops the array): not a copy
+    assert variable.numpy()[0, 0] == 42.0
+
+    unaligned = np.frombuffer(bytearray(4) + values.tobytes(), np.float32)[1:].reshape(rows, columns)
+    for view, expected in ((unaligned, values), (values.T.copy().T, values), (values[:, ::-1], values[:, ::-1])):
+        before = view.copy()
+        other = keras.Variable(np.zeros((rows, columns), np.float32))
+        assign_array(other, view)
+        np.testing.assert_array_equal(other.numpy(), expected)
+        np.testing.assert_array_equal(view, before)
+        view[0, 0] = 42.0
+        assert other.numpy()[0, 0] == before[0, 0] != 42.0  # a copy

@@ -7,6 +7,7 @@ imports/
   importer.py    `import_checkpoint`: the checkpoint as an ordinary workdir, written whole or not at all
   marian.py      OPUS-MT / Marian (MarianMTModel)
   m2m_100.py     M2M-100 and NLLB-200 (M2M100ForConditionalGeneration)
+  tensorflow_weights.py  a large matrix into its variable without a full-size copy (TensorFlow)
 ```
 
 A family maps names and shapes onto `TransformerConfig` and `build_model`'s weights (its tokenizer is a

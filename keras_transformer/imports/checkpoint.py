@@ -66,6 +66,26 @@ class Checkpoint:
         return _torch_tensors(self.weights_file)
 
 
+ALIGNMENT = 64  # bytes: where a tensor read here starts (TensorFlow's CPU kernels assume it of a tensor's data)
+
+
+def aligned_empty(shape, dtype):
+    """An uninitialised C-contiguous array whose data starts at a multiple of `ALIGNMENT` bytes: TensorFlow can
+    take it as a tensor's memory without a copy (`imports.tensorflow_weights`).
+
+    Example:
+
+    >>> array = aligned_empty((3, 5), np.float32)
+    >>> array.shape, array.ctypes.data % ALIGNMENT, array.flags.c_contiguous
+    ((3, 5), 0, True)
+    """
+    dtype = np.dtype(dtype)
+    size = dtype.itemsize * int(np.prod(shape))
+    raw = np.empty(size + ALIGNMENT, np.uint8)
+    start = -raw.ctypes.data % ALIGNMENT
+    return raw[start:start + size].view(dtype).reshape(shape)
+
+
 # safetensors' dtype names -> numpy dtypes (BF16 is read as uint16 and widened: numpy has no bfloat16)
 _SAFETENSORS_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": np.uint16,
                        "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8,
@@ -119,7 +139,7 @@ class SafetensorsFile(Mapping):
 
     def __getitem__(self, name: str) -> np.ndarray:
         kind, dtype, shape, begin = self._entries[name]
-        buffer = np.empty(dtype.itemsize * int(np.prod(shape)), np.uint8)
+        buffer = aligned_empty(dtype.itemsize * int(np.prod(shape)), np.uint8)
         try:
             with open(self.path, "rb") as handle:
                 handle.seek(self._start + begin)

@@ -22,6 +22,7 @@ import numpy as np
 
 from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.errors import ConfigError
+from keras_transformer.imports.tensorflow_weights import assign_array
 
 if TYPE_CHECKING:
     from keras_transformer.config import TransformerConfig
@@ -160,6 +161,8 @@ class WeightSource:
 
 def assign(variable: Any, value: np.ndarray, name: str) -> None:
     """Sets a Keras variable to `value`, whose shape must be the variable's (the checkpoint key named otherwise).
+    On TensorFlow a large matrix takes no full-size copy on the way (`imports.tensorflow_weights`): the variable
+    takes over `value`'s memory, so the caller drops it, never writes to it.
 
     Example:
 
@@ -171,7 +174,7 @@ def assign(variable: Any, value: np.ndarray, name: str) -> None:
     if tuple(variable.shape) != tuple(value.shape):
         raise ConfigError(f"{name} has shape {tuple(value.shape)} where the model's {variable.path} has "
                           f"{tuple(variable.shape)}.")
-    variable.assign(value.astype(np.float32))
+    assign_array(variable, np.asarray(value, dtype=np.float32))  # float32 as read: no copy
 
 
 def per_head(parts: Sequence[np.ndarray], num_heads: int) -> np.ndarray:

@@ -229,6 +229,7 @@ class M2M100Family(Family):
                                       "(tie_word_embeddings); this checkpoint is not the model its config.json "
                                       "describes.")
         assign(p.source_embedding.embeddings, shared, "model.shared.weight")
+        del shared  # the largest matrix: not held while the layers are copied
         for side in ("encoder", "decoder"):
             name = f"model.{side}.embed_positions.weights"
             if tensors.has(name):  # the computed sinusoids, where a file keeps them

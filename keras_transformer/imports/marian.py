@@ -136,6 +136,7 @@ class MarianFamily(Family):
                 if tensors.has(name):  # a copy of the shared matrix, where the file keeps one
                     _same(tensors.take(name, shared.shape), shared, name)
             assign(p.source_embedding.embeddings, shared, "model.shared.weight")
+            del shared  # the largest matrix: not held while the layers are copied
         else:
             if tensors.has("model.shared.weight"):
                 tensors.skip("model.shared.weight")  # unused by a model with separate embeddings
@@ -150,6 +151,7 @@ class MarianFamily(Family):
             else:
                 assign(p.output_projection.kernel, tensors.take("lm_head.weight", (config.tgt_vocab_size, d)).T,
                        "lm_head.weight")
+            del target
         bias = tensors.take("final_logits_bias", (1, config.tgt_vocab_size))
         if p.output_bias is not None:
             assign(p.output_bias.bias, bias[0], "final_logits_bias")
@@ -174,8 +176,10 @@ class MarianFamily(Family):
             norm(tensors, layer.feed_forward_block.norm, f"{prefix}.final_layer_norm", d)
 
 
-def _same(value, expected, name, atol=0.0):
-    if not np.allclose(value, expected, atol=atol, rtol=0):
+def _same(value, expected, name, atol=0.0, rows=4096):
+    # compared a block of rows at a time: no temporaries the size of an embedding matrix
+    if not all(np.allclose(value[start:start + rows], expected[start:start + rows], atol=atol, rtol=0)
+               for start in range(0, len(value), rows)):
         raise ConfigError(f"{name} differs from the matrix config.json says it shares (or, for positions, from "
                           "Marian's sinusoids); this checkpoint is not the model its config.json describes.")
 
