@@ -278,6 +278,27 @@ def test_the_savedmodel_and_ctranslate2_exports_translate_as_the_workdir(referen
 
 
 @pytest.mark.slow
+def test_an_imported_workdir_exports_in_low_precision_and_each_export_verifies(references, tmp_path, capsys):
+    """`export --precision bfloat16` (SavedModel) and `--format ctranslate2 --precision int8` take an imported
+    workdir as any other: each export loads and translates a check sentence before it is swapped in (status 0
+    says it did), records its precision in its manifest, and passes `verify` (every file against the manifest).
+    tests/test_precision.py checks bfloat16's translations against float32's on a trained model; a random
+    model's are too close to call."""
+    from keras_transformer import cli
+    from keras_transformer.exports.folder import export_precision
+
+    _, workdir, _, _ = references["shared_swish"]
+    for name, flags in (("bfloat16", ["--precision", "bfloat16", "--no-xla"]),
+                        ("int8", ["--format", "ctranslate2", "--precision", "int8"])):
+        out = tmp_path / name
+        assert cli.main(["export", "--workdir", str(workdir), "--out", str(out), *flags]) == 0, name
+        assert export_precision(out) == name
+        capsys.readouterr()
+        assert cli.main(["verify", str(out)]) == 0, name
+        assert f"precision {name}" in capsys.readouterr().out
+
+
+@pytest.mark.slow
 def test_three_fine_tuning_updates_raise_the_likelihood_of_the_data_and_the_result_exports(references, tmp_path):
     """train with training.init_checkpoint on an imported workdir: its vocabulary is taken, three updates raise
     log P(targets | sources) of the training pairs (scored with both weights), and the tuned run exports. The
