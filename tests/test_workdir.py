@@ -1,5 +1,7 @@
 """The run and export layout (`keras_transformer.workdir`): the one model loader and its vocabulary checks."""
 
+import time
+
 import numpy as np
 import pytest
 from factories import make_workdir, tiny_config
@@ -108,14 +110,21 @@ def test_readers_load_a_whole_set_of_checkpoints_while_train_rotates_them(tmp_pa
     thread = threading.Thread(target=train)
     thread.start()
     averages, errors = [], []
+    deadline = time.monotonic() + 120
     try:
         while len(averages) + len(errors) < 4 or len(saved) < 2 + 5:  # reads while rotations happen, however fast
+            seen = len(saved)
             try:
                 models = workdir.load_models(tmp_path, average=2).models
             except CheckpointNotFoundError as error:
                 errors.append(str(error))
-                continue
-            averages.append(float(np.unique(models[0].weights[-1].numpy())[0]))
+            else:
+                averages.append(float(np.unique(models[0].weights[-1].numpy())[0]))
+            # The next load waits for a rotation (one may have happened during this one): loading back to back,
+            # the reader held the interpreter's lock and slowed each save (a Python write per HDF5 block) tenfold.
+            while len(saved) == seen:
+                assert time.monotonic() < deadline and thread.is_alive(), "the training thread stopped saving"
+                time.sleep(0.01)
     finally:
         stop.set()
         thread.join()
