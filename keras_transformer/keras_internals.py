@@ -37,6 +37,11 @@ package, and translation and evaluation, which compute no loss, still work.
 7. `quiet_end_of_pass`: Keras warns "Your input ran out of data" at the end of
    every first epoch of a dataset whose length it does not know (a streamed
    corpus); the warning is filtered by those words.
+8. `fill_saving_skipsets`: saving and loading weights walk every layer's
+   attributes, skipping those of a bare object of its kind; Keras caches that
+   skip set under one name and looks it up under another, so it builds a new
+   `Layer` for every layer of every save and load (most of the time a backup of
+   the tiny model takes). The sets are stored under the name it looks up.
 """
 
 import contextlib
@@ -48,8 +53,8 @@ import keras
 import numpy as np
 
 __all__ = ["END_OF_PASS_WARNING", "WRITE_BLOCK_BYTES", "apply_multi_worker_workarounds", "keep_raw_weights_after_fit",
-           "moving_average_pairs", "quiet_end_of_pass", "scale_loss_for_distribution", "schedule_on_updates",
-           "set_update_count", "write_weights_to"]
+           "fill_saving_skipsets", "load_weights_from", "moving_average_pairs", "quiet_end_of_pass",
+           "scale_loss_for_distribution", "schedule_on_updates", "set_update_count", "write_weights_to"]
 
 
 def scale_loss_for_distribution(value):
@@ -287,6 +292,7 @@ def write_weights_to(model, handle):
     """
     from keras.src.saving import saving_lib
 
+    fill_saving_skipsets()
     stream = _WriteThrough(handle)
     store = _block_store()(stream, mode="w")
     try:
@@ -296,6 +302,51 @@ def write_weights_to(model, handle):
         store.close()
     if stream.error is not None:
         raise stream.error.with_traceback(None)  # not the frames of the save, which hold its arrays
+
+
+def load_weights_from(model, path):
+    """`model.load_weights(path)` (a `.weights.h5` file), with the attribute skip sets of its walk cached first
+    (`fill_saving_skipsets`): the same weights and optimizer state, several times faster for a small model.
+
+    Example:
+
+    >>> load_weights_from(model, "run/checkpoints/ckpt-0001.weights.h5")  # doctest: +SKIP
+    """
+    fill_saving_skipsets()
+    model.load_weights(str(path))
+
+
+# The kinds of object whose attributes `saving_lib._walk_saveable` skips (`get_attr_skipset`): a model's layers,
+# its optimizer, metrics and losses. Kinds not listed (feature-space preprocessing) are left to Keras.
+SKIPSET_KINDS = ("Operation", "Layer", "Functional", "Sequential", "Metric", "Optimizer", "Loss")
+
+
+def fill_saving_skipsets():
+    """Caches the attribute skip set of each kind in `SKIPSET_KINDS` where Keras' saving looks it up.
+
+    Saving and loading weights (`saving_lib._save_state`, `_load_state`) walk each saveable object's attributes,
+    skipping the names a bare object of its kind has (`saving_lib.get_attr_skipset`, which builds one: a new
+    `Layer()` and its `dir()`, about 3 ms). Keras 3.15 stores the result as the global attribute
+    `saving_attr_skipset_<kind>` but reads `saving_attr_skiplist_<kind>`, so it never finds it and builds the bare
+    object again for every layer of every save and load. Here each set is built once and stored under the name it
+    reads, in this thread's Keras state (thread-local; `keras.utils.clear_session` empties it, and the next call
+    fills it again). The sets are the ones Keras computes, so what is written and read is unchanged. If a Keras
+    release reads the name it writes, this is one lookup per kind.
+
+    Example:
+
+    >>> fill_saving_skipsets()
+    >>> from keras.src.backend.common import global_state
+    >>> "kernel" in global_state.get_global_attribute("saving_attr_skiplist_Layer")
+    False
+    """
+    from keras.src.backend.common import global_state
+    from keras.src.saving import saving_lib
+
+    for kind in SKIPSET_KINDS:
+        name = f"saving_attr_skiplist_{kind}"
+        if global_state.get_global_attribute(name) is None:
+            global_state.set_global_attribute(name, saving_lib.get_attr_skipset(kind))
 
 
 WRITE_BLOCK_BYTES = 1 << 21  # `write_weights_to` writes a larger variable in blocks of rows of about this size

@@ -308,6 +308,49 @@ def test_a_large_variable_written_a_block_of_rows_at_a_time_gives_keras_own_file
     keras_internals.write_weights_to(model, ours)
     assert ours.getvalue() == keras_own.getvalue()
 
+def test_the_saving_walk_s_skip_sets_are_built_once_each_and_are_the_sets_keras_builds(tmp_path, monkeypatch):
+    """The assumption of `fill_saving_skipsets`: Keras' own save and load build a bare `Layer` for every layer they
+    walk (the skip set it caches is looked up under another name). Filled, a save and a load build none, and each
+    kind's set is the one Keras computes."""
+    from keras.src.backend.common import global_state
+    from keras.src.layers.layer import Layer
+    from keras.src.saving import saving_lib
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((3,)), *(keras.layers.Dense(4) for _ in range(5)), keras.layers.Dense(2)])
+    model.compile(optimizer="adam", loss="mse")
+    model.fit(np.ones((8, 3)), np.zeros((8, 2)), epochs=1, verbose=0)
+    bare = []
+    original = Layer.__init__
+
+    def counting(self, *args, **kwargs):
+        if type(self) is Layer:
+            bare.append(self)
+        original(self, *args, **kwargs)
+
+    keras.utils.clear_session()  # this thread's Keras state empty: no skip set cached under either name
+    monkeypatch.setattr(Layer, "__init__", counting)
+    keras_own = io.BytesIO()  # Keras' own store, as in the test above
+    store = saving_lib.H5IOStore(keras_own, mode="w")
+    saving_lib._save_state(model, weights_store=store, assets_store=None, inner_path="", visited_saveables=set())
+    store.close()
+    model.save_weights(str(tmp_path / "keras.weights.h5"))
+    model.load_weights(str(tmp_path / "keras.weights.h5"))
+    assert len(bare) >= 3 * 6  # Keras alone: one bare Layer per layer walked, at every save and load
+    keras_built = {kind: saving_lib.get_attr_skipset(kind) for kind in keras_internals.SKIPSET_KINDS}
+    keras.utils.clear_session()
+    keras_internals.fill_saving_skipsets()
+    bare.clear()
+    ours = io.BytesIO()
+    keras_internals.write_weights_to(model, ours)
+    keras_internals.load_weights_from(model, tmp_path / "keras.weights.h5")
+    assert bare == []
+    for kind, expected in keras_built.items():
+        assert global_state.get_global_attribute(f"saving_attr_skiplist_{kind}") == expected
+        assert saving_lib.get_attr_skipset(kind) == expected
+    assert ours.getvalue() == keras_own.getvalue()
+
+
 def test_a_full_disk_while_a_weights_file_is_written_raises_its_os_error_once_hdf5_has_closed_the_file(tmp_path):
     """HDF5 sees no failed write (the one that fails and those after it are dropped): the file is closed, no HDF5
     object is left open, and the disk's own `OSError` is what the caller gets."""

@@ -42,6 +42,7 @@ from keras_transformer.files import (
     temporary_path,
     write_temporary,
 )
+from keras_transformer.keras_internals import load_weights_from
 from keras_transformer.trainer.ema import has_average
 from keras_transformer.workdir.checkpoints import write_weights_file
 
@@ -187,7 +188,7 @@ def load_backup_weights(model, path):
     Keras reads only names ending in `.weights.h5`, so that one is read through a temporary link."""
     path = pathlib.Path(path)
     if path.name.endswith(".weights.h5"):
-        model.load_weights(str(path))
+        load_weights_from(model, path)
         return model
     link = temporary_path(path.with_name("previous.weights.h5"))
     try:
@@ -195,7 +196,7 @@ def load_backup_weights(model, path):
             os.link(path, link)
         except OSError:
             shutil.copyfile(path, link)
-        model.load_weights(str(link))
+        load_weights_from(model, link)
     finally:
         with contextlib.suppress(OSError):
             link.unlink()

@@ -45,7 +45,7 @@ from keras_transformer.files import (
     exclusive_unless_shared,
     shared_lock,
 )
-from keras_transformer.keras_internals import write_weights_to
+from keras_transformer.keras_internals import load_weights_from, write_weights_to
 from keras_transformer.model import build_model
 from keras_transformer.workdir.layout import (
     CHECKPOINT_PATTERN,
@@ -98,7 +98,7 @@ def load_weights(model, path):
     if not path.is_file():
         raise CheckpointNotFoundError(f"Checkpoint not found: {path}")
     try:
-        model.load_weights(str(path))
+        load_weights_from(model, path)
     except OSError as error:
         raise CheckpointError(f"Checkpoint {path} is corrupt or truncated and cannot be read ({error}).") from error
     except ValueError as error:
