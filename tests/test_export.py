@@ -301,6 +301,10 @@ def test_each_signature_is_traced_and_written_once(exported):
     names = [f.signature.name for f in saved_model_proto(directory).meta_graphs[0].graph_def.library.function]
     for signature in ("serve", "translate_ids"):  # n_best and score share their names with the Translator's
         assert len([n for n in names if re.fullmatch(rf"__inference_{signature}_\d+", n)]) == 1, sorted(names)
+    # The search on a chunk is a function of its own per distinct setting, called by each signature decoding with
+    # it: serving_default and translate_ids share the best-hypothesis one; n_best, translate_prefix and sample
+    # have theirs. (Inlined into each signature, it was traced five times.)
+    assert len([n for n in names if re.fullmatch(r"__inference__search_ids_\d+", n)]) == 4, sorted(names)
     assert not translator.jit_compile  # an uncompiled Translator (`export --no-xla`) exports without XLA
     assert b"_XlaMustCompile" not in (directory / "saved_model.pb").read_bytes()
 

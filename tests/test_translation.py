@@ -189,7 +189,7 @@ def test_xla_chunks_are_padded_to_a_few_shapes(trained_copy_model, word_tokenize
     np.testing.assert_array_equal(got_tokens.numpy(), tokens.numpy())
     np.testing.assert_allclose(got_scores.numpy(), scores.numpy(), atol=1e-5)
     compiled.translate_ids(source[:2, :3])  # 2 rows of width 3: the (2, 16) bucket
-    assert compiled._search.experimental_get_tracing_count() == 2  # (4, 16) for both chunks of 7, then (2, 16)
+    assert compiled._graph_search.experimental_get_tracing_count() == 2  # (4, 16) for both chunks of 7, then (2, 16)
 
 
 def test_bucket_sizes():

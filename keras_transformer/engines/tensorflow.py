@@ -149,8 +149,12 @@ class Translator(tf.Module, TranslatorInterface):
         self.chunk_size = int(chunk_size)
         if self.chunk_size < 0:
             raise ValueError(f"Translator: chunk_size must be >= 0 (0: one search per batch), got {chunk_size}.")
-        self._search = (tf.function(self._search_ids, jit_compile=True, autograph=False) if jit_compile
-                        else self._search_ids)
+        # The search on one chunk as a function of its own, traced once per distinct settings and called from every
+        # graph that decodes with them (an export's `serving_default` and `translate_ids` share one): compiled with
+        # XLA, or not. Outside a graph, an uncompiled translator runs `_search_ids` itself, eagerly.
+        # (jit_compile None, not False, without XLA: False would mark the graph `_XlaMustCompile=false`.)
+        self._graph_search = tf.function(self._search_ids, jit_compile=True if self._jit_compile else None,
+                                         autograph=False)
         self._eager_left = 0 if jit_compile else EAGER_SENTENCES  # sentences still decoded without the graph
 
     @property
@@ -330,6 +334,12 @@ class Translator(tf.Module, TranslatorInterface):
         return decoding.strategy(options.strategy)(
             self.models, source, options.replace(n_best=num_return, **sampling), pad_id=target.pad_id,
             bos_id=target.bos_id, eos_id=target.eos_id, first_cache_stage=decoding.FIRST_CACHE_STAGE, **forced)
+
+    def _search(self, source, num_return, options, sampling, target_prefix=None):
+        """`_search_ids` through `_graph_search` (always with XLA; inside a graph without), else eagerly."""
+        if self._jit_compile or tf.inside_function():
+            return self._graph_search(source, num_return, options, sampling, target_prefix)
+        return self._search_ids(source, num_return, options, sampling, target_prefix)
 
     def _search_in_length_order(self, source, num_return, options, sampling, target_prefix=None):
         """`_search` over `chunk_size` sentences at a time, shortest sources first, results in input order.
