@@ -41,7 +41,8 @@ package, and translation and evaluation, which compute no loss, still work.
    attributes, skipping those of a bare object of its kind; Keras caches that
    skip set under one name and looks it up under another, so it builds a new
    `Layer` for every layer of every save and load (most of the time a backup of
-   the tiny model takes). The sets are stored under the name it looks up.
+   the tiny model takes). The sets are stored under the name it looks up, before
+   every save (`write_weights_to`) and load (`load_weights_from`).
 """
 
 import contextlib
@@ -335,10 +336,11 @@ def fill_saving_skipsets():
 
     Example:
 
-    >>> fill_saving_skipsets()
     >>> from keras.src.backend.common import global_state
-    >>> "kernel" in global_state.get_global_attribute("saving_attr_skiplist_Layer")
-    False
+    >>> from keras.src.saving import saving_lib
+    >>> fill_saving_skipsets()
+    >>> global_state.get_global_attribute("saving_attr_skiplist_Layer") == saving_lib.get_attr_skipset("Layer")
+    True
     """
     from keras.src.backend.common import global_state
     from keras.src.saving import saving_lib
