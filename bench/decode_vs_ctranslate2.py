@@ -264,10 +264,11 @@ def main():
                              "with one intra-op thread, as configure_threads sets; '' for none)")
     parser.add_argument("--ct2-threads", type=int, default=1, help="CTranslate2 intra_threads (inter_threads: 1)")
     parser.add_argument("--ct2-variants", default="",
-                        help="comma-separated CTranslate2 float32 engines by CPU backend and intra_threads, each in "
+                        help="comma-separated CTranslate2 engines by CPU backend and intra_threads, each in "
                              "its own worker: dnnl-1, mkl-2, ... (CT2_USE_MKL=0 or 1 in the worker, before "
                              "ctranslate2 is imported), and auto (CTranslate2Translator's own choice of both: "
-                             "no CT2_USE_MKL, no OMP_NUM_THREADS, no thread arguments); named ct2-float32-<variant>")
+                             "no CT2_USE_MKL, no OMP_NUM_THREADS, no thread arguments); float32 unless prefixed "
+                             "int8@ (int8@dnnl-2); named ct2-<type>-<variant>")
     parser.add_argument("--cpus", default=None, help="pin every worker to these CPUs with taskset, e.g. 0 or 0-3")
     parser.add_argument("--engines", default="savedmodel,ct2-float32,ct2-int8",
                         help="comma-separated: savedmodel, savedmodel-no-xla (the same export without XLA), "
@@ -321,21 +322,25 @@ def main():
             "ct2-int8": (CT2_WORKER, {**common, "model": ct2, "compute_type": "int8"}),
         }
         worker_env = {}
+        variants = {}  # engine name -> (compute type, backend variant)
         for variant in [v for v in args.ct2_variants.split(",") if v]:
-            backend, _, threads = variant.partition("-")
-            if variant != "auto" and (backend not in ("dnnl", "mkl") or not threads.isdigit()):
-                parser.error(f"--ct2-variants: {variant!r} is not auto, dnnl-N or mkl-N")
-            engines[f"ct2-float32-{variant}"] = (CT2_WORKER, {**common, "model": ct2, "compute_type": "float32",
-                                                              "threads": int(threads) if threads else None})
-            worker_env[f"ct2-float32-{variant}"] = ({} if variant == "auto" else
-                                                    {"CT2_USE_MKL": "1" if backend == "mkl" else "0"})
+            compute_type, _, backend_variant = variant.rpartition("@")
+            compute_type = compute_type or "float32"
+            backend, _, threads = backend_variant.partition("-")
+            if compute_type not in ("float32", "int8") or (
+                    backend_variant != "auto" and (backend not in ("dnnl", "mkl") or not threads.isdigit())):
+                parser.error(f"--ct2-variants: {variant!r} is not [int8@]auto, [int8@]dnnl-N or [int8@]mkl-N")
+            name = f"ct2-{compute_type}-{backend_variant}"
+            variants[name] = (compute_type, backend_variant)
+            engines[name] = (CT2_WORKER, {**common, "model": ct2, "compute_type": compute_type,
+                                          "threads": int(threads) if threads else None})
+            worker_env[name] = ({} if backend_variant == "auto" else {"CT2_USE_MKL": "1" if backend == "mkl" else "0"})
         for name, (script, setup) in engines.items():
             if script is CT2_WORKER:
                 setup.update(repo=str(REPO), beam_size=args.beam_size, alpha=args.alpha, max_extra=args.max_extra,
                              exact_limits=not args.ct2_batch_limits)
                 setup.setdefault("threads", args.ct2_threads)
-        names = [n for n in args.engines.split(",") if n] + [f"ct2-float32-{v}" for v in args.ct2_variants.split(",")
-                                                            if v]
+        names = [n for n in args.engines.split(",") if n] + list(variants)
         if "savedmodel-baseline" in names and not args.baseline:
             parser.error("the engine savedmodel-baseline needs --baseline DIR")
         worker_env.update({"savedmodel": {"XLA_FLAGS": xla_flags}, "savedmodel-no-xla": {"XLA_FLAGS": xla_flags},

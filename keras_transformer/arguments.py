@@ -257,7 +257,7 @@ def _export_arguments(commands):
                              "`pip install '.[ctranslate2]'`)")
     export.add_argument("--precision", metavar="TYPE",
                         help="the weights' and matrix products' precision (default float32): savedmodel takes "
-                             "bfloat16 (fast on CPUs with AVX512_BF16 or AMX); ctranslate2 takes CTranslate2's "
+                             "bfloat16 (faster than float32 on CPUs with AMX); ctranslate2 takes CTranslate2's "
                              "compute types: int8, int8_float32, int8_float16, int8_bfloat16, int16, float16, "
                              "bfloat16, float32, where this CPU runs them (docs/serving.md, 'Precision')")
     export.add_argument("--quantization", help="ctranslate2 only: the older name of --precision")

@@ -100,11 +100,14 @@ def test_the_export_refuses_a_precision_in_one_line_and_warns_without_bfloat16_i
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and f"--precision {precision} is not offered for --format savedmodel" in err[0], err
     assert not (tmp_path / "x").exists()
-    monkeypatch.setattr(savedmodel, "cpu_has_native_bfloat16", lambda: False)
-    with caplog.at_level(logging.WARNING):
-        assert savedmodel.check_precision("bfloat16") == "bfloat16"
-    assert "neither AVX512_BF16 nor AMX" in caplog.text
-    monkeypatch.setattr(savedmodel, "cpu_has_native_bfloat16", lambda: True)
-    caplog.clear()
-    savedmodel.check_precision("bfloat16")
-    assert "AVX512_BF16" not in caplog.text
+    for native, amx, expected in ((False, False, "neither AVX512_BF16 nor AMX"),
+                                  (True, False, "has AVX512_BF16 but not AMX"), (True, True, None)):
+        monkeypatch.setattr(savedmodel, "cpu_has_native_bfloat16", lambda native=native: native)
+        monkeypatch.setattr(savedmodel, "cpu_has_amx", lambda amx=amx: amx)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            assert savedmodel.check_precision("bfloat16") == "bfloat16"
+        if expected is None:
+            assert "bfloat16" not in caplog.text
+        else:
+            assert expected in caplog.text and "docs/serving.md" in caplog.text

@@ -24,7 +24,12 @@ from keras_transformer.trainer import callbacks as trainer_callbacks
 from keras_transformer.trainer import loop as trainer_loop
 from keras_transformer.trainer.backup import resumed_seed
 from keras_transformer.trainer.callbacks import HistoryCSV, LearningRateLogger
-from keras_transformer.trainer.precision import cpu_has_native_bfloat16, progress_verbosity, resolve_precision
+from keras_transformer.trainer.precision import (
+    cpu_has_amx,
+    cpu_has_native_bfloat16,
+    progress_verbosity,
+    resolve_precision,
+)
 from keras_transformer.workdir.checkpoints import epoch_checkpoints, load_weights
 from keras_transformer.workdir.layout import checkpoint_vocabulary
 
@@ -993,6 +998,17 @@ def test_precision_resolution(requested, expected):
 ])
 def test_native_bfloat16_detection(cpuinfo, native):
     assert cpu_has_native_bfloat16(cpuinfo) is native
+
+
+@pytest.mark.parametrize("cpuinfo, amx", [
+    ("processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16 avx512_vnni\n", False),  # Zen 4, Cooper Lake
+    ("flags\t\t: fpu avx512_bf16 amx_bf16 amx_tile amx_int8\n", True),  # Sapphire Rapids
+    ("flags\t\t: fpu amx_tile amx_int8\n", False),  # tiles without their bfloat16 products
+    ("flags\t\t: fpu avx2\nbugs\t\t: amx_bf16\n", False),  # only the flags line counts
+    ("", False),
+])
+def test_amx_detection(cpuinfo, amx):
+    assert cpu_has_amx(cpuinfo) is amx
 
 
 @pytest.mark.slow

@@ -40,8 +40,9 @@ results (docs/serving.md).
 Precision (`export(..., precision=)`, `keras-transformer export --precision`): float32, or bfloat16, where every
 weight is stored in bfloat16 and every matrix product runs in it while the attention softmax, the layer-norm
 statistics, the logits and the beam search's scores stay float32 (`model.cast_model`), and the search runs on
-TensorFlow's own (oneDNN) kernels, not XLA, whose CPU compiler converts bfloat16 products to float32. Fast where
-the CPU has bfloat16 instructions (AVX512_BF16, AMX); elsewhere they are emulated, and the export warns.
+TensorFlow's own (oneDNN) kernels, not XLA, whose CPU compiler converts bfloat16 products to float32. Faster than
+float32 with AMX; with AVX512_BF16 alone it measured no faster, without either its products are emulated: the
+export warns on both.
 TensorFlow's int8 paths were slower than float32 on every CPU measured (docs/BENCHMARKS.md, "Low precision"), so
 int8 is CTranslate2's (`--format ctranslate2 --precision int8`).
 """
@@ -61,7 +62,7 @@ from keras_transformer.exports import Exporter
 from keras_transformer.exports.folder import MANIFEST, check_export_sizes, export_lock, writing_export
 from keras_transformer.exports.warmup import warmup_requests, write_warmup_file
 from keras_transformer.model import cast_model
-from keras_transformer.trainer.precision import cpu_has_native_bfloat16
+from keras_transformer.trainer.precision import cpu_has_amx, cpu_has_native_bfloat16
 from keras_transformer.workdir.checkpoints import load_models, read_model_file, write_model_file, write_weights_file
 from keras_transformer.workdir.layout import (
     EXTRA_DIR,
@@ -262,9 +263,9 @@ def _model_card(translator, precision):
     return f"""# A keras_transformer SavedModel in {precision}
 
 Precision: **{precision}**. Every weight is stored in {precision} and every matrix product runs in it; the attention
-softmax, the layer-norm statistics, the logits and the beam search's scores are float32. It is fast on CPUs with
-bfloat16 instructions (AVX512_BF16 or AMX: Intel Xeon from Cooper Lake and Sapphire Rapids, AMD Zen 4 and later);
-elsewhere TensorFlow converts around every matrix product and the float32 export is faster. `manifest.json` records
+softmax, the layer-norm statistics, the logits and the beam search's scores are float32. It is faster than float32 on
+CPUs with AMX (Intel Xeon from Sapphire Rapids); with AVX512_BF16 alone (AMD Zen 4) it measured no faster, and
+without either TensorFlow converts around every matrix product and the float32 export is faster. `manifest.json` records
 the precision (`keras-transformer verify` prints it).
 
 Decoding: {options.describe()}, in the graph with the SentencePiece tokenization{xla}.
@@ -280,7 +281,7 @@ translator.signatures["serving_default"](tf.constant(["A man rides a bike."]))["
 
 def check_precision(precision, flag="--precision", warn=True):
     """Returns `precision` if a SavedModel export takes it ("float32", "bfloat16"); else raises naming why not.
-    bfloat16 on a CPU without bfloat16 instructions is taken with a warning that names them.
+    bfloat16 on a CPU without AMX is taken with a warning that names what the CPU lacks.
 
     Raises:
         ConfigError: another precision (int8, float16, ...), with the reason and what to use instead.
@@ -301,7 +302,12 @@ def check_precision(precision, flag="--precision", warn=True):
         logging.getLogger(__name__).warning(
             "%s bfloat16: this CPU has neither AVX512_BF16 nor AMX (no avx512_bf16 or amx_bf16 in /proc/cpuinfo), "
             "so TensorFlow converts bfloat16 around every matrix product and the export decodes slower than "
-            "float32 here; serve it on a CPU that has them (docs/serving.md, 'Precision').", flag)
+            "float32 here; serve it on a CPU with AMX (docs/serving.md, 'Precision').", flag)
+    elif warn and precision == "bfloat16" and not cpu_has_amx():
+        logging.getLogger(__name__).warning(
+            "%s bfloat16: this CPU has AVX512_BF16 but not AMX (no amx_bf16 in /proc/cpuinfo); there the bfloat16 "
+            "export decoded no faster than the float32 one (0.35x on a small model, 1.0x on a base-size one, "
+            "without XLA), so serve it on a CPU with AMX (docs/serving.md, 'Precision').", flag)
     return precision
 
 

@@ -31,6 +31,31 @@ def progress_verbosity(setting, stream=None):
         return 2
 
 
+def cpu_flags(cpuinfo=None):
+    """The CPU's feature flags (the `flags` line of `/proc/cpuinfo`), as a set; empty where it cannot be read.
+
+    Args:
+        cpuinfo: the text of `/proc/cpuinfo`; read from the machine when None.
+            Where it cannot be read (not Linux), the answer is empty.
+
+    Example:
+
+    >>> sorted(cpu_flags("flags\t: fpu avx2 avx512_bf16"))
+    ['avx2', 'avx512_bf16', 'fpu']
+    """
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+                cpuinfo = f.read()
+        except OSError:
+            return set()
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "flags":
+            return set(value.split())
+    return set()
+
+
 def cpu_has_native_bfloat16(cpuinfo=None):
     """Whether the CPU multiplies bfloat16 natively (AVX512_BF16 or AMX), from `/proc/cpuinfo`.
 
@@ -39,25 +64,28 @@ def cpu_has_native_bfloat16(cpuinfo=None):
     the throughput bench's model on an AVX2-only AMD EPYC; docs/BENCHMARKS.md).
 
     Args:
-        cpuinfo: the text of `/proc/cpuinfo`; read from the machine when None.
-            Where it cannot be read (not Linux), the answer is False.
+        cpuinfo: as `cpu_flags`.
 
     Example:
 
     >>> cpu_has_native_bfloat16("flags\t: fpu avx2 avx512f avx512_bf16"), cpu_has_native_bfloat16("flags : avx2")
     (True, False)
     """
-    if cpuinfo is None:
-        try:
-            with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-                cpuinfo = f.read()
-        except OSError:
-            return False
-    for line in cpuinfo.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == "flags":
-            return any(flag in value.split() for flag in _NATIVE_BFLOAT16_CPU_FLAGS)
-    return False
+    return bool(cpu_flags(cpuinfo) & set(_NATIVE_BFLOAT16_CPU_FLAGS))
+
+
+def cpu_has_amx(cpuinfo=None):
+    """Whether the CPU has AMX's bfloat16 tile products (`amx_bf16`: Intel Xeon from Sapphire Rapids).
+
+    Decoding is made of small matrix products (a few rows per step), where AVX512_BF16 alone did not beat float32
+    (docs/BENCHMARKS.md, "Low precision"); AMX's tiles did.
+
+    Example:
+
+    >>> cpu_has_amx("flags : avx512f avx512_bf16"), cpu_has_amx("flags : avx512_bf16 amx_bf16 amx_tile")
+    (False, True)
+    """
+    return "amx_bf16" in cpu_flags(cpuinfo)
 
 
 def resolve_precision(requested, strategy=None):
