@@ -298,6 +298,15 @@ def main():
     xla_flags = args.tf_xla_flags
     if xla_flags is None:  # as configure_threads sets them for a process with these threads
         xla_flags = xla_flags_for_threads(args.tf_threads, os.environ.get("XLA_FLAGS", ""))
+    variants = {}  # engine name -> (compute type, backend, threads or None), checked before any export
+    for variant in [v for v in args.ct2_variants.split(",") if v]:
+        compute_type, _, backend_variant = variant.rpartition("@")
+        compute_type = compute_type or "float32"
+        backend, _, threads = backend_variant.partition("-")
+        if compute_type not in ("float32", "int8") or (
+                backend_variant != "auto" and (backend not in ("dnnl", "mkl") or not threads.isdigit())):
+            parser.error(f"--ct2-variants: {variant!r} is not [int8@]auto, [int8@]dnnl-N or [int8@]mkl-N")
+        variants[f"ct2-{compute_type}-{backend_variant}"] = (compute_type, backend, int(threads) if threads else None)
     sentences = read_gz(args.source)[: args.sentences]
     references = read_gz(args.reference)[: args.sentences]
     tokenized = read_gz(args.tokenized_reference)[: args.sentences]
@@ -322,19 +331,9 @@ def main():
             "ct2-int8": (CT2_WORKER, {**common, "model": ct2, "compute_type": "int8"}),
         }
         worker_env = {}
-        variants = {}  # engine name -> (compute type, backend variant)
-        for variant in [v for v in args.ct2_variants.split(",") if v]:
-            compute_type, _, backend_variant = variant.rpartition("@")
-            compute_type = compute_type or "float32"
-            backend, _, threads = backend_variant.partition("-")
-            if compute_type not in ("float32", "int8") or (
-                    backend_variant != "auto" and (backend not in ("dnnl", "mkl") or not threads.isdigit())):
-                parser.error(f"--ct2-variants: {variant!r} is not [int8@]auto, [int8@]dnnl-N or [int8@]mkl-N")
-            name = f"ct2-{compute_type}-{backend_variant}"
-            variants[name] = (compute_type, backend_variant)
-            engines[name] = (CT2_WORKER, {**common, "model": ct2, "compute_type": compute_type,
-                                          "threads": int(threads) if threads else None})
-            worker_env[name] = ({} if backend_variant == "auto" else {"CT2_USE_MKL": "1" if backend == "mkl" else "0"})
+        for name, (compute_type, backend, threads) in variants.items():
+            engines[name] = (CT2_WORKER, {**common, "model": ct2, "compute_type": compute_type, "threads": threads})
+            worker_env[name] = {} if backend == "auto" else {"CT2_USE_MKL": "1" if backend == "mkl" else "0"}
         for name, (script, setup) in engines.items():
             if script is CT2_WORKER:
                 setup.update(repo=str(REPO), beam_size=args.beam_size, alpha=args.alpha, max_extra=args.max_extra,
