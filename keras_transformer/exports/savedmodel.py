@@ -306,7 +306,7 @@ def check_precision(precision, flag="--precision", warn=True):
     elif warn and precision == "bfloat16" and not cpu_has_amx():
         logging.getLogger(__name__).warning(
             "%s bfloat16: this CPU has AVX512_BF16 but not AMX (no amx_bf16 in /proc/cpuinfo); there the bfloat16 "
-            "export decoded no faster than the float32 one (0.35x on a small model, 1.0x on a base-size one, "
+            "export decoded no faster than the float32 one (0.35x on a small model, 0.95x on a base-size one, "
             "without XLA), so serve it on a CPU with AMX (docs/serving.md, 'Precision').", flag)
     return precision
 
