@@ -317,6 +317,24 @@ def test_bpe_dropout_samples_spell_the_text_and_zero_is_the_plain_segmentation(m
         multi30k_tokenizer.sample(english, 1)
 
 
+def test_seeded_samples_drawn_at_the_same_time_repeat_the_ones_drawn_alone(multi30k_dir, multi30k_tokenizer):
+    """The training pipeline samples the source and the target side at once, each with its own seed: each sample
+    must still be the one its seed gives alone (SentencePiece's seed is process-wide)."""
+    import threading
+
+    english = read_split(multi30k_dir, "val.en.gz")
+    alone = {seed: multi30k_tokenizer.sample(english, 0.1, seed=seed) for seed in (1, 2)}
+    for _ in range(20):
+        drawn = {}
+        threads = [threading.Thread(target=lambda seed=seed: drawn.update(
+            {seed: multi30k_tokenizer.sample(english, 0.1, seed=seed)})) for seed in alone]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert drawn == alone
+
+
 # ---------------------------------------------------------------------- a vocabulary from a bounded sample
 def chi_square(counts, expected):
     counts = np.asarray(counts, dtype=float)

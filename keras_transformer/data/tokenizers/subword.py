@@ -6,6 +6,7 @@ import io
 import json
 import os
 import re
+import threading
 
 import tensorflow as tf
 import tensorflow_text as tf_text
@@ -14,6 +15,11 @@ from tensorflow_text.python.ops import sentencepiece_tokenizer as _tf_text_sente
 from keras_transformer.data.tokenizers.sampling import sample_files
 from keras_transformer.errors import CorruptFileError
 from keras_transformer.experiment import MODEL_TYPES
+
+# SentencePiece's sampling seed is process-wide (`set_random_generator_seed`) and read by the worker thread an
+# `encode` call starts: two seeded samples at once (the training pipeline samples source and target side by side)
+# could each read the other's seed. Setting the seed and sampling under one lock makes each call repeatable.
+_SEEDED_SAMPLING = threading.Lock()
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 CONFIG_FILE = "tokenizer.json"
@@ -187,13 +193,15 @@ class SubwordTokenizer(tf.Module):
             raise ValueError(f"BPE-dropout must be a probability in [0, 1), got {dropout!r}.")
         import sentencepiece  # the Python trainer, needed only when a vocabulary is learned or sampled
         processor = sentencepiece.SentencePieceProcessor(model_proto=self._model)  # a few ms; not kept on the module
-        if seed is not None:
-            sentencepiece.set_random_generator_seed(int(seed))
         if dropout == 0:
             return processor.encode(list(texts))
         # One thread: SentencePiece's sampler is per thread, seeded when the thread first samples, so only a single
-        # fresh worker makes a seeded call repeatable.
-        return processor.encode(list(texts), enable_sampling=True, alpha=float(dropout), nbest_size=-1, num_threads=1)
+        # fresh worker makes a seeded call repeatable; the lock keeps another call's seed out meanwhile.
+        with _SEEDED_SAMPLING:
+            if seed is not None:
+                sentencepiece.set_random_generator_seed(int(seed))
+            return processor.encode(list(texts), enable_sampling=True, alpha=float(dropout), nbest_size=-1,
+                                    num_threads=1)
 
     def id_to_piece(self, ids):
         """The subword string of each id (for inspecting tokenizations and labelling attention maps).
