@@ -298,16 +298,17 @@ def check_precision(precision, flag="--precision", warn=True):
     if precision not in PRECISIONS:
         reason = _NOT_OFFERED.get(precision, f"it takes {' or '.join(PRECISIONS)}")
         raise ConfigError(f"{flag} {precision} is not offered for --format savedmodel: {reason}.")
-    if warn and precision == "bfloat16" and not cpu_has_native_bfloat16():
-        logging.getLogger(__name__).warning(
-            "%s bfloat16: this CPU has neither AVX512_BF16 nor AMX (no avx512_bf16 or amx_bf16 in /proc/cpuinfo), "
-            "so TensorFlow converts bfloat16 around every matrix product and the export decodes slower than "
-            "float32 here; serve it on a CPU with AMX (docs/serving.md, 'Precision').", flag)
-    elif warn and precision == "bfloat16" and not cpu_has_amx():
-        logging.getLogger(__name__).warning(
-            "%s bfloat16: this CPU has AVX512_BF16 but not AMX (no amx_bf16 in /proc/cpuinfo); there the bfloat16 "
-            "export decoded no faster than the float32 one (0.35x on a small model, 0.95x on a base-size one, "
-            "without XLA), so serve it on a CPU with AMX (docs/serving.md, 'Precision').", flag)
+    if warn and precision == "bfloat16":
+        if not cpu_has_native_bfloat16():
+            logging.getLogger(__name__).warning(
+                "%s bfloat16: this CPU has neither AVX512_BF16 nor AMX (no avx512_bf16 or amx_bf16 in /proc/cpuinfo), "
+                "so TensorFlow converts bfloat16 around every matrix product and the export decodes slower than "
+                "float32 here; serve it on a CPU with AMX (docs/serving.md, 'Precision').", flag)
+        elif not cpu_has_amx():
+            logging.getLogger(__name__).warning(
+                "%s bfloat16: this CPU has AVX512_BF16 but not AMX (no amx_bf16 in /proc/cpuinfo); there the "
+                "bfloat16 export decoded no faster than the float32 one (0.35x on a small model, 0.95x on a "
+                "base-size one, without XLA), so serve it on a CPU with AMX (docs/serving.md, 'Precision').", flag)
     return precision
 
 
