@@ -307,8 +307,9 @@ def check_precision(precision, flag="--precision", warn=True):
         elif not cpu_has_amx():
             logging.getLogger(__name__).warning(
                 "%s bfloat16: this CPU has AVX512_BF16 but not AMX (no amx_bf16 in /proc/cpuinfo); there the "
-                "bfloat16 export decoded no faster than the float32 one (0.35x on a small model, 0.95x on a "
-                "base-size one, without XLA), so serve it on a CPU with AMX (docs/serving.md, 'Precision').", flag)
+                "bfloat16 export (searched without XLA) decoded no faster than the float32 one "
+                "(docs/BENCHMARKS.md, 'Low precision'), so serve it on a CPU with AMX (docs/serving.md, "
+                "'Precision').", flag)
     return precision
 
 
