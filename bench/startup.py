@@ -9,8 +9,9 @@ Python process with that tree first on `sys.path`, which times:
 - `import keras_transformer` and then TensorFlow and Keras,
 - `train`: `configs/tiny_copy.yaml` for one epoch of 64 examples (model building, tracing the training and
   validation steps, two batches, the checkpoint and backup files),
-- `translate`: a `Translator` (beam 4) over an untrained tiny model, its first call (tracing the search) and a
-  second call of the same shape (the traced graph alone).
+- `translate`: a `Translator` (beam 4) over an untrained tiny model: two sentences twice (a translator's first
+  `EAGER_SENTENCES` sentences are decoded eagerly, without tracing), then twelve sentences twice (the first call
+  traces the search, the second runs the traced graph alone).
 The table gives each tree's median per phase and, with two trees, the ratio of the first tree's median to the
 second's.
 """
@@ -68,14 +69,15 @@ class Words(tf.Module):  # "w4".."w31" <-> ids 4..31: a tokenizer without a voca
 model = keras_transformer.build_model(keras_transformer.TransformerConfig.preset("tiny", vocab_size=32))
 translator = Translator(model, Words(), beam_size=4, max_extra=10)
 sentences = ["w4 w5 w6 w7", "w8 w9"]
-for phase in ("first translation", "second translation"):
+for phase, batch in (("first translation", sentences), ("second translation", sentences),
+                     ("first traced", sentences * 6), ("traced again", sentences * 6)):
     start = time.perf_counter()
-    translator(sentences)
+    translator(batch)
     times[phase] = time.perf_counter() - start
 print(json.dumps(times))
 """
 
-PHASES = ("import", "train", "first translation", "second translation")
+PHASES = ("import", "train", "first translation", "second translation", "first traced", "traced again")
 
 
 def run(tree):
