@@ -146,6 +146,7 @@ def test_adam_updates_as_keras_adam_does_with_fewer_ops_in_the_traced_update(set
         weights = [keras.Variable(np.ones(shape, dtype), dtype=dtype) for shape, dtype in shapes]
         optimizer = cls(learning_rate=kt.NoamSchedule(16, warmup_steps=4), beta_2=0.98, epsilon=1e-9, **settings)
         optimizer.build(weights)
+
         def apply(grads):
             optimizer.apply(grads, weights)
 
