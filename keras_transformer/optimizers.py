@@ -44,7 +44,6 @@ class Adam(keras.optimizers.Adam):
 
     def apply(self, grads: Any, trainable_variables: Any = None) -> None:
         """`keras.optimizers.Optimizer.apply`: the step sizes are computed afresh for each update (and each trace)."""
-        self._step_sizes.by_dtype.clear()
         try:
             return super().apply(grads, trainable_variables)
         finally:
@@ -71,7 +70,6 @@ class Adam(keras.optimizers.Adam):
         self.assign_add(m, ops.multiply(ops.subtract(gradient, m), 1 - self.beta_1))
         self.assign_add(v, ops.multiply(ops.subtract(ops.square(gradient), v), 1 - self.beta_2))
         self.assign_sub(variable, ops.divide(ops.multiply(m, alpha), ops.add(ops.sqrt(v), self.epsilon)))
-        return None
 
 
 def make_optimizer(config: TransformerConfig, gradient_accumulation_steps: int | None = None,
