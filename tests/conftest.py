@@ -49,6 +49,17 @@ def pytest_runtest_makereport(item, call):
                            "not marked slow: make it cheaper (tests/README.md) or mark it @pytest.mark.slow")
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config):
+    """One garbage collection at the end of a run, then every object left frozen: pytest's own end collects five
+    times over (to report exceptions raised in finalizers, its hook still installed during this one), and each
+    pass walks the hundreds of thousands of objects TensorFlow's graphs leave in a worker, about a second apiece."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
 def built_once(tmp_path_factory, worker_id, name, build):
     """The path of an artefact built once per test run and shared by the pytest workers: the first worker to ask
     calls `build(path)` under a lock (and renames its file into place); the others wait, then read it.
