@@ -157,6 +157,63 @@ def test_xla_with_the_settings_as_tensors_equals_eager_with_numbers(model, eager
     np.testing.assert_allclose(scores, expected_scores, atol=1e-5)
 
 
+def reference_draw(log_probs, u, top_k, top_p, temperature):
+    """What `choose_tokens` draws, in float64 numpy with a sort: the ids ranked (values descending, ties by the
+    lower id), the cuts, then the first rank whose cumulative kept mass exceeds u * the kept mass. Also returns
+    how far each row's draw and nucleus lie from a boundary, relative to the mass (where float32 rounding may
+    choose the neighbour)."""
+    values = np.asarray(log_probs, "float64") / max(temperature, 1e-6)
+    tokens, margins = [], []
+    for row, draw in zip(values, u):
+        order = np.lexsort((np.arange(row.size), -row))
+        probs = np.exp(row[order] - row[order[0]])
+        before = np.cumsum(probs) - probs
+        keep = (np.arange(row.size) < top_k) | (top_k <= 0)
+        keep &= (before < top_p * probs.sum()) | (top_p >= 1.0)
+        keep[0] = True
+        kept = np.where(keep, probs, 0.0)
+        cumulative = np.cumsum(kept)
+        target = draw * cumulative[-1]
+        tokens.append(order[min(int(np.sum(cumulative <= target)), int(np.flatnonzero(kept > 0)[-1]))])
+        margin = np.min(np.abs(cumulative - target)) / cumulative[-1]
+        if 0.0 < top_p < 1.0:
+            margin = min(margin, np.min(np.abs(before - top_p * probs.sum())) / probs.sum())
+        margins.append(margin)
+    return np.array(tokens), np.array(margins)
+
+
+@pytest.mark.parametrize("vocab", [16, 3000])
+def test_the_draw_is_the_inverse_cdf_over_the_sorted_tokens(vocab):
+    """`choose_tokens` (no sort: bisection over the values' order) draws what a float64 sort draws, for every
+    cut, with ties and excluded ids, with Python settings eagerly and traced and with tensor settings compiled:
+    every row whose draw lies clear of a boundary (more than 1e-5 of the mass away) gets the reference's token."""
+    rng = np.random.default_rng(vocab)
+    rows = 64
+    logits = (rng.standard_normal((rows, vocab)) * rng.choice([0.5, 3.0], (rows, 1))).astype("float32")
+    logits[::4] = np.round(logits[::4])  # many exact ties
+    logits[:, rng.integers(0, vocab, 3)] += 6.0  # a few probable ids, as after training
+    log_probs = tf.nn.log_softmax(logits).numpy()
+    log_probs[:, [0, 2]] = -np.inf
+    u = rng.random(rows).astype("float32")
+    compiled = tf.function(sampling.choose_tokens, jit_compile=True)
+    cases = [(0, 1.0, 1.0), (5, 1.0, 0.7), (0, 0.8, 1.3), (3, 0.5, 1.0), (1, 1.0, 1.0), (0, 0.0, 1.0),
+             (vocab + 5, 0.95, 2.0), (-1, 1.0, 0.0)]
+    checked = 0
+    for top_k, top_p, temperature in cases:
+        expected, margins = reference_draw(log_probs, u, top_k, top_p, temperature)
+        clear = margins > 1e-5
+        eager = np.asarray(sampling.choose_tokens(log_probs, u, top_k, top_p, temperature))
+        tensors = compiled(log_probs, u, tf.constant(top_k), tf.constant(top_p, tf.float32),
+                           tf.constant(temperature, tf.float32)).numpy()
+        traced = tf.function(lambda values, draws: sampling.choose_tokens(values, draws, top_k, top_p, temperature))
+        for name, tokens in (("eager", eager), ("compiled", tensors), ("traced", traced(log_probs, u).numpy())):
+            wrong = np.flatnonzero(clear & (tokens != expected))
+            assert wrong.size == 0, (name, top_k, top_p, temperature, wrong[:5], tokens[wrong[:5]], expected[wrong[:5]])
+        assert np.all(np.isin(eager, np.flatnonzero(np.isfinite(log_probs[0]))))  # never an excluded id
+        checked += int(clear.sum())
+    assert checked > 0.9 * rows * len(cases)
+
+
 @pytest.mark.parametrize("settings", [dict(), dict(temperature=0.6, top_k=6), dict(top_p=0.7)],
                          ids=["temperature 1", "temperature 0.6, top_k 6", "top_p 0.7"])
 def test_first_token_frequencies_match_the_model_distribution(settings, model):

@@ -1,12 +1,15 @@
 """Sampling: each next token drawn from the model's distribution, reshaped by temperature, top-k and top-p.
 
 At every step a row's log-probabilities (pad and bos excluded) are divided by
-the temperature and sorted once, descending; the ranks past `top_k` and past
-the nucleus (the smallest prefix whose probability reaches `top_p`; the most
-probable token always stays) are dropped, and one uniform number picks a
-token among the rest by inverse CDF. The four settings may be Python numbers
-or scalar tensors (a SavedModel takes them as inputs): nothing branches on
-their values, and every shape is static.
+the temperature and ranked, descending (ties: the lower id first); the ranks
+past `top_k` and past the nucleus (the smallest prefix whose probability
+reaches `top_p`; the most probable token always stays) are dropped, and one
+uniform number picks a token among the rest by inverse CDF. Nothing is
+sorted: each cut's last token and the drawn one are located by bisection on
+the values' order, a few dozen masked sums over the vocabulary. The four
+settings may be Python numbers or scalar tensors (a SavedModel takes them as
+inputs): a cut not asked for is skipped (a conditional for a tensor), and
+every shape is static.
 
 The uniform numbers come from a counter-based hash of `(seed, row key, sample,
 step)` in 32-bit integer `keras.ops` (the "lowbias32" finalizer), not from
@@ -86,7 +89,7 @@ def uniform(seed, row_keys, sample, step):
 
 def _check_settings(top_k, top_p, temperature, seed, num_return):
     """Refuses bad Python (and numpy) settings by name, as `DecodeOptions` does (`strategies.Sampling`); tensors
-    are taken as they are (see `_choose`)."""
+    are taken as they are (see `choose_tokens`)."""
     Sampling.check_settings({"top_k": top_k, "top_p": top_p, "temperature": temperature, "seed": seed},
                             where="sample: ")
     if not (is_integer(num_return) and num_return >= 1):
@@ -128,36 +131,122 @@ def _row_keys(row_keys, batch):
     return ops.cast(ops.convert_to_tensor(row_keys), "int32")
 
 
-def _choose(log_probs, u, top_k, top_p, temperature):
+_INT32_MIN = np.int32(-(2**31))
+_LOW_31_BITS = np.int32(2**31 - 1)
+
+
+def _order_keys(values):
+    """int32 keys in the order of float32 `values` (-0.0 counted as 0.0; -inf below every finite value)."""
+    values = ops.where(ops.equal(values, 0.0), ops.zeros_like(values), values)
+    bits = ops.view(values, "int32")  # a negative float's bits grow with its magnitude: flip them
+    return ops.where(ops.less(bits, 0), ops.bitwise_xor(bits, _LOW_31_BITS), bits)
+
+
+def _up_to(keys, ids, key, index):
+    """Whether each element comes at or before the element `(key, index)` in the order: keys descending,
+    ties by the lower id."""
+    return ops.logical_or(ops.greater(keys, key), ops.logical_and(ops.equal(keys, key), ops.less_equal(ids, index)))
+
+
+def _first_reaching(keys, ids, weights, target, strictly, id_bits):
+    """`(key, id)`, int32 `(N, 1)` each: of each row's elements in the order (keys descending, ties by the lower
+    id), the first whose cumulative weight, its own included, is above `target` (`strictly`) or at least it.
+
+    Without a sort: the largest key whose elements of that key or above reach the target is built bit by bit
+    from the top (a loop of 32 masked sums), then the id within that key the same way (`id_bits` of them); every sum
+    is one masked sum over the row, so a larger set never sums to less. A row that nothing reaches gives the key
+    -2**31 and an id past the vocabulary (`_up_to` of it is every element).
+    """
+    def reaches(mass):
+        return ops.greater(mass, target) if strictly else ops.greater_equal(mass, target)
+
+    def mass(mask):
+        return ops.sum(ops.where(mask, weights, 0.0), axis=-1, keepdims=True)
+
+    rows = ops.shape(keys)[0]
+
+    def key_bit(i, found):  # bit 31 - i of the key's offset from -2**31, in int32 bits
+        candidate = ops.bitwise_or(found, ops.left_shift(np.int32(1), 31 - i))
+        reached = reaches(mass(ops.greater_equal(keys, ops.bitwise_xor(candidate, _INT32_MIN))))
+        return ops.where(reached, candidate, found)
+
+    key = ops.bitwise_xor(ops.fori_loop(0, 32, key_bit, ops.zeros((rows, 1), "int32")), _INT32_MIN)
+    ahead, tied = ops.greater(keys, key), ops.equal(keys, key)
+
+    def id_bit(i, index):  # the largest id whose tied elements before it do not reach yet
+        candidate = ops.bitwise_or(index, ops.left_shift(np.int32(1), id_bits - 1 - i))
+        reached = reaches(mass(ops.logical_or(ahead, ops.logical_and(tied, ops.less(ids, candidate)))))
+        return ops.where(reached, index, candidate)
+
+    index = ops.fori_loop(0, id_bits, id_bit, ops.zeros((rows, 1), "int32"))
+    return key, index
+
+
+def choose_tokens(log_probs, u, top_k, top_p, temperature):
     """The sampled token of every row: `log_probs (N, V)` (excluded ids -inf), `u (N,)` uniform -> int32 `(N,)`.
 
-    Settings out of range act as their nearest sensible value, so that a tensor input cannot break the
-    search: a temperature <= 0 as greedy, top_k < 0 as 0 (no cut), top_p <= 0 keeps the first token only.
+    The token the module's docstring describes (the inverse CDF over the tokens in descending order, after the
+    cuts), found without sorting the vocabulary: each cut's last token and the drawn one are located by bisection
+    on the values' order (`_first_reaching`), about 50 masked sums over the vocabulary each, where a sort
+    compares every pair it moves. The settings are Python numbers or scalar tensors. Settings out of range act as
+    their nearest sensible value, so that a tensor input cannot break the search: a temperature <= 0 as greedy,
+    top_k < 0 as 0 (no cut), top_p <= 0 keeps the first token only.
+
+    Example:
+
+    >>> import numpy as np
+    >>> log_probs = np.log(np.array([[0.1, 0.5, 0.3, 0.1]], "float32"))  # in order: ids 1, 2, then 0 and 3 tied
+    >>> [int(choose_tokens(log_probs, np.array([u], "float32"), 0, 1.0, 1.0)[0]) for u in (0.0, 0.55, 0.85, 0.95)]
+    [1, 2, 0, 3]
+    >>> [int(choose_tokens(log_probs, np.array([0.95], "float32"), k, p, 1.0)[0]) for k, p in ((2, 1.0), (0, 0.5))]
+    [2, 1]
     """
     vocab = int(log_probs.shape[-1])
+    id_bits = max(1, vocab.bit_length())  # 2**id_bits > every id
     temperature = ops.maximum(ops.cast(temperature, "float32"), 1e-6)
-    values, ids = ops.top_k(log_probs / temperature, vocab)  # (N, V) descending; ties: the lower id first
-    probs = ops.exp(values - values[:, :1])  # (N, V) unnormalised, the first is 1
-    total = ops.sum(probs, axis=-1, keepdims=True)  # (N, 1)
-    cumulative = ops.cumsum(probs, axis=-1)
-    before = ops.concatenate([ops.zeros_like(probs[:, :1]), cumulative[:, :-1]], axis=-1)  # mass of higher ranks
-    rank = ops.arange(vocab, dtype="int32")  # (V,)
-    top_k = ops.cast(top_k, "int32")
-    top_p = ops.cast(top_p, "float32")
-    in_top_k = ops.logical_or(ops.less(rank, top_k), ops.less_equal(top_k, 0))  # (V,)
-    in_nucleus = ops.logical_or(ops.less(before, top_p * total), ops.greater_equal(top_p, 1.0))  # (N, V)
-    kept = ops.logical_or(ops.logical_and(in_top_k, in_nucleus), ops.equal(rank, 0))
-    kept_probs = ops.where(kept, probs, 0.0)  # (N, V)
+    values = log_probs / temperature
+    keys = _order_keys(values)  # (N, V)
+    ids = ops.expand_dims(ops.arange(vocab, dtype="int32"), 0)  # (1, V)
+    probs = ops.exp(values - ops.max(values, axis=-1, keepdims=True))  # (N, V) unnormalised, the first is 1
+    top_key = ops.max(keys, axis=-1, keepdims=True)
+    top_id = ops.min(ops.where(ops.equal(keys, top_key), ids, vocab), axis=-1, keepdims=True)
+    first = ops.logical_and(ops.equal(keys, top_key), ops.equal(ids, top_id))  # always kept
 
-    # Inverse CDF: the first rank whose cumulative kept mass exceeds u * (the kept mass). Ranks before it hold
-    # at most u * mass, so the rank chosen has a positive probability; the clip guards the float rounding of
-    # u * mass up to the whole mass.
-    kept_cumulative = ops.cumsum(kept_probs, axis=-1)
-    target = ops.expand_dims(u, 1) * kept_cumulative[:, -1:]  # (N, 1)
-    chosen = ops.sum(ops.cast(ops.less_equal(kept_cumulative, target), "int32"), axis=-1)  # (N,)
-    last = ops.sum(ops.cast(ops.greater(kept_probs, 0.0), "int32"), axis=-1) - 1
-    chosen = ops.minimum(chosen, last)
-    return ops.take_along_axis(ops.cast(ids, "int32"), ops.expand_dims(chosen, 1), axis=1)[:, 0]
+    def cut(weights, target):  # the elements up to the first one whose cumulative weight reaches target
+        return _up_to(keys, ids, *_first_reaching(keys, ids, weights, target, False, id_bits))
+
+    everything = ops.ones_like(first)
+
+    def top_k_cut():  # the top_k first tokens; top_k <= 0 asks for no cut (a count no row reaches)
+        count = ops.cast(top_k, "float32")
+        return cut(ops.ones_like(probs), ops.where(ops.greater(count, 0.0), count, float(vocab + 1)))
+
+    def nucleus():  # up to the first token whose cumulative mass reaches top_p of the whole
+        mass = ops.cast(top_p, "float32") * ops.sum(probs, axis=-1, keepdims=True)
+        return cut(probs, mass)
+
+    kept = ops.logical_and(_when(top_k, lambda k: k > 0, top_k_cut, everything),
+                           _when(top_p, lambda p: p < 1.0, nucleus, everything))
+    kept_probs = ops.where(ops.logical_or(kept, first), probs, 0.0)  # (N, V)
+
+    # Inverse CDF: the first token whose cumulative kept mass exceeds u * (the kept mass); where float rounding
+    # of u * mass reaches the whole mass, the last token of positive kept mass.
+    target = ops.expand_dims(u, 1) * ops.sum(kept_probs, axis=-1, keepdims=True)  # (N, 1)
+    key, index = _first_reaching(keys, ids, kept_probs, target, True, id_bits)
+    positive = ops.greater(kept_probs, 0.0)
+    last_key = ops.min(ops.where(positive, keys, np.int32(2**31 - 1)), axis=-1, keepdims=True)
+    last_id = ops.max(ops.where(ops.logical_and(positive, ops.equal(keys, last_key)), ids, -1), axis=-1,
+                      keepdims=True)
+    return ops.where(_up_to(key, index, last_key, last_id), index, last_id)[:, 0]
+
+
+def _when(setting, applies, compute, otherwise):
+    """`compute()` where `applies(setting)` holds, else `otherwise`: decided in Python for a Python (or numpy)
+    number, by `ops.cond` for a tensor (a SavedModel's input; compared as float32), so that a cut left off costs
+    nothing."""
+    if isinstance(setting, (int, float, np.number)):
+        return compute() if applies(float(setting)) else otherwise
+    return ops.cond(applies(ops.cast(setting, "float32")), compute, lambda: otherwise)
 
 
 def sample(model, source, top_k=0, top_p=1.0, temperature=1.0, seed=0, row_keys=None, num_return=1,
@@ -219,7 +308,7 @@ def sample(model, source, top_k=0, top_p=1.0, temperature=1.0, seed=0, row_keys=
     streams = _streams(seed, ops.take(keys, row // rows), row % rows)  # (B*R,)
 
     def draw(log_probs, t):  # (B*R, V) -> (B*R,)
-        return _choose(log_probs, _uniform(streams, t), top_k, top_p, temperature)
+        return choose_tokens(log_probs, _uniform(streams, t), top_k, top_p, temperature)
 
     return one_token_search(model, source, draw, rows, max_extra, max_length, pad_id, bos_id, eos_id,
                             use_cache, first_cache_stage, caller="sample", target_prefix=target_prefix)
