@@ -43,6 +43,10 @@ package, and translation and evaluation, which compute no loss, still work.
    `Layer` for every layer of every save and load (most of the time a backup of
    the tiny model takes). The sets are stored under the name it looks up, before
    every save (`write_weights_to`) and load (`load_weights_from`).
+9. `tensorflow_runs_eagerly`: whether Keras' operations run on TensorFlow one at
+   a time (not traced into a graph), where a search should prefer one operation
+   with a kernel of its own to a loop of small ones (`decoding.sampling`'s
+   draw). Keras' own test for it, `in_tf_graph`, has no public name.
 """
 
 import contextlib
@@ -55,7 +59,8 @@ import numpy as np
 
 __all__ = ["END_OF_PASS_WARNING", "WRITE_BLOCK_BYTES", "apply_multi_worker_workarounds", "keep_raw_weights_after_fit",
            "fill_saving_skipsets", "load_weights_from", "moving_average_pairs", "quiet_end_of_pass",
-           "scale_loss_for_distribution", "schedule_on_updates", "set_update_count", "write_weights_to"]
+           "scale_loss_for_distribution", "schedule_on_updates", "set_update_count", "tensorflow_runs_eagerly",
+           "write_weights_to"]
 
 
 def scale_loss_for_distribution(value):
@@ -435,3 +440,19 @@ class _WriteThrough(io.BytesIO):
                 self.handle.flush()
             except OSError as error:
                 self.error = error
+
+
+def tensorflow_runs_eagerly():
+    """True where Keras runs on TensorFlow and operations execute one at a time: outside `tf.function` and
+    outside Keras' symbolic tracing of a model. False on other backends (JAX compiles every operation with XLA).
+
+    Example:
+
+    >>> keras.backend.backend() != "tensorflow" or tensorflow_runs_eagerly()
+    True
+    """
+    if keras.backend.backend() != "tensorflow":
+        return False
+    from keras.src.utils.backend_utils import in_tf_graph
+
+    return not in_tf_graph()

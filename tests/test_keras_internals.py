@@ -400,3 +400,20 @@ def test_keras_warns_when_a_dataset_of_unknown_length_ends_its_first_epoch_and_t
             model.fit(data, epochs=1, verbose=0, shuffle=False)
             warnings.warn("another warning")
     assert [str(w.message) for w in caught] == ["another warning"]
+
+
+def test_tensorflow_runs_eagerly_outside_a_graph_only():
+    """The assumption of `tensorflow_runs_eagerly` (Keras' `in_tf_graph`): True where operations run one at a
+    time, False while a `tf.function` traces (with or without XLA), so that sampling sorts eagerly only."""
+    import tensorflow as tf
+
+    seen = []
+
+    def record():
+        seen.append(keras_internals.tensorflow_runs_eagerly())
+        return tf.constant(0)
+
+    record()
+    tf.function(record)()
+    tf.function(record, jit_compile=True)()
+    assert seen == [True, False, False]

@@ -1,5 +1,6 @@
 """Sampling: its random draws, the distribution it samples, its top-k and top-p cuts, and its reproducibility."""
 
+import functools
 import math
 
 import numpy as np
@@ -182,11 +183,13 @@ def reference_draw(log_probs, u, top_k, top_p, temperature):
     return np.array(tokens), np.array(margins)
 
 
+@pytest.mark.parametrize("sort", [False, True], ids=["bisection", "sort"])
 @pytest.mark.parametrize("vocab", [16, 3000])
-def test_the_draw_is_the_inverse_cdf_over_the_sorted_tokens(vocab):
-    """`choose_tokens` (no sort: bisection over the values' order) draws what a float64 sort draws, for every
-    cut, with ties and excluded ids, with Python settings eagerly and traced and with tensor settings compiled:
-    every row whose draw lies clear of a boundary (more than 1e-5 of the mass away) gets the reference's token."""
+def test_the_draw_is_the_inverse_cdf_over_the_sorted_tokens(vocab, sort):
+    """`choose_tokens`, by bisection over the values' order (`sample`'s way under XLA) and by sort (its way
+    elsewhere), draws what a float64 sort draws, for every cut, with ties and excluded ids, with Python settings
+    eagerly and traced and with tensor settings compiled: every row whose draw lies clear of a boundary (more
+    than 1e-5 of the mass away) gets the reference's token."""
     rng = np.random.default_rng(vocab)
     rows = 64
     logits = (rng.standard_normal((rows, vocab)) * rng.choice([0.5, 3.0], (rows, 1))).astype("float32")
@@ -195,17 +198,18 @@ def test_the_draw_is_the_inverse_cdf_over_the_sorted_tokens(vocab):
     log_probs = tf.nn.log_softmax(logits).numpy()
     log_probs[:, [0, 2]] = -np.inf
     u = rng.random(rows).astype("float32")
-    compiled = tf.function(sampling.choose_tokens, jit_compile=True)
+    compiled = tf.function(functools.partial(sampling.choose_tokens, sort=sort), jit_compile=True)
     cases = [(0, 1.0, 1.0), (5, 1.0, 0.7), (0, 0.8, 1.3), (3, 0.5, 1.0), (1, 1.0, 1.0), (0, 0.0, 1.0),
              (vocab + 5, 0.95, 2.0), (-1, 1.0, 0.0)]
     checked = 0
     for top_k, top_p, temperature in cases:
         expected, margins = reference_draw(log_probs, u, top_k, top_p, temperature)
         clear = margins > 1e-5
-        eager = np.asarray(sampling.choose_tokens(log_probs, u, top_k, top_p, temperature))
+        eager = np.asarray(sampling.choose_tokens(log_probs, u, top_k, top_p, temperature, sort=sort))
         tensors = compiled(log_probs, u, tf.constant(top_k), tf.constant(top_p, tf.float32),
                            tf.constant(temperature, tf.float32)).numpy()
-        traced = tf.function(lambda values, draws: sampling.choose_tokens(values, draws, top_k, top_p, temperature))
+        traced = tf.function(lambda values, draws: sampling.choose_tokens(values, draws, top_k, top_p, temperature,
+                                                                          sort=sort))
         for name, tokens in (("eager", eager), ("compiled", tensors), ("traced", traced(log_probs, u).numpy())):
             wrong = np.flatnonzero(clear & (tokens != expected))
             assert wrong.size == 0, (name, top_k, top_p, temperature, wrong[:5], tokens[wrong[:5]], expected[wrong[:5]])

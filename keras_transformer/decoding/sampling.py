@@ -4,12 +4,14 @@ At every step a row's log-probabilities (pad and bos excluded) are divided by
 the temperature and ranked, descending (ties: the lower id first); the ranks
 past `top_k` and past the nucleus (the smallest prefix whose probability
 reaches `top_p`; the most probable token always stays) are dropped, and one
-uniform number picks a token among the rest by inverse CDF. Nothing is
-sorted: each cut's last token and the drawn one are located by bisection on
-the values' order, a few dozen masked sums over the vocabulary. The four
-settings may be Python numbers or scalar tensors (a SavedModel takes them as
-inputs): a cut not asked for is skipped (a conditional for a tensor), and
-every shape is static.
+uniform number picks a token among the rest by inverse CDF. In a traced
+search (`tf.function`, XLA, JAX) nothing is sorted: each cut's last token and
+the drawn one are located by bisection on the values' order, a few dozen
+masked sums over the vocabulary (XLA's CPU sort compares every pair it
+moves). Run eagerly on TensorFlow, one top-k kernel sorts the row faster than
+the bisection's loops run op by op. The four settings may be Python numbers or
+scalar tensors (a SavedModel takes them as inputs), and every shape is
+static.
 
 The uniform numbers come from a counter-based hash of `(seed, row key, sample,
 step)` in 32-bit integer `keras.ops` (the "lowbias32" finalizer), not from
@@ -25,6 +27,7 @@ from keras import ops
 
 from keras_transformer.decoding.search import one_token_search
 from keras_transformer.decoding.strategies import MAX_SEED, Sampling, is_integer  # MAX_SEED: 32-bit seeds and keys
+from keras_transformer.keras_internals import tensorflow_runs_eagerly
 
 # lowbias32 (Chris Wellons' hash-prospector): x ^= x >> 16; x *= M1; x ^= x >> 15; x *= M2; x ^= x >> 16.
 # The multipliers as int32 (two's complement): int32 products wrap around alike in TensorFlow, XLA and JAX.
@@ -182,15 +185,18 @@ def _first_reaching(keys, ids, weights, target, strictly, id_bits):
     return key, index
 
 
-def choose_tokens(log_probs, u, top_k, top_p, temperature):
+def choose_tokens(log_probs, u, top_k, top_p, temperature, sort=False):
     """The sampled token of every row: `log_probs (N, V)` (excluded ids -inf), `u (N,)` uniform -> int32 `(N,)`.
 
     The token the module's docstring describes (the inverse CDF over the tokens in descending order, after the
-    cuts), found without sorting the vocabulary: each cut's last token and the drawn one are located by bisection
-    on the values' order (`_first_reaching`), about 50 masked sums over the vocabulary each, where a sort
-    compares every pair it moves. The settings are Python numbers or scalar tensors. Settings out of range act as
-    their nearest sensible value, so that a tensor input cannot break the search: a temperature <= 0 as greedy,
-    top_k < 0 as 0 (no cut), top_p <= 0 keeps the first token only.
+    cuts). By default found without sorting the vocabulary: each cut's last token and the drawn one are located by
+    bisection on the values' order (`_first_reaching`), about 50 masked sums over the vocabulary each, where a
+    sort compares every pair it moves (the faster way traced, several times faster under XLA). With `sort`, the
+    row is sorted and cut by rank (`_choose_by_sort`; the faster way eagerly). The two differ only where float
+    rounding of the cumulative mass puts a boundary on the other side of a draw. The settings are Python numbers
+    or scalar tensors. Settings out of range act as their nearest sensible value, so that a tensor input cannot
+    break the search: a temperature <= 0 as greedy, top_k < 0 as 0 (no cut), top_p <= 0 keeps the first token
+    only.
 
     Example:
 
@@ -200,7 +206,11 @@ def choose_tokens(log_probs, u, top_k, top_p, temperature):
     [1, 2, 0, 3]
     >>> [int(choose_tokens(log_probs, np.array([0.95], "float32"), k, p, 1.0)[0]) for k, p in ((2, 1.0), (0, 0.5))]
     [2, 1]
+    >>> [int(choose_tokens(log_probs, np.array([u], "float32"), 0, 1.0, 1.0, sort=True)[0]) for u in (0.55, 0.95)]
+    [2, 3]
     """
+    if sort:
+        return _choose_by_sort(log_probs, u, top_k, top_p, temperature)
     vocab = int(log_probs.shape[-1])
     id_bits = max(1, vocab.bit_length())  # 2**id_bits > every id
     temperature = ops.maximum(ops.cast(temperature, "float32"), 1e-6)
@@ -217,9 +227,8 @@ def choose_tokens(log_probs, u, top_k, top_p, temperature):
 
     everything = ops.ones_like(first)
 
-    def top_k_cut():  # the top_k first tokens; top_k <= 0 asks for no cut (a count no row reaches)
-        count = ops.cast(top_k, "float32")
-        return cut(ops.ones_like(probs), ops.where(ops.greater(count, 0.0), count, float(vocab + 1)))
+    def top_k_cut():  # the top_k first tokens (`_when` calls it only for top_k > 0)
+        return cut(ops.ones_like(probs), ops.cast(top_k, "float32"))
 
     def nucleus():  # up to the first token whose cumulative mass reaches top_p of the whole
         mass = ops.cast(top_p, "float32") * ops.sum(probs, axis=-1, keepdims=True)
@@ -238,6 +247,34 @@ def choose_tokens(log_probs, u, top_k, top_p, temperature):
     last_id = ops.max(ops.where(ops.logical_and(positive, ops.equal(keys, last_key)), ids, -1), axis=-1,
                       keepdims=True)
     return ops.where(_up_to(key, index, last_key, last_id), index, last_id)[:, 0]
+
+
+def _choose_by_sort(log_probs, u, top_k, top_p, temperature):
+    """`choose_tokens` with the row sorted: a descending `top_k` of the whole vocabulary (ties: the lower id
+    first), the cuts by rank, then the inverse CDF over running sums, summed in float64 (float32 running sums
+    over thousands of ranks drift by more than a tail token's mass)."""
+    vocab = int(log_probs.shape[-1])
+    temperature = ops.maximum(ops.cast(temperature, "float32"), 1e-6)
+    values, ids = ops.top_k(log_probs / temperature, vocab)  # (N, V)
+    probs = ops.cast(ops.exp(values - values[:, :1]), "float64")  # (N, V) unnormalised, the first is 1
+    total = ops.sum(probs, axis=-1, keepdims=True)  # (N, 1)
+    cumulative = ops.cumsum(probs, axis=-1)
+    before = ops.concatenate([ops.zeros_like(probs[:, :1]), cumulative[:, :-1]], axis=-1)  # mass of higher ranks
+    rank = ops.arange(vocab, dtype="int32")  # (V,)
+    top_k = ops.cast(top_k, "int32")
+    top_p = ops.cast(top_p, "float64")
+    in_top_k = ops.logical_or(ops.less(rank, top_k), ops.less_equal(top_k, 0))  # (V,)
+    in_nucleus = ops.logical_or(ops.less(before, top_p * total), ops.greater_equal(top_p, 1.0))  # (N, V)
+    kept_probs = ops.where(ops.logical_or(ops.logical_and(in_top_k, in_nucleus), ops.equal(rank, 0)), probs, 0.0)
+
+    # Inverse CDF: the first rank whose cumulative kept mass exceeds u * (the kept mass), or where float rounding
+    # of u * mass reaches the whole mass, the last rank of positive kept mass.
+    kept_cumulative = ops.cumsum(kept_probs, axis=-1)
+    target = ops.expand_dims(ops.cast(u, "float64"), 1) * kept_cumulative[:, -1:]  # (N, 1)
+    chosen = ops.sum(ops.cast(ops.less_equal(kept_cumulative, target), "int32"), axis=-1)  # (N,)
+    last = ops.sum(ops.cast(ops.greater(kept_probs, 0.0), "int32"), axis=-1) - 1
+    chosen = ops.minimum(chosen, last)
+    return ops.take_along_axis(ops.cast(ids, "int32"), ops.expand_dims(chosen, 1), axis=1)[:, 0]
 
 
 def _when(setting, applies, compute, otherwise):
@@ -307,8 +344,10 @@ def sample(model, source, top_k=0, top_p=1.0, temperature=1.0, seed=0, row_keys=
     row = ops.arange(ops.shape(keys)[0] * rows, dtype="int32")  # (B*R,): row b * R + r
     streams = _streams(seed, ops.take(keys, row // rows), row % rows)  # (B*R,)
 
+    sort = tensorflow_runs_eagerly()  # op by op, TensorFlow's top-k kernel beats the bisection's loops
+
     def draw(log_probs, t):  # (B*R, V) -> (B*R,)
-        return choose_tokens(log_probs, _uniform(streams, t), top_k, top_p, temperature)
+        return choose_tokens(log_probs, _uniform(streams, t), top_k, top_p, temperature, sort=sort)
 
     return one_token_search(model, source, draw, rows, max_extra, max_length, pad_id, bos_id, eos_id,
                             use_cache, first_cache_stage, caller="sample", target_prefix=target_prefix)
