@@ -443,8 +443,9 @@ class _WriteThrough(io.BytesIO):
 
 
 def tensorflow_runs_eagerly():
-    """True where Keras runs on TensorFlow and operations execute one at a time: outside `tf.function` and
-    outside Keras' symbolic tracing of a model. False on other backends (JAX compiles every operation with XLA).
+    """True where Keras runs on TensorFlow and its operations execute one at a time: not inside a `tf.function`
+    (with or without XLA) or a `tf.data` pipeline's graph. False on other backends (JAX compiles every operation
+    with XLA).
 
     Example:
 

@@ -186,10 +186,10 @@ def reference_draw(log_probs, u, top_k, top_p, temperature):
 @pytest.mark.parametrize("sort", [False, True], ids=["bisection", "sort"])
 @pytest.mark.parametrize("vocab", [16, 3000])
 def test_the_draw_is_the_inverse_cdf_over_the_sorted_tokens(vocab, sort):
-    """`choose_tokens`, by bisection over the values' order (`sample`'s way under XLA) and by sort (its way
-    elsewhere), draws what a float64 sort draws, for every cut, with ties and excluded ids, with Python settings
-    eagerly and traced and with tensor settings compiled: every row whose draw lies clear of a boundary (more
-    than 1e-5 of the mass away) gets the reference's token."""
+    """`choose_tokens`, by bisection over the values' order (`sample`'s way where it is traced) and by sort (its
+    way run eagerly on TensorFlow), draws what a float64 sort draws, for every cut, with ties and excluded ids,
+    with Python settings eagerly and traced and with tensor settings compiled: every row whose draw lies clear of
+    a boundary (more than 1e-5 of the mass away) gets the reference's token."""
     rng = np.random.default_rng(vocab)
     rows = 64
     logits = (rng.standard_normal((rows, vocab)) * rng.choice([0.5, 3.0], (rows, 1))).astype("float32")
