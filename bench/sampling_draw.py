@@ -10,7 +10,7 @@ them. `--mode xla` (a compiled search, the SavedModel's default) and `graph` (a 
 `Translator`'s default) run each case `--iterations` times inside one while loop; `eager` calls it that many times.
 Each case runs `--repeats` times, alternating the two ways; the table gives the best repeat's time per draw and the
 share of rows where the two drew different tokens (float rounding of the cumulative mass: the sort's running sums
-against masked sums). `sample` sorts unless the search is compiled.
+against masked sums). `sample` sorts only where TensorFlow runs it eagerly.
 """
 
 import argparse

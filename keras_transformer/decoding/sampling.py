@@ -135,14 +135,14 @@ def _row_keys(row_keys, batch):
 
 
 _INT32_MIN = np.int32(-(2**31))
-_LOW_31_BITS = np.int32(2**31 - 1)
+_INT32_MAX = np.int32(2**31 - 1)
 
 
 def _order_keys(values):
     """int32 keys in the order of float32 `values` (-0.0 counted as 0.0; -inf below every finite value)."""
     values = ops.where(ops.equal(values, 0.0), ops.zeros_like(values), values)
     bits = ops.view(values, "int32")  # a negative float's bits grow with its magnitude: flip them
-    return ops.where(ops.less(bits, 0), ops.bitwise_xor(bits, _LOW_31_BITS), bits)
+    return ops.where(ops.less(bits, 0), ops.bitwise_xor(bits, _INT32_MAX), bits)
 
 
 def _up_to(keys, ids, key, index):
@@ -243,7 +243,7 @@ def choose_tokens(log_probs, u, top_k, top_p, temperature, sort=False):
     target = ops.expand_dims(u, 1) * ops.sum(kept_probs, axis=-1, keepdims=True)  # (N, 1)
     key, index = _first_reaching(keys, ids, kept_probs, target, True, id_bits)
     positive = ops.greater(kept_probs, 0.0)
-    last_key = ops.min(ops.where(positive, keys, np.int32(2**31 - 1)), axis=-1, keepdims=True)
+    last_key = ops.min(ops.where(positive, keys, _INT32_MAX), axis=-1, keepdims=True)
     last_id = ops.max(ops.where(ops.logical_and(positive, ops.equal(keys, last_key)), ids, -1), axis=-1,
                       keepdims=True)
     return ops.where(_up_to(key, index, last_key, last_id), index, last_id)[:, 0]
