@@ -49,6 +49,16 @@ def pytest_runtest_makereport(item, call):
                            "not marked slow: make it cheaper (tests/README.md) or mark it @pytest.mark.slow")
 
 
+def pytest_collection_modifyitems(config, items):
+    """In a pytest-xdist worker, the tests marked slow that belong to no xdist_group move ahead of the other
+    ungrouped tests. The scheduler hands out the groups first, then the ungrouped tests one at a time in this order,
+    queueing up to three on each worker: left at the end, a slow test (10-40 s) would run alone while the other
+    worker, its queue empty, waits for it. Groups keep their order; so do the tests within each part."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        items.sort(key=lambda item: (item.get_closest_marker("xdist_group") is None
+                                     and item.get_closest_marker("slow") is None))
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config):
     """One garbage collection at the end of a run, then every object left frozen: pytest's own end collects five
