@@ -167,6 +167,16 @@ def test_training_order_is_shuffled_each_epoch_and_inference_order_is_fixed(mult
     assert once == [labels.tolist() for _, labels in valid.as_numpy_iterator()]
 
 
+def test_the_stream_runs_without_tf_data_autotuning(train_batches, multi30k_dir, multi30k_tokenizer):
+    """Training and inference streams run without tf.data's model-based autotuning: its tuning thread sleeps up to
+    a minute between rounds, and deleting the iterator waits for it. Keras leaves `fit`'s iterators to the garbage
+    collector, so on a busy machine a collection long after a text run stalled for tens of seconds."""
+    valid, _ = make_dataset(multi30k_dir / "val.en.gz", multi30k_dir / "val.de.gz", multi30k_tokenizer,
+                            multi30k_tokenizer, tokens_per_batch=BUDGET, training=False)
+    for dataset in (train_batches[2], valid):
+        assert dataset.options().autotune.enabled is False
+
+
 def test_every_batch_but_one_is_full_and_the_epoch_is_not_sorted(train_batches):
     """A length's last pairs share a batch with the next length's first ones, so no length ends the epoch with a
     small batch (each would be a full optimizer step on a few pairs); the batches come in shuffled order."""

@@ -287,6 +287,11 @@ class TextStream:
         options = tf.data.Options()
         # Each worker reads its own shard of the lines (`shard`); tf.data must not shard the batches again.
         options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+        # No model-based autotuning: the stream has nothing for it to tune (the windows are read and planned in
+        # order, one at a time), and an iterator that runs it keeps a tuning thread whose sleep, up to a minute,
+        # its deletion waits out. Keras leaves `fit`'s iterators to the garbage collector, so on a busy machine
+        # a later collection stalled for up to 39 s. The prefetch buffer still grows as it runs dry.
+        options.autotune.enabled = False
         return dataset.prefetch(tf.data.AUTOTUNE).with_options(options)
 
 
