@@ -778,6 +778,19 @@ def test_a_run_with_bpe_dropout_trains_its_epochs_and_resumes(packed, tmp_path):
     assert sorted(p.name for p in (workdir / "checkpoints").glob("ckpt-*.weights.h5"))[-1] == "ckpt-0003.weights.h5"
 
 
+def test_synthetic_and_packed_batches_run_without_tf_data_autotuning(packed, tmp_path):
+    """The synthetic and the packed training data, like the text stream (tests/test_pipeline.py), run without
+    tf.data's model-based autotuning: they have nothing for it to tune, and deleting a tuned iterator waits for its
+    tuning thread's sleep. An exception out of `fit` (a full disk, a NaN) leaves the iterator to the garbage
+    collector, held by the traceback, and on a busy machine that collection stalled for tens of seconds."""
+    from keras_transformer.packed.training import packed_data
+    experiment = load_experiment(TINY, SMALL)
+    synthetic = build_data(experiment.data, tmp_path / "data", seed=1)
+    arrays, _ = packed_data(packed[0], load_experiment(packed[0] / "experiment.yaml"))
+    for dataset in (synthetic.train, synthetic.validation, arrays.train, arrays.validation):
+        assert dataset.options().autotune.enabled is False
+
+
 @pytest.mark.slow
 def test_fine_tuning_takes_the_weights_the_vocabulary_and_the_update_count_of_the_run_it_starts_from(
         packed, tmp_path):

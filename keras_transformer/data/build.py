@@ -46,6 +46,7 @@ def _synthetic_data(section, data_dir, global_batch, seed, num_replicas, shuffle
     arrays = _synthetic_arrays(section, data_dir, seed)
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    options.autotune.enabled = False  # nothing to tune, and a tuned iterator's deletion waits (TextStream.dataset)
 
     def dataset(prefix, training):
         ds = tf.data.Dataset.from_tensor_slices(

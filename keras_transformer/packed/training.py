@@ -271,7 +271,9 @@ def _fed_to_the_backend(batches):
                  tf.TensorSpec((None, None, *labels.shape[2:]), tf.as_dtype(labels.dtype)))  # (B, T) or (B, T, 1 + 2k)
     dataset = tf.data.Dataset.from_generator(lambda: (batches[i] for i in range(len(batches))),
                                              output_signature=signature)
-    return dataset.apply(tf.data.experimental.assert_cardinality(len(batches))).prefetch(2)
+    options = tf.data.Options()
+    options.autotune.enabled = False  # nothing to tune, and a tuned iterator's deletion waits (TextStream.dataset)
+    return dataset.apply(tf.data.experimental.assert_cardinality(len(batches))).prefetch(2).with_options(options)
 
 
 def packed_data(workdir, experiment, *, length_multiple=8, teacher=None, resumed_at=(0, 0)):

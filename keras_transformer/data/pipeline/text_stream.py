@@ -289,8 +289,9 @@ class TextStream:
         options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
         # No model-based autotuning: the stream has nothing for it to tune (the windows are read and planned in
         # order, one at a time), and an iterator that runs it keeps a tuning thread whose sleep, up to a minute,
-        # its deletion waits out. Keras leaves `fit`'s iterators to the garbage collector, so on a busy machine
-        # a later collection stalled for up to 39 s. The prefetch buffer still grows as it runs dry.
+        # its deletion waits out. Keras leaves `fit`'s iterators to the garbage collector (in a cycle, or held by
+        # the traceback of an exception out of `fit`), so on a busy machine a later collection stalled for up to
+        # 44 s. The prefetch buffer still grows as it runs dry. The synthetic and packed pipelines do the same.
         options.autotune.enabled = False
         return dataset.prefetch(tf.data.AUTOTUNE).with_options(options)
 
