@@ -236,9 +236,10 @@ _WORKER = textwrap.dedent("""
     sides = [[line.decode().rstrip("\\n") for line in gzip.open(corpus + "/val." + lang + ".gz")]
              for lang in ("en", "de")]
     rows = [tokenizer.tokenize(side[:1000]).to_list() for side in sides]
-    print("RESULT " + json.dumps({"shard": [workers, index], "replicas": strategy.num_replicas_in_sync,
-                                  "sharded": sharded, "unsharded": unsharded,
-                                  "corpus": [[s + [EOS_ID], t + [EOS_ID]] for s, t in zip(*rows)]}))
+    with open(workdir + "/result" + str(index) + ".json", "w") as f:
+        json.dump({"shard": [workers, index], "replicas": strategy.num_replicas_in_sync,
+                   "sharded": sharded, "unsharded": unsharded,
+                   "corpus": [[s + [EOS_ID], t + [EOS_ID]] for s, t in zip(*rows)]}, f)
 """)
 
 
@@ -267,10 +268,10 @@ def test_two_worker_processes_read_disjoint_shards_that_together_are_the_corpus(
                 process.kill()
                 process.wait()
     results = []
-    for process, output in zip(processes, outputs):
-        lines = [line for line in output.splitlines() if line.startswith("RESULT ")]
-        assert process.returncode == 0 and lines, output[-3000:]
-        results.append(json.loads(lines[-1][len("RESULT "):]))
+    for index, (process, output) in enumerate(zip(processes, outputs)):
+        result = tmp_path / f"result{index}.json"
+        assert process.returncode == 0 and result.exists(), output[-3000:]
+        results.append(json.loads(result.read_text()))
     corpus = results[0]["corpus"]
     assert len(corpus) == 1000 and results[1]["corpus"] == corpus
     assert [result["shard"] for result in results] == [[2, 0], [2, 1]]
