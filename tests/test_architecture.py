@@ -2,6 +2,7 @@
 name taken across modules, no TensorFlow below the TensorFlow layer, and no Keras internals outside one module."""
 
 import ast
+import functools
 import pathlib
 import subprocess
 import sys
@@ -59,9 +60,16 @@ def _layer(module):
     raise AssertionError(f"keras_transformer.{module} is in no layer of tests/test_architecture.py: add it.")
 
 
+@functools.cache
+def _parsed():
+    return tuple((_module_name(path), ast.parse(path.read_text(encoding="utf-8")))
+                 for path in sorted(PACKAGE.rglob("*.py")))
+
+
 def _modules():
-    return {_module_name(path): ast.parse(path.read_text(encoding="utf-8"))
-            for path in sorted(PACKAGE.rglob("*.py"))}
+    """`{module name: its syntax tree}`, a fresh dict per call. The package is parsed once per run (about a second,
+    a dozen tests read it); the trees are only read."""
+    return dict(_parsed())
 
 
 def _imports(tree, modules):
