@@ -7,7 +7,8 @@
 #
 # Each run stops after EPOCHS epochs or SECONDS seconds (SIGTERM), whichever comes first; finished epochs are
 # kept (checkpoints are written atomically) and rerunning resumes after the last one. Logs go to
-# WORKDIR/train.log; the average of the last AVERAGE epochs to WORKDIR/averaged.weights.h5. Extra options for
+# WORKDIR/train.log; the average of the last AVERAGE epochs to WORKDIR/averaged.weights.h5, written by a run
+# that finishes as it ends, and for a run the time limit stopped once every run has ended. Extra options for
 # `keras-transformer train-packed` can be given in ARRAYS_OPTIONS (e.g. "--precision mixed_bfloat16").
 set -u
 if [ $# -lt 4 ]; then
@@ -24,19 +25,28 @@ for workdir in "$@"; do
 done
 export XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONUNBUFFERED=1  # JAX: let the runs share the GPU's memory
 python=${PYTHON:-python3}
-for workdir in "$@"; do  # --average-last 0: averaged below, runs the time limit stopped included
+pids=()
+for workdir in "$@"; do  # a run that ends by itself averages its last epochs before it exits
     # shellcheck disable=SC2086
     timeout -k 30 "$seconds" "$python" -m keras_transformer.cli train-packed "$workdir" --epochs "$epochs" \
-        --keep-checkpoints "$average" --average-last 0 ${ARRAYS_OPTIONS:-} >>"$workdir/train.log" 2>&1 &
+        --keep-checkpoints "$average" --average-last "$average" ${ARRAYS_OPTIONS:-} >>"$workdir/train.log" 2>&1 &
+    pids+=("$!")
 done
-wait
+stopped=()
+i=0
+for workdir in "$@"; do  # the time limit (or a failure) stopped the others before they averaged
+    wait "${pids[$i]}" || stopped+=("$workdir")
+    i=$((i + 1))
+done
 status=0
-for workdir in "$@"; do  # --epochs 0: train nothing more, average what the run finished
+pids=()
+for workdir in ${stopped[@]+"${stopped[@]}"}; do  # --epochs 0: train nothing more, average what the run finished
     "$python" -m keras_transformer.cli train-packed "$workdir" --epochs 0 --average-last "$average" \
         >>"$workdir/train.log" 2>&1 &
+    pids+=("$!")
 done
-for job in $(jobs -p); do
-    wait "$job" || status=1
+for pid in ${pids[@]+"${pids[@]}"}; do
+    wait "$pid" || status=1
 done
 for workdir in "$@"; do
     echo "== $workdir: $(grep -c . "$workdir/history.csv" 2>/dev/null || echo 0) history lines"
