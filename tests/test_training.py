@@ -572,7 +572,7 @@ def test_a_text_run_killed_inside_an_epoch_resumes_at_its_place_in_the_stream(pa
         "data": {"kind": "text", "train_source": str(folder / "train.en"), "train_target": str(folder / "train.de"),
                  "vocab_size": 600, "tokens_per_batch": 512, "max_length": 64, "window": 100},
         "training": {"epochs": 2, "verbose": 0, "tensorboard": False, "validation": False,
-                     "backup_every_steps": 1, "seed": 5}})
+                     "backup_every_steps": 2, "seed": 5}})
     experiment = load_experiment(config)
     for run in ("whole", "broken"):  # the packed fixture's vocabulary, not one learned again
         shutil.copytree(packed[0] / "data" / "vocab", tmp_path / run / "data" / "vocab")
