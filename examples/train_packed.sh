@@ -32,11 +32,10 @@ for workdir in "$@"; do  # a run that ends by itself averages its last epochs be
         --keep-checkpoints "$average" --average-last "$average" ${ARRAYS_OPTIONS:-} >>"$workdir/train.log" 2>&1 &
     pids+=("$!")
 done
+workdirs=("$@")
 stopped=()
-i=0
-for workdir in "$@"; do  # the time limit (or a failure) stopped the others before they averaged
-    wait "${pids[$i]}" || stopped+=("$workdir")
-    i=$((i + 1))
+for i in "${!pids[@]}"; do  # the time limit (or a failure) stopped the others before they averaged
+    wait "${pids[$i]}" || stopped+=("${workdirs[$i]}")
 done
 status=0
 pids=()

@@ -42,7 +42,7 @@ def _cpu_seconds():
 def pytest_runtest_setup(item):
     """Once a test has imported TensorFlow, its graph operations stop recording the Python stack they were built
     from: TensorFlow walks the whole stack for each operation it adds to a graph (for its own error messages), and
-    under pytest that stack is a hundred frames deep (measured, with the collector's thresholds below: 6-10% less
+    under pytest that stack is a hundred frames deep (measured, with the collector's thresholds above: 6-10% less
     CPU for test_decoding, test_translation and test_sampling in one process). Nothing of ours reads those stacks; a
     TensorFlow whose private `_create_c_op` has another signature is left as it is."""
     ops = sys.modules.get("tensorflow.python.framework.ops")
