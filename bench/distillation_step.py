@@ -31,10 +31,10 @@ import numpy as np  # noqa: E402
 from keras import ops  # noqa: E402
 
 import keras_transformer as kt  # noqa: E402
-from keras_transformer import distillation  # noqa: E402
 from keras_transformer.experiment import load_experiment  # noqa: E402
-from keras_transformer.losses import smoothed_cross_entropy  # noqa: E402
 from keras_transformer.packed.data import pack_labels  # noqa: E402
+from keras_transformer.trainer import distillation  # noqa: E402
+from keras_transformer.trainer.losses import smoothed_cross_entropy  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IMPLS = ("plain", "autodiff", "fused")

@@ -33,10 +33,10 @@ def worker(vocab_size, logits_metric):
     from keras import ops
 
     from keras_transformer.config import TransformerConfig
-    from keras_transformer.losses import LabelSmoothedCrossEntropy
-    from keras_transformer.metrics import MaskedAccuracy
     from keras_transformer.model import build_model
-    from keras_transformer.optimizers import make_optimizer
+    from keras_transformer.trainer.losses import LabelSmoothedCrossEntropy
+    from keras_transformer.trainer.metrics import MaskedAccuracy
+    from keras_transformer.trainer.optimizers import make_optimizer
 
     class LabelCount(MaskedAccuracy):
         def update_state(self, y_true, y_pred, sample_weight=None):

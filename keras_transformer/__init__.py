@@ -5,9 +5,9 @@ TensorFlow: each name is imported from its module the first time it is used
 (`kt.build_model` imports `keras_transformer.model`, and with it Keras), so that
 `keras-transformer --help` and TensorFlow-free tools start at once. The
 package's Keras classes are registered with `keras.saving` as soon as Keras is
-imported (`keras_transformer.registration`), so that
+imported (`keras_transformer.runtime.registration`), so that
 `keras.models.load_model("model.keras")` finds them; and TensorFlow's C++ log
-lines are kept off stderr when it is imported (`keras_transformer.tensorflow_logs`).
+lines are kept off stderr when it is imported (`keras_transformer.runtime.tensorflow_logs`).
 TensorFlow-specific parts (data pipeline, distribution, export, command line)
 live in their own modules and are imported from there; `load_translator` imports the engine a model folder
 needs, and only it (a CTranslate2 export or a packed workdir translates without TensorFlow).
@@ -22,11 +22,20 @@ Example:
 import importlib
 from typing import Any
 
-from keras_transformer.registration import register_lazily
-from keras_transformer.tensorflow_logs import quiet_tensorflow_import
+from keras_transformer.runtime.import_hooks import alias_moved_modules
+from keras_transformer.runtime.registration import register_lazily
+from keras_transformer.runtime.tensorflow_logs import quiet_tensorflow_import
 
 __version__ = "0.2.0"
 
+# Modules that moved from the top of the package into the package of their role: their old names still import.
+MOVED_MODULES = {f"keras_transformer.{old}": f"keras_transformer.{new}" for old, new in {
+    "arguments": "cli.arguments", "distillation": "trainer.distillation", "import_hooks": "runtime.import_hooks",
+    "keras_internals": "runtime.keras_internals", "losses": "trainer.losses", "masking": "layers.masking",
+    "metrics": "trainer.metrics", "optimizers": "trainer.optimizers", "registration": "runtime.registration",
+    "registry": "runtime.registry", "schedules": "trainer.schedules", "tensorflow_logs": "runtime.tensorflow_logs",
+}.items()}
+alias_moved_modules(MOVED_MODULES)
 register_lazily()
 quiet_tensorflow_import()  # KERAS_TRANSFORMER_TF_LOGS=1 keeps TensorFlow's C++ log lines
 
@@ -49,12 +58,12 @@ _EXPORTS = {
     "keras_transformer.decoding.search": ("length_penalty",),
     "keras_transformer.engines.loader": ("load_translator",),
     "keras_transformer.imports.importer": ("import_checkpoint",),
-    "keras_transformer.losses": ("LabelSmoothedCrossEntropy", "RDropLoss"),
-    "keras_transformer.masking": ("PaddingMask", "causal_mask", "padding_mask"),
-    "keras_transformer.metrics": ("MaskedAccuracy",),
+    "keras_transformer.trainer.losses": ("LabelSmoothedCrossEntropy", "RDropLoss"),
+    "keras_transformer.layers.masking": ("PaddingMask", "causal_mask", "padding_mask"),
+    "keras_transformer.trainer.metrics": ("MaskedAccuracy",),
     "keras_transformer.model": ("build_model", "decode", "encode"),
-    "keras_transformer.optimizers": ("make_optimizer",),
-    "keras_transformer.schedules": ("LinearCooldown", "NoamSchedule"),
+    "keras_transformer.trainer.optimizers": ("make_optimizer",),
+    "keras_transformer.trainer.schedules": ("LinearCooldown", "NoamSchedule"),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 

@@ -19,7 +19,7 @@ from keras_transformer.layers import (
     TransformerDecoder,
     TransformerEncoder,
 )
-from keras_transformer.masking import PaddingMask, padding_mask
+from keras_transformer.layers.masking import PaddingMask, padding_mask
 
 
 def _stack_options(config: TransformerConfig) -> dict[str, Any]:

@@ -61,10 +61,10 @@ def backup_weights(workdir, ema_decay, gradient_accumulation_steps=None):
     import keras
 
     from keras_transformer.config import TransformerConfig
-    from keras_transformer.keras_internals import moving_average_pairs
     from keras_transformer.model import build_model
-    from keras_transformer.optimizers import make_optimizer
+    from keras_transformer.runtime.keras_internals import moving_average_pairs
     from keras_transformer.trainer.backup import load_backup_weights
+    from keras_transformer.trainer.optimizers import make_optimizer
 
     config = TransformerConfig.from_yaml(pathlib.Path(workdir) / "model.yaml")
     model = build_model(config)

@@ -72,7 +72,7 @@ def test_padded_rows_give_one_shape_per_width_and_the_same_loss():
     assert all(not np.any(b[i][len(p[0]):]) for b, p in zip(padded, plain) for i in range(3))  # the rest is padding
     # The loss and the accuracy ignore the padding rows.
     from keras_transformer import LabelSmoothedCrossEntropy, TransformerConfig, build_model
-    from keras_transformer.metrics import MaskedAccuracy
+    from keras_transformer.trainer.metrics import MaskedAccuracy
     model = build_model(TransformerConfig.preset("tiny", vocab_size=50, dropout=0.0))
     model.compile(loss=LabelSmoothedCrossEntropy(0.1), metrics=[MaskedAccuracy()])
     partial = next(i for i, (b, p) in enumerate(zip(padded, plain)) if len(b[0]) > len(p[0]))
@@ -529,8 +529,8 @@ def test_settings_the_packed_path_cannot_apply_are_refused_by_name(copy_packed, 
 def test_clipnorm_and_gradient_accumulation_apply_on_the_packed_path(copy_packed, monkeypatch):
     """training.clipnorm and training.gradient_accumulation_steps reach the optimizer as `train` builds it."""
     from keras_transformer.config import TransformerConfig
-    from keras_transformer.optimizers import make_optimizer
     from keras_transformer.trainer import loop
+    from keras_transformer.trainer.optimizers import make_optimizer
     workdir = copy_packed()
     _set_training(workdir, clipnorm=0.25, gradient_accumulation_steps=2)
     models, compile_model = [], loop.compile_model

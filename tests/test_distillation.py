@@ -1,4 +1,5 @@
-"""Word-level distillation (keras_transformer.distillation): the teacher's distributions, the loss, and a student."""
+"""Word-level distillation (keras_transformer.trainer.distillation): the teacher's distributions, the loss, and a
+student."""
 
 import csv
 
@@ -6,11 +7,12 @@ import keras
 import numpy as np
 import pytest
 
-from keras_transformer import TransformerConfig, build_model, cli, distillation
-from keras_transformer.losses import LabelSmoothedCrossEntropy
+from keras_transformer import TransformerConfig, build_model, cli
 from keras_transformer.packed.data import ARRAYS_FILE, make_batches, pack_labels, save_arrays
 from keras_transformer.packed.training import train_arrays
-from keras_transformer.schedules import NoamSchedule
+from keras_transformer.trainer import distillation
+from keras_transformer.trainer.losses import LabelSmoothedCrossEntropy
+from keras_transformer.trainer.schedules import NoamSchedule
 
 # Its module fixtures are expensive: `make test` (--dist loadgroup) runs the whole file on one worker, so they
 # are built once.

@@ -3,7 +3,7 @@ package takes as written (issue #64): tests/test_docs.py runs the pages' Python 
 
 - **Command lines** (in ``bash`` and plain blocks; ``\\`` continuations joined, ``NAME=value`` lines of the page
   expanded where ``$NAME`` is used, as a shell would) are parsed by the real argument parser
-  (`keras_transformer.arguments.build_parser`). The files a command reads (``--config``, ``--source``,
+  (`keras_transformer.cli.arguments.build_parser`). The files a command reads (``--config``, ``--source``,
   ``--reference``, ``--tokenized-reference``) must exist where a reader in the repository root finds them (the
   Multi30k data at ``../shared/data/multi30k``), a shipped model named by ``--model saved_models/...`` must be
   there (or written by an earlier command of the page), and a ``--checkpoint`` inside a ``--model`` or
@@ -27,7 +27,8 @@ import shutil
 import pytest
 import yaml
 
-from keras_transformer import arguments, cli
+from keras_transformer import cli
+from keras_transformer.cli import arguments
 from keras_transformer.workdir import layout
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]

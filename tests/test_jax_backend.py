@@ -65,9 +65,9 @@ def _log_softmax(x):
 
 LOSSES_SCRIPT = """
 import jax
-from keras_transformer import distillation
+from keras_transformer.trainer import distillation
 from keras_transformer.packed.data import pack_labels
-from keras_transformer.losses import LabelSmoothedCrossEntropy
+from keras_transformer.trainer.losses import LabelSmoothedCrossEntropy
 inputs = np.load(sys.argv[1])
 logits, labels = jax.numpy.asarray(inputs["logits"]), inputs["labels"]
 packed = pack_labels(labels, inputs["ids"], inputs["probabilities"])
@@ -196,7 +196,7 @@ def test_losses_and_their_hand_written_gradients_under_jax(losses_under_jax):
 RDROP_SCRIPT = """
 import jax
 import jax.numpy as jnp
-from keras_transformer.losses import RDropLoss
+from keras_transformer.trainer.losses import RDropLoss
 inputs = np.load(sys.argv[1])
 logits, labels = jnp.asarray(inputs["logits"]), jnp.asarray(inputs["labels"])
 

@@ -12,7 +12,7 @@ import keras
 import numpy as np
 import pytest
 
-from keras_transformer import keras_internals
+from keras_transformer.runtime import keras_internals
 
 # The module fixture runs a subprocess: `make test` (--dist loadgroup) runs the whole file on one worker, so that
 # it runs once.
@@ -34,8 +34,8 @@ _TWO_REPLICAS = textwrap.dedent("""
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     import keras
-    from keras_transformer import keras_internals
-    from keras_transformer.losses import RDropLoss
+    from keras_transformer.runtime import keras_internals
+    from keras_transformer.trainer.losses import RDropLoss
 
     rng = np.random.default_rng(0)
     mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
@@ -136,7 +136,9 @@ _WITHOUT_SCALE_LOSS = textwrap.dedent("""
 
     builtins.__import__ = moved
     import keras_transformer.evaluation, keras_transformer.training, keras_transformer.engines.tensorflow
-    from keras_transformer import cli, keras_internals, losses
+    from keras_transformer import cli
+    from keras_transformer.runtime import keras_internals
+    from keras_transformer.trainer import losses
     losses.RDropLoss(5.0)
     try:
         keras_internals.scale_loss_for_distribution(1.0)

@@ -134,9 +134,9 @@ def test_model_config_and_keras_file_round_trips(options, tmp_path):
 
 
 def test_every_registered_class_is_known_to_keras_before_its_module_is_imported():
-    """`keras_transformer.registration.SERIALIZABLE` lists each class of the source decorated with
+    """`keras_transformer.runtime.registration.SERIALIZABLE` lists each class of the source decorated with
     `register_keras_serializable`, so that a `.keras` file naming one loads after `import keras_transformer`."""
-    from keras_transformer.registration import SERIALIZABLE
+    from keras_transformer.runtime.registration import SERIALIZABLE
 
     decorated = set()
     for path in PACKAGE.rglob("*.py"):
@@ -174,7 +174,7 @@ def test_a_keras_file_reloads_in_a_fresh_process_and_fit_continues_from_its_upda
     """Optimizer (Adam's moments, its update count), schedule, loss and metrics come back from `model.keras`:
     one more `fit` step in a new process gives the weights the same step gives in this one. That process prints
     none of TensorFlow's C++ log lines."""
-    from keras_transformer.tensorflow_logs import CPP_LOG_LINE
+    from keras_transformer.runtime.tensorflow_logs import CPP_LOG_LINE
 
     config = tiny(num_layers=1, warmup_steps=10)
     model = kt.build_model(config)
@@ -197,7 +197,7 @@ def test_a_keras_file_reloads_in_a_fresh_process_and_fit_continues_from_its_upda
                           str(tmp_path / "batch.npz"), str(tmp_path / "after.npz")],
                          env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
-    # TensorFlow, imported by Keras, printed none of its C++ log lines (keras_transformer.tensorflow_logs).
+    # TensorFlow, imported by Keras, printed none of its C++ log lines (keras_transformer.runtime.tensorflow_logs).
     assert not [line for line in run.stderr.splitlines() if CPP_LOG_LINE.match(line)], run.stderr[-3000:]
     state = eval(run.stdout.strip().splitlines()[-1])
     assert state == dict(iterations=3, schedule="NoamSchedule", loss="LabelSmoothedCrossEntropy", after=4,
@@ -430,8 +430,8 @@ def test_build_model_rejects_a_non_config():
         kt.build_model({"vocab_size": 10})
 
 
-MODEL_MODULES = ["config.py", "masking.py", "model.py", "losses.py", "metrics.py", "schedules.py", "optimizers.py",
-                 "distillation.py", "data/synthetic.py",
+MODEL_MODULES = ["config.py", "model.py", "trainer/losses.py", "trainer/metrics.py", "trainer/schedules.py",
+                 "trainer/optimizers.py", "trainer/distillation.py", "data/synthetic.py",
                  *[f"{folder}/{p.name}" for folder in ("decoding", "layers") for p in (PACKAGE / folder).glob("*.py")]]
 
 

@@ -136,7 +136,7 @@ def test_adam_updates_as_keras_adam_does_with_fewer_ops_in_the_traced_update(set
     each variable beyond the first of its dtype (Keras computes the step size for each)."""
     import tensorflow as tf
 
-    from keras_transformer.optimizers import Adam
+    from keras_transformer.trainer.optimizers import Adam
 
     rng = np.random.default_rng(3)
     shapes = [((4, 3), "float32"), ((5,), "float32"), ((2, 2), "float64")] * 4

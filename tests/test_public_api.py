@@ -63,3 +63,10 @@ def test_every_import_path_the_pages_show_imports(page, module, name):
     value = _resolve(module)
     if name is not None and not hasattr(value, name):
         importlib.import_module(f"{module}.{name}")  # a submodule: `from keras_transformer.data import pipeline`
+
+
+@pytest.mark.parametrize("old, new", sorted(keras_transformer.MOVED_MODULES.items()))
+def test_a_module_that_moved_into_a_package_still_imports_by_its_old_name(old, new):
+    module = importlib.import_module(old)
+    assert module is importlib.import_module(new) and module.__name__ == new and module.__spec__.name == new
+    assert old.rpartition(".")[2] not in {path.stem for path in (ROOT / "keras_transformer").glob("*.py")}

@@ -1,4 +1,4 @@
-"""`keras_transformer.registry.Registry`: the one lookup of exporters, engines, strategies and Keras classes."""
+"""`keras_transformer.runtime.registry.Registry`: the one lookup of exporters, engines, strategies and Keras classes."""
 
 import pathlib
 import subprocess
@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from keras_transformer.errors import ConfigError
-from keras_transformer.registry import Registry
+from keras_transformer.runtime.registry import Registry
 
 
 def test_a_registry_keeps_order_imports_paths_on_first_use_and_names_the_known_entries():
@@ -37,7 +37,7 @@ def test_the_package_registries_read_their_names_without_importing_their_entries
             "from keras_transformer.exports import EXPORTERS\n"
             "from keras_transformer.engines.loader import ENGINES\n"
             "from keras_transformer.decoding import STRATEGIES\n"
-            "from keras_transformer.registration import SERIALIZABLE\n"
+            "from keras_transformer.runtime.registration import SERIALIZABLE\n"
             "print(list(EXPORTERS), list(ENGINES), list(STRATEGIES), len(SERIALIZABLE) > 10,\n"
             "      sorted(m for m in ('tensorflow', 'keras') if m in sys.modules))\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,

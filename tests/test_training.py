@@ -876,7 +876,7 @@ def test_r_drop_trains_on_pairs_and_reports_the_plain_validation_loss(tmp_path):
     divergence is zero and val_loss is the plain label-smoothed loss of the trained weights."""
     import keras
 
-    from keras_transformer.losses import LabelSmoothedCrossEntropy
+    from keras_transformer.trainer.losses import LabelSmoothedCrossEntropy
     settings = SMALL + ["model.dropout=0.3", "training.epochs=2", "training.rdrop_alpha=5"]
     experiment = load_experiment(TINY, settings)
     result = training.train(experiment, tmp_path / "run")

@@ -43,7 +43,7 @@ from keras_transformer.attention.maps import KINDS
 from keras_transformer.engines.interface import clean_line
 from keras_transformer.engines.loader import load_translator
 from keras_transformer.layers.position import sinusoidal_position_encoding
-from keras_transformer.schedules import NoamSchedule
+from keras_transformer.trainer.schedules import NoamSchedule
 
 LAYOUTS = ("grid", "heads")
 _TITLES = {"encoder_self": "encoder self-attention", "decoder_self": "decoder self-attention",

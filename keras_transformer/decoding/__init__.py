@@ -28,7 +28,7 @@ Example:
 
 from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.decoding.registry import STRATEGIES
-from keras_transformer.registry import Registry
+from keras_transformer.runtime.registry import Registry
 
 # The public functions, each with where it is defined (imported on first use).
 _PUBLIC = Registry("name of keras_transformer.decoding")

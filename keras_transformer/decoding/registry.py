@@ -4,7 +4,7 @@ Adding a strategy is its module (a `Strategy` subclass and its search) plus one 
 "Adding a strategy"). Nothing here imports Keras: a strategy's search is imported when it first decodes.
 """
 
-from keras_transformer.registry import Registry
+from keras_transformer.runtime.registry import Registry
 
 STRATEGIES = Registry("decoding strategy")
 STRATEGIES.register("beam", "keras_transformer.decoding.strategies:BeamSearch")

@@ -27,7 +27,7 @@ from keras import ops
 
 from keras_transformer.decoding.search import one_token_search
 from keras_transformer.decoding.strategies import MAX_SEED, Sampling, is_integer  # MAX_SEED: 32-bit seeds and keys
-from keras_transformer.keras_internals import tensorflow_runs_eagerly
+from keras_transformer.runtime.keras_internals import tensorflow_runs_eagerly
 
 # lowbias32 (Chris Wellons' hash-prospector): x ^= x >> 16; x *= M1; x ^= x >> 15; x *= M2; x ^= x >> 16.
 # The multipliers as int32 (two's complement): int32 products wrap around alike in TensorFlow, XLA and JAX.

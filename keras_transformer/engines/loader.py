@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from keras_transformer.errors import ConfigError
 from keras_transformer.packed.data import arrays_path
-from keras_transformer.registry import Registry
+from keras_transformer.runtime.registry import Registry
 from keras_transformer.workdir.layout import (
     WORKDIR_VOCAB,
     check_models,

@@ -10,7 +10,7 @@ exports/
 The command line knows a format by its name only: `make_exporter(name)` imports the format's module when it is
 asked for (the SavedModel's imports TensorFlow; this registry imports nothing heavy) and returns its exporter,
 whose `export(model, directory, ...)` writes a training workdir's or an export's model. Adding a format is its
-module (an `Exporter` subclass) plus one line in `EXPORTERS` (a `keras_transformer.registry.Registry`).
+module (an `Exporter` subclass) plus one line in `EXPORTERS` (a `keras_transformer.runtime.registry.Registry`).
 
 Example:
 
@@ -24,7 +24,7 @@ import os
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from keras_transformer.errors import ConfigError
-from keras_transformer.registry import Registry
+from keras_transformer.runtime.registry import Registry
 
 if TYPE_CHECKING:
     from keras_transformer.decoding.options import DecodeOptions

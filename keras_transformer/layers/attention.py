@@ -19,7 +19,7 @@ from typing import Any
 import keras
 from keras import ops
 
-from keras_transformer import masking
+from keras_transformer.layers import masking
 from keras_transformer.layers.position import relative_position_index
 
 

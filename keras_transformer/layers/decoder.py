@@ -5,7 +5,7 @@ from typing import Any
 import keras
 from keras import ops
 
-from keras_transformer import masking
+from keras_transformer.layers import masking
 from keras_transformer.layers.attention import MultiHeadAttention, MultiHeadSelfAttention
 from keras_transformer.layers.normalization import LayerNormalization
 from keras_transformer.layers.options import LayerOptions, layer_options

@@ -4,7 +4,7 @@ from typing import Any
 
 import keras
 
-from keras_transformer import masking
+from keras_transformer.layers import masking
 from keras_transformer.layers.attention import MultiHeadSelfAttention
 from keras_transformer.layers.normalization import LayerNormalization
 from keras_transformer.layers.options import LayerOptions, layer_options

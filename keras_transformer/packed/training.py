@@ -45,7 +45,7 @@ import time
 import keras
 import numpy as np
 
-from keras_transformer import distillation, evaluation
+from keras_transformer import evaluation
 from keras_transformer.config import TransformerConfig
 from keras_transformer.engines.packed import PackedTranslator, sentencepiece_processors
 from keras_transformer.errors import ConfigError
@@ -60,6 +60,7 @@ from keras_transformer.packed.data import (
     plan_batches,
     sequence_lengths,
 )
+from keras_transformer.trainer import distillation
 from keras_transformer.trainer.backup import backup_position, resumed_seed
 from keras_transformer.trainer.callbacks import HistoryCSV
 from keras_transformer.trainer.loop import TrainingData, check_fresh_start, finished_epochs, fit_experiment

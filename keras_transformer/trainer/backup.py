@@ -42,7 +42,7 @@ from keras_transformer.files import (
     temporary_path,
     write_temporary,
 )
-from keras_transformer.keras_internals import load_weights_from
+from keras_transformer.runtime.keras_internals import load_weights_from
 from keras_transformer.trainer.ema import has_average
 from keras_transformer.workdir.checkpoints import write_weights_file
 

@@ -25,8 +25,8 @@ import os
 
 import tensorflow as tf
 
-from keras_transformer import keras_internals
 from keras_transformer.experiment import BATCH_SCALINGS, DISTRIBUTION_STRATEGIES
+from keras_transformer.runtime import keras_internals
 
 # Environment variables that announce a TPU (Cloud TPU VMs, Colab, GKE).
 _TPU_ENV = ("TPU_NAME", "COLAB_TPU_ADDR", "TPU_ACCELERATOR_TYPE", "KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS")

@@ -20,7 +20,7 @@ import contextlib
 
 import keras
 
-from keras_transformer.keras_internals import moving_average_pairs
+from keras_transformer.runtime.keras_internals import moving_average_pairs
 
 
 def has_average(model):

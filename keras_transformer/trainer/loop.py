@@ -22,15 +22,12 @@ import typing
 
 import keras
 
-from keras_transformer import keras_internals
 from keras_transformer.config import TransformerConfig
 from keras_transformer.errors import CheckpointError, ConfigError
 from keras_transformer.evaluation import read_lines
-from keras_transformer.keras_internals import keep_raw_weights_after_fit, set_update_count
-from keras_transformer.losses import LabelSmoothedCrossEntropy, RDropLoss
-from keras_transformer.metrics import MaskedAccuracy
 from keras_transformer.model import build_model
-from keras_transformer.optimizers import make_optimizer
+from keras_transformer.runtime import keras_internals
+from keras_transformer.runtime.keras_internals import keep_raw_weights_after_fit, set_update_count
 from keras_transformer.trainer import ema
 from keras_transformer.trainer.backup import RestoreMetricState, ResumableBackup, backup_position, stop_on_sigterm
 from keras_transformer.trainer.callbacks import (
@@ -43,6 +40,9 @@ from keras_transformer.trainer.callbacks import (
     StepCheckpoint,
     best_logged,
 )
+from keras_transformer.trainer.losses import LabelSmoothedCrossEntropy, RDropLoss
+from keras_transformer.trainer.metrics import MaskedAccuracy
+from keras_transformer.trainer.optimizers import make_optimizer
 from keras_transformer.trainer.precision import progress_verbosity
 from keras_transformer.workdir.checkpoints import checkpoint_number, epoch_checkpoints, load_weights, weights_only
 

@@ -45,8 +45,8 @@ from keras_transformer.files import (
     exclusive_unless_shared,
     shared_lock,
 )
-from keras_transformer.keras_internals import load_weights_from, write_weights_to
 from keras_transformer.model import build_model
+from keras_transformer.runtime.keras_internals import load_weights_from, write_weights_to
 from keras_transformer.workdir.layout import (
     CHECKPOINT_PATTERN,
     CHECKPOINTS_DIR,

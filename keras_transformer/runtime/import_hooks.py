@@ -72,3 +72,46 @@ def cancel(name, around):
     """Removes a waiting `around_first_import(name, around)`: the module will load as it would without it."""
     sys.meta_path[:] = [finder for finder in sys.meta_path
                         if not (isinstance(finder, _FirstImport) and finder.name == name and finder.around is around)]
+
+
+class _MovedModule:
+    """The finder and loader of the old names of moved modules (`alias_moved_modules`)."""
+
+    def __init__(self, moved):
+        self.moved, self.specs = dict(moved), {}
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname not in self.moved:
+            return None
+        return importlib.util.spec_from_loader(fullname, self)
+
+    def create_module(self, spec):
+        module = importlib.import_module(self.moved[spec.name])  # the module itself, not a copy
+        self.specs[module.__name__] = module.__spec__
+        return module
+
+    def exec_module(self, module):
+        module.__spec__ = self.specs[module.__name__]  # the import machinery gave it the old name's spec
+
+
+def alias_moved_modules(moved):
+    """Lets `import old.name` (and `from old import name`) give the module that now lives at a new name.
+
+    The module is imported once, under its new name; the old name is the same module object (its classes keep
+    their new `__module__`). Installed once per process.
+
+    Args:
+        moved: `{old full name: new full name}`.
+
+    Example:
+
+    >>> alias_moved_modules({"keras_transformer.old_hooks": "keras_transformer.runtime.import_hooks"})
+    >>> import keras_transformer.old_hooks as old
+    >>> old is sys.modules["keras_transformer.runtime.import_hooks"], old.__spec__.name
+    (True, 'keras_transformer.runtime.import_hooks')
+    """
+    for finder in sys.meta_path:
+        if isinstance(finder, _MovedModule):
+            finder.moved.update(moved)
+            return
+    sys.meta_path.append(_MovedModule(moved))

@@ -41,7 +41,7 @@ import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from keras_transformer.arguments import build_parser
+from keras_transformer.cli.arguments import build_parser
 from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.errors import (
     EXIT_BAD_INPUT,
@@ -53,7 +53,11 @@ from keras_transformer.errors import (
     describe_fault,
     raise_on_sigterm,
 )
-from keras_transformer.tensorflow_logs import loud_tensorflow_import, tensorflow_logs_wanted, without_cpp_log_lines
+from keras_transformer.runtime.tensorflow_logs import (
+    loud_tensorflow_import,
+    tensorflow_logs_wanted,
+    without_cpp_log_lines,
+)
 
 if TYPE_CHECKING:
     from keras_transformer.engines.interface import TranslatorInterface
@@ -343,7 +347,7 @@ def _train_packed(args: argparse.Namespace) -> int:
 
 
 def _distill_targets(args: argparse.Namespace) -> int:
-    from keras_transformer import distillation
+    from keras_transformer.trainer import distillation
     result = distillation.make_teacher(args.workdir, args.member, top_k=args.top_k,
                                        tokens_per_batch=args.tokens_per_batch, output=args.output)
     print(json.dumps(result))
@@ -388,7 +392,7 @@ def _verify(args: argparse.Namespace) -> int:
 def import_tensorflow_quietly() -> None:
     """Imports TensorFlow without its C++ log lines on stderr; anything else it writes there still shows.
 
-    `keras_transformer.tensorflow_logs.without_cpp_log_lines` around the
+    `keras_transformer.runtime.tensorflow_logs.without_cpp_log_lines` around the
     import; later C++ lines below ERROR are off through `TF_CPP_MIN_LOG_LEVEL=3`
     unless the user set that variable.
     """
@@ -535,6 +539,3 @@ def _written_path(args: argparse.Namespace) -> str | None:
             return value[0] if isinstance(value, list) else value
     return None
 
-
-if __name__ == "__main__":
-    sys.exit(main())

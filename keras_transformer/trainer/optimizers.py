@@ -6,8 +6,8 @@ import keras
 from keras import ops
 
 from keras_transformer.config import TransformerConfig
-from keras_transformer.keras_internals import schedule_on_updates
-from keras_transformer.schedules import LinearCooldown, NoamSchedule
+from keras_transformer.runtime.keras_internals import schedule_on_updates
+from keras_transformer.trainer.schedules import LinearCooldown, NoamSchedule
 
 
 class _StepSizes:
@@ -75,7 +75,7 @@ class Adam(keras.optimizers.Adam):
 def make_optimizer(config: TransformerConfig, gradient_accumulation_steps: int | None = None,
                    cooldown: tuple[int, int] | None = None, ema_decay: float | None = None,
                    **kwargs: Any) -> keras.optimizers.Adam:
-    """Returns Adam (`keras_transformer.optimizers.Adam`: Keras' update) configured as in section 5.3 of the paper.
+    """Returns Adam (this module's `Adam`: Keras' update) configured as in section 5.3 of the paper.
 
     Args:
         config: a `TransformerConfig` (uses d_model, warmup_steps, learning_rate_scale,

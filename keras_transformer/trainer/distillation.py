@@ -38,9 +38,9 @@ from keras import ops
 from keras_transformer import decoding
 from keras_transformer.config import TransformerConfig
 from keras_transformer.files import atomic_write
-from keras_transformer.losses import LabelSmoothedCrossEntropy, smoothed_cross_entropy
-from keras_transformer.metrics import MaskedAccuracy
 from keras_transformer.packed.data import load_arrays, make_batches
+from keras_transformer.trainer.losses import LabelSmoothedCrossEntropy, smoothed_cross_entropy
+from keras_transformer.trainer.metrics import MaskedAccuracy
 from keras_transformer.workdir.checkpoints import load_models
 from keras_transformer.workdir.layout import WORKDIR_VOCAB, folder_files
 
@@ -286,5 +286,5 @@ def make_teacher(workdir, members, *, top_k=8, tokens_per_batch=8192, output=Non
 
 
 if __name__ == "__main__":  # the module's command line before there was one command
-    raise SystemExit("python -m keras_transformer.distillation is now `keras-transformer distill-targets` (the same "
-                     "arguments).")
+    raise SystemExit("python -m keras_transformer.trainer.distillation is now `keras-transformer distill-targets` "
+                     "(the same arguments).")

@@ -23,8 +23,8 @@ import contextlib
 import importlib
 import sys
 
-from keras_transformer import import_hooks
-from keras_transformer.registry import Registry
+from keras_transformer.runtime import import_hooks
+from keras_transformer.runtime.registry import Registry
 
 PACKAGE = "keras_transformer"
 
@@ -44,15 +44,15 @@ SERIALIZABLE.register("LayerNormalization", "keras_transformer.layers.normalizat
 SERIALIZABLE.register("OutputBias", "keras_transformer.layers.output_bias:OutputBias")
 SERIALIZABLE.register("PositionalEncoding", "keras_transformer.layers.position:PositionalEncoding")
 SERIALIZABLE.register("SublayerConnection", "keras_transformer.layers.sublayer:SublayerConnection")
-SERIALIZABLE.register("PaddingMask", "keras_transformer.masking:PaddingMask")
-SERIALIZABLE.register("LabelSmoothedCrossEntropy", "keras_transformer.losses:LabelSmoothedCrossEntropy")
-SERIALIZABLE.register("RDropLoss", "keras_transformer.losses:RDropLoss")
-SERIALIZABLE.register("MaskedAccuracy", "keras_transformer.metrics:MaskedAccuracy")
-SERIALIZABLE.register("Adam", "keras_transformer.optimizers:Adam")
-SERIALIZABLE.register("LinearCooldown", "keras_transformer.schedules:LinearCooldown")
-SERIALIZABLE.register("NoamSchedule", "keras_transformer.schedules:NoamSchedule")
-SERIALIZABLE.register("DistillationLoss", "keras_transformer.distillation:DistillationLoss")
-SERIALIZABLE.register("DistillationAccuracy", "keras_transformer.distillation:DistillationAccuracy")
+SERIALIZABLE.register("PaddingMask", "keras_transformer.layers.masking:PaddingMask")
+SERIALIZABLE.register("LabelSmoothedCrossEntropy", "keras_transformer.trainer.losses:LabelSmoothedCrossEntropy")
+SERIALIZABLE.register("RDropLoss", "keras_transformer.trainer.losses:RDropLoss")
+SERIALIZABLE.register("MaskedAccuracy", "keras_transformer.trainer.metrics:MaskedAccuracy")
+SERIALIZABLE.register("Adam", "keras_transformer.trainer.optimizers:Adam")
+SERIALIZABLE.register("LinearCooldown", "keras_transformer.trainer.schedules:LinearCooldown")
+SERIALIZABLE.register("NoamSchedule", "keras_transformer.trainer.schedules:NoamSchedule")
+SERIALIZABLE.register("DistillationLoss", "keras_transformer.trainer.distillation:DistillationLoss")
+SERIALIZABLE.register("DistillationAccuracy", "keras_transformer.trainer.distillation:DistillationAccuracy")
 
 
 class LazyClass:
@@ -68,7 +68,7 @@ class LazyClass:
 
     Example:
 
-    >>> LazyClass("keras_transformer.schedules", "NoamSchedule").resolve().__name__
+    >>> LazyClass("keras_transformer.trainer.schedules", "NoamSchedule").resolve().__name__
     'NoamSchedule'
     """
 

@@ -22,7 +22,7 @@ import re
 import sys
 import tempfile
 
-from keras_transformer import import_hooks
+from keras_transformer.runtime import import_hooks
 
 TF_LOGS_VARIABLE = "KERAS_TRANSFORMER_TF_LOGS"  # set (not 0) to see TensorFlow's C++ log lines
 CPP_LOG_LINE = re.compile(r"^(?:[IWEF]\d{4} \d\d:\d\d:\d\d|WARNING: All log messages before absl::InitializeLog"

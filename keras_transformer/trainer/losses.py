@@ -5,7 +5,7 @@ from typing import Any
 import keras
 from keras import ops
 
-from keras_transformer.keras_internals import scale_loss_for_distribution
+from keras_transformer.runtime.keras_internals import scale_loss_for_distribution
 
 
 def smoothed_cross_entropy(labels: Any, logits: Any, label_smoothing: float = 0.1, soft_ids: Any = None,
