@@ -256,6 +256,8 @@ def trained(packed, tmp_path_factory):
 
 @pytest.mark.slow
 def test_train_arrays_trains_resumes_and_feeds_the_workdir_commands(trained):
+    """Slow: reads a packed run of three real epochs (the `trained` fixture); resume, history and averaging need
+    epochs."""
     workdir, first, second, seeds, _ = trained
     assert [p.name for p in first["checkpoints"]] == ["ckpt-0001.weights.h5", "ckpt-0002.weights.h5"]
     assert first["average"] == workdir / "averaged.weights.h5"  # the file `keras-transformer average` writes
@@ -330,6 +332,7 @@ def test_a_packed_fine_tuning_run_takes_the_checkpoint_s_vocabulary_weights_and_
 
 @pytest.mark.slow
 def test_cooldown_epochs_bring_the_learning_rate_linearly_to_zero_at_the_last_update(copy_packed):
+    """Slow: the learning rate is read from three trained epochs' history, the only place the cooldown shows."""
     from keras_transformer.config import TransformerConfig
     workdir = copy_packed()
     too_long = r"training.cooldown_epochs \(3\) is more than training.epochs \(2\)"
@@ -400,6 +403,7 @@ def test_pack_command_refuses_options_arrays_cannot_train(tmp_path, capsys, sett
 
 @pytest.mark.slow
 def test_train_packed_script_trains_side_by_side_and_averages(copy_packed, trained, tmp_path):
+    """Slow: runs examples/train_packed.sh itself, three training processes under a time limit, as users run it."""
     import os
     import pathlib
     import shutil
@@ -439,6 +443,7 @@ def test_train_packed_script_trains_side_by_side_and_averages(copy_packed, train
 
 @pytest.mark.slow
 def test_scoring_without_tensorflow_matches_the_translator(packed, trained, tmp_path, capsys):
+    """Slow: decodes a trained model twice, with the TensorFlow Translator and without TensorFlow, and compares."""
     from keras_transformer.data import tokenizers
     from keras_transformer.evaluation import read_lines
     folder = packed[2]

@@ -12,6 +12,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 def test_backend_throughput_prints_consistent_figures(monkeypatch, capsys):
     # In this process (already on TensorFlow, as the script is told to run here): no second TensorFlow import.
     # The matmul probe measures for 0.2 s instead of 2 s per phase; its figure is only checked to be positive.
+    """Slow: runs the bench script's real training steps and matmul probe; its figures only exist after running."""
     import functools
 
     monkeypatch.syspath_prepend(str(REPO / "bench"))

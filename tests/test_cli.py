@@ -716,6 +716,7 @@ def _history_epochs(path):
 
 @pytest.mark.slow
 def test_train_killed_with_sigkill_resumes_with_the_same_command(tmp_path):
+    """Slow: a real `train` process is killed with SIGKILL mid-run and resumed; only a separate process can be."""
     workdir = tmp_path / "run"
     command = [sys.executable, "-m", "keras_transformer.cli", "train", "--config", str(TINY), "--workdir",
                str(workdir), "--set", "training.verbose=2", "--set", "training.tensorboard=false"]

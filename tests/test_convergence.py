@@ -14,6 +14,7 @@ from keras_transformer.data.synthetic import make_arrays, synthetic_pairs
 @pytest.mark.slow
 @pytest.mark.parametrize("task", ["copy"])  # reverse needs ~2x the epochs; the demo shows it
 def test_tiny_preset_learns_synthetic_task_with_model_fit(task):
+    """Slow: learning is shown by eight epochs of `fit` reaching 99% held-out accuracy, not by one step."""
     keras.utils.set_random_seed(0)
     config = kt.TransformerConfig.preset("tiny", vocab_size=16, warmup_steps=200, learning_rate_scale=2.0,
                                          num_layers=1)

@@ -96,6 +96,7 @@ def test_scores_are_the_model_log_probabilities(random_model):
 @pytest.mark.slow  # two traced searches per model: 15.4 CPU s on a 2-core AVX2 machine, over the unmarked bound
 @pytest.mark.parametrize("fixture", ["random_model", "trained_copy_model"])
 def test_beam_size_one_is_greedy(fixture, random_model, trained_copy_model):
+    """Slow: two full searches per model, on a random and a trained model (where ties and peaks differ)."""
     model = {"random_model": random_model, "trained_copy_model": trained_copy_model[0]}[fixture]
     source = padded(SOURCES)
     greedy_tokens, greedy_scores = run(decoding.greedy_decode, model, source, **GREEDY)
@@ -214,6 +215,7 @@ def test_top_k_by_blocks_equals_a_full_top_k(vocab, k, block):
 
 @pytest.mark.slow
 def test_xla_compiled_search_matches_eager(trained_copy_model):
+    """Slow: compiles greedy and beam search with XLA, seconds of compilation that no smaller search avoids."""
     model, _ = trained_copy_model
     source = padded(SOURCES)
 
@@ -340,6 +342,7 @@ def test_ensemble_scores_the_mean_of_the_members_distributions(random_model, oth
 
 @pytest.mark.slow
 def test_ensemble_search_scores_are_its_forced_scores(random_model, other_model):
+    """Slow: an ensemble's beam, greedy and uncached searches, each scored again by forced decoding."""
     members = [random_model, other_model]
     source = padded(SOURCES)
     tokens, scores = run(decoding.beam_search, members, source, **BEAM)

@@ -138,6 +138,7 @@ def student(trained_copy_model, tmp_path_factory):
 
 @pytest.mark.slow
 def test_a_student_learns_the_task_from_the_teacher_alone(student):
+    """Slow: a student trained for epochs on the teacher's distributions alone; learning needs the epochs."""
     workdir, config, result = student
     with open(workdir / "history.csv", encoding="utf-8") as f:
         history = list(csv.DictReader(f))
@@ -152,6 +153,7 @@ def test_a_student_learns_the_task_from_the_teacher_alone(student):
 
 @pytest.mark.slow
 def test_init_weights_start_a_run_from_another_models_weights(student, tmp_path):
+    """Slow: two short training runs, from random and from the student's weights, compared by their accuracy."""
     import warnings
 
     from keras_transformer.data.synthetic import synthetic_pairs

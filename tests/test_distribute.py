@@ -113,6 +113,7 @@ _MIRRORED = textwrap.dedent("""
 
 @pytest.mark.slow
 def test_mirrored_over_two_cpus_gives_the_losses_of_one_device(tmp_path):
+    """Slow: a fresh process with two logical CPUs (fixed at TensorFlow's start) trains mirrored and on one device."""
     completed = subprocess.run([sys.executable, "-c", _MIRRORED, str(TINY), str(tmp_path)], cwd=REPO,
                                env=_env(), capture_output=True, text=True, timeout=480)
     lines = [line for line in completed.stdout.splitlines() if line.startswith("RESULT ")]
@@ -140,6 +141,7 @@ def _free_ports(count):
 
 @pytest.mark.slow
 def test_multi_worker_training_on_two_processes_ends_with_identical_weights(tmp_path):
+    """Slow: two `train` processes talk over TF_CONFIG's cluster; multi-worker training needs separate processes."""
     import h5py
 
     workers = [f"127.0.0.1:{port}" for port in _free_ports(2)]
@@ -251,6 +253,7 @@ def _one_pass_each(pairs, corpus):
 
 @pytest.mark.slow
 def test_two_worker_processes_read_disjoint_shards_that_together_are_the_corpus(tmp_path, multi30k_dir):
+    """Slow: two worker processes each read their shard of Multi30k; the split is only real across processes."""
     workers = [f"127.0.0.1:{port}" for port in _free_ports(2)]
     processes = []
     for index in range(2):

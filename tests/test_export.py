@@ -206,6 +206,7 @@ def saved_model_proto(directory):
 
 @pytest.mark.slow
 def test_tensorflow_only_process_serves_what_the_in_memory_translator_gives(exported, served):
+    """Slow: compares a SavedModel loaded in a TensorFlow-only process with the in-memory translator it came from."""
     directory, translator = exported
     served = served[0]
     texts = SENTENCES + BAD_INPUTS

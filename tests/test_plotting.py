@@ -137,6 +137,7 @@ def test_figure_labels_and_pixels_are_the_tokens_and_weights(maps):
 
 @pytest.mark.slow
 def test_grid_layout_writes_one_png_per_kind_and_layer(maps, tmp_path):
+    """Slow: renders six figures with matplotlib; the files are the behaviour checked."""
     paths = plotting.plot_attention_maps(maps, tmp_path, dpi=60)
     names = [os.path.basename(p) for p in paths]
     assert names == ["encoder_self_layer1.png", "encoder_self_layer2.png", "decoder_self_layer1.png",

@@ -47,6 +47,7 @@ def bfloat16_export(copy_workdir):
 
 @pytest.mark.slow  # about 9 CPU s: the export is loaded twice
 def test_a_bfloat16_export_stores_bfloat16_variables_and_says_so(bfloat16_export, copy_workdir, capsys):
+    """Slow: reads a real bfloat16 SavedModel export (the module's fixture exports one)."""
     model_weights = len(load_translator(copy_workdir[0]).model.weights)
     reader = tf.train.load_checkpoint(str(bfloat16_export / "variables" / "variables"))
     dtypes = [dtype for name, dtype in reader.get_variable_to_dtype_map().items() if "model_variables" in name]
@@ -79,6 +80,7 @@ def test_bfloat16_translations_agree_with_float32(bfloat16_export, copy_workdir,
 
 @pytest.mark.slow  # about 9 CPU s under load: a model built and called eagerly
 def test_cast_model_rounds_to_nearest_and_keeps_softmax_and_logits_in_float32(trained_copy_model):
+    """Slow: builds a bfloat16 copy of a trained model and decodes with it, checking each weight's rounding."""
     model, config = trained_copy_model
     half = cast_model(model, config, "bfloat16")
     assert cast_model(half, config, "bfloat16") is half and cast_model(model, config, "float32") is model

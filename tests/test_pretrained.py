@@ -191,6 +191,7 @@ def _strip(tokens, config):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", SHAPES)
 def test_greedy_and_beam_search_equal_generate(references, name):
+    """Slow: runs transformers' `generate` (torch) beside our searches; parity with the reference needs both."""
     _, workdir, reference, tokenizer = references[name]
     model, config, _, _ = _ours(workdir)
     special = dict(pad_id=config.pad_id, bos_id=config.bos_id, eos_id=config.eos_id)

@@ -77,6 +77,7 @@ def test_tf_serving_predict_answers_what_the_savedmodel_signature_gives(server, 
 
 @pytest.mark.slow  # the sampling graph and the greedy search are built in the server on first use
 def test_translate_takes_sampling_options_per_request(server, shipped_served, multi30k_dir):
+    """Slow: requests to a running server process, decoding Multi30k sentences several ways."""
     sentences = read_lines(multi30k_dir / "val.en.gz")[:4]
     status, greedy = server.request("/translate", {"sentences": sentences, "strategy": "greedy"})
     assert status == 200 and "seed" not in greedy

@@ -65,6 +65,7 @@ def _metrics(server):
 
 
 def test_request_limits_answer_400_naming_the_flag_and_the_memory_is_logged(server):
+    """Slow: needs the running server process (shared with this file's load tests) and its logged memory."""
     cases = [({"beam_size": 17}, "--max-beam-size 16"), ({"beam_size": 100_000}, "--max-beam-size"),
              ({"beam_size": 16, "n_best": 17}, "beam_size"), ({"strategy": "sample", "n_best": 17}, "--max-n-best"),
              ({"max_extra": 257}, "--max-extra-limit 256"), ({"top_k": 1001}, "--max-top-k 1000"),
@@ -80,6 +81,7 @@ def test_request_limits_answer_400_naming_the_flag_and_the_memory_is_logged(serv
 
 
 def test_64_clients_meet_back_pressure_with_bounded_latency_and_memory(server, sentences):
+    """Slow: 64 concurrent clients against a running server; back-pressure only shows under real load."""
     size = 4  # sentences per request: 64 clients want 256 at once, the queue holds 64
     bodies = [{"instances": sentences[i:i + size]} for i in range(0, 400, size)]
     _run(serve_load.load(server.port, 4, 2, bodies, f"/v1/models/{NAME}:predict"))  # the shapes' first calls
@@ -181,6 +183,7 @@ def test_no_fuzzed_body_gets_a_500_and_the_server_lives_on(server, sentences):
 
 
 def test_abandoned_requests_are_not_decoded(server, sentences):
+    """Slow: clients give up while a long request decodes in the server; needs a server busy for seconds."""
     before = server.request("/stats")[1]
     # The blocker holds the engine for seconds: hot samples rarely draw the end token, so each of its 16 rows runs
     # to max_extra (50) past its source. The clients give up while it decodes (checked below, not assumed).
@@ -228,6 +231,7 @@ def test_abandoned_requests_are_not_decoded(server, sentences):
 
 
 def test_deadlines_are_answered_504_without_decoding(server):
+    """Slow: needs the running server process of this file; its counters show that nothing was decoded."""
     before = server.request("/stats")[1]
     status, answer = server.request("/translate", {"sentences": ["A dog."], "deadline_ms": 1})
     assert status == 504 and "deadline" in answer["error"]
@@ -242,6 +246,7 @@ def test_deadlines_are_answered_504_without_decoding(server):
 
 
 def test_a_large_request_is_decoded_in_chunks_a_small_one_slips_between(server, sentences):
+    """Slow: a large and a small request race in a running server; the order they finish in is the check."""
     before = server.request("/stats")[1]
     finished = {}
 
@@ -266,6 +271,7 @@ def test_a_large_request_is_decoded_in_chunks_a_small_one_slips_between(server, 
 
 
 def test_prometheus_metrics_parse_and_agree_with_stats(server):
+    """Slow: reads the running server's metrics after this file's load tests, which make the counts worth checking."""
     families = _metrics(server)
     stats = server.request("/stats")[1]
     requests = families["keras_transformer_serve_requests"]
@@ -287,6 +293,7 @@ def test_prometheus_metrics_parse_and_agree_with_stats(server):
 
 
 def test_version_2_copied_beside_version_1_is_switched_to_without_a_failed_request(server, base, sentences):
+    """Slow: a second model version is loaded by the running server under load; no request may fail meanwhile."""
     bodies = [{"instances": sentences[i:i + 2]} for i in range(500, 700, 2)]
     seen = []
 

@@ -41,6 +41,7 @@ def exact():
 
 @pytest.mark.slow
 def test_shipped_german_model_translates_the_first_50_test_sentences_as_before(first_50, exact):
+    """Slow: 50 sentences through the shipped base-size model; the golden file is the behaviour users rely on."""
     expected = GOLDEN.read_text(encoding="utf-8").splitlines()
     assert not exact.early_exit
     translations = inference.translate(exact, first_50)

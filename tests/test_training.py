@@ -604,6 +604,7 @@ def test_a_text_run_killed_inside_an_epoch_resumes_at_its_place_in_the_stream(pa
 
 @pytest.mark.slow
 def test_an_interrupted_epoch_of_unknown_length_trains_again_and_says_so(tmp_path, monkeypatch, caplog):
+    """Slow: a training run interrupted inside an epoch and resumed; the epoch has to be trained to be interrupted."""
     _data_of_unknown_length(monkeypatch)
     experiment = load_experiment(TINY, SMALL_MODEL + [
         "data.train_examples=256", "data.val_examples=32", "data.batch_size=32", "training.epochs=2",
@@ -945,6 +946,7 @@ def test_progress_verbosity_draws_a_bar_only_on_a_terminal(setting, tty, expecte
 # ------------------------------------------------------------------ a whole (short) run
 @pytest.mark.slow
 def test_train_writes_the_documented_workdir(tmp_path, capsys, caplog):
+    """Slow: two real epochs of `train` write every file of the documented workdir layout."""
     workdir = tmp_path / "run"
     cooldown = ["training.cooldown_epochs=1"]  # the second epoch's learning rate falls linearly to 0
     steady = [option for option in SMALL if not option.startswith("training.verbose")]  # the default progress
@@ -1030,6 +1032,7 @@ def test_amx_detection(cpuinfo, amx):
 
 @pytest.mark.slow
 def test_mixed_bfloat16_trains_and_restores_the_global_policy(tmp_path):
+    """Slow: a real `train` run under mixed bfloat16 (its own traced step) and the policy restored after."""
     import keras
     before = keras.config.dtype_policy().name
     result = training.train(load_experiment(TINY, SMALL + ["training.mixed_precision=mixed_bfloat16"]),

@@ -171,6 +171,7 @@ def test_first_few_sentences_are_decoded_without_tracing_and_as_the_graph_decode
 
 @pytest.mark.slow
 def test_xla_translator_matches(trained_copy_model, word_tokenizer, translator):
+    """Slow: compiles the translator's search with XLA, seconds of compilation for one comparison."""
     model, _ = trained_copy_model
     compiled = Translator(model, word_tokenizer, beam_size=4, alpha=0.6, max_extra=5, jit_compile=True)
     assert compiled(SENTENCES) == translator(SENTENCES)
