@@ -20,9 +20,17 @@ Example:
 ['m2m_100', 'marian']
 """
 
+from __future__ import annotations
+
 import importlib
+from typing import TYPE_CHECKING
 
 from keras_transformer.errors import ConfigError
+
+if TYPE_CHECKING:
+    import os
+
+    from keras_transformer.imports.family import Family
 
 # config.json's model_type -> (its module in keras_transformer.imports, its Family class)
 FAMILIES = {
@@ -31,7 +39,7 @@ FAMILIES = {
 }
 
 
-def family_for(model_type, where="config.json"):
+def family_for(model_type: str | None, where: str | os.PathLike[str] = "config.json") -> Family:
     """The `Family` that imports checkpoints of `model_type`.
 
     Raises:

@@ -6,15 +6,21 @@ is fetched with `huggingface_hub` where the network allows; a local folder is
 never sent anywhere.
 """
 
+from __future__ import annotations
+
 import dataclasses
 import json
 import os
 import pathlib
 from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from keras_transformer.errors import CheckpointNotFoundError, ConfigError, CorruptFileError
+
+if TYPE_CHECKING:
+    from numpy.typing import DTypeLike
 
 CONFIG = "config.json"
 GENERATION_CONFIG = "generation_config.json"
@@ -40,7 +46,7 @@ class Checkpoint:
     generation: dict
     weights_file: pathlib.Path
 
-    def file(self, name, what):
+    def file(self, name: str, what: str) -> pathlib.Path:
         """The path of `name` in the folder.
 
         Raises:
@@ -52,7 +58,7 @@ class Checkpoint:
                                           "checkpoint (save_pretrained writes it with the tokenizer).")
         return path
 
-    def tensors(self):
+    def tensors(self) -> Mapping[str, np.ndarray]:
         """The weights as a read-only mapping `{name: float32 numpy array}` that reads each tensor from the file
         when asked for it (and its shape, `shape(name)`, without reading it), so that an import holds one tensor
         at a time beside the model, not a second copy of the checkpoint.
@@ -69,7 +75,7 @@ class Checkpoint:
 ALIGNMENT = 64  # bytes: where a tensor read here starts (TensorFlow's CPU kernels assume it of a tensor's data)
 
 
-def aligned_empty(shape, dtype):
+def aligned_empty(shape: int | tuple[int, ...], dtype: DTypeLike) -> np.ndarray:
     """An uninitialised C-contiguous array whose data starts at a multiple of `ALIGNMENT` bytes: TensorFlow can
     take it as a tensor's memory without a copy (`imports.tensorflow_weights`).
 
@@ -143,7 +149,7 @@ class SafetensorsFile(Mapping):
         try:
             with open(self.path, "rb") as handle:
                 handle.seek(self._start + begin)
-                if handle.readinto(buffer) != buffer.size:
+                if handle.readinto(buffer) != buffer.size:  # type: ignore[arg-type]  # numpy: a buffer from 3.12
                     raise ValueError(f"{name} is cut short")
         except (OSError, ValueError) as error:
             raise _unreadable(self.path, error) from None
@@ -163,13 +169,13 @@ class SafetensorsFile(Mapping):
         return self._entries[name][2]
 
 
-def _unreadable(path, error):
+def _unreadable(path: str | os.PathLike[str], error: Exception) -> CorruptFileError:
     problem = " ".join(str(error).split())[:160]
     return CorruptFileError(f"{path} cannot be read as weights (truncated or damaged? {problem}); copy or download "
                             "it again.")
 
 
-def _torch_tensors(path):
+def _torch_tensors(path: pathlib.Path) -> _TorchTensors:
     try:
         import torch
     except ImportError:
@@ -188,23 +194,23 @@ def _torch_tensors(path):
 class _TorchTensors(Mapping):
     """A ``pytorch_model.bin`` state dict (memory-mapped), each tensor widened to float32 when asked for."""
 
-    def __init__(self, state):
+    def __init__(self, state: Mapping[str, Any]) -> None:
         self._state = state
 
-    def __getitem__(self, name):
+    def __getitem__(self, name: str) -> np.ndarray:
         return self._state[name].float().numpy()
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[str]:
         return iter(self._state)
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self._state)
 
-    def shape(self, name):
+    def shape(self, name: str) -> tuple[int, ...]:
         return tuple(self._state[name].shape)
 
 
-def _read_json(path, required):
+def _read_json(path: pathlib.Path, required: bool) -> dict[str, Any]:
     if not path.is_file():
         if required:
             raise CheckpointNotFoundError(f"{path} is missing: a Hugging Face checkpoint folder holds config.json, "
@@ -220,7 +226,7 @@ def _read_json(path, required):
     return values
 
 
-def local_folder(source):
+def local_folder(source: str | os.PathLike[str]) -> pathlib.Path:
     """`source` as a local folder: itself, or a Hub id (``owner/name``) downloaded with huggingface_hub.
 
     Raises:
@@ -250,7 +256,7 @@ def local_folder(source):
                                       f"failed ({problem}).") from None
 
 
-def read_checkpoint(source):
+def read_checkpoint(source: str | os.PathLike[str]) -> Checkpoint:
     """Reads a Hugging Face checkpoint folder (or Hub id): its configs and which weights file to load.
 
     Raises:
@@ -271,7 +277,7 @@ def read_checkpoint(source):
     return Checkpoint(folder, os.fspath(source), config, generation, weights)
 
 
-def licence(folder):
+def licence(folder: str | os.PathLike[str]) -> str | None:
     """The ``license:`` of a model card's front matter (README.md), or None.
 
     Example:

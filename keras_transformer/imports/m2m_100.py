@@ -34,7 +34,10 @@ language token the sentence opens with); a target ``[tgt_lang] tokens </s>`` whe
 checkpoint names a ``tgt_lang`` (`MappedTokenizer`'s ``languages`` and ``language``).
 """
 
+from __future__ import annotations
+
 import json
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -53,6 +56,12 @@ from keras_transformer.imports.family import (
     self_attention,
 )
 from keras_transformer.model import parts
+
+if TYPE_CHECKING:
+    import pathlib
+
+    from keras_transformer.imports.checkpoint import Checkpoint
+    from keras_transformer.imports.family import WeightSource
 
 # fairseq's language lists of M2M100Tokenizer (tokenizer_config.json's language_codes), in id order
 LANGUAGE_CODES = {
@@ -80,7 +89,7 @@ class M2M100Family(Family):
     description = "M2M-100 / NLLB-200 (M2M100ForConditionalGeneration)"
 
     # ------------------------------------------------------------------ config
-    def config(self, checkpoint, tensors):
+    def config(self, checkpoint: Checkpoint, tensors: WeightSource) -> TransformerConfig:
         hf = checkpoint.config
         where = f"{checkpoint.folder / 'config.json'}"
 
@@ -109,7 +118,7 @@ class M2M100Family(Family):
             raise ConfigError(f"{where}: {error}") from None
 
     # ------------------------------------------------------------------ tokenizers
-    def _settings(self, checkpoint):
+    def _settings(self, checkpoint: Checkpoint) -> dict[str, Any]:
         path = checkpoint.folder / TOKENIZER_CONFIG
         if not path.is_file():
             return {}
@@ -119,13 +128,13 @@ class M2M100Family(Family):
             raise CorruptFileError(f"{path} is not valid JSON ({' '.join(str(error).split())[:160]}).") from None
         return settings if isinstance(settings, dict) else {}
 
-    def _is_nllb(self, checkpoint):
+    def _is_nllb(self, checkpoint: Checkpoint) -> bool:
         kind = str(self._settings(checkpoint).get("tokenizer_class") or "")
         if kind:
             return kind.startswith("Nllb")
         return not (checkpoint.folder / "vocab.json").is_file()
 
-    def _vocabulary(self, checkpoint):
+    def _vocabulary(self, checkpoint: Checkpoint) -> tuple[list[str], list[str], list[str]]:
         """`(tokens by id, language tokens, tokens detokenizing drops besides the languages)`."""
         if self._is_nllb(checkpoint):
             return self._nllb_vocabulary(checkpoint)
@@ -140,7 +149,7 @@ class M2M100Family(Family):
         languages = listed or [f"__{code}__" for code in LANGUAGE_CODES[codes]]
         return tokens + [token for token in languages if token not in tokens], languages, ["<s>"]
 
-    def _nllb_vocabulary(self, checkpoint):
+    def _nllb_vocabulary(self, checkpoint: Checkpoint) -> tuple[list[str], list[str], list[str]]:
         path = checkpoint.folder / "tokenizer.json"
         if path.is_file():
             try:
@@ -151,7 +160,7 @@ class M2M100Family(Family):
                 raise CorruptFileError(f"{path} is not a tokenizers-library tokenizer.json (its model's vocab and "
                                        f"added_tokens): {' '.join(str(error).split())[:160]}.") from None
             mapping.update(added)
-            tokens = [None] * (max(mapping.values()) + 1)
+            tokens: list[Any] = [None] * (max(mapping.values()) + 1)
             for token, index in mapping.items():
                 tokens[index] = token
             tokens = [f"<unused_{i}>" if token is None else token for i, token in enumerate(tokens)]
@@ -170,17 +179,17 @@ class M2M100Family(Family):
             tokens += languages + ["<mask>"]
         return tokens, languages, [token for token in ("<s>", "<mask>") if token in tokens]
 
-    def _sentencepiece(self, checkpoint):
+    def _sentencepiece(self, checkpoint: Checkpoint) -> pathlib.Path:
         return checkpoint.file(SENTENCEPIECE, "SentencePiece model (the Hub folders hold it; transformers 5 saves "
                                               "NLLB's tokenizer without it: copy it beside tokenizer.json)")
 
-    def _unk_id(self, checkpoint):
+    def _unk_id(self, checkpoint: Checkpoint) -> int:
         tokens, _, _ = self._vocabulary(checkpoint)
         if "<unk>" not in tokens:
             raise ConfigError(f"{checkpoint.folder}: the vocabulary has no <unk> token.")
         return tokens.index("<unk>")
 
-    def tokenizers(self, checkpoint, config):
+    def tokenizers(self, checkpoint: Checkpoint, config: TransformerConfig) -> tuple[Any, Any]:
         tokens, languages, dropped = self._vocabulary(checkpoint)
         model = self._sentencepiece(checkpoint).read_bytes()
         if len(tokens) > config.vocab_size:
@@ -199,7 +208,7 @@ class M2M100Family(Family):
             raise ConfigError(f"{checkpoint.folder / TOKENIZER_CONFIG}: legacy_behaviour true (tokens </s> [src_lang]) "
                               "is not read; the package encodes [src_lang] tokens </s>, NLLB's current layout.")
 
-        def language(key, default):
+        def language(key: str, default: str | None) -> str | None:
             code = settings.get(key) or default
             if code is None:
                 return None
@@ -218,7 +227,7 @@ class M2M100Family(Family):
         return source, target
 
     # ------------------------------------------------------------------ weights
-    def assign_weights(self, model, tensors, config):
+    def assign_weights(self, model: Any, tensors: WeightSource, config: TransformerConfig) -> None:
         p = parts(model)
         d, heads, dk, dv = config.d_model, config.num_heads, config.head_dim, config.head_value_dim
         shared = tensors.take("model.shared.weight", (config.vocab_size, d))

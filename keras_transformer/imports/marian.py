@@ -18,6 +18,10 @@ The vocabulary: ``vocab.json`` (``target_vocab.json`` too for separate vocabular
 numbers the pieces ``source.spm`` / ``target.spm`` cut (`MappedTokenizer`).
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 
 from keras_transformer.config import TransformerConfig
@@ -37,6 +41,10 @@ from keras_transformer.imports.family import (
 from keras_transformer.layers.position import sinusoidal_position_encoding
 from keras_transformer.model import parts
 
+if TYPE_CHECKING:
+    from keras_transformer.imports.checkpoint import Checkpoint
+    from keras_transformer.imports.family import WeightSource
+
 
 class MarianFamily(Family):
     """OPUS-MT and every other ``MarianMTModel`` checkpoint.
@@ -51,7 +59,7 @@ class MarianFamily(Family):
     description = "OPUS-MT / Marian (MarianMTModel)"
 
     # ------------------------------------------------------------------ config
-    def config(self, checkpoint, tensors):
+    def config(self, checkpoint: Checkpoint, tensors: WeightSource) -> TransformerConfig:
         hf = checkpoint.config
         where = f"{checkpoint.folder / 'config.json'}"
 
@@ -93,19 +101,19 @@ class MarianFamily(Family):
             raise ConfigError(f"{where}: {error}") from None
 
     # ------------------------------------------------------------------ tokenizers
-    def _vocabularies(self, checkpoint):
+    def _vocabularies(self, checkpoint: Checkpoint) -> tuple[list[str], list[str]]:
         source = read_vocabulary(checkpoint.file("vocab.json", "vocabulary (token -> id)"))
         separate = (checkpoint.folder / "target_vocab.json").is_file()
         target = read_vocabulary(checkpoint.file("target_vocab.json", "target vocabulary")) if separate else source
         return source, target
 
-    def _unk_id(self, checkpoint):
+    def _unk_id(self, checkpoint: Checkpoint) -> int:
         source, _ = self._vocabularies(checkpoint)
         if "<unk>" not in source:
             raise ConfigError(f"{checkpoint.folder / 'vocab.json'} has no <unk> token.")
         return source.index("<unk>")
 
-    def tokenizers(self, checkpoint, config):
+    def tokenizers(self, checkpoint: Checkpoint, config: TransformerConfig) -> tuple[Any, Any]:
         source_tokens, target_tokens = self._vocabularies(checkpoint)
         models = {side: checkpoint.file(f"{side}.spm", f"{side} SentencePiece model").read_bytes()
                   for side in ("source", "target")}
@@ -124,10 +132,10 @@ class MarianFamily(Family):
                                       f"vocabulary, not {token}.")
             result.append(MappedTokenizer(models[side], tokens, pad_id=config.pad_id, unk_id=config.unk_id,
                                           bos_id=config.bos_id, eos_id=config.eos_id, name=f"{side}_tokenizer"))
-        return tuple(result)
+        return result[0], result[1]
 
     # ------------------------------------------------------------------ weights
-    def assign_weights(self, model, tensors, config):
+    def assign_weights(self, model: Any, tensors: WeightSource, config: TransformerConfig) -> None:
         p = parts(model)
         d, heads, dk, dv = config.d_model, config.num_heads, config.head_dim, config.head_value_dim
         if p.tie == "all":
@@ -149,6 +157,7 @@ class MarianFamily(Family):
                 if tensors.has("lm_head.weight"):
                     _same(tensors.take("lm_head.weight", target.shape), target, "lm_head.weight")
             else:
+                assert p.output_projection is not None  # tie_embeddings none: the model has its own softmax
                 assign(p.output_projection.kernel, tensors.take("lm_head.weight", (config.tgt_vocab_size, d)).T,
                        "lm_head.weight")
             del target
@@ -176,7 +185,8 @@ class MarianFamily(Family):
             norm(tensors, layer.feed_forward_block.norm, f"{prefix}.final_layer_norm", d)
 
 
-def _same(value, expected, name, atol=0.0, rows=4096):
+def _same(value: np.ndarray, expected: np.ndarray, name: str, atol: float = 0.0,
+          rows: int = 4096) -> None:
     # compared a block of rows at a time: no temporaries the size of an embedding matrix
     if not all(np.allclose(value[start:start + rows], expected[start:start + rows], atol=atol, rtol=0)
                for start in range(0, len(value), rows)):

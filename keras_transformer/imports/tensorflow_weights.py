@@ -18,6 +18,8 @@ read, such as the weights file's, copies it whole.)
 Imported by `imports.family`; TensorFlow only here.
 """
 
+from typing import Any
+
 import numpy as np
 import tensorflow as tf
 
@@ -26,7 +28,7 @@ from keras_transformer.imports.checkpoint import ALIGNMENT, aligned_empty
 LARGE_BYTES = 1 << 21  # arrays up to this size go through `variable.assign`, copies and all
 
 
-def assign_array(variable, value):
+def assign_array(variable: Any, value: np.ndarray) -> None:
     """Sets `variable` (a Keras variable of `value`'s shape) to `value`; a large float array on TensorFlow without
     a full-size copy, its memory taken over by the variable (`value` must not be written to afterwards).
 
@@ -54,7 +56,7 @@ def assign_array(variable, value):
     target.assign(tf.experimental.dlpack.from_dlpack(value.__dlpack__()))
 
 
-def _owns_memory(array):
+def _owns_memory(array: np.ndarray) -> bool:
     """Whether numpy allocated `array`'s memory (itself or the array it is a view of), not a mapped file."""
     while isinstance(array.base, np.ndarray):
         array = array.base

@@ -1,6 +1,8 @@
 """The HTTP application of `keras-transformer serve` (starlette, imported when it is built) and the server that
 runs it (uvicorn) until SIGTERM."""
 
+from __future__ import annotations
+
 import asyncio
 import concurrent.futures
 import contextlib
@@ -11,6 +13,8 @@ import math
 import signal
 import threading
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from keras_transformer.errors import ConfigError, format_size
 from keras_transformer.serving.batching import Batcher, Cancelled, Engine, Stats
@@ -27,6 +31,10 @@ from keras_transformer.serving.requests import (
 from keras_transformer.serving.signatures import signature_metadata
 from keras_transformer.serving.versions import AVAILABLE, END, LOADING, UNLOADING, ServedModel
 
+if TYPE_CHECKING:
+    from keras_transformer.serving.requests import Work
+    from keras_transformer.serving.versions import Version
+
 log = logging.getLogger("keras_transformer.serving")
 
 DEADLINE_HEADER = "x-deadline-ms"  # milliseconds from its arrival within which a request wants its answer
@@ -37,19 +45,19 @@ CLIENT_GONE = 499  # the status an answer nobody reads is counted under (nginx's
 
 # ------------------------------------------------------------------------------------------ the app
 class _State:
-    def __init__(self, models, settings, seeded):
+    def __init__(self, models: list[ServedModel], settings: ServeSettings, seeded: bool) -> None:
         self.models, self.settings, self.seeded = models, settings, seeded
         self.by_name = {model.name: model for model in models}
-        self.batcher = None
-        self.failed = None
+        self.batcher: Batcher | None = None
+        self.failed: str | None = None
         self.stats = Stats()
 
     @property
-    def ready(self):
+    def ready(self) -> bool:
         return all(model.current is not None for model in self.models)
 
 
-def _json(payload, status=200, headers=None):
+def _json(payload: Any, status: int = 200, headers: dict[str, str] | None = None) -> Any:
     from starlette.responses import Response
 
     text = json.dumps(payload, ensure_ascii=False)
@@ -60,7 +68,7 @@ def _json(payload, status=200, headers=None):
     return Response(body, status_code=status, media_type="application/json", headers=headers)
 
 
-async def _body(request, settings):
+async def _body(request: Any, settings: ServeSettings) -> bytes:
     """The request body, refused with 413 past `settings.max_body_bytes`.
 
     A body past the limit is still read (and dropped) up to `DRAIN_BYTES`, so that the client, still sending,
@@ -89,7 +97,7 @@ async def _body(request, settings):
     return b"".join(chunks)
 
 
-def _deadline(request, body):
+def _deadline(request: Any, body: dict[str, Any] | None) -> float | None:
     """The request's deadline (`time.monotonic()` seconds) from the `X-Deadline-Ms` header or a `/translate`
     body's `deadline_ms` (the earlier of the two), or None."""
     given = []
@@ -112,7 +120,7 @@ def _deadline(request, body):
     return deadline
 
 
-async def _disconnected(request):
+async def _disconnected(request: Any) -> None:
     """Returns once the client has gone (the ASGI server's `http.disconnect`; the body has been read)."""
     while True:
         message = await request.receive()
@@ -120,7 +128,9 @@ async def _disconnected(request):
             return
 
 
-def build_app(load, name=None, settings=None, seeded=False, on_failure=None):
+def build_app(load: Callable[[], Any] | Iterable[ServedModel], name: str | None = None,
+              settings: ServeSettings | None = None, seeded: bool = False,
+              on_failure: Callable[[str], None] | None = None) -> _Counted:
     """The Starlette application of `keras-transformer serve` (`serve` runs it with uvicorn).
 
     Args:
@@ -143,7 +153,7 @@ def build_app(load, name=None, settings=None, seeded=False, on_failure=None):
     settings = settings or ServeSettings()
     if callable(load):
         single = load
-        models = [ServedModel(name, lambda path: single())]
+        models = [ServedModel(name, lambda path: single())]  # type: ignore[arg-type]  # serve names a single model
     else:
         models = list(load)
     server = _Server(models, settings, seeded, on_failure)
@@ -157,7 +167,8 @@ class _Server:
     thread of their own), the batcher feeding the engine's thread, the settings and the metrics. Each handler is
     one method; `routes` and `exception_handlers` give them to Starlette."""
 
-    def __init__(self, models, settings, seeded, on_failure):
+    def __init__(self, models: list[ServedModel], settings: ServeSettings, seeded: bool,
+                 on_failure: Callable[[str], None] | None) -> None:
         self.models, self.settings, self.on_failure = models, settings, on_failure
         self.state = _State(models, settings, seeded)
         self.metrics = Metrics(self.state.stats, self.state)
@@ -165,7 +176,7 @@ class _Server:
         self.loader_thread = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="loader")
 
     # ---------------------------------------------------------------- versions: load, warm up, retire
-    def load_and_warm_up(self, model, version):
+    def load_and_warm_up(self, model: ServedModel, version: Version) -> Engine:
         started = time.monotonic()
         engine = Engine(model.load(version.path), self.settings.variants)
         try:
@@ -185,7 +196,7 @@ class _Server:
                      self.settings.max_beam_size, engine.translator.max_target_length, format_size(memory))
         return engine
 
-    async def bring_up(self, model, version, at_start):
+    async def bring_up(self, model: ServedModel, version: Version, at_start: bool) -> None:
         version.state = LOADING
         try:
             version.engine = await asyncio.get_running_loop().run_in_executor(self.loader_thread, self.load_and_warm_up,
@@ -208,11 +219,11 @@ class _Server:
                      version.number, old.number, old.active)
             self.retire(old)
 
-    def retire(self, version):
+    def retire(self, version: Version) -> None:
         if version.state == UNLOADING and version.active == 0:
             version.state, version.engine = END, None
 
-    async def watch(self, model):
+    async def watch(self, model: ServedModel) -> None:
         first = True
         while True:
             version = model.to_load()
@@ -226,7 +237,7 @@ class _Server:
             await asyncio.sleep(self.settings.poll_seconds)
 
     @contextlib.asynccontextmanager
-    async def lifespan(self, app):
+    async def lifespan(self, app: Any) -> AsyncIterator[None]:
         """Starlette's lifespan: the batcher and one watcher per model run while the server does."""
         self.state.batcher = Batcher(lambda engine, key, parts: engine.run(key, parts), self.settings,
                                      self.state.stats, self.engine_thread)
@@ -242,13 +253,13 @@ class _Server:
             self.engine_thread.shutdown(wait=False, cancel_futures=True)
             self.loader_thread.shutdown(wait=False, cancel_futures=True)
 
-    def model_named(self, model):
+    def model_named(self, model: str) -> ServedModel:
         if model not in self.state.by_name:
             served = ", ".join(repr(m.name) for m in self.models)
             raise RequestError(404, f"Model {model!r} is not served here; this server serves {served}.")
         return self.state.by_name[model]
 
-    def version_number(self, model, version):
+    def version_number(self, model: ServedModel, version: str | None) -> int | None:
         if version is None:
             return None
         if not version.isdigit() or len(version) > 18:
@@ -256,7 +267,7 @@ class _Server:
                                     "numbers.")
         return int(version)
 
-    def serving_version(self, model, number):
+    def serving_version(self, model: ServedModel, number: int | None) -> Version:
         """The version a request of `model` goes to (`number`: the one it names, or None: the current one)."""
         if self.state.failed:
             raise RequestError(503, f"The model failed to load: {self.state.failed}")
@@ -274,7 +285,8 @@ class _Server:
             raise RequestError(503, f"Version {number} of {model.name} is loading.")
         return listed[0]
 
-    async def decode(self, request, version, work, deadline):
+    async def decode(self, request: Any, version: Version, work: Work, deadline: float | None) -> list[Any]:
+        assert self.state.batcher is not None  # started by `lifespan` before a version can be AVAILABLE
         pending = self.state.batcher.admit(version.engine, work, deadline)  # or 503 (queue full) / 504 (deadline)
         version.active += 1
         waiter = asyncio.ensure_future(self.state.batcher.wait(pending))
@@ -296,7 +308,7 @@ class _Server:
             self.retire(version)
 
     # ---------------------------------------------------------------- the handlers, one per route
-    async def model_status(self, request):
+    async def model_status(self, request: Any) -> Any:
         model = self.model_named(request.path_params["model"])
         number = self.version_number(model, request.path_params.get("version"))
         listed = model.listed(number)
@@ -305,7 +317,7 @@ class _Server:
                                     f"{', '.join(str(v.number) for v in model.listed()) or 'none yet'}.")
         return _json({"model_version_status": [version.status() for version in listed]})
 
-    async def metadata(self, request):
+    async def metadata(self, request: Any) -> Any:
         model = self.model_named(request.path_params["model"])
         number = self.version_number(model, request.path_params.get("version"))
         version = self.serving_version(model, number) if number is not None else model.current
@@ -313,7 +325,7 @@ class _Server:
         payload["model_spec"]["version"] = str(version.number if version else number or 1)
         return _json(payload)
 
-    async def predict(self, request):
+    async def predict(self, request: Any) -> Any:
         raw = await _body(request, self.settings)  # read first: a client answered before sending its body sees a reset
         head, _, method = request.path_params["target"].rpartition(":")
         name, version = (request.path_params["model"], head) if "model" in request.path_params else (head, None)
@@ -333,7 +345,7 @@ class _Server:
         results = await self.decode(request, served, work, deadline)
         return _json(predict_response(signature, work, results, rows))
 
-    async def translate(self, request):
+    async def translate(self, request: Any) -> Any:
         body = parse_json(await _body(request, self.settings))
         deadline = _deadline(request, body)
         if len(self.models) > 1 or "model" in body:
@@ -356,17 +368,17 @@ class _Server:
             payload["seed"] = work.options.seed
         return _json(payload)
 
-    async def healthz(self, request):
+    async def healthz(self, request: Any) -> Any:
         return _json({"status": "alive"})
 
-    async def readyz(self, request):
+    async def readyz(self, request: Any) -> Any:
         names = ", ".join(m.name for m in self.models)
         if self.state.ready:
             return _json({"status": "ready", "model": names})
         return _json({"status": "failed" if self.state.failed else "loading", "model": names,
                       "error": self.state.failed or ""}, status=503)
 
-    async def stats(self, request):
+    async def stats(self, request: Any) -> Any:
         batcher = self.state.batcher
         versions = {model.name: {str(v.number): v.state for v in model.listed()} for model in self.models}
         return _json({"model": ", ".join(m.name for m in self.models), "ready": self.state.ready,
@@ -376,33 +388,33 @@ class _Server:
                       "in_flight": batcher.in_flight if batcher else 0, "versions": versions,
                       "settings": dataclasses.asdict(self.settings)})
 
-    async def prometheus(self, request):
+    async def prometheus(self, request: Any) -> Any:
         from starlette.responses import Response
 
         return Response(self.metrics.exposition(), media_type=CONTENT_TYPE)
 
     # ---------------------------------------------------------------- exception handlers
-    async def refused(self, request, error):
+    async def refused(self, request: Any, error: RequestError) -> Any:
         return _json({"error": str(error)}, status=error.status, headers=error.headers)
 
-    async def gone(self, request, error):
+    async def gone(self, request: Any, error: Exception) -> Any:
         return _json({"error": "The client went away."}, status=CLIENT_GONE)
 
-    async def internal(self, request, error):
+    async def internal(self, request: Any, error: Exception) -> Any:
         log.exception("%s %s failed", request.method, request.url.path, exc_info=error)
         return _json({"error": f"{type(error).__name__}: {error}"}, status=500)
 
-    async def http_error(self, request, error):
+    async def http_error(self, request: Any, error: Any) -> Any:
         message = {404: f"Unknown path {request.url.path}.",
                    405: f"{request.method} is not allowed on {request.url.path}."}.get(error.status_code,
                                                                                        str(error.detail))
         return _json({"error": message}, status=error.status_code)
 
-    async def client_disconnect(self, request, error):
+    async def client_disconnect(self, request: Any, error: Exception) -> Any:
         self.state.stats.cancelled += 1  # gone before its body was read: never queued
         return await self.gone(request, error)
 
-    def routes(self):
+    def routes(self) -> list[Any]:
         """The URLs: TensorFlow Serving's REST API, /translate, the health and readiness probes, the metrics."""
         from starlette.routing import Route
 
@@ -418,7 +430,7 @@ class _Server:
                 Route("/stats", self.stats, methods=["GET"]),
                 Route("/monitoring/prometheus/metrics", self.prometheus, methods=["GET"])]
 
-    def exception_handlers(self):
+    def exception_handlers(self) -> dict[Any, Callable[[Any, Any], Awaitable[Any]]]:
         """Every failure answered in one JSON line: refusals with their status, a client gone, the rest 500."""
         from starlette.exceptions import HTTPException
         from starlette.requests import ClientDisconnect
@@ -431,12 +443,13 @@ class _Counted:
     """The application with each answer counted by route and status (`Stats.responses`) and its latency observed
     (`Metrics`): an ASGI middleware, so that refusals and unknown paths are counted too."""
 
-    def __init__(self, app, stats, metrics):
+    def __init__(self, app: Any, stats: Stats, metrics: Metrics) -> None:
         self.app, self.stats, self.metrics = app, stats, metrics
         self.state = app.state
         self.router = app.router
 
-    async def __call__(self, scope, receive, send):
+    async def __call__(self, scope: dict[str, Any], receive: Callable[[], Awaitable[dict[str, Any]]],
+                       send: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -444,7 +457,7 @@ class _Counted:
         scope.setdefault("state", {})["arrived"] = arrived
         status = [500]
 
-        async def sending(message):
+        async def sending(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":
                 status[0] = message["status"]
             await send(message)
@@ -457,7 +470,7 @@ class _Counted:
             self.metrics.observe_request(route, status[0], time.monotonic() - arrived)
 
 
-def check_installed():
+def check_installed() -> None:
     """Raises `ConfigError` (naming the extra) when the server's packages (starlette, uvicorn, prometheus_client)
     are missing.
 
@@ -476,7 +489,8 @@ def check_installed():
                           "the serve extra of keras-transformer-mt (pip install '.[serve]' in a clone).")
 
 
-def serve(load, name, host="127.0.0.1", port=8501, settings=None, seeded=False):
+def serve(load: Callable[[], Any] | Iterable[ServedModel], name: str | None, host: str = "127.0.0.1",
+          port: int = 8501, settings: ServeSettings | None = None, seeded: bool = False) -> int:
     """Runs the server until SIGTERM or SIGINT (`keras-transformer serve`); returns the exit status.
 
     The model loads and warms up after the server listens (`/healthz` answers at once, `/readyz` once
@@ -498,7 +512,7 @@ def serve(load, name, host="127.0.0.1", port=8501, settings=None, seeded=False):
         # uvicorn re-raises the signal that stopped it once it has shut down, which would end the process by
         # SIGTERM; the server has finished its requests by then, so the process exits with a status of its own.
         @contextlib.contextmanager
-        def capture_signals(self):
+        def capture_signals(self) -> Iterator[None]:
             if threading.current_thread() is not threading.main_thread():
                 yield
                 return
@@ -512,7 +526,7 @@ def serve(load, name, host="127.0.0.1", port=8501, settings=None, seeded=False):
 
     failures = []
 
-    def failed(message):
+    def failed(message: str) -> None:
         failures.append(message)
         server.should_exit = True
 

@@ -2,6 +2,8 @@
 `max_batch` sentences that are decoded in turn (round-robin), concurrent requests asking for the same decoding
 gathered into one batch; what the server did, counted."""
 
+from __future__ import annotations
+
 import asyncio
 import collections
 import contextlib
@@ -9,9 +11,18 @@ import dataclasses
 import logging
 import math
 import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from keras_transformer.engines.interface import clean_line
 from keras_transformer.serving.requests import RequestError
+
+if TYPE_CHECKING:
+    import concurrent.futures
+
+    from keras_transformer.decoding.options import DecodeOptions
+    from keras_transformer.engines.interface import TranslatorInterface
+    from keras_transformer.serving.requests import ServeSettings, Work
 
 log = logging.getLogger("keras_transformer.serving")
 
@@ -35,13 +46,14 @@ class Engine:
     [[('Ein Hund.', -0.29)]]
     """
 
-    def __init__(self, translator, variants=8):
-        self.translator = translator
+    def __init__(self, translator: TranslatorInterface, variants: int = 8) -> None:
+        # a TranslatorInterface, and where its engine has them `sample`, `search_memory` and `max_target_length`
+        self.translator: Any = translator
         self.options = translator.options
-        self._variants = collections.OrderedDict()
+        self._variants: collections.OrderedDict[DecodeOptions, TranslatorInterface] = collections.OrderedDict()
         self._size = variants
 
-    def variant(self, options):
+    def variant(self, options: DecodeOptions) -> TranslatorInterface:
         """The translator decoding with `options` (the loaded one's `with_options`, kept for later requests)."""
         if options == self.options:
             return self.translator
@@ -52,13 +64,13 @@ class Engine:
         self._variants.move_to_end(options)
         return self._variants[options]
 
-    def run(self, key, parts):
+    def run(self, key: tuple[str, DecodeOptions, bool], parts: Sequence[Sequence[Any]]) -> list[list[Any]]:
         """Decodes one batch: `key` is `Work.key`, `parts` each request's items; returns each request's results
         (`(translation, score)` per sentence for "best", a list of them for "n_best", a score for "score")."""
         kind, options, prefixed = key
         items = [item for part in parts for item in part]
         if not items:
-            results = []
+            results: list[Any] = []
         elif prefixed:  # (sentence, target prefix) pairs, checked when the request was read
             hypotheses = self.variant(options).n_best_lines([s for s, _ in items], batch_size=len(items),
                                                             target_prefix=[p for _, p in items])
@@ -69,7 +81,7 @@ class Engine:
                                                         batch_size=len(items))
         elif kind == "best" and options.sampling and getattr(self.translator, "engine", "") == "tensorflow":
             # The TensorFlow engine's `sample` takes the sampling settings as inputs: one graph for every seed.
-            translator = self.variant(dataclasses.replace(options, seed=0, top_k=0, top_p=1.0, temperature=1.0))
+            translator: Any = self.variant(dataclasses.replace(options, seed=0, top_k=0, top_p=1.0, temperature=1.0))
             outputs = translator.sample([clean_line(line).encode("utf-8") for line in items], options.seed,
                                         float(options.temperature), options.top_k, float(options.top_p))
             results = [(text.decode("utf-8", "replace"), float(score))
@@ -84,12 +96,12 @@ class Engine:
             start += len(part)
         return split
 
-    def warm_up(self):
+    def warm_up(self) -> None:
         """Translates `WARM_UP_SENTENCES` sentences with the default options, as requests will."""
         sentences = [f"A warm-up sentence, number {i}." for i in range(WARM_UP_SENTENCES)]
         self.run(("best", self.options.replace(n_best=1), False), [sentences])
 
-    def search_memory(self, rows, beam):
+    def search_memory(self, rows: int, beam: int) -> int | None:
         """Bytes the search over `rows` sentences of `beam` hypotheses holds at its longest (the translator's
         `search_memory`), or None where the engine does not say."""
         measure = getattr(self.translator, "search_memory", None)
@@ -108,15 +120,15 @@ class Stats:
     {'5': 1}
     """
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.requests = self.sentences = self.batches = 0
         self.rejected = self.cancelled = self.deadline_exceeded = 0
-        self.batch_sentences = collections.Counter()
-        self.batch_requests = collections.Counter()
-        self.responses = collections.Counter()  # (route, status)
+        self.batch_sentences: collections.Counter[int] = collections.Counter()
+        self.batch_requests: collections.Counter[int] = collections.Counter()
+        self.responses: collections.Counter[tuple[str, int]] = collections.Counter()  # (route, status)
         self.seconds = self.longest = 0.0
 
-    def record(self, requests, sentences, seconds):
+    def record(self, requests: int, sentences: int, seconds: float) -> None:
         """Counts one decoded batch of `sentences` from `requests` requests."""
         self.batches += 1
         self.sentences += sentences
@@ -125,9 +137,9 @@ class Stats:
         self.seconds += seconds
         self.longest = max(self.longest, seconds)
 
-    def as_dict(self):
+    def as_dict(self) -> dict[str, Any]:
         """The counts as JSON-friendly values (histogram keys are strings)."""
-        responses = {}
+        responses: dict[str, dict[str, int]] = {}
         for (route, status), count in sorted(self.responses.items()):
             responses.setdefault(route, {})[str(status)] = count
         return {"requests": self.requests, "sentences": self.sentences, "batches": self.batches,
@@ -149,19 +161,19 @@ class Pending:
     """One admitted request: its engine and `Work`, the items handed to the engine so far (`taken`), the results
     back so far, its deadline (`time.monotonic()` seconds, or None) and the future its handler awaits."""
 
-    def __init__(self, engine, work, future, deadline):
+    def __init__(self, engine: Engine, work: Work, future: asyncio.Future[list[Any]], deadline: float | None) -> None:
         self.engine, self.work, self.future, self.deadline = engine, work, future, deadline
         self.arrived = time.monotonic()
         self.taken = 0
-        self.results = []
+        self.results: list[Any] = []
 
     @property
-    def key(self):
+    def key(self) -> tuple[Engine, tuple[str, DecodeOptions, bool]]:
         """What a batch shares: the engine (a model version) and `Work.key`."""
         return self.engine, self.work.key
 
     @property
-    def left(self):
+    def left(self) -> int:
         """Items not yet handed to the engine."""
         return len(self.work.items) - self.taken
 
@@ -183,40 +195,43 @@ class Batcher:
     Requests arriving while a batch decodes queue for the next. Create it inside the running event loop.
     """
 
-    def __init__(self, engine_call, settings, stats, executor):
+    def __init__(self, engine_call: Callable[[Engine, tuple[str, DecodeOptions, bool], list[Any]], list[Any]],
+                 settings: ServeSettings, stats: Stats, executor: concurrent.futures.Executor) -> None:
         self._call, self._settings, self._stats, self._executor = engine_call, settings, stats, executor
-        self._pending = collections.deque()
+        self._pending: collections.deque[Pending] = collections.deque()
         self._wake = asyncio.Event()
         self.in_flight = 0
-        self.batch_seconds = None  # recent seconds per batch (a moving average), for estimates
+        self.batch_seconds: float | None = None  # recent seconds per batch (a moving average), for estimates
         self.decoding = 0  # sentences of the batch on the engine's thread
-        self._parked = []  # requests with a chunk on the engine's thread and items left: back in the queue after it
-        self._last_engine = None
-        self.on_batch = None  # called with (engine, sentences, requests, seconds) after each batch
+        # requests with a chunk on the engine's thread and items left: back in the queue after it
+        self._parked: list[Pending] = []
+        self._last_engine: Engine | None = None
+        # called with (engine, sentences, requests, seconds) after each batch
+        self.on_batch: Callable[[Engine, int, int, float], None] | None = None
 
     @property
-    def queued(self):
+    def queued(self) -> int:
         """Requests waiting for (more of) their sentences to be decoded."""
         return len(self._pending) + len(self._parked)
 
     @property
-    def queued_sentences(self):
+    def queued_sentences(self) -> int:
         """Sentences waiting for the engine, all requests together (what `max_queue` bounds)."""
         return sum(pending.left for pending in self._pending) + sum(pending.left for pending in self._parked)
 
-    def drain_seconds(self, sentences):
+    def drain_seconds(self, sentences: int) -> float | None:
         """How long the engine takes for `sentences` queued sentences at the recent batch time (None: not known)."""
         if self.batch_seconds is None:
             return None
         return math.ceil(sentences / self._settings.max_batch) * self.batch_seconds
 
-    def admit(self, engine, work, deadline=None):
+    def admit(self, engine: Engine, work: Work, deadline: float | None = None) -> Pending:
         """Queues `work` for `engine`, or refuses it (503: the queue is full; 504: `deadline` cannot be met).
 
         Returns the `Pending` whose `future` gives the results (`wait` awaits it).
         """
         size, queued = len(work.items), self.queued_sentences
-        if queued + size > self._settings.max_queue:
+        if queued + size > self._settings.max_queue:  # type: ignore[operator]  # set by __post_init__
             self._stats.rejected += 1
             wait = self.drain_seconds(queued + self.decoding)
             retry = max(1, math.ceil(wait)) if wait is not None else 1
@@ -237,7 +252,7 @@ class Batcher:
         self._wake.set()
         return pending
 
-    async def wait(self, pending):
+    async def wait(self, pending: Pending) -> list[Any]:
         """The results of `pending` (raises its `RequestError` or the engine's error); past its deadline, 504."""
         self.in_flight += 1
         try:
@@ -252,11 +267,11 @@ class Batcher:
         finally:
             self.in_flight -= 1
 
-    async def submit(self, engine, work, deadline=None):
+    async def submit(self, engine: Engine, work: Work, deadline: float | None = None) -> list[Any]:
         """`admit` then `wait`: decodes `work` with `engine` in some batch(es) and returns its results."""
         return await self.wait(self.admit(engine, work, deadline))
 
-    def cancel(self, pending):
+    def cancel(self, pending: Pending) -> None:
         """Drops `pending` (its client has gone): out of the queue, its remaining items never decoded."""
         if pending.future.done():
             return
@@ -265,18 +280,18 @@ class Batcher:
         pending.future.set_exception(Cancelled())
         pending.future.exception()  # retrieved: nobody awaits it any more
 
-    def _expire(self, pending):
+    def _expire(self, pending: Pending) -> None:
         self._drop(pending)
         self._stats.deadline_exceeded += 1
         pending.future.set_exception(RequestError(504, _deadline_message(None, decoded=pending.taken)))
 
-    def _drop(self, pending):
+    def _drop(self, pending: Pending) -> None:
         with contextlib.suppress(ValueError):
             self._pending.remove(pending)
         with contextlib.suppress(ValueError):
             self._parked.remove(pending)
 
-    def _head(self):
+    def _head(self) -> Pending:
         """The request that decides the next batch: the oldest one, unless the last batch was its engine's (a model
         version's) and another engine has a request waiting: then the oldest of those (models take turns)."""
         for pending in self._pending:
@@ -284,15 +299,15 @@ class Batcher:
                 return pending
         return self._pending[0]
 
-    def _ready(self, key):
+    def _ready(self, key: tuple[Engine, tuple[str, DecodeOptions, bool]]) -> bool:
         return sum(p.left for p in self._pending if p.key == key) >= self._settings.max_batch
 
-    def _expire_overdue(self):
+    def _expire_overdue(self) -> None:
         now = time.monotonic()
         for pending in [p for p in self._pending if p.deadline is not None and p.deadline <= now]:
             self._expire(pending)
 
-    async def run(self):
+    async def run(self) -> None:
         """The batching loop (a task for the server's lifetime)."""
         loop = asyncio.get_running_loop()
         limit = self._settings.max_batch
@@ -361,7 +376,7 @@ class Batcher:
                     pending.future.set_result(pending.results)
 
 
-def _deadline_message(wait, decoded=None):
+def _deadline_message(wait: float | None, decoded: int | None = None) -> str:
     if decoded is not None:
         return (f"The request's deadline passed before it was answered ({decoded} of its sentences were "
                 "decoded; the rest were not).")

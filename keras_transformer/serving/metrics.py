@@ -6,7 +6,14 @@ Counts (requests by route and status, sentences, refusals) are read from the ser
 metrics are scraped, so the two always agree; latencies and batch sizes are histograms observed as they happen.
 """
 
+from __future__ import annotations
+
 import re
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from keras_transformer.serving.batching import Stats
 
 PREFIX = "keras_transformer_serve"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -21,7 +28,7 @@ _ROUTES = [(re.compile(r"/v1/models/[^/]+(/versions/[^/]+)?:.*"), "predict"),
            (re.compile(r"/monitoring/prometheus/metrics"), "metrics")]
 
 
-def route_of(path):
+def route_of(path: str) -> str:
     """The route a request path counts under (a few fixed names, so that labels stay few whatever is asked).
 
     Example:
@@ -45,7 +52,7 @@ class Metrics:
             `versions.ServedModel`s).
     """
 
-    def __init__(self, stats, server):
+    def __init__(self, stats: Stats, server: Any) -> None:
         from prometheus_client import CollectorRegistry, Histogram
 
         self.registry = CollectorRegistry(auto_describe=True)
@@ -58,16 +65,16 @@ class Metrics:
                                        buckets=LATENCY_BUCKETS, registry=self.registry)
         self.registry.register(_Counts(stats, server))
 
-    def observe_request(self, route, status, seconds):
+    def observe_request(self, route: str, status: int, seconds: float) -> None:
         """One answered request's latency."""
         self.latency.labels(route=route, status=str(status)).observe(seconds)
 
-    def observe_batch(self, sentences, seconds):
+    def observe_batch(self, sentences: int, seconds: float) -> None:
         """One decoded batch."""
         self.batch_sentences.observe(sentences)
         self.batch_seconds.observe(seconds)
 
-    def exposition(self):
+    def exposition(self) -> bytes:
         """The metrics in Prometheus' text format (bytes)."""
         from prometheus_client import generate_latest
 
@@ -77,13 +84,13 @@ class Metrics:
 class _Counts:
     """A `prometheus_client` collector of the server's counts, read when scraped."""
 
-    def __init__(self, stats, server):
+    def __init__(self, stats: Stats, server: Any) -> None:
         self.stats, self.server = stats, server
 
-    def describe(self):
+    def describe(self) -> list[Any]:
         return []
 
-    def collect(self):
+    def collect(self) -> Iterator[Any]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         stats = self.stats

@@ -1,10 +1,12 @@
 """The signatures `keras-transformer serve` answers for, as TensorFlow Serving describes them: the SavedModel
 export's, served by every engine."""
 
+from typing import Any
+
 VERSION = "1"  # the one version a TensorFlow Serving client sees: a model folder holds one model
 
 
-def _tensor(dtype, *dims):
+def _tensor(dtype: str, *dims: int) -> dict[str, Any]:
     return {"dtype": dtype, "tensor_shape": {"dim": [{"size": str(size), "name": ""} for size in dims],
                                              "unknown_rank": False}}
 
@@ -27,7 +29,7 @@ SIGNATURES = {
 }
 
 
-def batched_inputs(signature):
+def batched_inputs(signature: str) -> list[str]:
     """The inputs of `signature` that hold one value per row (shape `[-1]`), in order.
 
     Example:
@@ -38,7 +40,7 @@ def batched_inputs(signature):
     return [name for name, spec in SIGNATURES[signature]["inputs"].items() if spec["tensor_shape"]["dim"]]
 
 
-def signature_metadata(name):
+def signature_metadata(name: str) -> dict[str, Any]:
     """What TensorFlow Serving's `GET /v1/models/NAME/metadata` answers for the served signatures.
 
     Example:
@@ -48,7 +50,7 @@ def signature_metadata(name):
     """
     defs = {}
     for signature, spec in SIGNATURES.items():
-        def info(kind):
+        def info(kind: str) -> dict[str, Any]:
             return {key: {**tensor, "name": f"{signature}_{key}:0"} for key, tensor in spec[kind].items()}
         defs[signature] = {"inputs": info("inputs"), "outputs": info("outputs"),
                            "method_name": "tensorflow/serving/predict"}

@@ -12,6 +12,7 @@ import os
 import pathlib
 import re
 import typing
+from collections.abc import Callable, Iterable
 
 from keras_transformer.errors import ConfigError
 from keras_transformer.workdir import layout
@@ -29,12 +30,12 @@ class Version:
     number: int
     path: typing.Optional[str]
     state: str = START
-    engine: object = None
+    engine: typing.Any = None  # a `serving.batching.Engine`
     error: str = ""
     active: int = 0  # requests admitted for this version and not yet answered
     signature: tuple = ()  # the folder's files when it was loaded (a changed folder is tried again)
 
-    def status(self):
+    def status(self) -> dict[str, typing.Any]:
         """This version as TensorFlow Serving's `model_version_status` lists it."""
         return {"version": str(self.number), "state": self.state,
                 "status": {"error_code": "UNKNOWN" if self.error else "OK", "error_message": self.error}}
@@ -52,26 +53,28 @@ class ServedModel:
     (['START'], True)
     """
 
-    def __init__(self, name, load, base=None):
+    def __init__(self, name: str, load: Callable[..., typing.Any],
+                 base: str | os.PathLike[str] | None = None) -> None:
         self.name, self.load, self.base = name, load, base
-        self.versions = {}
-        self._seen = {}  # version number -> the folder's files at the last look
+        self.versions: dict[int, Version] = {}
+        # version number -> the folder's files at the last look
+        self._seen: dict[int, tuple[tuple[str, int, int], ...]] = {}
         if base is None:
             self.versions[1] = Version(1, None)
 
     @property
-    def current(self):
+    def current(self) -> Version | None:
         """The version new requests go to: the highest AVAILABLE one (None while none is)."""
         available = [v for v in self.versions.values() if v.state == AVAILABLE]
         return max(available, key=lambda v: v.number) if available else None
 
-    def listed(self, number=None):
+    def listed(self, number: int | None = None) -> list[Version]:
         """The versions, highest first (TensorFlow Serving's order), or the one numbered `number` (a list of one,
         or empty when there is no such version)."""
         versions = sorted(self.versions.values(), key=lambda v: -v.number)
         return [v for v in versions if number is None or v.number == number]
 
-    def to_load(self):
+    def to_load(self) -> Version | None:
         """The version to load next, or None: at start, the highest numbered folder; later, a folder numbered
         higher than every version known whose files have not changed since the last look (or one that failed to
         load, once its files have changed)."""
@@ -96,14 +99,14 @@ class ServedModel:
         self.versions[number] = version
         return version
 
-    def replaced(self):
+    def replaced(self) -> list[Version]:
         """The versions below the current one still AVAILABLE: they take no new request (UNLOADING)."""
         current = self.current
         return [v for v in self.versions.values() if current is not None and v.state == AVAILABLE
                 and v.number < current.number]
 
 
-def numbered_versions(base):
+def numbered_versions(base: str | os.PathLike[str]) -> dict[int, pathlib.Path]:
     """`{number: path}` of the folders of `base` named by a number that hold a model (hidden ones left out).
 
     Example:
@@ -112,7 +115,7 @@ def numbered_versions(base):
     >>> numbered_versions(tempfile.mkdtemp())
     {}
     """
-    found = {}
+    found: dict[int, pathlib.Path] = {}
     try:
         entries = list(os.scandir(base))
     except OSError:
@@ -123,7 +126,7 @@ def numbered_versions(base):
     return found
 
 
-def is_version_base(path):
+def is_version_base(path: str | os.PathLike[str]) -> bool:
     """True when `path` is a folder of numbered model versions rather than a model itself.
 
     Example:
@@ -135,7 +138,7 @@ def is_version_base(path):
     return layout.model_kind(path) is None and bool(numbered_versions(path))
 
 
-def folder_signature(path):
+def folder_signature(path: str | os.PathLike[str]) -> tuple[tuple[str, int, int], ...]:
     """Every file under `path` with its size and modification time (what changes while a copy is written)."""
     files = []
     for root, _, names in os.walk(path):
@@ -149,7 +152,7 @@ def folder_signature(path):
     return tuple(sorted(files))
 
 
-def parse_model_argument(values):
+def parse_model_argument(values: Iterable[str]) -> list[tuple[str | None, str]]:
     """The `--model` values of `serve` as `[(name or None, path)]`: `NAME=PATH` names a model (repeatable: one
     server, several models), a plain `PATH` repeated is one ensemble. Raises `ConfigError` for a mix or a name
     given twice.
@@ -161,7 +164,7 @@ def parse_model_argument(values):
     >>> parse_model_argument(["runs/a", "runs/b"])
     [(None, 'runs/a'), (None, 'runs/b')]
     """
-    parsed = []
+    parsed: list[tuple[str | None, str]] = []
     for value in values:
         name, equals, path = value.partition("=")
         named = equals and re.fullmatch(NAME_PATTERN, name) and not os.path.exists(value)

@@ -29,6 +29,9 @@ import shutil
 import signal
 import threading
 import typing
+from collections.abc import Callable, Iterator
+from types import FrameType
+from typing import Any, Literal
 
 import keras
 import numpy as np
@@ -53,7 +56,7 @@ METADATA = "training_metadata.json"
 PREVIOUS = ".bkp"  # the backup before the latest: WEIGHTS + PREVIOUS, METADATA + PREVIOUS
 
 
-def resumed_seed(seed, epoch=0, batch=0):
+def resumed_seed(seed: int, epoch: int = 0, batch: int = 0) -> int:
     """The seed of a run that starts at `(epoch, batch)`: `seed` itself for a fresh run.
 
     Keras does not save the dropout generators' state, and a seeded tf.data
@@ -74,7 +77,7 @@ def resumed_seed(seed, epoch=0, batch=0):
     return int(np.random.SeedSequence([int(seed), int(epoch), int(batch)]).generate_state(1)[0] & 0x7FFFFFFF)
 
 
-def accumulation_steps(optimizer):
+def accumulation_steps(optimizer: Any) -> int:
     """The batches an optimizer accumulates gradients over before each update (its
     `gradient_accumulation_steps`): 1 without accumulation.
 
@@ -102,11 +105,12 @@ class BackupState:
     stream: typing.Optional[dict] = None  # where the training data's stream resumes (`TrainingData.stream_position`)
 
     @property
-    def position(self):
+    def position(self) -> tuple[int, int]:
         return (self.epoch, self.done)
 
 
-def _read_pair(weights, metadata):
+def _read_pair(weights: pathlib.Path,
+               metadata: pathlib.Path) -> tuple[int, int, bool, int, dict[str, Any] | None]:
     """`(epoch, batches done, moving average, gradient accumulation steps, stream position or None)` of a
     weights file and its metadata; raises on anything that makes them unusable."""
     if not weights.is_file():
@@ -130,7 +134,7 @@ def _read_pair(weights, metadata):
             int(record["gradient_accumulation_steps"]), stream if isinstance(stream, dict) else None)
 
 
-def find_backup(backup_dir):
+def find_backup(backup_dir: str | os.PathLike[str]) -> BackupState | None:
     """The newest whole backup in `backup_dir`: the latest, or the one before it when the latest is not whole.
 
     Returns:
@@ -159,7 +163,7 @@ def find_backup(backup_dir):
         f"starts afresh); to start again from scratch, delete {backup_dir.parent}.")
 
 
-def backup_position(backup_dir):
+def backup_position(backup_dir: str | os.PathLike[str]) -> tuple[int, int]:
     """`(epoch, batches)` a run resumes at from `backup_dir`: the epochs finished, and how many batches of the
     next one were trained. `(0, 0)` when there is no backup to resume.
 
@@ -170,7 +174,7 @@ def backup_position(backup_dir):
     return (0, 0) if state is None else state.position
 
 
-def backup_stream(backup_dir):
+def backup_stream(backup_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
     """The training stream's position the newest whole backup in `backup_dir` records (a dict), or None.
 
     Example:
@@ -183,7 +187,7 @@ def backup_stream(backup_dir):
     return None if state is None else state.stream
 
 
-def load_backup_weights(model, path):
+def load_backup_weights(model: Any, path: str | os.PathLike[str]) -> Any:
     """`model.load_weights` of a backup's weights file, the previous one (`latest.weights.h5.bkp`) included:
     Keras reads only names ending in `.weights.h5`, so that one is read through a temporary link."""
     path = pathlib.Path(path)
@@ -236,7 +240,8 @@ class ResumableBackup(keras.callbacks.Callback):
             `epoch` (a JSON-able dict, recorded as `stream`), or None.
     """
 
-    def __init__(self, backup_dir, save_freq="epoch", guard=None, position=None):
+    def __init__(self, backup_dir: str | os.PathLike[str], save_freq: Literal["epoch"] | int = "epoch",
+                 guard: Any = None, position: Callable[[int, int], dict[str, Any] | None] | None = None) -> None:
         super().__init__()
         if save_freq != "epoch" and not (isinstance(save_freq, int) and save_freq > 0):
             raise ValueError(f"ResumableBackup: save_freq must be 'epoch' or a positive number of batches, "
@@ -251,19 +256,19 @@ class ResumableBackup(keras.callbacks.Callback):
         self._since = 0  # batches since the last backup
         self._last_end = 0  # `batch + 1` of the last batch end seen in this epoch (steps_per_execution jumps)
         self._latest_whole = False  # whether backup_dir's latest pair is whole, so that it may become `.bkp`
-        self.stop_signal = None  # the name of a signal that asked the run to stop (`stop_on_sigterm`)
+        self.stop_signal: str | None = None  # the name of a signal that asked the run to stop (`stop_on_sigterm`)
 
     @property
-    def weights_path(self):
+    def weights_path(self) -> pathlib.Path:
         """`backup_dir/latest.weights.h5`: weights and optimizer state."""
         return self.backup_dir / WEIGHTS
 
     @property
-    def metadata_path(self):
+    def metadata_path(self) -> pathlib.Path:
         """`backup_dir/training_metadata.json`: the position the backup resumes at."""
         return self.backup_dir / METADATA
 
-    def restore(self):
+    def restore(self) -> BackupState | None:
         """Loads the newest whole backup into the (built, compiled) model.
 
         Returns:
@@ -312,13 +317,13 @@ class ResumableBackup(keras.callbacks.Callback):
         self._latest_whole = not state.previous
         return state
 
-    def on_epoch_begin(self, epoch, logs=None):
+    def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         self.epoch = epoch
         self._since, self._last_end = 0, 0
 
-    def on_train_batch_end(self, batch, logs=None):
+    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         self._done = self.offset + batch + 1
-        steps = (self.params or {}).get("steps")
+        steps: Any = (self.params or {}).get("steps")
         last = bool(steps) and batch + 1 >= steps  # the epoch's last batch: the epoch-end backup follows
         if self.stop_signal is not None and not last and self._may_stop():
             self.save(self.epoch, self._done)
@@ -333,18 +338,18 @@ class ResumableBackup(keras.callbacks.Callback):
             self._since = 0
             self.save(self.epoch, self._done)
 
-    def on_epoch_end(self, epoch, logs=None):
+    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         self._done, self.offset = 0, 0
         self.save(epoch + 1, 0)
         if self.stop_signal is not None and self._may_stop():
             raise RunStopped(self.stop_signal, (epoch + 1, 0), self.backup_dir)
 
-    def _may_stop(self):
+    def _may_stop(self) -> bool:
         """Whether a stop may end the run here: not when the guard stopped it for a non-finite loss (its own
         error then says what was saved)."""
         return self.guard is None or not getattr(self.guard, "tripped", False)
 
-    def save(self, epoch, done):
+    def save(self, epoch: int, done: int) -> None:
         """Writes a backup that resumes after `done` batches of epoch `epoch` (0-based: the epochs finished)."""
         if self.guard is not None and not self.guard.safe_to_save(self.model):
             return
@@ -374,7 +379,7 @@ class ResumableBackup(keras.callbacks.Callback):
 
 
 @contextlib.contextmanager
-def stop_on_sigterm(backup):
+def stop_on_sigterm(backup: ResumableBackup) -> Iterator[ResumableBackup]:
     """While active, SIGTERM asks `backup` (a `ResumableBackup`) to stop the run at the end of the batch being
     trained, after a backup at it; a second SIGTERM ends the process at once, as SIGTERM does by default (the
     backups being atomic, nothing written is lost either way). Outside the main thread, where Python cannot take
@@ -392,7 +397,7 @@ def stop_on_sigterm(backup):
         yield backup
         return
 
-    def handler(number, frame):
+    def handler(number: int, frame: FrameType | None) -> None:
         if backup.stop_signal is not None:  # the second: stop now
             signal.signal(number, signal.SIG_DFL)
             os.kill(os.getpid(), number)
@@ -409,7 +414,7 @@ def stop_on_sigterm(backup):
 METRIC_STATE = "metrics.npz"  # in the backup folder
 
 
-def save_metric_state(model, backup_dir, epoch, done):
+def save_metric_state(model: Any, backup_dir: str | os.PathLike[str], epoch: int, done: int) -> None:
     """Writes the model's metric accumulators (the loss tracker's total and count, the accuracy's) as they stand
     after `done` batches of `epoch`, atomically."""
     values = {f"v{i}": keras.ops.convert_to_numpy(v) for i, v in enumerate(model.metrics_variables)}
@@ -431,13 +436,13 @@ class RestoreMetricState(keras.callbacks.Callback):
     batches alone, with a warning.
     """
 
-    def __init__(self, backup_dir, epoch, done, replicas=1):
+    def __init__(self, backup_dir: str | os.PathLike[str], epoch: int, done: int, replicas: int = 1) -> None:
         super().__init__()
         self.path = pathlib.Path(backup_dir) / METRIC_STATE
         self.epoch, self.done, self.replicas = epoch, done, replicas
         self._pending = False
 
-    def _saved(self):
+    def _saved(self) -> list[np.ndarray] | None:
         if self.replicas != 1:
             return None
         try:
@@ -450,10 +455,10 @@ class RestoreMetricState(keras.callbacks.Callback):
         except (OSError, KeyError, ValueError):
             return None
 
-    def on_epoch_begin(self, epoch, logs=None):
+    def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         self._pending = epoch == self.epoch
 
-    def on_train_batch_end(self, batch, logs=None):
+    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         if not self._pending:
             return
         self._pending = False

@@ -9,6 +9,8 @@ import logging
 import math
 import os
 import pathlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import keras
 import numpy as np
@@ -21,7 +23,7 @@ from keras_transformer.workdir.checkpoints import rotate_checkpoints, save_weigh
 log = logging.getLogger("keras_transformer")
 
 
-def all_finite(variables):
+def all_finite(variables: Iterable[Any]) -> bool:
     """Whether every value of `variables` (Keras variables or arrays) is finite.
 
     >>> all_finite([np.ones(3)]), all_finite([np.ones(3), np.array([1.0, np.nan])])
@@ -45,16 +47,16 @@ class NonFiniteGuard(keras.callbacks.Callback):
     which optimizer update, and `reason` why.
     """
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
-        self.update = None
-        self.reason = None
+        self.update: int | None = None
+        self.reason: str | None = None
 
     @property
-    def tripped(self):
+    def tripped(self) -> bool:
         return self.reason is not None
 
-    def trip(self, reason):
+    def trip(self, reason: str) -> None:
         """Stops the run: nothing is saved from now on."""
         if self.tripped:
             return
@@ -63,12 +65,12 @@ class NonFiniteGuard(keras.callbacks.Callback):
         self.model.stop_training = True
         log.error("Training stops at update %d: %s. Nothing of this epoch is saved.", self.update, reason)
 
-    def on_train_batch_end(self, batch, logs=None):
+    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         loss = (logs or {}).get("loss")
         if loss is not None and not math.isfinite(float(np.asarray(loss))):
             self.trip(f"the training loss became {float(np.asarray(loss))}")
 
-    def safe_to_save(self, model=None):
+    def safe_to_save(self, model: Any = None) -> bool:
         """False once the run has tripped, or when a trainable weight is not finite (which trips it)."""
         if self.tripped:
             return False
@@ -78,7 +80,7 @@ class NonFiniteGuard(keras.callbacks.Callback):
         return True
 
 
-def _safe(guard, model):
+def _safe(guard: NonFiniteGuard | None, model: Any) -> bool:
     return guard is None or guard.safe_to_save(model)
 
 
@@ -97,13 +99,14 @@ class EpochCheckpoint(keras.callbacks.Callback):
         guard: a `NonFiniteGuard` that can veto the save, or None.
     """
 
-    def __init__(self, directory, keep=None, guard=None):
+    def __init__(self, directory: str | os.PathLike[str], keep: int | None = None,
+                 guard: NonFiniteGuard | None = None) -> None:
         super().__init__()
         self.directory = pathlib.Path(directory)
         self.keep = keep
         self.guard = guard
 
-    def on_epoch_end(self, epoch, logs=None):
+    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         if not _safe(self.guard, self.model):
             return
         with averaged_weights(self.model):
@@ -120,15 +123,16 @@ class StepCheckpoint(keras.callbacks.Callback):
     accumulation one step spans several batches.
     """
 
-    def __init__(self, directory, every, keep=3, guard=None):
+    def __init__(self, directory: str | os.PathLike[str], every: int, keep: int = 3,
+                 guard: NonFiniteGuard | None = None) -> None:
         super().__init__()
         self.directory = pathlib.Path(directory)
         self.every = int(every)
         self.keep = int(keep)
         self.guard = guard
-        self._saved = None
+        self._saved: int | None = None
 
-    def on_train_batch_end(self, batch, logs=None):
+    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         step = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))  # a jax.Array on JAX with accumulation
         if step % self.every == 0 and step != self._saved and _safe(self.guard, self.model):
             self._saved = step
@@ -140,7 +144,7 @@ class StepCheckpoint(keras.callbacks.Callback):
 class LearningRateLogger(keras.callbacks.Callback):
     """Adds `learning_rate` and the optimizer `step` to the epoch logs (for history.csv and TensorBoard)."""
 
-    def on_epoch_end(self, epoch, logs=None):
+    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         if logs is None:
             return
         optimizer = self.model.optimizer
@@ -166,22 +170,22 @@ class ProgressLogger(keras.callbacks.ProgbarLogger):
 
     HIDDEN = ("step",)
 
-    def __init__(self, epochs=None):
+    def __init__(self, epochs: int | None = None) -> None:
         super().__init__()
         self.run_epochs = epochs  # the run's training.epochs: a resumed epoch's header reads "Epoch 3/8", not 3/3
 
-    def set_params(self, params):
+    def set_params(self, params: dict[str, Any]) -> None:
         super().set_params(params)
         if self.run_epochs is not None:
-            self.epochs = max(int(self.run_epochs), self.epochs)
+            self.epochs: int = max(int(self.run_epochs), self.epochs)
 
     @classmethod
-    def shown(cls, logs):
+    def shown(cls, logs: Mapping[str, Any] | None) -> dict[str, Any]:
         """The entries of `logs` the progress line prints."""
         return {key: value for key, value in (logs or {}).items() if key not in cls.HIDDEN and not (
             isinstance(value, float) and math.isnan(value))}
 
-    def on_epoch_end(self, epoch, logs=None):
+    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         super().on_epoch_end(epoch, self.shown(logs))
 
 
@@ -197,13 +201,13 @@ class HistoryCSV(keras.callbacks.Callback):
         guard: a `NonFiniteGuard`: an epoch it stopped gets no row (it trains again when the run resumes).
     """
 
-    def __init__(self, path, guard=None):
+    def __init__(self, path: str | os.PathLike[str], guard: NonFiniteGuard | None = None) -> None:
         super().__init__()
         self.path = pathlib.Path(path)
         self.guard = guard
-        self._started = None
+        self._started: int | None = None
 
-    def read(self):
+    def read(self) -> tuple[list[str], list[dict[str, Any]]]:
         """`(header, rows)` of the file as it stands; `([], [])` without one."""
         if not self.path.is_file():
             return [], []
@@ -211,15 +215,15 @@ class HistoryCSV(keras.callbacks.Callback):
             reader = csv.DictReader(f)
             return list(reader.fieldnames or []), list(reader)
 
-    def _write(self, header, rows):
-        def write(temporary):
+    def _write(self, header: list[str], rows: list[dict[str, Any]]) -> None:
+        def write(temporary: str | os.PathLike[str]) -> None:
             with open(temporary, "w", newline="", encoding="utf-8") as f:
                 writer = csv.DictWriter(f, fieldnames=header, restval="")
                 writer.writeheader()
                 writer.writerows(rows)
         atomic_write(self.path, write)
 
-    def on_epoch_begin(self, epoch, logs=None):
+    def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         if self._started is None:
             self._started = epoch
             header, rows = self.read()
@@ -227,7 +231,7 @@ class HistoryCSV(keras.callbacks.Callback):
             if len(kept) != len(rows):
                 self._write(header, kept)
 
-    def on_epoch_end(self, epoch, logs=None):
+    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         if self.guard is not None and self.guard.tripped:
             return
         header, rows = self.read()
@@ -238,12 +242,12 @@ class HistoryCSV(keras.callbacks.Callback):
         self._write(new_header, rows)
 
 
-def _plain(value):
+def _plain(value: Any) -> Any:
     value = np.asarray(value)
     return value.item() if value.size == 1 else value.tolist()
 
 
-def best_logged(history_csv, key, epochs):
+def best_logged(history_csv: str | os.PathLike[str], key: str, epochs: int) -> float:
     """The highest finite `key` in the first `epochs` rows of a history.csv; -inf without one."""
     _, rows = HistoryCSV(history_csv).read()
     values = []
@@ -298,9 +302,12 @@ class BleuCallback(keras.callbacks.Callback):
     >>> model.fit(train_ds, epochs=10, callbacks=[callback, keras.callbacks.CSVLogger("history.csv")])  # doctest: +SKIP
     """
 
-    def __init__(self, sources, references, translator=None, make_translator=None, every_n_epochs=1,
-                 lowercase=False, lang=None, tokenized_references=None, best_path=None, monitor="val_bleu",
-                 batch_size=64, translator_options=None, verbose=1, best=-math.inf, guard=None):
+    def __init__(self, sources: Sequence[str], references: Sequence[str], translator: Any = None,
+                 make_translator: Callable[..., Any] | None = None, every_n_epochs: int = 1,
+                 lowercase: bool = False, lang: str | None = None, tokenized_references: Sequence[str] | None = None,
+                 best_path: str | os.PathLike[str] | None = None, monitor: str = "val_bleu", batch_size: int = 64,
+                 translator_options: Mapping[str, Any] | None = None, verbose: int | bool = 1, best: float = -math.inf,
+                 guard: NonFiniteGuard | None = None) -> None:
         super().__init__()
         if translator is None and make_translator is None:
             raise ValueError("BleuCallback needs a translator or (source, target) tokenizers.")
@@ -325,20 +332,21 @@ class BleuCallback(keras.callbacks.Callback):
         self.verbose = verbose
         self.best = float(best)
         self.guard = guard
-        self.history = []  # (epoch, bleu)
+        self.history: list[tuple[int, float]] = []  # (epoch, bleu)
 
-    def on_train_begin(self, logs=None):
+    def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
         if self.translator is None:
+            assert self.make_translator is not None  # __init__ refuses a callback with neither
             self.translator = self.make_translator(self.model, **self.translator_options)
 
-    def compute_bleu(self):
+    def compute_bleu(self) -> float:
         """Translates the validation sources with the current weights and returns BLEU."""
         hypotheses = self.translator.translate_lines(self.sources, batch_size=self.batch_size)
         if self.tokenized_references is not None:
             return evaluation.multi30k_bleu(hypotheses, self.tokenized_references, self.lang).score
         return evaluation.bleu(hypotheses, self.references, lowercase=self.lowercase).score
 
-    def on_epoch_end(self, epoch, logs=None):
+    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         logs = logs if logs is not None else {}
         if (epoch + 1) % self.every_n_epochs or (self.guard is not None and self.guard.tripped):
             logs[self.monitor] = float("nan")

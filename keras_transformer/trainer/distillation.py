@@ -29,7 +29,10 @@ label-smoothed loss, so validation losses compare with undistilled runs.
 
 import json
 import logging
+import os
 import pathlib
+from collections.abc import Sequence
+from typing import Any
 
 import keras
 import numpy as np
@@ -50,7 +53,9 @@ TEACHER_FILE = "teacher.npz"
 
 
 # ------------------------------------------------------------------ the teachers' distributions
-def teacher_top_k(models, sources, targets, *, top_k=8, tokens_per_batch=8192, pad_id=0, bos_id=2, eos_id=3):
+def teacher_top_k(models: Any, sources: Sequence[np.ndarray], targets: Sequence[np.ndarray], *, top_k: int = 8,
+                  tokens_per_batch: int = 8192, pad_id: int = 0, bos_id: int = 2,
+                  eos_id: int = 3) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """The teachers' mean next-token distribution at every target position, truncated to its `top_k` ids.
 
     Each pair is fed as training feeds it (source + eos; bos + target), every
@@ -89,9 +94,11 @@ def teacher_top_k(models, sources, targets, *, top_k=8, tokens_per_batch=8192, p
     top_k = int(top_k)
     batches, chunks = make_batches(sources, targets, tokens_per_batch, pad_id=pad_id, bos_id=bos_id,
                                           eos_id=eos_id, return_indices=True)
+    ids: list[Any]
+    probabilities: list[Any]
     ids, probabilities = [None] * len(targets), [None] * len(targets)
     for number, ((source, target_input, _), chunk) in enumerate(zip(batches, chunks)):
-        mean = 0.0
+        mean: Any = 0.0  # the members' mean distribution, (B, T, V)
         for model in members:  # called directly: a compiled step would retrace for every batch shape
             logits = ops.convert_to_numpy(ops.cast(model({"source": source, "target": target_input}, training=False),
                                                    "float32"))
@@ -112,13 +119,15 @@ def teacher_top_k(models, sources, targets, *, top_k=8, tokens_per_batch=8192, p
     return ids, probabilities
 
 
-def save_teacher(path, ids, probabilities, **metadata):
+def save_teacher(path: str | os.PathLike[str], ids: Sequence[np.ndarray], probabilities: Sequence[np.ndarray],
+                 **metadata: Any) -> None:
     """Writes `teacher_top_k`'s output to an `.npz` file (probabilities as float16), with JSON `metadata`."""
 
     if len(ids) != len(probabilities):
         raise ValueError(f"save_teacher: {len(ids)} id arrays but {len(probabilities)} probability arrays.")
     lengths = np.array([len(i) for i in ids], np.int32)
     k = ids[0].shape[-1] if len(ids) else 0
+    values: dict[str, Any]  # numpy's stubs would read a dict of arrays as savez's allow_pickle too
     values = {"lengths": lengths,
               "ids": np.concatenate(ids).astype(np.int32) if len(ids) else np.zeros((0, k), np.int32),
               "probabilities": (np.concatenate(probabilities).astype(np.float16) if len(ids)
@@ -127,7 +136,8 @@ def save_teacher(path, ids, probabilities, **metadata):
     atomic_write(path, lambda temporary: np.savez_compressed(open(temporary, "wb"), **values))
 
 
-def load_teacher(path, targets=None):
+def load_teacher(path: str | os.PathLike[str], targets: Sequence[Any] | None = None,
+                 ) -> tuple[list[np.ndarray], list[np.ndarray], dict[str, Any]]:
     """Reads a `save_teacher` file: `(ids, probabilities, metadata)`, lists of per-pair arrays.
 
     Args:
@@ -155,7 +165,7 @@ def load_teacher(path, targets=None):
     return np.split(ids, cuts), np.split(probabilities, cuts), metadata
 
 
-def unpack_labels(y_true):
+def unpack_labels(y_true: Any) -> tuple[Any, Any, Any]:
     """Packed labels (`pack_labels`) -> `(labels int32 (B, T), ids int32 (B, T, k), probabilities float32 (B, T, k))`.
 
     Example:
@@ -196,17 +206,18 @@ class DistillationLoss(LabelSmoothedCrossEntropy):
     1.3863
     """
 
-    def __init__(self, label_smoothing=0.1, distill_weight=0.5, pad_id=0, name="distillation_loss", **kwargs):
+    def __init__(self, label_smoothing: float = 0.1, distill_weight: float = 0.5, pad_id: int = 0,
+                 name: str = "distillation_loss", **kwargs: Any) -> None:
         super().__init__(label_smoothing, pad_id=pad_id, name=name, **kwargs)
         if not 0.0 <= float(distill_weight) <= 1.0:
             raise ValueError(f"distill_weight must be in [0, 1], got {distill_weight}.")
         self.distill_weight = float(distill_weight)
 
-    def labels(self, y_true):
+    def labels(self, y_true: Any) -> Any:
         """The reference ids `(B, T)` of plain or packed labels."""
         return ops.cast(y_true, "int32") if len(y_true.shape) == 2 else unpack_labels(y_true)[0]
 
-    def call(self, y_true, y_pred):
+    def call(self, y_true: Any, y_pred: Any) -> Any:
         """Per-token losses `(B, T)` (pads included; `__call__` masks them)."""
         if len(y_true.shape) == 2:
             return smoothed_cross_entropy(y_true, y_pred, self.label_smoothing)
@@ -218,11 +229,11 @@ class DistillationLoss(LabelSmoothedCrossEntropy):
         return smoothed_cross_entropy(labels, y_pred, self.label_smoothing, ids, probabilities,
                                       self.distill_weight)
 
-    def __call__(self, y_true, y_pred, sample_weight=None):
+    def __call__(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> Any:
         per_token = self.call(y_true, y_pred)
         return self._masked_mean(per_token, self.labels(y_true), sample_weight)
 
-    def get_config(self):
+    def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "distill_weight": self.distill_weight}
 
 
@@ -230,21 +241,23 @@ class DistillationLoss(LabelSmoothedCrossEntropy):
 class DistillationAccuracy(MaskedAccuracy):
     """`MaskedAccuracy` against the reference ids of plain or packed (`pack_labels`) labels."""
 
-    def update_state(self, y_true, y_pred, sample_weight=None):
+    def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
         labels = y_true if len(y_true.shape) == 2 else unpack_labels(y_true)[0]
         return super().update_state(labels, y_pred, sample_weight)
 
 
 # ------------------------------------------------------------------ the teacher file of a workdir
-def _load_member(workdir, checkpoint):
+def _load_member(workdir: str | os.PathLike[str], checkpoint: Any) -> Any:
     return load_models(workdir, checkpoint)[0][0]
 
 
-def _vocabulary(workdir):
+def _vocabulary(workdir: str | os.PathLike[str]) -> dict[str, bytes]:
     return folder_files(pathlib.Path(workdir) / WORKDIR_VOCAB)
 
 
-def make_teacher(workdir, members, *, top_k=8, tokens_per_batch=8192, output=None):
+def make_teacher(workdir: str | os.PathLike[str], members: Sequence[tuple[str | os.PathLike[str], Any]], *,
+                 top_k: int = 8, tokens_per_batch: int = 8192,
+                 output: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """Writes the teachers' top-k distributions over `workdir`'s training pairs to `workdir/teacher.npz`.
 
     Args:

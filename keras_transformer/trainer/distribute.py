@@ -22,6 +22,8 @@ This module is TensorFlow-specific on purpose: model code never imports it.
 
 import json
 import os
+from collections.abc import Sequence
+from typing import Any
 
 import tensorflow as tf
 
@@ -33,7 +35,7 @@ _TPU_ENV = ("TPU_NAME", "COLAB_TPU_ADDR", "TPU_ACCELERATOR_TYPE", "KUBE_GOOGLE_C
 _TPU_DEVICE = "/dev/accel0"  # a TPU VM's first TPU chip
 
 
-def cluster_spec_from_env():
+def cluster_spec_from_env() -> dict[str, Any] | None:
     """Returns the parsed `TF_CONFIG` (a dict) or `None` when it is not set.
 
     Raises:
@@ -60,16 +62,16 @@ def cluster_spec_from_env():
     return spec
 
 
-def _num_workers(spec):
+def _num_workers(spec: dict[str, Any]) -> int:
     cluster = spec.get("cluster", {})
     return sum(len(cluster.get(kind, [])) for kind in ("chief", "worker"))
 
 
-def _tpu_announced():
+def _tpu_announced() -> bool:
     return any(os.environ.get(name) for name in _TPU_ENV) or os.path.exists(_TPU_DEVICE)
 
 
-def resolve_strategy_name(name="auto"):
+def resolve_strategy_name(name: str = "auto") -> str:
     """Turns `"auto"` into the concrete strategy name for this machine; checks explicit names.
 
     `auto` looks, in this order, for `TF_CONFIG` with more than one worker
@@ -101,7 +103,8 @@ def resolve_strategy_name(name="auto"):
     return "default"
 
 
-def make_strategy(name="auto", devices=None, tpu=None, communication="auto"):
+def make_strategy(name: str = "auto", devices: Sequence[str] | None = None, tpu: str | None = None,
+                  communication: str = "auto") -> Any:
     """Builds the `tf.distribute.Strategy` called `name`.
 
     Call it before any other TensorFlow work in the process: multi-worker and TPU
@@ -153,7 +156,7 @@ def make_strategy(name="auto", devices=None, tpu=None, communication="auto"):
     return tf.distribute.TPUStrategy(resolver)
 
 
-def global_batch_size(batch_size, num_replicas, scaling="per_replica"):
+def global_batch_size(batch_size: int, num_replicas: int, scaling: str = "per_replica") -> int:
     """The global batch (sentences or tokens) that one training step consumes.
 
     Args:
@@ -181,7 +184,7 @@ def global_batch_size(batch_size, num_replicas, scaling="per_replica"):
     return int(batch_size)
 
 
-def task_info(strategy=None):
+def task_info(strategy: Any = None) -> tuple[str | None, int, bool]:
     """Returns `(task_type, task_id, is_chief)` for this process.
 
     Without a multi-worker cluster this is `(None, 0, True)`. The chief is task
@@ -202,7 +205,7 @@ def task_info(strategy=None):
     return task_type, task_id, is_chief
 
 
-def input_shard(strategy=None):
+def input_shard(strategy: Any = None) -> tuple[int, int]:
     """`(workers, index)`: how many workers read the training data, and which part this process reads.
 
     Each worker of a multi-worker run reads the lines whose number is its index
@@ -226,7 +229,7 @@ def input_shard(strategy=None):
     return chiefs + workers, index
 
 
-def describe(strategy):
+def describe(strategy: Any) -> str:
     """One line naming the strategy, its replicas and this task, for logs.
 
     Example:
@@ -245,7 +248,7 @@ def describe(strategy):
 
 
 
-def apply_keras_workarounds(model):
+def apply_keras_workarounds(model: Any) -> Any:
     """Lets `model.fit`/`evaluate` run under `MultiWorkerMirroredStrategy`: Keras 3's two multi-worker bugs,
     fixed by `keras_internals.apply_multi_worker_workarounds` (which names them).
 

@@ -17,18 +17,20 @@ Backend-neutral (keras and numpy).
 """
 
 import contextlib
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 import keras
 
 from keras_transformer.runtime.keras_internals import moving_average_pairs
 
 
-def has_average(model):
+def has_average(model: Any) -> bool:
     """Whether `model`'s optimizer keeps a moving average of its weights."""
     return bool(moving_average_pairs(getattr(model, "optimizer", None)))
 
 
-def _swap(pairs):
+def _swap(pairs: Iterable[tuple[Any, Any]]) -> None:
     for weight, average in pairs:
         raw = keras.ops.convert_to_numpy(weight)
         weight.assign(keras.ops.convert_to_numpy(average))
@@ -36,7 +38,7 @@ def _swap(pairs):
 
 
 @contextlib.contextmanager
-def averaged_weights(model):
+def averaged_weights(model: Any) -> Iterator[Any]:
     """Inside: the model's weights are the optimizer's moving averages; after: its raw weights again, exactly.
 
     A no-op for a model whose optimizer keeps no average.
@@ -54,14 +56,14 @@ def averaged_weights(model):
         _swap(pairs)
 
 
-def reset_average(model):
+def reset_average(model: Any) -> None:
     """Starts the average at the model's current weights (a run from `training.init_checkpoint` or at
     `training.initial_updates`, where Keras would otherwise start it from zeros)."""
     for weight, average in moving_average_pairs(getattr(model, "optimizer", None)):
         average.assign(keras.ops.convert_to_numpy(weight))
 
 
-def use_average(model):
+def use_average(model: Any) -> None:
     """Copies the moving averages over the model's weights (the end of training); the raw weights are gone."""
     for weight, average in moving_average_pairs(getattr(model, "optimizer", None)):
         weight.assign(keras.ops.convert_to_numpy(average))
@@ -70,14 +72,14 @@ def use_average(model):
 class ValidateOnAverage(keras.callbacks.Callback):
     """Evaluates with the averaged weights: swaps them in at `on_test_begin` and back at `on_test_end`."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
-        self._swapped = []  # the pairs swapped in by on_test_begin
+        self._swapped: list[tuple[Any, Any]] = []  # the pairs swapped in by on_test_begin
 
-    def on_test_begin(self, logs=None):
+    def on_test_begin(self, logs: dict[str, Any] | None = None) -> None:
         self._swapped = moving_average_pairs(self.model.optimizer)
         _swap(self._swapped)
 
-    def on_test_end(self, logs=None):
+    def on_test_end(self, logs: dict[str, Any] | None = None) -> None:
         _swap(self._swapped)
         self._swapped = []

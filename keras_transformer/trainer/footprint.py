@@ -8,16 +8,22 @@ arithmetic of `model.build_model`'s layers, and the standard library for the
 machine's memory.
 """
 
+from __future__ import annotations
+
 import os
+from typing import TYPE_CHECKING
 
 from keras_transformer.errors import ConfigError, format_size
+
+if TYPE_CHECKING:
+    from keras_transformer.config import TransformerConfig
 
 # Bytes of one number of each dtype a policy names; variables of a mixed policy stay float32.
 _BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
 MEMORY_CHECK_VARIABLE = "KERAS_TRANSFORMER_MEMORY_CHECK"  # set to 0 to train whatever the estimate says
 
 
-def parameter_count(config):
+def parameter_count(config: TransformerConfig) -> int:
     """The number of weights of `build_model(config)`, from the config alone (exact).
 
     Example:
@@ -46,7 +52,8 @@ def parameter_count(config):
     return embeddings + positions + encoder + decoder
 
 
-def training_memory(config, tokens_per_batch, policy="float32", *, moving_average=False, accumulation=False):
+def training_memory(config: TransformerConfig, tokens_per_batch: int, policy: str | None = "float32", *,
+                    moving_average: bool = False, accumulation: bool = False) -> dict[str, int]:
     """Bytes that training `config` needs, roughly: weights, Adam's two moments and the gradients (one number
     each per weight, at the variables' precision), a moving average and accumulated gradients where asked,
     plus the activations of a batch of `tokens_per_batch` source and as many target tokens kept for the
@@ -84,7 +91,7 @@ def training_memory(config, tokens_per_batch, policy="float32", *, moving_averag
             "total": weights + optimizer + activations}
 
 
-def available_memory():
+def available_memory() -> int | None:
     """Bytes of memory this process may still take: Linux's MemAvailable plus free swap (less, in a container
     whose cgroup sets a lower limit), else the physical memory (`os.sysconf`); None where neither can be read.
 
@@ -117,7 +124,7 @@ def available_memory():
     return available
 
 
-def describe_memory(memory):
+def describe_memory(memory: dict[str, int]) -> str:
     """One line of `training_memory`'s estimate, for the log and `--dry-run`.
 
     Example:
@@ -127,14 +134,15 @@ def describe_memory(memory):
     63.1M parameters; training needs about 2.2 GiB (weights 240.6 MiB, optimizer state and gradients
     721.9 MiB, activations 1.3 GiB)
     """
-    count = memory["parameters"]
-    count = f"{count / 1e9:.1f}G" if count >= 1e9 else f"{count / 1e6:.1f}M" if count >= 1e6 else str(count)
+    parameters = memory["parameters"]
+    count = (f"{parameters / 1e9:.1f}G" if parameters >= 1e9 else f"{parameters / 1e6:.1f}M" if parameters >= 1e6
+             else str(parameters))
     sizes = {name: format_size(memory[name]) for name in ("total", "weights", "optimizer", "activations")}
     return (f"{count} parameters; training needs about {sizes['total']} (weights {sizes['weights']}, optimizer "
             f"state and gradients {sizes['optimizer']}, activations {sizes['activations']})")
 
 
-def check_training_memory(memory, available=None):
+def check_training_memory(memory: dict[str, int], available: int | None = None) -> None:
     """Refuses (`ConfigError`) a training run whose `training_memory` estimate is more than the memory this
     machine has left (`available_memory`); `KERAS_TRANSFORMER_MEMORY_CHECK=0` in the environment turns it off.
 
@@ -159,7 +167,8 @@ def check_training_memory(memory, available=None):
 
 
 
-def search_memory(rows, beam, source_positions, target_positions, d_model, decoder_layers, vocab_size, members=1):
+def search_memory(rows: int, beam: int, source_positions: int, target_positions: int, d_model: int,
+                  decoder_layers: int, vocab_size: int, members: int = 1) -> int:
     """Bytes that a cached search over `rows` sentences with `beam` hypotheses each holds at its longest, roughly:
     the decoder's cached self-attention keys and values (`target_positions` of them), the cross-attention keys
     and values of the encoder's output (`source_positions`), and one step's logits, log-probabilities and the

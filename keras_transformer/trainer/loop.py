@@ -11,6 +11,8 @@ the moving average of the weights (`trainer.ema`) and BLEU on the validation
 split. Backend-neutral (keras and numpy).
 """
 
+from __future__ import annotations
+
 import contextlib
 import dataclasses
 import importlib.util
@@ -19,6 +21,7 @@ import math
 import pathlib
 import time
 import typing
+from typing import TYPE_CHECKING
 
 import keras
 
@@ -46,6 +49,12 @@ from keras_transformer.trainer.optimizers import make_optimizer
 from keras_transformer.trainer.precision import progress_verbosity
 from keras_transformer.workdir.checkpoints import checkpoint_number, epoch_checkpoints, load_weights, weights_only
 
+if TYPE_CHECKING:
+    import os
+    from collections.abc import Callable
+
+    from keras_transformer.experiment import ExperimentConfig, TrainingSection
+
 log = logging.getLogger("keras_transformer")
 
 
@@ -65,7 +74,7 @@ class TrainingData:
     stream_position: typing.Any = None  # `position(epoch, done)`: where a streamed `train` is after `done` batches
                                         # of `epoch` (a dict the backup records); its run resumes there exactly
 
-    def model_fields(self):
+    def model_fields(self) -> dict[str, int]:
         """The TransformerConfig vocabulary fields this data needs."""
         if self.source_vocab_size == self.target_vocab_size and (
                 self.tokenizers is None or self.tokenizers[0] is self.tokenizers[1]):
@@ -88,13 +97,13 @@ class TrainingResult:
     updates: int = 0  # optimizer updates this call applied (one per gradient_accumulation_steps batches)
 
 
-def batches_per_epoch(training, data):
+def batches_per_epoch(training: TrainingSection, data: TrainingData) -> int | None:
     """`training.steps_per_epoch`, or the training data's number of batches; None when it is not known."""
     per_epoch = training.steps_per_epoch or data.num_batches
     return per_epoch if per_epoch and per_epoch > 0 else None
 
 
-def cooldown_updates(training, data):
+def cooldown_updates(training: TrainingSection, data: TrainingData) -> tuple[int, int] | None:
     """`(first update, length)` of the linear cooldown of `training.cooldown_epochs`, or None without one.
 
     The schedule counts optimizer updates from `training.initial_updates`: one
@@ -112,13 +121,13 @@ def cooldown_updates(training, data):
     return start, max(1, end - start)
 
 
-def finished_epochs(output):
+def finished_epochs(output: str | os.PathLike[str]) -> int:
     """The epochs earlier runs finished in `output`: the number of its last epoch checkpoint (0 without one)."""
     checkpoints = epoch_checkpoints(output)
     return checkpoint_number(checkpoints[-1].name) if checkpoints else 0
 
 
-def check_fresh_start(output):
+def check_fresh_start(output: pathlib.Path) -> None:
     """Refuses to train from scratch in a folder that holds an earlier run's epoch checkpoints but no backup.
 
     Training again from epoch 1 would overwrite `ckpt-0001...` one by one while
@@ -137,13 +146,15 @@ def check_fresh_start(output):
             f"{output / 'checkpoints'} to start over here.")
 
 
-def summary(config):
+def summary(config: TransformerConfig) -> str:
     """One line describing a model config's sizes, for the log."""
     return (f"{config.encoder_layers}+{config.decoder_layers} layers, d_model {config.d_model}, "
             f"{config.num_heads} heads, d_ff {config.d_ff}, vocab {config.vocab_size}")
 
 
-def compile_model(experiment, model_config, data, loss=None, metrics=None, prepare=None):
+def compile_model(experiment: ExperimentConfig, model_config: TransformerConfig, data: TrainingData,
+                  loss: typing.Any = None, metrics: list[typing.Any] | None = None,
+                  prepare: Callable[[typing.Any], typing.Any] | None = None) -> typing.Any:
     """Builds and compiles the model of a run: the paper's Adam on the Noam schedule (with the run's cooldown,
     clipping, gradient accumulation and moving average of the weights), the label-smoothed loss (R-Drop's with
     `training.rdrop_alpha`) and the token accuracy; then the initial weights and update count of `training`. Call
@@ -192,7 +203,10 @@ def compile_model(experiment, model_config, data, loss=None, metrics=None, prepa
     return model
 
 
-def make_callbacks(experiment, model_config, data, output, resumed_at=(0, 0), make_translator=None):
+def make_callbacks(experiment: ExperimentConfig, model_config: TransformerConfig, data: TrainingData,
+                   output: pathlib.Path, resumed_at: tuple[int, int] = (0, 0),
+                   make_translator: Callable[..., typing.Any] | None = None,
+                   ) -> tuple[list[typing.Any], ResumableBackup]:
     """The run's callbacks, in the order that matters, and its backup (the last of them).
 
     The guard against non-finite losses comes first, so that every writer after
@@ -241,7 +255,7 @@ def make_callbacks(experiment, model_config, data, output, resumed_at=(0, 0), ma
     return callbacks, backup
 
 
-def _importable(name):
+def _importable(name: str) -> bool:
     """Whether `name` can be imported, without importing it (an import hook that refuses it counts as no)."""
     try:
         return importlib.util.find_spec(name) is not None
@@ -249,8 +263,11 @@ def _importable(name):
         return False
 
 
-def fit_experiment(experiment, model_config, data, output, *, strategy=None, resumed_at=(0, 0),
-                   make_translator=None, loss=None, metrics=None, prepare=None):
+def fit_experiment(experiment: ExperimentConfig, model_config: TransformerConfig, data: TrainingData,
+                   output: str | os.PathLike[str], *, strategy: typing.Any = None, resumed_at: tuple[int, int] = (0, 0),
+                   make_translator: Callable[..., typing.Any] | None = None, loss: typing.Any = None,
+                   metrics: list[typing.Any] | None = None,
+                   prepare: Callable[[typing.Any], typing.Any] | None = None) -> TrainingResult:
     """Trains a run to `training.epochs`, resuming its backup in `output`; the loop every data source shares.
 
     Args:
@@ -312,7 +329,7 @@ def fit_experiment(experiment, model_config, data, output, *, strategy=None, res
                           updates=int(keras.ops.convert_to_numpy(model.optimizer.iterations)) - first_update)
 
 
-def _nonfinite_message(guard, output):
+def _nonfinite_message(guard: NonFiniteGuard, output: pathlib.Path) -> str:
     """The error of a run its `NonFiniteGuard` stopped: where, why, what is left on disk, what to do."""
     saved = sorted((output / "checkpoints").glob("*.weights.h5"), key=lambda path: path.stat().st_mtime)
     newest = f"the newest checkpoint, {saved[-1]}, holds finite weights" if saved else "no checkpoint was written"
@@ -329,7 +346,9 @@ def _nonfinite_message(guard, output):
             f"or set training.clipnorm.")
 
 
-def _finish_interrupted_epoch(model, data, training, resumed_at, backup, fit, replicas=1):
+def _finish_interrupted_epoch(model: typing.Any, data: TrainingData, training: TrainingSection,
+                              resumed_at: tuple[int, int], backup: ResumableBackup, fit: dict[str, typing.Any],
+                              replicas: int = 1) -> list[typing.Any]:
     """Trains the batches an epoch interrupted after a batch backup had left; `[history]`, or `[]` when there is
     no such epoch or its length is not known (it then trains again from its first batch, with a warning)."""
     epoch, done = resumed_at
@@ -359,7 +378,7 @@ def _finish_interrupted_epoch(model, data, training, resumed_at, backup, fit, re
                       **fit)]
 
 
-def _merge_histories(histories):
+def _merge_histories(histories: list[typing.Any]) -> typing.Any:
     """One `keras.callbacks.History` of several `fit` calls, in order."""
     merged = keras.callbacks.History()
     merged.epoch, merged.history = [], {}

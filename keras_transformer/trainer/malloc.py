@@ -13,11 +13,12 @@ is left to glibc.
 
 import ctypes
 import os
+from collections.abc import Mapping
 
 _M_ARENA_MAX = -8  # mallopt's parameter number for the arena limit (glibc's malloc.h)
 
 
-def limit_malloc_arenas(arenas=1, environ=None):
+def limit_malloc_arenas(arenas: int = 1, environ: Mapping[str, str] | None = None) -> bool:
     """Caps glibc's malloc at `arenas` arenas for the threads that start allocating from now on.
 
     Args:

@@ -2,6 +2,7 @@
 the progress display for `training.verbose`. Backend-neutral."""
 
 import sys
+from typing import Any, TextIO
 
 import keras
 
@@ -11,7 +12,7 @@ from keras_transformer.experiment import PRECISIONS
 _NATIVE_BFLOAT16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
-def progress_verbosity(setting, stream=None):
+def progress_verbosity(setting: int | str, stream: TextIO | None = None) -> int | str:
     """The `verbose` value for `Model.fit`: `setting` itself, or for "auto" a progress bar when `stream`
     (default: stdout) is a terminal and one line per epoch otherwise.
 
@@ -31,7 +32,7 @@ def progress_verbosity(setting, stream=None):
         return 2
 
 
-def cpu_flags(cpuinfo=None):
+def cpu_flags(cpuinfo: str | None = None) -> set[str]:
     """The CPU's feature flags (the `flags` line of `/proc/cpuinfo`), as a set; empty where it cannot be read.
 
     Args:
@@ -56,7 +57,7 @@ def cpu_flags(cpuinfo=None):
     return set()
 
 
-def cpu_has_native_bfloat16(cpuinfo=None):
+def cpu_has_native_bfloat16(cpuinfo: str | None = None) -> bool:
     """Whether the CPU multiplies bfloat16 natively (AVX512_BF16 or AMX), from `/proc/cpuinfo`.
 
     Without those instructions oneDNN converts bfloat16 to float32 around every
@@ -74,7 +75,7 @@ def cpu_has_native_bfloat16(cpuinfo=None):
     return bool(cpu_flags(cpuinfo) & set(_NATIVE_BFLOAT16_CPU_FLAGS))
 
 
-def cpu_has_amx(cpuinfo=None):
+def cpu_has_amx(cpuinfo: str | None = None) -> bool:
     """Whether the CPU has AMX's bfloat16 tile products (`amx_bf16`: Intel Xeon from Sapphire Rapids).
 
     Decoding is made of small matrix products (a few rows per step), where AVX512_BF16 alone did not beat float32
@@ -88,7 +89,7 @@ def cpu_has_amx(cpuinfo=None):
     return "amx_bf16" in cpu_flags(cpuinfo)
 
 
-def resolve_precision(requested, strategy=None):
+def resolve_precision(requested: str | bool | None, strategy: Any = None) -> str:
     """The Keras dtype policy name for `training.mixed_precision`.
 
     `"auto"` (or `true`) picks `mixed_float16` on GPUs (Keras then wraps the

@@ -6,6 +6,9 @@ TensorFlow `Translator` around the model being trained from
 `(source_tokenizer, target_tokenizer)`.
 """
 
+from collections.abc import Sequence
+from typing import Any
+
 from keras_transformer.engines.tensorflow import Translator
 from keras_transformer.trainer import callbacks
 
@@ -26,8 +29,10 @@ class BleuCallback(callbacks.BleuCallback):
     >>> model.fit(train_ds, epochs=10, callbacks=[callback, keras.callbacks.CSVLogger("history.csv")])  # doctest: +SKIP
     """
 
-    def __init__(self, sources, references, translator=None, tokenizers=None, **kwargs):
-        def make_translator(model, **options):
+    def __init__(self, sources: Sequence[str], references: Sequence[str], translator: Any = None,
+                 tokenizers: tuple[Any, Any] | None = None, **kwargs: Any) -> None:
+        def make_translator(model: Any, **options: Any) -> Translator:
+            assert tokenizers is not None  # made only when they are given
             # One search per batch of translate_lines (which bounds it): a model still learning runs its
             # translations to their length limit, and would pay for every chunk's full loop in turn.
             return Translator(model, *tokenizers, **{"chunk_size": 0, **options})
