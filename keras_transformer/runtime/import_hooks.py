@@ -45,8 +45,8 @@ class _FirstImport:
         self.name, self.around = name, around
         self.loader: Any = None  # the loader the other finders found (`find_spec`)
 
-    def find_spec(self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
-                  ) -> ModuleSpec | None:
+    def find_spec(self, fullname: str, path: Sequence[str] | None,
+                  target: ModuleType | None = None) -> ModuleSpec | None:
         if fullname != self.name:
             return None
         sys.meta_path.remove(self)  # once: the next import finds the module in sys.modules
@@ -96,8 +96,8 @@ class _MovedModule:
         self.moved: dict[str, str] = dict(moved)
         self.specs: dict[str, ModuleSpec | None] = {}
 
-    def find_spec(self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
-                  ) -> ModuleSpec | None:
+    def find_spec(self, fullname: str, path: Sequence[str] | None,
+                  target: ModuleType | None = None) -> ModuleSpec | None:
         if fullname not in self.moved:
             return None
         return importlib.util.spec_from_loader(fullname, cast("Loader", self))
