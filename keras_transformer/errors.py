@@ -11,6 +11,8 @@ import os
 import shutil
 import signal
 import threading
+from collections.abc import Iterator
+from types import FrameType
 
 
 class ConfigError(ValueError):
@@ -76,7 +78,8 @@ class RunStopped(BaseException):
     stopped by SIGTERM
     """
 
-    def __init__(self, signal_name, position=None, backup_dir=None):
+    def __init__(self, signal_name: str, position: tuple[int, int] | None = None,
+                 backup_dir: str | os.PathLike[str] | None = None) -> None:
         self.signal_name, self.backup_dir = signal_name, backup_dir and str(backup_dir)
         self.position = tuple(position) if position is not None else None
         if self.position is None:
@@ -88,7 +91,7 @@ class RunStopped(BaseException):
 
 
 @contextlib.contextmanager
-def raise_on_sigterm():
+def raise_on_sigterm() -> Iterator[None]:
     """While active, SIGTERM raises `RunStopped` wherever the process is (as Ctrl-C raises KeyboardInterrupt),
     so that a command ends in one line and status 143 (`describe_fault`) instead of dying silently; files are
     written atomically, so nothing written is lost. While a run trains, its own handler takes over and first
@@ -108,7 +111,7 @@ def raise_on_sigterm():
         yield
         return
 
-    def stop(number, frame):
+    def stop(number: int, frame: FrameType | None) -> None:
         raise RunStopped(signal.Signals(number).name)
 
     previous = signal.signal(signal.SIGTERM, stop)
@@ -136,7 +139,7 @@ EXIT_BAD_INPUT, EXIT_CORRUPT, EXIT_DISK_FULL, EXIT_PERMISSION, EXIT_MEMORY = 2, 
 EXIT_INTERRUPTED, EXIT_STOPPED = 130, 143
 
 
-def exit_codes_help():
+def exit_codes_help() -> str:
     """The exit statuses as the command's `--help` lists them, one per line.
 
     Example:
@@ -148,7 +151,7 @@ def exit_codes_help():
             + "\n  (verify answers 0 for a whole export, 3 for a damaged one, 2 for one without a manifest)")
 
 
-def _errno_of(error):
+def _errno_of(error: BaseException) -> int | None:
     """The errno an error carries: an `OSError`'s, or the one HDF5 and TensorFlow print in their messages."""
     if isinstance(error, OSError) and error.errno is not None:
         return error.errno
@@ -164,7 +167,7 @@ def _errno_of(error):
     return None
 
 
-def _free_space(path):
+def _free_space(path: str | os.PathLike[str] | None) -> int | None:
     """`shutil.disk_usage(...).free` of the disk that holds `path` (its nearest folder that exists), or None."""
     if path is None:
         return None
@@ -180,19 +183,21 @@ def _free_space(path):
         return None
 
 
-def format_size(count):
+def format_size(count: float) -> str:
     """A byte count for people.
 
     >>> format_size(3 * 2**20), format_size(512)
     ('3.0 MiB', '512 bytes')
     """
-    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
-        if count < 1024 or unit == "TiB":
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if count < 1024:
             return f"{count} bytes" if unit == "bytes" else f"{count:.1f} {unit}"
         count /= 1024
+    return f"{count:.1f} TiB"
 
 
-def describe_fault(error, command="", path=None):
+def describe_fault(error: BaseException, command: str = "",
+                   path: str | os.PathLike[str] | None = None) -> tuple[str | None, int]:
     """The one line and the exit status (`EXIT_CODES`) of an error that ends a command: the one place that maps
     faults to what the user reads.
 

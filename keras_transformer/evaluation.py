@@ -18,7 +18,10 @@ models, the last 20 for big ones) is `keras_transformer.workdir.checkpoints`'s
 """
 
 import logging
+import os
 import re
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import sacrebleu
 
@@ -33,7 +36,7 @@ _LINE_BREAKS = re.compile("[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]+")
 # --------------------------------------------------------------------- BLEU
 
 
-def read_lines(path):
+def read_lines(path: str | os.PathLike[str]) -> list[str]:
     """Reads a UTF-8 text file (plain or gzip) into a list of lines without their line ends.
 
     Lines are what the training data's reader takes them to be
@@ -49,7 +52,7 @@ def read_lines(path):
     return textfile.read_file(path)[0]
 
 
-def one_line(text):
+def one_line(text: str) -> str:
     """`text` with each run of line-break characters (those `str.splitlines` breaks at) made one space.
 
     The line-oriented outputs (the `translate` command, `--output` files of
@@ -66,13 +69,13 @@ def one_line(text):
     return _LINE_BREAKS.sub(" ", text)
 
 
-def _check_lengths(hypotheses, references):
+def _check_lengths(hypotheses: Sequence[str], references: Sequence[str]) -> None:
     if len(hypotheses) != len(references):
         raise ValueError(f"BLEU needs one hypothesis per reference: got {len(hypotheses)} hypotheses "
                          f"and {len(references)} references.")
 
 
-def bleu(hypotheses, references, lowercase=False, tokenize="13a"):
+def bleu(hypotheses: Sequence[str], references: Sequence[Any], lowercase: bool = False, tokenize: str = "13a") -> Any:
     """Corpus BLEU with sacreBLEU on detokenized text.
 
     Args:
@@ -103,7 +106,7 @@ def bleu(hypotheses, references, lowercase=False, tokenize="13a"):
     return score
 
 
-def moses_preprocess(lines, lang, lowercase=True):
+def moses_preprocess(lines: Iterable[str], lang: str, lowercase: bool = True) -> list[str]:
     """The Multi30k preprocessing: lowercase, Moses punctuation normalization, Moses tokenization.
 
     Tokenization escapes special characters as the Moses `tokenizer.perl`
@@ -132,7 +135,7 @@ def moses_preprocess(lines, lang, lowercase=True):
     return processed
 
 
-def multi30k_bleu(hypotheses, references, lang):
+def multi30k_bleu(hypotheses: Sequence[str], references: Sequence[str], lang: str) -> Any:
     """BLEU by the published Multi30k protocol.
 
     Args:
@@ -157,7 +160,8 @@ def multi30k_bleu(hypotheses, references, lang):
     return score
 
 
-def evaluate_translations(hypotheses, references, lang=None, tokenized_references=None):
+def evaluate_translations(hypotheses: Sequence[str], references: Sequence[str], lang: str | None = None,
+                          tokenized_references: Sequence[str] | None = None) -> dict[str, float]:
     """All the BLEU figures we report, as a dict of floats (`scored_translations` adds their signatures).
 
     Args:
@@ -183,7 +187,8 @@ def evaluate_translations(hypotheses, references, lang=None, tokenized_reference
     return scored_translations(hypotheses, references, lang, tokenized_references)[0]
 
 
-def scored_translations(hypotheses, references, lang=None, tokenized_references=None):
+def scored_translations(hypotheses: Sequence[str], references: Sequence[str], lang: str | None = None,
+                        tokenized_references: Sequence[str] | None = None) -> tuple[dict[str, float], dict[str, str]]:
     """`(scores, signatures)`: `evaluate_translations`' dict, and the sacreBLEU signature of each BLEU in it.
 
     Example:

@@ -18,6 +18,8 @@ one build their maps here.
 """
 
 import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -40,15 +42,15 @@ class AttentionMaps:
         cross: per decoder layer, float32 ``(H, T, S)``.
     """
 
-    source_tokens: list
-    target_inputs: list
-    target_outputs: list
+    source_tokens: list[str]
+    target_inputs: list[str]
+    target_outputs: list[str]
     translation: str
-    encoder_self: list
-    decoder_self: list
-    cross: list
+    encoder_self: list[np.ndarray]
+    decoder_self: list[np.ndarray]
+    cross: list[np.ndarray]
 
-    def axes(self, kind):
+    def axes(self, kind: str) -> tuple[list[np.ndarray], list[str], list[str]]:
         """`(weights per layer, row tokens, column tokens)` of one kind of attention.
 
         Example:
@@ -66,7 +68,7 @@ class AttentionMaps:
         raise ValueError(f"Unknown attention kind {kind!r}; choose one of {KINDS}.")
 
 
-def attention_weights(model, source_ids, target_ids, pad_id=0):
+def attention_weights(model: Any, source_ids: Any, target_ids: Any, pad_id: int = 0) -> dict[str, list[np.ndarray]]:
     """Every attention weight matrix of one teacher-forced pass (dropout off).
 
     Args:
@@ -94,7 +96,7 @@ def attention_weights(model, source_ids, target_ids, pad_id=0):
     memory, source_padding, encoder_scores = encode(model, source, pad_id=pad_id, return_attention_scores=True)
     _, decoder_scores = decode(model, target, memory, source_padding, return_attention_scores=True)
 
-    def first(weights):  # (1, H, Q, K) -> float32 (H, Q, K)
+    def first(weights: Any) -> np.ndarray:  # (1, H, Q, K) -> float32 (H, Q, K)
         return np.asarray(weights, dtype="float32")[0]
 
     return {"encoder_self": [first(w) for w in encoder_scores],
@@ -102,7 +104,7 @@ def attention_weights(model, source_ids, target_ids, pad_id=0):
             "cross": [first(layer["cross"]) for layer in decoder_scores]}
 
 
-def strip_special(ids, eos_id, pad_id, bos_id):
+def strip_special(ids: Any, eos_id: int, pad_id: int, bos_id: int) -> list[int]:
     """Ids up to (not including) the first eos, without pad/bos."""
     out = []
     for token in np.asarray(ids).reshape(-1).tolist():
@@ -113,7 +115,9 @@ def strip_special(ids, eos_id, pad_id, bos_id):
     return out
 
 
-def attention_maps(model, source_ids, target_ids, pieces, translation, bos_id=2, eos_id=3, pad_id=0):
+def attention_maps(model: Any, source_ids: Any, target_ids: Sequence[int],
+                   pieces: tuple[Callable[[list[int]], Sequence[str]], Callable[[list[int]], Sequence[str]]],
+                   translation: str, bos_id: int = 2, eos_id: int = 3, pad_id: int = 0) -> AttentionMaps:
     """The `AttentionMaps` of a source and its translation, both as ids.
 
     Args:

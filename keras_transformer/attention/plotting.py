@@ -35,12 +35,14 @@ builds `keras_transformer.attention.maps.AttentionMaps`); this module draws them
 
 import math
 import os
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 from matplotlib.figure import Figure
 
-from keras_transformer.attention.maps import KINDS
-from keras_transformer.engines.interface import clean_line
+from keras_transformer.attention.maps import KINDS, AttentionMaps
+from keras_transformer.engines.interface import TranslatorInterface, clean_line
 from keras_transformer.engines.loader import load_translator
 from keras_transformer.layers.position import sinusoidal_position_encoding
 from keras_transformer.trainer.schedules import NoamSchedule
@@ -53,7 +55,8 @@ _TITLES = {"encoder_self": "encoder self-attention", "decoder_self": "decoder se
 # ------------------------------------------------------------------ drawing
 
 
-def _heatmap(axes, weights, row_tokens, column_tokens, title, fontsize):
+def _heatmap(axes: Any, weights: np.ndarray, row_tokens: Sequence[str], column_tokens: Sequence[str], title: str,
+             fontsize: float) -> Any:
     image = axes.imshow(weights, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
     axes.set_xticks(range(len(column_tokens)))
     axes.set_xticklabels(column_tokens, rotation=90, fontsize=fontsize)
@@ -63,7 +66,8 @@ def _heatmap(axes, weights, row_tokens, column_tokens, title, fontsize):
     return image
 
 
-def attention_figure(weights, row_tokens, column_tokens, title=None, columns=4, cell_inches=0.22):
+def attention_figure(weights: Any, row_tokens: Sequence[str], column_tokens: Sequence[str], title: str | None = None,
+                     columns: int = 4, cell_inches: float = 0.22) -> Figure:
     """Draws the heads of one attention layer as a grid of heatmaps.
 
     Args:
@@ -117,13 +121,14 @@ def attention_figure(weights, row_tokens, column_tokens, title=None, columns=4, 
     return figure
 
 
-def _save(figure, path, dpi):
+def _save(figure: Figure, path: str, dpi: int) -> str:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     figure.savefig(path, dpi=dpi)
     return path
 
 
-def plot_attention_maps(maps, out_dir, kinds=KINDS, layout="grid", dpi=110):
+def plot_attention_maps(maps: AttentionMaps, out_dir: str | os.PathLike[str], kinds: Iterable[str] = KINDS,
+                        layout: str = "grid", dpi: int = 110) -> list[str]:
     """Writes the heatmaps of an `AttentionMaps` as PNG files.
 
     Args:
@@ -162,7 +167,9 @@ def plot_attention_maps(maps, out_dir, kinds=KINDS, layout="grid", dpi=110):
     return paths
 
 
-def plot_attention(translator, sentence, out_dir, translation=None, kinds=KINDS, layout="grid", dpi=110):
+def plot_attention(translator: TranslatorInterface, sentence: str, out_dir: str | os.PathLike[str],
+                   translation: str | None = None, kinds: Iterable[str] = KINDS, layout: str = "grid",
+                   dpi: int = 110) -> tuple[AttentionMaps, list[str]]:
     """Translates `sentence` and writes its attention maps: the one call behind ``plot-attention``.
 
     Also writes ``out_dir/translation.txt`` (source, translation and the
@@ -194,8 +201,10 @@ def plot_attention(translator, sentence, out_dir, translation=None, kinds=KINDS,
     return maps, paths
 
 
-def plot_attention_for_path(model_path, sentence, out_dir, checkpoint=None, average=None, translation=None,
-                            layout="grid", kinds=KINDS, dpi=110, **settings):
+def plot_attention_for_path(model_path: str | os.PathLike[str], sentence: str, out_dir: str | os.PathLike[str],
+                            checkpoint: Any = None, average: int | None = None, translation: str | None = None,
+                            layout: str = "grid", kinds: Iterable[str] = KINDS, dpi: int = 110,
+                            **settings: Any) -> tuple[AttentionMaps, list[str]]:
     """`plot_attention` for a model on disk: what ``keras-transformer plot-attention`` runs.
 
     Args:
@@ -223,8 +232,10 @@ def plot_attention_for_path(model_path, sentence, out_dir, checkpoint=None, aver
 # ------------------------------------------------------------------ schedule and positions
 
 
-def plot_learning_rate_schedule(path, settings=((512, 4000), (512, 8000), (256, 4000), (128, 4000)),
-                                steps=20000, dpi=110):
+def plot_learning_rate_schedule(path: str | os.PathLike[str],
+                                settings: Iterable[tuple[int, int]] = ((512, 4000), (512, 8000), (256, 4000),
+                                                                       (128, 4000)),
+                                steps: int = 20000, dpi: int = 110) -> str:
     """Plots `NoamSchedule` curves, one per ``(d_model, warmup_steps)`` setting.
 
     Args:
@@ -258,7 +269,7 @@ def plot_learning_rate_schedule(path, settings=((512, 4000), (512, 8000), (256, 
     return _save(figure, os.fspath(path), dpi)
 
 
-def plot_position_encoding(path, length=100, d_model=512, dpi=110):
+def plot_position_encoding(path: str | os.PathLike[str], length: int = 100, d_model: int = 512, dpi: int = 110) -> str:
     """Plots the sinusoidal positional-encoding matrix (positions down, dimensions across).
 
     The even (sine) dimensions are drawn first and the odd (cosine) ones after

@@ -4,10 +4,18 @@
 paths need to agree on lives here, free of TensorFlow.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 import numpy as np
 
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
-def batch_plan(lengths, tokens_per_batch, bucket_width=1, num_replicas=1):
+
+def batch_plan(lengths: ArrayLike, tokens_per_batch: int, bucket_width: int = 1,
+               num_replicas: int = 1) -> tuple[np.ndarray, list[int], int]:
     """How a corpus sorted by length is cut into token-budget batches.
 
     Pairs are sorted by bucket (``(length - shortest) // bucket_width``) and

@@ -5,11 +5,15 @@
 `trainer.loop.TrainingData` around the tf.data pipelines. TensorFlow-specific.
 """
 
+from __future__ import annotations
+
 import dataclasses
 import logging
 import os
 import pathlib
 import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import tensorflow as tf
@@ -22,10 +26,14 @@ from keras_transformer.trainer.backup import resumed_seed
 from keras_transformer.trainer.distribute import global_batch_size, input_shard
 from keras_transformer.trainer.loop import TrainingData
 
+if TYPE_CHECKING:
+    from keras_transformer.data.tokenizers.pairs import Tokenizer
+    from keras_transformer.experiment import DataConfig, DataSection
+
 log = logging.getLogger("keras_transformer")
 
 
-def _synthetic_arrays(section, data_dir, seed):
+def _synthetic_arrays(section: DataSection, data_dir: str | os.PathLike[str], seed: int) -> dict[str, np.ndarray]:
     """Builds the synthetic pairs once and keeps them in `data_dir/synthetic.npz`."""
     path = pathlib.Path(data_dir) / "synthetic.npz"
     if path.is_file():
@@ -42,13 +50,14 @@ def _synthetic_arrays(section, data_dir, seed):
     return arrays
 
 
-def _synthetic_data(section, data_dir, global_batch, seed, num_replicas, shuffle_seed):
+def _synthetic_data(section: DataSection, data_dir: str | os.PathLike[str], global_batch: int, seed: int,
+                    num_replicas: int, shuffle_seed: int) -> TrainingData:
     arrays = _synthetic_arrays(section, data_dir, seed)
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     options.autotune.enabled = False  # nothing to tune, and a tuned iterator's deletion waits (TextStream.dataset)
 
-    def dataset(prefix, training):
+    def dataset(prefix: str, training: bool) -> Any:
         ds = tf.data.Dataset.from_tensor_slices(
             ({"source": arrays[f"{prefix}_source"], "target": arrays[f"{prefix}_target"]},
              arrays[f"{prefix}_labels"]))
@@ -65,7 +74,7 @@ def _synthetic_data(section, data_dir, global_batch, seed, num_replicas, shuffle
     return TrainingData(dataset("train", True), validation, size, size)
 
 
-def _wait_for(path, timeout=3600, poll=2.0):
+def _wait_for(path: str | os.PathLike[str], timeout: float = 3600, poll: float = 2.0) -> None:
     """Waits until `path` exists (a non-chief worker waiting for the chief's vocabulary)."""
     deadline = time.time() + timeout
     while not pathlib.Path(path).exists():
@@ -75,7 +84,7 @@ def _wait_for(path, timeout=3600, poll=2.0):
         time.sleep(poll)
 
 
-def tfds_pairs(section, split, max_examples=None):
+def tfds_pairs(section: DataSection, split: str, max_examples: int | None = None) -> tuple[list[str], list[str]]:
     """Reads `(sources, targets)` of one split of a TensorFlow Datasets translation set.
 
     Args:
@@ -109,7 +118,8 @@ def tfds_pairs(section, split, max_examples=None):
     return sources, targets
 
 
-def tokenizers_for(section, config, vocab_dir, wait_for_chief, texts=None):
+def tokenizers_for(section: DataSection, config: DataConfig, vocab_dir: str | os.PathLike[str], wait_for_chief: bool,
+                   texts: tuple[list[str], list[str]] | None = None) -> tuple[Tokenizer, Tokenizer]:
     """Loads the vocabulary from `vocab_dir`, or learns it once (atomically) from the training text."""
     vocab_dir = pathlib.Path(vocab_dir)
     if not vocab_dir.exists() and wait_for_chief:
@@ -131,8 +141,9 @@ def tokenizers_for(section, config, vocab_dir, wait_for_chief, texts=None):
     return pair
 
 
-def _text_data(section, data_dir, replicas, batch_scaling, seed, wait_for_chief, shard=(1, 0),
-               steps_per_epoch=None, resumed_at=(0, 0), stream_start=None):
+def _text_data(section: DataSection, data_dir: str | os.PathLike[str], replicas: int, batch_scaling: str, seed: int,
+               wait_for_chief: bool, shard: Sequence[int] = (1, 0), steps_per_epoch: int | None = None,
+               resumed_at: Sequence[int] = (0, 0), stream_start: Mapping[str, Any] | None = None) -> TrainingData:
     base = section.data_config()
     tokens = global_batch_size(base.tokens_per_batch, replicas, batch_scaling)
     config = dataclasses.replace(
@@ -189,8 +200,10 @@ def _text_data(section, data_dir, replicas, batch_scaling, seed, wait_for_chief,
                         callbacks=[cursor], stream_position=cursor.position)
 
 
-def build_data(section, data_dir, strategy=None, batch_scaling="per_replica", seed=0, wait_for_chief=False,
-               resumed_at=(0, 0), steps_per_epoch=None, stream_start=None):
+def build_data(section: DataSection, data_dir: str | os.PathLike[str], strategy: Any = None,
+               batch_scaling: str = "per_replica", seed: int = 0, wait_for_chief: bool = False,
+               resumed_at: Sequence[int] = (0, 0), steps_per_epoch: int | None = None,
+               stream_start: Mapping[str, Any] | None = None) -> TrainingData:
     """Builds the training and validation datasets a `DataSection` describes.
 
     Built once: the synthetic pairs or the learned vocabulary are stored in
@@ -246,7 +259,7 @@ def build_data(section, data_dir, strategy=None, batch_scaling="per_replica", se
     return dataclasses.replace(data, train=train, num_batches=batches if batches > 0 else None)
 
 
-def repeat_rows(dataset):
+def repeat_rows(dataset: Any) -> Any:
     """`dataset` with every row of every batch repeated in place (rows 2i and 2i + 1 are one example), as
     `losses.RDropLoss` expects. Pairs stay on one replica when a strategy splits the batch evenly: a batch of n
     rows over r replicas gives each replica 2n / r rows, an even number, as the pipelines make n a multiple of r.

@@ -22,6 +22,8 @@ many pairs went in and how many came out:
 import dataclasses
 import os
 import typing
+from collections.abc import Iterable
+from typing import Any
 
 import tensorflow as tf
 
@@ -69,7 +71,7 @@ class CorpusSummary:
         """Pairs removed for any reason."""
         return self.empty + self.too_long + self.replica_remainder
 
-    def __str__(self):
+    def __str__(self) -> str:
         parts = []
         if self.empty:
             parts.append(f"{self.empty} empty")
@@ -87,7 +89,7 @@ class CorpusSummary:
         return text
 
 
-def read_lines(path, errors="strict"):
+def read_lines(path: str | os.PathLike[str], errors: str = "strict") -> tuple[list[str], set[int]]:
     """Reads a UTF-8 text file (plain or gzip) into a list of lines without their line ends.
 
     Args:
@@ -116,7 +118,8 @@ def read_lines(path, errors="strict"):
                           "U+FFFD.") from None
 
 
-def read_parallel_corpus(source_file, target_file, errors="strict"):
+def read_parallel_corpus(source_file: str | os.PathLike[str], target_file: str | os.PathLike[str],
+                         errors: str = "strict") -> tuple[list[str], list[str], CorpusSummary]:
     """Reads two aligned files into lists of sentence pairs, dropping pairs with an empty side.
 
     Args:
@@ -163,7 +166,7 @@ def read_parallel_corpus(source_file, target_file, errors="strict"):
     return sources, targets, summary
 
 
-def summarize_texts(sources, targets):
+def summarize_texts(sources: Iterable[str], targets: Iterable[str]) -> tuple[list[str], list[str], CorpusSummary]:
     """Drops pairs with an empty side from in-memory sentence lists, like `read_parallel_corpus`.
 
     Args:
@@ -188,7 +191,8 @@ def summarize_texts(sources, targets):
     return [s for s, _ in kept], [t for _, t in kept], summary
 
 
-def limit_length(source_ids, target_ids, max_length, mode, summary=None):
+def limit_length(source_ids: Any, target_ids: Any, max_length: int | None, mode: str,
+                 summary: CorpusSummary | None = None) -> tuple[Any, Any, CorpusSummary]:
     """Filters or truncates token sequences longer than `max_length - 1` tokens.
 
     `max_length` counts model positions: the pipeline adds one token to every

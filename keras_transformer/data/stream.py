@@ -25,9 +25,12 @@ inside tf.data. What this module decides:
 """
 
 import dataclasses
+import io
 import itertools
 import os
 import typing
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -71,12 +74,12 @@ class Position:
     window: int = 0  # windows of this pass before this one
     skip: int = 0  # batches of this window already trained
 
-    def to_dict(self):
+    def to_dict(self) -> dict[str, int]:
         """A JSON-able dict (`from_dict` reads it back)."""
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, values):
+    def from_dict(cls, values: Mapping[str, Any]) -> "Position":
         """The `Position` of `to_dict`."""
         return cls(**{field.name: int(values[field.name]) for field in dataclasses.fields(cls)})
 
@@ -87,15 +90,15 @@ class Window:
 
     pass_number: int
     index: int  # the window's number in its pass
-    sources: list
-    targets: list
+    sources: list[str]
+    targets: list[str]
     lines: int = 0  # lines read (pairs), the dropped ones included
     empty: int = 0  # pairs dropped for an empty side
     replaced: int = 0  # pairs kept with invalid UTF-8 replaced
     last: bool = False  # the last window of its pass
 
 
-def side_name(side):
+def side_name(side: Any) -> str:
     """How messages call one side of a `Corpus`: its path, or ``<memory>``.
 
     Example:
@@ -109,30 +112,30 @@ def side_name(side):
 class _PairReader:
     """The line pairs of one corpus (one shard of it), read once from its start; `skip` and `read` go forward."""
 
-    def __init__(self, corpus, shard=(1, 0), errors="strict"):
+    def __init__(self, corpus: Corpus, shard: Sequence[int] = (1, 0), errors: str = "strict") -> None:
         self.corpus, self.errors = corpus, errors
         self.count, self.index = shard
         self.names = (side_name(corpus.source), side_name(corpus.target))
         self.number = 0  # lines of the files read so far (all shards)
         self.limit = corpus.max_pairs  # the files end here for this reader (None: at their end)
         self.done = False  # the files have ended
-        self._peeked = None  # `(number, pair)` read ahead by `at_end`
+        self._peeked: tuple[int, tuple[Any, ...]] | None = None  # `(number, pair)` read ahead by `at_end`
         if isinstance(corpus.source, (list, tuple)):
             if len(corpus.source) != len(corpus.target):
                 raise CorpusError(f"Misaligned parallel corpus {corpus.name}: {len(corpus.source)} source sentences "
                                   f"but {len(corpus.target)} target sentences.")
-            self._handles = ()
-            self._lines = zip(corpus.source, corpus.target)
+            self._handles: tuple[io.BufferedIOBase, ...] = ()
+            self._lines: Iterator[tuple[Any, ...]] = zip(corpus.source, corpus.target)
         else:
             self._handles = (textfile.open_binary(corpus.source), textfile.open_binary(corpus.target))
             self._sides = [textfile.complete_lines(handle, name) for handle, name in zip(self._handles, self.names)]
             self._lines = itertools.zip_longest(*self._sides)
 
-    def close(self):
+    def close(self) -> None:
         for handle in self._handles:
             handle.close()
 
-    def _next_raw(self):
+    def _next_raw(self) -> tuple[int, tuple[Any, ...]] | None:
         """`(line number, pair)`: the next line pair of this shard, raw (bytes or str); None at the end."""
         if self._peeked is not None:
             pair, self._peeked = self._peeked, None
@@ -157,17 +160,17 @@ class _PairReader:
                 return self.number, pair
         return None
 
-    def at_end(self):
+    def at_end(self) -> bool:
         """Whether no line of this shard is left (reads one ahead)."""
         if self._peeked is None:
             self._peeked = self._next_raw()
         return self._peeked is None
 
-    def length(self):
+    def length(self) -> int:
         """The lines of this shard, once the files have ended."""
         return len(range(self.index, self.number, self.count))
 
-    def skip(self, lines):
+    def skip(self, lines: int) -> int:
         """Passes over `lines` lines of this shard without decoding them; returns how many there were."""
         if self._handles and self._peeked is None and self.number % self.count == 0 and not self.done:
             # Whole files' lines, at C speed: `count` file lines a shard line, both files side by side.
@@ -191,7 +194,7 @@ class _PairReader:
                 return skipped
         return lines
 
-    def read(self, lines, window):
+    def read(self, lines: int, window: Window) -> None:
         """Adds up to `lines` pairs of this shard to `window` (dropping and counting empty ones)."""
         for _ in range(lines):
             numbered = self._next_raw()
@@ -211,7 +214,7 @@ class _PairReader:
             window.targets.append(target)
             window.replaced += bad_source or bad_target
 
-    def _decode(self, raw, name, number):
+    def _decode(self, raw: bytes, name: str, number: int) -> tuple[str, bool]:
         try:
             return textfile.decode_line(raw, name, number, self.errors)
         except textfile.InvalidUTF8Error as error:
@@ -219,7 +222,7 @@ class _PairReader:
                               "U+FFFD.") from None
 
 
-def check_corpora(corpora):
+def check_corpora(corpora: Sequence[Corpus]) -> None:
     """Checks what a stream of `corpora` needs before it reads them: names, weights, files that exist.
 
     Raises:
@@ -247,7 +250,7 @@ def check_corpora(corpora):
                 raise FileNotFoundError(f"corpus {corpus.name!r}: file not found: {os.fspath(side)}")
 
 
-def mixture_counts(weights, window, seed, index):
+def mixture_counts(weights: Sequence[float], window: int, seed: int, index: int) -> np.ndarray:
     """The lines window `index` of a mixture takes from each corpus: a multinomial draw of `window` lines.
 
     Example:
@@ -261,7 +264,8 @@ def mixture_counts(weights, window, seed, index):
     return rng.multinomial(int(window), shares / shares.sum())
 
 
-def windows(corpora, window, start=Position(), *, seed=0, shard=(1, 0), errors="strict", endless=False):
+def windows(corpora: Sequence[Corpus], window: int, start: Position = Position(), *, seed: int = 0,
+            shard: Sequence[int] = (1, 0), errors: str = "strict", endless: bool = False) -> Iterator[Window]:
     """Yields the `Window`s of a stream of parallel corpora from `start` (see the module docstring).
 
     Args:
@@ -286,7 +290,8 @@ def windows(corpora, window, start=Position(), *, seed=0, shard=(1, 0), errors="
         yield from _mixture(corpora, window, start, seed, shard, errors)
 
 
-def _passes(corpus, window, start, shard, errors, endless):
+def _passes(corpus: Corpus, window: int, start: Position, shard: Sequence[int], errors: str,
+            endless: bool) -> Iterator[Window]:
     pass_number, index = start.pass_number, start.window
     while True:
         reader = _PairReader(corpus, shard, errors)
@@ -312,10 +317,11 @@ def _passes(corpus, window, start, shard, errors, endless):
         pass_number, index = pass_number + 1, 0
 
 
-def _mixture(corpora, window, start, seed, shard, errors):
+def _mixture(corpora: Sequence[Corpus], window: int, start: Position, seed: int, shard: Sequence[int],
+             errors: str) -> Iterator[Window]:
     weights = [corpus.weight for corpus in corpora]
     readers = [_PairReader(corpus, shard, errors) for corpus in corpora]
-    lengths = [None] * len(corpora)  # lines of each shard, learned when it first runs out
+    lengths: list[int | None] = [None] * len(corpora)  # lines of each shard, learned when it first runs out
     try:
         totals = sum((mixture_counts(weights, window, seed, k) for k in range(start.window)),
                      np.zeros(len(corpora), np.int64))
@@ -342,7 +348,8 @@ def _mixture(corpora, window, start, seed, shard, errors):
             reader.close()
 
 
-def _forward(reader, corpus, lines, shard, errors, length):
+def _forward(reader: _PairReader, corpus: Corpus, lines: int, shard: Sequence[int], errors: str,
+             length: int | None) -> tuple[_PairReader, int | None]:
     """`reader` moved `lines` lines on, going round the corpus as often as needed; `(reader, shard length)`."""
     while lines:
         if length is not None:

@@ -3,13 +3,16 @@
 Pure numpy: usable with any Keras backend.
 """
 
+from collections.abc import Sequence
+
 import numpy as np
 
 TASKS = ("copy", "reverse")
 
 
-def synthetic_pairs(task="copy", num_examples=1000, vocab_size=32, min_length=3, max_length=10,
-                    first_token=4, seed=0):
+def synthetic_pairs(task: str = "copy", num_examples: int = 1000, vocab_size: int = 32, min_length: int = 3,
+                    max_length: int = 10, first_token: int = 4,
+                    seed: int = 0) -> tuple[list[list[int]], list[list[int]]]:
     """Random token sequences and their copy or reversal, as lists of ids.
 
     Tokens are drawn from `[first_token, vocab_size)`, so the reserved ids
@@ -40,7 +43,8 @@ def synthetic_pairs(task="copy", num_examples=1000, vocab_size=32, min_length=3,
     return sources, targets
 
 
-def make_arrays(sources, targets, pad_id=0, bos_id=2, eos_id=3):
+def make_arrays(sources: Sequence[list[int]], targets: Sequence[list[int]], pad_id: int = 0, bos_id: int = 2,
+                eos_id: int = 3) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Pads pairs into the model's training arrays.
 
     Returns:

@@ -17,6 +17,8 @@ read lines with `iter_stream`, so a file means the same lines to each of them:
 import gzip
 import io
 import os
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 ERROR_MODES = ("strict", "replace")
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -27,7 +29,7 @@ class InvalidUTF8Error(ValueError):
     """A line that is not valid UTF-8 (the message names the file, line and byte)."""
 
 
-def open_binary(path):
+def open_binary(path: str | os.PathLike[str]) -> io.BufferedIOBase:
     """Opens `path` for binary reading, decompressing gzip when the file starts with its magic bytes."""
     path = os.fspath(path)
     if os.path.isdir(path):
@@ -42,13 +44,13 @@ def open_binary(path):
 class _Rejoined(io.RawIOBase):
     """The bytes already read from a stream, then the rest of it, each read returning what has arrived."""
 
-    def __init__(self, head, rest):
+    def __init__(self, head: bytes, rest: Any) -> None:
         self._head, self._rest = head, rest
 
-    def readable(self):
+    def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer):
+    def readinto(self, buffer: Any) -> int:
         if self._head:
             size = min(len(buffer), len(self._head))
             buffer[:size], self._head = self._head[:size], self._head[size:]
@@ -59,7 +61,7 @@ class _Rejoined(io.RawIOBase):
         return len(data)
 
 
-def open_stream(handle):
+def open_stream(handle: Any) -> io.BufferedIOBase:
     """A binary stream as lines of bytes, gzip decompressed when it starts with gzip's magic bytes.
 
     What `open_binary` does for files, for a stream that cannot be read twice (stdin): the first two bytes are
@@ -84,7 +86,7 @@ def open_stream(handle):
     return io.BufferedReader(stream)
 
 
-def _complete(handle, name):
+def _complete(handle: Iterable[bytes], name: str) -> Iterator[bytes]:
     """The lines of `handle`; gzip data that stops before its end is named (gzip raises a bare EOFError)."""
     try:
         yield from handle
@@ -92,7 +94,7 @@ def _complete(handle, name):
         raise ValueError(f"{name}: the gzip data ends before its end marker (a truncated file?)") from None
 
 
-def iter_stream(handle, name, errors="strict"):
+def iter_stream(handle: Iterable[bytes], name: str, errors: str = "strict") -> Iterator[tuple[str, bool]]:
     """Yields the lines of a binary stream one at a time, as `(line, replaced)` (see the module docstring).
 
     Args:
@@ -114,7 +116,7 @@ def iter_stream(handle, name, errors="strict"):
         yield decode_line(raw, name, number, errors)
 
 
-def decode_line(raw, name, number, errors="strict"):
+def decode_line(raw: bytes, name: str, number: int, errors: str = "strict") -> tuple[str, bool]:
     """One line as bytes, read the way `iter_stream` reads it: `(text, replaced)`.
 
     The line end (``\\n``, ``\\r\\n``) is dropped, and line 1's UTF-8 byte-order mark.
@@ -144,7 +146,7 @@ def decode_line(raw, name, number, errors="strict"):
         return raw.decode("utf-8", errors="replace"), True
 
 
-def read_stream(handle, name, errors="strict"):
+def read_stream(handle: Iterable[bytes], name: str, errors: str = "strict") -> tuple[list[str], set[int]]:
     """All the lines of a binary stream (`iter_stream`).
 
     Returns:
@@ -165,7 +167,7 @@ def read_stream(handle, name, errors="strict"):
     return lines, replaced
 
 
-def complete_lines(handle, name):
+def complete_lines(handle: Iterable[bytes], name: str) -> Iterator[bytes]:
     """The lines of a binary file object; gzip data that stops before its end raises `ValueError` naming `name`.
 
     Example:
@@ -177,7 +179,7 @@ def complete_lines(handle, name):
     return _complete(handle, name)
 
 
-def count_lines(path, chunk_size=1 << 20):
+def count_lines(path: str | os.PathLike[str], chunk_size: int = 1 << 20) -> int:
     """The number of lines `read_file` reads from `path` (plain or gzip), counted without decoding or keeping them.
 
     Streams the file in chunks of `chunk_size` bytes and counts ``\\n``, plus a
@@ -203,7 +205,7 @@ def count_lines(path, chunk_size=1 << 20):
     return count + (last != b"\n")
 
 
-def read_file(path, errors="strict"):
+def read_file(path: str | os.PathLike[str], errors: str = "strict") -> tuple[list[str], set[int]]:
     """`read_stream` on a file (plain or gzip); returns ``(lines, replaced)``.
 
     Example:

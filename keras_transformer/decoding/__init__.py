@@ -26,6 +26,9 @@ Example:
 1
 """
 
+from collections.abc import Callable
+from typing import Any
+
 from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.decoding.registry import STRATEGIES
 from keras_transformer.runtime.registry import Registry
@@ -47,7 +50,7 @@ _PUBLIC.register("output_limits", "keras_transformer.decoding.search:output_limi
 _PUBLIC.register("target_prefix_ids", "keras_transformer.decoding.search:target_prefix_ids")
 
 
-def strategy(name):
+def strategy(name: str) -> Callable[..., Any]:
     """The search function of the strategy called `name` (a key of `STRATEGIES`).
 
     Example:
@@ -58,13 +61,13 @@ def strategy(name):
     return STRATEGIES.get(name).decode_function()
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> Any:
     if name in _PUBLIC:
         return _PUBLIC.get(name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def __dir__():
+def __dir__() -> list[str]:
     return sorted([*globals(), *_PUBLIC])
 
 

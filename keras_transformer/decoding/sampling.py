@@ -22,9 +22,13 @@ batch, its order, padding or chunking, and the numbers drawn are bit-identical
 eagerly, in `tf.function`, under XLA and on JAX.
 """
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 from keras import ops
 
+from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.decoding.search import one_token_search
 from keras_transformer.decoding.strategies import MAX_SEED, Sampling, is_integer  # MAX_SEED: 32-bit seeds and keys
 from keras_transformer.runtime.keras_internals import tensorflow_runs_eagerly
@@ -36,12 +40,12 @@ _M2 = 0x846CA68B - 2**32
 _GOLDEN = 0x9E3779B9 - 2**32  # added to the seed, so that seed 0 does not start from hash(0) = 0
 
 
-def _shift_right(x, bits):
+def _shift_right(x: Any, bits: int) -> Any:
     """Logical right shift of int32 `x` (backends shift signed integers arithmetically: the sign bits are masked)."""
     return ops.bitwise_and(ops.right_shift(x, bits), (1 << (32 - bits)) - 1)
 
 
-def _mix(x):
+def _mix(x: Any) -> Any:
     """lowbias32: a bijection of 32-bit integers whose every output bit depends on every input bit."""
     x = ops.bitwise_xor(x, _shift_right(x, 16))
     x = ops.multiply(x, ops.convert_to_tensor(np.int32(_M1)))
@@ -50,20 +54,20 @@ def _mix(x):
     return ops.bitwise_xor(x, _shift_right(x, 16))
 
 
-def _streams(seed, row_keys, sample):
+def _streams(seed: Any, row_keys: Any, sample: Any) -> Any:
     """The hash state of each row's stream of draws: `(seed, row key, sample)` mixed, int32 of `row_keys`' shape."""
     state = _mix(ops.add(ops.cast(seed, "int32"), ops.convert_to_tensor(np.int32(_GOLDEN))))
     state = _mix(ops.bitwise_xor(state, ops.cast(row_keys, "int32")))
     return _mix(ops.bitwise_xor(state, ops.cast(sample, "int32")))
 
 
-def _uniform(streams, step):
+def _uniform(streams: Any, step: Any) -> Any:
     """The draw of every stream at `step`: float32 in [0, 1), a multiple of 2**-24 (the hash's top 24 bits)."""
     bits = _mix(ops.bitwise_xor(streams, ops.cast(step, "int32")))
     return ops.cast(_shift_right(bits, 8), "float32") * (1.0 / 2**24)
 
 
-def uniform(seed, row_keys, sample, step):
+def uniform(seed: Any, row_keys: Any, sample: Any, step: Any) -> Any:
     """The uniform number that draws the token of sample `sample` of the sentence `row_keys` at `step`.
 
     A function of its four integer arguments only (they broadcast against each other), the same on every
@@ -90,7 +94,7 @@ def uniform(seed, row_keys, sample, step):
     return _uniform(_streams(seed, row_keys, sample), step)
 
 
-def _check_settings(top_k, top_p, temperature, seed, num_return):
+def _check_settings(top_k: Any, top_p: Any, temperature: Any, seed: Any, num_return: Any) -> None:
     """Refuses bad Python (and numpy) settings by name, as `DecodeOptions` does (`strategies.Sampling`); tensors
     are taken as they are (see `choose_tokens`)."""
     Sampling.check_settings({"top_k": top_k, "top_p": top_p, "temperature": temperature, "seed": seed},
@@ -99,7 +103,7 @@ def _check_settings(top_k, top_p, temperature, seed, num_return):
         raise ValueError(f"sample: num_return (samples per sentence) must be an integer >= 1, got {num_return!r}.")
 
 
-def source_keys(source, pad_id=0):
+def source_keys(source: Any, pad_id: int = 0) -> Any:
     """int32 `(B,)`: each sentence's key, a hash of its source ids and their positions (padding left out).
 
     The default row keys of `sample`: a sentence's draws then depend on the seed and the sentence itself,
@@ -122,7 +126,7 @@ def source_keys(source, pad_id=0):
     return ops.bitwise_and(_mix(summed), MAX_SEED)
 
 
-def _row_keys(row_keys, batch):
+def _row_keys(row_keys: Any, batch: Any) -> Any:
     """`row_keys` as int32 `(B,)`, checked where concrete."""
     if isinstance(row_keys, (list, tuple, np.ndarray)):
         keys = np.asarray(row_keys)
@@ -138,20 +142,20 @@ _INT32_MIN = np.int32(-(2**31))
 _INT32_MAX = np.int32(2**31 - 1)
 
 
-def _order_keys(values):
+def _order_keys(values: Any) -> Any:
     """int32 keys in the order of float32 `values` (-0.0 counted as 0.0; -inf below every finite value)."""
     values = ops.where(ops.equal(values, 0.0), ops.zeros_like(values), values)
     bits = ops.view(values, "int32")  # a negative float's bits grow with its magnitude: flip them
     return ops.where(ops.less(bits, 0), ops.bitwise_xor(bits, _INT32_MAX), bits)
 
 
-def _up_to(keys, ids, key, index):
+def _up_to(keys: Any, ids: Any, key: Any, index: Any) -> Any:
     """Whether each element comes at or before the element `(key, index)` in the order: keys descending,
     ties by the lower id."""
     return ops.logical_or(ops.greater(keys, key), ops.logical_and(ops.equal(keys, key), ops.less_equal(ids, index)))
 
 
-def _first_reaching(keys, ids, weights, target, strictly, id_bits):
+def _first_reaching(keys: Any, ids: Any, weights: Any, target: Any, strictly: bool, id_bits: int) -> tuple[Any, Any]:
     """`(key, id)`, int32 `(N, 1)` each: of each row's elements in the order (keys descending, ties by the lower
     id), the first whose cumulative weight, its own included, is above `target` (`strictly`) or at least it.
 
@@ -160,15 +164,15 @@ def _first_reaching(keys, ids, weights, target, strictly, id_bits):
     is one masked sum over the row, so a larger set never sums to less. A row that nothing reaches gives the key
     -2**31 and an id past the vocabulary (`_up_to` of it is every element).
     """
-    def reaches(mass):
+    def reaches(mass: Any) -> Any:
         return ops.greater(mass, target) if strictly else ops.greater_equal(mass, target)
 
-    def mass(mask):
+    def mass(mask: Any) -> Any:
         return ops.sum(ops.where(mask, weights, 0.0), axis=-1, keepdims=True)
 
     rows = ops.shape(keys)[0]
 
-    def key_bit(i, found):  # bit 31 - i of the key's offset from -2**31, in int32 bits
+    def key_bit(i: Any, found: Any) -> Any:  # bit 31 - i of the key's offset from -2**31, in int32 bits
         candidate = ops.bitwise_or(found, ops.left_shift(np.int32(1), 31 - i))
         reached = reaches(mass(ops.greater_equal(keys, ops.bitwise_xor(candidate, _INT32_MIN))))
         return ops.where(reached, candidate, found)
@@ -176,7 +180,7 @@ def _first_reaching(keys, ids, weights, target, strictly, id_bits):
     key = ops.bitwise_xor(ops.fori_loop(0, 32, key_bit, ops.zeros((rows, 1), "int32")), _INT32_MIN)
     ahead, tied = ops.greater(keys, key), ops.equal(keys, key)
 
-    def id_bit(i, index):  # the largest id whose tied elements before it do not reach yet
+    def id_bit(i: Any, index: Any) -> Any:  # the largest id whose tied elements before it do not reach yet
         candidate = ops.bitwise_or(index, ops.left_shift(np.int32(1), id_bits - 1 - i))
         reached = reaches(mass(ops.logical_or(ahead, ops.logical_and(tied, ops.less(ids, candidate)))))
         return ops.where(reached, index, candidate)
@@ -185,7 +189,7 @@ def _first_reaching(keys, ids, weights, target, strictly, id_bits):
     return key, index
 
 
-def choose_tokens(log_probs, u, top_k, top_p, temperature, sort=False):
+def choose_tokens(log_probs: Any, u: Any, top_k: Any, top_p: Any, temperature: Any, sort: bool = False) -> Any:
     """The sampled token of every row: `log_probs (N, V)` (excluded ids -inf), `u (N,)` uniform -> int32 `(N,)`.
 
     The token the module's docstring describes (the inverse CDF over the tokens in descending order, after the
@@ -222,15 +226,15 @@ def choose_tokens(log_probs, u, top_k, top_p, temperature, sort=False):
     top_id = ops.min(ops.where(ops.equal(keys, top_key), ids, vocab), axis=-1, keepdims=True)
     first = ops.logical_and(ops.equal(keys, top_key), ops.equal(ids, top_id))  # always kept
 
-    def cut(weights, target):  # the elements up to the first one whose cumulative weight reaches target
+    def cut(weights: Any, target: Any) -> Any:  # the elements up to the first whose cumulative weight reaches target
         return _up_to(keys, ids, *_first_reaching(keys, ids, weights, target, False, id_bits))
 
     everything = ops.ones_like(first)
 
-    def top_k_cut():  # the top_k first tokens (`_when` calls it only for top_k > 0)
+    def top_k_cut() -> Any:  # the top_k first tokens (`_when` calls it only for top_k > 0)
         return cut(ops.ones_like(probs), ops.cast(top_k, "float32"))
 
-    def nucleus():  # up to the first token whose cumulative mass reaches top_p of the whole
+    def nucleus() -> Any:  # up to the first token whose cumulative mass reaches top_p of the whole
         mass = ops.cast(top_p, "float32") * ops.sum(probs, axis=-1, keepdims=True)
         return cut(probs, mass)
 
@@ -249,7 +253,7 @@ def choose_tokens(log_probs, u, top_k, top_p, temperature, sort=False):
     return ops.where(_up_to(key, index, last_key, last_id), index, last_id)[:, 0]
 
 
-def _choose_by_sort(log_probs, u, top_k, top_p, temperature):
+def _choose_by_sort(log_probs: Any, u: Any, top_k: Any, top_p: Any, temperature: Any) -> Any:
     """`choose_tokens` with the row sorted: a descending `top_k` of the whole vocabulary (ties: the lower id
     first), the cuts by rank, then the inverse CDF over running sums, summed in float64 (float32 running sums
     over thousands of ranks drift by more than a tail token's mass)."""
@@ -277,7 +281,7 @@ def _choose_by_sort(log_probs, u, top_k, top_p, temperature):
     return ops.take_along_axis(ops.cast(ids, "int32"), ops.expand_dims(chosen, 1), axis=1)[:, 0]
 
 
-def _when(setting, applies, compute, otherwise):
+def _when(setting: Any, applies: Callable[[Any], Any], compute: Callable[[], Any], otherwise: Any) -> Any:
     """`compute()` where `applies(setting)` holds, else `otherwise`: decided in Python for a Python (or numpy)
     number, by `ops.cond` for a tensor (a SavedModel's input; compared as float32), so that a cut left off costs
     nothing."""
@@ -286,9 +290,10 @@ def _when(setting, applies, compute, otherwise):
     return ops.cond(applies(ops.cast(setting, "float32")), compute, lambda: otherwise)
 
 
-def sample(model, source, top_k=0, top_p=1.0, temperature=1.0, seed=0, row_keys=None, num_return=1,
-           max_extra=50, max_length=None, pad_id=0, bos_id=2, eos_id=3, use_cache=True, first_cache_stage=None,
-           target_prefix=None):
+def sample(model: Any, source: Any, top_k: Any = 0, top_p: Any = 1.0, temperature: Any = 1.0, seed: Any = 0,
+           row_keys: Any = None, num_return: int = 1, max_extra: int = 50, max_length: int | None = None,
+           pad_id: int = 0, bos_id: int = 2, eos_id: int = 3, use_cache: bool = True,
+           first_cache_stage: int | None = None, target_prefix: Any = None) -> tuple[Any, Any]:
     """Decodes a batch by drawing every next token from the model's (reshaped) distribution.
 
     Each step divides the log-probabilities by `temperature`, keeps the `top_k` most probable tokens and the
@@ -346,15 +351,15 @@ def sample(model, source, top_k=0, top_p=1.0, temperature=1.0, seed=0, row_keys=
 
     sort = tensorflow_runs_eagerly()  # op by op, TensorFlow's top-k kernel beats the bisection's loops
 
-    def draw(log_probs, t):  # (B*R, V) -> (B*R,)
+    def draw(log_probs: Any, t: Any) -> Any:  # (B*R, V) -> (B*R,)
         return choose_tokens(log_probs, _uniform(streams, t), top_k, top_p, temperature, sort=sort)
 
     return one_token_search(model, source, draw, rows, max_extra, max_length, pad_id, bos_id, eos_id,
                             use_cache, first_cache_stage, caller="sample", target_prefix=target_prefix)
 
 
-def decode(models, source, options, pad_id, bos_id, eos_id, first_cache_stage=None, row_keys=None,
-           target_prefix=None):
+def decode(models: Any, source: Any, options: DecodeOptions, pad_id: int, bos_id: int, eos_id: int,
+           first_cache_stage: int | None = None, row_keys: Any = None, target_prefix: Any = None) -> tuple[Any, Any]:
     """The strategy's search (`strategies.Sampling`): `sample` with `options` (and
     `target_prefix`, as there).
 

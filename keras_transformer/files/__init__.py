@@ -31,6 +31,8 @@ import secrets
 import shutil
 import sys
 import tempfile  # noqa: F401 (the examples of the docstrings use it)
+from collections.abc import Callable
+from typing import Any
 
 from keras_transformer.files.locks import (
     LOCK_FILE,
@@ -54,7 +56,7 @@ __all__ = ["LOCK_FILE", "atomic_copy", "atomic_write", "atomic_write_text", "che
 _TEMPORARY = re.compile(r"^\.[^/]*?\.tmp(?:-(?P<pid>\d+)[^./]*)?(?:\..*)?$|^history\.csv\.tmp$")
 
 
-def temporary_path(path):
+def temporary_path(path: str | os.PathLike[str]) -> pathlib.Path:
     """A hidden name beside `path`, unique to this process, that keeps its suffixes (writers such as h5py and
     numpy check them).
 
@@ -69,7 +71,7 @@ def temporary_path(path):
     return path.with_name(f".{stem}.tmp-{os.getpid()}{''.join(path.suffixes)}")
 
 
-def is_temporary(name):
+def is_temporary(name: str) -> bool:
     """Whether a file name is one of the package's temporaries (see `temporary_path`).
 
     >>> is_temporary(".vocab.tmp"), is_temporary("history.csv.tmp"), is_temporary("ckpt-0001.weights.h5")
@@ -78,13 +80,13 @@ def is_temporary(name):
     return bool(_TEMPORARY.match(name))
 
 
-def fsync_file(path):
+def fsync_file(path: str | os.PathLike[str]) -> None:
     """Flushes a written file's data to disk."""
     with open(path, "rb") as f:
         os.fsync(f.fileno())
 
 
-def fsync_folder(path):
+def fsync_folder(path: str | os.PathLike[str]) -> None:
     """Flushes a folder's entries (a rename into it) to disk; a no-op where folders cannot be opened."""
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -98,7 +100,7 @@ def fsync_folder(path):
         os.close(fd)
 
 
-def write_temporary(path, write):
+def write_temporary(path: str | os.PathLike[str], write: Callable[[str], object]) -> pathlib.Path:
     """Calls `write(temporary)` with a path beside `path` (see `temporary_path`) and flushes it to disk.
 
     The caller renames it into place (`os.replace`) when it is ready; a failing
@@ -123,7 +125,7 @@ def write_temporary(path, write):
     return temporary
 
 
-def atomic_write(path, write):
+def atomic_write(path: str | os.PathLike[str], write: Callable[[str], object]) -> pathlib.Path:
     """Calls `write(temporary)` with a path beside `path`, flushes it to disk, then renames it to `path`.
 
     A failing `write` leaves `path` as it was and removes the temporary.
@@ -154,7 +156,7 @@ def atomic_write(path, write):
     return path
 
 
-def atomic_write_text(path, text):
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> pathlib.Path:
     """Writes `text` (UTF-8) to `path` atomically (see `atomic_write`).
 
     Example:
@@ -165,7 +167,7 @@ def atomic_write_text(path, text):
     return atomic_write(path, lambda temporary: pathlib.Path(temporary).write_text(text, encoding="utf-8"))
 
 
-def atomic_copy(source, path):
+def atomic_copy(source: str | os.PathLike[str], path: str | os.PathLike[str]) -> pathlib.Path:
     """Copies `source` to `path` atomically: a hard link where the file system has them, else a copy.
 
     Example:
@@ -175,7 +177,7 @@ def atomic_copy(source, path):
     >>> atomic_copy(folder / "a", folder / "b").read_text()
     'x'
     """
-    def copy(temporary):
+    def copy(temporary: str) -> None:
         try:
             os.link(source, temporary)
         except OSError:
@@ -183,7 +185,7 @@ def atomic_copy(source, path):
     return atomic_write(path, copy)
 
 
-def file_digest(path, algorithm="blake2b"):
+def file_digest(path: str | os.PathLike[str], algorithm: str = "blake2b") -> str:
     """The digest (hex) of a file's bytes, read a MiB at a time: BLAKE2b is what a backup's metadata records of
     its weights file, SHA-256 what an export's manifest records of each file.
 
@@ -199,7 +201,7 @@ def file_digest(path, algorithm="blake2b"):
     return digest.hexdigest()
 
 
-def remove_entry(entry):
+def remove_entry(entry: str | os.PathLike[str]) -> None:
     """Removes a file, link or folder (with what it holds), as far as it can: what cannot go is left.
 
     >>> folder = pathlib.Path(tempfile.mkdtemp())
@@ -215,7 +217,7 @@ def remove_entry(entry):
             entry.unlink()
 
 
-def remove_stale_temporaries(folder):
+def remove_stale_temporaries(folder: str | os.PathLike[str]) -> list[pathlib.Path]:
     """Removes the temporaries (files and folders, see `is_temporary`) that other processes left in `folder`,
     not recursively. Call it while holding the folder's `exclusive_lock`: no other writer is then alive.
 
@@ -235,7 +237,7 @@ def remove_stale_temporaries(folder):
     (['.ckpt-0002.tmp-99999999.weights.h5'], ['ckpt-0001.weights.h5'])
     """
     folder = pathlib.Path(folder)
-    removed = []
+    removed: list[pathlib.Path] = []
     if not folder.is_dir():
         return removed
     for entry in sorted(folder.iterdir()):
@@ -247,7 +249,7 @@ def remove_stale_temporaries(folder):
     return removed
 
 
-def _alive(pid):
+def _alive(pid: int) -> bool:
     """Whether a process `pid` runs on this machine."""
     if pid == os.getpid():
         return True
@@ -260,7 +262,7 @@ def _alive(pid):
     return True
 
 
-def staging_folder(path):
+def staging_folder(path: str | os.PathLike[str]) -> pathlib.Path:
     """A new, empty hidden folder beside `path` (same file system, so it can be renamed to `path`), with the
     permissions of any new folder (another account, a server's, can read what is built in it).
 
@@ -286,7 +288,7 @@ _RENAMEAT2_SYSCALL = {"x86_64": 316, "amd64": 316, "aarch64": 276, "arm64": 276,
                       "s390x": 347}
 
 
-def _renameat2():
+def _renameat2() -> Callable[..., Any] | None:
     """libc's `renameat2`, or a call of its system call number, or None (not Linux, or an unknown machine)."""
     if not sys.platform.startswith("linux"):
         return None
@@ -305,7 +307,7 @@ def _renameat2():
         ctypes.c_long(arg) if isinstance(arg, int) else arg for arg in args))
 
 
-def exchange_paths(first, second):
+def exchange_paths(first: str | os.PathLike[str], second: str | os.PathLike[str]) -> None:
     """Swaps two existing paths (folders) in one atomic step: Linux's `renameat2(RENAME_EXCHANGE)`.
 
     Raises:
@@ -333,7 +335,7 @@ def exchange_paths(first, second):
         raise OSError(code, os.strerror(code), os.fspath(first), None, os.fspath(second))
 
 
-def replace_folder(staging, path):
+def replace_folder(staging: str | os.PathLike[str], path: str | os.PathLike[str]) -> pathlib.Path:
     """Puts the finished folder `staging` at `path` so that `path` holds a whole folder at every instant, then
     deletes the old one.
 
@@ -374,11 +376,11 @@ def replace_folder(staging, path):
     return path
 
 
-def _old_name(path):
+def _old_name(path: pathlib.Path) -> pathlib.Path:
     return path.with_name(f".{path.name}.tmp-{os.getpid()}-old")
 
 
-def _staging_names(path):
+def _staging_names(path: str | os.PathLike[str]) -> list[pathlib.Path]:
     """The staging folders (and old folders) beside `path` that a writer of `path` made, newest first."""
     path = pathlib.Path(path)
     prefix = f".{path.name}.tmp-"
@@ -389,7 +391,7 @@ def _staging_names(path):
     return sorted(found, key=lambda entry: entry.lstat().st_mtime, reverse=True)
 
 
-def recover_replaced_folder(path):
+def recover_replaced_folder(path: str | os.PathLike[str]) -> pathlib.Path | None:
     """Renames an old folder back to `path` when a writer was killed between the two renames of
     `replace_folder`'s fallback (`path` missing, `.NAME.tmp-PID-old` beside it). Call it while holding `path`'s
     lock (`exclusive_lock(path, ..., beside=True)`).
@@ -415,7 +417,7 @@ def recover_replaced_folder(path):
     return None
 
 
-def remove_stale_staging(path):
+def remove_stale_staging(path: str | os.PathLike[str]) -> list[pathlib.Path]:
     """Removes the staging and old folders (`.NAME.tmp-PID-...`) that earlier writers of `path` left beside it,
     this process's own excepted. Call it while holding `path`'s lock (`exclusive_lock(path, ..., beside=True)`):
     no other writer of `path` is then alive, whatever the process ids say (one may have been reused).

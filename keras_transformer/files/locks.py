@@ -14,22 +14,25 @@ import pathlib
 import socket
 import tempfile  # noqa: F401 (the examples of the docstrings use it)
 import time
+from collections.abc import Iterator
+from typing import Any
 
 from keras_transformer.errors import WorkdirBusyError
 
 try:
     import fcntl  # POSIX: the writer lock's flock
 except ImportError:  # Windows: no lock is taken
-    fcntl = None
+    fcntl = None  # type: ignore[assignment]
 
 LOCK_FILE = ".keras_transformer.lock"  # in a locked folder; never deleted (deleting a lock file races)
 
 
 # ------------------------------------------------------------------ one writer per folder
-_HELD = {}  # real path of a lock file -> [file descriptor, depth] (the lock is re-entrant in a process)
+# Real path of a lock file -> [file descriptor, depth] (the lock is re-entrant in a process).
+_HELD: dict[str, list[int]] = {}
 
 
-def lock_file(folder, beside=False):
+def lock_file(folder: str | os.PathLike[str], beside: bool = False) -> pathlib.Path:
     """The lock file of `folder`: `folder/.keras_transformer.lock` (a workdir, which stays in place), or with
     `beside` the hidden `.NAME.lock` beside it (an export, which is replaced as a whole).
 
@@ -40,7 +43,7 @@ def lock_file(folder, beside=False):
     return folder.with_name(f".{folder.name}.lock") if beside else folder / LOCK_FILE
 
 
-def lock_holder(folder, beside=False):
+def lock_holder(folder: str | os.PathLike[str], beside: bool = False) -> dict[str, Any]:
     """What the lock file of `folder` says of the process that last took it (a dict; empty without one)."""
     try:
         return json.loads(lock_file(folder, beside).read_text(encoding="utf-8"))
@@ -48,7 +51,7 @@ def lock_holder(folder, beside=False):
         return {}
 
 
-def _busy(folder, beside=False):
+def _busy(folder: str | os.PathLike[str], beside: bool = False) -> WorkdirBusyError:
     holder = lock_holder(folder, beside)
     who = (f"process {holder.get('pid', '?')} on host {holder.get('host', '?')} "
            f"({holder.get('command', '?')}, started {holder.get('started', '?')})") if holder else "another process"
@@ -58,7 +61,7 @@ def _busy(folder, beside=False):
         f"it; the lock goes with the process, so the same command can then be run again.")
 
 
-def check_unlocked(folder, beside=False):
+def check_unlocked(folder: str | os.PathLike[str], beside: bool = False) -> None:
     """Raises `WorkdirBusyError` (as `exclusive_lock` would) when another process holds `folder`'s lock; creates
     nothing. For a command that checks before its slow start (the lock itself is taken later)."""
     path = lock_file(folder, beside)
@@ -79,7 +82,7 @@ def check_unlocked(folder, beside=False):
         os.close(fd)
 
 
-def _take(path, folder, beside):
+def _take(path: pathlib.Path, folder: pathlib.Path, beside: bool) -> int:
     """An open descriptor of the lock file `path`, locked; raises `WorkdirBusyError` when another process holds
     it. A lock file that its last holder removed while this process opened it is opened again (`beside` lock
     files are removed by their holder at release, so the one locked must still be the one at `path`)."""
@@ -101,7 +104,7 @@ def _take(path, folder, beside):
 
 
 @contextlib.contextmanager
-def exclusive_lock(folder, command, beside=False):
+def exclusive_lock(folder: str | os.PathLike[str], command: str, beside: bool = False) -> Iterator[pathlib.Path]:
     """Holds `folder`'s writer lock for the `with` block; another process that asks for it meanwhile fails.
 
     The lock is an advisory `flock` on `folder/.keras_transformer.lock` (a
@@ -162,7 +165,7 @@ def exclusive_lock(folder, command, beside=False):
 
 
 # ------------------------------------------------------------------ readers and a writer that deletes
-def _open_for_lock(path):
+def _open_for_lock(path: str | os.PathLike[str]) -> int | None:
     """A descriptor of the lock file `path`, created where it can be; None where it cannot be opened or there
     is no `flock`."""
     if fcntl is None:
@@ -177,7 +180,7 @@ def _open_for_lock(path):
 
 
 @contextlib.contextmanager
-def shared_lock(path):
+def shared_lock(path: str | os.PathLike[str]) -> Iterator[bool]:
     """Holds a shared `flock` on the file `path` for the `with` block: any number of readers hold it together,
     and `exclusive_unless_shared` on the same file fails meanwhile. Yields whether a lock is held: False where
     the file cannot be opened or created (a read-only folder without one) or the platform has no `flock`.
@@ -202,7 +205,7 @@ def shared_lock(path):
 
 
 @contextlib.contextmanager
-def exclusive_unless_shared(path):
+def exclusive_unless_shared(path: str | os.PathLike[str]) -> Iterator[bool]:
     """Holds an exclusive `flock` on the file `path` for the `with` block if no one holds `shared_lock` on it,
     without waiting. Yields whether it is held (True where the platform has no `flock`).
 

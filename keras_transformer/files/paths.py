@@ -3,9 +3,10 @@
 import os
 import pathlib
 import tempfile  # noqa: F401 (the examples of the docstrings use it)
+from collections.abc import Iterable
 
 
-def same_file(first, second):
+def same_file(first: str | os.PathLike[str], second: str | os.PathLike[str]) -> bool:
     """Whether two paths name one file (links and relative paths resolved; a missing file by its path).
 
     >>> folder = pathlib.Path(tempfile.mkdtemp())
@@ -18,7 +19,7 @@ def same_file(first, second):
     return first.resolve() == second.resolve()
 
 
-def is_inside(path, folder):
+def is_inside(path: str | os.PathLike[str], folder: str | os.PathLike[str]) -> bool:
     """Whether `path` lies in `folder` or below it (both resolved).
 
     >>> is_inside("/runs/a/checkpoints/x.h5", "/runs/a"), is_inside("/runs/ab", "/runs/a")
@@ -28,7 +29,7 @@ def is_inside(path, folder):
     return path == folder or folder in path.parents
 
 
-def check_not_an_input(output, inputs, option="--output"):
+def check_not_an_input(output: str | os.PathLike[str], inputs: Iterable[object], option: str = "--output") -> None:
     """Refuses an output path that is one of a command's input files.
 
     Raises:
@@ -45,7 +46,7 @@ def check_not_an_input(output, inputs, option="--output"):
                              f"would destroy that input. Choose another file.")
 
 
-def check_output_file(output, what="the translations"):
+def check_output_file(output: str | os.PathLike[str], what: str = "the translations") -> None:
     """Refuses an output file that could not be written, before the work whose result it would hold.
 
     Raises:

@@ -1,5 +1,7 @@
 """Layer normalization with its gradient written out (the same layer as Keras', cheaper to train)."""
 
+from typing import Any
+
 import keras
 from keras import ops
 
@@ -24,26 +26,26 @@ class LayerNormalization(keras.layers.LayerNormalization):
     True
     """
 
-    def _closed_form(self, inputs):
+    def _closed_form(self, inputs: Any) -> bool:
         axes = list(self.axis) if isinstance(self.axis, (list, tuple)) else [self.axis]
         last_axis_only = len(axes) == 1 and axes[0] in (-1, len(inputs.shape) - 1)
         return (last_axis_only and self.center and self.scale and not self.rms_scaling
                 and keras.config.backend() != "torch")
 
-    def call(self, inputs):
+    def call(self, inputs: Any) -> Any:
         if not self._closed_form(inputs):
             return super().call(inputs)
         epsilon = self.epsilon
 
         @ops.custom_gradient
-        def layer_norm(x, gamma, beta):  # x: (..., D); gamma, beta: float32 (D,)
+        def layer_norm(x: Any, gamma: Any, beta: Any) -> tuple[Any, Any]:  # x: (..., D); gamma, beta: float32 (D,)
             x32 = ops.cast(x, "float32")
             centered = x32 - ops.mean(x32, axis=-1, keepdims=True)
             inverse_std = ops.rsqrt(ops.mean(ops.square(centered), axis=-1, keepdims=True) + epsilon)
             normalized = centered * inverse_std  # xhat
             outputs = ops.cast(normalized * gamma + beta, self.compute_dtype)
 
-            def grad(*args, upstream=None):
+            def grad(*args: Any, upstream: Any = None) -> tuple[Any, Any, Any]:
                 dy = ops.cast(args[0] if upstream is None else upstream, "float32")
                 d_normalized = dy * gamma
                 dx = inverse_std * (d_normalized - ops.mean(d_normalized, axis=-1, keepdims=True)

@@ -1,12 +1,14 @@
 """`LayerOptions`: the options encoder and decoder layers (and their stacks) share, stored and checked once."""
 
+from typing import Any
+
 import keras
 
 from keras_transformer.layers.feed_forward import PositionWiseFeedForward
 from keras_transformer.layers.sublayer import SublayerConnection
 
 
-def layer_options(layer):
+def layer_options(layer: Any) -> dict[str, Any]:
     """The constructor arguments shared by encoder and decoder layers and stacks, as a dict.
 
     Example:
@@ -39,10 +41,11 @@ class LayerOptions(keras.layers.Layer):
     4
     """
 
-    def __init__(self, d_model, num_heads, d_ff, dropout=0.1, attention_dropout=0.0, ffn_dropout=0.0,
-                 key_dim=None, value_dim=None, norm_first=False, use_rezero=False,
-                 scale_attention_logits=True, layer_norm_epsilon=1e-6, attention_window=None,
-                 max_relative_position=None, activation="relu", **kwargs):
+    def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.1, attention_dropout: float = 0.0,
+                 ffn_dropout: float = 0.0, key_dim: int | None = None, value_dim: int | None = None,
+                 norm_first: bool = False, use_rezero: bool = False, scale_attention_logits: bool = True,
+                 layer_norm_epsilon: float = 1e-6, attention_window: int | None = None,
+                 max_relative_position: int | None = None, activation: str = "relu", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.d_model, self.num_heads, self.d_ff = int(d_model), int(num_heads), int(d_ff)
         if key_dim is None and self.d_model % self.num_heads:
@@ -61,28 +64,28 @@ class LayerOptions(keras.layers.Layer):
         self.max_relative_position = int(max_relative_position) if max_relative_position is not None else None
         self.activation = activation  # the feed-forward activation's name (`TransformerConfig.activation`)
 
-    def _check_width(self, x_shape):
+    def _check_width(self, x_shape: Any) -> None:
         if x_shape[-1] != self.d_model:
             raise ValueError(f"{self.name}: input width {x_shape[-1]} does not match d_model={self.d_model}.")
 
-    def _block(self, name):
+    def _block(self, name: str) -> SublayerConnection:
         return SublayerConnection(norm_first=self.norm_first, dropout=self.dropout,
                                   use_rezero=self.use_rezero, epsilon=self.layer_norm_epsilon,
                                   dtype=self.dtype_policy, name=name)
 
-    def _attention_args(self):
+    def _attention_args(self) -> dict[str, Any]:
         return dict(num_heads=self.num_heads, key_dim=self.key_dim, value_dim=self.value_dim,
                     output_dim=self.d_model, dropout=self.attention_dropout,
                     scale_logits=self.scale_attention_logits, dtype=self.dtype_policy)
 
-    def _self_attention_args(self):
+    def _self_attention_args(self) -> dict[str, Any]:
         """`_attention_args` plus what only self-attention takes: the window and relative positions."""
         return dict(window=self.attention_window, max_relative_position=self.max_relative_position,
                     **self._attention_args())
 
-    def _feed_forward(self):
+    def _feed_forward(self) -> PositionWiseFeedForward:
         return PositionWiseFeedForward(self.d_model, self.d_ff, dropout=self.ffn_dropout, activation=self.activation,
                                        dtype=self.dtype_policy, name="feed_forward")
 
-    def get_config(self):
+    def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), **layer_options(self)}

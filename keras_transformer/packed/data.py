@@ -28,13 +28,28 @@ and `assemble_batch` lays out one batch, so a trainer builds each batch when it
 needs it.
 """
 
+from __future__ import annotations
+
+import os
 import pathlib
 import shutil
+from collections.abc import Iterator, Mapping, Sequence, Sized
+from types import TracebackType
+from typing import TYPE_CHECKING, TypeAlias, overload
 
 import numpy as np
 
 from keras_transformer.data.batching import batch_plan
 from keras_transformer.files import fsync_file, replace_folder, staging_folder
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
+# One sequence's ids; id sequences: a list of them, or the `PackedSequences` of `load_arrays`.
+Ids: TypeAlias = "np.ndarray | Sequence[int]"
+IdSequences: TypeAlias = "Sequence[Ids] | PackedSequences"
+# `(source (B, L), target_input (B, L), labels (B, L))` int32 (labels float32 `(B, L, 1 + 2k)` with a teacher).
+Batch: TypeAlias = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 ARRAYS_FILE = "arrays"  # the folder of .npy files in a packed workdir
 OLD_ARRAYS_FILE = "arrays.npz"  # what unreleased versions packed: refused by name (pack again), removed by `pack`
@@ -44,7 +59,7 @@ _HEADER_BYTES = 128  # .npy version 1.0 header, padded: room for any shape, rewr
 
 
 # ------------------------------------------------------------------ packing format
-def ragged_to_arrays(sequences):
+def ragged_to_arrays(sequences: Sequence[Ids]) -> tuple[np.ndarray, np.ndarray]:
     """`[array, ...]` -> `(values, lengths)`: the packed form stored in `arrays/`.
 
     Example:
@@ -59,7 +74,7 @@ def ragged_to_arrays(sequences):
     return values.astype(np.int32), lengths
 
 
-def arrays_to_ragged(values, lengths):
+def arrays_to_ragged(values: np.ndarray, lengths: ArrayLike) -> list[np.ndarray]:
     """The inverse of `ragged_to_arrays`: a list of int32 arrays.
 
     Example:
@@ -92,7 +107,7 @@ class PackedSequences:
     (2, [7], [[5, 6], [7]])
     """
 
-    def __init__(self, values, lengths):
+    def __init__(self, values: np.ndarray, lengths: ArrayLike) -> None:
         self.values = values
         self.lengths = np.asarray(lengths, dtype=np.int32)
         self.offsets = np.zeros(len(self.lengths) + 1, np.int64)
@@ -101,10 +116,16 @@ class PackedSequences:
             raise ValueError(f"Packed arrays disagree: the lengths add up to {int(self.offsets[-1])} ids but there "
                              f"are {len(values)} values.")
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.lengths)
 
-    def __getitem__(self, index):
+    @overload
+    def __getitem__(self, index: int) -> np.ndarray: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[np.ndarray]: ...
+
+    def __getitem__(self, index: int | slice) -> np.ndarray | list[np.ndarray]:
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]
         if index < 0:
@@ -113,11 +134,11 @@ class PackedSequences:
             raise IndexError(f"sequence {index} of {len(self)}")
         return np.asarray(self.values[self.offsets[index]:self.offsets[index + 1]])
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[np.ndarray]:
         return (self[i] for i in range(len(self)))
 
 
-def sequence_lengths(sequences):
+def sequence_lengths(sequences: Sequence[Sized] | PackedSequences) -> np.ndarray:
     """The lengths of a list of sequences, or a `PackedSequences`' own, without reading its ids.
 
     Example:
@@ -133,24 +154,24 @@ def sequence_lengths(sequences):
 class _NpyAppender:
     """A 1-D int32 `.npy` file written a chunk at a time: the header's shape is filled in by `close`."""
 
-    def __init__(self, path):
+    def __init__(self, path: pathlib.Path) -> None:
         self.path, self.count = path, 0
         self.handle = open(path, "wb")
         self.handle.write(self._header(0))
 
     @staticmethod
-    def _header(count):
+    def _header(count: int) -> bytes:
         text = repr({"descr": np.dtype(np.int32).str, "fortran_order": False, "shape": (count,)})
         size = _HEADER_BYTES - 10  # magic (6), version (2), header length (2)
         return (b"\x93NUMPY\x01\x00" + size.to_bytes(2, "little") + text.encode("latin1").ljust(size - 1)
                 + b"\n")
 
-    def append(self, values):
+    def append(self, values: ArrayLike) -> None:
         values = np.ascontiguousarray(values, dtype=np.int32)
         self.handle.write(values.tobytes())
         self.count += len(values)
 
-    def close(self):
+    def close(self) -> None:
         self.handle.seek(0)
         self.handle.write(self._header(self.count))
         self.handle.close()
@@ -179,12 +200,13 @@ class ArraysWriter:
     [[8], [9, 9], [4]]
     """
 
-    def __init__(self, path):
+    def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = pathlib.Path(path)
         self._staging = staging_folder(self.path)
-        self._files = {}
+        self._files: dict[str, _NpyAppender] = {}
 
-    def add(self, split, sources, targets):
+    def add(self, split: str, sources: Sequence[Ids] | tuple[np.ndarray, np.ndarray],
+            targets: Sequence[Ids] | tuple[np.ndarray, np.ndarray]) -> None:
         """Appends aligned pairs to `split`: lists of id arrays, or `(values, lengths)` pairs of arrays."""
         if split not in _SPLITS:
             raise ValueError(f"split must be one of {_SPLITS}, got {split!r}.")
@@ -198,29 +220,31 @@ class ArraysWriter:
                     self._files[name] = _NpyAppender(self._staging / f"{name}.npy")
                 self._files[name].append(array)
 
-    def close(self):
+    def close(self) -> pathlib.Path:
         """Completes the files and renames the folder into place; returns its path."""
         for appender in self._files.values():
             appender.close()
         return replace_folder(self._staging, self.path)
 
-    def abort(self):
+    def abort(self) -> None:
         """Removes what was written; `path` stays as it was."""
         for appender in self._files.values():
             appender.handle.close()
         shutil.rmtree(self._staging, ignore_errors=True)
 
-    def __enter__(self):
+    def __enter__(self) -> ArraysWriter:
         return self
 
-    def __exit__(self, kind, value, traceback):
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 traceback: TracebackType | None) -> None:
         if kind is None:
             self.close()
         else:
             self.abort()
 
 
-def save_arrays(path, splits):
+def save_arrays(path: str | os.PathLike[str],
+                splits: Mapping[str, tuple[Sequence[Ids], Sequence[Ids]]]) -> pathlib.Path:
     """Writes `{"train": (sources, targets), "valid": (...)}` (lists of id arrays) as an `arrays/` folder.
 
     Example:
@@ -242,7 +266,7 @@ def save_arrays(path, splits):
     return path
 
 
-def arrays_path(workdir):
+def arrays_path(workdir: str | os.PathLike[str]) -> pathlib.Path | None:
     """Where a packed workdir keeps its pairs, `arrays/`; None if it has none.
 
     Example:
@@ -255,7 +279,7 @@ def arrays_path(workdir):
     return path if path.exists() else None
 
 
-def check_not_unreleased_format(workdir):
+def check_not_unreleased_format(workdir: str | os.PathLike[str]) -> None:
     """Raises `FileNotFoundError`, saying to pack again, for a workdir without `arrays/` that holds the
     `arrays.npz` of an unreleased version.
 
@@ -271,7 +295,7 @@ def check_not_unreleased_format(workdir):
                                 f"--workdir {workdir}` again.")
 
 
-def load_arrays(path):
+def load_arrays(path: str | os.PathLike[str]) -> dict[str, tuple[PackedSequences, PackedSequences]]:
     """Reads packed pairs: `{"train": (sources, targets), "valid": (...)}` of `PackedSequences`, splits present.
 
     Args:
@@ -291,12 +315,13 @@ def load_arrays(path):
     if not path.exists():
         raise FileNotFoundError(f"No packed data at {path}: run `keras-transformer pack --config ... "
                                 f"--workdir {path.parent}` where TensorFlow is installed first.")
-    splits = {}
+    splits: dict[str, tuple[PackedSequences, PackedSequences]] = {}
     for split in _SPLITS:
         if (path / f"{split}_source_values.npy").is_file():
-            splits[split] = tuple(PackedSequences(np.load(path / f"{split}_{side}_values.npy", mmap_mode="r"),
-                                                  np.load(path / f"{split}_{side}_lengths.npy"))
-                                  for side in _SIDES)
+            sources, targets = (PackedSequences(np.load(path / f"{split}_{side}_values.npy", mmap_mode="r"),
+                                                np.load(path / f"{split}_{side}_lengths.npy"))
+                                for side in _SIDES)
+            splits[split] = (sources, targets)
     if "train" not in splits:
         raise ValueError(f"{path} holds no training pairs (train_source_values).")
     for split, (sources, targets) in splits.items():
@@ -306,8 +331,10 @@ def load_arrays(path):
 
 
 # ------------------------------------------------------------------ batches
-def make_batches(sources, targets, tokens_per_batch, *, length_multiple=8, pad_id=0, bos_id=2, eos_id=3,
-                 rng=None, pad_rows=False, teacher=None, return_indices=False):
+def make_batches(sources: IdSequences, targets: IdSequences, tokens_per_batch: int, *, length_multiple: int = 8,
+                 pad_id: int = 0, bos_id: int = 2, eos_id: int = 3, rng: np.random.Generator | None = None,
+                 pad_rows: bool = False, teacher: tuple[Sequence[np.ndarray], Sequence[np.ndarray]] | None = None,
+                 return_indices: bool = False) -> list[Batch] | tuple[list[Batch], list[np.ndarray]]:
     """Token-budget batches of `(source, target_input, labels)` int32 arrays, as the TensorFlow pipeline forms them.
 
     Each pair becomes source = tokens + eos, target input = bos + tokens,
@@ -358,7 +385,9 @@ def make_batches(sources, targets, tokens_per_batch, *, length_multiple=8, pad_i
     return (batches, [indices for indices, _, _ in plan]) if return_indices else batches
 
 
-def plan_batches(source_lengths, target_lengths, tokens_per_batch, *, length_multiple=8, rng=None, pad_rows=False):
+def plan_batches(source_lengths: ArrayLike, target_lengths: ArrayLike, tokens_per_batch: int, *,
+                 length_multiple: int = 8, rng: np.random.Generator | None = None,
+                 pad_rows: bool = False) -> list[tuple[np.ndarray, int, int]]:
     """The cut `make_batches` makes, without the ids: `(indices, width, rows)` of each batch, in training order.
 
     Needs only each pair's lengths, so a pass over a corpus of any size is
@@ -403,7 +432,9 @@ def plan_batches(source_lengths, target_lengths, tokens_per_batch, *, length_mul
     return plan
 
 
-def assemble_batch(sources, targets, indices, width, rows, *, pad_id=0, bos_id=2, eos_id=3, teacher=None):
+def assemble_batch(sources: IdSequences, targets: IdSequences, indices: Sequence[int] | np.ndarray, width: int,
+                   rows: int, *, pad_id: int = 0, bos_id: int = 2, eos_id: int = 3,
+                   teacher: tuple[Sequence[np.ndarray], Sequence[np.ndarray]] | None = None) -> Batch:
     """One batch of `plan_batches`: `(source, target_input, labels)` int32 arrays `(rows, width)` of the pairs
     `indices` (source + eos, bos + target, target + eos), padded with `pad_id`; with `teacher`, the labels are
     packed with the teacher's distributions as in `make_batches`.
@@ -435,7 +466,7 @@ def assemble_batch(sources, targets, indices, width, rows, *, pad_id=0, bos_id=2
     return source, target_input, labels
 
 
-def pack_labels(labels, ids, probabilities):
+def pack_labels(labels: ArrayLike, ids: ArrayLike, probabilities: ArrayLike) -> np.ndarray:
     """`(B, T)` labels + `(B, T, k)` teacher ids and probabilities -> the float32 `(B, T, 1 + 2k)` labels.
 
     Example:

@@ -10,15 +10,20 @@ serves every TensorFlow-side command unchanged: `keras-transformer evaluate --mo
 This module needs only keras, numpy, sentencepiece and the package itself: no TensorFlow.
 """
 
+import os
 import typing
+from collections.abc import Iterable
+from typing import Any
 
+from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.engines.packed import PackedTranslator
 from keras_transformer.inference import evaluate
 
 
 # ------------------------------------------------------------------ scoring without TensorFlow
-def translate_lines(model, lines, source_processor, target_processor, *, options=None, batch_size=128, eos_id=3,
-                    pad_id=0, bos_id=2, **settings):
+def translate_lines(model: Any, lines: Iterable[str], source_processor: Any, target_processor: Any, *,
+                    options: DecodeOptions | None = None, batch_size: int = 128, eos_id: int = 3, pad_id: int = 0,
+                    bos_id: int = 2, **settings: Any) -> list[str]:
     """Decodes raw sentences with SentencePiece processors, on any Keras backend (no TensorFlow).
 
     Does what `Translator.translate_lines` does: sentences are tokenized (at most
@@ -51,8 +56,11 @@ class _SpecialIds(typing.NamedTuple):
     eos_id: int
 
 
-def evaluate_arrays(workdir, checkpoint, source, reference, *, average=None, tokenized_reference=None, lang=None,
-                    options=None, batch_size=128, output=None, **settings):
+def evaluate_arrays(workdir: str | os.PathLike[str], checkpoint: str | os.PathLike[str] | None,
+                    source: str | os.PathLike[str], reference: str | os.PathLike[str], *, average: int | None = None,
+                    tokenized_reference: str | os.PathLike[str] | None = None, lang: str | None = None,
+                    options: DecodeOptions | None = None, batch_size: int = 128,
+                    output: str | os.PathLike[str] | None = None, **settings: Any) -> dict[str, Any]:
     """Translates `source` with a packed workdir's weights and scores it, without TensorFlow.
 
     `keras-transformer evaluate` for a machine that trains with `train_arrays`

@@ -36,11 +36,16 @@ This module needs only keras, numpy and the package itself: no TensorFlow, which
 `model.fit` on the TensorFlow backend (`_fed_to_the_backend`).
 """
 
+from __future__ import annotations
+
 import functools
 import json
 import logging
+import os
 import pathlib
 import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import keras
 import numpy as np
@@ -53,6 +58,8 @@ from keras_transformer.experiment import load_experiment
 from keras_transformer.files import exclusive_lock, remove_stale_temporaries
 from keras_transformer.packed.data import (
     ARRAYS_FILE,
+    Batch,
+    IdSequences,
     arrays_path,
     assemble_batch,
     check_not_unreleased_format,
@@ -67,15 +74,20 @@ from keras_transformer.trainer.loop import TrainingData, check_fresh_start, fini
 from keras_transformer.trainer.precision import resolve_precision
 from keras_transformer.workdir.checkpoints import average_workdir, checkpoint_number, epoch_checkpoints
 
+if TYPE_CHECKING:
+    from keras_transformer.experiment import ExperimentConfig
+
 log = logging.getLogger(__name__)
 
 # ------------------------------------------------------------------ the packed experiment
 PACKED_STRATEGIES = ("auto", "default")  # training.strategy values the packed path runs: one device
 
 
-def packed_experiment(workdir, *, epochs=None, tokens_per_batch=None, seed=None, keep_checkpoints=None,
-                      init_weights=None, initial_updates=None, cooldown_epochs=None, jit_compile=None,
-                      precision=None, verbose=None):
+def packed_experiment(workdir: str | os.PathLike[str], *, epochs: int | None = None,
+                      tokens_per_batch: int | None = None, seed: int | None = None, keep_checkpoints: int | None = None,
+                      init_weights: str | os.PathLike[str] | None = None, initial_updates: int | None = None,
+                      cooldown_epochs: int | None = None, jit_compile: bool | None = None,
+                      precision: str | None = None, verbose: int | None = None) -> ExperimentConfig:
     """The typed experiment of a packed workdir (`experiment.yaml`), with `train_arrays`' overrides applied.
 
     Fields left None keep the workdir's values, whose own defaults are the
@@ -114,7 +126,7 @@ def packed_experiment(workdir, *, epochs=None, tokens_per_batch=None, seed=None,
     return experiment
 
 
-def _refuse_what_packed_arrays_cannot_train(experiment):
+def _refuse_what_packed_arrays_cannot_train(experiment: ExperimentConfig) -> None:
     training, data = experiment.training, experiment.data
     refusals = [
         (training.strategy not in PACKED_STRATEGIES, f"training.strategy={training.strategy!r}: training from packed "
@@ -169,8 +181,10 @@ class PackedBatches(keras.utils.PyDataset):
     3
     """
 
-    def __init__(self, sources, targets, tokens_per_batch, *, length_multiple=8, pad_rows=False, pad_id=0,
-                 bos_id=2, eos_id=3, seed=None, teacher=None, resumed_at=(0, 0), steps_per_epoch=None):
+    def __init__(self, sources: IdSequences, targets: IdSequences, tokens_per_batch: int, *, length_multiple: int = 8,
+                 pad_rows: bool = False, pad_id: int = 0, bos_id: int = 2, eos_id: int = 3, seed: int | None = None,
+                 teacher: tuple[Sequence[np.ndarray], Sequence[np.ndarray]] | None = None,
+                 resumed_at: tuple[int, int] = (0, 0), steps_per_epoch: int | None = None) -> None:
         super().__init__()
         if len(sources) != len(targets):
             raise ValueError(f"PackedBatches: {len(sources)} source but {len(targets)} target sequences.")
@@ -178,10 +192,12 @@ class PackedBatches(keras.utils.PyDataset):
             raise ValueError(f"PackedBatches: {len(targets)} pairs but teacher distributions for {len(teacher[0])}.")
         self._pairs = (sources, targets)
         self._lengths = (sequence_lengths(sources), sequence_lengths(targets))
-        self._options = dict(length_multiple=length_multiple, pad_rows=pad_rows, pad_id=pad_id, bos_id=bos_id,
-                             eos_id=eos_id, teacher=teacher)
+        self._options: dict[str, Any] = dict(length_multiple=length_multiple, pad_rows=pad_rows, pad_id=pad_id,
+                                             bos_id=bos_id, eos_id=eos_id, teacher=teacher)
         self.tokens_per_batch, self.seed = int(tokens_per_batch), seed
-        self._passes, self._keep = {}, 1  # pass number -> its batches: the newest `_keep` passes
+        # pass number -> its batches: the newest `_keep` passes
+        self._passes: dict[int, list[tuple[np.ndarray, int, int]]] = {}
+        self._keep = 1
         self.epoch, self.offset = resumed_at
         # The same in every pass (the cut depends on lengths only); pass `epoch` is the first an epoch of one
         # pass reads.
@@ -190,10 +206,11 @@ class PackedBatches(keras.utils.PyDataset):
         self._keep = 1 if self._length == self.pass_length else 2  # other epochs read across the end of a pass
         self.offset = self.offset if self.offset < self._length else 0  # more: the epoch trains from its start
         self._first = True
-        self.trained = []  # (epoch, first batch, batches) of each epoch trained (in part) by this process
+        # (epoch, first batch, batches) of each epoch trained (in part) by this process
+        self.trained: list[list[int]] = []
         self.callback = _EpochTracker(self)
 
-    def pass_plan(self, number):
+    def pass_plan(self, number: int) -> list[tuple[np.ndarray, int, int]]:
         """The `(indices, width, rows)` of each batch of pass `number` over the pairs (`packed.data.plan_batches`):
         the order only, a few bytes per pair; the batches are assembled from the pairs when read."""
         if number not in self._passes:
@@ -204,34 +221,34 @@ class PackedBatches(keras.utils.PyDataset):
             self._passes = dict(kept + [(number, plan)])
         return self._passes[number]
 
-    def pass_batches(self, number):
+    def pass_batches(self, number: int) -> list[Batch]:
         """The `(source, target_input, labels)` batches of pass `number` over the pairs (each pair once), in order."""
         return [self._assemble(entry) for entry in self.pass_plan(number)]
 
-    def _assemble(self, entry):
+    def _assemble(self, entry: tuple[np.ndarray, int, int]) -> Batch:
         indices, width, rows = entry
         options = {name: self._options[name] for name in ("pad_id", "bos_id", "eos_id", "teacher")}
         return assemble_batch(*self._pairs, indices, width, rows, **options)
 
-    def batch(self, epoch, index):
+    def batch(self, epoch: int, index: int) -> Batch:
         """Batch `index` of `epoch`: the one at position `epoch * len(self) + index` of the stream of passes,
         gathered from the pairs (read from disk when they are memory-mapped) when it is asked for."""
         position = epoch * self._length + index
         return self._assemble(self.pass_plan(position // self.pass_length)[position % self.pass_length])
 
-    def batches(self, epoch):
+    def batches(self, epoch: int) -> list[Batch]:
         """The `(source, target_input, labels)` batches of `epoch`, in training order."""
         return [self.batch(epoch, index) for index in range(self._length)]
 
-    def __len__(self):
+    def __len__(self) -> int:
         return self._length
 
-    def __getitem__(self, index):
+    def __getitem__(self, index: int) -> tuple[dict[str, np.ndarray], np.ndarray]:
         # past the epoch's end (a resumed epoch's rest is shorter): read ahead, unused
         source, target_input, labels = self.batch(self.epoch, (self.offset + index) % self._length)
         return {"source": source, "target": target_input}, labels
 
-    def target_tokens(self, epoch, first, count):
+    def target_tokens(self, epoch: int, first: int, count: int) -> int:
         """Non-pad labels in batches `first .. first + count - 1` of `epoch`."""
         tokens = 0
         for index in range(first, first + count):
@@ -243,11 +260,11 @@ class PackedBatches(keras.utils.PyDataset):
 class _EpochTracker(keras.callbacks.Callback):
     """Sets the epoch of a `PackedBatches` before `fit` reads its batches, and records what each epoch trained."""
 
-    def __init__(self, batches):
+    def __init__(self, batches: PackedBatches) -> None:
         super().__init__()
         self.batches = batches
 
-    def on_epoch_begin(self, epoch, logs=None):
+    def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         data = self.batches
         if not (data._first and epoch == data.epoch):
             data.offset = 0  # only the first epoch of a resumed run starts inside it
@@ -255,11 +272,11 @@ class _EpochTracker(keras.callbacks.Callback):
         data.epoch = epoch
         data.trained.append([epoch, data.offset, 0])
 
-    def on_train_batch_end(self, batch, logs=None):
+    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         self.batches.trained[-1][2] = batch + 1  # with steps_per_execution, `batch` is the last of the execution
 
 
-def _fed_to_the_backend(batches):
+def _fed_to_the_backend(batches: PackedBatches) -> Any:
     """`batches` as `model.fit` takes them on this backend: the PyDataset itself, or on TensorFlow a tf.data
     pipeline over it whose widths are free (Keras infers a PyDataset's shapes from its first two batches,
     which fixes the width whenever they share one)."""
@@ -277,7 +294,9 @@ def _fed_to_the_backend(batches):
     return dataset.apply(tf.data.experimental.assert_cardinality(len(batches))).prefetch(2).with_options(options)
 
 
-def packed_data(workdir, experiment, *, length_multiple=8, teacher=None, resumed_at=(0, 0)):
+def packed_data(workdir: str | os.PathLike[str], experiment: ExperimentConfig, *, length_multiple: int = 8,
+                teacher: tuple[Sequence[np.ndarray], Sequence[np.ndarray]] | None = None,
+                resumed_at: tuple[int, int] = (0, 0)) -> tuple[TrainingData, PackedBatches]:
     """`(TrainingData, PackedBatches)` of a packed workdir: the `trainer.loop.TrainingData` of `PackedBatches`
     over `arrays/`, memory-mapped (with the raw validation text for BLEU when `training.bleu_every_epochs` asks for
     it), and its training batches."""
@@ -288,8 +307,8 @@ def packed_data(workdir, experiment, *, length_multiple=8, teacher=None, resumed
     data_config = experiment.data.data_config()
     seed = experiment.data.seed if experiment.data.seed is not None else training.seed
     # pad_rows under XLA: one batch shape per width, so one compilation each
-    options = dict(length_multiple=length_multiple, pad_rows=training.jit_compile is not False,
-                   pad_id=config.pad_id, bos_id=config.bos_id, eos_id=config.eos_id)
+    options: dict[str, Any] = dict(length_multiple=length_multiple, pad_rows=training.jit_compile is not False,
+                                   pad_id=config.pad_id, bos_id=config.bos_id, eos_id=config.eos_id)
     train = PackedBatches(*splits["train"], data_config.tokens_per_batch, seed=seed, teacher=teacher,
                           resumed_at=resumed_at, steps_per_epoch=training.steps_per_epoch, **options)
     validation = (PackedBatches(*splits["valid"], data_config.tokens_per_batch, **options)
@@ -308,9 +327,12 @@ def packed_data(workdir, experiment, *, length_multiple=8, teacher=None, resumed
     return data, train
 
 # ------------------------------------------------------------------ training
-def train_arrays(workdir, epochs=None, *, jit_compile=None, precision=None, average_last=None, length_multiple=8,
-                 tokens_per_batch=None, seed=None, keep_checkpoints=None, init_weights=None, initial_updates=None,
-                 teacher=None, distill_weight=0.5, cooldown_epochs=None, verbose=None):
+def train_arrays(workdir: str | os.PathLike[str], epochs: int | None = None, *, jit_compile: bool | None = None,
+                 precision: str | None = None, average_last: int | None = None, length_multiple: int = 8,
+                 tokens_per_batch: int | None = None, seed: int | None = None, keep_checkpoints: int | None = None,
+                 init_weights: str | os.PathLike[str] | None = None, initial_updates: int | None = None,
+                 teacher: str | os.PathLike[str] | None = None, distill_weight: float = 0.5,
+                 cooldown_epochs: int | None = None, verbose: int | None = None) -> dict[str, Any]:
     """Trains the packed experiment in `workdir` (see `training.pack_arrays`), resuming a previous run.
 
     The loop is `train`'s (`trainer.loop.fit_experiment`): the same
@@ -381,7 +403,8 @@ def train_arrays(workdir, epochs=None, *, jit_compile=None, precision=None, aver
     return result
 
 
-def _fit_packed(workdir, experiment, before, length_multiple, teacher, distill_weight):
+def _fit_packed(workdir: pathlib.Path, experiment: ExperimentConfig, before: int, length_multiple: int,
+                teacher: str | os.PathLike[str] | None, distill_weight: float) -> dict[str, Any]:
     """`fit_experiment` on the packed data; the parts of `train_arrays`' result that training gives."""
     training = experiment.training
     teacher_arrays = None

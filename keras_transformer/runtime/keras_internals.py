@@ -52,7 +52,10 @@ package, and translation and evaluation, which compute no loss, still work.
 import contextlib
 import functools
 import io
+import os
 import warnings
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import keras
 import numpy as np
@@ -63,7 +66,7 @@ __all__ = ["END_OF_PASS_WARNING", "WRITE_BLOCK_BYTES", "apply_multi_worker_worka
            "write_weights_to"]
 
 
-def scale_loss_for_distribution(value):
+def scale_loss_for_distribution(value: Any) -> Any:
     """Divides a loss by the number of replicas under a tf.distribute strategy, as `keras.losses.Loss` does.
 
     Keras sums the replicas' gradients and expects each replica's loss divided
@@ -79,7 +82,7 @@ def scale_loss_for_distribution(value):
 
 
 @functools.cache
-def _keras_scale_loss():
+def _keras_scale_loss() -> Callable[[Any], Any]:
     # (1) Keras exports no public name for the scaling `Loss.__call__` applies under a distribution strategy.
     try:
         from keras.src.losses.loss import scale_loss_for_distribution
@@ -90,7 +93,7 @@ def _keras_scale_loss():
     return scale_loss_for_distribution
 
 
-def set_update_count(optimizer, updates):
+def set_update_count(optimizer: Any, updates: int) -> None:
     """Makes a built optimizer's `iterations` (the updates it has applied) equal `updates`.
 
     With gradient accumulation, Keras counts batches in a private variable and
@@ -112,7 +115,7 @@ def set_update_count(optimizer, updates):
         optimizer.iterations.assign(updates)
 
 
-def schedule_on_updates(optimizer):
+def schedule_on_updates(optimizer: Any) -> Any:
     """Makes an optimizer evaluate its learning-rate schedule at the updates it has applied (`iterations`).
 
     With `gradient_accumulation_steps: k`, Keras calls the schedule with its
@@ -140,7 +143,7 @@ def schedule_on_updates(optimizer):
     """
     keras_learning_rate = optimizer._get_current_learning_rate
 
-    def learning_rate_at_updates():
+    def learning_rate_at_updates() -> Any:
         # (5) Keras' `_get_current_learning_rate` passes the schedule `_iterations`, its count of batches.
         if isinstance(optimizer._learning_rate, keras.optimizers.schedules.LearningRateSchedule):
             return optimizer._learning_rate(optimizer.iterations)
@@ -150,7 +153,7 @@ def schedule_on_updates(optimizer):
     return optimizer
 
 
-def moving_average_pairs(optimizer):
+def moving_average_pairs(optimizer: Any) -> list[tuple[Any, Any]]:
     """`[(weight, its moving average)]` of a built optimizer with `use_ema`, in the order it was built with; `[]`
     for one without.
 
@@ -175,7 +178,7 @@ def moving_average_pairs(optimizer):
             zip(optimizer._trainable_variables, optimizer._model_variables_moving_average) if average is not None]
 
 
-def keep_raw_weights_after_fit(optimizer):
+def keep_raw_weights_after_fit(optimizer: Any) -> Any:
     """Stops `fit` from ending with the moving average copied over the model's weights (Keras'
     `finalize_variable_values` with `use_ema`): the caller decides when the model takes the average.
 
@@ -190,7 +193,7 @@ END_OF_PASS_WARNING = "Your input ran out of data"  # (7) Keras' words when a da
 
 
 @contextlib.contextmanager
-def quiet_end_of_pass():
+def quiet_end_of_pass() -> Iterator[None]:
     """Silences Keras' "Your input ran out of data; interrupting training" inside the block.
 
     Keras warns so whenever a dataset whose number of batches it does not know yet stops: at the end of every
@@ -202,7 +205,7 @@ def quiet_end_of_pass():
         yield
 
 
-def apply_multi_worker_workarounds(model, tf):
+def apply_multi_worker_workarounds(model: Any, tf: Any) -> Any:
     """Lets `model.fit`/`evaluate` run under `MultiWorkerMirroredStrategy` (Keras 3 workarounds).
 
     Keras 3's TensorFlow trainer has two multi-worker bugs (keras-team/keras
@@ -235,12 +238,12 @@ def apply_multi_worker_workarounds(model, tf):
         return model
     _patch_multi_worker_log_reduction(tf)
 
-    def local_value(value):
+    def local_value(value: Any) -> Any:
         if isinstance(value, tf.distribute.DistributedValues):
             return strategy.experimental_local_results(value)[0]
         return value
 
-    def maybe_symbolic_build(iterator=None, data_batch=None):
+    def maybe_symbolic_build(iterator: Any = None, data_batch: Any = None) -> None:
         if iterator is not None:
             for _, _, batches in iterator:
                 data_batch = tf.nest.map_structure(local_value, next(batches))
@@ -252,16 +255,16 @@ def apply_multi_worker_workarounds(model, tf):
     return model
 
 
-def _patch_multi_worker_log_reduction(tf):
+def _patch_multi_worker_log_reduction(tf: Any) -> None:
     # Only with the TensorFlow backend (the only one with tf.distribute), hence imported here.
     from keras.src.backend.tensorflow import trainer as keras_tf_trainer
     original = keras_tf_trainer.reduce_per_replica
     if getattr(original, "_keras_transformer_patch", False):
         return
 
-    def reduce_per_replica(values, strategy, reduction):
+    def reduce_per_replica(values: Any, strategy: Any, reduction: str) -> Any:
         if reduction in ("auto", "mean") and isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
-            def reduce(value):
+            def reduce(value: Any) -> Any:
                 if getattr(value, "shape", None) is not None and value.shape.rank == 0:
                     # The mean over all replicas. (reduce "MEAN" of a plain tensor gives the sum over workers.)
                     return strategy.reduce("SUM", value, axis=None) / strategy.num_replicas_in_sync
@@ -269,11 +272,11 @@ def _patch_multi_worker_log_reduction(tf):
             return tf.nest.map_structure(reduce, values)
         return original(values, strategy, reduction)
 
-    reduce_per_replica._keras_transformer_patch = True
+    reduce_per_replica._keras_transformer_patch = True  # type: ignore[attr-defined]
     keras_tf_trainer.reduce_per_replica = reduce_per_replica
 
 
-def write_weights_to(model, handle):
+def write_weights_to(model: Any, handle: io.BufferedIOBase) -> None:
     """Writes the `.weights.h5` file `model.save_weights` would write (weights and, for a compiled model, optimizer
     state) to `handle`, an open binary file, as HDF5 builds it: no copy of the weights is held in memory, and a
     variable larger than `WRITE_BLOCK_BYTES` is written a block of rows at a time (Keras' `H5IOStore` converts
@@ -310,7 +313,7 @@ def write_weights_to(model, handle):
         raise stream.error.with_traceback(None)  # not the frames of the save, which hold its arrays
 
 
-def load_weights_from(model, path):
+def load_weights_from(model: Any, path: str | os.PathLike[str]) -> None:
     """`model.load_weights(path)` (a `.weights.h5` file), with the attribute skip sets of its walk cached first
     (`fill_saving_skipsets`): the same weights and optimizer state, several times faster for a small model.
 
@@ -327,7 +330,7 @@ def load_weights_from(model, path):
 SKIPSET_KINDS = ("Operation", "Layer", "Functional", "Sequential", "Metric", "Optimizer", "Loss")
 
 
-def fill_saving_skipsets():
+def fill_saving_skipsets() -> None:
     """Caches the attribute skip set of each kind in `SKIPSET_KINDS` where Keras' saving looks it up.
 
     Saving and loading weights (`saving_lib._save_state`, `_load_state`) walk each saveable object's attributes,
@@ -359,7 +362,7 @@ def fill_saving_skipsets():
 WRITE_BLOCK_BYTES = 1 << 21  # `write_weights_to` writes a larger variable in blocks of rows of about this size
 
 
-def _rows_per_block(value):
+def _rows_per_block(value: Any) -> int | None:
     """The rows of `value` to write at a time, or None for a value Keras' store writes as it is (not a float
     variable of more than `WRITE_BLOCK_BYTES`; bfloat16 carries an attribute of Keras' own)."""
     if not isinstance(value, keras.Variable) or len(value.shape) == 0:
@@ -373,7 +376,7 @@ def _rows_per_block(value):
 
 
 @functools.cache
-def _block_store():
+def _block_store() -> type:
     from keras.src.saving import saving_lib
 
     class BlockStore(saving_lib.H5IOStore):
@@ -381,7 +384,7 @@ def _block_store():
         writes one whole (the entry's group made at its first value; `group[key] = array`, which makes an
         anonymous dataset and links it by name), so that the file is the same, byte for byte."""
 
-        def __setitem__(self, key, value):
+        def __setitem__(self, key: str, value: Any) -> None:
             rows = _rows_per_block(value) if self.mode == "w" else None
             if rows is None:
                 super().__setitem__(key, value)
@@ -401,24 +404,24 @@ class _WriteThrough(io.BytesIO):
     h5py's file-object driver calls (seek, tell, read, write, truncate, flush) goes to `handle`, except that the
     first `OSError` of a write, truncate or flush is kept in `error` and the writes after it are dropped."""
 
-    def __init__(self, handle):
+    def __init__(self, handle: io.BufferedIOBase) -> None:
         super().__init__()
         self.handle = handle
-        self.error = None
+        self.error: OSError | None = None
 
-    def seek(self, offset, whence=io.SEEK_SET):
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
         return self.handle.seek(offset, whence)
 
-    def tell(self):
+    def tell(self) -> int:
         return self.handle.tell()
 
-    def read(self, size=-1):
+    def read(self, size: int | None = -1) -> bytes:
         return self.handle.read(size)
 
-    def readinto(self, buffer):
+    def readinto(self, buffer: Any) -> int:
         return self.handle.readinto(buffer)
 
-    def write(self, data):
+    def write(self, data: Any) -> int:
         if self.error is None:
             try:
                 return self.handle.write(data)
@@ -426,7 +429,7 @@ class _WriteThrough(io.BytesIO):
                 self.error = error
         return memoryview(data).nbytes
 
-    def truncate(self, size=None):
+    def truncate(self, size: int | None = None) -> Any:
         if self.error is None:
             try:
                 return self.handle.truncate(size)
@@ -434,7 +437,7 @@ class _WriteThrough(io.BytesIO):
                 self.error = error
         return size
 
-    def flush(self):
+    def flush(self) -> None:
         if self.error is None:
             try:
                 self.handle.flush()
@@ -442,7 +445,7 @@ class _WriteThrough(io.BytesIO):
                 self.error = error
 
 
-def tensorflow_runs_eagerly():
+def tensorflow_runs_eagerly() -> bool:
     """True where Keras runs on TensorFlow and its operations execute one at a time: not inside a `tf.function`
     (with or without XLA) or a `tf.data` pipeline's graph. False on other backends (JAX compiles every operation
     with XLA).

@@ -22,6 +22,9 @@ Example:
 import contextlib
 import importlib
 import sys
+from collections.abc import Iterator
+from types import ModuleType
+from typing import Any
 
 from keras_transformer.runtime import import_hooks
 from keras_transformer.runtime.registry import Registry
@@ -72,26 +75,26 @@ class LazyClass:
     'NoamSchedule'
     """
 
-    def __init__(self, module, name):
+    def __init__(self, module: str, name: str) -> None:
         self.module = module
         self.name = name
 
-    def resolve(self):
+    def resolve(self) -> Any:
         """The class itself (importing its module)."""
         return getattr(importlib.import_module(self.module), self.name)
 
-    def from_config(self, config):
+    def from_config(self, config: dict[str, Any]) -> Any:
         """`resolve().from_config(config)`."""
         return self.resolve().from_config(config)
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.resolve()(*args, **kwargs)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"LazyClass({self.module}.{self.name})"
 
 
-def register_now(keras):
+def register_now(keras: ModuleType) -> None:
     """Puts a `LazyClass` in Keras' registry for each class of `SERIALIZABLE` not registered yet.
 
     Args:
@@ -111,13 +114,13 @@ def register_now(keras):
 
 
 @contextlib.contextmanager
-def _register_after(module):
+def _register_after(module: ModuleType) -> Iterator[None]:
     """Lets Keras' module run, then registers the stand-ins (`import_hooks.around_first_import`)."""
     yield
     register_now(module)
 
 
-def register_lazily():
+def register_lazily() -> None:
     """Registers the package's classes with Keras now if Keras is imported, else right after Keras is.
 
     Example:

@@ -21,6 +21,8 @@ import os
 import re
 import sys
 import tempfile
+from collections.abc import Iterator
+from types import ModuleType
 
 from keras_transformer.runtime import import_hooks
 
@@ -29,7 +31,7 @@ CPP_LOG_LINE = re.compile(r"^(?:[IWEF]\d{4} \d\d:\d\d:\d\d|WARNING: All log mess
                           r"|To enable the following instructions)")
 
 
-def tensorflow_logs_wanted():
+def tensorflow_logs_wanted() -> bool:
     """Whether the environment asks for TensorFlow's own log lines (`KERAS_TRANSFORMER_TF_LOGS` set, not 0).
 
     Example:
@@ -42,7 +44,7 @@ def tensorflow_logs_wanted():
 
 
 @contextlib.contextmanager
-def without_cpp_log_lines():
+def without_cpp_log_lines() -> Iterator[None]:
     """Inside, file descriptor 2 goes to a temporary file; on leaving, its lines that are not C++ log lines go to
     stderr.
 
@@ -67,7 +69,7 @@ def without_cpp_log_lines():
             sys.stderr.write("".join(kept))
 
 
-def quiet_tensorflow_import():
+def quiet_tensorflow_import() -> None:
     """Unless `KERAS_TRANSFORMER_TF_LOGS` is set: `TF_CPP_MIN_LOG_LEVEL=3` if unset, and TensorFlow's import,
     whenever it comes, `without_cpp_log_lines`.
 
@@ -82,15 +84,15 @@ def quiet_tensorflow_import():
     import_hooks.around_first_import("tensorflow", _quietly)
 
 
-def _quietly(module):
+def _quietly(module: ModuleType) -> contextlib.AbstractContextManager[None]:
     """TensorFlow's module runs `without_cpp_log_lines` (`import_hooks.around_first_import`)."""
     return without_cpp_log_lines()
 
 
-_SET_LEVEL = [None]  # the TF_CPP_MIN_LOG_LEVEL quiet_tensorflow_import set, if it set one
+_SET_LEVEL: list[str | None] = [None]  # the TF_CPP_MIN_LOG_LEVEL quiet_tensorflow_import set, if it set one
 
 
-def loud_tensorflow_import():
+def loud_tensorflow_import() -> None:
     """Undoes `quiet_tensorflow_import` before TensorFlow is imported (`keras-transformer --verbose`).
 
     Example:

@@ -2,10 +2,14 @@
 (`make_datasets`, `make_stream`) and of sentences in memory; the tokenizers of a `DataConfig`; statistics of
 batches; the corpus error a tf.data error carries."""
 
+from __future__ import annotations
+
 import dataclasses
 import logging
 import os
 import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import tensorflow as tf
@@ -14,6 +18,11 @@ from keras_transformer.data import stream as streams
 from keras_transformer.data import tokenizers
 from keras_transformer.data.pipeline.text_stream import DEFAULT_WINDOW, TextStream
 from keras_transformer.data.tokenizers import PAD_ID
+
+if TYPE_CHECKING:
+    from keras_transformer.data.pipeline.text_stream import CorpusTally
+    from keras_transformer.data.tokenizers.pairs import Tokenizer
+    from keras_transformer.experiment import DataConfig
 
 logger = logging.getLogger("keras_transformer.data.pipeline")
 
@@ -49,14 +58,17 @@ class BatchStatistics:
         return 1.0 - (self.source_tokens + self.target_tokens) / positions if positions else 0.0
 
 
-def _corpora(source_file, target_file, name="train"):
+def _corpora(source_file: Any, target_file: Any, name: str = "train") -> list[streams.Corpus]:
     return [streams.Corpus(name, source_file, target_file)]
 
 
-def make_dataset(source_file, target_file, source_tokenizer, target_tokenizer, *, tokens_per_batch=4096,
-                 max_length=128, training=True, bucket_width=1, window=DEFAULT_WINDOW, cache=True,
-                 num_replicas=None, errors="strict", seed=None, subword_dropout=0.0, subword_dropout_sides="both",
-                 corpora=None, shard=(1, 0), endless=False):
+def make_dataset(source_file: str | os.PathLike[str] | None, target_file: str | os.PathLike[str] | None,
+                 source_tokenizer: Tokenizer, target_tokenizer: Tokenizer, *, tokens_per_batch: int = 4096,
+                 max_length: int | None = 128, training: bool = True, bucket_width: int = 1,
+                 window: int = DEFAULT_WINDOW, cache: bool = True, num_replicas: int | None = None,
+                 errors: str = "strict", seed: int | None = None, subword_dropout: float = 0.0,
+                 subword_dropout_sides: str = "both", corpora: Sequence[streams.Corpus] | None = None,
+                 shard: Sequence[int] = (1, 0), endless: bool = False) -> tuple[Any, CorpusTally]:
     """Streams a parallel corpus (or several) and returns its token-budget batches for `model.fit`.
 
     Args:
@@ -120,8 +132,9 @@ def make_dataset(source_file, target_file, source_tokenizer, target_tokenizer, *
     return dataset, text.tally
 
 
-def make_stream(config, source_tokenizer, target_tokenizer, num_replicas=None, shard=(1, 0), endless=False,
-                start=None):
+def make_stream(config: DataConfig, source_tokenizer: Tokenizer, target_tokenizer: Tokenizer,
+                num_replicas: int | None = None, shard: Sequence[int] = (1, 0), endless: bool = False,
+                start: Mapping[str, Any] | None = None) -> TextStream:
     """The `TextStream` of a `DataConfig`'s training corpora (`DataConfig.training_corpora`).
 
     Args:
@@ -157,7 +170,8 @@ def make_stream(config, source_tokenizer, target_tokenizer, num_replicas=None, s
                       shard=shard, endless=endless, start=position, start_batch=int((start or {}).get("batch", 0)))
 
 
-def make_dataset_from_texts(sources, targets, source_tokenizer, target_tokenizer, **options):
+def make_dataset_from_texts(sources: Iterable[str], targets: Iterable[str], source_tokenizer: Tokenizer,
+                            target_tokenizer: Tokenizer, **options: Any) -> tuple[Any, CorpusTally]:
     """`make_dataset` for sentence pairs already in memory (e.g. from TensorFlow Datasets).
 
     Args:
@@ -187,7 +201,8 @@ def make_dataset_from_texts(sources, targets, source_tokenizer, target_tokenizer
                         corpora=[streams.Corpus("memory", sources, targets)], **options)
 
 
-def make_datasets(config, source_tokenizer, target_tokenizer, num_replicas=None):
+def make_datasets(config: DataConfig, source_tokenizer: Tokenizer, target_tokenizer: Tokenizer,
+                  num_replicas: int | None = None) -> tuple[Any, CorpusTally, Any, CorpusTally | None]:
     """The training and validation datasets a `DataConfig` describes.
 
     Args:
@@ -229,7 +244,8 @@ def make_datasets(config, source_tokenizer, target_tokenizer, num_replicas=None)
     return text.dataset(), text.tally, valid, valid_summary
 
 
-def load_or_train_tokenizers(config, directory=None):
+def load_or_train_tokenizers(config: DataConfig,
+                             directory: str | os.PathLike[str] | None = None) -> tuple[Tokenizer, Tokenizer]:
     """Loads the tokenizers of a `DataConfig`, learning and saving them from its training files if absent.
 
     Args:
@@ -272,7 +288,7 @@ def load_or_train_tokenizers(config, directory=None):
         model_type=config.model_type, lowercase=config.lowercase)
 
 
-def batch_statistics(dataset):
+def batch_statistics(dataset: Any) -> BatchStatistics:
     """Counts sentences, tokens and padding over one pass of a batched dataset.
 
     Args:
@@ -305,7 +321,7 @@ def batch_statistics(dataset):
     return BatchStatistics(**counts)
 
 
-def stream_error(error):
+def stream_error(error: BaseException) -> streams.CorpusError | None:
     """The `stream.CorpusError` a tf.data error carries from the stream's reader (bad input met while training
     reads it), or None for any other error.
 
@@ -322,7 +338,7 @@ def stream_error(error):
     return streams.CorpusError(match.group(1)) if match else None
 
 
-def tokenize_corpus(tokenizer, texts):
+def tokenize_corpus(tokenizer: Tokenizer, texts: Sequence[str]) -> Any:
     """Tokenizes a list of sentences in large batched calls; returns an int32 RaggedTensor [N, None]."""
     chunks = [tokenizer.tokenize(tf.constant(texts[start:start + _TOKENIZE_CHUNK], dtype=tf.string))
               for start in range(0, len(texts), _TOKENIZE_CHUNK)]

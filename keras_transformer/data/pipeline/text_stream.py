@@ -2,8 +2,12 @@
 into token-budget batches (the package's docstring gives the steps); `CorpusTally` counts what a pass read,
 `StreamCursor` starts each epoch where the run is."""
 
+from __future__ import annotations
+
 import logging
 import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import keras
 import numpy as np
@@ -14,6 +18,9 @@ from keras_transformer.data.batching import batch_plan
 from keras_transformer.data.corpus import CorpusSummary
 from keras_transformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
 from keras_transformer.experiment import SUBWORD_DROPOUT_SIDES
+
+if TYPE_CHECKING:
+    from keras_transformer.data.tokenizers.pairs import Tokenizer
 
 logger = logging.getLogger("keras_transformer.data.pipeline")
 
@@ -35,15 +42,16 @@ class CorpusTally:
     (7, True)
     """
 
-    def __init__(self, source_file, target_file, max_length=None, split="training"):
+    def __init__(self, source_file: str, target_file: str, max_length: int | None = None,
+                 split: str = "training") -> None:
         self._names = (source_file, target_file)
         self._split = split  # what the log line names: "training" or "validation"
         self._max_length = max_length
-        self._passes = {}  # pass -> counts so far
-        self._last = None  # the CorpusSummary of the last whole pass
+        self._passes: dict[int, dict[str, int]] = {}  # pass -> counts so far
+        self._last: CorpusSummary | None = None  # the CorpusSummary of the last whole pass
         self.complete = False
 
-    def add(self, pass_number, last=False, **counts):
+    def add(self, pass_number: int, last: bool = False, **counts: int) -> None:
         """Adds one window's counts to its pass; logs the pass's summary when `last` ends it."""
         totals = self._passes.setdefault(int(pass_number), {})
         for name, value in counts.items():
@@ -56,22 +64,22 @@ class CorpusTally:
             else:
                 logger.info("Read the %s data: %s", self._split, self._last)
 
-    def _summary(self, counts):
+    def _summary(self, counts: dict[str, Any]) -> CorpusSummary:
         return CorpusSummary(*self._names, max_length=self._max_length, **counts)
 
     @property
-    def summary(self):
+    def summary(self) -> CorpusSummary:
         """The `CorpusSummary` of the last whole pass, or of the pass being read."""
         if self._last is not None:
             return self._last
         return self._summary(self._passes[min(self._passes)] if self._passes else {})
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
         return getattr(self.summary, name)
 
-    def __str__(self):
+    def __str__(self) -> str:
         return str(self.summary) + ("" if self.complete else " (so far: the pass has not ended)")
 
 
@@ -90,10 +98,12 @@ class TextStream:
             the batch number it has (in its pass, or in the run when endless).
     """
 
-    def __init__(self, corpora, source_tokenizer, target_tokenizer, *, tokens_per_batch=4096, max_length=128,
-                 training=True, bucket_width=1, window=DEFAULT_WINDOW, num_replicas=None, errors="strict", seed=None,
-                 subword_dropout=0.0, subword_dropout_sides="both", shard=(1, 0), endless=False,
-                 start=streams.Position(), start_batch=0):
+    def __init__(self, corpora: Sequence[streams.Corpus], source_tokenizer: Tokenizer, target_tokenizer: Tokenizer, *,
+                 tokens_per_batch: int = 4096, max_length: int | None = 128, training: bool = True,
+                 bucket_width: int = 1, window: int = DEFAULT_WINDOW, num_replicas: int | None = None,
+                 errors: str = "strict", seed: int | None = None, subword_dropout: float = 0.0,
+                 subword_dropout_sides: str = "both", shard: Sequence[int] = (1, 0), endless: bool = False,
+                 start: streams.Position = streams.Position(), start_batch: int = 0) -> None:
         streams.check_corpora(corpora)
         if num_replicas is None:
             num_replicas = tf.distribute.get_strategy().num_replicas_in_sync
@@ -115,17 +125,18 @@ class TextStream:
         self.start, self.start_batch = start, int(start_batch)
         self._anchor = (start, int(start_batch))  # where the current (or last) iteration started: what `locate`
                                                   # counts from, whatever `start` became since
-        self.records = {}  # (pass, window) -> (batches, last window of its pass), as windows are planned
+        # (pass, window) -> (batches, last window of its pass), as windows are planned
+        self.records: dict[tuple[int, int], tuple[int, bool]] = {}
         names = [corpus.name for corpus in self.corpora]
         first = self.corpora[0]
         self.tally = CorpusTally(*((streams.side_name(first.source), streams.side_name(first.target)) if len(names) == 1
                                    else (", ".join(names), "")), max_length=max_length,
                                   split="training" if training else "validation")
-        self._started = None  # when the current iteration began (for the first window's log line)
-        self._pass_batches = {}  # pass -> batches planned so far
+        self._started: Any = None  # when the current iteration began (for the first window's log line)
+        self._pass_batches: dict[int, int] = {}  # pass -> batches planned so far
 
     # ------------------------------------------------------------------ positions
-    def locate(self, batch):
+    def locate(self, batch: int) -> streams.Position:
         """The `stream.Position` of batch number `batch` (counted as `start_batch` is), from the windows planned.
 
         Example:
@@ -150,11 +161,11 @@ class TextStream:
             pass_number, window = (pass_number + 1, 0) if record[1] else (pass_number, window + 1)
 
     @property
-    def anchor_pass(self):
+    def anchor_pass(self) -> int:
         """The pass the current (or last) iteration started in."""
         return self._anchor[0].pass_number
 
-    def seek(self, batch, pass_number=None):
+    def seek(self, batch: int, pass_number: int | None = None) -> None:
         """Makes the next iteration start at batch `batch` (of pass `pass_number` when not endless)."""
         if pass_number is not None and pass_number != self.start.pass_number:
             self.start, self.start_batch = streams.Position(pass_number, 0, 0), 0
@@ -162,7 +173,7 @@ class TextStream:
             self.start, self.start_batch = self.locate(batch), batch
 
     # ------------------------------------------------------------------ the dataset
-    def _windows(self):
+    def _windows(self) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         start = self.start
         self._anchor = (start, self.start_batch)
         self._started = time.time() if self.training else None
@@ -184,13 +195,14 @@ class TextStream:
             if window.last and not self.endless and self.start is start:  # a next iteration: the next pass
                 self.start, self.start_batch = streams.Position(window.pass_number + 1, 0, 0), 0
 
-    def _sample(self, side):
+    def _sample(self, side: int) -> Callable[..., tuple[np.ndarray, np.ndarray]]:
         """BPE-dropout of one side of a window, as flat ids and row lengths (the deterministic ids where a
         sample is longer than `max_length` allows)."""
         tokenizer = self.tokenizers[side]
         limit = None if self.max_length is None else self.max_length - 1
 
-        def sample(texts, fixed_values, fixed_lengths, info):
+        def sample(texts: np.ndarray, fixed_values: np.ndarray, fixed_lengths: np.ndarray,
+                   info: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             fixed = np.split(fixed_values, np.cumsum(fixed_lengths)[:-1])
             seed = int(np.random.default_rng([self.seed, int(info[0]), int(info[1]), side]).integers(2 ** 31))
             ids = tokenizer.sample([text.decode("utf-8") for text in texts], self.dropout, seed=seed)
@@ -199,7 +211,8 @@ class TextStream:
             return (np.concatenate(rows) if rows else np.zeros(0, np.int32)).astype(np.int32), lengths
         return sample
 
-    def _plan(self, source_lengths, target_lengths, sampled_source, sampled_target, info):
+    def _plan(self, source_lengths: np.ndarray, target_lengths: np.ndarray, sampled_source: np.ndarray,
+              sampled_target: np.ndarray, info: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The window's batches: the indices of their pairs, batch after batch, and each batch's size.
 
         The `source_lengths`/`target_lengths` of the vocabulary's own segmentation decide which pairs are too
@@ -217,6 +230,7 @@ class TextStream:
             kept = np.arange(len(lengths))
             lengths = lengths if limit is None else np.minimum(lengths, limit)
             counts["truncated"] = int(over.sum())
+        sizes: Any  # the batches' sizes: a list, then an array
         sizes, order = [], kept[:0]
         if len(kept):
             buckets, sizes, skipped = batch_plan(lengths[kept] + 1, self.tokens_per_batch, self.bucket_width,
@@ -252,14 +266,14 @@ class TextStream:
             self._started = None
         return order.astype(np.int64), np.asarray(sizes_out, np.int64)
 
-    def dataset(self):
+    def dataset(self) -> Any:
         """The `tf.data.Dataset` of batches (see `make_dataset`); each iteration starts at `start`."""
         signature = (tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.string), tf.TensorSpec([7], tf.int64))
         windows = tf.data.Dataset.from_generator(self._windows, output_signature=signature)
         source_tokenizer, target_tokenizer = self.tokenizers
         limit = None if self.max_length is None else self.max_length - 1
 
-        def prepare(sources, targets, info):
+        def prepare(sources: Any, targets: Any, info: Any) -> tuple[Any, Any, Any]:
             source_ids, target_ids = source_tokenizer.tokenize(sources), target_tokenizer.tokenize(targets)
             keep_lengths = (source_ids.row_lengths(), target_ids.row_lengths())
             if self.dropout:
@@ -280,7 +294,7 @@ class TextStream:
             return source_ids, target_ids, tf.RaggedTensor.from_row_lengths(tf.reshape(indices, [-1]),
                                                                             tf.reshape(sizes, [-1]))
 
-        def batches(source_ids, target_ids, rows):
+        def batches(source_ids: Any, target_ids: Any, rows: Any) -> Any:
             return tf.data.Dataset.from_tensor_slices(rows).map(_batch_of_pairs(source_ids, target_ids))
 
         dataset = windows.map(prepare).flat_map(batches)
@@ -309,15 +323,16 @@ class StreamCursor(keras.callbacks.Callback):
         resumed_at: `(epoch, batches done)` of the backup the run resumed from.
     """
 
-    def __init__(self, text, steps_per_epoch=None, resumed_at=(0, 0)):
+    def __init__(self, text: TextStream, steps_per_epoch: int | None = None,
+                 resumed_at: Sequence[int] = (0, 0)) -> None:
         super().__init__()
         self.text, self.steps_per_epoch, self.resumed_at = text, steps_per_epoch, tuple(resumed_at)
         self._first = True
 
-    def on_train_begin(self, logs=None):
+    def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
         self._first = True
 
-    def on_epoch_begin(self, epoch, logs=None):
+    def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         done = self.resumed_at[1] if epoch == self.resumed_at[0] else 0
         if self.steps_per_epoch:
             if self._first:
@@ -326,7 +341,7 @@ class StreamCursor(keras.callbacks.Callback):
             self.text.seek(done, pass_number=epoch)
         self._first = False
 
-    def position(self, epoch, done):
+    def position(self, epoch: int, done: int) -> dict[str, int] | None:
         """The stream position after `done` batches of epoch `epoch` (0-based), as a dict for the backup."""
         if self.steps_per_epoch:
             batch = epoch * self.steps_per_epoch + done
@@ -337,9 +352,9 @@ class StreamCursor(keras.callbacks.Callback):
         return dict(self.text.locate(batch).to_dict(), batch=batch)
 
 
-def _batch_of_pairs(source_ids, target_ids):
+def _batch_of_pairs(source_ids: Any, target_ids: Any) -> Callable[[Any], tuple[dict[str, Any], Any]]:
     """Gathers pairs by index and lays them out for teacher forcing, padded with 0 to the batch's longest."""
-    def build(indices):
+    def build(indices: Any) -> tuple[dict[str, Any], Any]:
         source, target = tf.gather(source_ids, indices), tf.gather(target_ids, indices)
         column = tf.ones([tf.shape(indices)[0], 1], tf.int32)
         eos = tf.RaggedTensor.from_tensor(column * EOS_ID)

@@ -29,6 +29,8 @@ language tokens and the `special_tokens` (``<s>``, ``<mask>``), as their
 import json
 import os
 import re
+from collections.abc import Iterable
+from typing import Any
 
 import tensorflow as tf
 
@@ -45,7 +47,7 @@ SPECIAL = ("pad_id", "unk_id", "bos_id", "eos_id")
 _TAG = r">>.*?<<"  # a leading language tag: `>>` up to the first `<<` (MarianTokenizer.remove_language_code)
 
 
-def read_vocabulary(path):
+def read_vocabulary(path: str | os.PathLike[str]) -> list[str]:
     """A ``vocab.json`` (token -> id, the ids 0..V-1 each once) as the list of tokens by id.
 
     Raises:
@@ -68,7 +70,7 @@ def read_vocabulary(path):
     if not isinstance(mapping, dict) or not all(isinstance(i, int) and not isinstance(i, bool)
                                                 for i in mapping.values()):
         raise CorruptFileError(f"{path} is not a vocabulary: expected a JSON mapping of tokens to integer ids.")
-    tokens = [None] * len(mapping)
+    tokens: list[Any] = [None] * len(mapping)  # each filled once below: the ids are 0..V-1
     for token, index in mapping.items():
         if not 0 <= index < len(tokens) or tokens[index] is not None:
             raise CorruptFileError(f"{path}: the ids must be 0..{len(tokens) - 1}, each once; {token!r} has {index}.")
@@ -110,8 +112,9 @@ class MappedTokenizer(tf.Module):
     array([b'a hat'], dtype=object)
     """
 
-    def __init__(self, model, vocabulary, *, pad_id, unk_id, bos_id, eos_id, languages=(), language=None,
-                 special_tokens=(), name="mapped_tokenizer"):
+    def __init__(self, model: bytes, vocabulary: Iterable[str], *, pad_id: int, unk_id: int, bos_id: int, eos_id: int,
+                 languages: Iterable[str] = (), language: str | None = None, special_tokens: Iterable[str] = (),
+                 name: str = "mapped_tokenizer") -> None:
         super().__init__(name=name)
         if not isinstance(model, (bytes, bytearray)):
             raise TypeError(f"MappedTokenizer needs the serialized SentencePiece model as bytes, got {type(model)}.")
@@ -151,17 +154,17 @@ class MappedTokenizer(tf.Module):
     eos_id = property(lambda self: self._special["eos_id"], doc="The end-of-sequence id.")
 
     @property
-    def languages(self):
+    def languages(self) -> tuple[str, ...]:
         """The language tokens a sentence may open with (a multilingual vocabulary's; () for others)."""
         return self._languages
 
     @property
-    def language(self):
+    def language(self) -> str | None:
         """The language token put first in a sentence that opens with none, or None."""
         return self._language
 
     @property
-    def special_tokens(self):
+    def special_tokens(self) -> tuple[str, ...]:
         """The tokens besides pad, unk, bos and the languages that detokenizing drops."""
         return self._special_tokens
 
@@ -181,12 +184,12 @@ class MappedTokenizer(tf.Module):
         return False
 
     @property
-    def tokens(self):
+    def tokens(self) -> list[str]:
         """The vocabulary: the token of each id, as a list of str."""
         return list(self._tokens)
 
     # ------------------------------------------------------------------ tokenization
-    def tokenize(self, strings):
+    def tokenize(self, strings: Any) -> Any:
         """Sentences -> ids (a leading ``>>xx<<`` tag as one token), without eos: `tf.RaggedTensor` int32 ``[N, None]``.
 
         A scalar string gives a 1-D result, as `SubwordTokenizer.tokenize` does.
@@ -215,7 +218,7 @@ class MappedTokenizer(tf.Module):
         ids = tf.concat([tf.cast(tag_ids, tf.int32), tf.cast(ids, tf.int32)], axis=1)
         return ids[0] if single else ids
 
-    def detokenize(self, ids):
+    def detokenize(self, ids: Any) -> Any:
         """Ids -> text, each row read up to its first eos; pad, bos, unk, the languages and `special_tokens` dropped.
 
         The tokens are joined and each ``▁`` read as a space, as ``MarianTokenizer.decode(...,
@@ -235,13 +238,13 @@ class MappedTokenizer(tf.Module):
         text = tf.strings.strip(tf.strings.regex_replace(tf.strings.reduce_join(pieces, axis=-1), "▁", " "))
         return text[0] if single else text
 
-    def id_to_piece(self, ids):
+    def id_to_piece(self, ids: Any) -> Any:
         """The token of each id (any shape, or ragged), as strings."""
         if isinstance(ids, tf.RaggedTensor):
             return tf.ragged.map_flat_values(self.id_to_piece, ids)
         return tf.gather(self._vocabulary, tf.cast(tf.convert_to_tensor(ids), tf.int32))
 
-    def sample(self, texts, dropout, seed=None):
+    def sample(self, texts: Iterable[str], dropout: float, seed: int | None = None) -> list[list[int]]:
         """Subword regularization is not offered for a mapped vocabulary (its pieces are the published model's).
 
         Raises:
@@ -253,7 +256,7 @@ class MappedTokenizer(tf.Module):
         return self.tokenize(list(texts)).to_list()
 
     # ------------------------------------------------------------------ files
-    def save(self, directory):
+    def save(self, directory: str | os.PathLike[str]) -> list[str]:
         """Writes ``tokenizer.json``, ``sentencepiece.model`` and ``vocab.json`` into `directory`; returns the paths."""
         directory = os.fspath(directory)
         os.makedirs(directory, exist_ok=True)
@@ -276,7 +279,7 @@ class MappedTokenizer(tf.Module):
         return paths
 
     @classmethod
-    def load(cls, directory) -> "MappedTokenizer":
+    def load(cls, directory: str | os.PathLike[str]) -> "MappedTokenizer":
         """Reads what `save` wrote.
 
         Raises:
@@ -309,7 +312,7 @@ class MappedTokenizer(tf.Module):
                    language=settings.get("language"), special_tokens=settings.get("special_tokens", ()))
 
 
-def is_mapped_tokenizer(directory):
+def is_mapped_tokenizer(directory: str | os.PathLike[str]) -> bool:
     """Whether `directory`'s tokenizer.json describes a `MappedTokenizer`.
 
     Example:

@@ -4,6 +4,8 @@ loaded as a pair."""
 import logging
 import os
 import time
+from collections.abc import Callable, Iterable
+from typing import Any, TypeAlias, cast
 
 from keras_transformer.data.tokenizers.mapped import MappedTokenizer, is_mapped_tokenizer
 from keras_transformer.data.tokenizers.sampling import check_text_files, reservoir_sample, sample_files
@@ -11,9 +13,13 @@ from keras_transformer.data.tokenizers.subword import CONFIG_FILE, SubwordTokeni
 
 log = logging.getLogger("keras_transformer.data.tokenizers")
 
+# What `load_tokenizer` gives: a vocabulary learned here, or an imported one.
+Tokenizer: TypeAlias = "SubwordTokenizer | MappedTokenizer"
 
-def train_tokenizers(source_texts, target_texts, vocab_size, shared=True, directory=None, sample_size=None,
-                     seed=0, **options):
+
+def train_tokenizers(source_texts: Any, target_texts: Any, vocab_size: int | tuple[int, int], shared: bool = True,
+                     directory: str | os.PathLike[str] | None = None, sample_size: int | None = None, seed: int = 0,
+                     **options: Any) -> tuple[SubwordTokenizer, SubwordTokenizer]:
     """Learns the source and target tokenizers from sentences in memory, shared (one vocabulary) or separate.
 
     `train_tokenizers_from_files` learns them from files.
@@ -52,8 +58,13 @@ def train_tokenizers(source_texts, target_texts, vocab_size, shared=True, direct
                        directory, sample_size, options)
 
 
-def train_tokenizers_from_files(source_files, target_files, vocab_size, shared=True, directory=None,
-                                sample_size=None, seed=0, errors="strict", max_lines=None, **options):
+def train_tokenizers_from_files(source_files: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
+                                target_files: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
+                                vocab_size: int | tuple[int, int],
+                                shared: bool = True, directory: str | os.PathLike[str] | None = None,
+                                sample_size: int | None = None, seed: int = 0, errors: str = "strict",
+                                max_lines: int | list[int | None] | tuple[int | None, ...] | None = None,
+                                **options: Any) -> tuple[SubwordTokenizer, SubwordTokenizer]:
     """Learns the source and target tokenizers from text files, shared (one vocabulary) or separate.
 
     The files are streamed: with a `sample_size`, what is held in memory and
@@ -101,11 +112,13 @@ def train_tokenizers_from_files(source_files, target_files, vocab_size, shared=T
                        vocab_size, shared, directory, sample_size, options)
 
 
-def _train_pair(draw, vocab_size, shared, directory, sample_size, options):
+def _train_pair(draw: Callable[[int, int | None], tuple[list[str], int]], vocab_size: int | tuple[int, int],
+                shared: bool, directory: str | os.PathLike[str] | None, sample_size: int | None,
+                options: dict[str, Any]) -> tuple[SubwordTokenizer, SubwordTokenizer]:
     """Learns the pair from the sentences `draw(side, size)` returns (`(sample, count)`, side 0 or 1)."""
     if shared and not isinstance(vocab_size, int):
         raise ValueError(f"A shared vocabulary has one size, got vocab_size={vocab_size!r}.")
-    sizes = [None, None]
+    sizes: list[int | None] = [None, None]
     if sample_size is not None:
         sizes = [sample_size - sample_size // 2, sample_size // 2] if shared else [sample_size, sample_size]
     start = time.perf_counter()
@@ -114,7 +127,7 @@ def _train_pair(draw, vocab_size, shared, directory, sample_size, options):
              source_count, len(targets), target_count, time.perf_counter() - start)
     start = time.perf_counter()
     if shared:
-        source = target = SubwordTokenizer.learn(sources + targets, vocab_size, **options)
+        source = target = SubwordTokenizer.learn(sources + targets, cast(int, vocab_size), **options)  # checked above
     else:
         source_size, target_size = (vocab_size, vocab_size) if isinstance(vocab_size, int) else vocab_size
         source = SubwordTokenizer.learn(sources, source_size, **options)
@@ -126,7 +139,8 @@ def _train_pair(draw, vocab_size, shared, directory, sample_size, options):
     return source, target
 
 
-def save_tokenizers(directory, source_tokenizer, target_tokenizer):
+def save_tokenizers(directory: str | os.PathLike[str], source_tokenizer: Tokenizer,
+                    target_tokenizer: Tokenizer) -> list[str]:
     """Saves a tokenizer pair: a shared one into `directory`, separate ones into ``source/`` and ``target/``.
 
     Args:
@@ -154,7 +168,7 @@ def save_tokenizers(directory, source_tokenizer, target_tokenizer):
             + target_tokenizer.save(os.path.join(directory, "target")))
 
 
-def load_tokenizers(directory):
+def load_tokenizers(directory: str | os.PathLike[str]) -> tuple[Tokenizer, Tokenizer]:
     """Loads the tokenizer pair `save_tokenizers` wrote, shared or separate.
 
     Args:
@@ -187,7 +201,7 @@ def load_tokenizers(directory):
         "train_tokenizers(..., directory=...).")
 
 
-def load_tokenizer(directory):
+def load_tokenizer(directory: str | os.PathLike[str]) -> Tokenizer:
     """The one tokenizer `directory` holds: a `MappedTokenizer` (an imported vocabulary) where its tokenizer.json
     says so, else a `SubwordTokenizer`.
 

@@ -5,13 +5,15 @@ import itertools
 import math
 import os
 import random
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
 from keras_transformer.data import corpus, textfile
 
 
-def check_text_files(files):
+def check_text_files(files: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> None:
     """Raises FileNotFoundError naming the first of `files` (one path or a list) that is not a file.
 
     Example:
@@ -28,7 +30,7 @@ def check_text_files(files):
                                     "files of one sentence per line.")
 
 
-def reservoir_sample(items, size, seed=0):
+def reservoir_sample(items: Iterable[Any], size: int | None, seed: int | Sequence[int] = 0) -> tuple[list[Any], int]:
     """A uniform sample of at most `size` items of an iterable of any length, drawn in one pass.
 
     Every subset of `size` items is equally likely (Li's "Algorithm L", ACM
@@ -64,7 +66,8 @@ def reservoir_sample(items, size, seed=0):
     return [item for _, _, item in sample], count
 
 
-def _reservoir(chunks, size, seed):
+def _reservoir(chunks: Iterable[tuple[Sequence[Any], Any]], size: int,
+               seed: int | Sequence[int]) -> tuple[list[tuple[Any, int, Any]], int]:
     """`reservoir_sample` over `(items, tag)` chunks: `([(tag, index in its chunk, item), ...], count)`.
 
     The random numbers, and so the sample, depend only on the items' positions
@@ -77,12 +80,15 @@ def _reservoir(chunks, size, seed):
     # costs a tenth of a numpy scalar draw, and a large sample takes about size * log(n / size) of them.
     rng = random.Random(int(np.random.SeedSequence(seed).generate_state(1, np.uint64)[0]))
 
-    def uniform():  # in (0, 1]: its logarithm is finite
+    def uniform() -> float:  # in (0, 1]: its logarithm is finite
         return 1.0 - rng.random()
 
-    def skip():
+    def skip() -> int:
         return math.floor(math.log(uniform()) / math.log1p(-weight)) if weight < 1 else 0
 
+    reservoir: list[tuple[Any, int, Any]]
+    weight: Any  # a float once the reservoir is full
+    pick: int | None
     reservoir, count, weight, pick = [], 0, None, None  # pick: the stream position drawn next
     for items, tag in chunks:
         first, count = count, count + len(items)
@@ -99,7 +105,9 @@ def _reservoir(chunks, size, seed):
     return reservoir, count
 
 
-def sample_files(files, size, seed=0, errors="strict", max_lines=None):
+def sample_files(files: str | os.PathLike[str] | Iterable[str | os.PathLike[str]], size: int | None,
+                 seed: int | Sequence[int] = 0, errors: str = "strict",
+                 max_lines: int | list[int | None] | tuple[int | None, ...] | None = None) -> tuple[list[str], int]:
     """A uniform sample of at most `size` lines of one file or a list of files, read in one pass; blank lines
     drawn are dropped.
 
@@ -137,6 +145,7 @@ def sample_files(files, size, seed=0, errors="strict", max_lines=None):
     limits = list(max_lines) if isinstance(max_lines, (list, tuple)) else [max_lines] * len(paths)
     if len(limits) != len(paths):
         raise ValueError(f"max_lines has {len(limits)} counts for {len(paths)} files.")
+    sample: list[tuple[Any, int, Any]]
     if size is None:
         sample, count = [], 0
         for lines, tag in _line_blocks(paths, limits):
@@ -162,7 +171,8 @@ def sample_files(files, size, seed=0, errors="strict", max_lines=None):
     return sentences, count
 
 
-def _line_blocks(paths, limits, block=1 << 22):
+def _line_blocks(paths: Sequence[str], limits: Sequence[int | None],
+                 block: int = 1 << 22) -> Iterator[tuple[list[bytes], tuple[str, int]]]:
     """The lines of `paths` (bytes, split on ``\\n`` only, as `textfile` splits) in lists of a block's lines,
     each with its tag `(path, number of its first line)`; a path's limit (None: no limit) ends it after that
     many lines."""

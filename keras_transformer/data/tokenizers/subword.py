@@ -7,6 +7,8 @@ import json
 import os
 import re
 import threading
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import tensorflow as tf
 import tensorflow_text as tf_text
@@ -62,7 +64,8 @@ class SubwordTokenizer(tf.Module):
     bos_id = BOS_ID
     eos_id = EOS_ID
 
-    def __init__(self, model, model_type="bpe", lowercase=False, name="subword_tokenizer"):
+    def __init__(self, model: bytes | Iterable[str], model_type: str = "bpe", lowercase: bool = False,
+                 name: str = "subword_tokenizer") -> None:
         super().__init__(name=name)
         if model_type not in MODEL_TYPES:
             raise ValueError(f"model_type must be one of {MODEL_TYPES}, got {model_type!r}.")
@@ -73,7 +76,7 @@ class SubwordTokenizer(tf.Module):
             if tuple(vocabulary[:4]) != WORDPIECE_RESERVED:
                 raise ValueError(f"A WordPiece vocabulary must start with the reserved tokens {WORDPIECE_RESERVED} "
                                  f"(ids 0-3), got {vocabulary[:4]}.")
-            self._model = vocabulary
+            self._model: Any = vocabulary  # the WordPiece tokens (list of str), or the SentencePiece model (bytes)
             self._vocab_size = len(vocabulary)
             self._tokenizer = tf_text.FastWordpieceTokenizer(
                 vocab=vocabulary, token_out_type=tf.int32, unknown_token=WORDPIECE_RESERVED[UNK_ID],
@@ -103,7 +106,7 @@ class SubwordTokenizer(tf.Module):
         return self._lowercase
 
     # ------------------------------------------------------------------ tokenization
-    def tokenize(self, strings):
+    def tokenize(self, strings: Any) -> Any:
         """Turns sentences into subword ids, without bos/eos.
 
         Args:
@@ -125,7 +128,7 @@ class SubwordTokenizer(tf.Module):
         ids = self._tokenizer.tokenize(strings)
         return tf.cast(ids, tf.int32)
 
-    def detokenize(self, ids):
+    def detokenize(self, ids: Any) -> Any:
         """Turns ids back into text, reading each row up to its first eos.
 
         Pad and bos ids are dropped; everything from the first eos on is
@@ -160,7 +163,7 @@ class SubwordTokenizer(tf.Module):
         text = self._tokenizer.detokenize(tokens)
         return text[0] if single else text
 
-    def sample(self, texts, dropout, seed=None):
+    def sample(self, texts: Iterable[str], dropout: float, seed: int | None = None) -> list[list[int]]:
         """BPE-dropout: tokenizes with each merge skipped at random, a regularizer for training.
 
         Provilkov et al. (2020): while a word is segmented, every merge that
@@ -203,7 +206,7 @@ class SubwordTokenizer(tf.Module):
             return processor.encode(list(texts), enable_sampling=True, alpha=float(dropout), nbest_size=-1,
                                     num_threads=1)
 
-    def id_to_piece(self, ids):
+    def id_to_piece(self, ids: Any) -> Any:
         """The subword string of each id (for inspecting tokenizations and labelling attention maps).
 
         Args:
@@ -229,8 +232,8 @@ class SubwordTokenizer(tf.Module):
 
     # ------------------------------------------------------------------ learning
     @classmethod
-    def train(cls, texts, vocab_size, model_type="bpe", lowercase=False, byte_fallback=True, character_coverage=1.0,
-              **options) -> "SubwordTokenizer":
+    def train(cls, texts: Any, vocab_size: int, model_type: str = "bpe", lowercase: bool = False,
+              byte_fallback: bool = True, character_coverage: float = 1.0, **options: Any) -> "SubwordTokenizer":
         """Learns a subword vocabulary from sentences in memory (`train_from_files` reads files).
 
         Args:
@@ -271,7 +274,8 @@ class SubwordTokenizer(tf.Module):
                           **options)
 
     @classmethod
-    def train_from_files(cls, files, vocab_size, sample_size=None, seed=0, **options) -> "SubwordTokenizer":
+    def train_from_files(cls, files: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], vocab_size: int,
+                         sample_size: int | None = None, seed: int = 0, **options: Any) -> "SubwordTokenizer":
         """Learns a subword vocabulary from text files, one sentence per line.
 
         Args:
@@ -306,8 +310,8 @@ class SubwordTokenizer(tf.Module):
         return cls.learn(sample_files(files, sample_size, seed)[0], vocab_size, **options)
 
     @classmethod
-    def learn(cls, sentences, vocab_size, model_type="bpe", lowercase=False, byte_fallback=True,
-              character_coverage=1.0, **options) -> "SubwordTokenizer":
+    def learn(cls, sentences: list[str], vocab_size: int, model_type: str = "bpe", lowercase: bool = False,
+              byte_fallback: bool = True, character_coverage: float = 1.0, **options: Any) -> "SubwordTokenizer":
         """`train` on a list of non-blank sentences, taken as they are (`train` checks and filters its texts;
         `train_tokenizers` learns from samples it has drawn).
 
@@ -330,7 +334,7 @@ class SubwordTokenizer(tf.Module):
         return cls(proto, model_type=model_type, lowercase=lowercase)
 
     # ------------------------------------------------------------------ files
-    def save(self, directory):
+    def save(self, directory: str | os.PathLike[str]) -> list[str]:
         """Writes the tokenizer's files (its assets) into `directory`, creating it if needed.
 
         Writes ``tokenizer.json`` and ``sentencepiece.model`` (or
@@ -369,7 +373,7 @@ class SubwordTokenizer(tf.Module):
         return [os.path.join(directory, model_file), os.path.join(directory, CONFIG_FILE)]
 
     @classmethod
-    def load(cls, directory) -> "SubwordTokenizer":
+    def load(cls, directory: str | os.PathLike[str]) -> "SubwordTokenizer":
         """Reads a tokenizer written by `save`.
 
         Args:
@@ -418,6 +422,7 @@ class SubwordTokenizer(tf.Module):
         model_path = os.path.join(directory, config["model_file"])
         if not os.path.isfile(model_path):
             raise FileNotFoundError(f"Tokenizer file {model_path} named in {config_path} is missing.")
+        model: list[str] | bytes
         if config["model_type"] == "wordpiece":
             with open(model_path, encoding="utf-8") as handle:
                 model = handle.read().split("\n")[:-1]
@@ -441,13 +446,13 @@ class SubwordTokenizer(tf.Module):
 class _NamedSentencepieceResource(tf.saved_model.experimental.TrackableResource):
     """The SentencePiece model resource, created under a fixed shared name."""
 
-    def __init__(self, model, shared_name):
+    def __init__(self, model: bytes, shared_name: str) -> None:
         super().__init__()
         self._model = model
         self._shared_name = shared_name
         _ = self.resource_handle  # creates the resource now, as tensorflow-text does
 
-    def _create_resource(self):
+    def _create_resource(self) -> Any:
         return _tf_text_sentencepiece.gen_sentencepiece_tokenizer.sentencepiece_op(
             model=self._model, shared_name=self._shared_name)
 
@@ -474,13 +479,13 @@ class NamedSentencepieceTokenizer(tf_text.SentencepieceTokenizer):
     [[b'\xe2\x96\x81a', b'\xe2\x96\x81cat']]
     """
 
-    def __init__(self, model, out_type=tf.int32):
+    def __init__(self, model: bytes, out_type: Any = tf.int32) -> None:
         super().__init__(model=model, out_type=out_type)
         name = "keras_transformer_sentencepiece_" + hashlib.sha256(model).hexdigest()[:32]
         self._model_resource = _NamedSentencepieceResource(model, name)
 
 
-def sentence_list(texts, files_function):
+def sentence_list(texts: Any, files_function: str) -> list[str]:
     """The non-blank sentences of a list of str or a dataset of strings; `files_function` is named in errors.
 
     Raises:
@@ -508,17 +513,17 @@ def sentence_list(texts, files_function):
     return [item for item in sentences if item.strip()]
 
 
-def _learn_sentencepiece(sentences, vocab_size, model_type, lowercase, byte_fallback, character_coverage,
-                         options):
+def _learn_sentencepiece(sentences: list[str], vocab_size: int, model_type: str, lowercase: bool, byte_fallback: bool,
+                         character_coverage: float, options: dict[str, Any]) -> bytes:
     """Runs the SentencePiece trainer with keras_transformer's reserved ids; returns the serialized model."""
     import sentencepiece  # the trainer behind keras_nlp.tokenizers.compute_sentence_piece_proto
 
     writer = io.BytesIO()
-    settings = dict(vocab_size=vocab_size, model_type=model_type,
-                    normalization_rule_name="nmt_nfkc_cf" if lowercase else "nmt_nfkc",
-                    pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
-                    byte_fallback=byte_fallback, character_coverage=character_coverage,
-                    num_threads=min(os.cpu_count() or 1, 16), minloglevel=2)
+    settings: dict[str, Any] = dict(vocab_size=vocab_size, model_type=model_type,
+                                    normalization_rule_name="nmt_nfkc_cf" if lowercase else "nmt_nfkc",
+                                    pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
+                                    byte_fallback=byte_fallback, character_coverage=character_coverage,
+                                    num_threads=min(os.cpu_count() or 1, 16), minloglevel=2)
     settings.update(options)
     try:
         sentencepiece.SentencePieceTrainer.train(sentence_iterator=iter(sentences), model_writer=writer,
@@ -535,7 +540,7 @@ def _learn_sentencepiece(sentences, vocab_size, model_type, lowercase, byte_fall
     return writer.getvalue()
 
 
-def _learn_wordpiece(sentences, vocab_size, lowercase):
+def _learn_wordpiece(sentences: list[str], vocab_size: int, lowercase: bool) -> list[str]:
     """Learns a WordPiece vocabulary with keras-nlp, reserved tokens first."""
     from keras_nlp.tokenizers import compute_word_piece_vocabulary  # heavy to import; WordPiece learning only
 
@@ -544,7 +549,7 @@ def _learn_wordpiece(sentences, vocab_size, lowercase):
                                          reserved_tokens=list(WORDPIECE_RESERVED))
 
 
-def _check_sentencepiece_ids(model):
+def _check_sentencepiece_ids(model: bytes) -> int:
     """Checks a serialized SentencePiece model's reserved ids; returns its vocabulary size."""
     import sentencepiece  # the Python trainer, needed only when a vocabulary is learned
 
