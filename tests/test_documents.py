@@ -203,6 +203,19 @@ def test_inline_tags_follow_the_alignment_not_the_position():
         "<p>une voiture <b>rouge</b></p>"
     assert proportional_alignment(["a"], []).shape == (1, 0)
 
+    # "bikes" aligned to "auf" (a stray vote) and, more strongly, to "Fahrrad": the tag takes "Fahrrad" alone, not
+    # everything from "auf" to "Fahrrad".
+    german = {"Two men ride bikes on the street": "Zwei Männer fahren auf der Straße Fahrrad"}
+
+    def stray(source_words, target_words):
+        weights = np.zeros((7, 7))
+        weights[[0, 1, 2, 3, 5, 6, 3], [0, 1, 2, 3, 4, 5, 6]] = [1, 1, 1, 1.0, 1, 1, 2.0]
+        return weights
+
+    out = translate_markup("<p>Two men ride <a href='x'>bikes</a> on the street</p>",
+                           lambda s: [german[x] for x in s], align=stray)
+    assert out == '<p>Zwei Männer fahren auf der Straße <a href="x">Fahrrad</a></p>'
+
 
 # ---------------------------------------------------------------- markup
 

@@ -10,11 +10,11 @@ and column). Then:
   as a browser shows it; the whitespace at the run's edges is kept.
 - **Inline elements** (``b``, ``i``, ``a``, ``span``, ``em``, ``strong``, ``u``, ``sub``, ``br``, ``img``...) are
   taken out of the text for translation and put back around the translation of the words they enclosed: an
-  aligner (`alignment`) says which target words translate which source words, and each element gets the target
-  words aligned to its source words, from the first to the last, kept inside its parent and after its preceding
-  sibling, so the output has the same elements in the same nesting and order. An element whose words align to
-  nothing gets the proportional place, with sentence boundaries kept exact; an empty one (``br``, ``img``) the
-  place of the word it stood before. A tag inside a word encloses the whole word.
+  aligner (`alignment`) says which target words translate which source words; each element gets the adjacent
+  target words aligned to its source words (of several such runs, the one of most weight), kept inside its
+  parent and after its preceding sibling, so the output has the same elements in the same nesting and order. An
+  element whose words align to nothing gets the proportional place, sentence boundaries kept exact; an empty one
+  (``br``, ``img``) the place of the word it stood before. A tag inside a word encloses the whole word.
 - **Left untouched**: ``code``, ``pre``, ``script``, ``style``, ``kbd``, ``samp``, ``var``, ``textarea``, ``svg``,
   ``math``, and every element with ``translate="no"`` (or class ``notranslate``), with all they hold. Inline
   ones (``<code>`` in a sentence) stay in their sentence, whose translation sees their text, and come back
@@ -278,8 +278,7 @@ def _render_run(run: _Run, translations: list[str], align: Aligner) -> list[Any]
                 block = np.eye(b - a, dtype="float32") if index is None else np.asarray(
                     align(run.words[a:b], target[c:d]), dtype="float32")
                 weights[a:b, c:d] = block
-        aligned = np.where(weights.max(axis=0, initial=0) > 0, weights.argmax(axis=0), -1) if target else []
-        _place(run.roots, 0, len(target), list(aligned), bounds, len(run.words), len(target))
+        _place(run.roots, 0, len(target), weights, bounds, len(target))
     lead = run.text[:len(run.text) - len(run.text.lstrip())]
     trail = run.text[len(run.text.rstrip()):] if run.text.strip() else ""
     return [lead] + _render(run.roots, 0, len(target), target) + [trail]
@@ -293,22 +292,42 @@ def _position(source: int, bounds: list[tuple[int, int, int, int]], total: int) 
     return total
 
 
-def _place(nodes: list[_Node], low: int, high: int, aligned: list[int], bounds: list[tuple[int, int, int, int]],
-           sources: int, total: int) -> None:
+def _aligned_span(weights: np.ndarray, source: tuple[int, int], low: int, high: int) -> tuple[int, int] | None:
+    """The target words of `[low, high)` that align best to a word of `source` (`weights`: source x target),
+    as a span: of the runs of adjacent such words, the one of most weight (a stray word elsewhere in the sentence
+    does not stretch the tag over the words between); None when no word aligns there."""
+    s0, s1 = source
+    if s1 <= s0 or high <= low:
+        return None
+    window = weights[:, low:high]
+    best = np.where(window.max(axis=0, initial=0) > 0, window.argmax(axis=0), -1)
+    hits = [low + j for j in np.flatnonzero((best >= s0) & (best < s1))]
+    if not hits:
+        return None
+    runs, start = [], hits[0]
+    for previous, j in zip(hits, hits[1:] + [None]):
+        if j != previous + 1:
+            runs.append((start, previous + 1))
+            start = j
+    return max(runs, key=lambda run: float(weights[s0:s1, run[0]:run[1]].sum()))
+
+
+def _place(nodes: list[_Node], low: int, high: int, weights: np.ndarray, bounds: list[tuple[int, int, int, int]],
+           total: int) -> None:
     """Each node's target word range: its aligned words' span, within `[low, high)` and after its elder sibling."""
     cursor = low
     for node in nodes:
         s0, s1 = node.source
-        hits = [j for j in range(low, high) if s0 <= aligned[j] < s1] if s1 > s0 else []
-        if hits:
-            t0, t1 = hits[0], hits[-1] + 1
+        span = _aligned_span(weights, node.source, low, high)
+        if span:
+            t0, t1 = span
         else:
             t0, t1 = _position(s0, bounds, total), _position(s1, bounds, total) if s1 > s0 else None
             t1 = t0 if t1 is None else max(t1, t0 + 1)
         t0 = min(max(t0, cursor), high)
         t1 = min(max(t1, t0), high)
         node.target = (t0, t1)
-        _place(node.children, t0, t1, aligned, bounds, sources, total)
+        _place(node.children, t0, t1, weights, bounds, total)
         cursor = t1
 
 
