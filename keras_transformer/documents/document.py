@@ -21,7 +21,8 @@ from keras_transformer.errors import DocumentError, format_size
 
 FORMATS = ("text", "html", "xml")
 MAX_DOCUMENT_BYTES = 8 * 2**20  # a book is about 1 MiB of text; past this, split the file (and keep memory bounded)
-DEFAULT_MAX_TOKENS = 126  # a part's tokens when the model's limit is unknown: 128 positions less eos and a language token
+# The most tokens of a part where the model's limit is unknown: 128 positions less eos and a language token.
+DEFAULT_MAX_TOKENS = 126
 
 
 def read_document(text: str | bytes, max_bytes: int = MAX_DOCUMENT_BYTES) -> str:
