@@ -262,6 +262,11 @@ def test_html_comes_back_well_formed_with_every_tag_in_its_nesting():
     assert "A SMALL PAGE" in out and "The very old dog sleeps." in sent and "do not touch" not in " ".join(sent)
     assert translate_document(identity, "<p>A <b>b</b> c.</p>", format="html", attributes=()) == \
         "<p>A <b>b</b> c.</p>"
+    recorder = Recorder()
+    only = '<p><span translate="no">Brand Name</span></p><p>Run <code>make</code>.<br><code>make test</code></p>'
+    assert translate_document(recorder, only, format="html") == \
+        '<p><span translate="no">Brand Name</span></p><p>RUN <code>make</code>.<br><code>make test</code></p>'
+    assert recorder.calls == [["Run make."]]  # a sentence of untouched words only is not sent
 
 
 def test_malformed_html_is_read_as_a_browser_reads_it_and_malformed_xml_is_refused():

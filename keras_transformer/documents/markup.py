@@ -144,6 +144,18 @@ class _Run:
         for a, b in zip(cuts, cuts[1:]):
             self.sentences += _sentences(self.words, a, b, language)
 
+    def untouched_words(self) -> set[int]:
+        """The indices of the words inside untouched elements: a sentence of those only is not translated."""
+        words: set[int] = set()
+        stack = list(self.roots)
+        while stack:
+            node = stack.pop()
+            if node.opaque:
+                words.update(range(*node.source))
+            else:
+                stack += node.children
+        return words
+
     def _ranges(self, nodes: list[_Node], spans: list[tuple[int, int]], starts: list[int]) -> None:
         for node in nodes:
             first, end = node.chars
@@ -233,8 +245,10 @@ class _Translation:
         for item in content:
             if isinstance(item, _Run):
                 item.read(self.language)
-                item.indices = [self._add(" ".join(item.words[a:b])) if has_words(" ".join(item.words[a:b]))
-                                else None for a, b in item.sentences]
+                kept = item.untouched_words()
+                item.indices = [self._add(" ".join(item.words[a:b]))
+                                if has_words(" ".join(item.words[a:b])) and not set(range(a, b)) <= kept else None
+                                for a, b in item.sentences]
         self.containers.append((block, content))
 
     def _collect_attributes(self, element: Any) -> None:
@@ -348,7 +362,7 @@ def _render(nodes: list[_Node], low: int, high: int, words: list[str]) -> list[A
         elif inner:
             items.append(" ")
         if i < len(nodes) and nodes[i].target[0] <= k:
-            items += _with_punctuation_outside(nodes[i], _element(nodes[i], words))
+            items += _with_punctuation_outside(nodes[i], _element(nodes[i], words), words)
             k = max(k, nodes[i].target[1])
             i += 1
             continue
@@ -362,11 +376,15 @@ def _render(nodes: list[_Node], low: int, high: int, words: list[str]) -> list[A
     return items
 
 
-def _with_punctuation_outside(node: _Node, element: Any) -> list[Any]:
+def _with_punctuation_outside(node: _Node, element: Any, words: list[str]) -> list[Any]:
     """`[element]`, with the punctuation that opens or closes its text moved out of it where the source's tag left
-    its word's punctuation out (``<b>dog</b>.`` gives ``<b>Hund</b>.``, not ``<b>Hund.</b>``)."""
+    its word's punctuation out (``<b>dog</b>.`` gives ``<b>Hund</b>.``, not ``<b>Hund.</b>``); for an untouched
+    element, copied as it was, the punctuation of the target words it replaces."""
     if node.opaque:
-        return [element]
+        t0, t1 = node.target
+        first = re.match(r"[^\w\s]+", words[t0]) if node.punctuation_outside[0] and t1 > t0 else None
+        last = re.search(r"[^\w\s]+$", words[t1 - 1]) if node.punctuation_outside[1] and t1 > t0 else None
+        return ([first.group(0)] if first else []) + [element] + ([last.group(0)] if last else [])
     before, after = "", ""
     if node.punctuation_outside[0] and element.text:
         match = re.match(r"[^\w\s]+", element.text)
