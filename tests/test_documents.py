@@ -120,6 +120,22 @@ def test_the_layout_round_trips_exactly_and_only_sentence_text_is_sent():
                                "Closing line with trailing space."]]  # one call; no bullet, number or "***"
 
 
+def test_random_layouts_round_trip_and_only_letters_change():
+    rng = random.Random(0)
+    sentences = ["A dog runs.", "Dr. Smith arrived at 5 p.m. today!", "Is it 3.5 km?", "Café au lait, s'il vous plaît.",
+                 "Ünïcödé wörds hère", "e.g. this one", "Two men ... wait", "«Quoted» text."]
+    starts = ["", "  ", "\t", "- ", "* ", "• ", "1. ", "12) ", "a) ", "(iv) ", "# ", "> ", "   - "]
+    ends = ["", " ", "  ", "\t"]
+    breaks = ["\n", "\r\n", "\n\n", "\n \n", "\r", "\u2028"]
+    for _ in range(200):
+        text = "".join(rng.choice(starts) + " ".join(rng.sample(sentences, rng.randint(1, 3))) + rng.choice(ends)
+                       + rng.choice(breaks) for _ in range(rng.randint(1, 6)))
+        text = rng.choice(["", " ", "\n"]) + text
+        assert translate_document(identity, text) == text
+        upper = translate_document(Recorder(), text)
+        assert upper.lower() == text.lower() and upper != text  # nothing moved; some letters translated
+
+
 def test_a_translation_s_line_breaks_cannot_change_the_layout():
     out = translate_document(Recorder(lambda line: line + "\nextra"), "- One.\n- Two.\n")
     assert out == "- One. extra\n- Two. extra\n"
@@ -267,6 +283,40 @@ def test_html_comes_back_well_formed_with_every_tag_in_its_nesting():
     assert translate_document(recorder, only, format="html") == \
         '<p><span translate="no">Brand Name</span></p><p>RUN <code>make</code>.<br><code>make test</code></p>'
     assert recorder.calls == [["Run make."]]  # a sentence of untouched words only is not sent
+
+
+def _random_inline(rng, glue, depth=0):
+    words = ["dog", "runs.", "A", "big", "cat", "sleeps", "here,", "now!", "Mr.", "Smith", "&amp;", "x&lt;y"]
+    parts = []
+    for _ in range(rng.randint(1, 5)):
+        choice = rng.random()
+        if choice < 0.25 and depth < 3:
+            tag = rng.choice(["b", "i", "em", "a", "span", "strong", "code", "u"])
+            attributes = rng.choice(["", ' href="/x"', ' translate="no"', ' title="a title"', ' class="c"'])
+            parts.append(f"<{tag}{attributes}>{_random_inline(rng, glue, depth + 1)}</{tag}>")
+        elif choice < 0.3:
+            parts.append(rng.choice(["<br>", '<img src="i.png" alt="an image">', "<!-- c -->"]))
+        else:
+            parts.append(" ".join(rng.sample(words, rng.randint(1, 4))))
+    return (glue or rng.choice(["", " "])).join(parts)
+
+
+def test_random_html_keeps_every_tag_in_its_nesting_and_every_word():
+    rng = random.Random(0)
+    for case in range(100):
+        glue = " " if case % 2 else None  # None: tags inside words too (a word they split may gain a space)
+        body = "".join(f"<{block}>{_random_inline(rng, glue)}</{block}>\n"
+                       for block in rng.choices(["p", "h2", "li", "td", "div", "pre"], k=rng.randint(1, 4)))
+        page = f"<!DOCTYPE html>\n<html><body>\n{body}</body></html>"
+        recorder = Recorder()
+        out = translate_document(recorder, page, format="html")
+        source, translated = lxml.html.document_fromstring(page), lxml.html.document_fromstring(out)
+        assert _tag_tree(translated) == _tag_tree(source), page
+        same = lxml.html.document_fromstring(translate_document(identity, page, format="html"))
+        assert _tag_tree(same) == _tag_tree(source)
+        if glue:
+            assert same.text_content().split() == source.text_content().split(), page
+        assert len(recorder.calls) <= 1
 
 
 def test_malformed_html_is_read_as_a_browser_reads_it_and_malformed_xml_is_refused():
