@@ -315,11 +315,11 @@ def _aligned_span(weights: np.ndarray, source: tuple[int, int], low: int, high: 
         return None
     window = weights[:, low:high]
     best = np.where(window.max(axis=0, initial=0) > 0, window.argmax(axis=0), -1)
-    hits = [low + j for j in np.flatnonzero((best >= s0) & (best < s1))]
+    hits = [low + int(j) for j in np.flatnonzero((best >= s0) & (best < s1))]
     if not hits:
         return None
     runs, start = [], hits[0]
-    for previous, j in zip(hits, hits[1:] + [None]):
+    for previous, j in zip(hits, hits[1:] + [-1]):
         if j != previous + 1:
             runs.append((start, previous + 1))
             start = j
@@ -336,8 +336,8 @@ def _place(nodes: list[_Node], low: int, high: int, weights: np.ndarray, bounds:
         if span:
             t0, t1 = span
         else:
-            t0, t1 = _position(s0, bounds, total), _position(s1, bounds, total) if s1 > s0 else None
-            t1 = t0 if t1 is None else max(t1, t0 + 1)
+            t0 = _position(s0, bounds, total)
+            t1 = max(_position(s1, bounds, total), t0 + 1) if s1 > s0 else t0
         t0 = min(max(t0, cursor), high)
         t1 = min(max(t1, t0), high)
         node.target = (t0, t1)
