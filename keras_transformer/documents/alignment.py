@@ -11,10 +11,12 @@ An aligner is any function `align(source_words, target_words) -> np.ndarray` of 
   teacher-forced pass over the pair): `alignment_from_attention` takes the **penultimate decoder layer**'s
   cross-attention **averaged over its heads** (the last layer for a one-layer decoder). Garg et al. (2019, "Jointly
   Learning to Align and Translate with Transformer Models") found, for a standard 6-layer Transformer, the
-  penultimate layer's head average gives the best alignments of all layers (the last layer attends to what helps
-  predict the next token, the lower ones to context); single heads are noisy, and the average needs no choice of
-  head made per model. Each target subword votes for the source subword it attends to most (the source's end
-  token and language tokens excluded); a word pair's weight is its votes, attention mass breaking ties.
+  penultimate layer's head average gives the best alignments of all layers; single heads are noisier, and the
+  average needs no head chosen per model. Each target subword votes for the source subword it attends to most
+  (the source's end token and language tokens excluded); a word pair's weight is its votes, attention mass
+  breaking ties. (Attention weights are read at the step that predicts the target subword, as `AttentionMaps`
+  labels its rows; on the shipped model that reading aligned better than the step after it, which Chen et al.
+  2020 found better for some models.)
 
 Standard library and numpy only: the weights come in as arrays, whoever computed them.
 """
