@@ -319,6 +319,17 @@ def test_random_html_keeps_every_tag_in_its_nesting_and_every_word():
         assert len(recorder.calls) <= 1
 
 
+def test_no_doctype_is_added_and_no_break_spaces_stay():
+    assert translate_document(Recorder(), "<!-- c --><body><p>A body.</p></body>", format="html") == \
+        "<!-- c --><html><body><p>A BODY.</p></body></html>"
+    assert translate_document(identity, "<p>10&nbsp;km &amp; more</p>", format="html") == \
+        "<p>10\u00a0km &amp; more</p>"
+    xhtml = ('<?xml version="1.0" encoding="UTF-8"?>\n<html xmlns="http://www.w3.org/1999/xhtml"><head>'
+             '<style>p { color: red; }</style></head><body><p>A <em>fine</em> day.<br/>Next.</p></body></html>')
+    assert translate_document(Recorder(), xhtml, format="xml") == xhtml.replace(
+        "A <em>fine</em> day.<br/>Next.", "A <em>FINE</em> DAY.<br/>NEXT.")
+
+
 def test_malformed_html_is_read_as_a_browser_reads_it_and_malformed_xml_is_refused():
     out = translate_document(Recorder(), "<p>Unclosed <b>bold text<p>Next one.</div>", format="html")
     paragraphs = lxml.html.fragments_fromstring(out)

@@ -49,7 +49,10 @@ INLINE = frozenset("a abbr b bdi bdo big br cite code data del dfn em font i img
                    "span strike strong sub sup time tt u var wbr".split())
 UNTOUCHED = frozenset("code pre script style kbd samp var textarea svg math".split())
 _EMPTY = frozenset({"br", "wbr", "img"})
-_DOCUMENT_START = re.compile(r"\s*(?:<\?xml[^>]*>\s*)?(?:<!--.*?-->\s*)*(?:<!doctype|<html[\s>])", re.I | re.S)
+_DOCUMENT_START = re.compile(r"\s*(?:<\?xml[^>]*>\s*)?(?:<!--.*?-->\s*)*(?:<!doctype|<(?:html|head|body)[\s>])",
+                             re.I | re.S)
+_DOCTYPE = re.compile(r"<!doctype", re.I)
+_SPACE = " \t\n\r\f"  # HTML's whitespace: a no-break space (U+00A0) is text, not a word boundary
 _XML_DECLARATION = re.compile(r"\s*<\?xml[^>]*\?>")
 _PUNCTUATION = re.compile(r"[^\w\s]+")
 
@@ -136,7 +139,7 @@ class _Run:
             else:
                 visit(item, self.roots)
         self.text = "".join(parts)
-        spans = [match.span() for match in re.finditer(r"\S+", self.text)]
+        spans = [match.span() for match in re.finditer(f"[^{_SPACE}]+", self.text)]
         self.words = [self.text[a:b] for a, b in spans]
         starts = [a for a, _ in spans]
         self._ranges(self.roots, spans, starts)
@@ -282,7 +285,7 @@ def _render_run(run: _Run, translations: list[str], align: Aligner) -> list[Any]
     target: list[str] = []
     bounds: list[tuple[int, int, int, int]] = []  # (source start, end, target start, end) per sentence
     for (a, b), index in zip(run.sentences, run.indices):
-        words = run.words[a:b] if index is None else translations[index].split()
+        words = run.words[a:b] if index is None else re.findall(f"[^{_SPACE}]+", translations[index])
         bounds.append((a, b, len(target), len(target) + len(words)))
         target += words
     if run.roots:
@@ -293,8 +296,8 @@ def _render_run(run: _Run, translations: list[str], align: Aligner) -> list[Any]
                     align(run.words[a:b], target[c:d]), dtype="float32")
                 weights[a:b, c:d] = block
         _place(run.roots, 0, len(target), weights, bounds, len(target))
-    lead = run.text[:len(run.text) - len(run.text.lstrip())]
-    trail = run.text[len(run.text.rstrip()):] if run.text.strip() else ""
+    lead = run.text[:len(run.text) - len(run.text.lstrip(_SPACE))]
+    trail = run.text[len(run.text.rstrip(_SPACE)):] if run.text.strip(_SPACE) else ""
     return [lead] + _render(run.roots, 0, len(target), target) + [trail]
 
 
@@ -459,7 +462,10 @@ def translate_markup(text: str, translate: Callable[[list[str]], list[str]], lan
             root = lxml_html.document_fromstring(text)
             translation.collect(root)
             translation.write(translate(translation.sentences), align or proportional_alignment)
-            return lead + etree.tostring(root.getroottree(), encoding="unicode", method="html").strip() + trail
+            out = etree.tostring(root.getroottree(), encoding="unicode", method="html").strip()
+            if not _DOCTYPE.search(text):  # lxml supplies one; a document without stays without
+                out = re.sub(r"^<!DOCTYPE[^>]*>\s*", "", out)
+            return lead + out + trail
         wrapper = lxml_html.fragment_fromstring(text.strip(), create_parent="div")
     except (etree.ParserError, ValueError) as error:
         raise DocumentError(f"no HTML document could be read: {error}.") from None
