@@ -30,6 +30,7 @@ Standard library, numpy and lxml only.
 
 from __future__ import annotations
 
+import bisect
 import copy
 import dataclasses
 import html
@@ -141,9 +142,9 @@ class _Run:
         self.text = "".join(parts)
         spans = [match.span() for match in re.finditer(f"[^{_SPACE}]+", self.text)]
         self.words = [self.text[a:b] for a, b in spans]
-        starts = [a for a, _ in spans]
-        self._ranges(self.roots, spans, starts)
-        cuts = sorted({sum(1 for s in starts if s < offset) for offset in breaks} | {0, len(spans)})
+        starts, ends = [a for a, _ in spans], [b for _, b in spans]
+        self._ranges(self.roots, spans, starts, ends)
+        cuts = sorted({bisect.bisect_left(starts, offset) for offset in breaks} | {0, len(spans)})
         for a, b in zip(cuts, cuts[1:]):
             self.sentences += _sentences(self.words, a, b, language)
 
@@ -159,20 +160,22 @@ class _Run:
                 stack += node.children
         return words
 
-    def _ranges(self, nodes: list[_Node], spans: list[tuple[int, int]], starts: list[int]) -> None:
+    def _ranges(self, nodes: list[_Node], spans: list[tuple[int, int]], starts: list[int], ends: list[int]) -> None:
+        """Each node's source word range, from its character range."""
         for node in nodes:
             first, end = node.chars
-            inside = [i for i, (a, b) in enumerate(spans) if b > first and a < end]
-            if inside and end > first:
-                node.source = (inside[0], inside[-1] + 1)
-                head, tail = self.text[spans[inside[0]][0]:first], self.text[end:spans[inside[-1]][1]]
+            # the words that overlap [first, end): those ending after `first` and starting before `end`
+            low, high = bisect.bisect_right(ends, first), bisect.bisect_left(starts, end)
+            if high > low and end > first:
+                node.source = (low, high)
+                head, tail = self.text[spans[low][0]:first], self.text[end:spans[high - 1][1]]
                 node.punctuation_outside = (bool(_PUNCTUATION.fullmatch(head)), bool(_PUNCTUATION.fullmatch(tail)))
             else:
-                position = sum(1 for s in starts if s < first)
+                position = bisect.bisect_left(starts, first)
                 node.source = (position, position)
                 node.spaces = (first == 0 or self.text[first - 1].isspace(),
                                end >= len(self.text) or self.text[end].isspace())
-            self._ranges(node.children, spans, starts)
+            self._ranges(node.children, spans, starts, ends)
 
 
 def _sentences(words: list[str], start: int, end: int, language: str | None) -> list[tuple[int, int]]:
@@ -184,7 +187,7 @@ def _sentences(words: list[str], start: int, end: int, language: str | None) -> 
         offsets.append(position)
         position += len(word) + 1
     boundaries = [a for a, _ in split_sentences(" ".join(words[start:end]), language)] or [0]
-    owner = [max(sum(1 for b in boundaries if b <= offset) - 1, 0) for offset in offsets]
+    owner = [max(bisect.bisect_right(boundaries, offset) - 1, 0) for offset in offsets]
     ranges, first = [], 0
     for i in range(1, len(owner) + 1):
         if i == len(owner) or owner[i] != owner[first]:
@@ -289,13 +292,15 @@ def _render_run(run: _Run, translations: list[str], align: Aligner) -> list[Any]
         bounds.append((a, b, len(target), len(target) + len(words)))
         target += words
     if run.roots:
-        weights = np.zeros((len(run.words), len(target)), dtype="float32")
+        best = np.full(len(target), -1)  # per target word, the source word it aligns to best (-1: none)
+        strength = np.zeros(len(target))  # and that weight
         for (a, b, c, d), index in zip(bounds, run.indices):
             if b > a and d > c:
-                block = np.eye(b - a, dtype="float32") if index is None else np.asarray(
-                    align(run.words[a:b], target[c:d]), dtype="float32")
-                weights[a:b, c:d] = block
-        _place(run.roots, 0, len(target), weights, bounds, len(target))
+                weights = np.eye(b - a) if index is None else np.asarray(align(run.words[a:b], target[c:d]), float)
+                aligned = weights.max(axis=0) > 0
+                best[c:d] = np.where(aligned, a + weights.argmax(axis=0), -1)
+                strength[c:d] = np.where(aligned, weights.max(axis=0), 0.0)
+        _place(run.roots, 0, len(target), (best, strength), bounds, len(target))
     lead = run.text[:len(run.text) - len(run.text.lstrip(_SPACE))]
     trail = run.text[len(run.text.rstrip(_SPACE)):] if run.text.strip(_SPACE) else ""
     return [lead] + _render(run.roots, 0, len(target), target) + [trail]
@@ -309,16 +314,18 @@ def _position(source: int, bounds: list[tuple[int, int, int, int]], total: int) 
     return total
 
 
-def _aligned_span(weights: np.ndarray, source: tuple[int, int], low: int, high: int) -> tuple[int, int] | None:
-    """The target words of `[low, high)` that align best to a word of `source` (`weights`: source x target),
-    as a span: of the runs of adjacent such words, the one of most weight (a stray word elsewhere in the sentence
-    does not stretch the tag over the words between); None when no word aligns there."""
+def _aligned_span(alignment: tuple[np.ndarray, np.ndarray], source: tuple[int, int], low: int,
+                  high: int) -> tuple[int, int] | None:
+    """The target words of `[low, high)` that align best to a word of `source` (`alignment`: per target word, its
+    best source word and that weight), as a span: of the runs of adjacent such words, the one of most weight (a
+    stray word elsewhere in the sentence does not stretch the tag over the words between); None when no word
+    aligns there."""
     s0, s1 = source
     if s1 <= s0 or high <= low:
         return None
-    window = weights[:, low:high]
-    best = np.where(window.max(axis=0, initial=0) > 0, window.argmax(axis=0), -1)
-    hits = [low + int(j) for j in np.flatnonzero((best >= s0) & (best < s1))]
+    best, strength = alignment
+    window = best[low:high]
+    hits = [low + int(j) for j in np.flatnonzero((window >= s0) & (window < s1))]
     if not hits:
         return None
     runs, start = [], hits[0]
@@ -326,16 +333,16 @@ def _aligned_span(weights: np.ndarray, source: tuple[int, int], low: int, high: 
         if j != previous + 1:
             runs.append((start, previous + 1))
             start = j
-    return max(runs, key=lambda run: float(weights[s0:s1, run[0]:run[1]].sum()))
+    return max(runs, key=lambda run: float(strength[run[0]:run[1]].sum()))
 
 
-def _place(nodes: list[_Node], low: int, high: int, weights: np.ndarray, bounds: list[tuple[int, int, int, int]],
-           total: int) -> None:
+def _place(nodes: list[_Node], low: int, high: int, alignment: tuple[np.ndarray, np.ndarray],
+           bounds: list[tuple[int, int, int, int]], total: int) -> None:
     """Each node's target word range: its aligned words' span, within `[low, high)` and after its elder sibling."""
     cursor = low
     for node in nodes:
         s0, s1 = node.source
-        span = _aligned_span(weights, node.source, low, high)
+        span = _aligned_span(alignment, node.source, low, high)
         if span:
             t0, t1 = span
         else:
@@ -344,7 +351,7 @@ def _place(nodes: list[_Node], low: int, high: int, weights: np.ndarray, bounds:
         t0 = min(max(t0, cursor), high)
         t1 = min(max(t1, t0), high)
         node.target = (t0, t1)
-        _place(node.children, t0, t1, weights, bounds, total)
+        _place(node.children, t0, t1, alignment, bounds, total)
         cursor = t1
 
 
