@@ -359,8 +359,9 @@ def test_bad_documents_are_refused_in_one_line_naming_the_problem():
         translate_document(recorder, "A dog. " * 20, max_bytes=100)
     with pytest.raises(DocumentError, match="unknown document format 'pdf'"):
         translate_document(recorder, "A dog.", format="pdf")
-    assert translate_document(recorder, "A dog.\udcff".encode("utf-8", "surrogateescape")[:-1]) == "A DOG."
-    assert recorder.calls == [["A dog."]]
+    with pytest.raises(DocumentError, match=r"byte 0xff at byte offset 7 "):  # a file read with surrogateescape
+        translate_document(recorder, "A dog. \udcff A cat.")
+    assert recorder.calls == []
 
 
 # ---------------------------------------------------------------- every engine: the interface
