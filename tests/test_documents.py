@@ -214,6 +214,11 @@ def test_inline_tags_follow_the_alignment_not_the_position():
         source_tokens, target_outputs = ["▁A", "▁red", "▁car", "</s>"], ["▁une", "▁voiture", "▁rouge", "</s>"]
         cross = [np.eye(4)[[0, 2, 1, 3]][None]]  # (H=1, T=4, S=4)
 
+    def ensemble(sentence, translation):
+        raise ValueError("Attention maps are drawn for one model")
+
+    assert translate_markup(html, lambda s: [french[x] for x in s], align=attention_aligner(ensemble)) == \
+        "<p>une <b>voiture</b> rouge</p>"  # no maps: proportional, and the document still translates
     aligned = attention_aligner(lambda sentence, translation: Maps)
     assert translate_markup(html, lambda s: [french[x] for x in s], align=aligned) == \
         "<p>une voiture <b>rouge</b></p>"

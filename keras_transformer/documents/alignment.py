@@ -128,8 +128,9 @@ def attention_aligner(attention: Callable[[str, str], Any], specials: Sequence[s
     any object with `cross`, `source_tokens` and `target_outputs`), by `alignment_from_attention`.
 
     It falls back to `proportional_alignment` for the pair, and from then on, where the engine gives no attention
-    (`NotImplementedError`); and for a pair whose pieces do not spell the words given (a tokenizer that normalises
-    the text), as it does for a pair without words.
+    (`NotImplementedError`; a `ValueError` from an ensemble, whose members attend differently); and for a pair
+    whose pieces do not spell the words given (a tokenizer that normalises the text), as it does for a pair
+    without words.
 
     Example:
 
@@ -145,7 +146,7 @@ def attention_aligner(attention: Callable[[str, str], Any], specials: Sequence[s
             return proportional_alignment(source_words, target_words)
         try:
             maps = attention(" ".join(source_words), " ".join(target_words))
-        except NotImplementedError:
+        except (NotImplementedError, ValueError):  # no maps from this engine, or for an ensemble
             state["available"] = False
             return proportional_alignment(source_words, target_words)
         source_ids = word_ids(maps.source_tokens, specials)
