@@ -57,6 +57,17 @@ class CorruptFileError(CheckpointError):
     should be; the message names the file, what is wrong with it and what to do."""
 
 
+class DocumentError(ValueError):
+    """A document that cannot be translated as one: binary data, invalid UTF-8, markup that cannot be parsed, or
+    more than the size limit; the message names the problem (a byte offset, a line and column, the limit).
+
+    Example:
+
+    >>> issubclass(DocumentError, ValueError)
+    True
+    """
+
+
 class RunStopped(BaseException):
     """A command stopped by a signal (SIGTERM): a training run after writing a backup at the batch it had reached,
     any other command (or a run not yet training) where it stood, its files written whole or not at all.

@@ -26,7 +26,11 @@ multilingual model's target vocabulary first (`target_languages` lists them). Th
 prefix text per line (`prefixes=` of its batch methods), and the engine refuses, by `check_prefix_ids`, a prefix
 that holds unk or leaves no room for a decoded token.
 
-This module imports only the standard library (and the package's errors).
+Documents (`translate_document`): a whole text, HTML or XML document through `translate_lines`, segmented, its long
+sentences cut, its layout or markup kept, by `keras_transformer.documents` (docs/documents.md).
+
+This module imports only the standard library, the package's errors and `keras_transformer.documents` (numpy,
+lxml, sentencex).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import abc
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+from keras_transformer.documents import alignment, document
 from keras_transformer.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -44,6 +49,9 @@ if TYPE_CHECKING:
 Lines: TypeAlias = Iterable[str | bytes]
 # A target prefix: one text for every line, or a list of one per line (None: no prefix).
 Prefixes: TypeAlias = str | bytes | Sequence[str | bytes] | None
+
+# Source positions a sentence's tokens leave to the specials: the end token, and a multilingual model's language token.
+SPECIAL_POSITIONS = 2
 
 # What a blank line may hold: the whitespace TensorFlow's `tf.strings.strip` removes, for every engine alike.
 ASCII_WHITESPACE = " \t\n\v\f\r"
@@ -149,6 +157,8 @@ class TranslatorInterface(abc.ABC):
     target_languages: tuple[str, ...] = ()
     # the language codes `source_lang` takes (a multilingual model's source language tokens)
     source_languages: tuple[str, ...] = ()
+    # the most source positions the model encodes (its `max_length`), where the engine knows it
+    max_source_length: int | None = None
 
     # ------------------------------------------------------------------ what an engine implements
     @abc.abstractmethod
@@ -369,6 +379,79 @@ class TranslatorInterface(abc.ABC):
         scores = _scattered([None] * len(source_texts), order, batch_size, lambda chunk: self.score_batch(
             [source_texts[i] for i in chunk], [target_texts[i] for i in chunk]))
         return [float(score) for score in scores]
+
+    @property
+    def source_language(self) -> str | None:
+        """The language the model translates from, where the engine knows it: a multilingual import's source
+        language (its source tokenizer's `language`, e.g. ``eng_Latn``); None otherwise."""
+        return getattr(getattr(self, "source_tokenizer", None), "language", None)
+
+    def count_source_tokens(self, text: str) -> int:
+        """The tokens `text` takes on the source side: an estimate (`documents.document.estimate_tokens`, one per
+        3 bytes of UTF-8) unless the engine counts with its tokenizer. `translate_document` cuts a sentence
+        whose count is over its budget."""
+        return document.estimate_tokens(text)
+
+    def translate_document(self, text: str | bytes, format: str = "text", source_lang: str | None = None,
+                           target_lang: str | None = None, batch_size: int = 64, max_tokens: int | None = None,
+                           align: alignment.Aligner | None = None, attributes: Sequence[str] = ("alt", "title"),
+                           max_bytes: int = document.MAX_DOCUMENT_BYTES) -> str:
+        """A whole document translated sentence by sentence, its layout or markup kept (docs/documents.md).
+
+        Every sentence of the document goes to `translate_lines` in one call, so batches are formed by length
+        across the document; a sentence over the token budget is cut at clause boundaries and its parts
+        translated in order (`documents.cutting`).
+
+        Args:
+            text: the document (`str`, or UTF-8 `bytes`).
+            format: "text" (paragraphs, line breaks, indentation and bullets kept), "html" or "xml" (XHTML too).
+            source_lang: the document's language. For a multilingual model, one of `source_languages` (its token
+                goes first, as in `with_source_lang`); for any model, it picks the segmenter's rules. None: the
+                model's (`source_language`), else English rules.
+            target_lang: a multilingual model's target language, as in `translate_lines`.
+            batch_size: sentences per batch of the engine.
+            max_tokens: the most source tokens of one sentence (by `count_source_tokens`); None: the model's
+                `max_source_length` less `SPECIAL_POSITIONS`, or `documents.document.DEFAULT_MAX_TOKENS` (126)
+                where the engine does not say.
+            align: for markup, a word aligner (`documents.alignment`); None: the model's cross-attention
+                (`attention`, penultimate decoder layer averaged over heads) where the engine gives it, else
+                proportional.
+            attributes: markup attributes whose text is translated.
+            max_bytes: the largest document taken.
+
+        Raises:
+            DocumentError: binary data, invalid UTF-8 (the byte offset named), a document over `max_bytes`, XML
+                that is not well-formed, an unknown format.
+            ConfigError: a `source_lang` or `target_lang` this multilingual model has no token for.
+
+        Example:
+
+        >>> class Upper(TranslatorInterface):
+        ...     n_best_batch = score_batch = None
+        ...     def translate_batch(self, texts, prefixes=None):
+        ...         return [text.upper() for text in texts]
+        >>> print(Upper().translate_document("A dog runs. It barks.\\n\\n  - A cat."))
+        A DOG RUNS. IT BARKS.
+        <BLANKLINE>
+          - A CAT.
+        >>> Upper().translate_document("<p>A <b>black</b> dog.</p>", format="html")
+        '<p>A <b>BLACK</b> DOG.</p>'
+        """
+        caller = f"{type(self).__name__}.translate_document"
+        tagged = source_lang is not None and bool(tuple(self.source_languages))
+
+        def translate_lines(sentences: list[str]) -> list[str]:
+            lines = self.with_source_lang(sentences, source_lang, caller) if tagged else sentences
+            return self.translate_lines(lines, batch_size=batch_size, target_lang=target_lang)
+
+        if max_tokens is None:
+            max_tokens = (self.max_source_length - SPECIAL_POSITIONS if self.max_source_length
+                          else document.DEFAULT_MAX_TOKENS)
+        specials = alignment.SPECIAL_PIECES + tuple(self.source_languages) + tuple(self.target_languages)
+        return document.translate_document(
+            translate_lines, text, format, source_lang=source_lang or self.source_language, max_tokens=max_tokens,
+            count_tokens=self.count_source_tokens, align=align or alignment.attention_aligner(self.attention, specials),
+            target_lang=target_lang, attributes=attributes, max_bytes=max_bytes)
 
     def with_options(self, options: DecodeOptions) -> TranslatorInterface:
         """A translator of the same loaded model(s) that decodes with `options` (a `DecodeOptions`).

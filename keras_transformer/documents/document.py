@@ -1,0 +1,170 @@
+"""`translate_document`: a whole document through any engine's batch translation, its layout kept.
+
+The document is read (`read_document`: UTF-8, not binary, within `MAX_DOCUMENT_BYTES`), cut into sentences
+(`segmentation` for plain text, `markup` for HTML and XML), each sentence over the token budget cut into parts
+(`cutting`), and every sentence and part of the whole document goes to `translate_lines` in **one call**, so the
+engine batches them by length across the document; the translations are put back where their sentences were.
+
+Standard library, numpy, lxml and sentencex only: `translate_lines` is all it knows of a model.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+from keras_transformer.documents.alignment import Aligner
+from keras_transformer.documents.cutting import cut, join_parts
+from keras_transformer.documents.markup import translate_markup
+from keras_transformer.documents.segmentation import language_code, reassemble, segment
+from keras_transformer.errors import DocumentError, format_size
+
+FORMATS = ("text", "html", "xml")
+MAX_DOCUMENT_BYTES = 8 * 2**20  # a book is about 1 MiB of text; past this, split the file (and keep memory bounded)
+# The most tokens of a part where the model's limit is unknown: 128 positions less eos and a language token.
+DEFAULT_MAX_TOKENS = 126
+
+
+def read_document(text: str | bytes, max_bytes: int = MAX_DOCUMENT_BYTES) -> str:
+    """`text` as a `str`, or a `DocumentError` naming what is wrong with it.
+
+    Bytes are decoded as UTF-8; a `str` holding lone surrogates (the undecodable bytes of a file read with
+    ``errors="surrogateescape"``) is checked as those bytes.
+
+    Raises:
+        DocumentError: over `max_bytes` (the limit named), a NUL byte (a binary file; its offset named), or invalid
+            UTF-8 (the byte and its offset named).
+
+    Example:
+
+    >>> read_document(b"Ein Hund.")
+    'Ein Hund.'
+    >>> read_document(b"caf\\xe9 noir")
+    Traceback (most recent call last):
+    ...
+    keras_transformer.errors.DocumentError: the document is not valid UTF-8: byte 0xe9 at byte offset 3 ...
+    """
+    if isinstance(text, str):
+        try:
+            data = text.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError as error:
+            raise DocumentError(f"the document holds a lone surrogate (U+{ord(text[error.start]):04X}) at character "
+                                f"{error.start}: not text that UTF-8 can carry.") from None
+    elif isinstance(text, (bytes, bytearray)):
+        data = bytes(text)
+    else:
+        raise TypeError(f"translate_document takes a str (or UTF-8 bytes), got {type(text).__name__}.")
+    if len(data) > max_bytes:
+        raise DocumentError(f"the document is {format_size(len(data))}, over the limit of {format_size(max_bytes)} "
+                            f"(max_bytes={max_bytes}); split it into smaller documents.")
+    nul = data.find(b"\x00")
+    if nul >= 0:
+        raise DocumentError(f"the document looks binary (a NUL byte at byte offset {nul}); give a text, HTML or XML "
+                            "file in UTF-8.")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise DocumentError(f"the document is not valid UTF-8: byte 0x{data[error.start]:02x} at byte offset "
+                            f"{error.start} ({error.reason}); convert it to UTF-8 first.") from None
+
+
+def estimate_tokens(text: str) -> int:
+    """A generous token count for when the model's tokenizer is not at hand: one per 3 bytes of UTF-8 (a subword
+    tokenizer gives about one per 4-5 bytes of English, one per CJK character).
+
+    Example:
+
+    >>> estimate_tokens("A dog runs."), estimate_tokens("東京")
+    (4, 2)
+    """
+    return math.ceil(len(text.encode("utf-8")) / 3)
+
+
+def translate_sentences(translate_lines: Callable[[list[str]], list[str]], sentences: Sequence[str],
+                        max_tokens: int = DEFAULT_MAX_TOKENS, count_tokens: Callable[[str], int] | None = None,
+                        target_lang: str | None = None) -> list[str]:
+    """One translation per sentence, from one call of `translate_lines` over every sentence's parts (`cut`).
+
+    Args:
+        translate_lines: a batch translation (a list of `str` in, as many `str` out, in order).
+        sentences: the sentences.
+        max_tokens: the most tokens a part may have.
+        count_tokens: a text's token count; None: `estimate_tokens`.
+        target_lang: the target language (any code `language_code` reads), which says how parts are joined
+            (`join_parts`); None: with a space.
+
+    Raises:
+        ValueError: `translate_lines` gave another number of translations than it was given sentences.
+
+    Example:
+
+    >>> translate_sentences(lambda lines: [line.upper() for line in lines], ["We came; we saw."], max_tokens=3,
+    ...                     count_tokens=lambda text: len(text.split()))
+    ['WE CAME; WE SAW.']
+    """
+    parts = [cut(sentence, max_tokens, count_tokens or estimate_tokens) for sentence in sentences]
+    flat = [part for group in parts for part in group]
+    translated = list(translate_lines(flat)) if flat else []
+    if len(translated) != len(flat):
+        raise ValueError(f"translate_document: {len(flat)} sentence(s) sent, {len(translated)} translation(s) came "
+                         "back.")
+    language = language_code(target_lang) if target_lang else None
+    out, position = [], 0
+    for group in parts:
+        out.append(join_parts(translated[position:position + len(group)], language))
+        position += len(group)
+    return out
+
+
+def translate_document(translate_lines: Callable[[list[str]], list[str]], text: str | bytes, format: str = "text",
+                       source_lang: str | None = None, max_tokens: int | None = None,
+                       count_tokens: Callable[[str], int] | None = None, align: Aligner | None = None,
+                       target_lang: str | None = None, attributes: Sequence[str] = ("alt", "title"),
+                       max_bytes: int = MAX_DOCUMENT_BYTES) -> str:
+    """`text` translated sentence by sentence, with its layout (plain text) or its markup (HTML, XML) kept.
+
+    Args:
+        translate_lines: any engine's batch translation, e.g. a translator's `translate_lines`.
+        text: the document (`str`, or UTF-8 `bytes`).
+        format: "text" (paragraphs, lines, bullets and whitespace kept), "html" or "xml" (XHTML too).
+        source_lang: the document's language, for the segmenter (``en``, ``eng_Latn``, ``__en__``); None: ``en``.
+        max_tokens: the most tokens one sentence may have: longer ones are cut into parts translated in order
+            (`cutting`); None: `DEFAULT_MAX_TOKENS`.
+        count_tokens: a text's token count (the model's source tokenizer); None: `estimate_tokens`.
+        align: for markup, `align(source_words, target_words)`, a word alignment (`alignment`); None:
+            proportional.
+        target_lang: the translation's language: parts of a cut sentence are joined without a space for
+            languages written without spaces.
+        attributes: markup attributes whose text is translated.
+        max_bytes: the largest document taken.
+
+    Returns:
+        The translated document, a `str`; an empty (or whitespace-only) document comes back as it is.
+
+    Raises:
+        DocumentError: binary data, invalid UTF-8, a document over `max_bytes`, XML that is not well-formed, an
+            unknown format (each named in one line).
+
+    Example:
+
+    >>> upper = lambda lines: [line.upper() for line in lines]
+    >>> print(translate_document(upper, "Title\\n\\n- A dog runs. A cat sleeps.\\n  1. Done."))
+    TITLE
+    <BLANKLINE>
+    - A DOG RUNS. A CAT SLEEPS.
+      1. DONE.
+    """
+    if format not in FORMATS:
+        raise DocumentError(f"unknown document format {format!r}; choose one of {', '.join(FORMATS)}.")
+    text = read_document(text, max_bytes)
+    if not text.strip():
+        return text
+    budget = DEFAULT_MAX_TOKENS if max_tokens is None else int(max_tokens)
+
+    def translate(sentences: list[str]) -> list[str]:
+        return translate_sentences(translate_lines, sentences, budget, count_tokens, target_lang)
+
+    if format == "text":
+        segmented = segment(text, source_lang)
+        return reassemble(segmented.skeleton, translate(list(segmented.sentences)))
+    return translate_markup(text, translate, source_lang, align=align, format=format, attributes=attributes)
