@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from keras_transformer import cli
+from keras_transformer.decoding.options import DecodeOptions
 
 # Its module fixtures are expensive: `make test` (--dist loadgroup) runs the whole file on one worker, so they
 # are built once.
@@ -102,7 +103,8 @@ def test_early_exit_flag_reaches_the_translator_and_the_export(monkeypatch, caps
         (tmp_path / folder).mkdir()
         (tmp_path / folder / "model.yaml").write_text("d_model: 64\n", encoding="utf-8")
     seen = []
-    nothing = type("Translator", (), {"translate_lines": lambda self, chunk, batch_size: []})()
+    nothing = type("Translator", (), {"translate_lines": lambda self, chunk, batch_size: [],
+                                      "options": DecodeOptions()})()
     monkeypatch.setattr(loader, "load_translator", lambda model, checkpoint, average, checked, **options: seen.append(
         options["early_exit"]) or nothing)
     monkeypatch.setattr(savedmodel, "export", lambda workdir, out, **options: seen.append(options.get("early_exit"))
@@ -127,7 +129,7 @@ def test_decoding_arguments_reach_translate_evaluate_and_export_as_options(monke
     (tmp_path / "s.txt").write_text("a\n", encoding="utf-8")
     seen = []
     nothing = type("Translator", (), {"translate_lines": lambda self, chunk, batch_size: [],
-                                      "n_best_lines": lambda self, chunk, batch_size: []})()
+                                      "n_best_lines": lambda self, chunk, batch_size: [], "options": DecodeOptions()})()
     monkeypatch.setattr(loader, "load_translator", lambda model, checkpoint, average, checked, **options: seen.append(
         {k: v for k, v in options.items() if v is not None}) or nothing)
     monkeypatch.setattr(inference, "evaluate", lambda *args, **options: seen.append(
@@ -144,7 +146,7 @@ def test_decoding_arguments_reach_translate_evaluate_and_export_as_options(monke
                     {"strategy": "sample", "seed": 4}, {"strategy": "sample", "top_k": 5}]
     capsys.readouterr()
     assert cli.main(["translate", "--model", "m", "--strategy", "beam", "--sampling-topp", "0.9", "a"]) == 2
-    assert "decoding.top_p applies to strategy 'sample' only" in capsys.readouterr().err
+    assert "--sampling-topp belongs to strategy 'sample' and --strategy is 'beam'" in capsys.readouterr().err
     with pytest.raises(SystemExit) as stopped:  # argparse's own refusal
         cli.main(["translate", "--model", "m", "--sampling-topp", "1.5", "a"])
     assert stopped.value.code == 2 and "--sampling-topp: must be in (0, 1]" in capsys.readouterr().err
@@ -454,6 +456,40 @@ def test_translate_n_best_prints_each_sentence_s_hypotheses_best_first(tiny_work
     assert float(rows[0][1]) >= float(rows[1][1]) and float(rows[2][1]) >= float(rows[3][1])
 
 
+def test_a_strategys_own_flag_chooses_it_on_a_greedy_default_and_translate_says_how_it_decodes(tiny_workdir,
+                                                                                               tmp_path, capsys):
+    """On a model that decodes greedily by default (an imported checkpoint without num_beams), --beam-size and
+    --alpha mean beam search, --n-best with them too; translate says on stderr which decoding it used, and a
+    refusal names the flags given."""
+    import shutil
+
+    from keras_transformer.workdir.checkpoints import read_model_file, write_model_file
+
+    greedy = tmp_path / "greedy"
+    shutil.copytree(tiny_workdir, greedy)
+    write_model_file(greedy / "model.yaml", read_model_file(greedy / "model.yaml")[0],
+                     DecodeOptions(strategy="greedy", max_extra=3))
+    sentences = ["a man rides a bike", "two dogs play"]
+    assert cli.main(["translate", "--model", str(greedy), "--beam-size", "3", "--alpha", "0", *sentences]) == 0
+    printed = capsys.readouterr()
+    assert printed.err.splitlines() == ["Decoding: beam: beam_size 3, alpha 0.0, max_extra 3"]
+    assert cli.main(["translate", "--model", str(greedy), "--n-best", "3", "--beam-size", "3", "--alpha", "0",
+                     *sentences]) == 0
+    rows = [line.split("\t", 2) for line in capsys.readouterr().out.splitlines()]
+    assert [row[0] for row in rows] == ["0", "0", "0", "1", "1", "1"]  # beam search's 3 hypotheses per sentence
+    assert [rows[0][2], rows[3][2]] == printed.out.splitlines()  # the first is the translation
+    assert cli.main(["translate", "--model", str(greedy), *sentences]) == 0
+    assert capsys.readouterr().err.splitlines() == ["Decoding: greedy: max_extra 3"]
+    assert cli.main(["translate", "--model", str(greedy), "--n-best", "3", *sentences]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "keras-transformer translate: error: --n-best must be 1 with strategy 'greedy' (one hypothesis), got 3: "
+        "beam search returns several (strategy 'beam', --beam-size >= 3)."]
+    assert cli.main(["translate", "--model", str(greedy), "--strategy", "greedy", "--alpha", "0", *sentences]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "keras-transformer translate: error: --alpha belongs to strategy 'beam' and --strategy is 'greedy': give "
+        "one or the other."]
+
+
 def test_translate_reads_stdin_bytes_that_are_not_utf8_as_replacement_characters(tiny_workdir, capsys,
                                                                                     monkeypatch, load_once):
     """Whatever error handler the locale gives stdin (strict here), bad bytes translate as U+FFFD, like bad bytes
@@ -502,7 +538,8 @@ def test_line_breaks_inside_translations_keep_one_output_line_per_sentence(tiny_
     from keras_transformer import evaluation, inference
     from keras_transformer.engines import loader
     emitted = ["ein\x0bmann", "zwei\n\nhunde\u2028", ""]
-    emitting = type("Translator", (), {"translate_lines": lambda self, chunk, batch_size: list(emitted)})()
+    emitting = type("Translator", (), {"translate_lines": lambda self, chunk, batch_size: list(emitted),
+                                       "options": DecodeOptions()})()
     monkeypatch.setattr(loader, "load_translator", lambda *args, **kwargs: emitting)  # translate's
     monkeypatch.setattr(inference, "translate", lambda *args, **kwargs: list(emitted))  # evaluate's
     assert cli.main(["translate", "--model", str(tiny_workdir), "a", "b", "c"]) == 0

@@ -82,14 +82,32 @@ def _positive_number(text):
     return value
 
 
+# Each `DecodeOptions` field and the flag that sets it (`cli.commands` reads the flags' values by this table and
+# names the flags in decoding errors by it).
+DECODING_FLAGS = {"strategy": "--strategy", "beam_size": "--beam-size", "alpha": "--alpha", "max_extra": "--max-extra",
+                  "early_exit": "--early-exit", "top_k": "--sampling-topk", "top_p": "--sampling-topp",
+                  "temperature": "--sampling-temperature", "seed": "--seed", "n_best": "--n-best"}
+
+
+def flag_dest(flag: str) -> str:
+    """The attribute of parsed arguments that holds `flag`'s value (argparse's `dest`).
+
+    Example:
+
+    >>> flag_dest("--sampling-topk")
+    'sampling_topk'
+    """
+    return flag.lstrip("-").replace("-", "_")
+
+
 def _decoding_arguments(parser, title="decoding (default: the model's, from its model.yaml)", batch_size=True,
                         fresh_seed=True):
     """The `DecodeOptions` arguments, one set for every command that decodes (`cli._decode_settings` reads them).
     `fresh_seed`: sampling without --seed draws a fresh seed (`cli.draw_seed`); else the model's seed stands."""
     group = parser.add_argument_group(title)
     group.add_argument("--strategy", choices=tuple(STRATEGIES),
-                       help="beam search (the paper), greedy, or sample (default: the model's; a --sampling-* "
-                            "or --seed argument alone means sample)")
+                       help="beam search (the paper), greedy, or sample (default: the model's; --beam-size, "
+                            "--alpha or --early-exit alone means beam, a --sampling-* or --seed argument sample)")
     group.add_argument("--beam-size", type=_POSITIVE, help="beam: beams per sentence")
     group.add_argument("--alpha", type=_ALPHA, help="beam: length penalty exponent, >= 0 (paper: 0.6)")
     group.add_argument("--max-extra", type=_NON_NEGATIVE,

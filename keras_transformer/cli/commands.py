@@ -41,8 +41,8 @@ import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from keras_transformer.cli.arguments import build_parser
-from keras_transformer.decoding.options import DecodeOptions
+from keras_transformer.cli.arguments import DECODING_FLAGS, build_parser, flag_dest
+from keras_transformer.decoding.options import DecodeOptions, DecodeSettingsError, chosen_strategy
 from keras_transformer.errors import (
     EXIT_BAD_INPUT,
     EXIT_INTERRUPTED,
@@ -86,9 +86,12 @@ def _train(args: argparse.Namespace) -> int:
 
 def _decode_settings(args: argparse.Namespace) -> dict[str, Any]:
     """The `DecodeOptions` fields given on the command line (None: not given, the model's stands)."""
-    return {"strategy": args.strategy, "beam_size": args.beam_size, "alpha": args.alpha, "max_extra": args.max_extra,
-            "early_exit": args.early_exit, "top_k": args.sampling_topk, "top_p": args.sampling_topp,
-            "temperature": args.sampling_temperature, "seed": args.seed, "n_best": getattr(args, "n_best", None)}
+    return {field: getattr(args, flag_dest(flag), None) for field, flag in DECODING_FLAGS.items()}
+
+
+def _decoding_flags(args: argparse.Namespace) -> dict[str, str]:
+    """The `DecodeOptions` fields that `args`' command sets by a flag, each with its flag (errors name them)."""
+    return {field: flag for field, flag in DECODING_FLAGS.items() if hasattr(args, flag_dest(flag))}
 
 
 def draw_seed(args: argparse.Namespace) -> int | None:
@@ -217,6 +220,7 @@ def _translate(args: argparse.Namespace) -> int:
     from keras_transformer import evaluation
     draw_seed(args)
     translator = _load_translator(args)
+    print(f"Decoding: {translator.options.describe()}", file=sys.stderr)
     # Arguments are one chunk; stdin goes in chunks, so that output starts early and memory stays bounded.
     chunks = [args.sentences] if args.sentences else _stdin_chunks(args.batch_size * STDIN_CHUNK_BATCHES)
     forced = {key: value for key, value in (("target_prefix", args.target_prefix),
@@ -439,8 +443,8 @@ def precheck(args: argparse.Namespace) -> None:
         cluster = experiment.training.strategy == "multi_worker" or os.environ.get("TF_CONFIG")
         if not getattr(args, "dry_run", False) and not cluster:
             files.check_unlocked(args.workdir)
-    if args.command in ("translate", "evaluate", "export", "serve"):  # settings that cannot go together
-        DecodeOptions().replace(**_decode_settings(args))
+    if args.command in ("translate", "evaluate", "export", "serve"):  # flags that contradict each other
+        chosen_strategy(_decode_settings(args))  # the rest depends on the model's defaults: checked as it loads
     groups = None
     if args.command == "serve":
         from keras_transformer import serving
@@ -514,6 +518,8 @@ def _run(args: argparse.Namespace) -> int:
         message, status = describe_fault(error, args.command, _written_path(args))
         if message is None or args.verbose:
             raise
+        if isinstance(error, DecodeSettingsError):  # the decoding settings named by their flags
+            message = error.named(_decoding_flags(args))
         named = (ConfigError, CheckpointError, OSError, WorkdirBusyError, FloatingPointError, MemoryError,
                  RunStopped, NotImplementedError)  # the message says it all (NotImplementedError: a refusal)
         hint = "" if isinstance(error, named) or status != EXIT_BAD_INPUT else " (-v shows the traceback)"
