@@ -60,6 +60,36 @@ def test_each_subcommand_has_help(capsys, name):
     assert "usage: keras-transformer " + name in capsys.readouterr().out
 
 
+def test_verify_help_gives_the_exit_statuses_verify_returns(tmp_path, capsys):
+    """`verify --help` lists each outcome with a status: an export whose files match, one with a damaged file, one
+    without a manifest and a missing folder each return the status the help gives them."""
+    import re
+
+    from keras_transformer.exports.folder import write_manifest
+
+    with pytest.raises(SystemExit):
+        cli.main(["verify", "--help"])
+    stated = " ".join(capsys.readouterr().out.split())
+    statuses = {int(status): what for status, what in re.findall(r"(\d+) ([^;]+)", stated.split("exit status:")[1])}
+    export = tmp_path / "export"
+    export.mkdir()
+    (export / "saved_model.pb").write_bytes(b"graph")
+    write_manifest(export)
+    outcomes = {"every file matches": export}
+    (tmp_path / "damaged").mkdir()
+    (tmp_path / "damaged" / "saved_model.pb").write_bytes(b"graph")
+    write_manifest(tmp_path / "damaged")
+    (tmp_path / "damaged" / "saved_model.pb").write_bytes(b"Graph")
+    outcomes["a file is missing or damaged"] = tmp_path / "damaged"
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "saved_model.pb").write_bytes(b"graph")
+    outcomes["the export has no manifest"] = tmp_path / "old"
+    outcomes["no such export"] = tmp_path / "missing"
+    for what, folder in outcomes.items():
+        status = cli.main(["verify", str(folder)])
+        assert what in statuses.get(status, ""), (what, status, stated)
+
+
 def test_train_requires_config_and_workdir(capsys):
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["train", "--workdir", "x"])

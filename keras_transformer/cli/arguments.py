@@ -18,6 +18,7 @@ import keras_transformer
 from keras_transformer.decoding.registry import STRATEGIES
 from keras_transformer.errors import exit_codes_help
 from keras_transformer.exports import EXPORTERS
+from keras_transformer.exports.folder import VERIFY_DAMAGED, VERIFY_NO_MANIFEST
 
 
 def integer_at_least(minimum):
@@ -390,9 +391,9 @@ def _verify_arguments(commands):
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Checks every file of an export (SavedModel or CTranslate2) against the manifest.json written "
                     "at export: present, of its size, with its SHA-256 digest (docs/serving.md).",
-        epilog="exit status: 0 every file matches; 1 a file is missing or damaged (named); 3 the export has no "
-               "manifest (exported before manifests existed: nothing to check against); 2 another error (no such "
-               "folder, say).")
+        epilog=f"exit status: 0 every file matches; {VERIFY_DAMAGED} a file is missing or damaged (named); "
+               f"{VERIFY_NO_MANIFEST} the export has no manifest (exported before manifests existed: nothing to "
+               "check against), or no such export; others as for every command (keras-transformer --help).")
     verify.add_argument("path", metavar="PATH", help="the export folder")
 
 
