@@ -270,6 +270,25 @@ def _text_config(folder, lines):
     return config
 
 
+@pytest.mark.parametrize("output_bias", [False, True])
+def test_dry_run_counts_the_parameters_of_the_model_train_builds(tmp_path, capsys, output_bias):
+    """The count `--dry-run` prints is `count_params()` of the model built from the resolved config (a bias on the
+    logits, Marian's final_logits_bias, included)."""
+    import re
+
+    import yaml
+
+    from keras_transformer.config import TransformerConfig
+    from keras_transformer.model import build_model
+
+    assert cli.main(["train", "--config", str(TINY), "--set", f"model.output_bias={str(output_bias).lower()}",
+                     "--workdir", str(tmp_path), "--dry-run"]) == 0
+    printed = capsys.readouterr().out
+    counted = int(re.search(r"# model: (\d+) parameters;", printed)[1])
+    config = TransformerConfig.from_dict(yaml.safe_load(printed)["model"])
+    assert config.output_bias is output_bias and counted == build_model(config).count_params()
+
+
 def test_dry_run_checks_that_each_split_s_files_have_as_many_lines(tmp_path, capsys):
     import yaml
     lines = {"train_source": 30, "train_target": 30, "valid_source": 4, "valid_target": 4, "test_source": 5,

@@ -43,7 +43,8 @@ def parameter_count(config):
         if config.tie_embeddings == "none":
             embeddings += config.tgt_vocab_size * d  # the pre-softmax projection's own matrix, no bias
     positions = 2 * config.max_length * d if config.position == "learned" else 0
-    return embeddings + positions + encoder + decoder
+    output_bias = config.tgt_vocab_size if config.output_bias else 0  # a bias added to the logits
+    return embeddings + positions + encoder + decoder + output_bias
 
 
 def training_memory(config, tokens_per_batch, policy="float32", *, moving_average=False, accumulation=False):
