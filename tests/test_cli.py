@@ -60,6 +60,33 @@ def test_each_subcommand_has_help(capsys, name):
     assert "usage: keras-transformer " + name in capsys.readouterr().out
 
 
+def test_import_refuses_a_used_workdir_or_a_source_it_cannot_read_before_tensorflow_loads(tmp_path):
+    """A refusal that needs no model answers at once: `import` into a non-empty folder, from a folder without
+    config.json or of a family it does not import, is refused by name without TensorFlow imported (seconds)."""
+    source, used, other = tmp_path / "opus", tmp_path / "used", tmp_path / "bert"
+    for folder, model_type in ((source, "marian"), (other, "bert")):
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps({"model_type": model_type}), encoding="utf-8")
+        (folder / "model.safetensors").write_bytes(b"")
+    used.mkdir()
+    (used / "notes.txt").write_text("mine\n", encoding="utf-8")
+    cases = [[str(source), "--workdir", str(used)], [str(tmp_path), "--workdir", str(tmp_path / "new")],
+             [str(other), "--workdir", str(tmp_path / "new")]]
+    code = ("import sys, json; from keras_transformer import cli; "
+            f"statuses = [cli.main(['import', *case]) for case in {cases!r}]; "
+            "print(json.dumps([statuses, 'tensorflow' in sys.modules, 'keras' in sys.modules]))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert json.loads(run.stdout.splitlines()[-1]) == [[2, 2, 2], False, False], run.stderr[-3000:]
+    errors = run.stderr.splitlines()
+    assert errors == [
+        f"keras-transformer import: error: {used} already exists and is not empty; import into a new folder.",
+        f"keras-transformer import: error: {tmp_path / 'config.json'} is missing: a Hugging Face checkpoint folder "
+        "holds config.json, the weights and the tokenizer's files (save_pretrained writes them).",
+        f"keras-transformer import: error: {other / 'config.json'}: model_type 'bert' is not a family "
+        "keras-transformer imports; the supported families are: m2m_100, marian."], errors
+    assert sorted(os.listdir(used)) == ["notes.txt"] and not (tmp_path / "new").exists()
+
+
 def test_verify_help_gives_the_exit_statuses_verify_returns(tmp_path, capsys):
     """`verify --help` lists each outcome with a status: an export whose files match, one with a damaged file, one
     without a manifest and a missing folder each return the status the help gives them."""

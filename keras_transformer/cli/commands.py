@@ -412,8 +412,8 @@ def import_tensorflow_quietly() -> None:
 
 def _import(args: argparse.Namespace) -> int:
     from keras_transformer.imports.importer import import_checkpoint
-    workdir = import_checkpoint(args.source, args.workdir)
-    print(f"Imported {args.source} into {workdir}; translate with: keras-transformer translate --model {workdir}")
+    workdir = import_checkpoint(args.source, args.workdir)  # logs what it imported, and where
+    print(f"Translate with: keras-transformer translate --model {workdir}")
     return 0
 
 
@@ -484,6 +484,13 @@ def precheck(args: argparse.Namespace) -> None:
     elif args.command == "average":
         layout.check_average_output(args.workdir, args.output)
         files.check_unlocked(args.workdir)
+    elif args.command == "import":
+        from keras_transformer.imports import check_family
+        from keras_transformer.imports.checkpoint import checked_source, read_checkpoint
+        layout.check_new_workdir(args.workdir, "import")
+        if checked_source(args.source) is not None:  # a local folder: its config, family and weights file
+            checkpoint = read_checkpoint(args.source)
+            check_family(checkpoint.config.get("model_type"), checkpoint.folder / "config.json")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -31,6 +31,14 @@ FAMILIES = {
 }
 
 
+def check_family(model_type, where="config.json"):
+    """Refuses (`ConfigError`, naming it and the supported ones) a `model_type` no family imports, without
+    importing any family's module (the command line checks it before TensorFlow loads)."""
+    if model_type not in FAMILIES:
+        raise ConfigError(f"{where}: model_type {model_type!r} is not a family keras-transformer imports; the "
+                          f"supported families are: {', '.join(sorted(FAMILIES))}.")
+
+
 def family_for(model_type, where="config.json"):
     """The `Family` that imports checkpoints of `model_type`.
 
@@ -46,8 +54,6 @@ def family_for(model_type, where="config.json"):
     ...
     keras_transformer.errors.ConfigError: bert/config.json: model_type 'bert' is not a family ...: m2m_100, marian.
     """
-    if model_type not in FAMILIES:
-        raise ConfigError(f"{where}: model_type {model_type!r} is not a family keras-transformer imports; the "
-                          f"supported families are: {', '.join(sorted(FAMILIES))}.")
+    check_family(model_type, where)
     module, cls = FAMILIES[model_type]
     return getattr(importlib.import_module(f"keras_transformer.imports.{module}"), cls)()

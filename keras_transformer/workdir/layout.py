@@ -95,6 +95,22 @@ def check_export_destination(directory):
                               f"its checkpoints. Export outside it (saved_models/NAME, say).")
 
 
+def check_new_workdir(path, command):
+    """Refuses a folder that exists and is not empty, where `command` writes a whole workdir of its own (`import`).
+
+    Raises:
+        ConfigError: `path` is a file, or a folder that holds something (named).
+
+    Example:
+
+    >>> import tempfile
+    >>> check_new_workdir(pathlib.Path(tempfile.mkdtemp()) / "new", "import")
+    """
+    path = pathlib.Path(path)
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise ConfigError(f"{path} already exists and is not empty; {command} into a new folder.")
+
+
 def is_export(path):
     """Whether `path` is a SavedModel export folder (it has `saved_model.pb`)."""
     return (pathlib.Path(path) / "saved_model.pb").is_file()
