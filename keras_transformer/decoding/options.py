@@ -233,7 +233,7 @@ def chosen_strategy(changes: Mapping[str, typing.Any], current: str | None = Non
         return str(given)
     if not owned:
         return None
-    if current in STRATEGIES and set(owned) <= set(STRATEGIES.get(current).settings):
+    if current is not None and current in STRATEGIES and set(owned) <= set(STRATEGIES.get(current).settings):
         return current
     for strategy in _strategies():
         if set(owned) <= set(strategy.settings):

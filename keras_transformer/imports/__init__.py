@@ -33,7 +33,16 @@ FAMILIES = {
 
 def check_family(model_type, where="config.json"):
     """Refuses (`ConfigError`, naming it and the supported ones) a `model_type` no family imports, without
-    importing any family's module (the command line checks it before TensorFlow loads)."""
+    importing any family's module (the command line checks it before TensorFlow loads).
+
+    Example:
+
+    >>> check_family("marian")
+    >>> check_family("bert")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    keras_transformer.errors.ConfigError: config.json: model_type 'bert' is not a family keras-transformer imports; ...
+    """
     if model_type not in FAMILIES:
         raise ConfigError(f"{where}: model_type {model_type!r} is not a family keras-transformer imports; the "
                           f"supported families are: {', '.join(sorted(FAMILIES))}.")
