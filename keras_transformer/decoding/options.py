@@ -225,9 +225,10 @@ def chosen_strategy(changes: Mapping[str, typing.Any], current: str | None = Non
     owned = [name for name, names in owners.items() if names]
     given = changes.get("strategy")
     if given is not None:
-        reads = STRATEGIES.get(given).settings if given in STRATEGIES else ()
+        if given not in STRATEGIES:
+            return str(given)  # refused by name where the options are validated
         for name in owned:
-            if name not in reads:
+            if name not in STRATEGIES.get(given).settings:
                 raise DecodeSettingsError(f"decoding.{name} belongs to strategy {owners[name][0]!r} and "
                                           f"decoding.strategy is {given!r}: give one or the other.")
         return str(given)
