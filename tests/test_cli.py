@@ -60,30 +60,42 @@ def test_each_subcommand_has_help(capsys, name):
     assert "usage: keras-transformer " + name in capsys.readouterr().out
 
 
-def test_import_refuses_a_used_workdir_or_a_source_it_cannot_read_before_tensorflow_loads(tmp_path):
-    """A refusal that needs no model answers at once: `import` into a non-empty folder, from a folder without
-    config.json or of a family it does not import, is refused by name without TensorFlow imported (seconds)."""
-    source, used, other = tmp_path / "opus", tmp_path / "used", tmp_path / "bert"
+def test_refusals_that_need_no_model_answer_before_tensorflow_loads(tmp_path):
+    """A refusal that needs no model answers at once, without TensorFlow imported (seconds): `import` into a
+    non-empty folder, from a folder without config.json or of a family it does not import; `evaluate` with
+    tokenized references but no language; `translate` with a workdir trained on synthetic data (no vocabulary)."""
+    source, used, other, synthetic = tmp_path / "opus", tmp_path / "used", tmp_path / "bert", tmp_path / "copy"
     for folder, model_type in ((source, "marian"), (other, "bert")):
         folder.mkdir()
         (folder / "config.json").write_text(json.dumps({"model_type": model_type}), encoding="utf-8")
         (folder / "model.safetensors").write_bytes(b"")
     used.mkdir()
     (used / "notes.txt").write_text("mine\n", encoding="utf-8")
-    cases = [[str(source), "--workdir", str(used)], [str(tmp_path), "--workdir", str(tmp_path / "new")],
-             [str(other), "--workdir", str(tmp_path / "new")]]
+    (synthetic / "checkpoints").mkdir(parents=True)
+    (synthetic / "model.yaml").write_text("d_model: 64\n", encoding="utf-8")
+    (synthetic / "checkpoints" / "ckpt-0001.weights.h5").write_bytes(b"")
+    (tmp_path / "src.txt").write_text("a\n", encoding="utf-8")
+    cases = [["import", str(source), "--workdir", str(used)],
+             ["import", str(tmp_path), "--workdir", str(tmp_path / "new")],
+             ["import", str(other), "--workdir", str(tmp_path / "new")],
+             ["evaluate", "--model", str(synthetic), "--source", str(tmp_path / "src.txt"), "--reference",
+              str(tmp_path / "src.txt"), "--tokenized-reference", str(tmp_path / "src.txt")],
+             ["translate", "--model", str(synthetic), "a man"]]
     code = ("import sys, json; from keras_transformer import cli; "
-            f"statuses = [cli.main(['import', *case]) for case in {cases!r}]; "
+            f"statuses = [cli.main(case) for case in {cases!r}]; "
             "print(json.dumps([statuses, 'tensorflow' in sys.modules, 'keras' in sys.modules]))")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=300)
-    assert json.loads(run.stdout.splitlines()[-1]) == [[2, 2, 2], False, False], run.stderr[-3000:]
-    errors = run.stderr.splitlines()
-    assert errors == [
+    assert json.loads(run.stdout.splitlines()[-1]) == [[2] * 5, False, False], run.stderr[-3000:]
+    assert run.stderr.splitlines() == [
         f"keras-transformer import: error: {used} already exists and is not empty; import into a new folder.",
         f"keras-transformer import: error: {tmp_path / 'config.json'} is missing: a Hugging Face checkpoint folder "
         "holds config.json, the weights and the tokenizer's files (save_pretrained writes them).",
         f"keras-transformer import: error: {other / 'config.json'}: model_type 'bert' is not a family "
-        "keras-transformer imports; the supported families are: m2m_100, marian."], errors
+        "keras-transformer imports; the supported families are: m2m_100, marian.",
+        "keras-transformer evaluate: error: --tokenized-reference (the Multi30k protocol) needs --lang, the target "
+        "language.",
+        f"keras-transformer translate: error: {synthetic} has no vocabulary (data/vocab): it was trained on "
+        "synthetic data, which has no text to translate."], run.stderr
     assert sorted(os.listdir(used)) == ["notes.txt"] and not (tmp_path / "new").exists()
 
 
@@ -157,7 +169,7 @@ def test_early_exit_flag_reaches_the_translator_and_the_export(monkeypatch, caps
     from keras_transformer.exports import savedmodel
     monkeypatch.chdir(tmp_path)
     for folder in ("m", "w"):  # model folders as far as the checks before TensorFlow can tell
-        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "data" / "vocab").mkdir(parents=True)
         (tmp_path / folder / "model.yaml").write_text("d_model: 64\n", encoding="utf-8")
     seen = []
     nothing = type("Translator", (), {"translate_lines": lambda self, chunk, batch_size: [],
@@ -181,7 +193,7 @@ def test_decoding_arguments_reach_translate_evaluate_and_export_as_options(monke
     from keras_transformer.exports import savedmodel
     monkeypatch.chdir(tmp_path)
     for folder in ("m", "w"):
-        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "data" / "vocab").mkdir(parents=True)
         (tmp_path / folder / "model.yaml").write_text("d_model: 64\n", encoding="utf-8")
     (tmp_path / "s.txt").write_text("a\n", encoding="utf-8")
     seen = []

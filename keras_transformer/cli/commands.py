@@ -445,6 +445,8 @@ def precheck(args: argparse.Namespace) -> None:
             files.check_unlocked(args.workdir)
     if args.command in ("translate", "evaluate", "export", "serve"):  # flags that contradict each other
         chosen_strategy(_decode_settings(args))  # the rest depends on the model's defaults: checked as it loads
+    if args.command == "evaluate" and args.tokenized_reference is not None and args.lang is None:
+        raise ConfigError("--tokenized-reference (the Multi30k protocol) needs --lang, the target language.")
     groups = None
     if args.command == "serve":
         from keras_transformer import serving
@@ -468,6 +470,7 @@ def precheck(args: argparse.Namespace) -> None:
             for model in layout.check_models(models, args.checkpoint, args.average):  # what every loader checks
                 if layout.model_kind(model) is None:
                     raise layout.not_a_model(model)
+                layout.check_vocabulary(model)  # text in, text out
         if args.command == "evaluate":
             inputs = [args.source, args.reference, args.tokenized_reference]
             for path in inputs:

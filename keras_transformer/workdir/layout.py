@@ -216,6 +216,28 @@ def vocabulary_dir(path):
     return path / EXTRA_DIR / VOCAB_DIR if (path / "saved_model.pb").is_file() else path / WORKDIR_VOCAB
 
 
+def check_vocabulary(path):
+    """Refuses a training workdir without a vocabulary (`data/vocab`: a run on synthetic data), which has no text
+    to translate; an export carries its own.
+
+    Raises:
+        ConfigError: `path` is such a workdir (named).
+
+    Example:
+
+    >>> import tempfile
+    >>> run = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (run / MODEL_CONFIG).write_text("d_model: 64\n")
+    >>> check_vocabulary(run)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    keras_transformer.errors.ConfigError: ... has no vocabulary (data/vocab): it was trained on synthetic data, ...
+    """
+    if model_kind(path) == "workdir" and not (pathlib.Path(path) / WORKDIR_VOCAB).exists():
+        raise ConfigError(f"{path} has no vocabulary ({WORKDIR_VOCAB}): it was trained on synthetic data, which has "
+                          "no text to translate.")
+
+
 def folder_files(folder):
     """Every file under `folder`, subfolders included, as `{relative path: bytes}`; `{}` without the folder.
 
