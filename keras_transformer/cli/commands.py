@@ -425,8 +425,9 @@ _COMMANDS = {"train": _train, "evaluate": _evaluate, "translate": _translate, "e
 
 def precheck(args: argparse.Namespace) -> None:
     """Checks what a command reads and writes before TensorFlow is imported (which takes seconds): the config (key
-    names, values, data files) of `train` and `pack`, every model folder, input file and output path. A typo
-    then answers at once; the command itself checks everything again, and more.
+    names, values, data files) of `train` and `pack`, every model folder, input file and output path, the decoding
+    flags that contradict each other, and `import`'s checkpoint and workdir. A typo then answers at once; the command
+    itself checks everything again, and more.
     """
     from keras_transformer import files
     from keras_transformer.data import textfile
