@@ -227,7 +227,7 @@ def check_vocabulary(path):
 
     >>> import tempfile
     >>> run = pathlib.Path(tempfile.mkdtemp())
-    >>> _ = (run / MODEL_CONFIG).write_text("d_model: 64\n")
+    >>> _ = (run / MODEL_CONFIG).write_text("d_model: 64\\n")
     >>> check_vocabulary(run)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
