@@ -8,9 +8,13 @@ Each takes a model folder (or a list of them, an ensemble) and loads it with
 The folders' layout is `keras_transformer.workdir.checkpoints`'s.
 """
 
+from __future__ import annotations
+
 import logging
 import os
 import time
+from collections.abc import Iterable
+from typing import Any
 
 from keras_transformer import evaluation
 from keras_transformer.engines.ctranslate2 import is_ctranslate2_model
@@ -22,19 +26,20 @@ from keras_transformer.workdir.checkpoints import model_folder
 log = logging.getLogger("keras_transformer")
 
 
-def _lines(source):
+def _lines(source: str | os.PathLike[str] | Iterable[str]) -> list[str]:
     if isinstance(source, (str, os.PathLike)):
         return evaluation.read_lines(source)  # names a missing file, or a folder given for one
     return list(source)
 
 
-def _in(source):
+def _in(source: Any) -> str:
     """` in FILE` for a file argument; nothing for a list of sentences."""
     return f" in {os.fspath(source)}" if isinstance(source, (str, os.PathLike)) else ""
 
 
-def translate(model, sentences, checkpoint=None, average=None, batch_size=64, target_prefix=None,
-              target_lang=None, **options):
+def translate(model: Any, sentences: Iterable[str], checkpoint: Any = None, average: int | None = None,
+              batch_size: int = 64, target_prefix: str | list[str] | None = None, target_lang: str | None = None,
+              **options: Any) -> list[str]:
     """Translates sentences with a trained workdir or an exported model (`keras-transformer translate`).
 
     Args:
@@ -67,8 +72,12 @@ def translate(model, sentences, checkpoint=None, average=None, batch_size=64, ta
                                       target_lang=target_lang)
 
 
-def evaluate(model, source, reference, tokenized_reference=None, lang=None, checkpoint=None, average=None,
-             batch_size=64, output=None, details=False, target_lang=None, **options):
+def evaluate(model: Any, source: str | os.PathLike[str] | Iterable[str],
+             reference: str | os.PathLike[str] | Iterable[str],
+             tokenized_reference: str | os.PathLike[str] | Iterable[str] | None = None, lang: str | None = None,
+             checkpoint: Any = None, average: int | None = None, batch_size: int = 64,
+             output: str | os.PathLike[str] | None = None, details: bool = False, target_lang: str | None = None,
+             **options: Any) -> Any:
     """Translates `source` and scores it with sacreBLEU (`keras-transformer evaluate`).
 
     Args:
@@ -137,7 +146,7 @@ def evaluate(model, source, reference, tokenized_reference=None, lang=None, chec
                     "decoding": decoding, "sentences": len(sources), "seconds": round(seconds, 2)}
 
 
-def describe_weights(model, checkpoint=None, average=None):
+def describe_weights(model: Any, checkpoint: Any = None, average: int | None = None) -> list[dict[str, Any]]:
     """Which weights `load_translator(model, checkpoint, average)` decodes with: a list of
     `{"model": folder, "weights": [files]}`, one per model folder (several files are averaged); an in-memory
     translator gives `[]`, a CTranslate2 export its `model.bin`.

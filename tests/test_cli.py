@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from keras_transformer import cli
+from keras_transformer.decoding.options import DecodeOptions
 
 # Its module fixtures are expensive: `make test` (--dist loadgroup) runs the whole file on one worker, so they
 # are built once.
@@ -59,6 +60,75 @@ def test_each_subcommand_has_help(capsys, name):
     assert "usage: keras-transformer " + name in capsys.readouterr().out
 
 
+def test_refusals_that_need_no_model_answer_before_tensorflow_loads(tmp_path):
+    """A refusal that needs no model answers at once, without TensorFlow imported (seconds): `import` into a
+    non-empty folder, from a folder without config.json or of a family it does not import; `evaluate` with
+    tokenized references but no language; `translate` with a workdir trained on synthetic data (no vocabulary)."""
+    source, used, other, synthetic = tmp_path / "opus", tmp_path / "used", tmp_path / "bert", tmp_path / "copy"
+    for folder, model_type in ((source, "marian"), (other, "bert")):
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps({"model_type": model_type}), encoding="utf-8")
+        (folder / "model.safetensors").write_bytes(b"")
+    used.mkdir()
+    (used / "notes.txt").write_text("mine\n", encoding="utf-8")
+    (synthetic / "checkpoints").mkdir(parents=True)
+    (synthetic / "model.yaml").write_text("d_model: 64\n", encoding="utf-8")
+    (synthetic / "checkpoints" / "ckpt-0001.weights.h5").write_bytes(b"")
+    (tmp_path / "src.txt").write_text("a\n", encoding="utf-8")
+    cases = [["import", str(source), "--workdir", str(used)],
+             ["import", str(tmp_path), "--workdir", str(tmp_path / "new")],
+             ["import", str(other), "--workdir", str(tmp_path / "new")],
+             ["evaluate", "--model", str(synthetic), "--source", str(tmp_path / "src.txt"), "--reference",
+              str(tmp_path / "src.txt"), "--tokenized-reference", str(tmp_path / "src.txt")],
+             ["translate", "--model", str(synthetic), "a man"]]
+    code = ("import sys, json; from keras_transformer import cli; "
+            f"statuses = [cli.main(case) for case in {cases!r}]; "
+            "print(json.dumps([statuses, 'tensorflow' in sys.modules, 'keras' in sys.modules]))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert json.loads(run.stdout.splitlines()[-1]) == [[2] * 5, False, False], run.stderr[-3000:]
+    assert run.stderr.splitlines() == [
+        f"keras-transformer import: error: {used} already exists and is not empty; import into a new folder.",
+        f"keras-transformer import: error: {tmp_path / 'config.json'} is missing: a Hugging Face checkpoint folder "
+        "holds config.json, the weights and the tokenizer's files (save_pretrained writes them).",
+        f"keras-transformer import: error: {other / 'config.json'}: model_type 'bert' is not a family "
+        "keras-transformer imports; the supported families are: m2m_100, marian.",
+        "keras-transformer evaluate: error: --tokenized-reference (the Multi30k protocol) needs --lang, the target "
+        "language.",
+        f"keras-transformer translate: error: {synthetic} has no vocabulary (data/vocab): it was trained on "
+        "synthetic data, which has no text to translate."], run.stderr
+    assert sorted(os.listdir(used)) == ["notes.txt"] and not (tmp_path / "new").exists()
+
+
+def test_verify_help_gives_the_exit_statuses_verify_returns(tmp_path, capsys):
+    """`verify --help` lists each outcome with a status: an export whose files match, one with a damaged file, one
+    without a manifest and a missing folder each return the status the help gives them."""
+    import re
+
+    from keras_transformer.exports.folder import write_manifest
+
+    with pytest.raises(SystemExit):
+        cli.main(["verify", "--help"])
+    stated = " ".join(capsys.readouterr().out.split())
+    statuses = {int(status): what for status, what in re.findall(r"(\d+) ([^;]+)", stated.split("exit status:")[1])}
+    export = tmp_path / "export"
+    export.mkdir()
+    (export / "saved_model.pb").write_bytes(b"graph")
+    write_manifest(export)
+    outcomes = {"every file matches": export}
+    (tmp_path / "damaged").mkdir()
+    (tmp_path / "damaged" / "saved_model.pb").write_bytes(b"graph")
+    write_manifest(tmp_path / "damaged")
+    (tmp_path / "damaged" / "saved_model.pb").write_bytes(b"Graph")
+    outcomes["a file is missing or damaged"] = tmp_path / "damaged"
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "saved_model.pb").write_bytes(b"graph")
+    outcomes["the export has no manifest"] = tmp_path / "old"
+    outcomes["no such export"] = tmp_path / "missing"
+    for what, folder in outcomes.items():
+        status = cli.main(["verify", str(folder)])
+        assert what in statuses.get(status, ""), (what, status, stated)
+
+
 def test_train_requires_config_and_workdir(capsys):
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["train", "--workdir", "x"])
@@ -99,10 +169,11 @@ def test_early_exit_flag_reaches_the_translator_and_the_export(monkeypatch, caps
     from keras_transformer.exports import savedmodel
     monkeypatch.chdir(tmp_path)
     for folder in ("m", "w"):  # model folders as far as the checks before TensorFlow can tell
-        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "data" / "vocab").mkdir(parents=True)
         (tmp_path / folder / "model.yaml").write_text("d_model: 64\n", encoding="utf-8")
     seen = []
-    nothing = type("Translator", (), {"translate_lines": lambda self, chunk, batch_size: []})()
+    nothing = type("Translator", (), {"translate_lines": lambda self, chunk, batch_size: [],
+                                      "options": DecodeOptions()})()
     monkeypatch.setattr(loader, "load_translator", lambda model, checkpoint, average, checked, **options: seen.append(
         options["early_exit"]) or nothing)
     monkeypatch.setattr(savedmodel, "export", lambda workdir, out, **options: seen.append(options.get("early_exit"))
@@ -122,12 +193,12 @@ def test_decoding_arguments_reach_translate_evaluate_and_export_as_options(monke
     from keras_transformer.exports import savedmodel
     monkeypatch.chdir(tmp_path)
     for folder in ("m", "w"):
-        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "data" / "vocab").mkdir(parents=True)
         (tmp_path / folder / "model.yaml").write_text("d_model: 64\n", encoding="utf-8")
     (tmp_path / "s.txt").write_text("a\n", encoding="utf-8")
     seen = []
     nothing = type("Translator", (), {"translate_lines": lambda self, chunk, batch_size: [],
-                                      "n_best_lines": lambda self, chunk, batch_size: []})()
+                                      "n_best_lines": lambda self, chunk, batch_size: [], "options": DecodeOptions()})()
     monkeypatch.setattr(loader, "load_translator", lambda model, checkpoint, average, checked, **options: seen.append(
         {k: v for k, v in options.items() if v is not None}) or nothing)
     monkeypatch.setattr(inference, "evaluate", lambda *args, **options: seen.append(
@@ -144,7 +215,7 @@ def test_decoding_arguments_reach_translate_evaluate_and_export_as_options(monke
                     {"strategy": "sample", "seed": 4}, {"strategy": "sample", "top_k": 5}]
     capsys.readouterr()
     assert cli.main(["translate", "--model", "m", "--strategy", "beam", "--sampling-topp", "0.9", "a"]) == 2
-    assert "decoding.top_p applies to strategy 'sample' only" in capsys.readouterr().err
+    assert "--sampling-topp belongs to strategy 'sample' and --strategy is 'beam'" in capsys.readouterr().err
     with pytest.raises(SystemExit) as stopped:  # argparse's own refusal
         cli.main(["translate", "--model", "m", "--sampling-topp", "1.5", "a"])
     assert stopped.value.code == 2 and "--sampling-topp: must be in (0, 1]" in capsys.readouterr().err
@@ -236,6 +307,25 @@ def _text_config(folder, lines):
     config = folder / "text.yaml"
     config.write_text(yaml.safe_dump({"model": {"preset": "tiny"}, "data": data}), encoding="utf-8")
     return config
+
+
+@pytest.mark.parametrize("output_bias", [False, True])
+def test_dry_run_counts_the_parameters_of_the_model_train_builds(tmp_path, capsys, output_bias):
+    """The count `--dry-run` prints is `count_params()` of the model built from the resolved config (a bias on the
+    logits, Marian's final_logits_bias, included)."""
+    import re
+
+    import yaml
+
+    from keras_transformer.config import TransformerConfig
+    from keras_transformer.model import build_model
+
+    assert cli.main(["train", "--config", str(TINY), "--set", f"model.output_bias={str(output_bias).lower()}",
+                     "--workdir", str(tmp_path), "--dry-run"]) == 0
+    printed = capsys.readouterr().out
+    counted = int(re.search(r"# model: (\d+) parameters;", printed)[1])
+    config = TransformerConfig.from_dict(yaml.safe_load(printed)["model"])
+    assert config.output_bias is output_bias and counted == build_model(config).count_params()
 
 
 def test_dry_run_checks_that_each_split_s_files_have_as_many_lines(tmp_path, capsys):
@@ -454,6 +544,40 @@ def test_translate_n_best_prints_each_sentence_s_hypotheses_best_first(tiny_work
     assert float(rows[0][1]) >= float(rows[1][1]) and float(rows[2][1]) >= float(rows[3][1])
 
 
+def test_a_strategys_own_flag_chooses_it_on_a_greedy_default_and_translate_says_how_it_decodes(tiny_workdir,
+                                                                                               tmp_path, capsys):
+    """On a model that decodes greedily by default (an imported checkpoint without num_beams), --beam-size and
+    --alpha mean beam search, --n-best with them too; translate says on stderr which decoding it used, and a
+    refusal names the flags given."""
+    import shutil
+
+    from keras_transformer.workdir.checkpoints import read_model_file, write_model_file
+
+    greedy = tmp_path / "greedy"
+    shutil.copytree(tiny_workdir, greedy)
+    write_model_file(greedy / "model.yaml", read_model_file(greedy / "model.yaml")[0],
+                     DecodeOptions(strategy="greedy", max_extra=3))
+    sentences = ["a man rides a bike", "two dogs play"]
+    assert cli.main(["translate", "--model", str(greedy), "--beam-size", "3", "--alpha", "0", *sentences]) == 0
+    printed = capsys.readouterr()
+    assert printed.err.splitlines() == ["Decoding: beam: beam_size 3, alpha 0.0, max_extra 3"]
+    assert cli.main(["translate", "--model", str(greedy), "--n-best", "3", "--beam-size", "3", "--alpha", "0",
+                     *sentences]) == 0
+    rows = [line.split("\t", 2) for line in capsys.readouterr().out.splitlines()]
+    assert [row[0] for row in rows] == ["0", "0", "0", "1", "1", "1"]  # beam search's 3 hypotheses per sentence
+    assert [rows[0][2], rows[3][2]] == printed.out.splitlines()  # the first is the translation
+    assert cli.main(["translate", "--model", str(greedy), *sentences]) == 0
+    assert capsys.readouterr().err.splitlines() == ["Decoding: greedy: max_extra 3"]
+    assert cli.main(["translate", "--model", str(greedy), "--n-best", "3", *sentences]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "keras-transformer translate: error: --n-best must be 1 with strategy 'greedy' (one hypothesis), got 3: "
+        "beam search returns several (strategy 'beam', --beam-size >= 3)."]
+    assert cli.main(["translate", "--model", str(greedy), "--strategy", "greedy", "--alpha", "0", *sentences]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "keras-transformer translate: error: --alpha belongs to strategy 'beam' and --strategy is 'greedy': give "
+        "one or the other."]
+
+
 def test_translate_reads_stdin_bytes_that_are_not_utf8_as_replacement_characters(tiny_workdir, capsys,
                                                                                     monkeypatch, load_once):
     """Whatever error handler the locale gives stdin (strict here), bad bytes translate as U+FFFD, like bad bytes
@@ -502,7 +626,8 @@ def test_line_breaks_inside_translations_keep_one_output_line_per_sentence(tiny_
     from keras_transformer import evaluation, inference
     from keras_transformer.engines import loader
     emitted = ["ein\x0bmann", "zwei\n\nhunde\u2028", ""]
-    emitting = type("Translator", (), {"translate_lines": lambda self, chunk, batch_size: list(emitted)})()
+    emitting = type("Translator", (), {"translate_lines": lambda self, chunk, batch_size: list(emitted),
+                                       "options": DecodeOptions()})()
     monkeypatch.setattr(loader, "load_translator", lambda *args, **kwargs: emitting)  # translate's
     monkeypatch.setattr(inference, "translate", lambda *args, **kwargs: list(emitted))  # evaluate's
     assert cli.main(["translate", "--model", str(tiny_workdir), "a", "b", "c"]) == 0

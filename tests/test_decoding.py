@@ -458,8 +458,8 @@ def test_a_strategy_is_one_class_and_one_registry_line(random_model):
         options = decoding.DecodeOptions(strategy="sample", top_k=5).replace(strategy="twice", max_extra=5)
         assert (options.top_k, options.returned(), options.sampling) == (0, 2, False)  # sample's setting reset
         assert options.describe() == "twice: max_extra 5"
-        with pytest.raises(ConfigError, match="decoding.max_extra must be at most 10 with strategy 'twice'"):
-            options.replace(max_extra=11)
+        with pytest.raises(ConfigError, match="^max_extra must be at most 10 with strategy 'twice'"):
+            options.replace(max_extra=11)  # named as the keyword given
         with pytest.raises(ConfigError, match="decoding.top_k applies to strategy 'sample' only"):
             decoding.DecodeOptions(strategy="twice", top_k=5, max_extra=5)
         source = padded(SOURCES)
@@ -474,3 +474,44 @@ def test_a_strategy_is_one_class_and_one_registry_line(random_model):
         STRATEGIES.unregister("twice")
     with pytest.raises(ConfigError, match="decoding.strategy must be one of beam, greedy, sample, got 'twice'"):
         decoding.DecodeOptions(strategy="twice")
+
+
+@pytest.mark.parametrize("default", ["greedy", "beam", "sample"])
+def test_decode_options_a_strategys_own_setting_chooses_it(default):
+    """Given settings (a flag, a request's field, a Python keyword: all go through `DecodeOptions.replace`) choose
+    the strategy that reads them, whatever the model's default; the shared ones (n_best, max_extra) choose none."""
+    model = decoding.DecodeOptions(strategy=default)
+    beam = model.replace(beam_size=3, alpha=0.0)
+    assert (beam.strategy, beam.beam_size, beam.alpha, beam.returned()) == ("beam", 3, 0.0, 3)
+    assert model.replace(early_exit=True).strategy == "beam"
+    assert model.replace(n_best=3, beam_size=3).returned() == 3  # beam search's 3 hypotheses
+    sampled = model.replace(top_p=0.5)
+    assert (sampled.strategy, sampled.top_p) == ("sample", 0.5)
+    assert model.replace(seed=3).strategy == "sample"
+    assert model.replace(max_extra=7).strategy == default and model.replace(n_best=1).strategy == default
+    assert model.replace(strategy="greedy").strategy == "greedy"
+
+
+@pytest.mark.parametrize("given, message", [
+    (dict(strategy="greedy", beam_size=4), "beam_size belongs to strategy 'beam' and strategy is 'greedy': give one"),
+    (dict(strategy="sample", alpha=0.0), "alpha belongs to strategy 'beam' and strategy is 'sample'"),
+    (dict(strategy="beam", top_k=5), "top_k belongs to strategy 'sample' and strategy is 'beam'"),
+    (dict(early_exit=True, temperature=0.5), "early_exit belongs to strategy 'beam' and temperature to strategy "
+                                            "'sample': give one strategy's settings."),
+    (dict(n_best=4), "n_best must be 1 with strategy 'greedy' (one hypothesis), got 4: beam search returns several "
+                     "(strategy 'beam', beam_size >= 4)."),
+    (dict(beam_size=2, n_best=3), "n_best=3 is more than beam_size=2"),
+    (dict(beam_size=0), "beam_size must be an integer >= 1, got 0."),
+])
+def test_decode_options_refusals_name_the_settings_as_they_were_given(given, message):
+    """A refusal names the fields as the caller gave them: Python keywords and JSON fields as such, the command
+    line's flags by `named` (never the config's `decoding.` keys), and never points to sampling for n-best."""
+    from keras_transformer.cli.arguments import DECODING_FLAGS
+    from keras_transformer.decoding.options import DecodeSettingsError
+    with pytest.raises(DecodeSettingsError) as error:
+        decoding.DecodeOptions(strategy="greedy").replace(**given)
+    assert message in str(error.value) and "decoding." not in str(error.value)
+    flagged = error.value.named(DECODING_FLAGS)
+    assert all(DECODING_FLAGS[field] in flagged for field in given) and "decoding." not in flagged
+    if set(given) == {"n_best"}:  # several hypotheses: beam search is what fits
+        assert "--beam-size >= 4" in flagged and "sampl" not in flagged

@@ -88,7 +88,7 @@ def test_an_unexpected_error_is_not_dressed_up_as_a_fault():
 def test_an_invalid_model_yaml_of_a_workdir_or_an_export_is_named(tmp_path, capsys):
     """Not YAML, in a training workdir or an export: the file is named, with what to do, and status 3."""
     workdir = tmp_path / "run"
-    make_workdir(workdir, tiny_config(vocab_size=40), seed=0)
+    make_workdir(workdir, tiny_config(vocab_size=40), seed=0, vocab_files={"sentencepiece.model": b""})
     export = tmp_path / "export"  # the shipped export, linked file by file, with its model.yaml broken (and no
     # manifest: with one, the loader's size check names the changed file before the YAML is read)
     shutil.copytree(REPO / "saved_models" / "multi30k_en_de", export, copy_function=os.symlink,

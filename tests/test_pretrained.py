@@ -224,6 +224,37 @@ def _copy(references, tmp_path, name="shared_swish"):
     return folder
 
 
+def test_import_says_once_that_it_imported_and_beam_flags_choose_beam_search_on_a_greedy_import(
+        references, tmp_path, capsys, caplog):
+    """A checkpoint whose generation config has no num_beams imports as greedy by default; `import` says once
+    that it imported it; `translate --beam-size 2 --alpha 0` on it is beam search, not greedy decoding."""
+    import logging
+
+    from keras_transformer.cli import main
+    from keras_transformer.engines.loader import load_translator
+    from keras_transformer.workdir.checkpoints import read_model_file
+
+    folder = _copy(references, tmp_path, "untied_relu")
+    generation = json.loads((folder / "generation_config.json").read_text())
+    (folder / "generation_config.json").write_text(json.dumps({k: v for k, v in generation.items()
+                                                               if k != "num_beams"}))
+    workdir = tmp_path / "greedy"
+    with caplog.at_level(logging.INFO, logger="keras_transformer"):
+        assert main(["import", str(folder), "--workdir", str(workdir)]) == 0
+    printed = capsys.readouterr()
+    said = printed.out + printed.err + caplog.text
+    assert said.count("Imported ") == 1 and f"into {workdir}" in said, said
+    assert f"keras-transformer translate --model {workdir}" in printed.out
+    assert read_model_file(workdir / "model.yaml")[1].strategy == "greedy"
+    lines = SENTENCES[:3]
+    assert main(["translate", "--model", str(workdir), "--beam-size", "2", "--alpha", "0", "--max-extra",
+                 str(MAX_EXTRA), *lines]) == 0
+    printed = capsys.readouterr()
+    beam = load_translator(workdir, strategy="beam", beam_size=2, alpha=0.0, max_extra=MAX_EXTRA)
+    assert printed.out.splitlines() == beam.translate_lines(lines)
+    assert printed.err.splitlines()[-1] == f"Decoding: beam: beam_size 2, alpha 0.0, max_extra {MAX_EXTRA}"
+
+
 @pytest.mark.parametrize("fault, error, named", [
     ("model_type", ConfigError, "model_type 'bert' is not a family"),
     ("tokenizer", CheckpointNotFoundError, "target.spm is missing"),

@@ -122,6 +122,26 @@ def test_serve_refuses_bad_model_and_queue_flags_before_loading(arguments, named
     assert named in capsys.readouterr().err
 
 
+def test_translate_fields_choose_their_strategy_on_a_greedy_default_and_errors_name_the_fields():
+    """docs/serving.md's `/translate` example (beam_size 2, n_best 2) on a model that decodes greedily by default:
+    beam search with 2 hypotheses; a field that contradicts the request's strategy is a 400 naming both fields."""
+    from keras_transformer.serving.requests import parse_translate
+
+    greedy = DecodeOptions(strategy="greedy")
+    work = parse_translate({"sentences": ["A dog."], "beam_size": 2, "n_best": 2}, greedy, ServeSettings())
+    assert (work.kind, work.options.strategy, work.options.beam_size, work.options.returned()) == ("n_best", "beam",
+                                                                                                   2, 2)
+    work = parse_translate({"sentences": ["A dog."], "alpha": 0.0}, greedy, ServeSettings())
+    assert (work.options.strategy, work.options.alpha) == ("beam", 0.0)
+    for body, message in (({"strategy": "greedy", "beam_size": 2}, "beam_size belongs to strategy 'beam' and "
+                                                                     "strategy is 'greedy'"),
+                          ({"n_best": 2}, "n_best must be 1 with strategy 'greedy' (one hypothesis), got 2: beam "
+                                          "search returns several (strategy 'beam', beam_size >= 2)")):
+        with pytest.raises(RequestError) as error:
+            parse_translate({"sentences": ["A dog."], **body}, greedy, ServeSettings())
+        assert error.value.status == 400 and message in str(error.value) and "decoding." not in str(error.value)
+
+
 def test_a_new_version_is_loaded_once_its_files_stop_changing_and_a_failed_one_only_when_changed(tmp_path):
     from keras_transformer.serving.versions import AVAILABLE, END, ServedModel
 

@@ -119,8 +119,8 @@ def test_score_refuses_a_different_number_of_targets(translator, sources, target
 
 
 @pytest.mark.parametrize("options, message", [
-    (dict(max_extra=-5), "decoding.max_extra must be an integer >= 0, got -5"),
-    (dict(alpha=float("nan")), r"decoding.alpha .* must be a finite number >= 0 .* got nan"),
+    (dict(max_extra=-5), "^max_extra must be an integer >= 0, got -5"),  # named as the keyword given
+    (dict(alpha=float("nan")), r"^alpha .* must be a finite number >= 0 .* got nan"),
     (dict(alpha=float("inf")), "got inf"),
     (dict(alpha=-0.5), "got -0.5"),
 ])

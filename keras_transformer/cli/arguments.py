@@ -11,18 +11,22 @@ Example:
 (3, 0.6)
 """
 
+from __future__ import annotations
+
 import argparse
 import math
+from collections.abc import Callable
 
 import keras_transformer
 from keras_transformer.decoding.registry import STRATEGIES
 from keras_transformer.errors import exit_codes_help
 from keras_transformer.exports import EXPORTERS
+from keras_transformer.exports.folder import VERIFY_DAMAGED, VERIFY_NO_MANIFEST
 
 
-def integer_at_least(minimum):
+def integer_at_least(minimum: int) -> Callable[[str], int]:
     """An argparse type: an integer of at least `minimum`, refused by name otherwise (exit status 2)."""
-    def parse(text):
+    def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
@@ -34,9 +38,9 @@ def integer_at_least(minimum):
     return parse
 
 
-def number_at_least(minimum):
+def number_at_least(minimum: float) -> Callable[[str], float]:
     """An argparse type: a finite number of at least `minimum` (nan and inf refused), refused by name otherwise."""
-    def parse(text):
+    def parse(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
@@ -68,28 +72,47 @@ _POSITIVE, _NON_NEGATIVE = integer_at_least(1), integer_at_least(0)
 _ALPHA = number_at_least(0)  # the length-penalty exponent: 0 ranks by log-probability alone
 
 
-def _unit_interval(text):
+def _unit_interval(text: str) -> float:
     value = float(text)
     if not 0 < value <= 1:
         raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
     return value
 
 
-def _positive_number(text):
+def _positive_number(text: str) -> float:
     value = float(text)
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
     return value
 
 
-def _decoding_arguments(parser, title="decoding (default: the model's, from its model.yaml)", batch_size=True,
-                        fresh_seed=True):
+# Each `DecodeOptions` field and the flag that sets it (`cli.commands` reads the flags' values by this table and
+# names the flags in decoding errors by it).
+DECODING_FLAGS = {"strategy": "--strategy", "beam_size": "--beam-size", "alpha": "--alpha", "max_extra": "--max-extra",
+                  "early_exit": "--early-exit", "top_k": "--sampling-topk", "top_p": "--sampling-topp",
+                  "temperature": "--sampling-temperature", "seed": "--seed", "n_best": "--n-best"}
+
+
+def flag_dest(flag: str) -> str:
+    """The attribute of parsed arguments that holds `flag`'s value (argparse's `dest`).
+
+    Example:
+
+    >>> flag_dest("--sampling-topk")
+    'sampling_topk'
+    """
+    return flag.lstrip("-").replace("-", "_")
+
+
+def _decoding_arguments(parser: argparse.ArgumentParser,
+                        title: str = "decoding (default: the model's, from its model.yaml)", batch_size: bool = True,
+                        fresh_seed: bool = True) -> None:
     """The `DecodeOptions` arguments, one set for every command that decodes (`cli._decode_settings` reads them).
     `fresh_seed`: sampling without --seed draws a fresh seed (`cli.draw_seed`); else the model's seed stands."""
     group = parser.add_argument_group(title)
     group.add_argument("--strategy", choices=tuple(STRATEGIES),
-                       help="beam search (the paper), greedy, or sample (default: the model's; a --sampling-* "
-                            "or --seed argument alone means sample)")
+                       help="beam search (the paper), greedy, or sample (default: the model's; --beam-size, "
+                            "--alpha or --early-exit alone means beam, a --sampling-* or --seed argument sample)")
     group.add_argument("--beam-size", type=_POSITIVE, help="beam: beams per sentence")
     group.add_argument("--alpha", type=_ALPHA, help="beam: length penalty exponent, >= 0 (paper: 0.6)")
     group.add_argument("--max-extra", type=_NON_NEGATIVE,
@@ -111,7 +134,7 @@ def _decoding_arguments(parser, title="decoding (default: the model's, from its 
                            help="sentences decoded together (default 64)")
 
 
-def _prefix_arguments(parser, prefix=True, source_lang=False):
+def _prefix_arguments(parser: argparse.ArgumentParser, prefix: bool = True, source_lang: bool = False) -> None:
     """The forced starts of the translations (`TranslatorInterface.translate_lines`' `target_prefix` and
     `target_lang`; docs/decoding.md, "Target prefixes")."""
     group = parser.add_argument_group("target prefix (the translations' forced start)")
@@ -130,7 +153,7 @@ def _prefix_arguments(parser, prefix=True, source_lang=False):
              "place of the one its import set; refused, with the languages listed, for a model without it")
 
 
-def _weights_arguments(parser, ensemble=False, models="--model"):
+def _weights_arguments(parser: argparse.ArgumentParser, ensemble: bool = False, models: str = "--model") -> None:
     group = parser.add_argument_group("weights (training workdirs only; --checkpoint or --average, not both)")
     if ensemble:
         group.add_argument("--checkpoint", action="append", help="a .weights.h5 file (default: the last epoch "
@@ -142,7 +165,7 @@ def _weights_arguments(parser, ensemble=False, models="--model"):
                        help="average the last N epoch checkpoints (all of them, with a warning, if there are fewer)")
 
 
-def _multi30k_arguments(parser):
+def _multi30k_arguments(parser: argparse._ActionsContainer) -> None:
     """The published Multi30k protocol's inputs, for the commands that score (`evaluation.evaluate_translations`)."""
     parser.add_argument("--tokenized-reference", help="*.lc.norm.tok.* references (Multi30k protocol)")
     parser.add_argument("--lang", help="target language code, for the Multi30k protocol")
@@ -152,7 +175,7 @@ MODEL_HELP = ("a training workdir or an exported model; repeat it to decode seve
               "as one ensemble (the mean of their next-token distributions)")
 
 
-def _experiment_arguments(parser, workdir_help):
+def _experiment_arguments(parser: argparse.ArgumentParser, workdir_help: str) -> None:
     parser.add_argument("--config", action="append", required=True, metavar="FILE.yaml",
                         help="experiment config; repeat to layer files (later ones win)")
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", dest="overrides",
@@ -160,7 +183,7 @@ def _experiment_arguments(parser, workdir_help):
     parser.add_argument("--workdir", required=True, metavar="DIR", help=workdir_help)
 
 
-def build_parser():
+def build_parser() -> argparse.ArgumentParser:
     """The argument parser of `keras-transformer` (all subcommands).
 
     Example:
@@ -193,7 +216,7 @@ def build_parser():
 
 
 
-def _train_arguments(commands):
+def _train_arguments(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     train = commands.add_parser(
         "train", help="train (or resume) from a YAML experiment config",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -209,7 +232,7 @@ def _train_arguments(commands):
                             "agree) and print it resolved: presets expanded, every default filled in")
 
 
-def _evaluate_arguments(commands):
+def _evaluate_arguments(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     evaluate = commands.add_parser("evaluate", help="translate a test set and report sacreBLEU",
                                    description="Translates --source and scores the output against --reference "
                                                "with sacreBLEU (cased and lowercased); with --tokenized-reference "
@@ -228,7 +251,7 @@ def _evaluate_arguments(commands):
     _prefix_arguments(evaluate, prefix=False)
 
 
-def _translate_arguments(commands):
+def _translate_arguments(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     translate = commands.add_parser("translate", help="translate sentences (arguments or stdin)",
                                     description="Translates the sentences given as arguments, or else each line "
                                                 "of standard input (plain or gzip), and prints one translation per "
@@ -243,7 +266,7 @@ def _translate_arguments(commands):
                                 "lines (INDEX: the sentence's, from 0); beam search needs N <= --beam-size")
 
 
-def _export_arguments(commands):
+def _export_arguments(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     export = commands.add_parser("export", help="write a SavedModel (strings in, translations out)",
                                  description="Exports a training workdir's model as a TensorFlow SavedModel with "
                                              "tokenization and beam search inside, or (--format ctranslate2) as a "
@@ -273,7 +296,7 @@ def _export_arguments(commands):
                         batch_size=False)
 
 
-def _average_arguments(commands):
+def _average_arguments(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     average = commands.add_parser("average", help="average the last N checkpoints into one weights file",
                                   description="Averages the last N epoch checkpoints of a workdir (the paper: 5 "
                                               "for base models, 20 for big ones), or the weights files given "
@@ -287,7 +310,7 @@ def _average_arguments(commands):
     average.add_argument("--output", metavar="FILE", help="default: WORKDIR/averaged.weights.h5")
 
 
-def _pack_arguments(commands):
+def _pack_arguments(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     pack = commands.add_parser(
         "pack", help="tokenize a config's data into WORKDIR/arrays/ for training on another backend",
         description="Learns or loads the vocabulary as train does and writes the tokenized training and validation "
@@ -298,7 +321,7 @@ def _pack_arguments(commands):
     _experiment_arguments(pack, "the folder to write (vocabulary, configs, arrays/)")
 
 
-def _serve_arguments(commands):
+def _serve_arguments(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     serve = commands.add_parser(
         "serve", help="serve a model over HTTP (TensorFlow Serving's REST API, /translate)",
         description="Serves the model over HTTP until SIGTERM: TensorFlow Serving's REST API (GET /v1/models/NAME, "
@@ -348,7 +371,7 @@ def _serve_arguments(commands):
                                "changes it for itself)", batch_size=False)
 
 
-def _plot_attention_arguments(commands):
+def _plot_attention_arguments(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     plot = commands.add_parser("plot-attention", help="translate a sentence and draw its attention maps",
                                description="Translates the sentence and writes PNG heatmaps of encoder "
                                            "self-attention, decoder self-attention and cross-attention per layer "
@@ -366,19 +389,19 @@ def _plot_attention_arguments(commands):
     _weights_arguments(plot)
 
 
-def _verify_arguments(commands):
+def _verify_arguments(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     verify = commands.add_parser(
         "verify", help="check an export's files against its manifest (sizes and SHA-256 digests)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Checks every file of an export (SavedModel or CTranslate2) against the manifest.json written "
                     "at export: present, of its size, with its SHA-256 digest (docs/serving.md).",
-        epilog="exit status: 0 every file matches; 1 a file is missing or damaged (named); 3 the export has no "
-               "manifest (exported before manifests existed: nothing to check against); 2 another error (no such "
-               "folder, say).")
+        epilog=f"exit status: 0 every file matches; {VERIFY_DAMAGED} a file is missing or damaged (named); "
+               f"{VERIFY_NO_MANIFEST} the export has no manifest (exported before manifests existed: nothing to "
+               "check against), or no such export; others as for every command (keras-transformer --help).")
     verify.add_argument("path", metavar="PATH", help="the export folder")
 
 
-def _import_arguments(commands):
+def _import_arguments(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     imported = commands.add_parser(
         "import", help="turn a published checkpoint (OPUS-MT / Marian, NLLB / M2M-100) into a workdir",
         description="Reads a checkpoint in the Hugging Face layout (config.json, model.safetensors or "
@@ -390,7 +413,7 @@ def _import_arguments(commands):
     imported.add_argument("--workdir", required=True, help="the workdir to create (new or empty)")
 
 
-def _train_packed_arguments(commands):
+def _train_packed_arguments(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     packed = commands.add_parser(
         "train-packed", help="train a packed workdir (keras-transformer pack) on any Keras backend, no TensorFlow",
         description="Train a packed workdir (keras-transformer pack) on any Keras backend (KERAS_BACKEND=jax on a "
@@ -431,7 +454,7 @@ def _train_packed_arguments(commands):
                         batch_size=False, fresh_seed=False)
 
 
-def _distill_targets_arguments(commands):
+def _distill_targets_arguments(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     distill = commands.add_parser(
         "distill-targets", help="write an ensemble's next-token distributions for distillation, no TensorFlow",
         description="Write an ensemble's top-k next-token distributions over a packed workdir's training pairs "

@@ -41,8 +41,8 @@ import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from keras_transformer.cli.arguments import build_parser
-from keras_transformer.decoding.options import DecodeOptions
+from keras_transformer.cli.arguments import DECODING_FLAGS, build_parser, flag_dest
+from keras_transformer.decoding.options import DecodeOptions, DecodeSettingsError, chosen_strategy
 from keras_transformer.errors import (
     EXIT_BAD_INPUT,
     EXIT_INTERRUPTED,
@@ -86,9 +86,12 @@ def _train(args: argparse.Namespace) -> int:
 
 def _decode_settings(args: argparse.Namespace) -> dict[str, Any]:
     """The `DecodeOptions` fields given on the command line (None: not given, the model's stands)."""
-    return {"strategy": args.strategy, "beam_size": args.beam_size, "alpha": args.alpha, "max_extra": args.max_extra,
-            "early_exit": args.early_exit, "top_k": args.sampling_topk, "top_p": args.sampling_topp,
-            "temperature": args.sampling_temperature, "seed": args.seed, "n_best": getattr(args, "n_best", None)}
+    return {field: getattr(args, flag_dest(flag), None) for field, flag in DECODING_FLAGS.items()}
+
+
+def _decoding_flags(args: argparse.Namespace) -> dict[str, str]:
+    """The `DecodeOptions` fields that `args`' command sets by a flag, each with its flag (errors name them)."""
+    return {field: flag for field, flag in DECODING_FLAGS.items() if hasattr(args, flag_dest(flag))}
 
 
 def draw_seed(args: argparse.Namespace) -> int | None:
@@ -217,6 +220,7 @@ def _translate(args: argparse.Namespace) -> int:
     from keras_transformer import evaluation
     draw_seed(args)
     translator = _load_translator(args)
+    print(f"Decoding: {translator.options.describe()}", file=sys.stderr)
     # Arguments are one chunk; stdin goes in chunks, so that output starts early and memory stays bounded.
     chunks = [args.sentences] if args.sentences else _stdin_chunks(args.batch_size * STDIN_CHUNK_BATCHES)
     forced = {key: value for key, value in (("target_prefix", args.target_prefix),
@@ -408,8 +412,8 @@ def import_tensorflow_quietly() -> None:
 
 def _import(args: argparse.Namespace) -> int:
     from keras_transformer.imports.importer import import_checkpoint
-    workdir = import_checkpoint(args.source, args.workdir)
-    print(f"Imported {args.source} into {workdir}; translate with: keras-transformer translate --model {workdir}")
+    workdir = import_checkpoint(args.source, args.workdir)  # logs what it imported, and where
+    print(f"Translate with: keras-transformer translate --model {workdir}")
     return 0
 
 
@@ -421,8 +425,9 @@ _COMMANDS = {"train": _train, "evaluate": _evaluate, "translate": _translate, "e
 
 def precheck(args: argparse.Namespace) -> None:
     """Checks what a command reads and writes before TensorFlow is imported (which takes seconds): the config (key
-    names, values, data files) of `train` and `pack`, every model folder, input file and output path. A typo
-    then answers at once; the command itself checks everything again, and more.
+    names, values, data files) of `train` and `pack`, every model folder, input file and output path, the decoding
+    flags that contradict each other, and `import`'s checkpoint and workdir. A typo then answers at once; the command
+    itself checks everything again, and more.
     """
     from keras_transformer import files
     from keras_transformer.data import textfile
@@ -439,8 +444,10 @@ def precheck(args: argparse.Namespace) -> None:
         cluster = experiment.training.strategy == "multi_worker" or os.environ.get("TF_CONFIG")
         if not getattr(args, "dry_run", False) and not cluster:
             files.check_unlocked(args.workdir)
-    if args.command in ("translate", "evaluate", "export", "serve"):  # settings that cannot go together
-        DecodeOptions().replace(**_decode_settings(args))
+    if args.command in ("translate", "evaluate", "export", "serve"):  # flags that contradict each other
+        chosen_strategy(_decode_settings(args))  # the rest depends on the model's defaults: checked as it loads
+    if args.command == "evaluate" and args.tokenized_reference is not None and args.lang is None:
+        raise ConfigError("--tokenized-reference (the Multi30k protocol) needs --lang, the target language.")
     groups = None
     if args.command == "serve":
         from keras_transformer import serving
@@ -464,6 +471,7 @@ def precheck(args: argparse.Namespace) -> None:
             for model in layout.check_models(models, args.checkpoint, args.average):  # what every loader checks
                 if layout.model_kind(model) is None:
                     raise layout.not_a_model(model)
+                layout.check_vocabulary(model)  # text in, text out
         if args.command == "evaluate":
             inputs = [args.source, args.reference, args.tokenized_reference]
             for path in inputs:
@@ -480,6 +488,13 @@ def precheck(args: argparse.Namespace) -> None:
     elif args.command == "average":
         layout.check_average_output(args.workdir, args.output)
         files.check_unlocked(args.workdir)
+    elif args.command == "import":
+        from keras_transformer.imports import check_family
+        from keras_transformer.imports.checkpoint import checked_source, read_checkpoint
+        layout.check_new_workdir(args.workdir, "import")
+        if checked_source(args.source) is not None:  # a local folder: its config, family and weights file
+            checkpoint = read_checkpoint(args.source)
+            check_family(checkpoint.config.get("model_type"), checkpoint.folder / "config.json")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -514,6 +529,8 @@ def _run(args: argparse.Namespace) -> int:
         message, status = describe_fault(error, args.command, _written_path(args))
         if message is None or args.verbose:
             raise
+        if isinstance(error, DecodeSettingsError):  # the decoding settings named by their flags
+            message = error.named(_decoding_flags(args))
         named = (ConfigError, CheckpointError, OSError, WorkdirBusyError, FloatingPointError, MemoryError,
                  RunStopped, NotImplementedError)  # the message says it all (NotImplementedError: a refusal)
         hint = "" if isinstance(error, named) or status != EXIT_BAD_INPUT else " (-v shows the traceback)"

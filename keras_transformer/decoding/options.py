@@ -7,6 +7,7 @@ but the standard library, so the command line checks it before TensorFlow loads.
 """
 
 import dataclasses
+import re
 import typing
 from collections.abc import Mapping
 
@@ -37,7 +38,8 @@ class DecodeOptions:
     `n_best` hypotheses come back per sentence where asked for (beam: the best
     ones, at most `beam_size`; sample: that many independent draws; greedy: 1).
 
-    Errors name the field as `decoding.FIELD`, the config section it comes from.
+    Errors name the field as `decoding.FIELD`, the config section it comes from; `replace`'s name it as its
+    caller does (`DecodeSettingsError`).
 
     Example:
 
@@ -133,30 +135,37 @@ class DecodeOptions:
     def replace(self, **changes: typing.Any) -> "DecodeOptions":
         """A copy with `changes` applied (and validated); `None` values change nothing (an option not given).
 
-        Giving a sampling setting (`top_k`, `top_p`, `temperature`, `seed`) without a strategy chooses
-        `sample`, as the command line's `--sampling-*` arguments do.
+        The one place where given settings choose the strategy (`chosen_strategy`), for the command line's
+        flags, a server request's fields and Python keywords alike: a setting of one strategy only (`beam_size`,
+        `alpha`, `early_exit`; `top_k`, `top_p`, `temperature`, `seed`) chooses that strategy where this one does
+        not read it. Refusals are `DecodeSettingsError`s, naming each field as it was given.
 
         Example:
 
         >>> DecodeOptions().replace(beam_size=5, alpha=None).beam_size
         5
-        >>> DecodeOptions().replace(top_k=10).strategy
-        'sample'
+        >>> DecodeOptions().replace(top_k=10).strategy, DecodeOptions(strategy="greedy").replace(beam_size=2).strategy
+        ('sample', 'beam')
+        >>> DecodeOptions(strategy="greedy").replace(strategy="greedy", beam_size=2)
+        Traceback (most recent call last):
+        ...
+        keras_transformer.decoding.options.DecodeSettingsError: beam_size belongs to strategy 'beam' and strategy is ...
         """
         changes = {name: value for name, value in changes.items() if value is not None}
-        if "strategy" not in changes:  # a setting only one strategy takes chooses it
-            owners = [other.name for other in _strategies() if other.exclusive and set(other.settings) & set(changes)]
-            if owners:
-                changes["strategy"] = owners[0]
-        values = self.to_dict()
-        target = changes.get("strategy", values["strategy"])
-        defaults = _defaults()
-        for other in _strategies():
-            if other.exclusive and other.name != target:
-                values.update({name: defaults[name] for name in other.settings})
-        if target in STRATEGIES:
-            values = STRATEGIES.get(target).adopt(values)
-        return DecodeOptions.from_dict({**values, **changes})
+        try:
+            target = chosen_strategy(changes, self.strategy) or self.strategy
+            values = self.to_dict()
+            defaults = _defaults()
+            for other in _strategies():
+                if other.exclusive and other.name != target:
+                    values.update({name: defaults[name] for name in other.settings})
+            if target in STRATEGIES:
+                values = STRATEGIES.get(target).adopt(values)
+            return DecodeOptions.from_dict({**values, **changes, "strategy": target})
+        except DecodeSettingsError:
+            raise
+        except ConfigError as error:
+            raise DecodeSettingsError(str(error)) from None
 
     def describe(self) -> str:
         """The settings that matter for the strategy, as one line (for logs and reports).
@@ -169,6 +178,71 @@ class DecodeOptions:
         'sample: temperature 1.0, top_k 0, top_p 0.9, seed 3, max_extra 50'
         """
         return f"{self.strategy}: " + ", ".join(self.strategy_class().describe(self))
+
+
+class DecodeSettingsError(ConfigError):
+    """Decoding settings that `DecodeOptions.replace` refuses, in a message that names each field as its caller
+    gave it: `str(error)` as a Python keyword or a JSON field (`beam_size`), `named(flags)` as the command line's
+    flags (`--beam-size`).
+
+    Example:
+
+    >>> error = DecodeSettingsError("decoding.n_best=5 is more than decoding.beam_size=4.")
+    >>> str(error), error.named({"n_best": "--n-best", "beam_size": "--beam-size"})
+    ('n_best=5 is more than beam_size=4.', '--n-best=5 is more than --beam-size=4.')
+    """
+
+    def __init__(self, message: str) -> None:
+        self.message = message  # fields named `decoding.FIELD`, as the config section does
+        super().__init__(self.named({}))
+
+    def named(self, names: Mapping[str, str]) -> str:
+        """The message with each `decoding.FIELD` written `names[FIELD]` (the field's own name where absent)."""
+        fields = "|".join(field.name for field in dataclasses.fields(DecodeOptions))
+        return re.sub(rf"\bdecoding\.({fields})\b", lambda match: names.get(match[1], match[1]), self.message)
+
+
+def chosen_strategy(changes: Mapping[str, typing.Any], current: str | None = None) -> str | None:
+    """The strategy that given settings (`DecodeOptions` fields, None values left out) choose: `strategy` where
+    given, else `current` where it reads every strategy's own setting among them, else the strategy that does
+    (beam search for `beam_size`, `alpha` or `early_exit`; sampling for `top_k`, `top_p`, `temperature` or
+    `seed`); None where they choose none (`max_extra`, `n_best`).
+
+    Raises:
+        DecodeSettingsError: a setting that the given `strategy` does not read, or settings of two strategies.
+
+    Example:
+
+    >>> chosen_strategy({"beam_size": 4, "n_best": 4}, "greedy"), chosen_strategy({"n_best": 1}, "greedy")
+    ('beam', None)
+    >>> chosen_strategy({"beam_size": 4, "top_p": 0.9})
+    Traceback (most recent call last):
+    ...
+    keras_transformer.decoding.options.DecodeSettingsError: beam_size belongs to strategy 'beam' and top_p to ...
+    """
+    owners = {name: [strategy.name for strategy in _strategies() if name in strategy.settings]
+              for name, value in changes.items() if value is not None}
+    owned = [name for name, names in owners.items() if names]
+    given = changes.get("strategy")
+    if given is not None:
+        if given not in STRATEGIES:
+            return str(given)  # refused by name where the options are validated
+        for name in owned:
+            if name not in STRATEGIES.get(given).settings:
+                raise DecodeSettingsError(f"decoding.{name} belongs to strategy {owners[name][0]!r} and "
+                                          f"decoding.strategy is {given!r}: give one or the other.")
+        return str(given)
+    if not owned:
+        return None
+    if current is not None and current in STRATEGIES and set(owned) <= set(STRATEGIES.get(current).settings):
+        return current
+    for strategy in _strategies():
+        if set(owned) <= set(strategy.settings):
+            return strategy.name
+    first = owned[0]
+    other = next(name for name in owned if owners[first][0] not in owners[name])
+    raise DecodeSettingsError(f"decoding.{first} belongs to strategy {owners[first][0]!r} and decoding.{other} to "
+                              f"strategy {owners[other][0]!r}: give one strategy's settings.")
 
 
 def _strategies() -> list[type[Strategy]]:

@@ -81,7 +81,8 @@ class Strategy:
 
     Attributes:
         exclusive: its settings are refused under another strategy unless they keep their defaults (a sampling
-            setting with beam search is a mistake, not a preference carried over).
+            setting with beam search is a mistake, not a preference carried over). Whether exclusive or not, a
+            strategy's settings given to `DecodeOptions.replace` choose it (`options.chosen_strategy`).
         random: the strategy draws at random (a `seed` then matters; `DecodeOptions.sampling`).
     """
 
@@ -171,8 +172,9 @@ class GreedySearch(Strategy):
     @classmethod
     def check(cls, options: Any) -> None:
         if options.n_best is not None and options.n_best != 1:
-            raise ConfigError(f"decoding.n_best must be 1 with strategy 'greedy' (one hypothesis), "
-                              f"got {options.n_best}; sample for several.")
+            raise ConfigError(f"decoding.n_best must be 1 with strategy 'greedy' (one hypothesis), got "
+                              f"{options.n_best}: beam search returns several (strategy 'beam', decoding.beam_size "
+                              f">= {options.n_best}).")
 
     @classmethod
     def adopt(cls, values: dict[str, Any]) -> dict[str, Any]:

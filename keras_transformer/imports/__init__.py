@@ -39,6 +39,23 @@ FAMILIES = {
 }
 
 
+def check_family(model_type: str | None, where: str | os.PathLike[str] = "config.json") -> None:
+    """Refuses (`ConfigError`, naming it and the supported ones) a `model_type` no family imports, without
+    importing any family's module (the command line checks it before TensorFlow loads).
+
+    Example:
+
+    >>> check_family("marian")
+    >>> check_family("bert")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    keras_transformer.errors.ConfigError: config.json: model_type 'bert' is not a family keras-transformer imports; ...
+    """
+    if model_type not in FAMILIES:
+        raise ConfigError(f"{where}: model_type {model_type!r} is not a family keras-transformer imports; the "
+                          f"supported families are: {', '.join(sorted(FAMILIES))}.")
+
+
 def family_for(model_type: str | None, where: str | os.PathLike[str] = "config.json") -> Family:
     """The `Family` that imports checkpoints of `model_type`.
 
@@ -54,8 +71,6 @@ def family_for(model_type: str | None, where: str | os.PathLike[str] = "config.j
     ...
     keras_transformer.errors.ConfigError: bert/config.json: model_type 'bert' is not a family ...: m2m_100, marian.
     """
-    if model_type not in FAMILIES:
-        raise ConfigError(f"{where}: model_type {model_type!r} is not a family keras-transformer imports; the "
-                          f"supported families are: {', '.join(sorted(FAMILIES))}.")
+    check_family(model_type, where)
     module, cls = FAMILIES[model_type]
     return getattr(importlib.import_module(f"keras_transformer.imports.{module}"), cls)()

@@ -226,6 +226,27 @@ def _read_json(path: pathlib.Path, required: bool) -> dict[str, Any]:
     return values
 
 
+def checked_source(source: str | os.PathLike[str]) -> pathlib.Path | None:
+    """`source` as a local folder, or None for a Hub id (``owner/name``), looked at without reading anything.
+
+    Raises:
+        CheckpointNotFoundError: neither a folder nor a Hub id (named).
+
+    Example:
+
+    >>> checked_source("Helsinki-NLP/opus-mt-en-de") is None
+    True
+    """
+    path = pathlib.Path(os.fspath(source)).expanduser()
+    if path.is_dir():
+        return path
+    text = os.fspath(source)
+    if path.exists() or text.count("/") != 1 or text.startswith((".", "/")):
+        raise CheckpointNotFoundError(f"{source} is not a folder (config.json, weights, tokenizer files) nor a "
+                                      "Hub id (owner/name).")
+    return None
+
+
 def local_folder(source: str | os.PathLike[str]) -> pathlib.Path:
     """`source` as a local folder: itself, or a Hub id (``owner/name``) downloaded with huggingface_hub.
 
@@ -239,13 +260,10 @@ def local_folder(source: str | os.PathLike[str]) -> pathlib.Path:
     >>> local_folder(folder) == pathlib.Path(folder)
     True
     """
-    path = pathlib.Path(os.fspath(source)).expanduser()
-    if path.is_dir():
+    path = checked_source(source)
+    if path is not None:
         return path
     text = os.fspath(source)
-    if path.exists() or text.count("/") != 1 or text.startswith((".", "/")):
-        raise CheckpointNotFoundError(f"{source} is not a folder (config.json, weights, tokenizer files) nor a "
-                                      "Hub id (owner/name).")
     try:
         from huggingface_hub import snapshot_download
         return pathlib.Path(snapshot_download(text, allow_patterns=["*.json", "*.spm", "*.model", "*.safetensors",

@@ -27,7 +27,7 @@ from keras_transformer.imports.checkpoint import licence, read_checkpoint
 from keras_transformer.imports.family import WeightSource
 from keras_transformer.model import build_model
 from keras_transformer.workdir.checkpoints import save_weights, write_model_file
-from keras_transformer.workdir.layout import CHECKPOINTS_DIR, MODEL_CONFIG, WORKDIR_VOCAB
+from keras_transformer.workdir.layout import CHECKPOINTS_DIR, MODEL_CONFIG, WORKDIR_VOCAB, check_new_workdir
 
 log = logging.getLogger("keras_transformer")
 
@@ -67,8 +67,7 @@ def import_checkpoint(source: str | os.PathLike[str], workdir: str | os.PathLike
     """
     start = time.perf_counter()
     workdir = pathlib.Path(os.fspath(workdir))
-    if workdir.exists() and (not workdir.is_dir() or any(workdir.iterdir())):
-        raise ConfigError(f"{workdir} already exists and is not empty; import into a new folder.")
+    check_new_workdir(workdir, "import")
     checkpoint = read_checkpoint(source)
     family = family_for(checkpoint.config.get("model_type"), checkpoint.folder / "config.json")
     tensors = WeightSource(checkpoint.tensors(), checkpoint.weights_file)

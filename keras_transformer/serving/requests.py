@@ -1,17 +1,24 @@
 """Requests of `keras-transformer serve` read and checked, and answers laid out: what the server accepts
 (`ServeSettings`), `/translate` and TensorFlow Serving's predict bodies as `Work`, a predict answer."""
 
+from __future__ import annotations
+
 import base64
 import dataclasses
 import json
 import math
 import random
 import typing
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.decoding.strategies import MAX_SEED, SAMPLING_FIELDS
 from keras_transformer.errors import ConfigError
 from keras_transformer.serving.signatures import SIGNATURES, batched_inputs
+
+if TYPE_CHECKING:
+    from keras_transformer.engines.interface import TranslatorInterface
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,7 +51,7 @@ class ServeSettings:
     max_alpha: float = 10.0  # a request's length-penalty exponent at most
     poll_seconds: float = 1.0  # how often a base folder of numbered versions is looked at for a new one
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for name in ("max_batch", "max_body_bytes", "max_sentences", "max_sentence_chars", "variants",
                      "max_beam_size", "max_n_best", "max_top_k"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
@@ -68,14 +75,14 @@ class RequestError(Exception):
     """A request the server refuses: `status` (400, 404, 413, 503, 504), a message naming the problem, and
     `headers` for the answer (`Retry-After` with a 503)."""
 
-    def __init__(self, status, message, headers=None):
+    def __init__(self, status: int, message: str, headers: Mapping[str, str] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.headers = dict(headers or {})
 
 
 # ------------------------------------------------------------------------------------------ requests
-def _string(value, where):
+def _string(value: Any, where: str) -> str:
     """A JSON string, or TensorFlow Serving's `{"b64": ...}` for bytes, as `str`."""
     if isinstance(value, str):
         return value
@@ -87,12 +94,12 @@ def _string(value, where):
     raise RequestError(400, f"{where}: expected a string (or {{\"b64\": ...}}), got {_kind(value)}.")
 
 
-def _kind(value):
+def _kind(value: Any) -> str:
     return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null",
             int: "a number", float: "a number"}.get(type(value), type(value).__name__)
 
 
-def check_sentences(sentences, settings, what="sentences"):
+def check_sentences(sentences: Sequence[str], settings: ServeSettings, what: str = "sentences") -> None:
     """Refuses (413) more sentences than `settings.max_sentences` and longer ones than `max_sentence_chars`.
 
     Example:
@@ -111,7 +118,7 @@ def check_sentences(sentences, settings, what="sentences"):
                                     f"{settings.max_sentence_chars} (--max-sentence-chars).")
 
 
-def parse_json(body):
+def parse_json(body: bytes) -> dict[str, Any]:
     """A request body as a JSON object, or a 400 naming what is wrong.
 
     Example:
@@ -150,7 +157,7 @@ class Work:
     prefixed: bool = False  # items are (sentence, target prefix) pairs: each translation starts with its prefix
 
     @property
-    def key(self):
+    def key(self) -> tuple[str, DecodeOptions, bool]:
         """What a batch shares: `(kind, options, prefixed)`."""
         return self.kind, self.options, self.prefixed
 
@@ -159,7 +166,8 @@ TRANSLATE_FIELDS = ("strategy", "beam_size", "alpha", "max_extra", "early_exit",
 PREFIX_FIELDS = ("target_prefix", "target_lang")  # /translate's forced starts of the translations
 
 
-def checked_prefixes(translator, sentences, target_prefix=None, target_lang=None, where="target_prefix"):
+def checked_prefixes(translator: TranslatorInterface | None, sentences: Sequence[str], target_prefix: Any = None,
+                     target_lang: Any = None, where: str = "target_prefix") -> list[str] | None:
     """Each sentence's target prefix (`TranslatorInterface.target_prefixes`), checked by the translator's
     tokenizer (`target_prefix_ids`) before the request joins a batch: a bad prefix is its own request's 400,
     never its batch's failure. None when neither is given.
@@ -181,13 +189,14 @@ def checked_prefixes(translator, sentences, target_prefix=None, target_lang=None
         target_prefix = _string(target_prefix, where)
     try:
         prefixes = translator.target_prefixes(len(sentences), target_prefix, target_lang, where)
+        assert prefixes is not None  # a prefix or a language was given
         translator.target_prefix_ids([text for sentence, text in zip(sentences, prefixes) if sentence.strip()])
     except (ConfigError, ValueError, NotImplementedError) as error:
         raise RequestError(400, str(error)) from None
     return prefixes
 
 
-def _options(defaults, given, seeded, settings):
+def _options(defaults: DecodeOptions, given: dict[str, Any], seeded: bool, settings: ServeSettings) -> DecodeOptions:
     """`defaults` with the fields in `given` (a 400 for a bad value or one past `settings`' limits); a sampling
     request without a seed gets a fresh one unless the server's defaults were given one (`seeded`)."""
     try:
@@ -200,7 +209,7 @@ def _options(defaults, given, seeded, settings):
     return options
 
 
-def check_limits(options, settings, given=None):
+def check_limits(options: DecodeOptions, settings: ServeSettings, given: Mapping[str, Any] | None = None) -> None:
     """Refuses (400, naming the flag) decoding options past the server's limits (`ServeSettings.max_beam_size`,
     `max_n_best`, `max_extra_limit`, `max_top_k`, `min_temperature`, `max_alpha`); `given` names the request's own
     fields (every field when None).
@@ -228,7 +237,8 @@ def check_limits(options, settings, given=None):
                                 f"(--min-temperature {settings.min_temperature:g}).")
 
 
-def parse_translate(body, defaults, settings, seeded=False, translator=None):
+def parse_translate(body: dict[str, Any], defaults: DecodeOptions, settings: ServeSettings, seeded: bool = False,
+                    translator: TranslatorInterface | None = None) -> Work:
     """A `POST /translate` body as `Work`.
 
     `{"sentences": [...]}` plus any `DecodeOptions` field (`strategy`, `beam_size`, `alpha`, `max_extra`,
@@ -275,7 +285,8 @@ def parse_translate(body, defaults, settings, seeded=False, translator=None):
     return Work("best", options.replace(n_best=1), items, prefixes is not None)
 
 
-def parse_predict(body, defaults, settings, seeded=False, translator=None):
+def parse_predict(body: dict[str, Any], defaults: DecodeOptions, settings: ServeSettings, seeded: bool = False,
+                  translator: TranslatorInterface | None = None) -> tuple[str, Work, bool]:
     """A TensorFlow Serving predict body (`POST /v1/models/NAME:predict`) as `(signature, Work, rows)`.
 
     Rows: `{"instances": [value, ...]}` (a single-input signature) or `[{"name": value, ...}, ...]`; columns:
@@ -306,7 +317,8 @@ def parse_predict(body, defaults, settings, seeded=False, translator=None):
     names = list(SIGNATURES[signature]["inputs"])
     batched = batched_inputs(signature)
     rows = "instances" in body
-    columns, scalars = {}, {}
+    columns: dict[str, list[str]] = {}
+    scalars: dict[str, Any] = {}
     if rows:
         instances = body["instances"]
         if not isinstance(instances, list):
@@ -356,12 +368,14 @@ def parse_predict(body, defaults, settings, seeded=False, translator=None):
         return signature, Work("n_best", defaults, tuple(columns["inputs"])), rows
     if signature == "translate_prefix":
         prefixes = checked_prefixes(translator, columns["inputs"], columns["target_prefix"])
+        assert prefixes is not None  # the signature's target_prefix input was given
         return signature, Work("best", defaults.replace(n_best=1), tuple(zip(columns["inputs"], prefixes)),
                                True), rows
     return signature, Work("best", defaults.replace(n_best=1), tuple(columns["inputs"])), rows
 
 
-def _check_names(given, names, batched, where, signature):
+def _check_names(given: Mapping[str, Any], names: Sequence[str], batched: Sequence[str], where: str,
+                 signature: str) -> None:
     unknown = sorted(set(given) - set(names))
     if unknown:
         raise RequestError(400, f"{where}: signature {signature} has no input {', '.join(unknown)} "
@@ -371,7 +385,7 @@ def _check_names(given, names, batched, where, signature):
         raise RequestError(400, f"{where}: signature {signature} needs input {', '.join(missing)}.")
 
 
-def predict_response(signature, work, results, rows):
+def predict_response(signature: str, work: Work, results: Sequence[Any], rows: bool) -> dict[str, Any]:
     """TensorFlow Serving's answer to a predict request: `{"predictions": [...]}` for rows (one object per
     instance, or the value alone when the signature has one output) or `{"outputs": ...}` for columns.
 

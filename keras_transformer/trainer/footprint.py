@@ -49,7 +49,8 @@ def parameter_count(config: TransformerConfig) -> int:
         if config.tie_embeddings == "none":
             embeddings += config.tgt_vocab_size * d  # the pre-softmax projection's own matrix, no bias
     positions = 2 * config.max_length * d if config.position == "learned" else 0
-    return embeddings + positions + encoder + decoder
+    output_bias = config.tgt_vocab_size if config.output_bias else 0  # a bias added to the logits
+    return embeddings + positions + encoder + decoder + output_bias
 
 
 def training_memory(config: TransformerConfig, tokens_per_batch: int, policy: str | None = "float32", *,

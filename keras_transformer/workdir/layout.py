@@ -95,6 +95,22 @@ def check_export_destination(directory):
                               f"its checkpoints. Export outside it (saved_models/NAME, say).")
 
 
+def check_new_workdir(path, command):
+    """Refuses a folder that exists and is not empty, where `command` writes a whole workdir of its own (`import`).
+
+    Raises:
+        ConfigError: `path` is a file, or a folder that holds something (named).
+
+    Example:
+
+    >>> import tempfile
+    >>> check_new_workdir(pathlib.Path(tempfile.mkdtemp()) / "new", "import")
+    """
+    path = pathlib.Path(path)
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise ConfigError(f"{path} already exists and is not empty; {command} into a new folder.")
+
+
 def is_export(path):
     """Whether `path` is a SavedModel export folder (it has `saved_model.pb`)."""
     return (pathlib.Path(path) / "saved_model.pb").is_file()
@@ -198,6 +214,28 @@ def vocabulary_dir(path):
     """
     path = pathlib.Path(path)
     return path / EXTRA_DIR / VOCAB_DIR if (path / "saved_model.pb").is_file() else path / WORKDIR_VOCAB
+
+
+def check_vocabulary(path):
+    """Refuses a training workdir without a vocabulary (`data/vocab`: a run on synthetic data), which has no text
+    to translate; an export carries its own.
+
+    Raises:
+        ConfigError: `path` is such a workdir (named).
+
+    Example:
+
+    >>> import tempfile
+    >>> run = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (run / MODEL_CONFIG).write_text("d_model: 64\\n")
+    >>> check_vocabulary(run)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    keras_transformer.errors.ConfigError: ... has no vocabulary (data/vocab): it was trained on synthetic data, ...
+    """
+    if model_kind(path) == "workdir" and not (pathlib.Path(path) / WORKDIR_VOCAB).exists():
+        raise ConfigError(f"{path} has no vocabulary ({WORKDIR_VOCAB}): it was trained on synthetic data, which has "
+                          "no text to translate.")
 
 
 def folder_files(folder):
