@@ -4,7 +4,8 @@ This is the TensorFlow side of decoding: the tokenizers are tensorflow-text
 graphs, and the whole path runs in one `tf.function` that the export module
 saves in a SavedModel. The search itself is `keras_transformer.decoding`
 (the strategy its `DecodeOptions` name), the graph's pieces are
-`engines.tensorflow_graph`'s, and the Python-level methods (line clean-up,
+`engines.tensorflow_graph`'s, a batch's length-ordered chunks
+`engines.tensorflow_chunks`'s, and the Python-level methods (line clean-up,
 blanks, length order) are `keras_transformer.engines.interface.TranslatorInterface`'s.
 `keras_transformer.load_translator` builds one for a workdir or SavedModel export.
 
@@ -28,16 +29,13 @@ from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.decoding.registry import STRATEGIES
 from keras_transformer.decoding.strategies import SAMPLING_FIELDS
 from keras_transformer.engines.interface import TranslatorInterface, check_prefix_ids, clean_line
+from keras_transformer.engines.tensorflow_chunks import score_in_length_order, search_in_length_order
 from keras_transformer.engines.tensorflow_graph import (
-    SMALLEST_WIDTH_BUCKET,
     blank_strings,
-    bucket_table,
     check_vocabulary_sizes,
     encode_ids,
     encode_prefix_ids,
     one_target_per_source,
-    result_parts,
-    row_lengths,
     valid_utf8,
 )
 from keras_transformer.model import parts
@@ -341,81 +339,6 @@ class Translator(tf.Module, TranslatorInterface):
             return self._graph_search(source, num_return, options, sampling, target_prefix)
         return self._search_ids(source, num_return, options, sampling, target_prefix)
 
-    def _search_in_length_order(self, source, num_return, options, sampling, target_prefix=None):
-        """`_search` over `chunk_size` sentences at a time, shortest sources first, results in input order.
-
-        Each chunk keeps only its own source width (padding never changes a
-        result) and gets its own search loop, so it stops when its sentences
-        are done; outputs are padded to the width one search over the whole
-        batch gives, `min(S + max_extra, max target length)`. With XLA, chunks
-        are padded to bucketed shapes and dealt to `PARALLEL_CHUNKS` loops.
-        Each loop gathers its chunks' results in a TensorArray, concatenated
-        once at the end (not the results so far copied at every chunk). A
-        `target_prefix` `[N, P]` goes along, each chunk keeping its own width.
-        """
-        pad = self.target_tokenizer.pad_id
-        count, width = tf.shape(source)[0], tf.shape(source)[1]
-        lengths = row_lengths(source, self.source_tokenizer.pad_id)
-        order = tf.argsort(lengths, stable=True)  # (N,) shortest first
-        ordered, ordered_lengths = tf.gather(source, order), tf.gather(lengths, order)
-        out_width = tf.clip_by_value(width + self.max_extra, 1, self.max_target_length)
-        if target_prefix is not None:  # every output holds its prefix and one more token
-            ordered_prefix = tf.gather(target_prefix, order)  # (N, P)
-            prefix_lengths = row_lengths(ordered_prefix, pad)
-            out_width = tf.minimum(tf.maximum(out_width, tf.shape(target_prefix)[1] + 1), self.max_target_length)
-        chunks = (count + self.chunk_size - 1) // self.chunk_size
-        lanes = PARALLEL_CHUNKS if self._jit_compile else 1
-
-        def body(i, all_tokens, all_scores, all_positions):
-            start = i * self.chunk_size
-            end = tf.minimum(start + self.chunk_size, count)
-            piece = ordered[start:end, :tf.maximum(ordered_lengths[end - 1], 1)]  # (c, S_chunk)
-            forced = None
-            if target_prefix is not None:  # (c, P_chunk)
-                forced = ordered_prefix[start:end, :tf.reduce_max(prefix_lengths[start:end])]
-            if self._jit_compile:  # a few shapes, so a few XLA programs; padding never changes a result
-                if forced is not None:
-                    forced = self._pad_prefix_to_bucket(forced)
-                tokens, scores = self._search(self._pad_to_bucket(piece), num_return, options, sampling, forced)
-                tokens, scores = tokens[:end - start], scores[:end - start]
-            else:
-                tokens, scores = self._search(piece, num_return, options, sampling, forced)  # (c, R, T_c), (c, R)
-            # A padded source width gives a wider buffer; past `out_width` it holds only padding.
-            tokens = tf.pad(tokens, [[0, 0], [0, 0], [0, tf.maximum(out_width - tf.shape(tokens)[2], 0)]],
-                            constant_values=pad)[:, :, :out_width]
-            part = 1 + i // lanes  # this loop's part number
-            return (i + lanes, all_tokens.write(part, tokens), all_scores.write(part, scores),
-                    all_positions.write(part, tf.range(start, end)))
-
-        results = []
-        for lane in range(lanes):  # lane j decodes chunks j, j + lanes, ...: independent loops
-            start = (tf.constant(lane), result_parts(tf.zeros([0, num_return, out_width], tf.int32)),
-                     result_parts(tf.zeros([0, num_return], tf.float32)), result_parts(tf.zeros([0], tf.int32)))
-            results.append([parts.concat() for parts in tf.while_loop(lambda i, *_: i < chunks, body, start)[1:]])
-        tokens, scores, positions = (tf.concat(lane_parts, 0) for lane_parts in zip(*results))  # in lane order
-        # Row k holds the sentence at length-order position positions[k], input position order[positions[k]].
-        inverse = tf.math.invert_permutation(tf.gather(order, positions))
-        tokens, scores = tf.gather(tokens, inverse), tf.gather(scores, inverse)
-        return tokens, scores
-
-    def _pad_to_bucket(self, piece):
-        """Pads a chunk to the shape XLA compiles it for (`bucket_sizes`): its rows with copies of its
-        longest sentence, whose results the caller drops, and its source width with padding."""
-        rows, width = tf.shape(piece)[0], tf.shape(piece)[1]
-        bucket_rows = tf.gather(bucket_table(self.chunk_size, smallest=1), rows)
-        bucket_width = tf.gather(bucket_table(self.max_source_length, smallest=SMALLEST_WIDTH_BUCKET), width)
-        piece = tf.concat([piece, tf.repeat(piece[-1:], bucket_rows - rows, axis=0)], 0)
-        return tf.pad(piece, [[0, 0], [0, bucket_width - width]], constant_values=self.source_tokenizer.pad_id)
-
-    def _pad_prefix_to_bucket(self, prefix):
-        """Pads a chunk's target prefixes as `_pad_to_bucket` pads its sources (the rows alike; the width to a
-        power of two from 4), so that prefixes add a few XLA programs, not one per prefix length."""
-        rows, width = tf.shape(prefix)[0], tf.shape(prefix)[1]
-        bucket_rows = tf.gather(bucket_table(self.chunk_size, smallest=1), rows)
-        bucket_width = tf.gather(bucket_table(self.max_target_length, smallest=4), width)
-        prefix = tf.concat([prefix, tf.repeat(prefix[-1:], bucket_rows - rows, axis=0)], 0)
-        return tf.pad(prefix, [[0, 0], [0, bucket_width - width]], constant_values=self.target_tokenizer.pad_id)
-
     def translate_ids(self, source, num_return=None, options=None, sampling=None, target_prefix=None):
         """Decodes source ids with the translator's options (or `options`).
 
@@ -446,8 +369,14 @@ class Translator(tf.Module, TranslatorInterface):
             sampling = {}
         if target_prefix is not None:
             target_prefix = tf.convert_to_tensor(target_prefix, tf.int32)
-        if self.chunk_size:
-            return self._search_in_length_order(source, num_return, options, sampling, target_prefix)
+        if self.chunk_size:  # length-ordered chunks; with XLA, bucketed and dealt to PARALLEL_CHUNKS lanes
+            return search_in_length_order(
+                lambda piece, forced: self._search(piece, num_return, options, sampling, forced), source, num_return,
+                chunk_size=self.chunk_size, source_pad_id=self.source_tokenizer.pad_id,
+                target_pad_id=self.target_tokenizer.pad_id, max_extra=self.max_extra,
+                max_source_length=self.max_source_length, max_target_length=self.max_target_length,
+                bucketed=self._jit_compile, lanes=PARALLEL_CHUNKS if self._jit_compile else 1,
+                target_prefix=target_prefix)
         return self._search(source, num_return, options, sampling, target_prefix)
 
     # ----------------------------------------------------------------- strings
@@ -568,7 +497,9 @@ class Translator(tf.Module, TranslatorInterface):
         sources, targets = one_target_per_source("Translator.score", sources, targets)
         source, target = self.encode_sources(sources), self.encode_targets(targets)
         if self.chunk_size:
-            return self._score_in_length_order(source, target)
+            return score_in_length_order(self._score_ids, source, target, chunk_size=self.chunk_size,
+                                         source_pad_id=self.source_tokenizer.pad_id,
+                                         target_pad_id=self.target_tokenizer.pad_id, parallel=PARALLEL_CHUNKS)
         return self._score_ids(source, target)
 
     def _score_ids(self, source, target):
@@ -576,34 +507,6 @@ class Translator(tf.Module, TranslatorInterface):
         target_tokenizer = self.target_tokenizer
         return decoding.score(self.models, source, target, alpha=self.scoring_alpha, pad_id=target_tokenizer.pad_id,
                               bos_id=target_tokenizer.bos_id)
-
-    def _score_in_length_order(self, source, target):
-        """`_score_ids` over `chunk_size` pairs at a time, shortest targets first, scores in input order.
-
-        Each chunk keeps only its own source and target widths, so a pass holds
-        `(chunk_size, T_chunk, vocabulary)` float32 logits per model whatever
-        the batch size, and at most `PARALLEL_CHUNKS` passes run at once (with
-        as many inter-op threads). The scores are those of one pass over the
-        batch, to float rounding (padding changes no score).
-        """
-        count = tf.shape(source)[0]
-        source_lengths = row_lengths(source, self.source_tokenizer.pad_id)
-        target_lengths = row_lengths(target, self.target_tokenizer.pad_id)
-        order = tf.argsort(target_lengths, stable=True)  # (N,) shortest targets first
-        source, target = tf.gather(source, order), tf.gather(target, order)
-        source_lengths, target_lengths = tf.gather(source_lengths, order), tf.gather(target_lengths, order)
-        chunks = (count + self.chunk_size - 1) // self.chunk_size
-
-        def body(i, all_scores):
-            start = i * self.chunk_size
-            end = tf.minimum(start + self.chunk_size, count)
-            piece_source = source[start:end, :tf.reduce_max(source_lengths[start:end])]  # (c, S_chunk)
-            piece_target = target[start:end, :target_lengths[end - 1]]  # (c, T_chunk)
-            return i + 1, all_scores.write(i + 1, self._score_ids(piece_source, piece_target))
-
-        _, all_scores = tf.while_loop(lambda i, _: i < chunks, body, (tf.constant(0), result_parts(tf.zeros([0]))),
-                                      parallel_iterations=PARALLEL_CHUNKS)
-        return tf.gather(all_scores.concat(), tf.math.invert_permutation(order))  # (N,) in input order
 
     def _run(self, name, batch, prefixes=None):
         """The method `name` (`translate` or `n_best`; with `prefixes`, its `_prefixed` form) on a list of

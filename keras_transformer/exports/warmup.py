@@ -7,7 +7,7 @@ TFRecord file of `tensorflow.serving.PredictionLog` records, each a `PredictRequ
 and holding its inputs as `TensorProto`s. TensorFlow Serving replays the file when it loads the model;
 in Python, `warm_up(directory)` loads an export and replays it the same way.
 
-Which shapes a request can hit (`engines.tensorflow.Translator._search_in_length_order`): a request of N
+Which shapes a request can hit (`engines.tensorflow_chunks.search_in_length_order`): a request of N
 sentences is sorted by length and cut into chunks of `chunk_size` (8); every chunk but the last (the
 longest sentences) has exactly `chunk_size` rows, and the last has N mod `chunk_size` of them (or
 `chunk_size`), padded up to a power of two. Any chunk, full or not, can hold sentences of any length, so
