@@ -17,7 +17,7 @@ LAYERS = [
                 "runtime", "runtime.import_hooks", "runtime.registry", "runtime.registration",
                 "runtime.tensorflow_logs",
                 "data", "data.textfile", "decoding.registry", "decoding.strategies", "decoding", "decoding.options",
-                "engines", "engines.interface", "attention", "packed"]),
+                "engines", "engines.interface", "engines.ctranslate2_cpu", "attention", "packed"]),
     ("core", ["config", "layers", "layers.*", "model", "trainer.losses", "trainer.metrics", "trainer.schedules",
               "trainer.optimizers", "decoding.*", "attention.maps", "runtime.keras_internals", "data.batching",
               "data.stream", "data.synthetic", "packed.data", "trainer", "trainer.footprint"]),

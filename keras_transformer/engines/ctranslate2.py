@@ -4,7 +4,8 @@ A folder written by `exports.ctranslate2.export_ctranslate2` (or
 `keras-transformer export --format ctranslate2`) is served by CTranslate2's C++
 engine. This module needs numpy and, when a translator is built, the optional
 `ctranslate2` and `sentencepiece` packages: neither Keras nor TensorFlow, so a
-serving process imports only what decoding needs.
+serving process imports only what decoding needs. It also names the export's format and the precisions
+(compute types) CTranslate2 runs here; the CPU backend and threads are `engines.ctranslate2_cpu`'s.
 """
 
 import copy
@@ -16,6 +17,7 @@ import sys
 import numpy as np
 
 from keras_transformer.decoding.options import DecodeOptions
+from keras_transformer.engines.ctranslate2_cpu import cpu_model, default_intra_threads, select_cpu_backend
 from keras_transformer.engines.interface import TranslatorInterface, check_prefix_ids
 from keras_transformer.errors import ConfigError
 from keras_transformer.workdir.layout import CTRANSLATE2_METADATA
@@ -26,10 +28,6 @@ FORMAT_VERSION = 1
 # `quantization`): weights in the first part, activations in the second ("int8" alone: int8 weights, and what the
 # device runs best around them).
 PRECISIONS = ("float32", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16")
-# CTranslate2 reads it once, when `ctranslate2` is imported: "1" for Intel MKL, "0" for oneDNN (its default: MKL on
-# GenuineIntel CPUs, oneDNN on others).
-CPU_BACKEND_VARIABLE = "CT2_USE_MKL"
-CPU_BACKENDS = {"mkl": "1", "dnnl": "0"}
 
 
 def is_ctranslate2_model(path):
@@ -79,121 +77,8 @@ def read_metadata(directory):
     return metadata
 
 
-# ---------------------------------------------------------------------- CPU backend and threads
 
-
-def _backend_of(value):
-    """The backend a value of CT2_USE_MKL selects ("1"/"true": mkl; else dnnl)."""
-    return "mkl" if str(value).strip().lower() in ("1", "true", "yes", "on") else "dnnl"
-
-
-def cpu_vendor():
-    """The CPU's vendor string as Linux reports it ("GenuineIntel", "AuthenticAMD"; "" where unknown).
-
-    Example:
-
-    >>> isinstance(cpu_vendor(), str)
-    True
-    """
-    return _cpuinfo_field("vendor_id")
-
-
-def _cpuinfo_field(name):
-    """The first value of field `name` in /proc/cpuinfo ("" where there is none)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                key, _, value = line.partition(":")
-                if key.strip() == name:
-                    return value.strip()
-    except OSError:
-        pass
-    return ""
-
-
-def select_cpu_backend(backend=None):
-    """Chooses CTranslate2's CPU matrix-product backend for this process, before `ctranslate2` is imported.
-
-    The rule: oneDNN ("dnnl") on every CPU, unless asked otherwise. CTranslate2's
-    own default is Intel MKL on Intel CPUs, and MKL with more than one thread
-    stalled a 2-core Intel Xeon (95 ms for one sentence against 7.7 ms with
-    oneDNN); on AMD it already uses oneDNN, which docs/BENCHMARKS.md times
-    against MKL there. `backend` ("dnnl" or "mkl"), else the environment's
-    `CT2_USE_MKL` ("0" or "1"), overrides it. CTranslate2 reads `CT2_USE_MKL`
-    once, when it is imported, so this sets it then; in a process that
-    imported `ctranslate2` already, the backend it chose stays, and asking for
-    another is an error.
-
-    Args:
-        backend: "dnnl", "mkl", or None / "auto" (the rule above).
-
-    Returns:
-        "dnnl" or "mkl": the backend CTranslate2 uses in this process.
-
-    Raises:
-        ConfigError: an unknown backend, or one other than the backend the
-            already imported `ctranslate2` uses.
-
-    Example:
-
-    >>> select_cpu_backend("dnnl") if "ctranslate2" not in sys.modules else "dnnl"
-    'dnnl'
-    """
-    if backend in (None, "auto"):
-        wanted = None
-    elif backend in CPU_BACKENDS:
-        wanted = backend
-    else:
-        raise ConfigError(f"CTranslate2Translator: cpu_backend must be 'auto', 'dnnl' or 'mkl', got {backend!r}.")
-    if "ctranslate2" in sys.modules:  # the choice was made when it was imported
-        value = os.environ.get(CPU_BACKEND_VARIABLE)
-        active = _backend_of(value) if value is not None else ("mkl" if cpu_vendor() == "GenuineIntel" else "dnnl")
-        if wanted is not None and wanted != active:
-            raise ConfigError(f"CTranslate2Translator: cpu_backend={wanted!r}, but ctranslate2 was already imported "
-                              f"in this process with its {active} backend, which it keeps: create the translator "
-                              f"before anything imports ctranslate2, or set {CPU_BACKEND_VARIABLE}="
-                              f"{CPU_BACKENDS[wanted]} before the process starts.")
-        return active
-    if wanted is None:
-        value = os.environ.get(CPU_BACKEND_VARIABLE)
-        wanted = _backend_of(value) if value is not None else "dnnl"
-    os.environ[CPU_BACKEND_VARIABLE] = CPU_BACKENDS[wanted]
-    return wanted
-
-
-def usable_cpus():
-    """The CPUs this process may run on (its affinity mask where the system has one).
-
-    Example:
-
-    >>> usable_cpus() >= 1
-    True
-    """
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
-def default_intra_threads(inter_threads=1):
-    """Threads per batch when none are given: `OMP_NUM_THREADS` if set, else every CPU the process may use
-    (`usable_cpus`, its affinity mask), shared by `inter_threads` translators; at least 1.
-
-    A server owns its machine: one sentence of the shipped model took 8 ms on 2 threads of a 2-core Xeon
-    against 13 ms on one (docs/BENCHMARKS.md). CTranslate2's OpenMP threads wait for each other by spinning,
-    so on a machine shared with other busy processes a team as large as the machine stalls whenever one of
-    its cores is taken (2 threads 8-30x slower than 1 under load, docs/serving.md): there, give
-    `intra_threads` (or `OMP_NUM_THREADS`) fewer threads than cores.
-
-    Example:
-
-    >>> default_intra_threads() == int(os.environ.get("OMP_NUM_THREADS") or usable_cpus())
-    True
-    """
-    value = os.environ.get("OMP_NUM_THREADS", "").strip()
-    if value.isdigit() and int(value) > 0:
-        return int(value)
-    return max(1, usable_cpus() // max(1, int(inter_threads)))
+# ---------------------------------------------------------------------- precisions
 
 
 def supported_precisions(device="cpu"):
@@ -239,17 +124,6 @@ def check_precision(precision, device="cpu", flag="--precision"):
                           f"{device.upper()} ({cpu_model() if device == 'cpu' else device}); it runs "
                           f"{', '.join(supported)}.")
     return precision
-
-
-def cpu_model():
-    """The CPU's model name as Linux reports it ("" where unknown).
-
-    Example:
-
-    >>> isinstance(cpu_model(), str)
-    True
-    """
-    return _cpuinfo_field("model name")
 
 
 # ---------------------------------------------------------------------- decoding
