@@ -20,7 +20,8 @@ LAYERS = [
                 "engines", "engines.interface", "engines.ctranslate2_cpu", "attention", "packed"]),
     ("core", ["config", "layers", "layers.*", "model", "trainer.losses", "trainer.metrics", "trainer.schedules",
               "trainer.optimizers", "decoding.*", "attention.maps", "runtime.keras_internals", "data.batching",
-              "data.stream", "data.synthetic", "packed.data", "trainer", "trainer.footprint"]),
+              "data.stream", "data.synthetic", "packed.data", "trainer", "trainer.footprint",
+              "exports.ctranslate2_spec"]),
     ("experiment", ["experiment", "experiment.*"]),
     ("workdir", ["workdir.checkpoints", "evaluation"]),
     ("engines", ["engines.packed", "engines.ctranslate2"]),  # the engines TensorFlow-free
