@@ -14,7 +14,7 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "keras_transformer"
 # The layers, lowest first (README, "Layout"). A module imports only from its own layer or the ones below.
 LAYERS = [
     ("stdlib", ["errors", "files", "files.*", "exports", "exports.folder", "workdir", "workdir.layout",
-                "runtime", "runtime.import_hooks", "runtime.registry", "runtime.registration",
+                "workdir.rotation", "runtime", "runtime.import_hooks", "runtime.registry", "runtime.registration",
                 "runtime.tensorflow_logs",
                 "data", "data.textfile", "decoding.registry", "decoding.strategies", "decoding", "decoding.options",
                 "engines", "engines.interface", "engines.ctranslate2_cpu", "attention", "packed"]),
