@@ -159,6 +159,17 @@ def test_every_package_sits_no_higher_than_its_modules():
     assert not higher, "\n".join(higher)
 
 
+MAX_MODULE_LINES = 600  # a module past it holds more than one concern: split it by concern (issue #85)
+
+
+def test_no_module_of_the_package_exceeds_the_line_bound():
+    lines = {path.relative_to(PACKAGE.parent).as_posix(): len(path.read_text(encoding="utf-8").splitlines())
+             for path in PACKAGE.rglob("*.py")}
+    assert len(lines) > 50  # the package was found
+    over = sorted(f"{path}: {count} lines" for path, count in lines.items() if count > MAX_MODULE_LINES)
+    assert not over, f"modules over {MAX_MODULE_LINES} lines (split each by concern):\n" + "\n".join(over)
+
+
 def test_the_import_graph_has_no_cycle():
     _, graph = _graph()
     state, cycles = {}, []
