@@ -17,12 +17,12 @@ CPU_BACKEND_VARIABLE = "CT2_USE_MKL"
 CPU_BACKENDS = {"mkl": "1", "dnnl": "0"}
 
 
-def _backend_of(value):
+def _backend_of(value: object) -> str:
     """The backend a value of CT2_USE_MKL selects ("1"/"true": mkl; else dnnl)."""
     return "mkl" if str(value).strip().lower() in ("1", "true", "yes", "on") else "dnnl"
 
 
-def cpu_vendor():
+def cpu_vendor() -> str:
     """The CPU's vendor string as Linux reports it ("GenuineIntel", "AuthenticAMD"; "" where unknown).
 
     Example:
@@ -33,7 +33,7 @@ def cpu_vendor():
     return _cpuinfo_field("vendor_id")
 
 
-def _cpuinfo_field(name):
+def _cpuinfo_field(name: str) -> str:
     """The first value of field `name` in /proc/cpuinfo ("" where there is none)."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
@@ -46,7 +46,7 @@ def _cpuinfo_field(name):
     return ""
 
 
-def select_cpu_backend(backend=None):
+def select_cpu_backend(backend: str | None = None) -> str:
     """Chooses CTranslate2's CPU matrix-product backend for this process, before `ctranslate2` is imported.
 
     The rule: oneDNN ("dnnl") on every CPU, unless asked otherwise. CTranslate2's
@@ -96,7 +96,7 @@ def select_cpu_backend(backend=None):
     return wanted
 
 
-def usable_cpus():
+def usable_cpus() -> int:
     """The CPUs this process may run on (its affinity mask where the system has one).
 
     Example:
@@ -110,7 +110,7 @@ def usable_cpus():
         return os.cpu_count() or 1
 
 
-def default_intra_threads(inter_threads=1):
+def default_intra_threads(inter_threads: int = 1) -> int:
     """Threads per batch when none are given: `OMP_NUM_THREADS` if set, else every CPU the process may use
     (`usable_cpus`, its affinity mask), shared by `inter_threads` translators; at least 1.
 
@@ -131,7 +131,7 @@ def default_intra_threads(inter_threads=1):
     return max(1, usable_cpus() // max(1, int(inter_threads)))
 
 
-def cpu_model():
+def cpu_model() -> str:
     """The CPU's model name as Linux reports it ("" where unknown).
 
     Example:

@@ -7,6 +7,9 @@ done, memory holds one chunk's state at a time, and results come back in input o
 to independent loops, lanes, that TensorFlow's inter-op threads run side by side.
 """
 
+from collections.abc import Callable
+from typing import TypeAlias
+
 import tensorflow as tf
 
 from keras_transformer.engines.tensorflow_graph import SMALLEST_WIDTH_BUCKET, bucket_table, result_parts, row_lengths
@@ -15,8 +18,11 @@ from keras_transformer.engines.tensorflow_graph import SMALLEST_WIDTH_BUCKET, bu
 # `SMALLEST_WIDTH_BUCKET`: prefixes add a few XLA programs, not one per prefix length.
 SMALLEST_PREFIX_BUCKET = 4
 
+# The search on one chunk: `(source [c, S], target_prefix [c, P] or None) -> (tokens [c, R, T], scores [c, R])`.
+Search: TypeAlias = Callable[[tf.Tensor, tf.Tensor | None], tuple[tf.Tensor, tf.Tensor]]
 
-def pad_to_bucket(ids, chunk_size, max_width, smallest_width, pad_id):
+
+def pad_to_bucket(ids: tf.Tensor, chunk_size: int, max_width: int, smallest_width: int, pad_id: int) -> tf.Tensor:
     """Pads a chunk of ids to the shape XLA compiles it for: its rows to the next `bucket_sizes(chunk_size)` size
     with copies of its last (longest) row, whose results the caller drops, and its width with `pad_id` to the next
     `bucket_sizes(max_width, smallest_width)` size.
@@ -33,8 +39,10 @@ def pad_to_bucket(ids, chunk_size, max_width, smallest_width, pad_id):
     return tf.pad(ids, [[0, 0], [0, bucket_width - width]], constant_values=pad_id)
 
 
-def search_in_length_order(search, source, num_return, *, chunk_size, source_pad_id, target_pad_id, max_extra,
-                           max_source_length, max_target_length, bucketed, lanes, target_prefix=None):
+def search_in_length_order(search: Search, source: tf.Tensor, num_return: int, *, chunk_size: int,
+                           source_pad_id: int, target_pad_id: int, max_extra: int, max_source_length: int,
+                           max_target_length: int, bucketed: bool, lanes: int,
+                           target_prefix: tf.Tensor | None = None) -> tuple[tf.Tensor, tf.Tensor]:
     """`search` over `chunk_size` sentences at a time, shortest sources first, results in input order.
 
     Each chunk keeps only its own source width (padding never changes a
@@ -67,7 +75,8 @@ def search_in_length_order(search, source, num_return, *, chunk_size, source_pad
         out_width = tf.minimum(tf.maximum(out_width, tf.shape(target_prefix)[1] + 1), max_target_length)
     chunks = (count + chunk_size - 1) // chunk_size
 
-    def body(i, all_tokens, all_scores, all_positions):
+    def body(i: tf.Tensor, all_tokens: tf.TensorArray, all_scores: tf.TensorArray,
+             all_positions: tf.TensorArray) -> tuple[tf.Tensor, tf.TensorArray, tf.TensorArray, tf.TensorArray]:
         start = i * chunk_size
         end = tf.minimum(start + chunk_size, count)
         piece = ordered[start:end, :tf.maximum(ordered_lengths[end - 1], 1)]  # (c, S_chunk)
@@ -101,7 +110,8 @@ def search_in_length_order(search, source, num_return, *, chunk_size, source_pad
     return tokens, scores
 
 
-def score_in_length_order(score, source, target, *, chunk_size, source_pad_id, target_pad_id, parallel):
+def score_in_length_order(score: Callable[[tf.Tensor, tf.Tensor], tf.Tensor], source: tf.Tensor, target: tf.Tensor,
+                          *, chunk_size: int, source_pad_id: int, target_pad_id: int, parallel: int) -> tf.Tensor:
     """`score` over `chunk_size` pairs at a time, shortest targets first, scores in input order.
 
     Each chunk keeps only its own source and target widths, so a pass holds
@@ -125,7 +135,7 @@ def score_in_length_order(score, source, target, *, chunk_size, source_pad_id, t
     source_lengths, target_lengths = tf.gather(source_lengths, order), tf.gather(target_lengths, order)
     chunks = (count + chunk_size - 1) // chunk_size
 
-    def body(i, all_scores):
+    def body(i: tf.Tensor, all_scores: tf.TensorArray) -> tuple[tf.Tensor, tf.TensorArray]:
         start = i * chunk_size
         end = tf.minimum(start + chunk_size, count)
         piece_source = source[start:end, :tf.reduce_max(source_lengths[start:end])]  # (c, S_chunk)

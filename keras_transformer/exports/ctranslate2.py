@@ -27,7 +27,9 @@ import json
 import logging
 import os
 import shutil
+from typing import Any
 
+from keras_transformer.config import TransformerConfig
 from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.engines.ctranslate2 import (
     FORMAT,
@@ -57,7 +59,7 @@ _RESERVED = {"pad_id": 0, "unk_id": 1, "bos_id": 2, "eos_id": 3}
 # ---------------------------------------------------------------------- vocabularies
 
 
-def _tokenizer_folders(vocab_dir):
+def _tokenizer_folders(vocab_dir: str | os.PathLike[str]) -> dict[str, str]:
     """`{"source": folder, "target": folder}` of a `save_tokenizers` folder (shared or separate)."""
     vocab_dir = os.fspath(vocab_dir)
     if os.path.isfile(os.path.join(vocab_dir, _TOKENIZER_CONFIG)):
@@ -70,17 +72,17 @@ def _tokenizer_folders(vocab_dir):
                             "save_tokenizers writes them (an export keeps them in assets.extra/vocab).")
 
 
-def _read_settings(folder):
+def _read_settings(folder: str | os.PathLike[str]) -> dict[str, Any]:
     with open(os.path.join(folder, _TOKENIZER_CONFIG), encoding="utf-8") as handle:
         return json.load(handle)
 
 
-def _is_mapped(folder):
+def _is_mapped(folder: str | os.PathLike[str]) -> bool:
     """Whether a tokenizer folder holds a `MappedTokenizer` (an imported vocabulary: pieces numbered by vocab.json)."""
     return _read_settings(folder).get("format") == _MAPPED_FORMAT
 
 
-def mapped_vocabulary(folder):
+def mapped_vocabulary(folder: str | os.PathLike[str]) -> tuple[str, list[str]]:
     """The SentencePiece model file and the tokens by id of an imported (`MappedTokenizer`) vocabulary folder.
 
     Its tokens are the CTranslate2 vocabulary as they are (the checkpoint's own, its ``<pad>`` included): the
@@ -101,20 +103,20 @@ def mapped_vocabulary(folder):
                                     "missing.")
     with open(vocabulary, encoding="utf-8") as handle:
         mapping = json.load(handle)
-    tokens = [None] * len(mapping)
+    tokens: list[Any] = [None] * len(mapping)
     for token, index in mapping.items():
         tokens[index] = token
     return model_file, tokens
 
 
-def _language_settings(folder):
+def _language_settings(folder: str | os.PathLike[str]) -> dict[str, Any]:
     """A `MappedTokenizer` folder's language tokens, its default language and the special tokens it drops."""
     settings = _read_settings(folder)
     return {"languages": list(settings.get("languages", [])), "language": settings.get("language"),
             "special_tokens": list(settings.get("special_tokens", []))}
 
 
-def _sentencepiece_file(folder):
+def _sentencepiece_file(folder: str | os.PathLike[str]) -> str:
     """The SentencePiece model file of a tokenizer folder, after checking its tokenizer.json."""
     path = os.path.join(folder, _TOKENIZER_CONFIG)
     settings = _read_settings(folder)
@@ -132,7 +134,7 @@ def _sentencepiece_file(folder):
     return model_file
 
 
-def vocabulary_tokens(sentencepiece_file):
+def vocabulary_tokens(sentencepiece_file: str | os.PathLike[str]) -> list[str]:
     """The CTranslate2 vocabulary of a SentencePiece model: its pieces by id, id 0 renamed ``<blank>``.
 
     Args:
@@ -162,7 +164,7 @@ def vocabulary_tokens(sentencepiece_file):
 # ---------------------------------------------------------------------- export
 
 
-def _readme(metadata):
+def _readme(metadata: dict[str, Any]) -> str:
     precision = metadata.get("precision") or metadata["quantization"] or "float32"
     decoding = metadata["decoding"]
     max_extra = decoding["max_extra"]
@@ -210,8 +212,10 @@ counts the hypothesis tokens including the end token `</s>` (`return_end_token=T
 """
 
 
-def export_ctranslate2(model, config, vocab_dir, directory, *, options=None, quantization=None, precision=None,
-                       overwrite=False, **settings):
+def export_ctranslate2(model: Any, config: TransformerConfig, vocab_dir: str | os.PathLike[str],
+                       directory: str | os.PathLike[str], *,
+                       options: DecodeOptions | None = None, quantization: str | None = None,
+                       precision: str | None = None, overwrite: bool = False, **settings: Any) -> str:
     """Writes `model` as a CTranslate2 model folder that `CTranslate2Translator` (or ctranslate2 alone) loads.
 
     The folder holds CTranslate2's ``model.bin``, ``config.json`` and
@@ -280,8 +284,8 @@ def export_ctranslate2(model, config, vocab_dir, directory, *, options=None, qua
         models, names = vocabulary.models, vocabulary.names
         metadata = _metadata(config, vocabulary, _decoding_record(options, settings), precision)
         # Written and checked beside `directory`, then swapped in: the old export serves until the new one works.
-        with writing_export(os.path.abspath(directory), precision=precision) as staging:
-            staging = os.fspath(staging)
+        with writing_export(os.path.abspath(directory), precision=precision) as staging_folder:
+            staging = os.fspath(staging_folder)
             spec.save(staging)
             for side, path in models.items():
                 shutil.copyfile(path, os.path.join(staging, names[side]))
@@ -296,7 +300,7 @@ class _Vocabulary:
     `tokens` (side -> CTranslate2's token list), `names` (side -> file name in the export), `folders`, and
     `mapped` (an imported vocabulary, whose pieces are numbered by its own vocab.json)."""
 
-    def __init__(self, vocab_dir):
+    def __init__(self, vocab_dir: str | os.PathLike[str]) -> None:
         self.folders = _tokenizer_folders(vocab_dir)
         self.mapped = _is_mapped(self.folders["source"])
         if self.mapped:
@@ -312,7 +316,7 @@ class _Vocabulary:
                       else {"source": "source.sentencepiece.model", "target": "target.sentencepiece.model"})
 
 
-def _decoding_record(options, settings):
+def _decoding_record(options: DecodeOptions | None, settings: dict[str, Any]) -> dict[str, Any]:
     """The decoding options the export records (`options` with `settings` replaced), as a dict: a beam search
     with early_exit (CTranslate2's own stopping rule), with a warning where the options say otherwise."""
     decoding = (options or DecodeOptions()).replace(**settings)
@@ -325,7 +329,8 @@ def _decoding_record(options, settings):
     return decoding.to_dict()
 
 
-def _metadata(config, vocabulary, decoding, precision):
+def _metadata(config: TransformerConfig, vocabulary: _Vocabulary, decoding: dict[str, Any],
+              precision: str) -> dict[str, Any]:
     """``keras_transformer.json``: what `CTranslate2Translator` needs beside CTranslate2's own files."""
     import ctranslate2
 
@@ -356,7 +361,8 @@ def _metadata(config, vocabulary, decoding, precision):
     }
 
 
-def _precision(precision, quantization, flags=("precision", "quantization")):
+def _precision(precision: str | None, quantization: str | None,
+               flags: tuple[str, str] = ("precision", "quantization")) -> str:
     """The one precision of `precision` and its older name `quantization` (float32 without either), checked."""
     if precision is not None and quantization is not None and precision != quantization:
         raise ConfigError(f"{flags[0]}={precision} and {flags[1]}={quantization} disagree: give one of them.")
@@ -383,11 +389,13 @@ class CTranslate2Exporter(Exporter):
     options = {"precision": "--precision", "quantization": "--quantization"}
     precisions = PRECISIONS
 
-    def __init__(self, precision=None, quantization=None):
+    def __init__(self, precision: str | None = None, quantization: str | None = None) -> None:
         self.precision = _precision(precision, quantization, ("--precision", "--quantization"))
         self.quantization = None if self.precision == "float32" else self.precision
 
-    def export(self, model, directory, *, checkpoint=None, average=None, overwrite=False, options=None, **settings):
+    def export(self, model: str | os.PathLike[str] | list[str | os.PathLike[str]], directory: str | os.PathLike[str], *,
+               checkpoint: Any = None, average: int | None = None, overwrite: bool = False,
+               options: DecodeOptions | None = None, **settings: Any) -> str:
         """Loads `model`'s weights (`workdir.load_models`) and writes them with `export_ctranslate2`; the decoding
         recorded is `options` (default: the model folder's) with `settings` (None values change nothing).
 
@@ -406,11 +414,12 @@ class CTranslate2Exporter(Exporter):
                 raise ConfigError(f"{paths[0]} is an ensemble of {len(loaded.models)} models; CTranslate2 holds one "
                                   "model.")
             settings = {key: value for key, value in settings.items() if value is not None}
+            assert loaded.vocab_dir is not None  # require_vocabulary
             return export_ctranslate2(loaded.models[0], loaded.configs[0], loaded.vocab_dir, directory,
                                       options=options or loaded.decoding, precision=self.precision,
                                       overwrite=overwrite, **settings)
 
-    def recorded_decoding(self, directory):
+    def recorded_decoding(self, directory: str | os.PathLike[str]) -> DecodeOptions:
         """The decoding `keras_transformer.json` records."""
         return DecodeOptions.from_dict(read_metadata(directory)["decoding"])
 

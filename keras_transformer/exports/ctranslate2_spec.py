@@ -35,8 +35,12 @@ restricted (windowed) self-attention, a value size d_v different from the key
 size d_k (and, in `exports.ctranslate2`, WordPiece vocabularies).
 """
 
+from collections.abc import Sequence
+from typing import Any
+
 import numpy as np
 
+from keras_transformer.config import TransformerConfig
 from keras_transformer.model import parts
 
 # TransformerConfig.activation -> CTranslate2's common_spec.Activation
@@ -46,7 +50,7 @@ _ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "gelu_tanh": "GELUTanh", "swish"
 # ---------------------------------------------------------------------- support checks
 
 
-def check_ctranslate2_support(config):
+def check_ctranslate2_support(config: TransformerConfig) -> None:
     """Raises `ValueError` naming the first feature of `config` that CTranslate2 cannot run.
 
     Supported: post- and pre-norm, any tying mode, separate vocabularies,
@@ -82,14 +86,14 @@ def check_ctranslate2_support(config):
 # ---------------------------------------------------------------------- weights
 
 
-def _numpy(value):
+def _numpy(value: Any) -> np.ndarray:
     """A Keras variable (or numpy array) as a float32 numpy array."""
     if hasattr(value, "numpy"):
         value = value.numpy()
     return np.asarray(value, dtype=np.float32)
 
 
-def _linear(spec, dense, transpose=True, scale=1.0):
+def _linear(spec: Any, dense: Any, transpose: bool = True, scale: float = 1.0) -> None:
     """Sets a CTranslate2 `LinearSpec` from a Keras `Dense` (kernel `(in, out)` -> weight `(out, in)`)."""
     kernel = _numpy(dense.kernel)
     spec.weight = np.ascontiguousarray((kernel.T if transpose else kernel) * scale)
@@ -97,7 +101,8 @@ def _linear(spec, dense, transpose=True, scale=1.0):
         spec.bias = _numpy(dense.bias) * scale
 
 
-def _per_head_to_blocks(kernel, bias, num_heads, sizes):
+def _per_head_to_blocks(kernel: np.ndarray, bias: np.ndarray | None, num_heads: int,
+                        sizes: Sequence[int]) -> tuple[np.ndarray, np.ndarray | None]:
     """Reorders a fused projection laid out per head into one block per part.
 
     `kernel (D, H * sum(sizes))` has, for each head h, the columns
@@ -115,7 +120,7 @@ def _per_head_to_blocks(kernel, bias, num_heads, sizes):
     return np.ascontiguousarray(weight), np.concatenate([part.reshape(-1) for part in bias_parts])
 
 
-def _fused(spec, dense, num_heads, sizes):
+def _fused(spec: Any, dense: Any, num_heads: int, sizes: Sequence[int]) -> None:
     weight, bias = _per_head_to_blocks(_numpy(dense.kernel), None if dense.bias is None else _numpy(dense.bias),
                                        num_heads, sizes)
     spec.weight = weight
@@ -123,17 +128,17 @@ def _fused(spec, dense, num_heads, sizes):
         spec.bias = bias
 
 
-def _layer_norm(spec, norm):
+def _layer_norm(spec: Any, norm: Any) -> None:
     spec.gamma = _numpy(norm.gamma)
     spec.beta = _numpy(norm.beta)
 
 
-def _rezero(block):
+def _rezero(block: Any) -> float:
     """The ReZero scalar of a `SublayerConnection` (1.0 without ReZero), folded into the sub-layer's output."""
     return float(_numpy(block.rezero_alpha)) if block.use_rezero else 1.0
 
 
-def _self_attention(spec, attention, block, scale_logits):
+def _self_attention(spec: Any, attention: Any, block: Any, scale_logits: bool) -> None:
     dk, dv = attention.key_dim, attention.value_dim
     _fused(spec.linear[0], attention.qkv_dense, attention.num_heads, (dk, dk, dv))  # [Q; K; V]
     if attention.max_relative_position is not None:  # (2k + 1, d) each, the same layout in both
@@ -145,7 +150,7 @@ def _self_attention(spec, attention, block, scale_logits):
         spec.queries_scale = np.float32(1.0)
 
 
-def _cross_attention(spec, attention, block, scale_logits):
+def _cross_attention(spec: Any, attention: Any, block: Any, scale_logits: bool) -> None:
     dk, dv = attention.key_dim, attention.value_dim
     _linear(spec.linear[0], attention.query_dense)
     _fused(spec.linear[1], attention.key_value_dense, attention.num_heads, (dk, dv))  # [K; V]
@@ -155,13 +160,13 @@ def _cross_attention(spec, attention, block, scale_logits):
         spec.queries_scale = np.float32(1.0)
 
 
-def _feed_forward(spec, feed_forward, block):
+def _feed_forward(spec: Any, feed_forward: Any, block: Any) -> None:
     _linear(spec.linear_0, feed_forward.inner)
     _linear(spec.linear_1, feed_forward.outer, scale=_rezero(block))
     _layer_norm(spec.layer_norm, block.norm)
 
 
-def position_table(model, side="source"):
+def position_table(model: Any, side: str = "source") -> np.ndarray:
     """The `(max_length, d_model)` position table a `build_model` model adds on one side, as numpy.
 
     Sinusoidal tables are the package's interleaved sin/cos values
@@ -193,7 +198,8 @@ def position_table(model, side="source"):
     return _numpy(layer.table)
 
 
-def build_spec(model, config, source_tokens, target_tokens):
+def build_spec(model: Any, config: TransformerConfig, source_tokens: Sequence[str],
+               target_tokens: Sequence[str]) -> Any:
     """The CTranslate2 `TransformerSpec` holding `model`'s weights (not yet validated or saved).
 
     Args:
@@ -260,6 +266,7 @@ def build_spec(model, config, source_tokens, target_tokens):
     if config.tie_embeddings in ("all", "decoder"):
         spec.decoder.projection.weight = _numpy(target_embedding.embeddings)  # (V, D), as CTranslate2 wants
     else:
+        assert model_parts.output_projection is not None  # untied: build_model gave the model one
         spec.decoder.projection.weight = np.ascontiguousarray(
             _numpy(model_parts.output_projection.kernel).T)
     if model_parts.output_bias is not None:

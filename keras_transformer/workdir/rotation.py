@@ -7,7 +7,9 @@ them (`pinned_checkpoints`), through a shared lock on `checkpoints/.readers.lock
 
 import contextlib
 import logging
+import os
 import pathlib
+from collections.abc import Iterator
 
 from keras_transformer.files import exclusive_unless_shared, shared_lock
 from keras_transformer.workdir.layout import CHECKPOINTS_DIR
@@ -18,7 +20,7 @@ READERS_LOCK = ".readers.lock"  # in checkpoints/: held shared by readers, taken
 
 
 @contextlib.contextmanager
-def pinned_checkpoints(workdir):
+def pinned_checkpoints(workdir: str | os.PathLike[str]) -> Iterator[None]:
     """Keeps the checkpoints of `workdir` in place while the `with` block lists and reads them.
 
     A running `train` with `training.keep_checkpoints` deletes its oldest checkpoints after each epoch (and
@@ -51,7 +53,8 @@ def pinned_checkpoints(workdir):
         yield
 
 
-def rotate_checkpoints(directory, keep, pattern="ckpt-[0-9][0-9][0-9][0-9].weights.h5"):
+def rotate_checkpoints(directory: str | os.PathLike[str], keep: int,
+                       pattern: str = "ckpt-[0-9][0-9][0-9][0-9].weights.h5") -> list[pathlib.Path]:
     """Deletes all but the newest `keep` checkpoints named like `pattern` in `directory`, unless a reader holds
     them (`pinned_checkpoints`): then it deletes nothing and returns at once; the next rotation deletes them.
     What the training loop's checkpoint callbacks call after each save.
