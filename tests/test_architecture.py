@@ -14,22 +14,23 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "keras_transformer"
 # The layers, lowest first (README, "Layout"). A module imports only from its own layer or the ones below.
 LAYERS = [
     ("stdlib", ["errors", "files", "files.*", "exports", "exports.folder", "workdir", "workdir.layout",
-                "runtime", "runtime.import_hooks", "runtime.registry", "runtime.registration",
+                "workdir.rotation", "runtime", "runtime.import_hooks", "runtime.registry", "runtime.registration",
                 "runtime.tensorflow_logs",
                 "data", "data.textfile", "decoding.registry", "decoding.strategies", "decoding", "decoding.options",
-                "engines", "engines.interface", "attention", "packed",
+                "engines", "engines.interface", "engines.ctranslate2_cpu", "attention", "packed",
                 "documents", "documents.*"]),  # numpy, lxml and sentencex too: what engines.interface builds on
     ("core", ["config", "layers", "layers.*", "model", "trainer.losses", "trainer.metrics", "trainer.schedules",
               "trainer.optimizers", "decoding.*", "attention.maps", "runtime.keras_internals", "data.batching",
-              "data.stream", "data.synthetic", "packed.data", "trainer", "trainer.footprint"]),
+              "data.stream", "data.synthetic", "packed.data", "trainer", "trainer.footprint",
+              "exports.ctranslate2_spec"]),
     ("experiment", ["experiment", "experiment.*"]),
     ("workdir", ["workdir.checkpoints", "evaluation"]),
     ("engines", ["engines.packed", "engines.ctranslate2"]),  # the engines TensorFlow-free
     ("training", ["trainer.*"]),
     ("tensorflow", ["data.corpus", "data.tokenizers", "data.tokenizers.*", "data.pipeline", "data.pipeline.*",
                     "data.build", "trainer.distribute", "engines.tensorflow", "engines.tensorflow_graph",
-                    "engines.tensorflow_threads", "exports.savedmodel", "exports.ctranslate2", "exports.warmup",
-                    "trainer.tensorflow_callbacks"]),
+                    "engines.tensorflow_chunks", "engines.tensorflow_threads", "exports.savedmodel",
+                    "exports.ctranslate2", "exports.warmup", "trainer.tensorflow_callbacks"]),
     ("user", ["engines.loader", "training", "packed.training", "inference", "packed.scoring", "trainer.distillation",
               "serving", "serving.*", "imports", "imports.*"]),
     ("plotting", ["attention.plotting"]),
@@ -157,6 +158,17 @@ def test_every_package_sits_no_higher_than_its_modules():
             higher.append(f"{package} ({LAYERS[_layer(package)][0]}) is above its modules' lowest layer "
                           f"({LAYERS[lowest][0]})")
     assert not higher, "\n".join(higher)
+
+
+MAX_MODULE_LINES = 600  # a module past it holds more than one concern: split it by concern (issue #85)
+
+
+def test_no_module_of_the_package_exceeds_the_line_bound():
+    lines = {path.relative_to(PACKAGE.parent).as_posix(): len(path.read_text(encoding="utf-8").splitlines())
+             for path in PACKAGE.rglob("*.py")}
+    assert len(lines) > 50  # the package was found
+    over = sorted(f"{path}: {count} lines" for path, count in lines.items() if count > MAX_MODULE_LINES)
+    assert not over, f"modules over {MAX_MODULE_LINES} lines (split each by concern):\n" + "\n".join(over)
 
 
 def test_the_import_graph_has_no_cycle():

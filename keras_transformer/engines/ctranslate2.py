@@ -4,21 +4,30 @@ A folder written by `exports.ctranslate2.export_ctranslate2` (or
 `keras-transformer export --format ctranslate2`) is served by CTranslate2's C++
 engine. This module needs numpy and, when a translator is built, the optional
 `ctranslate2` and `sentencepiece` packages: neither Keras nor TensorFlow, so a
-serving process imports only what decoding needs.
+serving process imports only what decoding needs. It also names the export's format and the precisions
+(compute types) CTranslate2 runs here; the CPU backend and threads are `engines.ctranslate2_cpu`'s.
 """
+
+from __future__ import annotations
 
 import copy
 import json
 import logging
 import os
 import sys
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeAlias
 
 import numpy as np
 
 from keras_transformer.decoding.options import DecodeOptions
-from keras_transformer.engines.interface import TranslatorInterface, check_prefix_ids
+from keras_transformer.engines.ctranslate2_cpu import cpu_model, default_intra_threads, select_cpu_backend
+from keras_transformer.engines.interface import Lines, TranslatorInterface, check_prefix_ids
 from keras_transformer.errors import ConfigError
 from keras_transformer.workdir.layout import CTRANSLATE2_METADATA
+
+# Per sentence, the target tokens a search is forced to start with (CTranslate2's `target_prefix`).
+Tokens: TypeAlias = Sequence[Sequence[str]]
 
 FORMAT = "keras_transformer.ctranslate2"
 FORMAT_VERSION = 1
@@ -26,13 +35,9 @@ FORMAT_VERSION = 1
 # `quantization`): weights in the first part, activations in the second ("int8" alone: int8 weights, and what the
 # device runs best around them).
 PRECISIONS = ("float32", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16")
-# CTranslate2 reads it once, when `ctranslate2` is imported: "1" for Intel MKL, "0" for oneDNN (its default: MKL on
-# GenuineIntel CPUs, oneDNN on others).
-CPU_BACKEND_VARIABLE = "CT2_USE_MKL"
-CPU_BACKENDS = {"mkl": "1", "dnnl": "0"}
 
 
-def is_ctranslate2_model(path):
+def is_ctranslate2_model(path: str | os.PathLike[str]) -> bool:
     """True if `path` is a folder written by `export_ctranslate2` (it holds ``keras_transformer.json`` and
     ``model.bin``).
 
@@ -59,7 +64,7 @@ def is_ctranslate2_model(path):
         return False
 
 
-def read_metadata(directory):
+def read_metadata(directory: str | os.PathLike[str]) -> dict[str, Any]:
     """The ``keras_transformer.json`` of a CTranslate2 export, checked.
 
     Example:
@@ -79,124 +84,11 @@ def read_metadata(directory):
     return metadata
 
 
-# ---------------------------------------------------------------------- CPU backend and threads
+
+# ---------------------------------------------------------------------- precisions
 
 
-def _backend_of(value):
-    """The backend a value of CT2_USE_MKL selects ("1"/"true": mkl; else dnnl)."""
-    return "mkl" if str(value).strip().lower() in ("1", "true", "yes", "on") else "dnnl"
-
-
-def cpu_vendor():
-    """The CPU's vendor string as Linux reports it ("GenuineIntel", "AuthenticAMD"; "" where unknown).
-
-    Example:
-
-    >>> isinstance(cpu_vendor(), str)
-    True
-    """
-    return _cpuinfo_field("vendor_id")
-
-
-def _cpuinfo_field(name):
-    """The first value of field `name` in /proc/cpuinfo ("" where there is none)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                key, _, value = line.partition(":")
-                if key.strip() == name:
-                    return value.strip()
-    except OSError:
-        pass
-    return ""
-
-
-def select_cpu_backend(backend=None):
-    """Chooses CTranslate2's CPU matrix-product backend for this process, before `ctranslate2` is imported.
-
-    The rule: oneDNN ("dnnl") on every CPU, unless asked otherwise. CTranslate2's
-    own default is Intel MKL on Intel CPUs, and MKL with more than one thread
-    stalled a 2-core Intel Xeon (95 ms for one sentence against 7.7 ms with
-    oneDNN); on AMD it already uses oneDNN, which docs/BENCHMARKS.md times
-    against MKL there. `backend` ("dnnl" or "mkl"), else the environment's
-    `CT2_USE_MKL` ("0" or "1"), overrides it. CTranslate2 reads `CT2_USE_MKL`
-    once, when it is imported, so this sets it then; in a process that
-    imported `ctranslate2` already, the backend it chose stays, and asking for
-    another is an error.
-
-    Args:
-        backend: "dnnl", "mkl", or None / "auto" (the rule above).
-
-    Returns:
-        "dnnl" or "mkl": the backend CTranslate2 uses in this process.
-
-    Raises:
-        ConfigError: an unknown backend, or one other than the backend the
-            already imported `ctranslate2` uses.
-
-    Example:
-
-    >>> select_cpu_backend("dnnl") if "ctranslate2" not in sys.modules else "dnnl"
-    'dnnl'
-    """
-    if backend in (None, "auto"):
-        wanted = None
-    elif backend in CPU_BACKENDS:
-        wanted = backend
-    else:
-        raise ConfigError(f"CTranslate2Translator: cpu_backend must be 'auto', 'dnnl' or 'mkl', got {backend!r}.")
-    if "ctranslate2" in sys.modules:  # the choice was made when it was imported
-        value = os.environ.get(CPU_BACKEND_VARIABLE)
-        active = _backend_of(value) if value is not None else ("mkl" if cpu_vendor() == "GenuineIntel" else "dnnl")
-        if wanted is not None and wanted != active:
-            raise ConfigError(f"CTranslate2Translator: cpu_backend={wanted!r}, but ctranslate2 was already imported "
-                              f"in this process with its {active} backend, which it keeps: create the translator "
-                              f"before anything imports ctranslate2, or set {CPU_BACKEND_VARIABLE}="
-                              f"{CPU_BACKENDS[wanted]} before the process starts.")
-        return active
-    if wanted is None:
-        value = os.environ.get(CPU_BACKEND_VARIABLE)
-        wanted = _backend_of(value) if value is not None else "dnnl"
-    os.environ[CPU_BACKEND_VARIABLE] = CPU_BACKENDS[wanted]
-    return wanted
-
-
-def usable_cpus():
-    """The CPUs this process may run on (its affinity mask where the system has one).
-
-    Example:
-
-    >>> usable_cpus() >= 1
-    True
-    """
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
-def default_intra_threads(inter_threads=1):
-    """Threads per batch when none are given: `OMP_NUM_THREADS` if set, else every CPU the process may use
-    (`usable_cpus`, its affinity mask), shared by `inter_threads` translators; at least 1.
-
-    A server owns its machine: one sentence of the shipped model took 8 ms on 2 threads of a 2-core Xeon
-    against 13 ms on one (docs/BENCHMARKS.md). CTranslate2's OpenMP threads wait for each other by spinning,
-    so on a machine shared with other busy processes a team as large as the machine stalls whenever one of
-    its cores is taken (2 threads 8-30x slower than 1 under load, docs/serving.md): there, give
-    `intra_threads` (or `OMP_NUM_THREADS`) fewer threads than cores.
-
-    Example:
-
-    >>> default_intra_threads() == int(os.environ.get("OMP_NUM_THREADS") or usable_cpus())
-    True
-    """
-    value = os.environ.get("OMP_NUM_THREADS", "").strip()
-    if value.isdigit() and int(value) > 0:
-        return int(value)
-    return max(1, usable_cpus() // max(1, int(inter_threads)))
-
-
-def supported_precisions(device="cpu"):
+def supported_precisions(device: str = "cpu") -> tuple[str, ...]:
     """The compute types CTranslate2 runs on `device` in this process (`ctranslate2.get_supported_compute_types`),
     in the order of `PRECISIONS`. It imports `ctranslate2`, after `select_cpu_backend` has chosen its CPU backend.
 
@@ -212,7 +104,7 @@ def supported_precisions(device="cpu"):
     return tuple(precision for precision in PRECISIONS if precision in supported)
 
 
-def check_precision(precision, device="cpu", flag="--precision"):
+def check_precision(precision: str, device: str = "cpu", flag: str = "--precision") -> str:
     """Returns `precision` if CTranslate2 runs it on `device` here; else raises, naming it and what runs.
 
     Raises:
@@ -241,21 +133,10 @@ def check_precision(precision, device="cpu", flag="--precision"):
     return precision
 
 
-def cpu_model():
-    """The CPU's model name as Linux reports it ("" where unknown).
-
-    Example:
-
-    >>> isinstance(cpu_model(), str)
-    True
-    """
-    return _cpuinfo_field("model name")
-
-
 # ---------------------------------------------------------------------- decoding
 
 
-def gnmt_length_penalty(length, alpha):
+def gnmt_length_penalty(length: Any, alpha: float) -> np.ndarray:
     """((5 + length) / 6) ** alpha, as `keras_transformer.decoding.length_penalty`, in numpy.
 
     Example:
@@ -321,8 +202,9 @@ class CTranslate2Translator(TranslatorInterface):
     engine = "ctranslate2"
     strategies = ("beam", "greedy", "sample")  # what `_search_once` passes to CTranslate2
 
-    def __init__(self, directory, options=None, *, device="cpu", compute_type="default", intra_threads=None,
-                 inter_threads=1, exact_limits=True, cpu_backend=None, **settings):
+    def __init__(self, directory: str | os.PathLike[str], options: DecodeOptions | None = None, *, device: str = "cpu",
+                 compute_type: str | None = "default", intra_threads: int | None = None, inter_threads: int = 1,
+                 exact_limits: bool = True, cpu_backend: str | None = None, **settings: Any) -> None:
         self.cpu_backend = select_cpu_backend(cpu_backend)  # before ctranslate2 is imported
         self.intra_threads = int(intra_threads or default_intra_threads(inter_threads))
         import ctranslate2
@@ -370,12 +252,13 @@ class CTranslate2Translator(TranslatorInterface):
                                                  intra_threads=self.intra_threads, inter_threads=int(inter_threads))
 
     @classmethod
-    def load(cls, paths, checkpoint=None, average=None, options=None, **settings):
+    def load(cls, paths: list[Any], checkpoint: Any = None, average: int | None = None,
+             options: DecodeOptions | None = None, **settings: Any) -> CTranslate2Translator:
         """The translator of the one CTranslate2 export in `paths` (`TranslatorInterface.load`;
         `engines.loader` refused ensembles and weights options already)."""
         return cls(paths[0], options, **settings)
 
-    def _compute_type(self, compute_type, device):
+    def _compute_type(self, compute_type: str | None, device: str) -> str:
         """The compute type to load with: `compute_type`, or for "default" the precision the export records."""
         if compute_type not in (None, "default"):
             return compute_type
@@ -390,7 +273,7 @@ class CTranslate2Translator(TranslatorInterface):
             return "default"
         return recorded
 
-    def check_options(self, options):
+    def check_options(self, options: DecodeOptions) -> DecodeOptions:
         """`TranslatorInterface.check_options`, and a beam search must stop by CTranslate2's own rule."""
         options = super().check_options(options)
         if options.strategy == "beam" and not options.early_exit:
@@ -398,7 +281,7 @@ class CTranslate2Translator(TranslatorInterface):
                               "rule (early_exit): it has no exact stopping rule.")
         return options
 
-    def with_options(self, options):
+    def with_options(self, options: DecodeOptions) -> CTranslate2Translator:
         """A translator of the same loaded CTranslate2 model decoding with `options`
         (`TranslatorInterface.with_options`); options are read at each call, so this costs nothing.
 
@@ -413,20 +296,20 @@ class CTranslate2Translator(TranslatorInterface):
         return variant
 
     @property
-    def beam_size(self):
+    def beam_size(self) -> int:
         """Beams per sentence (beam search; greedy decoding and sampling run one)."""
         return self.options.beam_size if self.options.strategy == "beam" else 1
 
     @property
-    def max_extra(self):
+    def max_extra(self) -> int:
         """A translation has at most its source's length (with eos) + this many tokens."""
         return self.options.max_extra
 
-    def returned(self):
+    def returned(self) -> int:
         """Hypotheses per sentence: all `beam_size` for beam search, else `options.returned()`."""
         return self.options.returned() if self.options.strategy != "beam" else self.beam_size
 
-    def _saved_vocabulary(self, side):
+    def _saved_vocabulary(self, side: str) -> list[str]:
         for name in (f"{side}_vocabulary.json", "shared_vocabulary.json"):
             path = os.path.join(self.directory, name)
             if os.path.isfile(path):
@@ -436,7 +319,7 @@ class CTranslate2Translator(TranslatorInterface):
                                 "shared_vocabulary.json).")
 
     # ------------------------------------------------------------------ ids
-    def encode_source(self, text):
+    def encode_source(self, text: str) -> list[str]:
         """One sentence's source tokens as CTranslate2 takes them (pieces, without the eos it adds).
 
         Example:
@@ -449,7 +332,7 @@ class CTranslate2Translator(TranslatorInterface):
         ids = self.source_processor.encode(text)[: self.max_source_length - 1]
         return [self.source_tokens[i] for i in ids]
 
-    def _pieces(self, processor, text, side):
+    def _pieces(self, processor: Any, text: str, side: str) -> list[str]:
         """An imported vocabulary's tokens of `text`: a leading ``>>xx<<`` tag whole (or, with language tokens, a
         leading one of them, else the side's language), then SentencePiece's pieces, each one the vocabulary lacks
         read as unk (`keras_transformer.data.tokenizers.MappedTokenizer`)."""
@@ -466,36 +349,37 @@ class CTranslate2Translator(TranslatorInterface):
         return [token if token in self._known[side] else self._unk_token
                 for token in tag + processor.encode(text, out_type=str)]
 
-    def _limit(self, source_tokens, prefix=()):
+    def _limit(self, source_tokens: Sequence[str], prefix: Sequence[str] = ()) -> int:
         """Tokens a translation may have: source length with eos + max_extra, at least its target prefix and one
         more, capped by the position table."""
         wanted = max(len(source_tokens) + 1 + self.max_extra, len(prefix) + 1)
         return max(1, min(wanted, self.max_target_length))
 
     @property
-    def target_languages(self):
+    def target_languages(self) -> tuple[str, ...]:  # type: ignore[override]  # a property where the interface has a class default
         """The language codes of the export's target language tokens (`TranslatorInterface.target_languages`)."""
         return tuple(self.metadata.get("target_languages", ()))
 
     @property
-    def source_languages(self):
+    def source_languages(self) -> tuple[str, ...]:  # type: ignore[override]  # a property where the interface has a class default
         """The language codes of the export's source language tokens (`TranslatorInterface.source_languages`)."""
         return tuple((self.metadata.get("languages") or {}).get("source", {}).get("languages", ()))
 
-    def target_prefix_ids(self, prefixes):
+    def target_prefix_ids(self, prefixes: list[str]) -> list[list[int]]:
         """Per prefix text, its forced target ids (no eos), checked (`interface.check_prefix_ids`): the target
         SentencePiece model's ids, or for an imported vocabulary the ids of its pieces in that vocabulary (a
         ``>>xx<<`` tag whole), which index `target_tokens` alike."""
+        encode: Callable[[str], list[int]]
         if self.mapped:
-            def encode(text):
+            def mapped_ids(text: str) -> list[int]:
                 return [self._target_ids[token] for token in self._pieces(self.target_processor, text, "target")]
-            unk = self._target_ids[self._unk_token]
+            encode, unk = mapped_ids, self._target_ids[self._unk_token]
         else:
             encode, unk = self.target_processor.encode, self.target_processor.unk_id()
         return [check_prefix_ids("CTranslate2Translator", text, encode(text), unk, self.max_target_length)
                 for text in prefixes]
 
-    def _search(self, sources, prefixes=None):
+    def _search(self, sources: list[list[str]], prefixes: Tokens | None = None) -> list[list[tuple[list[int], float]]]:
         """Beam search on token lists: per sentence, `[(ids, score)]` best first (rescored with the GNMT penalty).
 
         Pad and bos are never produced by `keras_transformer.decoding`, which
@@ -518,14 +402,15 @@ class CTranslate2Translator(TranslatorInterface):
                 results[i] = hypotheses
         return results
 
-    def _search_once(self, sources, indices, suppress, prefixes=None):
+    def _search_once(self, sources: list[list[str]], indices: list[int], suppress: bool,
+                     prefixes: Tokens | None = None) -> list[list[tuple[list[int], float]]]:
         """`_search` for `sources[i]`, i in `indices`; returns their results in that order."""
         limits = {i: self._limit(sources[i], prefixes[i] if prefixes else ()) for i in indices}
-        groups = {}
+        groups: dict[int, list[int]] = {}
         for i in indices:
             groups.setdefault(limits[i] if self.exact_limits else 0, []).append(i)
-        results = {}
-        sampling = {}
+        results: dict[int, list[tuple[list[int], float]]] = {}
+        sampling: dict[str, Any] = {}
         if self.options.sampling:  # CTranslate2's own sampling (its draws are not those of the package's search)
             sampling = dict(sampling_topk=self.options.top_k, sampling_topp=self.options.top_p,
                             sampling_temperature=self.options.temperature)
@@ -548,7 +433,8 @@ class CTranslate2Translator(TranslatorInterface):
                 results[i] = sorted(scored, key=lambda pair: -pair[1])  # stable: ties keep CTranslate2's order
         return [results[i] for i in indices]
 
-    def _prefix_log_probs(self, sources, prefixes):
+    def _prefix_log_probs(self, sources: list[list[str]],
+                          prefixes: Sequence[Sequence[str] | None] | None) -> list[float]:
         """Per source, log P(its target prefix | source): CTranslate2's scores leave the forced tokens out, the
         package's count them (a hypothesis's score is the forced score of all of it). 0 without a prefix."""
         if not prefixes:
@@ -562,7 +448,7 @@ class CTranslate2Translator(TranslatorInterface):
                 totals[i] = float(np.sum(result.log_probs[:-1]))  # the last is the eos score_batch appends
         return totals
 
-    def _detokenize(self, ids):
+    def _detokenize(self, ids: Iterable[int]) -> str:
         kept = []
         for token in ids:
             if token == self.eos_id:
@@ -575,7 +461,7 @@ class CTranslate2Translator(TranslatorInterface):
         return self.target_processor.decode(kept)
 
     # ------------------------------------------------------------------ strings
-    def n_best_batch(self, texts, prefixes=None):
+    def n_best_batch(self, texts: list[str], prefixes: list[str] | None = None) -> list[list[tuple[str, float]]]:
         """Per text (cleaned, not blank: `TranslatorInterface`), `returned()` `(text, score)` pairs, best first;
         with `prefixes` (one text per text), each starting with its text's target prefix."""
         returned = self.returned()
@@ -588,11 +474,11 @@ class CTranslate2Translator(TranslatorInterface):
             results.append((ranked + [("", float("-inf"))] * returned)[:returned])
         return results
 
-    def translate_batch(self, texts, prefixes=None):
+    def translate_batch(self, texts: list[str], prefixes: list[str] | None = None) -> list[str]:
         """The best of `n_best_batch`, per text."""
         return [hypotheses[0][0] for hypotheses in self.n_best_batch(texts, prefixes)]
 
-    def score_batch(self, sources, targets):
+    def score_batch(self, sources: list[str], targets: list[str]) -> list[float]:
         """Forced decoding with CTranslate2's `score_batch`: per pair, log P(target and eos | source), divided by
         the GNMT penalty of `scoring_alpha`, as the other engines score."""
         target_tokens = []
@@ -607,7 +493,7 @@ class CTranslate2Translator(TranslatorInterface):
         return [float(np.sum(result.log_probs)) / float(gnmt_length_penalty(len(result.log_probs), self.scoring_alpha))
                 for result in results]
 
-    def translate(self, sentences):
+    def translate(self, sentences: Lines) -> list[str]:
         """Translates a batch of sentences (`translate_lines` in one batch).
 
         Args:
@@ -623,7 +509,7 @@ class CTranslate2Translator(TranslatorInterface):
         """
         return self.translate_lines(sentences, batch_size=sys.maxsize)  # one batch
 
-    def n_best(self, sentences):
+    def n_best(self, sentences: Lines) -> dict[str, list[list[Any]]]:
         """All `beam_size` hypotheses per sentence, best first, with their length-normalised scores.
 
         Returns:

@@ -4,13 +4,19 @@ A machine that trains from packed arrays (`keras_transformer.packed.scoring`, JA
 the model's own search (`keras_transformer.decoding`) over SentencePiece ids.
 """
 
+from __future__ import annotations
+
 import json
+import os
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import keras
 import numpy as np
 
 from keras_transformer import decoding
-from keras_transformer.attention.maps import attention_maps, strip_special
+from keras_transformer.attention.maps import AttentionMaps, attention_maps, strip_special
+from keras_transformer.config import TransformerConfig
 from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.decoding.registry import STRATEGIES
 from keras_transformer.engines.interface import TranslatorInterface, check_prefix_ids, clean_line, is_blank
@@ -46,12 +52,14 @@ class PackedTranslator(TranslatorInterface):
     engine = "packed"
     strategies = tuple(STRATEGIES)  # every registered strategy: the search is `decoding.strategy(name)`
 
-    def __init__(self, model, processors, config, options=None, **settings):
+    def __init__(self, model: Any, processors: Iterable[Any], config: TransformerConfig,
+                 options: DecodeOptions | None = None, **settings: Any) -> None:
         self.model, self.processors, self.config = model, tuple(processors), config
         self.options = self.check_options((options or DecodeOptions()).replace(**settings))
 
     @classmethod
-    def load(cls, paths, checkpoint=None, average=None, options=None, **settings):
+    def load(cls, paths: list[Any], checkpoint: Any = None, average: int | None = None,
+             options: DecodeOptions | None = None, **settings: Any) -> PackedTranslator:
         """`from_folder` of the one folder in `paths` (`TranslatorInterface.load`): no ensembles."""
         if len(paths) > 1:
             raise ConfigError(f"The packed engine decodes one model, and {len(paths)} were given: decode an "
@@ -59,7 +67,8 @@ class PackedTranslator(TranslatorInterface):
         return cls.from_folder(paths[0], checkpoint, average, options, checked=True, **settings)
 
     @classmethod
-    def from_folder(cls, path, checkpoint=None, average=None, options=None, checked=False, **settings):
+    def from_folder(cls, path: str | os.PathLike[str], checkpoint: Any = None, average: int | None = None,
+                    options: DecodeOptions | None = None, checked: bool = False, **settings: Any) -> PackedTranslator:
         """The packed translator of a workdir or SavedModel export (`workdir.load_models`, `checked` as there),
         with its SentencePiece vocabulary and, by default, its decoding options.
 
@@ -71,10 +80,11 @@ class PackedTranslator(TranslatorInterface):
         if len(loaded.models) != 1:
             raise ConfigError(f"{path} holds an ensemble of {len(loaded.models)} models; the packed translator "
                               "decodes one.")
+        assert loaded.vocab_dir is not None  # require_vocabulary
         return cls(loaded.models[0], sentencepiece_processors(loaded.vocab_dir), loaded.configs[0],
                    options or loaded.decoding, **{k: v for k, v in settings.items() if v is not None})
 
-    def with_options(self, options):
+    def with_options(self, options: DecodeOptions) -> PackedTranslator:
         """A packed translator of the same model decoding with `options` (`TranslatorInterface.with_options`):
         the weights are shared; `self` when `options` are its own.
 
@@ -86,18 +96,19 @@ class PackedTranslator(TranslatorInterface):
             return self
         return PackedTranslator(self.model, self.processors, self.config, options)
 
-    def _source_ids(self, text):
+    def _source_ids(self, text: str) -> list[int]:
         """A cleaned text's source ids: at most `max_length - 1` tokens, then eos."""
         max_source = parts(self.model).source_position.max_length
         return self.processors[0].encode(text)[:max_source - 1] + [self.config.eos_id]
 
-    def target_prefix_ids(self, prefixes):
+    def target_prefix_ids(self, prefixes: list[str]) -> list[list[int]]:
         """Per prefix text, its forced target ids (SentencePiece, no eos), checked (`interface.check_prefix_ids`)."""
         target, limit = self.processors[1], decoding.max_positions(self.model)
         return [check_prefix_ids("PackedTranslator", text, target.encode(text), target.unk_id(), limit)
                 for text in prefixes]
 
-    def _decode(self, texts, num_return, prefixes=None):
+    def _decode(self, texts: list[str], num_return: int,
+                prefixes: list[str] | None = None) -> list[list[tuple[list[int], float]]]:
         """Per text (cleaned, not blank), `num_return` `(token ids without specials, score)` pairs: one search over
         the batch, its width rounded up to a multiple of 8 (few shapes); with `prefixes`, each output starts
         with its text's prefix (the prefix width rounded up likewise)."""
@@ -117,20 +128,20 @@ class PackedTranslator(TranslatorInterface):
         return [[(strip_special(tokens[row, r], config.eos_id, config.pad_id, config.bos_id), float(scores[row, r]))
                  for r in range(num_return)] for row in range(len(texts))]
 
-    def translate_batch(self, texts, prefixes=None):
+    def translate_batch(self, texts: list[str], prefixes: list[str] | None = None) -> list[str]:
         """One translation per cleaned, non-blank text (`TranslatorInterface.translate_lines` calls it); with
         `prefixes`, each starting with its prefix."""
         decode = self.processors[1].decode
         return [decode(hypotheses[0][0]) for hypotheses in self._decode(texts, 1, prefixes)]
 
-    def n_best_batch(self, texts, prefixes=None):
+    def n_best_batch(self, texts: list[str], prefixes: list[str] | None = None) -> list[list[tuple[str, float]]]:
         """Per cleaned, non-blank text, `returned()` `(translation, score)` pairs (`n_best_lines` calls it); with
         `prefixes`, each starting with its text's prefix."""
         decode = self.processors[1].decode
         return [[(decode(ids), score) for ids, score in hypotheses]
                 for hypotheses in self._decode(texts, self.returned(), prefixes)]
 
-    def score_batch(self, sources, targets):
+    def score_batch(self, sources: list[str], targets: list[str]) -> list[float]:
         """Forced decoding of cleaned pairs (`decoding.score`; `score_lines` calls it)."""
         config = self.config
         max_target = decoding.max_positions(self.model)
@@ -140,7 +151,7 @@ class PackedTranslator(TranslatorInterface):
                                bos_id=config.bos_id)
         return [float(x) for x in keras.ops.convert_to_numpy(batch)]
 
-    def attention(self, sentence, translation=None):
+    def attention(self, sentence: str, translation: str | None = None) -> AttentionMaps:
         """The `AttentionMaps` of `sentence` and its translation (or `translation`), as the TensorFlow engine's."""
         text = clean_line(sentence, "PackedTranslator.attention")
         if is_blank(text):
@@ -153,7 +164,7 @@ class PackedTranslator(TranslatorInterface):
         target_ids = target_ids[: decoding.max_positions(self.model) - 1]
         source, target = self.processors
 
-        def pieces(processor):
+        def pieces(processor: Any) -> Callable[[Sequence[int]], list[str]]:
             return lambda ids: [processor.id_to_piece(int(i)) for i in ids]
 
         return attention_maps(self.model, self._source_ids(text), target_ids, (pieces(source), pieces(target)),
@@ -161,7 +172,7 @@ class PackedTranslator(TranslatorInterface):
                               pad_id=config.pad_id)
 
 
-def _padded(rows, pad_id, width=None):
+def _padded(rows: Sequence[Sequence[int]], pad_id: int, width: int | None = None) -> np.ndarray:
     """Lists of ids as one int32 `(len(rows), width)` array padded with `pad_id` (default width: the longest)."""
     array = np.full((len(rows), width or max(len(r) for r in rows)), pad_id, np.int32)
     for index, row in enumerate(rows):
@@ -169,7 +180,7 @@ def _padded(rows, pad_id, width=None):
     return array
 
 
-def sentencepiece_processors(vocab_dir):
+def sentencepiece_processors(vocab_dir: str | os.PathLike[str]) -> tuple[Any, Any]:
     """`(source, target)` SentencePiece processors of a workdir's `data/vocab` (shared or separate), no TensorFlow."""
     import sentencepiece  # the TensorFlow-free tokenizer, needed only for scoring here
 

@@ -4,7 +4,8 @@ This is the TensorFlow side of decoding: the tokenizers are tensorflow-text
 graphs, and the whole path runs in one `tf.function` that the export module
 saves in a SavedModel. The search itself is `keras_transformer.decoding`
 (the strategy its `DecodeOptions` name), the graph's pieces are
-`engines.tensorflow_graph`'s, and the Python-level methods (line clean-up,
+`engines.tensorflow_graph`'s, a batch's length-ordered chunks
+`engines.tensorflow_chunks`'s, and the Python-level methods (line clean-up,
 blanks, length order) are `keras_transformer.engines.interface.TranslatorInterface`'s.
 `keras_transformer.load_translator` builds one for a workdir or SavedModel export.
 
@@ -17,27 +18,28 @@ end-of-sequence token, so the encoder sees at most `max_length` positions
 `TransformerConfig.max_length`).
 """
 
+from __future__ import annotations
+
 import os
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import tensorflow as tf
 
 from keras_transformer import decoding
-from keras_transformer.attention.maps import attention_maps, strip_special
+from keras_transformer.attention.maps import AttentionMaps, attention_maps, strip_special
 from keras_transformer.data.tokenizers import load_tokenizers
 from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.decoding.registry import STRATEGIES
 from keras_transformer.decoding.strategies import SAMPLING_FIELDS
 from keras_transformer.engines.interface import TranslatorInterface, check_prefix_ids, clean_line
+from keras_transformer.engines.tensorflow_chunks import score_in_length_order, search_in_length_order
 from keras_transformer.engines.tensorflow_graph import (
-    SMALLEST_WIDTH_BUCKET,
     blank_strings,
-    bucket_table,
     check_vocabulary_sizes,
     encode_ids,
     encode_prefix_ids,
     one_target_per_source,
-    result_parts,
-    row_lengths,
     valid_utf8,
 )
 from keras_transformer.model import parts
@@ -131,8 +133,9 @@ class Translator(tf.Module, TranslatorInterface):
     engine = "tensorflow"
     strategies = tuple(STRATEGIES)  # every registered strategy: the search is `decoding.strategy(name)`
 
-    def __init__(self, model, source_tokenizer, target_tokenizer=None, options=None, jit_compile=False,
-                 chunk_size=TRAINED_CHUNK_SIZE, name="translator", **settings):
+    def __init__(self, model: Any, source_tokenizer: Any, target_tokenizer: Any = None,
+                 options: DecodeOptions | None = None, jit_compile: bool = False,
+                 chunk_size: int = TRAINED_CHUNK_SIZE, name: str = "translator", **settings: Any) -> None:
         super().__init__(name=name)
         self.models = decoding.ensemble_members(model)
         self.source_tokenizer = source_tokenizer
@@ -158,32 +161,32 @@ class Translator(tf.Module, TranslatorInterface):
         self._eager_left = 0 if jit_compile else EAGER_SENTENCES  # sentences still decoded without the graph
 
     @property
-    def jit_compile(self):
+    def jit_compile(self) -> bool:
         """Whether the search is compiled with XLA, one program per bucketed chunk shape (`bucket_sizes`)."""
         return self._jit_compile
 
     @property
-    def beam_size(self):
+    def beam_size(self) -> int:
         """`options.beam_size`: beams per sentence of the beam search."""
         return self.options.beam_size
 
     @property
-    def alpha(self):
+    def alpha(self) -> float:
         """`options.alpha`: the beam search's length-penalty exponent."""
         return self.options.alpha
 
     @property
-    def max_extra(self):
+    def max_extra(self) -> int:
         """`options.max_extra`: a translation has at most source length + this many tokens."""
         return self.options.max_extra
 
     @property
-    def early_exit(self):
+    def early_exit(self) -> bool:
         """`options.early_exit`: the beam search also stops by OpenNMT's and CTranslate2's rule."""
         return self.options.early_exit
 
     @property
-    def model(self):
+    def model(self) -> Any:
         """The model of a single-model Translator (an ensemble's members are in `models`)."""
         if len(self.models) != 1:
             raise AttributeError(f"This Translator decodes an ensemble of {len(self.models)} models: "
@@ -192,7 +195,8 @@ class Translator(tf.Module, TranslatorInterface):
 
     # --------------------------------------------------------------- constructors
     @classmethod
-    def load(cls, paths, checkpoint=None, average=None, options=None, **settings):
+    def load(cls, paths: list[Any], checkpoint: Any = None, average: int | None = None,
+             options: DecodeOptions | None = None, **settings: Any) -> Translator:
         """The translator of workdirs and SavedModel exports, several as one ensemble (`TranslatorInterface.load`;
         `workdir.load_models`): decoding defaults from the first."""
         loaded = load_models(paths if len(paths) > 1 else paths[0], checkpoint, average, require_vocabulary=True,
@@ -200,7 +204,8 @@ class Translator(tf.Module, TranslatorInterface):
         return cls.from_models(loaded.models, loaded.vocab_dir, options or loaded.decoding, **settings)
 
     @classmethod
-    def from_models(cls, models, tokenizers, options=None, **settings):
+    def from_models(cls, models: list[Any], tokenizers: Any, options: DecodeOptions | None = None,
+                    **settings: Any) -> Translator:
         """Wraps built models (one, or an ensemble's members) with their tokenizers.
 
         Args:
@@ -225,7 +230,7 @@ class Translator(tf.Module, TranslatorInterface):
         return cls(models if len(models) > 1 else models[0], source_tokenizer, target_tokenizer, options, **settings)
 
     @classmethod
-    def ensemble(cls, translators, **settings):
+    def ensemble(cls, translators: Iterable[Translator], **settings: Any) -> Translator:
         """One Translator decoding the models of several Translators as an ensemble.
 
         The members must share the tokenizers (the caller checks: `load_translator`
@@ -244,7 +249,7 @@ class Translator(tf.Module, TranslatorInterface):
         return cls([model for t in translators for model in t.models], first.source_tokenizer,
                    first.target_tokenizer, first.options, **settings)
 
-    def search_memory(self, rows, beam):
+    def search_memory(self, rows: int, beam: int) -> int:
         """Bytes the search over `rows` sentences of `beam` hypotheses each holds at its longest, every member of
         an ensemble included (`footprint.search_memory` with the models' sizes; a `chunk_size` translator
         decodes two chunks at a time at most, whatever `rows`).
@@ -263,7 +268,7 @@ class Translator(tf.Module, TranslatorInterface):
                                    layers.decoder.num_layers, layers.target_embedding.vocab_size)
         return total
 
-    def with_options(self, options):
+    def with_options(self, options: DecodeOptions) -> Translator:
         """A Translator of the same models and tokenizers decoding with `options` (`TranslatorInterface.with_options`).
 
         It shares the weights and keeps `jit_compile` and `chunk_size`; its graphs are its own (traced on
@@ -281,7 +286,7 @@ class Translator(tf.Module, TranslatorInterface):
                           self.target_tokenizer, options, jit_compile=self.jit_compile, chunk_size=self.chunk_size)
 
     # -------------------------------------------------------------------- ids
-    def encode_sources(self, sentences):
+    def encode_sources(self, sentences: Any) -> tf.Tensor:
         """Tokenizes strings into the model's source ids: tokens then eos, padded.
 
         Over-long sentences keep their first `max_length - 1` tokens.
@@ -294,26 +299,26 @@ class Translator(tf.Module, TranslatorInterface):
         """
         return encode_ids(self.source_tokenizer, sentences, self.max_source_length)
 
-    def encode_targets(self, sentences):
+    def encode_targets(self, sentences: Any) -> tf.Tensor:
         """Tokenizes reference translations into target ids (tokens then eos), for `score`."""
         return encode_ids(self.target_tokenizer, sentences, self.max_target_length)
 
-    def encode_prefixes(self, prefixes):
+    def encode_prefixes(self, prefixes: Any) -> tf.Tensor:
         """Tokenizes target prefixes into forced target ids (no eos), padded: int32 `[N, P]`
         (`tensorflow_graph.encode_prefix_ids`: too long a prefix, or one holding unk, fails in the graph)."""
         return encode_prefix_ids(self.target_tokenizer, prefixes, self.max_target_length)
 
     @property
-    def target_languages(self):
+    def target_languages(self) -> tuple[str, ...]:  # type: ignore[override]  # a property where the interface has a class default
         """The language codes of the target tokenizer's language tokens (`TranslatorInterface.target_languages`)."""
         return tuple(getattr(self.target_tokenizer, "languages", ()))
 
     @property
-    def source_languages(self):
+    def source_languages(self) -> tuple[str, ...]:  # type: ignore[override]  # a property where the interface has a class default
         """The language codes of the source tokenizer's language tokens (`TranslatorInterface.source_languages`)."""
         return tuple(getattr(self.source_tokenizer, "languages", ()))
 
-    def target_prefix_ids(self, prefixes):
+    def target_prefix_ids(self, prefixes: list[str]) -> list[list[int]]:
         """Per prefix text, its forced target ids, checked (`interface.check_prefix_ids`) before any graph runs."""
         target = self.target_tokenizer
         ids = target.tokenize(tf.constant([text.encode("utf-8") for text in prefixes], tf.string))
@@ -322,7 +327,8 @@ class Translator(tf.Module, TranslatorInterface):
         return [check_prefix_ids("Translator", text, [int(i) for i in row], getattr(target, "unk_id", None),
                                  self.max_target_length) for text, row in zip(prefixes, rows)]
 
-    def _search_ids(self, source, num_return, options, sampling, target_prefix=None):
+    def _search_ids(self, source: tf.Tensor, num_return: int, options: DecodeOptions, sampling: dict[str, Any],
+                    target_prefix: tf.Tensor | None = None) -> tuple[tf.Tensor, tf.Tensor]:
         """The options' strategy (`keras_transformer.decoding.STRATEGIES`) on one chunk of source ids.
 
         `sampling` holds the sampling settings as tensors (inputs of the compiled search, never constants
@@ -335,88 +341,15 @@ class Translator(tf.Module, TranslatorInterface):
             self.models, source, options.replace(n_best=num_return, **sampling), pad_id=target.pad_id,
             bos_id=target.bos_id, eos_id=target.eos_id, first_cache_stage=decoding.FIRST_CACHE_STAGE, **forced)
 
-    def _search(self, source, num_return, options, sampling, target_prefix=None):
+    def _search(self, source: tf.Tensor, num_return: int, options: DecodeOptions, sampling: dict[str, Any],
+                target_prefix: tf.Tensor | None = None) -> tuple[tf.Tensor, tf.Tensor]:
         """`_search_ids` through `_graph_search` (always with XLA; inside a graph without), else eagerly."""
         if self._jit_compile or tf.inside_function():
             return self._graph_search(source, num_return, options, sampling, target_prefix)
         return self._search_ids(source, num_return, options, sampling, target_prefix)
 
-    def _search_in_length_order(self, source, num_return, options, sampling, target_prefix=None):
-        """`_search` over `chunk_size` sentences at a time, shortest sources first, results in input order.
-
-        Each chunk keeps only its own source width (padding never changes a
-        result) and gets its own search loop, so it stops when its sentences
-        are done; outputs are padded to the width one search over the whole
-        batch gives, `min(S + max_extra, max target length)`. With XLA, chunks
-        are padded to bucketed shapes and dealt to `PARALLEL_CHUNKS` loops.
-        Each loop gathers its chunks' results in a TensorArray, concatenated
-        once at the end (not the results so far copied at every chunk). A
-        `target_prefix` `[N, P]` goes along, each chunk keeping its own width.
-        """
-        pad = self.target_tokenizer.pad_id
-        count, width = tf.shape(source)[0], tf.shape(source)[1]
-        lengths = row_lengths(source, self.source_tokenizer.pad_id)
-        order = tf.argsort(lengths, stable=True)  # (N,) shortest first
-        ordered, ordered_lengths = tf.gather(source, order), tf.gather(lengths, order)
-        out_width = tf.clip_by_value(width + self.max_extra, 1, self.max_target_length)
-        if target_prefix is not None:  # every output holds its prefix and one more token
-            ordered_prefix = tf.gather(target_prefix, order)  # (N, P)
-            prefix_lengths = row_lengths(ordered_prefix, pad)
-            out_width = tf.minimum(tf.maximum(out_width, tf.shape(target_prefix)[1] + 1), self.max_target_length)
-        chunks = (count + self.chunk_size - 1) // self.chunk_size
-        lanes = PARALLEL_CHUNKS if self._jit_compile else 1
-
-        def body(i, all_tokens, all_scores, all_positions):
-            start = i * self.chunk_size
-            end = tf.minimum(start + self.chunk_size, count)
-            piece = ordered[start:end, :tf.maximum(ordered_lengths[end - 1], 1)]  # (c, S_chunk)
-            forced = None
-            if target_prefix is not None:  # (c, P_chunk)
-                forced = ordered_prefix[start:end, :tf.reduce_max(prefix_lengths[start:end])]
-            if self._jit_compile:  # a few shapes, so a few XLA programs; padding never changes a result
-                if forced is not None:
-                    forced = self._pad_prefix_to_bucket(forced)
-                tokens, scores = self._search(self._pad_to_bucket(piece), num_return, options, sampling, forced)
-                tokens, scores = tokens[:end - start], scores[:end - start]
-            else:
-                tokens, scores = self._search(piece, num_return, options, sampling, forced)  # (c, R, T_c), (c, R)
-            # A padded source width gives a wider buffer; past `out_width` it holds only padding.
-            tokens = tf.pad(tokens, [[0, 0], [0, 0], [0, tf.maximum(out_width - tf.shape(tokens)[2], 0)]],
-                            constant_values=pad)[:, :, :out_width]
-            part = 1 + i // lanes  # this loop's part number
-            return (i + lanes, all_tokens.write(part, tokens), all_scores.write(part, scores),
-                    all_positions.write(part, tf.range(start, end)))
-
-        results = []
-        for lane in range(lanes):  # lane j decodes chunks j, j + lanes, ...: independent loops
-            start = (tf.constant(lane), result_parts(tf.zeros([0, num_return, out_width], tf.int32)),
-                     result_parts(tf.zeros([0, num_return], tf.float32)), result_parts(tf.zeros([0], tf.int32)))
-            results.append([parts.concat() for parts in tf.while_loop(lambda i, *_: i < chunks, body, start)[1:]])
-        tokens, scores, positions = (tf.concat(lane_parts, 0) for lane_parts in zip(*results))  # in lane order
-        # Row k holds the sentence at length-order position positions[k], input position order[positions[k]].
-        inverse = tf.math.invert_permutation(tf.gather(order, positions))
-        tokens, scores = tf.gather(tokens, inverse), tf.gather(scores, inverse)
-        return tokens, scores
-
-    def _pad_to_bucket(self, piece):
-        """Pads a chunk to the shape XLA compiles it for (`bucket_sizes`): its rows with copies of its
-        longest sentence, whose results the caller drops, and its source width with padding."""
-        rows, width = tf.shape(piece)[0], tf.shape(piece)[1]
-        bucket_rows = tf.gather(bucket_table(self.chunk_size, smallest=1), rows)
-        bucket_width = tf.gather(bucket_table(self.max_source_length, smallest=SMALLEST_WIDTH_BUCKET), width)
-        piece = tf.concat([piece, tf.repeat(piece[-1:], bucket_rows - rows, axis=0)], 0)
-        return tf.pad(piece, [[0, 0], [0, bucket_width - width]], constant_values=self.source_tokenizer.pad_id)
-
-    def _pad_prefix_to_bucket(self, prefix):
-        """Pads a chunk's target prefixes as `_pad_to_bucket` pads its sources (the rows alike; the width to a
-        power of two from 4), so that prefixes add a few XLA programs, not one per prefix length."""
-        rows, width = tf.shape(prefix)[0], tf.shape(prefix)[1]
-        bucket_rows = tf.gather(bucket_table(self.chunk_size, smallest=1), rows)
-        bucket_width = tf.gather(bucket_table(self.max_target_length, smallest=4), width)
-        prefix = tf.concat([prefix, tf.repeat(prefix[-1:], bucket_rows - rows, axis=0)], 0)
-        return tf.pad(prefix, [[0, 0], [0, bucket_width - width]], constant_values=self.target_tokenizer.pad_id)
-
-    def translate_ids(self, source, num_return=None, options=None, sampling=None, target_prefix=None):
+    def translate_ids(self, source: Any, num_return: int | None = None, options: DecodeOptions | None = None,
+                      sampling: dict[str, Any] | None = None, target_prefix: Any = None) -> tuple[tf.Tensor, tf.Tensor]:
         """Decodes source ids with the translator's options (or `options`).
 
         Args:
@@ -446,13 +379,19 @@ class Translator(tf.Module, TranslatorInterface):
             sampling = {}
         if target_prefix is not None:
             target_prefix = tf.convert_to_tensor(target_prefix, tf.int32)
-        if self.chunk_size:
-            return self._search_in_length_order(source, num_return, options, sampling, target_prefix)
+        if self.chunk_size:  # length-ordered chunks; with XLA, bucketed and dealt to PARALLEL_CHUNKS lanes
+            return search_in_length_order(
+                lambda piece, forced: self._search(piece, num_return, options, sampling, forced), source, num_return,
+                chunk_size=self.chunk_size, source_pad_id=self.source_tokenizer.pad_id,
+                target_pad_id=self.target_tokenizer.pad_id, max_extra=self.max_extra,
+                max_source_length=self.max_source_length, max_target_length=self.max_target_length,
+                bucketed=self._jit_compile, lanes=PARALLEL_CHUNKS if self._jit_compile else 1,
+                target_prefix=target_prefix)
         return self._search(source, num_return, options, sampling, target_prefix)
 
     # ----------------------------------------------------------------- strings
     @tf.function(autograph=False, input_signature=[tf.TensorSpec([None], tf.string)])
-    def translate(self, sentences):
+    def translate(self, sentences: Any) -> dict[str, tf.Tensor]:
         """Translates a batch of sentences.
 
         Args:
@@ -469,7 +408,7 @@ class Translator(tf.Module, TranslatorInterface):
                 "score": tf.where(blank, tf.zeros_like(scores[:, 0]), scores[:, 0])}
 
     @tf.function(autograph=False, input_signature=[tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.string)])
-    def translate_prefixed(self, sentences, prefixes):
+    def translate_prefixed(self, sentences: Any, prefixes: Any) -> dict[str, tf.Tensor]:
         """`translate` with each translation starting with its target prefix (forced, then continued).
 
         Args:
@@ -491,7 +430,7 @@ class Translator(tf.Module, TranslatorInterface):
                 "score": tf.where(blank, tf.zeros_like(scores[:, 0]), scores[:, 0])}
 
     @tf.function(autograph=False, input_signature=[tf.TensorSpec([None], tf.string)])
-    def n_best(self, sentences):
+    def n_best(self, sentences: Any) -> dict[str, tf.Tensor]:
         """`options.returned()` hypotheses per sentence (beam: all `beam_size`), best first; with strategy
         "sample", that many independent draws.
 
@@ -506,7 +445,7 @@ class Translator(tf.Module, TranslatorInterface):
                 "scores": tf.where(blank, tf.zeros_like(scores), scores)}
 
     @tf.function(autograph=False, input_signature=[tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.string)])
-    def n_best_prefixed(self, sentences, prefixes):
+    def n_best_prefixed(self, sentences: Any, prefixes: Any) -> dict[str, tf.Tensor]:
         """`n_best` with every hypothesis starting with its sentence's target prefix (`translate_prefixed`)."""
         sentences, prefixes = one_target_per_source("Translator.n_best_prefixed", sentences, prefixes)
         tokens, scores = self.translate_ids(self.encode_sources(sentences),
@@ -520,7 +459,7 @@ class Translator(tf.Module, TranslatorInterface):
     @tf.function(autograph=False, input_signature=[tf.TensorSpec([None], tf.string), tf.TensorSpec([], tf.int32),
                                                    tf.TensorSpec([], tf.float32), tf.TensorSpec([], tf.int32),
                                                    tf.TensorSpec([], tf.float32)])
-    def sample(self, sentences, seed, temperature, top_k, top_p):
+    def sample(self, sentences: Any, seed: Any, temperature: Any, top_k: Any, top_p: Any) -> dict[str, tf.Tensor]:
         """One translation per sentence drawn at random from the model (strategy "sample", whatever `options` say).
 
         A sentence's draw depends only on `seed`, the sentence and the model (`decoding.sampling.source_keys`:
@@ -549,7 +488,7 @@ class Translator(tf.Module, TranslatorInterface):
 
     @tf.function(autograph=False,
                  input_signature=[tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.string)])
-    def score(self, sources, targets):
+    def score(self, sources: Any, targets: Any) -> tf.Tensor:
         """Forced decoding: log P(target | source) of given pairs, length-normalised with `alpha`.
 
         With `chunk_size`, `chunk_size` pairs at a time, shortest targets first:
@@ -568,44 +507,18 @@ class Translator(tf.Module, TranslatorInterface):
         sources, targets = one_target_per_source("Translator.score", sources, targets)
         source, target = self.encode_sources(sources), self.encode_targets(targets)
         if self.chunk_size:
-            return self._score_in_length_order(source, target)
+            return score_in_length_order(self._score_ids, source, target, chunk_size=self.chunk_size,
+                                         source_pad_id=self.source_tokenizer.pad_id,
+                                         target_pad_id=self.target_tokenizer.pad_id, parallel=PARALLEL_CHUNKS)
         return self._score_ids(source, target)
 
-    def _score_ids(self, source, target):
+    def _score_ids(self, source: tf.Tensor, target: tf.Tensor) -> tf.Tensor:
         """`decoding.score` of id batches, with this translator's models, alpha and special ids."""
         target_tokenizer = self.target_tokenizer
         return decoding.score(self.models, source, target, alpha=self.scoring_alpha, pad_id=target_tokenizer.pad_id,
                               bos_id=target_tokenizer.bos_id)
 
-    def _score_in_length_order(self, source, target):
-        """`_score_ids` over `chunk_size` pairs at a time, shortest targets first, scores in input order.
-
-        Each chunk keeps only its own source and target widths, so a pass holds
-        `(chunk_size, T_chunk, vocabulary)` float32 logits per model whatever
-        the batch size, and at most `PARALLEL_CHUNKS` passes run at once (with
-        as many inter-op threads). The scores are those of one pass over the
-        batch, to float rounding (padding changes no score).
-        """
-        count = tf.shape(source)[0]
-        source_lengths = row_lengths(source, self.source_tokenizer.pad_id)
-        target_lengths = row_lengths(target, self.target_tokenizer.pad_id)
-        order = tf.argsort(target_lengths, stable=True)  # (N,) shortest targets first
-        source, target = tf.gather(source, order), tf.gather(target, order)
-        source_lengths, target_lengths = tf.gather(source_lengths, order), tf.gather(target_lengths, order)
-        chunks = (count + self.chunk_size - 1) // self.chunk_size
-
-        def body(i, all_scores):
-            start = i * self.chunk_size
-            end = tf.minimum(start + self.chunk_size, count)
-            piece_source = source[start:end, :tf.reduce_max(source_lengths[start:end])]  # (c, S_chunk)
-            piece_target = target[start:end, :target_lengths[end - 1]]  # (c, T_chunk)
-            return i + 1, all_scores.write(i + 1, self._score_ids(piece_source, piece_target))
-
-        _, all_scores = tf.while_loop(lambda i, _: i < chunks, body, (tf.constant(0), result_parts(tf.zeros([0]))),
-                                      parallel_iterations=PARALLEL_CHUNKS)
-        return tf.gather(all_scores.concat(), tf.math.invert_permutation(order))  # (N,) in input order
-
-    def _run(self, name, batch, prefixes=None):
+    def _run(self, name: str, batch: list[bytes], prefixes: list[str] | None = None) -> dict[str, tf.Tensor]:
         """The method `name` (`translate` or `n_best`; with `prefixes`, its `_prefixed` form) on a list of
         UTF-8 `bytes`, for the Python-level methods.
 
@@ -624,25 +537,25 @@ class Translator(tf.Module, TranslatorInterface):
             return function.python_function(*inputs)
         return function(*inputs)
 
-    def translate_batch(self, texts, prefixes=None):
+    def translate_batch(self, texts: list[str], prefixes: list[str] | None = None) -> list[str]:
         """`translate` on cleaned, non-blank texts (`TranslatorInterface.translate_lines` calls it); with
         `prefixes` (one text per text), `translate_prefixed`."""
         result = self._run("translate", [text.encode("utf-8") for text in texts], prefixes)
         return [text.decode("utf-8") for text in result["translation"].numpy()]
 
-    def n_best_batch(self, texts, prefixes=None):
+    def n_best_batch(self, texts: list[str], prefixes: list[str] | None = None) -> list[list[tuple[str, float]]]:
         """`n_best` on cleaned, non-blank texts, as `(translation, score)` lists (`n_best_lines` calls it); with
         `prefixes`, `n_best_prefixed`."""
         result = self._run("n_best", [text.encode("utf-8") for text in texts], prefixes)
         return [[(text.decode("utf-8"), float(score)) for text, score in zip(texts, scores)]
                 for texts, scores in zip(result["translations"].numpy(), result["scores"].numpy())]
 
-    def score_batch(self, sources, targets):
+    def score_batch(self, sources: list[str], targets: list[str]) -> list[float]:
         """`score` on cleaned pairs (`score_lines` calls it)."""
         return self.score(tf.constant([text.encode("utf-8") for text in sources], tf.string),
                           tf.constant([text.encode("utf-8") for text in targets], tf.string)).numpy().tolist()
 
-    def attention(self, sentence, translation=None):
+    def attention(self, sentence: str | bytes, translation: str | bytes | None = None) -> AttentionMaps:
         """The `AttentionMaps` of `sentence` and the translation this translator gives it (or `translation`).
 
         The source goes through the same tokenization and truncation as `translate`, and the translation drawn is
@@ -672,8 +585,8 @@ class Translator(tf.Module, TranslatorInterface):
         target_ids = target_ids[: self.max_target_length - 1]
         detokenized = valid_utf8(target.detokenize(tf.constant([target_ids + [target.eos_id]], tf.int32)))
 
-        def pieces(tokenizer):
-            def read(ids):
+        def pieces(tokenizer: Any) -> Callable[[list[int]], list[str]]:
+            def read(ids: list[int]) -> list[str]:
                 values = tokenizer.id_to_piece(tf.constant(ids, tf.int32)).numpy().reshape(-1)
                 return [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in values]
             return read

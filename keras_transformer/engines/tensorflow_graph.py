@@ -4,21 +4,23 @@ What `engines.tensorflow.Translator` builds its `tf.function`s from (and so what
 the warm-up requests of an export (`warmup`) use the same shape buckets.
 """
 
+from typing import Any
+
 import tensorflow as tf
 
 
-def valid_utf8(strings):
+def valid_utf8(strings: Any) -> tf.Tensor:
     """Replaces invalid UTF-8 bytes with U+FFFD, so no input can break tokenization or output."""
     return tf.strings.unicode_transcode(tf.convert_to_tensor(strings, tf.string), "UTF-8", "UTF-8",
                                         errors="replace", replacement_char=0xFFFD)
 
 
-def blank_strings(strings):
+def blank_strings(strings: Any) -> tf.Tensor:
     """True for empty or whitespace-only strings."""
     return tf.equal(tf.strings.length(tf.strings.strip(tf.convert_to_tensor(strings, tf.string))), 0)
 
 
-def encode_ids(tokenizer, sentences, max_length):
+def encode_ids(tokenizer: Any, sentences: Any, max_length: int) -> tf.Tensor:
     """Tokenizes strings into ids followed by eos, keeping at most `max_length` positions, padded."""
     tokens = tokenizer.tokenize(valid_utf8(sentences))
     if not isinstance(tokens, tf.RaggedTensor):
@@ -28,7 +30,7 @@ def encode_ids(tokenizer, sentences, max_length):
     return tf.concat([tokens, tf.RaggedTensor.from_tensor(eos)], axis=1).to_tensor(default_value=tokenizer.pad_id)
 
 
-def encode_prefix_ids(tokenizer, prefixes, max_length):
+def encode_prefix_ids(tokenizer: Any, prefixes: Any, max_length: int) -> tf.Tensor:
     """Tokenizes target prefixes into forced target ids (no eos), padded: int32 `[N, P]`.
 
     Checked in the graph, so that an exported signature refuses them too (`tf.errors.InvalidArgumentError`
@@ -52,12 +54,12 @@ def encode_prefix_ids(tokenizer, prefixes, max_length):
         return tf.identity(tokens.to_tensor(default_value=tokenizer.pad_id))
 
 
-def row_lengths(ids, pad_id):
+def row_lengths(ids: tf.Tensor, pad_id: int) -> tf.Tensor:
     """int32 `[N]`: the ids of each row that are not `pad_id` (tokens and eos; `encode_ids` pads after them)."""
     return tf.reduce_sum(tf.cast(tf.not_equal(ids, pad_id), tf.int32), axis=1)
 
 
-def result_parts(empty):
+def result_parts(empty: tf.Tensor) -> tf.TensorArray:
     """A TensorArray gathering a loop's results, part 1, 2, ... one per iteration, to concatenate once at the end.
 
     Part 0 is `empty` (no rows, the parts' other sizes), so that a loop of no iteration (an empty batch)
@@ -69,7 +71,7 @@ def result_parts(empty):
     return parts.write(0, empty)
 
 
-def one_target_per_source(caller, sources, targets):
+def one_target_per_source(caller: str, sources: Any, targets: Any) -> tuple[tf.Tensor, tf.Tensor]:
     """`sources, targets` behind a run-time check that they hold as many sentences, naming both counts.
 
     The check is an op of the graph (a traced batch has no size yet), so an
@@ -83,7 +85,7 @@ def one_target_per_source(caller, sources, targets):
         return tf.identity(sources), tf.identity(targets)
 
 
-def check_vocabulary_sizes(model, source_tokenizer, target_tokenizer, which):
+def check_vocabulary_sizes(model: Any, source_tokenizer: Any, target_tokenizer: Any, which: str) -> None:
     """Refuses tokenizers whose vocabulary size is not that of the embedding their ids go through.
 
     Ids beyond the embedding would fail inside the graph; a smaller vocabulary
@@ -107,7 +109,7 @@ def check_vocabulary_sizes(model, source_tokenizer, target_tokenizer, which):
 SMALLEST_WIDTH_BUCKET = 16
 
 
-def bucket_sizes(limit, smallest=1):
+def bucket_sizes(limit: int, smallest: int = 1) -> list[int]:
     """The padded sizes up to `limit`: powers of two from `smallest`, then `limit` itself.
 
     Example:
@@ -124,7 +126,7 @@ def bucket_sizes(limit, smallest=1):
     return sizes + [limit]
 
 
-def bucket_table(limit, smallest=1):
+def bucket_table(limit: int, smallest: int = 1) -> tf.Tensor:
     """int32 `(limit + 1,)`: entry `n` is the smallest `bucket_sizes(limit, smallest)` size >= n.
 
     Example:

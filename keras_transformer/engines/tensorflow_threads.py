@@ -8,7 +8,7 @@ import tensorflow as tf
 SINGLE_THREADED_EIGEN = "--xla_cpu_multi_thread_eigen=false"
 
 
-def xla_flags_for_threads(intra_op, flags=""):
+def xla_flags_for_threads(intra_op: int, flags: str = "") -> str:
     """`flags` (an `XLA_FLAGS` value) with what `intra_op` intra-op threads call for.
 
     With one intra-op thread, `SINGLE_THREADED_EIGEN` is added unless `flags`
@@ -24,7 +24,7 @@ def xla_flags_for_threads(intra_op, flags=""):
     return flags
 
 
-def configure_threads(inter_op=None, intra_op=None):
+def configure_threads(inter_op: int | None = None, intra_op: int | None = None) -> tuple[int, int]:
     """Sets the sizes of TensorFlow's two thread pools, for this whole process.
 
     The search is a long chain of small ops, one decoding step after another,

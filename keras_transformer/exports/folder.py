@@ -28,6 +28,8 @@ import os
 import pathlib
 import shutil
 import typing
+from collections.abc import Iterator
+from typing import Any
 
 from keras_transformer.errors import CheckpointNotFoundError, ExportDamagedError, WorkdirBusyError
 from keras_transformer.files import (
@@ -52,14 +54,14 @@ VERIFY_DAMAGED = 3
 VERIFY_NO_MANIFEST = 2
 
 
-def _listed_files(folder):
+def _listed_files(folder: str | os.PathLike[str]) -> list[str]:
     """Every regular file under `folder` but the manifest, as sorted relative POSIX paths."""
     folder = pathlib.Path(folder)
     return sorted(path.relative_to(folder).as_posix() for path in folder.rglob("*")
                   if path.is_file() and not path.is_symlink() and path.relative_to(folder).as_posix() != MANIFEST)
 
 
-def write_manifest(folder, precision=None):
+def write_manifest(folder: str | os.PathLike[str], precision: str | None = None) -> pathlib.Path:
     """Writes `folder/manifest.json`, atomically: the size and SHA-256 of every file under `folder`, and the
     `precision` of the export's weights and matrix products where one is given ("float32", "bfloat16", "int8", ...:
     `keras-transformer export --precision`; `export_precision` reads it back).
@@ -83,7 +85,7 @@ def write_manifest(folder, precision=None):
     return atomic_write_text(folder / MANIFEST, json.dumps(manifest, indent=1) + "\n")
 
 
-def read_manifest(folder):
+def read_manifest(folder: str | os.PathLike[str]) -> dict[str, Any] | None:
     """The files a folder's manifest lists, `{relative path: {"size": ..., "sha256": ...}}`, or None without one.
 
     Raises:
@@ -111,7 +113,7 @@ def read_manifest(folder):
     return files
 
 
-def export_precision(folder):
+def export_precision(folder: str | os.PathLike[str]) -> str | None:
     """The precision an export's manifest records ("float32", "bfloat16", "int8", ...; `write_manifest`), or None
     for a folder without a manifest or one written before manifests recorded it (float32).
 
@@ -129,13 +131,13 @@ def export_precision(folder):
     return json.loads(path.read_text(encoding="utf-8")).get("precision")
 
 
-def _damaged(folder, name, what):
+def _damaged(folder: str | os.PathLike[str], name: str, what: str) -> ExportDamagedError:
     return ExportDamagedError(f"{pathlib.Path(folder) / name} {what}: the export is damaged (truncated or changed "
                               f"since it was written). Copy it again from a whole copy, or export it again; "
                               f"`keras-transformer verify {folder}` checks every file.")
 
 
-def check_export_sizes(folder):
+def check_export_sizes(folder: str | os.PathLike[str]) -> None:
     """Checks that every file the manifest of `folder` lists is there with its size (a `stat` per file, no
     reading); nothing to check without a manifest. What every loader runs (`layout.check_model_folder`).
 
@@ -174,7 +176,7 @@ class Verification(typing.NamedTuple):
     unlisted: tuple
 
 
-def verify_export(path):
+def verify_export(path: str | os.PathLike[str]) -> Verification | None:
     """Checks every file of an export against its manifest: presence, size and SHA-256 digest
     (`keras-transformer verify`).
 
@@ -219,7 +221,7 @@ def verify_export(path):
 
 
 @contextlib.contextmanager
-def export_lock(out, command="export"):
+def export_lock(out: str | os.PathLike[str], command: str = "export") -> Iterator[pathlib.Path]:
     """Holds `out`'s writer lock for the `with` block (re-entrant in one process), after putting back an export
     that a killed writer left between two renames and removing the staging folders killed writers left.
 
@@ -245,7 +247,8 @@ def export_lock(out, command="export"):
 
 
 @contextlib.contextmanager
-def writing_export(out, command="export", precision=None):
+def writing_export(out: str | os.PathLike[str], command: str = "export",
+                   precision: str | None = None) -> Iterator[pathlib.Path]:
     """Yields a new staging folder beside `out` to write an export into; when the block ends, writes its
     manifest and swaps it in for `out` (see the module docstring). An exception in the block removes the
     staging folder and leaves `out` as it was. The whole runs under `export_lock(out)`. `precision`: what the
@@ -272,7 +275,7 @@ def writing_export(out, command="export", precision=None):
             raise
 
 
-def recover_export(path):
+def recover_export(path: str | os.PathLike[str]) -> bool:
     """For a loader: when `path` is missing because an export was killed between two renames (see
     `files.replace_folder`), renames the old export back; nothing when an export to `path` is running (it puts
     its own in place) or nothing is to be recovered.

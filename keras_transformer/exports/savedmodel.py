@@ -52,10 +52,14 @@ import os
 import pathlib
 import shutil
 import tempfile
+from collections.abc import Iterable
+from typing import Any
 
 import tensorflow as tf
 
+from keras_transformer.config import TransformerConfig
 from keras_transformer.data.tokenizers import save_tokenizers
+from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.engines.tensorflow import TRAINED_CHUNK_SIZE, Translator
 from keras_transformer.errors import CheckpointNotFoundError, ConfigError
 from keras_transformer.exports import Exporter
@@ -87,7 +91,7 @@ _NOT_OFFERED = {
 class _Untracked:
     """A plain holder: tf.Module tracks attributes that are trackable, not this."""
 
-    def __init__(self, translator):
+    def __init__(self, translator: Translator) -> None:
         self.translator = translator
 
 
@@ -109,7 +113,8 @@ class TranslatorModule(tf.Module):
     >>> tf.saved_model.save(module, "out", signatures=module.signatures())  # doctest: +SKIP
     """
 
-    def __init__(self, translator, asset_files=(), name="translator_module"):
+    def __init__(self, translator: Translator, asset_files: Iterable[str | os.PathLike[str]] = (),
+                 name: str = "translator_module") -> None:
         super().__init__(name=name)
         if not translator.chunk_size:  # the same models and settings, in bounded chunks
             translator = Translator.ensemble([translator], chunk_size=TRAINED_CHUNK_SIZE)
@@ -127,19 +132,19 @@ class TranslatorModule(tf.Module):
         self.early_exit = tf.constant(translator.options.early_exit)
 
     @property
-    def translator(self):
+    def translator(self) -> Translator:
         """The `Translator` the signatures run."""
         return self._held.translator
 
     # Signatures are traced without AutoGraph, as the Translator's methods are (see engines/tensorflow.py).
     @tf.function(autograph=False, input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
-    def serve(self, inputs):
+    def serve(self, inputs: Any) -> dict[str, Any]:
         """Best translation and its score for each input string."""
         outputs = self.translator.translate(inputs)
         return {"translation": outputs["translation"], "score": outputs["score"]}
 
     @tf.function(autograph=False, input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
-    def n_best(self, inputs):
+    def n_best(self, inputs: Any) -> dict[str, Any]:
         """All beam hypotheses, best first."""
         return self.translator.n_best(inputs)
 
@@ -148,29 +153,29 @@ class TranslatorModule(tf.Module):
                                                    tf.TensorSpec([], tf.float32, name="temperature"),
                                                    tf.TensorSpec([], tf.int32, name="top_k"),
                                                    tf.TensorSpec([], tf.float32, name="top_p")])
-    def sample(self, inputs, seed, temperature, top_k, top_p):
+    def sample(self, inputs: Any, seed: Any, temperature: Any, top_k: Any, top_p: Any) -> dict[str, Any]:
         """One translation per input drawn at random (`Translator.sample`): the same seed gives the same draws."""
         return self.translator.sample(inputs, seed, temperature, top_k, top_p)
 
     @tf.function(autograph=False, input_signature=[tf.TensorSpec([None], tf.string, name="inputs"),
                                                    tf.TensorSpec([None], tf.string, name="target_prefix")])
-    def translate_prefix(self, inputs, target_prefix):
+    def translate_prefix(self, inputs: Any, target_prefix: Any) -> dict[str, Any]:
         """Best translation per input starting with its target prefix (`Translator.translate_prefixed`)."""
         return self.translator.translate_prefixed(inputs, target_prefix)
 
     @tf.function(autograph=False, input_signature=[tf.TensorSpec([None, None], tf.int32, name="source_ids")])
-    def translate_ids(self, source_ids):
+    def translate_ids(self, source_ids: Any) -> dict[str, Any]:
         """Token ids in (tokens then eos, pad 0), best hypothesis ids out."""
         tokens, scores = self.translator.translate_ids(source_ids, num_return=1)
         return {"tokens": tokens[:, 0], "score": scores[:, 0]}
 
     @tf.function(autograph=False, input_signature=[tf.TensorSpec([None], tf.string, name="sources"),
                                   tf.TensorSpec([None], tf.string, name="targets")])
-    def score(self, sources, targets):
+    def score(self, sources: Any, targets: Any) -> dict[str, Any]:
         """Forced decoding: the score of given translations."""
         return {"score": self.translator.score(sources, targets)}
 
-    def signatures(self):
+    def signatures(self) -> dict[str, Any]:
         """The signature map for `tf.saved_model.save`.
 
         The functions themselves, not their concrete functions: `save` traces them in its save
@@ -180,7 +185,8 @@ class TranslatorModule(tf.Module):
                 "score": self.score, "sample": self.sample, "translate_prefix": self.translate_prefix}
 
 
-def export_translator(translator, directory, config=None, overwrite=False):
+def export_translator(translator: Translator, directory: str | os.PathLike[str], config: Any = None,
+                      overwrite: bool = False) -> str:
     """Writes `translator` as a SavedModel (see the module docstring for the layout).
 
     Args:
@@ -244,7 +250,7 @@ SAVED_MODEL_PARTS = ("saved_model.pb", "fingerprint.pb", "variables", "assets", 
 MODEL_CARD = "README.md"
 
 
-def translator_precision(translator):
+def translator_precision(translator: Translator) -> str:
     """The precision of a `Translator`'s weights: "bfloat16" where its models run under that policy, else
     "float32" (what the export records).
 
@@ -257,7 +263,7 @@ def translator_precision(translator):
     return "bfloat16" if names == {"bfloat16"} else "float32"
 
 
-def _model_card(translator, precision):
+def _model_card(translator: Translator, precision: str) -> str:
     options = translator.options
     xla = ", compiled with XLA" if translator.jit_compile else " (TensorFlow's own kernels, not XLA)"
     return f"""# A keras_transformer SavedModel in {precision}
@@ -279,7 +285,7 @@ translator.signatures["serving_default"](tf.constant(["A man rides a bike."]))["
 """
 
 
-def check_precision(precision, flag="--precision", warn=True):
+def check_precision(precision: str, flag: str = "--precision", warn: bool = True) -> str:
     """Returns `precision` if a SavedModel export takes it ("float32", "bfloat16"); else raises naming why not.
     bfloat16 on a CPU without AMX is taken with a warning that names what the CPU lacks.
 
@@ -313,7 +319,8 @@ def check_precision(precision, flag="--precision", warn=True):
     return precision
 
 
-def _write_savedmodel(translator, directory, configs):
+def _write_savedmodel(translator: Translator, directory: str | os.PathLike[str],
+                      configs: list[TransformerConfig] | None) -> None:
     """Writes the SavedModel and its `assets.extra/` into the new folder `directory`."""
     directory = os.fspath(directory)
     with tempfile.TemporaryDirectory() as scratch:
@@ -335,7 +342,7 @@ def _write_savedmodel(translator, directory, configs):
             write_weights_file(model, os.path.join(folder, MODEL_WEIGHTS))  # a full disk: one plain OSError
 
 
-def check_saved_model(directory):
+def check_saved_model(directory: str | os.PathLike[str]) -> None:
     """Loads an export and translates one sentence through `serving_default`; raises if it cannot.
 
     `export_translator` calls it on the new export before it replaces the old one.
@@ -347,8 +354,10 @@ def check_saved_model(directory):
                            f"{outputs}.")
 
 
-def export(workdir, directory, checkpoint=None, average=None, options=None, jit_compile=None, overwrite=False,
-           precision="float32", **settings):
+def export(workdir: str | os.PathLike[str] | list[str | os.PathLike[str]], directory: str | os.PathLike[str],
+           checkpoint: Any = None, average: int | None = None, options: DecodeOptions | None = None,
+           jit_compile: bool | None = None, overwrite: bool = False, precision: str = "float32",
+           **settings: Any) -> str:
     """Exports a training workdir's model: the library function behind `keras-transformer export`.
 
     Args:
@@ -399,7 +408,7 @@ def export(workdir, directory, checkpoint=None, average=None, options=None, jit_
         return export_translator(translator, directory, config=loaded.configs, overwrite=overwrite)
 
 
-def load_exported(directory):
+def load_exported(directory: str | os.PathLike[str]) -> Any:
     """`tf.saved_model.load` with a clear error when the folder is not an export.
 
     Example:
@@ -431,17 +440,19 @@ class SavedModelExporter(Exporter):
     options = {"jit_compile": "--no-xla", "precision": "--precision"}
     precisions = PRECISIONS
 
-    def __init__(self, jit_compile=None, precision=None):
+    def __init__(self, jit_compile: bool | None = None, precision: str | None = None) -> None:
         self.jit_compile = jit_compile
         self.precision = check_precision(precision or "float32", warn=False)  # `export` warns
 
-    def export(self, model, directory, *, checkpoint=None, average=None, overwrite=False, options=None, **settings):
+    def export(self, model: str | os.PathLike[str] | list[str | os.PathLike[str]], directory: str | os.PathLike[str], *,
+               checkpoint: Any = None, average: int | None = None, overwrite: bool = False,
+               options: DecodeOptions | None = None, **settings: Any) -> str:
         """`export(model, directory, ...)` with this exporter's `jit_compile` (`Exporter.export`)."""
         settings = {key: value for key, value in settings.items() if value is not None}
         return export(model, directory, checkpoint=checkpoint, average=average, options=options,
                       jit_compile=self.jit_compile, overwrite=overwrite, precision=self.precision, **settings)
 
-    def recorded_decoding(self, directory):
+    def recorded_decoding(self, directory: str | os.PathLike[str]) -> DecodeOptions | None:
         """The decoding of the export's `assets.extra/model.yaml` (None without one)."""
         written = pathlib.Path(directory) / EXTRA_DIR / MODEL_CONFIG
         return read_model_file(written)[1] if written.is_file() else None

@@ -7,7 +7,7 @@ TFRecord file of `tensorflow.serving.PredictionLog` records, each a `PredictRequ
 and holding its inputs as `TensorProto`s. TensorFlow Serving replays the file when it loads the model;
 in Python, `warm_up(directory)` loads an export and replays it the same way.
 
-Which shapes a request can hit (`engines.tensorflow.Translator._search_in_length_order`): a request of N
+Which shapes a request can hit (`engines.tensorflow_chunks.search_in_length_order`): a request of N
 sentences is sorted by length and cut into chunks of `chunk_size` (8); every chunk but the last (the
 longest sentences) has exactly `chunk_size` rows, and the last has N mod `chunk_size` of them (or
 `chunk_size`), padded up to a power of two. Any chunk, full or not, can hold sentences of any length, so
@@ -30,6 +30,8 @@ with it. The tensors are TensorFlow's own `TensorProto`s.
 
 import os
 import pathlib
+from collections.abc import Iterable, Iterator
+from typing import Any, TypeAlias
 
 import numpy as np
 import tensorflow as tf
@@ -39,13 +41,16 @@ from keras_transformer.engines.tensorflow_graph import SMALLEST_WIDTH_BUCKET, bu
 from keras_transformer.files import atomic_write
 from keras_transformer.workdir.layout import EXTRA_DIR
 
+# One request: `(signature_name, inputs)`, the inputs `{name: numpy array}` (strings as `bytes`).
+Request: TypeAlias = tuple[str, dict[str, Any]]
+
 WARMUP_FILE = "tf_serving_warmup_requests"  # in assets.extra/: the name TensorFlow Serving looks for
 
 # The words the warm-up sentences are made of, cycled: long sentences come from repeating them.
 _WORDS = "A man in a blue shirt rides a bike down the street while two dogs play in the snow".split()
 
 
-def warmup_requests(translator):
+def warmup_requests(translator: Any) -> list[Request]:
     """The requests that compile everything a `translator`'s export can be asked (see the module docstring).
 
     Args:
@@ -73,7 +78,7 @@ def warmup_requests(translator):
     return requests + fixed
 
 
-def sentences_per_width(translator):
+def sentences_per_width(translator: Any) -> dict[int, bytes]:
     """`{width: sentence}`: per source-width bucket, a sentence (UTF-8 `bytes`) whose encoded length lands in it.
 
     Raises:
@@ -95,7 +100,7 @@ def sentences_per_width(translator):
 
 
 # ------------------------------------------------------------- the protocol buffer wire format
-def _varint(value):
+def _varint(value: int) -> bytes:
     out = bytearray()
     while True:
         byte, value = value & 0x7F, value >> 7
@@ -104,16 +109,16 @@ def _varint(value):
             return bytes(out)
 
 
-def _field(number, payload):
+def _field(number: int, payload: bytes) -> bytes:
     """One length-delimited field (wire type 2): a string, bytes or an embedded message."""
     return _varint(number << 3 | 2) + _varint(len(payload)) + payload
 
 
-def _message(*fields):
+def _message(*fields: bytes) -> bytes:
     return b"".join(fields)
 
 
-def prediction_log(signature_name, inputs):
+def prediction_log(signature_name: str, inputs: dict[str, Any]) -> bytes:
     """The bytes of a `tensorflow.serving.PredictionLog` holding one `PredictLog` of a `PredictRequest`.
 
     Field numbers (tensorflow_serving/apis/prediction_log.proto, predict.proto, model.proto):
@@ -133,11 +138,11 @@ def prediction_log(signature_name, inputs):
     return _message(_field(6, _message(_field(1, request))))
 
 
-def _fields(buffer):
+def _fields(buffer: bytes) -> Iterator[tuple[int, Any]]:
     """`(number, value)` of a message's fields: bytes for length-delimited ones, ints for the others."""
     position = 0
 
-    def varint():
+    def varint() -> int:
         nonlocal position
         value, shift = 0, 0
         while True:
@@ -165,7 +170,7 @@ def _fields(buffer):
             raise ValueError(f"warm-up record: unsupported wire type {wire_type} (field {number}).")
 
 
-def parse_prediction_log(record):
+def parse_prediction_log(record: bytes) -> Request:
     """`(signature_name, inputs)` of a `PredictionLog`'s `PredictRequest` (`prediction_log`'s inverse).
 
     Example:
@@ -191,7 +196,7 @@ def parse_prediction_log(record):
 
 
 # ------------------------------------------------------------------------------------- the file
-def write_warmup_file(directory, requests):
+def write_warmup_file(directory: str | os.PathLike[str], requests: Iterable[Request]) -> pathlib.Path:
     """Writes `requests` (`warmup_requests`) as `directory/assets.extra/tf_serving_warmup_requests`.
 
     Returns:
@@ -199,7 +204,7 @@ def write_warmup_file(directory, requests):
     """
     path = pathlib.Path(directory) / EXTRA_DIR / WARMUP_FILE
 
-    def write(temporary):
+    def write(temporary: str | os.PathLike[str]) -> None:
         with tf.io.TFRecordWriter(temporary) as writer:
             for signature_name, inputs in requests:
                 writer.write(prediction_log(signature_name, inputs))
@@ -207,7 +212,7 @@ def write_warmup_file(directory, requests):
     return atomic_write(path, write)
 
 
-def read_warmup_file(directory):
+def read_warmup_file(directory: str | os.PathLike[str]) -> list[Request]:
     """`(signature_name, inputs)` of each record of an export's warm-up file, in file order.
 
     Raises:
@@ -220,7 +225,7 @@ def read_warmup_file(directory):
     return [parse_prediction_log(record.numpy()) for record in tf.data.TFRecordDataset(os.fspath(path))]
 
 
-def warm_up(directory, loaded=None):
+def warm_up(directory: str | os.PathLike[str], loaded: Any = None) -> Any:
     """Loads an export (unless `loaded` is given) and replays its warm-up requests through its signatures.
 
     What TensorFlow Serving does at load, for a Python server: afterwards a request of any size meets

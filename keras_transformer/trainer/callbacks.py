@@ -18,7 +18,8 @@ import numpy as np
 from keras_transformer import evaluation
 from keras_transformer.files import atomic_write
 from keras_transformer.trainer.ema import averaged_weights
-from keras_transformer.workdir.checkpoints import rotate_checkpoints, save_weights, write_weights_file
+from keras_transformer.workdir.checkpoints import save_weights, write_weights_file
+from keras_transformer.workdir.rotation import rotate_checkpoints
 
 log = logging.getLogger("keras_transformer")
 

@@ -7,7 +7,7 @@ workdir/
   experiment.yaml, model.yaml     the resolved experiment and its TransformerConfig
   data/vocab/                     the tokenizers (SentencePiece files; `source/` and `target/` when separate)
   checkpoints/ckpt-0001.weights.h5 ...   one per epoch (weights only); step-XXXXXXXX.weights.h5, best.weights.h5
-  checkpoints/.readers.lock       held shared by readers, so that rotation spares what they read (`pinned_checkpoints`)
+  checkpoints/.readers.lock       held shared by readers, so that rotation spares what they read (`workdir.rotation`)
   averaged.weights.h5             `keras-transformer average`, and the packed trainer's average of its last epochs
   backup/                         the resumable training state (`trainer.backup`)
 ```
@@ -28,6 +28,8 @@ import logging
 import os
 import pathlib
 import typing
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import keras
 import numpy as np
@@ -37,14 +39,7 @@ from keras_transformer.config import DECODING_FIELDS, TransformerConfig, read_ya
 from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.errors import CheckpointError, CheckpointNotFoundError, ConfigError
 from keras_transformer.exports.folder import export_precision
-from keras_transformer.files import (
-    atomic_write,
-    atomic_write_text,
-    check_not_an_input,
-    exclusive_lock,
-    exclusive_unless_shared,
-    shared_lock,
-)
+from keras_transformer.files import atomic_write, atomic_write_text, check_not_an_input, exclusive_lock
 from keras_transformer.model import build_model
 from keras_transformer.runtime.keras_internals import load_weights_from, write_weights_to
 from keras_transformer.workdir.layout import (
@@ -63,13 +58,14 @@ from keras_transformer.workdir.layout import (
     not_a_model,
     same_vocabulary,
 )
+from keras_transformer.workdir.rotation import pinned_checkpoints
 
 log = logging.getLogger("keras_transformer")
 
 
 
 # ------------------------------------------------------------------ weights files
-def load_weights(model, path):
+def load_weights(model: Any, path: str | os.PathLike[str]) -> Any:
     """Loads a `.weights.h5` file into `model`, with errors that name the file.
 
     Args:
@@ -107,7 +103,7 @@ def load_weights(model, path):
     return model
 
 
-def weights_only(model):
+def weights_only(model: Any) -> Any:
     """The same layers as an uncompiled model: its `save_weights` leaves out the optimizer's state.
 
     A compiled model's `.weights.h5` also holds Adam's two moments (three times
@@ -129,7 +125,7 @@ def weights_only(model):
     return view
 
 
-def save_weights(model, path):
+def save_weights(model: Any, path: str | os.PathLike[str]) -> pathlib.Path:
     """Writes the model's weights (no optimizer state) under a temporary name and renames it, so a kill never
     leaves a half-written checkpoint.
 
@@ -144,7 +140,7 @@ def save_weights(model, path):
     return atomic_write(path, lambda temporary: write_weights_file(weights_only(model), temporary))
 
 
-def write_weights_file(model, path):
+def write_weights_file(model: Any, path: str | os.PathLike[str]) -> None:
     """Writes `model.save_weights`' file to `path` (weights, and a compiled model's optimizer state) through a
     Python file object (`keras_internals.write_weights_to`), with no copy of the weights in memory: a full disk
     raises an `OSError` (ENOSPC) here, with nothing left open, instead of failing inside HDF5. Every weights file
@@ -164,7 +160,7 @@ def write_weights_file(model, path):
         write_weights_to(model, handle)
 
 
-def checkpoint_number(name):
+def checkpoint_number(name: str | os.PathLike[str]) -> int | None:
     """The epoch or step of a checkpoint file name, or None for other names.
 
     Example:
@@ -176,7 +172,7 @@ def checkpoint_number(name):
     return int(match.group(1)) if match else None
 
 
-def epoch_checkpoints(workdir):
+def epoch_checkpoints(workdir: str | os.PathLike[str]) -> list[pathlib.Path]:
     """The per-epoch checkpoints in `workdir/checkpoints`, oldest first.
 
     Example:
@@ -187,7 +183,7 @@ def epoch_checkpoints(workdir):
     return sorted(pathlib.Path(workdir, CHECKPOINTS_DIR).glob("ckpt-[0-9][0-9][0-9][0-9].weights.h5"))
 
 
-def latest_checkpoints(directory, n=5):
+def latest_checkpoints(directory: str | os.PathLike[str], n: int = 5) -> list[str]:
     """The last `n` checkpoints in `directory`, oldest first.
 
     Checkpoints are files named `ckpt-{epoch}.weights.h5` (e.g.
@@ -222,7 +218,7 @@ def latest_checkpoints(directory, n=5):
     if not names:
         raise CheckpointNotFoundError(f"No checkpoints named ckpt-NNNN.weights.h5 or step-NNNN.weights.h5 in "
                                       f"{directory}")
-    names.sort(key=checkpoint_number)
+    names.sort(key=lambda name: checkpoint_number(name) or 0)  # every name has a number
     if len(names) < n and (directory, n, len(names)) not in _SHORT_WARNED:  # once a process, though a command
         _SHORT_WARNED.add((directory, n, len(names)))                     # may look twice (check, then load)
         log.warning("Asked for the last %d checkpoints, but %s has only %s.", n, directory,
@@ -230,78 +226,11 @@ def latest_checkpoints(directory, n=5):
     return [os.path.join(directory, name) for name in names[-n:]]
 
 
-_SHORT_WARNED = set()  # (folder, asked, found) of `latest_checkpoints` warnings already given
+# (folder, asked, found) of `latest_checkpoints` warnings already given
+_SHORT_WARNED: set[tuple[str, int, int]] = set()
 
 
-READERS_LOCK = ".readers.lock"  # in checkpoints/: held shared by readers, taken by `rotate_checkpoints`
-
-
-@contextlib.contextmanager
-def pinned_checkpoints(workdir):
-    """Keeps the checkpoints of `workdir` in place while the `with` block lists and reads them.
-
-    A running `train` with `training.keep_checkpoints` deletes its oldest checkpoints after each epoch (and
-    `checkpoint_every_steps` its oldest step checkpoints). A reader (`load_models`: translate, evaluate,
-    export; `average_workdir`) holds a shared lock on `checkpoints/.readers.lock` for as long as it reads;
-    `rotate_checkpoints`, the one place that deletes checkpoints, deletes only when no reader holds it, and
-    otherwise leaves the old files to its next rotation. So a reader never lists a checkpoint that is gone
-    before it is read, and a training run never waits for a reader. (New checkpoints are renamed into place
-    whole: a reader sees a file or none.) Without `flock` (Windows), or in a read-only folder that has no
-    lock file, nothing is pinned.
-
-    Example:
-
-    >>> import tempfile
-    >>> run = pathlib.Path(tempfile.mkdtemp())
-    >>> (run / "checkpoints").mkdir()
-    >>> for epoch in (1, 2):
-    ...     _ = (run / "checkpoints" / f"ckpt-{epoch:04d}.weights.h5").write_bytes(b"")
-    >>> with pinned_checkpoints(run):
-    ...     rotate_checkpoints(run / "checkpoints", keep=1)   # a reader is reading: nothing is deleted
-    []
-    >>> [path.name for path in rotate_checkpoints(run / "checkpoints", keep=1)]   # the next rotation
-    ['ckpt-0001.weights.h5']
-    """
-    directory = pathlib.Path(workdir) / CHECKPOINTS_DIR
-    if not directory.is_dir():
-        yield
-        return
-    with shared_lock(directory / READERS_LOCK):
-        yield
-
-
-def rotate_checkpoints(directory, keep, pattern="ckpt-[0-9][0-9][0-9][0-9].weights.h5"):
-    """Deletes all but the newest `keep` checkpoints named like `pattern` in `directory`, unless a reader holds
-    them (`pinned_checkpoints`): then it deletes nothing and returns at once; the next rotation deletes them.
-    What the training loop's checkpoint callbacks call after each save.
-
-    Returns:
-        The paths deleted.
-
-    Example:
-
-    >>> import tempfile
-    >>> directory = pathlib.Path(tempfile.mkdtemp())
-    >>> for epoch in (1, 2, 3):
-    ...     _ = (directory / f"ckpt-{epoch:04d}.weights.h5").write_bytes(b"")
-    >>> [path.name for path in rotate_checkpoints(directory, keep=2)]
-    ['ckpt-0001.weights.h5']
-    """
-    directory = pathlib.Path(directory)
-    old = sorted(directory.glob(pattern))[:-int(keep)]
-    if not old:
-        return []
-    with exclusive_unless_shared(directory / READERS_LOCK) as free:
-        if not free:
-            log.debug("Not deleting %d old checkpoint(s) of %s now: a reader holds them.", len(old), directory)
-            return []
-        old = sorted(directory.glob(pattern))[:-int(keep)]
-        for path in old:
-            path.unlink(missing_ok=True)
-    return old
-
-
-def average_checkpoints(paths, model):
+def average_checkpoints(paths: Iterable[str | os.PathLike[str]], model: Any) -> Any:
     """Loads the element-wise mean of several checkpoints' weights into `model`.
 
     Each checkpoint is loaded into `model` in turn and its weights are summed
@@ -322,7 +251,7 @@ def average_checkpoints(paths, model):
     paths = [os.fspath(p) for p in paths]
     if not paths:
         raise ValueError("average_checkpoints: no checkpoint paths given.")
-    totals = None
+    totals: list[np.ndarray] | None = None
     for path in paths:
         load_weights(model, path)
         values = [np.asarray(v) for v in model.get_weights()]
@@ -330,6 +259,7 @@ def average_checkpoints(paths, model):
             totals = [v.astype("float64") for v in values]
         else:
             totals = [t + v for t, v in zip(totals, values)]
+    assert totals is not None  # paths is not empty
     last = model.get_weights()
     averaged = [(t / len(paths)).astype(v.dtype) if np.issubdtype(v.dtype, np.floating) else v
                 for t, v in zip(totals, last)]
@@ -337,7 +267,9 @@ def average_checkpoints(paths, model):
     return model
 
 
-def average_workdir(workdir, last=None, output=None, checkpoints=None):
+def average_workdir(workdir: str | os.PathLike[str], last: int | None = None,
+                    output: str | os.PathLike[str] | None = None,
+                    checkpoints: Sequence[str | os.PathLike[str]] | None = None) -> tuple[pathlib.Path, list[str]]:
     """Averages a workdir's last `last` checkpoints, or the given files, into one weights file.
 
     What `keras-transformer average` runs, and the packed trainer at the end of training: the output is
@@ -383,14 +315,14 @@ def average_workdir(workdir, last=None, output=None, checkpoints=None):
     return output, paths
 
 
-def load_weights_files(model, paths):
+def load_weights_files(model: Any, paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> Any:
     """Loads one weights file, or the average of several, into `model`; returns `model`."""
     paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
     return load_weights(model, paths[0]) if len(paths) == 1 else average_checkpoints(paths, model)
 
 
 # ------------------------------------------------------------------ model files
-def read_model_file(path):
+def read_model_file(path: str | os.PathLike[str]) -> tuple[TransformerConfig, DecodeOptions]:
     """A model folder's `model.yaml`: `(TransformerConfig, DecodeOptions)`.
 
     The file holds the architecture's fields and a `decoding:` mapping (the model's decoding defaults).
@@ -421,7 +353,8 @@ def read_model_file(path):
     return TransformerConfig.from_yaml(path), DecodeOptions.from_dict(decoding, where=f"{path}: decoding")
 
 
-def write_model_file(path, config, options=None):
+def write_model_file(path: str | os.PathLike[str], config: TransformerConfig,
+                     options: DecodeOptions | None = None) -> None:
     """Writes a model folder's `model.yaml`: `config`'s fields, then `options` (default: `DecodeOptions()`) as
     its `decoding:` mapping; atomically. `read_model_file` reads it back.
 
@@ -456,7 +389,7 @@ class ModelFolder:
     path: pathlib.Path
     kind: str
     members: tuple
-    vocab_dir: pathlib.Path = None
+    vocab_dir: typing.Optional[pathlib.Path] = None
     decoding: DecodeOptions = DecodeOptions()
 
 
@@ -470,7 +403,8 @@ class LoadedModels(typing.NamedTuple):
     decoding: DecodeOptions
 
 
-def model_folder(path, checkpoint=None, average=None, checked=False):
+def model_folder(path: str | os.PathLike[str], checkpoint: str | os.PathLike[str] | None = None,
+                 average: int | None = None, checked: bool = False) -> ModelFolder:
     """Reads what a training workdir or an export holds, without building any model.
 
     Args:
@@ -507,11 +441,11 @@ def model_folder(path, checkpoint=None, average=None, checked=False):
         # A bfloat16 export (its manifest says so) rebuilds in bfloat16: the Python engine decodes as its graph does.
         dtype = "bfloat16" if export_precision(path) == "bfloat16" else None
         for folder in folders:
-            weights = folder / MODEL_WEIGHTS
-            if not weights.is_file():
-                raise CheckpointNotFoundError(f"{path} has no Keras weights ({weights}); export it with a config.")
+            weights_file = folder / MODEL_WEIGHTS
+            if not weights_file.is_file():
+                raise CheckpointNotFoundError(f"{path} has no Keras weights ({weights_file}); export it with a config.")
             config, options = read_model_file(folder / MODEL_CONFIG)
-            members.append(Member(config, (str(weights),), dtype))
+            members.append(Member(config, (str(weights_file),), dtype))
             decoding.append(options)
         return ModelFolder(path, "export", tuple(members), extra / VOCAB_DIR, decoding[0])
     if not (path / MODEL_CONFIG).is_file():
@@ -519,6 +453,7 @@ def model_folder(path, checkpoint=None, average=None, checked=False):
             raise CheckpointError(f"{path} is a CTranslate2 export, which holds no Keras model: this needs a training "
                                   "workdir or a SavedModel export.")
         raise not_a_model(path)
+    weights: tuple[str, ...]
     if checkpoint is not None:
         weights = (os.fspath(checkpoint),)
     else:
@@ -528,12 +463,13 @@ def model_folder(path, checkpoint=None, average=None, checked=False):
     return ModelFolder(path, "workdir", (Member(config, weights),), vocab if vocab.exists() else None, options)
 
 
-def build_member(member):
+def build_member(member: Member) -> Any:
     """Builds the Keras model of a `Member` and loads (or averages) its weights into it."""
     return load_weights_files(build_model(member.config, dtype=member.dtype), member.weights)
 
 
-def load_models(paths, checkpoint=None, average=None, require_vocabulary=False, checked=False):
+def load_models(paths: Any, checkpoint: Any = None, average: int | None = None, require_vocabulary: bool = False,
+                checked: bool = False) -> LoadedModels:
     """Loads the Keras models of a workdir, an export, or several of them (an ensemble).
 
     Args:
@@ -588,7 +524,8 @@ def load_models(paths, checkpoint=None, average=None, require_vocabulary=False, 
         return _load_folders(paths, checkpoints, average, require_vocabulary)
 
 
-def _load_folders(paths, checkpoints, average, require_vocabulary):
+def _load_folders(paths: list[Any], checkpoints: list[Any], average: int | None,
+                  require_vocabulary: bool) -> LoadedModels:
     folders = [model_folder(path, path_checkpoint, average, checked=True)
                for path, path_checkpoint in zip(paths, checkpoints)]
     for folder in folders[1:]:

@@ -13,6 +13,7 @@ import os
 import pathlib
 import re
 import shutil
+from typing import Any
 
 from keras_transformer.errors import CheckpointNotFoundError, ConfigError
 from keras_transformer.exports.folder import check_export_sizes, recover_export
@@ -35,7 +36,7 @@ SAVED_MODEL = "saved_model.pb"
 CTRANSLATE2_METADATA = "keras_transformer.json"  # a CTranslate2 export's own metadata (engines.ctranslate2)
 
 
-def model_kind(path):
+def model_kind(path: str | os.PathLike[str]) -> str | None:
     """What a model folder is: "workdir", "export" (a SavedModel), "ctranslate2", or None.
 
     >>> import tempfile
@@ -52,7 +53,7 @@ def model_kind(path):
     return None
 
 
-def check_model_path(path):
+def check_model_path(path: str | os.PathLike[str]) -> None:
     """Refuses a `--model` that is missing or not one of the three kinds of model folder, naming it.
 
     Raises:
@@ -63,21 +64,21 @@ def check_model_path(path):
         raise not_a_model(path)
 
 
-def not_a_model(path):
+def not_a_model(path: str | os.PathLike[str]) -> CheckpointNotFoundError:
     """The error for a folder that holds no model: it names the three kinds and the file each would have."""
     return CheckpointNotFoundError(f"{path} is not a model folder: not a training workdir (no {MODEL_CONFIG}), a "
                                    f"SavedModel export (no {SAVED_MODEL}) or a CTranslate2 export (no "
                                    f"{CTRANSLATE2_METADATA}).")
 
 
-def is_training_workdir(path):
+def is_training_workdir(path: str | os.PathLike[str]) -> bool:
     """Whether `path` is a training workdir: a `model.yaml` beside `experiment.yaml` or `checkpoints/`."""
     path = pathlib.Path(path)
     return (path / MODEL_CONFIG).is_file() and ((path / "experiment.yaml").is_file() or
                                                  (path / CHECKPOINTS_DIR).is_dir())
 
 
-def check_export_destination(directory):
+def check_export_destination(directory: str | os.PathLike[str]) -> None:
     """Refuses an export folder inside a training workdir (the workdir itself included).
 
     Written there, the export's files would make the workdir look like an
@@ -95,7 +96,7 @@ def check_export_destination(directory):
                               f"its checkpoints. Export outside it (saved_models/NAME, say).")
 
 
-def check_new_workdir(path, command):
+def check_new_workdir(path: str | os.PathLike[str], command: str) -> None:
     """Refuses a folder that exists and is not empty, where `command` writes a whole workdir of its own (`import`).
 
     Raises:
@@ -111,12 +112,12 @@ def check_new_workdir(path, command):
         raise ConfigError(f"{path} already exists and is not empty; {command} into a new folder.")
 
 
-def is_export(path):
+def is_export(path: str | os.PathLike[str]) -> bool:
     """Whether `path` is a SavedModel export folder (it has `saved_model.pb`)."""
     return (pathlib.Path(path) / "saved_model.pb").is_file()
 
 
-def check_weights_choice(model, checkpoint, average):
+def check_weights_choice(model: Any, checkpoint: Any, average: int | None) -> None:
     """Refuses weights options that cannot apply: a checkpoint and an average together (for any model), or either
     for an exported model, whose weights are fixed.
 
@@ -133,7 +134,7 @@ def check_weights_choice(model, checkpoint, average):
             raise ConfigError(f"{path} is an exported model: --checkpoint and --average apply to training workdirs.")
 
 
-def check_models(model, checkpoint, average):
+def check_models(model: Any, checkpoint: Any, average: int | None) -> list[Any]:
     """The checks every loader runs once, before it reads anything: the weights options (`check_weights_choice`)
     and each model folder (`check_model_folder`).
 
@@ -164,7 +165,7 @@ def check_models(model, checkpoint, average):
     return paths
 
 
-def check_model_folder(path):
+def check_model_folder(path: str | os.PathLike[str]) -> None:
     """A missing `--model` folder is named as missing (not as "neither a workdir nor an export"); an export's
     files are checked against the sizes its manifest records (`exports.folder.check_export_sizes`).
 
@@ -182,7 +183,7 @@ def check_model_folder(path):
                                       "SavedModel export or a CTranslate2 export).")
 
 
-def check_average_output(workdir, output=None):
+def check_average_output(workdir: str | os.PathLike[str], output: str | os.PathLike[str] | None = None) -> pathlib.Path:
     """The file `average` writes for `workdir` (default `workdir/averaged.weights.h5`), refused when it cannot be
     right: `workdir` is not a training workdir, the name does not end in `.weights.h5`, or it lies in
     `checkpoints/` (it could replace a checkpoint it averages, or pass for the latest).
@@ -204,7 +205,7 @@ def check_average_output(workdir, output=None):
 
 
 # ------------------------------------------------------------------ vocabularies
-def vocabulary_dir(path):
+def vocabulary_dir(path: str | os.PathLike[str]) -> pathlib.Path:
     """The vocabulary folder of a training workdir or an export.
 
     Example:
@@ -216,7 +217,7 @@ def vocabulary_dir(path):
     return path / EXTRA_DIR / VOCAB_DIR if (path / "saved_model.pb").is_file() else path / WORKDIR_VOCAB
 
 
-def check_vocabulary(path):
+def check_vocabulary(path: str | os.PathLike[str]) -> None:
     """Refuses a training workdir without a vocabulary (`data/vocab`: a run on synthetic data), which has no text
     to translate; an export carries its own.
 
@@ -238,7 +239,7 @@ def check_vocabulary(path):
                           "no text to translate.")
 
 
-def folder_files(folder):
+def folder_files(folder: str | os.PathLike[str]) -> dict[str, bytes]:
     """Every file under `folder`, subfolders included, as `{relative path: bytes}`; `{}` without the folder.
 
     Separate source and target vocabularies live in `source/` and `target/`:
@@ -259,12 +260,12 @@ def folder_files(folder):
             for item in sorted(folder.rglob("*")) if item.is_file()}
 
 
-def same_vocabulary(first, second):
+def same_vocabulary(first: str | os.PathLike[str], second: str | os.PathLike[str]) -> bool:
     """Whether two vocabulary folders hold the same files with the same bytes (subfolders included)."""
     return folder_files(first) == folder_files(second)
 
 
-def tokenizer_folders(vocab_dir):
+def tokenizer_folders(vocab_dir: str | os.PathLike[str]) -> list[pathlib.Path]:
     """The tokenizer folders of a vocabulary folder: `[vocab_dir]` for a shared vocabulary (its own
     `tokenizer.json`), else its `source/` and `target/` folders.
 
@@ -278,7 +279,7 @@ def tokenizer_folders(vocab_dir):
     return [vocab_dir] if (vocab_dir / TOKENIZER_SETTINGS).is_file() else [vocab_dir / "source", vocab_dir / "target"]
 
 
-def is_sentencepiece_vocabulary(vocab_dir):
+def is_sentencepiece_vocabulary(vocab_dir: str | os.PathLike[str]) -> bool:
     """Whether every tokenizer of a vocabulary folder is a SentencePiece model ("bpe" or "unigram" in its
     `tokenizer.json`): what the TensorFlow-free engines read.
 
@@ -295,7 +296,7 @@ def is_sentencepiece_vocabulary(vocab_dir):
         return False
 
 
-def checkpoint_vocabulary(path):
+def checkpoint_vocabulary(path: str | os.PathLike[str]) -> pathlib.Path | None:
     """The vocabulary folder of the run or export that wrote the weights file `path`, or None.
 
     Looks where this package puts it: an export's `assets.extra/vocab` beside
@@ -317,7 +318,7 @@ def checkpoint_vocabulary(path):
     return next((candidate for candidate in candidates if candidate.is_dir()), None)
 
 
-def model_file(path):
+def model_file(path: str | os.PathLike[str]) -> pathlib.Path:
     """The `model.yaml` of one model: `path` itself (a file), a workdir's (a run, an import) or a SavedModel
     export's (`assets.extra/model.yaml`).
 
@@ -345,7 +346,7 @@ def model_file(path):
     raise CheckpointNotFoundError(f"No {MODEL_CONFIG} at {path}: expected a file, a workdir holding {MODEL_CONFIG} "
                                   f"or an export holding {EXTRA_DIR}/{MODEL_CONFIG}.")
 
-def adopt_vocabulary(checkpoint, vocab_dir):
+def adopt_vocabulary(checkpoint: str | os.PathLike[str], vocab_dir: str | os.PathLike[str]) -> None:
     """A fine-tuning run tokenizes with the vocabulary its initial weights were trained with.
 
     A new workdir copies it (so `data/vocab` is never learned afresh, with other
