@@ -20,7 +20,7 @@ $(STAMP): setup.cfg pyproject.toml $(CONSTRAINTS)
 
 install: $(STAMP)
 
-# ruff (lint and import order, pyproject.toml) over the tree, then mypy over the typed public API ([tool.mypy]).
+# ruff (lint and import order, pyproject.toml) over the tree, then mypy over the whole package ([tool.mypy]).
 lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m mypy

@@ -219,7 +219,7 @@ class CTranslate2Translator(TranslatorInterface):
         self._ctranslate2 = ctranslate2
         self.exact_limits = bool(exact_limits)
         self.compute_type = self._compute_type(compute_type, device)
-        self.max_source_length = int(self.metadata["max_source_length"])
+        self.max_source_length: int = int(self.metadata["max_source_length"])
         self.max_target_length = int(self.metadata["max_target_length"])
         special = self.metadata["special_ids"]
         self.pad_id, self.bos_id, self.eos_id = special["pad_id"], special["bos_id"], special["eos_id"]

@@ -52,7 +52,7 @@ class PackedTranslator(TranslatorInterface):
     engine = "packed"
     strategies = tuple(STRATEGIES)  # every registered strategy: the search is `decoding.strategy(name)`
 
-    def __init__(self, model: Any, processors: Iterable[Any], config: TransformerConfig,
+    def __init__(self, model: Any, processors: Iterable[Any], config: TransformerConfig | Any,
                  options: DecodeOptions | None = None, **settings: Any) -> None:
         self.model, self.processors, self.config = model, tuple(processors), config
         self.options = self.check_options((options or DecodeOptions()).replace(**settings))

@@ -146,7 +146,7 @@ class Translator(tf.Module, TranslatorInterface):
         for index, model in enumerate(self.models):
             check_vocabulary_sizes(model, self.source_tokenizer, self.target_tokenizer,
                                     "the model" if len(self.models) == 1 else f"ensemble member {index}")
-        self.max_source_length = parts(self.models[0]).source_position.max_length
+        self.max_source_length: int = parts(self.models[0]).source_position.max_length
         self.max_target_length = decoding.max_positions(self.models[0])
         self._jit_compile = bool(jit_compile)
         self.chunk_size = int(chunk_size)

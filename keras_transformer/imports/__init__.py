@@ -72,5 +72,5 @@ def family_for(model_type: str | None, where: str | os.PathLike[str] = "config.j
     keras_transformer.errors.ConfigError: bert/config.json: model_type 'bert' is not a family ...: m2m_100, marian.
     """
     check_family(model_type, where)
-    module, cls = FAMILIES[model_type]
+    module, cls = FAMILIES[str(model_type)]  # check_family refused None
     return getattr(importlib.import_module(f"keras_transformer.imports.{module}"), cls)()

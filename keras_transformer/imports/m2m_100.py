@@ -218,8 +218,8 @@ class M2M100Family(Family):
                                   f"vocabulary's {len(languages)} language tokens.")
             return token
 
-        common = dict(pad_id=config.pad_id, unk_id=config.unk_id, bos_id=config.bos_id, eos_id=config.eos_id,
-                      languages=languages, special_tokens=dropped)
+        common: dict[str, Any] = dict(pad_id=config.pad_id, unk_id=config.unk_id, bos_id=config.bos_id,
+                                      eos_id=config.eos_id, languages=languages, special_tokens=dropped)
         source = MappedTokenizer(model, tokens, language=language("src_lang", "eng_Latn" if nllb else "en"),
                                  name="source_tokenizer", **common)
         target = MappedTokenizer(model, tokens, language=language("tgt_lang", None), name="target_tokenizer",

@@ -440,6 +440,7 @@ def _fit_packed(workdir: pathlib.Path, experiment: ExperimentConfig, before: int
         keras.config.set_dtype_policy(previous_policy)
     _, rows = HistoryCSV(workdir / "history.csv").read()
     return {"history": [row for row in rows if int(row["epoch"]) > before],
-            "checkpoints": [path for path in epoch_checkpoints(workdir) if checkpoint_number(path.name) > before],
+            "checkpoints": [path for path in epoch_checkpoints(workdir)
+                            if (checkpoint_number(path.name) or 0) > before],
             "updates": fitted.updates, "batches": sum(count for _, _, count in batches.trained),
             "target_tokens": sum(batches.target_tokens(*trained) for trained in batches.trained)}

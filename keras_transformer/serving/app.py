@@ -359,6 +359,7 @@ class _Server:
         served = self.serving_version(model, None)
         work = parse_translate(body, served.engine.options, self.settings, self.state.seeded, served.engine.translator)
         results = await self.decode(request, served, work, deadline)
+        payload: dict[str, Any]
         if work.kind == "n_best":
             payload = {"translations": [[text for text, _ in row] for row in results],
                        "scores": [[score for _, score in row] for row in results]}

@@ -344,6 +344,7 @@ class BleuCallback(keras.callbacks.Callback):
         """Translates the validation sources with the current weights and returns BLEU."""
         hypotheses = self.translator.translate_lines(self.sources, batch_size=self.batch_size)
         if self.tokenized_references is not None:
+            assert self.lang is not None  # __init__ refuses tokenized references without their language
             return evaluation.multi30k_bleu(hypotheses, self.tokenized_references, self.lang).score
         return evaluation.bleu(hypotheses, self.references, lowercase=self.lowercase).score
 

@@ -41,7 +41,7 @@ from keras import ops
 from keras_transformer import decoding
 from keras_transformer.config import TransformerConfig
 from keras_transformer.files import atomic_write
-from keras_transformer.packed.data import load_arrays, make_batches
+from keras_transformer.packed.data import IdSequences, load_arrays, make_batches
 from keras_transformer.trainer.losses import LabelSmoothedCrossEntropy, smoothed_cross_entropy
 from keras_transformer.trainer.metrics import MaskedAccuracy
 from keras_transformer.workdir.checkpoints import load_models
@@ -53,7 +53,7 @@ TEACHER_FILE = "teacher.npz"
 
 
 # ------------------------------------------------------------------ the teachers' distributions
-def teacher_top_k(models: Any, sources: Sequence[np.ndarray], targets: Sequence[np.ndarray], *, top_k: int = 8,
+def teacher_top_k(models: Any, sources: IdSequences, targets: IdSequences, *, top_k: int = 8,
                   tokens_per_batch: int = 8192, pad_id: int = 0, bos_id: int = 2,
                   eos_id: int = 3) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """The teachers' mean next-token distribution at every target position, truncated to its `top_k` ids.
@@ -92,8 +92,10 @@ def teacher_top_k(models: Any, sources: Sequence[np.ndarray], targets: Sequence[
     if not 1 <= int(top_k) <= vocab_size:
         raise ValueError(f"top_k must be between 1 and the vocabulary size {vocab_size}, got {top_k}.")
     top_k = int(top_k)
-    batches, chunks = make_batches(sources, targets, tokens_per_batch, pad_id=pad_id, bos_id=bos_id,
-                                          eos_id=eos_id, return_indices=True)
+    made = make_batches(sources, targets, tokens_per_batch, pad_id=pad_id, bos_id=bos_id, eos_id=eos_id,
+                        return_indices=True)
+    assert isinstance(made, tuple)  # with return_indices: (batches, each batch's pair indices)
+    batches, chunks = made
     ids: list[Any]
     probabilities: list[Any]
     ids, probabilities = [None] * len(targets), [None] * len(targets)
@@ -136,7 +138,7 @@ def save_teacher(path: str | os.PathLike[str], ids: Sequence[np.ndarray], probab
     atomic_write(path, lambda temporary: np.savez_compressed(open(temporary, "wb"), **values))
 
 
-def load_teacher(path: str | os.PathLike[str], targets: Sequence[Any] | None = None,
+def load_teacher(path: str | os.PathLike[str], targets: IdSequences | None = None,
                  ) -> tuple[list[np.ndarray], list[np.ndarray], dict[str, Any]]:
     """Reads a `save_teacher` file: `(ids, probabilities, metadata)`, lists of per-pair arrays.
 

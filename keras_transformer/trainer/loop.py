@@ -124,7 +124,7 @@ def cooldown_updates(training: TrainingSection, data: TrainingData) -> tuple[int
 def finished_epochs(output: str | os.PathLike[str]) -> int:
     """The epochs earlier runs finished in `output`: the number of its last epoch checkpoint (0 without one)."""
     checkpoints = epoch_checkpoints(output)
-    return checkpoint_number(checkpoints[-1].name) if checkpoints else 0
+    return (checkpoint_number(checkpoints[-1].name) or 0) if checkpoints else 0
 
 
 def check_fresh_start(output: pathlib.Path) -> None:
