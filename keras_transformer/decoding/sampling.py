@@ -25,8 +25,10 @@ eagerly, in `tf.function`, under XLA and on JAX.
 import numpy as np
 from keras import ops
 
-from keras_transformer.decoding.search import one_token_search
+from keras_transformer.decoding.constraints import Bans, banned_ids
+from keras_transformer.decoding.search import ensemble_members, one_token_search, token_ids
 from keras_transformer.decoding.strategies import MAX_SEED, Sampling, is_integer  # MAX_SEED: 32-bit seeds and keys
+from keras_transformer.errors import ConfigError
 from keras_transformer.runtime.keras_internals import tensorflow_runs_eagerly
 
 # lowbias32 (Chris Wellons' hash-prospector): x ^= x >> 16; x *= M1; x ^= x >> 15; x *= M2; x ^= x >> 16.
@@ -288,7 +290,8 @@ def _when(setting, applies, compute, otherwise):
 
 def sample(model, source, top_k=0, top_p=1.0, temperature=1.0, seed=0, row_keys=None, num_return=1,
            max_extra=50, max_length=None, pad_id=0, bos_id=2, eos_id=3, use_cache=True, first_cache_stage=None,
-           target_prefix=None):
+           target_prefix=None,
+           constraints=None, banned=None):
     """Decodes a batch by drawing every next token from the model's (reshaped) distribution.
 
     Each step divides the log-probabilities by `temperature`, keeps the `top_k` most probable tokens and the
@@ -315,6 +318,10 @@ def sample(model, source, top_k=0, top_p=1.0, temperature=1.0, seed=0, row_keys=
         max_extra, max_length, pad_id, bos_id, eos_id, use_cache, first_cache_stage, target_prefix: as in
             `greedy_decode` (every sample of a sentence starts with its prefix; the draws of the forced steps
             are made and not used, so the steps after a prefix draw as they would at those positions).
+        constraints: refused (`ConfigError`): a sample cannot be made to contain given phrases; decode with beam
+            search or greedy decoding for that.
+        banned: optional phrases no sample may contain, as in `beam_search`: a banned phrase's last token is
+            never drawn after the rest of it.
 
     Returns:
         `(tokens, scores)`: int32 `(B, num_return, T)` samples ending with eos (unless cut by the length limit),
@@ -338,6 +345,13 @@ def sample(model, source, top_k=0, top_p=1.0, temperature=1.0, seed=0, row_keys=
     True
     """
     _check_settings(top_k, top_p, temperature, seed, num_return)
+    if constraints is not None:
+        raise ConfigError("sample: constraints (phrases every output must contain) need strategy 'beam' or "
+                          "'greedy'; sampling honours banned phrases only.")
+    bans = None
+    if banned is not None:
+        checked = token_ids("sample", "source", source, ensemble_members(model)[0])
+        bans = Bans(banned_ids("sample", banned, checked, ensemble_members(model)[0], pad_id, bos_id, eos_id), pad_id)
     rows = int(num_return)
     batch = ops.shape(source)[0] if hasattr(source, "shape") else len(source)
     keys = source_keys(source, pad_id) if row_keys is None else _row_keys(row_keys, batch)  # (B,)
@@ -350,7 +364,7 @@ def sample(model, source, top_k=0, top_p=1.0, temperature=1.0, seed=0, row_keys=
         return choose_tokens(log_probs, _uniform(streams, t), top_k, top_p, temperature, sort=sort)
 
     return one_token_search(model, source, draw, rows, max_extra, max_length, pad_id, bos_id, eos_id,
-                            use_cache, first_cache_stage, caller="sample", target_prefix=target_prefix)
+                            use_cache, first_cache_stage, caller="sample", target_prefix=target_prefix, bans=bans)
 
 
 def decode(models, source, options, pad_id, bos_id, eos_id, first_cache_stage=None, row_keys=None,
