@@ -40,6 +40,7 @@ import numpy as np
 from keras import ops
 
 from keras_transformer.decoding.search import NEG_INF
+from keras_transformer.model import parts
 
 SENTINEL = -1  # stands for the positions before the first output token: it matches no phrase token
 
@@ -105,8 +106,6 @@ def _check_phrases(caller, name, array, batch, vocab, pad_id, bos_id, eos_id):
 def _vocab_size(model):
     if model is None:
         return None
-    from keras_transformer.model import parts
-
     return parts(model).target_embedding.vocab_size
 
 

@@ -4,6 +4,7 @@ from typing import Any
 
 from keras import ops
 
+from keras_transformer.decoding.beam import beam_search
 from keras_transformer.decoding.constraints import Bans, banned_ids
 from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.decoding.search import ensemble_members, one_token_search, token_ids
@@ -59,9 +60,7 @@ def greedy_decode(model: Any, source: Any, max_extra: int = 50, max_length: int 
     def most_probable(log_probs: Any, t: Any) -> Any:  # (B, V) -> (B,)
         return ops.argmax(log_probs, axis=-1)
 
-    if constraints is not None:
-        from keras_transformer.decoding.beam import beam_search  # greedy decoding with constraints is beam 1's
-
+    if constraints is not None:  # greedy decoding with constraints is beam 1's
         tokens, scores = beam_search(model, source, beam_size=1, alpha=0.0, max_extra=max_extra,
                                      max_length=max_length, pad_id=pad_id, bos_id=bos_id, eos_id=eos_id,
                                      use_cache=use_cache, first_cache_stage=first_cache_stage,
