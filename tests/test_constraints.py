@@ -139,6 +139,34 @@ def test_a_sentence_without_constraints_gets_the_unconstrained_search(trained_co
     np.testing.assert_array_equal(got, free)
 
 
+def test_cache_stages_and_the_uncached_search_give_the_same_constrained_output(random_model):
+    """The untrained model's outputs run past a first cache stage of 3 positions: the caches grow mid-search and
+    the constrained search reorders them by its own choice of parents; the output equals the uncached search's,
+    which keeps no cache at all."""
+    source = padded(SOURCES)
+    plain, plain_scores = run(decoding.beam_search, random_model, source, CONSTRAINTS, **BEAM, use_cache=False)
+    staged, staged_scores = run(decoding.beam_search, random_model, source, CONSTRAINTS, **BEAM, first_cache_stage=3)
+    assert int(np.sum(np.asarray(plain) != 0, axis=-1).max()) > 3
+    np.testing.assert_array_equal(staged, plain)
+    np.testing.assert_allclose(staged_scores, plain_scores, atol=1e-4)
+
+
+def test_a_partial_match_that_diverges_falls_back_to_the_prefix_that_re_occurs(trained_copy_model):
+    """The copy of 5 5 5 6 holds 5 5 6 only after a partial match (5 5) meets another 5: the search must see
+    the constraint met there and force nothing else; with early exit as well."""
+    model, _ = trained_copy_model
+    source = padded([[5, 5, 5, 6, 3], [9, 10, 11, 3]])
+    free, _ = run(decoding.beam_search, model, source, **BEAM)
+    best = output(np.asarray(free)[0, 0])
+    assert best[:3] == [5, 5, 5] and occurrences(best, [5, 5, 6]), best  # 5 5 6 comes after 5 5 5
+    for early_exit in (False, True):
+        tokens, _ = run(decoding.beam_search, model, source, [[[5, 5, 6]], [[10, 11, 9]]], **BEAM,
+                        early_exit=early_exit)
+        tokens = np.asarray(tokens)
+        np.testing.assert_array_equal(tokens[0, 0], np.asarray(free)[0, 0])
+        assert occurrences(output(tokens[1, 0]), [10, 11, 9]), tokens[1, 0]
+
+
 def test_a_constraint_that_cannot_fit_is_left_out_and_reported(trained_copy_model, constrained):
     """A 10-token constraint for a sentence that may produce 9 tokens: the unconstrained translation, reported as
     unmet; a constraint that fits beside it is still met (the shortest are kept first)."""
