@@ -183,6 +183,29 @@ def test_a_constraint_that_cannot_fit_is_left_out_and_reported(trained_copy_mode
     assert 30 in output(tokens[0, 0])
 
 
+def test_constraints_that_fit_are_always_met_even_by_a_model_that_never_would(random_model):
+    """The untrained model's outputs are noise, so nothing but the search puts the phrases in: random constraints
+    (1 to 4 phrases of 1 to 3 tokens, repeated tokens and repeated phrases included) filling up to the whole
+    length limit are all met by each sentence's best hypothesis."""
+    rng = np.random.default_rng(0)
+    sources = SOURCES * 3
+    constraints = []
+    for source in sources:
+        room = len(source) + BEAM["max_extra"]
+        phrases = []
+        for _ in range(rng.integers(1, 5)):
+            phrase = rng.integers(4, 12, size=rng.integers(1, 4)).tolist()  # few ids: repeats and overlaps
+            if sum(map(len, phrases)) + len(phrase) <= room:
+                phrases.append(phrase)
+        constraints.append(phrases)
+    constraints[0] = [[5, 5], [5, 5], [5]]  # the same phrase twice, and a phrase inside it
+    tokens, _ = run(decoding.beam_search, random_model, padded(sources), constraints, **BEAM)
+    met = np.asarray(constraints_met(tokens, constraints))
+    assert met[:, 0].all(), [(c, output(t)) for c, t, m in zip(constraints, np.asarray(tokens)[:, 0], met[:, 0])
+                             if not m.all()]
+    assert occurrences(output(np.asarray(tokens)[0, 0]), [5, 5]) >= 2
+
+
 def test_an_output_cut_by_the_limit_before_meeting_its_constraints_is_still_returned(random_model):
     """The untrained model never ends by itself: with a limit of 4 tokens and constraints of 4 tokens in all,
     every hypothesis meets them exactly at the limit or is returned after those that do, never empty."""

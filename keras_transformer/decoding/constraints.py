@@ -7,20 +7,27 @@ A phrase is one or more target token ids that must appear (or must not) as a con
 "Vertrags"); `pad_constraints` builds either from lists. Beam search meets them by dynamic beam allocation (Post &
 Vilar, 2018) in the vectorized form of Hu et al. (2019): at every step each hypothesis is extended by its own best
 tokens and, for every unmet constraint, by the next token of that constraint (the one after the longest prefix of
-it that the hypothesis ends with, or its first); every candidate is placed in a bank by the constraint tokens it
-has met, and the beam is filled round-robin across the banks, the fullest bank first, each bank in score order.
-Eos is allowed only once every constraint is met. Everything is fixed-shape `keras.ops`: a hypothesis's state is
-one flag per phrase (met), and its progress in each phrase is read again at every step from its last L tokens,
-which is exactly the automaton of the papers (a partial match that diverges falls back to the longest prefix of
-the phrase that the output still ends with, so a prefix that re-occurs is not lost). Per step it costs a few
-`(B, K, 2K + 2 + P, P, L + 1, L)` comparisons and one `(B, X, X)` ranking of the X candidates of a sentence, no
-loop over hypotheses. A sentence's search depends on its own constraints only (batch-invariant).
+it that the hypothesis ends with, or its first). Every candidate is placed in a bank: the tokens of the
+constraints it has met (a constraint counts its longest form) plus its furthest progress in one unmet
+constraint, as fairseq's `LexicallyConstrainedBeamSearch` counts; the beam is filled round-robin across the
+banks, the fullest first, each bank in score order. Eos is allowed only once every constraint is met.
 
-A constraint given twice must appear twice (a phrase completes only one of its identical copies at a time). The
-constraints that cannot fit in a sentence's length limit (with its target prefix) are left out, the shortest
-kept first: a sentence whose one constraint is too long gets its unconstrained translation. If a search still
-ends a hypothesis at the limit with a constraint unmet, it is returned after those that meet all. So an output
-is never empty; `constraints_met` says, per returned hypothesis, which constraints it contains.
+Everything is fixed-shape `keras.ops`: a hypothesis's state is one flag per phrase (met), and its progress in
+each phrase is read again at every step from its last L tokens, which is exactly the automaton of the papers (a
+partial match that diverges falls back to the longest prefix of the phrase that the output still ends with, so a
+prefix that re-occurs is not lost). Per step it costs a few `(B, K, 2K + 2 + P, P, L + 1, L)` comparisons and one
+`(B, X, X)` ranking of the X candidates of a sentence, no loop over hypotheses. A sentence's search depends on
+its own constraints only (batch-invariant).
+
+What is guaranteed: the best bank's first candidate always stays in the beam, and extending it by the next
+token of its furthest constraint raises its bank by one, so after n steps some hypothesis has a bank of at least
+n. Constraints whose lengths (longest forms) add up to at most the tokens a sentence may produce are therefore
+all met by a returned hypothesis, which comes first (unless a banned phrase or a forced prefix rules one out).
+The constraints that cannot fit in a sentence's length limit (with its target prefix; shortest forms counted)
+are left out, the shortest kept first: a sentence whose one constraint is too long gets its unconstrained
+translation. A hypothesis ended by the limit with a constraint unmet is returned after those that meet all, so
+an output is never empty; `constraints_met` says, per returned hypothesis, which constraints it contains. A
+constraint given twice must appear twice (a phrase completes only one of its identical copies at a time).
 
 **Banned phrases** `(B, Q, L)` (or `(Q, L)` for every sentence): whenever a hypothesis ends with all but the last
 token of a banned phrase, that last token gets probability zero; a one-token phrase is never produced. Every
@@ -341,7 +348,9 @@ class Constraints:
         partial = ops.max(ops.reshape(progress, shape), axis=-1)  # (B, K, M, C)
         active = self.active[:, None, None]
         all_met = ops.all(ops.logical_or(met_groups, ops.logical_not(active)), axis=-1)
-        bank = ops.sum(ops.where(active, ops.where(met_groups, self.full[:, None, None], partial), 0), axis=-1)
+        unmet = ops.logical_and(active, ops.logical_not(met_groups))
+        bank = (ops.sum(ops.where(ops.logical_and(active, met_groups), self.full[:, None, None], 0), axis=-1)
+                + ops.max(ops.where(unmet, partial, 0), axis=-1))  # met tokens + the furthest progress
         return met, all_met, bank
 
 
