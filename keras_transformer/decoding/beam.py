@@ -322,13 +322,14 @@ class _ConstrainedSearch:
     unconstrained one.
     """
 
-    def __init__(self, step, wanted, bans, beams, alpha, limits, steps, pad_id, bos_id, eos_id, use_cache,
-                 early_exit, forced_rows):
+    def __init__(self, step: Any, wanted: Constraints, bans: Bans | None, beams: int, alpha: float, limits: Any,
+                 steps: Any, pad_id: int, bos_id: int, eos_id: int, use_cache: bool, early_exit: bool,
+                 forced_rows: Any) -> None:
         self.step, self.wanted, self.bans, self.beams, self.alpha = step, wanted, bans, beams, alpha
         self.limits, self.steps, self.use_cache, self.early_exit = limits, steps, use_cache, early_exit
         self.pad_id, self.bos_id, self.eos_id, self.forced_rows = pad_id, bos_id, eos_id, forced_rows
 
-    def run(self, cache, stages, num_return, return_steps):
+    def run(self, cache: Any, stages: Any, num_return: int, return_steps: bool) -> Any:
         beams, steps, pad_id = self.beams, self.steps, self.pad_id
         batch = ops.shape(self.limits)[0]
         empty = ops.full((batch, beams, steps + 1), pad_id, dtype="int32")  # (B, K, T_max + 1)
@@ -349,7 +350,7 @@ class _ConstrainedSearch:
             state["ended"] = ops.zeros((batch,), "int32")
         self.returned = num_return - 1
 
-        def cond(state):
+        def cond(state: Any) -> Any:
             return ops.logical_and(ops.less(state["t"], steps), ops.logical_not(ops.all(state["done"])))
 
         state = search_loop(cond, self.body, state, stages)
@@ -364,7 +365,7 @@ class _ConstrainedSearch:
             return tokens, scores, state["t"]
         return tokens, scores
 
-    def candidates(self, state, values, normalizer, forced, history):
+    def candidates(self, state: Any, values: Any, normalizer: Any, forced: Any, history: Any) -> tuple[Any, Any]:
         """Every alive hypothesis's candidates: int32 tokens and float32 log-probabilities `(B, K, M)`, M = its
         best `2K + 2` tokens then one per phrase (-inf where not proposed, or already among the first)."""
         beams = self.beams
@@ -392,7 +393,7 @@ class _ConstrainedSearch:
         log_probs = ops.reshape(ops.concatenate([row_log_probs, next_log_probs], 1), (batch, beams, -1))
         return tokens, log_probs
 
-    def body(self, state):
+    def body(self, state: Any) -> Any:
         beams, steps, alpha, eos_id = self.beams, self.steps, self.alpha, self.eos_id
         t = state["t"]
         length = t + 1

@@ -43,6 +43,9 @@ Example:
 [[[True, False]], [[True, True]]]
 """
 
+from collections.abc import Sequence
+from typing import Any
+
 import numpy as np
 from keras import ops
 
@@ -52,7 +55,7 @@ from keras_transformer.model import parts
 SENTINEL = -1  # stands for the positions before the first output token: it matches no phrase token
 
 
-def pad_constraints(rows, pad_id=0, forms=False):
+def pad_constraints(rows: Sequence[Sequence[Any]], pad_id: int = 0, forms: bool = False) -> np.ndarray:
     """Per-sentence lists of phrases -> a padded int32 numpy array for `beam_search(constraints=...)`.
 
     Args:
@@ -71,7 +74,7 @@ def pad_constraints(rows, pad_id=0, forms=False):
     >>> pad_constraints([[[[5], [6, 7]]]]).tolist()  # one constraint, two forms
     [[[[5, 0], [6, 7]]]]
     """
-    def as_forms(item):
+    def as_forms(item: Any) -> list[list[int]]:
         item = list(item)
         if item and all(isinstance(x, (list, tuple, np.ndarray)) for x in item):
             return [[int(i) for i in form] for form in item]
@@ -89,7 +92,8 @@ def pad_constraints(rows, pad_id=0, forms=False):
     return array if forms or alternatives > 1 else array[:, :, 0]
 
 
-def _check_phrases(caller, name, array, batch, vocab, pad_id, bos_id, eos_id):
+def _check_phrases(caller: str, name: str, array: np.ndarray, batch: Any, vocab: int | None, pad_id: int,
+                   bos_id: int, eos_id: int) -> None:
     """Refuses concrete phrase ids that are not integers in the vocabulary, hold bos or eos, or pad in between."""
     if array.size and not np.issubdtype(array.dtype, np.integer):
         raise TypeError(f"{caller}: {name} must hold integer token ids, got dtype {array.dtype}.")
@@ -110,13 +114,14 @@ def _check_phrases(caller, name, array, batch, vocab, pad_id, bos_id, eos_id):
                          "tokens first, then padding.")
 
 
-def _vocab_size(model):
+def _vocab_size(model: Any) -> int | None:
     if model is None:
         return None
     return parts(model).target_embedding.vocab_size
 
 
-def _as_tensor(caller, name, value, ranks, batch, model, pad_id, bos_id, eos_id):
+def _as_tensor(caller: str, name: str, value: Any, ranks: tuple[int, ...], batch: Any, model: Any, pad_id: int,
+               bos_id: int, eos_id: int) -> Any:
     if isinstance(value, (list, tuple)):
         value = pad_constraints(value, pad_id)
     if isinstance(value, np.ndarray):
@@ -131,7 +136,7 @@ def _as_tensor(caller, name, value, ranks, batch, model, pad_id, bos_id, eos_id)
     return tensor
 
 
-def _at_least_one(tensor, axis, pad_id):
+def _at_least_one(tensor: Any, axis: int, pad_id: int) -> Any:
     """Pads a statically empty axis to width 1 with `pad_id` (no phrase), so that every shape is at least 1."""
     if tensor.shape[axis] == 0:
         widths = [[0, 0]] * len(tensor.shape)
@@ -148,7 +153,7 @@ class Phrases:
     for every j at once (`suffix_matches`).
     """
 
-    def __init__(self, phrases, pad_id):
+    def __init__(self, phrases: Any, pad_id: int) -> None:
         self.phrases = phrases  # (B, P, L)
         self.lengths = ops.sum(ops.cast(ops.not_equal(phrases, pad_id), "int32"), axis=-1)  # (B, P)
         width = ops.shape(phrases)[-1]
@@ -160,31 +165,31 @@ class Phrases:
         self.aligned = ops.take(phrases, ops.clip(source, 0, width - 1), axis=2)  # (B, P, L + 1, L)
         self.prefix = ops.reshape(ops.arange(width + 1, dtype="int32"), (1, 1, 1, -1))  # j, as (1, 1, 1, L + 1)
 
-    def suffix_matches(self, frames):
+    def suffix_matches(self, frames: Any) -> Any:
         """`frames (B, X, L)` -> bool `(B, X, P, L + 1)`: whether the frame's last j tokens are phrase p's first j
         (j <= its length)."""
         equal = ops.equal(frames[:, :, None, None, :], ops.expand_dims(self.aligned, 1))  # (B, X, P, L + 1, L)
         matched = ops.all(ops.logical_or(equal, ops.logical_not(self.use)), axis=-1)
         return ops.logical_and(matched, ops.less_equal(self.prefix, self.lengths[:, None, :, None]))
 
-    def completed(self, matches):
+    def completed(self, matches: Any) -> Any:
         """`suffix_matches` -> bool `(B, X, P)`: the frame ends with the whole (non-empty) phrase."""
         whole = ops.equal(self.prefix, self.lengths[:, None, :, None])
         return ops.logical_and(ops.any(ops.logical_and(matches, whole), axis=-1), ops.greater(self.lengths, 0)[:, None])
 
-    def progress(self, matches):
+    def progress(self, matches: Any) -> Any:
         """`suffix_matches` -> int32 `(B, X, P)`: the longest proper prefix of each phrase the frame ends with."""
         partial = ops.logical_and(matches, ops.less(self.prefix, self.lengths[:, None, :, None]))
         return ops.max(ops.where(partial, self.prefix, 0), axis=-1)
 
-    def token_at(self, position):
+    def token_at(self, position: Any) -> Any:
         """int32 `(B, X, P)` positions -> the phrases' tokens there (`pad`-free positions only are meaningful)."""
         columns = ops.arange(self.width, dtype="int32")
         chosen = ops.equal(ops.expand_dims(position, -1), columns)  # (B, X, P, L)
         return ops.sum(ops.where(chosen, ops.expand_dims(self.phrases, 1), 0), axis=-1)
 
 
-def last_tokens(sequences, t, width):
+def last_tokens(sequences: Any, t: Any, width: Any) -> Any:
     """`sequences (B, R, T + 1)` (column 0 bos, column t the newest token) -> int32 `(B, R, width)`: the newest
     `width` output tokens, `SENTINEL` before the first."""
     columns = t - width + 1 + ops.arange(width, dtype="int32")  # (width,)
@@ -192,7 +197,7 @@ def last_tokens(sequences, t, width):
     return ops.where(ops.greater_equal(columns, 1), picked, SENTINEL)
 
 
-def frames_with_history(history):
+def frames_with_history(history: Any) -> Any:
     """`(B, R, L - 1)` newest tokens -> `(B, R, L)` frames: `SENTINEL` first (no token of a proper prefix)."""
     return ops.concatenate([ops.full(ops.shape(history)[:2] + (1,), SENTINEL, "int32"), history], axis=-1)
 
@@ -200,7 +205,8 @@ def frames_with_history(history):
 # ------------------------------------------------------------------------------------------------ banned phrases
 
 
-def banned_ids(caller, banned, source, model=None, pad_id=0, bos_id=2, eos_id=3):
+def banned_ids(caller: str, banned: Any, source: Any, model: Any = None, pad_id: int = 0, bos_id: int = 2,
+               eos_id: int = 3) -> Any:
     """`banned` as int32 `(B, Q, L)`: per-sentence lists of phrases, a `(B, Q, L)` array, or a `(Q, L)` array
     banned in every sentence; concrete ids are checked (vocabulary, no bos or eos, padding last).
 
@@ -224,12 +230,12 @@ def banned_ids(caller, banned, source, model=None, pad_id=0, bos_id=2, eos_id=3)
 class Bans:
     """Banned phrases `(B, Q, L)` prepared for `mask`."""
 
-    def __init__(self, banned, pad_id):
+    def __init__(self, banned: Any, pad_id: int) -> None:
         self.phrases = Phrases(banned, pad_id)
         lengths = self.phrases.lengths
         self.last = self.phrases.token_at(ops.expand_dims(ops.maximum(lengths - 1, 0), 1))[:, 0]  # (B, Q)
 
-    def mask(self, sequences, t, vocab):
+    def mask(self, sequences: Any, t: Any, vocab: int) -> Any:
         """bool `(B, R, V)`: the tokens that would complete a banned phrase after each row of `sequences`
         `(B, R, T + 1)` at step `t`."""
         phrases = self.phrases
@@ -242,7 +248,7 @@ class Bans:
         ids = ops.arange(vocab, dtype="int32")
         return ops.any(ops.equal(ops.expand_dims(token, -1), ids), axis=2)  # (B, R, V)
 
-    def apply(self, log_probs, sequences, t, rows_per_sentence, keep=None):
+    def apply(self, log_probs: Any, sequences: Any, t: Any, rows_per_sentence: int, keep: Any = None) -> Any:
         """`log_probs (B*R, V)` with every banned completion at -inf (rows of `keep`, bool `(B*R,)`, left as they
         are: a forced prefix). `sequences` is `(B*R, T + 1)`, R rows per sentence."""
         vocab = int(log_probs.shape[-1])
@@ -256,7 +262,8 @@ class Bans:
 # ------------------------------------------------------------------------------------------- positive constraints
 
 
-def constraint_ids(caller, constraints, source, model=None, pad_id=0, bos_id=2, eos_id=3):
+def constraint_ids(caller: str, constraints: Any, source: Any, model: Any = None, pad_id: int = 0, bos_id: int = 2,
+                   eos_id: int = 3) -> Any:
     """`constraints` as int32 `(B, C, F, L)`: per-sentence lists (`pad_constraints`), or an array `(B, C, L)` or
     `(B, C, F, L)` padded with `pad_id`; concrete ids are checked (one row per source, inside the target
     vocabulary, no bos or eos, padding last).
@@ -286,7 +293,7 @@ class Constraints:
     A hypothesis's state is `met`, bool `(B, K, P)`: the phrases it has completed.
     """
 
-    def __init__(self, constraints, room, pad_id):
+    def __init__(self, constraints: Any, room: Any, pad_id: int) -> None:
         shape = ops.shape(constraints)
         self.count, self.forms = shape[1], shape[2]
         self.phrases = Phrases(ops.reshape(constraints, (shape[0], -1, shape[3])), pad_id)
@@ -309,16 +316,16 @@ class Constraints:
         self.phrase_active = phrase_active  # (B, P)
         self.copies = _earlier_copies(self.phrases, phrase_active)  # (B, P, P)
 
-    def initial(self, beams):
+    def initial(self, beams: int) -> Any:
         """The state of the first hypotheses: nothing met, `(B, K, P)`."""
         return ops.zeros(ops.shape(self.phrases.lengths)[:1] + (beams, ops.shape(self.phrases.lengths)[1]), "bool")
 
-    def groups(self, met):
+    def groups(self, met: Any) -> Any:
         """`(B, X, P)` per phrase -> `(B, X, C)` per constraint (any form met)."""
         shape = ops.shape(met)
         return ops.any(ops.reshape(met, (shape[0], shape[1], self.count, self.forms)), axis=-1)
 
-    def proposals(self, met, history):
+    def proposals(self, met: Any, history: Any) -> tuple[Any, Any]:
         """The next token of every unmet active constraint after each hypothesis: `(tokens, proposed)`, int32 and
         bool `(B, K, P)`. `history (B, K, L - 1)`: each hypothesis's newest tokens."""
         progress = self.phrases.progress(self.phrases.suffix_matches(frames_with_history(history)))  # (B, K, P)
@@ -326,7 +333,7 @@ class Constraints:
         proposed = ops.logical_and(unmet, ops.expand_dims(self.phrase_active, 1))
         return self.phrases.token_at(progress), proposed
 
-    def advance(self, met, history, tokens):
+    def advance(self, met: Any, history: Any, tokens: Any) -> tuple[Any, Any, Any]:
         """The state after each candidate: `met (B, K, P)` of the parents, `tokens (B, K, M)` appended to
         `history (B, K, L - 1)` -> `(met (B, K, M, P), all_met (B, K, M), bank (B, K, M))`."""
         batch, beams, width = ops.shape(tokens)[0], ops.shape(tokens)[1], ops.shape(tokens)[2]
@@ -354,7 +361,7 @@ class Constraints:
         return met, all_met, bank
 
 
-def _earlier_copies(phrases, active):
+def _earlier_copies(phrases: Phrases, active: Any) -> Any:
     """bool `(B, P, P')`: phrase P' comes before P, is identical to it, and both are active."""
     same = ops.all(ops.equal(phrases.phrases[:, :, None], phrases.phrases[:, None, :]), axis=-1)
     index = ops.arange(ops.shape(same)[1], dtype="int32")
@@ -363,7 +370,7 @@ def _earlier_copies(phrases, active):
     return ops.logical_and(ops.logical_and(same, earlier), both)
 
 
-def stripe_order(totals, bank, banks):
+def stripe_order(totals: Any, bank: Any, banks: Any) -> Any:
     """The candidates of each sentence in dynamic-beam-allocation order: `totals`, `bank` `(B, X)` (score, -inf
     for none; constraint tokens met) -> float32 `(B, X)` keys, lower first.
 
@@ -382,7 +389,7 @@ def stripe_order(totals, bank, banks):
     return ops.where(valid, key, 3.0e38)
 
 
-def constraints_met(tokens, constraints, pad_id=0):
+def constraints_met(tokens: Any, constraints: Any, pad_id: int = 0) -> Any:
     """Which constraints each output contains: bool `(B, R, C)` (True also for a constraint slot of padding).
 
     Args:

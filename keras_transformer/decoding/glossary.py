@@ -26,7 +26,9 @@ Example:
 [('Vertrag',), ('Fahrrad', 'Rad')]
 """
 
+import os
 import re
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from keras_transformer.errors import ConfigError
@@ -34,7 +36,7 @@ from keras_transformer.errors import ConfigError
 _WORDS = re.compile(r"\w+|[^\w\s]")
 
 
-def words(text):
+def words(text: str) -> list[str]:
     """The words of `text` as matching sees them: runs of letters, digits and `_`, and each other non-space
     character alone.
 
@@ -56,12 +58,12 @@ class GlossaryEntry:
     True
     """
 
-    source: tuple
-    targets: tuple
+    source: tuple[str, ...]
+    targets: tuple[str, ...]
     case_sensitive: bool
     line: int
 
-    def matches(self, sentence_words):
+    def matches(self, sentence_words: Sequence[str]) -> bool:
         """Whether `sentence_words` (as many as the term has) are this term's words."""
         if self.case_sensitive:
             return tuple(sentence_words) == self.source
@@ -78,16 +80,17 @@ class Glossary:
     [('Rotwein',), ('Apple',)]
     """
 
-    def __init__(self, entries, name="<glossary>"):
+    def __init__(self, entries: Iterable[GlossaryEntry], name: str = "<glossary>") -> None:
         self.entries, self.name = list(entries), name
-        self._by_first = {}  # the first word (lower case) -> the entries starting with it, longest first
+        # the first word (lower case) -> the entries starting with it, longest first
+        self._by_first: dict[str, list[GlossaryEntry]] = {}
         for entry in self.entries:
             self._by_first.setdefault(entry.source[0].lower(), []).append(entry)
         for group in self._by_first.values():
             group.sort(key=lambda entry: -len(entry.source))
 
     @classmethod
-    def parse(cls, text, name="<glossary>"):
+    def parse(cls, text: str, name: str = "<glossary>") -> "Glossary":
         """A glossary from its text; a malformed line is refused with `name` and its line number.
 
         Example:
@@ -119,7 +122,7 @@ Fahrrad' (no tab).
         return cls(entries, name)
 
     @classmethod
-    def read(cls, path):
+    def read(cls, path: str | os.PathLike) -> "Glossary":
         """The glossary in the file `path` (UTF-8); a file that cannot be read is refused by name.
 
         Example:
@@ -137,7 +140,7 @@ Fahrrad' (no tab).
             raise ConfigError(f"Cannot read the glossary {path}: {error}.") from None
         return cls.parse(text, str(path))
 
-    def matches(self, sentence):
+    def matches(self, sentence: str) -> list[tuple[int, GlossaryEntry]]:
         """The entries whose source term occurs in `sentence`, in sentence order: `[(word index, entry), ...]`,
         the longest matches first taken, none overlapping.
 
@@ -146,26 +149,28 @@ Fahrrad' (no tab).
         >>> [entry.targets for _, entry in Glossary.parse("dog\\tHund\\n").matches("A dog and a dog.")]
         [('Hund',), ('Hund',)]
         """
-        found = []
+        found: list[tuple[int, int, GlossaryEntry]] = []
         sentence_words = words(sentence)
         for start, word in enumerate(sentence_words):
             for entry in self._by_first.get(word.lower(), ()):
                 end = start + len(entry.source)
                 if end <= len(sentence_words) and entry.matches(sentence_words[start:end]):
                     found.append((start, end, entry))
-        taken, used = [], set()
+        taken: list[tuple[int, GlossaryEntry]] = []
+        used: set[int] = set()
         for start, end, entry in sorted(found, key=lambda match: (-(match[1] - match[0]), match[0])):
             if used.isdisjoint(range(start, end)):
                 taken.append((start, entry))
                 used.update(range(start, end))
         return sorted(taken, key=lambda match: match[0])
 
-    def constraints(self, sentence):
+    def constraints(self, sentence: str) -> list[tuple[str, ...]]:
         """The constraints `sentence` calls for: one tuple of target forms per match, in sentence order."""
         return [entry.targets for _, entry in self.matches(sentence)]
 
 
-def term_ids(term, tokenize, unk_id=None, drop=()):
+def term_ids(term: str, tokenize: Callable[[str], Iterable[int]], unk_id: int | None = None,
+             drop: Collection[int] = ()) -> list[int]:
     """A target term as the token ids of a constraint: `tokenize(term)` (a list of ids), without the ids in
     `drop` (a tokenizer's bos and eos).
 
