@@ -17,6 +17,7 @@ LAYERS = [
                 "workdir.rotation", "runtime", "runtime.import_hooks", "runtime.registry", "runtime.registration",
                 "runtime.tensorflow_logs",
                 "data", "data.textfile", "decoding.registry", "decoding.strategies", "decoding", "decoding.options",
+                "decoding.glossary",
                 "engines", "engines.interface", "engines.ctranslate2_cpu", "attention", "packed",
                 "documents", "documents.*"]),  # numpy, lxml and sentencex too: what engines.interface builds on
     ("core", ["config", "layers", "layers.*", "model", "trainer.losses", "trainer.metrics", "trainer.schedules",
@@ -329,7 +330,7 @@ def test_decoding_strategies_live_only_in_the_decoding_package():
                                                   for k in node.keywords):
                 outside.append(f"{name} line {node.lineno}: a cached decoder step outside keras_transformer/decoding/")
     assert not outside, "\n".join(outside)
-    shared = {"__init__", "registry", "strategies", "options", "search", "scoring"}
+    shared = {"__init__", "registry", "strategies", "options", "search", "scoring", "constraints", "glossary"}
     strategies = {path.stem for path in (PACKAGE / "decoding").glob("*.py")} - shared
     searches = {STRATEGIES.get(name).search.split(":")[0].rsplit(".", 1)[-1] for name in STRATEGIES}
     assert strategies == searches, "every strategy module is registered in decoding/registry.py"

@@ -4,13 +4,16 @@ from typing import Any
 
 from keras import ops
 
+from keras_transformer.decoding.beam import beam_search
+from keras_transformer.decoding.constraints import Bans, banned_ids
 from keras_transformer.decoding.options import DecodeOptions
-from keras_transformer.decoding.search import one_token_search
+from keras_transformer.decoding.search import ensemble_members, one_token_search, token_ids
 
 
 def greedy_decode(model: Any, source: Any, max_extra: int = 50, max_length: int | None = None, pad_id: int = 0,
                   bos_id: int = 2, eos_id: int = 3, use_cache: bool = True, first_cache_stage: int | None = None,
-                  target_prefix: Any = None) -> tuple[Any, Any]:
+                  target_prefix: Any = None,
+                  constraints: Any = None, banned: Any = None) -> tuple[Any, Any]:
     """Decodes a batch by taking the most likely token at every step.
 
     Args:
@@ -33,6 +36,11 @@ def greedy_decode(model: Any, source: Any, max_extra: int = 50, max_length: int 
             are produced first, whatever the model prefers, then decoding goes
             on from them. A sentence may produce at least its prefix and one
             more token.
+        constraints: optional phrases every output must contain, as in
+            `beam_search`: the search is then `beam_search` with one beam,
+            `alpha=0` and these constraints (dynamic beam allocation with one
+            beam puts each constraint's tokens in as soon as it can).
+        banned: optional phrases no output may contain, as in `beam_search`.
 
     Returns:
         `(tokens, scores)`: int32 `(B, T)` outputs (the prefix, then the
@@ -52,9 +60,20 @@ def greedy_decode(model: Any, source: Any, max_extra: int = 50, max_length: int 
     def most_probable(log_probs: Any, t: Any) -> Any:  # (B, V) -> (B,)
         return ops.argmax(log_probs, axis=-1)
 
+    if constraints is not None:  # greedy decoding with constraints is beam 1's
+        tokens, scores = beam_search(model, source, beam_size=1, alpha=0.0, max_extra=max_extra,
+                                     max_length=max_length, pad_id=pad_id, bos_id=bos_id, eos_id=eos_id,
+                                     use_cache=use_cache, first_cache_stage=first_cache_stage,
+                                     target_prefix=target_prefix, constraints=constraints, banned=banned)
+        return tokens[:, 0], scores[:, 0]
+    bans = None
+    if banned is not None:
+        checked = token_ids("greedy_decode", "source", source, ensemble_members(model)[0])
+        bans = Bans(banned_ids("greedy_decode", banned, checked, ensemble_members(model)[0], pad_id, bos_id, eos_id),
+                    pad_id)
     tokens, scores = one_token_search(model, source, most_probable, 1, max_extra, max_length, pad_id, bos_id,
                                       eos_id, use_cache, first_cache_stage, caller="greedy_decode",
-                                      target_prefix=target_prefix)
+                                      target_prefix=target_prefix, bans=bans)
     return tokens[:, 0], scores[:, 0]
 
 

@@ -28,9 +28,11 @@ from typing import Any
 import numpy as np
 from keras import ops
 
+from keras_transformer.decoding.constraints import Bans, banned_ids
 from keras_transformer.decoding.options import DecodeOptions
-from keras_transformer.decoding.search import one_token_search
+from keras_transformer.decoding.search import ensemble_members, one_token_search, token_ids
 from keras_transformer.decoding.strategies import MAX_SEED, Sampling, is_integer  # MAX_SEED: 32-bit seeds and keys
+from keras_transformer.errors import ConfigError
 from keras_transformer.runtime.keras_internals import tensorflow_runs_eagerly
 
 # lowbias32 (Chris Wellons' hash-prospector): x ^= x >> 16; x *= M1; x ^= x >> 15; x *= M2; x ^= x >> 16.
@@ -293,7 +295,8 @@ def _when(setting: Any, applies: Callable[[Any], Any], compute: Callable[[], Any
 def sample(model: Any, source: Any, top_k: Any = 0, top_p: Any = 1.0, temperature: Any = 1.0, seed: Any = 0,
            row_keys: Any = None, num_return: int = 1, max_extra: int = 50, max_length: int | None = None,
            pad_id: int = 0, bos_id: int = 2, eos_id: int = 3, use_cache: bool = True,
-           first_cache_stage: int | None = None, target_prefix: Any = None) -> tuple[Any, Any]:
+           first_cache_stage: int | None = None, target_prefix: Any = None, constraints: Any = None,
+           banned: Any = None) -> tuple[Any, Any]:
     """Decodes a batch by drawing every next token from the model's (reshaped) distribution.
 
     Each step divides the log-probabilities by `temperature`, keeps the `top_k` most probable tokens and the
@@ -320,6 +323,10 @@ def sample(model: Any, source: Any, top_k: Any = 0, top_p: Any = 1.0, temperatur
         max_extra, max_length, pad_id, bos_id, eos_id, use_cache, first_cache_stage, target_prefix: as in
             `greedy_decode` (every sample of a sentence starts with its prefix; the draws of the forced steps
             are made and not used, so the steps after a prefix draw as they would at those positions).
+        constraints: refused (`ConfigError`): a sample cannot be made to contain given phrases; decode with beam
+            search or greedy decoding for that.
+        banned: optional phrases no sample may contain, as in `beam_search`: a banned phrase's last token is
+            never drawn after the rest of it.
 
     Returns:
         `(tokens, scores)`: int32 `(B, num_return, T)` samples ending with eos (unless cut by the length limit),
@@ -343,6 +350,13 @@ def sample(model: Any, source: Any, top_k: Any = 0, top_p: Any = 1.0, temperatur
     True
     """
     _check_settings(top_k, top_p, temperature, seed, num_return)
+    if constraints is not None:
+        raise ConfigError("sample: constraints (phrases every output must contain) need strategy 'beam' or "
+                          "'greedy'; sampling honours banned phrases only.")
+    bans = None
+    if banned is not None:
+        checked = token_ids("sample", "source", source, ensemble_members(model)[0])
+        bans = Bans(banned_ids("sample", banned, checked, ensemble_members(model)[0], pad_id, bos_id, eos_id), pad_id)
     rows = int(num_return)
     batch = ops.shape(source)[0] if hasattr(source, "shape") else len(source)
     keys = source_keys(source, pad_id) if row_keys is None else _row_keys(row_keys, batch)  # (B,)
@@ -355,7 +369,7 @@ def sample(model: Any, source: Any, top_k: Any = 0, top_p: Any = 1.0, temperatur
         return choose_tokens(log_probs, _uniform(streams, t), top_k, top_p, temperature, sort=sort)
 
     return one_token_search(model, source, draw, rows, max_extra, max_length, pad_id, bos_id, eos_id,
-                            use_cache, first_cache_stage, caller="sample", target_prefix=target_prefix)
+                            use_cache, first_cache_stage, caller="sample", target_prefix=target_prefix, bans=bans)
 
 
 def decode(models: Any, source: Any, options: DecodeOptions, pad_id: int, bos_id: int, eos_id: int,

@@ -456,7 +456,8 @@ def search_loop(cond: Any, body: Any, state: Any, stages: Any) -> Any:
 def one_token_search(models: Any, source: Any, choose: Any, rows_per_sentence: int = 1, max_extra: int = 50,
                      max_length: int | None = None, pad_id: int = 0, bos_id: int = 2, eos_id: int = 3,
                      use_cache: bool = True, first_cache_stage: int | None = None, caller: str = "one_token_search",
-                     target_prefix: Any = None) -> Any:
+                     target_prefix: Any = None,
+                     bans: Any = None) -> Any:
     """The loop of the strategies that keep one hypothesis per row and only choose its next token (greedy, sampling).
 
     Each sentence gets `rows_per_sentence` rows (R; its cross-attention keys and values are shared by them, as
@@ -474,6 +475,8 @@ def one_token_search(models: Any, source: Any, choose: Any, rows_per_sentence: i
         max_extra, max_length, pad_id, bos_id, eos_id, use_cache, first_cache_stage, target_prefix: as in
             `greedy_decode`; a row's forced tokens replace what `choose` gave at their steps.
         caller: the name errors give.
+        bans: optional banned phrases, a `constraints.Bans`: `choose` sees their completions at -inf (the scores
+            stay the model's log-probabilities).
 
     Returns:
         `(tokens, scores)`: int32 `(B, R, T)` outputs (prefix included) padded with `pad_id`, float32 `(B, R)`
@@ -525,7 +528,8 @@ def one_token_search(models: Any, source: Any, choose: Any, rows_per_sentence: i
         log_probs = values - normalizer
         vocab = ops.arange(ops.shape(log_probs)[-1], dtype="int32")
         log_probs = ops.where(excluded(vocab, pad_id, bos_id, eos_id), NEG_INF, log_probs)  # (B*R, V)
-        token = ops.cast(choose(log_probs, t), "int32")  # (B*R,)
+        allowed = log_probs if bans is None else bans.apply(log_probs, state["sequences"], t, rows)
+        token = ops.cast(choose(allowed, t), "int32")  # (B*R,)
         if target_prefix is not None:  # a prefix's tokens are forced, whatever was chosen
             forced, is_forced = forced_token(forced_rows, t, pad_id)
             token = ops.where(is_forced, forced, token)
