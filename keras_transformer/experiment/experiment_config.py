@@ -6,7 +6,14 @@ import pathlib
 
 import yaml
 
-from keras_transformer.config import DECODING_FIELDS, PRESETS, TransformerConfig, read_yaml_file
+from keras_transformer.config import (
+    DECODING_FIELDS,
+    PRESETS,
+    TransformerConfig,
+    read_yaml_file,
+    recommended_warmup_steps,
+    refuse_training_fields,
+)
 from keras_transformer.decoding.options import OLD_NAMES as OLD_DECODING_NAMES
 from keras_transformer.errors import CheckpointError, CheckpointNotFoundError, ConfigError, format_size
 from keras_transformer.experiment.data_section import DataSection
@@ -35,6 +42,7 @@ def _model_section(model):
     path = model_file(source)
     fields = read_yaml_file(path, "TransformerConfig fields")
     fields.pop("decoding", None)
+    refuse_training_fields(fields, f"model.from: {path}")
     return {**fields, **model}
 
 
@@ -55,6 +63,13 @@ class ExperimentConfig:
     training: TrainingSection = dataclasses.field(default_factory=TrainingSection)
     decoding: DecodingSection = dataclasses.field(default_factory=DecodingSection)
 
+    def __post_init__(self) -> None:
+        # training.warmup_steps null: the model preset's warm-up (config.recommended_warmup_steps), so that the
+        # experiment, its experiment.yaml and `train --dry-run` hold the number the schedule uses
+        if self.training.warmup_steps is None:
+            warmup = recommended_warmup_steps(self.model.get("preset"))
+            object.__setattr__(self, "training", dataclasses.replace(self.training, warmup_steps=warmup))
+
     @classmethod
     def from_dict(cls, values, check_model=True):
         """Builds and validates an experiment from nested dicts, rejecting unknown keys by name.
@@ -68,6 +83,7 @@ class ExperimentConfig:
         for name in SECTIONS:
             if values.get(name) is not None and not isinstance(values[name], dict):
                 raise ConfigError(f"Section {name!r} must be a mapping, got {values[name]!r}.")
+        refuse_training_fields(values.get("model") or {})
         model = _model_section(values.get("model") or {})
         moved = [name for name in DECODING_FIELDS if name in model]
         if moved:

@@ -30,7 +30,9 @@ import typing
 
 from keras_transformer.config import (
     ACTIVATIONS,
+    PAPER_WARMUP_STEPS,
     POSITION_KINDS,
+    PRESET_WARMUP_STEPS,
     PRESETS,
     SINUSOID_LAYOUTS,
     TIE_MODES,
@@ -82,7 +84,8 @@ CHOICES = {
 }
 
 # Defaults an experiment takes from elsewhere than its dataclass field.
-DEFAULTS = {"model.vocab_size": "the data's vocabulary"}
+DEFAULTS = {"model.vocab_size": "the data's vocabulary",
+            "training.warmup_steps": f"the preset's (table above), else `{PAPER_WARMUP_STEPS}`"}
 
 _GROUP = re.compile(r"^#\s*-{3,}\s*(.*?)\s*-*$")
 
@@ -238,12 +241,15 @@ def _cell(text):
 _INTRO = {
     "model": f"{_summary(TransformerConfig)} The section holds `TransformerConfig` fields "
              "(`keras_transformer/config.py`), alone or over a `preset`. The vocabulary sizes default to the "
-             "data's (the learned tokenizer's, or `data.vocab_size` for synthetic data).",
+             "data's (the learned tokenizer's, or `data.vocab_size` for synthetic data). How the model is trained "
+             "is not its architecture: label smoothing, the schedule and Adam's settings are `training` keys, and "
+             "one written here is refused with its place there named (`model.label_smoothing is a training "
+             "setting now: write it as training.label_smoothing`).",
     "data": f"{_summary(DataSection)} Written flat under `data:` (`keras_transformer/experiment/data_section.py`, "
             "`DataSection`); the `DataConfig` fields of the text pipeline (`experiment/data_config.py`) apply to "
             "`kind: text` and `tfds`, and `kind: synthetic` refuses them by name.",
     "training": f"{_summary(TrainingSection)} (`keras_transformer/experiment/training_section.py`, "
-                "`TrainingSection`.)",
+                "`TrainingSection`.) Every key here may change when a run resumes in its workdir.",
     "decoding": f"{_summary(DecodingSection)} (`keras_transformer/experiment/decoding_section.py`, "
                 "`DecodingSection`; the old names `length_penalty` and `max_decode_extra` are read as `alpha` and "
                 "`max_extra`.)",
@@ -258,7 +264,7 @@ def _table(keys):
     return rows
 
 
-def _presets():
+def _presets() -> list[str]:
     names = [field.name for field in dataclasses.fields(TransformerConfig)
              if any(field.name in values for values in PRESETS.values())]
     rows = ["| key | " + " | ".join(f"`{name}`" for name in PRESETS) + " |", "| --- |" + " --- |" * len(PRESETS)]
@@ -266,6 +272,8 @@ def _presets():
         default = getattr(TransformerConfig, name)
         rows.append(f"| `model.{name}` | " + " | ".join(f"{_yaml(values.get(name, default))}"
                                                          for values in PRESETS.values()) + " |")
+    rows.append("| `training.warmup_steps` (when null) | " + " | ".join(str(PRESET_WARMUP_STEPS[name])
+                                                                     for name in PRESETS) + " |")
     return rows
 
 
@@ -304,7 +312,10 @@ def reference():
         if section == "model":
             lines += ["", "### model: presets", "",
                       "`preset:` starts from these values (`config.PRESETS`); the other fields keep their defaults.",
-                      ""] + _presets()
+                      "A preset also recommends the warm-up it trains with (`config.PRESET_WARMUP_STEPS`):",
+                      "`training.warmup_steps` takes it when the config leaves it out or null (a model of no preset",
+                      f"warms up over the paper's {PAPER_WARMUP_STEPS} updates), and `train --dry-run` prints the "
+                      "number used.", ""] + _presets()
     return "\n".join(lines) + "\n"
 
 
