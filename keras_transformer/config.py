@@ -225,12 +225,12 @@ class TransformerConfig:
         keras_transformer.errors.ConfigError: warmup_steps is a training setting now: write it as \
 training.warmup_steps (experiment.TrainingSection).
         """
-        refuse_training_fields(values, "TransformerConfig")
         known = {f.name for f in dataclasses.fields(cls)}
         decoding = [name for name in DECODING_FIELDS if name in values]
         if decoding:
             raise ValueError(f"{', '.join(decoding)}: decoding settings are not part of TransformerConfig; give them "
                              "in the decoding section (keras_transformer.decoding.DecodeOptions).")
+        refuse_training_fields(values, "TransformerConfig")
         unknown = sorted(set(values) - known)
         if unknown:
             raise ValueError(f"Unknown TransformerConfig field(s): {', '.join(unknown)}. "
@@ -265,9 +265,11 @@ training.warmup_steps (experiment.TrainingSection).
         A model.yaml's decoding settings (its `decoding:` mapping) are not the architecture's:
         `workdir.checkpoints.read_model_file` reads them.
         """
-        values = read_yaml_file(path, "TransformerConfig fields")
-        refuse_training_fields(values, str(path))
-        return cls.from_dict({key: value for key, value in values.items() if key != "decoding"})
+        values = {key: value for key, value in read_yaml_file(path, "TransformerConfig fields").items()
+                  if key != "decoding"}
+        if not any(name in values for name in DECODING_FIELDS):  # those first: `from_dict` names them
+            refuse_training_fields(values, str(path))
+        return cls.from_dict(values)
 
 
 def refuse_training_fields(values: typing.Mapping[str, typing.Any], where: str = "model") -> None:

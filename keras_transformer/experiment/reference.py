@@ -212,7 +212,7 @@ def schema_keys():
 
     >>> keys = schema_keys()
     >>> list(keys), keys["model"][0].name, keys["training"][0].type
-    (['model', 'data', 'training', 'decoding'], 'model.preset', 'int')
+    (['model', 'data', 'training', 'decoding'], 'model.preset', 'float')
     """
     preset = Key("model.preset", "str or null", "`null`", CHOICES["model.preset"],
                  "start from these sizes (table below); the model keys given override them")
