@@ -1048,3 +1048,85 @@ def test_a_resumed_epoch_s_header_counts_to_the_run_s_epochs(capsys):
         logger.set_params({"verbose": 2, "epochs": 3, "steps": 4})
         logger.on_epoch_begin(2)
         assert capsys.readouterr().out.strip() == expected
+
+
+# ------------------------------------------------------------------ one length limit: the model's
+@pytest.mark.parametrize("data", [
+    {"kind": "text", "train_source": "a.en", "train_target": "a.de"},
+    {"kind": "text", "corpora": [{"name": "a", "source": "a.en", "target": "a.de", "weight": 1},
+                                 {"name": "b", "source": "b.en", "target": "b.de", "weight": 3}]},
+    {"kind": "tfds", "tfds_name": "wmt14_translate/de-en"}])
+def test_the_datas_length_limit_is_the_models_and_never_more(data):
+    """The data's limit left out is the model's (preset, model key or TransformerConfig's default), printed by
+    --dry-run and read by the pipeline; lower is kept; higher is refused in one line naming both."""
+    def experiment(model, **limit):
+        return ExperimentConfig.from_dict({"model": model, "data": {**data, **limit}})
+    for model, expected in (({"preset": "tiny", "max_length": 64}, 64), ({"preset": "tiny"}, 128),
+                            ({"preset": "base"}, 256), ({"d_model": 64, "num_heads": 4}, 256)):
+        followed = experiment(model)
+        assert followed.data.max_length == followed.data.data_config().max_length == expected
+        assert followed.resolved()["data"]["max_length"] == expected
+        assert ExperimentConfig.from_dict(followed.to_dict()) == followed  # experiment.yaml holds the number
+    assert experiment({"preset": "tiny", "max_length": 64}, max_length=40).data.data_config().max_length == 40
+    with pytest.raises(ConfigError) as error:
+        experiment({"preset": "tiny", "max_length": 64}, max_length=128)
+    assert str(error.value).startswith("data.max_length=128 is more than model.max_length=64: ")
+    assert "\n" not in str(error.value)
+    # a later --set of the model's limit moves the data's with it
+    assert load_experiment(REPO / "configs" / "multi30k_en_de.yaml", ["data.max_length=null",
+                                                                    "model.max_length=64"]).data.max_length == 64
+    with pytest.raises(ConfigError, match="data.max_length=128 is more than model.max_length=64"):
+        load_experiment(REPO / "configs" / "multi30k_en_de.yaml", ["model.max_length=64"])
+
+
+def test_synthetic_sentences_longer_than_the_model_are_refused():
+    with pytest.raises(ConfigError, match=r"data.max_length=40 makes synthetic sequences of 41 positions .* more "
+                                          r"than model.max_length=32"):
+        load_experiment(TINY, ["data.max_length=40"])
+    assert load_experiment(TINY, ["data.max_length=31"]).data.synthetic_max_length == 31  # 32 positions: fits
+
+
+@pytest.mark.slow
+def test_pairs_longer_than_the_model_are_dropped_and_counted_and_never_reach_it(packed, tmp_path, caplog):
+    """A model of 32 positions trains on Multi30k pairs, many longer, from train_source / train_target and from
+    data.corpora: the pass's tally counts as dropped exactly the pairs whose longer side, tokenized by the run's
+    vocabulary, needs more than 32 positions with its bos/eos, and no pair reaches the model (a longer one would
+    stop the run in the positional encoding's slice, as docs/data.md's weighted example once did at 64). `pack`
+    drops the same pairs. A fast test cannot: it takes a run's pipeline and a traced training step."""
+    import re
+
+    from keras_transformer.data.tokenizers import load_tokenizers
+    from keras_transformer.packed.data import ARRAYS_FILE, load_arrays
+    folder, limit = packed[2], 32
+    files = {"train_source": str(folder / "train.en"), "train_target": str(folder / "train.de")}
+    sources = (folder / "train.en").read_text(encoding="utf-8").splitlines()
+    targets = (folder / "train.de").read_text(encoding="utf-8").splitlines()
+
+    def too_long(vocab):
+        source_tokenizer, target_tokenizer = load_tokenizers(vocab)
+        lengths = np.maximum(source_tokenizer.tokenize(sources).row_lengths().numpy(),
+                             target_tokenizer.tokenize(targets).row_lengths().numpy())
+        return int(np.sum(lengths + 1 > limit))  # + 1: eos after the source and the labels, bos before the target
+
+    model = {"preset": "tiny", "num_layers": 1, "dropout": 0.0, "max_length": limit}
+    caplog.set_level("INFO", logger="keras_transformer")
+    for name, data in (("plain", files), ("corpora", {"corpora": [{"name": "multi30k", "source": files["train_source"],
+                                                                  "target": files["train_target"]}]})):
+        caplog.clear()
+        result = training.train({"model": model, "data": {"kind": "text", "vocab_size": 600, "tokens_per_batch": 512,
+                                                          **data},
+                                 "training": {"epochs": 1, "verbose": 0, "tensorboard": False, "validation": False}},
+                                tmp_path / name)
+        assert result.model_config.max_length == limit and np.isfinite(result.history["loss"][-1])
+        expected = too_long(tmp_path / name / "data" / "vocab")
+        assert 50 < expected < len(sources) - 50  # many dropped, many kept: the limit matters here
+        done = [message for message in caplog.messages if message.startswith("Pass 1 over the training data done")]
+        assert len(done) == 1 and re.search(rf"; dropped {expected} over max length {limit}\b", done[0]), done
+        resolved = yaml.safe_load((tmp_path / name / "experiment.yaml").read_text(encoding="utf-8"))
+        assert resolved["data"]["max_length"] == limit
+    counts = training.pack_arrays({"model": model, "data": {"kind": "text", "vocab_size": 600,
+                                                            "tokens_per_batch": 512, **files}}, tmp_path / "packed")
+    expected = too_long(tmp_path / "packed" / "data" / "vocab")
+    assert counts["train_pairs"] == len(sources) - expected
+    for side in load_arrays(tmp_path / "packed" / ARRAYS_FILE)["train"]:
+        assert max(len(ids) for ids in side) + 1 <= limit

@@ -3,6 +3,7 @@ the resolved view that `train --dry-run` prints."""
 
 import dataclasses
 import pathlib
+import typing
 
 import yaml
 
@@ -27,6 +28,10 @@ from keras_transformer.trainer.footprint import (
     training_memory,
 )
 from keras_transformer.workdir.layout import model_file
+
+
+_DEFAULT_MAX_LENGTH = next(field.default for field in dataclasses.fields(TransformerConfig)
+                           if field.name == "max_length")
 
 
 def _model_section(model):
@@ -64,11 +69,16 @@ class ExperimentConfig:
     decoding: DecodingSection = dataclasses.field(default_factory=DecodingSection)
 
     def __post_init__(self) -> None:
-        # training.warmup_steps null: the model preset's warm-up (config.recommended_warmup_steps), so that the
-        # experiment, its experiment.yaml and `train --dry-run` hold the number the schedule uses
+        # The settings that default to the model's, resolved here so that the experiment, its experiment.yaml and
+        # `train --dry-run` hold the numbers the run uses: training.warmup_steps null is the model preset's warm-up
+        # (config.recommended_warmup_steps), and the text data's length limit null is the model's (`check_model`
+        # refuses a larger one).
         if self.training.warmup_steps is None:
             warmup = recommended_warmup_steps(self.model.get("preset"))
             object.__setattr__(self, "training", dataclasses.replace(self.training, warmup_steps=warmup))
+        limit = self._model_max_length()
+        if self.data.kind != "synthetic" and self.data.max_length is None and limit is not None:
+            object.__setattr__(self, "data", dataclasses.replace(self.data, max_length=limit))
 
     @classmethod
     def from_dict(cls, values, check_model=True):
@@ -182,8 +192,37 @@ class ExperimentConfig:
         Traceback (most recent call last):
         ...
         keras_transformer.errors.ConfigError: model: TransformerConfig: d_model=60 is not divisible by num_heads=7; ...
+
+        The data's length limit is the model's: a `data.max_length` over `model.max_length` is refused (for text
+        data, counted in positions as the model counts them, tokens + bos/eos; for synthetic data, its longest
+        sentence and the bos/eos position).
+
+        >>> ExperimentConfig.from_dict({"model": {"preset": "tiny", "max_length": 64},
+        ...                             "data": {"train_source": "a.en", "train_target": "a.de", "max_length": 128}})
+        Traceback (most recent call last):
+        ...
+        keras_transformer.errors.ConfigError: data.max_length=128 is more than model.max_length=64: ...
         """
-        self.model_config(self._configured_vocabulary())
+        config = self.model_config(self._configured_vocabulary())
+        data, limit = self.data, config.max_length
+        if data.kind != "synthetic" and data.max_length is not None and data.max_length > limit:
+            raise ConfigError(f"data.max_length={data.max_length} is more than model.max_length={limit}: the data "
+                              f"would keep pairs the model has no positions for; leave data.max_length out (it is "
+                              f"the model's) or make it at most {limit}.")
+        if data.kind == "synthetic" and data.synthetic_max_length + 1 > limit:
+            raise ConfigError(f"data.max_length={data.synthetic_max_length} makes synthetic sequences of "
+                              f"{data.synthetic_max_length + 1} positions (the sentence and bos/eos), more than "
+                              f"model.max_length={limit}: lower data.max_length or raise model.max_length.")
+
+    def _model_max_length(self) -> typing.Optional[int]:
+        """The model's `max_length` as its section gives it (the preset's, else TransformerConfig's default);
+        None when the section gives no positive integer (`check_model` names that)."""
+        value = self.model.get("max_length")
+        if value is None:
+            preset = self.model.get("preset")
+            fields = PRESETS.get(preset, {}) if isinstance(preset, str) else {}
+            value = fields.get("max_length", _DEFAULT_MAX_LENGTH)
+        return value if is_integer(value) and value > 0 else None
 
     def training_memory(self):
         """`footprint.training_memory` of this experiment: its model (with the configured vocabulary, as
