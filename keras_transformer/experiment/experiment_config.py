@@ -29,7 +29,6 @@ from keras_transformer.trainer.footprint import (
 )
 from keras_transformer.workdir.layout import model_file
 
-
 _DEFAULT_MAX_LENGTH = next(field.default for field in dataclasses.fields(TransformerConfig)
                            if field.name == "max_length")
 
