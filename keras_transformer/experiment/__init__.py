@@ -36,6 +36,7 @@ Example:
 2
 """
 
+import typing
 import warnings
 
 from keras_transformer.experiment.data_config import CORPUS_KEYS, DataConfig
@@ -69,7 +70,7 @@ __all__ = ["BATCH_SCALINGS", "COMMUNICATIONS", "CORPUS_KEYS", "DATA_KINDS", "DIS
            "load_experiment", "parse_override", "reject_unknown", "write_yaml"]
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> typing.Any:
     if name == "STRATEGIES":  # the old name of DISTRIBUTION_STRATEGIES (it read like the decoding strategies)
         warnings.warn("keras_transformer.experiment.STRATEGIES is now DISTRIBUTION_STRATEGIES.", DeprecationWarning,
                       stacklevel=2)
