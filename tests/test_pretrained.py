@@ -215,6 +215,12 @@ def test_the_workdir_records_where_it_came_from_and_the_decoding_defaults(refere
     assert config.bos_id == config.pad_id and config.sinusoid_layout == "concatenated"
     assert config.activation == "swish" and config.output_bias and config.tie_embeddings == "all"
     assert kt.TransformerConfig.from_yaml(workdir / "model.yaml") == config
+    # the architecture and the decoding defaults only: no Adam betas, schedule or label smoothing
+    import yaml
+
+    from keras_transformer.config import TRAINING_FIELDS
+    written = yaml.safe_load((workdir / "model.yaml").read_text(encoding="utf-8"))
+    assert not set(TRAINING_FIELDS) & set(written) and set(written) - {"decoding"} == set(config.to_dict())
 
 
 def _copy(references, tmp_path, name="shared_swish"):
