@@ -1072,6 +1072,8 @@ def test_the_datas_length_limit_is_the_models_and_never_more(data):
         experiment({"preset": "tiny", "max_length": 64}, max_length=128)
     assert str(error.value).startswith("data.max_length=128 is more than model.max_length=64: ")
     assert "\n" not in str(error.value)
+    with pytest.raises(ConfigError, match="data: DataConfig.tokens_per_batch=200 is smaller than max_length=256"):
+        experiment({"preset": "base"}, tokens_per_batch=200)  # the model's limit must fit in a batch too
     # a later --set of the model's limit moves the data's with it
     assert load_experiment(REPO / "configs" / "multi30k_en_de.yaml", ["data.max_length=null",
                                                                     "model.max_length=64"]).data.max_length == 64

@@ -208,6 +208,8 @@ class ExperimentConfig:
             raise ConfigError(f"data.max_length={data.max_length} is more than model.max_length={limit}: the data "
                               f"would keep pairs the model has no positions for; leave data.max_length out (it is "
                               f"the model's) or make it at most {limit}.")
+        if data.kind != "synthetic":
+            data.data_config()  # the limit the model gave it, checked against the batch size (named in one line)
         if data.kind == "synthetic" and data.synthetic_max_length + 1 > limit:
             raise ConfigError(f"data.max_length={data.synthetic_max_length} makes synthetic sequences of "
                               f"{data.synthetic_max_length + 1} positions (the sentence and bos/eos), more than "
