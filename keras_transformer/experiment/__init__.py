@@ -3,11 +3,11 @@
 An experiment config has four sections, each a frozen dataclass of its own module:
 
 ```yaml
-model:      # TransformerConfig fields, or `preset: tiny|small|base|big` plus overrides
+model:      # the architecture: TransformerConfig fields, or `preset: tiny|small|base|big` plus overrides
   preset: tiny
 data:       # where sentence pairs come from (DataSection): synthetic, text files or TFDS,
   kind: synthetic  # plus the data pipeline's DataConfig fields (vocab_size, tokens_per_batch, ...)
-training:   # epochs, strategy, precision, checkpoints (TrainingSection)
+training:   # the optimizer, schedule and loss; epochs, strategy, precision, checkpoints (TrainingSection)
   epochs: 8
 decoding:   # how the model decodes (DecodeOptions), written into workdir/model.yaml (DecodingSection)
   beam_size: 4
