@@ -32,7 +32,7 @@ TRAINING_FIELDS = ("label_smoothing", "warmup_steps", "learning_rate_scale", "be
 
 @dataclasses.dataclass(frozen=True)
 class TransformerConfig:
-    """The architecture of a Transformer (Vaswani et al., 2017): what `build_model` needs to build the network.
+    """The architecture of a Transformer (Vaswani et al., 2017): all that `build_model` needs.
 
     Every field has a default, so a config can be written with only the fields
     that matter. Unknown fields, bad sizes and bad options raise `ValueError`

@@ -43,9 +43,7 @@ class DataSection:
     kind: str = "synthetic"  # "synthetic", "text" (parallel files; the default when train_source or corpora is
                              # given) or "tfds" (TensorFlow Datasets)
     vocab_size: typing.Optional[int] = None  # synthetic: 32 by default; text: DataConfig.vocab_size (10000)
-    max_length: typing.Optional[int] = None  # synthetic: longest sentence (10); text: longest pair in positions
-                                             # (tokens + bos/eos), at most model.max_length (null: the model's);
-                                             # longer training pairs are dropped and counted
+    max_length: typing.Optional[int] = None  # synthetic: longest sentence (10); text: model.max_length or less
     seed: typing.Optional[int] = None  # synthetic pairs / shuffling seed (default: training.seed)
     # --- synthetic task ---------------------------------------------------------
     task: str = "copy"  # "copy" or "reverse"

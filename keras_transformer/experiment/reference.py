@@ -30,7 +30,6 @@ import typing
 
 from keras_transformer.config import (
     ACTIVATIONS,
-    PAPER_WARMUP_STEPS,
     POSITION_KINDS,
     PRESET_WARMUP_STEPS,
     PRESETS,
@@ -84,8 +83,7 @@ CHOICES = {
 }
 
 # Defaults an experiment takes from elsewhere than its dataclass field.
-DEFAULTS = {"model.vocab_size": "the data's vocabulary",
-            "training.warmup_steps": f"the preset's (table above), else `{PAPER_WARMUP_STEPS}`"}
+DEFAULTS = {"model.vocab_size": "the data's vocabulary", "training.warmup_steps": "the preset's"}
 
 _GROUP = re.compile(r"^#\s*-{3,}\s*(.*?)\s*-*$")
 
@@ -243,15 +241,12 @@ def _cell(text: str) -> str:
 _INTRO = {
     "model": f"{_summary(TransformerConfig)} The section holds `TransformerConfig` fields "
              "(`keras_transformer/config.py`), alone or over a `preset`. The vocabulary sizes default to the "
-             "data's (the learned tokenizer's, or `data.vocab_size` for synthetic data). How the model is trained "
-             "is not its architecture: label smoothing, the schedule and Adam's settings are `training` keys, and "
-             "one written here is refused with its place there named (`model.label_smoothing is a training "
-             "setting now: write it as training.label_smoothing`).",
+             "data's (the learned tokenizer's, or `data.vocab_size` for synthetic data).",
     "data": f"{_summary(DataSection)} Written flat under `data:` (`keras_transformer/experiment/data_section.py`, "
             "`DataSection`); the `DataConfig` fields of the text pipeline (`experiment/data_config.py`) apply to "
             "`kind: text` and `tfds`, and `kind: synthetic` refuses them by name.",
     "training": f"{_summary(TrainingSection)} (`keras_transformer/experiment/training_section.py`, "
-                "`TrainingSection`.) Every key here may change when a run resumes in its workdir.",
+                "`TrainingSection`.)",
     "decoding": f"{_summary(DecodingSection)} (`keras_transformer/experiment/decoding_section.py`, "
                 "`DecodingSection`; the old names `length_penalty` and `max_decode_extra` are read as `alpha` and "
                 "`max_extra`.)",
@@ -261,8 +256,8 @@ _INTRO = {
 def _table(keys: typing.Sequence[Key]) -> list[str]:
     rows = ["| key | type | default | accepts | what it is |", "| --- | --- | --- | --- | --- |"]
     for key in keys:
-        accepts = ", ".join(f"`{_yaml(value)}`" for value in key.accepts)
-        rows.append(f"| `{key.name}` | {key.type} | {_cell(key.default)} | {accepts} | {_cell(key.comment)} |")
+        accepts = "".join(f" `{_yaml(value)}`," for value in key.accepts).rstrip(",")  # "" when any value goes
+        rows.append(f"| `{key.name}` | {key.type} | {_cell(key.default)} |{accepts} | {_cell(key.comment)} |")
     return rows
 
 
@@ -274,7 +269,7 @@ def _presets() -> list[str]:
         default = getattr(TransformerConfig, name)
         rows.append(f"| `model.{name}` | " + " | ".join(f"{_yaml(values.get(name, default))}"
                                                          for values in PRESETS.values()) + " |")
-    rows.append("| `training.warmup_steps` (when null) | " + " | ".join(str(PRESET_WARMUP_STEPS[name])
+    rows.append("| `training.warmup_steps` | " + " | ".join(str(PRESET_WARMUP_STEPS[name])
                                                                      for name in PRESETS) + " |")
     return rows
 
@@ -297,8 +292,8 @@ def reference() -> str:
         "An experiment config is YAML with four sections, `model`, `data`, `training` and `decoding`. Later",
         "`--config` files override earlier ones key by key, then `--set section.key=value` (YAML values) in order.",
         "An unknown key is refused with its name and the closest known one, a bad value with its key, before any",
-        "data work. `keras-transformer train --dry-run` prints a config with every key below resolved. A key's",
-        "description is the comment beside its field in the source; `null` is YAML's None.",
+        "data work. `keras-transformer train --dry-run` prints a config with every key below resolved. `null` is",
+        "YAML's None.",
     ]
     for section, keys in schema_keys().items():
         lines += ["", f"## {section}", "", _INTRO[section]]
@@ -314,10 +309,7 @@ def reference() -> str:
         if section == "model":
             lines += ["", "### model: presets", "",
                       "`preset:` starts from these values (`config.PRESETS`); the other fields keep their defaults.",
-                      "A preset also recommends the warm-up it trains with (`config.PRESET_WARMUP_STEPS`):",
-                      "`training.warmup_steps` takes it when the config leaves it out or null (a model of no preset",
-                      f"warms up over the paper's {PAPER_WARMUP_STEPS} updates), and `train --dry-run` prints the "
-                      "number used.", ""] + _presets()
+                      ""] + _presets()
     return "\n".join(lines) + "\n"
 
 

@@ -18,7 +18,7 @@ from keras_transformer.experiment.validation import (
 
 @dataclasses.dataclass(frozen=True)
 class TrainingSection:
-    """How to train: the optimizer, its schedule and the loss; length, hardware, precision, checkpoints.
+    """How to train: optimizer, schedule, loss, length, hardware, precision, checkpoints.
 
     Example:
 
@@ -26,21 +26,17 @@ class TrainingSection:
     'per_replica'
     """
 
-    # --- optimizer, schedule and loss -------------------------------------------
     label_smoothing: float = 0.1  # epsilon_ls of the label-smoothed cross-entropy
-    warmup_steps: typing.Optional[int] = None  # updates of the Noam schedule's linear warm-up; null: the model
-                                               # preset's (tiny 400, small, base and big 4000; 4000 without one)
+    warmup_steps: typing.Optional[int] = None  # Noam warm-up, in updates
     learning_rate_scale: float = 1.0  # multiplies the Noam schedule
     beta_1: float = 0.9  # Adam beta1
     beta_2: float = 0.98  # Adam beta2
     epsilon: float = 1e-9  # Adam epsilon
     clipnorm: typing.Optional[float] = None  # clip each gradient to this norm
     cooldown_epochs: typing.Optional[int] = None  # over the last K epochs the learning rate falls linearly to zero
-    gradient_accumulation_steps: int = 1  # update with the mean gradient of this many batches; the schedule,
-                                          # `step` and initial_updates count updates (docs/training.md)
-    # --- the run ----------------------------------------------------------------
+    gradient_accumulation_steps: int = 1  # update with the mean gradient of this many batches (docs/training.md)
     epochs: int = 10  # epochs in total (a resumed run counts the ones already done)
-    steps_per_epoch: typing.Optional[int] = None  # batches an epoch (updates without gradient accumulation),
+    steps_per_epoch: typing.Optional[int] = None  # batches an epoch (updates, without accumulation),
                                                   # from the training data repeated without end
                                                   # (each pass shuffled anew); None: an epoch is one pass
     strategy: str = "auto"  # see keras_transformer.experiment.DISTRIBUTION_STRATEGIES
@@ -53,9 +49,8 @@ class TrainingSection:
     rdrop_alpha: typing.Optional[float] = None  # R-Drop (null or 0: off): every pair runs twice a batch, with
                                                 # two dropout masks, and alpha / 4 times their symmetric KL joins
                                                 # the loss (losses.RDropLoss); a batch computes twice the positions
-    ema_decay: typing.Optional[float] = None  # keep an exponential moving average of the weights (Keras' use_ema)
-                                              # with this decay, e.g. 0.999 (null: off); checkpoints, validation,
-                                              # BLEU, average and export use it, the backup keeps the raw weights
+    ema_decay: typing.Optional[float] = None  # a moving average of the weights with this decay, e.g. 0.999 (null:
+                                              # off), which checkpoints, validation and exports take
     seed: int = 1234  # keras.utils.set_random_seed: initial weights, dropout, shuffling
     checkpoint_every_steps: typing.Optional[int] = None  # also write checkpoints/step-XXXXXXXX.weights.h5
     keep_step_checkpoints: int = 3  # how many step checkpoints to keep
