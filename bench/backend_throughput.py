@@ -57,11 +57,14 @@ def measure(preset, vocab_size, batch_size, length, precision, steps, warmup, ji
     import keras
 
     import keras_transformer as kt
+    from keras_transformer.config import recommended_warmup_steps
+    from keras_transformer.experiment import TrainingSection
     keras.config.set_dtype_policy(precision)
     config = kt.TransformerConfig.preset(preset, vocab_size=vocab_size)
     model = kt.build_model(config)
-    model.compile(optimizer=kt.make_optimizer(config), jit_compile=jit_compile,
-                  loss=kt.LabelSmoothedCrossEntropy(config.label_smoothing, pad_id=0))
+    training = TrainingSection(warmup_steps=recommended_warmup_steps(preset))  # the paper's Adam and smoothing
+    model.compile(optimizer=kt.make_optimizer(config, training), jit_compile=jit_compile,
+                  loss=kt.LabelSmoothedCrossEntropy(training.label_smoothing, pad_id=0))
     shape = dict(vocab_size=vocab_size, num_layers=config.num_layers, d_model=config.d_model,
                  num_heads=config.num_heads, d_ff=config.d_ff, batch_size=batch_size, source_length=length,
                  target_length=length, min_length=max(2, int(0.6 * length)))

@@ -101,15 +101,15 @@ def print_table(times, count, what):
         print(f"| {impl} | {median:.3f} | {count / median:,.0f} | {ratio:.2f}x |")
 
 
-def build(config, impl, weight):
+def build(config, training, impl, weight):
     keras.utils.set_random_seed(0)
     model = kt.build_model(config)
     if impl == "plain":
-        loss = kt.LabelSmoothedCrossEntropy(config.label_smoothing, pad_id=config.pad_id)
+        loss = kt.LabelSmoothedCrossEntropy(training.label_smoothing, pad_id=config.pad_id)
     else:
         cls = AutodiffDistillationLoss if impl == "autodiff" else distillation.DistillationLoss
-        loss = cls(config.label_smoothing, weight, pad_id=config.pad_id)
-    model.compile(optimizer=kt.make_optimizer(config), loss=loss)
+        loss = cls(training.label_smoothing, weight, pad_id=config.pad_id)
+    model.compile(optimizer=kt.make_optimizer(config, training), loss=loss)
     return model
 
 
@@ -124,9 +124,10 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=30, help="timed steps of each (after 3 warm-up steps)")
     args = parser.parse_args(argv)
 
-    config = load_experiment(args.config).model_config(args.vocab_size)
+    experiment = load_experiment(args.config)
+    config, training = experiment.model_config(args.vocab_size), experiment.training
     batches = make_batches(4, config, args.batch_size, args.length, args.top_k)
-    models = {impl: build(config, impl, args.distill_weight) for impl in IMPLS}
+    models = {impl: build(config, training, impl, args.distill_weight) for impl in IMPLS}
 
     def step(impl, index):
         inputs, labels, packed = batches[index % len(batches)]

@@ -59,15 +59,15 @@ def repeated(batch):
     return ((np.repeat(source[:half], 2, 0), np.repeat(decoder_in[:half], 2, 0)), np.repeat(labels[:half], 2, 0))
 
 
-def build(config, impl, alpha):
+def build(config, training, impl, alpha):
     keras.utils.set_random_seed(0)
     model = kt.build_model(config)
     if impl == "plain":
-        loss = kt.LabelSmoothedCrossEntropy(config.label_smoothing, pad_id=config.pad_id)
+        loss = kt.LabelSmoothedCrossEntropy(training.label_smoothing, pad_id=config.pad_id)
     else:
         cls = AutodiffRDropLoss if impl == "autodiff" else kt.RDropLoss
-        loss = cls(alpha, config.label_smoothing, pad_id=config.pad_id)
-    model.compile(optimizer=kt.make_optimizer(config), loss=loss)
+        loss = cls(alpha, training.label_smoothing, pad_id=config.pad_id)
+    model.compile(optimizer=kt.make_optimizer(config, training), loss=loss)
     return model
 
 
@@ -83,9 +83,10 @@ def main(argv=None):
     if args.batch_size < 2 or args.batch_size % 2:
         parser.error(f"--batch-size must be an even number >= 2, got {args.batch_size}")
 
-    config = load_experiment(args.config).model_config(args.vocab_size)
+    experiment = load_experiment(args.config)
+    config, training = experiment.model_config(args.vocab_size), experiment.training
     batches = [(inputs, labels) for inputs, labels, _ in make_batches(4, config, args.batch_size, args.length, 1)]
-    models = {impl: build(config, impl, args.alpha) for impl in IMPLS}
+    models = {impl: build(config, training, impl, args.alpha) for impl in IMPLS}
     pairs = [repeated(batch) for batch in batches]
 
     def step(impl, index):

@@ -127,11 +127,10 @@ def build_ours(jit_compile):
     config = kt.TransformerConfig(vocab_size=CONFIG["vocab_size"], num_layers=CONFIG["num_layers"],
                                   d_model=CONFIG["d_model"], num_heads=CONFIG["num_heads"],
                                   d_ff=CONFIG["d_ff"], dropout=CONFIG["dropout"],
-                                  attention_dropout=CONFIG["attention_dropout"],
-                                  label_smoothing=CONFIG["label_smoothing"], norm_first=False)
+                                  attention_dropout=CONFIG["attention_dropout"], norm_first=False)
     model = kt.build_model(config)
     model.compile(optimizer=_adam(keras), jit_compile=jit_compile,
-                  loss=kt.LabelSmoothedCrossEntropy(config.label_smoothing, pad_id=PAD))
+                  loss=kt.LabelSmoothedCrossEntropy(CONFIG["label_smoothing"], pad_id=PAD))
     return model
 
 

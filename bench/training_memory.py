@@ -33,6 +33,7 @@ def worker(vocab_size, logits_metric):
     from keras import ops
 
     from keras_transformer.config import TransformerConfig
+    from keras_transformer.experiment import TrainingSection
     from keras_transformer.model import build_model
     from keras_transformer.trainer.losses import LabelSmoothedCrossEntropy
     from keras_transformer.trainer.metrics import MaskedAccuracy
@@ -44,12 +45,12 @@ def worker(vocab_size, logits_metric):
 
     keras.mixed_precision.set_global_policy("mixed_bfloat16")
     config = TransformerConfig.preset("small", vocab_size=vocab_size, num_layers=4, d_model=128, num_heads=4,
-                                      d_ff=512, dropout=0.3, label_smoothing=0.1, tie_embeddings="all",
-                                      max_length=128, position="relative", max_relative_position=20,
-                                      warmup_steps=500)
+                                      d_ff=512, dropout=0.3, tie_embeddings="all",
+                                      max_length=128, position="relative", max_relative_position=20)
     model = build_model(config)
     metric = MaskedAccuracy(pad_id=0) if logits_metric else LabelCount(pad_id=0)
-    model.compile(optimizer=make_optimizer(config), loss=LabelSmoothedCrossEntropy(0.1, pad_id=0), metrics=[metric])
+    model.compile(optimizer=make_optimizer(config, TrainingSection(warmup_steps=500)),
+                  loss=LabelSmoothedCrossEntropy(0.1, pad_id=0), metrics=[metric])
     model.optimizer.build(model.trainable_variables)
     rng = np.random.default_rng(0)
 

@@ -23,6 +23,7 @@ import numpy as np  # noqa: E402
 import keras_transformer as kt  # noqa: E402
 from keras_transformer.data.synthetic import make_arrays, synthetic_pairs  # noqa: E402
 from keras_transformer.decoding import beam_search, greedy_decode  # noqa: E402
+from keras_transformer.experiment import TrainingSection  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "saved_models" / "multi30k_en_de"
@@ -49,11 +50,12 @@ def translate_with_shipped_model():
 def train_tiny_model(task="reverse", epochs=10):
     print(f"== Training the tiny preset on the synthetic '{task}' task")
     keras.utils.set_random_seed(0)
-    config = kt.TransformerConfig.preset("tiny", vocab_size=16, warmup_steps=200, learning_rate_scale=2.0)
+    config = kt.TransformerConfig.preset("tiny", vocab_size=16)
+    training = TrainingSection(warmup_steps=200, learning_rate_scale=2.0)
     inputs, labels = make_arrays(*synthetic_pairs(task, 6000, vocab_size=16, max_length=8, seed=1))
     model = kt.build_model(config)
-    model.compile(optimizer=kt.make_optimizer(config),
-                  loss=kt.LabelSmoothedCrossEntropy(config.label_smoothing, pad_id=config.pad_id),
+    model.compile(optimizer=kt.make_optimizer(config, training),
+                  loss=kt.LabelSmoothedCrossEntropy(training.label_smoothing, pad_id=config.pad_id),
                   metrics=[kt.MaskedAccuracy(pad_id=config.pad_id)])
     start = time.time()
     model.fit(inputs, labels, batch_size=64, epochs=epochs, verbose=2)

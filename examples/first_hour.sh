@@ -23,7 +23,6 @@ model:
   preset: tiny
   num_layers: 2
   norm_first: true
-  warmup_steps: 200
 data:
   kind: text
   train_source: $DATA/train.en.gz
@@ -33,6 +32,7 @@ data:
   vocab_size: 2000
   tokens_per_batch: 2048
 training:
+  warmup_steps: 200
   epochs: 4
   steps_per_epoch: 60          # below one pass of the corpus: each epoch is exactly 60 updates
   backup_every_steps: 20       # a kill inside an epoch loses at most 20 updates

@@ -62,14 +62,15 @@ import numpy as np  # noqa: E402
 import keras_transformer as kt  # noqa: E402
 from keras_transformer import evaluation  # noqa: E402
 from keras_transformer.data import pipeline  # noqa: E402
-from keras_transformer.experiment import DataConfig  # noqa: E402
+from keras_transformer.experiment import DataConfig, TrainingSection  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
 
 # The base row: close to the project's Multi30k recipe (4+4 layers, d_model 128, dropout 0.3).
-BASE = dict(num_layers=4, d_model=128, num_heads=4, d_ff=512, dropout=0.3, label_smoothing=0.1,
-            position="sinusoidal", norm_first=False, tie_embeddings="all", max_length=128)
+BASE = dict(num_layers=4, d_model=128, num_heads=4, d_ff=512, dropout=0.3, position="sinusoidal",
+            norm_first=False, tie_embeddings="all", max_length=128)
+BASE_TRAINING = dict(label_smoothing=0.1)  # its training settings besides the budget's schedule (`row_config`)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,7 +79,7 @@ class Row:
 
     name: str  # short id, also the folder name under workdir/rows
     group: str  # "base", "A".."E" (Table 3) or "ablation"
-    changes: dict  # TransformerConfig fields that differ from BASE
+    changes: dict  # TransformerConfig fields that differ from BASE, or TrainingSection ones from BASE_TRAINING
     trend: str  # what the paper (or the literature) found for this change
 
 
@@ -173,16 +174,19 @@ def prepare_data(args):
 
 
 def row_config(row, args, vocab_size):
-    """The `TransformerConfig` of a row: `BASE`, the row's changes, and the budget's schedule.
+    """`(TransformerConfig, TrainingSection)` of a row: `BASE` and `BASE_TRAINING` with the row's changes, and
+    the budget's schedule.
 
     The Noam schedule keeps its shape (so lr still scales with d_model^-0.5, as
     in the paper), warmed up over ``args.warmup`` updates; `learning_rate_scale`
     puts the base row's peak at ``args.peak_lr``.
     """
     scale = args.peak_lr / (BASE["d_model"] ** -0.5 * args.warmup ** -0.5)
-    values = {**BASE, **row.changes}
-    return kt.TransformerConfig.from_dict({**values, "vocab_size": vocab_size, "warmup_steps": args.warmup,
-                                           "learning_rate_scale": scale})
+    training_keys = {field.name for field in dataclasses.fields(TrainingSection)}
+    model = {**BASE, **{key: value for key, value in row.changes.items() if key not in training_keys}}
+    training = {**BASE_TRAINING, **{key: value for key, value in row.changes.items() if key in training_keys}}
+    return (kt.TransformerConfig.from_dict({**model, "vocab_size": vocab_size}),
+            TrainingSection(**training, warmup_steps=args.warmup, learning_rate_scale=scale))
 
 
 def perplexity(model, dataset, pad_id=0):
@@ -218,13 +222,13 @@ def run_row(row, args, data):
 
     keras.utils.set_random_seed(args.seed)
     keras.config.set_dtype_policy(args.precision)
-    config = row_config(row, args, data.tokenizer.vocab_size)
+    config, training = row_config(row, args, data.tokenizer.vocab_size)
     train, summary = pipeline.make_dataset(*data.train_files, data.tokenizer, data.tokenizer,
                                            tokens_per_batch=args.tokens_per_batch, max_length=config.max_length,
                                            training=True, seed=args.seed)
     model = kt.build_model(config)
-    model.compile(optimizer=kt.make_optimizer(config),
-                  loss=kt.LabelSmoothedCrossEntropy(config.label_smoothing, pad_id=config.pad_id),
+    model.compile(optimizer=kt.make_optimizer(config, training),
+                  loss=kt.LabelSmoothedCrossEntropy(training.label_smoothing, pad_id=config.pad_id),
                   jit_compile=args.jit_compile)
     start = time.time()
     history = model.fit(train.repeat(), steps_per_epoch=args.updates, epochs=1, verbose=0,

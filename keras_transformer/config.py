@@ -1,7 +1,11 @@
-"""`TransformerConfig`: every hyperparameter of the model and its training in one place.
+"""`TransformerConfig`: the architecture of a model, all that `build_model` needs to build the same network.
 
 Presets are data (`PRESETS`); YAML files load into the same dataclass and are
-validated with messages that name the offending field.
+validated with messages that name the offending field. How a model is trained
+(optimizer, schedule, loss) is not its architecture: those settings are the
+experiment's `training:` section (`keras_transformer.experiment.TrainingSection`),
+and a field of theirs given here is refused with its new place named
+(`TRAINING_FIELDS`).
 """
 
 import dataclasses
@@ -11,7 +15,7 @@ import typing
 
 import yaml
 
-from keras_transformer.errors import CorruptFileError
+from keras_transformer.errors import ConfigError, CorruptFileError
 from keras_transformer.files import atomic_write_text
 
 POSITION_KINDS = ("sinusoidal", "learned", "relative")
@@ -21,15 +25,20 @@ ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swish")
 # Decoding settings that a model.yaml held among the architecture's fields until they moved to its own `decoding:`
 # mapping (`keras_transformer.decoding.DecodeOptions`, `workdir.read_model_file`): `from_yaml` leaves them there.
 DECODING_FIELDS = ("beam_size", "length_penalty", "max_decode_extra", "early_exit")
+# Training settings that were fields of TransformerConfig until they moved to the experiment's training section
+# (`experiment.TrainingSection`): refused by name wherever a model's fields are read (`refuse_training_fields`).
+TRAINING_FIELDS = ("label_smoothing", "warmup_steps", "learning_rate_scale", "beta_1", "beta_2", "epsilon")
 
 
 @dataclasses.dataclass(frozen=True)
 class TransformerConfig:
-    """Hyperparameters of a Transformer (Vaswani et al., 2017) and its training.
+    """The architecture of a Transformer (Vaswani et al., 2017): all that `build_model` needs.
 
     Every field has a default, so a config can be written with only the fields
     that matter. Unknown fields, bad sizes and bad options raise `ValueError`
-    naming the field.
+    naming the field; a training setting (`TRAINING_FIELDS`: label smoothing,
+    the schedule, Adam's) raises `ConfigError` naming its place in the
+    experiment's training section.
 
     Example:
 
@@ -79,13 +88,10 @@ class TransformerConfig:
     dropout: float = 0.1  # P_drop on embeddings+PE and on every sub-layer output
     attention_dropout: float = 0.0  # dropout on attention weights
     ffn_dropout: float = 0.0  # dropout on the ReLU activations inside the FFN
-    label_smoothing: float = 0.1  # epsilon_ls of the label-smoothed cross-entropy
-    # --- optimization ---------------------------------------------------------
-    warmup_steps: int = 4000  # linear warmup of the Noam schedule
-    learning_rate_scale: float = 1.0  # multiplies the Noam schedule
-    beta_1: float = 0.9  # Adam beta1
-    beta_2: float = 0.98  # Adam beta2
-    epsilon: float = 1e-9  # Adam epsilon
+
+    def __new__(cls, *args: typing.Any, **fields: typing.Any) -> "TransformerConfig":
+        refuse_training_fields(fields, "TransformerConfig")  # before the dataclass's __init__ names it "unexpected"
+        return super().__new__(cls)
 
     def __post_init__(self) -> None:
         # Accept booleans for tie_embeddings: True -> "all", False -> "none".
@@ -128,7 +134,7 @@ class TransformerConfig:
     def validate(self) -> None:
         """Raises `ValueError` naming the first invalid field."""
         positive = ["vocab_size", "num_layers", "d_model", "num_heads", "d_ff", "max_length",
-                    "max_relative_position", "warmup_steps"]
+                    "max_relative_position"]
         optional_positive = ["source_vocab_size", "target_vocab_size", "num_encoder_layers",
                              "num_decoder_layers", "key_dim", "value_dim", "attention_window"]
         for name in positive:
@@ -151,7 +157,7 @@ class TransformerConfig:
             raise ValueError(
                 f"TransformerConfig: d_model={self.d_model} is not divisible by num_heads="
                 f"{self.num_heads}; choose sizes with d_model % num_heads == 0 or set key_dim.")
-        for name in ("dropout", "attention_dropout", "ffn_dropout", "label_smoothing"):
+        for name in ("dropout", "attention_dropout", "ffn_dropout"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
                 raise ValueError(f"TransformerConfig.{name} must be in [0, 1), got {value!r}.")
@@ -185,16 +191,11 @@ class TransformerConfig:
         if len(set(distinct.values())) != len(distinct):
             raise ValueError(f"TransformerConfig: special ids must differ (only bos_id may equal pad_id or eos_id), "
                              f"got {special}.")
-        for name in ("layer_norm_epsilon", "learning_rate_scale", "epsilon", "beta_1", "beta_2"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ValueError(f"TransformerConfig.{name} must be a number, got {value!r}.")
-        for name in ("layer_norm_epsilon", "learning_rate_scale", "epsilon"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"TransformerConfig.{name} must be > 0, got {getattr(self, name)!r}.")
-        for name in ("beta_1", "beta_2"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise ValueError(f"TransformerConfig.{name} must be in [0, 1), got {getattr(self, name)!r}.")
+        value = self.layer_norm_epsilon
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"TransformerConfig.layer_norm_epsilon must be a number, got {value!r}.")
+        if value <= 0:
+            raise ValueError(f"TransformerConfig.layer_norm_epsilon must be > 0, got {value!r}.")
 
     # ------------------------------------------------------------ construction
     @classmethod
@@ -211,26 +212,32 @@ class TransformerConfig:
         return cls.from_dict({**PRESETS[name], **overrides})
 
     @classmethod
-    def from_dict(cls, values: dict) -> "TransformerConfig":
+    def from_dict(cls, values: dict[str, typing.Any]) -> "TransformerConfig":
         """Builds a config from a dict, rejecting unknown keys by name.
 
         Example:
 
         >>> TransformerConfig.from_dict({"vocab_size": 100, "d_model": 64, "num_heads": 4}).d_ff
         2048
+        >>> TransformerConfig.from_dict({"vocab_size": 100, "warmup_steps": 400})
+        Traceback (most recent call last):
+        ...
+        keras_transformer.errors.ConfigError: warmup_steps is a training setting now: write it as \
+training.warmup_steps (experiment.TrainingSection).
         """
         known = {f.name for f in dataclasses.fields(cls)}
         decoding = [name for name in DECODING_FIELDS if name in values]
         if decoding:
             raise ValueError(f"{', '.join(decoding)}: decoding settings are not part of TransformerConfig; give them "
                              "in the decoding section (keras_transformer.decoding.DecodeOptions).")
+        refuse_training_fields(values, "TransformerConfig")
         unknown = sorted(set(values) - known)
         if unknown:
             raise ValueError(f"Unknown TransformerConfig field(s): {', '.join(unknown)}. "
                              f"Known fields: {', '.join(sorted(known))}.")
         return cls(**values)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, typing.Any]:
         """Returns the fields as a plain dict (YAML- and JSON-friendly)."""
         return dataclasses.asdict(self)
 
@@ -258,8 +265,40 @@ class TransformerConfig:
         A model.yaml's decoding settings (its `decoding:` mapping) are not the architecture's:
         `workdir.checkpoints.read_model_file` reads them.
         """
-        values = read_yaml_file(path, "TransformerConfig fields")
-        return cls.from_dict({key: value for key, value in values.items() if key != "decoding"})
+        values = {key: value for key, value in read_yaml_file(path, "TransformerConfig fields").items()
+                  if key != "decoding"}
+        if not any(name in values for name in DECODING_FIELDS):  # those first: `from_dict` names them
+            refuse_training_fields(values, str(path))
+        return cls.from_dict(values)
+
+
+def refuse_training_fields(values: typing.Mapping[str, typing.Any], where: str = "model") -> None:
+    """Refuses the first of `TRAINING_FIELDS` in `values`, a model's fields, naming its place in the experiment's
+    training section; `where` names what holds them ("model" for an experiment's section, a model.yaml's path).
+
+    Raises:
+        ConfigError: one line, e.g. "model.label_smoothing is a training setting now: write it as
+            training.label_smoothing".
+
+    Example:
+
+    >>> refuse_training_fields({"d_model": 64})
+    >>> refuse_training_fields({"d_model": 64, "beta_2": 0.98})
+    Traceback (most recent call last):
+    ...
+    keras_transformer.errors.ConfigError: model.beta_2 is a training setting now: write it as training.beta_2.
+    """
+    moved = [name for name in TRAINING_FIELDS if name in values]
+    if not moved:
+        return
+    name = moved[0]
+    if where == "model":
+        raise ConfigError(f"model.{name} is a training setting now: write it as training.{name}.")
+    if where == "TransformerConfig":
+        raise ConfigError(f"{name} is a training setting now: write it as training.{name} "
+                          "(experiment.TrainingSection).")
+    raise ConfigError(f"{where}: {name} is a training setting now, not the model's: remove it from this file (an "
+                      f"experiment gives it as training.{name}).")
 
 
 class _YamlLoader(yaml.SafeLoader):
@@ -322,9 +361,25 @@ def load_yaml(stream: typing.Any) -> typing.Any:
 
 # The paper's Table 3 "base" and "big", plus two sizes that train on a laptop CPU.
 PRESETS = {
-    "tiny": dict(num_layers=2, d_model=64, num_heads=4, d_ff=256, dropout=0.1, max_length=128,
-                 warmup_steps=400),
-    "small": dict(num_layers=3, d_model=256, num_heads=4, d_ff=1024, dropout=0.1, warmup_steps=4000),
-    "base": dict(num_layers=6, d_model=512, num_heads=8, d_ff=2048, dropout=0.1, warmup_steps=4000),
-    "big": dict(num_layers=6, d_model=1024, num_heads=16, d_ff=4096, dropout=0.3, warmup_steps=4000),
+    "tiny": dict(num_layers=2, d_model=64, num_heads=4, d_ff=256, dropout=0.1, max_length=128),
+    "small": dict(num_layers=3, d_model=256, num_heads=4, d_ff=1024, dropout=0.1),
+    "base": dict(num_layers=6, d_model=512, num_heads=8, d_ff=2048, dropout=0.1),
+    "big": dict(num_layers=6, d_model=1024, num_heads=16, d_ff=4096, dropout=0.3),
 }
+# The warm-up each preset is trained with: an experiment's training.warmup_steps when it leaves it null
+# (`recommended_warmup_steps`). The tiny model's few updates peak sooner; the others take the paper's 4000.
+PAPER_WARMUP_STEPS = 4000
+PRESET_WARMUP_STEPS = {"tiny": 400, "small": PAPER_WARMUP_STEPS, "base": PAPER_WARMUP_STEPS,
+                       "big": PAPER_WARMUP_STEPS}
+
+
+def recommended_warmup_steps(preset: str | None = None) -> int:
+    """The Noam warm-up (in updates) a model of `preset` trains with when the experiment gives none: the preset's
+    (`PRESET_WARMUP_STEPS`), or the paper's 4000 for a model of no preset.
+
+    Example:
+
+    >>> recommended_warmup_steps("tiny"), recommended_warmup_steps("base"), recommended_warmup_steps(None)
+    (400, 4000, 4000)
+    """
+    return PRESET_WARMUP_STEPS.get(preset, PAPER_WARMUP_STEPS) if preset is not None else PAPER_WARMUP_STEPS

@@ -39,6 +39,7 @@ import os
 import pathlib
 import shutil
 import time
+import typing
 
 import keras
 
@@ -47,13 +48,20 @@ from keras_transformer.data.build import build_data, repeat_rows, tfds_pairs, to
 from keras_transformer.engines.loader import load_translator
 from keras_transformer.engines.tensorflow import Translator
 from keras_transformer.errors import ConfigError
-from keras_transformer.experiment import as_experiment, changed_experiment, check_same_experiment, write_yaml
+from keras_transformer.experiment import (
+    DataSection,
+    ExperimentConfig,
+    as_experiment,
+    changed_experiment,
+    check_same_experiment,
+    write_yaml,
+)
 from keras_transformer.files import exclusive_lock, remove_stale_temporaries, staging_folder
 from keras_transformer.inference import evaluate
 from keras_transformer.packed.data import ARRAYS_FILE, OLD_ARRAYS_FILE, ArraysWriter
 from keras_transformer.trainer import distribute
 from keras_transformer.trainer.backup import backup_position, backup_stream, resumed_seed
-from keras_transformer.trainer.loop import TrainingData, check_fresh_start, fit_experiment, summary
+from keras_transformer.trainer.loop import TrainingData, TrainingResult, check_fresh_start, fit_experiment, summary
 from keras_transformer.trainer.malloc import limit_malloc_arenas
 from keras_transformer.trainer.precision import resolve_precision
 from keras_transformer.workdir.checkpoints import write_model_file
@@ -64,7 +72,7 @@ __all__ = ["pack_arrays", "train", "train_and_evaluate"]
 log = logging.getLogger("keras_transformer")
 
 
-def train(config, workdir):
+def train(config: typing.Any, workdir: str | os.PathLike[str]) -> TrainingResult:
     """Trains the experiment `config` in `workdir`, resuming whatever an earlier run left there.
 
     Steps: pick the strategy (`training.strategy`) and the dtype policy; take
@@ -145,7 +153,7 @@ def train(config, workdir):
             keras.config.set_dtype_policy(previous_policy)
 
 
-def _replace_untrained_run(experiment, output):
+def _replace_untrained_run(experiment: ExperimentConfig, output: pathlib.Path) -> None:
     """Lets a run that never saved an update (no backup, no checkpoint: it stopped in its first epoch, or ran out
     of memory) start again with another model or data config: with another data config, its data folder (the
     vocabulary learned from the old data) is moved aside, then deleted, and built again; its model.yaml and
@@ -159,7 +167,9 @@ def _replace_untrained_run(experiment, output):
         shutil.rmtree(aside, ignore_errors=True)
 
 
-def _train(experiment, workdir, output, strategy, is_chief, policy, resumed_at=(0, 0), untrained=False):
+def _train(experiment: ExperimentConfig, workdir: pathlib.Path, output: pathlib.Path, strategy: typing.Any,
+           is_chief: bool, policy: str, resumed_at: tuple[int, int] = (0, 0),
+           untrained: bool = False) -> TrainingResult:
     training = experiment.training
     if training.init_checkpoint and experiment.data.kind != "synthetic" and is_chief:
         adopt_vocabulary(training.init_checkpoint, workdir / "data" / "vocab")
@@ -181,7 +191,8 @@ def _train(experiment, workdir, output, strategy, is_chief, policy, resumed_at=(
     write_yaml(output / "experiment.yaml", resolved)
     write_model_file(output / MODEL_CONFIG, model_config, experiment.decoding.options)
     log.info("Model: %s; dtype policy %s", summary(model_config), policy)
-    def make_translator(model, **options):  # BLEU on validation decodes with the model being trained
+    def make_translator(model: typing.Any, **options: typing.Any) -> Translator:
+        # BLEU on validation decodes with the model being trained.
         # One search per batch of translate_lines (which bounds it): a model still learning runs its translations
         # to their length limit, and would pay for every chunk's full loop in turn (Translator, chunk_size).
         return Translator(model, *data.tokenizers, **{"chunk_size": 0, **options})
@@ -196,7 +207,7 @@ def _train(experiment, workdir, output, strategy, is_chief, policy, resumed_at=(
         raise data_error from None
 
 
-def train_and_evaluate(config, workdir):
+def train_and_evaluate(config: typing.Any, workdir: str | os.PathLike[str]) -> tuple[TrainingResult, dict[str, float]]:
     """Trains (or resumes), then translates and scores the test data if the config names any.
 
     This is what `keras-transformer train` runs. The test translations go to
@@ -227,7 +238,8 @@ def train_and_evaluate(config, workdir):
         return result, _evaluate_test(experiment, workdir, result)
 
 
-def _evaluate_test(experiment, workdir, result):
+def _evaluate_test(experiment: ExperimentConfig, workdir: str | os.PathLike[str],
+                   result: TrainingResult) -> dict[str, float]:
     """The test scores of a trained run (`train_and_evaluate`), written into `workdir`; {} without test data."""
     data = experiment.data
     if data.kind == "text" and data.test_source:
@@ -240,7 +252,8 @@ def _evaluate_test(experiment, workdir, result):
     if decoding.average_last:
         translator = load_translator(workdir, average=decoding.average_last)
     else:
-        translator = Translator(result.model, *result.tokenizers, decoding.options)
+        source_tokenizer, target_tokenizer = result.tokenizers
+        translator = Translator(result.model, source_tokenizer, target_tokenizer, decoding.options)
     scores = evaluate(translator, sources, references, tokenized_reference=data.test_tokenized_target,
                       lang=data.pipeline.get("target_language"), batch_size=decoding.batch_size,
                       output=pathlib.Path(workdir) / "test.hyp.txt")
@@ -249,7 +262,7 @@ def _evaluate_test(experiment, workdir, result):
     return scores
 
 
-def pack_arrays(config, workdir):
+def pack_arrays(config: typing.Any, workdir: str | os.PathLike[str]) -> dict[str, int]:
     """Tokenizes an experiment's text data into `workdir/arrays/`, for `keras-transformer train-packed`.
 
     This is `keras-transformer pack`: the TensorFlow half of training on a
@@ -296,7 +309,8 @@ def pack_arrays(config, workdir):
 PACK_CHUNK = 100_000  # sentence pairs `pack` reads, tokenizes and writes at a time
 
 
-def _parallel_chunks(source_file, target_file, errors, size, limit=None):
+def _parallel_chunks(source_file: typing.Any, target_file: typing.Any, errors: str, size: int,
+                     limit: typing.Optional[int] = None) -> typing.Iterator[tuple[list[str], list[str], typing.Any]]:
     """Streams two aligned files as `(sources, targets, summary)` chunks of at most `size` lines each, pairs with
     an empty side dropped as `corpus.read_parallel_corpus` drops them (the chunk's `CorpusSummary` counts them).
     With `limit`, only the first `limit` line pairs are read, as if the files ended there (`max_train_pairs`).
@@ -334,7 +348,7 @@ def _parallel_chunks(source_file, target_file, errors, size, limit=None):
             yield [s for s, _ in kept], [t for _, t in kept], summary
 
 
-def _pack(experiment, section, workdir):
+def _pack(experiment: ExperimentConfig, section: DataSection, workdir: pathlib.Path) -> dict[str, int]:
     data_config = section.data_config(tokenizer_dir=workdir / "data" / "vocab", seed=experiment.training.seed)
     if data_config.subword_dropout:
         raise ConfigError(f"data.subword_dropout={data_config.subword_dropout}: packed arrays hold one fixed "
@@ -361,7 +375,8 @@ def _pack(experiment, section, workdir):
                 ("valid", data_config.valid_source, data_config.valid_target, "truncate", None)):
             if source_file is None:
                 continue
-            start, summary = time.perf_counter(), corpus.CorpusSummary(os.fspath(source_file), os.fspath(target_file))
+            start, summary = time.perf_counter(), corpus.CorpusSummary(os.fspath(source_file),
+                                                                       os.fspath(typing.cast(str, target_file)))
             writer.add(split, [], [])  # the split's files exist even when no pair is kept
             for sources, targets, read in _parallel_chunks(source_file, target_file, data_config.errors, PACK_CHUNK,
                                                            limit):

@@ -142,15 +142,18 @@ def trained_copy_model(tmp_path_factory, worker_id):
     import keras
 
     import keras_transformer as kt
+    from keras_transformer.config import recommended_warmup_steps
     from keras_transformer.data.synthetic import make_arrays, synthetic_pairs
+    from keras_transformer.experiment import TrainingSection
 
     config = kt.TransformerConfig.preset("tiny", vocab_size=COPY_VOCAB, dropout=0.0)
+    settings = TrainingSection(warmup_steps=recommended_warmup_steps("tiny"))
 
     def train(path):
         keras.utils.set_random_seed(0)
         model = kt.build_model(config)
-        model.compile(optimizer=kt.make_optimizer(config),
-                      loss=kt.LabelSmoothedCrossEntropy(config.label_smoothing, pad_id=config.pad_id),
+        model.compile(optimizer=kt.make_optimizer(config, settings),
+                      loss=kt.LabelSmoothedCrossEntropy(settings.label_smoothing, pad_id=config.pad_id),
                       metrics=[kt.MaskedAccuracy(pad_id=config.pad_id)])
         sources, targets = synthetic_pairs("copy", num_examples=2048, vocab_size=COPY_VOCAB, min_length=3,
                                            max_length=10, seed=0)
@@ -296,11 +299,11 @@ def packed(tmp_path_factory, multi30k_dir):
                 lines = [next(f) for _ in range(count)]
             (folder / f"{split}.{lang}").write_text("".join(lines), encoding="utf-8")
     experiment = {
-        "model": {"preset": "tiny", "num_layers": 1, "dropout": 0.0, "warmup_steps": 20},
+        "model": {"preset": "tiny", "num_layers": 1, "dropout": 0.0},
         "data": {"kind": "text", "train_source": str(folder / "train.en"), "train_target": str(folder / "train.de"),
                  "valid_source": str(folder / "val.en"), "valid_target": str(folder / "val.de"),
                  "vocab_size": 600, "tokens_per_batch": 512, "max_length": 64},
-        "training": {"epochs": 2, "seed": 3},
+        "training": {"warmup_steps": 20, "epochs": 2, "seed": 3},
         "decoding": {"average_last": 2},
     }
     workdir = folder / "run"

@@ -61,6 +61,7 @@ def backup_weights(workdir, ema_decay, gradient_accumulation_steps=None):
     import keras
 
     from keras_transformer.config import TransformerConfig
+    from keras_transformer.experiment import TrainingSection
     from keras_transformer.model import build_model
     from keras_transformer.runtime.keras_internals import moving_average_pairs
     from keras_transformer.trainer.backup import load_backup_weights
@@ -68,8 +69,8 @@ def backup_weights(workdir, ema_decay, gradient_accumulation_steps=None):
 
     config = TransformerConfig.from_yaml(pathlib.Path(workdir) / "model.yaml")
     model = build_model(config)
-    model.compile(optimizer=make_optimizer(config, ema_decay=ema_decay,
-                                           gradient_accumulation_steps=gradient_accumulation_steps))
+    settings = TrainingSection(ema_decay=ema_decay, gradient_accumulation_steps=gradient_accumulation_steps or 1)
+    model.compile(optimizer=make_optimizer(config, settings))
     model.optimizer.build(model.trainable_variables)
     load_backup_weights(model, pathlib.Path(workdir) / "backup" / "latest.weights.h5")
     return ([keras.ops.convert_to_numpy(v) for v in model.trainable_variables],
@@ -251,10 +252,11 @@ def sigterm_at_update(entry, argv, update, folder, timeout=180):
     return child.returncode, err
 
 
-def noam_learning_rates(config, steps):
-    """The Noam schedule's learning rate at each of `steps` (1-based updates) for a model config, computed by hand."""
-    return [config.learning_rate_scale * config.d_model ** -0.5 * min(step ** -0.5, step * config.warmup_steps ** -1.5)
-            for step in steps]
+def noam_learning_rates(config, training, steps):
+    """The Noam schedule's learning rate at each of `steps` (1-based updates) for a model config and its training
+    settings (`TrainingSection`: warmup_steps, learning_rate_scale), computed by hand."""
+    return [training.learning_rate_scale * config.d_model ** -0.5
+            * min(step ** -0.5, step * training.warmup_steps ** -1.5) for step in steps]
 
 
 class ServeProcess:

@@ -304,12 +304,12 @@ def test_a_packed_fine_tuning_run_takes_the_checkpoint_s_vocabulary_weights_and_
     model.save_weights(str(checkpoint))
     scale = 1e-9  # too small a learning rate to move the weights: the run must end where it started
     experiment = {
-        "model": {"preset": "tiny", "num_layers": 1, "dropout": 0.0, "warmup_steps": 20,
-                  "learning_rate_scale": scale},
+        "model": {"preset": "tiny", "num_layers": 1, "dropout": 0.0},
         "data": {"kind": "text", "train_source": str(folder / "train.en"), "train_target": str(folder / "train.de"),
                  "valid_source": str(folder / "val.en"), "valid_target": str(folder / "val.de"),
                  "vocab_size": 300, "tokens_per_batch": 512, "max_length": 64},
-        "training": {"epochs": 1, "seed": 3, "init_checkpoint": str(checkpoint), "initial_updates": 40},
+        "training": {"warmup_steps": 20, "learning_rate_scale": scale, "epochs": 1, "seed": 3,
+                     "init_checkpoint": str(checkpoint), "initial_updates": 40},
     }
     training.pack_arrays(experiment, tmp_path / "tuned")
     tuned = tmp_path / "tuned"
@@ -352,11 +352,12 @@ def test_cooldown_epochs_bring_the_learning_rate_linearly_to_zero_at_the_last_up
         history = list(csv.DictReader(f))
     updates = [int(r["step"]) for r in history]  # after each epoch, counted from 50
     config = TransformerConfig.from_yaml(workdir / "model.yaml")
+    settings = packed_experiment(workdir).training
     start, end = updates[0], updates[2]  # the cooldown spans epochs 2 and 3
 
     def expected(step):
-        noam = config.learning_rate_scale * config.d_model ** -0.5 * min(step ** -0.5,
-                                                                         step * config.warmup_steps ** -1.5)
+        noam = settings.learning_rate_scale * config.d_model ** -0.5 * min(step ** -0.5,
+                                                                           step * settings.warmup_steps ** -1.5)
         return noam * min(max((end - step) / (end - start), 0.0), 1.0)
     assert updates[0] > 50 and [float(r["learning_rate"]) for r in history] == pytest.approx(
         [expected(u) for u in updates], rel=1e-5, abs=1e-12)
@@ -542,8 +543,8 @@ def test_clipnorm_and_gradient_accumulation_apply_on_the_packed_path(copy_packed
     monkeypatch.setattr(loop, "compile_model", lambda *a, **k: models.append(compile_model(*a, **k)) or models[-1])
     result = train_arrays(workdir, epochs=1, jit_compile=False, average_last=0)
     optimizer = models[0].optimizer.get_config()
-    expected = make_optimizer(TransformerConfig.from_yaml(workdir / "model.yaml"), gradient_accumulation_steps=2,
-                              clipnorm=0.25).get_config()
+    expected = make_optimizer(TransformerConfig.from_yaml(workdir / "model.yaml"),
+                              packed_experiment(workdir).training).get_config()
     assert (optimizer["clipnorm"], optimizer["gradient_accumulation_steps"]) == (0.25, 2)
     assert {k: v for k, v in optimizer.items() if k not in ("learning_rate", "name")} == \
         {k: v for k, v in expected.items() if k not in ("learning_rate", "name")}
@@ -570,19 +571,19 @@ def test_accumulating_two_half_batches_is_one_whole_batch_update_for_update_on_t
     def run(name, tokens_per_batch, accumulation):
         workdir = copy_packed(name)
         save_arrays(workdir / ARRAYS_FILE, {"train": pairs})  # width 8: 16 pairs in 128 positions
-        config = TransformerConfig.from_yaml(workdir / "model.yaml").replace(epsilon=1e-6)
-        config.save_yaml(workdir / "model.yaml")
-        _set_training(workdir, gradient_accumulation_steps=accumulation, validation=False, cooldown_epochs=1)
+        config = TransformerConfig.from_yaml(workdir / "model.yaml")
+        _set_training(workdir, gradient_accumulation_steps=accumulation, validation=False, cooldown_epochs=1,
+                      epsilon=1e-6)
         result = train_arrays(workdir, epochs=3, tokens_per_batch=tokens_per_batch, jit_compile=False,
                               average_last=0)
         assert (result["updates"], result["batches"]) == (3, 3 * accumulation)
         with open(workdir / "history.csv", encoding="utf-8") as f:
-            return list(csv.DictReader(f)), config
+            return list(csv.DictReader(f)), config, packed_experiment(workdir).training
 
-    whole_rows, config = run("whole", 128, 1)
-    halves_rows, _ = run("halves", 64, 2)
+    whole_rows, config, settings = run("whole", 128, 1)
+    halves_rows, _, _ = run("halves", 64, 2)
     assert config.dropout == config.attention_dropout == config.ffn_dropout == 0
-    noam = noam_learning_rates(config, (1, 2)) + [0.0]  # the cooldown reaches 0 at the last update
+    noam = noam_learning_rates(config, settings, (1, 2)) + [0.0]  # the cooldown reaches 0 at the last update
     for rows in (whole_rows, halves_rows):
         assert [int(row["step"]) for row in rows] == [1, 2, 3]
         np.testing.assert_allclose([float(row["learning_rate"]) for row in rows], noam, rtol=1e-5, atol=1e-12)

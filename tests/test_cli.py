@@ -274,10 +274,11 @@ def test_dry_run_expands_the_preset_and_fills_in_every_default(tmp_path, capsys)
     resolved = yaml.safe_load(printed)
     model = resolved["model"]
     assert "preset" not in model and list(model) == [f.name for f in dataclasses.fields(TransformerConfig)]
-    assert {key: model[key] for key in PRESETS["tiny"] if key not in ("dropout", "max_length", "warmup_steps")} \
+    assert {key: model[key] for key in PRESETS["tiny"] if key not in ("dropout", "max_length")} \
         == {"num_layers": 2, "d_model": 64, "num_heads": 4, "d_ff": 256}
     # configs/tiny_copy.yaml's own values win over the preset's; the vocabulary is the data's
-    assert (model["dropout"], model["max_length"], model["warmup_steps"], model["vocab_size"]) == (0.0, 32, 100, 24)
+    assert (model["dropout"], model["max_length"], model["vocab_size"]) == (0.0, 32, 24)
+    assert (resolved["training"]["warmup_steps"], resolved["training"]["label_smoothing"]) == (100, 0.0)
     assert "# model: preset 'tiny' expanded" in printed
     assert resolved["data"] == {"kind": "synthetic", "vocab_size": 24, "max_length": 10, "seed": 1234,
                                 "task": "copy", "train_examples": 2048, "val_examples": 256, "min_length": 3,

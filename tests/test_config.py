@@ -1,9 +1,13 @@
 """TransformerConfig: presets, defaults, validation messages, YAML round trips."""
 
+import dataclasses
+
 import pytest
+from factories import TINY_EXPERIMENT as TINY
 
 from keras_transformer import TransformerConfig
-from keras_transformer.config import PRESETS
+from keras_transformer.config import PRESETS, TRAINING_FIELDS
+from keras_transformer.errors import ConfigError
 
 
 def test_issue_example_works_with_defaults():
@@ -19,8 +23,6 @@ def test_paper_presets(name, layers, d_model, d_ff, heads, dropout):
     config = TransformerConfig.preset(name, vocab_size=37000)
     assert (config.num_layers, config.d_model, config.d_ff, config.num_heads, config.dropout) == (
         layers, d_model, d_ff, heads, dropout)
-    assert config.label_smoothing == 0.1 and config.warmup_steps == 4000
-    assert (config.beta_1, config.beta_2, config.epsilon) == (0.9, 0.98, 1e-9)
 
 
 def test_all_presets_build_and_overrides_apply():
@@ -47,8 +49,8 @@ def test_separate_vocab_and_layer_overrides():
     (dict(tie_embeddings="encoder"), "tie_embeddings must be one of"),
     (dict(source_vocab_size=10, target_vocab_size=20), "source_vocab_size=10 != target_vocab_size=20"),
     (dict(pad_id=5, unk_id=5), "special ids must differ"),
-    (dict(learning_rate_scale="fast"), "learning_rate_scale must be a number, got 'fast'"),
-    (dict(beta_2=None), "beta_2 must be a number, got None"),
+    (dict(layer_norm_epsilon="small"), "layer_norm_epsilon must be a number, got 'small'"),
+    (dict(layer_norm_epsilon=0.0), "layer_norm_epsilon must be > 0, got 0.0"),
 ])
 def test_validation_names_the_problem(overrides, fragment):
     values = dict(vocab_size=100, d_model=64, num_heads=4)
@@ -126,9 +128,9 @@ def test_yaml_round_trip(tmp_path):
 def test_yaml_exponents_without_a_dot_are_floats(tmp_path):
     """PyYAML (YAML 1.1) would read `1e-9` as a string; a config author means the number."""
     path = tmp_path / "config.yaml"
-    path.write_text("vocab_size: 100\nd_model: 64\nnum_heads: 4\nepsilon: 1e-9\nlearning_rate_scale: 5E-1\n")
+    path.write_text("vocab_size: 100\nd_model: 64\nnum_heads: 4\nlayer_norm_epsilon: 1e-9\ndropout: 5E-1\n")
     config = TransformerConfig.from_yaml(path)
-    assert config.epsilon == 1e-9 and config.learning_rate_scale == 0.5
+    assert config.layer_norm_epsilon == 1e-9 and config.dropout == 0.5
 
 
 def test_yaml_with_bad_key_names_it(tmp_path):
@@ -136,3 +138,105 @@ def test_yaml_with_bad_key_names_it(tmp_path):
     path.write_text("vocab_size: 100\nnum_haeds: 4\n")
     with pytest.raises(ValueError, match="num_haeds"):
         TransformerConfig.from_yaml(path)
+
+
+# The training settings that left TransformerConfig, each with a value it took there.
+MOVED = {"label_smoothing": 0.2, "warmup_steps": 400, "learning_rate_scale": 0.5, "beta_1": 0.8, "beta_2": 0.99,
+         "epsilon": 1e-6}
+
+
+def test_no_training_setting_is_a_field_of_the_model_config():
+    from keras_transformer.experiment import TrainingSection
+    fields = {field.name for field in dataclasses.fields(TransformerConfig)}
+    training = {field.name for field in dataclasses.fields(TrainingSection)}
+    assert set(TRAINING_FIELDS) == set(MOVED) and set(MOVED) <= training and not set(MOVED) & fields
+    assert not {"clipnorm", "cooldown_epochs", "gradient_accumulation_steps"} & fields
+
+
+@pytest.mark.parametrize("name", sorted(MOVED))
+def test_a_training_setting_given_to_the_model_config_is_refused_with_its_new_place(name, tmp_path):
+    """`TransformerConfig(...)`, `from_dict`, `preset` and `from_yaml` (a workdir's or an export's model.yaml) name
+    the key and where it goes now, in one line."""
+    message = f"{name} is a training setting now: write it as training.{name} (experiment.TrainingSection)."
+    for make in (lambda: TransformerConfig(vocab_size=100, **{name: MOVED[name]}),
+                 lambda: TransformerConfig.from_dict({"vocab_size": 100, name: MOVED[name]}),
+                 lambda: TransformerConfig.preset("tiny", vocab_size=100, **{name: MOVED[name]})):
+        with pytest.raises(ConfigError) as error:
+            make()
+        assert str(error.value) == message
+    path = tmp_path / "model.yaml"
+    path.write_text(f"vocab_size: 100\nd_model: 64\nnum_heads: 4\n{name}: {MOVED[name]}\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as error:
+        TransformerConfig.from_yaml(path)
+    assert str(error.value) == (f"{path}: {name} is a training setting now, not the model's: remove it from this "
+                                f"file (an experiment gives it as training.{name}).")
+
+
+@pytest.mark.parametrize("name", sorted(MOVED))
+def test_an_experiment_that_puts_a_training_setting_under_model_is_refused_by_name(name, tmp_path, capsys):
+    """In an experiment file (the file named), through `--set` (the command's one line), in `model.from`'s
+    model.yaml and in a workdir's experiment.yaml from before the move (resuming it)."""
+    import yaml
+
+    from keras_transformer import cli
+    from keras_transformer.experiment import changed_experiment, load_experiment
+    expected = f"model.{name} is a training setting now: write it as training.{name}."
+    path = tmp_path / "experiment.yaml"
+    path.write_text(yaml.safe_dump({"model": {"preset": "tiny", name: MOVED[name]}}), encoding="utf-8")
+    with pytest.raises(ConfigError) as error:
+        load_experiment(path)
+    assert str(error.value) == f"{path}: {expected}"
+    with pytest.raises(ConfigError) as error:
+        load_experiment(TINY, [f"model.{name}={MOVED[name]}"])
+    assert str(error.value) == expected
+    assert cli.main(["train", "--config", str(TINY), "--set", f"model.{name}={MOVED[name]}", "--workdir",
+                     str(tmp_path / "run"), "--dry-run"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].endswith(f"error: {expected}"), lines
+    assert load_experiment(TINY, [f"training.{name}={MOVED[name]}"]).training == dataclasses.replace(
+        load_experiment(TINY).training, **{name: MOVED[name]})  # where it belongs
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "model.yaml").write_text(f"vocab_size: 100\n{name}: {MOVED[name]}\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=rf"^model.from: {old / 'model.yaml'}: {name} is a training setting now"):
+        load_experiment(TINY, ["model.preset=null", f"model.from={old}"])
+    (old / "experiment.yaml").write_text(yaml.safe_dump({"model": {name: MOVED[name]}, "data": {}}), encoding="utf-8")
+    with pytest.raises(ConfigError) as error:
+        changed_experiment(old / "experiment.yaml", {"model": {}, "data": {}})
+    assert str(error.value) == f"{old / 'experiment.yaml'}: {expected}"
+
+
+def test_a_preset_trains_with_the_warmup_it_had_unless_the_training_section_gives_one():
+    """Before the move each preset carried a warm-up (tiny 400, the others 4000): a config that names a preset
+    and no warm-up still trains with it, and `train --dry-run` prints it; a given one wins; no preset: 4000."""
+    from keras_transformer.experiment import ExperimentConfig, TrainingSection, load_experiment
+    before = {"tiny": 400, "small": 4000, "base": 4000, "big": 4000}  # PRESETS' warmup_steps until the move
+    for preset, warmup in before.items():
+        experiment = ExperimentConfig.from_dict({"model": {"preset": preset}})
+        assert experiment.training.warmup_steps == warmup
+        assert experiment.resolved()["training"]["warmup_steps"] == warmup
+        assert f"  warmup_steps: {warmup}\n" in experiment.dry_run()
+        assert ExperimentConfig.from_dict(experiment.to_dict()) == experiment  # experiment.yaml holds the number
+        given = ExperimentConfig.from_dict({"model": {"preset": preset}, "training": {"warmup_steps": 7}})
+        assert given.training.warmup_steps == 7
+    assert ExperimentConfig.from_dict({"model": {"d_model": 64, "num_heads": 4}}).training.warmup_steps == 4000
+    assert ExperimentConfig(model={"preset": "tiny"}).training.warmup_steps == 400  # built directly, too
+    assert TrainingSection().warmup_steps is None  # the section alone: the preset decides
+    # a later --set of the preset, or of null, decides as the file's would
+    assert load_experiment(TINY, ["model.preset=base", "training.warmup_steps=null"]).training.warmup_steps == 4000
+    assert load_experiment(TINY, ["training.warmup_steps=null"]).training.warmup_steps == 400
+
+
+@pytest.mark.parametrize("values, fragment", [
+    ({"label_smoothing": 1.0}, "training.label_smoothing must be in [0, 1), got 1.0"),
+    ({"warmup_steps": 0}, "training.warmup_steps must be a positive integer or null, got 0"),
+    ({"learning_rate_scale": "fast"}, "training.learning_rate_scale must be a number > 0, got 'fast'"),
+    ({"epsilon": 0}, "training.epsilon must be a number > 0, got 0"),
+    ({"beta_2": None}, "training.beta_2 must be a number in [0, 1), got None"),
+    ({"beta_1": 1.0}, "training.beta_1 must be a number in [0, 1), got 1.0"),
+])
+def test_the_training_section_checks_its_optimizer_settings(values, fragment):
+    from keras_transformer.experiment import ExperimentConfig
+    with pytest.raises(ConfigError) as error:
+        ExperimentConfig.from_dict({"model": {"preset": "tiny"}, "training": values})
+    assert fragment in str(error.value)

@@ -9,6 +9,7 @@ import pytest
 
 import keras_transformer as kt
 from keras_transformer.data.synthetic import make_arrays, synthetic_pairs
+from keras_transformer.experiment import TrainingSection
 
 
 @pytest.mark.slow
@@ -16,8 +17,8 @@ from keras_transformer.data.synthetic import make_arrays, synthetic_pairs
 def test_tiny_preset_learns_synthetic_task_with_model_fit(task):
     """Slow: learning is shown by eight epochs of `fit` reaching 99% held-out accuracy, not by one step."""
     keras.utils.set_random_seed(0)
-    config = kt.TransformerConfig.preset("tiny", vocab_size=16, warmup_steps=200, learning_rate_scale=2.0,
-                                         num_layers=1)
+    config = kt.TransformerConfig.preset("tiny", vocab_size=16, num_layers=1)
+    settings = TrainingSection(warmup_steps=200, learning_rate_scale=2.0)
     train_inputs, train_labels = make_arrays(*synthetic_pairs(task, 2000, vocab_size=16, max_length=8, seed=1))
     test_inputs, test_labels = make_arrays(*synthetic_pairs(task, 300, vocab_size=16, max_length=8, seed=2))
     model = kt.build_model(config)
@@ -26,8 +27,8 @@ def test_tiny_preset_learns_synthetic_task_with_model_fit(task):
     batch_size, epochs, cooldown_epochs = 64, 8, 3
     updates_per_epoch = -(-len(train_labels) // batch_size)
     cooldown = ((epochs - cooldown_epochs) * updates_per_epoch, cooldown_epochs * updates_per_epoch)
-    model.compile(optimizer=kt.make_optimizer(config, cooldown=cooldown),
-                  loss=kt.LabelSmoothedCrossEntropy(config.label_smoothing, pad_id=config.pad_id),
+    model.compile(optimizer=kt.make_optimizer(config, settings, cooldown=cooldown),
+                  loss=kt.LabelSmoothedCrossEntropy(settings.label_smoothing, pad_id=config.pad_id),
                   metrics=[kt.MaskedAccuracy(pad_id=config.pad_id)])
     history = model.fit(train_inputs, train_labels, batch_size=batch_size, epochs=epochs, verbose=0)
     assert history.history["loss"][-1] < history.history["loss"][0]

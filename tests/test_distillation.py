@@ -101,7 +101,7 @@ def _workdir(folder, config, sources, targets, valid, epochs):
     folder.mkdir()
     config.save_yaml(folder / "model.yaml")
     (folder / "experiment.yaml").write_text(  # as pack writes it; the text files themselves are not read
-        f"training: {{epochs: {epochs}, seed: 5}}\n"
+        f"training: {{epochs: {epochs}, seed: 5, warmup_steps: 400}}\n"
         "data: {kind: text, train_source: train.en, train_target: train.de, tokens_per_batch: 256}\n",
         encoding="utf-8")
     save_arrays(folder / ARRAYS_FILE, {"train": (sources, targets), "valid": valid})
@@ -147,7 +147,7 @@ def test_a_student_learns_the_task_from_the_teacher_alone(student):
     assert float(history[-1]["val_loss"]) < float(history[0]["val_loss"])
     # The schedule went on from update 1000 instead of warming up again.
     assert int(history[-1]["step"]) == 1000 + result["updates"]
-    schedule = NoamSchedule(config.d_model, config.warmup_steps, config.learning_rate_scale)
+    schedule = NoamSchedule(config.d_model, 400)  # the workdir's training.warmup_steps, the default scale
     assert float(history[-1]["learning_rate"]) == pytest.approx(float(schedule(1000 + result["updates"])), rel=1e-5)
 
 

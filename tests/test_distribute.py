@@ -94,9 +94,9 @@ _MIRRORED = textwrap.dedent("""
     common = ["data.train_examples=128", "data.val_examples=32", "data.min_length=6", "data.max_length=6",
               "data.batch_size=32", "data.shuffle=false", "training.batch_scaling=global", "training.epochs=3",
               "training.verbose=0", "training.tensorboard=false", "training.validation=false",
-              "model.epsilon=1.0", "model.learning_rate_scale=20", "training.clipnorm=null",
+              "training.epsilon=1.0", "training.learning_rate_scale=20", "training.clipnorm=null",
               # One layer each side halves the tracing; its larger first losses fall fast with a 4-step warm-up.
-              "model.num_layers=1", "model.warmup_steps=4",
+              "model.num_layers=1", "training.warmup_steps=4",
               # The weights compared are the moving averages the run ends with, swapped in and out of mirrored
               # variables at every checkpoint.
               "training.ema_decay=0.5"]
@@ -150,7 +150,7 @@ def test_multi_worker_training_on_two_processes_ends_with_identical_weights(tmp_
                "--set", "data.train_examples=128", "--set", "data.val_examples=32", "--set", "data.batch_size=32",
                # one layer each side halves the tracing (its larger first losses fall fast with a 4-step warm-up);
                # two steps an epoch
-               "--set", "model.num_layers=1", "--set", "model.warmup_steps=4",
+               "--set", "model.num_layers=1", "--set", "training.warmup_steps=4",
                "--set", "training.verbose=2", "--set", "training.tensorboard=false"]
     processes = []
     for index in range(2):

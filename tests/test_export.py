@@ -64,7 +64,7 @@ def exported(tmp_path_factory, multi30k_dir):
     german = read_lines(multi30k_dir / "val.de.gz")[:300]
     source_tokenizer, target_tokenizer = train_tokenizers(english, german, vocab_size=400)
     config = kt.TransformerConfig.preset("tiny", vocab_size=source_tokenizer.vocab_size, num_layers=1, d_model=32,
-                                         d_ff=64, max_length=48, warmup_steps=20)
+                                         d_ff=64, max_length=48)
     model = seeded_weights(kt.build_model(config), 3)
     translator = Translator(model, source_tokenizer, target_tokenizer, beam_size=3, alpha=0.6, max_extra=8)
     directory = tmp_path_factory.mktemp("export") / "en_de"

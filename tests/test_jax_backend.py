@@ -262,6 +262,7 @@ def test_training_under_jax_resumes_and_reports_the_loss_tensorflow_computes(pac
     import yaml
 
     from keras_transformer.config import TransformerConfig
+    from keras_transformer.experiment import ExperimentConfig
     from keras_transformer.model import build_model
     from keras_transformer.packed.data import ARRAYS_FILE, load_arrays, make_batches
     workdir = copy_packed()
@@ -279,7 +280,8 @@ def test_training_under_jax_resumes_and_reports_the_loss_tensorflow_computes(pac
     assert per_pass % 2 == 1  # an epoch ends inside an update
     updates = [int(r["step"]) for r in history]
     assert updates == [per_pass // 2, 2 * per_pass // 2]  # updates, and the resumed optimizer went on counting
-    noam = noam_learning_rates(config, updates)
+    settings = ExperimentConfig.from_dict(yaml.safe_load((workdir / "experiment.yaml").read_text())).training
+    noam = noam_learning_rates(config, settings, updates)
     np.testing.assert_allclose([float(r["learning_rate"]) for r in history], noam, rtol=1e-5)
     assert float(history[1]["loss"]) < float(history[0]["loss"])
     assert float(history[1]["val_loss"]) < float(history[0]["val_loss"])
@@ -288,7 +290,7 @@ def test_training_under_jax_resumes_and_reports_the_loss_tensorflow_computes(pac
     sources, targets = load_arrays(workdir / ARRAYS_FILE)["valid"]
     batches = make_batches(sources, targets, 512, pad_id=config.pad_id, bos_id=config.bos_id,
                            eos_id=config.eos_id, length_multiple=32, pad_rows=True)
-    eps = config.label_smoothing
+    eps = settings.label_smoothing
     for row in history:  # the first process's epoch and the resumed one's
         model.load_weights(str(workdir / "checkpoints" / f"ckpt-{int(row['epoch']):04d}.weights.h5"))
         total = rows = 0.0

@@ -174,12 +174,14 @@ def test_a_keras_file_reloads_in_a_fresh_process_and_fit_continues_from_its_upda
     """Optimizer (Adam's moments, its update count), schedule, loss and metrics come back from `model.keras`:
     one more `fit` step in a new process gives the weights the same step gives in this one. That process prints
     none of TensorFlow's C++ log lines."""
+    from keras_transformer.experiment import TrainingSection
     from keras_transformer.runtime.tensorflow_logs import CPP_LOG_LINE
 
-    config = tiny(num_layers=1, warmup_steps=10)
+    config = tiny(num_layers=1)
+    settings = TrainingSection(warmup_steps=10)
     model = kt.build_model(config)
-    model.compile(optimizer=kt.make_optimizer(config),
-                  loss=kt.LabelSmoothedCrossEntropy(config.label_smoothing, pad_id=config.pad_id),
+    model.compile(optimizer=kt.make_optimizer(config, settings),
+                  loss=kt.LabelSmoothedCrossEntropy(settings.label_smoothing, pad_id=config.pad_id),
                   metrics=[kt.MaskedAccuracy(pad_id=config.pad_id)])
     rng = np.random.default_rng(3)
     source, target = (rng.integers(4, 40, size=(8, 6)).astype("int32") for _ in range(2))

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import keras_transformer as kt
+from keras_transformer.experiment import TrainingSection
 
 
 def hand_loss(labels, logits, eps, pad_id=0):
@@ -110,21 +111,28 @@ def test_linear_cooldown_scales_the_schedule_down_to_zero_and_round_trips():
     clone = keras.optimizers.schedules.deserialize(keras.optimizers.schedules.serialize(cooled))
     assert isinstance(clone.schedule, kt.NoamSchedule)
     assert [float(clone(s)) for s in (250, 400)] == pytest.approx([float(cooled(s)) for s in (250, 400)])
-    optimizer = kt.make_optimizer(kt.TransformerConfig.preset("tiny", vocab_size=100), cooldown=(300, 200))
+    optimizer = kt.make_optimizer(kt.TransformerConfig.preset("tiny", vocab_size=100), TrainingSection(),
+                                  cooldown=(300, 200))
     assert isinstance(optimizer._learning_rate, kt.LinearCooldown) and optimizer._learning_rate.steps == 200
     with pytest.raises(ValueError, match="steps"):
         kt.LinearCooldown(base, start=10, steps=0)
 
 
-def test_make_optimizer_is_the_papers_adam():
+def test_make_optimizer_is_the_papers_adam_with_the_training_settings():
     config = kt.TransformerConfig.preset("base", vocab_size=100)
-    optimizer = kt.make_optimizer(config)
+    optimizer = kt.make_optimizer(config, TrainingSection())
     assert isinstance(optimizer, keras.optimizers.Adam)
     assert (optimizer.beta_1, optimizer.beta_2, optimizer.epsilon) == (0.9, 0.98, 1e-9)
     assert isinstance(optimizer._learning_rate, kt.NoamSchedule)
+    assert optimizer._learning_rate.warmup_steps == 4000  # null: the paper's
     assert float(optimizer._learning_rate(4000)) == pytest.approx(512 ** -0.5 * 4000 ** -0.5)
-    assert kt.make_optimizer(config, gradient_accumulation_steps=4).gradient_accumulation_steps == 4
-    assert math.isclose(float(kt.make_optimizer(config.replace(learning_rate_scale=2.0))._learning_rate(10)),
+    assert optimizer.clipnorm is None and not optimizer.use_ema
+    tuned = kt.make_optimizer(config, TrainingSection(gradient_accumulation_steps=4, beta_1=0.8, beta_2=0.9,
+                                                      epsilon=1e-6, clipnorm=0.5, ema_decay=0.99, warmup_steps=100))
+    assert (tuned.gradient_accumulation_steps, tuned.beta_1, tuned.beta_2, tuned.epsilon, tuned.clipnorm) == \
+        (4, 0.8, 0.9, 1e-6, 0.5)
+    assert tuned.use_ema and tuned.ema_momentum == 0.99 and tuned._learning_rate.warmup_steps == 100
+    assert math.isclose(float(kt.make_optimizer(config, TrainingSection(learning_rate_scale=2.0))._learning_rate(10)),
                         2 * float(optimizer._learning_rate(10)))
 
 
@@ -167,7 +175,7 @@ def test_adam_updates_as_keras_adam_does_with_fewer_ops_in_the_traced_update(set
         assert not np.allclose(ours[0], 1.0)  # the weights moved
         if graph:
             assert keras_ops - our_ops >= 10 * (len(shapes) - 2), (our_ops, keras_ops)  # 169 and 189 fewer when written
-    optimizer = kt.make_optimizer(kt.TransformerConfig.preset("tiny", vocab_size=100), **settings)
+    optimizer = kt.make_optimizer(kt.TransformerConfig.preset("tiny", vocab_size=100), TrainingSection(), **settings)
     assert isinstance(optimizer, Adam)
     clone = keras.optimizers.deserialize(keras.optimizers.serialize(optimizer))
     assert type(clone) is Adam and clone.get_config() == optimizer.get_config()

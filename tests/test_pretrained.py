@@ -216,6 +216,12 @@ def test_the_workdir_records_where_it_came_from_and_the_decoding_defaults(refere
     assert config.bos_id == config.pad_id and config.sinusoid_layout == "concatenated"
     assert config.activation == "swish" and config.output_bias and config.tie_embeddings == "all"
     assert kt.TransformerConfig.from_yaml(workdir / "model.yaml") == config
+    # the architecture and the decoding defaults only: no Adam betas, schedule or label smoothing
+    import yaml
+
+    from keras_transformer.config import TRAINING_FIELDS
+    written = yaml.safe_load((workdir / "model.yaml").read_text(encoding="utf-8"))
+    assert not set(TRAINING_FIELDS) & set(written) and set(written) - {"decoding"} == set(config.to_dict())
 
 
 def _copy(references, tmp_path, name="shared_swish"):
@@ -345,11 +351,11 @@ def test_three_fine_tuning_updates_raise_the_likelihood_of_the_data_and_the_resu
     for name, lines in (("train.en", sources), ("train.de", targets)):
         (tmp_path / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
     experiment = {  # the model section starts from the import's model.yaml (`from:`)
-        "model": {"from": str(workdir), "dropout": 0.0, "label_smoothing": 0.0, "warmup_steps": 1,
-                  "learning_rate_scale": 0.5},
+        "model": {"from": str(workdir), "dropout": 0.0},
         "data": {"kind": "text", "train_source": str(tmp_path / "train.en"), "train_target": str(tmp_path / "train.de"),
                  "tokens_per_batch": 4096, "max_length": 40},
-        "training": {"epochs": 1, "steps_per_epoch": 3, "seed": 0, "jit_compile": False,
+        "training": {"label_smoothing": 0.0, "warmup_steps": 1, "learning_rate_scale": 0.5, "epochs": 1,
+                     "steps_per_epoch": 3, "seed": 0, "jit_compile": False,
                      "init_checkpoint": str(workdir / "checkpoints" / "ckpt-0000.weights.h5")},
     }
     tuned = tmp_path / "tuned"

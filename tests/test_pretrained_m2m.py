@@ -305,10 +305,11 @@ def test_three_fine_tuning_updates_raise_the_likelihood_of_the_data_and_the_resu
     fields = yaml.safe_load((workdir / "model.yaml").read_text(encoding="utf-8"))
     fields.pop("decoding")
     experiment = {
-        "model": {**fields, "dropout": 0.0, "label_smoothing": 0.0, "warmup_steps": 1, "learning_rate_scale": 0.5},
+        "model": {**fields, "dropout": 0.0},
         "data": {"kind": "text", "train_source": str(tmp_path / "train.en"), "train_target": str(tmp_path / "train.de"),
                  "tokens_per_batch": 4096, "max_length": 40},
-        "training": {"epochs": 1, "steps_per_epoch": 3, "seed": 0, "jit_compile": False,
+        "training": {"label_smoothing": 0.0, "warmup_steps": 1, "learning_rate_scale": 0.5, "epochs": 1,
+                     "steps_per_epoch": 3, "seed": 0, "jit_compile": False,
                      "init_checkpoint": str(workdir / "checkpoints" / "ckpt-0000.weights.h5")},
     }
     tuned = tmp_path / "tuned"

@@ -7,6 +7,7 @@ with the exact stopping rule (the shipped models now decode with `early_exit`, w
 translations: docs/decoding.md).
 """
 
+import dataclasses
 import pathlib
 
 import numpy as np
@@ -94,10 +95,11 @@ def test_the_shipped_savedmodel_and_greedy_decoding_translate_as_before(first_50
 def test_a_model_file_from_before_the_decoding_options_is_refused_in_one_line_saying_how_to_move_them(tmp_path):
     """The shipped model's model.yaml as it was before the decoding options had their own mapping (beam_size,
     length_penalty, max_decode_extra, early_exit among the architecture's fields; no release wrote it) is refused,
-    the fields named; moved under decoding: as the message says, it reads as the re-exported one."""
+    the fields named; moved under decoding: as the message says, its training settings are refused next, and
+    without them it reads as the shipped one, rewritten once without them (the weights and graph unchanged)."""
     import yaml
 
-    from keras_transformer.config import TransformerConfig
+    from keras_transformer.config import TRAINING_FIELDS, TransformerConfig
     from keras_transformer.errors import ConfigError
     from keras_transformer.workdir.checkpoints import read_model_file
     with pytest.raises(ConfigError, match=r"model.before-decoding-options.yaml: beam_size, length_penalty, "
@@ -110,6 +112,14 @@ def test_a_model_file_from_before_the_decoding_options_is_refused_in_one_line_sa
     values["decoding"] = {moved.get(name, name): values.pop(name)
                           for name in ("beam_size", "length_penalty", "max_decode_extra", "early_exit")}
     fixed = tmp_path / "model.yaml"
+    fixed.write_text(yaml.safe_dump(values), encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"model.yaml: label_smoothing is a training setting now, not the model's: "
+                                          r"remove it from this file \(an experiment gives it as "
+                                          r"training.label_smoothing\)"):
+        read_model_file(fixed)
+    assert {name: values.pop(name) for name in TRAINING_FIELDS} == {
+        "label_smoothing": 0.1, "warmup_steps": 500, "learning_rate_scale": 0.506, "beta_1": 0.9, "beta_2": 0.98,
+        "epsilon": 1e-9}  # the recipe's (configs/multi30k_en_de.yaml's training section)
     fixed.write_text(yaml.safe_dump(values), encoding="utf-8")
     config, options = read_model_file(SHIPPED / "assets.extra" / "model.yaml")
     assert read_model_file(fixed) == (config, options)
@@ -125,3 +135,15 @@ def test_every_shipped_model_verifies_against_its_manifest(name, capsys):
     assert cli.main(["verify", str(ROOT / "saved_models" / name)]) == 0
     out = capsys.readouterr().out
     assert "whole (11 files" in out and "SHA-256 checked" in out and "README.md" in out
+
+
+@pytest.mark.parametrize("name", ["multi30k_en_de", "multi30k_en_fr"])
+def test_a_shipped_model_file_holds_the_architecture_alone(name):
+    """The shipped model.yaml files were rewritten once without the training settings, which left the model's
+    config: they hold TransformerConfig fields (those written at export) and a decoding mapping, nothing else."""
+    import yaml
+
+    from keras_transformer.config import TRAINING_FIELDS, TransformerConfig
+    values = yaml.safe_load((ROOT / "saved_models" / name / "assets.extra" / "model.yaml").read_text(encoding="utf-8"))
+    assert not set(TRAINING_FIELDS) & set(values)
+    assert set(values) - {"decoding"} <= {field.name for field in dataclasses.fields(TransformerConfig)}

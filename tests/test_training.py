@@ -70,7 +70,7 @@ def test_set_overrides_apply_in_order_and_are_typed():
         "training.epochs=2", "training.epochs=5",  # later wins
         "model.dropout=0.25", "training.mixed_precision=mixed_bfloat16", "training.tensorboard=false",
         "training.devices=['/cpu:0', '/cpu:1']", "training.steps_per_epoch=null", "data.task=reverse",
-        "model.learning_rate_scale=1e-3"])  # a float, though YAML 1.1 wants a dot
+        "training.learning_rate_scale=1e-3"])  # a float, though YAML 1.1 wants a dot
     assert experiment.training.epochs == 5
     assert experiment.model["dropout"] == 0.25
     assert experiment.training.mixed_precision == "mixed_bfloat16"
@@ -78,7 +78,7 @@ def test_set_overrides_apply_in_order_and_are_typed():
     assert experiment.training.devices == ["/cpu:0", "/cpu:1"]
     assert experiment.training.steps_per_epoch is None
     assert experiment.data.task == "reverse"
-    assert experiment.model["learning_rate_scale"] == 0.001
+    assert experiment.training.learning_rate_scale == 0.001
     # The rest of the file is untouched.
     assert experiment.model["preset"] == "tiny" and experiment.data.train_examples == 2048
 
@@ -185,9 +185,9 @@ def test_paper_configs_follow_table_3():
     big = load_experiment(REPO / "configs" / "wmt14_en_de_big.yaml").model_config(37000)
     assert (base.num_layers, base.d_model, base.d_ff, base.num_heads, base.dropout) == (6, 512, 2048, 8, 0.1)
     assert (big.num_layers, big.d_model, big.d_ff, big.num_heads, big.dropout) == (6, 1024, 4096, 16, 0.3)
-    for config in (base, big):
-        assert (config.warmup_steps, config.label_smoothing) == (4000, 0.1)
     for name in ("wmt14_en_de_base.yaml", "wmt14_en_de_big.yaml"):
+        settings = load_experiment(REPO / "configs" / name).training
+        assert (settings.warmup_steps, settings.label_smoothing) == (4000, 0.1)
         options = load_experiment(REPO / "configs" / name).decoding.options
         assert (options.strategy, options.beam_size, options.alpha) == ("beam", 4, 0.6)
 
@@ -568,10 +568,10 @@ def test_a_text_run_killed_inside_an_epoch_resumes_at_its_place_in_the_stream(pa
     batches.)"""
     folder = packed[2]
     config = _write(tmp_path / "text.yaml", {
-        "model": {"preset": "tiny", "num_layers": 1, "dropout": 0.0, "warmup_steps": 20},
+        "model": {"preset": "tiny", "num_layers": 1, "dropout": 0.0},
         "data": {"kind": "text", "train_source": str(folder / "train.en"), "train_target": str(folder / "train.de"),
                  "vocab_size": 600, "tokens_per_batch": 512, "max_length": 64, "window": 100},
-        "training": {"epochs": 2, "verbose": 0, "tensorboard": False, "validation": False,
+        "training": {"warmup_steps": 20, "epochs": 2, "verbose": 0, "tensorboard": False, "validation": False,
                      "backup_every_steps": 2, "seed": 5}})
     experiment = load_experiment(config)
     for run in ("whole", "broken"):  # the packed fixture's vocabulary, not one learned again
@@ -799,11 +799,11 @@ def test_fine_tuning_takes_the_weights_the_vocabulary_and_the_update_count_of_th
     data section asks for another size, which would learn other ids), starts from those weights, and with
     training.initial_updates goes on with that run's learning-rate schedule."""
     folder = packed[2]
-    base = {"model": {"preset": "tiny", "num_layers": 1, "dropout": 0.0, "warmup_steps": 20},
+    base = {"model": {"preset": "tiny", "num_layers": 1, "dropout": 0.0},
             "data": {"kind": "text", "train_source": str(folder / "train.en"), "train_target": str(folder / "train.de"),
                      "valid_source": str(folder / "val.en"), "valid_target": str(folder / "val.de"),
                      "vocab_size": 600, "tokens_per_batch": 2048, "max_length": 64},
-            "training": {"epochs": 1, "verbose": 0, "tensorboard": False}}
+            "training": {"warmup_steps": 20, "epochs": 1, "verbose": 0, "tensorboard": False}}
     config = _write(tmp_path / "text.yaml", base)
     first = training.train(load_experiment(config), tmp_path / "first")
     updates = _rows(tmp_path / "first" / "history.csv")[0]["step"]
@@ -811,7 +811,7 @@ def test_fine_tuning_takes_the_weights_the_vocabulary_and_the_update_count_of_th
     scale = 1e-9  # a learning rate too small to move the weights: the second run must end where it started
     tuned = training.train(load_experiment(config, [
         "data.vocab_size=300", f"training.init_checkpoint={checkpoint}", f"training.initial_updates={updates}",
-        f"model.learning_rate_scale={scale}"]), tmp_path / "tuned")
+        f"training.learning_rate_scale={scale}"]), tmp_path / "tuned")
     vocab = [sorted((run / "data" / "vocab").iterdir()) for run in (tmp_path / "first", tmp_path / "tuned")]
     assert [p.read_bytes() for p in vocab[0]] == [p.read_bytes() for p in vocab[1]]
     assert tuned.model_config.vocab_size == first.model_config.vocab_size == 600
@@ -846,17 +846,17 @@ def test_accumulating_two_half_batches_is_one_whole_batch_update_for_update(tmp_
     gradients are zero but for rounding, which an epsilon of 1e-9 would turn into moves of a whole learning rate."""
     def run(name, batch_size, accumulation):
         experiment = load_experiment(TINY, SMALL + [
-            "model.epsilon=1e-6", "data.train_examples=32", f"data.batch_size={batch_size}", "training.epochs=3",
+            "training.epsilon=1e-6", "data.train_examples=32", f"data.batch_size={batch_size}", "training.epochs=3",
             "training.cooldown_epochs=1", "training.initial_updates=10", "training.validation=false",
             f"training.gradient_accumulation_steps={accumulation}"])
         result = training.train(experiment, tmp_path / name)
-        return result, _rows(tmp_path / name / "history.csv")
+        return result, experiment.training, _rows(tmp_path / name / "history.csv")
 
-    whole, whole_rows = run("whole", 32, 1)
-    halves, halves_rows = run("halves", 16, 2)
+    whole, settings, whole_rows = run("whole", 32, 1)
+    halves, _, halves_rows = run("halves", 16, 2)
     config = whole.model_config
     assert config.dropout == config.attention_dropout == config.ffn_dropout == 0
-    noam = noam_learning_rates(config, (11, 12)) + [0.0]  # the cooldown reaches 0 at the last update
+    noam = noam_learning_rates(config, settings, (11, 12)) + [0.0]  # the cooldown reaches 0 at the last update
     for rows in (whole_rows, halves_rows):
         assert [int(row["step"]) for row in rows] == [11, 12, 13]
         np.testing.assert_allclose([float(row["learning_rate"]) for row in rows], noam, rtol=1e-5, atol=1e-12)
@@ -884,7 +884,7 @@ def test_r_drop_trains_on_pairs_and_reports_the_plain_validation_loss(tmp_path):
     assert all(np.isfinite(result.history["loss"]))
     data = build_data(experiment.data, tmp_path / "run" / "data", seed=experiment.training.seed)
     plain = build_model(result.model_config)
-    plain.compile(loss=LabelSmoothedCrossEntropy(result.model_config.label_smoothing), run_eagerly=True)
+    plain.compile(loss=LabelSmoothedCrossEntropy(experiment.training.label_smoothing), run_eagerly=True)
     keras.ops.convert_to_numpy(plain(next(iter(data.validation))[0]))
     plain.set_weights(result.model.get_weights())
     assert plain.evaluate(data.validation, verbose=0) == pytest.approx(result.history["val_loss"][-1], rel=1e-4)
@@ -950,9 +950,8 @@ def test_train_writes_the_documented_workdir(tmp_path, capsys, caplog):
     workdir = tmp_path / "run"
     cooldown = ["training.cooldown_epochs=1"]  # the second epoch's learning rate falls linearly to 0
     steady = [option for option in SMALL if not option.startswith("training.verbose")]  # the default progress
-    result = training.train(load_experiment(TINY, steady + ["training.epochs=2",
-                                                                     "training.checkpoint_every_steps=1"] + cooldown),
-                            workdir)
+    experiment = load_experiment(TINY, steady + ["training.epochs=2", "training.checkpoint_every_steps=1"] + cooldown)
+    result = training.train(experiment, workdir)
     # Under `nohup ... > train.log` (stdout not a terminal) the default writes no redrawn progress bar: one line
     # per epoch.
     out = capsys.readouterr().out
@@ -970,7 +969,7 @@ def test_train_writes_the_documented_workdir(tmp_path, capsys, caplog):
     assert TransformerConfig.from_yaml(workdir / "model.yaml") == result.model_config
     assert yaml.safe_load((workdir / "experiment.yaml").read_text())["training"]["epochs"] == 2
     config, steps = result.model_config, [int(row["step"]) for row in rows]  # 2 batches an epoch: 2, 4
-    noam = noam_learning_rates(config, steps)
+    noam = noam_learning_rates(config, experiment.training, steps)
     assert [float(row["learning_rate"]) for row in rows] == pytest.approx([noam[0], 0.0], rel=1e-5, abs=1e-12)
     assert (workdir / "data" / "synthetic.npz").is_file() and (workdir / "backup").is_dir()
     # An epoch checkpoint holds the weights only, and loads into a fresh model.
@@ -1052,3 +1051,87 @@ def test_a_resumed_epoch_s_header_counts_to_the_run_s_epochs(capsys):
         logger.set_params({"verbose": 2, "epochs": 3, "steps": 4})
         logger.on_epoch_begin(2)
         assert capsys.readouterr().out.strip() == expected
+
+
+# ------------------------------------------------------------------ one length limit: the model's
+@pytest.mark.parametrize("data", [
+    {"kind": "text", "train_source": "a.en", "train_target": "a.de"},
+    {"kind": "text", "corpora": [{"name": "a", "source": "a.en", "target": "a.de", "weight": 1},
+                                 {"name": "b", "source": "b.en", "target": "b.de", "weight": 3}]},
+    {"kind": "tfds", "tfds_name": "wmt14_translate/de-en"}])
+def test_the_datas_length_limit_is_the_models_and_never_more(data):
+    """The data's limit left out is the model's (preset, model key or TransformerConfig's default), printed by
+    --dry-run and read by the pipeline; lower is kept; higher is refused in one line naming both."""
+    def experiment(model, **limit):
+        return ExperimentConfig.from_dict({"model": model, "data": {**data, **limit}})
+    for model, expected in (({"preset": "tiny", "max_length": 64}, 64), ({"preset": "tiny"}, 128),
+                            ({"preset": "base"}, 256), ({"d_model": 64, "num_heads": 4}, 256)):
+        followed = experiment(model)
+        assert followed.data.max_length == followed.data.data_config().max_length == expected
+        assert followed.resolved()["data"]["max_length"] == expected
+        assert ExperimentConfig.from_dict(followed.to_dict()) == followed  # experiment.yaml holds the number
+    assert experiment({"preset": "tiny", "max_length": 64}, max_length=40).data.data_config().max_length == 40
+    with pytest.raises(ConfigError) as error:
+        experiment({"preset": "tiny", "max_length": 64}, max_length=128)
+    assert str(error.value).startswith("data.max_length=128 is more than model.max_length=64: ")
+    assert "\n" not in str(error.value)
+    with pytest.raises(ConfigError, match="data: DataConfig.tokens_per_batch=200 is smaller than max_length=256"):
+        experiment({"preset": "base"}, tokens_per_batch=200)  # the model's limit must fit in a batch too
+    # a later --set of the model's limit moves the data's with it
+    assert load_experiment(REPO / "configs" / "multi30k_en_de.yaml", ["data.max_length=null",
+                                                                    "model.max_length=64"]).data.max_length == 64
+    with pytest.raises(ConfigError, match="data.max_length=128 is more than model.max_length=64"):
+        load_experiment(REPO / "configs" / "multi30k_en_de.yaml", ["model.max_length=64"])
+
+
+def test_synthetic_sentences_longer_than_the_model_are_refused():
+    with pytest.raises(ConfigError, match=r"data.max_length=40 makes synthetic sequences of 41 positions .* more "
+                                          r"than model.max_length=32"):
+        load_experiment(TINY, ["data.max_length=40"])
+    assert load_experiment(TINY, ["data.max_length=31"]).data.synthetic_max_length == 31  # 32 positions: fits
+
+
+@pytest.mark.slow
+def test_pairs_longer_than_the_model_are_dropped_and_counted_and_never_reach_it(packed, tmp_path, caplog):
+    """A model of 32 positions trains on Multi30k pairs, many longer, from train_source / train_target and from
+    data.corpora: the pass's tally counts as dropped exactly the pairs whose longer side, tokenized by the run's
+    vocabulary, needs more than 32 positions with its bos/eos, and no pair reaches the model (a longer one would
+    stop the run in the positional encoding's slice, as docs/data.md's weighted example once did at 64). `pack`
+    drops the same pairs. A fast test cannot: it takes a run's pipeline and a traced training step."""
+    import re
+
+    from keras_transformer.data.tokenizers import load_tokenizers
+    from keras_transformer.packed.data import ARRAYS_FILE, load_arrays
+    folder, limit = packed[2], 32
+    files = {"train_source": str(folder / "train.en"), "train_target": str(folder / "train.de")}
+    sources = (folder / "train.en").read_text(encoding="utf-8").splitlines()
+    targets = (folder / "train.de").read_text(encoding="utf-8").splitlines()
+
+    def too_long(vocab):
+        source_tokenizer, target_tokenizer = load_tokenizers(vocab)
+        lengths = np.maximum(source_tokenizer.tokenize(sources).row_lengths().numpy(),
+                             target_tokenizer.tokenize(targets).row_lengths().numpy())
+        return int(np.sum(lengths + 1 > limit))  # + 1: eos after the source and the labels, bos before the target
+
+    model = {"preset": "tiny", "num_layers": 1, "dropout": 0.0, "max_length": limit}
+    caplog.set_level("INFO", logger="keras_transformer")
+    for name, data in (("plain", files), ("corpora", {"corpora": [{"name": "multi30k", "source": files["train_source"],
+                                                                  "target": files["train_target"]}]})):
+        caplog.clear()
+        result = training.train({"model": model, "data": {"kind": "text", "vocab_size": 600, "tokens_per_batch": 512,
+                                                          **data},
+                                 "training": {"epochs": 1, "verbose": 0, "tensorboard": False, "validation": False}},
+                                tmp_path / name)
+        assert result.model_config.max_length == limit and np.isfinite(result.history["loss"][-1])
+        expected = too_long(tmp_path / name / "data" / "vocab")
+        assert 50 < expected < len(sources) - 50  # many dropped, many kept: the limit matters here
+        done = [message for message in caplog.messages if message.startswith("Pass 1 over the training data done")]
+        assert len(done) == 1 and re.search(rf"; dropped {expected} over max length {limit}\b", done[0]), done
+        resolved = yaml.safe_load((tmp_path / name / "experiment.yaml").read_text(encoding="utf-8"))
+        assert resolved["data"]["max_length"] == limit
+    counts = training.pack_arrays({"model": model, "data": {"kind": "text", "vocab_size": 600,
+                                                            "tokens_per_batch": 512, **files}}, tmp_path / "packed")
+    expected = too_long(tmp_path / "packed" / "data" / "vocab")
+    assert counts["train_pairs"] == len(sources) - expected
+    for side in load_arrays(tmp_path / "packed" / ARRAYS_FILE)["train"]:
+        assert max(len(ids) for ids in side) + 1 <= limit

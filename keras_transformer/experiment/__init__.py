@@ -3,11 +3,11 @@
 An experiment config has four sections, each a frozen dataclass of its own module:
 
 ```yaml
-model:      # TransformerConfig fields, or `preset: tiny|small|base|big` plus overrides
+model:      # the architecture: TransformerConfig fields, or `preset: tiny|small|base|big` plus overrides
   preset: tiny
 data:       # where sentence pairs come from (DataSection): synthetic, text files or TFDS,
   kind: synthetic  # plus the data pipeline's DataConfig fields (vocab_size, tokens_per_batch, ...)
-training:   # epochs, strategy, precision, checkpoints (TrainingSection)
+training:   # the optimizer, schedule and loss; epochs, strategy, precision, checkpoints (TrainingSection)
   epochs: 8
 decoding:   # how the model decodes (DecodeOptions), written into workdir/model.yaml (DecodingSection)
   beam_size: 4
@@ -36,6 +36,7 @@ Example:
 2
 """
 
+import typing
 import warnings
 
 from keras_transformer.experiment.data_config import CORPUS_KEYS, DataConfig
@@ -69,7 +70,7 @@ __all__ = ["BATCH_SCALINGS", "COMMUNICATIONS", "CORPUS_KEYS", "DATA_KINDS", "DIS
            "load_experiment", "parse_override", "reject_unknown", "write_yaml"]
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> typing.Any:
     if name == "STRATEGIES":  # the old name of DISTRIBUTION_STRATEGIES (it read like the decoding strategies)
         warnings.warn("keras_transformer.experiment.STRATEGIES is now DISTRIBUTION_STRATEGIES.", DeprecationWarning,
                       stacklevel=2)

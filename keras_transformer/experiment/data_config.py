@@ -60,7 +60,7 @@ class DataConfig:
     cache: bool = True  # keep the padded batches of inference (validation) datasets in memory
     seed: typing.Optional[int] = None  # shuffle seed; None: a different order every run
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for name in ("vocab_size", "tokens_per_batch", "max_length", "bucket_width", "window"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -106,7 +106,7 @@ class DataConfig:
             raise ValueError("DataConfig.valid_source and valid_target must be given together.")
 
     @classmethod
-    def from_dict(cls, values):
+    def from_dict(cls, values: dict[str, typing.Any]) -> "DataConfig":
         """Builds a config from a mapping (a YAML section), rejecting unknown keys by name.
 
         Example:
@@ -120,7 +120,7 @@ class DataConfig:
             raise ValueError(f"Unknown DataConfig fields {unknown}; known fields: {sorted(known)}.")
         return cls(**values)
 
-    def to_dict(self):
+    def to_dict(self) -> dict[str, typing.Any]:
         """The fields as a plain dict (for YAML).
 
         Example:
@@ -130,7 +130,7 @@ class DataConfig:
         """
         return dataclasses.asdict(self)
 
-    def training_corpora(self):
+    def training_corpora(self) -> list[dict[str, typing.Any]]:
         """The training corpora as dicts `{name, source, target, weight, max_pairs}`: `corpora`, or
         `train_source` and `train_target` as one corpus named "train" (capped by `max_train_pairs`); `[]` without
         either.
@@ -151,7 +151,7 @@ class DataConfig:
 CORPUS_KEYS = ("name", "source", "target", "weight", "max_pairs")
 
 
-def _checked_corpora(corpora):
+def _checked_corpora(corpora: typing.Any) -> typing.Optional[list[dict[str, typing.Any]]]:
     """`data.corpora` with each corpus's weight filled in (1), or a `ValueError` naming what is wrong."""
     if not isinstance(corpora, (list, tuple)) or not corpora:
         raise ValueError(f"DataConfig.corpora must be a non-empty list of {{name, source, target, weight}} "

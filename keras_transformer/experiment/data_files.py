@@ -2,12 +2,13 @@
 files of a split count the same number of lines (streamed, not read into memory)."""
 
 import pathlib
+import typing
 
 from keras_transformer.data.textfile import count_lines
 from keras_transformer.errors import ConfigError
 
 
-def check_data_files(files):
+def check_data_files(files: typing.Mapping[str, typing.Any]) -> None:
     """Raises `ConfigError` naming the first file of `files` (`{data key: path or None}`) that is missing or is
     a folder; None is a file not given.
 
@@ -29,7 +30,7 @@ def check_data_files(files):
             raise ConfigError(f"data.{name}: file not found: {path}")
 
 
-def count_split_lines(splits):
+def count_split_lines(splits: typing.Mapping[str, typing.Mapping[str, typing.Any]]) -> dict[str, int]:
     """Counts the lines of each split's files (streaming, `textfile.count_lines`) and refuses files that
     disagree: line N of a source file must translate line N of its target (and of its tokenized references).
 

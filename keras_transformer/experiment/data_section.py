@@ -12,7 +12,7 @@ from keras_transformer.experiment.data_files import check_data_files, count_spli
 from keras_transformer.experiment.validation import DATA_KINDS, is_integer, reject_unknown
 
 
-def _pipeline_fields():
+def _pipeline_fields() -> list[str]:
     """The fields of the data pipeline's `DataConfig` (tokenizer and batching of real text)."""
     return [f.name for f in dataclasses.fields(DataConfig)]
 
@@ -43,7 +43,7 @@ class DataSection:
     kind: str = "synthetic"  # "synthetic", "text" (parallel files; the default when train_source or corpora is
                              # given) or "tfds" (TensorFlow Datasets)
     vocab_size: typing.Optional[int] = None  # synthetic: 32 by default; text: DataConfig.vocab_size (10000)
-    max_length: typing.Optional[int] = None  # synthetic: longest sentence (10); text: DataConfig.max_length
+    max_length: typing.Optional[int] = None  # synthetic: longest sentence (10); text: model.max_length or less
     seed: typing.Optional[int] = None  # synthetic pairs / shuffling seed (default: training.seed)
     # --- synthetic task ---------------------------------------------------------
     task: str = "copy"  # "copy" or "reverse"
@@ -68,7 +68,7 @@ class DataSection:
     pipeline: dict = dataclasses.field(default_factory=dict)  # written flat in YAML, not as a sub-section
 
     @classmethod
-    def from_dict(cls, values):
+    def from_dict(cls, values: typing.Optional[dict[str, typing.Any]]) -> "DataSection":
         """Builds the section from its flat YAML mapping, rejecting unknown keys by name."""
         values = dict(values or {})
         own = [f.name for f in dataclasses.fields(cls) if f.name != "pipeline"]
@@ -88,7 +88,7 @@ class DataSection:
         section.validate()
         return section
 
-    def to_dict(self):
+    def to_dict(self) -> dict[str, typing.Any]:
         """The flat mapping written to YAML: the fields that apply to this kind, pipeline fields beside them."""
         values = {k: v for k, v in dataclasses.asdict(self).items() if k != "pipeline"}
         names = list(values)
@@ -99,16 +99,17 @@ class DataSection:
         return {**{k: v for k, v in values.items() if k not in dropped}, **self.pipeline}
 
     @property
-    def synthetic_vocab_size(self):
+    def synthetic_vocab_size(self) -> int:
         """The synthetic task's vocabulary (reserved ids included)."""
         return self.vocab_size if self.vocab_size is not None else 32
 
     @property
-    def synthetic_max_length(self):
+    def synthetic_max_length(self) -> int:
         """The synthetic task's longest sentence."""
         return self.max_length if self.max_length is not None else 10
 
-    def data_config(self, tokenizer_dir=None, tokens_per_batch=None, seed=None):
+    def data_config(self, tokenizer_dir: typing.Any = None, tokens_per_batch: typing.Optional[int] = None,
+                    seed: typing.Optional[int] = None) -> DataConfig:
         """The pipeline's `DataConfig` for text kinds, with the shared fields filled in."""
         values = dict(self.pipeline)
         for name in ("vocab_size", "max_length", "seed"):
@@ -125,7 +126,7 @@ class DataSection:
         except ValueError as error:
             raise ConfigError(f"data: {error}") from error
 
-    def validate(self):
+    def validate(self) -> None:
         """Raises `ConfigError` naming the first bad field."""
         if self.kind not in DATA_KINDS:
             raise ConfigError(f"data.kind must be one of {DATA_KINDS}, got {self.kind!r}.")
@@ -163,7 +164,7 @@ class DataSection:
         if bool(self.test_source) != bool(self.test_target):
             raise ConfigError("data.test_source and data.test_target must be given together.")
 
-    def check_files(self):
+    def check_files(self) -> None:
         """Raises `ConfigError` naming the first data file (key and path) that is missing or is a folder.
 
         `train` and `pack_arrays` call it before any data work, and `keras-transformer train --dry-run` too,
@@ -188,7 +189,7 @@ class DataSection:
                                                                "test_tokenized_target"))
         check_data_files(files)
 
-    def check_line_counts(self):
+    def check_line_counts(self) -> dict[str, int]:
         """Counts the lines of each split's files (streaming, `textfile.count_lines`) and refuses files that
         disagree: line N of a source file must translate line N of its target (and of its tokenized references).
 
@@ -231,7 +232,7 @@ class DataSection:
                            "test_tokenized_target": self.test_tokenized_target}}
         return count_split_lines(splits)
 
-    def describe_line_counts(self, counts):
+    def describe_line_counts(self, counts: typing.Mapping[str, int]) -> list[str]:
         """`check_line_counts`'s counts in words, as `train --dry-run` prints them: each training corpus with its
         weight (when several mix) and the cap that reads only its first lines (`max_pairs`, `max_train_pairs`).
 
@@ -264,7 +265,7 @@ class DataSection:
             words.append(f"{split} {lines} lines" + (f" ({', '.join(notes)})" if notes else ""))
         return words
 
-    def resolved(self, seed, workdir=None):
+    def resolved(self, seed: typing.Optional[int], workdir: typing.Any = None) -> dict[str, typing.Any]:
         """The section as `train` reads it, every field of this kind given: the kind's own fields (vocab_size,
         max_length and seed filled in), and for text and TFDS data every `DataConfig` field.
 

@@ -30,7 +30,7 @@ class DecodingSection:
     batch_size: int = 64  # sentences decoded together when evaluating
     average_last: typing.Optional[int] = None  # test evaluation averages the last N checkpoints (paper: 5 / 20)
 
-    def validate(self):
+    def validate(self) -> None:
         """Raises `ConfigError` naming the first bad field (the options validate themselves)."""
         for name in ("batch_size", "average_last"):
             value = getattr(self, name)
@@ -40,7 +40,7 @@ class DecodingSection:
                 raise ConfigError(f"decoding.{name} must be a positive integer, got {value!r}.")
 
     @classmethod
-    def from_dict(cls, values):
+    def from_dict(cls, values: typing.Optional[dict[str, typing.Any]]) -> "DecodingSection":
         """The section from its flat YAML mapping; unknown keys are refused by name."""
         values = dict(values or {})
         reject_unknown(values, [f.name for f in dataclasses.fields(DecodeOptions)] + list(OLD_DECODING_NAMES)
@@ -50,6 +50,6 @@ class DecodingSection:
         section.validate()
         return section
 
-    def to_dict(self):
+    def to_dict(self) -> dict[str, typing.Any]:
         """The flat YAML mapping: the options' fields, then `batch_size` and `average_last`."""
         return {**self.options.to_dict(), "batch_size": self.batch_size, "average_last": self.average_last}

@@ -3,10 +3,18 @@ the resolved view that `train --dry-run` prints."""
 
 import dataclasses
 import pathlib
+import typing
 
 import yaml
 
-from keras_transformer.config import DECODING_FIELDS, PRESETS, TransformerConfig, read_yaml_file
+from keras_transformer.config import (
+    DECODING_FIELDS,
+    PRESETS,
+    TransformerConfig,
+    read_yaml_file,
+    recommended_warmup_steps,
+    refuse_training_fields,
+)
 from keras_transformer.decoding.options import OLD_NAMES as OLD_DECODING_NAMES
 from keras_transformer.errors import CheckpointError, CheckpointNotFoundError, ConfigError, format_size
 from keras_transformer.experiment.data_section import DataSection
@@ -21,8 +29,11 @@ from keras_transformer.trainer.footprint import (
 )
 from keras_transformer.workdir.layout import model_file
 
+_DEFAULT_MAX_LENGTH = next(field.default for field in dataclasses.fields(TransformerConfig)
+                           if field.name == "max_length")
 
-def _model_section(model):
+
+def _model_section(model: dict[str, typing.Any]) -> dict[str, typing.Any]:
     """The model section with its `from:` resolved: the fields of that model's `model.yaml` (its decoding
     defaults left out: the experiment's decoding section is its own), then the section's other keys over them."""
     model = dict(model)
@@ -35,6 +46,7 @@ def _model_section(model):
     path = model_file(source)
     fields = read_yaml_file(path, "TransformerConfig fields")
     fields.pop("decoding", None)
+    refuse_training_fields(fields, f"model.from: {path}")
     return {**fields, **model}
 
 
@@ -55,8 +67,20 @@ class ExperimentConfig:
     training: TrainingSection = dataclasses.field(default_factory=TrainingSection)
     decoding: DecodingSection = dataclasses.field(default_factory=DecodingSection)
 
+    def __post_init__(self) -> None:
+        # The settings that default to the model's, resolved here so that the experiment, its experiment.yaml and
+        # `train --dry-run` hold the numbers the run uses: training.warmup_steps null is the model preset's warm-up
+        # (config.recommended_warmup_steps), and the text data's length limit null is the model's (`check_model`
+        # refuses a larger one).
+        if self.training.warmup_steps is None:
+            warmup = recommended_warmup_steps(self.model.get("preset"))
+            object.__setattr__(self, "training", dataclasses.replace(self.training, warmup_steps=warmup))
+        limit = self._model_max_length()
+        if self.data.kind != "synthetic" and self.data.max_length is None and limit is not None:
+            object.__setattr__(self, "data", dataclasses.replace(self.data, max_length=limit))
+
     @classmethod
-    def from_dict(cls, values, check_model=True):
+    def from_dict(cls, values: typing.Optional[dict[str, typing.Any]], check_model: bool = True) -> "ExperimentConfig":
         """Builds and validates an experiment from nested dicts, rejecting unknown keys by name.
 
         With `check_model` (the default) the model section is also built into a `TransformerConfig`
@@ -68,6 +92,7 @@ class ExperimentConfig:
         for name in SECTIONS:
             if values.get(name) is not None and not isinstance(values[name], dict):
                 raise ConfigError(f"Section {name!r} must be a mapping, got {values[name]!r}.")
+        refuse_training_fields(values.get("model") or {})
         model = _model_section(values.get("model") or {})
         moved = [name for name in DECODING_FIELDS if name in model]
         if moved:
@@ -77,7 +102,7 @@ class ExperimentConfig:
         if model.get("preset") is not None:  # null: no preset, as when the key is left out
             if model["preset"] not in PRESETS:
                 raise ConfigError(f"model.preset must be one of {sorted(PRESETS)}, got {model['preset']!r}.")
-        sections = {}
+        sections: dict[str, typing.Any] = {}
         for name, section_class in (("data", DataSection), ("training", TrainingSection),
                                     ("decoding", DecodingSection)):
             section_values = values.get(name) or {}
@@ -92,12 +117,12 @@ class ExperimentConfig:
             experiment.check_model()
         return experiment
 
-    def to_dict(self):
+    def to_dict(self) -> dict[str, typing.Any]:
         """Nested plain dicts (YAML-friendly)."""
         return {"model": dict(self.model), "data": self.data.to_dict(),
                 "training": dataclasses.asdict(self.training), "decoding": self.decoding.to_dict()}
 
-    def model_config(self, vocabulary=None):
+    def model_config(self, vocabulary: typing.Union[int, dict[str, int], None] = None) -> TransformerConfig:
         """The `TransformerConfig`: preset (if any), the model fields, the data's vocabulary.
 
         Args:
@@ -129,7 +154,7 @@ class ExperimentConfig:
         except ValueError as error:
             raise ConfigError(f"model: {error}") from error
 
-    def check_files(self):
+    def check_files(self) -> None:
         """Names the first missing input file: the data files (`ConfigError`), then `training.init_checkpoint`
         (`CheckpointError`).
 
@@ -144,7 +169,7 @@ class ExperimentConfig:
         keras_transformer.errors.CheckpointNotFoundError: training.init_checkpoint: Checkpoint not found: ...
         """
         self.data.check_files()
-        path = self.training.init_checkpoint
+        path: typing.Any = self.training.init_checkpoint
         if path is not None:
             path = pathlib.Path(path)
             if path.is_dir():
@@ -152,7 +177,7 @@ class ExperimentConfig:
             if not path.is_file():
                 raise CheckpointNotFoundError(f"training.init_checkpoint: Checkpoint not found: {path}")
 
-    def check_model(self):
+    def check_model(self) -> None:
         """Raises `ConfigError` if the model section cannot make a `TransformerConfig` (bad sizes or types).
 
         The vocabulary's size is known once it is learned from the data; until then the configured one stands in
@@ -166,10 +191,41 @@ class ExperimentConfig:
         Traceback (most recent call last):
         ...
         keras_transformer.errors.ConfigError: model: TransformerConfig: d_model=60 is not divisible by num_heads=7; ...
-        """
-        self.model_config(self._configured_vocabulary())
 
-    def training_memory(self):
+        The data's length limit is the model's: a `data.max_length` over `model.max_length` is refused (for text
+        data, counted in positions as the model counts them, tokens + bos/eos; for synthetic data, its longest
+        sentence and the bos/eos position).
+
+        >>> ExperimentConfig.from_dict({"model": {"preset": "tiny", "max_length": 64},
+        ...                             "data": {"train_source": "a.en", "train_target": "a.de", "max_length": 128}})
+        Traceback (most recent call last):
+        ...
+        keras_transformer.errors.ConfigError: data.max_length=128 is more than model.max_length=64: ...
+        """
+        config = self.model_config(self._configured_vocabulary())
+        data, limit = self.data, config.max_length
+        if data.kind != "synthetic" and data.max_length is not None and data.max_length > limit:
+            raise ConfigError(f"data.max_length={data.max_length} is more than model.max_length={limit}: the data "
+                              f"would keep pairs the model has no positions for; leave data.max_length out (it is "
+                              f"the model's) or make it at most {limit}.")
+        if data.kind != "synthetic":
+            data.data_config()  # the limit the model gave it, checked against the batch size (named in one line)
+        if data.kind == "synthetic" and data.synthetic_max_length + 1 > limit:
+            raise ConfigError(f"data.max_length={data.synthetic_max_length} makes synthetic sequences of "
+                              f"{data.synthetic_max_length + 1} positions (the sentence and bos/eos), more than "
+                              f"model.max_length={limit}: lower data.max_length or raise model.max_length.")
+
+    def _model_max_length(self) -> typing.Optional[int]:
+        """The model's `max_length` as its section gives it (the preset's, else TransformerConfig's default);
+        None when the section gives no positive integer (`check_model` names that)."""
+        value: typing.Any = self.model.get("max_length")
+        if value is None:
+            preset = self.model.get("preset")
+            fields = PRESETS.get(preset, {}) if isinstance(preset, str) else {}
+            value = fields.get("max_length", _DEFAULT_MAX_LENGTH)
+        return value if is_integer(value) and value > 0 else None
+
+    def training_memory(self) -> dict[str, typing.Any]:
         """`footprint.training_memory` of this experiment: its model (with the configured vocabulary, as
         `check_model`), a batch of its tokens (synthetic data: `batch_size` sentences of `max_length`), its
         dtype policy ("auto" counted as float32), moving average and gradient accumulation.
@@ -187,7 +243,7 @@ class ExperimentConfig:
         return training_memory(config, tokens, self.training.policy, moving_average=self.training.ema_decay is not None,
                                accumulation=self.training.gradient_accumulation_steps > 1)
 
-    def check_memory(self):
+    def check_memory(self) -> dict[str, typing.Any]:
         """Refuses (`ConfigError`) a model whose training needs more memory than this machine has available
         (`footprint.check_training_memory`), naming the estimate and the memory; returns the estimate.
 
@@ -197,7 +253,7 @@ class ExperimentConfig:
         check_training_memory(memory)
         return memory
 
-    def _configured_vocabulary(self):
+    def _configured_vocabulary(self) -> typing.Optional[int]:
         """The vocabulary `model_config` takes before the data's is learned: synthetic data's own, else the
         model section's sizes (None when it gives vocab_size), else `data.vocab_size`."""
         if self.data.kind == "synthetic":  # the vocabulary is the configured one
@@ -208,7 +264,7 @@ class ExperimentConfig:
                  if is_integer(size) and size > 0]
         return max(given) if given else self.data.data_config().vocab_size
 
-    def resolved(self, workdir=None):
+    def resolved(self, workdir: typing.Any = None) -> dict[str, typing.Any]:
         """The experiment with every default filled in: the model section as the whole `TransformerConfig`
         (preset expanded), each other section with all of its fields.
 
@@ -226,7 +282,7 @@ class ExperimentConfig:
         return {"model": model, "data": self.data.resolved(self.training.seed, workdir),
                 "training": dataclasses.asdict(self.training), "decoding": self.decoding.to_dict()}
 
-    def dry_run(self, workdir=None):
+    def dry_run(self, workdir: typing.Any = None) -> str:
         """What `keras-transformer train --dry-run` prints: the `resolved` experiment as YAML, after the checks
         that need no data work (`check_files`, then `DataSection.check_line_counts`), with comment lines on
         what `train` settles later.
@@ -259,6 +315,6 @@ class ExperimentConfig:
         return "".join(f"# {note}\n" for note in notes) + yaml.safe_dump(self.resolved(workdir), sort_keys=False)
 
 
-def _available():
+def _available() -> str:
     available = available_memory()
     return "an unknown amount of memory" if available is None else format_size(available)

@@ -3,6 +3,7 @@ overrides applied in order."""
 
 import os
 import pathlib
+import typing
 
 import yaml
 
@@ -12,7 +13,7 @@ from keras_transformer.experiment.experiment_config import ExperimentConfig
 from keras_transformer.experiment.validation import SECTIONS
 
 
-def _deep_merge(base, update):
+def _deep_merge(base: dict[str, typing.Any], update: dict[str, typing.Any]) -> dict[str, typing.Any]:
     merged = dict(base)
     for key, value in update.items():
         if isinstance(value, dict) and isinstance(merged.get(key), dict):
@@ -22,7 +23,7 @@ def _deep_merge(base, update):
     return merged
 
 
-def parse_override(text):
+def parse_override(text: str) -> tuple[list[str], typing.Any]:
     """Parses one `--set` argument `section.key=value` into `(["section", "key"], value)`.
 
     The value is read as YAML, so `3`, `0.1`, `1e-4`, `true`, `null` and `[a, b]` get their types
@@ -48,7 +49,8 @@ def parse_override(text):
     return path, value
 
 
-def load_experiment(paths=(), overrides=()):
+def load_experiment(paths: typing.Union[str, os.PathLike[str], typing.Iterable[typing.Any]] = (),
+                    overrides: typing.Iterable[str] = ()) -> ExperimentConfig:
     """Reads YAML experiment files and `--set` overrides into an `ExperimentConfig`.
 
     Args:
@@ -69,7 +71,7 @@ def load_experiment(paths=(), overrides=()):
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
-    values = {}
+    values: dict[str, typing.Any] = {}
     for path in paths:
         path = pathlib.Path(path)
         if path.is_dir():
@@ -98,7 +100,7 @@ def load_experiment(paths=(), overrides=()):
     return ExperimentConfig.from_dict(values)
 
 
-def as_experiment(config):
+def as_experiment(config: typing.Any) -> ExperimentConfig:
     """Accepts an `ExperimentConfig`, a dict or a YAML path and returns an `ExperimentConfig`."""
     if isinstance(config, ExperimentConfig):
         return config
@@ -106,3 +108,5 @@ def as_experiment(config):
         return ExperimentConfig.from_dict(config)
     if isinstance(config, (str, os.PathLike)):
         return load_experiment([config])
+    raise ConfigError(f"An experiment config is an ExperimentConfig, a dict of sections or a YAML file's path, not "
+                      f"a {type(config).__name__}.")

@@ -31,6 +31,7 @@ import typing
 from keras_transformer.config import (
     ACTIVATIONS,
     POSITION_KINDS,
+    PRESET_WARMUP_STEPS,
     PRESETS,
     SINUSOID_LAYOUTS,
     TIE_MODES,
@@ -82,7 +83,7 @@ CHOICES = {
 }
 
 # Defaults an experiment takes from elsewhere than its dataclass field.
-DEFAULTS = {"model.vocab_size": "the data's vocabulary"}
+DEFAULTS = {"model.vocab_size": "the data's vocabulary", "training.warmup_steps": "the preset's"}
 
 _GROUP = re.compile(r"^#\s*-{3,}\s*(.*?)\s*-*$")
 
@@ -99,7 +100,7 @@ class Key:
     group: typing.Optional[str] = None  # the `# --- group ---` heading above it
 
 
-def field_comments(cls):
+def field_comments(cls: type) -> dict[str, tuple[typing.Optional[str], typing.Optional[str]]]:
     """`{field: (group, comment)}` of a dataclass, read from its source file with `tokenize`.
 
     A field's comment is the `# ...` after it on its line, continued by the
@@ -114,18 +115,20 @@ def field_comments(cls):
     >>> field_comments(DecodingSection)["batch_size"]
     (None, 'sentences decoded together when evaluating')
     """
-    source = pathlib.Path(inspect.getsourcefile(cls)).read_text(encoding="utf-8")
+    source = pathlib.Path(typing.cast(str, inspect.getsourcefile(cls))).read_text(encoding="utf-8")
     lines = source.splitlines()
-    comments = {}  # row -> (column, text, alone on its line)
+    comments: dict[int, tuple[int, str, bool]] = {}  # row -> (column, text, alone on its line)
     for token in tokenize.generate_tokens(io.StringIO(source).readline):
         if token.type == tokenize.COMMENT:
             row, column = token.start
             comments[row] = (column, token.string, not lines[row - 1][:column].strip())
     node = next(node for node in ast.walk(ast.parse(source))
                 if isinstance(node, ast.ClassDef) and node.name == cls.__name__)
-    fields = [(statement.lineno, statement.end_lineno, statement.target.id) for statement in node.body
-              if isinstance(statement, ast.AnnAssign)]
-    found, group, row = {}, None, node.lineno  # from the class line: a group line may head the first field
+    fields = [(statement.lineno, typing.cast(int, statement.end_lineno), typing.cast(ast.Name, statement.target).id)
+              for statement in node.body if isinstance(statement, ast.AnnAssign)]
+    found: dict[str, tuple[typing.Optional[str], typing.Optional[str]]] = {}
+    group: typing.Optional[str] = None
+    row = node.lineno  # from the class line: a group line may head the first field
     for first, last, name in fields:
         for above in range(row + 1, first):  # the lines between the previous field and this one
             if above in comments:
@@ -139,15 +142,15 @@ def field_comments(cls):
             found[name] = (group, None)
             row = last
             continue
-        column, text, row = comment[0], [comment[1]], last
+        column, parts, row = comment[0], [comment[1]], last
         while row + 1 in comments and comments[row + 1][2] and comments[row + 1][0] == column:
             row += 1
-            text.append(comments[row][1])
-        found[name] = (group, " ".join(part.lstrip("#").strip() for part in text))
+            parts.append(comments[row][1])
+        found[name] = (group, " ".join(part.lstrip("#").strip() for part in parts))
     return found
 
 
-def _yaml(value):
+def _yaml(value: typing.Any) -> str:
     """A value as YAML writes it."""
     if value is None:
         return "null"
@@ -156,7 +159,7 @@ def _yaml(value):
     return str(value)
 
 
-def _type(annotation, choices=()):
+def _type(annotation: typing.Any, choices: typing.Sequence[typing.Any] = ()) -> str:
     """A field's annotation in YAML words: `int`, `str or null`, ..."""
     if annotation is typing.Any:  # a bool or a word: the types of the values it accepts
         names = []
@@ -170,12 +173,12 @@ def _type(annotation, choices=()):
     return {int: "int", float: "float", bool: "bool", str: "str", list: "list"}[annotation]
 
 
-def _default(field):
+def _default(field: typing.Any) -> str:
     value = field.default if field.default is not dataclasses.MISSING else field.default_factory()
     return f"`{_yaml(value)}`"
 
 
-def section_keys(section, cls, skip=()):
+def section_keys(section: str, cls: type, skip: typing.Collection[str] = ()) -> list[Key]:
     """The `Key`s of a dataclass's fields as the keys of `section`, in the order of the source.
 
     Raises:
@@ -202,14 +205,14 @@ def section_keys(section, cls, skip=()):
     return keys
 
 
-def schema_keys():
+def schema_keys() -> dict[str, list[Key]]:
     """`{section: [Key, ...]}`: every key an experiment config accepts, as the reference lists them.
 
     Example:
 
     >>> keys = schema_keys()
     >>> list(keys), keys["model"][0].name, keys["training"][0].type
-    (['model', 'data', 'training', 'decoding'], 'model.preset', 'int')
+    (['model', 'data', 'training', 'decoding'], 'model.preset', 'float')
     """
     preset = Key("model.preset", "str or null", "`null`", CHOICES["model.preset"],
                  "start from these sizes (table below); the model keys given override them")
@@ -226,12 +229,12 @@ def schema_keys():
             + section_keys("decoding", DecodingSection, skip=("options",))}
 
 
-def _summary(cls):
+def _summary(cls: type) -> str:
     """The first paragraph of a class's docstring, on one line."""
-    return " ".join(inspect.getdoc(cls).split("\n\n")[0].split())
+    return " ".join((inspect.getdoc(cls) or "").split("\n\n")[0].split())
 
 
-def _cell(text):
+def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("*", "\\*")
 
 
@@ -250,15 +253,15 @@ _INTRO = {
 }
 
 
-def _table(keys):
+def _table(keys: typing.Sequence[Key]) -> list[str]:
     rows = ["| key | type | default | accepts | what it is |", "| --- | --- | --- | --- | --- |"]
     for key in keys:
-        accepts = ", ".join(f"`{_yaml(value)}`" for value in key.accepts)
-        rows.append(f"| `{key.name}` | {key.type} | {_cell(key.default)} | {accepts} | {_cell(key.comment)} |")
+        accepts = "".join(f" `{_yaml(value)}`," for value in key.accepts).rstrip(",")  # "" when any value goes
+        rows.append(f"| `{key.name}` | {key.type} | {_cell(key.default)} |{accepts} | {_cell(key.comment)} |")
     return rows
 
 
-def _presets():
+def _presets() -> list[str]:
     names = [field.name for field in dataclasses.fields(TransformerConfig)
              if any(field.name in values for values in PRESETS.values())]
     rows = ["| key | " + " | ".join(f"`{name}`" for name in PRESETS) + " |", "| --- |" + " --- |" * len(PRESETS)]
@@ -266,10 +269,12 @@ def _presets():
         default = getattr(TransformerConfig, name)
         rows.append(f"| `model.{name}` | " + " | ".join(f"{_yaml(values.get(name, default))}"
                                                          for values in PRESETS.values()) + " |")
+    rows.append("| `training.warmup_steps` | " + " | ".join(str(PRESET_WARMUP_STEPS[name])
+                                                                     for name in PRESETS) + " |")
     return rows
 
 
-def reference():
+def reference() -> str:
     """The Markdown of docs/config.md.
 
     Example:
@@ -287,12 +292,12 @@ def reference():
         "An experiment config is YAML with four sections, `model`, `data`, `training` and `decoding`. Later",
         "`--config` files override earlier ones key by key, then `--set section.key=value` (YAML values) in order.",
         "An unknown key is refused with its name and the closest known one, a bad value with its key, before any",
-        "data work. `keras-transformer train --dry-run` prints a config with every key below resolved. A key's",
-        "description is the comment beside its field in the source; `null` is YAML's None.",
+        "data work. `keras-transformer train --dry-run` prints a config with every key below resolved. `null` is",
+        "YAML's None.",
     ]
     for section, keys in schema_keys().items():
         lines += ["", f"## {section}", "", _INTRO[section]]
-        groups = []
+        groups: list[tuple[typing.Optional[str], list[Key]]] = []
         for key in keys:
             if not groups or groups[-1][0] != key.group:
                 groups.append((key.group, []))
@@ -308,7 +313,7 @@ def reference():
     return "\n".join(lines) + "\n"
 
 
-def main(argv=None):
+def main(argv: typing.Optional[list[str]] = None) -> None:
     """`python -m keras_transformer.experiment.reference`: writes the reference to stdout."""
     argv = sys.argv[1:] if argv is None else argv
     if argv:

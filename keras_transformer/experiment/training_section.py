@@ -1,4 +1,5 @@
-"""`TrainingSection`, the experiment's `training:` section: length, hardware, precision, checkpoints."""
+"""`TrainingSection`, the experiment's `training:` section: the optimizer, schedule and loss, length, hardware,
+precision, checkpoints."""
 
 import dataclasses
 import typing
@@ -17,7 +18,7 @@ from keras_transformer.experiment.validation import (
 
 @dataclasses.dataclass(frozen=True)
 class TrainingSection:
-    """How to train: length, hardware, precision, checkpoints.
+    """How to train: optimizer, schedule, loss, length, hardware, precision, checkpoints.
 
     Example:
 
@@ -25,8 +26,17 @@ class TrainingSection:
     'per_replica'
     """
 
+    label_smoothing: float = 0.1  # epsilon_ls of the label-smoothed cross-entropy
+    warmup_steps: typing.Optional[int] = None  # Noam warm-up, in updates
+    learning_rate_scale: float = 1.0  # multiplies the Noam schedule
+    beta_1: float = 0.9  # Adam beta1
+    beta_2: float = 0.98  # Adam beta2
+    epsilon: float = 1e-9  # Adam epsilon
+    clipnorm: typing.Optional[float] = None  # clip each gradient to this norm
+    cooldown_epochs: typing.Optional[int] = None  # over the last K epochs the learning rate falls linearly to zero
+    gradient_accumulation_steps: int = 1  # update with the mean gradient of this many batches (docs/training.md)
     epochs: int = 10  # epochs in total (a resumed run counts the ones already done)
-    steps_per_epoch: typing.Optional[int] = None  # batches an epoch (updates without gradient accumulation),
+    steps_per_epoch: typing.Optional[int] = None  # batches an epoch (updates, without accumulation),
                                                   # from the training data repeated without end
                                                   # (each pass shuffled anew); None: an epoch is one pass
     strategy: str = "auto"  # see keras_transformer.experiment.DISTRIBUTION_STRATEGIES
@@ -36,16 +46,11 @@ class TrainingSection:
     mixed_precision: typing.Any = "float32"  # "float32", "auto", "mixed_float16", "mixed_bfloat16" (or bool)
     jit_compile: typing.Any = "auto"  # XLA: true, false or "auto" (Keras decides)
     steps_per_execution: int = 1  # batches per tf.function call (fewer Python round trips)
-    gradient_accumulation_steps: int = 1  # update with the mean gradient of this many batches; the schedule,
-                                          # `step` and initial_updates count updates (docs/training.md)
-    clipnorm: typing.Optional[float] = None  # clip each gradient to this norm
-    cooldown_epochs: typing.Optional[int] = None  # over the last K epochs the learning rate falls linearly to zero
     rdrop_alpha: typing.Optional[float] = None  # R-Drop (null or 0: off): every pair runs twice a batch, with
                                                 # two dropout masks, and alpha / 4 times their symmetric KL joins
                                                 # the loss (losses.RDropLoss); a batch computes twice the positions
-    ema_decay: typing.Optional[float] = None  # keep an exponential moving average of the weights (Keras' use_ema)
-                                              # with this decay, e.g. 0.999 (null: off); checkpoints, validation,
-                                              # BLEU, average and export use it, the backup keeps the raw weights
+    ema_decay: typing.Optional[float] = None  # a moving average of the weights with this decay, e.g. 0.999 (null:
+                                              # off), which checkpoints, validation and exports take
     seed: int = 1234  # keras.utils.set_random_seed: initial weights, dropout, shuffling
     checkpoint_every_steps: typing.Optional[int] = None  # also write checkpoints/step-XXXXXXXX.weights.h5
     keep_step_checkpoints: int = 3  # how many step checkpoints to keep
@@ -65,8 +70,20 @@ class TrainingSection:
     verbose: typing.Any = "auto"  # progress: 0 (silent), 1 (bar), 2 (one line per epoch), "auto" (a bar on a
                                   # terminal, one line per epoch into a log file or pipe)
 
-    def validate(self):
+    def validate(self) -> None:
         """Raises `ConfigError` naming the first bad field."""
+        if not _is_number(self.label_smoothing) or not 0.0 <= self.label_smoothing < 1.0:
+            raise ConfigError(f"training.label_smoothing must be in [0, 1), got {self.label_smoothing!r}.")
+        if self.warmup_steps is not None and (not is_integer(self.warmup_steps) or self.warmup_steps <= 0):
+            raise ConfigError(f"training.warmup_steps must be a positive integer or null, got {self.warmup_steps!r}.")
+        for name in ("learning_rate_scale", "epsilon"):
+            value = getattr(self, name)
+            if not _is_number(value) or not value > 0:
+                raise ConfigError(f"training.{name} must be a number > 0, got {value!r}.")
+        for name in ("beta_1", "beta_2"):
+            value = getattr(self, name)
+            if not _is_number(value) or not 0.0 <= value < 1.0:
+                raise ConfigError(f"training.{name} must be a number in [0, 1), got {value!r}.")
         if not is_integer(self.epochs) or self.epochs <= 0:
             raise ConfigError(f"training.epochs must be a positive integer, got {self.epochs!r}.")
         if self.strategy not in DISTRIBUTION_STRATEGIES:
@@ -126,10 +143,15 @@ class TrainingSection:
                               f"({self.epochs}).")
 
     @property
-    def policy(self):
+    def policy(self) -> typing.Any:
         """The requested dtype policy name, before "auto" is resolved for the device."""
         if self.mixed_precision in (False, None):
             return "float32"
         if self.mixed_precision is True:
             return "auto"
         return self.mixed_precision
+
+
+def _is_number(value: typing.Any) -> bool:
+    """An int or a float, not a bool (YAML's `true`)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)

@@ -5,6 +5,7 @@ keys refused with the closest known one named.
 """
 
 import difflib
+import typing
 
 from keras_transformer.errors import ConfigError
 
@@ -22,7 +23,7 @@ MODEL_TYPES = ("bpe", "unigram", "wordpiece")  # data.model_type: the SentencePi
 SUBWORD_DROPOUT_SIDES = ("both", "source", "target")  # data.subword_dropout_sides
 
 
-def is_integer(value):
+def is_integer(value: typing.Any) -> typing.TypeGuard[int]:
     """An int that is not a bool: YAML's `true` is an int to Python, but never a count.
 
     Example:
@@ -33,7 +34,7 @@ def is_integer(value):
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def reject_unknown(values, known, prefix):
+def reject_unknown(values: typing.Any, known: typing.Sequence[str], prefix: str) -> None:
     """Raises `ConfigError` for the first key of `values` not in `known`, with the closest known key suggested;
     `prefix` is the section's (`"training."`, or `""` at the top).
 

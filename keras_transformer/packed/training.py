@@ -424,7 +424,7 @@ def _fit_packed(workdir: pathlib.Path, experiment: ExperimentConfig, before: int
     config = TransformerConfig.from_yaml(workdir / "model.yaml")
     loss = metrics = None
     if teacher:
-        loss = distillation.DistillationLoss(config.label_smoothing, distill_weight, pad_id=config.pad_id)
+        loss = distillation.DistillationLoss(training.label_smoothing, distill_weight, pad_id=config.pad_id)
         metrics = [distillation.DistillationAccuracy(pad_id=config.pad_id)]
     make_translator = None
     if data.valid_pairs is not None:  # BLEU on validation decodes with the model being trained

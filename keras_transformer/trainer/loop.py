@@ -172,16 +172,14 @@ def compile_model(experiment: ExperimentConfig, model_config: TransformerConfig,
     """
     training = experiment.training
     if loss is None:
-        loss = LabelSmoothedCrossEntropy(model_config.label_smoothing, pad_id=model_config.pad_id)
+        loss = LabelSmoothedCrossEntropy(training.label_smoothing, pad_id=model_config.pad_id)
         if training.rdrop_alpha:  # the batches hold each example twice (`data.build.repeat_rows`)
-            loss = RDropLoss(training.rdrop_alpha, model_config.label_smoothing, pad_id=model_config.pad_id)
+            loss = RDropLoss(training.rdrop_alpha, training.label_smoothing, pad_id=model_config.pad_id)
     cooldown = cooldown_updates(training, data)
     if cooldown:
         log.info("Cooldown: the learning rate falls linearly to 0 from update %d over %d updates", *cooldown)
     model = build_model(model_config)
-    optimizer = make_optimizer(model_config, gradient_accumulation_steps=training.gradient_accumulation_steps,
-                               cooldown=cooldown, ema_decay=training.ema_decay,
-                               **({"clipnorm": training.clipnorm} if training.clipnorm else {}))
+    optimizer = make_optimizer(model_config, training, cooldown=cooldown)
     keep_raw_weights_after_fit(optimizer)  # the model takes the average when the whole run ends (fit_experiment)
     model.compile(optimizer=optimizer, loss=loss,
                   metrics=metrics if metrics is not None else [MaskedAccuracy(pad_id=model_config.pad_id)],
@@ -342,7 +340,7 @@ def _nonfinite_message(guard: NonFiniteGuard, output: pathlib.Path) -> str:
         resume = "the backup is not readable"
     return (f"Training stopped at update {guard.update}: {guard.reason}. Nothing of that epoch was saved: "
             f"{newest}, and {resume}. Run the same command again to resume from there (dropout and shuffling "
-            f"are reseeded), or first lower the learning rate (model.learning_rate_scale, a resumable change), "
+            f"are reseeded), or first lower the learning rate (training.learning_rate_scale, a resumable change), "
             f"or set training.clipnorm.")
 
 

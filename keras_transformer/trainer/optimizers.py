@@ -1,11 +1,11 @@
 """The paper's optimizer: Adam(beta1=0.9, beta2=0.98, eps=1e-9) on the Noam schedule."""
 
-from typing import Any
+from typing import Any, Optional, Protocol
 
 import keras
 from keras import ops
 
-from keras_transformer.config import TransformerConfig
+from keras_transformer.config import PAPER_WARMUP_STEPS, TransformerConfig
 from keras_transformer.runtime.keras_internals import schedule_on_updates
 from keras_transformer.trainer.schedules import LinearCooldown, NoamSchedule
 
@@ -72,39 +72,57 @@ class Adam(keras.optimizers.Adam):
         self.assign_sub(variable, ops.divide(ops.multiply(m, alpha), ops.add(ops.sqrt(v), self.epsilon)))
 
 
-def make_optimizer(config: TransformerConfig, gradient_accumulation_steps: int | None = None,
-                   cooldown: tuple[int, int] | None = None, ema_decay: float | None = None,
-                   **kwargs: Any) -> keras.optimizers.Adam:
-    """Returns Adam (this module's `Adam`: Keras' update) configured as in section 5.3 of the paper.
+class OptimizerSettings(Protocol):
+    """The training settings `make_optimizer` reads: the fields of that name of the experiment's training section
+    (`keras_transformer.experiment.TrainingSection`, which is one)."""
+
+    warmup_steps: Optional[int]  # None: the paper's 4000
+    learning_rate_scale: float
+    beta_1: float
+    beta_2: float
+    epsilon: float
+    clipnorm: Optional[float]
+    gradient_accumulation_steps: int
+    ema_decay: Optional[float]
+
+
+def make_optimizer(config: TransformerConfig, training: OptimizerSettings, *,
+                   cooldown: tuple[int, int] | None = None, **kwargs: Any) -> keras.optimizers.Adam:
+    """Returns Adam (this module's `Adam`: Keras' update) on the Noam schedule, as in section 5.3 of the paper.
+
+    The model gives the schedule its width; everything else is a training setting.
 
     Args:
-        config: a `TransformerConfig` (uses d_model, warmup_steps, learning_rate_scale,
-            beta_1, beta_2, epsilon).
-        gradient_accumulation_steps: accumulate gradients over this many batches
-            before each update (a larger effective batch on small hardware); the
-            update applies their mean. The schedule counts updates, not batches.
+        config: the model's `TransformerConfig` (the schedule's d_model).
+        training: the run's training settings, an `experiment.TrainingSection`: warmup_steps (None: the paper's
+            4000), learning_rate_scale, Adam's beta_1, beta_2 and epsilon, clipnorm (None: no clipping),
+            gradient_accumulation_steps (accumulate gradients over this many batches before each update, which
+            applies their mean; the schedule counts updates, not batches) and ema_decay (None: off; else keep an
+            exponential moving average of the weights with this decay, Keras' `use_ema` / `ema_momentum`:
+            after each batch, `average = ema_decay * average + (1 - ema_decay) * weight`).
         cooldown: `(start, steps)`: from update `start` the learning rate falls
             linearly to zero over `steps` updates (`LinearCooldown`).
-        ema_decay: keep an exponential moving average of the weights with this
-            decay (Keras' `use_ema` / `ema_momentum`): after each batch,
-            `average = ema_decay * average + (1 - ema_decay) * weight`.
-        **kwargs: passed on to `keras.optimizers.Adam` (e.g. `clipnorm`).
+        **kwargs: passed on to `keras.optimizers.Adam`.
 
     Example:
 
     >>> from keras_transformer.config import TransformerConfig
-    >>> optimizer = make_optimizer(TransformerConfig.preset("tiny", vocab_size=100))
+    >>> from keras_transformer.experiment import TrainingSection
+    >>> optimizer = make_optimizer(TransformerConfig.preset("tiny", vocab_size=100), TrainingSection(warmup_steps=400))
     >>> optimizer.beta_2, optimizer.epsilon
     (0.98, 1e-09)
     """
-    schedule = NoamSchedule(config.d_model, config.warmup_steps, config.learning_rate_scale)
+    warmup_steps = training.warmup_steps if training.warmup_steps is not None else PAPER_WARMUP_STEPS
+    schedule = NoamSchedule(config.d_model, warmup_steps, training.learning_rate_scale)
     if cooldown is not None:
         schedule = LinearCooldown(schedule, *cooldown)
-    if gradient_accumulation_steps is not None and gradient_accumulation_steps > 1:
-        kwargs["gradient_accumulation_steps"] = int(gradient_accumulation_steps)
-    if ema_decay:
-        kwargs.update(use_ema=True, ema_momentum=float(ema_decay))
-    optimizer = Adam(learning_rate=schedule, beta_1=config.beta_1, beta_2=config.beta_2, epsilon=config.epsilon,
-                     **kwargs)
+    if training.gradient_accumulation_steps is not None and training.gradient_accumulation_steps > 1:
+        kwargs["gradient_accumulation_steps"] = int(training.gradient_accumulation_steps)
+    if training.ema_decay:
+        kwargs.update(use_ema=True, ema_momentum=float(training.ema_decay))
+    if training.clipnorm:
+        kwargs["clipnorm"] = training.clipnorm
+    optimizer = Adam(learning_rate=schedule, beta_1=training.beta_1, beta_2=training.beta_2,
+                     epsilon=training.epsilon, **kwargs)
     # Keras would read the schedule at its count of batches, k per update with accumulation.
     return schedule_on_updates(optimizer) if optimizer.gradient_accumulation_steps else optimizer
