@@ -242,6 +242,8 @@ def _evaluate_test(experiment: ExperimentConfig, workdir: str | os.PathLike[str]
                    result: TrainingResult) -> dict[str, float]:
     """The test scores of a trained run (`train_and_evaluate`), written into `workdir`; {} without test data."""
     data = experiment.data
+    sources: typing.Any
+    references: typing.Any
     if data.kind == "text" and data.test_source:
         sources, references = data.test_source, data.test_target
     elif data.kind == "tfds" and data.tfds_test_split:

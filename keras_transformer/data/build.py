@@ -148,8 +148,9 @@ def _text_data(section: DataSection, data_dir: str | os.PathLike[str], replicas:
     tokens = global_batch_size(base.tokens_per_batch, replicas, batch_scaling)
     config = dataclasses.replace(
         section.data_config(tokenizer_dir=pathlib.Path(data_dir) / "vocab", tokens_per_batch=tokens), seed=seed)
-    options = dict(tokens_per_batch=config.tokens_per_batch, max_length=config.max_length,
-                   bucket_width=config.bucket_width, window=config.window, cache=config.cache, num_replicas=replicas)
+    options: dict[str, Any] = dict(tokens_per_batch=config.tokens_per_batch, max_length=config.max_length,
+                                   bucket_width=config.bucket_width, window=config.window, cache=config.cache,
+                                   num_replicas=replicas)
     if stream_start is None and resumed_at != (0, 0):  # a backup without a stream position: its pass's start
         if resumed_at[1]:
             log.warning("The backup does not record where the training data stood: epoch %d's pass starts again "
@@ -166,7 +167,8 @@ def _text_data(section: DataSection, data_dir: str | os.PathLike[str], replicas:
             valid, valid_summary = pipeline.make_dataset(config.valid_source, config.valid_target, source_tokenizer,
                                                          target_tokenizer, training=False, errors=config.errors,
                                                          **options)
-            valid_pairs = corpus.read_parallel_corpus(config.valid_source, config.valid_target, config.errors)[:2]
+            valid_pairs = corpus.read_parallel_corpus(config.valid_source, str(config.valid_target),
+                                                      config.errors)[:2]  # the config requires both
     else:
         sources, targets = tfds_pairs(section, section.tfds_train_split, section.tfds_max_examples)
         source_tokenizer, target_tokenizer = tokenizers_for(section, config, pathlib.Path(data_dir) / "vocab",

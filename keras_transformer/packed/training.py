@@ -317,7 +317,7 @@ def packed_data(workdir: str | os.PathLike[str], experiment: ExperimentConfig, *
     if training.bleu_every_epochs:
         files = [data_config.valid_source, data_config.valid_target]
         if all(path and pathlib.Path(path).is_file() for path in files):
-            valid_pairs = tuple(evaluation.read_lines(path) for path in files)
+            valid_pairs = tuple(evaluation.read_lines(str(path)) for path in files)  # both files, checked above
         else:
             log.warning("training.bleu_every_epochs skipped: the validation text (data.valid_source, "
                         "data.valid_target: %s) is not on this machine.", files)

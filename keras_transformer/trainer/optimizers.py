@@ -76,14 +76,22 @@ class OptimizerSettings(Protocol):
     """The training settings `make_optimizer` reads: the fields of that name of the experiment's training section
     (`keras_transformer.experiment.TrainingSection`, which is one)."""
 
-    warmup_steps: Optional[int]  # None: the paper's 4000
-    learning_rate_scale: float
-    beta_1: float
-    beta_2: float
-    epsilon: float
-    clipnorm: Optional[float]
-    gradient_accumulation_steps: int
-    ema_decay: Optional[float]
+    @property
+    def warmup_steps(self) -> Optional[int]: ...  # None: the paper's 4000
+    @property
+    def learning_rate_scale(self) -> float: ...
+    @property
+    def beta_1(self) -> float: ...
+    @property
+    def beta_2(self) -> float: ...
+    @property
+    def epsilon(self) -> float: ...
+    @property
+    def clipnorm(self) -> Optional[float]: ...
+    @property
+    def gradient_accumulation_steps(self) -> int: ...
+    @property
+    def ema_decay(self) -> Optional[float]: ...
 
 
 def make_optimizer(config: TransformerConfig, training: OptimizerSettings, *,
