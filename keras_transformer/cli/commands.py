@@ -5,6 +5,7 @@ keras-transformer train     --config FILE.yaml [--config MORE.yaml] [--set key=v
 keras-transformer evaluate  --model DIR [--model DIR ...] --source FILE --reference FILE
                             [--tokenized-reference FILE --lang de]
 keras-transformer translate --model DIR [--model DIR ...] "A man rides a bike." ...   (or sentences on stdin)
+keras-transformer translate --model DIR --input FILE [--output FILE] [--format text|html|xml|lines]   (a document)
 keras-transformer export    --workdir DIR [--workdir DIR ...] --out DIR [--average N] [--format ctranslate2]
                             [--precision bfloat16|int8|...]
 keras-transformer average   --workdir DIR [--last N] [--output FILE]
@@ -38,7 +39,8 @@ import os
 import re
 import secrets
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from keras_transformer.cli.arguments import DECODING_FLAGS, build_parser, flag_dest
@@ -48,6 +50,7 @@ from keras_transformer.errors import (
     EXIT_INTERRUPTED,
     CheckpointError,
     ConfigError,
+    DocumentError,
     RunStopped,
     WorkdirBusyError,
     describe_fault,
@@ -216,11 +219,107 @@ def _load_translator(args: argparse.Namespace) -> TranslatorInterface:
     return load_translator(model, checkpoint, args.average, checked=True, **_decode_settings(args))
 
 
+def translate_format(args: argparse.Namespace) -> str:
+    """`translate`'s format: `--format`, else "text" for `--input FILE` (a document) and "lines" for stdin.
+
+    Example:
+
+    >>> translate_format(build_parser().parse_args(["translate", "--model", "m", "--input", "doc.txt"]))
+    'text'
+    """
+    return args.format or ("text" if args.input is not None else "lines")
+
+
+def check_translate_arguments(args: argparse.Namespace) -> None:
+    """Refuses `translate` flags that do not go together, each in one line naming them.
+
+    Example:
+
+    >>> check_translate_arguments(build_parser().parse_args(["translate", "--model", "m", "--output", "x.txt"]))
+    Traceback (most recent call last):
+    ...
+    keras_transformer.errors.ConfigError: --output needs --input FILE: ... stdin's lines are printed on stdout.
+    """
+    document = translate_format(args) != "lines"
+    if args.output is not None and args.input is None:
+        raise ConfigError("--output needs --input FILE: the file to translate (stdin's lines are printed on stdout).")
+    if args.input is not None and args.sentences:
+        raise ConfigError(f"--input {args.input} and sentences as arguments ({len(args.sentences)}): give one or "
+                          "the other.")
+    if args.sentences and document:
+        raise ConfigError(f"--format {args.format} translates a document from --input FILE or stdin; sentences "
+                          "given as arguments are translated as lines.")
+    for flag, given in (("--n-best", args.n_best is not None), ("--target-prefix", args.target_prefix is not None)):
+        if given and document:
+            raise ConfigError(f"{flag} is for sentences (--format lines), not for a document (--format "
+                              f"{translate_format(args)}).")
+    if args.json and not document:
+        raise ConfigError("--json is for documents (--format text, html or xml); --n-best N prints lines' scores.")
+
+
+class ProgressBar:
+    """A progress bar on one line of `stream`: sentences done of all, and sentences per second, rewritten in place
+    after each batch (`translate_document`'s `progress`); a line break when all are done.
+
+    Example:
+
+    >>> import io
+    >>> stream, times = io.StringIO(), iter([0.0, 2.0, 4.0])
+    >>> bar = ProgressBar(stream, clock=lambda: next(times), width=10)
+    >>> bar(0, 80); bar(40, 80); bar(80, 80)
+    >>> print(stream.getvalue().split("\r")[-1], end="")
+    [##########] 80/80 sentences, 20.0 sentences/s
+    """
+
+    def __init__(self, stream: Any, clock: Callable[[], float] = time.monotonic, width: int = 30) -> None:
+        self.stream, self.clock, self.width, self.start = stream, clock, width, None
+
+    def __call__(self, done: int, total: int) -> None:
+        now = self.clock()
+        if self.start is None:
+            self.start = now
+        elapsed = now - self.start
+        rate = f"{done / elapsed:.1f}" if elapsed > 0 else "-"
+        filled = self.width * done // max(total, 1)
+        self.stream.write(f"\r[{'#' * filled}{'.' * (self.width - filled)}] {done}/{total} sentences, "
+                          f"{rate} sentences/s" + ("\n" if done >= total else ""))
+        self.stream.flush()
+
+
+def _is_terminal(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
+
+
+def _translate_file(args: argparse.Namespace, translator: TranslatorInterface, format: str) -> int:
+    """`translate --input FILE` (or a document on stdin): `inference.translate_file`, its output written to
+    `--output` whole or printed."""
+    from keras_transformer import inference
+    details: list[dict[str, Any]] | None = [] if args.json else None
+    bar = ProgressBar(sys.stderr) if format != "lines" and (args.progress or _is_terminal(sys.stderr)) else None
+    start = time.monotonic()
+    translated = inference.translate_file(translator, args.input, args.output, format, source_lang=args.source_lang,
+                                          target_lang=args.target_lang, batch_size=args.batch_size, progress=bar,
+                                          details=details)
+    if args.json:
+        print(json.dumps({"format": format, "translation": translated, "sentences": details,
+                          "decoding": translator.options.to_dict(), "seconds": round(time.monotonic() - start, 3)},
+                         ensure_ascii=False))
+    elif args.output is None:
+        sys.stdout.write(translated)
+        sys.stdout.flush()
+    return 0
+
+
 def _translate(args: argparse.Namespace) -> int:
     from keras_transformer import evaluation
     draw_seed(args)
     translator = _load_translator(args)
     print(f"Decoding: {translator.options.describe()}", file=sys.stderr)
+    if args.input is not None or translate_format(args) != "lines":
+        return _translate_file(args, translator, translate_format(args))
     # Arguments are one chunk; stdin goes in chunks, so that output starts early and memory stays bounded.
     chunks = [args.sentences] if args.sentences else _stdin_chunks(args.batch_size * STDIN_CHUNK_BATCHES)
     forced = {key: value for key, value in (("target_prefix", args.target_prefix),
@@ -465,6 +564,13 @@ def precheck(args: argparse.Namespace) -> None:
         groups = [args.model] if ensemble else [
             [str(numbered_versions(path)[max(numbered_versions(path))])] if is_version_base(path) else [path]
             for _, path in parsed]
+    if args.command == "translate":
+        check_translate_arguments(args)
+        if args.input is not None:
+            textfile.open_binary(args.input).close()
+        if args.output is not None:
+            files.check_output_file(args.output)
+            files.check_not_an_input(args.output, [args.input])
     if args.command in ("translate", "evaluate", "plot-attention", "serve"):
         groups = groups or [args.model if isinstance(args.model, list) else [args.model]]
         for models in groups:
@@ -532,7 +638,7 @@ def _run(args: argparse.Namespace) -> int:
         if isinstance(error, DecodeSettingsError):  # the decoding settings named by their flags
             message = error.named(_decoding_flags(args))
         named = (ConfigError, CheckpointError, OSError, WorkdirBusyError, FloatingPointError, MemoryError,
-                 RunStopped, NotImplementedError)  # the message says it all (NotImplementedError: a refusal)
+                 RunStopped, NotImplementedError, DocumentError)  # the message says it all (NotImplementedError: a refusal)
         hint = "" if isinstance(error, named) or status != EXIT_BAD_INPUT else " (-v shows the traceback)"
         print(f"keras-transformer {args.command}: error: {message}{hint}", file=sys.stderr)
         return status
