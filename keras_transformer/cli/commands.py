@@ -238,7 +238,7 @@ def check_translate_arguments(args: argparse.Namespace) -> None:
     >>> check_translate_arguments(build_parser().parse_args(["translate", "--model", "m", "--output", "x.txt"]))
     Traceback (most recent call last):
     ...
-    keras_transformer.errors.ConfigError: --output needs --input FILE: ... stdin's lines are printed on stdout.
+    keras_transformer.errors.ConfigError: --output needs --input FILE: the file to translate (stdin's lines ...
     """
     document = translate_format(args) != "lines"
     if args.output is not None and args.input is None:
@@ -267,7 +267,7 @@ class ProgressBar:
     >>> stream, times = io.StringIO(), iter([0.0, 2.0, 4.0])
     >>> bar = ProgressBar(stream, clock=lambda: next(times), width=10)
     >>> bar(0, 80); bar(40, 80); bar(80, 80)
-    >>> print(stream.getvalue().split("\r")[-1], end="")
+    >>> print(stream.getvalue().split("\\r")[-1], end="")
     [##########] 80/80 sentences, 20.0 sentences/s
     """
 
@@ -637,8 +637,9 @@ def _run(args: argparse.Namespace) -> int:
             raise
         if isinstance(error, DecodeSettingsError):  # the decoding settings named by their flags
             message = error.named(_decoding_flags(args))
+        # the message says it all (NotImplementedError: a refusal)
         named = (ConfigError, CheckpointError, OSError, WorkdirBusyError, FloatingPointError, MemoryError,
-                 RunStopped, NotImplementedError, DocumentError)  # the message says it all (NotImplementedError: a refusal)
+                 RunStopped, NotImplementedError, DocumentError)
         hint = "" if isinstance(error, named) or status != EXIT_BAD_INPUT else " (-v shows the traceback)"
         print(f"keras-transformer {args.command}: error: {message}{hint}", file=sys.stderr)
         return status
