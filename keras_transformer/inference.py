@@ -197,7 +197,7 @@ def evaluate(model: Any, source: str | os.PathLike[str] | Iterable[str],
         `output` that cannot be written.
 
     Returns:
-        `{"bleu": ..., "bleu_lowercase": ..., "length_ratio": ...}` plus `"bleu_multi30k"` with
+        `{"bleu": ..., "bleu_lowercase": ..., "chrf": ..., "length_ratio": ...}` plus `"bleu_multi30k"` with
         tokenized references (`evaluation.evaluate_translations`), rounded to 2 decimals (ratio: 4).
         With `details`, `(scores, details)`: `details` holds `signatures` (sacreBLEU's, per score),
         `models` (each model folder and the weights files it decoded with: `describe_weights`),
@@ -207,7 +207,7 @@ def evaluate(model: Any, source: str | os.PathLike[str] | Iterable[str],
     Example:
 
     >>> evaluate("runs/en_de", "test.en", "test.de")  # doctest: +SKIP
-    {'bleu': 38.1, 'bleu_lowercase': 39.5, 'length_ratio': 0.9712}
+    {'bleu': 38.1, 'bleu_lowercase': 39.5, 'chrf': 63.2, 'length_ratio': 0.9712}
     """
     # Everything that can be checked is checked before decoding, which takes minutes on a whole test set.
     if output is not None:

@@ -239,10 +239,11 @@ def _train_arguments(commands: argparse._SubParsersAction[argparse.ArgumentParse
 
 
 def _evaluate_arguments(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    evaluate = commands.add_parser("evaluate", help="translate a test set and report sacreBLEU",
+    evaluate = commands.add_parser("evaluate", help="translate a test set and report sacreBLEU's BLEU and chrF",
                                    description="Translates --source and scores the output against --reference "
-                                               "with sacreBLEU (cased and lowercased); with --tokenized-reference "
-                                               "and --lang also the published Multi30k protocol.")
+                                               "with sacreBLEU: BLEU (cased and lowercased) and chrF, each with "
+                                               "its signature; with --tokenized-reference and --lang also the "
+                                               "published Multi30k protocol.")
     evaluate.add_argument("--model", required=True, action="append", metavar="DIR", help=MODEL_HELP)
     evaluate.add_argument("--source", required=True, help="source sentences, one per line (plain or .gz)")
     evaluate.add_argument("--reference", required=True, help="reference translations, one per line")

@@ -142,16 +142,19 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 
 def evaluation_report(scores: dict[str, Any], details: dict[str, Any]) -> str:
-    """The readable report of `evaluate`: each score with its sacreBLEU signature, the weights, the decoding.
+    """The readable report of `evaluate`: each score (BLEU, chrF) with its sacreBLEU signature, the weights, the
+    decoding.
 
     Example:
 
-    >>> print(evaluation_report({"bleu": 38.1, "length_ratio": 0.97}, {
-    ...     "signatures": {"bleu": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.4.3"},
+    >>> print(evaluation_report({"bleu": 38.1, "chrf": 63.24, "length_ratio": 0.97}, {
+    ...     "signatures": {"bleu": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.4.3",
+    ...                    "chrf": "nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:2.4.3"},
     ...     "models": [{"model": "runs/a", "weights": ["runs/a/checkpoints/ckpt-0009.weights.h5",
     ...                                                "runs/a/checkpoints/ckpt-0010.weights.h5"]}],
     ...     "decoding": {"beam_size": 4, "alpha": 0.6}, "sentences": 1000, "seconds": 12.34}))
     bleu            38.10  nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.4.3
+    chrf            63.24  nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:2.4.3
     length_ratio    0.9700
     model           runs/a: average of ckpt-0009.weights.h5, ckpt-0010.weights.h5
     decoding        beam: beam_size 4, alpha 0.6, max_extra 50
