@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 from collections.abc import Iterable
 from typing import Any
 
 from keras_transformer import evaluation
+from keras_transformer.data import textfile
+from keras_transformer.documents import document
 from keras_transformer.engines.ctranslate2 import is_ctranslate2_model
 from keras_transformer.engines.loader import load_translator
-from keras_transformer.errors import ConfigError
+from keras_transformer.errors import ConfigError, DocumentError, format_size
 from keras_transformer.files import atomic_write_text, check_not_an_input, check_output_file
 from keras_transformer.workdir.checkpoints import model_folder
 
@@ -72,6 +75,97 @@ def translate(model: Any, sentences: Iterable[str], checkpoint: Any = None, aver
                                       target_lang=target_lang)
 
 
+def read_document_file(path: str | os.PathLike[str] | None,
+                       max_bytes: int = document.MAX_DOCUMENT_BYTES) -> bytes:
+    """The bytes of a document file (gzip decompressed), or of stdin with `path` None, up to `max_bytes`.
+
+    Raises:
+        DocumentError: more than `max_bytes` (the file's size and the limit named).
+        FileNotFoundError, IsADirectoryError: naming `path`.
+
+    Example:
+
+    >>> import pathlib, tempfile
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "a.txt"
+    >>> _ = path.write_bytes(b"A dog.")
+    >>> read_document_file(path)
+    b'A dog.'
+    >>> read_document_file(path, max_bytes=4)
+    Traceback (most recent call last):
+    ...
+    keras_transformer.errors.DocumentError: ...a.txt (6 bytes) is over the limit of 4 bytes for one document ...
+    """
+    if path is None:
+        stream = textfile.open_stream(sys.stdin.buffer)
+        name = "stdin"
+    else:
+        stream = textfile.open_binary(path)
+        name = os.fspath(path)
+    with stream:
+        data = stream.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        size = os.path.getsize(path) if path is not None else 0
+        size_text = f" ({format_size(size)})" if size > max_bytes else ""  # a gzip file's own size may be less
+        raise DocumentError(f"{name}{size_text} is over the limit of {format_size(max_bytes)} for one document "
+                            f"(max_bytes={max_bytes}); split it into smaller documents.")
+    return data
+
+
+def translate_file(model: Any, input: str | os.PathLike[str] | None, output: str | os.PathLike[str] | None = None,
+                   format: str = "text", source_lang: str | None = None, target_lang: str | None = None,
+                   batch_size: int = 64, progress: document.Progress | None = None,
+                   details: list[dict[str, Any]] | None = None, max_bytes: int = document.MAX_DOCUMENT_BYTES,
+                   **options: Any) -> str:
+    """Translates a file (`keras-transformer translate --input FILE --output FILE`) as a document, or line by line.
+
+    Args:
+        model: a model folder, a list of them (an ensemble), or a translator (`load_translator`).
+        input: the file (plain or gzip); None: stdin.
+        output: where the translation is written: under a temporary name in its folder, renamed when complete,
+            so it appears only whole (and an earlier file stays as it was when the translation fails); None: not
+            written.
+        format: "text", "html" or "xml": the file as one document (`TranslatorInterface.translate_document`:
+            segmented, its layout or markup kept); "lines": one sentence per line, one translation per line.
+        source_lang: the document's language (the segmenter's rules; a multilingual model's source token); None:
+            the model's.
+        target_lang: a multilingual model's target language.
+        batch_size: sentences decoded together.
+        progress: `progress(sentences done, sentences in all)` after each batch.
+        details: a list that gets one `{"source", "translation", "parts"}` dict per sentence (documents only).
+        max_bytes: the largest document taken.
+        **options: `load_translator`'s, where `model` is a folder.
+
+    Returns:
+        The translation, a `str`; an empty document gives an empty translation (and an empty `output` file).
+
+    Raises:
+        DocumentError: a binary file, invalid UTF-8 (its byte offset named), XML that is not well-formed, a file
+            over `max_bytes` (the limit named).
+
+    Example:
+
+    >>> translate_file("saved_models/multi30k_en_de", "doc.txt", "doc.de.txt")  # doctest: +SKIP
+    'Ein Hund rennt. Eine Katze schläft.\\n'
+    """
+    if format not in (*document.FORMATS, "lines"):
+        raise DocumentError(f"unknown format {format!r}; choose one of {', '.join((*document.FORMATS, 'lines'))}.")
+    data = read_document_file(input, max_bytes)
+    translator = model if hasattr(model, "translate_lines") else load_translator(model, **options)
+    if format == "lines":
+        text = document.read_document(data, max_bytes)
+        lines = text.splitlines()
+        sources = translator.with_source_lang(lines, source_lang, "translate") if source_lang else lines
+        translations = translator.translate_lines(sources, batch_size=batch_size, target_lang=target_lang)
+        translated = "".join(evaluation.one_line(line) + "\n" for line in translations)
+    else:
+        translated = translator.translate_document(data, format, source_lang=source_lang, target_lang=target_lang,
+                                                   batch_size=batch_size, max_bytes=max_bytes, progress=progress,
+                                                   details=details)
+    if output is not None:
+        atomic_write_text(output, translated)
+    return translated
+
+
 def evaluate(model: Any, source: str | os.PathLike[str] | Iterable[str],
              reference: str | os.PathLike[str] | Iterable[str],
              tokenized_reference: str | os.PathLike[str] | Iterable[str] | None = None, lang: str | None = None,
@@ -103,7 +197,7 @@ def evaluate(model: Any, source: str | os.PathLike[str] | Iterable[str],
         `output` that cannot be written.
 
     Returns:
-        `{"bleu": ..., "bleu_lowercase": ..., "length_ratio": ...}` plus `"bleu_multi30k"` with
+        `{"bleu": ..., "bleu_lowercase": ..., "chrf": ..., "length_ratio": ...}` plus `"bleu_multi30k"` with
         tokenized references (`evaluation.evaluate_translations`), rounded to 2 decimals (ratio: 4).
         With `details`, `(scores, details)`: `details` holds `signatures` (sacreBLEU's, per score),
         `models` (each model folder and the weights files it decoded with: `describe_weights`),
@@ -113,7 +207,7 @@ def evaluate(model: Any, source: str | os.PathLike[str] | Iterable[str],
     Example:
 
     >>> evaluate("runs/en_de", "test.en", "test.de")  # doctest: +SKIP
-    {'bleu': 38.1, 'bleu_lowercase': 39.5, 'length_ratio': 0.9712}
+    {'bleu': 38.1, 'bleu_lowercase': 39.5, 'chrf': 63.2, 'length_ratio': 0.9712}
     """
     # Everything that can be checked is checked before decoding, which takes minutes on a whole test set.
     if output is not None:

@@ -227,7 +227,7 @@ def train_and_evaluate(config: typing.Any, workdir: str | os.PathLike[str]) -> t
 
     >>> result, scores = train_and_evaluate("configs/multi30k_en_de.yaml", "runs/en_de")  # doctest: +SKIP
     >>> sorted(scores)                                                                   # doctest: +SKIP
-    ['bleu', 'bleu_lowercase', 'bleu_multi30k', 'length_ratio']
+    ['bleu', 'bleu_lowercase', 'bleu_multi30k', 'chrf', 'length_ratio']
     """
     experiment = as_experiment(config)
     result = train(experiment, workdir)

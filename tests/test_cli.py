@@ -11,6 +11,7 @@ import time
 
 import numpy as np
 import pytest
+import sacrebleu
 
 from keras_transformer import cli
 from keras_transformer.decoding.options import DecodeOptions
@@ -516,9 +517,12 @@ def test_translate_and_evaluate_run_on_a_workdir(tiny_workdir, tmp_path, capsys,
                str(tmp_path / "ref.txt"), "--beam-size", "1", "--max-extra", "3", "--output", str(tmp_path / "hyp.txt")]
     assert cli.main(command + ["--json"]) == 0
     report = json.loads(capsys.readouterr().out.splitlines()[-1])
-    assert set(report) == {"bleu", "bleu_lowercase", "length_ratio", "signatures", "models", "decoding", "sentences",
-                           "seconds"} and 0 <= report["bleu"] <= 100
+    assert set(report) == {"bleu", "bleu_lowercase", "chrf", "length_ratio", "signatures", "models", "decoding",
+                           "sentences", "seconds"} and 0 <= report["bleu"] <= 100
     assert report["signatures"]["bleu"].startswith("nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:")
+    hypotheses = (tmp_path / "hyp.txt").read_text(encoding="utf-8").splitlines()
+    assert report["chrf"] == round(sacrebleu.CHRF().corpus_score(hypotheses, [["ein mann", "zwei hunde"]]).score, 2)
+    assert report["signatures"]["chrf"].startswith("nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:")
     assert report["models"] == [{"model": str(tiny_workdir),
                                  "weights": [str(tiny_workdir / "checkpoints" / "ckpt-0002.weights.h5")]}]
     assert report["decoding"]["beam_size"] == 1 and report["decoding"]["max_extra"] == 3
@@ -527,6 +531,7 @@ def test_translate_and_evaluate_run_on_a_workdir(tiny_workdir, tmp_path, capsys,
     assert cli.main(command + ["--average", "2"]) == 0  # the readable report: what it takes to reproduce a score
     text = capsys.readouterr().out
     for expected in (f"bleu            {report['bleu']:.2f}  nrefs:1|case:mixed", "bleu_lowercase ",
+                     f"chrf            {report['chrf']:.2f}  nrefs:1|case:mixed|eff:yes|nc:6",
                      f"{tiny_workdir}: average of ckpt-0001.weights.h5, ckpt-0002.weights.h5", "beam_size 1",
                      "max_extra 3", "sentences       2 in "):
         assert expected in text, (expected, text)

@@ -400,6 +400,21 @@ def test_the_interface_cuts_by_the_model_s_length_and_tags_a_multilingual_source
     assert sorted(nllb.batches[0]) == ["deu_Latn Am 3. Mai kam er.", "deu_Latn Gut."]
 
 
+def test_progress_counts_every_sentence_in_the_engine_s_own_batches_and_details_name_each_sentence():
+    text = "\n\n".join(" ".join(f"{'w ' * (i % 5)}s{i}." for i in range(j, j + 4)) for j in range(0, 40, 4))
+    plain, counted = Upper(), Upper()
+    reports, details = [], []
+    expected = plain.translate_document(text, batch_size=8)
+    assert counted.translate_document(text, batch_size=8, progress=lambda *done: reports.append(done),
+                                      details=details) == expected
+    assert reports[0] == (0, 40) and reports[-1] == (40, 40) and len(reports) == 1 + 5
+    assert [done for done, _ in reports] == sorted(done for done, _ in reports)
+    # the same batches as one call makes: sentences of similar length together, 8 at a time
+    assert counted.batches == plain.batches and len(plain.batches) == 5
+    assert [entry["source"] for entry in details] == [f"{'w ' * (i % 5)}s{i}." for i in range(40)]
+    assert all(entry["translation"] == entry["source"].upper() and entry["parts"] == 1 for entry in details)
+
+
 # ---------------------------------------------------------------- the shipped model
 
 

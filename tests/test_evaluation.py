@@ -21,7 +21,7 @@ def test_references_against_themselves_score_100(multi30k_dir):
     assert evaluation.bleu(references, references).score == pytest.approx(100.0)
     assert evaluation.bleu(references, references, lowercase=True).score == pytest.approx(100.0)
     scores = evaluation.evaluate_translations(references, references)
-    assert scores == pytest.approx({"bleu": 100.0, "bleu_lowercase": 100.0, "length_ratio": 1.0})
+    assert scores == pytest.approx({"bleu": 100.0, "bleu_lowercase": 100.0, "chrf": 100.0, "length_ratio": 1.0})
 
 
 def test_read_lines_splits_files_as_the_corpus_reader_does(tmp_path):
@@ -75,6 +75,63 @@ def test_bleu_is_case_sensitive_only_when_asked():
     assert evaluation.bleu(hypotheses, references, lowercase=True).score == pytest.approx(100.0)
     with pytest.raises(ValueError, match="2 hypotheses and 1 references"):
         evaluation.bleu(hypotheses * 2, references)
+
+
+# Two validation outputs that the two metrics rank in opposite orders: EXACT has whole words right and the rest
+# garbage (BLEU 33.1, chrF 47.5); CLOSE has most words slightly wrong (BLEU 6.9, chrF 49.6).
+REFERENCES = ["Two young men are playing football on the green grass .", "A woman is reading a book in the park ."]
+EXACT = ["Two young men are playing qqq zz ww xx .", "A woman is reading vv uu yy tt ."]
+CLOSE = ["Two youngs man is playin footbal on th greens grass .", "The woman was readin the boo in thi park ."]
+
+
+def test_chrf_is_sacrebleu_s_chrf_with_its_signature_beside_bleu():
+    import sacrebleu
+
+    scores, signatures = evaluation.scored_translations(CLOSE, REFERENCES)
+    assert scores["chrf"] == pytest.approx(sacrebleu.corpus_chrf(CLOSE, [REFERENCES]).score)
+    assert scores["chrf"] == pytest.approx(49.6, abs=0.05) and scores["bleu"] == pytest.approx(6.86, abs=0.01)
+    assert signatures["chrf"] == f"nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:{sacrebleu.__version__}"
+    # by hand: one sentence, one character: "ab" against "ab" and "ac" (1-grams a,b vs a,c: P = R = 1/2;
+    # 2-grams ab vs ac: 0); averaged over the two orders P = R = 1/4, and F-beta (beta 2) of equal P and R is
+    # that value: 25
+    assert evaluation.chrf(["ab"], ["ac"]).score == pytest.approx(25.0)
+    with pytest.raises(ValueError, match="2 hypotheses and 1 references"):
+        evaluation.chrf(CLOSE, REFERENCES[:1])
+
+
+@pytest.mark.parametrize("metric, kept, monitor", [("bleu", 0, "val_bleu"), ("chrf", 1, "val_chrf")])
+def test_validation_keeps_the_checkpoint_its_metric_ranks_best(tmp_path, metric, kept, monitor):
+    """Two epochs whose outputs BLEU and chrF rank in opposite orders: best.weights.h5 holds the weights of the
+    epoch the chosen metric prefers, and the log names the metric."""
+    outputs = iter([EXACT, CLOSE])
+    translator = type("Fixed", (), {"translate_lines": lambda self, lines, batch_size: next(outputs)})()
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    best = tmp_path / "best.weights.h5"
+    callback = BleuCallback(["a", "b"], REFERENCES, translator=translator, best_path=best, metric=metric, verbose=0)
+    callback.set_model(model)
+    logs = []
+    for epoch in range(2):
+        model.set_weights([np.full((2, 1), float(epoch), "float32"), np.zeros(1, "float32")])
+        logs.append({})
+        callback.on_epoch_end(epoch, logs[-1])
+    score = {"bleu": evaluation.bleu, "chrf": evaluation.chrf}[metric]
+    assert [log[monitor] for log in logs] == pytest.approx([score(EXACT, REFERENCES).score,
+                                                            score(CLOSE, REFERENCES).score])
+    assert callback.best == max(log[monitor] for log in logs)
+    model.load_weights(best)
+    assert model.get_weights()[0][0, 0] == kept
+    with pytest.raises(ValueError, match="metric must be one of bleu, chrf, got 'ter'"):
+        BleuCallback(["a"], ["b"], translator=translator, metric="ter")
+
+
+def test_the_training_section_takes_a_validation_metric():
+    from keras_transformer.errors import ConfigError
+    from keras_transformer.experiment import TrainingSection
+
+    assert TrainingSection().validation_metric == "bleu"
+    TrainingSection(validation_metric="chrf").validate()
+    with pytest.raises(ConfigError, match="training.validation_metric must be 'bleu' or 'chrf', got 'ter'"):
+        TrainingSection(validation_metric="ter").validate()
 
 
 # -------------------------------------------------------------- checkpoints

@@ -6,6 +6,7 @@ end-to-end behaviour, on a real server process, is tests/test_serve_load.py's.""
 
 import asyncio
 import concurrent.futures
+import contextlib
 import time
 
 import pytest
@@ -189,23 +190,20 @@ class UpperCaser:
         return [[(line.upper(), -float(len(line)))] * self.options.returned() for line in lines]
 
 
-def test_a_model_folder_given_as_a_load_function_is_served_as_version_1():
-    """`build_app(load, name)` as before versions existed (`serve --model DIR` of one folder): version 1, predict,
-    /translate in chunks of max_batch, /stats and the metrics, in this process with uvicorn on a thread."""
+@contextlib.contextmanager
+def serving(app):
+    """`app` served by uvicorn on a thread of this process, on a free port, once ready; gives `call(path, body)`
+    -> `(status, answer bytes)`."""
     import json
     import socket
     import threading
     import urllib.error
     import urllib.request
 
-    uvicorn = pytest.importorskip("uvicorn")  # the serve extra, with starlette and prometheus_client
-    pytest.importorskip("prometheus_client")
-    from keras_transformer.serving import build_app
-
+    uvicorn = pytest.importorskip("uvicorn")
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    app = build_app(lambda: UpperCaser(), "upper", ServeSettings(max_batch=4, max_sentences=8))
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
     thread = threading.Thread(target=server.run)
     thread.start()
@@ -229,6 +227,23 @@ def test_a_model_folder_given_as_a_load_function_is_served_as_version_1():
                 pass
             assert time.monotonic() < deadline
             time.sleep(0.05)
+        yield call
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+
+
+def test_a_model_folder_given_as_a_load_function_is_served_as_version_1():
+    """`build_app(load, name)` as before versions existed (`serve --model DIR` of one folder): version 1, predict,
+    /translate in chunks of max_batch, /stats and the metrics, in this process with uvicorn on a thread."""
+    import json
+
+    pytest.importorskip("uvicorn")  # the serve extra, with starlette and prometheus_client
+    pytest.importorskip("prometheus_client")
+    from keras_transformer.serving import build_app
+
+    app = build_app(lambda: UpperCaser(), "upper", ServeSettings(max_batch=4, max_sentences=8))
+    with serving(app) as call:
         status, answer = call("/v1/models/upper")
         assert status == 200 and json.loads(answer)["model_version_status"] == [
             {"version": "1", "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}]
@@ -242,6 +257,89 @@ def test_a_model_folder_given_as_a_load_function_is_served_as_version_1():
         metrics = call("/monitoring/prometheus/metrics")[1].decode()
         assert 'keras_transformer_serve_model_version{model="upper"} 1.0' in metrics
         assert 'keras_transformer_serve_requests_total{route="predict",status="200"} 1.0' in metrics
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
+
+
+# ---------------------------------------------------------------- /translate's documents
+
+
+def _document_upper():
+    """A translator of the interface (documents included) without a model: upper case, score minus the length."""
+    from keras_transformer.engines.interface import TranslatorInterface
+
+    class DocumentUpper(TranslatorInterface):
+        engine, strategies = "upper", ("beam", "greedy")
+        translate_batch = score_batch = None
+
+        def __init__(self, options=None):
+            self.options = options or DecodeOptions()
+
+        def with_options(self, options):
+            return DocumentUpper(options)
+
+        def n_best_batch(self, texts, prefixes=None):
+            return [[(text.upper(), -float(len(text)))] * self.options.returned() for text in texts]
+
+    return DocumentUpper()
+
+
+def test_translate_reads_documents_into_sentences_that_the_limits_count():
+    from keras_transformer.serving.requests import assemble_documents, parse_translate
+
+    translator, settings = _document_upper(), ServeSettings(max_sentences=4)
+    text = "A dog runs. It barks.\n\n  - Two men."
+    work = parse_translate({"sentences": [text, "", "<p>A <b>big</b> cat.</p>"], "format": "html"},
+                           translator.options, settings, translator=translator)
+    assert work.items[-1] == "A big cat." and work.documents.counts[1:] == (0, 1)  # an empty document: none
+    work = parse_translate({"sentences": [text, ""], "format": "text"}, translator.options, settings,
+                           translator=translator)
+    assert work.kind == "best" and work.items == ("A dog runs.", "It barks.", "Two men.")
+    answer = assemble_documents(work.documents, [(item.upper(), -float(len(item))) for item in work.items])
+    assert answer["translations"] == [text.upper(), ""] and answer["scores"] == [-(11 + 9 + 8) / 3, 0.0]
+    assert answer["sentences"][0][2] == {"source": "Two men.", "translation": "TWO MEN.", "score": -8.0}
+    lines = parse_translate({"sentences": [text]}, translator.options, settings, translator=translator)
+    assert lines.items == (text,) and lines.documents is None  # format lines: today's one sentence per string
+
+    refusals = [({"sentences": ["One. Two. Three.", "Four. Five."], "format": "text"}, 413,
+                 "5 sentences after segmentation in one request; this server takes at most 4 (--max-sentences)"),
+                ({"sentences": ["<doc><p>Hi</doc>"], "format": "xml"}, 400,
+                 "sentences[0]: the XML document is not well-formed"),
+                ({"sentences": ["A\x00B."], "format": "text"}, 400, "sentences[0]: the document looks binary"),
+                ({"sentences": ["A."], "format": "pdf"}, 400, "format must be one of lines, text, html, xml"),
+                ({"sentences": ["A."], "format": "text", "n_best": 2}, 400, "n_best is for sentences"),
+                ({"sentences": ["A."], "format": "text", "target_prefix": "Ein"}, 400, "target_prefix is for"),
+                ({"sentences": ["A."], "format": "text", "source_lang": 3}, 400, "source_lang must be a string")]
+    for body, status, message in refusals:
+        with pytest.raises(RequestError) as refused:
+            parse_translate(body, translator.options, settings, translator=translator)
+        assert refused.value.status == status and message in str(refused.value), body
+
+
+def test_the_server_translates_documents_whole_batching_their_sentences_as_lines():
+    """/translate with format text and html on a translator without a model, in this process: each document
+    comes back whole, its sentences decoded in batches of at most max_batch; past the limits 413, bad markup 400."""
+    import json
+
+    pytest.importorskip("uvicorn")
+    pytest.importorskip("prometheus_client")
+    from keras_transformer.serving import build_app
+
+    app = build_app(_document_upper, "upper", ServeSettings(max_batch=4, max_sentences=8))
+    text = "Title\n\nOne. Two. Three.\n  - Four.\n  - Five. Six."
+    with serving(app) as call:
+        before = json.loads(call("/stats")[1])["batch_sentences"]
+        status, answer = call("/translate", {"sentences": [text], "format": "text", "beam_size": 2})
+        answer = json.loads(answer)
+        assert status == 200 and answer["translations"] == [text.upper()]
+        assert [row["source"] for row in answer["sentences"][0]] == ["Title", "One.", "Two.", "Three.", "Four.",
+                                                                     "Five.", "Six."]
+        after = json.loads(call("/stats")[1])["batch_sentences"]
+        grown = {size: after[size] - before.get(size, 0) for size in after if after[size] != before.get(size, 0)}
+        assert grown == {"4": 1, "3": 1}  # 7 sentences in batches of at most 4
+        status, answer = call("/translate", {"sentences": ["<p>A <i>red</i> car. It <b>stops</b>.</p>"],
+                                             "format": "html"})
+        assert status == 200 and json.loads(answer)["translations"] == ["<p>A <i>RED</i> CAR. IT <b>STOPS</b>.</p>"]
+        nine = " ".join(f"It is {i}." for i in range(9))
+        status, answer = call("/translate", {"sentences": [nine], "format": "text"})
+        assert status == 413 and "--max-sentences" in json.loads(answer)["error"]
+        status, answer = call("/translate", {"sentences": ["<a><b></a>"], "format": "xml"})
+        assert status == 400 and "not well-formed" in json.loads(answer)["error"]

@@ -58,6 +58,7 @@ _EXAMPLES = """examples:
   keras-transformer train --config configs/tiny_copy.yaml --workdir runs/tiny_copy
   keras-transformer train --config configs/multi30k_en_de.yaml --set training.epochs=30 --workdir runs/en_de
   keras-transformer translate --model saved_models/multi30k_en_de "A man rides a bike."
+  keras-transformer translate --model saved_models/multi30k_en_de --input doc.txt --output doc.de.txt
   keras-transformer evaluate --model runs/en_de --average 5 --source test.en.gz --reference test.de.gz
   keras-transformer average --workdir runs/en_de --last 5
   keras-transformer export --workdir runs/en_de --average 5 --out saved_models/en_de
@@ -85,6 +86,9 @@ def _positive_number(text: str) -> float:
         raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
     return value
 
+
+# `translate --format`: a document's formats (`documents.document.FORMATS`), and one sentence per line.
+DOCUMENT_FORMATS = ("text", "html", "xml", "lines")
 
 # Each `DecodeOptions` field and the flag that sets it (`cli.commands` reads the flags' values by this table and
 # names the flags in decoding errors by it).
@@ -150,7 +154,9 @@ def _prefix_arguments(parser: argparse.ArgumentParser, prefix: bool = True, sour
     parser.add_argument_group("source language").add_argument(
         "--source-lang", metavar="LANG",
         help="a multilingual model's source language (e.g. fra_Latn): its language token opens every source, in "
-             "place of the one its import set; refused, with the languages listed, for a model without it")
+             "place of the one its import set; refused, with the languages listed, for a model without it. For a "
+             "document (--format text, html, xml), also the language whose sentence rules segment it, for any "
+             "model (default: the model's source language, else English)")
 
 
 def _weights_arguments(parser: argparse.ArgumentParser, ensemble: bool = False, models: str = "--model") -> None:
@@ -233,10 +239,11 @@ def _train_arguments(commands: argparse._SubParsersAction[argparse.ArgumentParse
 
 
 def _evaluate_arguments(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    evaluate = commands.add_parser("evaluate", help="translate a test set and report sacreBLEU",
+    evaluate = commands.add_parser("evaluate", help="translate a test set and report sacreBLEU's BLEU and chrF",
                                    description="Translates --source and scores the output against --reference "
-                                               "with sacreBLEU (cased and lowercased); with --tokenized-reference "
-                                               "and --lang also the published Multi30k protocol.")
+                                               "with sacreBLEU: BLEU (cased and lowercased) and chrF, each with "
+                                               "its signature; with --tokenized-reference and --lang also the "
+                                               "published Multi30k protocol.")
     evaluate.add_argument("--model", required=True, action="append", metavar="DIR", help=MODEL_HELP)
     evaluate.add_argument("--source", required=True, help="source sentences, one per line (plain or .gz)")
     evaluate.add_argument("--reference", required=True, help="reference translations, one per line")
@@ -252,12 +259,29 @@ def _evaluate_arguments(commands: argparse._SubParsersAction[argparse.ArgumentPa
 
 
 def _translate_arguments(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    translate = commands.add_parser("translate", help="translate sentences (arguments or stdin)",
+    translate = commands.add_parser("translate", help="translate sentences (arguments or stdin) or a document",
                                     description="Translates the sentences given as arguments, or else each line "
                                                 "of standard input (plain or gzip), and prints one translation per "
-                                                "line (a line break inside a translation becomes a space).")
+                                                "line (a line break inside a translation becomes a space). With "
+                                                "--input FILE, translates the file as a document: sentence by "
+                                                "sentence, its layout or markup kept (docs/documents.md).")
     translate.add_argument("--model", required=True, action="append", metavar="DIR", help=MODEL_HELP)
     translate.add_argument("sentences", nargs="*", help="sentences to translate (default: read stdin)")
+    documents = translate.add_argument_group("documents (docs/documents.md)")
+    documents.add_argument("--input", metavar="FILE", help="translate this file (plain or gzip) instead of stdin")
+    documents.add_argument("--output", metavar="FILE",
+                           help="write the translation to this file (with --input): under a temporary name in its "
+                                "folder, renamed when complete (default: stdout)")
+    documents.add_argument("--format", choices=DOCUMENT_FORMATS,
+                           help="text: the input is one document, segmented into sentences, its paragraphs, line "
+                                "breaks, indentation and bullets kept; html or xml: its markup kept; lines: one "
+                                "sentence per line (default: text with --input, lines on stdin)")
+    documents.add_argument("--progress", action="store_true",
+                           help="show the progress bar (sentences done, sentences per second) on stderr even when "
+                                "it is not a terminal (default: only on a terminal)")
+    documents.add_argument("--json", action="store_true",
+                           help="documents: print one JSON object (the translation, each sentence with its "
+                                "translation, the decoding) instead of the translation")
     _weights_arguments(translate, ensemble=True)
     _decoding_arguments(translate)
     _prefix_arguments(translate, source_lang=True)

@@ -5,6 +5,7 @@ keras-transformer train     --config FILE.yaml [--config MORE.yaml] [--set key=v
 keras-transformer evaluate  --model DIR [--model DIR ...] --source FILE --reference FILE
                             [--tokenized-reference FILE --lang de]
 keras-transformer translate --model DIR [--model DIR ...] "A man rides a bike." ...   (or sentences on stdin)
+keras-transformer translate --model DIR --input FILE [--output FILE] [--format text|html|xml|lines]   (a document)
 keras-transformer export    --workdir DIR [--workdir DIR ...] --out DIR [--average N] [--format ctranslate2]
                             [--precision bfloat16|int8|...]
 keras-transformer average   --workdir DIR [--last N] [--output FILE]
@@ -38,16 +39,24 @@ import os
 import re
 import secrets
 import sys
-from collections.abc import Iterator
+import time
 from typing import TYPE_CHECKING, Any
 
 from keras_transformer.cli.arguments import DECODING_FLAGS, build_parser, flag_dest
-from keras_transformer.decoding.options import DecodeOptions, DecodeSettingsError, chosen_strategy
+from keras_transformer.cli.terminal import (
+    STDIN_CHUNK_BATCHES,
+    ProgressBar,
+    evaluation_report,
+    is_terminal,
+    stdin_chunks,
+)
+from keras_transformer.decoding.options import DecodeSettingsError, chosen_strategy
 from keras_transformer.errors import (
     EXIT_BAD_INPUT,
     EXIT_INTERRUPTED,
     CheckpointError,
     ConfigError,
+    DocumentError,
     RunStopped,
     WorkdirBusyError,
     describe_fault,
@@ -138,66 +147,6 @@ def _evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
-def evaluation_report(scores: dict[str, Any], details: dict[str, Any]) -> str:
-    """The readable report of `evaluate`: each score with its sacreBLEU signature, the weights, the decoding.
-
-    Example:
-
-    >>> print(evaluation_report({"bleu": 38.1, "length_ratio": 0.97}, {
-    ...     "signatures": {"bleu": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.4.3"},
-    ...     "models": [{"model": "runs/a", "weights": ["runs/a/checkpoints/ckpt-0009.weights.h5",
-    ...                                                "runs/a/checkpoints/ckpt-0010.weights.h5"]}],
-    ...     "decoding": {"beam_size": 4, "alpha": 0.6}, "sentences": 1000, "seconds": 12.34}))
-    bleu            38.10  nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.4.3
-    length_ratio    0.9700
-    model           runs/a: average of ckpt-0009.weights.h5, ckpt-0010.weights.h5
-    decoding        beam: beam_size 4, alpha 0.6, max_extra 50
-    sentences       1000 in 12.3 s
-    """
-    lines = []
-    for key, value in scores.items():
-        figure = f"{value:.4f}" if key == "length_ratio" else f"{value:.2f}"
-        signature = details.get("signatures", {}).get(key)
-        lines.append(f"{key:<15} {figure}" + (f"  {signature}" if signature else ""))
-    for entry in details.get("models", []):
-        weights = entry["weights"]
-        named = (os.fspath(weights[0]) if len(weights) == 1 else
-                 "average of " + ", ".join(os.path.basename(os.fspath(w)) for w in weights))
-        lines.append(f"{'model':<15} {entry['model']}: {named}")
-    decoding = details.get("decoding") or {}
-    try:  # the translator's DecodeOptions: the settings its strategy uses
-        decoding = DecodeOptions.from_dict(decoding).describe() if decoding else ""
-    except (ConfigError, TypeError):
-        decoding = ", ".join(f"{key} {value}" for key, value in decoding.items())
-    if decoding:
-        lines.append(f"{'decoding':<15} {decoding}")
-    lines.append(f"{'sentences':<15} {details.get('sentences')} in {details.get('seconds', 0):.1f} s")
-    return "\n".join(lines)
-
-
-STDIN_CHUNK_BATCHES = 32  # translate reads stdin this many batches at a time and prints each chunk's lines
-
-
-def _stdin_chunks(size: int) -> Iterator[list[str]]:
-    """stdin's lines in lists of `size`, split as files are (`data.textfile`: gzip is decompressed as it comes);
-    bytes that are not UTF-8 become U+FFFD, whatever error handler the locale gives `sys.stdin`."""
-    from keras_transformer.data import textfile
-    if hasattr(sys.stdin, "buffer"):
-        stream = sys.stdin.buffer
-        stream = textfile.open_stream(stream) if hasattr(stream, "read") else stream
-        lines = (line for line, _ in textfile.iter_stream(stream, "stdin", errors="replace"))
-    else:  # a text stream put in its place (embedding)
-        lines = (line.rstrip("\n") for line in sys.stdin)
-    chunk = []
-    for line in lines:
-        chunk.append(line)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
-
-
 def _tensorflow_free(args: argparse.Namespace) -> bool:
     """Whether `args` translate with an engine that needs no TensorFlow (a CTranslate2 export, a packed workdir:
     `engines.loader.model_engine`): then TensorFlow is never imported (seconds saved)."""
@@ -216,13 +165,73 @@ def _load_translator(args: argparse.Namespace) -> TranslatorInterface:
     return load_translator(model, checkpoint, args.average, checked=True, **_decode_settings(args))
 
 
+def translate_format(args: argparse.Namespace) -> str:
+    """`translate`'s format: `--format`, else "text" for `--input FILE` (a document) and "lines" for stdin.
+
+    Example:
+
+    >>> translate_format(build_parser().parse_args(["translate", "--model", "m", "--input", "doc.txt"]))
+    'text'
+    """
+    return args.format or ("text" if args.input is not None else "lines")
+
+
+def check_translate_arguments(args: argparse.Namespace) -> None:
+    """Refuses `translate` flags that do not go together, each in one line naming them.
+
+    Example:
+
+    >>> check_translate_arguments(build_parser().parse_args(["translate", "--model", "m", "--output", "x.txt"]))
+    Traceback (most recent call last):
+    ...
+    keras_transformer.errors.ConfigError: --output needs --input FILE: the file to translate (stdin's lines ...
+    """
+    document = translate_format(args) != "lines"
+    if args.output is not None and args.input is None:
+        raise ConfigError("--output needs --input FILE: the file to translate (stdin's lines are printed on stdout).")
+    if args.input is not None and args.sentences:
+        raise ConfigError(f"--input {args.input} and sentences as arguments ({len(args.sentences)}): give one or "
+                          "the other.")
+    if args.sentences and document:
+        raise ConfigError(f"--format {args.format} translates a document from --input FILE or stdin; sentences "
+                          "given as arguments are translated as lines.")
+    for flag, given in (("--n-best", args.n_best is not None), ("--target-prefix", args.target_prefix is not None)):
+        if given and document:
+            raise ConfigError(f"{flag} is for sentences (--format lines), not for a document (--format "
+                              f"{translate_format(args)}).")
+    if args.json and not document:
+        raise ConfigError("--json is for documents (--format text, html or xml); --n-best N prints lines' scores.")
+
+
+def _translate_file(args: argparse.Namespace, translator: TranslatorInterface, format: str) -> int:
+    """`translate --input FILE` (or a document on stdin): `inference.translate_file`, its output written to
+    `--output` whole or printed."""
+    from keras_transformer import inference
+    details: list[dict[str, Any]] | None = [] if args.json else None
+    bar = ProgressBar(sys.stderr) if format != "lines" and (args.progress or is_terminal(sys.stderr)) else None
+    start = time.monotonic()
+    translated = inference.translate_file(translator, args.input, args.output, format, source_lang=args.source_lang,
+                                          target_lang=args.target_lang, batch_size=args.batch_size, progress=bar,
+                                          details=details)
+    if args.json:
+        print(json.dumps({"format": format, "translation": translated, "sentences": details,
+                          "decoding": translator.options.to_dict(), "seconds": round(time.monotonic() - start, 3)},
+                         ensure_ascii=False))
+    elif args.output is None:
+        sys.stdout.write(translated)
+        sys.stdout.flush()
+    return 0
+
+
 def _translate(args: argparse.Namespace) -> int:
     from keras_transformer import evaluation
     draw_seed(args)
     translator = _load_translator(args)
     print(f"Decoding: {translator.options.describe()}", file=sys.stderr)
+    if args.input is not None or translate_format(args) != "lines":
+        return _translate_file(args, translator, translate_format(args))
     # Arguments are one chunk; stdin goes in chunks, so that output starts early and memory stays bounded.
-    chunks = [args.sentences] if args.sentences else _stdin_chunks(args.batch_size * STDIN_CHUNK_BATCHES)
+    chunks = [args.sentences] if args.sentences else stdin_chunks(args.batch_size * STDIN_CHUNK_BATCHES)
     forced = {key: value for key, value in (("target_prefix", args.target_prefix),
                                             ("target_lang", args.target_lang)) if value is not None}
     prefixes = translator.target_prefixes(1, caller="translate", **forced) if forced else None
@@ -465,6 +474,13 @@ def precheck(args: argparse.Namespace) -> None:
         groups = [args.model] if ensemble else [
             [str(numbered_versions(path)[max(numbered_versions(path))])] if is_version_base(path) else [path]
             for _, path in parsed]
+    if args.command == "translate":
+        check_translate_arguments(args)
+        if args.input is not None:
+            textfile.open_binary(args.input).close()
+        if args.output is not None:
+            files.check_output_file(args.output)
+            files.check_not_an_input(args.output, [args.input])
     if args.command in ("translate", "evaluate", "plot-attention", "serve"):
         groups = groups or [args.model if isinstance(args.model, list) else [args.model]]
         for models in groups:
@@ -531,8 +547,9 @@ def _run(args: argparse.Namespace) -> int:
             raise
         if isinstance(error, DecodeSettingsError):  # the decoding settings named by their flags
             message = error.named(_decoding_flags(args))
+        # the message says it all (NotImplementedError: a refusal)
         named = (ConfigError, CheckpointError, OSError, WorkdirBusyError, FloatingPointError, MemoryError,
-                 RunStopped, NotImplementedError)  # the message says it all (NotImplementedError: a refusal)
+                 RunStopped, NotImplementedError, DocumentError)
         hint = "" if isinstance(error, named) or status != EXIT_BAD_INPUT else " (-v shows the traceback)"
         print(f"keras-transformer {args.command}: error: {message}{hint}", file=sys.stderr)
         return status

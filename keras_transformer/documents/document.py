@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from keras_transformer.documents.alignment import Aligner
 from keras_transformer.documents.cutting import cut, join_parts
@@ -20,6 +21,8 @@ from keras_transformer.documents.segmentation import language_code, reassemble, 
 from keras_transformer.errors import DocumentError, format_size
 
 FORMATS = ("text", "html", "xml")
+# `progress(done, total)`: parts of sentences translated so far, of all the document's parts.
+Progress = Callable[[int, int], None]
 MAX_DOCUMENT_BYTES = 8 * 2**20  # a book is about 1 MiB of text; past this, split the file (and keep memory bounded)
 # The most tokens of a part where the model's limit is unknown: 128 positions less eos and a language token.
 DEFAULT_MAX_TOKENS = 126
@@ -82,8 +85,13 @@ def estimate_tokens(text: str) -> int:
 
 def translate_sentences(translate_lines: Callable[[list[str]], list[str]], sentences: Sequence[str],
                         max_tokens: int = DEFAULT_MAX_TOKENS, count_tokens: Callable[[str], int] | None = None,
-                        target_lang: str | None = None) -> list[str]:
+                        target_lang: str | None = None, progress: Progress | None = None, chunk_size: int = 64,
+                        details: list[dict[str, Any]] | None = None) -> list[str]:
     """One translation per sentence, from one call of `translate_lines` over every sentence's parts (`cut`).
+
+    With `progress`, the parts go to `translate_lines` in chunks of `chunk_size` instead, shortest first (in
+    word counts, as an engine forms its batches by length: the batches are the same), and `progress(done, total)`
+    is called before the first chunk and after each.
 
     Args:
         translate_lines: a batch translation (a list of `str` in, as many `str` out, in order).
@@ -92,6 +100,9 @@ def translate_sentences(translate_lines: Callable[[list[str]], list[str]], sente
         count_tokens: a text's token count; None: `estimate_tokens`.
         target_lang: the target language (any code `language_code` reads), which says how parts are joined
             (`join_parts`); None: with a space.
+        progress: called with `(parts done, parts in all)` as the translation goes; None: one call, no report.
+        chunk_size: parts per call of `translate_lines` with `progress`.
+        details: a list that gets one `{"source", "translation", "parts"}` dict per sentence, in order.
 
     Raises:
         ValueError: `translate_lines` gave another number of translations than it was given sentences.
@@ -104,23 +115,42 @@ def translate_sentences(translate_lines: Callable[[list[str]], list[str]], sente
     """
     parts = [cut(sentence, max_tokens, count_tokens or estimate_tokens) for sentence in sentences]
     flat = [part for group in parts for part in group]
-    translated = list(translate_lines(flat)) if flat else []
-    if len(translated) != len(flat):
-        raise ValueError(f"translate_document: {len(flat)} sentence(s) sent, {len(translated)} translation(s) came "
-                         "back.")
+    if progress is None:
+        translated = _checked(flat, translate_lines(flat) if flat else [])
+    else:
+        translated = [""] * len(flat)
+        order = sorted(range(len(flat)), key=lambda i: len(flat[i].split()))  # stable: as engines order batches
+        progress(0, len(flat))
+        for start in range(0, len(order), max(1, int(chunk_size))):
+            chunk = order[start:start + max(1, int(chunk_size))]
+            for i, line in zip(chunk, _checked(chunk, translate_lines([flat[i] for i in chunk]))):
+                translated[i] = line
+            progress(start + len(chunk), len(flat))
     language = language_code(target_lang) if target_lang else None
     out, position = [], 0
-    for group in parts:
+    for sentence, group in zip(sentences, parts):
         out.append(join_parts(translated[position:position + len(group)], language))
         position += len(group)
+        if details is not None:
+            details.append({"source": sentence, "translation": out[-1], "parts": len(group)})
     return out
+
+
+def _checked(sent: Sequence[Any], translated: Sequence[str]) -> list[str]:
+    """`translated` as a list, or a `ValueError` when it does not hold one translation per sentence `sent`."""
+    translated = list(translated)
+    if len(translated) != len(sent):
+        raise ValueError(f"translate_document: {len(sent)} sentence(s) sent, {len(translated)} translation(s) came "
+                         "back.")
+    return translated
 
 
 def translate_document(translate_lines: Callable[[list[str]], list[str]], text: str | bytes, format: str = "text",
                        source_lang: str | None = None, max_tokens: int | None = None,
                        count_tokens: Callable[[str], int] | None = None, align: Aligner | None = None,
                        target_lang: str | None = None, attributes: Sequence[str] = ("alt", "title"),
-                       max_bytes: int = MAX_DOCUMENT_BYTES) -> str:
+                       max_bytes: int = MAX_DOCUMENT_BYTES, progress: Progress | None = None, chunk_size: int = 64,
+                       details: list[dict[str, Any]] | None = None) -> str:
     """`text` translated sentence by sentence, with its layout (plain text) or its markup (HTML, XML) kept.
 
     Args:
@@ -137,6 +167,11 @@ def translate_document(translate_lines: Callable[[list[str]], list[str]], text: 
             languages written without spaces.
         attributes: markup attributes whose text is translated.
         max_bytes: the largest document taken.
+        progress: called with `(parts done, parts in all)` as the translation goes (`translate_sentences`: then
+            `translate_lines` is called once per `chunk_size` parts, shortest first); None: one call.
+        chunk_size: parts per call of `translate_lines` with `progress`.
+        details: a list that gets one `{"source", "translation", "parts"}` dict per translated sentence (and
+            attribute text), in the order they were sent.
 
     Returns:
         The translated document, a `str`; an empty (or whitespace-only) document comes back as it is.
@@ -153,6 +188,11 @@ def translate_document(translate_lines: Callable[[list[str]], list[str]], text: 
     <BLANKLINE>
     - A DOG RUNS. A CAT SLEEPS.
       1. DONE.
+    >>> reports, sentences = [], []
+    >>> _ = translate_document(upper, "One. Two words. Three.", progress=lambda *done: reports.append(done),
+    ...                        chunk_size=2, details=sentences)
+    >>> reports, [entry["translation"] for entry in sentences]
+    ([(0, 3), (2, 3), (3, 3)], ['ONE.', 'TWO WORDS.', 'THREE.'])
     """
     if format not in FORMATS:
         raise DocumentError(f"unknown document format {format!r}; choose one of {', '.join(FORMATS)}.")
@@ -162,7 +202,8 @@ def translate_document(translate_lines: Callable[[list[str]], list[str]], text: 
     budget = DEFAULT_MAX_TOKENS if max_tokens is None else int(max_tokens)
 
     def translate(sentences: list[str]) -> list[str]:
-        return translate_sentences(translate_lines, sentences, budget, count_tokens, target_lang)
+        return translate_sentences(translate_lines, sentences, budget, count_tokens, target_lang, progress=progress,
+                                   chunk_size=chunk_size, details=details)
 
     if format == "text":
         segmented = segment(text, source_lang)

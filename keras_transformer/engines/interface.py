@@ -395,7 +395,8 @@ class TranslatorInterface(abc.ABC):
     def translate_document(self, text: str | bytes, format: str = "text", source_lang: str | None = None,
                            target_lang: str | None = None, batch_size: int = 64, max_tokens: int | None = None,
                            align: alignment.Aligner | None = None, attributes: Sequence[str] = ("alt", "title"),
-                           max_bytes: int = document.MAX_DOCUMENT_BYTES) -> str:
+                           max_bytes: int = document.MAX_DOCUMENT_BYTES, progress: document.Progress | None = None,
+                           details: list[dict[str, Any]] | None = None) -> str:
         """A whole document translated sentence by sentence, its layout or markup kept (docs/documents.md).
 
         Every sentence of the document goes to `translate_lines` in one call, so batches are formed by length
@@ -418,6 +419,9 @@ class TranslatorInterface(abc.ABC):
                 proportional.
             attributes: markup attributes whose text is translated.
             max_bytes: the largest document taken.
+            progress: called with `(sentences done, sentences in all)` after each batch (sentences: the parts
+                sent to the engine); the batches are the same as without it.
+            details: a list that gets one `{"source", "translation", "parts"}` dict per sentence, in order.
 
         Raises:
             DocumentError: binary data, invalid UTF-8 (the byte offset named), a document over `max_bytes`, XML
@@ -438,20 +442,52 @@ class TranslatorInterface(abc.ABC):
         '<p>A <b>BLACK</b> DOG.</p>'
         """
         caller = f"{type(self).__name__}.translate_document"
-        tagged = source_lang is not None and bool(tuple(self.source_languages))
 
         def translate_lines(sentences: list[str]) -> list[str]:
-            lines = self.with_source_lang(sentences, source_lang, caller) if tagged else sentences
+            lines = self.document_sources(sentences, source_lang, caller)
             return self.translate_lines(lines, batch_size=batch_size, target_lang=target_lang)
 
+        return document.translate_document(
+            translate_lines, text, format, **self.document_settings(source_lang, target_lang, max_tokens, align),
+            attributes=attributes, max_bytes=max_bytes, progress=progress, chunk_size=batch_size, details=details)
+
+    def document_settings(self, source_lang: str | None = None, target_lang: str | None = None,
+                          max_tokens: int | None = None, align: alignment.Aligner | None = None) -> dict[str, Any]:
+        """The keyword arguments of `documents.document.translate_document` by which `translate_document` reads a
+        document for this model: the segmenter's language, the token budget and count, the aligner, the target
+        language (a server that batches a document's sentences with other requests' reads them the same way).
+
+        Example:
+
+        >>> class Upper(TranslatorInterface):
+        ...     translate_batch = n_best_batch = score_batch = None
+        >>> settings = Upper().document_settings("de")
+        >>> settings["source_lang"], settings["max_tokens"]
+        ('de', 126)
+        """
         if max_tokens is None:
             max_tokens = (self.max_source_length - SPECIAL_POSITIONS if self.max_source_length
                           else document.DEFAULT_MAX_TOKENS)
         specials = alignment.SPECIAL_PIECES + tuple(self.source_languages) + tuple(self.target_languages)
-        return document.translate_document(
-            translate_lines, text, format, source_lang=source_lang or self.source_language, max_tokens=max_tokens,
-            count_tokens=self.count_source_tokens, align=align or alignment.attention_aligner(self.attention, specials),
-            target_lang=target_lang, attributes=attributes, max_bytes=max_bytes)
+        return {"source_lang": source_lang or self.source_language, "max_tokens": max_tokens,
+                "count_tokens": self.count_source_tokens,
+                "align": align or alignment.attention_aligner(self.attention, specials), "target_lang": target_lang}
+
+    def document_sources(self, sentences: Sequence[str], source_lang: str | None = None,
+                         caller: str = "translator") -> list[str]:
+        """A document's sentences as the engine takes them: with a multilingual model's source language token
+        first when `source_lang` is given (`with_source_lang`); as they are otherwise.
+
+        Example:
+
+        >>> class Upper(TranslatorInterface):
+        ...     translate_batch = n_best_batch = score_batch = None
+        >>> Upper().document_sources(["A dog."], "en")
+        ['A dog.']
+        """
+        if source_lang is not None and tuple(self.source_languages):
+            return self.with_source_lang(sentences, source_lang, caller)
+        return list(sentences)
 
     def with_options(self, options: DecodeOptions) -> TranslatorInterface:
         """A translator of the same loaded model(s) that decodes with `options` (a `DecodeOptions`).

@@ -57,6 +57,7 @@ from keras_transformer.experiment import (
     DecodingSection,
     TrainingSection,
 )
+from keras_transformer.experiment.validation import VALIDATION_METRICS
 
 COMMAND = "python -m keras_transformer.experiment.reference > docs/config.md"
 
@@ -79,6 +80,7 @@ CHOICES = {
     "training.jit_compile": JIT_COMPILE,
     "training.on_nonfinite": NONFINITE,
     "training.verbose": VERBOSITIES,
+    "training.validation_metric": VALIDATION_METRICS,
     "decoding.strategy": tuple(STRATEGIES),
 }
 

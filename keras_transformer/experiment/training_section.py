@@ -11,6 +11,7 @@ from keras_transformer.experiment.validation import (
     DISTRIBUTION_STRATEGIES,
     NONFINITE,
     PRECISIONS,
+    VALIDATION_METRICS,
     VERBOSITIES,
     is_integer,
 )
@@ -66,6 +67,8 @@ class TrainingSection:
     bleu_every_epochs: typing.Optional[int] = None  # text data: decode the validation set every N epochs (val_bleu)
     bleu_beam_size: int = 1  # beam for that validation BLEU (1: greedy, fast)
     bleu_max_sentences: typing.Optional[int] = None  # decode only the first N validation sentences
+    validation_metric: str = "bleu"  # what bleu_every_epochs scores (val_bleu or val_chrf) and best.weights.h5
+                                     # keeps the best of: sacreBLEU's BLEU, or its chrF
     tensorboard: bool = True  # write TensorBoard logs to workdir/logs
     verbose: typing.Any = "auto"  # progress: 0 (silent), 1 (bar), 2 (one line per epoch), "auto" (a bar on a
                                   # terminal, one line per epoch into a log file or pipe)
@@ -106,6 +109,8 @@ class TrainingSection:
                               "loss scaling already skips its overflowing updates). Use 'stop', the default.")
         if self.on_nonfinite not in NONFINITE:
             raise ConfigError(f"training.on_nonfinite must be 'stop', got {self.on_nonfinite!r}.")
+        if self.validation_metric not in VALIDATION_METRICS:
+            raise ConfigError(f"training.validation_metric must be 'bleu' or 'chrf', got {self.validation_metric!r}.")
         if isinstance(self.verbose, bool) or self.verbose not in VERBOSITIES:
             raise ConfigError(f"training.verbose must be 'auto', 0, 1 or 2, got {self.verbose!r}.")
         for name in ("steps_per_epoch", "checkpoint_every_steps", "keep_checkpoints", "backup_every_steps",

@@ -18,6 +18,7 @@ COMMUNICATIONS = ("auto", "ring", "nccl")  # training.communication: multi_worke
 JIT_COMPILE = (True, False, "auto")  # training.jit_compile
 VERBOSITIES = ("auto", 0, 1, 2)  # training.verbose
 NONFINITE = ("stop",)  # training.on_nonfinite
+VALIDATION_METRICS = ("bleu", "chrf")  # training.validation_metric: sacreBLEU's BLEU or chrF
 BATCH_SCALINGS = ("per_replica", "global")  # how a batch size is read under a strategy (distribute.global_batch_size)
 MODEL_TYPES = ("bpe", "unigram", "wordpiece")  # data.model_type: the SentencePiece / WordPiece vocabulary kinds
 SUBWORD_DROPOUT_SIDES = ("both", "source", "target")  # data.subword_dropout_sides

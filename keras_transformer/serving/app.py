@@ -22,6 +22,7 @@ from keras_transformer.serving.metrics import CONTENT_TYPE, Metrics, route_of
 from keras_transformer.serving.requests import (
     RequestError,
     ServeSettings,
+    assemble_documents,
     check_limits,
     parse_json,
     parse_predict,
@@ -360,7 +361,10 @@ class _Server:
         work = parse_translate(body, served.engine.options, self.settings, self.state.seeded, served.engine.translator)
         results = await self.decode(request, served, work, deadline)
         payload: dict[str, Any]
-        if work.kind == "n_best":
+        if work.documents is not None:  # put together on the engine's thread: markup's aligner reads the model
+            payload = await asyncio.get_running_loop().run_in_executor(self.engine_thread, assemble_documents,
+                                                                       work.documents, results)
+        elif work.kind == "n_best":
             payload = {"translations": [[text for text, _ in row] for row in results],
                        "scores": [[score for _, score in row] for row in results]}
         else:

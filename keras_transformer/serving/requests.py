@@ -1,5 +1,7 @@
 """Requests of `keras-transformer serve` read and checked, and answers laid out: what the server accepts
-(`ServeSettings`), `/translate` and TensorFlow Serving's predict bodies as `Work`, a predict answer."""
+(`ServeSettings`), `/translate` and TensorFlow Serving's predict bodies as `Work`, a predict answer, and the
+documents of a `/translate` request (`Documents`: segmented when the request is read, put back together from their
+sentences' translations when they are decoded)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.decoding.strategies import MAX_SEED, SAMPLING_FIELDS
-from keras_transformer.errors import ConfigError
+from keras_transformer.documents import document
+from keras_transformer.documents.alignment import proportional_alignment
+from keras_transformer.errors import ConfigError, DocumentError
 from keras_transformer.serving.signatures import SIGNATURES, batched_inputs
 
 if TYPE_CHECKING:
@@ -155,6 +159,8 @@ class Work:
     options: DecodeOptions
     items: tuple
     prefixed: bool = False  # items are (sentence, target prefix) pairs: each translation starts with its prefix
+    # /translate's documents (format text, html or xml): the items are their sentences, in order
+    documents: Documents | None = dataclasses.field(default=None, compare=False)
 
     @property
     def key(self) -> tuple[str, DecodeOptions, bool]:
@@ -164,6 +170,95 @@ class Work:
 
 TRANSLATE_FIELDS = ("strategy", "beam_size", "alpha", "max_extra", "early_exit", "n_best") + SAMPLING_FIELDS
 PREFIX_FIELDS = ("target_prefix", "target_lang")  # /translate's forced starts of the translations
+# /translate's `format`: each of `sentences` one sentence ("lines"), or one document of these formats
+FORMATS = ("lines", *document.FORMATS)
+
+
+@dataclasses.dataclass(frozen=True)
+class Documents:
+    """The documents of a `/translate` request, as `plan_documents` read them: each document's text, how many of
+    the request's sentences (its sentences after segmentation, long ones cut in parts) are its, and how the
+    translator reads a document (`TranslatorInterface.document_settings`)."""
+
+    format: str
+    texts: tuple[str, ...]
+    counts: tuple[int, ...]
+    settings: dict[str, Any]
+
+
+def plan_documents(translator: TranslatorInterface, texts: Sequence[str], format: str,
+                   source_lang: str | None = None, target_lang: str | None = None) -> tuple[list[str], Documents]:
+    """The sentences of `texts` (documents of `format`: "text", "html" or "xml") as the translator would send
+    them to its engine (segmented, long ones cut), in order, and the `Documents` that puts their translations
+    back (`assemble_documents`).
+
+    Raises:
+        RequestError: 400 for a document that cannot be read (binary, markup that cannot be parsed; named by
+            its index).
+
+    Example:
+
+    >>> from keras_transformer.engines.interface import TranslatorInterface
+    >>> class Upper(TranslatorInterface):
+    ...     translate_batch = n_best_batch = score_batch = None
+    >>> sentences, documents = plan_documents(Upper(), ["A dog runs. It barks.", "<p>Hi <b>you</b>.</p>"], "html")
+    >>> sentences, documents.counts
+    (['A dog runs.', 'It barks.', 'Hi you.'], (2, 1))
+    """
+    settings = translator.document_settings(source_lang, target_lang)
+    sentences: list[str] = []
+    counts = []
+    for index, text in enumerate(texts):
+        sent: list[str] = []
+
+        def collect(lines: list[str], sent: list[str] = sent) -> list[str]:  # the sentences, unchanged
+            sent.extend(lines)
+            return list(lines)
+
+        try:
+            document.translate_document(collect, text, format,
+                                        **{**settings, "align": proportional_alignment})
+        except DocumentError as error:
+            raise RequestError(400, f"sentences[{index}]: {error}") from None
+        sentences += sent
+        counts.append(len(sent))
+    return sentences, Documents(format, tuple(texts), tuple(counts), settings)
+
+
+def assemble_documents(documents: Documents, results: Sequence[tuple[str, float]]) -> dict[str, Any]:
+    """The `/translate` answer for documents: each document translated whole (`translations`), the mean score of
+    its sentences (`scores`; 0 for one without any), and per document its sentences' source, translation and
+    score (`sentences`; a sentence cut in parts: the mean of theirs), from `results`, one `(translation, score)`
+    per sentence `plan_documents` gave, in its order.
+
+    Example:
+
+    >>> from keras_transformer.engines.interface import TranslatorInterface
+    >>> class Upper(TranslatorInterface):
+    ...     translate_batch = n_best_batch = score_batch = None
+    >>> sentences, documents = plan_documents(Upper(), ["A dog runs.\\n\\n- It barks."], "text")
+    >>> answer = assemble_documents(documents, [(s.upper(), -0.5) for s in sentences])
+    >>> answer["translations"], answer["scores"], answer["sentences"][0][1]
+    (['A DOG RUNS.\\n\\n- IT BARKS.'], [-0.5], {'source': 'It barks.', 'translation': 'IT BARKS.', 'score': -0.5})
+    """
+    translations, scores, sentences = [], [], []
+    start = 0
+    for text, count in zip(documents.texts, documents.counts):
+        own = results[start:start + count]
+        start += count
+        given = iter([translation for translation, _ in own])
+        details: list[dict[str, Any]] = []
+        translations.append(document.translate_document(lambda lines: [next(given) for _ in lines], text,
+                                                        documents.format, **documents.settings, details=details))
+        own_scores, position, rows = [float(score) for _, score in own], 0, []
+        for entry in details:
+            parts = own_scores[position:position + entry["parts"]]
+            position += entry["parts"]
+            rows.append({"source": entry["source"], "translation": entry["translation"],
+                         "score": sum(parts) / len(parts) if parts else 0.0})
+        scores.append(sum(own_scores) / len(own_scores) if own_scores else 0.0)
+        sentences.append(rows)
+    return {"translations": translations, "scores": scores, "sentences": sentences}
 
 
 def checked_prefixes(translator: TranslatorInterface | None, sentences: Sequence[str], target_prefix: Any = None,
@@ -249,31 +344,54 @@ def parse_translate(body: dict[str, Any], defaults: DecodeOptions, settings: Ser
     the served `translator`); `source_lang` (a multilingual model's source language) opens every sentence with
     its language token (`TranslatorInterface.with_source_lang`).
 
+    `format` ("lines", the default: each string one sentence; "text", "html" or "xml": each string one document)
+    makes each of `sentences` a document (`plan_documents`): its sentences after segmentation are the work's
+    items, batched and limited (`--max-sentences`, `--max-sentence-chars`, the queue) as sentences are, and
+    `Work.documents` puts them back together (`assemble_documents`). `source_lang` then also picks the
+    segmenter's rules, for any model; `target_prefix` and `n_best` are for lines only.
+
     Example:
 
     >>> work = parse_translate({"sentences": ["A dog."], "beam_size": 2}, DecodeOptions(), ServeSettings())
     >>> work.kind, work.options.beam_size, work.items
     ('best', 2, ('A dog.',))
     """
-    unknown = sorted(set(body) - {"sentences", "source_lang", *TRANSLATE_FIELDS, *PREFIX_FIELDS})
+    unknown = sorted(set(body) - {"sentences", "source_lang", "format", *TRANSLATE_FIELDS, *PREFIX_FIELDS})
     if unknown:
-        raise RequestError(400, f"Unknown field(s) {', '.join(unknown)}; /translate takes sentences, source_lang and "
-                                f"{', '.join(TRANSLATE_FIELDS + PREFIX_FIELDS)}.")
+        raise RequestError(400, f"Unknown field(s) {', '.join(unknown)}; /translate takes sentences, source_lang, "
+                                f"format and {', '.join(TRANSLATE_FIELDS + PREFIX_FIELDS)}.")
     sentences = body.get("sentences")
     if not isinstance(sentences, list):
         raise RequestError(400, f"sentences must be a list of strings, got {_kind(sentences)}.")
     sentences = [_string(value, f"sentences[{index}]") for index, value in enumerate(sentences)]
+    format = body.get("format", "lines")
+    if format not in FORMATS:
+        raise RequestError(400, f"format must be one of {', '.join(FORMATS)}, got {format!r}.")
     source_lang = body.get("source_lang")
-    if source_lang is not None:  # a multilingual model's source language token opens every sentence
-        if not isinstance(source_lang, str):
-            raise RequestError(400, f"source_lang must be a string (a language code), got {_kind(source_lang)}.")
+    if source_lang is not None and not isinstance(source_lang, str):
+        raise RequestError(400, f"source_lang must be a string (a language code), got {_kind(source_lang)}.")
+    documents = None
+    if format != "lines":  # each of `sentences` a document: its sentences, after segmentation, are the items
+        for field in ("target_prefix", "n_best"):
+            if body.get(field) is not None:
+                raise RequestError(400, f"{field} is for sentences (format lines), not for documents (format "
+                                        f"{format}).")
+        if translator is None:
+            raise RequestError(400, f"format {format}: this server takes no documents.")
+        target_lang = body.get("target_lang") if isinstance(body.get("target_lang"), str) else None
+        sentences, documents = plan_documents(translator, sentences, format, source_lang, target_lang)
+        try:
+            sentences = translator.document_sources(sentences, source_lang, "source_lang")
+        except ConfigError as error:
+            raise RequestError(400, str(error)) from None
+    elif source_lang is not None:  # a multilingual model's source language token opens every sentence
         if translator is None:
             raise RequestError(400, "source_lang: this server takes no source language.")
         try:
             sentences = translator.with_source_lang(sentences, source_lang, "source_lang")
         except ConfigError as error:
             raise RequestError(400, str(error)) from None
-    check_sentences(sentences, settings)
+    check_sentences(sentences, settings, "sentences" if documents is None else "sentences after segmentation")
     given = {key: value for key, value in body.items() if key in TRANSLATE_FIELDS and value is not None}
     options = _options(defaults, given, seeded, settings)
     prefixes = checked_prefixes(translator, sentences, body.get("target_prefix"), body.get("target_lang"))
@@ -282,7 +400,7 @@ def parse_translate(body: dict[str, Any], defaults: DecodeOptions, settings: Ser
         check_sentences(prefixes, settings, "target prefixes")
     if "n_best" in given:
         return Work("n_best", options, items, prefixes is not None)
-    return Work("best", options.replace(n_best=1), items, prefixes is not None)
+    return Work("best", options.replace(n_best=1), items, prefixes is not None, documents)
 
 
 def parse_predict(body: dict[str, Any], defaults: DecodeOptions, settings: ServeSettings, seeded: bool = False,

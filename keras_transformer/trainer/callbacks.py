@@ -16,6 +16,7 @@ import keras
 import numpy as np
 
 from keras_transformer import evaluation
+from keras_transformer.experiment.validation import VALIDATION_METRICS
 from keras_transformer.files import atomic_write
 from keras_transformer.trainer.ema import averaged_weights
 from keras_transformer.workdir.checkpoints import save_weights, write_weights_file
@@ -263,13 +264,14 @@ def best_logged(history_csv: str | os.PathLike[str], key: str, epochs: int) -> f
 
 
 class BleuCallback(keras.callbacks.Callback):
-    """Every `every_n_epochs` epochs, translates the validation sources and logs their BLEU.
+    """Every `every_n_epochs` epochs, translates the validation sources and logs their BLEU (or chrF).
 
-    BLEU is written into the epoch's `logs` under `monitor` (default
-    `"val_bleu"`), so callbacks listed after this one (`CSVLogger`,
-    `TensorBoard`, `EarlyStopping`, `ModelCheckpoint`) see it; on epochs
-    without decoding the value is NaN, which keeps CSV columns stable. When
-    the score improves, the model's weights are saved to `best_path`.
+    The score (`metric`: sacreBLEU's BLEU, or its chrF) is written into the
+    epoch's `logs` under `monitor` (default `"val_bleu"`, `"val_chrf"` for
+    chrF), so callbacks listed after this one (`CSVLogger`, `TensorBoard`,
+    `EarlyStopping`, `ModelCheckpoint`) see it; on epochs without decoding
+    the value is NaN, which keeps CSV columns stable. When the score
+    improves, the model's weights are saved to `best_path`.
 
     Args:
         sources: validation source sentences (list of `str`).
@@ -285,7 +287,9 @@ class BleuCallback(keras.callbacks.Callback):
         lang, tokenized_references: if given, BLEU follows the Multi30k
             protocol (`evaluation.multi30k_bleu`) instead.
         best_path: where to save the best weights (`.weights.h5`), or None.
-        monitor: the `logs` key.
+        monitor: the `logs` key (None: `val_` and the metric's name).
+        metric: "bleu" or "chrf" (`evaluation.chrf`, on the raw references):
+            the score logged, and the one `best_path` keeps the best of.
         batch_size: sentences per decoding batch.
         translator_options: `Translator` arguments when it is built here
             (e.g. `beam_size=1` for fast greedy validation).
@@ -306,10 +310,12 @@ class BleuCallback(keras.callbacks.Callback):
     def __init__(self, sources: Sequence[str], references: Sequence[str], translator: Any = None,
                  make_translator: Callable[..., Any] | None = None, every_n_epochs: int = 1,
                  lowercase: bool = False, lang: str | None = None, tokenized_references: Sequence[str] | None = None,
-                 best_path: str | os.PathLike[str] | None = None, monitor: str = "val_bleu", batch_size: int = 64,
+                 best_path: str | os.PathLike[str] | None = None, monitor: str | None = None, batch_size: int = 64,
                  translator_options: Mapping[str, Any] | None = None, verbose: int | bool = 1, best: float = -math.inf,
-                 guard: NonFiniteGuard | None = None) -> None:
+                 guard: NonFiniteGuard | None = None, metric: str = "bleu") -> None:
         super().__init__()
+        if metric not in VALIDATION_METRICS:
+            raise ValueError(f"BleuCallback: metric must be one of {', '.join(VALIDATION_METRICS)}, got {metric!r}.")
         if translator is None and make_translator is None:
             raise ValueError("BleuCallback needs a translator or (source, target) tokenizers.")
         if len(sources) != len(references):
@@ -327,7 +333,8 @@ class BleuCallback(keras.callbacks.Callback):
         self.lang = lang
         self.tokenized_references = tokenized_references
         self.best_path = os.fspath(best_path) if best_path is not None else None
-        self.monitor = monitor
+        self.metric = metric
+        self.monitor = monitor or f"val_{metric}"
         self.batch_size = int(batch_size)
         self.translator_options = dict(translator_options or {})
         self.verbose = verbose
@@ -348,13 +355,20 @@ class BleuCallback(keras.callbacks.Callback):
             return evaluation.multi30k_bleu(hypotheses, self.tokenized_references, self.lang).score
         return evaluation.bleu(hypotheses, self.references, lowercase=self.lowercase).score
 
+    def compute_score(self) -> float:
+        """Translates the validation sources with the current weights and returns the `metric`'s score."""
+        if self.metric == "bleu":
+            return self.compute_bleu()
+        hypotheses = self.translator.translate_lines(self.sources, batch_size=self.batch_size)
+        return evaluation.chrf(hypotheses, self.references).score
+
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         logs = logs if logs is not None else {}
         if (epoch + 1) % self.every_n_epochs or (self.guard is not None and self.guard.tripped):
             logs[self.monitor] = float("nan")
             return
         with averaged_weights(self.model):
-            score = self.compute_bleu()
+            score = self.compute_score()
             logs[self.monitor] = score
             self.history.append((epoch, score))
             improved = score > self.best

@@ -27,6 +27,8 @@ Batches carry the teacher in their labels: a float32 `(B, T, 1 + 2k)` array of
 label-smoothed loss, so validation losses compare with undistilled runs.
 """
 
+from __future__ import annotations
+
 import json
 import logging
 import os

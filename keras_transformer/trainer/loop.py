@@ -230,7 +230,8 @@ def make_callbacks(experiment: ExperimentConfig, model_config: TransformerConfig
             sources, references, make_translator=make_translator, every_n_epochs=training.bleu_every_epochs,
             lang=experiment.data.pipeline.get("target_language") if tokenized else None,
             tokenized_references=tokenized, best_path=best_path, best=best_logged(
-                output / "history.csv", "val_bleu", resumed_at[0]) if best_path.is_file() else -math.inf,
+                output / "history.csv", f"val_{training.validation_metric}", resumed_at[0])
+            if best_path.is_file() else -math.inf, metric=training.validation_metric,
             batch_size=experiment.decoding.batch_size, guard=guard,
             translator_options={"options": experiment.decoding.options.replace(
                 strategy="beam", beam_size=training.bleu_beam_size, n_best=1)}))

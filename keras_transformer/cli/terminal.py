@@ -1,0 +1,114 @@
+"""What the command reads and prints beyond its flags: stdin in chunks of lines, `evaluate`'s readable report,
+and the progress bar of a translated document."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from keras_transformer.data import textfile
+from keras_transformer.decoding.options import DecodeOptions
+from keras_transformer.errors import ConfigError
+
+
+def evaluation_report(scores: dict[str, Any], details: dict[str, Any]) -> str:
+    """The readable report of `evaluate`: each score (BLEU, chrF) with its sacreBLEU signature, the weights, the
+    decoding.
+
+    Example:
+
+    >>> print(evaluation_report({"bleu": 38.1, "chrf": 63.24, "length_ratio": 0.97}, {
+    ...     "signatures": {"bleu": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.4.3",
+    ...                    "chrf": "nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:2.4.3"},
+    ...     "models": [{"model": "runs/a", "weights": ["runs/a/checkpoints/ckpt-0009.weights.h5",
+    ...                                                "runs/a/checkpoints/ckpt-0010.weights.h5"]}],
+    ...     "decoding": {"beam_size": 4, "alpha": 0.6}, "sentences": 1000, "seconds": 12.34}))
+    bleu            38.10  nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.4.3
+    chrf            63.24  nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:2.4.3
+    length_ratio    0.9700
+    model           runs/a: average of ckpt-0009.weights.h5, ckpt-0010.weights.h5
+    decoding        beam: beam_size 4, alpha 0.6, max_extra 50
+    sentences       1000 in 12.3 s
+    """
+    lines = []
+    for key, value in scores.items():
+        figure = f"{value:.4f}" if key == "length_ratio" else f"{value:.2f}"
+        signature = details.get("signatures", {}).get(key)
+        lines.append(f"{key:<15} {figure}" + (f"  {signature}" if signature else ""))
+    for entry in details.get("models", []):
+        weights = entry["weights"]
+        named = (os.fspath(weights[0]) if len(weights) == 1 else
+                 "average of " + ", ".join(os.path.basename(os.fspath(w)) for w in weights))
+        lines.append(f"{'model':<15} {entry['model']}: {named}")
+    decoding = details.get("decoding") or {}
+    try:  # the translator's DecodeOptions: the settings its strategy uses
+        decoding = DecodeOptions.from_dict(decoding).describe() if decoding else ""
+    except (ConfigError, TypeError):
+        decoding = ", ".join(f"{key} {value}" for key, value in decoding.items())
+    if decoding:
+        lines.append(f"{'decoding':<15} {decoding}")
+    lines.append(f"{'sentences':<15} {details.get('sentences')} in {details.get('seconds', 0):.1f} s")
+    return "\n".join(lines)
+
+
+STDIN_CHUNK_BATCHES = 32  # translate reads stdin this many batches at a time and prints each chunk's lines
+
+
+def stdin_chunks(size: int) -> Iterator[list[str]]:
+    """stdin's lines in lists of `size`, split as files are (`data.textfile`: gzip is decompressed as it comes);
+    bytes that are not UTF-8 become U+FFFD, whatever error handler the locale gives `sys.stdin`."""
+    if hasattr(sys.stdin, "buffer"):
+        stream = sys.stdin.buffer
+        stream = textfile.open_stream(stream) if hasattr(stream, "read") else stream
+        lines = (line for line, _ in textfile.iter_stream(stream, "stdin", errors="replace"))
+    else:  # a text stream put in its place (embedding)
+        lines = (line.rstrip("\n") for line in sys.stdin)
+    chunk = []
+    for line in lines:
+        chunk.append(line)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+class ProgressBar:
+    """A progress bar on one line of `stream`: sentences done of all, and sentences per second, rewritten in place
+    after each batch (`translate_document`'s `progress`); a line break when all are done.
+
+    Example:
+
+    >>> import io
+    >>> stream, times = io.StringIO(), iter([0.0, 2.0, 4.0])
+    >>> bar = ProgressBar(stream, clock=lambda: next(times), width=10)
+    >>> bar(0, 80); bar(40, 80); bar(80, 80)
+    >>> print(stream.getvalue().split("\\r")[-1], end="")
+    [##########] 80/80 sentences, 20.0 sentences/s
+    """
+
+    def __init__(self, stream: Any, clock: Callable[[], float] = time.monotonic, width: int = 30) -> None:
+        self.stream, self.clock, self.width = stream, clock, width
+        self.start: float | None = None
+
+    def __call__(self, done: int, total: int) -> None:
+        now = self.clock()
+        if self.start is None:
+            self.start = now
+        elapsed = now - self.start
+        rate = f"{done / elapsed:.1f}" if elapsed > 0 else "-"
+        filled = self.width * done // max(total, 1)
+        self.stream.write(f"\r[{'#' * filled}{'.' * (self.width - filled)}] {done}/{total} sentences, "
+                          f"{rate} sentences/s" + ("\n" if done >= total else ""))
+        self.stream.flush()
+
+
+def is_terminal(stream: Any) -> bool:
+    """Whether `stream` is a terminal (a progress bar shows on its own only there)."""
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
