@@ -82,7 +82,8 @@ def estimate_tokens(text: str) -> int:
 
 def translate_sentences(translate_lines: Callable[[list[str]], list[str]], sentences: Sequence[str],
                         max_tokens: int = DEFAULT_MAX_TOKENS, count_tokens: Callable[[str], int] | None = None,
-                        target_lang: str | None = None) -> list[str]:
+                        target_lang: str | None = None,
+                        on_sentence: Callable[[str, int, str], None] | None = None) -> list[str]:
     """One translation per sentence, from one call of `translate_lines` over every sentence's parts (`cut`).
 
     Args:
@@ -92,6 +93,8 @@ def translate_sentences(translate_lines: Callable[[list[str]], list[str]], sente
         count_tokens: a text's token count; None: `estimate_tokens`.
         target_lang: the target language (any code `language_code` reads), which says how parts are joined
             (`join_parts`); None: with a space.
+        on_sentence: called per sentence, in order, after `translate_lines`, with the sentence, how many parts
+            it was translated in (its `translate_lines` lines, in order) and its translation.
 
     Raises:
         ValueError: `translate_lines` gave another number of translations than it was given sentences.
@@ -110,9 +113,11 @@ def translate_sentences(translate_lines: Callable[[list[str]], list[str]], sente
                          "back.")
     language = language_code(target_lang) if target_lang else None
     out, position = [], 0
-    for group in parts:
+    for sentence, group in zip(sentences, parts):
         out.append(join_parts(translated[position:position + len(group)], language))
         position += len(group)
+        if on_sentence is not None:
+            on_sentence(sentence, len(group), out[-1])
     return out
 
 
@@ -120,7 +125,8 @@ def translate_document(translate_lines: Callable[[list[str]], list[str]], text: 
                        source_lang: str | None = None, max_tokens: int | None = None,
                        count_tokens: Callable[[str], int] | None = None, align: Aligner | None = None,
                        target_lang: str | None = None, attributes: Sequence[str] = ("alt", "title"),
-                       max_bytes: int = MAX_DOCUMENT_BYTES) -> str:
+                       max_bytes: int = MAX_DOCUMENT_BYTES,
+                       on_sentence: Callable[[str, int, str], None] | None = None) -> str:
     """`text` translated sentence by sentence, with its layout (plain text) or its markup (HTML, XML) kept.
 
     Args:
@@ -137,6 +143,8 @@ def translate_document(translate_lines: Callable[[list[str]], list[str]], text: 
             languages written without spaces.
         attributes: markup attributes whose text is translated.
         max_bytes: the largest document taken.
+        on_sentence: called per sentence translated, as in `translate_sentences` (a markup document's
+            attribute texts included).
 
     Returns:
         The translated document, a `str`; an empty (or whitespace-only) document comes back as it is.
@@ -162,7 +170,7 @@ def translate_document(translate_lines: Callable[[list[str]], list[str]], text: 
     budget = DEFAULT_MAX_TOKENS if max_tokens is None else int(max_tokens)
 
     def translate(sentences: list[str]) -> list[str]:
-        return translate_sentences(translate_lines, sentences, budget, count_tokens, target_lang)
+        return translate_sentences(translate_lines, sentences, budget, count_tokens, target_lang, on_sentence)
 
     if format == "text":
         segmented = segment(text, source_lang)
