@@ -376,8 +376,8 @@ class TranslatorInterface(abc.ABC):
         Example:
 
         >>> best = translator.translate_detailed(["A dog runs."])[0]  # doctest: +SKIP
-        >>> best.text, round(best.mean_log_prob, 2), round(best.score, 2)  # doctest: +SKIP
-        ('Ein Hund rennt.', -0.12, -0.5)
+        >>> best.text, round(best.mean_log_prob, 2), round(best.score, 2), best.tokens  # doctest: +SKIP
+        ('Ein Hund rennt.', -0.16, -0.49, 5)
         """
         return self._in_length_order("translate_detailed", lines, batch_size, self.details_batch, lambda: BLANK,
                                      target_prefix, target_lang)
