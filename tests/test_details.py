@@ -118,6 +118,34 @@ def test_a_document_gives_one_record_per_sentence_a_cut_one_summing_its_parts(tf
     assert long["score"] == pytest.approx(long["log_prob"] / ((5 + long["tokens"]) / 6) ** ALPHA, rel=1e-6)
 
 
+@pytest.mark.slow
+def test_an_ensemble_s_signals_are_its_forced_decoding_s(trained_copy_model, vocab):
+    """Two models decoded as one (the mean of their distributions): traces its search and scoring (about 10 s)."""
+    import keras
+
+    import keras_transformer as kt
+    from keras_transformer.engines.tensorflow import Translator
+
+    model, config = trained_copy_model
+    other = kt.build_model(config)
+    rng = np.random.default_rng(1)
+    for mine, theirs in zip(other.weights, model.weights):  # the same model, its weights perturbed
+        mine.assign(keras.ops.convert_to_numpy(theirs) + rng.normal(0, 0.05, tuple(theirs.shape)).astype("float32"))
+    ensemble = Translator([model, other], vocab[1], vocab[1], beam_size=4, alpha=ALPHA, max_extra=5)
+    texts = [text for text in TEXTS if text]
+    details = ensemble.translate_detailed(texts)
+    translations = [d.text for d in details]
+    np.testing.assert_allclose([d.score for d in details], ensemble.score_lines(texts, translations), atol=1e-4)
+    import tensorflow as tf
+
+    log_probs = np.asarray(decoding.score([model, other], ensemble.encode_sources(tf.constant(texts)),
+                                          ensemble.encode_targets(tf.constant(translations)), alpha=0.0, pad_id=0,
+                                          bos_id=2))
+    assert [d.tokens for d in details] == [len(t.split()) + 1 for t in translations]
+    np.testing.assert_allclose([d.mean_log_prob for d in details], log_probs / [d.tokens for d in details],
+                               atol=1e-4)
+
+
 # Known words between unknown one-letter ones: seven tokens to every engine, an estimate of six (16 bytes / 3).
 OVER = "a w5 b w6 c w7 d"
 # Six words of three bytes: six tokens, an estimate of eight (23 bytes / 3).

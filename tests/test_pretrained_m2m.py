@@ -280,6 +280,10 @@ def test_the_savedmodel_and_ctranslate2_exports_translate_as_the_workdir(referen
         assert exported.translate_lines(lines, target_lang="fra_Latn") == expected["target"], name
         assert exported.translate_lines(exported.with_source_lang(lines, "deu_Latn")) == expected["source"], name
         assert exported.source_language == translator.source_language == "eng_Latn", name  # the export's metadata
+        # the signals count the forced language token on every engine alike
+        ours, theirs = (t.translate_detailed(lines, target_lang="fra_Latn") for t in (translator, exported))
+        assert [d.tokens for d in theirs] == [d.tokens for d in ours], name
+        np.testing.assert_allclose([d.mean_log_prob for d in theirs], [d.mean_log_prob for d in ours], atol=1e-4)
         assert ([exported.count_source_tokens(line) for line in lines] ==
                 [translator.count_source_tokens(line) for line in lines]), name
     import tensorflow as tf
