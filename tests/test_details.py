@@ -218,7 +218,9 @@ def packed_translator(trained_copy_model, vocab):
     return PackedTranslator(model, sentencepiece_processors(vocab[0]), config, beam_size=4, alpha=ALPHA, max_extra=5)
 
 
+@pytest.mark.slow
 def test_the_packed_engine_gives_the_signals_of_the_tensorflow_engine(packed_translator, tf_details, monkeypatch):
+    """The packed engine's Keras search runs op by op on this backend (about 7 s)."""
     details = packed_translator.translate_detailed(TEXTS)
     assert [d.text for d in details] == [d.text for d in tf_details]
     assert [d.tokens for d in details] == [d.tokens for d in tf_details]
@@ -229,7 +231,7 @@ def test_the_packed_engine_gives_the_signals_of_the_tensorflow_engine(packed_tra
 
 @pytest.mark.slow
 def test_the_shipped_savedmodel_gives_signals_its_forced_decoding_confirms():
-    """Loads the shipped export and traces its search and forced decoding (about 20 s)."""
+    """Loads the shipped export and traces its search and forced decoding (20-50 s)."""
     import keras_transformer as kt
 
     translator = kt.load_translator(REPO_ROOT / "saved_models" / "multi30k_en_de")
