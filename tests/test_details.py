@@ -248,3 +248,34 @@ def test_the_shipped_savedmodel_gives_signals_its_forced_decoding_confirms():
     assert all(-3 < d.mean_log_prob < 0 for d in details)
     assert translator.count_source_tokens("A man rides a bike.") == len(
         translator.source_tokenizer.tokenize(["A man rides a bike."]).to_list()[0])
+
+
+def test_a_markup_document_has_a_record_per_sentence_and_translated_attribute():
+    """Any engine with `details_batch`: the records follow the engine's own translations, attributes included."""
+    import json
+
+    from keras_transformer.decoding.options import DecodeOptions
+    from keras_transformer.engines.details import Translation
+    from keras_transformer.engines.interface import TranslatorInterface
+
+    class Upper(TranslatorInterface):
+        n_best_batch = score_batch = None
+        strategies, options = ("beam",), DecodeOptions(alpha=ALPHA)
+
+        def translate_batch(self, texts, prefixes=None):
+            return [text.upper() for text in texts]
+
+        def details_batch(self, texts, prefixes=None):  # -0.5 a word, -0.25 for </s>
+            return [Translation.from_score(text.upper(), (-0.5 * len(text.split()) - 0.25) /
+                                           ((5 + len(text.split()) + 1) / 6) ** ALPHA, len(text.split()) + 1, ALPHA)
+                    for text in texts]
+
+    page = '<p title="A cat.">A <b>black</b> dog. It runs.</p>'
+    report = Upper().translate_document(page, format="html", details=True)
+    assert report["text"] == Upper().translate_document(page, format="html") == (
+        '<p title="A CAT.">A <b>BLACK</b> DOG. IT RUNS.</p>')
+    assert [(r["source"], r["translation"], r["tokens"]) for r in report["sentences"]] == [
+        ("A cat.", "A CAT.", 3), ("A black dog.", "A BLACK DOG.", 4), ("It runs.", "IT RUNS.", 3)]
+    assert [r["log_prob"] for r in report["sentences"]] == pytest.approx([-1.25, -1.75, -1.25])
+    assert [r["mean_log_prob"] for r in report["sentences"]] == pytest.approx([-1.25 / 3, -1.75 / 4, -1.25 / 3])
+    assert json.loads(json.dumps(report)) == report
