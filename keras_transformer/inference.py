@@ -131,7 +131,8 @@ def translate_file(model: Any, input: str | os.PathLike[str] | None, output: str
         target_lang: a multilingual model's target language.
         batch_size: sentences decoded together.
         progress: `progress(sentences done, sentences in all)` after each batch.
-        details: a list that gets one `{"source", "translation", "parts"}` dict per sentence (documents only).
+        details: a list that gets one record per sentence (documents only): `source`, `translation` and its
+            quality signals (`TranslatorInterface.translate_document`'s `details`).
         max_bytes: the largest document taken.
         **options: `load_translator`'s, where `model` is a folder.
 
@@ -158,9 +159,15 @@ def translate_file(model: Any, input: str | os.PathLike[str] | None, output: str
         translations = translator.translate_lines(sources, batch_size=batch_size, target_lang=target_lang)
         translated = "".join(evaluation.one_line(line) + "\n" for line in translations)
     else:
-        translated = translator.translate_document(data, format, source_lang=source_lang, target_lang=target_lang,
-                                                   batch_size=batch_size, max_bytes=max_bytes, progress=progress,
-                                                   details=details)
+        result = translator.translate_document(data, format, source_lang=source_lang, target_lang=target_lang,
+                                               batch_size=batch_size, max_bytes=max_bytes, progress=progress,
+                                               details=details is not None)
+        if isinstance(result, dict):
+            translated = result["text"]
+            if details is not None:
+                details.extend(result["sentences"])
+        else:
+            translated = result
     if output is not None:
         atomic_write_text(output, translated)
     return translated

@@ -18,7 +18,7 @@ LAYERS = [
                 "runtime.tensorflow_logs",
                 "data", "data.textfile", "decoding.registry", "decoding.strategies", "decoding", "decoding.options",
                 "decoding.glossary",
-                "engines", "engines.interface", "engines.ctranslate2_cpu", "attention", "packed",
+                "engines", "engines.interface", "engines.details", "engines.ctranslate2_cpu", "attention", "packed",
                 "documents", "documents.*"]),  # numpy, lxml and sentencex too: what engines.interface builds on
     ("core", ["config", "layers", "layers.*", "model", "trainer.losses", "trainer.metrics", "trainer.schedules",
               "trainer.optimizers", "decoding.*", "attention.maps", "runtime.keras_internals", "data.batching",
@@ -30,7 +30,8 @@ LAYERS = [
     ("training", ["trainer.*"]),
     ("tensorflow", ["data.corpus", "data.tokenizers", "data.tokenizers.*", "data.pipeline", "data.pipeline.*",
                     "data.build", "trainer.distribute", "engines.tensorflow", "engines.tensorflow_graph",
-                    "engines.tensorflow_chunks", "engines.tensorflow_threads", "exports.savedmodel",
+                    "engines.tensorflow_chunks", "engines.tensorflow_threads", "engines.tensorflow_details",
+                    "exports.savedmodel",
                     "exports.ctranslate2", "exports.warmup", "trainer.tensorflow_callbacks"]),
     ("user", ["engines.loader", "training", "packed.training", "inference", "packed.scoring", "trainer.distillation",
               "serving", "serving.*", "imports", "imports.*"]),

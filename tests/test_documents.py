@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from lxml import etree
 
+from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.documents import (
     alignment_from_attention,
     cut,
@@ -377,6 +378,7 @@ class Upper(TranslatorInterface):
 
     engine, strategies = "upper", ("beam",)
     n_best_batch = score_batch = None
+    options = DecodeOptions()
 
     def __init__(self, max_source_length=None, source_languages=()):
         self.max_source_length, self.source_languages, self.batches = max_source_length, source_languages, []
@@ -384,6 +386,10 @@ class Upper(TranslatorInterface):
     def translate_batch(self, texts, prefixes=None):
         self.batches.append(list(texts))
         return [" ".join(w for w in text.split() if w not in self.source_languages).upper() for text in texts]
+
+    def details_batch(self, texts, prefixes=None):  # one token a translation, of log-probability -1
+        from keras_transformer.engines.details import Translation
+        return [Translation(text, -1.0, -1.0, 1) for text in self.translate_batch(texts, prefixes)]
 
     def count_source_tokens(self, text):
         return len(text.split())
@@ -403,16 +409,17 @@ def test_the_interface_cuts_by_the_model_s_length_and_tags_a_multilingual_source
 def test_progress_counts_every_sentence_in_the_engine_s_own_batches_and_details_name_each_sentence():
     text = "\n\n".join(" ".join(f"{'w ' * (i % 5)}s{i}." for i in range(j, j + 4)) for j in range(0, 40, 4))
     plain, counted = Upper(), Upper()
-    reports, details = [], []
+    reports = []
     expected = plain.translate_document(text, batch_size=8)
-    assert counted.translate_document(text, batch_size=8, progress=lambda *done: reports.append(done),
-                                      details=details) == expected
+    result = counted.translate_document(text, batch_size=8, progress=lambda *done: reports.append(done), details=True)
+    assert result["text"] == expected
+    details = result["sentences"]
     assert reports[0] == (0, 40) and reports[-1] == (40, 40) and len(reports) == 1 + 5
     assert [done for done, _ in reports] == sorted(done for done, _ in reports)
     # the same batches as one call makes: sentences of similar length together, 8 at a time
     assert counted.batches == plain.batches and len(plain.batches) == 5
     assert [entry["source"] for entry in details] == [f"{'w ' * (i % 5)}s{i}." for i in range(40)]
-    assert all(entry["translation"] == entry["source"].upper() and entry["parts"] == 1 for entry in details)
+    assert all(entry["translation"] == entry["source"].upper() and entry["tokens"] == 1 for entry in details)
 
 
 # ---------------------------------------------------------------- the shipped model

@@ -482,3 +482,33 @@ def test_a_large_matrix_read_from_a_checkpoint_becomes_the_variable_s_memory_wit
         np.testing.assert_array_equal(view, before)
         view[0, 0] = 42.0
         assert other.numpy()[0, 0] == before[0, 0] != 42.0  # a copy
+
+
+DOCUMENT = ("A man rides a bike. Two dogs play in the snow near a house.\n\nA girl.\n\n"
+            "  - Zwei Männer sitzen auf einer Bank!\n  - A woman sings on a stage.\n")
+DOCUMENT_SENTENCES = ["A man rides a bike.", "Two dogs play in the snow near a house.", "A girl.",
+                      "Zwei Männer sitzen auf einer Bank!", "A woman sings on a stage."]
+
+
+def document_layout(t):
+    """`DOCUMENT` with its five sentences replaced by `t`'s."""
+    return f"{t[0]} {t[1]}\n\n{t[2]}\n\n  - {t[3]}\n  - {t[4]}\n"
+
+
+@pytest.mark.slow
+def test_an_imported_model_translates_a_document_sentence_by_sentence_with_its_layout(references):
+    """An imported Marian workdir through translate_document: two paragraphs and a list come back with each
+    sentence translated as translate_lines translates it alone, counted by the imported tokenizer."""
+    from keras_transformer.engines.loader import load_translator
+    _, workdir, _, tokenizer = references["separate_gelu"]
+    translator = load_translator(workdir, strategy="greedy")
+    expected = translator.translate_lines(DOCUMENT_SENTENCES)
+    assert len(set(expected)) > 1
+    assert translator.translate_document(DOCUMENT) == document_layout(expected)
+    details = translator.translate_document(DOCUMENT, details=True)
+    assert details["text"] == document_layout(expected)
+    assert [(r["source"], r["translation"]) for r in details["sentences"]] == list(zip(DOCUMENT_SENTENCES, expected))
+    assert all(r["tokens"] >= 1 and r["mean_log_prob"] < 0 for r in details["sentences"])
+    # the budget counts the imported tokenizer's pieces: the reference's ids less its </s>
+    assert [translator.count_source_tokens(s) for s in DOCUMENT_SENTENCES] == [
+        len(tokenizer(s)["input_ids"]) - 1 for s in DOCUMENT_SENTENCES]

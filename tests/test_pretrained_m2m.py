@@ -279,6 +279,13 @@ def test_the_savedmodel_and_ctranslate2_exports_translate_as_the_workdir(referen
         assert exported.translate_lines(lines) == expected["plain"], name
         assert exported.translate_lines(lines, target_lang="fra_Latn") == expected["target"], name
         assert exported.translate_lines(exported.with_source_lang(lines, "deu_Latn")) == expected["source"], name
+        assert exported.source_language == translator.source_language == "eng_Latn", name  # the export's metadata
+        # the signals count the forced language token on every engine alike
+        ours, theirs = (t.translate_detailed(lines, target_lang="fra_Latn") for t in (translator, exported))
+        assert [d.tokens for d in theirs] == [d.tokens for d in ours], name
+        np.testing.assert_allclose([d.mean_log_prob for d in theirs], [d.mean_log_prob for d in ours], atol=1e-4)
+        assert ([exported.count_source_tokens(line) for line in lines] ==
+                [translator.count_source_tokens(line) for line in lines]), name
     import tensorflow as tf
     loaded = tf.saved_model.load(str(tmp_path / "savedmodel"))
     served = loaded.signatures["translate_prefix"](inputs=tf.constant(lines),
@@ -353,3 +360,43 @@ def test_the_fairseq_sinusoids_with_an_offset_are_m2m_100s_table_and_round_trip(
     again = keras.layers.deserialize(keras.layers.serialize(layer))
     assert (again.layout, again.offset) == ("fairseq", 2)
     np.testing.assert_array_equal(np.asarray(again(np.zeros((1, 5, d_model), "float32")))[0], out[:5])
+
+
+DOCUMENT = ("A man rides a bike. Two dogs play in the snow near a house.\n\nA girl.\n\n"
+            "  - Two men sit on a bench!\n  - A woman sings on a stage.\n")
+DOCUMENT_SENTENCES = ["A man rides a bike.", "Two dogs play in the snow near a house.", "A girl.",
+                      "Two men sit on a bench!", "A woman sings on a stage."]
+
+
+def document_layout(t):
+    """`DOCUMENT` with its five sentences replaced by `t`'s."""
+    return f"{t[0]} {t[1]}\n\n{t[2]}\n\n  - {t[3]}\n  - {t[4]}\n"
+
+
+@pytest.mark.slow
+def test_an_imported_nllb_model_translates_a_document_with_its_language_codes(references, monkeypatch):
+    """An imported NLLB workdir through translate_document: the segmenter takes the model's source language
+    (src_lang) or the one given, whose token goes first; the target language's token is forced; each sentence
+    comes back as translate_lines translates it alone, in the document's layout."""
+    from keras_transformer.documents import document
+    from keras_transformer.engines.loader import load_translator
+    _, workdir, _, tokenizer = references["nllb"]
+    translator = load_translator(workdir, strategy="greedy")
+    assert translator.source_language == "eng_Latn"
+    languages, segment = [], document.segment
+    monkeypatch.setattr(document, "segment", lambda text, language: languages.append(language) or segment(
+        text, language))
+    expected = translator.translate_lines(DOCUMENT_SENTENCES, target_lang="fra_Latn")
+    assert translator.translate_document(DOCUMENT, target_lang="fra_Latn") == document_layout(expected)
+    from_german = translator.translate_lines(translator.with_source_lang(DOCUMENT_SENTENCES, "deu_Latn"),
+                                             target_lang="fra_Latn")
+    assert from_german != expected
+    details = translator.translate_document(DOCUMENT, source_lang="deu_Latn", target_lang="fra_Latn", details=True)
+    assert details["text"] == document_layout(from_german)
+    assert languages == ["eng_Latn", "deu_Latn"]
+    assert [(r["source"], r["translation"]) for r in details["sentences"]] == list(zip(DOCUMENT_SENTENCES,
+                                                                                        from_german))
+    assert all(r["tokens"] >= 2 for r in details["sentences"])  # the language token and </s> at least
+    # the budget counts the sentence's pieces: the reference's ids less the language token and </s>
+    assert [translator.count_source_tokens(s) for s in DOCUMENT_SENTENCES] == [
+        len(tokenizer(s)["input_ids"]) - 2 for s in DOCUMENT_SENTENCES]

@@ -43,6 +43,11 @@ class Upper(TranslatorInterface):
         self.batches.append(list(texts))
         return [text.upper() for text in texts]
 
+    def details_batch(self, texts, prefixes=None):  # each text's upper-casing, its score -1 per word
+        from keras_transformer.engines.details import Translation
+        return [Translation(text, -1.0 * len(text.split()), -1.0 * len(text.split()), len(text.split()))
+                for text in self.translate_batch(texts, prefixes)]
+
 
 @pytest.fixture
 def run(tmp_path, monkeypatch, capsys):

@@ -86,7 +86,8 @@ def estimate_tokens(text: str) -> int:
 def translate_sentences(translate_lines: Callable[[list[str]], list[str]], sentences: Sequence[str],
                         max_tokens: int = DEFAULT_MAX_TOKENS, count_tokens: Callable[[str], int] | None = None,
                         target_lang: str | None = None, progress: Progress | None = None, chunk_size: int = 64,
-                        details: list[dict[str, Any]] | None = None) -> list[str]:
+                        details: list[dict[str, Any]] | None = None,
+                        on_sentence: Callable[[str, list[str], str], None] | None = None) -> list[str]:
     """One translation per sentence, from one call of `translate_lines` over every sentence's parts (`cut`).
 
     With `progress`, the parts go to `translate_lines` in chunks of `chunk_size` instead, shortest first (in
@@ -103,6 +104,8 @@ def translate_sentences(translate_lines: Callable[[list[str]], list[str]], sente
         progress: called with `(parts done, parts in all)` as the translation goes; None: one call, no report.
         chunk_size: parts per call of `translate_lines` with `progress`.
         details: a list that gets one `{"source", "translation", "parts"}` dict per sentence, in order.
+        on_sentence: called per sentence, in order, after all are translated, with the sentence, the parts it was
+            translated in (the `translate_lines` lines, in order) and its translation.
 
     Raises:
         ValueError: `translate_lines` gave another number of translations than it was given sentences.
@@ -133,6 +136,8 @@ def translate_sentences(translate_lines: Callable[[list[str]], list[str]], sente
         position += len(group)
         if details is not None:
             details.append({"source": sentence, "translation": out[-1], "parts": len(group)})
+        if on_sentence is not None:
+            on_sentence(sentence, list(group), out[-1])
     return out
 
 
@@ -150,7 +155,8 @@ def translate_document(translate_lines: Callable[[list[str]], list[str]], text: 
                        count_tokens: Callable[[str], int] | None = None, align: Aligner | None = None,
                        target_lang: str | None = None, attributes: Sequence[str] = ("alt", "title"),
                        max_bytes: int = MAX_DOCUMENT_BYTES, progress: Progress | None = None, chunk_size: int = 64,
-                       details: list[dict[str, Any]] | None = None) -> str:
+                       details: list[dict[str, Any]] | None = None,
+                       on_sentence: Callable[[str, list[str], str], None] | None = None) -> str:
     """`text` translated sentence by sentence, with its layout (plain text) or its markup (HTML, XML) kept.
 
     Args:
@@ -172,6 +178,8 @@ def translate_document(translate_lines: Callable[[list[str]], list[str]], text: 
         chunk_size: parts per call of `translate_lines` with `progress`.
         details: a list that gets one `{"source", "translation", "parts"}` dict per translated sentence (and
             attribute text), in the order they were sent.
+        on_sentence: called per sentence translated, as in `translate_sentences` (a markup document's
+            attribute texts included).
 
     Returns:
         The translated document, a `str`; an empty (or whitespace-only) document comes back as it is.
@@ -203,7 +211,8 @@ def translate_document(translate_lines: Callable[[list[str]], list[str]], text: 
 
     def translate(sentences: list[str]) -> list[str]:
         return translate_sentences(translate_lines, sentences, budget, count_tokens, target_lang, progress=progress,
-                                   chunk_size=chunk_size, details=details)
+                                   chunk_size=chunk_size, details=details,
+                                   on_sentence=on_sentence)
 
     if format == "text":
         segmented = segment(text, source_lang)

@@ -22,6 +22,7 @@ import numpy as np
 
 from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.engines.ctranslate2_cpu import cpu_model, default_intra_threads, select_cpu_backend
+from keras_transformer.engines.details import Translation
 from keras_transformer.engines.interface import Lines, TranslatorInterface, check_prefix_ids
 from keras_transformer.errors import ConfigError
 from keras_transformer.workdir.layout import CTRANSLATE2_METADATA
@@ -461,18 +462,38 @@ class CTranslate2Translator(TranslatorInterface):
         return self.target_processor.decode(kept)
 
     # ------------------------------------------------------------------ strings
+    def _hypotheses(self, texts: list[str], prefixes: list[str] | None) -> list[list[tuple[list[int], float]]]:
+        """`_search` of cleaned texts, each starting with its prefix text (checked) where `prefixes` are given."""
+        forced = None
+        if prefixes is not None:
+            forced = [[self.target_tokens[i] for i in ids] for ids in self.target_prefix_ids(prefixes)]
+        return self._search([self.encode_source(text) for text in texts], forced)
+
     def n_best_batch(self, texts: list[str], prefixes: list[str] | None = None) -> list[list[tuple[str, float]]]:
         """Per text (cleaned, not blank: `TranslatorInterface`), `returned()` `(text, score)` pairs, best first;
         with `prefixes` (one text per text), each starting with its text's target prefix."""
         returned = self.returned()
         results = []
-        forced = None
-        if prefixes is not None:
-            forced = [[self.target_tokens[i] for i in ids] for ids in self.target_prefix_ids(prefixes)]
-        for hypotheses in self._search([self.encode_source(text) for text in texts], forced):
+        for hypotheses in self._hypotheses(texts, prefixes):
             ranked = [(self._detokenize(ids), score) for ids, score in hypotheses]
             results.append((ranked + [("", float("-inf"))] * returned)[:returned])
         return results
+
+    def details_batch(self, texts: list[str], prefixes: list[str] | None = None) -> list[Translation]:
+        """Per text, the best of `n_best_batch` as a `details.Translation`: its tokens are CTranslate2's
+        hypothesis, the prefix and eos included, as its score counts them."""
+        return [Translation.from_score(self._detokenize(ids), score, len(ids), self.scoring_alpha)
+                for (ids, score), *_ in self._hypotheses(texts, prefixes)]
+
+    def count_source_tokens(self, text: str) -> int:
+        """The source SentencePiece model's pieces of `text` (without eos or a language token), for
+        `translate_document`'s budget."""
+        return len(self.source_processor.encode(text))
+
+    @property
+    def source_language(self) -> str | None:
+        """The language a multilingual export translates from by default (its metadata's), else None."""
+        return self._language["source"]
 
     def translate_batch(self, texts: list[str], prefixes: list[str] | None = None) -> list[str]:
         """The best of `n_best_batch`, per text."""

@@ -17,7 +17,8 @@ and lone surrogates become U+FFFD), a blank line (empty or ASCII whitespace only
 reaching the engine, the other lines go to the engine in batches of similar length and come back in input order,
 scores are normalised with `scoring_alpha`, and options are refused when the engine does not implement their
 strategy (`check_options`). An engine implements only its batch methods: `translate_batch`, `n_best_batch` and
-`score_batch`.
+`score_batch`, and `details_batch` for `translate_detailed` (each translation with its score, mean token
+log-probability and token count: `engines.details`).
 
 Target prefixes (`translate_lines(..., target_prefix=..., target_lang=...)`): each line's translation starts with
 its prefix, forced, then decoding goes on (docs/decoding.md, "Target prefixes"). A prefix is text of the target
@@ -29,8 +30,8 @@ that holds unk or leaves no room for a decoded token.
 Documents (`translate_document`): a whole text, HTML or XML document through `translate_lines`, segmented, its long
 sentences cut, its layout or markup kept, by `keras_transformer.documents` (docs/documents.md).
 
-This module imports only the standard library, the package's errors and `keras_transformer.documents` (numpy,
-lxml, sentencex).
+This module imports only the standard library, the package's errors, `engines.details` and
+`keras_transformer.documents` (numpy, lxml, sentencex).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from keras_transformer.documents import alignment, document
+from keras_transformer.engines.details import BLANK, SentenceDetails, Translation
 from keras_transformer.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -174,6 +176,11 @@ class TranslatorInterface(abc.ABC):
     @abc.abstractmethod
     def score_batch(self, sources: list[str], targets: list[str]) -> Iterable[float]:
         """Per pair of cleaned texts, the forced-decoding score (`score_lines`)."""
+
+    def details_batch(self, texts: list[str], prefixes: list[str] | None = None) -> list[Translation]:
+        """Per text (cleaned, not blank), its best translation as a `details.Translation` (text, score and the
+        tokens generated), as `translate_batch` translates it."""
+        raise NotImplementedError(f"The {self.engine} engine gives no per-sentence details (scores, log-probs).")
 
     @classmethod
     def load(cls, paths: list[Any], checkpoint: Any = None, average: int | None = None,
@@ -358,6 +365,23 @@ class TranslatorInterface(abc.ABC):
         return self._in_length_order("n_best_lines", lines, batch_size, self.n_best_batch,
                                      lambda: [("", 0.0)] * count, target_prefix, target_lang)
 
+    def translate_detailed(self, lines: Lines, batch_size: int = 64, target_prefix: Prefixes = None,
+                           target_lang: str | None = None) -> list[Translation]:
+        """Per line, its translation with its quality signals: a `details.Translation`, whose `text` is what
+        `translate_lines` gives, `score` what `n_best_lines` gives its best, `mean_log_prob` the mean of its
+        tokens' log-probabilities (</s> counted) and `tokens` their number; `to_dict()` for JSON.
+
+        A blank line gives `details.BLANK` (text "", every signal 0). Arguments as `translate_lines`.
+
+        Example:
+
+        >>> best = translator.translate_detailed(["A dog runs."])[0]  # doctest: +SKIP
+        >>> best.text, round(best.mean_log_prob, 2), round(best.score, 2), best.tokens  # doctest: +SKIP
+        ('Ein Hund rennt.', -0.16, -0.49, 5)
+        """
+        return self._in_length_order("translate_detailed", lines, batch_size, self.details_batch, lambda: BLANK,
+                                     target_prefix, target_lang)
+
     def score_lines(self, sources: Lines, targets: Lines, batch_size: int = 64) -> list[float]:
         """Forced decoding: per pair, log P(target | source) under the model, normalised as `n_best_lines` is.
 
@@ -396,7 +420,7 @@ class TranslatorInterface(abc.ABC):
                            target_lang: str | None = None, batch_size: int = 64, max_tokens: int | None = None,
                            align: alignment.Aligner | None = None, attributes: Sequence[str] = ("alt", "title"),
                            max_bytes: int = document.MAX_DOCUMENT_BYTES, progress: document.Progress | None = None,
-                           details: list[dict[str, Any]] | None = None) -> str:
+                           details: bool = False) -> str | dict[str, Any]:
         """A whole document translated sentence by sentence, its layout or markup kept (docs/documents.md).
 
         Every sentence of the document goes to `translate_lines` in one call, so batches are formed by length
@@ -421,7 +445,14 @@ class TranslatorInterface(abc.ABC):
             max_bytes: the largest document taken.
             progress: called with `(sentences done, sentences in all)` after each batch (sentences: the parts
                 sent to the engine); the batches are the same as without it.
-            details: a list that gets one `{"source", "translation", "parts"}` dict per sentence, in order.
+            details: also give each sentence's translation and quality signals (`translate_detailed`).
+
+        Returns:
+            The translated document (`str`); with `details`, a JSON-ready dict: `text`, the translated document,
+            and `sentences`, one record per sentence translated, in document order (a markup document's
+            translated attributes included): `source`, `translation`, `score`, `mean_log_prob`, `log_prob` and
+            `tokens` (`details.sentence_record`; a sentence cut into parts sums its parts' log-probabilities and
+            tokens, its score normalised over them all).
 
         Raises:
             DocumentError: binary data, invalid UTF-8 (the byte offset named), a document over `max_bytes`, XML
@@ -447,9 +478,15 @@ class TranslatorInterface(abc.ABC):
             lines = self.document_sources(sentences, source_lang, caller)
             return self.translate_lines(lines, batch_size=batch_size, target_lang=target_lang)
 
-        return document.translate_document(
-            translate_lines, text, format, **self.document_settings(source_lang, target_lang, max_tokens, align),
-            attributes=attributes, max_bytes=max_bytes, progress=progress, chunk_size=batch_size, details=details)
+        gathered = SentenceDetails(lambda sentences: self.translate_detailed(
+            self.document_sources(sentences, source_lang, caller), batch_size=batch_size, target_lang=target_lang),
+            self.scoring_alpha) if details else None
+        translated = document.translate_document(
+            gathered.translate_lines if gathered else translate_lines, text, format,
+            **self.document_settings(source_lang, target_lang, max_tokens, align), attributes=attributes,
+            max_bytes=max_bytes, progress=progress, chunk_size=batch_size,
+            on_sentence=gathered.on_sentence if gathered else None)
+        return {"text": translated, "sentences": gathered.sentences} if gathered else translated
 
     def document_settings(self, source_lang: str | None = None, target_lang: str | None = None,
                           max_tokens: int | None = None, align: alignment.Aligner | None = None) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from keras_transformer.attention.maps import AttentionMaps, attention_maps, stri
 from keras_transformer.config import TransformerConfig
 from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.decoding.registry import STRATEGIES
+from keras_transformer.engines.details import Translation
 from keras_transformer.engines.interface import TranslatorInterface, check_prefix_ids, clean_line, is_blank
 from keras_transformer.errors import ConfigError
 from keras_transformer.model import parts
@@ -108,10 +109,11 @@ class PackedTranslator(TranslatorInterface):
                 for text in prefixes]
 
     def _decode(self, texts: list[str], num_return: int,
-                prefixes: list[str] | None = None) -> list[list[tuple[list[int], float]]]:
-        """Per text (cleaned, not blank), `num_return` `(token ids without specials, score)` pairs: one search over
-        the batch, its width rounded up to a multiple of 8 (few shapes); with `prefixes`, each output starts
-        with its text's prefix (the prefix width rounded up likewise)."""
+                prefixes: list[str] | None = None) -> list[list[tuple[list[int], float, int]]]:
+        """Per text (cleaned, not blank), `num_return` `(token ids without specials, score, tokens generated)`:
+        one search over the batch, its width rounded up to a multiple of 8 (few shapes); with `prefixes`, each
+        output starts with its text's prefix (the prefix width rounded up likewise). The tokens generated are
+        those the score counts: the prefix's and eos included."""
         config, options = self.config, self.options.replace(n_best=num_return)
         ids = [self._source_ids(text) for text in texts]
         max_source = parts(self.model).source_position.max_length
@@ -125,8 +127,9 @@ class PackedTranslator(TranslatorInterface):
             [self.model], source, options, pad_id=config.pad_id, bos_id=config.bos_id, eos_id=config.eos_id,
             **forced)
         tokens, scores = keras.ops.convert_to_numpy(tokens), keras.ops.convert_to_numpy(scores)
-        return [[(strip_special(tokens[row, r], config.eos_id, config.pad_id, config.bos_id), float(scores[row, r]))
-                 for r in range(num_return)] for row in range(len(texts))]
+        return [[(strip_special(tokens[row, r], config.eos_id, config.pad_id, config.bos_id), float(scores[row, r]),
+                  int(np.sum(tokens[row, r] != config.pad_id))) for r in range(num_return)]
+                for row in range(len(texts))]
 
     def translate_batch(self, texts: list[str], prefixes: list[str] | None = None) -> list[str]:
         """One translation per cleaned, non-blank text (`TranslatorInterface.translate_lines` calls it); with
@@ -138,8 +141,18 @@ class PackedTranslator(TranslatorInterface):
         """Per cleaned, non-blank text, `returned()` `(translation, score)` pairs (`n_best_lines` calls it); with
         `prefixes`, each starting with its text's prefix."""
         decode = self.processors[1].decode
-        return [[(decode(ids), score) for ids, score in hypotheses]
+        return [[(decode(ids), score) for ids, score, _ in hypotheses]
                 for hypotheses in self._decode(texts, self.returned(), prefixes)]
+
+    def details_batch(self, texts: list[str], prefixes: list[str] | None = None) -> list[Translation]:
+        """Per cleaned, non-blank text, its best translation as a `details.Translation` (`translate_detailed`)."""
+        decode = self.processors[1].decode
+        return [Translation.from_score(decode(ids), score, tokens, self.scoring_alpha)
+                for (ids, score, tokens), *_ in self._decode(texts, 1, prefixes)]
+
+    def count_source_tokens(self, text: str) -> int:
+        """The source SentencePiece model's tokens of `text` (without eos), for `translate_document`'s budget."""
+        return len(self.processors[0].encode(text))
 
     def score_batch(self, sources: list[str], targets: list[str]) -> list[float]:
         """Forced decoding of cleaned pairs (`decoding.score`; `score_lines` calls it)."""

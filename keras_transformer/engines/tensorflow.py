@@ -34,6 +34,7 @@ from keras_transformer.decoding.registry import STRATEGIES
 from keras_transformer.decoding.strategies import SAMPLING_FIELDS
 from keras_transformer.engines.interface import TranslatorInterface, check_prefix_ids, clean_line
 from keras_transformer.engines.tensorflow_chunks import score_in_length_order, search_in_length_order
+from keras_transformer.engines.tensorflow_details import count_source_tokens, details_batch
 from keras_transformer.engines.tensorflow_graph import (
     blank_strings,
     check_vocabulary_sizes,
@@ -132,6 +133,7 @@ class Translator(tf.Module, TranslatorInterface):
 
     engine = "tensorflow"
     strategies = tuple(STRATEGIES)  # every registered strategy: the search is `decoding.strategy(name)`
+    details_batch, count_source_tokens = details_batch, count_source_tokens  # engines.tensorflow_details
 
     def __init__(self, model: Any, source_tokenizer: Any, target_tokenizer: Any = None,
                  options: DecodeOptions | None = None, jit_compile: bool = False,
