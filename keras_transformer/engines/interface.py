@@ -29,8 +29,8 @@ that holds unk or leaves no room for a decoded token.
 Documents (`translate_document`): a whole text, HTML or XML document through `translate_lines`, segmented, its long
 sentences cut, its layout or markup kept, by `keras_transformer.documents` (docs/documents.md).
 
-This module imports only the standard library, the package's errors and `keras_transformer.documents` (numpy,
-lxml, sentencex).
+This module imports only the standard library, the package's errors, `engines.terms` and
+`keras_transformer.documents` (numpy, lxml, sentencex).
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from keras_transformer.documents import alignment, document
+from keras_transformer.engines.terms import refuse
 from keras_transformer.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -314,8 +315,34 @@ class TranslatorInterface(abc.ABC):
         return _scattered(outputs, order, batch_size, lambda chunk: run_batch(
             [texts[i] for i in chunk], prefixes=[prefixes[i] for i in chunk]))
 
+    def translate_terms(self, lines: Lines, constraints: Sequence[Any] | None = None, banned: Any = None,
+                        glossary: Any = None, batch_size: int = 64, target_prefix: Prefixes = None,
+                        target_lang: str | None = None, num_return: int = 1) -> list[list[dict[str, Any]]]:
+        """Per line, `num_return` hypotheses held to terms, best first: `{"translation", "score", "unmet"}`,
+        `unmet` listing the line's constraints the hypothesis lacks (one that cannot fit in the length limit).
+
+        `constraints`: one list per line of target terms its translation must contain (each a text, or a list
+        of alternative forms); `banned`: target texts no translation may contain; `glossary`: a
+        `decoding.Glossary` or a TSV glossary's path, whose entries found in a line add their terms to its
+        constraints (`engines.terms`, with the limits). The other arguments as in `translate_lines`.
+
+        This default refuses (`engines.terms.refuse`): an engine that forces terms overrides it (the TensorFlow
+        engine's is `engines.tensorflow_terms.TermSearch.translate_terms`).
+
+        Raises:
+            ConfigError: an engine that cannot force terms, sampling with constraints, an empty term, a term
+                holding text the target vocabulary lacks, a request over the limits (each named).
+
+        Example:
+
+        >>> translator.translate_terms(["The agreement."], constraints=[["Vertrag"]])  # doctest: +SKIP
+        [[{'translation': 'Der Vertrag.', 'score': -0.41, 'unmet': []}]]
+        """
+        raise refuse(self.engine)
+
     def translate_lines(self, lines: Lines, batch_size: int = 64, target_prefix: Prefixes = None,
-                        target_lang: str | None = None) -> list[str]:
+                        target_lang: str | None = None, constraints: Sequence[Any] | None = None, banned: Any = None,
+                        glossary: Any = None) -> list[str]:
         """One translation per line (`str`), in order; a blank line translates to "".
 
         Args:
@@ -325,6 +352,8 @@ class TranslatorInterface(abc.ABC):
                 translation and its score), one for every line or a list of one per line ("" forces nothing).
             target_lang: a multilingual model's target language (one of `target_languages`): its language
                 token is forced first, before `target_prefix`.
+            constraints, banned, glossary: target terms each translation must contain, or must not
+                (`translate_terms`, which also says which constraints a translation lacks).
 
         Raises:
             TypeError: `lines` is one `str` or `bytes` (give a list), or holds something else.
@@ -338,16 +367,20 @@ class TranslatorInterface(abc.ABC):
         >>> translator.translate_lines(["A dog runs."], target_prefix="Der Hund")  # doctest: +SKIP
         ['Der Hund rennt.']
         """
+        if constraints is not None or banned is not None or glossary is not None:
+            found = self.translate_terms(lines, constraints, banned, glossary, batch_size, target_prefix, target_lang)
+            return [hypotheses[0]["translation"] for hypotheses in found]
         return self._in_length_order("translate_lines", lines, batch_size, self.translate_batch, str,
                                      target_prefix, target_lang)
 
     def n_best_lines(self, lines: Lines, batch_size: int = 64, target_prefix: Prefixes = None,
-                     target_lang: str | None = None) -> list[list[tuple[str, float]]]:
+                     target_lang: str | None = None, constraints: Sequence[Any] | None = None, banned: Any = None,
+                     glossary: Any = None) -> list[list[tuple[str, float]]]:
         """Per line, `returned()` `(translation, score)` pairs, best first (sampling: that many draws).
 
         Scores are those `translate_lines` ranks by: log-probabilities, length-normalised with `scoring_alpha`.
         A blank line gives `("", 0.0)` pairs. `target_prefix` and `target_lang` as in `translate_lines`: every
-        hypothesis starts with its line's prefix.
+        hypothesis starts with its line's prefix; `constraints`, `banned` and `glossary` as there too.
 
         Example:
 
@@ -355,6 +388,11 @@ class TranslatorInterface(abc.ABC):
         [('Ein Hund.', -0.21), ('Ein Hund rennt.', -0.74)]
         """
         count = self.returned()
+        if constraints is not None or banned is not None or glossary is not None:
+            found = self.translate_terms(lines, constraints, banned, glossary, batch_size, target_prefix, target_lang,
+                                         count)
+            return [[(hypothesis["translation"], hypothesis["score"]) for hypothesis in hypotheses]
+                    for hypotheses in found]
         return self._in_length_order("n_best_lines", lines, batch_size, self.n_best_batch,
                                      lambda: [("", 0.0)] * count, target_prefix, target_lang)
 

@@ -5,8 +5,8 @@ graphs, and the whole path runs in one `tf.function` that the export module
 saves in a SavedModel. The search itself is `keras_transformer.decoding`
 (the strategy its `DecodeOptions` name), the graph's pieces are
 `engines.tensorflow_graph`'s, a batch's length-ordered chunks
-`engines.tensorflow_chunks`'s, and the Python-level methods (line clean-up,
-blanks, length order) are `keras_transformer.engines.interface.TranslatorInterface`'s.
+`engines.tensorflow_chunks`'s, a search with terms `engines.tensorflow_terms`'s, and the Python-level methods
+(line clean-up, blanks, length order) are `keras_transformer.engines.interface.TranslatorInterface`'s.
 `keras_transformer.load_translator` builds one for a workdir or SavedModel export.
 
 The graph itself replaces bytes that are not valid UTF-8 by U+FFFD and
@@ -42,6 +42,7 @@ from keras_transformer.engines.tensorflow_graph import (
     one_target_per_source,
     valid_utf8,
 )
+from keras_transformer.engines.tensorflow_terms import TermSearch
 from keras_transformer.model import parts
 from keras_transformer.trainer.footprint import search_memory
 from keras_transformer.workdir.checkpoints import load_models
@@ -71,7 +72,7 @@ EAGER_SENTENCES = 8
 PARALLEL_CHUNKS = 2
 
 
-class Translator(tf.Module, TranslatorInterface):
+class Translator(TermSearch, tf.Module, TranslatorInterface):
     """Translates batches of sentences with a `build_model` Transformer.
 
     Every method below that takes `tf.string` works inside `tf.function` and
