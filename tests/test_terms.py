@@ -1,12 +1,15 @@
 """Terms through the engines: `translate_lines` / `n_best_lines` / `translate_terms` with constraints, banned
 phrases and glossaries, against the search called with the ids directly; refusals by the engines that cannot."""
 
+import pathlib
+
 import numpy as np
 import pytest
 
-from keras_transformer import decoding
-from keras_transformer.decoding import Glossary
-from keras_transformer.engines.terms import MAX_CONSTRAINTS, MAX_TERM_TOKENS
+from keras_transformer import cli, decoding
+from keras_transformer.decoding import DecodeOptions, Glossary
+from keras_transformer.engines.interface import TranslatorInterface
+from keras_transformer.engines.terms import MAX_CONSTRAINTS, MAX_TERM_TOKENS, TermRequest
 from keras_transformer.errors import ConfigError
 
 MAX_EXTRA = 6
@@ -129,3 +132,94 @@ def test_engines_without_a_constrained_search_refuse_in_one_line(engine):
         with pytest.raises(ConfigError, match=f"^The {engine} engine cannot force or ban terms .*; use the "
                                               "TensorFlow engine: a workdir or a SavedModel export.$"):
             translator.translate_lines(["A contract."], **terms)
+
+
+# ------------------------------------------------------------------------------------------- the command line
+
+class Recorder(TranslatorInterface):
+    """An engine that forces terms by appending them, recording what each call got (no TensorFlow)."""
+
+    engine, strategies = "recorder", ("beam",)
+    n_best_batch = score_batch = None
+    options = DecodeOptions()
+
+    def __init__(self):
+        self.calls = []
+
+    def translate_batch(self, texts, prefixes=None):
+        return texts
+
+    def translate_terms(self, lines, constraints=None, banned=None, glossary=None, batch_size=64, target_prefix=None,
+                        target_lang=None, num_return=1):
+        self.calls.append((list(lines), constraints, banned, glossary))
+        request = TermRequest.build(len(lines), constraints, banned, glossary, list(lines))
+        return [[{"translation": " ".join([line] + [forms[0] for forms in terms]), "score": 0.0, "unmet": []}]
+                for line, terms in zip(lines, request.per_line)]
+
+
+class Refuser(Recorder):
+    translate_terms = TranslatorInterface.translate_terms  # the interface's default: it cannot force terms
+
+
+@pytest.fixture
+def run(tmp_path, monkeypatch, capsys):
+    """`run(argv, engine)`: `cli.main(["translate", "--model", "m", *argv])` in this process with `engine` as the
+    model (a folder `m` that passes the checks before loading): `(status, stdout, stderr lines but "Decoding")`."""
+    from keras_transformer.cli import commands
+    from keras_transformer.engines import loader
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "m" / "data" / "vocab").mkdir(parents=True)
+    (tmp_path / "m" / "model.yaml").write_text("d_model: 64\n", encoding="utf-8")
+    monkeypatch.setattr(commands, "import_tensorflow_quietly", lambda: None)
+
+    def call(argv, engine):
+        monkeypatch.setattr(loader, "load_translator", lambda *args, **options: engine)
+        status = cli.main(["translate", "--model", "m", *argv])
+        out, err = capsys.readouterr()
+        return status, out, [line for line in err.splitlines() if not line.startswith("Decoding: ")]
+
+    return call
+
+
+def test_translate_gives_every_sentence_the_constraints_and_each_its_glossary_terms(run, tmp_path):
+    (tmp_path / "terms.tsv").write_text("bike\tVelo\tRad\n", encoding="utf-8")
+    engine = Recorder()
+    status, out, _ = run(["--constraint", "Mann", "--constraint", "heute", "--glossary", "terms.tsv", "--ban", "Mist",
+                          "A man rides a bike.", "A man walks."], engine)
+    assert status == 0 and out == "A man rides a bike. Mann heute Velo\nA man walks. Mann heute\n"
+    lines, constraints, banned, glossary = engine.calls[0]
+    assert constraints == [["Mann", "heute"]] * 2 and banned == ["Mist"] and glossary.constraints("bike") == [
+        ("Velo", "Rad")]
+    status, out, _ = run(["A man walks."], engine)  # no terms: the plain path
+    assert (status, out, len(engine.calls)) == (0, "A man walks.\n", 1)
+
+
+def test_translate_refuses_bad_terms_in_one_line(run, tmp_path):
+    (tmp_path / "bad.tsv").write_text("bike\tVelo\nno tab here\n", encoding="utf-8")
+    (tmp_path / "doc.txt").write_text("A dog.", encoding="utf-8")
+    cases = [(["--glossary", "bad.tsv", "A dog."], Recorder(), "bad.tsv line 2"),
+             (["--constraint", "", "A dog."], Recorder(), "line 1's constraint 1 is empty"),
+             (["--constraint", "Hund", "A dog."], Refuser(), "The recorder engine cannot force or ban terms"),
+             (["--ban", "Hund", "A dog."], Refuser(), "The recorder engine cannot force or ban terms"),
+             (["--input", "doc.txt", "--constraint", "Hund"], Recorder(), "--constraint is for sentences")]
+    for argv, engine, message in cases:
+        status, out, err = run(argv, engine)
+        assert status == 2 and out == "" and len(err) == 1, (argv, err)
+        assert err[0].startswith("keras-transformer translate: error: ") and message in err[0], (argv, err)
+
+
+@pytest.mark.slow
+def test_the_shipped_model_puts_each_term_in_from_the_command_line(tmp_path, capsys):
+    """Slow: loads the shipped EN-DE SavedModel through the command line twice and decodes by constrained beam
+    search (TensorFlow's import and the model's load, tens of seconds): the TensorFlow engine behind
+    `translate --glossary` and `--constraint`, which the fast tests replace by a recording engine."""
+    model = str(pathlib.Path(__file__).resolve().parents[1] / "saved_models" / "multi30k_en_de")
+    (tmp_path / "terms.tsv").write_text("bike\tVelo\nman\tHerr\n", encoding="utf-8")
+    assert cli.main(["translate", "--model", model, "--glossary", str(tmp_path / "terms.tsv"),
+                     "A man rides a bike."]) == 0
+    out = capsys.readouterr().out
+    assert "Velo" in out and "Herr" in out, out
+    assert cli.main(["translate", "--model", model, "--constraint", "Gebäude", "--constraint", "schnell",
+                     "A man rides a bike.", "Two dogs play in the snow."]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 2 and all("Gebäude" in line and "schnell" in line for line in out), out
