@@ -223,3 +223,23 @@ def test_the_shipped_model_puts_each_term_in_from_the_command_line(tmp_path, cap
                      "A man rides a bike.", "Two dogs play in the snow."]) == 0
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 2 and all("Gebäude" in line and "schnell" in line for line in out), out
+
+
+@pytest.mark.slow
+def test_compiled_and_graph_constrained_searches_equal_the_eager_one(trained_copy_model, word_tokenizer):
+    """Slow: compiles the constrained search with XLA (seconds per shape). A translator with `jit_compile`, and
+    an uncompiled one given more than `EAGER_TERM_SENTENCES` lines (its `tf.function`), give the eager search's
+    constrained translations; an ensemble of one model twice gives that model's."""
+    from keras_transformer.engines.tensorflow import Translator
+    from keras_transformer.engines.tensorflow_terms import EAGER_TERM_SENTENCES
+
+    model = trained_copy_model[0]
+    settings = dict(beam_size=3, alpha=0.6, max_extra=MAX_EXTRA)
+    eager = Translator(model, word_tokenizer, **settings)
+    expected = eager.translate_lines(LINES, constraints=TERMS, banned=["w7"])
+    compiled = Translator(model, word_tokenizer, jit_compile=True, **settings)
+    assert compiled.translate_lines(LINES, constraints=TERMS, banned=["w7"]) == expected
+    many = LINES * (EAGER_TERM_SENTENCES // len(LINES) + 1)
+    assert eager.translate_lines(many, constraints=TERMS * (len(many) // len(LINES)), banned=["w7"]) == (
+        expected * (len(many) // len(LINES)))
+    assert Translator.ensemble([eager, eager]).translate_lines(LINES, constraints=TERMS, banned=["w7"]) == expected
