@@ -243,3 +243,25 @@ def test_compiled_and_graph_constrained_searches_equal_the_eager_one(trained_cop
     assert eager.translate_lines(many, constraints=TERMS * (len(many) // len(LINES)), banned=["w7"]) == (
         expected * (len(many) // len(LINES)))
     assert Translator.ensemble([eager, eager]).translate_lines(LINES, constraints=TERMS, banned=["w7"]) == expected
+
+
+def test_a_term_is_tokenized_as_it_appears_after_a_space_in_a_sentence():
+    """The subword caveat, decided: with the shipped model's SentencePiece vocabulary, a term's tokens are those
+    it has after a space inside a sentence (one-word, two-word, non-ASCII terms), so a whole word of the output
+    matches it."""
+    import types
+
+    from keras_transformer.data.tokenizers import load_tokenizers
+    from keras_transformer.engines.tensorflow_terms import TermSearch
+
+    vocab = pathlib.Path(__file__).resolve().parents[1] / "saved_models" / "multi30k_en_de" / "assets.extra" / "vocab"
+    target = load_tokenizers(vocab)[1]
+    translator = types.SimpleNamespace(target_tokenizer=target)
+    for term in ("Velo", "weißen Schnee", "Gebäude", "Fahrradfahrer"):
+        ids = TermSearch.term_tokens(translator, term)
+        in_sentence = target.tokenize([f"Ein Mann sieht {term}"]).to_list()[0]
+        assert in_sentence[-len(ids):] == ids and len(in_sentence) > len(ids), term
+    # Its byte pieces spell any character: a term this vocabulary has no piece for is forced byte by byte (the
+    # word tokenizer above, without them, refuses one: test_bad_terms_are_named).
+    snowmen = TermSearch.term_tokens(translator, "☃☃")
+    assert target.detokenize([snowmen]).numpy()[0].decode("utf-8") == "☃☃"
