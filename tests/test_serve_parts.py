@@ -343,3 +343,74 @@ def test_the_server_translates_documents_whole_batching_their_sentences_as_lines
         assert status == 413 and "--max-sentences" in json.loads(answer)["error"]
         status, answer = call("/translate", {"sentences": ["<a><b></a>"], "format": "xml"})
         assert status == 400 and "not well-formed" in json.loads(answer)["error"]
+
+
+def _terms_upper(refuses=False):
+    """`_document_upper`'s translator that also forces terms, as the TensorFlow engine's interface does: a
+    term the vocabulary lacks ("☃") is refused by `term_tokens`; a translation is the upper case followed by its
+    constraints' first forms, except a term of over 20 characters, reported unmet. With `refuses`, an engine
+    without terms."""
+    from keras_transformer.engines.terms import TermRequest
+    from keras_transformer.errors import ConfigError
+
+    upper = type(_document_upper())
+
+    class TermsUpper(upper):
+        def with_options(self, options):
+            return TermsUpper(options)
+
+        def term_tokens(self, text):
+            if "☃" in text:
+                raise ConfigError(f"The term {text!r} holds text the target vocabulary does not have.")
+            return [len(word) for word in text.split()]
+
+        def translate_terms(self, lines, constraints=None, banned=None, glossary=None, batch_size=64,
+                            target_prefix=None, target_lang=None, num_return=1):
+            request = TermRequest.build(len(lines), constraints, banned, glossary, lines)
+            return [[{"translation": " ".join([line.upper()] + [t[0] for t in terms if len(t[0]) <= 20]),
+                      "score": -1.0, "unmet": [t[0] for t in terms if len(t[0]) > 20]}] * num_return
+                    for line, terms in zip(lines, request.per_line)]
+
+    return upper() if refuses else TermsUpper()
+
+
+def test_translate_takes_constraints_a_glossary_and_banned_terms_and_refuses_bad_ones_with_400():
+    """/translate's `constraints` (per sentence), `glossary` (per request) and `banned`, on a translator without
+    a model, in this process: each sentence gets its terms and the glossary's, `unmet` names a term that could
+    not fit; every bad field is a 400 naming it; an engine without terms answers 400 naming itself."""
+    import json
+
+    pytest.importorskip("uvicorn")
+    pytest.importorskip("prometheus_client")
+    from keras_transformer.engines.terms import MAX_CONSTRAINTS
+    from keras_transformer.serving import build_app
+    from keras_transformer.serving.requests import parse_translate
+
+    long_term = "Donaudampfschifffahrtsgesellschaft"
+    body = {"sentences": ["A bike.", "A dog."], "constraints": [["Rad"], [long_term]],
+            "glossary": {"dog": ["Hund", "Köter"]}, "banned": ["Mist"]}
+    work = parse_translate(body, DecodeOptions(), ServeSettings(), translator=_terms_upper())
+    assert work.items == (("A bike.", None, (("Rad",),)), ("A dog.", None, ((long_term,), ("Hund", "Köter"))))
+    assert work.banned == ("Mist",) and work.key[3] == ("Mist",)
+    with serving(build_app(_terms_upper, "upper", ServeSettings())) as call:
+        status, answer = call("/translate", body)
+        assert status == 200 and json.loads(answer) == {
+            "translations": ["A BIKE. Rad", "A DOG. Hund"], "scores": [-1.0, -1.0], "unmet": [[], [long_term]]}
+        status, answer = call("/translate", {**body, "n_best": 2})
+        assert status == 200 and json.loads(answer)["unmet"] == [[[], []], [[long_term], [long_term]]]
+        status, answer = call("/translate", {"sentences": ["A dog."]})  # no terms: the plain path, no "unmet"
+        assert status == 200 and json.loads(answer) == {"translations": ["A DOG."], "scores": [-6.0]}
+        for bad, named in [({"constraints": [["Rad"]]}, "constraints: give one list of terms per line (2 line"),
+                           ({"constraints": [[""], []]}, "constraints: line 1's constraint 1 is empty"),
+                           ({"constraints": [["☃"], []]}, "The term '☃' holds text the target vocabulary"),
+                           ({"constraints": [["Rad"] * (MAX_CONSTRAINTS + 1), []]}, f"at most {MAX_CONSTRAINTS}"),
+                           ({"glossary": ["dog", "Hund"]}, "glossary must be an object"),
+                           ({"glossary": {"dog": 3}}, "glossary['dog'] must be a target term"),
+                           ({"banned": "Mist"}, "banned must be a list of target terms"),
+                           ({"strategy": "sample"}, "constraints: sampling cannot force terms"),
+                           ({"format": "text"}, "constraints is for sentences (format lines)")]:
+            status, answer = call("/translate", {**body, **bad})
+            assert status == 400 and named in json.loads(answer)["error"], (bad, answer)
+    with serving(build_app(lambda: _terms_upper(refuses=True), "upper", ServeSettings())) as call:
+        status, answer = call("/translate", {"sentences": ["A dog."], "banned": ["Mist"]})
+        assert status == 400 and json.loads(answer)["error"].startswith("The upper engine cannot force or ban terms")

@@ -42,7 +42,8 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from keras_transformer.attention.maps import KINDS, AttentionMaps
-from keras_transformer.engines.interface import TranslatorInterface, clean_line
+from keras_transformer.engines.interface import TranslatorInterface
+from keras_transformer.engines.lines import clean_line
 from keras_transformer.engines.loader import load_translator
 from keras_transformer.layers.position import sinusoidal_position_encoding
 from keras_transformer.trainer.schedules import NoamSchedule

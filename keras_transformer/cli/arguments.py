@@ -285,6 +285,14 @@ def _translate_arguments(commands: argparse._SubParsersAction[argparse.ArgumentP
     _weights_arguments(translate, ensemble=True)
     _decoding_arguments(translate)
     _prefix_arguments(translate, source_lang=True)
+    terms = translate.add_argument_group("terms (docs/decoding.md, \"Terminology\"; sentences only)")
+    terms.add_argument("--constraint", action="append", metavar="TERM",
+                       help="a target-language term every translation must contain (repeat it for several)")
+    terms.add_argument("--glossary", metavar="FILE",
+                       help="a TSV glossary (source term<TAB>target term[<TAB>another form]): each sentence must "
+                            "contain the target terms of the entries whose source term occurs in it")
+    terms.add_argument("--ban", action="append", metavar="TERM",
+                       help="a target-language term no translation may contain (repeat it for several)")
     translate.add_argument("--n-best", type=_POSITIVE, metavar="N",
                            help="print N hypotheses per sentence, best first, as 'INDEX<tab>SCORE<tab>TRANSLATION' "
                                 "lines (INDEX: the sentence's, from 0); beam search needs N <= --beam-size")

@@ -195,7 +195,9 @@ def check_translate_arguments(args: argparse.Namespace) -> None:
     if args.sentences and document:
         raise ConfigError(f"--format {args.format} translates a document from --input FILE or stdin; sentences "
                           "given as arguments are translated as lines.")
-    for flag, given in (("--n-best", args.n_best is not None), ("--target-prefix", args.target_prefix is not None)):
+    for flag, given in (("--n-best", args.n_best is not None), ("--target-prefix", args.target_prefix is not None),
+                        ("--constraint", bool(args.constraint)), ("--glossary", args.glossary is not None),
+                        ("--ban", bool(args.ban))):
         if given and document:
             raise ConfigError(f"{flag} is for sentences (--format lines), not for a document (--format "
                               f"{translate_format(args)}).")
@@ -225,6 +227,8 @@ def _translate_file(args: argparse.Namespace, translator: TranslatorInterface, f
 
 def _translate(args: argparse.Namespace) -> int:
     from keras_transformer import evaluation
+    from keras_transformer.decoding.glossary import Glossary  # a malformed glossary line named before loading
+    glossary = Glossary.read(args.glossary) if args.glossary is not None else None
     draw_seed(args)
     translator = _load_translator(args)
     print(f"Decoding: {translator.options.describe()}", file=sys.stderr)
@@ -243,11 +247,13 @@ def _translate(args: argparse.Namespace) -> int:
     for chunk in chunks:
         if args.source_lang is not None:
             chunk = translator.with_source_lang(chunk, args.source_lang, "translate")
+        terms: dict[str, Any] = {} if not (args.constraint or glossary is not None or args.ban) else {
+            "constraints": [list(args.constraint or ())] * len(chunk), "banned": args.ban, "glossary": glossary}
         if args.n_best is None:
-            for line in translator.translate_lines(chunk, batch_size=args.batch_size, **forced):
+            for line in translator.translate_lines(chunk, batch_size=args.batch_size, **forced, **terms):
                 print(evaluation.one_line(line))  # one output line per input sentence
         else:
-            for hypotheses in translator.n_best_lines(chunk, batch_size=args.batch_size, **forced):
+            for hypotheses in translator.n_best_lines(chunk, batch_size=args.batch_size, **forced, **terms):
                 for text, score in hypotheses[:args.n_best]:
                     print(f"{index}\t{score:.4f}\t{evaluation.one_line(text)}")
                 index += 1

@@ -466,9 +466,10 @@ class _ConstrainedSearch:
 
 
 def decode(models: Any, source: Any, options: DecodeOptions, pad_id: int, bos_id: int, eos_id: int,
-           first_cache_stage: int | None = None, row_keys: Any = None, target_prefix: Any = None) -> tuple[Any, Any]:
+           first_cache_stage: int | None = None, row_keys: Any = None, target_prefix: Any = None,
+           constraints: Any = None, banned: Any = None) -> tuple[Any, Any]:
     """The strategy's entry (`keras_transformer.decoding.STRATEGIES`): `beam_search` with `options` (and
-    `target_prefix`, as there).
+    `target_prefix`, `constraints` and `banned`, as there).
 
     Returns `options.returned()` hypotheses per sentence, best first: int32 `(B, R, T)` and float32
     `(B, R)` scores log P / lp(length). `row_keys` (used by sampling) are not needed here.
@@ -487,4 +488,4 @@ def decode(models: Any, source: Any, options: DecodeOptions, pad_id: int, bos_id
     return beam_search(models, source, beam_size=options.beam_size, alpha=options.alpha,
                        max_extra=options.max_extra, num_return=options.returned(), pad_id=pad_id, bos_id=bos_id,
                        eos_id=eos_id, first_cache_stage=first_cache_stage, early_exit=options.early_exit,
-                       target_prefix=target_prefix)
+                       target_prefix=target_prefix, constraints=constraints, banned=banned)

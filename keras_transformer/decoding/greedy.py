@@ -78,9 +78,10 @@ def greedy_decode(model: Any, source: Any, max_extra: int = 50, max_length: int 
 
 
 def decode(models: Any, source: Any, options: DecodeOptions, pad_id: int, bos_id: int, eos_id: int,
-           first_cache_stage: int | None = None, row_keys: Any = None, target_prefix: Any = None) -> tuple[Any, Any]:
+           first_cache_stage: int | None = None, row_keys: Any = None, target_prefix: Any = None,
+           constraints: Any = None, banned: Any = None) -> tuple[Any, Any]:
     """The strategy's search (`strategies.GreedySearch`): `greedy_decode` with `options` (and
-    `target_prefix`, as there).
+    `target_prefix`, `constraints` and `banned`, as there).
 
     Returns int32 `(B, 1, T)` and float32 `(B, 1)` scores log P(tokens | source) (no length penalty).
 
@@ -96,5 +97,6 @@ def decode(models: Any, source: Any, options: DecodeOptions, pad_id: int, bos_id
     ((1, 1, 6), (1, 1))
     """
     tokens, scores = greedy_decode(models, source, max_extra=options.max_extra, pad_id=pad_id, bos_id=bos_id,
-                                   eos_id=eos_id, first_cache_stage=first_cache_stage, target_prefix=target_prefix)
+                                   eos_id=eos_id, first_cache_stage=first_cache_stage, target_prefix=target_prefix,
+                                   constraints=constraints, banned=banned)
     return ops.expand_dims(tokens, 1), ops.expand_dims(scores, 1)

@@ -373,9 +373,10 @@ def sample(model: Any, source: Any, top_k: Any = 0, top_p: Any = 1.0, temperatur
 
 
 def decode(models: Any, source: Any, options: DecodeOptions, pad_id: int, bos_id: int, eos_id: int,
-           first_cache_stage: int | None = None, row_keys: Any = None, target_prefix: Any = None) -> tuple[Any, Any]:
+           first_cache_stage: int | None = None, row_keys: Any = None, target_prefix: Any = None,
+           constraints: Any = None, banned: Any = None) -> tuple[Any, Any]:
     """The strategy's search (`strategies.Sampling`): `sample` with `options` (and
-    `target_prefix`, as there).
+    `target_prefix`, `constraints`, refused, and `banned`, as there).
 
     Returns `options.returned()` independent samples per sentence: int32 `(B, R, T)` and float32 `(B, R)`
     scores log P(tokens | source) (no length penalty). `row_keys` as in `sample`.
@@ -394,4 +395,4 @@ def decode(models: Any, source: Any, options: DecodeOptions, pad_id: int, bos_id
     return sample(models, source, top_k=options.top_k, top_p=options.top_p, temperature=options.temperature,
                   seed=options.seed, row_keys=row_keys, num_return=options.returned(), max_extra=options.max_extra,
                   pad_id=pad_id, bos_id=bos_id, eos_id=eos_id, first_cache_stage=first_cache_stage,
-                  target_prefix=target_prefix)
+                  target_prefix=target_prefix, constraints=constraints, banned=banned)

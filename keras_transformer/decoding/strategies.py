@@ -120,7 +120,8 @@ class Strategy:
     @classmethod
     def decode_function(cls) -> Callable[..., Any]:
         """The search: `decode(models, source, options, pad_id, bos_id, eos_id, first_cache_stage=None,
-        row_keys=None, target_prefix=None) -> (tokens (B, R, T), scores (B, R))`, its module imported now."""
+        row_keys=None, target_prefix=None, constraints=None, banned=None) -> (tokens (B, R, T), scores (B, R))`,
+        its module imported now."""
         if callable(cls.search):
             return cls.search
         module, _, function = cls.search.partition(":")

@@ -23,7 +23,8 @@ import numpy as np
 from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.engines.ctranslate2_cpu import cpu_model, default_intra_threads, select_cpu_backend
 from keras_transformer.engines.details import Translation
-from keras_transformer.engines.interface import Lines, TranslatorInterface, check_prefix_ids
+from keras_transformer.engines.interface import TranslatorInterface
+from keras_transformer.engines.lines import Lines, check_prefix_ids
 from keras_transformer.errors import ConfigError
 from keras_transformer.workdir.layout import CTRANSLATE2_METADATA
 
@@ -367,7 +368,7 @@ class CTranslate2Translator(TranslatorInterface):
         return tuple((self.metadata.get("languages") or {}).get("source", {}).get("languages", ()))
 
     def target_prefix_ids(self, prefixes: list[str]) -> list[list[int]]:
-        """Per prefix text, its forced target ids (no eos), checked (`interface.check_prefix_ids`): the target
+        """Per prefix text, its forced target ids (no eos), checked (`lines.check_prefix_ids`): the target
         SentencePiece model's ids, or for an imported vocabulary the ids of its pieces in that vocabulary (a
         ``>>xx<<`` tag whole), which index `target_tokens` alike."""
         encode: Callable[[str], list[int]]

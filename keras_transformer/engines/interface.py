@@ -30,7 +30,7 @@ that holds unk or leaves no room for a decoded token.
 Documents (`translate_document`): a whole text, HTML or XML document through `translate_lines`, segmented, its long
 sentences cut, its layout or markup kept, by `keras_transformer.documents` (docs/documents.md).
 
-This module imports only the standard library, the package's errors, `engines.details` and
+This module imports only the standard library, the package's errors, `engines.details`, `engines.terms` and
 `keras_transformer.documents` (numpy, lxml, sentencex).
 """
 
@@ -38,87 +38,19 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any
 
 from keras_transformer.documents import alignment, document
 from keras_transformer.engines.details import BLANK, SentenceDetails, Translation
+from keras_transformer.engines.lines import ASCII_WHITESPACE, Lines, Prefixes, clean_line, is_blank
+from keras_transformer.engines.terms import refuse
 from keras_transformer.errors import ConfigError
 
 if TYPE_CHECKING:
     from keras_transformer.decoding.options import DecodeOptions
 
-# Lines in: `str`, or UTF-8 `bytes`.
-Lines: TypeAlias = Iterable[str | bytes]
-# A target prefix: one text for every line, or a list of one per line (None: no prefix).
-Prefixes: TypeAlias = str | bytes | Sequence[str | bytes] | None
-
 # Source positions a sentence's tokens leave to the specials: the end token, and a multilingual model's language token.
 SPECIAL_POSITIONS = 2
-
-# What a blank line may hold: the whitespace TensorFlow's `tf.strings.strip` removes, for every engine alike.
-ASCII_WHITESPACE = " \t\n\v\f\r"
-
-
-def clean_line(line: str | bytes, caller: str = "translator") -> str:
-    """A line as text, the one rule every engine reads lines by: invalid UTF-8 becomes U+FFFD.
-
-    `bytes` are decoded as UTF-8. In a `str`, the lone surrogates by which Python keeps the undecodable bytes of
-    stdin, argv and file names ("surrogateescape") are those bytes again, and any other lone surrogate its invalid
-    3-byte form; either way they are invalid UTF-8, each byte replaced as Python's "replace" error handler does
-    (TensorFlow's `unicode_transcode` replaces the same bytes).
-
-    Raises:
-        TypeError: neither `str` nor `bytes` (the type named).
-
-    Example:
-
-    >>> clean_line("a \\ud800 b"), clean_line(b"x\\xffy"), clean_line("Ein Hund.")
-    ('a \ufffd\ufffd\ufffd b', 'x\ufffdy', 'Ein Hund.')
-    """
-    if isinstance(line, bytes):
-        data = line
-    elif isinstance(line, str):
-        try:
-            data = line.encode("utf-8", "surrogateescape")
-        except UnicodeEncodeError:
-            data = line.encode("utf-8", "surrogatepass")
-    else:
-        raise TypeError(f"{caller}: sentences must be str (or UTF-8 bytes), got {type(line).__name__}: {line!r}.")
-    return data.decode("utf-8", "replace")
-
-
-def is_blank(text: str) -> bool:
-    """True for a line with nothing to translate: empty, or ASCII whitespace only (`ASCII_WHITESPACE`).
-
-    Example:
-
-    >>> is_blank(" \\t"), is_blank("\\u00a0"), is_blank("a")
-    (True, False, False)
-    """
-    return not text.strip(ASCII_WHITESPACE)
-
-
-def check_prefix_ids(caller: str, text: str, ids: list[int], unk_id: int | None, max_target_length: int) -> list[int]:
-    """`ids`, a prefix's target ids, or a `ValueError` naming the prefix: one holding the unk id (text the target
-    vocabulary lacks: forcing it would force unk), or one of `max_target_length` tokens or more (no room left for
-    a decoded token).
-
-    Example:
-
-    >>> check_prefix_ids("translate", "Ein Hund", [57, 980], unk_id=1, max_target_length=128)
-    [57, 980]
-    >>> check_prefix_ids("translate", "Ein ☃", [57, 1], unk_id=1, max_target_length=128)
-    Traceback (most recent call last):
-    ...
-    ValueError: translate: the target prefix 'Ein ☃' holds text the target vocabulary does not have (token 2 ...
-    """
-    if unk_id is not None and unk_id in ids:
-        raise ValueError(f"{caller}: the target prefix {text!r} holds text the target vocabulary does not have "
-                         f"(token {ids.index(unk_id) + 1} of {len(ids)} is unk); forcing it would force unk.")
-    if len(ids) >= max_target_length:
-        raise ValueError(f"{caller}: the target prefix {text[:40]!r}... has {len(ids)} tokens; the model produces at "
-                         f"most {max_target_length}, so a prefix has at most {max_target_length - 1}.")
-    return ids
 
 
 def scoring_alpha(options: DecodeOptions) -> float:
@@ -321,8 +253,34 @@ class TranslatorInterface(abc.ABC):
         return _scattered(outputs, order, batch_size, lambda chunk: run_batch(
             [texts[i] for i in chunk], prefixes=[prefixes[i] for i in chunk]))
 
+    def translate_terms(self, lines: Lines, constraints: Sequence[Any] | None = None, banned: Any = None,
+                        glossary: Any = None, batch_size: int = 64, target_prefix: Prefixes = None,
+                        target_lang: str | None = None, num_return: int = 1) -> list[list[dict[str, Any]]]:
+        """Per line, `num_return` hypotheses held to terms, best first: `{"translation", "score", "unmet"}`,
+        `unmet` listing the line's constraints the hypothesis lacks (one that cannot fit in the length limit).
+
+        `constraints`: one list per line of target terms its translation must contain (each a text, or a list
+        of alternative forms); `banned`: target texts no translation may contain; `glossary`: a
+        `decoding.Glossary` or a TSV glossary's path, whose entries found in a line add their terms to its
+        constraints (`engines.terms`, with the limits). The other arguments as in `translate_lines`.
+
+        This default refuses (`engines.terms.refuse`): an engine that forces terms overrides it (the TensorFlow
+        engine's is `engines.tensorflow_terms.TermSearch.translate_terms`).
+
+        Raises:
+            ConfigError: an engine that cannot force terms, sampling with constraints, an empty term, a term
+                holding text the target vocabulary lacks, a request over the limits (each named).
+
+        Example:
+
+        >>> translator.translate_terms(["The agreement."], constraints=[["Vertrag"]])  # doctest: +SKIP
+        [[{'translation': 'Der Vertrag.', 'score': -0.41, 'unmet': []}]]
+        """
+        raise refuse(self.engine)
+
     def translate_lines(self, lines: Lines, batch_size: int = 64, target_prefix: Prefixes = None,
-                        target_lang: str | None = None) -> list[str]:
+                        target_lang: str | None = None, constraints: Sequence[Any] | None = None, banned: Any = None,
+                        glossary: Any = None) -> list[str]:
         """One translation per line (`str`), in order; a blank line translates to "".
 
         Args:
@@ -332,6 +290,8 @@ class TranslatorInterface(abc.ABC):
                 translation and its score), one for every line or a list of one per line ("" forces nothing).
             target_lang: a multilingual model's target language (one of `target_languages`): its language
                 token is forced first, before `target_prefix`.
+            constraints, banned, glossary: target terms each translation must contain, or must not
+                (`translate_terms`, which also says which constraints a translation lacks).
 
         Raises:
             TypeError: `lines` is one `str` or `bytes` (give a list), or holds something else.
@@ -345,16 +305,20 @@ class TranslatorInterface(abc.ABC):
         >>> translator.translate_lines(["A dog runs."], target_prefix="Der Hund")  # doctest: +SKIP
         ['Der Hund rennt.']
         """
+        if constraints is not None or banned is not None or glossary is not None:
+            found = self.translate_terms(lines, constraints, banned, glossary, batch_size, target_prefix, target_lang)
+            return [hypotheses[0]["translation"] for hypotheses in found]
         return self._in_length_order("translate_lines", lines, batch_size, self.translate_batch, str,
                                      target_prefix, target_lang)
 
     def n_best_lines(self, lines: Lines, batch_size: int = 64, target_prefix: Prefixes = None,
-                     target_lang: str | None = None) -> list[list[tuple[str, float]]]:
+                     target_lang: str | None = None, constraints: Sequence[Any] | None = None, banned: Any = None,
+                     glossary: Any = None) -> list[list[tuple[str, float]]]:
         """Per line, `returned()` `(translation, score)` pairs, best first (sampling: that many draws).
 
         Scores are those `translate_lines` ranks by: log-probabilities, length-normalised with `scoring_alpha`.
         A blank line gives `("", 0.0)` pairs. `target_prefix` and `target_lang` as in `translate_lines`: every
-        hypothesis starts with its line's prefix.
+        hypothesis starts with its line's prefix; `constraints`, `banned` and `glossary` as there too.
 
         Example:
 
@@ -362,6 +326,11 @@ class TranslatorInterface(abc.ABC):
         [('Ein Hund.', -0.21), ('Ein Hund rennt.', -0.74)]
         """
         count = self.returned()
+        if constraints is not None or banned is not None or glossary is not None:
+            found = self.translate_terms(lines, constraints, banned, glossary, batch_size, target_prefix, target_lang,
+                                         count)
+            return [[(hypothesis["translation"], hypothesis["score"]) for hypothesis in hypotheses]
+                    for hypotheses in found]
         return self._in_length_order("n_best_lines", lines, batch_size, self.n_best_batch,
                                      lambda: [("", 0.0)] * count, target_prefix, target_lang)
 

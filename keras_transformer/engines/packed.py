@@ -20,7 +20,8 @@ from keras_transformer.config import TransformerConfig
 from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.decoding.registry import STRATEGIES
 from keras_transformer.engines.details import Translation
-from keras_transformer.engines.interface import TranslatorInterface, check_prefix_ids, clean_line, is_blank
+from keras_transformer.engines.interface import TranslatorInterface
+from keras_transformer.engines.lines import check_prefix_ids, clean_line, is_blank
 from keras_transformer.errors import ConfigError
 from keras_transformer.model import parts
 from keras_transformer.workdir.checkpoints import load_models
@@ -103,7 +104,7 @@ class PackedTranslator(TranslatorInterface):
         return self.processors[0].encode(text)[:max_source - 1] + [self.config.eos_id]
 
     def target_prefix_ids(self, prefixes: list[str]) -> list[list[int]]:
-        """Per prefix text, its forced target ids (SentencePiece, no eos), checked (`interface.check_prefix_ids`)."""
+        """Per prefix text, its forced target ids (SentencePiece, no eos), checked (`lines.check_prefix_ids`)."""
         target, limit = self.processors[1], decoding.max_positions(self.model)
         return [check_prefix_ids("PackedTranslator", text, target.encode(text), target.unk_id(), limit)
                 for text in prefixes]

@@ -5,16 +5,14 @@ graphs, and the whole path runs in one `tf.function` that the export module
 saves in a SavedModel. The search itself is `keras_transformer.decoding`
 (the strategy its `DecodeOptions` name), the graph's pieces are
 `engines.tensorflow_graph`'s, a batch's length-ordered chunks
-`engines.tensorflow_chunks`'s, and the Python-level methods (line clean-up,
-blanks, length order) are `keras_transformer.engines.interface.TranslatorInterface`'s.
+`engines.tensorflow_chunks`'s, a search with terms `engines.tensorflow_terms`'s, and the Python-level methods
+(line clean-up, blanks, length order) are `keras_transformer.engines.interface.TranslatorInterface`'s.
 `keras_transformer.load_translator` builds one for a workdir or SavedModel export.
 
-The graph itself replaces bytes that are not valid UTF-8 by U+FFFD and
-translates an empty or whitespace-only input to "" with score 0, as the
-Python-level methods do (an exported signature gets raw strings). Sources longer than the model accepts are
-truncated: a source keeps its first `max_length - 1` tokens and then its
-end-of-sequence token, so the encoder sees at most `max_length` positions
-(`max_length` is the model's positional-encoding length,
+The graph itself replaces bytes that are not valid UTF-8 by U+FFFD and translates an empty or whitespace-only input
+to "" with score 0, as the Python-level methods do (an exported signature gets raw strings). Sources longer than the
+model accepts are truncated: a source keeps its first `max_length - 1` tokens and then its end-of-sequence token, so
+the encoder sees at most `max_length` positions (`max_length` is the model's positional-encoding length,
 `TransformerConfig.max_length`).
 """
 
@@ -32,7 +30,8 @@ from keras_transformer.data.tokenizers import load_tokenizers
 from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.decoding.registry import STRATEGIES
 from keras_transformer.decoding.strategies import SAMPLING_FIELDS
-from keras_transformer.engines.interface import TranslatorInterface, check_prefix_ids, clean_line
+from keras_transformer.engines.interface import TranslatorInterface
+from keras_transformer.engines.lines import check_prefix_ids, clean_line
 from keras_transformer.engines.tensorflow_chunks import score_in_length_order, search_in_length_order
 from keras_transformer.engines.tensorflow_details import count_source_tokens, details_batch
 from keras_transformer.engines.tensorflow_graph import (
@@ -43,6 +42,7 @@ from keras_transformer.engines.tensorflow_graph import (
     one_target_per_source,
     valid_utf8,
 )
+from keras_transformer.engines.tensorflow_terms import TermSearch
 from keras_transformer.model import parts
 from keras_transformer.trainer.footprint import search_memory
 from keras_transformer.workdir.checkpoints import load_models
@@ -72,7 +72,7 @@ EAGER_SENTENCES = 8
 PARALLEL_CHUNKS = 2
 
 
-class Translator(tf.Module, TranslatorInterface):
+class Translator(TermSearch, tf.Module, TranslatorInterface):
     """Translates batches of sentences with a `build_model` Transformer.
 
     Every method below that takes `tf.string` works inside `tf.function` and
@@ -321,7 +321,7 @@ class Translator(tf.Module, TranslatorInterface):
         return tuple(getattr(self.source_tokenizer, "languages", ()))
 
     def target_prefix_ids(self, prefixes: list[str]) -> list[list[int]]:
-        """Per prefix text, its forced target ids, checked (`interface.check_prefix_ids`) before any graph runs."""
+        """Per prefix text, its forced target ids, checked (`lines.check_prefix_ids`) before any graph runs."""
         target = self.target_tokenizer
         ids = target.tokenize(tf.constant([text.encode("utf-8") for text in prefixes], tf.string))
         rows = ids.to_list() if isinstance(ids, tf.RaggedTensor) else [

@@ -365,10 +365,12 @@ class _Server:
             payload = await asyncio.get_running_loop().run_in_executor(self.engine_thread, assemble_documents,
                                                                        work.documents, results)
         elif work.kind == "n_best":
-            payload = {"translations": [[text for text, _ in row] for row in results],
-                       "scores": [[score for _, score in row] for row in results]}
+            payload = {"translations": [[hypothesis[0] for hypothesis in row] for row in results],
+                       "scores": [[hypothesis[1] for hypothesis in row] for row in results]}
         else:
-            payload = {"translations": [text for text, _ in results], "scores": [score for _, score in results]}
+            payload = {"translations": [result[0] for result in results], "scores": [result[1] for result in results]}
+        if work.banned is not None:  # with terms: each translation's constraints it lacks (a too long one)
+            payload["unmet"] = [[h[2] for h in row] if work.kind == "n_best" else row[2] for row in results]
         if work.options.sampling:
             payload["seed"] = work.options.seed
         return _json(payload)

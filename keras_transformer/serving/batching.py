@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from keras_transformer.engines.interface import clean_line
+from keras_transformer.engines.lines import clean_line
 from keras_transformer.serving.requests import RequestError
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ class Engine:
     Example:
 
     >>> engine = Engine(load_translator("saved_models/multi30k_en_de"))  # doctest: +SKIP
-    >>> engine.run(("best", engine.options.replace(n_best=1), False), [("A dog.",)])  # doctest: +SKIP
+    >>> engine.run(("best", engine.options.replace(n_best=1), False, None), [("A dog.",)])  # doctest: +SKIP
     [[('Ein Hund.', -0.29)]]
     """
 
@@ -64,13 +64,22 @@ class Engine:
         self._variants.move_to_end(options)
         return self._variants[options]
 
-    def run(self, key: tuple[str, DecodeOptions, bool], parts: Sequence[Sequence[Any]]) -> list[list[Any]]:
+    def run(self, key: tuple[str, DecodeOptions, bool, tuple[str, ...] | None],
+            parts: Sequence[Sequence[Any]]) -> list[list[Any]]:
         """Decodes one batch: `key` is `Work.key`, `parts` each request's items; returns each request's results
-        (`(translation, score)` per sentence for "best", a list of them for "n_best", a score for "score")."""
-        kind, options, prefixed = key
+        (`(translation, score)` per sentence for "best", a list of them for "n_best", a score for "score"; with
+        terms, `(translation, score, unmet constraints)`)."""
+        kind, options, prefixed, banned = key
         items = [item for part in parts for item in part]
         if not items:
             results: list[Any] = []
+        elif banned is not None:  # (sentence, prefix, constraints) triples: (translation, score, unmet) results
+            found = self.variant(options).translate_terms(
+                [s for s, _, _ in items], [list(terms) for _, _, terms in items], list(banned) or None,
+                batch_size=len(items), target_prefix=[p for _, p, _ in items] if prefixed else None,
+                num_return=options.returned() if kind == "n_best" else 1)
+            rows = [[(h["translation"], h["score"], h["unmet"]) for h in hypotheses] for hypotheses in found]
+            results = [row[0] for row in rows] if kind == "best" else rows
         elif prefixed:  # (sentence, target prefix) pairs, checked when the request was read
             hypotheses = self.variant(options).n_best_lines([s for s, _ in items], batch_size=len(items),
                                                             target_prefix=[p for _, p in items])
@@ -99,7 +108,7 @@ class Engine:
     def warm_up(self) -> None:
         """Translates `WARM_UP_SENTENCES` sentences with the default options, as requests will."""
         sentences = [f"A warm-up sentence, number {i}." for i in range(WARM_UP_SENTENCES)]
-        self.run(("best", self.options.replace(n_best=1), False), [sentences])
+        self.run(("best", self.options.replace(n_best=1), False, None), [sentences])
 
     def search_memory(self, rows: int, beam: int) -> int | None:
         """Bytes the search over `rows` sentences of `beam` hypotheses holds at its longest (the translator's
@@ -168,7 +177,7 @@ class Pending:
         self.results: list[Any] = []
 
     @property
-    def key(self) -> tuple[Engine, tuple[str, DecodeOptions, bool]]:
+    def key(self) -> tuple[Engine, tuple[str, DecodeOptions, bool, tuple[str, ...] | None]]:
         """What a batch shares: the engine (a model version) and `Work.key`."""
         return self.engine, self.work.key
 
@@ -195,7 +204,8 @@ class Batcher:
     Requests arriving while a batch decodes queue for the next. Create it inside the running event loop.
     """
 
-    def __init__(self, engine_call: Callable[[Engine, tuple[str, DecodeOptions, bool], list[Any]], list[Any]],
+    def __init__(self, engine_call: Callable[[Engine, tuple[str, DecodeOptions, bool, tuple[str, ...] | None],
+                                             list[Any]], list[Any]],
                  settings: ServeSettings, stats: Stats, executor: concurrent.futures.Executor) -> None:
         self._call, self._settings, self._stats, self._executor = engine_call, settings, stats, executor
         self._pending: collections.deque[Pending] = collections.deque()
@@ -299,7 +309,7 @@ class Batcher:
                 return pending
         return self._pending[0]
 
-    def _ready(self, key: tuple[Engine, tuple[str, DecodeOptions, bool]]) -> bool:
+    def _ready(self, key: tuple[Engine, tuple[str, DecodeOptions, bool, tuple[str, ...] | None]]) -> bool:
         return sum(p.left for p in self._pending if p.key == key) >= self._settings.max_batch
 
     def _expire_overdue(self) -> None:

@@ -20,6 +20,7 @@ from keras_transformer.documents import document
 from keras_transformer.documents.alignment import proportional_alignment
 from keras_transformer.errors import ConfigError, DocumentError
 from keras_transformer.serving.signatures import SIGNATURES, batched_inputs
+from keras_transformer.serving.terms import TERM_FIELDS, parse_terms
 
 if TYPE_CHECKING:
     from keras_transformer.engines.interface import TranslatorInterface
@@ -153,7 +154,7 @@ def parse_json(body: bytes) -> dict[str, Any]:
 class Work:
     """One request's share of a batch: what to decode (`kind`: "best", "n_best" or "score"), with which options,
     and its items (sentences; `(source, target)` pairs for "score"; `(sentence, target prefix)` pairs where
-    `prefixed`). Requests with equal `kind`, `options` and `prefixed` are batched together."""
+    `prefixed`; with terms, `(sentence, prefix, constraints)`). Requests with equal `key` are batched together."""
 
     kind: str
     options: DecodeOptions
@@ -161,11 +162,14 @@ class Work:
     prefixed: bool = False  # items are (sentence, target prefix) pairs: each translation starts with its prefix
     # /translate's documents (format text, html or xml): the items are their sentences, in order
     documents: Documents | None = dataclasses.field(default=None, compare=False)
+    # /translate with terms: the request's banned phrases (none: ()), and its items are (sentence, target prefix
+    # or None, constraints) triples (`serving.terms`); None: no terms
+    banned: tuple[str, ...] | None = None
 
     @property
-    def key(self) -> tuple[str, DecodeOptions, bool]:
-        """What a batch shares: `(kind, options, prefixed)`."""
-        return self.kind, self.options, self.prefixed
+    def key(self) -> tuple[str, DecodeOptions, bool, tuple[str, ...] | None]:
+        """What a batch shares: `(kind, options, prefixed, banned)`."""
+        return self.kind, self.options, self.prefixed, self.banned
 
 
 TRANSLATE_FIELDS = ("strategy", "beam_size", "alpha", "max_extra", "early_exit", "n_best") + SAMPLING_FIELDS
@@ -356,10 +360,11 @@ def parse_translate(body: dict[str, Any], defaults: DecodeOptions, settings: Ser
     >>> work.kind, work.options.beam_size, work.items
     ('best', 2, ('A dog.',))
     """
-    unknown = sorted(set(body) - {"sentences", "source_lang", "format", *TRANSLATE_FIELDS, *PREFIX_FIELDS})
+    unknown = sorted(set(body) - {"sentences", "source_lang", "format", *TRANSLATE_FIELDS, *PREFIX_FIELDS,
+                                  *TERM_FIELDS})
     if unknown:
         raise RequestError(400, f"Unknown field(s) {', '.join(unknown)}; /translate takes sentences, source_lang, "
-                                f"format and {', '.join(TRANSLATE_FIELDS + PREFIX_FIELDS)}.")
+                                f"format and {', '.join(TRANSLATE_FIELDS + PREFIX_FIELDS + TERM_FIELDS)}.")
     sentences = body.get("sentences")
     if not isinstance(sentences, list):
         raise RequestError(400, f"sentences must be a list of strings, got {_kind(sentences)}.")
@@ -372,7 +377,7 @@ def parse_translate(body: dict[str, Any], defaults: DecodeOptions, settings: Ser
         raise RequestError(400, f"source_lang must be a string (a language code), got {_kind(source_lang)}.")
     documents = None
     if format != "lines":  # each of `sentences` a document: its sentences, after segmentation, are the items
-        for field in ("target_prefix", "n_best"):
+        for field in ("target_prefix", "n_best", *TERM_FIELDS):
             if body.get(field) is not None:
                 raise RequestError(400, f"{field} is for sentences (format lines), not for documents (format "
                                         f"{format}).")
@@ -398,6 +403,15 @@ def parse_translate(body: dict[str, Any], defaults: DecodeOptions, settings: Ser
     items = tuple(sentences) if prefixes is None else tuple(zip(sentences, prefixes))
     if prefixes is not None:
         check_sentences(prefixes, settings, "target prefixes")
+    try:
+        terms = parse_terms(body, sentences, translator, options.sampling)
+    except ConfigError as error:
+        raise RequestError(400, str(error)) from None
+    if terms is not None:  # (sentence, prefix, constraints) triples, batched with requests banning the same
+        items = tuple(zip(sentences, prefixes or [None] * len(sentences), terms[0]))  # type: ignore[list-item]
+        kind = "n_best" if "n_best" in given else "best"
+        return Work(kind, options if kind == "n_best" else options.replace(n_best=1), items, prefixes is not None,
+                    banned=terms[1])
     if "n_best" in given:
         return Work("n_best", options, items, prefixes is not None)
     return Work("best", options.replace(n_best=1), items, prefixes is not None, documents)
