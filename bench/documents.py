@@ -1,6 +1,7 @@
 """Documents through `translate_document` on the shipped EN-DE model: segmentation, BLEU, speed and HTML tags.
 
-    python bench/documents.py [--model saved_models/multi30k_en_de] [--seed 0] [--limit N] [--rounds 3] [--no-timing]
+    python bench/documents.py [--model saved_models/multi30k_en_de] [--seed 0] [--limit N] [--rounds 3] \
+        [--no-timing | --timing-only]
 
 Multi30k test2016 (1,000 captions, in file order) is grouped into paragraphs of 3-8 sentences joined by a space
 (sizes drawn with `random.Random(seed)`, the paragraphs of `bench/segmentation.py`); `--limit N` takes the first N
@@ -21,10 +22,12 @@ end; the first three systems take the captions as they are, and the sentence and
 with a period given to those 52 (the boundaries a segmenter can see). Segmentation agreement: a sentence counts when
 the document path's segmenter (`documents.segmentation.segment`) gives it back as one sentence, exactly.
 
-Speed: sentences per second (the true sentences of the paragraphs) of the document path and of `translate_lines`
-over the same sentences, in `--rounds` rounds after an untimed warm-up pass of each (which traces every batch
-shape); each round times both, their order alternating; the figure is the median of the rounds' ratios. Wall time:
-run it on an idle machine (the load average is printed), or pass `--no-timing`.
+Speed: sentences per second of the document path and of `translate_lines` over the same sentences (the paragraphs
+with final periods, so that both give the model the same sentences), in `--rounds` rounds after the quality passes
+(with `--timing-only`, one untimed pass of each), which trace every batch shape. Each round times both, their order
+alternating; the figure is the median of the rounds' ratios, by wall time and by the process's CPU time (which
+others' work on the machine moves less). Run it on an idle machine (the highest load average seen is printed), or
+pass `--no-timing`, and `--timing-only` later.
 
 HTML: the same paragraphs as `<p>` elements over `--pages` pages; in each sentence, 0-2 inline tags (`b`, `i`,
 `a href`, `em`, `span class`) around one word (70%) or a phrase of 2-3 words, a one-word tag nested in some of the
@@ -118,20 +121,19 @@ def score(hypotheses, groups, references, tokenized):
 
 
 def throughput(translator, groups, rounds):
-    """`(document sentences/s, lines sentences/s, ratios)`: medians over `rounds` paired rounds."""
+    """`{"wall": ..., "cpu": ...}`, each `(document sentences/s, lines sentences/s, [ratio per round])`: rates are
+    medians over `rounds` paired rounds, by wall time and by this process's CPU time (all its threads)."""
     sentences = sum(len(group) for _, _, group in groups)
-    document, lines, ratios = [], [], []
+    rates = {clock: {"document": [], "lines": []} for clock in ("wall", "cpu")}
     for index in range(rounds):
         runs = [("document", document_path), ("lines", sentence_path)]
-        seconds = {}
         for name, run in runs if index % 2 == 0 else runs[::-1]:
-            start = time.perf_counter()
+            wall, cpu = time.perf_counter(), time.process_time()
             run(translator, groups)
-            seconds[name] = time.perf_counter() - start
-        document.append(sentences / seconds["document"])
-        lines.append(sentences / seconds["lines"])
-        ratios.append(document[-1] / lines[-1])
-    return statistics.median(document), statistics.median(lines), ratios
+            rates["wall"][name].append(sentences / (time.perf_counter() - wall))
+            rates["cpu"][name].append(sentences / (time.process_time() - cpu))
+    return {clock: (statistics.median(r["document"]), statistics.median(r["lines"]),
+                    [d / line for d, line in zip(r["document"], r["lines"])]) for clock, r in rates.items()}
 
 
 def lexicon(english, german, min_count=5, min_dice=0.3, share=0.75):
@@ -264,6 +266,7 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds of each path")
     parser.add_argument("--pages", type=int, default=4, help="HTML pages the paragraphs are spread over")
     parser.add_argument("--no-timing", action="store_true", help="quality only (a loaded machine)")
+    parser.add_argument("--timing-only", action="store_true", help="throughput only (an idle machine again)")
     args = parser.parse_args(argv)
 
     from keras_transformer import load_translator
@@ -281,55 +284,63 @@ def main(argv=None):
     translator = load_translator(args.model)
     print(f"{sentences} sentences of test2016 in {len(raw)} paragraphs of 3-8 (seed {args.seed})", file=sys.stderr)
 
-    outputs = {"sentence by sentence": sentence_path(translator, raw), "document path": document_path(translator, raw)}
-    outputs["paragraph as one line"] = translator.translate_lines([text for text, _, _ in raw])
-    scores = {name: score(hypotheses, raw, references, tokenized) for name, hypotheses in outputs.items()}
-    scores_fixed = {"sentence by sentence": score(sentence_path(translator, fixed), fixed, references, tokenized),
-                    "document path": score(document_path(translator, fixed), fixed, references, tokenized)}
-    print("quality done", file=sys.stderr, flush=True)
+    if args.timing_only:  # one untimed pass of each traces every batch shape
+        document_path(translator, fixed), sentence_path(translator, fixed)
+    else:
+        outputs = {"sentence by sentence": sentence_path(translator, raw),
+                   "document path": document_path(translator, raw),
+                   "paragraph as one line": translator.translate_lines([text for text, _, _ in raw])}
+        scores = {name: score(hypotheses, raw, references, tokenized) for name, hypotheses in outputs.items()}
+        scores_fixed = {"sentence by sentence": score(sentence_path(translator, fixed), fixed, references, tokenized),
+                        "document path": score(document_path(translator, fixed), fixed, references, tokenized)}
+        print("quality done", file=sys.stderr, flush=True)
     if not args.no_timing:
-        document_rate, lines_rate, ratios = throughput(translator, raw, args.rounds)
+        speed = throughput(translator, fixed, args.rounds)
     load = max(load, os.getloadavg()[0])
-
-    html_pages, tags = pages(raw, args.seed, min(args.pages, len(raw)))
-    train_en = evaluation.read_lines(DATA / "train.en.gz")
-    train_de = evaluation.read_lines(DATA / "train.de.gz")
-    lexicon_ = lexicon(train_en, train_de)
-    placement = {}
-    for name, align in (("cross-attention (default)", None), ("proportional", proportional_alignment)):
-        translated = [translator.translate_document(page, format="html", align=align) for page in html_pages]
-        placement[name] = check_html(html_pages, translated, tags, lexicon_)
-    load = max(load, os.getloadavg()[0])
+    if not args.timing_only:
+        html_pages, tags = pages(raw, args.seed, min(args.pages, len(raw)))
+        train_en = evaluation.read_lines(DATA / "train.en.gz")
+        train_de = evaluation.read_lines(DATA / "train.de.gz")
+        lexicon_ = lexicon(train_en, train_de)
+        placement = {}
+        for name, align in (("cross-attention (default)", None), ("proportional", proportional_alignment)):
+            translated = [translator.translate_document(page, format="html", align=align) for page in html_pages]
+            placement[name] = check_html(html_pages, translated, tags, lexicon_)
+        load = max(load, os.getloadavg()[0])
 
     print(f"\n{sentences:,} sentences of Multi30k test2016 in {len(raw)} paragraphs of 3-8 (seed {args.seed}); "
           f"{os.path.basename(args.model)}; paragraph-level BLEU; highest 1-minute load average seen: {load:.1f}\n")
     print("| measure | result | goal |")
     print("| --- | --- | --- |")
-    found, total = recovered(raw)
-    found_fixed, _ = recovered(fixed)
-    print(f"| segmentation: sentences recovered, captions as they are | {percent(found, total)} | |")
-    print(f"| segmentation: with a period given to the captions that lack one | {percent(found_fixed, total)} "
-          "| at least 99% |")
-    for captions, table in (("as they are", scores), ("with final periods", scores_fixed)):
-        for name, value in table.items():
-            reference = table["sentence by sentence"]
-            difference = ("" if name == "sentence by sentence" else
-                          f" ({value[0] - reference[0]:+.2f} / {value[1] - reference[1]:+.2f})")
-            goal = "within 0.2 of sentence by sentence" if name == "document path" else ""
-            print(f"| BLEU cased / lc.tok, length ratio: {name}, captions {captions} | {value[0]:.2f} / "
-                  f"{value[1]:.2f}{difference}, {value[2]:.2f} | {goal} |")
+    if not args.timing_only:
+        found, total = recovered(raw)
+        found_fixed, _ = recovered(fixed)
+        print(f"| segmentation: sentences recovered, captions as they are | {percent(found, total)} | |")
+        print(f"| segmentation: with a period given to the captions that lack one | {percent(found_fixed, total)} "
+              "| at least 99% |")
+        for captions, table in (("as they are", scores), ("with final periods", scores_fixed)):
+            for name, value in table.items():
+                reference = table["sentence by sentence"]
+                difference = ("" if name == "sentence by sentence" else
+                              f" ({value[0] - reference[0]:+.2f} / {value[1] - reference[1]:+.2f})")
+                goal = "within 0.2 of sentence by sentence" if name == "document path" else ""
+                print(f"| BLEU cased / lc.tok, length ratio: {name}, captions {captions} | {value[0]:.2f} / "
+                      f"{value[1]:.2f}{difference}, {value[2]:.2f} | {goal} |")
     if args.no_timing:
         print("| throughput: document path / translate_lines | unmeasured | at least 0.9x |")
     else:
-        print(f"| throughput: sentences/s, document path / translate_lines (medians of {args.rounds} rounds) | "
-              f"{document_rate:.1f} / {lines_rate:.1f}: {statistics.median(ratios):.2f}x "
-              f"(rounds {', '.join(f'{r:.2f}' for r in ratios)}) | at least 0.9x |")
-    well_formed, same, total_p, _, _ = placement["cross-attention (default)"]
-    tag_count = sum(len(t) for t in tags)
-    print(f"| HTML: pages well-formed; paragraphs with every tag ({tag_count:,} tags), attributes and nesting kept | "
-          f"{percent(well_formed, len(html_pages))}; {percent(same, total_p)} | 100% |")
-    for name, (_, _, _, judged, right) in placement.items():
-        print(f"| HTML: one-word tags enclosing the word's lexicon translation, {name} | {percent(right, judged)} | |")
+        for clock, (document_rate, lines_rate, ratios) in speed.items():
+            print(f"| throughput: sentences per {clock} second, document path / translate_lines (medians of "
+                  f"{args.rounds} rounds) | {document_rate:.1f} / {lines_rate:.1f}: {statistics.median(ratios):.2f}x "
+                  f"(rounds {', '.join(f'{r:.2f}' for r in ratios)}) | at least 0.9x |")
+    if not args.timing_only:
+        well_formed, same, total_p, _, _ = placement["cross-attention (default)"]
+        tag_count = sum(len(t) for t in tags)
+        print(f"| HTML: pages well-formed; paragraphs with every tag ({tag_count:,} tags), attributes and nesting "
+              f"kept | {percent(well_formed, len(html_pages))}; {percent(same, total_p)} | 100% |")
+        for name, (_, _, _, judged, right) in placement.items():
+            print(f"| HTML: one-word tags enclosing the word's lexicon translation, {name} | {percent(right, judged)} "
+                  "| |")
     return 0
 
 
