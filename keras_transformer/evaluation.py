@@ -70,10 +70,15 @@ def one_line(text: str) -> str:
     return _LINE_BREAKS.sub(" ", text)
 
 
-def _check_lengths(hypotheses: Sequence[str], references: Sequence[str]) -> None:
-    if len(hypotheses) != len(references):
-        raise ValueError(f"BLEU needs one hypothesis per reference: got {len(hypotheses)} hypotheses "
-                         f"and {len(references)} references.")
+def _reference_sets(hypotheses: Sequence[str], references: Sequence[Any], metric: str) -> list[list[str]]:
+    """`references` (one set of `str`, or a list of such sets) as a list of sets, each checked to hold one
+    reference per hypothesis (a `ValueError` naming `metric` otherwise)."""
+    sets = [references] if references and isinstance(references[0], str) else references
+    for reference_set in sets:
+        if len(hypotheses) != len(reference_set):
+            raise ValueError(f"{metric} needs one hypothesis per reference: got {len(hypotheses)} hypotheses "
+                             f"and {len(reference_set)} references.")
+    return [list(reference_set) for reference_set in sets]
 
 
 def bleu(hypotheses: Sequence[str], references: Sequence[Any], lowercase: bool = False, tokenize: str = "13a") -> Any:
@@ -95,14 +100,11 @@ def bleu(hypotheses: Sequence[str], references: Sequence[Any], lowercase: bool =
     >>> round(bleu(["A man rides a bike."], ["A man rides a bike."]).score, 2)
     100.0
     """
-    if references and isinstance(references[0], str):
-        references = [references]
-    for reference_set in references:
-        _check_lengths(hypotheses, reference_set)
+    reference_sets = _reference_sets(hypotheses, references, "BLEU")
     # force: with tokenize="none" the text is tokenized on purpose (the Multi30k protocol), and sacreBLEU's warning
     # about lines that end in " ." ("you forgot to detokenize") would be wrong.
     metric = sacrebleu.BLEU(lowercase=lowercase, tokenize=tokenize, force=tokenize == "none")
-    score = metric.corpus_score(list(hypotheses), [list(r) for r in references])
+    score = metric.corpus_score(list(hypotheses), reference_sets)
     score.signature = str(metric.get_signature())  # e.g. "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.4.3"
     return score
 
@@ -127,12 +129,9 @@ def chrf(hypotheses: Sequence[str], references: Sequence[Any]) -> Any:
     >>> round(chrf(["A man rides a bike."], ["A man rides a bike."]).score, 2)
     100.0
     """
-    if references and isinstance(references[0], str):
-        references = [references]
-    for reference_set in references:
-        _check_lengths(hypotheses, reference_set)
+    reference_sets = _reference_sets(hypotheses, references, "chrF")
     metric = sacrebleu.CHRF()
-    score = metric.corpus_score(list(hypotheses), [list(r) for r in references])
+    score = metric.corpus_score(list(hypotheses), reference_sets)
     score.signature = str(metric.get_signature())
     return score
 
