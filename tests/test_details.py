@@ -91,7 +91,8 @@ def test_every_n_best_hypothesis_carries_its_signals_on_each_engine(tf_translato
     assert detailed[1] == [BLANK] * 4 and all(len(row) == 4 for row in detailed)
     pairs = [(TEXTS[i], t) for i, row in enumerate(detailed) if TEXTS[i] for t in row if t.text]
     assert len({t.text for _, t in pairs}) > len(TEXTS)  # the hypotheses differ
-    log_probs = forced_log_probs(tf_translator, trained_copy_model[0], [s for s, _ in pairs], [t.text for _, t in pairs])
+    log_probs = forced_log_probs(tf_translator, trained_copy_model[0], [s for s, _ in pairs],
+                                 [t.text for _, t in pairs])
     assert [t.tokens for _, t in pairs] == [len(t.text.split()) + 1 for _, t in pairs]
     np.testing.assert_allclose([t.mean_log_prob for _, t in pairs],
                                log_probs / [t.tokens for _, t in pairs], atol=1e-4)

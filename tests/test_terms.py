@@ -68,9 +68,11 @@ def test_a_glossary_gives_each_line_its_terms(translator, tmp_path):
     assert translator.n_best_lines(LINES[:1], glossary=Glossary.parse("w5\tw22\n"))[0][0][0] == by_hand[0]
 
 
+@pytest.mark.slow
 def test_a_document_s_sentences_each_get_their_own_glossary_terms(translator):
-    """`translate_document` with a glossary: each sentence's matches are its constraints (not its neighbours'),
-    the banned word is in no sentence, and the records carry the constrained hypotheses' signals."""
+    """`translate_document` with a glossary on the TensorFlow engine: each sentence's matches are its
+    constraints (not its neighbours'), the banned word is in no sentence, and the records carry the constrained
+    hypotheses' signals. Five constrained searches, run eagerly (about 15 s); the fast tests fake the engine."""
     glossary = Glossary.parse("w5\tw22\nw9\tw23 w24\n")
     sentences = ["w5 w6 w7", "w9 w10", "w11 w12"]
     text = f"{sentences[0]}\n\n- {sentences[1]}\n  {sentences[2]}\n"
@@ -233,6 +235,9 @@ def test_translate_gives_each_sentence_of_a_document_its_glossary_terms(run, tmp
     assert status == 0 and [r["translation"] for r in records] == ["A man rides a bike. Velo", "A dog.",
                                                                     "A horse runs. Pferd"]
     assert {"score", "mean_log_prob"} <= set(records[0])
+    status, out, _ = run(["--input", "doc.txt", "--format", "lines", "--constraint", "Hund"], Recorder())
+    lines = out.splitlines()  # per line, the line's translation with the constraint
+    assert status == 0 and (lines[0], lines[2]) == ("A man rides a bike. A dog. Hund", "  - A horse runs. Hund")
     status, out, err = run(["--input", "doc.txt", "--glossary", "terms.tsv"], Refuser())
     assert status == 2 and out == "" and len(err) == 1 and "The recorder engine cannot force or ban terms" in err[0]
 

@@ -221,8 +221,9 @@ def plan_document(text: str | bytes, format: str = "text", source_lang: str | No
     if format == "text":
         segmented = segment(text, source_lang)
         sentences = list(segmented.sentences)
-        finish: Callable[[list[str], Aligner | None], str] = (
-            lambda translations, align: reassemble(segmented.skeleton, translations))
+
+        def finish(translations: list[str], align: Aligner | None) -> str:
+            return reassemble(segmented.skeleton, translations)
     else:
         markup = read_markup(text, source_lang, format=format, attributes=attributes)
         sentences, finish = markup.sentences, markup.render

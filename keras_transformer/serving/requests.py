@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import functools
 import json
 import math
 import random
@@ -255,7 +256,7 @@ def assemble_documents(documents: Documents, results: Sequence[Translation]) -> 
     for plan in documents.plans:
         own = list(results[start:start + len(plan.lines)])
         start += len(own)
-        gathered = SentenceDetails(lambda lines, own=own: own, documents.alpha)  # the plan's lines, in order
+        gathered = SentenceDetails(functools.partial(_given, own), documents.alpha)  # the plan's lines, in order
         translations.append(document.translate_plan(gathered.translate_lines, plan, documents.align,
                                                     on_sentence=gathered.on_sentence))
         tokens = sum(translation.tokens for translation in own)
@@ -264,6 +265,11 @@ def assemble_documents(documents: Documents, results: Sequence[Translation]) -> 
         sentences.append(gathered.sentences)
     return {"translations": translations, "scores": scores, "mean_log_probs": mean_log_probs,
             "sentences": sentences}
+
+
+def _given(translations: list[Translation], lines: list[str]) -> list[Translation]:
+    """`translations`, the translations of `lines` already decoded."""
+    return translations
 
 
 def checked_prefixes(translator: TranslatorInterface | None, sentences: Sequence[str], target_prefix: Any = None,
