@@ -17,8 +17,8 @@ and lone surrogates become U+FFFD), a blank line (empty or ASCII whitespace only
 reaching the engine, the other lines go to the engine in batches of similar length and come back in input order,
 scores are normalised with `scoring_alpha`, and options are refused when the engine does not implement their
 strategy (`check_options`). An engine implements only its batch methods: `translate_batch`, `n_best_batch` and
-`score_batch`, and `details_batch` for `translate_detailed` (each translation with its score, mean token
-log-probability and token count: `engines.details`).
+`score_batch`, and `details_batch` / `n_best_details_batch` for `translate_detailed` / `n_best_detailed` (each
+translation with its score, mean token log-probability and token count: `engines.details`).
 
 Target prefixes (`translate_lines(..., target_prefix=..., target_lang=...)`): each line's translation starts with
 its prefix, forced, then decoding goes on (docs/decoding.md, "Target prefixes"). A prefix is text of the target
