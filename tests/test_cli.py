@@ -199,7 +199,8 @@ def test_decoding_arguments_reach_translate_evaluate_and_export_as_options(monke
     (tmp_path / "s.txt").write_text("a\n", encoding="utf-8")
     seen = []
     nothing = type("Translator", (), {"translate_lines": lambda self, chunk, batch_size: [],
-                                      "n_best_lines": lambda self, chunk, batch_size: [], "options": DecodeOptions()})()
+                                      "n_best_detailed": lambda self, chunk, batch_size: [],
+                                      "options": DecodeOptions()})()
     monkeypatch.setattr(loader, "load_translator", lambda model, checkpoint, average, checked, **options: seen.append(
         {k: v for k, v in options.items() if v is not None}) or nothing)
     monkeypatch.setattr(inference, "evaluate", lambda *args, **options: seen.append(
