@@ -145,7 +145,10 @@ def moses_preprocess(lines: Iterable[str], lang: str, lowercase: bool = True) ->
     Args:
         lines: list of `str`.
         lang: language code ("en", "de", "fr").
-        lowercase: lowercase first (the published protocol does).
+        lowercase: lowercase first, as the references were made (`lowercase.perl | normalize-punctuation.perl
+            | tokenizer.perl`, multi30k/dataset `scripts/task1-tokenize.sh`). The order matters: Moses'
+            nonbreaking prefixes are case-sensitive (German "Bart." stays whole cased, "bart ." lowercased), and
+            a period before a lowercase word stays attached ("runs. a cat" in a two-sentence line).
 
     Returns:
         List of `str`, tokens separated by single spaces.

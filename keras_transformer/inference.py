@@ -14,7 +14,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from keras_transformer import evaluation
@@ -115,6 +115,7 @@ def translate_file(model: Any, input: str | os.PathLike[str] | None, output: str
                    format: str = "text", source_lang: str | None = None, target_lang: str | None = None,
                    batch_size: int = 64, progress: document.Progress | None = None,
                    details: list[dict[str, Any]] | None = None, max_bytes: int = document.MAX_DOCUMENT_BYTES,
+                   glossary: Any = None, banned: Any = None, constraints: Sequence[Any] | None = None,
                    **options: Any) -> str:
     """Translates a file (`keras-transformer translate --input FILE --output FILE`) as a document, or line by line.
 
@@ -134,6 +135,11 @@ def translate_file(model: Any, input: str | os.PathLike[str] | None, output: str
         details: a list that gets one record per sentence (documents only): `source`, `translation` and its
             quality signals (`TranslatorInterface.translate_document`'s `details`).
         max_bytes: the largest document taken.
+        glossary: a `decoding.Glossary` or a TSV glossary's path: each sentence must contain the target terms of
+            the entries found in it (`TranslatorInterface.translate_terms`).
+        banned: target texts no translation may contain.
+        constraints: target terms every line must contain ("lines" only: a document's sentences each need their
+            own; give a glossary).
         **options: `load_translator`'s, where `model` is a folder.
 
     Returns:
@@ -142,6 +148,7 @@ def translate_file(model: Any, input: str | os.PathLike[str] | None, output: str
     Raises:
         DocumentError: a binary file, invalid UTF-8 (its byte offset named), XML that is not well-formed, a file
             over `max_bytes` (the limit named).
+        ConfigError: constraints on a document; terms on an engine that cannot force them (named).
 
     Example:
 
@@ -150,18 +157,24 @@ def translate_file(model: Any, input: str | os.PathLike[str] | None, output: str
     """
     if format not in (*document.FORMATS, "lines"):
         raise DocumentError(f"unknown format {format!r}; choose one of {', '.join((*document.FORMATS, 'lines'))}.")
+    if constraints and format != "lines":
+        raise ConfigError(f"constraints are for lines (format lines), not for a {format} document: each sentence "
+                          "needs its own; give a glossary (its entries found in a sentence become its constraints).")
     data = read_document_file(input, max_bytes)
     translator = model if hasattr(model, "translate_lines") else load_translator(model, **options)
     if format == "lines":
         text = document.read_document(data, max_bytes)
         lines = text.splitlines()
         sources = translator.with_source_lang(lines, source_lang, "translate") if source_lang else lines
-        translations = translator.translate_lines(sources, batch_size=batch_size, target_lang=target_lang)
+        terms = {} if not (constraints or glossary is not None or banned) else {
+            "constraints": [list(constraints or ())] * len(sources), "banned": banned or None, "glossary": glossary}
+        translations = translator.translate_lines(sources, batch_size=batch_size, target_lang=target_lang, **terms)
         translated = "".join(evaluation.one_line(line) + "\n" for line in translations)
     else:
         result = translator.translate_document(data, format, source_lang=source_lang, target_lang=target_lang,
                                                batch_size=batch_size, max_bytes=max_bytes, progress=progress,
-                                               details=details is not None)
+                                               details=details is not None, glossary=glossary,
+                                               banned=banned or None)
         if isinstance(result, dict):
             translated = result["text"]
             if details is not None:

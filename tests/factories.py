@@ -17,6 +17,8 @@ Reach for these (and the session fixtures in `conftest.py`) before writing a new
 - `word_vocabulary(directory, 32)`: a SentencePiece word vocabulary whose ids are those of conftest's copy task, so
   that `trained_copy_model` translates real strings ("w5 w6 w7"); `random_sentences(count, seed)`: inputs for it;
   `copy_accuracy(outputs, sentences)`: its word accuracy.
+- `DOCUMENT`, `DOCUMENT_SENTENCES` and `document_layout(translations)`: a plain-text document of two paragraphs and
+  an indented list, its five sentences, and the document those sentences' translations make in its layout.
 """
 
 import pathlib
@@ -34,6 +36,21 @@ SMALL_MODEL = ["model.num_layers=1", "data.min_length=8", "data.max_length=8"]
 # SMALL_MODEL on two batches, one epoch, quietly: a `train` call of about 3 s.
 SMALL_RUN = SMALL_MODEL + ["data.train_examples=64", "data.val_examples=32", "data.batch_size=32",
                            "training.epochs=1", "training.verbose=0", "training.tensorboard=false"]
+
+
+# Two paragraphs (two sentences, then one) and a two-item indented list; one sentence is German, so that even a
+# model trained on one language gives sentences of different translations.
+DOCUMENT_SENTENCES = ["A man rides a bike.", "Two dogs play in the snow near a house.", "A girl.",
+                      "Zwei Männer sitzen auf einer Bank!", "A woman sings on a stage."]
+
+
+def document_layout(t):
+    """`DOCUMENT`'s layout with its five sentences replaced by `t`'s (`document_layout(DOCUMENT_SENTENCES)` is
+    `DOCUMENT`)."""
+    return f"{t[0]} {t[1]}\n\n{t[2]}\n\n  - {t[3]}\n  - {t[4]}\n"
+
+
+DOCUMENT = document_layout(DOCUMENT_SENTENCES)
 
 
 def tiny_config(**overrides):

@@ -199,7 +199,8 @@ def test_decoding_arguments_reach_translate_evaluate_and_export_as_options(monke
     (tmp_path / "s.txt").write_text("a\n", encoding="utf-8")
     seen = []
     nothing = type("Translator", (), {"translate_lines": lambda self, chunk, batch_size: [],
-                                      "n_best_lines": lambda self, chunk, batch_size: [], "options": DecodeOptions()})()
+                                      "n_best_detailed": lambda self, chunk, batch_size: [],
+                                      "options": DecodeOptions()})()
     monkeypatch.setattr(loader, "load_translator", lambda model, checkpoint, average, checked, **options: seen.append(
         {k: v for k, v in options.items() if v is not None}) or nothing)
     monkeypatch.setattr(inference, "evaluate", lambda *args, **options: seen.append(
@@ -544,10 +545,15 @@ def test_translate_n_best_prints_each_sentence_s_hypotheses_best_first(tiny_work
     best = capsys.readouterr().out.splitlines()
     assert cli.main(options + ["--n-best", "2"] + sentences) == 0
     # The translation is the rest of the line: an under-trained model may emit tabs in it (a CI run's did).
-    rows = [line.split("\t", 2) for line in capsys.readouterr().out.splitlines()]
+    rows = [line.split("\t", 3) for line in capsys.readouterr().out.splitlines()]
     assert [row[0] for row in rows] == ["0", "0", "1", "1"]
-    assert [rows[0][2], rows[2][2]] == best  # the first of each sentence's list is its translation
+    assert [rows[0][3], rows[2][3]] == best  # the first of each sentence's list is its translation
     assert float(rows[0][1]) >= float(rows[1][1]) and float(rows[2][1]) >= float(rows[3][1])
+    # the mean log-probability beside the score: those of n_best_detailed, both negative
+    translator = next(t for key, t in _LOADED.items() if {("beam_size", 3), ("n_best", 2)} <= set(key[3]))
+    expected = [t for row in translator.n_best_detailed(sentences) for t in row[:2]]
+    assert [(row[1], row[2]) for row in rows] == [(f"{t.score:.4f}", f"{t.mean_log_prob:.4f}") for t in expected]
+    assert all(float(row[2]) < 0 for row in rows)
 
 
 def test_a_strategys_own_flag_chooses_it_on_a_greedy_default_and_translate_says_how_it_decodes(tiny_workdir,
@@ -569,9 +575,9 @@ def test_a_strategys_own_flag_chooses_it_on_a_greedy_default_and_translate_says_
     assert printed.err.splitlines() == ["Decoding: beam: beam_size 3, alpha 0.0, max_extra 3"]
     assert cli.main(["translate", "--model", str(greedy), "--n-best", "3", "--beam-size", "3", "--alpha", "0",
                      *sentences]) == 0
-    rows = [line.split("\t", 2) for line in capsys.readouterr().out.splitlines()]
+    rows = [line.split("\t", 3) for line in capsys.readouterr().out.splitlines()]
     assert [row[0] for row in rows] == ["0", "0", "0", "1", "1", "1"]  # beam search's 3 hypotheses per sentence
-    assert [rows[0][2], rows[3][2]] == printed.out.splitlines()  # the first is the translation
+    assert [rows[0][3], rows[3][3]] == printed.out.splitlines()  # the first is the translation
     assert cli.main(["translate", "--model", str(greedy), *sentences]) == 0
     assert capsys.readouterr().err.splitlines() == ["Decoding: greedy: max_extra 3"]
     assert cli.main(["translate", "--model", str(greedy), "--n-best", "3", *sentences]) == 2

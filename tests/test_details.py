@@ -80,6 +80,30 @@ def test_each_translation_carries_its_mean_log_prob_and_score_as_forced_decoding
 
 
 @pytest.mark.slow
+def test_every_n_best_hypothesis_carries_its_signals_on_each_engine(tf_translator, trained_copy_model,
+                                                                    ct2_translator, packed_translator):
+    """Traces the TensorFlow engine's n-best details graph and runs the packed engine's search op by op (about
+    20 s): each hypothesis of `n_best_detailed` is `n_best_lines`' (text and score), its mean log-probability the
+    forced decoding's over its words and eos; CTranslate2 and the packed engine give the TensorFlow engine's."""
+    detailed = tf_translator.n_best_detailed(TEXTS)
+    assert [[(t.text, round(t.score, 4)) for t in row] for row in detailed] == [
+        [(text, round(score, 4)) for text, score in row] for row in tf_translator.n_best_lines(TEXTS)]
+    assert detailed[1] == [BLANK] * 4 and all(len(row) == 4 for row in detailed)
+    pairs = [(TEXTS[i], t) for i, row in enumerate(detailed) if TEXTS[i] for t in row if t.text]
+    assert len({t.text for _, t in pairs}) > len(TEXTS)  # the hypotheses differ
+    log_probs = forced_log_probs(tf_translator, trained_copy_model[0], [s for s, _ in pairs],
+                                 [t.text for _, t in pairs])
+    assert [t.tokens for _, t in pairs] == [len(t.text.split()) + 1 for _, t in pairs]
+    np.testing.assert_allclose([t.mean_log_prob for _, t in pairs],
+                               log_probs / [t.tokens for _, t in pairs], atol=1e-4)
+    for other in (ct2_translator, packed_translator):
+        theirs = other.n_best_detailed(TEXTS[:4])
+        assert [[t.text for t in row] for row in theirs] == [[t.text for t in row] for row in detailed[:4]]
+        np.testing.assert_allclose([t.mean_log_prob for row in theirs for t in row],
+                                   [t.mean_log_prob for row in detailed[:4] for t in row], atol=1e-4)
+
+
+@pytest.mark.slow
 def test_greedy_decoding_and_a_target_prefix_count_every_token_generated(tf_translator, trained_copy_model):
     """Traces a greedy translator's prefixed details graph and its forced decoding (about 6 s)."""
     greedy = tf_translator.with_options(tf_translator.options.replace(strategy="greedy"))

@@ -68,6 +68,25 @@ def test_multi30k_protocol_reproduces_the_tokenized_references(multi30k_dir, cap
     assert scores["bleu_multi30k"] > 99.9  # one of 1,014 lines differs in quote placement
 
 
+def test_the_protocol_lowercases_before_tokenizing_as_the_references_were_made(multi30k_dir):
+    """The `*.lc.norm.tok.*` references were made by lowercase.perl | normalize-punctuation.perl | tokenizer.perl
+    (multi30k/dataset, scripts/task1-tokenize.sh), and the order matters: Moses' nonbreaking prefixes are
+    case-sensitive ("Bart" is one in German: tokenized cased, "Bart." stays one token), and inside a lowercased
+    line a period before a lowercase word stays attached. Hypotheses are processed in the references' order."""
+    from sacremoses import MosesPunctNormalizer, MosesTokenizer
+
+    raw = evaluation.read_lines(multi30k_dir / "test_2016_flickr.de.gz")
+    tokenized = evaluation.read_lines(multi30k_dir / "test_2016_flickr.lc.norm.tok.de.gz")
+    assert evaluation.moses_preprocess(raw, "de") == tokenized  # all 1,000 lines
+    [line] = [i for i, text in enumerate(raw) if text.endswith("rasiert seinen Bart.")]
+    cased_first = MosesTokenizer(lang="de").tokenize(MosesPunctNormalizer(lang="de").normalize(raw[line]),
+                                                     escape=True, return_str=True).lower()
+    assert tokenized[line].endswith(" bart .") and cased_first.endswith(" bart.")
+    # two sentences in a line: the first one's period stays on its word, as the references' pipeline leaves it
+    assert evaluation.moses_preprocess(["A dog runs. A cat sleeps."], "en") == ["a dog runs. a cat sleeps ."]
+    assert evaluation.moses_preprocess(["Mr. Smith runs."], "en") == ["mr. smith runs ."]
+
+
 def test_bleu_is_case_sensitive_only_when_asked():
     hypotheses = ["a man rides a red bike down the street ."]
     references = ["A man rides a red bike down the street ."]

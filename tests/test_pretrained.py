@@ -15,6 +15,7 @@ import shutil
 import numpy as np
 import pytest
 from conftest import MULTI30K
+from factories import DOCUMENT, DOCUMENT_SENTENCES, document_layout
 
 import keras_transformer as kt
 from keras_transformer.errors import CheckpointNotFoundError, ConfigError, CorruptFileError
@@ -483,16 +484,6 @@ def test_a_large_matrix_read_from_a_checkpoint_becomes_the_variable_s_memory_wit
         view[0, 0] = 42.0
         assert other.numpy()[0, 0] == before[0, 0] != 42.0  # a copy
 
-
-DOCUMENT = ("A man rides a bike. Two dogs play in the snow near a house.\n\nA girl.\n\n"
-            "  - Zwei Männer sitzen auf einer Bank!\n  - A woman sings on a stage.\n")
-DOCUMENT_SENTENCES = ["A man rides a bike.", "Two dogs play in the snow near a house.", "A girl.",
-                      "Zwei Männer sitzen auf einer Bank!", "A woman sings on a stage."]
-
-
-def document_layout(t):
-    """`DOCUMENT` with its five sentences replaced by `t`'s."""
-    return f"{t[0]} {t[1]}\n\n{t[2]}\n\n  - {t[3]}\n  - {t[4]}\n"
 
 
 @pytest.mark.slow

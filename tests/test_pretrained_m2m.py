@@ -16,6 +16,7 @@ import shutil
 import numpy as np
 import pytest
 from conftest import MULTI30K
+from factories import DOCUMENT, DOCUMENT_SENTENCES, document_layout
 
 import keras_transformer as kt
 from keras_transformer.errors import CheckpointNotFoundError, ConfigError, CorruptFileError
@@ -361,16 +362,6 @@ def test_the_fairseq_sinusoids_with_an_offset_are_m2m_100s_table_and_round_trip(
     assert (again.layout, again.offset) == ("fairseq", 2)
     np.testing.assert_array_equal(np.asarray(again(np.zeros((1, 5, d_model), "float32")))[0], out[:5])
 
-
-DOCUMENT = ("A man rides a bike. Two dogs play in the snow near a house.\n\nA girl.\n\n"
-            "  - Two men sit on a bench!\n  - A woman sings on a stage.\n")
-DOCUMENT_SENTENCES = ["A man rides a bike.", "Two dogs play in the snow near a house.", "A girl.",
-                      "Two men sit on a bench!", "A woman sings on a stage."]
-
-
-def document_layout(t):
-    """`DOCUMENT` with its five sentences replaced by `t`'s."""
-    return f"{t[0]} {t[1]}\n\n{t[2]}\n\n  - {t[3]}\n  - {t[4]}\n"
 
 
 @pytest.mark.slow

@@ -12,6 +12,7 @@ import time
 import pytest
 
 from keras_transformer.decoding.options import DecodeOptions
+from keras_transformer.engines.details import BLANK, Translation
 from keras_transformer.serving import Batcher, RequestError, ServeSettings, Stats, Work
 from keras_transformer.serving.batching import Cancelled
 
@@ -279,6 +280,10 @@ def _document_upper():
         def n_best_batch(self, texts, prefixes=None):
             return [[(text.upper(), -float(len(text)))] * self.options.returned() for text in texts]
 
+        def details_batch(self, texts, prefixes=None):  # the score over one token per word and eos
+            return [Translation.from_score(text.upper(), -float(len(text)), len(text.split()) + 1,
+                                           self.scoring_alpha) for text in texts]
+
     return DocumentUpper()
 
 
@@ -292,10 +297,15 @@ def test_translate_reads_documents_into_sentences_that_the_limits_count():
     assert work.items[-1] == "A big cat." and work.documents.counts[1:] == (0, 1)  # an empty document: none
     work = parse_translate({"sentences": [text, ""], "format": "text"}, translator.options, settings,
                            translator=translator)
-    assert work.kind == "best" and work.items == ("A dog runs.", "It barks.", "Two men.")
-    answer = assemble_documents(work.documents, [(item.upper(), -float(len(item))) for item in work.items])
+    assert work.kind == "details" and work.items == ("A dog runs.", "It barks.", "Two men.")
+    answer = assemble_documents(work.documents, translator.translate_detailed(work.items))
     assert answer["translations"] == [text.upper(), ""] and answer["scores"] == [-(11 + 9 + 8) / 3, 0.0]
-    assert answer["sentences"][0][2] == {"source": "Two men.", "translation": "TWO MEN.", "score": -8.0}
+    penalty = ((5 + 3) / 6) ** translator.scoring_alpha  # "Two men." is 3 tokens, its score -8
+    assert answer["sentences"][0][2] == {"source": "Two men.", "translation": "TWO MEN.", "score": -8.0,
+                                         "log_prob": -8.0 * penalty, "mean_log_prob": -8.0 * penalty / 3,
+                                         "tokens": 3}
+    log_probs = [-11 * ((5 + 4) / 6) ** translator.scoring_alpha, -9 * penalty, -8 * penalty]
+    assert answer["mean_log_probs"] == [pytest.approx(sum(log_probs) / 10), 0.0]  # 10 tokens in the document
     lines = parse_translate({"sentences": [text]}, translator.options, settings, translator=translator)
     assert lines.items == (text,) and lines.documents is None  # format lines: today's one sentence per string
 
@@ -312,6 +322,32 @@ def test_translate_reads_documents_into_sentences_that_the_limits_count():
         with pytest.raises(RequestError) as refused:
             parse_translate(body, translator.options, settings, translator=translator)
         assert refused.value.status == status and message in str(refused.value), body
+
+
+def test_a_request_s_documents_are_read_once_and_answered_as_translate_document_answers(monkeypatch):
+    """Each document is segmented (or its markup parsed) once, when the request is read: its plan's lines are the
+    request's sentences and the answer is put together from that plan; text and records are those of
+    `translate_document(..., details=True)` in Python."""
+    import collections
+
+    from keras_transformer.documents import document
+    from keras_transformer.serving.requests import assemble_documents, parse_translate
+
+    translator, calls = _document_upper(), collections.Counter()
+    for name in ("segment", "read_markup"):
+        real = getattr(document, name)
+        monkeypatch.setattr(document, name, lambda *a, real=real, name=name, **k: calls.update([name]) or real(*a, **k))
+    texts = {"text": ("A dog runs. It barks.\n\n  - Two men.", {"segment": 2}),
+             "html": ("<p>A <b>big</b> cat. It <i>sleeps</i>.</p><img alt='A red car.'>", {"read_markup": 2})}
+    for format, (text, once) in texts.items():
+        calls.clear()
+        work = parse_translate({"sentences": [text, text], "format": format}, translator.options, ServeSettings(),
+                               translator=translator)
+        answer = assemble_documents(work.documents, translator.translate_detailed(work.items))
+        assert calls == once  # once per document, for reading and answering together
+        python = translator.translate_document(text, format, details=True)
+        assert answer["translations"] == [python["text"]] * 2 and answer["sentences"] == [python["sentences"]] * 2
+        assert len(python["sentences"]) == 3 and python["text"] != text
 
 
 def test_the_server_translates_documents_whole_batching_their_sentences_as_lines():
@@ -332,6 +368,9 @@ def test_the_server_translates_documents_whole_batching_their_sentences_as_lines
         assert status == 200 and answer["translations"] == [text.upper()]
         assert [row["source"] for row in answer["sentences"][0]] == ["Title", "One.", "Two.", "Three.", "Four.",
                                                                      "Five.", "Six."]
+        assert [row["mean_log_prob"] for row in answer["sentences"][0]] == [
+            detail.mean_log_prob for detail in _document_upper().translate_detailed(
+                ["Title", "One.", "Two.", "Three.", "Four.", "Five.", "Six."])]
         after = json.loads(call("/stats")[1])["batch_sentences"]
         grown = {size: after[size] - before.get(size, 0) for size in after if after[size] != before.get(size, 0)}
         assert grown == {"4": 1, "3": 1}  # 7 sentences in batches of at most 4
@@ -343,6 +382,17 @@ def test_the_server_translates_documents_whole_batching_their_sentences_as_lines
         assert status == 413 and "--max-sentences" in json.loads(answer)["error"]
         status, answer = call("/translate", {"sentences": ["<a><b></a>"], "format": "xml"})
         assert status == 400 and "not well-formed" in json.loads(answer)["error"]
+        # lines with their signals: translate_detailed's records, named as in Python
+        status, answer = call("/translate", {"sentences": ["A dog runs.", ""], "details": True})
+        expected = _document_upper().translate_detailed(["A dog runs.", ""])
+        assert status == 200 and json.loads(answer) == {
+            "translations": ["A DOG RUNS.", ""], "scores": [-11.0, 0.0],
+            "details": [expected[0].to_dict(), BLANK.to_dict()]}
+        assert json.loads(answer)["details"][0]["mean_log_prob"] < 0
+        for body, message in (({"details": "yes"}, "details must be true or false"),
+                              ({"details": True, "n_best": 1}, "details is for the best translation")):
+            status, answer = call("/translate", {"sentences": ["A dog."], **body})
+            assert status == 400 and message in json.loads(answer)["error"], body
 
 
 def _terms_upper(refuses=False):

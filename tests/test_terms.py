@@ -1,6 +1,7 @@
 """Terms through the engines: `translate_lines` / `n_best_lines` / `translate_terms` with constraints, banned
 phrases and glossaries, against the search called with the ids directly; refusals by the engines that cannot."""
 
+import json
 import pathlib
 
 import numpy as np
@@ -67,6 +68,25 @@ def test_a_glossary_gives_each_line_its_terms(translator, tmp_path):
     assert translator.n_best_lines(LINES[:1], glossary=Glossary.parse("w5\tw22\n"))[0][0][0] == by_hand[0]
 
 
+@pytest.mark.slow
+def test_a_document_s_sentences_each_get_their_own_glossary_terms(translator):
+    """`translate_document` with a glossary on the TensorFlow engine: each sentence's matches are its
+    constraints (not its neighbours'), the banned word is in no sentence, and the records carry the constrained
+    hypotheses' signals. Five constrained searches, run eagerly (about 15 s); the fast tests fake the engine."""
+    glossary = Glossary.parse("w5\tw22\nw9\tw23 w24\n")
+    sentences = ["w5 w6 w7", "w9 w10", "w11 w12"]
+    text = f"{sentences[0]}\n\n- {sentences[1]}\n  {sentences[2]}\n"
+    expected = translator.translate_lines(sentences, glossary=glossary, banned=["w12"])
+    assert "w22" in expected[0].split() and "w23 w24" in expected[1] and "w22" not in expected[1].split()
+    assert "w12" not in expected[2].split() and expected != translator.translate_lines(sentences)
+    assert translator.translate_document(text, glossary=glossary, banned=["w12"]) == \
+        f"{expected[0]}\n\n- {expected[1]}\n  {expected[2]}\n"
+    records = translator.translate_document(text, glossary=glossary, banned=["w12"], details=True)["sentences"]
+    assert [r["translation"] for r in records] == expected
+    assert [r["tokens"] for r in records] == [len(t.split()) + 1 for t in expected]
+    assert all(r["mean_log_prob"] < 0 for r in records)
+
+
 def test_a_term_that_cannot_fit_is_reported_not_crashed_on(trained_copy_model, word_tokenizer):
     """A line may produce its source length + max_extra tokens (with eos): an 8-token term does not fit after a
     one-word line with max_extra 2, so that line gets its unconstrained translation and the term is reported."""
@@ -75,8 +95,10 @@ def test_a_term_that_cannot_fit_is_reported_not_crashed_on(trained_copy_model, w
     short = Translator(trained_copy_model[0], word_tokenizer, beam_size=3, alpha=0.6, max_extra=2)
     long_term = " ".join(f"w{i}" for i in range(20, 20 + MAX_TERM_TOKENS))
     found = short.translate_terms(["w5", "w6 w7"], constraints=[[long_term], ["w9"]])
-    assert found[0][0] == {"translation": short.translate_lines(["w5"])[0], "score": pytest.approx(
-        short.n_best_lines(["w5"])[0][0][1], rel=1e-5), "unmet": [long_term]}
+    translation = short.translate_lines(["w5"])[0]
+    assert found[0][0] == {"translation": translation, "score": pytest.approx(
+        short.n_best_lines(["w5"])[0][0][1], rel=1e-5), "unmet": [long_term],
+        "tokens": len(translation.split()) + 1}  # its words and eos
     assert found[0][0]["translation"] and found[1][0]["unmet"] == [] and "w9" in found[1][0]["translation"]
 
 
@@ -153,8 +175,8 @@ class Recorder(TranslatorInterface):
                         target_lang=None, num_return=1):
         self.calls.append((list(lines), constraints, banned, glossary))
         request = TermRequest.build(len(lines), constraints, banned, glossary, list(lines))
-        return [[{"translation": " ".join([line] + [forms[0] for forms in terms]), "score": 0.0, "unmet": []}]
-                for line, terms in zip(lines, request.per_line)]
+        return [[{"translation": " ".join([line] + [forms[0] for forms in terms]), "score": 0.0, "unmet": [],
+                  "tokens": 1}] for line, terms in zip(lines, request.per_line)]
 
 
 class Refuser(Recorder):
@@ -192,6 +214,32 @@ def test_translate_gives_every_sentence_the_constraints_and_each_its_glossary_te
         ("Velo", "Rad")]
     status, out, _ = run(["A man walks."], engine)  # no terms: the plain path
     assert (status, out, len(engine.calls)) == (0, "A man walks.\n", 1)
+
+
+def test_translate_gives_each_sentence_of_a_document_its_glossary_terms(run, tmp_path):
+    """`translate --input FILE --glossary G --ban X`: each sentence (one call for the document) gets the
+    constraints of the glossary entries found in it, and the output keeps the document's layout."""
+    (tmp_path / "terms.tsv").write_text("bike\tVelo\tRad\nhorse\tPferd\n", encoding="utf-8")
+    (tmp_path / "doc.txt").write_text("A man rides a bike. A dog.\n\n  - A horse runs.\n", encoding="utf-8")
+    engine = Recorder()
+    status, out, err = run(["--input", "doc.txt", "--output", "doc.de", "--glossary", "terms.tsv", "--ban", "Mist"],
+                           engine)
+    assert (status, out, err) == (0, "", [])
+    assert (tmp_path / "doc.de").read_text(encoding="utf-8") == \
+        "A man rides a bike. Velo A dog.\n\n  - A horse runs. Pferd\n"
+    [(lines, constraints, banned, glossary)] = engine.calls
+    assert lines == ["A man rides a bike.", "A dog.", "A horse runs."] and constraints is None
+    assert banned == ["Mist"] and glossary.constraints("a horse") == [("Pferd",)]
+    status, out, _ = run(["--input", "doc.txt", "--glossary", "terms.tsv", "--json"], engine)
+    records = json.loads(out)["sentences"]
+    assert status == 0 and [r["translation"] for r in records] == ["A man rides a bike. Velo", "A dog.",
+                                                                    "A horse runs. Pferd"]
+    assert {"score", "mean_log_prob"} <= set(records[0])
+    status, out, _ = run(["--input", "doc.txt", "--format", "lines", "--constraint", "Hund"], Recorder())
+    lines = out.splitlines()  # per line, the line's translation with the constraint
+    assert status == 0 and (lines[0], lines[2]) == ("A man rides a bike. A dog. Hund", "  - A horse runs. Hund")
+    status, out, err = run(["--input", "doc.txt", "--glossary", "terms.tsv"], Refuser())
+    assert status == 2 and out == "" and len(err) == 1 and "The recorder engine cannot force or ban terms" in err[0]
 
 
 def test_translate_refuses_bad_terms_in_one_line(run, tmp_path):

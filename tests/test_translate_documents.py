@@ -149,6 +149,8 @@ def test_bad_input_is_refused_in_one_line_and_nothing_is_written(run, tmp_path):
              (["--input", "doc.txt", "A cat."], "--input doc.txt and sentences as arguments (1): give one"),
              (["--format", "html", "A cat."], "--format html translates a document from --input FILE or stdin"),
              (["--input", "doc.txt", "--n-best", "2"], "--n-best is for sentences (--format lines)"),
+             (["--input", "doc.txt", "--format", "lines", "--n-best", "2"], "--n-best is for sentences given as "
+                                                                            "arguments or on stdin"),
              (["--input", "doc.txt", "--format", "lines", "--json"], "--json is for documents"),
              (["--input", "missing.txt"], "missing.txt")]
     for argv, message in cases:

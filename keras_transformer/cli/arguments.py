@@ -285,7 +285,7 @@ def _translate_arguments(commands: argparse._SubParsersAction[argparse.ArgumentP
     _weights_arguments(translate, ensemble=True)
     _decoding_arguments(translate)
     _prefix_arguments(translate, source_lang=True)
-    terms = translate.add_argument_group("terms (docs/decoding.md, \"Terminology\"; sentences only)")
+    terms = translate.add_argument_group("terms (docs/decoding.md, \"Terminology\"; --constraint: sentences only)")
     terms.add_argument("--constraint", action="append", metavar="TERM",
                        help="a target-language term every translation must contain (repeat it for several)")
     terms.add_argument("--glossary", metavar="FILE",
@@ -294,8 +294,9 @@ def _translate_arguments(commands: argparse._SubParsersAction[argparse.ArgumentP
     terms.add_argument("--ban", action="append", metavar="TERM",
                        help="a target-language term no translation may contain (repeat it for several)")
     translate.add_argument("--n-best", type=_POSITIVE, metavar="N",
-                           help="print N hypotheses per sentence, best first, as 'INDEX<tab>SCORE<tab>TRANSLATION' "
-                                "lines (INDEX: the sentence's, from 0); beam search needs N <= --beam-size")
+                           help="print N hypotheses per sentence, best first, as 'INDEX<tab>SCORE<tab>MEAN_LOG_PROB"
+                                "<tab>TRANSLATION' lines (INDEX: the sentence's, from 0; MEAN_LOG_PROB: its tokens' "
+                                "mean log-probability); beam search needs N <= --beam-size")
 
 
 def _export_arguments(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -195,17 +195,22 @@ def check_translate_arguments(args: argparse.Namespace) -> None:
     if args.sentences and document:
         raise ConfigError(f"--format {args.format} translates a document from --input FILE or stdin; sentences "
                           "given as arguments are translated as lines.")
-    for flag, given in (("--n-best", args.n_best is not None), ("--target-prefix", args.target_prefix is not None),
-                        ("--constraint", bool(args.constraint)), ("--glossary", args.glossary is not None),
-                        ("--ban", bool(args.ban))):
+    for flag, given in (("--n-best", args.n_best is not None), ("--target-prefix", args.target_prefix is not None)):
         if given and document:
             raise ConfigError(f"{flag} is for sentences (--format lines), not for a document (--format "
                               f"{translate_format(args)}).")
+        if given and args.input is not None:
+            raise ConfigError(f"{flag} is for sentences given as arguments or on stdin, not for --input FILE.")
+    if args.constraint and document:
+        raise ConfigError(f"--constraint is for sentences (--format lines), not for a document (--format "
+                          f"{translate_format(args)}): each sentence needs its own terms; give a --glossary (its "
+                          "entries found in a sentence become that sentence's constraints).")
     if args.json and not document:
         raise ConfigError("--json is for documents (--format text, html or xml); --n-best N prints lines' scores.")
 
 
-def _translate_file(args: argparse.Namespace, translator: TranslatorInterface, format: str) -> int:
+def _translate_file(args: argparse.Namespace, translator: TranslatorInterface, format: str,
+                    glossary: Any = None) -> int:
     """`translate --input FILE` (or a document on stdin): `inference.translate_file`, its output written to
     `--output` whole or printed."""
     from keras_transformer import inference
@@ -214,7 +219,8 @@ def _translate_file(args: argparse.Namespace, translator: TranslatorInterface, f
     start = time.monotonic()
     translated = inference.translate_file(translator, args.input, args.output, format, source_lang=args.source_lang,
                                           target_lang=args.target_lang, batch_size=args.batch_size, progress=bar,
-                                          details=details)
+                                          details=details, glossary=glossary, banned=args.ban,
+                                          constraints=args.constraint)
     if args.json:
         print(json.dumps({"format": format, "translation": translated, "sentences": details,
                           "decoding": translator.options.to_dict(), "seconds": round(time.monotonic() - start, 3)},
@@ -233,7 +239,7 @@ def _translate(args: argparse.Namespace) -> int:
     translator = _load_translator(args)
     print(f"Decoding: {translator.options.describe()}", file=sys.stderr)
     if args.input is not None or translate_format(args) != "lines":
-        return _translate_file(args, translator, translate_format(args))
+        return _translate_file(args, translator, translate_format(args), glossary)
     # Arguments are one chunk; stdin goes in chunks, so that output starts early and memory stays bounded.
     chunks = [args.sentences] if args.sentences else stdin_chunks(args.batch_size * STDIN_CHUNK_BATCHES)
     forced = {key: value for key, value in (("target_prefix", args.target_prefix),
@@ -253,9 +259,9 @@ def _translate(args: argparse.Namespace) -> int:
             for line in translator.translate_lines(chunk, batch_size=args.batch_size, **forced, **terms):
                 print(evaluation.one_line(line))  # one output line per input sentence
         else:
-            for hypotheses in translator.n_best_lines(chunk, batch_size=args.batch_size, **forced, **terms):
-                for text, score in hypotheses[:args.n_best]:
-                    print(f"{index}\t{score:.4f}\t{evaluation.one_line(text)}")
+            for hypotheses in translator.n_best_detailed(chunk, batch_size=args.batch_size, **forced, **terms):
+                for best in hypotheses[:args.n_best]:
+                    print(f"{index}\t{best.score:.4f}\t{best.mean_log_prob:.4f}\t{evaluation.one_line(best.text)}")
                 index += 1
         sys.stdout.flush()
     return 0

@@ -5,7 +5,8 @@
 - `markup`: HTML and XML through lxml; inline tags placed back by word alignment.
 - `alignment`: word alignments, proportional or from the model's cross-attention.
 - `document`: `translate_document`, which every translator offers as a method
-  (`keras_transformer.engines.interface.TranslatorInterface.translate_document`).
+  (`keras_transformer.engines.interface.TranslatorInterface.translate_document`), and its two steps:
+  `plan_document` (read, segmented, cut: once) and `translate_plan`.
 
 Standard library, numpy, lxml and sentencex only (docs/documents.md).
 """
@@ -18,10 +19,14 @@ from keras_transformer.documents.alignment import (
 from keras_transformer.documents.cutting import cut
 from keras_transformer.documents.document import (
     MAX_DOCUMENT_BYTES,
+    DocumentPlan,
+    plan_document,
     read_document,
     translate_document,
+    translate_plan,
 )
 from keras_transformer.documents.segmentation import Segmented, reassemble, segment
 
-__all__ = ["MAX_DOCUMENT_BYTES", "Segmented", "alignment_from_attention", "attention_aligner", "cut",
-           "proportional_alignment", "read_document", "reassemble", "segment", "translate_document"]
+__all__ = ["MAX_DOCUMENT_BYTES", "DocumentPlan", "Segmented", "alignment_from_attention", "attention_aligner", "cut",
+           "plan_document", "proportional_alignment", "read_document", "reassemble", "segment", "translate_document",
+           "translate_plan"]

@@ -2,21 +2,25 @@
 
 The document is read (`read_document`: UTF-8, not binary, within `MAX_DOCUMENT_BYTES`), cut into sentences
 (`segmentation` for plain text, `markup` for HTML and XML), each sentence over the token budget cut into parts
-(`cutting`), and every sentence and part of the whole document goes to `translate_lines` in **one call**, so the
-engine batches them by length across the document; the translations are put back where their sentences were.
+(`cutting`): `plan_document` does this once, and its `DocumentPlan` holds the parts (`lines`). Then
+`translate_plan` sends every part of the whole document to `translate_lines` in **one call**, so the engine
+batches them by length across the document, and puts the translations back where their sentences were.
+`translate_document` is the two in a row; a server that counts a document's sentences before it translates them
+plans once and translates the plan.
 
 Standard library, numpy, lxml and sentencex only: `translate_lines` is all it knows of a model.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from keras_transformer.documents.alignment import Aligner
 from keras_transformer.documents.cutting import cut, join_parts
-from keras_transformer.documents.markup import translate_markup
+from keras_transformer.documents.markup import read_markup
 from keras_transformer.documents.segmentation import language_code, reassemble, segment
 from keras_transformer.errors import DocumentError, format_size
 
@@ -117,6 +121,21 @@ def translate_sentences(translate_lines: Callable[[list[str]], list[str]], sente
     ['WE CAME; WE SAW.']
     """
     parts = [cut(sentence, max_tokens, count_tokens or estimate_tokens) for sentence in sentences]
+    return translate_parts(translate_lines, sentences, parts, target_lang, progress, chunk_size, details, on_sentence)
+
+
+def translate_parts(translate_lines: Callable[[list[str]], list[str]], sentences: Sequence[str],
+                    parts: Sequence[Sequence[str]], target_lang: str | None = None, progress: Progress | None = None,
+                    chunk_size: int = 64, details: list[dict[str, Any]] | None = None,
+                    on_sentence: Callable[[str, list[str], str], None] | None = None) -> list[str]:
+    """`translate_sentences` of sentences already cut: `parts[i]`, sentence i's parts (`cut`), in order.
+
+    Example:
+
+    >>> translate_parts(lambda lines: [line.upper() for line in lines], ["We came; we saw."],
+    ...                 [["We came;", "we saw."]])
+    ['WE CAME; WE SAW.']
+    """
     flat = [part for group in parts for part in group]
     if progress is None:
         translated = _checked(flat, translate_lines(flat) if flat else [])
@@ -150,6 +169,91 @@ def _checked(sent: Sequence[Any], translated: Sequence[str]) -> list[str]:
     return translated
 
 
+@dataclasses.dataclass
+class DocumentPlan:
+    """A document read, segmented and its long sentences cut (`plan_document`): what goes to the engine, and how
+    the translations go back (`translate_plan`, once: a markup document's tree takes the translation).
+
+    Attributes:
+        format: "text", "html" or "xml".
+        text: the document as read.
+        sentences: its sentences, in document order (a markup document's attribute texts among them).
+        parts: per sentence, the parts it is translated in (`cut`: the sentence alone unless over the budget).
+        target_lang: the translation's language, for joining a cut sentence's parts.
+
+    Example:
+
+    >>> plan = plan_document("A dog runs. A cat.\\n\\n- Done.")
+    >>> plan.sentences, plan.lines
+    (('A dog runs.', 'A cat.', 'Done.'), ['A dog runs.', 'A cat.', 'Done.'])
+    """
+
+    format: str
+    text: str
+    sentences: tuple[str, ...]
+    parts: tuple[tuple[str, ...], ...]
+    target_lang: str | None
+    # (translations, aligner) -> the document; None: a blank document, given back as it is
+    finish: Callable[[list[str], Aligner | None], str] | None = dataclasses.field(default=None, repr=False)
+
+    @property
+    def lines(self) -> list[str]:
+        """Every part of every sentence, in document order: what the engine translates."""
+        return [part for group in self.parts for part in group]
+
+
+def plan_document(text: str | bytes, format: str = "text", source_lang: str | None = None,
+                  max_tokens: int | None = None, count_tokens: Callable[[str], int] | None = None,
+                  target_lang: str | None = None, attributes: Sequence[str] = ("alt", "title"),
+                  max_bytes: int = MAX_DOCUMENT_BYTES) -> DocumentPlan:
+    """`text` read, segmented into sentences and each sentence over the budget cut into parts: the arguments as
+    `translate_document`'s.
+
+    Raises:
+        DocumentError: as `translate_document`.
+    """
+    if format not in FORMATS:
+        raise DocumentError(f"unknown document format {format!r}; choose one of {', '.join(FORMATS)}.")
+    text = read_document(text, max_bytes)
+    if not text.strip():
+        return DocumentPlan(format, text, (), (), target_lang)
+    budget = DEFAULT_MAX_TOKENS if max_tokens is None else int(max_tokens)
+    if format == "text":
+        segmented = segment(text, source_lang)
+        sentences = list(segmented.sentences)
+
+        def finish(translations: list[str], align: Aligner | None) -> str:
+            return reassemble(segmented.skeleton, translations)
+    else:
+        markup = read_markup(text, source_lang, format=format, attributes=attributes)
+        sentences, finish = markup.sentences, markup.render
+    parts = tuple(tuple(cut(sentence, budget, count_tokens or estimate_tokens)) for sentence in sentences)
+    return DocumentPlan(format, text, tuple(sentences), parts, target_lang, finish)
+
+
+def translate_plan(translate_lines: Callable[[list[str]], list[str]], plan: DocumentPlan,
+                   align: Aligner | None = None, progress: Progress | None = None, chunk_size: int = 64,
+                   details: list[dict[str, Any]] | None = None,
+                   on_sentence: Callable[[str, list[str], str], None] | None = None) -> str:
+    """The document of `plan` translated: its `lines` through `translate_lines` (one call; with `progress`, in
+    chunks as `translate_parts` sends them), the translations put back in its layout or markup. The other
+    arguments as `translate_document`'s.
+
+    Example:
+
+    >>> plan = plan_document("A dog runs. A cat.\\n\\n- Done.")
+    >>> print(translate_plan(lambda lines: [line.upper() for line in lines], plan))
+    A DOG RUNS. A CAT.
+    <BLANKLINE>
+    - DONE.
+    """
+    if plan.finish is None:
+        return plan.text
+    translations = translate_parts(translate_lines, plan.sentences, plan.parts, plan.target_lang, progress,
+                                   chunk_size, details, on_sentence)
+    return plan.finish(translations, align)
+
+
 def translate_document(translate_lines: Callable[[list[str]], list[str]], text: str | bytes, format: str = "text",
                        source_lang: str | None = None, max_tokens: int | None = None,
                        count_tokens: Callable[[str], int] | None = None, align: Aligner | None = None,
@@ -157,7 +261,8 @@ def translate_document(translate_lines: Callable[[list[str]], list[str]], text: 
                        max_bytes: int = MAX_DOCUMENT_BYTES, progress: Progress | None = None, chunk_size: int = 64,
                        details: list[dict[str, Any]] | None = None,
                        on_sentence: Callable[[str, list[str], str], None] | None = None) -> str:
-    """`text` translated sentence by sentence, with its layout (plain text) or its markup (HTML, XML) kept.
+    """`text` translated sentence by sentence, with its layout (plain text) or its markup (HTML, XML) kept:
+    `translate_plan` of `plan_document`.
 
     Args:
         translate_lines: any engine's batch translation, e.g. a translator's `translate_lines`.
@@ -202,19 +307,5 @@ def translate_document(translate_lines: Callable[[list[str]], list[str]], text: 
     >>> reports, [entry["translation"] for entry in sentences]
     ([(0, 3), (2, 3), (3, 3)], ['ONE.', 'TWO WORDS.', 'THREE.'])
     """
-    if format not in FORMATS:
-        raise DocumentError(f"unknown document format {format!r}; choose one of {', '.join(FORMATS)}.")
-    text = read_document(text, max_bytes)
-    if not text.strip():
-        return text
-    budget = DEFAULT_MAX_TOKENS if max_tokens is None else int(max_tokens)
-
-    def translate(sentences: list[str]) -> list[str]:
-        return translate_sentences(translate_lines, sentences, budget, count_tokens, target_lang, progress=progress,
-                                   chunk_size=chunk_size, details=details,
-                                   on_sentence=on_sentence)
-
-    if format == "text":
-        segmented = segment(text, source_lang)
-        return reassemble(segmented.skeleton, translate(list(segmented.sentences)))
-    return translate_markup(text, translate, source_lang, align=align, format=format, attributes=attributes)
+    plan = plan_document(text, format, source_lang, max_tokens, count_tokens, target_lang, attributes, max_bytes)
+    return translate_plan(translate_lines, plan, align, progress, chunk_size, details, on_sentence)

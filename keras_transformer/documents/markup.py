@@ -1,4 +1,5 @@
-"""HTML and XML documents translated with their markup: `translate_markup(text, translate, ...)`.
+"""HTML and XML documents translated with their markup: `translate_markup(text, translate, ...)`, or in two steps,
+`read_markup` (the sentences) and `MarkupDocument.render` (their translations put back).
 
 The document is parsed by lxml: HTML as browsers do (lxml.html's recovering parser: unclosed tags closed, stray end
 tags dropped), XML and XHTML strictly (a document that is not well-formed is refused in one line naming the line
@@ -422,10 +423,99 @@ def _element(node: _Node, words: list[str]) -> Any:
     return element
 
 
+class MarkupDocument:
+    """An HTML or XML document parsed and its sentences collected (`read_markup`): `sentences` to translate, then
+    `render(translations)` writes them into its tree and gives the document back (once: the tree is changed)."""
+
+    def __init__(self, translation: _Translation, serialize: Callable[[], str]) -> None:
+        self._translation, self._serialize, self._rendered = translation, serialize, False
+
+    @property
+    def sentences(self) -> list[str]:
+        """The document's sentences (and attribute texts) to translate, in document order."""
+        return list(self._translation.sentences)
+
+    def render(self, translations: Sequence[str], align: Aligner | None = None) -> str:
+        """The document with `translations` (one per sentence of `sentences`) in place of its sentences, inline
+        elements placed by `align` (None: `proportional_alignment`).
+
+        Raises:
+            ValueError: another number of translations than sentences, or a second render (both named).
+        """
+        if len(translations) != len(self._translation.sentences):
+            raise ValueError(f"{len(self._translation.sentences)} sentence(s) but {len(translations)} "
+                             "translation(s).")
+        if self._rendered:
+            raise ValueError("a markup document is rendered once (its tree now holds the translation).")
+        self._rendered = True
+        self._translation.write(list(translations), align or proportional_alignment)
+        return self._serialize()
+
+
+def read_markup(text: str, language: str | None = "en", format: str = "html",
+                attributes: Sequence[str] = ("alt", "title")) -> MarkupDocument:
+    """`text`, an HTML or XML document (or fragment), parsed and its sentences collected for translation.
+
+    Args:
+        text: the document.
+        language: the source language (for the segmenter).
+        format: "html" (lxml.html: recovers as browsers do) or "xml" (XML or XHTML, well-formed).
+        attributes: the attributes whose text is translated.
+
+    Raises:
+        DocumentError: XML that is not well-formed (line and column named), or text lxml finds no document in.
+
+    Example:
+
+    >>> markup = read_markup('<p>A <b>big</b> dog. <code>x = 1</code></p>')
+    >>> markup.sentences
+    ['A big dog.']
+    >>> markup.render(["A BIG DOG."])
+    '<p>A <b>BIG</b> DOG. <code>x = 1</code></p>'
+    """
+    if format not in ("html", "xml"):
+        raise DocumentError(f"unknown markup format {format!r}; choose html or xml.")
+    lead = text[:len(text) - len(text.lstrip())]
+    trail = text[len(text.rstrip()):]
+    translation = _Translation(language, attributes)
+    if format == "xml":
+        declaration = _XML_DECLARATION.match(text)
+        parser = etree.XMLParser(resolve_entities=False, no_network=True, remove_blank_text=False)
+        try:
+            root = etree.fromstring(text.strip().encode("utf-8"), parser)
+        except etree.XMLSyntaxError as error:
+            raise DocumentError(f"the XML document is not well-formed: {error.msg} (line {error.lineno}, column "
+                                f"{error.position[1]}); fix it, or give it as html to parse it as a browser "
+                                "would.") from None
+        translation.collect(root)
+        prefix = declaration.group(0).strip() + "\n" if declaration else ""
+        return MarkupDocument(translation, lambda: lead + prefix + etree.tostring(
+            root.getroottree(), encoding="unicode") + trail)
+    try:
+        if _DOCUMENT_START.match(text):
+            page = lxml_html.document_fromstring(text)
+            translation.collect(page)
+
+            def serialize_page() -> str:
+                out = etree.tostring(page.getroottree(), encoding="unicode", method="html").strip()
+                if not _DOCTYPE.search(text):  # lxml supplies one; a document without stays without
+                    out = re.sub(r"^<!DOCTYPE[^>]*>\s*", "", out)
+                return lead + out + trail
+
+            return MarkupDocument(translation, serialize_page)
+        wrapper = lxml_html.fragment_fromstring(text.strip(), create_parent="div")
+    except (etree.ParserError, ValueError) as error:
+        raise DocumentError(f"no HTML document could be read: {error}.") from None
+    translation.collect(wrapper)
+    return MarkupDocument(translation, lambda: lead + html.escape(wrapper.text or "", quote=False) + "".join(
+        etree.tostring(child, encoding="unicode", method="html", with_tail=True) for child in wrapper) + trail)
+
+
 def translate_markup(text: str, translate: Callable[[list[str]], list[str]], language: str | None = "en",
                      align: Aligner | None = None, format: str = "html",
                      attributes: Sequence[str] = ("alt", "title")) -> str:
-    """`text`, an HTML or XML document (or fragment), with its sentences translated and its markup kept.
+    """`text`, an HTML or XML document (or fragment), with its sentences translated and its markup kept
+    (`read_markup`, then `MarkupDocument.render`).
 
     Args:
         text: the document.
@@ -445,39 +535,5 @@ def translate_markup(text: str, translate: Callable[[list[str]], list[str]], lan
     >>> translate_markup('<p>A <b>big</b> dog. <code>x = 1</code></p>', upper)
     '<p>A <b>BIG</b> DOG. <code>x = 1</code></p>'
     """
-    if format not in ("html", "xml"):
-        raise DocumentError(f"unknown markup format {format!r}; choose html or xml.")
-    lead = text[:len(text) - len(text.lstrip())]
-    trail = text[len(text.rstrip()):]
-    translation = _Translation(language, attributes)
-    if format == "xml":
-        declaration = _XML_DECLARATION.match(text)
-        parser = etree.XMLParser(resolve_entities=False, no_network=True, remove_blank_text=False)
-        try:
-            root = etree.fromstring(text.strip().encode("utf-8"), parser)
-        except etree.XMLSyntaxError as error:
-            raise DocumentError(f"the XML document is not well-formed: {error.msg} (line {error.lineno}, column "
-                                f"{error.position[1]}); fix it, or give it as html to parse it as a browser "
-                                "would.") from None
-        translation.collect(root)
-        translation.write(translate(translation.sentences), align or proportional_alignment)
-        body = etree.tostring(root.getroottree(), encoding="unicode")
-        prefix = declaration.group(0).strip() + "\n" if declaration else ""
-        return lead + prefix + body + trail
-    try:
-        if _DOCUMENT_START.match(text):
-            root = lxml_html.document_fromstring(text)
-            translation.collect(root)
-            translation.write(translate(translation.sentences), align or proportional_alignment)
-            out = etree.tostring(root.getroottree(), encoding="unicode", method="html").strip()
-            if not _DOCTYPE.search(text):  # lxml supplies one; a document without stays without
-                out = re.sub(r"^<!DOCTYPE[^>]*>\s*", "", out)
-            return lead + out + trail
-        wrapper = lxml_html.fragment_fromstring(text.strip(), create_parent="div")
-    except (etree.ParserError, ValueError) as error:
-        raise DocumentError(f"no HTML document could be read: {error}.") from None
-    translation.collect(wrapper)
-    translation.write(translate(translation.sentences), align or proportional_alignment)
-    inner = html.escape(wrapper.text or "", quote=False) + "".join(
-        etree.tostring(child, encoding="unicode", method="html", with_tail=True) for child in wrapper)
-    return lead + inner + trail
+    markup = read_markup(text, language, format, attributes)
+    return markup.render(translate(markup.sentences), align)

@@ -486,6 +486,12 @@ class CTranslate2Translator(TranslatorInterface):
         return [Translation.from_score(self._detokenize(ids), score, len(ids), self.scoring_alpha)
                 for (ids, score), *_ in self._hypotheses(texts, prefixes)]
 
+    def n_best_details_batch(self, texts: list[str], prefixes: list[str] | None = None) -> list[list[Translation]]:
+        """Per text, the hypotheses of `n_best_batch` as `details.Translation`s (as `details_batch`; a search
+        that found fewer than `returned()` gives those it found)."""
+        return [[Translation.from_score(self._detokenize(ids), score, len(ids), self.scoring_alpha)
+                 for ids, score in hypotheses[:self.returned()]] for hypotheses in self._hypotheses(texts, prefixes)]
+
     def count_source_tokens(self, text: str) -> int:
         """The source SentencePiece model's pieces of `text` (without eos or a language token), for
         `translate_document`'s budget."""

@@ -17,8 +17,8 @@ and lone surrogates become U+FFFD), a blank line (empty or ASCII whitespace only
 reaching the engine, the other lines go to the engine in batches of similar length and come back in input order,
 scores are normalised with `scoring_alpha`, and options are refused when the engine does not implement their
 strategy (`check_options`). An engine implements only its batch methods: `translate_batch`, `n_best_batch` and
-`score_batch`, and `details_batch` for `translate_detailed` (each translation with its score, mean token
-log-probability and token count: `engines.details`).
+`score_batch`, and `details_batch` / `n_best_details_batch` for `translate_detailed` / `n_best_detailed` (each
+translation with its score, mean token log-probability and token count: `engines.details`).
 
 Target prefixes (`translate_lines(..., target_prefix=..., target_lang=...)`): each line's translation starts with
 its prefix, forced, then decoding goes on (docs/decoding.md, "Target prefixes"). A prefix is text of the target
@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 from keras_transformer.documents import alignment, document
 from keras_transformer.engines.details import BLANK, SentenceDetails, Translation
 from keras_transformer.engines.lines import ASCII_WHITESPACE, Lines, Prefixes, clean_line, is_blank
-from keras_transformer.engines.terms import refuse
+from keras_transformer.engines.terms import read_glossary, refuse
 from keras_transformer.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -112,6 +112,10 @@ class TranslatorInterface(abc.ABC):
     def details_batch(self, texts: list[str], prefixes: list[str] | None = None) -> list[Translation]:
         """Per text (cleaned, not blank), its best translation as a `details.Translation` (text, score and the
         tokens generated), as `translate_batch` translates it."""
+        raise NotImplementedError(f"The {self.engine} engine gives no per-sentence details (scores, log-probs).")
+
+    def n_best_details_batch(self, texts: list[str], prefixes: list[str] | None = None) -> list[list[Translation]]:
+        """Per text (cleaned, not blank), its hypotheses as `details.Translation`s, as `n_best_batch` gives them."""
         raise NotImplementedError(f"The {self.engine} engine gives no per-sentence details (scores, log-probs).")
 
     @classmethod
@@ -335,12 +339,14 @@ class TranslatorInterface(abc.ABC):
                                      lambda: [("", 0.0)] * count, target_prefix, target_lang)
 
     def translate_detailed(self, lines: Lines, batch_size: int = 64, target_prefix: Prefixes = None,
-                           target_lang: str | None = None) -> list[Translation]:
+                           target_lang: str | None = None, constraints: Sequence[Any] | None = None,
+                           banned: Any = None, glossary: Any = None) -> list[Translation]:
         """Per line, its translation with its quality signals: a `details.Translation`, whose `text` is what
         `translate_lines` gives, `score` what `n_best_lines` gives its best, `mean_log_prob` the mean of its
         tokens' log-probabilities (</s> counted) and `tokens` their number; `to_dict()` for JSON.
 
-        A blank line gives `details.BLANK` (text "", every signal 0). Arguments as `translate_lines`.
+        A blank line gives `details.BLANK` (text "", every signal 0). Arguments as `translate_lines` (terms
+        too: then the hypotheses of `translate_terms`).
 
         Example:
 
@@ -348,8 +354,38 @@ class TranslatorInterface(abc.ABC):
         >>> best.text, round(best.mean_log_prob, 2), round(best.score, 2), best.tokens  # doctest: +SKIP
         ('Ein Hund rennt.', -0.16, -0.49, 5)
         """
+        if constraints is not None or banned is not None or glossary is not None:
+            return [row[0] for row in self._terms_detailed(lines, constraints, banned, glossary, batch_size,
+                                                           target_prefix, target_lang, 1)]
         return self._in_length_order("translate_detailed", lines, batch_size, self.details_batch, lambda: BLANK,
                                      target_prefix, target_lang)
+
+    def n_best_detailed(self, lines: Lines, batch_size: int = 64, target_prefix: Prefixes = None,
+                        target_lang: str | None = None, constraints: Sequence[Any] | None = None,
+                        banned: Any = None, glossary: Any = None) -> list[list[Translation]]:
+        """Per line, the hypotheses of `n_best_lines` with their quality signals (`details.Translation`s, as
+        `translate_detailed` gives the best). Arguments as `n_best_lines`.
+
+        Example:
+
+        >>> [(t.text, round(t.mean_log_prob, 2)) for t in translator.n_best_detailed(["A dog."])[0]]  # doctest: +SKIP
+        [('Ein Hund.', -0.09), ('Ein Hund rennt.', -0.2)]
+        """
+        count = self.returned()
+        if constraints is not None or banned is not None or glossary is not None:
+            return self._terms_detailed(lines, constraints, banned, glossary, batch_size, target_prefix, target_lang,
+                                        count)
+        return self._in_length_order("n_best_detailed", lines, batch_size, self.n_best_details_batch,
+                                     lambda: [BLANK] * count, target_prefix, target_lang)
+
+    def _terms_detailed(self, lines: Lines, constraints: Sequence[Any] | None, banned: Any, glossary: Any,
+                        batch_size: int, target_prefix: Prefixes, target_lang: str | None,
+                        count: int) -> list[list[Translation]]:
+        """`translate_terms`' hypotheses as `details.Translation`s."""
+        found = self.translate_terms(lines, constraints, banned, glossary, batch_size, target_prefix, target_lang,
+                                     count)
+        return [[Translation.from_score(h["translation"], h["score"], h["tokens"], self.scoring_alpha)
+                 for h in hypotheses] for hypotheses in found]
 
     def score_lines(self, sources: Lines, targets: Lines, batch_size: int = 64) -> list[float]:
         """Forced decoding: per pair, log P(target | source) under the model, normalised as `n_best_lines` is.
@@ -389,7 +425,7 @@ class TranslatorInterface(abc.ABC):
                            target_lang: str | None = None, batch_size: int = 64, max_tokens: int | None = None,
                            align: alignment.Aligner | None = None, attributes: Sequence[str] = ("alt", "title"),
                            max_bytes: int = document.MAX_DOCUMENT_BYTES, progress: document.Progress | None = None,
-                           details: bool = False) -> str | dict[str, Any]:
+                           details: bool = False, glossary: Any = None, banned: Any = None) -> str | dict[str, Any]:
         """A whole document translated sentence by sentence, its layout or markup kept (docs/documents.md).
 
         Every sentence of the document goes to `translate_lines` in one call, so batches are formed by length
@@ -415,6 +451,9 @@ class TranslatorInterface(abc.ABC):
             progress: called with `(sentences done, sentences in all)` after each batch (sentences: the parts
                 sent to the engine); the batches are the same as without it.
             details: also give each sentence's translation and quality signals (`translate_detailed`).
+            glossary: a `decoding.Glossary` or a TSV glossary's path: each sentence (each part of a cut one) must
+                contain the target terms of the entries found in it (`translate_terms`).
+            banned: target texts no translation may contain.
 
         Returns:
             The translated document (`str`); with `details`, a JSON-ready dict: `text`, the translated document,
@@ -426,7 +465,8 @@ class TranslatorInterface(abc.ABC):
         Raises:
             DocumentError: binary data, invalid UTF-8 (the byte offset named), a document over `max_bytes`, XML
                 that is not well-formed, an unknown format.
-            ConfigError: a `source_lang` or `target_lang` this multilingual model has no token for.
+            ConfigError: a `source_lang` or `target_lang` this multilingual model has no token for; a glossary or
+                banned phrases on an engine that cannot force terms, or terms past their limits (named).
 
         Example:
 
@@ -442,14 +482,19 @@ class TranslatorInterface(abc.ABC):
         '<p>A <b>BLACK</b> DOG.</p>'
         """
         caller = f"{type(self).__name__}.translate_document"
+        terms: dict[str, Any] = {}
+        if glossary is not None or banned is not None:  # each sentence's glossary matches: its constraints
+            if type(self).translate_terms is TranslatorInterface.translate_terms:
+                raise refuse(self.engine, "a glossary or banned phrases")
+            terms = {"glossary": read_glossary(glossary), "banned": banned}
 
         def translate_lines(sentences: list[str]) -> list[str]:
             lines = self.document_sources(sentences, source_lang, caller)
-            return self.translate_lines(lines, batch_size=batch_size, target_lang=target_lang)
+            return self.translate_lines(lines, batch_size=batch_size, target_lang=target_lang, **terms)
 
         gathered = SentenceDetails(lambda sentences: self.translate_detailed(
-            self.document_sources(sentences, source_lang, caller), batch_size=batch_size, target_lang=target_lang),
-            self.scoring_alpha) if details else None
+            self.document_sources(sentences, source_lang, caller), batch_size=batch_size, target_lang=target_lang,
+            **terms), self.scoring_alpha) if details else None
         translated = document.translate_document(
             gathered.translate_lines if gathered else translate_lines, text, format,
             **self.document_settings(source_lang, target_lang, max_tokens, align), attributes=attributes,

@@ -151,6 +151,12 @@ class PackedTranslator(TranslatorInterface):
         return [Translation.from_score(decode(ids), score, tokens, self.scoring_alpha)
                 for (ids, score, tokens), *_ in self._decode(texts, 1, prefixes)]
 
+    def n_best_details_batch(self, texts: list[str], prefixes: list[str] | None = None) -> list[list[Translation]]:
+        """Per cleaned, non-blank text, `returned()` translations as `details.Translation`s (`n_best_detailed`)."""
+        decode = self.processors[1].decode
+        return [[Translation.from_score(decode(ids), score, tokens, self.scoring_alpha) for ids, score, tokens in
+                 hypotheses] for hypotheses in self._decode(texts, self.returned(), prefixes)]
+
     def count_source_tokens(self, text: str) -> int:
         """The source SentencePiece model's tokens of `text` (without eos), for `translate_document`'s budget."""
         return len(self.processors[0].encode(text))

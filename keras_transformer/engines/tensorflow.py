@@ -33,7 +33,7 @@ from keras_transformer.decoding.strategies import SAMPLING_FIELDS
 from keras_transformer.engines.interface import TranslatorInterface
 from keras_transformer.engines.lines import check_prefix_ids, clean_line
 from keras_transformer.engines.tensorflow_chunks import score_in_length_order, search_in_length_order
-from keras_transformer.engines.tensorflow_details import count_source_tokens, details_batch
+from keras_transformer.engines.tensorflow_details import count_source_tokens, details_batch, n_best_details_batch
 from keras_transformer.engines.tensorflow_graph import (
     blank_strings,
     check_vocabulary_sizes,
@@ -134,6 +134,7 @@ class Translator(TermSearch, tf.Module, TranslatorInterface):
     engine = "tensorflow"
     strategies = tuple(STRATEGIES)  # every registered strategy: the search is `decoding.strategy(name)`
     details_batch, count_source_tokens = details_batch, count_source_tokens  # engines.tensorflow_details
+    n_best_details_batch = n_best_details_batch
 
     def __init__(self, model: Any, source_tokenizer: Any, target_tokenizer: Any = None,
                  options: DecodeOptions | None = None, jit_compile: bool = False,

@@ -40,8 +40,8 @@ class TermSearch:
                         glossary: Any = None, batch_size: int = 64, target_prefix: Prefixes = None,
                         target_lang: str | None = None, num_return: int = 1) -> list[list[dict[str, Any]]]:
         """`TranslatorInterface.translate_terms`: the terms gathered and checked (`engines.terms.TermRequest`),
-        the lines in batches of similar length through `terms_batch`, each hypothesis's unmet constraints named.
-        A blank line gives `""`, score 0, its constraints all unmet."""
+        the lines in batches of similar length through `terms_batch`, each hypothesis's unmet constraints named
+        and its `tokens` counted. A blank line gives `""`, score 0, no tokens, its constraints all unmet."""
         caller = f"{type(self).__name__}.translate_terms"
         if isinstance(lines, (str, bytes)):
             raise TypeError(f"{caller} takes an iterable of lines (a list of str), got one {type(lines).__name__}.")
@@ -53,7 +53,8 @@ class TermSearch:
         prefixes = self.target_prefixes(len(texts), target_prefix, target_lang, caller)  # type: ignore[attr-defined]
         outputs: list[Any] = [
             None if not is_blank(text) else
-            [{"translation": "", "score": 0.0, "unmet": [shown(term) for term in terms.per_line[i]]}] * num_return
+            [{"translation": "", "score": 0.0, "tokens": 0, "unmet": [shown(term) for term in terms.per_line[i]]}]
+            * num_return
             for i, text in enumerate(texts)]
         order = sorted((i for i, text in enumerate(texts) if outputs[i] is None), key=lambda i: len(texts[i].split()))
         for start in range(0, len(order), batch_size):  # batches of similar length: little padding
@@ -62,9 +63,9 @@ class TermSearch:
                 [texts[i] for i in chunk], TermRequest([terms.per_line[i] for i in chunk], terms.banned), num_return,
                 None if prefixes is None else [prefixes[i] for i in chunk])
             for i, hypotheses in zip(chunk, found):
-                outputs[i] = [{"translation": text, "score": score,
+                outputs[i] = [{"translation": text, "score": score, "tokens": tokens,
                                "unmet": [shown(term) for term, ok in zip(terms.per_line[i], met) if not ok]}
-                              for text, score, met in hypotheses]
+                              for text, score, met, tokens in hypotheses]
         return outputs
 
     def term_tokens(self, text: str) -> list[int]:
@@ -88,10 +89,11 @@ class TermSearch:
             bos_id=target.bos_id, eos_id=target.eos_id, first_cache_stage=decoding.FIRST_CACHE_STAGE, **forced)
 
     def terms_batch(self, texts: list[str], terms: TermRequest, num_return: int,
-                    prefixes: list[str] | None = None) -> list[list[tuple[str, float, list[bool]]]]:
-        """Per text (cleaned, not blank), `num_return` `(translation, score, met)` hypotheses, best first, each
-        search held to the text's constraints (`terms.per_line`, one list per text) and banned phrases; `met`
-        says, per constraint, whether the hypothesis contains it."""
+                    prefixes: list[str] | None = None) -> list[list[tuple[str, float, list[bool], int]]]:
+        """Per text (cleaned, not blank), `num_return` `(translation, score, met, tokens)` hypotheses, best first,
+        each search held to the text's constraints (`terms.per_line`, one list per text) and banned phrases; `met`
+        says, per constraint, whether the hypothesis contains it; `tokens`, the tokens generated (eos counted, as
+        the score counts them: `engines.details`)."""
         target = self.target_tokenizer  # type: ignore[attr-defined]
         per_line, banned = terms.ids(self.term_tokens)
         forced: dict[str, Any] = {}
@@ -121,7 +123,7 @@ class TermSearch:
                else np.ones(tokens.shape[:2] + (1,), bool))
         flat = valid_utf8(target.detokenize(tf.constant(tokens.reshape(-1, tokens.shape[2]))))
         strings = [text.decode("utf-8") for text in flat.numpy()]
-        rows = tokens.shape[1]
+        rows, lengths = tokens.shape[1], (tokens != target.pad_id).sum(axis=2)
         return [[(strings[i * rows + r], float(np.asarray(scores)[i, r]),
-                  [bool(flag) for flag in met[i, r, :len(terms.per_line[i])]]) for r in range(rows)]
-                for i in range(len(texts))]
+                  [bool(flag) for flag in met[i, r, :len(terms.per_line[i])]], int(lengths[i, r]))
+                 for r in range(rows)] for i in range(len(texts))]

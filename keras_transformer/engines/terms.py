@@ -84,8 +84,7 @@ class TermRequest:
         if constraints is not None and (isinstance(constraints, (str, bytes)) or len(constraints) != count):
             raise ConfigError(f"{where}: give one list of terms per line ({count} line(s)), got "
                               f"{len(constraints) if not isinstance(constraints, (str, bytes)) else 'one text'}.")
-        if glossary is not None and not isinstance(glossary, Glossary):
-            glossary = Glossary.read(glossary)
+        glossary = read_glossary(glossary)
         per_line: list[list[Term]] = []
         for i in range(count):
             given = [] if constraints is None else constraints[i]
@@ -127,6 +126,17 @@ class TermRequest:
 
         per_line = [[[term(form, "The constraint") for form in forms] for forms in terms] for terms in self.per_line]
         return per_line, [term(phrase[0], "The banned phrase") for phrase in self.banned]
+
+
+def read_glossary(glossary: Glossary | str | os.PathLike[str] | None) -> Glossary | None:
+    """`glossary` as a `Glossary`: a TSV glossary's path read (once, where many calls use it), None as None.
+
+    Example:
+
+    >>> read_glossary(None) is None, read_glossary(Glossary.parse("dog\\tHund\\n")).constraints("A dog.")
+    (True, [('Hund',)])
+    """
+    return glossary if glossary is None or isinstance(glossary, Glossary) else Glossary.read(glossary)
 
 
 def refuse(engine: str, what: str = "constraints or banned phrases") -> ConfigError:

@@ -367,6 +367,10 @@ class _Server:
         elif work.kind == "n_best":
             payload = {"translations": [[hypothesis[0] for hypothesis in row] for row in results],
                        "scores": [[hypothesis[1] for hypothesis in row] for row in results]}
+        elif work.kind == "details":  # lines with their quality signals, as `translate_detailed` gives them
+            payload = {"translations": [result.text for result in results],
+                       "scores": [result.score for result in results],
+                       "details": [result.to_dict() for result in results]}
         else:
             payload = {"translations": [result[0] for result in results], "scores": [result[1] for result in results]}
         if work.banned is not None:  # with terms: each translation's constraints it lacks (a too long one)

@@ -67,8 +67,8 @@ class Engine:
     def run(self, key: tuple[str, DecodeOptions, bool, tuple[str, ...] | None],
             parts: Sequence[Sequence[Any]]) -> list[list[Any]]:
         """Decodes one batch: `key` is `Work.key`, `parts` each request's items; returns each request's results
-        (`(translation, score)` per sentence for "best", a list of them for "n_best", a score for "score"; with
-        terms, `(translation, score, unmet constraints)`)."""
+        (`(translation, score)` per sentence for "best", a list of them for "n_best", a score for "score", a
+        `details.Translation` for "details"; with terms, `(translation, score, unmet constraints)`)."""
         kind, options, prefixed, banned = key
         items = [item for part in parts for item in part]
         if not items:
@@ -80,6 +80,10 @@ class Engine:
                 num_return=options.returned() if kind == "n_best" else 1)
             rows = [[(h["translation"], h["score"], h["unmet"]) for h in hypotheses] for hypotheses in found]
             results = [row[0] for row in rows] if kind == "best" else rows
+        elif kind == "details":  # a `details.Translation` per sentence (documents, and lines asking for details)
+            results = list(self.variant(options).translate_detailed(
+                [s for s, _ in items] if prefixed else items, batch_size=len(items),
+                target_prefix=[p for _, p in items] if prefixed else None))
         elif prefixed:  # (sentence, target prefix) pairs, checked when the request was read
             hypotheses = self.variant(options).n_best_lines([s for s, _ in items], batch_size=len(items),
                                                             target_prefix=[p for _, p in items])

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import functools
 import json
 import math
 import random
@@ -17,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.decoding.strategies import MAX_SEED, SAMPLING_FIELDS
 from keras_transformer.documents import document
-from keras_transformer.documents.alignment import proportional_alignment
+from keras_transformer.documents.alignment import Aligner
+from keras_transformer.engines.details import SentenceDetails, Translation
 from keras_transformer.errors import ConfigError, DocumentError
 from keras_transformer.serving.signatures import SIGNATURES, batched_inputs
 from keras_transformer.serving.terms import TERM_FIELDS, parse_terms
@@ -152,7 +154,8 @@ def parse_json(body: bytes) -> dict[str, Any]:
 
 @dataclasses.dataclass(frozen=True)
 class Work:
-    """One request's share of a batch: what to decode (`kind`: "best", "n_best" or "score"), with which options,
+    """One request's share of a batch: what to decode (`kind`: "best", "n_best", "score", or "details": the best
+    with its quality signals, a `details.Translation` per sentence), with which options,
     and its items (sentences; `(source, target)` pairs for "score"; `(sentence, target prefix)` pairs where
     `prefixed`; with terms, `(sentence, prefix, constraints)`). Requests with equal `key` are batched together."""
 
@@ -180,21 +183,27 @@ FORMATS = ("lines", *document.FORMATS)
 
 @dataclasses.dataclass(frozen=True)
 class Documents:
-    """The documents of a `/translate` request, as `plan_documents` read them: each document's text, how many of
-    the request's sentences (its sentences after segmentation, long ones cut in parts) are its, and how the
-    translator reads a document (`TranslatorInterface.document_settings`)."""
+    """The documents of a `/translate` request, as `plan_documents` read them: each document's plan
+    (`documents.document.DocumentPlan`: its sentences after segmentation, long ones cut in parts, are the
+    request's), the aligner that places a markup document's inline tags, and the translator's `scoring_alpha`
+    (a sentence cut in parts is scored over them all)."""
 
     format: str
-    texts: tuple[str, ...]
-    counts: tuple[int, ...]
-    settings: dict[str, Any]
+    plans: tuple[document.DocumentPlan, ...]
+    align: Aligner | None = None
+    alpha: float = 0.0
+
+    @property
+    def counts(self) -> tuple[int, ...]:
+        """How many of the request's sentences each document has."""
+        return tuple(len(plan.lines) for plan in self.plans)
 
 
 def plan_documents(translator: TranslatorInterface, texts: Sequence[str], format: str,
                    source_lang: str | None = None, target_lang: str | None = None) -> tuple[list[str], Documents]:
     """The sentences of `texts` (documents of `format`: "text", "html" or "xml") as the translator would send
-    them to its engine (segmented, long ones cut), in order, and the `Documents` that puts their translations
-    back (`assemble_documents`).
+    them to its engine (segmented, long ones cut: `documents.document.plan_document`, read this once), in order,
+    and the `Documents` that puts their translations back (`assemble_documents`).
 
     Raises:
         RequestError: 400 for a document that cannot be read (binary, markup that cannot be parsed; named by
@@ -205,64 +214,62 @@ def plan_documents(translator: TranslatorInterface, texts: Sequence[str], format
     >>> from keras_transformer.engines.interface import TranslatorInterface
     >>> class Upper(TranslatorInterface):
     ...     translate_batch = n_best_batch = score_batch = None
+    ...     options = DecodeOptions()
     >>> sentences, documents = plan_documents(Upper(), ["A dog runs. It barks.", "<p>Hi <b>you</b>.</p>"], "html")
     >>> sentences, documents.counts
     (['A dog runs.', 'It barks.', 'Hi you.'], (2, 1))
     """
     settings = translator.document_settings(source_lang, target_lang)
-    sentences: list[str] = []
-    counts = []
+    align = settings.pop("align")
+    plans = []
     for index, text in enumerate(texts):
-        sent: list[str] = []
-
-        def collect(lines: list[str], sent: list[str] = sent) -> list[str]:  # the sentences, unchanged
-            sent.extend(lines)
-            return list(lines)
-
         try:
-            document.translate_document(collect, text, format,
-                                        **{**settings, "align": proportional_alignment})
+            plans.append(document.plan_document(text, format, **settings))
         except DocumentError as error:
             raise RequestError(400, f"sentences[{index}]: {error}") from None
-        sentences += sent
-        counts.append(len(sent))
-    return sentences, Documents(format, tuple(texts), tuple(counts), settings)
+    sentences = [line for plan in plans for line in plan.lines]
+    return sentences, Documents(format, tuple(plans), align, translator.scoring_alpha)
 
 
-def assemble_documents(documents: Documents, results: Sequence[tuple[str, float]]) -> dict[str, Any]:
-    """The `/translate` answer for documents: each document translated whole (`translations`), the mean score of
-    its sentences (`scores`; 0 for one without any), and per document its sentences' source, translation and
-    score (`sentences`; a sentence cut in parts: the mean of theirs), from `results`, one `(translation, score)`
-    per sentence `plan_documents` gave, in its order.
+def assemble_documents(documents: Documents, results: Sequence[Translation]) -> dict[str, Any]:
+    """The `/translate` answer for documents, from `results`, one `details.Translation` per sentence
+    `plan_documents` gave, in its order: each document translated whole (`translations`); the mean score of its
+    sentences' parts (`scores`) and its tokens' mean log-probability (`mean_log_probs`), 0 for a document
+    without any; per document its sentences' records (`sentences`: `source`, `translation`, `score`,
+    `mean_log_prob`, `log_prob`, `tokens`, as `translate_document(..., details=True)` gives them).
 
     Example:
 
     >>> from keras_transformer.engines.interface import TranslatorInterface
     >>> class Upper(TranslatorInterface):
     ...     translate_batch = n_best_batch = score_batch = None
+    ...     options = DecodeOptions()
     >>> sentences, documents = plan_documents(Upper(), ["A dog runs.\\n\\n- It barks."], "text")
-    >>> answer = assemble_documents(documents, [(s.upper(), -0.5) for s in sentences])
-    >>> answer["translations"], answer["scores"], answer["sentences"][0][1]
-    (['A DOG RUNS.\\n\\n- IT BARKS.'], [-0.5], {'source': 'It barks.', 'translation': 'IT BARKS.', 'score': -0.5})
+    >>> answer = assemble_documents(documents, [Translation(s.upper(), -0.5, -2.0, 4) for s in sentences])
+    >>> answer["translations"], answer["scores"], answer["mean_log_probs"]
+    (['A DOG RUNS.\\n\\n- IT BARKS.'], [-0.5], [-0.5])
+    >>> answer["sentences"][0][1]["translation"], answer["sentences"][0][1]["mean_log_prob"]
+    ('IT BARKS.', -0.5)
     """
-    translations, scores, sentences = [], [], []
+    translations, scores, mean_log_probs, sentences = [], [], [], []
     start = 0
-    for text, count in zip(documents.texts, documents.counts):
-        own = results[start:start + count]
-        start += count
-        given = iter([translation for translation, _ in own])
-        details: list[dict[str, Any]] = []
-        translations.append(document.translate_document(lambda lines: [next(given) for _ in lines], text,
-                                                        documents.format, **documents.settings, details=details))
-        own_scores, position, rows = [float(score) for _, score in own], 0, []
-        for entry in details:
-            parts = own_scores[position:position + entry["parts"]]
-            position += entry["parts"]
-            rows.append({"source": entry["source"], "translation": entry["translation"],
-                         "score": sum(parts) / len(parts) if parts else 0.0})
-        scores.append(sum(own_scores) / len(own_scores) if own_scores else 0.0)
-        sentences.append(rows)
-    return {"translations": translations, "scores": scores, "sentences": sentences}
+    for plan in documents.plans:
+        own = list(results[start:start + len(plan.lines)])
+        start += len(own)
+        gathered = SentenceDetails(functools.partial(_given, own), documents.alpha)  # the plan's lines, in order
+        translations.append(document.translate_plan(gathered.translate_lines, plan, documents.align,
+                                                    on_sentence=gathered.on_sentence))
+        tokens = sum(translation.tokens for translation in own)
+        scores.append(sum(translation.score for translation in own) / len(own) if own else 0.0)
+        mean_log_probs.append(sum(translation.log_prob for translation in own) / tokens if tokens else 0.0)
+        sentences.append(gathered.sentences)
+    return {"translations": translations, "scores": scores, "mean_log_probs": mean_log_probs,
+            "sentences": sentences}
+
+
+def _given(translations: list[Translation], lines: list[str]) -> list[Translation]:
+    """`translations`, the translations of `lines` already decoded."""
+    return translations
 
 
 def checked_prefixes(translator: TranslatorInterface | None, sentences: Sequence[str], target_prefix: Any = None,
@@ -354,17 +361,23 @@ def parse_translate(body: dict[str, Any], defaults: DecodeOptions, settings: Ser
     `Work.documents` puts them back together (`assemble_documents`). `source_lang` then also picks the
     segmenter's rules, for any model; `target_prefix` and `n_best` are for lines only.
 
+    `details: true` (lines) gives each translation's quality signals (kind "details": `details.Translation`,
+    `score` and `mean_log_prob` among them); documents always have them, per sentence.
+
     Example:
 
     >>> work = parse_translate({"sentences": ["A dog."], "beam_size": 2}, DecodeOptions(), ServeSettings())
     >>> work.kind, work.options.beam_size, work.items
     ('best', 2, ('A dog.',))
     """
-    unknown = sorted(set(body) - {"sentences", "source_lang", "format", *TRANSLATE_FIELDS, *PREFIX_FIELDS,
-                                  *TERM_FIELDS})
+    unknown = sorted(set(body) - {"sentences", "source_lang", "format", "details", *TRANSLATE_FIELDS,
+                                  *PREFIX_FIELDS, *TERM_FIELDS})
     if unknown:
         raise RequestError(400, f"Unknown field(s) {', '.join(unknown)}; /translate takes sentences, source_lang, "
-                                f"format and {', '.join(TRANSLATE_FIELDS + PREFIX_FIELDS + TERM_FIELDS)}.")
+                                f"format, details and {', '.join(TRANSLATE_FIELDS + PREFIX_FIELDS + TERM_FIELDS)}.")
+    details = body.get("details", False)
+    if not isinstance(details, bool):
+        raise RequestError(400, f"details must be true or false, got {_kind(details)}.")
     sentences = body.get("sentences")
     if not isinstance(sentences, list):
         raise RequestError(400, f"sentences must be a list of strings, got {_kind(sentences)}.")
@@ -407,6 +420,10 @@ def parse_translate(body: dict[str, Any], defaults: DecodeOptions, settings: Ser
         terms = parse_terms(body, sentences, translator, options.sampling)
     except ConfigError as error:
         raise RequestError(400, str(error)) from None
+    if details and ("n_best" in given or terms is not None):
+        raise RequestError(400, f"details is for the best translation without terms; "
+                                f"{'n_best' if 'n_best' in given else 'constraints, glossary and banned'} give "
+                                "scores only.")
     if terms is not None:  # (sentence, prefix, constraints) triples, batched with requests banning the same
         items = tuple(zip(sentences, prefixes or [None] * len(sentences), terms[0]))  # type: ignore[list-item]
         kind = "n_best" if "n_best" in given else "best"
@@ -414,7 +431,8 @@ def parse_translate(body: dict[str, Any], defaults: DecodeOptions, settings: Ser
                     banned=terms[1])
     if "n_best" in given:
         return Work("n_best", options, items, prefixes is not None)
-    return Work("best", options.replace(n_best=1), items, prefixes is not None, documents)
+    kind = "details" if details or documents is not None else "best"  # documents: every sentence's signals
+    return Work(kind, options.replace(n_best=1), items, prefixes is not None, documents)
 
 
 def parse_predict(body: dict[str, Any], defaults: DecodeOptions, settings: ServeSettings, seeded: bool = False,
