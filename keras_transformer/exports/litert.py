@@ -34,6 +34,7 @@ with `ai-edge-litert` and `sentencepiece` alone.
 import contextlib
 import datetime
 import json
+import logging
 import os
 import re
 import shutil
@@ -194,7 +195,7 @@ def convert(model: Any, config: TransformerConfig, options: DecodeOptions,
     precisions = tuple(check_litert_precision(precision) for precision in precisions)
     functions = signature_functions(model, config, options)
     converted = {}
-    with tempfile.TemporaryDirectory(prefix="litert-") as folder:
+    with tempfile.TemporaryDirectory(prefix="litert-") as folder, _quiet("absl"):
         tf.saved_model.save(tf.Module(), folder, signatures=functions,
                             options=tf.saved_model.SaveOptions(experimental_custom_gradients=False))
         for precision in precisions:
@@ -210,6 +211,19 @@ def convert(model: Any, config: TransformerConfig, options: DecodeOptions,
                 raise ConfigError(f"LiteRT export: the converter cannot express this model in LiteRT's built-in "
                                   f"operators: {_unconverted(str(error))}.") from None
     return converted
+
+
+@contextlib.contextmanager
+def _quiet(name: str) -> Iterator[None]:
+    """Logger `name` at ERROR for the block: the converter reloads the frozen functions, and TensorFlow warns on
+    each that its gradients were not saved (none is ever asked for)."""
+    logger = logging.getLogger(name)
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def _unconverted(message: str) -> str:
