@@ -39,7 +39,7 @@ PRECISIONS = ("float32", "float16", "int8")
 # The signature of each strategy in `model.tflite`: source_ids int32 (N, S) -> tokens int32 (N, K, T), score float32
 # (N, K), K = beam_size for "beam" and 1 for "greedy".
 SEARCH_SIGNATURES = {"beam": "beam_search", "greedy": "greedy"}
-SCORE_SIGNATURE = "score"  # source_ids int32 (N, S), target_ids int32 (N, T) -> score float32 (N,)
+SCORE_SIGNATURE = "score"  # source_ids int32 (N, S), target_ids int32 (N, T) -> log P(target) float32 (N,)
 # The settings a search signature holds as constants: other values need another export.
 BAKED = ("beam_size", "alpha", "max_extra", "early_exit")
 
@@ -242,16 +242,15 @@ class LiteRTTranslator(TranslatorInterface):
 
     def score_batch(self, sources: list[str], targets: list[str]) -> list[float]:
         """Forced decoding of cleaned pairs with the ``score`` signature: log P(target and eos | source) divided by
-        the GNMT penalty of the recorded alpha (beam search) or 0 (greedy decoding), as the other engines score."""
-        if self.scoring_alpha != self.metadata["score_alpha"]:
-            raise ConfigError(f"{self.directory}: its score signature normalises with alpha "
-                              f"{self.metadata['score_alpha']}, not {self.scoring_alpha}.")
+        the GNMT penalty ((5 + n) / 6) ** alpha of `scoring_alpha` (n counting eos), as the other engines score."""
         target_ids = [self.target_processor.encode(text)[: self.max_target_length - 1] + [self.eos_id]
                       for text in targets]
         runner = self.interpreter.get_signature_runner(SCORE_SIGNATURE)
         outputs = runner(source_ids=padded_ids([self.source_ids(text) for text in sources], self.pad_id),
                          target_ids=padded_ids(target_ids, self.pad_id))
-        return [float(score) for score in np.asarray(outputs["score"])]
+        lengths = np.array([len(ids) for ids in target_ids], np.float64)
+        penalties = np.power((5.0 + lengths) / 6.0, self.scoring_alpha)
+        return [float(score) for score in np.asarray(outputs["score"], np.float64) / penalties]
 
     def count_source_tokens(self, text: str) -> int:
         """The source SentencePiece model's pieces of `text` (without eos), for `translate_document`'s budget."""

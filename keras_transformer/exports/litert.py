@@ -18,7 +18,7 @@ Signatures of `model.tflite` (N sentences, S source positions: pieces then eos, 
   the K hypotheses best first, each ending with eos then pad. Only where the recorded strategy is beam search.
 - `greedy(source_ids: int32 [N, S]) -> {tokens: int32 [N, 1, T], score: float32 [N, 1]}`: greedy decoding.
 - `score(source_ids: int32 [N, S], target_ids: int32 [N, T]) -> {score: float32 [N]}`: forced decoding, targets
-  ending with eos.
+  ending with eos: log P(target | source), which the caller divides by a length penalty if it wants one.
 
 The search is the model's own (`keras_transformer.decoding`), traced in TensorFlow, its variables frozen into
 constants and converted by `tf.lite.TFLiteConverter` with `TFLITE_BUILTINS` only. One Keras operation needs a
@@ -48,7 +48,6 @@ import tensorflow as tf
 from keras_transformer import decoding
 from keras_transformer.config import TransformerConfig
 from keras_transformer.decoding.options import DecodeOptions
-from keras_transformer.engines.interface import scoring_alpha
 from keras_transformer.engines.litert import (
     FORMAT,
     FORMAT_VERSION,
@@ -170,8 +169,8 @@ def signature_functions(model: Any, config: TransformerConfig, options: DecodeOp
             functions[SEARCH_SIGNATURES[strategy]] = _frozen(search, _IDS)
 
         def score(source_ids: Any, target_ids: Any) -> Any:
-            return {"score": decoding.score([model], source_ids, target_ids, alpha=scoring_alpha(options),
-                                            pad_id=config.pad_id, bos_id=config.bos_id)}
+            return {"score": decoding.score([model], source_ids, target_ids, alpha=0.0, pad_id=config.pad_id,
+                                            bos_id=config.bos_id)}
         functions[SCORE_SIGNATURE] = _frozen(score, _IDS, _TARGET_IDS)
     return functions
 
@@ -242,7 +241,6 @@ def _metadata(config: TransformerConfig, options: DecodeOptions, precision: str,
         "precision": precision,
         "decoding": options.to_dict(),
         "length_penalty": "gnmt: score = log P / ((5 + n) / 6) ** alpha, n counting the eos token",
-        "score_alpha": scoring_alpha(options),
         "signatures": signatures,
         "special_ids": {name: int(getattr(config, name)) for name in ("pad_id", "unk_id", "bos_id", "eos_id")},
         "sentencepiece": names,
