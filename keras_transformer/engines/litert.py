@@ -19,6 +19,7 @@ import json
 import os
 import pathlib
 import sys
+from contextlib import nullcontext
 from typing import Any
 
 import numpy as np
@@ -29,6 +30,7 @@ from keras_transformer.engines.details import Translation
 from keras_transformer.engines.interface import TranslatorInterface
 from keras_transformer.engines.lines import Lines
 from keras_transformer.errors import CheckpointError, CheckpointNotFoundError, ConfigError
+from keras_transformer.runtime.tensorflow_logs import tensorflow_logs_wanted, without_cpp_log_lines
 from keras_transformer.workdir.layout import LITERT_METADATA, LITERT_MODEL
 
 FORMAT = "keras_transformer.litert"
@@ -151,8 +153,9 @@ class LiteRTTranslator(TranslatorInterface):
                                      model_file=os.path.join(self.directory, files["target"])))
         path = os.path.join(self.directory, LITERT_MODEL)
         try:
-            self.interpreter = Interpreter(model_path=path, num_threads=self.intra_threads)
-            self.interpreter.get_signature_list()
+            with nullcontext() if tensorflow_logs_wanted() else without_cpp_log_lines():  # its INFO line at load
+                self.interpreter = Interpreter(model_path=path, num_threads=self.intra_threads)
+                self.interpreter.allocate_tensors()  # applies the XNNPACK delegate, which logs
         except (ValueError, RuntimeError) as error:
             reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             raise CheckpointError(f"{path} cannot be read by LiteRT ({reason}): the file is truncated or not a LiteRT "
