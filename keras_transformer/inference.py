@@ -21,6 +21,7 @@ from keras_transformer import evaluation
 from keras_transformer.data import textfile
 from keras_transformer.documents import document
 from keras_transformer.engines.ctranslate2 import is_ctranslate2_model
+from keras_transformer.engines.litert import is_litert_model
 from keras_transformer.engines.loader import load_translator
 from keras_transformer.errors import ConfigError, DocumentError, format_size
 from keras_transformer.files import atomic_write_text, check_not_an_input, check_output_file
@@ -263,7 +264,7 @@ def evaluate(model: Any, source: str | os.PathLike[str] | Iterable[str],
 def describe_weights(model: Any, checkpoint: Any = None, average: int | None = None) -> list[dict[str, Any]]:
     """Which weights `load_translator(model, checkpoint, average)` decodes with: a list of
     `{"model": folder, "weights": [files]}`, one per model folder (several files are averaged); an in-memory
-    translator gives `[]`, a CTranslate2 export its `model.bin`.
+    translator gives `[]`, a CTranslate2 export its `model.bin`, a LiteRT export its `model.tflite`.
 
     Example:
 
@@ -278,6 +279,9 @@ def describe_weights(model: Any, checkpoint: Any = None, average: int | None = N
     for path, chosen in zip(paths, checkpoints):
         if is_ctranslate2_model(path):
             described.append({"model": os.fspath(path), "weights": [os.path.join(os.fspath(path), "model.bin")]})
+            continue
+        if is_litert_model(path):
+            described.append({"model": os.fspath(path), "weights": [os.path.join(os.fspath(path), "model.tflite")]})
             continue
         folder = model_folder(path, chosen, average)
         described.append({"model": os.fspath(path),

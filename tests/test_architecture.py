@@ -27,12 +27,13 @@ LAYERS = [
               "exports.ctranslate2_spec"]),
     ("experiment", ["experiment", "experiment.*"]),
     ("workdir", ["workdir.checkpoints", "evaluation"]),
-    ("engines", ["engines.packed", "engines.ctranslate2"]),  # the engines TensorFlow-free
+    ("engines", ["engines.packed", "engines.ctranslate2", "engines.litert"]),  # the engines TensorFlow-free
     ("training", ["trainer.*"]),
     ("tensorflow", ["data.corpus", "data.tokenizers", "data.tokenizers.*", "data.pipeline", "data.pipeline.*",
                     "data.build", "trainer.distribute", "engines.tensorflow", "engines.tensorflow_graph",
                     "engines.tensorflow_chunks", "engines.tensorflow_details", "engines.tensorflow_terms",
-                    "engines.tensorflow_threads", "exports.savedmodel", "exports.ctranslate2", "exports.warmup",
+                    "engines.tensorflow_threads", "exports.savedmodel", "exports.ctranslate2", "exports.litert",
+                    "exports.warmup",
                     "trainer.tensorflow_callbacks"]),
     ("user", ["engines.loader", "training", "packed.training", "inference", "packed.scoring", "trainer.distillation",
               "serving", "serving.*", "imports", "imports.*"]),
@@ -44,7 +45,7 @@ TENSORFLOW_LAYER = 6
 # and Keras internals, imported where they are used (in keras_internals only, as a test below checks).
 LATE_IMPORTS = {"matplotlib", "jax", "ctranslate2", "tensorboard", "tensorflow_datasets", "sentencepiece",
                 "keras_nlp", "sacremoses", "keras.src", "tensorflow", "starlette", "uvicorn", "prometheus_client",
-                "safetensors", "torch", "huggingface_hub",
+                "safetensors", "torch", "huggingface_hub", "ai_edge_litert",
                 "fcntl"}  # fcntl: POSIX only (files/locks.py takes no lock without it)
 
 
@@ -341,6 +342,7 @@ def test_decoding_strategies_live_only_in_the_decoding_package():
 @pytest.mark.parametrize("statement", ["import keras_transformer",
                                        "from keras_transformer.decoding import DecodeOptions",
                                        "from keras_transformer.engines.ctranslate2 import CTranslate2Translator",
+                                       "from keras_transformer.engines.litert import LiteRTTranslator",
                                        "from keras_transformer.engines.loader import load_translator",
                                        "from keras_transformer import serving; serving.check_installed()",
                                        "import keras_transformer.experiment; import keras_transformer.errors",

@@ -42,5 +42,6 @@ def test_the_package_registries_read_their_names_without_importing_their_entries
             "      sorted(m for m in ('tensorflow', 'keras') if m in sys.modules))\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                             cwd=pathlib.Path(__file__).resolve().parents[1])
-    assert result.stdout.split() == ["['savedmodel',", "'ctranslate2']", "['tensorflow',", "'ctranslate2',",
-                                     "'packed']", "['beam',", "'greedy',", "'sample']", "True", "[]"]
+    assert result.stdout.split() == ["['savedmodel',", "'ctranslate2',", "'litert']", "['tensorflow',",
+                                     "'ctranslate2',", "'packed',", "'litert']", "['beam',", "'greedy',", "'sample']",
+                                     "True", "[]"]

@@ -65,7 +65,7 @@ def test_missing_folders_configs_and_checkpoints_are_named_with_one_error_type(t
         workdir.load_models(tmp_path / "nowhere")
     (tmp_path / "empty").mkdir()
     with pytest.raises(CheckpointNotFoundError, match="not a model folder: not a training workdir .*, a SavedModel "
-                                                      "export .* or a CTranslate2 export"):
+                                                      "export .*, a CTranslate2 export .* or a LiteRT export"):
         workdir.load_models(tmp_path / "empty")
     _run(tmp_path / "a", 1, SEPARATE)
     with pytest.raises(CheckpointNotFoundError, match="Checkpoint not found: .*ckpt-0009"):

@@ -309,13 +309,14 @@ def _export_arguments(commands: argparse._SubParsersAction[argparse.ArgumentPars
                              "same weights); repeat it to export several (sharing a vocabulary) as one ensemble. "
                              "With --format ctranslate2, one workdir or SavedModel export")
     export.add_argument("--format", choices=tuple(EXPORTERS), default="savedmodel",
-                        help="savedmodel (default) or ctranslate2 (needs the ctranslate2 extra: "
-                             "`pip install '.[ctranslate2]'`)")
+                        help="savedmodel (default), ctranslate2 (needs the ctranslate2 extra: "
+                             "`pip install '.[ctranslate2]'`) or litert (a .tflite for devices; the litert extra)")
     export.add_argument("--precision", metavar="TYPE",
                         help="the weights' and matrix products' precision (default float32): savedmodel takes "
                              "bfloat16 (faster than float32 on CPUs with AMX); ctranslate2 takes CTranslate2's "
                              "compute types: int8, int8_float32, int8_float16, int8_bfloat16, int16, float16, "
-                             "bfloat16, float32, where this CPU runs them (docs/serving.md, 'Precision')")
+                             "bfloat16, float32, where this CPU runs them (docs/serving.md, 'Precision'); litert "
+                             "takes float32, float16, int8 (docs/litert.md)")
     export.add_argument("--quantization", help="ctranslate2 only: the older name of --precision")
     export.add_argument("--out", required=True, metavar="DIR", help="the export folder")
     export.add_argument("--overwrite", action="store_true", help="replace an existing export")

@@ -398,9 +398,10 @@ def _verify(args: argparse.Namespace) -> int:
     except ExportDamagedError as error:
         print(f"keras-transformer verify: {error}", file=sys.stderr)
         return export_folder.VERIFY_DAMAGED
-    if found is None and layout.model_kind(args.path) not in ("export", "ctranslate2"):
-        raise CheckpointError(f"{args.path} is not an export: it has no saved_model.pb (a SavedModel) nor "
-                              "keras_transformer.json and model.bin (a CTranslate2 export), and no manifest.")
+    if found is None and layout.model_kind(args.path) not in ("export", "ctranslate2", "litert"):
+        raise CheckpointError(f"{args.path} is not an export: it has no saved_model.pb (a SavedModel), "
+                              "keras_transformer.json and model.bin (a CTranslate2 export) nor litert.json and "
+                              "model.tflite (a LiteRT export), and no manifest.")
     if found is None:
         print(f"keras-transformer verify: {args.path} has no {export_folder.MANIFEST} (it was exported before "
               "exports carried one): there is nothing to check its files against. Export it again to give it one.",

@@ -1,12 +1,13 @@
 """`TranslatorInterface`: what every engine's translator offers, and the line handling they share.
 
-Three engines implement it (`keras_transformer.engines`):
+Four engines implement it (`keras_transformer.engines`):
 
 | engine | class | needs |
 | --- | --- | --- |
 | TensorFlow (tensorflow-text, XLA, the SavedModel's graph) | `engines.tensorflow.Translator` | TensorFlow |
 | CTranslate2 (its C++ search) | `engines.ctranslate2.CTranslate2Translator` | ctranslate2, sentencepiece |
 | packed (Keras on any backend: JAX on a GPU) | `engines.packed.PackedTranslator` | Keras, sentencepiece |
+| LiteRT (the search inside `model.tflite`) | `engines.litert.LiteRTTranslator` | ai-edge-litert, sentencepiece |
 
 `keras_transformer.load_translator` returns the one a model folder calls for. Code written against this
 interface (evaluation, plotting, serving, back-translation scripts) runs on each. Every method takes and returns

@@ -2,12 +2,13 @@
 
 It checks the folders and the weights options once (`layout.check_models`), reads which kind of model folder it was
 given (`model_engine`), and imports that engine only: a CTranslate2 export or a packed workdir translates in a
-process that never imports TensorFlow (the command line's `translate` included).
+process that never imports TensorFlow (the command line's `translate` included); a LiteRT export too.
 
 | folder | engine | translator |
 | --- | --- | --- |
 | a training workdir, a SavedModel export, or several (an ensemble) | "tensorflow" | `Translator` |
 | a CTranslate2 export (`export --format ctranslate2`) | "ctranslate2" | `CTranslate2Translator` |
+| a LiteRT export (`export --format litert`) | "litert" | `LiteRTTranslator` |
 | a packed workdir (`keras-transformer pack`: `arrays/`), SentencePiece vocabulary | "packed" | `PackedTranslator` |
 
 `engine=` picks another engine for a folder that it can read: "packed" for a workdir or a SavedModel export (no
@@ -42,13 +43,16 @@ ENGINES = Registry("engine")
 ENGINES.register("tensorflow", "keras_transformer.engines.tensorflow:Translator")  # imports TensorFlow
 ENGINES.register("ctranslate2", "keras_transformer.engines.ctranslate2:CTranslate2Translator")
 ENGINES.register("packed", "keras_transformer.engines.packed:PackedTranslator")
+ENGINES.register("litert", "keras_transformer.engines.litert:LiteRTTranslator")
+# The converted formats: each is read by its own engine (of the same name) alone, one model at a time.
+CONVERTED = {"ctranslate2": "a CTranslate2 export", "litert": "a LiteRT export"}
 # Settings only the TensorFlow engine takes (`Translator` arguments); the others decode without them.
 TENSORFLOW_SETTINGS = ("jit_compile", "chunk_size")
 
 
 def model_engine(path: str | os.PathLike[str]) -> str:
-    """The engine a model folder is translated with by default: "tensorflow", "ctranslate2" or "packed" (a packed
-    workdir with a SentencePiece vocabulary, what the packed engine reads).
+    """The engine a model folder is translated with by default: "tensorflow", "ctranslate2", "litert" or "packed"
+    (a packed workdir with a SentencePiece vocabulary, what the packed engine reads).
 
     Raises:
         CheckpointNotFoundError: the folder holds no model (the three kinds named).
@@ -61,8 +65,8 @@ def model_engine(path: str | os.PathLike[str]) -> str:
     kind = model_kind(path)
     if kind is None:
         raise not_a_model(path)
-    if kind == "ctranslate2":
-        return "ctranslate2"
+    if kind in CONVERTED:
+        return kind
     packed = kind == "workdir" and arrays_path(path) is not None
     return "packed" if packed and is_sentencepiece_vocabulary(pathlib.Path(path) / WORKDIR_VOCAB) else "tensorflow"
 
@@ -83,12 +87,12 @@ def load_translator(model: str | os.PathLike[str] | list[str | os.PathLike[str]]
         options: a `keras_transformer.decoding.DecodeOptions`; default: the model folder's (its model.yaml's
             decoding mapping, or what a CTranslate2 export recorded). A CTranslate2 export's beam search always
             stops by its own rule, `early_exit`'s.
-        engine: "tensorflow", "ctranslate2" or "packed"; default: the folder's (`model_engine`).
+        engine: "tensorflow", "ctranslate2", "litert" or "packed"; default: the folder's (`model_engine`).
         checked: the caller ran `layout.check_models(model, checkpoint, average)` already (the command line
             does, before it imports anything); otherwise this runs it. Either way it runs once.
         **settings: `DecodeOptions` fields replacing those of `options` (None values change nothing), the
             TensorFlow engine's `jit_compile` and `chunk_size` (other engines ignore them), and CTranslate2's
-            own arguments (`compute_type`, `intra_threads`, ...).
+            own arguments (`compute_type`, `intra_threads`, ...; LiteRT's `intra_threads`).
 
     Returns:
         A `keras_transformer.engines.interface.TranslatorInterface`: the engine's translator.
@@ -114,26 +118,25 @@ def load_translator(model: str | os.PathLike[str] | list[str | os.PathLike[str]]
         raise ConfigError(f"load_translator: engine must be one of {', '.join(ENGINES)}, got {engine!r}.")
     settings = {key: value for key, value in settings.items() if value is not None
                 and (engine == "tensorflow" or key not in TENSORFLOW_SETTINGS)}  # the others decode without them
-    if "ctranslate2" in engines or engine == "ctranslate2":
-        _check_ctranslate2(paths, engines, engine, checkpoint, average)
+    for kind in CONVERTED:
+        if kind in engines or engine == kind:
+            _check_converted(kind, paths, engines, engine, checkpoint, average)
     translator: TranslatorInterface = ENGINES.get(engine).load(paths, checkpoint, average, options, **settings)
     return translator
 
 
-def _check_ctranslate2(paths: list[Any], engines: list[str], engine: str, checkpoint: Any,
-                       average: int | None) -> None:
-    """Refuses, naming why, a CTranslate2 export that the CTranslate2 engine cannot decode as asked (or another
-    engine asked to read one)."""
-    converted = paths[engines.index("ctranslate2")] if "ctranslate2" in engines else paths[0]
+def _check_converted(kind: str, paths: list[Any], engines: list[str], engine: str, checkpoint: Any,
+                     average: int | None) -> None:
+    """Refuses, naming why, a converted export (`CONVERTED`: CTranslate2, LiteRT) that its engine cannot decode as
+    asked (or another engine asked to read one)."""
+    what = CONVERTED[kind]
+    converted = paths[engines.index(kind)] if kind in engines else paths[0]
     if len(paths) > 1:
-        raise ConfigError(f"{converted} is a CTranslate2 export, which decodes alone: an ensemble takes training "
-                          "workdirs and SavedModel exports.")
-    if engine != "ctranslate2":
-        raise ConfigError(f"{converted} is a CTranslate2 export: the {engine} engine cannot read it (leave the "
-                          "engine unset).")
-    if engines[0] != "ctranslate2":
-        raise ConfigError(f"{converted} is not a CTranslate2 export: write one with keras-transformer export "
-                          "--format ctranslate2.")
+        raise ConfigError(f"{converted} is {what}, which decodes alone: an ensemble takes training workdirs and "
+                          "SavedModel exports.")
+    if engine != kind:
+        raise ConfigError(f"{converted} is {what}: the {engine} engine cannot read it (leave the engine unset).")
+    if engines[0] != kind:
+        raise ConfigError(f"{converted} is not {what}: write one with keras-transformer export --format {kind}.")
     if checkpoint is not None or average is not None:
-        raise ConfigError(f"{converted} is a CTranslate2 export: --checkpoint and --average apply to training "
-                          "workdirs.")
+        raise ConfigError(f"{converted} is {what}: --checkpoint and --average apply to training workdirs.")

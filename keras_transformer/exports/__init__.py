@@ -5,6 +5,7 @@ exports/
   folder.py       what every format shares: one writer per folder, staging, the manifest, the swap (`verify`)
   savedmodel.py   a TensorFlow SavedModel, tokenization and search in the graph (`SavedModelExporter`)
   ctranslate2.py  a CTranslate2 model folder, for the fastest CPU serving (`CTranslate2Exporter`)
+  litert.py       a LiteRT (TensorFlow Lite) model, the search inside, for phones and laptops (`LiteRTExporter`)
 ```
 
 The command line knows a format by its name only: `make_exporter(name)` imports the format's module when it is
@@ -15,7 +16,7 @@ module (an `Exporter` subclass) plus one line in `EXPORTERS` (a `keras_transform
 Example:
 
 >>> sorted(EXPORTERS)
-['ctranslate2', 'savedmodel']
+['ctranslate2', 'litert', 'savedmodel']
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 EXPORTERS = Registry("export format")
 EXPORTERS.register("savedmodel", "keras_transformer.exports.savedmodel:SavedModelExporter")
 EXPORTERS.register("ctranslate2", "keras_transformer.exports.ctranslate2:CTranslate2Exporter")
+EXPORTERS.register("litert", "keras_transformer.exports.litert:LiteRTExporter")
 
 
 class Exporter:

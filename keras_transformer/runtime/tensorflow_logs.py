@@ -28,7 +28,8 @@ from keras_transformer.runtime import import_hooks
 
 TF_LOGS_VARIABLE = "KERAS_TRANSFORMER_TF_LOGS"  # set (not 0) to see TensorFlow's C++ log lines
 CPP_LOG_LINE = re.compile(r"^(?:[IWEF]\d{4} \d\d:\d\d:\d\d|WARNING: All log messages before absl::InitializeLog"
-                          r"|To enable the following instructions)")
+                          r"|To enable the following instructions"
+                          r"|INFO: Created TensorFlow Lite XNNPACK delegate)")  # LiteRT's interpreter, at load
 
 
 def tensorflow_logs_wanted() -> bool:

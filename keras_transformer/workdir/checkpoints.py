@@ -449,8 +449,9 @@ def model_folder(path: str | os.PathLike[str], checkpoint: str | os.PathLike[str
             decoding.append(options)
         return ModelFolder(path, "export", tuple(members), extra / VOCAB_DIR, decoding[0])
     if not (path / MODEL_CONFIG).is_file():
-        if model_kind(path) == "ctranslate2":
-            raise CheckpointError(f"{path} is a CTranslate2 export, which holds no Keras model: this needs a training "
+        if model_kind(path) in ("ctranslate2", "litert"):
+            what = "a CTranslate2" if model_kind(path) == "ctranslate2" else "a LiteRT"
+            raise CheckpointError(f"{path} is {what} export, which holds no Keras model: this needs a training "
                                   "workdir or a SavedModel export.")
         raise not_a_model(path)
     weights: tuple[str, ...]

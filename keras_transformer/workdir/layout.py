@@ -34,10 +34,12 @@ SENTENCEPIECE_MODELS = ("bpe", "unigram")  # the model types of a SentencePiece 
 CHECKPOINT_PATTERN = re.compile(r"^(?:ckpt|step)-(\d+)\.weights\.h5$")
 SAVED_MODEL = "saved_model.pb"
 CTRANSLATE2_METADATA = "keras_transformer.json"  # a CTranslate2 export's own metadata (engines.ctranslate2)
+LITERT_METADATA = "litert.json"  # a LiteRT export's own metadata (engines.litert)
+LITERT_MODEL = "model.tflite"  # a LiteRT export's model: the search's signatures (engines.litert)
 
 
 def model_kind(path: str | os.PathLike[str]) -> str | None:
-    """What a model folder is: "workdir", "export" (a SavedModel), "ctranslate2", or None.
+    """What a model folder is: "workdir", "export" (a SavedModel), "ctranslate2", "litert", or None.
 
     >>> import tempfile
     >>> model_kind(tempfile.mkdtemp()) is None
@@ -48,13 +50,15 @@ def model_kind(path: str | os.PathLike[str]) -> str | None:
         return "export"
     if (path / CTRANSLATE2_METADATA).is_file() and (path / "model.bin").is_file():
         return "ctranslate2"
+    if (path / LITERT_METADATA).is_file() and (path / LITERT_MODEL).is_file():
+        return "litert"
     if (path / MODEL_CONFIG).is_file():
         return "workdir"
     return None
 
 
 def check_model_path(path: str | os.PathLike[str]) -> None:
-    """Refuses a `--model` that is missing or not one of the three kinds of model folder, naming it.
+    """Refuses a `--model` that is missing or not one of the kinds of model folder, naming it.
 
     Raises:
         CheckpointNotFoundError: the folder is missing, or holds no model.
@@ -65,10 +69,10 @@ def check_model_path(path: str | os.PathLike[str]) -> None:
 
 
 def not_a_model(path: str | os.PathLike[str]) -> CheckpointNotFoundError:
-    """The error for a folder that holds no model: it names the three kinds and the file each would have."""
+    """The error for a folder that holds no model: it names the kinds and the file each would have."""
     return CheckpointNotFoundError(f"{path} is not a model folder: not a training workdir (no {MODEL_CONFIG}), a "
-                                   f"SavedModel export (no {SAVED_MODEL}) or a CTranslate2 export (no "
-                                   f"{CTRANSLATE2_METADATA}).")
+                                   f"SavedModel export (no {SAVED_MODEL}), a CTranslate2 export (no "
+                                   f"{CTRANSLATE2_METADATA}) or a LiteRT export (no {LITERT_METADATA}).")
 
 
 def is_training_workdir(path: str | os.PathLike[str]) -> bool:

@@ -1,0 +1,380 @@
+"""LiteRT (TensorFlow Lite) export: the whole cached search as one `model.tflite`, built-in operators only.
+
+```
+exports/en_de_litert/
+  model.tflite           the search's signatures (below), LiteRT built-in operators only (no SELECT_TF_OPS)
+  sentencepiece.model    the SentencePiece model (source.sentencepiece.model and target.sentencepiece.model for
+                         separate vocabularies): the app tokenizes, the model takes and returns ids
+  litert.json            format, precision, the decoding baked in, special ids, length limits, file names, the
+                         model's config (`engines.litert.read_metadata`)
+  manifest.json          the size and SHA-256 of every other file (`keras-transformer verify`)
+```
+
+Signatures of `model.tflite` (N sentences, S source positions: pieces then eos, padded with pad 0):
+
+- `beam_search(source_ids: int32 [N, S]) -> {tokens: int32 [N, K, T], score: float32 [N, K]}`: the package's
+  beam search (`decoding.beam_search`) with the recorded beam size K, alpha, max_extra and early exit, the
+  key/value cache, each sentence's length limit (its source length + max_extra) and the GNMT length penalty;
+  the K hypotheses best first, each ending with eos then pad. Only where the recorded strategy is beam search.
+- `greedy(source_ids: int32 [N, S]) -> {tokens: int32 [N, 1, T], score: float32 [N, 1]}`: greedy decoding.
+- `score(source_ids: int32 [N, S], target_ids: int32 [N, T]) -> {score: float32 [N]}`: forced decoding, targets
+  ending with eos: log P(target | source), which the caller divides by a length penalty if it wants one.
+
+The search is the model's own (`keras_transformer.decoding`), traced in TensorFlow, its variables frozen into
+constants and converted by `tf.lite.TFLiteConverter` with `TFLITE_BUILTINS` only. One Keras operation needs a
+stand-in while tracing: `keras.ops.argmax` guards TensorFlow's flush-to-zero with a sign-bit test that becomes
+`tf.BitwiseAnd`, which LiteRT has no built-in for; `tf.argmax` takes its place (they differ only between -0.0 and
+0.0). Precision (`--precision`): float32; float16 (weights stored in float16, half the file); int8 (dynamic-range:
+int8 weights, activations quantized on the fly by XNNPACK's kernels, a quarter of the file).
+
+This module imports TensorFlow (it converts); serving does not: `engines.litert.LiteRTTranslator` reads the folder
+with `ai-edge-litert` and `sentencepiece` alone.
+"""
+
+import contextlib
+import datetime
+import json
+import logging
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from keras_transformer import decoding
+from keras_transformer.config import TransformerConfig
+from keras_transformer.decoding.options import DecodeOptions
+from keras_transformer.engines.litert import (
+    FORMAT,
+    FORMAT_VERSION,
+    PRECISIONS,
+    SCORE_SIGNATURE,
+    SEARCH_SIGNATURES,
+    LiteRTTranslator,
+    is_litert_model,
+    read_metadata,
+)
+from keras_transformer.errors import ConfigError
+from keras_transformer.exports import Exporter
+from keras_transformer.exports.folder import export_lock, writing_export
+from keras_transformer.files import atomic_write_text
+from keras_transformer.workdir.checkpoints import load_models
+from keras_transformer.workdir.layout import (
+    LITERT_METADATA,
+    LITERT_MODEL,
+    SENTENCEPIECE_MODELS,
+    TOKENIZER_SETTINGS,
+    check_export_destination,
+    tokenizer_folders,
+)
+
+_SUBWORD_FORMAT = "keras_transformer.SubwordTokenizer"  # tokenizer.json of keras_transformer.data.tokenizers
+_IDS = tf.TensorSpec([None, None], tf.int32, name="source_ids")
+_TARGET_IDS = tf.TensorSpec([None, None], tf.int32, name="target_ids")
+
+
+def check_litert_precision(precision: str | None, flag: str = "--precision") -> str:
+    """`precision` (None: float32) if a LiteRT export takes it, else a `ConfigError` naming what it takes.
+
+    Example:
+
+    >>> check_litert_precision("int8")
+    'int8'
+    >>> check_litert_precision("bfloat16")
+    Traceback (most recent call last):
+    ...
+    keras_transformer.errors.ConfigError: --precision bfloat16: a LiteRT export is float32, float16 or int8.
+    """
+    precision = precision or "float32"
+    if precision not in PRECISIONS:
+        raise ConfigError(f"{flag} {precision}: a LiteRT export is {', '.join(PRECISIONS[:-1])} or {PRECISIONS[-1]}.")
+    return precision
+
+
+def sentencepiece_files(vocab_dir: str | os.PathLike[str]) -> dict[str, str]:
+    """`{"source": path, "target": path}`: the SentencePiece model files of a vocabulary folder the package learned
+    (shared: the same path twice).
+
+    Raises:
+        ConfigError: a vocabulary of another kind (WordPiece, an imported checkpoint's), named.
+        FileNotFoundError: a tokenizer file is missing.
+    """
+    folders = tokenizer_folders(vocab_dir)
+    files = []
+    for folder in folders:
+        settings_file = folder / TOKENIZER_SETTINGS
+        if not settings_file.is_file():
+            raise FileNotFoundError(f"No tokenizer at {folder}: expected {TOKENIZER_SETTINGS}.")
+        settings = json.loads(settings_file.read_text(encoding="utf-8"))
+        if settings.get("format") != _SUBWORD_FORMAT or settings.get("model_type") not in SENTENCEPIECE_MODELS:
+            raise ConfigError(f"LiteRT export: {settings_file} is a {settings.get('format')} "
+                              f"{settings.get('model_type') or ''} vocabulary; this format takes the SentencePiece "
+                              "vocabularies (bpe, unigram) the package learns, not yet imported ones.")
+        model_file = folder / settings["model_file"]
+        if not model_file.is_file():
+            raise FileNotFoundError(f"Tokenizer file {model_file} named in {settings_file} is missing.")
+        files.append(os.fspath(model_file))
+    return {"source": files[0], "target": files[-1]}
+
+
+@contextlib.contextmanager
+def builtin_argmax() -> Iterator[None]:
+    """While tracing: `keras.ops.argmax` as `tf.argmax`, whose LiteRT form is the built-in ARG_MAX (Keras'
+    TensorFlow argmax adds a sign-bit test, `tf.BitwiseAnd`, that LiteRT has no built-in for)."""
+    original = keras.ops.argmax
+
+    def argmax(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
+        if axis is None or keepdims:
+            return original(x, axis=axis, keepdims=keepdims)
+        return tf.argmax(x, axis=axis, output_type=tf.int32)
+
+    keras.ops.argmax = argmax
+    try:
+        yield
+    finally:
+        keras.ops.argmax = original
+
+
+def _frozen(function: Any, *specs: tf.TensorSpec) -> Any:
+    """`function` traced on `specs` as a concrete function with every variable a constant: the converter freezes
+    no variable a `while` loop reads (LiteRT's READ_VARIABLE would then find it unset)."""
+    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+
+    concrete = tf.function(function, input_signature=list(specs), autograph=False).get_concrete_function()
+    names = sorted(concrete.structured_outputs)  # a dict's outputs are flattened in the order of its keys
+    frozen = convert_variables_to_constants_v2(concrete, lower_control_flow=False)
+
+    def call(*inputs: Any) -> dict[str, Any]:
+        outputs = frozen(*inputs)
+        return outputs if isinstance(outputs, dict) else dict(zip(names, tf.nest.flatten(outputs)))
+    return tf.function(call, input_signature=list(specs), autograph=False).get_concrete_function()
+
+
+def signature_functions(model: Any, config: TransformerConfig, options: DecodeOptions) -> dict[str, Any]:
+    """The concrete functions of `model.tflite`'s signatures, variables frozen (the module docstring lists them)."""
+    special = dict(pad_id=config.pad_id, bos_id=config.bos_id, eos_id=config.eos_id)
+    strategies = {"greedy": options.replace(strategy="greedy", n_best=None)}
+    if options.strategy == "beam":
+        strategies["beam"] = options.replace(n_best=options.beam_size)
+    functions = {}
+    with builtin_argmax():
+        for strategy, settings in strategies.items():
+            def search(source_ids: Any, strategy: str = strategy, settings: DecodeOptions = settings) -> Any:
+                tokens, score = decoding.strategy(strategy)([model], source_ids, settings, **special)
+                return {"tokens": tokens, "score": score}
+            functions[SEARCH_SIGNATURES[strategy]] = _frozen(search, _IDS)
+
+        def score(source_ids: Any, target_ids: Any) -> Any:
+            return {"score": decoding.score([model], source_ids, target_ids, alpha=0.0, pad_id=config.pad_id,
+                                            bos_id=config.bos_id)}
+        functions[SCORE_SIGNATURE] = _frozen(score, _IDS, _TARGET_IDS)
+    return functions
+
+
+def convert(model: Any, config: TransformerConfig, options: DecodeOptions,
+            precisions: tuple[str, ...] = ("float32",)) -> dict[str, bytes]:
+    """`model`'s search and scoring as the bytes of a `model.tflite` per precision, LiteRT built-in operators only:
+    traced once, converted once per precision.
+
+    Raises:
+        ConfigError: an operation the converter cannot express in built-in operators (named, as the converter
+            names it), or a strategy the format does not hold (sampling).
+
+    Example:
+
+    >>> data = convert(model, config, DecodeOptions(beam_size=4), precisions=("int8",))["int8"]  # doctest: +SKIP
+    """
+    if options.strategy not in SEARCH_SIGNATURES:
+        raise ConfigError(f"LiteRT export: strategy {options.strategy!r} is not exported; a LiteRT export decodes "
+                          f"with {' or '.join(SEARCH_SIGNATURES)} search.")
+    precisions = tuple(check_litert_precision(precision) for precision in precisions)
+    functions = signature_functions(model, config, options)
+    converted = {}
+    with tempfile.TemporaryDirectory(prefix="litert-") as folder, _quiet("absl"):
+        tf.saved_model.save(tf.Module(), folder, signatures=functions,
+                            options=tf.saved_model.SaveOptions(experimental_custom_gradients=False))
+        for precision in precisions:
+            converter = tf.lite.TFLiteConverter.from_saved_model(folder, signature_keys=list(functions))
+            converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+            if precision != "float32":
+                converter.optimizations = [tf.lite.Optimize.DEFAULT]  # int8: dynamic-range weights
+            if precision == "float16":
+                converter.target_spec.supported_types = [tf.float16]
+            try:
+                converted[precision] = converter.convert()
+            except Exception as error:  # the converter's errors carry the operations it could not express
+                raise ConfigError(f"LiteRT export: the converter cannot express this model in LiteRT's built-in "
+                                  f"operators: {_unconverted(str(error))}.") from None
+    return converted
+
+
+@contextlib.contextmanager
+def _quiet(name: str) -> Iterator[None]:
+    """Logger `name` at ERROR for the block: the converter reloads the frozen functions, and TensorFlow warns on
+    each that its gradients were not saved (none is ever asked for)."""
+    logger = logging.getLogger(name)
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def _unconverted(message: str) -> str:
+    """The operations a converter error names (its "TF Select ops" line), else its last line."""
+    found = re.findall(r"TF Select ops: ([^\n]+)", message) or re.findall(r"'(tf\.[A-Za-z0-9_]+)' op", message)
+    return ", ".join(sorted(set(found))) or message.strip().splitlines()[-1][:200]
+
+
+def _metadata(config: TransformerConfig, options: DecodeOptions, precision: str, names: dict[str, str],
+              signatures: list[str]) -> dict[str, Any]:
+    """``litert.json``: what `LiteRTTranslator` (or an app) needs beside `model.tflite`."""
+    return {
+        "format": FORMAT, "version": FORMAT_VERSION,
+        "exported": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+        "tensorflow_version": tf.__version__,
+        "precision": precision,
+        "decoding": options.to_dict(),
+        "length_penalty": "gnmt: score = log P / ((5 + n) / 6) ** alpha, n counting the eos token",
+        "signatures": signatures,
+        "special_ids": {name: int(getattr(config, name)) for name in ("pad_id", "unk_id", "bos_id", "eos_id")},
+        "sentencepiece": names,
+        "max_source_length": int(config.max_length),
+        "max_target_length": int(config.max_length),
+        "model_config": config.to_dict(),
+    }
+
+
+def export_litert(model: Any, config: TransformerConfig, vocab_dir: str | os.PathLike[str],
+                  directory: str | os.PathLike[str], *, options: DecodeOptions | None = None,
+                  precision: str | None = None, overwrite: bool = False, **settings: Any) -> str:
+    """Writes `model` as a LiteRT export folder (the module docstring lists its files and signatures):
+    `convert`, then `write_litert`.
+
+    Args:
+        model: a `build_model` model with its trained weights.
+        config: its `TransformerConfig`.
+        vocab_dir: its SentencePiece vocabulary folder (`save_tokenizers`'s: a workdir's ``data/vocab``).
+        directory: the folder to create.
+        options: the `DecodeOptions` baked into the search (default `DecodeOptions()`); `settings` replace fields.
+        precision: "float32" (default), "float16" or "int8" (`PRECISIONS`).
+        overwrite: replace an existing LiteRT export at `directory`.
+
+    Returns:
+        `directory`.
+
+    Raises:
+        ConfigError: a precision, vocabulary or operation the format cannot hold (named).
+        FileExistsError: `directory` exists and `overwrite` is False, or it is not a LiteRT export.
+
+    Example:
+
+    >>> export_litert(model, config, "runs/en_de/data/vocab", "exports/litert", precision="int8")  # doctest: +SKIP
+    'exports/litert'
+    """
+    precision = check_litert_precision(precision)
+    options = (options or DecodeOptions()).replace(**settings)
+    with export_lock(os.path.abspath(directory)):  # one writer, refused before the (long) conversion
+        _check_destination(directory, overwrite)
+        sentencepiece_files(vocab_dir)
+        data = convert(model, config, options, (precision,))[precision]
+        return write_litert(data, config, options, precision, vocab_dir, directory, overwrite=overwrite)
+
+
+def _check_destination(directory: str | os.PathLike[str], overwrite: bool) -> None:
+    check_export_destination(directory)
+    if os.path.exists(directory) and (not os.path.isdir(directory) or os.listdir(directory)):
+        if not is_litert_model(directory):
+            raise FileExistsError(f"{directory} exists and is not a LiteRT export (no {LITERT_METADATA}); not "
+                                  "writing into it. Choose a new or empty folder.")
+        if not overwrite:
+            raise FileExistsError(f"{directory} already exists; replace it with overwrite=True (--overwrite).")
+
+
+def write_litert(data: bytes, config: TransformerConfig, options: DecodeOptions, precision: str,
+                 vocab_dir: str | os.PathLike[str], directory: str | os.PathLike[str], *,
+                 overwrite: bool = False) -> str:
+    """Writes the folder of a converted `model.tflite` (`convert`'s bytes): written beside `directory`, loaded by
+    `LiteRTTranslator` and asked to translate one sentence, and only then swapped in with its manifest
+    (`exports.folder.writing_export`): an export that fails leaves the old one whole.
+
+    Returns:
+        `directory`.
+
+    Raises:
+        FileExistsError: `directory` exists and `overwrite` is False, or it is not a LiteRT export.
+    """
+    directory = os.fspath(directory)
+    files = sentencepiece_files(vocab_dir)
+    names = ({"source": "sentencepiece.model", "target": "sentencepiece.model"}
+             if files["source"] == files["target"] else
+             {"source": "source.sentencepiece.model", "target": "target.sentencepiece.model"})
+    signatures = [SEARCH_SIGNATURES["greedy"], SCORE_SIGNATURE] + (
+        [SEARCH_SIGNATURES["beam"]] if options.strategy == "beam" else [])
+    with export_lock(os.path.abspath(directory)):
+        _check_destination(directory, overwrite)
+        with writing_export(os.path.abspath(directory), precision=precision) as staging:
+            (staging / LITERT_MODEL).write_bytes(data)
+            for side, path in files.items():
+                shutil.copyfile(path, staging / names[side])
+            metadata = _metadata(config, options, precision, names, sorted(signatures))
+            atomic_write_text(staging / LITERT_METADATA, json.dumps(metadata, indent=2) + "\n")
+            LiteRTTranslator(staging, intra_threads=1).translate(["A check."])  # it loads and translates
+    return directory
+
+
+class LiteRTExporter(Exporter):
+    """`keras-transformer export --format litert`: one model as a LiteRT folder (`export_litert`).
+
+    Args:
+        precision: "float32" (None), "float16" or "int8".
+
+    Example:
+
+    >>> LiteRTExporter(precision="int8").export("saved_models/multi30k_en_de", "exports/litert")  # doctest: +SKIP
+    'exports/litert'
+    """
+
+    name = "litert"
+    options = {"precision": "--precision"}
+
+    def __init__(self, precision: str | None = None) -> None:
+        self.precision = check_litert_precision(precision)
+
+    def export(self, model: str | os.PathLike[str] | list[str | os.PathLike[str]], directory: str | os.PathLike[str], *,
+               checkpoint: Any = None, average: int | None = None, overwrite: bool = False,
+               options: DecodeOptions | None = None, **settings: Any) -> str:
+        """Loads `model`'s weights (`workdir.load_models`) and writes them with `export_litert`; the decoding
+        baked in is `options` (default: the model folder's) with `settings` (None values change nothing).
+
+        Raises:
+            ConfigError: an ensemble, or a model the format cannot hold (named).
+        """
+        paths = list(model) if isinstance(model, (list, tuple)) else [model]
+        if len(paths) != 1:
+            raise ConfigError(f"A LiteRT export holds one model, and {len(paths)} were given: export an ensemble as "
+                              "a SavedModel instead.")
+        check_export_destination(directory)
+        with export_lock(directory):
+            loaded = load_models(paths[0], checkpoint, average, require_vocabulary=True)
+            if len(loaded.models) != 1:
+                raise ConfigError(f"{paths[0]} is an ensemble of {len(loaded.models)} models; a LiteRT export holds "
+                                  "one model.")
+            assert loaded.vocab_dir is not None  # require_vocabulary
+            settings = {key: value for key, value in settings.items() if value is not None}
+            return export_litert(loaded.models[0], loaded.configs[0], loaded.vocab_dir, directory,
+                                 options=options or loaded.decoding, precision=self.precision, overwrite=overwrite,
+                                 **settings)
+
+    def recorded_decoding(self, directory: str | os.PathLike[str]) -> DecodeOptions:
+        """The decoding `litert.json` records."""
+        return DecodeOptions.from_dict(read_metadata(directory)["decoding"])
+
+
+__all__ = ["LiteRTExporter", "builtin_argmax", "check_litert_precision", "convert", "export_litert",
+           "sentencepiece_files", "signature_functions", "write_litert"]
