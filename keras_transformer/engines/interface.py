@@ -28,8 +28,7 @@ multilingual model's target vocabulary first (`target_languages` lists them). Th
 prefix text per line (`prefixes=` of its batch methods), and the engine refuses, by `check_prefix_ids`, a prefix
 that holds unk or leaves no room for a decoded token.
 
-Documents (`translate_document`): a text, HTML or XML document segmented, its long sentences cut, its layout or
-markup kept, by `keras_transformer.documents` (docs/documents.md).
+Documents (`translate_document`): segmented, cut and laid out again by `keras_transformer.documents`.
 
 This module imports only the standard library, the package's errors, `engines.details`, `engines.terms` and
 `keras_transformer.documents` (numpy, lxml, sentencex).
