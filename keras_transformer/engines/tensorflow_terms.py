@@ -111,7 +111,7 @@ class TermSearch:
         Args:
             sentences: `tf.string [N]`.
             constraints: `tf.string [N, C]`: row i, sentence i's constraints, one per slot; a slot's
-                alternative forms separated by a tab ("Fahrrad\tRad"); "" (or blank) is no constraint, so
+                alternative forms separated by a tab ("Fahrrad\\tRad"); "" (or blank) is no constraint, so
                 rows of different counts fill one rectangle. At most `engines.terms.MAX_CONSTRAINTS` slots,
                 `MAX_FORMS` forms a slot and `MAX_TERM_TOKENS` target tokens a form.
             banned: `tf.string [N, B]`: row i, the phrases sentence i's translation may not contain, one per
