@@ -497,11 +497,13 @@ TERM_SLOTS = [["Fahrrad\tRad", "ein Mann"], ["Schnee", "Mädchen"], ["", ""],
               ["auf der Straße", "Eine Frau in einem"]]
 
 
+@pytest.mark.slow
 def test_the_translate_constrained_signature_gives_the_engine_s_constrained_translations(exported, loaded):
     """The export's `translate_constrained` signature (terms as text, tokenized and checked in the graph) gives
     what the engine loaded from the same folder gives with those terms (`translate_terms`): the same translations,
     scores, and constraints reported unmet; a term too long for the sentence's length limit is reported, not crashed
-    on; banned phrases hold in both."""
+    on; banned phrases hold in both. Slow: the engine is loaded from the export and decodes eagerly, and the
+    signature's constrained search is optimised on its first call (about 45 s on 2 cores)."""
     directory, _ = exported
     engine = load_translator(directory)
     given = [[tuple(slot.split("\t")) for slot in row if slot] for row in TERM_SLOTS]
