@@ -490,6 +490,56 @@ def test_the_translate_prefix_signature_forces_what_the_translator_forces(export
                                               target_prefix=tf.constant(["Ein " * 60]))
 
 
+# Sentence 1: a one-word and a two-word constraint (forms of one: a tab between); 2: a non-ASCII term; 3: none;
+# 4 (a source of 6 tokens, room for 14): two terms of 7 and 8 tokens, of which only the shorter fits.
+TERM_LINES = SENTENCES + ["A dog."]
+TERM_SLOTS = [["Fahrrad\tRad", "ein Mann"], ["Schnee", "Mädchen"], ["", ""],
+              ["auf der Straße", "Eine Frau in einem"]]
+
+
+@pytest.mark.slow
+def test_the_translate_constrained_signature_gives_the_engine_s_constrained_translations(exported, loaded):
+    """The export's `translate_constrained` signature (terms as text, tokenized and checked in the graph) gives
+    what the engine loaded from the same folder gives with those terms (`translate_terms`): the same translations,
+    scores, and constraints reported unmet; a term too long for the sentence's length limit is reported, not crashed
+    on; banned phrases hold in both. Slow: the engine is loaded from the export and decodes eagerly, and the
+    signature's constrained search is optimised on its first call (about 45 s on 2 cores)."""
+    directory, _ = exported
+    engine = load_translator(directory)
+    given = [[tuple(slot.split("\t")) for slot in row if slot] for row in TERM_SLOTS]
+    banned = ["im"]
+    expected = [hypotheses[0] for hypotheses in engine.translate_terms(TERM_LINES, given, banned=banned)]
+    served = loaded.signatures["translate_constrained"](
+        inputs=tf.constant(TERM_LINES), constraints=tf.constant(TERM_SLOTS),
+        banned=tf.constant([banned] * len(TERM_LINES)))
+    assert [t.decode("utf-8") for t in served["translation"].numpy()] == [e["translation"] for e in expected]
+    np.testing.assert_allclose(served["score"].numpy(), [e["score"] for e in expected], atol=1e-4)
+    unmet = [[slot for slot, met in zip(row, flags) if slot and not met]
+             for row, flags in zip(TERM_SLOTS, served["met"].numpy().tolist())]
+    assert unmet == [["\t".join(u) if isinstance(u, list) else u for u in e["unmet"]] for e in expected]
+    assert unmet[:3] == [[], [], []] and len(unmet[3]) == 1  # the longer of sentence 4's terms did not fit
+    assert served["met"].numpy()[2].tolist() == [True, True]  # empty slots
+    assert not any(" im " in f" {e['translation']} " for e in expected)
+
+
+def test_the_translate_constrained_signature_refuses_terms_over_the_limits_in_the_graph(loaded):
+    """Over-limit terms (more slots than `MAX_CONSTRAINTS`, a term of more than `MAX_TERM_TOKENS` tokens, other row
+    counts) fail inside the graph with a message naming the limit, as a TensorFlow Serving client sees them."""
+    signature = loaded.signatures["translate_constrained"]
+    one = tf.constant(SENTENCES[:1])
+    nothing = tf.constant([[""]])
+    with pytest.raises(tf.errors.InvalidArgumentError, match="constraints: rows of.*17.*at most 16 per line"):
+        signature(inputs=one, constraints=tf.constant([["Hund"] * 17]), banned=nothing)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="constraints: a term of.*at most 8"):
+        signature(inputs=one, constraints=tf.constant([["Ein Mann fährt mit einem roten Fahrrad die Straße"]]),
+                  banned=nothing)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="banned: a term of.*at most 8"):
+        signature(inputs=one, constraints=nothing,
+                  banned=tf.constant([["Ein Mann fährt mit einem roten Fahrrad die Straße"]]))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="1.*sentence.*but.*2.*row.*of constraints"):
+        signature(inputs=one, constraints=tf.constant([["Hund"], ["Katze"]]), banned=nothing)
+
+
 def test_the_warmup_file_is_tensorflow_servings_and_replays_through_the_export(exported, loaded):
     """TensorFlow Serving replays `assets.extra/tf_serving_warmup_requests` when it loads an export: its own
     protocol buffers (tensorflow-serving-api) read every record, and each request, run through the loaded

@@ -464,3 +464,44 @@ def test_translate_takes_constraints_a_glossary_and_banned_terms_and_refuses_bad
     with serving(build_app(lambda: _terms_upper(refuses=True), "upper", ServeSettings())) as call:
         status, answer = call("/translate", {"sentences": ["A dog."], "banned": ["Mist"]})
         assert status == 400 and json.loads(answer)["error"].startswith("The upper engine cannot force or ban terms")
+
+
+def test_predict_serves_translate_constrained_as_the_savedmodel_does_and_refuses_bad_terms_with_400():
+    """TensorFlow Serving's `translate_constrained` signature through `:predict`, on a translator without a model:
+    rows and columns of slots ("" none, forms split at a tab) become each sentence's terms, `met` flags each slot
+    (True for an empty one, False for a term that could not fit); every bad input is a 400 naming it, and an
+    engine without terms answers 400 naming itself."""
+    import json
+
+    pytest.importorskip("uvicorn")
+    pytest.importorskip("prometheus_client")
+    from keras_transformer.engines.terms import MAX_CONSTRAINTS
+    from keras_transformer.serving import build_app
+
+    long_term = "Donaudampfschifffahrtsgesellschaft"
+    instances = [{"inputs": "A bike.", "constraints": ["Rad", "", long_term], "banned": ["Mist", ""]},
+                 {"inputs": "A dog.", "constraints": ["Hund\tKöter", "", ""], "banned": ["Mist", ""]}]
+    path = "/v1/models/upper:predict"
+    with serving(build_app(_terms_upper, "upper", ServeSettings())) as call:
+        status, answer = call(path, {"signature_name": "translate_constrained", "instances": instances})
+        assert status == 200 and json.loads(answer) == {"predictions": [
+            {"translation": "A BIKE. Rad", "score": -1.0, "met": [True, True, False]},
+            {"translation": "A DOG. Hund", "score": -1.0, "met": [True, True, True]}]}
+        columns = {name: [row[name] for row in instances] for name in ("inputs", "constraints", "banned")}
+        status, answer = call(path, {"signature_name": "translate_constrained", "inputs": columns})
+        assert status == 200 and json.loads(answer) == {"outputs": {
+            "translation": ["A BIKE. Rad", "A DOG. Hund"], "score": [-1.0, -1.0],
+            "met": [[True, True, False], [True, True, True]]}}
+        for bad, named in [({"constraints": "Rad"}, "instances[0].constraints must be a list of strings"),
+                           ({"constraints": ["Rad"] * (MAX_CONSTRAINTS + 1)}, f"at most {MAX_CONSTRAINTS} per line"),
+                           ({"constraints": ["☃"]}, "The term '☃' holds text the target vocabulary"),
+                           ({"banned": ["Quatsch"]}, "banned: this server bans one list of phrases per request"),
+                           ({"banned": None}, "instances[0].banned must be a list of strings")]:
+            status, answer = call(path, {"signature_name": "translate_constrained",
+                                         "instances": [{**instances[0], **bad}, instances[1]]})
+            assert status == 400 and named in json.loads(answer)["error"], (bad, answer)
+        status, answer = call(path, {"signature_name": "translate_constrained", "instances": [{"inputs": "A dog."}]})
+        assert status == 400 and "needs input constraints, banned" in json.loads(answer)["error"]
+    with serving(build_app(lambda: _terms_upper(refuses=True), "upper", ServeSettings())) as call:
+        status, answer = call(path, {"signature_name": "translate_constrained", "instances": instances})
+        assert status == 400 and json.loads(answer)["error"].startswith("The upper engine cannot force or ban terms")

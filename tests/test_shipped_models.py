@@ -147,3 +147,39 @@ def test_a_shipped_model_file_holds_the_architecture_alone(name):
     values = yaml.safe_load((ROOT / "saved_models" / name / "assets.extra" / "model.yaml").read_text(encoding="utf-8"))
     assert not set(TRAINING_FIELDS) & set(values)
     assert set(values) - {"decoding"} <= {field.name for field in dataclasses.fields(TransformerConfig)}
+
+
+# A one-word and a two-word constraint (two forms: a tab between), a non-ASCII one, none, and on a short sentence
+# fourteen phrases that cannot all fit in its length limit (50 tokens past its source): some are reported unmet.
+TERM_LINES = ["A man rides a bike.", "A girl walks down the street.", "Two dogs play in the snow.", "A cat.", "Hi."]
+TERM_SLOTS = [["Velo", "ein Mann\tder Mann"], ["Straße", "Mädchen"], ["", ""], ["Katze", ""],
+              ["ein sehr großes gelbes Haus", "zwei kleine schwarze Hunde", "eine alte grüne Brücke",
+               "drei junge rote Vögel", "ein langer weißer Zug", "vier kleine graue Mäuse", "ein hoher blauer Turm",
+               "fünf bunte Luftballons", "ein rostiges altes Auto", "sechs hungrige weiße Enten",
+               "ein leerer dunkler Bahnhof", "sieben müde Wanderer", "ein kaputter roter Schirm",
+               "acht lachende Kinder"]]
+
+
+@pytest.mark.slow
+def test_the_shipped_savedmodel_and_its_keras_model_force_the_same_terms():
+    """The re-exported shipped EN->DE SavedModel's `translate_constrained` signature (terms tokenized and the
+    search compiled in its graph) gives what the engine on its Keras model gives with the same terms
+    (`translate_terms`): translations, scores and the constraints left unmet, every one that fits met, and the
+    banned word absent. Slow: the shipped base-size model, its constrained search compiled with XLA."""
+    import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
+
+    engine = inference.load_translator(SHIPPED)
+    slots = [row + [""] * (14 - len(row)) for row in TERM_SLOTS]
+    given = [[tuple(slot.split("\t")) for slot in row if slot] for row in TERM_SLOTS]
+    expected = [hypotheses[0] for hypotheses in engine.translate_terms(TERM_LINES, given, banned=["Fahrrad"])]
+    served = tf.saved_model.load(str(SHIPPED)).signatures["translate_constrained"](
+        inputs=tf.constant(TERM_LINES), constraints=tf.constant(slots),
+        banned=tf.constant([["Fahrrad"]] * len(TERM_LINES)))
+    texts = [t.decode("utf-8") for t in served["translation"].numpy()]
+    assert texts == [e["translation"] for e in expected]
+    np.testing.assert_allclose(served["score"].numpy(), [e["score"] for e in expected], atol=1e-4)
+    unmet = [[slot for slot, met in zip(row, flags) if slot and not met]
+             for row, flags in zip(slots, served["met"].numpy().tolist())]
+    assert unmet == [["\t".join(u) if isinstance(u, list) else u for u in e["unmet"]] for e in expected]
+    assert unmet[:4] == [[]] * 4 and unmet[4], unmet
+    assert "Velo" in texts[0] and "Straße" in texts[1] and "Mädchen" in texts[1] and "Fahrrad" not in texts[0]

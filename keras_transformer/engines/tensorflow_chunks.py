@@ -18,8 +18,9 @@ from keras_transformer.engines.tensorflow_graph import SMALLEST_WIDTH_BUCKET, bu
 # `SMALLEST_WIDTH_BUCKET`: prefixes add a few XLA programs, not one per prefix length.
 SMALLEST_PREFIX_BUCKET = 4
 
-# The search on one chunk: `(source [c, S], target_prefix [c, P] or None) -> (tokens [c, R, T], scores [c, R])`.
-Search: TypeAlias = Callable[[tf.Tensor, tf.Tensor | None], tuple[tf.Tensor, tf.Tensor]]
+# The search on one chunk: `(source [c, S], target_prefix [c, P] or None, *along) -> (tokens [c, R, T],
+# scores [c, R])`, `along` the chunk's rows of `search_in_length_order`'s `along` tensors.
+Search: TypeAlias = Callable[..., tuple[tf.Tensor, tf.Tensor]]
 
 
 def pad_to_bucket(ids: tf.Tensor, chunk_size: int, max_width: int, smallest_width: int, pad_id: int) -> tf.Tensor:
@@ -39,10 +40,25 @@ def pad_to_bucket(ids: tf.Tensor, chunk_size: int, max_width: int, smallest_widt
     return tf.pad(ids, [[0, 0], [0, bucket_width - width]], constant_values=pad_id)
 
 
+def pad_rows_to_bucket(values: tf.Tensor, chunk_size: int) -> tf.Tensor:
+    """Pads a chunk's rows of any rank as `pad_to_bucket` pads its ids: to the next `bucket_sizes(chunk_size)`
+    size, with copies of its last row.
+
+    Example:
+
+    >>> pad_rows_to_bucket(tf.zeros([3, 2, 5]), chunk_size=8).shape
+    TensorShape([4, 2, 5])
+    """
+    rows = tf.shape(values)[0]
+    bucket_rows = tf.gather(bucket_table(chunk_size, smallest=1), rows)
+    return tf.concat([values, tf.repeat(values[-1:], bucket_rows - rows, axis=0)], 0)
+
+
 def search_in_length_order(search: Search, source: tf.Tensor, num_return: int, *, chunk_size: int,
                            source_pad_id: int, target_pad_id: int, max_extra: int, max_source_length: int,
                            max_target_length: int, bucketed: bool, lanes: int,
-                           target_prefix: tf.Tensor | None = None) -> tuple[tf.Tensor, tf.Tensor]:
+                           target_prefix: tf.Tensor | None = None,
+                           along: tuple[tf.Tensor, ...] = ()) -> tuple[tf.Tensor, tf.Tensor]:
     """`search` over `chunk_size` sentences at a time, shortest sources first, results in input order.
 
     Each chunk keeps only its own source width (padding never changes a
@@ -52,7 +68,8 @@ def search_in_length_order(search: Search, source: tf.Tensor, num_return: int, *
     chunks to bucketed shapes (`pad_to_bucket`); the chunks are dealt to `lanes`
     loops (chunk i to loop i % lanes). Each loop gathers its chunks' results in a
     TensorArray, concatenated once at the end (not the results so far copied at
-    every chunk). A `target_prefix` `[N, P]` goes along, each chunk keeping its own width.
+    every chunk). A `target_prefix` `[N, P]` goes along, each chunk keeping its own width; so do the tensors of
+    `along` (`[N, ...]` each, a sentence's constraints, say), whole, given to `search` after the prefix.
 
     Args:
         search: `search(source, target_prefix) -> (tokens [c, R, T], scores [c, R])` on one chunk
@@ -68,6 +85,7 @@ def search_in_length_order(search: Search, source: tf.Tensor, num_return: int, *
     lengths = row_lengths(source, source_pad_id)
     order = tf.argsort(lengths, stable=True)  # (N,) shortest first
     ordered, ordered_lengths = tf.gather(source, order), tf.gather(lengths, order)
+    ordered_along = [tf.gather(values, order) for values in along]
     out_width = tf.clip_by_value(width + max_extra, 1, max_target_length)
     if target_prefix is not None:  # every output holds its prefix and one more token
         ordered_prefix = tf.gather(target_prefix, order)  # (N, P)
@@ -83,14 +101,16 @@ def search_in_length_order(search: Search, source: tf.Tensor, num_return: int, *
         forced = None
         if target_prefix is not None:  # (c, P_chunk)
             forced = ordered_prefix[start:end, :tf.reduce_max(prefix_lengths[start:end])]
+        pieces = [values[start:end] for values in ordered_along]
         if bucketed:  # a few shapes, so a few XLA programs; padding never changes a result
             if forced is not None:
                 forced = pad_to_bucket(forced, chunk_size, max_target_length, SMALLEST_PREFIX_BUCKET, target_pad_id)
+            pieces = [pad_rows_to_bucket(values, chunk_size) for values in pieces]
             tokens, scores = search(pad_to_bucket(piece, chunk_size, max_source_length, SMALLEST_WIDTH_BUCKET,
-                                                  source_pad_id), forced)
+                                                  source_pad_id), forced, *pieces)
             tokens, scores = tokens[:end - start], scores[:end - start]
         else:
-            tokens, scores = search(piece, forced)  # (c, R, T_c), (c, R)
+            tokens, scores = search(piece, forced, *pieces)  # (c, R, T_c), (c, R)
         # A padded source width gives a wider buffer; past `out_width` it holds only padding.
         tokens = tf.pad(tokens, [[0, 0], [0, 0], [0, tf.maximum(out_width - tf.shape(tokens)[2], 0)]],
                         constant_values=pad)[:, :, :out_width]

@@ -8,6 +8,8 @@ from typing import Any
 
 import tensorflow as tf
 
+from keras_transformer.engines.terms import FORM_SEPARATOR
+
 
 def valid_utf8(strings: Any) -> tf.Tensor:
     """Replaces invalid UTF-8 bytes with U+FFFD, so no input can break tokenization or output."""
@@ -136,3 +138,46 @@ def bucket_table(limit: int, smallest: int = 1) -> tf.Tensor:
     """
     sizes = bucket_sizes(limit, smallest)
     return tf.constant([next(size for size in sizes if size >= n) for n in range(limit + 1)], tf.int32)
+
+
+def encode_terms(tokenizer: Any, terms: Any, what: str, max_count: int, max_forms: int, max_tokens: int) -> tf.Tensor:
+    """Tokenizes target terms given as text slots, `tf.string [N, C]`, into int32 `[N, C, F, L]` ids padded with
+    the tokenizer's pad id (F, L at least 1), checked in the graph.
+
+    Each slot holds one term, its alternative forms separated by `FORM_SEPARATOR`; a blank slot (or form) is
+    none (all padding), so that rows of different counts fill one rectangle. A form is tokenized alone, as the
+    engine tokenizes a term (`engines.tensorflow_terms.TermSearch.term_tokens`), without pad, bos and eos ids.
+    At most `max_count` slots per row, `max_forms` forms per slot and `max_tokens` tokens per form, and no form
+    holding text the vocabulary lacks (unk): else `tf.errors.InvalidArgumentError` naming `what` and the limit.
+    """
+    terms = tf.convert_to_tensor(terms, tf.string)
+    rows, count = tf.shape(terms)[0], tf.shape(terms)[1]
+    forms = tf.strings.split(valid_utf8(tf.reshape(terms, [-1])), sep=FORM_SEPARATOR)  # [(N * C), (F)]
+    tokens = tokenizer.tokenize(tf.strings.strip(forms.flat_values))
+    if not isinstance(tokens, tf.RaggedTensor):
+        tokens = tf.RaggedTensor.from_tensor(tokens, padding=tokenizer.pad_id)
+    tokens = tf.cast(tokens, tf.int32)
+    special = tf.constant(sorted({tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id}), tf.int32)
+    keep = tf.ragged.map_flat_values(
+        lambda ids: tf.logical_not(tf.reduce_any(tf.equal(ids[:, None], special[None, :]), axis=1)), tokens)
+    tokens = tf.ragged.boolean_mask(tokens, keep)  # [(forms), (L)]
+    most_forms = tf.reduce_max(tf.concat([forms.row_lengths(), [0]], 0))
+    longest = tf.reduce_max(tf.concat([tokens.row_lengths(), [0]], 0))
+    checks = [
+        tf.debugging.Assert(count <= max_count, [f"{what}: rows of", count, f"slots; at most {max_count} per line."]),
+        tf.debugging.Assert(most_forms <= max_forms, [
+            f"{what}: a slot of", most_forms, f"forms (separated by tabs); at most {max_forms}."]),
+        tf.debugging.Assert(longest <= max_tokens, [
+            f"{what}: a term of", longest, f"target tokens; at most {max_tokens}."])]
+    unk_id = getattr(tokenizer, "unk_id", None)
+    if unk_id is not None:
+        checks.append(tf.debugging.Assert(tf.logical_not(tf.reduce_any(tf.equal(tokens.flat_values, unk_id))), [
+            f"{what}: a term holds text the target vocabulary does not have (it tokenizes to unk); forcing or "
+            "banning it would force or ban unk."]))
+    nested = tf.RaggedTensor.from_row_splits(tokens, tf.cast(forms.row_splits, tf.int64))  # [(N * C), (F), (L)]
+    ids = nested.to_tensor(default_value=tokenizer.pad_id)  # [N * C, F, L]
+    shape = tf.shape(ids)
+    ids = tf.pad(ids, [[0, 0], [0, tf.maximum(1 - shape[1], 0)], [0, tf.maximum(1 - shape[2], 0)]],
+                 constant_values=tokenizer.pad_id)
+    with tf.control_dependencies(checks):
+        return tf.reshape(ids, tf.stack([rows, count, tf.shape(ids)[1], tf.shape(ids)[2]]))

@@ -9,6 +9,10 @@ A term is tokenized by the target tokenizer alone, as the start of a text. For S
 after a space inside a sentence (its pieces start with the word-boundary mark), which is how a whole word
 appears in a translation; the output then holds exactly those pieces, so a term glued to the word before it
 (no space) does not count (docs/decoding.md, "Terminology").
+
+`TermSearch.translate_constrained` is the same search with the terms given as text and tokenized in the graph
+(`tensorflow_graph.encode_terms`), checked there against the limits of `engines.terms`: what a SavedModel serves
+as its `translate_constrained` signature.
 """
 
 from __future__ import annotations
@@ -23,8 +27,9 @@ from keras_transformer import decoding
 from keras_transformer.decoding.constraints import constraints_met, pad_constraints
 from keras_transformer.decoding.glossary import term_ids
 from keras_transformer.engines.lines import Lines, Prefixes, clean_line, is_blank
-from keras_transformer.engines.tensorflow_graph import valid_utf8
-from keras_transformer.engines.terms import TermRequest, shown
+from keras_transformer.engines.tensorflow_chunks import search_in_length_order
+from keras_transformer.engines.tensorflow_graph import blank_strings, encode_terms, valid_utf8
+from keras_transformer.engines.terms import MAX_BANNED, MAX_CONSTRAINTS, MAX_FORMS, MAX_TERM_TOKENS, TermRequest, shown
 from keras_transformer.errors import ConfigError
 
 # An uncompiled translator runs a constrained search of at most this many sentences eagerly (its graph would be
@@ -88,6 +93,79 @@ class TermSearch:
             self.models, source, options, pad_id=target.pad_id,  # type: ignore[attr-defined]
             bos_id=target.bos_id, eos_id=target.eos_id, first_cache_stage=decoding.FIRST_CACHE_STAGE, **forced)
 
+    def _term_graph(self) -> Any:
+        """`_term_search` as a `tf.function` (compiled with XLA where the translator is), made once."""
+        function = self.__dict__.get("_term_function")
+        if function is None:
+            function = tf.function(self._term_search, autograph=False, reduce_retracing=True,
+                                   jit_compile=True if self.jit_compile else None)  # type: ignore[attr-defined]
+            self.__dict__["_term_function"] = function
+        return function
+
+    @tf.function(autograph=False, input_signature=[tf.TensorSpec([None], tf.string),
+                                                   tf.TensorSpec([None, None], tf.string),
+                                                   tf.TensorSpec([None, None], tf.string)])
+    def translate_constrained(self, sentences: Any, constraints: Any, banned: Any) -> dict[str, tf.Tensor]:
+        """`translate` held to terms given as text: the best translation of each sentence containing its
+        constraints and none of its banned phrases, tokenized and checked in the graph.
+
+        Args:
+            sentences: `tf.string [N]`.
+            constraints: `tf.string [N, C]`: row i, sentence i's constraints, one per slot; a slot's
+                alternative forms separated by a tab ("Fahrrad\\tRad"); "" (or blank) is no constraint, so
+                rows of different counts fill one rectangle. At most `engines.terms.MAX_CONSTRAINTS` slots,
+                `MAX_FORMS` forms a slot and `MAX_TERM_TOKENS` target tokens a form.
+            banned: `tf.string [N, B]`: row i, the phrases sentence i's translation may not contain, one per
+                slot ("" none); at most `MAX_BANNED` slots.
+
+            Other row counts, a term over a limit, or one holding text the target vocabulary lacks (unk) fail
+            with `tf.errors.InvalidArgumentError` naming the problem; so do constraints for a translator that
+            samples (it honours banned phrases only).
+
+        Returns:
+            `{"translation": tf.string [N], "score": float32 [N], "met": bool [N, C]}`: `translate_terms`' best
+            hypotheses (a blank sentence: "", score 0), and per slot whether the translation contains its
+            constraint (True for an empty slot; False for a constraint that did not fit the length limit).
+        """
+        target = self.target_tokenizer  # type: ignore[attr-defined]
+        rows = tf.shape(sentences)[0]
+        same = [tf.debugging.Assert(tf.equal(tf.shape(values)[0], rows), [
+            "translate_constrained: got", rows, "sentence(s) but", tf.shape(values)[0],
+            f"row(s) of {name}; give one row per sentence."]) for name, values in (("constraints", constraints),
+                                                                                   ("banned", banned))]
+        with tf.control_dependencies(same):
+            sentences = tf.identity(sentences)
+        wanted = encode_terms(target, constraints, "constraints", MAX_CONSTRAINTS, MAX_FORMS, MAX_TERM_TOKENS)
+        refused = encode_terms(target, banned, "banned", MAX_BANNED, 1, MAX_TERM_TOKENS)[:, :, 0]  # (N, B, L)
+        present = tf.reduce_any(tf.not_equal(wanted, target.pad_id), axis=[2, 3])  # (N, C): slots with a term
+        options = self.options.replace(n_best=1)  # type: ignore[attr-defined]
+        if options.sampling:
+            with tf.control_dependencies([tf.debugging.Assert(tf.logical_not(tf.reduce_any(present)), [
+                    "translate_constrained: sampling cannot force terms (constraints need strategy 'beam' or "
+                    "'greedy'); it honours banned phrases only: give constraints of \"\" only."])]):
+                sentences = tf.identity(sentences)
+
+        def search(source: tf.Tensor, prefix: Any, constraints: tf.Tensor, banned: tf.Tensor) -> Any:
+            forced = {"banned": banned} if options.sampling else {"constraints": constraints, "banned": banned}
+            return self._term_graph()(source, options, forced)
+
+        source = self.encode_sources(sentences)  # type: ignore[attr-defined]
+        if self.chunk_size:  # type: ignore[attr-defined]
+            tokens, scores = search_in_length_order(
+                search, source, 1, chunk_size=self.chunk_size,  # type: ignore[attr-defined]
+                source_pad_id=self.source_tokenizer.pad_id, target_pad_id=target.pad_id,  # type: ignore[attr-defined]
+                max_extra=self.max_extra, max_source_length=self.max_source_length,  # type: ignore[attr-defined]
+                max_target_length=self.max_target_length, bucketed=self.jit_compile,  # type: ignore[attr-defined]
+                lanes=1, along=(wanted, refused))
+        else:
+            tokens, scores = search(source, None, wanted, refused)
+        met = tf.convert_to_tensor(constraints_met(tokens, wanted, target.pad_id))[:, 0]  # (N, C)
+        blank = blank_strings(sentences)  # "" with score 0, its constraints unmet
+        translation = valid_utf8(target.detokenize(tokens[:, 0]))
+        return {"translation": tf.where(blank, tf.constant(""), translation),
+                "score": tf.where(blank, tf.zeros_like(scores[:, 0]), scores[:, 0]),
+                "met": tf.where(blank[:, None], tf.logical_not(present), met)}
+
     def terms_batch(self, texts: list[str], terms: TermRequest, num_return: int,
                     prefixes: list[str] | None = None) -> list[list[tuple[str, float, list[bool], int]]]:
         """Per text (cleaned, not blank), `num_return` `(translation, score, met, tokens)` hypotheses, best first,
@@ -110,12 +188,7 @@ class TermSearch:
         source = self.encode_sources(tf.constant([text.encode("utf-8") for text in texts], tf.string))  # type: ignore[attr-defined]
         options = self.options.replace(n_best=num_return)  # type: ignore[attr-defined]
         if self.jit_compile or len(texts) > EAGER_TERM_SENTENCES:  # type: ignore[attr-defined]
-            function = self.__dict__.get("_term_function")
-            if function is None:
-                function = tf.function(self._term_search, autograph=False, reduce_retracing=True,
-                                       jit_compile=True if self.jit_compile else None)  # type: ignore[attr-defined]
-                self.__dict__["_term_function"] = function
-            tokens, scores = function(source, options, forced)
+            tokens, scores = self._term_graph()(source, options, forced)
         else:
             tokens, scores = self._term_search(source, options, forced)
         tokens = np.asarray(tokens)  # (N, R, T)

@@ -35,6 +35,9 @@ MAX_CONSTRAINTS = 16  # constraints per line (given and from the glossary togeth
 MAX_TERM_TOKENS = 8  # target tokens per form of a constraint, and per banned phrase
 MAX_FORMS = 4  # alternative forms per constraint
 MAX_BANNED = 64  # banned phrases per request
+# Where terms travel as one text per constraint (the SavedModel's `translate_constrained` signature), the separator
+# of its alternative target forms ("Fahrrad\tRad": either satisfies it), as a glossary line separates them.
+FORM_SEPARATOR = "\t"
 
 Term = tuple[str, ...]  # one constraint: its alternative target forms (any one satisfies it)
 

@@ -29,6 +29,12 @@ Signatures:
 - `translate_prefix(inputs: string [N], target_prefix: string [N]) -> {translation: string [N], score: float32 [N]}`
   (`serving_default` with each translation starting with its target prefix, forced then continued; "" forces
   nothing; a prefix holding unk or leaving no room for a decoded token fails naming it)
+- `translate_constrained(inputs: string [N], constraints: string [N, C], banned: string [N, B])
+  -> {translation: string [N], score: float32 [N], met: bool [N, C]}` (`serving_default` held to terms,
+  `Translator.translate_constrained`: row i's constraints must all appear in translation i, its banned phrases
+  none; one term per slot, alternative forms separated by a tab, "" for an empty slot; `met` says which
+  constraints the translation contains, True for an empty slot; over the limits of `engines.terms`, 16
+  constraints a line, 4 forms, 8 tokens a form, 64 banned phrases, or holding unk fails naming it)
 
 Scores are length-normalised log-probabilities (GNMT penalty with the export's alpha). An
 ensemble (a `Translator` over several models) exports the same way, with every member's
@@ -175,6 +181,13 @@ class TranslatorModule(tf.Module):
         """Forced decoding: the score of given translations."""
         return {"score": self.translator.score(sources, targets)}
 
+    @tf.function(autograph=False, input_signature=[tf.TensorSpec([None], tf.string, name="inputs"),
+                                                   tf.TensorSpec([None, None], tf.string, name="constraints"),
+                                                   tf.TensorSpec([None, None], tf.string, name="banned")])
+    def translate_constrained(self, inputs: Any, constraints: Any, banned: Any) -> dict[str, Any]:
+        """Best translation per input held to its terms (`Translator.translate_constrained`)."""
+        return self.translator.translate_constrained(inputs, constraints, banned)
+
     def signatures(self) -> dict[str, Any]:
         """The signature map for `tf.saved_model.save`.
 
@@ -182,7 +195,8 @@ class TranslatorModule(tf.Module):
         context, and a concrete function traced before it would be traced a second time there.
         """
         return {"serving_default": self.serve, "n_best": self.n_best, "translate_ids": self.translate_ids,
-                "score": self.score, "sample": self.sample, "translate_prefix": self.translate_prefix}
+                "score": self.score, "sample": self.sample, "translate_prefix": self.translate_prefix,
+                "translate_constrained": self.translate_constrained}
 
 
 def export_translator(translator: Translator, directory: str | os.PathLike[str], config: Any = None,

@@ -21,8 +21,8 @@ from keras_transformer.documents import document
 from keras_transformer.documents.alignment import Aligner
 from keras_transformer.engines.details import SentenceDetails, Translation
 from keras_transformer.errors import ConfigError, DocumentError
-from keras_transformer.serving.signatures import SIGNATURES, batched_inputs
-from keras_transformer.serving.terms import TERM_FIELDS, parse_terms
+from keras_transformer.serving.signatures import SIGNATURES, batched_inputs, row_inputs
+from keras_transformer.serving.terms import TERM_FIELDS, parse_terms, predict_terms, slot_flags
 
 if TYPE_CHECKING:
     from keras_transformer.engines.interface import TranslatorInterface
@@ -101,6 +101,13 @@ def _string(value: Any, where: str) -> str:
     raise RequestError(400, f"{where}: expected a string (or {{\"b64\": ...}}), got {_kind(value)}.")
 
 
+def _strings(value: Any, where: str) -> tuple[str, ...]:
+    """A row of a `[-1, -1]` string input: a list of strings."""
+    if not isinstance(value, list):
+        raise RequestError(400, f"{where} must be a list of strings (a row of shape [-1, -1]), got {_kind(value)}.")
+    return tuple(_string(item, f"{where}[{index}]") for index, item in enumerate(value))
+
+
 def _kind(value: Any) -> str:
     return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null",
             int: "a number", float: "a number"}.get(type(value), type(value).__name__)
@@ -168,6 +175,8 @@ class Work:
     # /translate with terms: the request's banned phrases (none: ()), and its items are (sentence, target prefix
     # or None, constraints) triples (`serving.terms`); None: no terms
     banned: tuple[str, ...] | None = None
+    # the `translate_constrained` signature's constraint slots, a row per item, for its `met` output
+    slots: tuple[tuple[str, ...], ...] | None = dataclasses.field(default=None, compare=False)
 
     @property
     def key(self) -> tuple[str, DecodeOptions, bool, tuple[str, ...] | None]:
@@ -444,7 +453,9 @@ def parse_predict(body: dict[str, Any], defaults: DecodeOptions, settings: Serve
     `SIGNATURES` (default `serving_default`); strings may be `{"b64": ...}`. `rows` says which format the
     answer takes (`predictions` or `outputs`). The `sample` signature's scalars (seed, temperature, top_k,
     top_p) are one value per request: in rows, every instance gives the same (missing ones: the server's).
-    The `translate_prefix` signature's prefixes are checked by the served `translator` (`checked_prefixes`).
+    The `translate_prefix` signature's prefixes are checked by the served `translator` (`checked_prefixes`);
+    `translate_constrained`'s `constraints` and `banned` (a list of strings per row) are /translate's terms
+    (`serving.terms.predict_terms`), checked likewise.
 
     Example:
 
@@ -466,8 +477,13 @@ def parse_predict(body: dict[str, Any], defaults: DecodeOptions, settings: Serve
                                 f"got {'both' if 'instances' in body else 'neither'}.")
     names = list(SIGNATURES[signature]["inputs"])
     batched = batched_inputs(signature)
+    listed = row_inputs(signature)  # a list of strings per row
+
+    def value(name: str, given: Any, where: str) -> Any:
+        return _strings(given, where) if name in listed else _string(given, where)
+
     rows = "instances" in body
-    columns: dict[str, list[str]] = {}
+    columns: dict[str, list[Any]] = {}
     scalars: dict[str, Any] = {}
     if rows:
         instances = body["instances"]
@@ -482,7 +498,7 @@ def parse_predict(body: dict[str, Any], defaults: DecodeOptions, settings: Serve
                                         f"({', '.join(names)}), got {_kind(instance)}.")
             _check_names(instance, names, batched, f"instances[{index}]", signature)
             for name in batched:
-                columns[name].append(_string(instance[name], f"instances[{index}].{name}"))
+                columns[name].append(value(name, instance[name], f"instances[{index}].{name}"))
             for name in set(instance) - set(batched):
                 if name in scalars and scalars[name] != instance[name]:
                     raise RequestError(400, f"instances[{index}].{name} is {instance[name]!r} but an earlier "
@@ -499,14 +515,15 @@ def parse_predict(body: dict[str, Any], defaults: DecodeOptions, settings: Serve
         for name in batched:
             if not isinstance(inputs[name], list):
                 raise RequestError(400, f"inputs.{name} must be a list (shape [-1]), got {_kind(inputs[name])}.")
-            columns[name] = [_string(value, f"inputs.{name}[{index}]") for index, value in enumerate(inputs[name])]
+            columns[name] = [value(name, item, f"inputs.{name}[{index}]") for index, item in enumerate(inputs[name])]
         scalars = {name: inputs[name] for name in inputs if name not in batched}
         if len({len(column) for column in columns.values()}) > 1:
             raise RequestError(400, "inputs: " + " but ".join(f"{name} has {len(column)} values"
                                                               for name, column in columns.items())
                                + "; give one per row.")
-    for column in columns.values():
-        check_sentences(column, settings)
+    for name, column in columns.items():
+        if name not in listed:
+            check_sentences(column, settings)
     if signature == "score":
         return signature, Work("score", defaults, tuple(zip(columns["sources"], columns["targets"]))), rows
     if signature == "sample":
@@ -521,6 +538,14 @@ def parse_predict(body: dict[str, Any], defaults: DecodeOptions, settings: Serve
         assert prefixes is not None  # the signature's target_prefix input was given
         return signature, Work("best", defaults.replace(n_best=1), tuple(zip(columns["inputs"], prefixes)),
                                True), rows
+    if signature == "translate_constrained":  # /translate's terms, each row's slots kept for `met`
+        try:
+            items, banned = predict_terms(columns["inputs"], columns["constraints"], columns["banned"], translator,
+                                          defaults.sampling)
+        except ConfigError as error:
+            raise RequestError(400, str(error)) from None
+        return signature, Work("best", defaults.replace(n_best=1), items, banned=banned,
+                               slots=tuple(columns["constraints"])), rows
     return signature, Work("best", defaults.replace(n_best=1), tuple(columns["inputs"])), rows
 
 
@@ -550,6 +575,10 @@ def predict_response(signature: str, work: Work, results: Sequence[Any], rows: b
     elif signature == "n_best":
         columns = {"translations": [[text for text, _ in row] for row in results],
                    "scores": [[score for _, score in row] for row in results]}
+    elif signature == "translate_constrained":
+        assert work.slots is not None  # parse_predict keeps them
+        columns = {"translation": [result[0] for result in results], "score": [result[1] for result in results],
+                   "met": [slot_flags(row, result[2]) for row, result in zip(work.slots, results)]}
     else:
         columns = {"translation": [text for text, _ in results], "score": [score for _, score in results]}
     single = len(columns) == 1

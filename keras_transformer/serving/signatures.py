@@ -26,6 +26,11 @@ SIGNATURES = {
               "outputs": {"score": _tensor("DT_FLOAT", -1)}},
     "translate_prefix": {"inputs": {"inputs": _tensor("DT_STRING", -1), "target_prefix": _tensor("DT_STRING", -1)},
                          "outputs": {"translation": _tensor("DT_STRING", -1), "score": _tensor("DT_FLOAT", -1)}},
+    "translate_constrained": {"inputs": {"inputs": _tensor("DT_STRING", -1),
+                                         "constraints": _tensor("DT_STRING", -1, -1),
+                                         "banned": _tensor("DT_STRING", -1, -1)},
+                              "outputs": {"translation": _tensor("DT_STRING", -1), "score": _tensor("DT_FLOAT", -1),
+                                          "met": _tensor("DT_BOOL", -1, -1)}},
 }
 
 
@@ -38,6 +43,17 @@ def batched_inputs(signature: str) -> list[str]:
     (['inputs'], ['sources', 'targets'])
     """
     return [name for name, spec in SIGNATURES[signature]["inputs"].items() if spec["tensor_shape"]["dim"]]
+
+
+def row_inputs(signature: str) -> list[str]:
+    """The inputs of `signature` that hold a list of strings per row (shape `[-1, -1]`).
+
+    Example:
+
+    >>> row_inputs("translate_constrained"), row_inputs("serving_default")
+    (['constraints', 'banned'], [])
+    """
+    return [name for name, spec in SIGNATURES[signature]["inputs"].items() if len(spec["tensor_shape"]["dim"]) == 2]
 
 
 def signature_metadata(name: str) -> dict[str, Any]:

@@ -11,11 +11,12 @@ Example:
 True
 """
 
+from collections.abc import Sequence
 from typing import Any
 
 from keras_transformer.decoding.glossary import Glossary
 from keras_transformer.engines.interface import TranslatorInterface
-from keras_transformer.engines.terms import TermRequest, refuse
+from keras_transformer.engines.terms import FORM_SEPARATOR, MAX_BANNED, MAX_CONSTRAINTS, TermRequest, refuse, shown
 from keras_transformer.errors import ConfigError
 
 TERM_FIELDS = ("constraints", "glossary", "banned")
@@ -71,3 +72,64 @@ def parse_terms(body: dict[str, Any], sentences: list[str], translator: Translat
                           "honours banned phrases only).")
     terms.ids(tokens)
     return [tuple(line) for line in terms.per_line], tuple(phrase[0] for phrase in terms.banned)
+
+
+def slot_terms(row: Sequence[str]) -> list[tuple[str, ...]]:
+    """A row of the `translate_constrained` signature's `constraints` slots as the constraints it gives: each
+    non-blank slot, its forms split at tabs (`engines.terms.FORM_SEPARATOR`), blank forms dropped.
+
+    Example:
+
+    >>> slot_terms(["Fahrrad\\tRad", "", "Hund"])
+    [('Fahrrad', 'Rad'), ('Hund',)]
+    """
+    terms = [tuple(form.strip() for form in slot.split(FORM_SEPARATOR) if form.strip()) for slot in row]
+    return [term for term in terms if term]
+
+
+def predict_terms(sentences: Sequence[str], slots: Sequence[Sequence[str]], banned: Sequence[Sequence[str]],
+                  translator: TranslatorInterface | None, sampling: bool) -> tuple[tuple[Any, ...], tuple[str, ...]]:
+    """The `translate_constrained` signature's inputs (`constraints` and `banned`, one row of slots per sentence,
+    "" for none) as /translate's terms: `(items, banned)`, the items `(sentence, None, constraints)` triples.
+    A request bans one list of phrases here, so its rows must ban the same (the SavedModel takes a list per row).
+
+    Raises:
+        ConfigError: (the request's 400) a row of more slots than the limits, rows banning different phrases,
+            and what `parse_terms` refuses.
+    """
+    for name, rows, limit in (("constraints", slots, MAX_CONSTRAINTS), ("banned", banned, MAX_BANNED)):
+        for index, row in enumerate(rows):
+            if len(row) > limit:
+                raise ConfigError(f"{name}: row {index + 1} has {len(row)} slots; at most {limit} per line.")
+    phrases = {tuple(phrase.strip() for phrase in row if phrase.strip()) for row in banned}
+    if len(phrases) > 1:
+        raise ConfigError("banned: this server bans one list of phrases per request; give every row the same "
+                          "banned phrases.")
+    common = list(phrases.pop()) if phrases else []
+    if any(FORM_SEPARATOR in phrase for phrase in common):
+        raise ConfigError("banned: a phrase holds a tab; each slot is one phrase.")
+    terms = parse_terms({"constraints": [slot_terms(row) for row in slots], "banned": common or None}, list(sentences),
+                        translator, sampling)
+    assert terms is not None  # constraints were given
+    return tuple(zip(sentences, [None] * len(sentences), terms[0])), terms[1]
+
+
+def slot_flags(row: Sequence[str], unmet: Sequence[Any]) -> list[bool]:
+    """Per slot of a `constraints` row, whether the translation contains its constraint, from the engine's
+    `unmet` list (`engines.terms.shown` terms, in slot order; True for an empty slot). Of identical constraints,
+    the later ones are the unmet (`decoding.constraints.constraints_met`), so they are matched from the end.
+
+    Example:
+
+    >>> slot_flags(["Hund", "", "Hund", "Katze"], ["Hund"])
+    [True, True, False, True]
+    """
+    left = list(unmet)
+    flags = []
+    for slot in reversed(row):
+        term = slot_terms([slot])
+        missing = bool(term) and bool(left) and left[-1] == shown(term[0])
+        if missing:
+            left.pop()
+        flags.append(not missing)
+    return flags[::-1]
