@@ -83,6 +83,12 @@ def test_float32_gives_the_token_ids_and_scores_of_the_tensorflow_search(exports
     best = [row[0][0] for row in ours]
     np.testing.assert_allclose(converted.score_lines(SENTENCES, best), reference.score_lines(SENTENCES, best),
                                atol=1e-4)
+    # the detailed forms (documents, --json, n-best with signals) carry the same hypotheses and their signals
+    detailed = converted.n_best_detailed(SENTENCES)
+    assert [[h.text for h in row] for row in detailed] == [[text for text, _ in row] for row in ours]
+    np.testing.assert_allclose([[h.score for h in row] for row in detailed], [[s for _, s in row] for row in ours],
+                               atol=1e-5)
+    assert all(h.mean_log_prob < 0 and h.tokens > 0 for row in detailed for h in row)
     # the model copies: most words come back (not a comparison of two empty outputs)
     assert np.mean([len(set(a.split()) & set(b.split())) / len(b.split()) for a, b in zip(best, SENTENCES)]) > 0.5
 

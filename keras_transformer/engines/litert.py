@@ -243,6 +243,12 @@ class LiteRTTranslator(TranslatorInterface):
         return [Translation.from_score(self.target_processor.decode(ids), score, generated, self.scoring_alpha)
                 for (ids, score, generated), *_ in self._hypotheses(texts)]
 
+    def n_best_details_batch(self, texts: list[str], prefixes: list[str] | None = None) -> list[list[Translation]]:
+        """Per cleaned, non-blank text, its hypotheses as `details.Translation`s, best first."""
+        self._no_prefixes(prefixes)
+        return [[Translation.from_score(self.target_processor.decode(ids), score, generated, self.scoring_alpha)
+                 for ids, score, generated in hypotheses] for hypotheses in self._hypotheses(texts)]
+
     def score_batch(self, sources: list[str], targets: list[str]) -> list[float]:
         """Forced decoding of cleaned pairs with the ``score`` signature: log P(target and eos | source) divided by
         the GNMT penalty ((5 + n) / 6) ** alpha of `scoring_alpha` (n counting eos), as the other engines score."""
