@@ -27,8 +27,9 @@ from keras_transformer.engines.tensorflow_graph import valid_utf8
 from keras_transformer.engines.terms import TermRequest, shown
 from keras_transformer.errors import ConfigError
 
-# An uncompiled translator runs a constrained search of at most this many sentences eagerly (its graph would be
-# traced for every new shape of constraints, seconds each), larger ones through a `tf.function`.
+# An uncompiled translator runs a constrained search of at most this many sentences eagerly while its graph is not
+# traced yet (a trace costs seconds), larger ones, and every one after the first trace, through a `tf.function`
+# (`reduce_retracing`: after a second shape of sources or constraints, one trace serves them all).
 EAGER_TERM_SENTENCES = 8
 
 
@@ -81,10 +82,13 @@ class TermSearch:
                               f"{ids.index(unk_id) + 1} of {len(ids)} is unk).")
         return ids
 
-    def _term_search(self, source: Any, options: Any, forced: dict[str, Any]) -> tuple[Any, Any]:
+    def _term_search(self, source: Any, options: Any, num_return: int, forced: dict[str, Any]) -> tuple[Any, Any]:
+        """The search with `forced` terms. `options` is the translator's own object, `n_best` set in here: a
+        `tf.function` keys a Python argument by a weak reference, so a fresh copy per call would trace anew."""
         target = self.target_tokenizer  # type: ignore[attr-defined]
         return decoding.strategy(options.strategy)(
-            self.models, source, options, pad_id=target.pad_id,  # type: ignore[attr-defined]
+            self.models, source, options.replace(n_best=num_return),  # type: ignore[attr-defined]
+            pad_id=target.pad_id,
             bos_id=target.bos_id, eos_id=target.eos_id, first_cache_stage=decoding.FIRST_CACHE_STAGE, **forced)
 
     def terms_batch(self, texts: list[str], terms: TermRequest, num_return: int,
@@ -106,16 +110,16 @@ class TermSearch:
             forced["target_prefix"] = self.encode_prefixes(  # type: ignore[attr-defined]
                 tf.constant([text.encode("utf-8") for text in prefixes], tf.string))
         source = self.encode_sources(tf.constant([text.encode("utf-8") for text in texts], tf.string))  # type: ignore[attr-defined]
-        options = self.options.replace(n_best=num_return)  # type: ignore[attr-defined]
-        if self.jit_compile or len(texts) > EAGER_TERM_SENTENCES:  # type: ignore[attr-defined]
-            function = self.__dict__.get("_term_function")
+        options = self.options  # type: ignore[attr-defined]
+        function = self.__dict__.get("_term_function")
+        if self.jit_compile or len(texts) > EAGER_TERM_SENTENCES or function is not None:  # type: ignore[attr-defined]
             if function is None:
                 function = tf.function(self._term_search, autograph=False, reduce_retracing=True,
                                        jit_compile=True if self.jit_compile else None)  # type: ignore[attr-defined]
                 self.__dict__["_term_function"] = function
-            tokens, scores = function(source, options, forced)
+            tokens, scores = function(source, options, num_return, forced)
         else:
-            tokens, scores = self._term_search(source, options, forced)
+            tokens, scores = self._term_search(source, options, num_return, forced)
         tokens = np.asarray(tokens)  # (N, R, T)
         met = (np.asarray(constraints_met(tokens, constraints, target.pad_id)) if constraints is not None
                else np.ones(tokens.shape[:2] + (1,), bool))
