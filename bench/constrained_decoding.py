@@ -6,12 +6,12 @@
 The protocol of Post & Vilar (2018) and Hu et al. (2019): Multi30k test2016 (the first `--sentences` captions) is
 translated without constraints (beam 4, batch 32); then, per sentence, 1 to 3 constraints (the count drawn
 uniformly with `random.Random(seed)`) are drawn from its reference among the phrases of 1 to 3 words (the length
-drawn uniformly) that the unconstrained output lacks (as whole words, case as written), none overlapping another
-and none spanning punctuation; a sentence whose reference offers none gets none. The same sentences are translated
-again with their constraints (`translate_terms`). Reported: the share of constraints met, by the engine's own
-`unmet` (token ids) and by a text check (the phrase as whole words in the output), and BLEU of both outputs, cased
-sacreBLEU and by the published protocol (lowercased, Moses-tokenized output against `*.lc.norm.tok.de`,
-`evaluation.multi30k_bleu`).
+drawn uniformly) that the unconstrained output lacks (as whole words, case as written), none overlapping another,
+none spanning punctuation, none over the engine's limit of 8 target tokens; a sentence whose reference offers none
+gets none. The same sentences are translated again with their constraints (`translate_terms`). Reported: the share
+of constraints met, by the engine's own `unmet` (token ids) and by a text check (the phrase as whole words in the
+output), and BLEU of both outputs, cased sacreBLEU and by the published protocol (lowercased, Moses-tokenized
+output against `*.lc.norm.tok.de`, `evaluation.multi30k_bleu`).
 
 Speed, beam 4, after an untimed pass that traces every batch shape: seconds per sentence over the first
 `--timing-sentences` sentences at batch 32, and the median time of one sentence alone (p50 over the first
@@ -99,13 +99,14 @@ def contains(text, phrase):
     return re.search(r"(?<!\w)" + re.escape(phrase) + r"(?!\w)", text) is not None
 
 
-def draw_constraints(references, outputs, seed):
-    """Per sentence, 1-3 phrases of its reference that its unconstrained output lacks (the protocol above)."""
+def draw_constraints(references, outputs, seed, fits):
+    """Per sentence, 1-3 phrases of its reference that its unconstrained output lacks (the protocol above), each
+    one that `fits` (at most `engines.terms.MAX_TERM_TOKENS` target tokens)."""
     rng = random.Random(seed)
     drawn = []
     for reference, output in zip(references, outputs):
         count = rng.randint(1, 3)
-        candidates = [p for p in phrases(reference) if not contains(output, p[2])]
+        candidates = [p for p in phrases(reference) if not contains(output, p[2]) and fits(p[2])]
         chosen = []
         while len(chosen) < count and candidates:
             length = rng.randint(1, 3)
@@ -230,7 +231,9 @@ def main(argv=None):
     load = os.getloadavg()[0]
     translator = load_translator(args.model, beam_size=BEAM)
     plain = translator.translate_lines(source, batch_size=BATCH)
-    constraints = draw_constraints(references, plain, args.seed)
+    from keras_transformer.engines.terms import MAX_TERM_TOKENS
+    constraints = draw_constraints(references, plain, args.seed,
+                                   lambda phrase: len(translator.term_tokens(phrase)) <= MAX_TERM_TOKENS)
     found = translator.translate_terms(source, constraints=constraints, batch_size=BATCH)
     forced = [hypotheses[0]["translation"] for hypotheses in found]
     total = sum(len(c) for c in constraints)

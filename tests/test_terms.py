@@ -1,6 +1,7 @@
 """Terms through the engines: `translate_lines` / `n_best_lines` / `translate_terms` with constraints, banned
 phrases and glossaries, against the search called with the ids directly; refusals by the engines that cannot."""
 
+import json
 import pathlib
 
 import numpy as np
@@ -157,6 +158,16 @@ class Recorder(TranslatorInterface):
                 for line, terms in zip(lines, request.per_line)]
 
 
+class Unmet(Recorder):
+    """A `Recorder` that cannot fit a constraint of several forms: left out and reported unmet."""
+
+    def translate_terms(self, lines, constraints=None, banned=None, glossary=None, batch_size=64, target_prefix=None,
+                        target_lang=None, num_return=1):
+        request = TermRequest.build(len(lines), constraints, banned, glossary, list(lines))
+        return [[{"translation": " ".join([line] + [t[0] for t in terms if len(t) == 1]), "score": -1.5,
+                  "unmet": [list(t) for t in terms if len(t) > 1]}] for line, terms in zip(lines, request.per_line)]
+
+
 class Refuser(Recorder):
     translate_terms = TranslatorInterface.translate_terms  # the interface's default: it cannot force terms
 
@@ -194,6 +205,22 @@ def test_translate_gives_every_sentence_the_constraints_and_each_its_glossary_te
     assert (status, out, len(engine.calls)) == (0, "A man walks.\n", 1)
 
 
+def test_translate_names_each_line_whose_constraints_are_not_met_and_json_carries_them(run, tmp_path):
+    (tmp_path / "terms.tsv").write_text("bike\tVelo\tRad\n", encoding="utf-8")
+    argv = ["--constraint", "Mann", "--glossary", "terms.tsv", "A man walks.", "A man rides a bike.", "A bike."]
+    status, out, err = run(argv, Unmet())
+    assert status == 0 and out == "A man walks. Mann\nA man rides a bike. Mann\nA bike. Mann\n"
+    assert err == ["Line 2: constraints not met: 'Velo' or 'Rad'", "Line 3: constraints not met: 'Velo' or 'Rad'"]
+    status, out, err = run(argv + ["--json"], Unmet())
+    assert status == 0 and len(err) == 2
+    assert [json.loads(line) for line in out.splitlines()] == [
+        {"line": 1, "translation": "A man walks. Mann", "score": -1.5, "unmet": []},
+        {"line": 2, "translation": "A man rides a bike. Mann", "score": -1.5, "unmet": [["Velo", "Rad"]]},
+        {"line": 3, "translation": "A bike. Mann", "score": -1.5, "unmet": [["Velo", "Rad"]]}]
+    status, out, err = run(["--constraint", "Mann", "--n-best", "1", "A man walks."], Unmet())
+    assert (status, out, err) == (0, "0\t-1.5000\tA man walks. Mann\n", [])
+
+
 def test_translate_refuses_bad_terms_in_one_line(run, tmp_path):
     (tmp_path / "bad.tsv").write_text("bike\tVelo\nno tab here\n", encoding="utf-8")
     (tmp_path / "doc.txt").write_text("A dog.", encoding="utf-8")
@@ -201,7 +228,9 @@ def test_translate_refuses_bad_terms_in_one_line(run, tmp_path):
              (["--constraint", "", "A dog."], Recorder(), "line 1's constraint 1 is empty"),
              (["--constraint", "Hund", "A dog."], Refuser(), "The recorder engine cannot force or ban terms"),
              (["--ban", "Hund", "A dog."], Refuser(), "The recorder engine cannot force or ban terms"),
-             (["--input", "doc.txt", "--constraint", "Hund"], Recorder(), "--constraint is for sentences")]
+             (["--input", "doc.txt", "--constraint", "Hund"], Recorder(), "--constraint is for sentences"),
+             (["--input", "doc.txt", "--format", "lines", "--glossary", "bad.tsv"], Recorder(), "not for --input"),
+             (["--json", "A dog."], Recorder(), "--json is for documents")]
     for argv, engine, message in cases:
         status, out, err = run(argv, engine)
         assert status == 2 and out == "" and len(err) == 1, (argv, err)
