@@ -257,7 +257,7 @@ def _translate(args: argparse.Namespace) -> int:
         if terms:  # each line's best translation, and a line on stderr for each that lacks a constraint
             found = translator.translate_terms(chunk, batch_size=args.batch_size, num_return=1 if args.n_best is None
                                                else translator.returned(), **forced, **terms)
-            out, err = term_output(found, index + 1, args.n_best, args.json)
+            out, err = term_output(found, index + 1, args.n_best, args.json, evaluation.one_line)
             print("\n".join(err), file=sys.stderr, end="\n" if err else "")
             print("\n".join(out), end="\n" if out else "")
             index += len(chunk)

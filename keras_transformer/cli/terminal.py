@@ -68,23 +68,23 @@ def unmet_note(number: int, unmet: list[Any]) -> str:
     return f"Line {number}: constraints not met: {', '.join(named)}"
 
 
-def term_output(found: list[list[dict[str, Any]]], first: int, n_best: int | None,
-                as_json: bool) -> tuple[list[str], list[str]]:
+def term_output(found: list[list[dict[str, Any]]], first: int, n_best: int | None, as_json: bool,
+                one_line: Callable[[str], str]) -> tuple[list[str], list[str]]:
     """`(stdout lines, stderr lines)` of `translate` for `translate_terms` results of the sentences numbered from
     `first` (from 1): each best translation on one line (`n_best`: N `INDEX<TAB>SCORE<TAB>TRANSLATION` lines,
     INDEX from 0; `as_json`: one object per sentence, `line`, `translation`, `score` and `unmet`), and an
-    `unmet_note` for each sentence whose best translation lacks a constraint.
+    `unmet_note` for each sentence whose best translation lacks a constraint. `one_line` makes a translation one
+    line (`evaluation.one_line`).
 
     Example:
 
     >>> out, err = term_output([[{"translation": "Der Vertrag.", "score": -0.4, "unmet": []}],
-    ...                         [{"translation": "Ein Rad.", "score": -0.9, "unmet": ["Velo"]}]], 1, None, True)
+    ...                         [{"translation": "Ein Rad.", "score": -0.9, "unmet": ["Velo"]}]], 1, None, True, str)
     >>> print("\\n".join(out + err))
     {"line": 1, "translation": "Der Vertrag.", "score": -0.4, "unmet": []}
     {"line": 2, "translation": "Ein Rad.", "score": -0.9, "unmet": ["Velo"]}
     Line 2: constraints not met: 'Velo'
     """
-    from keras_transformer.evaluation import one_line
     out, err = [], []
     for number, hypotheses in enumerate(found, first):
         best = hypotheses[0]
