@@ -20,7 +20,8 @@ the figure is the median of the rounds' ratios. "No constraints" compares the un
 against the same path at `--before` (default: the parent of the commit that added
 `keras_transformer/decoding/constraints.py`), checked out with `git worktree` in a temporary folder: each runs in
 a subprocess of its own, loaded and warmed once, and the two are timed in alternation on the same sentences (the
-same model folder). The highest 1-minute load average seen is printed: on a loaded machine quote the ratios.
+same model folder); `--before HEAD` times this checkout against itself, the harness's own bias (an A/A run). The
+highest 1-minute load average seen is printed: on a loaded machine quote the ratios.
 """
 
 import argparse
