@@ -517,7 +517,7 @@ def test_an_imported_model_translates_a_document_sentence_by_sentence_with_its_l
 @pytest.mark.slow
 def test_every_term_holds_on_an_imported_marian_model(references):
     """Slow: a random imported model's constrained beam search runs to its length limit, eagerly, four times
-    (tens of seconds); the fast terms tests use the word-level copy model, not a SentencePiece vocabulary of an
+    (about 10 s); the fast terms tests use the word-level copy model, not a SentencePiece vocabulary of an
     imported family. Constraints (one and two words, non-ASCII, two in a sentence, one the model never produces,
     a glossary term twice in a source) all appear in the output of an imported Marian model, alone as in the batch, and
     a banned word in none (`factories.check_terms`)."""
@@ -526,5 +526,5 @@ def test_every_term_holds_on_an_imported_marian_model(references):
     from keras_transformer.decoding import Glossary
     from keras_transformer.engines.loader import load_translator
     _, workdir, _, _ = references["separate_gelu"]
-    translator = load_translator(workdir, beam_size=3, max_extra=12)
+    translator = load_translator(workdir, beam_size=3, max_extra=MAX_EXTRA)
     check_terms(translator, "Fahrrad", Glossary.parse("man\tMann\n"))

@@ -405,7 +405,7 @@ def test_an_imported_nllb_model_translates_a_document_with_its_language_codes(re
 @pytest.mark.slow
 def test_every_term_holds_on_an_imported_nllb_model_with_its_language_forced(references):
     """Slow: a random imported model's constrained beam search runs to its length limit, eagerly, four times
-    (tens of seconds); the fast terms tests use the word-level copy model, not a SentencePiece vocabulary of an
+    (about 10 s); the fast terms tests use the word-level copy model, not a SentencePiece vocabulary of an
     imported family. Constraints (one and two words, non-ASCII, two in a sentence, one the model never produces,
     a glossary term twice in a source) all appear in the output of an imported NLLB model after its
     target language token, alone as in the batch, and a banned word in none (`factories.check_terms`)."""
@@ -414,5 +414,5 @@ def test_every_term_holds_on_an_imported_nllb_model_with_its_language_forced(ref
     from keras_transformer.decoding import Glossary
     from keras_transformer.engines.loader import load_translator
     _, workdir, _, _ = references["nllb"]
-    translator = load_translator(workdir, beam_size=3, max_extra=12)
+    translator = load_translator(workdir, beam_size=3, max_extra=MAX_EXTRA)
     check_terms(translator, "Fahrrad", Glossary.parse("man\tMann\n"), target_lang="deu_Latn")
