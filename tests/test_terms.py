@@ -258,7 +258,8 @@ def test_the_shipped_model_puts_each_term_in_from_the_command_line(tmp_path, cap
 def test_compiled_and_graph_constrained_searches_equal_the_eager_one(trained_copy_model, word_tokenizer):
     """Slow: compiles the constrained search with XLA (seconds per shape). A translator with `jit_compile`, and
     an uncompiled one given more than `EAGER_TERM_SENTENCES` lines (its `tf.function`), give the eager search's
-    constrained translations; an ensemble of one model twice gives that model's."""
+    constrained translations, and a repeated call runs the traced graph again without tracing it anew; an ensemble of
+    one model twice gives that model's."""
     from keras_transformer.engines.tensorflow import Translator
     from keras_transformer.engines.tensorflow_terms import EAGER_TERM_SENTENCES
 
@@ -271,6 +272,11 @@ def test_compiled_and_graph_constrained_searches_equal_the_eager_one(trained_cop
     many = LINES * (EAGER_TERM_SENTENCES // len(LINES) + 1)
     assert eager.translate_lines(many, constraints=TERMS * (len(many) // len(LINES)), banned=["w7"]) == (
         expected * (len(many) // len(LINES)))
+    traces = eager.__dict__["_term_function"].experimental_get_tracing_count()
+    assert eager.translate_lines(many, constraints=TERMS * (len(many) // len(LINES)), banned=["w7"]) == (
+        expected * (len(many) // len(LINES)))
+    assert eager.__dict__["_term_function"].experimental_get_tracing_count() == traces  # the same call: no new trace
+    assert eager.translate_lines(LINES, constraints=TERMS, banned=["w7"]) == expected  # small, through the graph
     assert Translator.ensemble([eager, eager]).translate_lines(LINES, constraints=TERMS, banned=["w7"]) == expected
 
 
