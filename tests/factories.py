@@ -19,9 +19,12 @@ Reach for these (and the session fixtures in `conftest.py`) before writing a new
   `copy_accuracy(outputs, sentences)`: its word accuracy.
 - `DOCUMENT`, `DOCUMENT_SENTENCES` and `document_layout(translations)`: a plain-text document of two paragraphs and
   an indented list, its five sentences, and the document those sentences' translations make in its layout.
+- `check_terms(translator, ...)`: constraints, a glossary and a banned word on an engine's text output (imported
+  Marian and NLLB models).
 """
 
 import pathlib
+import re
 
 import numpy as np
 
@@ -162,6 +165,46 @@ def random_sentences(count, seed, vocab_size=32, max_length=10):
     rng = np.random.default_rng(seed)
     return [" ".join(f"w{i}" for i in rng.integers(4, vocab_size, size=rng.integers(1, max_length + 1)))
             for _ in range(count)]
+
+
+TERM_LINES = ["A man.", "Dogs play in the snow.", "A girl.", "A man sees a man."]
+
+
+def occurrences(text, term):
+    """How often `term` starts a word of `text` (a constraint's tokens open a word; the model may glue more
+    pieces to its end: docs/decoding.md's subword caveat)."""
+    return len(re.findall(r"(?<!\w)" + re.escape(term), text))
+
+
+def runs(text):
+    """The runs of letters of `text`, its `<...>` tokens left out: its words, garbage or not."""
+    return re.findall(r"[^\W\d_]+", re.sub(r"<[^>]*>", " ", text))
+
+
+def check_terms(translator, never, glossary, **forced):
+    """Checks terms on `translator` over `TERM_LINES` on its text output (random weights give garbage, yet every
+    term must hold): a one-word constraint; a two-word and a non-ASCII one in one sentence; `never`, a term no
+    plain output holds; the glossary's "man" twice in one source, so its term twice in the output; a word of the
+    plain outputs, banned, in none; each line's output the same in another batch and alone. `forced`:
+    `target_lang`. Returns the constrained outputs."""
+    plain = translator.translate_lines(TERM_LINES, **forced)
+    assert not any(occurrences(text, never) for text in plain), plain
+    letters = [runs(text) for text in plain]
+    banned = max({word for words in letters for word in words if len(translator.term_tokens(word)) <= 8},
+                 key=lambda word: (sum(words.count(word) for words in letters), word))
+    constraints = [["Mann"], ["im Schnee", "Häuser"], [never], []]
+    terms = dict(glossary=glossary, banned=[banned], **forced)
+    found = translator.translate_terms(TERM_LINES, constraints=constraints, **terms)
+    outputs = [hypotheses[0]["translation"] for hypotheses in found]
+    wanted = [{"Mann": 2}, {"im Schnee": 1, "Häuser": 1}, {never: 1}, {"Mann": 2}]  # "man" in line 1 too
+    for output, hypotheses, counts in zip(outputs, found, wanted):
+        assert hypotheses[0]["unmet"] == [] and all(occurrences(output, term) >= count
+                                                    for term, count in counts.items()), (output, counts)
+    assert not any(banned in runs(text) for text in outputs), (banned, outputs)
+    other = translator.translate_lines([TERM_LINES[3], TERM_LINES[1]], constraints=[[], constraints[1]], **terms)
+    alone = translator.translate_lines(TERM_LINES[2:3], constraints=constraints[2:3], **terms)
+    assert other + alone == [outputs[3], outputs[1], outputs[2]]
+    return outputs
 
 
 def copy_accuracy(outputs, sentences):

@@ -503,3 +503,19 @@ def test_an_imported_model_translates_a_document_sentence_by_sentence_with_its_l
     # the budget counts the imported tokenizer's pieces: the reference's ids less its </s>
     assert [translator.count_source_tokens(s) for s in DOCUMENT_SENTENCES] == [
         len(tokenizer(s)["input_ids"]) - 1 for s in DOCUMENT_SENTENCES]
+
+
+@pytest.mark.slow
+def test_every_term_holds_on_an_imported_marian_model(references):
+    """Slow: a random imported model's constrained beam search runs to its length limit, eagerly, four times
+    (about 10 s); the fast terms tests use the word-level copy model, not a SentencePiece vocabulary of an
+    imported family. Constraints (one and two words, non-ASCII, two in a sentence, one the model never produces,
+    a glossary term twice in a source) all appear in the output of an imported Marian model, alone as in the batch, and
+    a banned word in none (`factories.check_terms`)."""
+    from factories import check_terms
+
+    from keras_transformer.decoding import Glossary
+    from keras_transformer.engines.loader import load_translator
+    _, workdir, _, _ = references["separate_gelu"]
+    translator = load_translator(workdir, beam_size=3, max_extra=MAX_EXTRA)
+    check_terms(translator, "Fahrrad", Glossary.parse("man\tMann\n"))

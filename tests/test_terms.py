@@ -179,6 +179,17 @@ class Recorder(TranslatorInterface):
                   "tokens": 1}] for line, terms in zip(lines, request.per_line)]
 
 
+class Unmet(Recorder):
+    """A `Recorder` that cannot fit a constraint of several forms: left out and reported unmet."""
+
+    def translate_terms(self, lines, constraints=None, banned=None, glossary=None, batch_size=64, target_prefix=None,
+                        target_lang=None, num_return=1):
+        request = TermRequest.build(len(lines), constraints, banned, glossary, list(lines))
+        return [[{"translation": " ".join([line] + [t[0] for t in terms if len(t) == 1]), "score": -1.5,
+                  "tokens": 3, "unmet": [list(t) for t in terms if len(t) > 1]}]
+                for line, terms in zip(lines, request.per_line)]
+
+
 class Refuser(Recorder):
     translate_terms = TranslatorInterface.translate_terms  # the interface's default: it cannot force terms
 
@@ -242,6 +253,24 @@ def test_translate_gives_each_sentence_of_a_document_its_glossary_terms(run, tmp
     assert status == 2 and out == "" and len(err) == 1 and "The recorder engine cannot force or ban terms" in err[0]
 
 
+def test_translate_names_each_line_whose_constraints_are_not_met_and_json_carries_them(run, tmp_path):
+    (tmp_path / "terms.tsv").write_text("bike\tVelo\tRad\n", encoding="utf-8")
+    argv = ["--constraint", "Mann", "--glossary", "terms.tsv", "A man walks.", "A man rides a bike.", "A bike."]
+    status, out, err = run(argv, Unmet())
+    assert status == 0 and out == "A man walks. Mann\nA man rides a bike. Mann\nA bike. Mann\n"
+    assert err == ["Line 2: constraints not met: 'Velo' or 'Rad'", "Line 3: constraints not met: 'Velo' or 'Rad'"]
+    mean = round(-1.5 * ((5 + 3) / 6) ** 0.6 / 3, 6)  # log P (the score times GNMT's penalty, alpha 0.6) a token
+    status, out, err = run(argv + ["--json"], Unmet())
+    assert status == 0 and len(err) == 2
+    assert [json.loads(line) for line in out.splitlines()] == [
+        {"line": 1, "translation": "A man walks. Mann", "score": -1.5, "mean_log_prob": mean, "unmet": []},
+        {"line": 2, "translation": "A man rides a bike. Mann", "score": -1.5, "mean_log_prob": mean,
+         "unmet": [["Velo", "Rad"]]},
+        {"line": 3, "translation": "A bike. Mann", "score": -1.5, "mean_log_prob": mean, "unmet": [["Velo", "Rad"]]}]
+    status, out, err = run(["--constraint", "Mann", "--n-best", "1", "A man walks."], Unmet())
+    assert (status, out, err) == (0, f"0\t-1.5000\t{mean:.4f}\tA man walks. Mann\n", [])  # as n-best without terms
+
+
 def test_translate_refuses_bad_terms_in_one_line(run, tmp_path):
     (tmp_path / "bad.tsv").write_text("bike\tVelo\nno tab here\n", encoding="utf-8")
     (tmp_path / "doc.txt").write_text("A dog.", encoding="utf-8")
@@ -249,7 +278,9 @@ def test_translate_refuses_bad_terms_in_one_line(run, tmp_path):
              (["--constraint", "", "A dog."], Recorder(), "line 1's constraint 1 is empty"),
              (["--constraint", "Hund", "A dog."], Refuser(), "The recorder engine cannot force or ban terms"),
              (["--ban", "Hund", "A dog."], Refuser(), "The recorder engine cannot force or ban terms"),
-             (["--input", "doc.txt", "--constraint", "Hund"], Recorder(), "--constraint is for sentences")]
+             (["--input", "doc.txt", "--constraint", "Hund"], Recorder(), "--constraint is for sentences"),
+             (["--input", "doc.txt", "--format", "lines", "--glossary", "bad.tsv"], Recorder(), "not for --input"),
+             (["--json", "A dog."], Recorder(), "--json is for documents")]
     for argv, engine, message in cases:
         status, out, err = run(argv, engine)
         assert status == 2 and out == "" and len(err) == 1, (argv, err)
@@ -277,7 +308,8 @@ def test_the_shipped_model_puts_each_term_in_from_the_command_line(tmp_path, cap
 def test_compiled_and_graph_constrained_searches_equal_the_eager_one(trained_copy_model, word_tokenizer):
     """Slow: compiles the constrained search with XLA (seconds per shape). A translator with `jit_compile`, and
     an uncompiled one given more than `EAGER_TERM_SENTENCES` lines (its `tf.function`), give the eager search's
-    constrained translations; an ensemble of one model twice gives that model's."""
+    constrained translations, and a repeated call runs the traced graph again without tracing it anew; an ensemble of
+    one model twice gives that model's."""
     from keras_transformer.engines.tensorflow import Translator
     from keras_transformer.engines.tensorflow_terms import EAGER_TERM_SENTENCES
 
@@ -290,6 +322,11 @@ def test_compiled_and_graph_constrained_searches_equal_the_eager_one(trained_cop
     many = LINES * (EAGER_TERM_SENTENCES // len(LINES) + 1)
     assert eager.translate_lines(many, constraints=TERMS * (len(many) // len(LINES)), banned=["w7"]) == (
         expected * (len(many) // len(LINES)))
+    traces = eager.__dict__["_term_function"].experimental_get_tracing_count()
+    assert eager.translate_lines(many, constraints=TERMS * (len(many) // len(LINES)), banned=["w7"]) == (
+        expected * (len(many) // len(LINES)))
+    assert eager.__dict__["_term_function"].experimental_get_tracing_count() == traces  # the same call: no new trace
+    assert eager.translate_lines(LINES, constraints=TERMS, banned=["w7"]) == expected  # small, through the graph
     assert Translator.ensemble([eager, eager]).translate_lines(LINES, constraints=TERMS, banned=["w7"]) == expected
 
 

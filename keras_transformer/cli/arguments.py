@@ -281,7 +281,8 @@ def _translate_arguments(commands: argparse._SubParsersAction[argparse.ArgumentP
                                 "it is not a terminal (default: only on a terminal)")
     documents.add_argument("--json", action="store_true",
                            help="documents: print one JSON object (the translation, each sentence with its "
-                                "translation, the decoding) instead of the translation")
+                                "translation, the decoding) instead of the translation; sentences with terms: one "
+                                "object per sentence (line, translation, score, unmet)")
     _weights_arguments(translate, ensemble=True)
     _decoding_arguments(translate)
     _prefix_arguments(translate, source_lang=True)

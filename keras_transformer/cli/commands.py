@@ -49,6 +49,7 @@ from keras_transformer.cli.terminal import (
     evaluation_report,
     is_terminal,
     stdin_chunks,
+    term_output,
 )
 from keras_transformer.decoding.options import DecodeSettingsError, chosen_strategy
 from keras_transformer.errors import (
@@ -205,8 +206,11 @@ def check_translate_arguments(args: argparse.Namespace) -> None:
         raise ConfigError(f"--constraint is for sentences (--format lines), not for a document (--format "
                           f"{translate_format(args)}): each sentence needs its own terms; give a --glossary (its "
                           "entries found in a sentence become that sentence's constraints).")
-    if args.json and not document:
-        raise ConfigError("--json is for documents (--format text, html or xml); --n-best N prints lines' scores.")
+    terms = bool(args.constraint or args.glossary is not None or args.ban)
+    if args.json and not document and (args.input is not None or not terms):
+        raise ConfigError("--json is for documents (--format text, html or xml) and for sentences with terms "
+                          "(--constraint, --glossary, --ban) given as arguments or on stdin; --n-best N prints "
+                          "lines' scores.")
 
 
 def _translate_file(args: argparse.Namespace, translator: TranslatorInterface, format: str,
@@ -255,7 +259,15 @@ def _translate(args: argparse.Namespace) -> int:
             chunk = translator.with_source_lang(chunk, args.source_lang, "translate")
         terms: dict[str, Any] = {} if not (args.constraint or glossary is not None or args.ban) else {
             "constraints": [list(args.constraint or ())] * len(chunk), "banned": args.ban, "glossary": glossary}
-        if args.n_best is None:
+        if terms:  # each line's best translation, and a line on stderr for each that lacks a constraint
+            found = translator.translate_terms(chunk, batch_size=args.batch_size, num_return=1 if args.n_best is None
+                                               else translator.returned(), **forced, **terms)
+            out, err = term_output(found, index + 1, args.n_best, args.json, evaluation.one_line,
+                                   translator.scoring_alpha)
+            print("\n".join(err), file=sys.stderr, end="\n" if err else "")
+            print("\n".join(out), end="\n" if out else "")
+            index += len(chunk)
+        elif args.n_best is None:
             for line in translator.translate_lines(chunk, batch_size=args.batch_size, **forced, **terms):
                 print(evaluation.one_line(line))  # one output line per input sentence
         else:

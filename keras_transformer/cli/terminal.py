@@ -1,8 +1,9 @@
 """What the command reads and prints beyond its flags: stdin in chunks of lines, `evaluate`'s readable report,
-and the progress bar of a translated document."""
+the progress bar of a translated document, and `translate`'s lines for sentences held to terms."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -11,6 +12,7 @@ from typing import Any
 
 from keras_transformer.data import textfile
 from keras_transformer.decoding.options import DecodeOptions
+from keras_transformer.engines.details import Translation
 from keras_transformer.errors import ConfigError
 
 
@@ -52,6 +54,56 @@ def evaluation_report(scores: dict[str, Any], details: dict[str, Any]) -> str:
         lines.append(f"{'decoding':<15} {decoding}")
     lines.append(f"{'sentences':<15} {details.get('sentences')} in {details.get('seconds', 0):.1f} s")
     return "\n".join(lines)
+
+
+def unmet_note(number: int, unmet: list[Any]) -> str:
+    """The stderr line naming the constraints sentence `number` (from 1) lacks (each a text, or a list of
+    alternative forms: `engines.terms.shown`).
+
+    Example:
+
+    >>> print(unmet_note(3, ["Vertrag", ["Fahrrad", "Rad"]]))
+    Line 3: constraints not met: 'Vertrag', 'Fahrrad' or 'Rad'
+    """
+    named = [repr(term) if isinstance(term, str) else " or ".join(map(repr, term)) for term in unmet]
+    return f"Line {number}: constraints not met: {', '.join(named)}"
+
+
+def term_output(found: list[list[dict[str, Any]]], first: int, n_best: int | None, as_json: bool,
+                one_line: Callable[[str], str], alpha: float = 0.0) -> tuple[list[str], list[str]]:
+    """`(stdout lines, stderr lines)` of `translate` for `translate_terms` results of the sentences numbered from
+    `first` (from 1): each best translation on one line (`n_best`: N `INDEX<TAB>SCORE<TAB>MEAN_LOG_PROB<TAB>
+    TRANSLATION` lines, INDEX from 0, as without terms; `as_json`: one object per sentence, `line`, `translation`,
+    `score`, `mean_log_prob` and `unmet`), and an `unmet_note` for each sentence whose best translation lacks a
+    constraint. The mean log-probability is the score's (`engines.details`: `tokens` generated, the scores
+    normalised with `alpha`). `one_line` makes a translation one line (`evaluation.one_line`).
+
+    Example:
+
+    >>> out, err = term_output([[{"translation": "Der Vertrag.", "score": -0.4, "tokens": 4, "unmet": []}],
+    ...                         [{"translation": "Ein Rad.", "score": -0.9, "tokens": 3, "unmet": ["Velo"]}]], 1,
+    ...                        None, True, str)
+    >>> print("\\n".join(out + err))
+    {"line": 1, "translation": "Der Vertrag.", "score": -0.4, "mean_log_prob": -0.1, "unmet": []}
+    {"line": 2, "translation": "Ein Rad.", "score": -0.9, "mean_log_prob": -0.3, "unmet": ["Velo"]}
+    Line 2: constraints not met: 'Velo'
+    """
+    out, err = [], []
+    for number, hypotheses in enumerate(found, first):
+        best = hypotheses[0]
+        if best["unmet"]:
+            err.append(unmet_note(number, best["unmet"]))
+        signals = [Translation.from_score(h["translation"], h["score"], h["tokens"], alpha) for h in hypotheses]
+        if as_json:
+            out.append(json.dumps({"line": number, "translation": best["translation"], "score": best["score"],
+                                   "mean_log_prob": round(signals[0].mean_log_prob, 6), "unmet": best["unmet"]},
+                                  ensure_ascii=False))
+        elif n_best is None:
+            out.append(one_line(best["translation"]))
+        else:
+            out.extend(f"{number - 1}\t{h.score:.4f}\t{h.mean_log_prob:.4f}\t{one_line(h.text)}"
+                       for h in signals[:n_best])
+    return out, err
 
 
 STDIN_CHUNK_BATCHES = 32  # translate reads stdin this many batches at a time and prints each chunk's lines

@@ -32,8 +32,9 @@ from keras_transformer.engines.tensorflow_graph import blank_strings, encode_ter
 from keras_transformer.engines.terms import MAX_BANNED, MAX_CONSTRAINTS, MAX_FORMS, MAX_TERM_TOKENS, TermRequest, shown
 from keras_transformer.errors import ConfigError
 
-# An uncompiled translator runs a constrained search of at most this many sentences eagerly (its graph would be
-# traced for every new shape of constraints, seconds each), larger ones through a `tf.function`.
+# An uncompiled translator runs a constrained search of at most this many sentences eagerly while its graph is not
+# traced yet (a trace costs seconds), larger ones, and every one after the first trace, through a `tf.function`
+# (`reduce_retracing`: after a second shape of sources or constraints, one trace serves them all).
 EAGER_TERM_SENTENCES = 8
 
 
@@ -87,10 +88,13 @@ class TermSearch:
                               f"{ids.index(unk_id) + 1} of {len(ids)} is unk).")
         return ids
 
-    def _term_search(self, source: Any, options: Any, forced: dict[str, Any]) -> tuple[Any, Any]:
+    def _term_search(self, source: Any, options: Any, num_return: int, forced: dict[str, Any]) -> tuple[Any, Any]:
+        """The search with `forced` terms. `options` is the translator's own object, `n_best` set in here: a
+        `tf.function` keys a Python argument by a weak reference, so a fresh copy per call would trace anew."""
         target = self.target_tokenizer  # type: ignore[attr-defined]
         return decoding.strategy(options.strategy)(
-            self.models, source, options, pad_id=target.pad_id,  # type: ignore[attr-defined]
+            self.models, source, options.replace(n_best=num_return),  # type: ignore[attr-defined]
+            pad_id=target.pad_id,
             bos_id=target.bos_id, eos_id=target.eos_id, first_cache_stage=decoding.FIRST_CACHE_STAGE, **forced)
 
     def _term_graph(self) -> Any:
@@ -147,7 +151,7 @@ class TermSearch:
 
         def search(source: tf.Tensor, prefix: Any, constraints: tf.Tensor, banned: tf.Tensor) -> Any:
             forced = {"banned": banned} if options.sampling else {"constraints": constraints, "banned": banned}
-            return self._term_graph()(source, options, forced)
+            return self._term_graph()(source, self.options, 1, forced)  # type: ignore[attr-defined]
 
         source = self.encode_sources(sentences)  # type: ignore[attr-defined]
         if self.chunk_size:  # type: ignore[attr-defined]
@@ -186,11 +190,12 @@ class TermSearch:
             forced["target_prefix"] = self.encode_prefixes(  # type: ignore[attr-defined]
                 tf.constant([text.encode("utf-8") for text in prefixes], tf.string))
         source = self.encode_sources(tf.constant([text.encode("utf-8") for text in texts], tf.string))  # type: ignore[attr-defined]
-        options = self.options.replace(n_best=num_return)  # type: ignore[attr-defined]
-        if self.jit_compile or len(texts) > EAGER_TERM_SENTENCES:  # type: ignore[attr-defined]
-            tokens, scores = self._term_graph()(source, options, forced)
+        options = self.options  # type: ignore[attr-defined]
+        if (self.jit_compile or len(texts) > EAGER_TERM_SENTENCES  # type: ignore[attr-defined]
+                or "_term_function" in self.__dict__):  # traced once: every later call runs the graph
+            tokens, scores = self._term_graph()(source, options, num_return, forced)
         else:
-            tokens, scores = self._term_search(source, options, forced)
+            tokens, scores = self._term_search(source, options, num_return, forced)
         tokens = np.asarray(tokens)  # (N, R, T)
         met = (np.asarray(constraints_met(tokens, constraints, target.pad_id)) if constraints is not None
                else np.ones(tokens.shape[:2] + (1,), bool))
