@@ -279,7 +279,8 @@ def test_translate_refuses_bad_terms_in_one_line(run, tmp_path):
              (["--constraint", "Hund", "A dog."], Refuser(), "The recorder engine cannot force or ban terms"),
              (["--ban", "Hund", "A dog."], Refuser(), "The recorder engine cannot force or ban terms"),
              (["--input", "doc.txt", "--constraint", "Hund"], Recorder(), "--constraint is for sentences"),
-             (["--input", "doc.txt", "--format", "lines", "--glossary", "bad.tsv"], Recorder(), "not for --input"),
+             (["--input", "doc.txt", "--format", "lines", "--json", "--ban", "Hund"], Recorder(),
+              "given as arguments or on stdin"),
              (["--json", "A dog."], Recorder(), "--json is for documents")]
     for argv, engine, message in cases:
         status, out, err = run(argv, engine)
