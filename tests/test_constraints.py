@@ -139,6 +139,7 @@ def test_a_sentence_without_constraints_gets_the_unconstrained_search(trained_co
     np.testing.assert_array_equal(got, free)
 
 
+@pytest.mark.slow  # the constrained search three ways (7 CPU s)
 def test_cache_stages_and_the_uncached_search_give_the_same_constrained_output(random_model):
     """The untrained model's outputs run past a first cache stage of 3 positions: the caches grow mid-search and
     the constrained search reorders them by its own choice of parents; the output equals the uncached search's,
@@ -184,6 +185,7 @@ def test_a_constraint_that_cannot_fit_is_left_out_and_reported(trained_copy_mode
     assert 30 in output(tokens[0, 0])
 
 
+@pytest.mark.slow  # many random constrained searches (7 CPU s)
 def test_constraints_that_fit_are_always_met_even_by_a_model_that_never_would(random_model):
     """The untrained model's outputs are noise, so nothing but the search puts the phrases in: random constraints
     (1 to 4 phrases of 1 to 3 tokens, repeated tokens and repeated phrases included) filling up to the whole

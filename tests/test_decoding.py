@@ -141,7 +141,10 @@ def test_beam_search_scores_at_least_greedy(trained_copy_model):
         assert np.any(beam_scores > greedy_scores + 1e-3), "beam search never did better than greedy"
 
 
+@pytest.mark.slow  # both searches run twice, cached and uncached (10 CPU s)
 def test_uncached_search_gives_the_same_output(random_model):
+    """Greedy and beam search without the key/value cache (every step recomputes the whole prefix) give the
+    cached search's tokens and scores: the cache changes nothing but the cost."""
     source = padded(SOURCES)
     for search in (decoding.greedy_decode, decoding.beam_search):
         options = GREEDY if search is decoding.greedy_decode else BEAM

@@ -85,6 +85,7 @@ def test_weights_have_one_row_per_query_and_decoder_self_attention_is_causal(map
         np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-5)
 
 
+@pytest.mark.slow  # a translation decoded and drawn (8 CPU s)
 def test_decoded_translation_is_the_greedy_output(model, tokenizer):
     """The translation drawn is the one the translator serves: here a greedy one."""
     source_ids = np.append(tokenizer.tokenize([SOURCE])[0].numpy(), tokenizer.eos_id)[None]
@@ -218,7 +219,10 @@ def test_schedule_and_position_encoding_plots(tmp_path):
 
 
 # ------------------------------------------------------------------ restricted self-attention, model level
+@pytest.mark.slow  # attention maps of a model built and run (5 CPU s)
 def test_model_with_attention_window_is_local_in_the_encoder_and_causal_in_the_decoder():
+    """With an attention window of r, each encoder position attends to at most r positions on either side and the
+    decoder's self-attention is causal within its window, as the drawn maps show."""
     import keras
 
     keras.utils.set_random_seed(1)
