@@ -289,6 +289,7 @@ def test_score_in_chunks_gives_the_one_pass_scores_in_input_order(trained_copy_m
     assert chunked.score(tf.constant([], tf.string), tf.constant([], tf.string)).shape == (0,)
 
 
+@pytest.mark.slow  # a fresh process importing TensorFlow
 def test_configure_threads_sets_the_pools_before_tensorflow_starts_and_refuses_after(translator, tmp_path):
     """In one fresh process (importing TensorFlow costs seconds a process), before it runs an op: the pools are
     set, then XLA_FLAGS handled for one intra-op thread, then flags set after the call take effect."""
