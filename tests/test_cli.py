@@ -547,7 +547,10 @@ def test_translate_and_evaluate_run_on_a_workdir(tiny_workdir, tmp_path, capsys,
         assert expected in text, (expected, text)
 
 
+@pytest.mark.slow  # a workdir decoded twice, best and n-best (6 CPU s)
 def test_translate_n_best_prints_each_sentence_s_hypotheses_best_first(tiny_workdir, capsys, load_once):
+    """`translate --n-best 2` prints each sentence's hypotheses as index, score, mean log-probability and text,
+    best first, the first of each the translation `translate` prints."""
     options = ["translate", "--model", str(tiny_workdir), "--beam-size", "3", "--max-extra", "3"]
     sentences = ["a man rides a bike", "two dogs play"]
     assert cli.main(options + sentences) == 0

@@ -62,7 +62,10 @@ def test_a_line_s_output_does_not_depend_on_its_batch_mates(translator):
     assert all("w7" not in text.split() for text in together)
 
 
+@pytest.mark.slow  # constrained searches by glossary and by hand (6 CPU s)
 def test_a_glossary_gives_each_line_its_terms(translator, tmp_path):
+    """A glossary file gives each line the terms whose source words it holds: the same translations as those
+    constraints given by hand, the terms in them, through `translate_lines` and `n_best_lines`."""
     path = tmp_path / "terms.tsv"
     path.write_text("w5\tw22\nw12 w13\tw23 w24\n", encoding="utf-8")
     by_glossary = translator.translate_lines(LINES, glossary=str(path))
@@ -105,6 +108,7 @@ def test_a_term_that_cannot_fit_is_reported_not_crashed_on(trained_copy_model, w
     assert found[0][0]["translation"] and found[1][0]["unmet"] == [] and "w9" in found[1][0]["translation"]
 
 
+@pytest.mark.slow  # every entry point run with and without terms (6 CPU s)
 def test_without_terms_nothing_changes(trained_copy_model, word_tokenizer):
     """A request without terms runs the unconstrained search itself: the same outputs as a translator that never
     saw a term, the same traced functions, and no constrained function built."""
