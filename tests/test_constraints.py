@@ -104,6 +104,7 @@ def test_a_phrase_given_twice_appears_twice(constrained):
     assert met.tolist() == [[True, False]]  # one occurrence meets one of the two
 
 
+@pytest.mark.slow  # each sentence searched alone and in the batch, two models (5 CPU s)
 @pytest.mark.parametrize("fixture", ["trained_copy_model", "random_model"])
 def test_batch_mates_and_their_constraints_change_nothing(fixture, trained_copy_model, random_model, constrained):
     """Each sentence decoded alone, with only its own constraints (other shapes: fewer slots, shorter phrases),
@@ -235,7 +236,10 @@ def test_alternative_forms_any_one_satisfies(trained_copy_model):
     assert occurrences(second, [31]) or occurrences(second, [29, 30]), second
 
 
+@pytest.mark.slow  # greedy and beam searches with constraints compared (3 CPU s)
 def test_greedy_with_constraints_is_beam_one_and_sampling_refuses(trained_copy_model):
+    """Greedy decoding with constraints is beam search of width 1 with them, its scores the forced scores, every
+    constraint met; sampling refuses constraints in one line."""
     model, _ = trained_copy_model
     source = padded(SOURCES)
     tokens, scores = decoding.greedy_decode(model, source, max_extra=6, constraints=CONSTRAINTS)

@@ -246,6 +246,7 @@ def test_graph_with_dynamic_shapes_matches_eager(random_model):
         np.testing.assert_allclose(graph_scores, eager_scores, atol=1e-4)
 
 
+@pytest.mark.slow  # searches at several length limits (5 CPU s)
 def test_output_length_limits(random_model):
     """At most source length + max_extra tokens per sentence, capped by max_length and the model."""
     source = padded(SOURCES)

@@ -161,7 +161,9 @@ def test_heads_layout_writes_one_png_per_layer_and_head(maps, tmp_path):
         plotting.plot_attention_maps(maps, tmp_path, layout="mosaic")
 
 
+@pytest.mark.slow  # a workdir written, loaded and drawn (4 CPU s)
 def test_plot_attention_for_a_training_workdir(model, tokenizer, tmp_path):
+    """`plot_attention` on a training workdir loads its weights as written and draws the maps of its translation."""
     from factories import make_workdir
 
     workdir = tmp_path / "run"

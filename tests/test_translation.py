@@ -43,7 +43,9 @@ def test_translate_equals_search_on_ids(translator, trained_copy_model, word_tok
     assert np.mean(recovered) > 0.5
 
 
+@pytest.mark.slow  # the score graph traced besides the search (6 CPU s)
 def test_score_of_own_translation_equals_its_search_score(translator):
+    """Forced decoding of the translator's own translations gives the scores its search gave (within 1e-4)."""
     result = translator.translate(tf.constant(SENTENCES))
     forced = translator.score(tf.constant(SENTENCES), result["translation"])
     np.testing.assert_allclose(forced, result["score"], atol=1e-4)
