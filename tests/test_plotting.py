@@ -163,7 +163,8 @@ def test_heads_layout_writes_one_png_per_layer_and_head(maps, tmp_path):
 
 @pytest.mark.slow  # a workdir written, loaded and drawn (4 CPU s)
 def test_plot_attention_for_a_training_workdir(model, tokenizer, tmp_path):
-    """`plot_attention` on a training workdir loads its weights as written and draws the maps of its translation."""
+    """`plot-attention` on a training workdir loads its weights as written and draws one map per layer of the
+    kinds asked, with the translation beside them; a folder without model.yaml is not a model."""
     from factories import make_workdir
 
     workdir = tmp_path / "run"
