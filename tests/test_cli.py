@@ -450,7 +450,10 @@ def test_average_takes_weights_files_from_anywhere(tiny_workdir, tmp_path, capsy
     assert "not both" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # examples/tune_alpha.py decodes the workdir once per alpha
 def test_tune_alpha_scores_each_alpha_and_marks_the_best(tiny_workdir, tmp_path, load_once):
+    """examples/tune_alpha.py decodes a workdir once per alpha, scores each against the references and marks the
+    best one."""
     import importlib.util
 
     from keras_transformer import evaluation
@@ -474,7 +477,10 @@ def test_tune_alpha_scores_each_alpha_and_marks_the_best(tiny_workdir, tmp_path,
     assert lines[2] == "| 0.6 | 30 | 31 | 0.9500 |" and lines[3] == "| 1 | **30.5** | 31.2 | 0.9900 |"
 
 
+@pytest.mark.slow  # the bench script runs its timed rounds (6 CPU s)
 def test_translate_throughput_bench_times_what_translate_prints(tiny_workdir, tmp_path, capsys, load_once):
+    """bench/translate_throughput.py times the translations `translate` prints: the same lines, and a table of
+    sentences per second."""
     import importlib.util
     spec = importlib.util.spec_from_file_location("translate_throughput", REPO / "bench" / "translate_throughput.py")
     bench = importlib.util.module_from_spec(spec)
@@ -507,7 +513,10 @@ def test_translate_names_a_corrupt_checkpoint(tiny_workdir, tmp_path, capsys):
     assert str(corrupt) in capsys.readouterr().err
 
 
+@pytest.mark.slow  # translate and evaluate decode a workdir end to end (5 CPU s)
 def test_translate_and_evaluate_run_on_a_workdir(tiny_workdir, tmp_path, capsys, load_once):
+    """`translate` and `evaluate` on a training workdir: one output line per input, and a BLEU report against the
+    references."""
     import json
     assert cli.main(["translate", "--model", str(tiny_workdir), "--beam-size", "1", "--max-extra", "3",
                      "a man rides a bike", "two dogs play"]) == 0
@@ -538,7 +547,10 @@ def test_translate_and_evaluate_run_on_a_workdir(tiny_workdir, tmp_path, capsys,
         assert expected in text, (expected, text)
 
 
+@pytest.mark.slow  # a workdir decoded twice, best and n-best (6 CPU s)
 def test_translate_n_best_prints_each_sentence_s_hypotheses_best_first(tiny_workdir, capsys, load_once):
+    """`translate --n-best 2` prints each sentence's hypotheses as index, score, mean log-probability and text,
+    best first, the first of each the translation `translate` prints."""
     options = ["translate", "--model", str(tiny_workdir), "--beam-size", "3", "--max-extra", "3"]
     sentences = ["a man rides a bike", "two dogs play"]
     assert cli.main(options + sentences) == 0
@@ -556,6 +568,7 @@ def test_translate_n_best_prints_each_sentence_s_hypotheses_best_first(tiny_work
     assert all(float(row[2]) < 0 for row in rows)
 
 
+@pytest.mark.slow  # an imported model decoded four ways (4 CPU s)
 def test_a_strategys_own_flag_chooses_it_on_a_greedy_default_and_translate_says_how_it_decodes(tiny_workdir,
                                                                                                tmp_path, capsys):
     """On a model that decodes greedily by default (an imported checkpoint without num_beams), --beam-size and
@@ -604,6 +617,7 @@ def test_translate_reads_stdin_bytes_that_are_not_utf8_as_replacement_characters
     assert capsys.readouterr().out == from_stdin and len(from_stdin.splitlines()) == 2
 
 
+@pytest.mark.slow  # a stream of several chunks decoded (6 CPU s)
 def test_translate_streams_stdin_in_chunks_with_the_output_of_one_call(tiny_workdir, capsys, monkeypatch,
                                                                       load_once):
     """stdin is translated a chunk (32 batches) at a time: the first chunk's lines are out before the rest of stdin is
@@ -944,6 +958,7 @@ def test_export_refuses_an_out_folder_in_a_training_workdir(tiny_workdir, capsys
     assert sorted(path.name for path in tiny_workdir.iterdir()) == before
 
 
+@pytest.mark.slow  # a CTranslate2 export written and decoded (5 CPU s)
 def test_export_to_ctranslate2_then_translate_and_evaluate_read_the_folder(tiny_workdir, tmp_path, capsys):
     """`export --format ctranslate2` writes a folder that `translate --model` and `evaluate --model` load, and the
     greedy translations are the Keras model's."""

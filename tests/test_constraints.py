@@ -104,6 +104,7 @@ def test_a_phrase_given_twice_appears_twice(constrained):
     assert met.tolist() == [[True, False]]  # one occurrence meets one of the two
 
 
+@pytest.mark.slow  # each sentence searched alone and in the batch, two models (5 CPU s)
 @pytest.mark.parametrize("fixture", ["trained_copy_model", "random_model"])
 def test_batch_mates_and_their_constraints_change_nothing(fixture, trained_copy_model, random_model, constrained):
     """Each sentence decoded alone, with only its own constraints (other shapes: fewer slots, shorter phrases),
@@ -139,6 +140,7 @@ def test_a_sentence_without_constraints_gets_the_unconstrained_search(trained_co
     np.testing.assert_array_equal(got, free)
 
 
+@pytest.mark.slow  # the constrained search three ways (7 CPU s)
 def test_cache_stages_and_the_uncached_search_give_the_same_constrained_output(random_model):
     """The untrained model's outputs run past a first cache stage of 3 positions: the caches grow mid-search and
     the constrained search reorders them by its own choice of parents; the output equals the uncached search's,
@@ -184,6 +186,7 @@ def test_a_constraint_that_cannot_fit_is_left_out_and_reported(trained_copy_mode
     assert 30 in output(tokens[0, 0])
 
 
+@pytest.mark.slow  # many random constrained searches (7 CPU s)
 def test_constraints_that_fit_are_always_met_even_by_a_model_that_never_would(random_model):
     """The untrained model's outputs are noise, so nothing but the search puts the phrases in: random constraints
     (1 to 4 phrases of 1 to 3 tokens, repeated tokens and repeated phrases included) filling up to the whole
@@ -233,7 +236,10 @@ def test_alternative_forms_any_one_satisfies(trained_copy_model):
     assert occurrences(second, [31]) or occurrences(second, [29, 30]), second
 
 
+@pytest.mark.slow  # greedy and beam searches with constraints compared (3 CPU s)
 def test_greedy_with_constraints_is_beam_one_and_sampling_refuses(trained_copy_model):
+    """Greedy decoding with constraints is beam search of width 1 with them, its scores the forced scores, every
+    constraint met; sampling refuses constraints in one line."""
     model, _ = trained_copy_model
     source = padded(SOURCES)
     tokens, scores = decoding.greedy_decode(model, source, max_extra=6, constraints=CONSTRAINTS)

@@ -241,7 +241,9 @@ def test_a_non_finite_loss_or_weight_never_reaches_the_disk(tmp_path, monkeypatc
     assert [p.name for p in epoch_checkpoints(workdir)] == [f"ckpt-{n:04d}.weights.h5" for n in (1, 2)]
 
 
+@pytest.mark.slow  # a training run (5 CPU s)
 def test_a_run_removes_the_temporaries_a_killed_one_left(tmp_path):
+    """A training run started in a workdir where a killed run left temporaries removes them and takes the lock."""
     workdir = tmp_path / "run"
     experiment = load_experiment(TINY, SMALL_RUN)
     training.train(experiment, workdir)

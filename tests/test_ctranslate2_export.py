@@ -86,7 +86,10 @@ def keras_translator(trained_copy_model, tokenizer, **options):
     return _KERAS_TRANSLATORS[key]
 
 
+@pytest.mark.slow  # both engines' greedy searches on 20 sentences (5 CPU s)
 def test_greedy_translations_and_scores_equal_the_keras_translator(trained_copy_model, copy_export):
+    """CTranslate2's greedy translations and scores of the exported copy model equal the Keras translator's on 20
+    sentences (scores within 1e-4), the default max_extra read from the export."""
     folder, _, tokenizer = copy_export
     texts = SENTENCES + random_sentences(16, seed=1)
     expected = keras_translator(trained_copy_model, tokenizer, beam_size=1, alpha=0.0, max_extra=5)
@@ -103,6 +106,7 @@ def test_greedy_translations_and_scores_equal_the_keras_translator(trained_copy_
     assert np.mean(recovered) > 0.5
 
 
+@pytest.mark.slow  # both engines' beam searches on 20 sentences (5 CPU s)
 @pytest.mark.parametrize("beam_size, alpha", [(4, 0.6)])
 def test_beam_translations_equal_the_keras_translator_after_rescoring(trained_copy_model, copy_export, beam_size,
                                                                       alpha):
@@ -126,6 +130,7 @@ def test_beam_translations_equal_the_keras_translator_after_rescoring(trained_co
                                                                                      alpha))
 
 
+@pytest.mark.slow  # a model with relative positions exported and decoded both ways (5 CPU s)
 def test_relative_positions_translate_and_rescore_as_keras(relative_copy_model, relative_copy_export):
     """Relative positions in CTranslate2's relative-position spec: its greedy translations are the package's greedy
     search's, and its n-best reranked with the GNMT penalty gives the package's beam-search translation and score.
@@ -149,7 +154,10 @@ def test_relative_positions_translate_and_rescore_as_keras(relative_copy_model, 
     assert words(beam_tokens[:, 0]) != words(tokens)  # the beam found other translations: two searches compared
 
 
+@pytest.mark.slow  # both engines on a batch of bad inputs, one of 3,000 words (5 CPU s)
 def test_bad_inputs_each_give_one_line_as_the_keras_translator_does(trained_copy_model, copy_export):
+    """Blank, over-long, invalid UTF-8, lone-surrogate and unknown-script inputs each give one output line from
+    CTranslate2, as from the Keras translator, never an error."""
     folder, _, tokenizer = copy_export
     keras_side = keras_translator(trained_copy_model, tokenizer, beam_size=4, alpha=0.6, max_extra=5)
     ct2 = CTranslate2Translator(folder)

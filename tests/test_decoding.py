@@ -105,6 +105,7 @@ def test_beam_size_one_is_greedy(fixture, random_model, trained_copy_model):
     np.testing.assert_allclose(beam_scores[:, 0], greedy_scores, atol=1e-5)
 
 
+@pytest.mark.slow  # each sentence searched alone, padded and in a batch (6-7 CPU s a strategy)
 @pytest.mark.parametrize("search", ["greedy", "beam"])
 def test_padding_and_batch_neighbours_change_nothing(search, trained_copy_model, random_model):
     """A sentence decoded alone gives the same output as inside a batch with longer sentences."""
@@ -141,7 +142,10 @@ def test_beam_search_scores_at_least_greedy(trained_copy_model):
         assert np.any(beam_scores > greedy_scores + 1e-3), "beam search never did better than greedy"
 
 
+@pytest.mark.slow  # both searches run twice, cached and uncached (10 CPU s)
 def test_uncached_search_gives_the_same_output(random_model):
+    """Greedy and beam search without the key/value cache (every step recomputes the whole prefix) give the
+    cached search's tokens and scores: the cache changes nothing but the cost."""
     source = padded(SOURCES)
     for search in (decoding.greedy_decode, decoding.beam_search):
         options = GREEDY if search is decoding.greedy_decode else BEAM
@@ -232,6 +236,7 @@ def test_xla_compiled_search_matches_eager(trained_copy_model):
     np.testing.assert_allclose(beam_scores, eager_beam[1], atol=1e-4)
 
 
+@pytest.mark.slow  # the search traced with unknown shapes and run eagerly (4 CPU s)
 def test_graph_with_dynamic_shapes_matches_eager(random_model):
     """One traced graph with unknown batch and length serves every batch (the SavedModel case)."""
     for rows in (SOURCES, SOURCES[:1]):
@@ -241,6 +246,7 @@ def test_graph_with_dynamic_shapes_matches_eager(random_model):
         np.testing.assert_allclose(graph_scores, eager_scores, atol=1e-4)
 
 
+@pytest.mark.slow  # searches at several length limits (5 CPU s)
 def test_output_length_limits(random_model):
     """At most source length + max_extra tokens per sentence, capped by max_length and the model."""
     source = padded(SOURCES)
@@ -355,7 +361,9 @@ def test_ensemble_search_scores_are_its_forced_scores(random_model, other_model)
     np.testing.assert_array_equal(uncached, tokens)
 
 
+@pytest.mark.slow  # beam search over one model and over it twice (5 CPU s)
 def test_ensemble_of_one_model_twice_is_that_model(trained_copy_model):
+    """An ensemble of one model twice decodes as that model: the same tokens, scores within 1e-5."""
     model = trained_copy_model[0] if isinstance(trained_copy_model, tuple) else trained_copy_model
     source = padded(SOURCES)
     tokens, scores = run(decoding.beam_search, model, source, **BEAM)
@@ -422,6 +430,7 @@ def test_early_exit_search_is_the_written_out_search(trained_copy_model, referen
     np.testing.assert_array_equal(np.asarray(early)[:, 0], greedy)
 
 
+@pytest.mark.slow  # a strategy registered and run through every entry point (4 CPU s)
 def test_a_strategy_is_one_class_and_one_registry_line(random_model):
     """A strategy of one's own: a `Strategy` subclass (its settings' checks, n-best default, description and
     search) and one `STRATEGIES.register` line; `DecodeOptions` and `decoding.strategy` (what every engine calls)

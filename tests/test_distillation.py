@@ -31,7 +31,10 @@ def _softmax(x):
     return e / e.sum(-1, keepdims=True)
 
 
+@pytest.mark.slow  # an ensemble's top-k over 30 pairs twice (6 CPU s)
 def test_teacher_is_the_members_mean_distribution_truncated_to_its_top_k():
+    """The teacher's top-k is the ensemble members' mean distribution, its k most likely ids with their
+    probabilities, the same as the full distribution truncated."""
     config = TransformerConfig.preset("tiny", vocab_size=50)
     keras.utils.set_random_seed(1)
     members = [build_model(config), build_model(config.replace(norm_first=not config.norm_first))]

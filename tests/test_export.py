@@ -32,6 +32,7 @@ BAD_INPUTS = ["", "   \t ", " ".join(["word"] * 3000), "\u4e24\u53ea\u72d7\u5728
 BIN = os.path.dirname(sys.executable)
 
 
+@pytest.mark.slow  # on the module's real SavedModel export (built once, about a minute)
 def test_a_full_disk_during_an_export_ends_in_one_line_and_leaves_the_old_export(exported, tmp_path, monkeypatch,
                                                                                  capsys):
     """TensorFlow reports a full disk while writing the SavedModel (a `ResourceExhaustedError`): `export` ends in
@@ -257,6 +258,7 @@ def test_exported_ensemble_serves_what_the_in_memory_ensemble_gives(exported, ex
     assert len(rebuilt.models) == 2 and rebuilt(SENTENCES) == ensemble(SENTENCES)
 
 
+@pytest.mark.slow  # on the module's real SavedModel export (built once, about a minute)
 def test_exported_config_records_the_decoding_the_graph_does(exported):
     """The translator decodes with max_extra 8, the default is 50: the export's model.yaml says 8, so the
     rebuilt Keras translator decodes as the graph does."""
@@ -267,7 +269,10 @@ def test_exported_config_records_the_decoding_the_graph_does(exported):
     assert (rebuilt.beam_size, rebuilt.alpha, rebuilt.max_extra, rebuilt.early_exit) == (3, 0.6, 8, False)
 
 
+@pytest.mark.slow  # on the module's real SavedModel export (built once, about a minute)
 def test_ids_signature_matches_the_string_signature(exported, loaded):
+    """The exported `translate_ids` signature, given the source ids, decodes what the string signature does
+    (the same tokens detokenized, scores within 1e-4)."""
     directory, translator = exported
     source_ids = translator.encode_sources(tf.constant(SENTENCES))
     by_ids = loaded.signatures["translate_ids"](source_ids=source_ids)
@@ -277,6 +282,7 @@ def test_ids_signature_matches_the_string_signature(exported, loaded):
     np.testing.assert_allclose(by_ids["score"].numpy(), expected["score"].numpy(), atol=1e-4)
 
 
+@pytest.mark.slow  # on the module's real SavedModel export (built once, about a minute)
 def test_score_signature_refuses_a_different_number_of_targets(loaded):
     """Two sources and one target gave two identical scores (the target broadcast over the batch)."""
     score = loaded.signatures["score"]
@@ -286,13 +292,17 @@ def test_score_signature_refuses_a_different_number_of_targets(loaded):
             score(sources=tf.constant(SENTENCES[:sources]), targets=tf.constant(REFERENCES[:targets]))
 
 
+@pytest.mark.slow  # on the module's real SavedModel export (built once, about a minute)
 def test_keras_model_travels_in_assets_extra(exported):
+    """The export carries the SentencePiece model and the Keras model: `load_translator` on the folder rebuilds a
+    translator that translates as the exported one."""
     directory, translator = exported
     assert (directory / "assets" / "sentencepiece.model").exists()
     rebuilt = load_translator(directory, beam_size=3, alpha=0.6, max_extra=8)
     assert rebuilt(SENTENCES) == translator(SENTENCES)
 
 
+@pytest.mark.slow  # on the module's real SavedModel export (built once, about a minute)
 def test_each_signature_is_traced_and_written_once(exported):
     """Given concrete functions traced outside its save context, `save` traced every signature again and wrote
     both copies (twice the export time and a saved_model.pb twice the size)."""
@@ -310,7 +320,10 @@ def test_each_signature_is_traced_and_written_once(exported):
     assert b"_XlaMustCompile" not in (directory / "saved_model.pb").read_bytes()
 
 
+@pytest.mark.slow  # on the module's real SavedModel export (built once, about a minute)
 def test_saved_model_stores_each_weight_once(exported):
+    """The SavedModel stores each of the model's variables once: its variables data holds 1x to 1.1x the weights'
+    bytes."""
     directory, translator = exported
     stored = [node.variable for node in saved_model_proto(directory).meta_graphs[0].object_graph_def.nodes
               if node.WhichOneof("kind") == "variable"]
@@ -320,7 +333,10 @@ def test_saved_model_stores_each_weight_once(exported):
     assert weights <= data < 1.1 * weights
 
 
+@pytest.mark.slow  # on the module's real SavedModel export (built once, about a minute)
 def test_saved_model_cli_show_and_run(subprocesses):
+    """`saved_model_cli show` lists the signatures and `run` executes serving_default in a fresh process (the
+    tensorflow-text ops registered first), one score per sentence."""
     returncode, shown, stderr = subprocesses["show"]
     assert returncode == 0, stderr[-2000:]
     for name in ("serving_default", "n_best", "translate_ids", "score", "translation"):
@@ -382,7 +398,10 @@ def test_a_re_export_that_fails_part_way_leaves_the_old_export_serving(exported,
     assert served.stat().st_mode & 0o777 == 0o777 & ~umask
 
 
+@pytest.mark.slow  # on the module's real SavedModel export (built once, about a minute)
 def test_out_is_refused_in_a_training_workdir_or_over_a_folder_that_is_not_an_export(exported, tmp_path):
+    """An export into a training workdir, or over a folder that is not an export, is refused and leaves both as
+    they were."""
     _, translator = exported
     workdir = tmp_path / "run"
     (workdir / "checkpoints").mkdir(parents=True)
@@ -399,6 +418,7 @@ def test_out_is_refused_in_a_training_workdir_or_over_a_folder_that_is_not_an_ex
     assert sorted(path.name for path in notes.iterdir()) == ["todo.txt"]
 
 
+@pytest.mark.slow  # on the module's real SavedModel export (built once, about a minute)
 def test_a_translator_of_one_search_per_batch_is_exported_in_chunks(exported):
     """`chunk_size=0` (one search per batch, for callers that bound their batches) would let a request's size set
     the memory a server needs: the export serves the same models and settings in chunks instead."""
@@ -418,7 +438,9 @@ def test_missing_export_is_a_clear_error(tmp_path):
         load_translator(tmp_path)
 
 
+@pytest.mark.slow  # on the module's real SavedModel export (built once, about a minute)
 def test_an_existing_export_is_kept_unless_overwrite_is_asked(exported):
+    """An export over an existing one without overwrite is refused naming --overwrite, every file left untouched."""
     directory, translator = exported
     before = {p.name: p.stat().st_mtime_ns for p in directory.iterdir()}
     with pytest.raises(FileExistsError, match="already holds a SavedModel; replace it with --overwrite"):
@@ -470,6 +492,7 @@ def test_the_sample_signature_draws_what_the_translator_draws(exported, loaded):
     assert [t.decode("utf-8") for t in other["translation"].numpy()] != texts
 
 
+@pytest.mark.slow  # on the module's real SavedModel export (built once, about a minute)
 def test_the_translate_prefix_signature_forces_what_the_translator_forces(exported, loaded):
     """The export's `translate_prefix` signature (an input of its own) gives what the in-memory Translator gives
     with those target prefixes: each translation starts with its prefix, scored with it; "" forces nothing (the
@@ -522,6 +545,7 @@ def test_the_translate_constrained_signature_gives_the_engine_s_constrained_tran
     assert not any(" im " in f" {e['translation']} " for e in expected)
 
 
+@pytest.mark.slow  # on the module's real SavedModel export (built once, about a minute)
 def test_the_translate_constrained_signature_refuses_terms_over_the_limits_in_the_graph(loaded):
     """Over-limit terms (more slots than `MAX_CONSTRAINTS`, a term of more than `MAX_TERM_TOKENS` tokens, other row
     counts) fail inside the graph with a message naming the limit, as a TensorFlow Serving client sees them."""
@@ -540,6 +564,7 @@ def test_the_translate_constrained_signature_refuses_terms_over_the_limits_in_th
         signature(inputs=one, constraints=tf.constant([["Hund"], ["Katze"]]), banned=nothing)
 
 
+@pytest.mark.slow  # on the module's real SavedModel export (built once, about a minute)
 def test_the_warmup_file_is_tensorflow_servings_and_replays_through_the_export(exported, loaded):
     """TensorFlow Serving replays `assets.extra/tf_serving_warmup_requests` when it loads an export: its own
     protocol buffers (tensorflow-serving-api) read every record, and each request, run through the loaded
@@ -569,6 +594,7 @@ def test_the_warmup_file_is_tensorflow_servings_and_replays_through_the_export(e
     assert warm_up(directory, loaded) is loaded
 
 
+@pytest.mark.slow  # on the module's real SavedModel export (built once, about a minute)
 def test_warmup_requests_cover_every_shape_xla_compiles(exported, tmp_path):
     """With XLA a chunk is padded to a (rows, width) bucket, one program each: rows 1, 2, 4 or 8 (the last chunk
     holds the request's remainder) and width 16, 32 or 48 (this model's max_length) whatever the rows. The
@@ -621,6 +647,7 @@ print(" ".join(steps))
 """
 
 
+@pytest.mark.slow  # on the module's real SavedModel export (built once, about a minute)
 def test_a_kill_at_any_step_of_the_swap_leaves_a_whole_export_that_loads_and_the_next_export_cleans_up(
         exported, tmp_path):
     """Killed before each step of the swap (the manifest's rename, the exchange; or, without an atomic exchange,
@@ -663,6 +690,7 @@ def test_a_kill_at_any_step_of_the_swap_leaves_a_whole_export_that_loads_and_the
             assert not (out / "NEW").exists() and export_folder.verify_export(out) is not None
 
 
+@pytest.mark.slow  # on the module's real SavedModel export (built once, about a minute)
 def test_a_second_export_to_the_same_folder_is_refused_by_name_while_the_first_runs(exported, tmp_path, capsys):
     """Two exports to one `--out` never both succeed: while one holds the folder, another (from Python or from
     the command line, before it loads anything) is refused with the first one's process named, and the folder
@@ -683,6 +711,7 @@ def test_a_second_export_to_the_same_folder_is_refused_by_name_while_the_first_r
     assert sorted(path.name for path in tmp_path.iterdir()) == [".en_de.lock"]  # the killed holder's, unlocked
 
 
+@pytest.mark.slow  # on the module's real SavedModel export (built once, about a minute)
 def test_an_export_carries_a_manifest_that_verify_and_every_loader_check(exported, tmp_path, capsys):
     """An export lists the size and SHA-256 of each of its files in manifest.json. `verify` checks every digest
     (exit 0 whole, 3 damaged naming the file, 2 without a manifest); every loader checks the sizes, so a

@@ -172,6 +172,7 @@ def losses_under_jax(tmp_path_factory):
     return {**result, "relative": (relative_expected, outputs[3])}
 
 
+@pytest.mark.slow  # a fresh process on the JAX backend
 def test_losses_and_their_hand_written_gradients_under_jax(losses_under_jax):
     """Both losses define their gradient by hand (`losses.smoothed_cross_entropy`); under jax.jit and jax.grad
     they give the textbook values: softmax minus the (mixed) target over the non-pad positions."""
@@ -219,6 +220,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow  # a fresh process on the JAX backend
 def test_rdrop_loss_and_its_hand_written_gradient_under_jax(losses_under_jax):
     """RDropLoss writes its gradient by hand (`losses.rdrop_cross_entropy`); under jax.jit and jax.grad it matches
     autodiff of the paper's formula in jax.numpy."""
@@ -228,6 +230,7 @@ def test_rdrop_loss_and_its_hand_written_gradient_under_jax(losses_under_jax):
     assert np.abs(np.asarray(got["textbook"]["gradient"])).max() > 1e-2
 
 
+@pytest.mark.slow  # a fresh process on the JAX backend
 def test_relative_positions_under_jax_compute_what_tensorflow_computes(losses_under_jax):
     """Relative position representations (Shaw et al.) on JAX without TensorFlow: a causal self-attention layer's
     outputs, its cached steps under jax.jit (the cache index traced, as in a decoding loop; 7 positions, k = 2)
@@ -324,6 +327,7 @@ def _draws_inputs():
                 steps=np.arange(40, dtype="int32")[None, None, None, :])
 
 
+@pytest.mark.slow  # a fresh process on the JAX backend
 def test_sampling_draws_are_bit_identical_under_jax(losses_under_jax):
     """Sampling's uniform numbers (a 32-bit integer hash of seed, row key, sample and step) are numpy's copy of
     the hash bit for bit under JAX, eagerly and under jax.jit, as they are under TensorFlow and XLA

@@ -311,6 +311,7 @@ def test_a_large_variable_written_a_block_of_rows_at_a_time_gives_keras_own_file
     assert ours.getvalue() == keras_own.getvalue()
 
 
+@pytest.mark.slow  # a save and a load of a model twice over (7 CPU s)
 def test_the_saving_walk_s_skip_sets_are_built_once_each_and_are_the_sets_keras_builds(tmp_path, monkeypatch):
     """The assumption of `fill_saving_skipsets`: Keras' own save and load build a bare `Layer` for every layer they
     walk (the skip set it caches is looked up under another name). Filled, a save and a load build none, and each

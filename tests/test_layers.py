@@ -324,7 +324,10 @@ def test_encoder_and_decoder_layers_round_trip(options, tmp_path):
     assert decoder.cross_attention.get_config().get("max_relative_position") is None
 
 
+@pytest.mark.slow  # three stacks saved and loaded back (5 CPU s)
 def test_stacks_round_trip_and_prenorm_adds_final_norm(tmp_path):
+    """Encoder and decoder stacks, post- and pre-norm, round-trip through `keras.saving` with the same
+    outputs; pre-norm adds the final norm's parameters."""
     x = RNG.normal(size=(2, 4, 8)).astype("float32")
     memory = RNG.normal(size=(2, 6, 8)).astype("float32")
     post = kt.TransformerEncoder(num_layers=2, d_model=8, num_heads=2, d_ff=16, name="encoder_post")

@@ -136,6 +136,7 @@ def test_make_optimizer_is_the_papers_adam_with_the_training_settings():
                         2 * float(optimizer._learning_rate(10)))
 
 
+@pytest.mark.slow  # two optimizers traced and stepped side by side (7 CPU s)
 @pytest.mark.parametrize("settings", [{}, {"gradient_accumulation_steps": 2, "use_ema": True, "ema_momentum": 0.9}])
 def test_adam_updates_as_keras_adam_does_with_fewer_ops_in_the_traced_update(settings):
     """`kt.optimizers.Adam` (what `make_optimizer` returns) against `keras.optimizers.Adam` given the same

@@ -232,6 +232,7 @@ def test_batch_plan_matches_a_pair_by_pair_greedy_cut(width, replicas):
         batch_plan([5, 300], tokens_per_batch=1000, num_replicas=4)
 
 
+@pytest.mark.slow  # a MirroredStrategy over two logical CPUs (8 CPU s)
 def test_every_replica_gets_data_under_a_mirrored_strategy(multi30k_dir, multi30k_tokenizer_dir):
     """Two logical CPU replicas: each gets >= 1 pair of every batch; the global budget holds."""
     script = textwrap.dedent(f"""
@@ -319,7 +320,10 @@ def epoch_pairs(dataset, tokenizer):
     return rows
 
 
+@pytest.mark.slow  # three epochs of the validation split (8 CPU s)
 def test_bpe_dropout_segments_every_pair_anew_each_epoch(multi30k_dir, multi30k_tokenizer):
+    """With BPE-dropout every epoch segments the pairs anew (the epochs differ), yet each epoch holds every
+    pair of the split once, its text unchanged when detokenized."""
     english, german = read_split(multi30k_dir, "val.en.gz"), read_split(multi30k_dir, "val.de.gz")
     args = (multi30k_dir / "val.en.gz", multi30k_dir / "val.de.gz", multi30k_tokenizer, multi30k_tokenizer)
     train, summary = make_dataset(*args, tokens_per_batch=BUDGET, max_length=None, seed=3, subword_dropout=0.1)

@@ -85,6 +85,7 @@ def test_weights_have_one_row_per_query_and_decoder_self_attention_is_causal(map
         np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-5)
 
 
+@pytest.mark.slow  # a translation decoded and drawn (8 CPU s)
 def test_decoded_translation_is_the_greedy_output(model, tokenizer):
     """The translation drawn is the one the translator serves: here a greedy one."""
     source_ids = np.append(tokenizer.tokenize([SOURCE])[0].numpy(), tokenizer.eos_id)[None]
@@ -160,7 +161,10 @@ def test_heads_layout_writes_one_png_per_layer_and_head(maps, tmp_path):
         plotting.plot_attention_maps(maps, tmp_path, layout="mosaic")
 
 
+@pytest.mark.slow  # a workdir written, loaded and drawn (4 CPU s)
 def test_plot_attention_for_a_training_workdir(model, tokenizer, tmp_path):
+    """`plot-attention` on a training workdir loads its weights as written and draws one map per layer of the
+    kinds asked, with the translation beside them; a folder without model.yaml is not a model."""
     from factories import make_workdir
 
     workdir = tmp_path / "run"
@@ -218,7 +222,10 @@ def test_schedule_and_position_encoding_plots(tmp_path):
 
 
 # ------------------------------------------------------------------ restricted self-attention, model level
+@pytest.mark.slow  # attention maps of a model built and run (5 CPU s)
 def test_model_with_attention_window_is_local_in_the_encoder_and_causal_in_the_decoder():
+    """With an attention window of r, each encoder position attends to at most r positions on either side and the
+    decoder's self-attention is causal within its window, as the drawn maps show."""
     import keras
 
     keras.utils.set_random_seed(1)

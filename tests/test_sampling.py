@@ -183,6 +183,7 @@ def reference_draw(log_probs, u, top_k, top_p, temperature):
     return np.array(tokens), np.array(margins)
 
 
+@pytest.mark.slow  # every cut of a 3,000-id draw against a float64 sort (6 CPU s)
 @pytest.mark.parametrize("sort", [False, True], ids=["bisection", "sort"])
 @pytest.mark.parametrize("vocab", [16, 3000])
 def test_the_draw_is_the_inverse_cdf_over_the_sorted_tokens(vocab, sort):

@@ -31,7 +31,10 @@ def server(served):
     return served  # conftest's server, shared with tests/test_serve_load.py
 
 
+@pytest.mark.slow  # a running server process on the shipped export
 def test_status_metadata_health_and_unknown_models(server):
+    """A running `keras-transformer serve`: alive while the model loads (not ready, TensorFlow Serving's
+    LOADING), then ready, its status and metadata as TensorFlow Serving gives them, unknown models 404."""
     # The server listens while the model loads (seconds): alive, not ready, TensorFlow Serving's LOADING.
     assert server.while_loading is not None, "/readyz was never seen before the model was ready"
     alive, ready, status = server.while_loading
@@ -118,7 +121,10 @@ def test_translate_and_predict_take_target_prefixes(server, shipped_served, mult
     assert status == 400 and "target language 'deu_Latn': this model has no language tokens" in refused["error"]
 
 
+@pytest.mark.slow  # a running server process on the shipped export
 def test_concurrent_requests_all_succeed_and_are_decoded_in_batches(server, shipped_served, multi30k_dir):
+    """32 concurrent clients against a running server: every answer is the sentence's translation, and the
+    server decoded them in batches, not one by one."""
     sentences = read_lines(multi30k_dir / "test_2016_flickr.en.gz")[:32]
     answers = [None] * len(sentences)
 
@@ -138,7 +144,10 @@ def test_concurrent_requests_all_succeed_and_are_decoded_in_batches(server, ship
     assert "sentence(s) from" in server.output()  # each batch is logged with its size
 
 
+@pytest.mark.slow  # a running server process
 def test_malformed_and_oversized_requests_are_refused_with_a_message(server):
+    """A running server answers malformed JSON, wrong shapes and oversized requests with a 400 or 413 and a
+    message naming the problem, and goes on serving."""
     cases = [
         (f"/v1/models/{NAME}:predict", b'{"instances": [', 400, "Malformed JSON"),
         (f"/v1/models/{NAME}:predict", b'["A dog."]', 400, "JSON object"),

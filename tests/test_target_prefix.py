@@ -51,6 +51,7 @@ def stripped(row, pad=0):
     return [int(t) for t in row if t != pad]
 
 
+@pytest.mark.slow  # the prefixed search against full passes step by step (5 CPU s)
 def test_greedy_with_a_prefix_is_the_full_pass_continuing_from_it(trained_copy_model):
     """The prefix comes first; then each token is the argmax after the teacher-forced prefix, and the score is
     log P of the whole output (what `score` gives it)."""
@@ -66,6 +67,7 @@ def test_greedy_with_a_prefix_is_the_full_pass_continuing_from_it(trained_copy_m
     np.testing.assert_allclose(scores, forced, atol=1e-4)
 
 
+@pytest.mark.slow  # the reference search written out, run from the prefix (4 CPU s)
 def test_beam_with_a_prefix_is_the_written_out_search_started_from_it(trained_copy_model, reference_search):
     """Every beam starts with the prefix and the n-best are those of the written-out beam search that starts from
     the one hypothesis bos + prefix; scores count the prefix (log P / lp(length with the prefix))."""
@@ -135,6 +137,7 @@ class Multilingual:
         return getattr(self.tokenizer, name)
 
 
+@pytest.mark.slow  # prefixed searches chunk by chunk (4 CPU s)
 def test_translator_forces_prefixes_chunk_by_chunk_and_language_tokens_first(trained_copy_model, word_tokenizer):
     """`Translator.translate_lines` with a prefix per line, decoded two lines a chunk (each chunk its own prefix
     width; a translator's first sentences are decoded eagerly, op by op as in its graph), gives the ids-level

@@ -33,6 +33,7 @@ def translator(trained_copy_model, word_tokenizer):
     return Translator(trained_copy_model[0], word_tokenizer, beam_size=3, alpha=0.6, max_extra=MAX_EXTRA)
 
 
+@pytest.mark.slow  # the constrained search against beam search given the ids (7 CPU s)
 def test_terms_are_the_search_given_their_ids_and_all_appear(translator, trained_copy_model):
     """The engine's constrained translations are `beam_search`'s with the terms' ids (one- and two-word terms,
     alternative forms), every term in its line's output, and nothing reported unmet."""
@@ -51,7 +52,9 @@ def test_terms_are_the_search_given_their_ids_and_all_appear(translator, trained
     assert translator.translate_lines(LINES, constraints=TERMS) == expected
 
 
+@pytest.mark.slow  # every line searched alone and in the batch (7 CPU s)
 def test_a_line_s_output_does_not_depend_on_its_batch_mates(translator):
+    """Each line's constrained translation (its terms, a banned word) is the same searched alone as in the batch."""
     together = translator.translate_lines(LINES, constraints=TERMS, banned=["w7"])
     alone = [translator.translate_lines([line], constraints=[terms], banned=["w7"])[0]
              for line, terms in zip(LINES, TERMS)]
@@ -59,7 +62,10 @@ def test_a_line_s_output_does_not_depend_on_its_batch_mates(translator):
     assert all("w7" not in text.split() for text in together)
 
 
+@pytest.mark.slow  # constrained searches by glossary and by hand (6 CPU s)
 def test_a_glossary_gives_each_line_its_terms(translator, tmp_path):
+    """A glossary file gives each line the terms whose source words it holds: the same translations as those
+    constraints given by hand, the terms in them, through `translate_lines` and `n_best_lines`."""
     path = tmp_path / "terms.tsv"
     path.write_text("w5\tw22\nw12 w13\tw23 w24\n", encoding="utf-8")
     by_glossary = translator.translate_lines(LINES, glossary=str(path))
@@ -102,6 +108,7 @@ def test_a_term_that_cannot_fit_is_reported_not_crashed_on(trained_copy_model, w
     assert found[0][0]["translation"] and found[1][0]["unmet"] == [] and "w9" in found[1][0]["translation"]
 
 
+@pytest.mark.slow  # every entry point run with and without terms (6 CPU s)
 def test_without_terms_nothing_changes(trained_copy_model, word_tokenizer):
     """A request without terms runs the unconstrained search itself: the same outputs as a translator that never
     saw a term, the same traced functions, and no constrained function built."""
@@ -116,7 +123,10 @@ def test_without_terms_nothing_changes(trained_copy_model, word_tokenizer):
     assert "_term_function" not in vars(fresh)
 
 
+@pytest.mark.slow  # three translators searched with terms (6 CPU s)
 def test_greedy_is_beam_one_and_sampling_refuses_terms_but_honours_bans(trained_copy_model, word_tokenizer):
+    """Greedy decoding with terms is beam search of width 1 with them; sampling refuses forced terms in one line and
+    never draws a banned one."""
     from keras_transformer.engines.tensorflow import Translator
 
     model = trained_copy_model[0]

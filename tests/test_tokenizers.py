@@ -121,7 +121,10 @@ def test_tokenizer_runs_in_tf_function_and_tf_data(multi30k_tokenizer):
     assert [row.tolist() for row in dataset.as_numpy_iterator()] == eager
 
 
+@pytest.mark.slow  # a SavedModel written and loaded (6 CPU s)
 def test_tokenizer_works_in_a_savedmodel_loaded_with_only_tensorflow_text(multi30k_tokenizer, tmp_path):
+    """The tokenizer saved inside a SavedModel tokenizes and detokenizes as in Python once loaded back, with
+    only tensorflow-text's ops registered."""
     tokenizer = multi30k_tokenizer
 
     class Wrapper(tf.Module):

@@ -736,6 +736,7 @@ def test_a_resumed_run_keeps_the_best_bleu_weights_of_its_earlier_epochs(packed,
     assert trainer_callbacks.best_logged(workdir / "history.csv", "val_bleu", 0) == -np.inf
 
 
+@pytest.mark.slow  # three short training runs (4-6 CPU s)
 @pytest.mark.parametrize("kind", ["synthetic", "text", "text with BPE-dropout"])
 def test_a_resumed_run_shuffles_in_a_new_order_and_a_fresh_run_in_the_same_one(packed, tmp_path, kind):
     """A seeded tf.data shuffle restarts its orders in every process: the resume position picks new ones

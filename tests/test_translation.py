@@ -22,6 +22,7 @@ def translator(trained_copy_model, word_tokenizer):
     return Translator(model, word_tokenizer, word_tokenizer, beam_size=4, alpha=0.6, max_extra=5, chunk_size=0)
 
 
+@pytest.mark.slow  # the string graph against the search on ids (6 CPU s)
 def test_translate_equals_search_on_ids(translator, trained_copy_model, word_tokenizer):
     """Tokenize + beam search + detokenize, with nothing lost or added on the way."""
     model, _ = trained_copy_model
@@ -42,13 +43,18 @@ def test_translate_equals_search_on_ids(translator, trained_copy_model, word_tok
     assert np.mean(recovered) > 0.5
 
 
+@pytest.mark.slow  # the score graph traced besides the search (6 CPU s)
 def test_score_of_own_translation_equals_its_search_score(translator):
+    """Forced decoding of the translator's own translations gives the scores its search gave (within 1e-4)."""
     result = translator.translate(tf.constant(SENTENCES))
     forced = translator.score(tf.constant(SENTENCES), result["translation"])
     np.testing.assert_allclose(forced, result["score"], atol=1e-4)
 
 
+@pytest.mark.slow  # the n-best graph traced besides the best one (5 CPU s)
 def test_n_best_is_sorted_and_starts_with_the_translation(translator):
+    """`n_best` gives 4 hypotheses per sentence, scores in descending order, the first the one `translate`
+    gives."""
     best = translator.translate(tf.constant(SENTENCES))
     n_best = translator.n_best(tf.constant(SENTENCES))
     assert n_best["translations"].shape == (len(SENTENCES), 4)
@@ -149,6 +155,7 @@ def test_a_vocabulary_of_another_size_than_the_model_is_refused(word_tokenizer, 
         Translator.from_models([kt.build_model(config)], (word_tokenizer, word_tokenizer))
 
 
+@pytest.mark.slow  # the eager path and the traced graph compared (6 CPU s)
 def test_first_few_sentences_are_decoded_without_tracing_and_as_the_graph_decodes(trained_copy_model,
                                                                                   word_tokenizer, translator):
     """A command line translating two sentences spent most of its time tracing the search into a graph: a
@@ -289,6 +296,7 @@ def test_score_in_chunks_gives_the_one_pass_scores_in_input_order(trained_copy_m
     assert chunked.score(tf.constant([], tf.string), tf.constant([], tf.string)).shape == (0,)
 
 
+@pytest.mark.slow  # a fresh process importing TensorFlow
 def test_configure_threads_sets_the_pools_before_tensorflow_starts_and_refuses_after(translator, tmp_path):
     """In one fresh process (importing TensorFlow costs seconds a process), before it runs an op: the pools are
     set, then XLA_FLAGS handled for one intra-op thread, then flags set after the call take effect."""
