@@ -1,0 +1,192 @@
+"""LoRA fine-tuning (`training.lora`): only the adapters train, checkpoints hold them and the base's digest, a killed
+run resumes, and every loader (translate, export, average: `load_models`) merges them into plain weights."""
+
+import hashlib
+import pathlib
+import shutil
+
+import h5py
+import keras
+import numpy as np
+import pytest
+from factories import SMALL_RUN, TINY_EXPERIMENT, tiny_config
+
+from keras_transformer import training
+from keras_transformer.errors import CheckpointError, ConfigError
+from keras_transformer.experiment import TrainingSection, load_experiment
+from keras_transformer.experiment.validation import LORA_TARGETS
+from keras_transformer.layers.lora import TARGETS, enable_lora
+from keras_transformer.model import build_model
+from keras_transformer.trainer import backup as trainer_backup
+from keras_transformer.workdir import adapters
+from keras_transformer.workdir.checkpoints import average_workdir, load_models, load_weights, save_weights
+
+pytestmark = pytest.mark.xdist_group("test_lora")
+
+BASE_RUN = SMALL_RUN + ["data.shuffle=false"]
+# Logits of the merged model against the adapted one: float32 rounding of W + (alpha / r) A B against
+# x W + (alpha / r) (x A) B, a few ulps of logits of size ~10.
+TOLERANCE = 1e-4
+
+
+def _lora_run(base, extra=()):
+    return BASE_RUN + ["training.epochs=2", "training.learning_rate_scale=20", f"training.init_checkpoint={base}",
+                       "training.lora={rank: 4, alpha: 8, targets: [attention, feed_forward]}", *extra]
+
+
+@pytest.fixture(scope="module")
+def base_run(tmp_path_factory):
+    """`(workdir, its epoch checkpoint)`: the base model, one epoch of BASE_RUN."""
+    workdir = tmp_path_factory.mktemp("lora") / "base"
+    result = training.train(load_experiment(TINY_EXPERIMENT, BASE_RUN), workdir)
+    return workdir, result.checkpoints[-1], result.history
+
+
+@pytest.fixture(scope="module")
+def lora_run(base_run, tmp_path_factory):
+    """The `TrainingResult` of two LoRA epochs on the base."""
+    return training.train(load_experiment(TINY_EXPERIMENT, _lora_run(base_run[1])),
+                          tmp_path_factory.mktemp("lora") / "adapted")
+
+
+def _batch(config, seed=0):
+    rng = np.random.default_rng(seed)
+    source = rng.integers(4, config.vocab_size, (3, 8)).astype("int32")
+    target = rng.integers(4, config.vocab_size, (3, 8)).astype("int32")
+    return source, target
+
+
+def _logits(model, batch):
+    return keras.ops.convert_to_numpy(model(list(batch), training=False))
+
+
+def test_bad_lora_settings_are_refused_in_one_line_naming_the_key():
+    assert LORA_TARGETS == TARGETS  # the config's names are the layers'
+    for lora, key in [({"rank": 0}, "training.lora.rank"), ({"rank": 4, "targets": ["ffn"]}, "training.lora.targets"),
+                      ({"rank": 4, "alpha": -1}, "training.lora.alpha"), ({"rank": 4, "dropout": 0.1},
+                                                                          "training.lora.dropout")]:
+        with pytest.raises(ConfigError, match=key.replace(".", r"\.")) as error:
+            TrainingSection(lora=lora, init_checkpoint="base.weights.h5").validate()
+        assert "\n" not in str(error.value)
+    with pytest.raises(ConfigError, match="training.init_checkpoint"):
+        TrainingSection(lora={"rank": 4}).validate()
+
+
+@pytest.mark.slow
+def test_adapters_train_alone_and_the_merged_kernels_compute_the_adapted_model(tmp_path):
+    """The adapted model starts as the base (B = 0), trains only A and B, and a checkpoint of random adapters loads
+    into a plain model as kernels that give the adapted logits; a changed base is refused in one line. (Three model
+    builds and their first calls: about 2 s.)"""
+    config = tiny_config(vocab_size=24)
+    model = build_model(config)
+    base = save_weights(model, tmp_path / "base.weights.h5")
+    batch = _batch(config)
+    before = _logits(model, batch)
+    layers = enable_lora(model, 4, 8.0, ["attention", "feed_forward"])
+    assert np.array_equal(_logits(model, batch), before)
+    assert {v.path.rsplit("/", 1)[-1] for v in model.trainable_weights} == {"lora_kernel_a", "lora_kernel_b"}
+    assert len(model.trainable_weights) == 2 * len(layers) == 2 * (2 + 3 + 2 + 2 + 2)  # qkv+o, q+kv+o, 2 + 2 ffn
+    rng = np.random.default_rng(1)
+    for layer in layers:
+        layer.lora_kernel_b.assign(rng.normal(0, 0.3, layer.lora_kernel_b.shape))
+    adapted = _logits(model, batch)
+    assert np.abs(adapted - before).max() > 0.1
+    adapters.set_base(model, base)
+    path = save_weights(model, tmp_path / "ckpt-0001.weights.h5")
+    with h5py.File(path) as handle:
+        assert handle.attrs["base_sha256"] == hashlib.sha256(base.read_bytes()).hexdigest()
+        assert sorted(handle) == ["adapters"]
+    merged = load_weights(build_model(config), path)
+    assert not adapters.adapted_layers(merged)
+    np.testing.assert_allclose(_logits(merged, batch), adapted, atol=TOLERANCE, rtol=0)
+
+    save_weights(build_model(config), base)  # another base under the same name
+    with pytest.raises(CheckpointError, match="has changed") as error:
+        load_weights(build_model(config), path)
+    assert "\n" not in str(error.value)
+
+
+@pytest.mark.slow
+def test_lora_lowers_the_loss_with_the_base_unchanged_and_checkpoints_hold_only_adapters(base_run, lora_run):
+    """Two epochs of LoRA through `train`: the validation loss falls below the base's, every base weight is bit for
+    bit the base checkpoint's, the epoch checkpoints hold the adapters and the base's SHA-256 only, and
+    `load_models` and `average` (what translate and every export load through) give the adapted model's logits.
+    (A whole training run: the fast test above checks the merge on a model built in the test.)"""
+    base_workdir, base, base_history = base_run
+    assert lora_run.history["val_loss"][-1] < lora_run.history["val_loss"][0] < base_history["val_loss"][-1]
+    reference = load_weights(build_model(lora_run.model_config), base)
+    base_weights = {v.path: v.numpy() for v in reference.weights}
+    trained = {v.path: v.numpy() for v in lora_run.model.weights}
+    adapter_names = {name for name in trained if name.rsplit("/", 1)[-1].startswith("lora_kernel_")}
+    assert set(trained) - adapter_names == set(base_weights)
+    for name, value in base_weights.items():
+        assert np.array_equal(trained[name], value), name
+
+    checkpoint = lora_run.checkpoints[-1]
+    with h5py.File(checkpoint) as handle:
+        assert handle.attrs["base"] == str(pathlib.Path(base).resolve())
+        assert handle.attrs["base_sha256"] == hashlib.sha256(pathlib.Path(base).read_bytes()).hexdigest()
+        stored = []
+        handle.visititems(lambda name, item: stored.append(name) if isinstance(item, h5py.Dataset) else None)
+    expected = ["adapters/{}/kernel/{}".format(*name.rsplit("/", 1)) for name in adapter_names]
+    assert sorted(stored) == sorted(expected), stored
+    assert pathlib.Path(checkpoint).stat().st_size < pathlib.Path(base).stat().st_size / 4
+
+    batch = _batch(lora_run.model_config)
+    adapted = _logits(lora_run.model, batch)
+    assert np.abs(adapted - _logits(reference, batch)).max() > 1e-3  # the adapters changed the model
+    merged = load_models(lora_run.workdir).models[0]
+    np.testing.assert_allclose(_logits(merged, batch), adapted, atol=TOLERANCE, rtol=0)
+    averaged, _ = average_workdir(lora_run.workdir, last=1)
+    np.testing.assert_allclose(_logits(load_weights(build_model(lora_run.model_config), averaged), batch), adapted,
+                               atol=TOLERANCE, rtol=0)
+
+
+class _Killed(BaseException):
+    """Stands for SIGKILL: nothing after it runs, no `except Exception` catches it."""
+
+
+@pytest.mark.slow
+def test_a_killed_lora_run_resumes_to_the_uninterrupted_adapters(base_run, lora_run, tmp_path, monkeypatch):
+    """Killed after the first update of its second epoch, the same command resumes from the epoch-1 backup, which
+    holds the base and the adapters apart with the optimizer's state, and ends with the uninterrupted run's weights.
+    (Two training runs; synthetic data resumed inside an epoch draws its batches anew, so the kill comes before
+    any backup of the second epoch.)"""
+    settings = _lora_run(base_run[1])
+    original = trainer_backup.ResumableBackup.on_train_batch_end
+
+    def killed(self, batch, logs=None):
+        original(self, batch, logs)
+        if self.epoch == 1 and self._done == 1:
+            raise _Killed()
+
+    monkeypatch.setattr(trainer_backup.ResumableBackup, "on_train_batch_end", killed)
+    workdir = tmp_path / "run"
+    with pytest.raises(_Killed):
+        training.train(load_experiment(TINY_EXPERIMENT, settings), workdir)
+    monkeypatch.setattr(trainer_backup.ResumableBackup, "on_train_batch_end", original)
+    assert trainer_backup.find_backup(workdir / "backup").position == (1, 0)
+    resumed = training.train(load_experiment(TINY_EXPERIMENT, settings), workdir)
+    expected = {v.path: v.numpy() for v in lora_run.model.weights}
+    for variable in resumed.model.weights:
+        np.testing.assert_allclose(variable.numpy(), expected[variable.path], rtol=1e-5, atol=1e-6,
+                                   err_msg=variable.path)
+
+
+@pytest.mark.slow
+def test_a_changed_base_stops_the_export_of_a_lora_workdir_in_one_line(base_run, lora_run, tmp_path):
+    """A LoRA workdir whose base file was replaced is refused by name by every loader (load_models).
+    (Needs a trained LoRA workdir.)"""
+    workdir = tmp_path / "adapted"
+    shutil.copytree(lora_run.workdir, workdir)
+    base = pathlib.Path(base_run[1])
+    copy = tmp_path / "base.weights.h5"
+    shutil.copyfile(base, copy)
+    for checkpoint in (workdir / "checkpoints").glob("*.weights.h5"):
+        with h5py.File(checkpoint, "r+") as handle:
+            handle.attrs["base"] = str(copy)
+    assert load_models(workdir).models
+    save_weights(build_model(lora_run.model_config), copy)
+    with pytest.raises(CheckpointError, match=f"adapts {copy}") as error:
+        load_models(workdir)
+    assert "\n" not in str(error.value)
