@@ -174,19 +174,19 @@ def test_a_killed_lora_run_resumes_to_the_uninterrupted_adapters(base_run, lora_
 
 
 @pytest.mark.slow
-def test_a_changed_base_stops_the_export_of_a_lora_workdir_in_one_line(base_run, lora_run, tmp_path):
-    """A LoRA workdir whose base file was replaced is refused by name by every loader (load_models).
-    (Needs a trained LoRA workdir.)"""
+def test_a_changed_base_stops_the_loaders_and_the_resume_of_a_lora_workdir_in_one_line(base_run, tmp_path):
+    """A LoRA workdir whose base file was replaced is refused by every loader (load_models: translate, export,
+    average) and by the next `train` on it, each in one line naming the base. (A training run.)"""
+    base = tmp_path / "base.weights.h5"
+    shutil.copyfile(base_run[1], base)
     workdir = tmp_path / "adapted"
-    shutil.copytree(lora_run.workdir, workdir)
-    base = pathlib.Path(base_run[1])
-    copy = tmp_path / "base.weights.h5"
-    shutil.copyfile(base, copy)
-    for checkpoint in (workdir / "checkpoints").glob("*.weights.h5"):
-        with h5py.File(checkpoint, "r+") as handle:
-            handle.attrs["base"] = str(copy)
+    result = training.train(load_experiment(TINY_EXPERIMENT, _lora_run(base, ["training.epochs=1"])), workdir)
     assert load_models(workdir).models
-    save_weights(build_model(lora_run.model_config), copy)
-    with pytest.raises(CheckpointError, match=f"adapts {copy}") as error:
+    save_weights(build_model(result.model_config), base)  # another model under the base's name
+    with pytest.raises(CheckpointError, match=f"adapts {base} of SHA-256 .*has changed") as error:
         load_models(workdir)
+    assert "\n" not in str(error.value)
+    with pytest.raises(CheckpointError, match=f"Cannot resume {workdir}: training.init_checkpoint {base} is not the "
+                                              f"base") as error:
+        training.train(load_experiment(TINY_EXPERIMENT, _lora_run(base)), workdir)
     assert "\n" not in str(error.value)

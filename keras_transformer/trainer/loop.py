@@ -49,7 +49,7 @@ from keras_transformer.trainer.losses import LabelSmoothedCrossEntropy, RDropLos
 from keras_transformer.trainer.metrics import MaskedAccuracy
 from keras_transformer.trainer.optimizers import make_optimizer
 from keras_transformer.trainer.precision import progress_verbosity
-from keras_transformer.workdir.adapters import set_base
+from keras_transformer.workdir.adapters import adapter_base, base_of, is_adapter_file, set_base
 from keras_transformer.workdir.checkpoints import checkpoint_number, epoch_checkpoints, load_weights, weights_only
 
 if TYPE_CHECKING:
@@ -220,6 +220,18 @@ def adapt(model: typing.Any, base: typing.Any, rank: int, alpha: float, targets:
              sum(int(np.prod(v.shape)) for v in model.weights))
 
 
+def check_same_base(model: typing.Any, output: pathlib.Path) -> None:
+    """Refuses to resume a LoRA run whose base weights file changed since its newest epoch checkpoint."""
+    checkpoints = [path for path in epoch_checkpoints(output) if is_adapter_file(path)]
+    if not checkpoints:
+        return
+    named, digest = adapter_base(checkpoints[-1])
+    base, now = base_of(model)
+    if now != digest:
+        raise CheckpointError(f"Cannot resume {output}: training.init_checkpoint {base} is not the base its "
+                              f"adapters were trained on ({named}, SHA-256 {digest[:16]}...).")
+
+
 def make_callbacks(experiment: ExperimentConfig, model_config: TransformerConfig, data: TrainingData,
                    output: pathlib.Path, resumed_at: tuple[int, int] = (0, 0),
                    make_translator: Callable[..., typing.Any] | None = None,
@@ -310,6 +322,8 @@ def fit_experiment(experiment: ExperimentConfig, model_config: TransformerConfig
     output = pathlib.Path(output)
     with strategy.scope() if strategy is not None else contextlib.nullcontext():
         model = compile_model(experiment, model_config, data, loss=loss, metrics=metrics, prepare=prepare)
+    if training.lora is not None:
+        check_same_base(model, output)
     callbacks, backup = make_callbacks(experiment, model_config, data, output, resumed_at, make_translator)
     backup.set_model(model)
     restored = backup.restore()

@@ -37,6 +37,11 @@ def set_base(model: Any, base: str | os.PathLike[str]) -> str:
     return digest
 
 
+def base_of(model: Any) -> tuple[str, str]:
+    """`(path, sha256)` of the base weights file `set_base` recorded on `model`."""
+    return getattr(model, BASE_ATTRIBUTE)
+
+
 def has_adapters(model: Any) -> bool:
     """Whether `model` carries LoRA adapters (its checkpoints are then adapter files)."""
     return getattr(model, BASE_ATTRIBUTE, None) is not None and bool(adapted_layers(model))
@@ -60,7 +65,7 @@ def is_adapter_file(path: str | os.PathLike[str]) -> bool:
 
 def save_adapters(model: Any, path: str | os.PathLike[str]) -> pathlib.Path:
     """Writes the adapters of `model` and the name and digest of its base to `path` (atomically)."""
-    base, digest = getattr(model, BASE_ATTRIBUTE)
+    base, digest = base_of(model)
 
     def write(temporary: str) -> None:
         with h5py.File(temporary, "w") as handle:
