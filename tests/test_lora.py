@@ -190,3 +190,72 @@ def test_a_changed_base_stops_the_loaders_and_the_resume_of_a_lora_workdir_in_on
                                               f"base") as error:
         training.train(load_experiment(TINY_EXPERIMENT, _lora_run(base)), workdir)
     assert "\n" not in str(error.value)
+
+
+@pytest.mark.slow
+def test_lora_on_an_imported_marian_model_trains_adapters_only_and_its_exports_translate_as_it(tmp_path):
+    """An imported tiny MarianMTModel (tests/test_pretrained.py's reference) fine-tuned with LoRA on text: three
+    updates raise log P(targets | sources) with the base unchanged bit for bit, and the SavedModel and CTranslate2
+    exports, which merge the adapters, translate exactly as the adapted model in memory does (greedy).
+    (transformers, a training run and two exports.)"""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    import gzip
+
+    from conftest import MULTI30K
+    from test_pretrained import SENTENCES, SHAPES, build_reference
+
+    import keras_transformer as kt
+    from keras_transformer.data.tokenizers import load_tokenizers
+    from keras_transformer.engines.loader import load_translator
+    from keras_transformer.engines.tensorflow import Translator
+    from keras_transformer.exports import make_exporter
+
+    workdir = kt.import_checkpoint(build_reference(tmp_path / "marian", **SHAPES["shared_swish"]), tmp_path / "import")
+    lines = {}
+    for side in ("en", "de"):
+        with gzip.open(MULTI30K / f"val.{side}.gz", "rt", encoding="utf-8") as handle:
+            lines[side] = [next(handle).strip() for _ in range(48)]
+        (tmp_path / f"train.{side}").write_text("\n".join(lines[side]) + "\n", encoding="utf-8")
+    base = workdir / "checkpoints" / "ckpt-0000.weights.h5"
+    experiment = {
+        "model": {"from": str(workdir), "dropout": 0.0},
+        "data": {"kind": "text", "train_source": str(tmp_path / "train.en"), "train_target": str(tmp_path / "train.de"),
+                 "tokens_per_batch": 4096, "max_length": 40},
+        "training": {"label_smoothing": 0.0, "warmup_steps": 1, "learning_rate_scale": 0.5, "epochs": 1,
+                     "steps_per_epoch": 3, "seed": 0, "jit_compile": False, "validation": False,
+                     "init_checkpoint": str(base), "lora": {"rank": 4, "alpha": 8}},
+    }
+    tuned = tmp_path / "tuned"
+    result = training.train(experiment, tuned)
+    plain = load_models(workdir)
+    config = plain.configs[0]
+    base_weights = {v.path: v.numpy() for v in plain.models[0].weights}
+    for variable in result.model.weights:
+        if not variable.path.rsplit("/", 1)[-1].startswith("lora_kernel_"):
+            assert np.array_equal(variable.numpy(), base_weights[variable.path]), variable.path
+
+    source_tokenizer, target_tokenizer = load_tokenizers(tuned / "data" / "vocab")
+
+    def padded(rows):  # tokens then eos, padded
+        rows = [row[:30] + [config.eos_id] for row in rows]
+        width = max(len(row) for row in rows)
+        return np.array([row + [config.pad_id] * (width - len(row)) for row in rows], "int32")
+
+    source_ids = padded(source_tokenizer.tokenize(lines["en"]).to_list())
+    target_ids = padded(target_tokenizer.tokenize(lines["de"]).to_list())
+
+    def likelihood(model):
+        return np.mean(np.asarray(kt.score(model, source_ids, target_ids, pad_id=config.pad_id,
+                                           bos_id=config.bos_id)))
+
+    assert likelihood(result.model) > likelihood(plain.models[0])
+    adapted = Translator(result.model, source_tokenizer, target_tokenizer, options=plain.decoding,
+                         strategy="greedy", max_extra=6)
+    expected = adapted.translate_lines(SENTENCES[:4])
+    assert len(set(expected)) > 1
+    assert expected != load_translator(workdir, strategy="greedy", max_extra=6).translate_lines(SENTENCES[:4])
+    for name in ("ctranslate2", "savedmodel"):
+        options = {"jit_compile": False} if name == "savedmodel" else {}
+        out = make_exporter(name, **options).export(tuned, tmp_path / name, strategy="greedy", max_extra=6)
+        assert load_translator(out).translate_lines(SENTENCES[:4]) == expected, name
