@@ -110,7 +110,7 @@ def enable_lora(model: Any, rank: int, alpha: float, targets: list[str] | tuple[
     >>> from keras_transformer.model import build_model
     >>> model = build_model(TransformerConfig.preset("tiny", vocab_size=20))
     >>> len(enable_lora(model, 4, 8, ["attention"])), len(model.trainable_weights)
-    (16, 32)
+    (14, 28)
     """
     unknown = [name for name in targets if name not in TARGETS]
     if unknown:
