@@ -31,10 +31,10 @@ class AdaptedDense(keras.layers.Dense):
     Example:
 
     >>> import numpy as np
-    >>> layer = AdaptedDense(4, lora_rank=2)
+    >>> layer = AdaptedDense(4, lora_rank=2, name="proj")
     >>> layer.build((1, 3))
     >>> [w.path for w in layer.trainable_weights]
-    ['adapted_dense/bias', 'adapted_dense/lora_kernel_a', 'adapted_dense/lora_kernel_b']
+    ['proj/bias', 'proj/lora_kernel_a', 'proj/lora_kernel_b']
     """
 
     def _own_variables(self) -> list[Any]:
@@ -140,6 +140,19 @@ def adapted_layers(model: Any) -> list[Any]:
     """
     return [layer for layer in model._flatten_layers(include_self=False, recursive=True)
             if isinstance(layer, keras.layers.Dense) and layer.lora_enabled]
+
+
+def base_kernel(layer: Any) -> Any:
+    """The frozen kernel variable W of an adapted `Dense` (its `kernel` property is the merged value instead).
+
+    Example:
+
+    >>> layer = keras.layers.Dense(4, lora_rank=2, name="proj")
+    >>> layer.build((1, 3))
+    >>> base_kernel(layer).path, base_kernel(layer).trainable
+    ('proj/kernel', False)
+    """
+    return layer._kernel
 
 
 def merged_kernel(kernel: Any, lora_a: Any, lora_b: Any, rank: int, alpha: float) -> np.ndarray:

@@ -23,7 +23,7 @@ import numpy as np
 
 from keras_transformer.errors import CheckpointError
 from keras_transformer.files import atomic_write, file_digest
-from keras_transformer.layers.lora import adapted_layers, merged_kernel
+from keras_transformer.layers.lora import adapted_layers, base_kernel, merged_kernel
 
 FORMAT = "keras_transformer.lora"
 BASE_ATTRIBUTE = "_keras_transformer_lora_base"  # (path, sha256) of the base, on the training model
@@ -74,7 +74,7 @@ def save_adapters(model: Any, path: str | os.PathLike[str]) -> pathlib.Path:
             handle.attrs["base_sha256"] = digest
             group = handle.create_group("adapters")
             for layer in adapted_layers(model):
-                entry = group.create_group(layer._kernel.path)
+                entry = group.create_group(base_kernel(layer).path)
                 entry.attrs["rank"] = int(layer.lora_rank)
                 entry.attrs["alpha"] = float(layer.lora_alpha)
                 entry.create_dataset("lora_kernel_a", data=np.asarray(layer.lora_kernel_a.numpy()))
