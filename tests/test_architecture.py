@@ -26,7 +26,7 @@ LAYERS = [
               "data.stream", "data.synthetic", "packed.data", "trainer", "trainer.footprint",
               "exports.ctranslate2_spec"]),
     ("experiment", ["experiment", "experiment.*"]),
-    ("workdir", ["workdir.checkpoints", "evaluation"]),
+    ("workdir", ["workdir.checkpoints", "workdir.adapters", "evaluation"]),
     ("engines", ["engines.packed", "engines.ctranslate2", "engines.litert"]),  # the engines TensorFlow-free
     ("training", ["trainer.*"]),
     ("tensorflow", ["data.corpus", "data.tokenizers", "data.tokenizers.*", "data.pipeline", "data.pipeline.*",

@@ -172,7 +172,7 @@ def _type(annotation: typing.Any, choices: typing.Sequence[typing.Any] = ()) -> 
     if typing.get_origin(annotation) is typing.Union:
         kinds = [_type(argument) for argument in typing.get_args(annotation) if argument is not type(None)]
         return " or ".join(kinds + ["null"])
-    return {int: "int", float: "float", bool: "bool", str: "str", list: "list"}[annotation]
+    return {int: "int", float: "float", bool: "bool", str: "str", list: "list", dict: "mapping"}[annotation]
 
 
 def _default(field: typing.Any) -> str:

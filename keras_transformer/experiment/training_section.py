@@ -9,6 +9,7 @@ from keras_transformer.experiment.validation import (
     BATCH_SCALINGS,
     COMMUNICATIONS,
     DISTRIBUTION_STRATEGIES,
+    LORA_TARGETS,
     NONFINITE,
     PRECISIONS,
     VALIDATION_METRICS,
@@ -61,6 +62,9 @@ class TrainingSection:
                                 # the only choice: no "skip" (docs/training.md, "When the loss is not finite")
     init_checkpoint: typing.Optional[str] = None  # start from these weights (fine-tuning), and from the
                                                   # vocabulary of the run or export that wrote them
+    lora: typing.Optional[dict] = None  # LoRA fine-tuning of init_checkpoint: {rank, alpha (default: rank),
+                                        # targets (default: [attention, feed_forward])}; only the adapters train
+                                        # and checkpoints hold only them (docs/training.md, "LoRA fine-tuning")
     initial_updates: int = 0  # a new run's optimizer starts at this update count, so the learning-rate
                               # schedule goes on from there instead of warming up again (ignored on resume)
     validation: bool = True  # evaluate loss and accuracy on the validation data after each epoch
@@ -143,9 +147,49 @@ class TrainingSection:
                               f"so an epoch would train "
                               f"{-(-self.steps_per_epoch // self.steps_per_execution) * self.steps_per_execution} "
                               f"updates.")
+        self._validate_lora()
         if self.cooldown_epochs is not None and self.cooldown_epochs > self.epochs:
             raise ConfigError(f"training.cooldown_epochs ({self.cooldown_epochs}) is more than training.epochs "
                               f"({self.epochs}).")
+
+    def _validate_lora(self) -> None:
+        if self.lora is None:
+            return
+        if not isinstance(self.lora, dict):
+            raise ConfigError(f"training.lora must be a mapping {{rank, alpha, targets}} or null, got {self.lora!r}.")
+        unknown = sorted(set(self.lora) - {"rank", "alpha", "targets"})
+        if unknown:
+            raise ConfigError(f"training.lora.{unknown[0]} is not a LoRA setting; they are rank, alpha and targets.")
+        rank = self.lora.get("rank")
+        if not is_integer(rank) or rank <= 0:
+            raise ConfigError(f"training.lora.rank must be a positive integer, got {rank!r}.")
+        alpha = self.lora.get("alpha", rank)
+        if not _is_number(alpha) or not alpha > 0:
+            raise ConfigError(f"training.lora.alpha must be a number > 0, got {alpha!r}.")
+        targets = self.lora.get("targets", ["attention", "feed_forward"])
+        if not isinstance(targets, list) or not targets:
+            raise ConfigError(f"training.lora.targets must be a non-empty list of {', '.join(LORA_TARGETS)}, "
+                              f"got {targets!r}.")
+        for target in targets:
+            if target not in LORA_TARGETS:
+                raise ConfigError(f"training.lora.targets: unknown target {target!r}; the targets are "
+                                  f"{', '.join(LORA_TARGETS)}.")
+        if not self.init_checkpoint:
+            raise ConfigError("training.lora adapts the weights of training.init_checkpoint, which is not set.")
+
+    @property
+    def lora_settings(self) -> tuple[int, float, list[str]] | None:
+        """`(rank, alpha, targets)` of `lora` with its defaults, or None without LoRA.
+
+        Example:
+
+        >>> TrainingSection(lora={"rank": 8}, init_checkpoint="base.weights.h5").lora_settings
+        (8, 8.0, ['attention', 'feed_forward'])
+        """
+        if self.lora is None:
+            return None
+        rank = int(self.lora["rank"])
+        return rank, float(self.lora.get("alpha", rank)), list(self.lora.get("targets", ["attention", "feed_forward"]))
 
     @property
     def policy(self) -> typing.Any:

@@ -22,6 +22,8 @@ VALIDATION_METRICS = ("bleu", "chrf")  # training.validation_metric: sacreBLEU's
 BATCH_SCALINGS = ("per_replica", "global")  # how a batch size is read under a strategy (distribute.global_batch_size)
 MODEL_TYPES = ("bpe", "unigram", "wordpiece")  # data.model_type: the SentencePiece / WordPiece vocabulary kinds
 SUBWORD_DROPOUT_SIDES = ("both", "source", "target")  # data.subword_dropout_sides
+LORA_TARGETS = ("attention", "self_attention", "cross_attention", "feed_forward")  # training.lora.targets (the
+                                                                                  # names of layers.lora.TARGETS)
 
 
 def is_integer(value: typing.Any) -> typing.TypeGuard[int]:

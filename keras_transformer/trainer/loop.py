@@ -24,10 +24,12 @@ import typing
 from typing import TYPE_CHECKING
 
 import keras
+import numpy as np
 
 from keras_transformer.config import TransformerConfig
 from keras_transformer.errors import CheckpointError, ConfigError
 from keras_transformer.evaluation import read_lines
+from keras_transformer.layers.lora import enable_lora
 from keras_transformer.model import build_model
 from keras_transformer.runtime import keras_internals
 from keras_transformer.runtime.keras_internals import keep_raw_weights_after_fit, set_update_count
@@ -47,6 +49,7 @@ from keras_transformer.trainer.losses import LabelSmoothedCrossEntropy, RDropLos
 from keras_transformer.trainer.metrics import MaskedAccuracy
 from keras_transformer.trainer.optimizers import make_optimizer
 from keras_transformer.trainer.precision import progress_verbosity
+from keras_transformer.workdir.adapters import adapter_base, base_of, is_adapter_file, set_base
 from keras_transformer.workdir.checkpoints import checkpoint_number, epoch_checkpoints, load_weights, weights_only
 
 if TYPE_CHECKING:
@@ -179,6 +182,8 @@ def compile_model(experiment: ExperimentConfig, model_config: TransformerConfig,
     if cooldown:
         log.info("Cooldown: the learning rate falls linearly to 0 from update %d over %d updates", *cooldown)
     model = build_model(model_config)
+    if training.lora_settings is not None:  # the base weights first, then the adapters: only they train
+        adapt(model, training.init_checkpoint, *training.lora_settings)
     optimizer = make_optimizer(model_config, training, cooldown=cooldown)
     keep_raw_weights_after_fit(optimizer)  # the model takes the average when the whole run ends (fit_experiment)
     model.compile(optimizer=optimizer, loss=loss,
@@ -190,7 +195,7 @@ def compile_model(experiment: ExperimentConfig, model_config: TransformerConfig,
     model.optimizer.build(model.trainable_variables)
     if prepare is not None:
         prepare(model)
-    if training.init_checkpoint:  # the weights only: the new run's optimizer starts afresh
+    if training.init_checkpoint and training.lora is None:  # the weights only: the new run's optimizer starts afresh
         load_weights(weights_only(model), training.init_checkpoint)
         log.info("Starting from the weights in %s", training.init_checkpoint)
     if training.initial_updates:  # a resumed run's backup restores its own count over this one
@@ -199,6 +204,32 @@ def compile_model(experiment: ExperimentConfig, model_config: TransformerConfig,
                  float(model.optimizer.learning_rate))
     ema.reset_average(model)  # from these weights, not zeros (a resumed run's backup restores its own average)
     return model
+
+
+def adapt(model: typing.Any, base: typing.Any, rank: int, alpha: float, targets: list[str]) -> None:
+    """Loads the weights file `base` into `model` and adds LoRA adapters to it (`layers.lora.enable_lora`): its
+    checkpoints then hold the adapters and the digest of `base` (`workdir.adapters`)."""
+    load_weights(weights_only(model), base)
+    try:
+        layers = enable_lora(model, rank, alpha, targets)
+    except ValueError as error:
+        raise ConfigError(f"training.lora.targets: {error}") from error
+    digest = set_base(model, base)
+    log.info("LoRA rank %d, alpha %g on %d layers of %s (SHA-256 %s...): %d trainable parameters of %d", rank, alpha,
+             len(layers), base, digest[:12], sum(int(np.prod(v.shape)) for v in model.trainable_weights),
+             sum(int(np.prod(v.shape)) for v in model.weights))
+
+
+def check_same_base(model: typing.Any, output: pathlib.Path) -> None:
+    """Refuses to resume a LoRA run whose base weights file changed since its newest epoch checkpoint."""
+    checkpoints = [path for path in epoch_checkpoints(output) if is_adapter_file(path)]
+    if not checkpoints:
+        return
+    named, digest = adapter_base(checkpoints[-1])
+    base, now = base_of(model)
+    if now != digest:
+        raise CheckpointError(f"Cannot resume {output}: training.init_checkpoint {base} is not the base its "
+                              f"adapters were trained on ({named}, SHA-256 {digest[:16]}...).")
 
 
 def make_callbacks(experiment: ExperimentConfig, model_config: TransformerConfig, data: TrainingData,
@@ -291,6 +322,8 @@ def fit_experiment(experiment: ExperimentConfig, model_config: TransformerConfig
     output = pathlib.Path(output)
     with strategy.scope() if strategy is not None else contextlib.nullcontext():
         model = compile_model(experiment, model_config, data, loss=loss, metrics=metrics, prepare=prepare)
+    if training.lora is not None:
+        check_same_base(model, output)
     callbacks, backup = make_callbacks(experiment, model_config, data, output, resumed_at, make_translator)
     backup.set_model(model)
     restored = backup.restore()

@@ -42,6 +42,7 @@ from keras_transformer.exports.folder import export_precision
 from keras_transformer.files import atomic_write, atomic_write_text, check_not_an_input, exclusive_lock
 from keras_transformer.model import build_model
 from keras_transformer.runtime.keras_internals import load_weights_from, write_weights_to
+from keras_transformer.workdir import adapters
 from keras_transformer.workdir.layout import (
     CHECKPOINT_PATTERN,
     CHECKPOINTS_DIR,
@@ -75,10 +76,12 @@ def load_weights(model: Any, path: str | os.PathLike[str]) -> Any:
     Returns:
         `model`.
 
+    A LoRA checkpoint (`workdir.adapters`) loads its base, checked by its digest, with the adapters merged.
+
     Raises:
         CheckpointNotFoundError: the file is missing (also a `FileNotFoundError`).
         CheckpointError: the file is not a readable HDF5 weights file, or holds
-            weights of another shape (another config).
+            weights of another shape (another config), or is a LoRA checkpoint whose base is missing or changed.
 
     Example:
 
@@ -93,6 +96,8 @@ def load_weights(model: Any, path: str | os.PathLike[str]) -> Any:
     path = pathlib.Path(path)
     if not path.is_file():
         raise CheckpointNotFoundError(f"Checkpoint not found: {path}")
+    if adapters.is_adapter_file(path):  # a LoRA run's: its base, with the adapters merged into the kernels
+        return adapters.load_merged(model, path, load_weights)
     try:
         load_weights_from(model, path)
     except OSError as error:
@@ -127,7 +132,7 @@ def weights_only(model: Any) -> Any:
 
 def save_weights(model: Any, path: str | os.PathLike[str]) -> pathlib.Path:
     """Writes the model's weights (no optimizer state) under a temporary name and renames it, so a kill never
-    leaves a half-written checkpoint.
+    leaves a half-written checkpoint. A model with LoRA adapters writes only them and the name of its base.
 
     Example:
 
@@ -137,6 +142,8 @@ def save_weights(model: Any, path: str | os.PathLike[str]) -> pathlib.Path:
     >>> save_weights(model, pathlib.Path(tempfile.mkdtemp()) / "ckpt-0001.weights.h5").is_file()
     True
     """
+    if adapters.has_adapters(model):  # a LoRA run: the adapters, naming their base (`workdir.adapters`)
+        return adapters.save_adapters(model, path)
     return atomic_write(path, lambda temporary: write_weights_file(weights_only(model), temporary))
 
 
