@@ -48,6 +48,7 @@ SERIALIZABLE.register("OutputBias", "keras_transformer.layers.output_bias:Output
 SERIALIZABLE.register("PositionalEncoding", "keras_transformer.layers.position:PositionalEncoding")
 SERIALIZABLE.register("SublayerConnection", "keras_transformer.layers.sublayer:SublayerConnection")
 SERIALIZABLE.register("PaddingMask", "keras_transformer.layers.masking:PaddingMask")
+SERIALIZABLE.register("AdaptedDense", "keras_transformer.layers.lora:AdaptedDense")
 SERIALIZABLE.register("LabelSmoothedCrossEntropy", "keras_transformer.trainer.losses:LabelSmoothedCrossEntropy")
 SERIALIZABLE.register("RDropLoss", "keras_transformer.trainer.losses:RDropLoss")
 SERIALIZABLE.register("MaskedAccuracy", "keras_transformer.trainer.metrics:MaskedAccuracy")
