@@ -1,7 +1,8 @@
 """A multilingual model's language token from the code a user knows: `de` is M2M-100's `__de__` and NLLB's
 `deu_Latn`, as transformers' `M2M100Tokenizer.get_lang_id("de")` takes it.
 
-`language_token` returns the token itself where the model has it, M2M-100's `__xx__` for `xx`, and for NLLB's
+`language_token` returns the token itself where the model has it, M2M-100's `__xx__` for `xx` (or its ISO
+639-3 code), and for NLLB's
 `xxx_Script` codes the one code of the language: by ISO 639-3 for a two-letter ISO 639-1 code (`es` is Spanish,
 `spa_Latn`, though Estonian's `est_Latn` starts with it), else the one code that starts with what was given. A
 code that names several (`zho`: `zho_Hans` and `zho_Hant`) or none is refused, the candidates named. Standard
@@ -55,13 +56,16 @@ def language_token(code: str, languages: Sequence[str], side: str = "target", ca
                                                    if side == "target" else "."))
     if code in languages:
         return code
-    if f"__{code}__" in languages:  # M2M-100's token of a two-letter code
-        return f"__{code}__"
-    stem = ISO_639_3.get(code.lower()) if len(code) == 2 else None
+    lower = code.lower()
+    two = next((short for short, long in ISO_639_3.items() if long == lower), lower)  # deu -> de
+    for name in (lower, two):
+        if f"__{name}__" in languages:  # M2M-100's token of a two-letter code
+            return f"__{name}__"
+    stem = ISO_639_3.get(lower) if len(code) == 2 else None
     if stem is not None:
         candidates = [token for token in languages if token.split("_")[0] == stem]
-    else:
-        candidates = [token for token in languages if code and token.lower().startswith(code.lower())]
+    else:  # the codes that start with it, M2M-100's without their underscores
+        candidates = [token for token in languages if code and token.strip("_").lower().startswith(lower)]
     if len(candidates) == 1:
         return candidates[0]
     if candidates:
