@@ -207,6 +207,7 @@ def _readme(metadata: dict[str, Any], provenance: dict[str, Any] | None = None) 
     specials = ", ".join(f"{name} {metadata['special_ids'][f'{name}_id']} `{tokens[name]}`"
                          for name in ("pad", "bos", "eos", "unk"))
     limit = f"len(tokens) + 1 + {decoding['max_extra']}"
+    origin = "" if provenance is None else f"\n{provenance_card(provenance)}\n"  # source, licence, hashes
     what = ("A Transformer trained with keras_transformer" if provenance is None else
             "A Transformer imported with keras_transformer" if not provenance.get("fine_tuned") else
             "A Transformer imported and fine-tuned with keras_transformer")
@@ -217,9 +218,7 @@ def _readme(metadata: dict[str, Any], provenance: dict[str, Any] | None = None) 
 on {metadata['exported']} with ctranslate2 {metadata['ctranslate2_version']}. Precision: {precision} (weights stored
 as CTranslate2's `{precision}` compute type, which `CTranslate2Translator` loads with; `manifest.json` records it too).
 SentencePiece model: {tokenizer}. `{CTRANSLATE2_METADATA}` records the settings below.
-
-{provenance_card(provenance)}
-
+{origin}
 ## Translate with keras_transformer
 
 ```python
