@@ -129,7 +129,7 @@ def test_verify_and_the_loader_catch_a_changed_or_truncated_model(exports, tmp_p
     without a manifest by LiteRT itself, each in one line; a slow test: it converts the model."""
     folder = tmp_path / "copy"
     shutil.copytree(exports[1]["float32"], folder)
-    assert verify_export(folder).files == 3  # model.tflite, sentencepiece.model, litert.json
+    assert verify_export(folder).files == 4  # model.tflite, sentencepiece.model, litert.json, README.md
     model = folder / "model.tflite"
     data = bytearray(model.read_bytes())
     data[len(data) // 2] ^= 0xFF
