@@ -231,13 +231,15 @@ def test_the_workdir_records_where_it_came_from_and_the_decoding_defaults(refere
 def test_a_run_from_an_import_takes_its_decoding_defaults_and_its_record_unless_the_config_says_otherwise(
         references):
     """`model.from` an import: the decoding section starts from the import's defaults (beam 4 and alpha 1.0 from
-    its generation config, not DecodeOptions' beam 4 / alpha 0.6) and the keys given win; the run's import record names the source, its licence and the original files' hashes."""
+    its generation config, not DecodeOptions' beam 4 / alpha 0.6) and the keys given win; the run's import record
+    names the source, its licence and the original files' hashes."""
     from keras_transformer.experiment import ExperimentConfig
     from keras_transformer.workdir.checkpoints import read_model_file
     from keras_transformer.workdir.provenance import provenance_sentence, run_provenance
     folder, workdir, _, _ = references["shared_swish"]
     _, imported = read_model_file(workdir / "model.yaml")
     assert (imported.strategy, imported.beam_size, imported.alpha) == ("beam", 4, 1.0)
+
     def decoding(section):
         return ExperimentConfig.from_dict({"model": {"from": str(workdir)}, "decoding": section},
                                           check_model=False).decoding
