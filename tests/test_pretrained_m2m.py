@@ -366,6 +366,10 @@ def test_three_fine_tuning_updates_raise_the_likelihood_of_the_data_and_the_resu
     }
     tuned = tmp_path / "tuned"
     training.train(experiment, tuned)
+    # the initial weights' import record goes with them (training.init_checkpoint alone: no model.from here)
+    record = json.loads((tuned / "imported.json").read_text())
+    assert record["source"] == json.loads((workdir / "imported.json").read_text())["source"]
+    assert record["fine_tuned"]["weights"]
     source_tokenizer, target_tokenizer = load_tokenizers(tuned / "data" / "vocab")
     config = load_models(workdir).configs[0]
     assert target_tokenizer.tokenize(["Ein Hund."]).to_list()[0][0] == \
