@@ -66,6 +66,7 @@ from keras_transformer.trainer.malloc import limit_malloc_arenas
 from keras_transformer.trainer.precision import resolve_precision
 from keras_transformer.workdir.checkpoints import write_model_file
 from keras_transformer.workdir.layout import MODEL_CONFIG, adopt_vocabulary
+from keras_transformer.workdir.provenance import IMPORT_RECORD, run_provenance, write_provenance
 
 __all__ = ["pack_arrays", "train", "train_and_evaluate"]
 
@@ -190,6 +191,7 @@ def _train(experiment: ExperimentConfig, workdir: pathlib.Path, output: pathlib.
                  "replaced", output)
     write_yaml(output / "experiment.yaml", resolved)
     write_model_file(output / MODEL_CONFIG, model_config, experiment.decoding.options)
+    _carry_provenance(experiment, output)
     log.info("Model: %s; dtype policy %s", summary(model_config), policy)
     def make_translator(model: typing.Any, **options: typing.Any) -> Translator:
         # BLEU on validation decodes with the model being trained.
@@ -205,6 +207,14 @@ def _train(experiment: ExperimentConfig, workdir: pathlib.Path, output: pathlib.
         if data_error is None:
             raise
         raise data_error from None
+
+
+def _carry_provenance(experiment: ExperimentConfig, output: pathlib.Path) -> None:
+    """A run from an import's weights or architecture keeps its import record (`workdir.provenance`): the
+    source, the licence and the original files' hashes go on to its averages and exports."""
+    record = run_provenance(experiment.training.init_checkpoint, experiment.model_from)
+    if record is not None and not (output / IMPORT_RECORD).is_file():  # a resumed run keeps its own
+        write_provenance(output, record)
 
 
 def train_and_evaluate(config: typing.Any, workdir: str | os.PathLike[str]) -> tuple[TrainingResult, dict[str, float]]:
@@ -399,4 +409,5 @@ def _pack(experiment: ExperimentConfig, section: DataSection, workdir: pathlib.P
     (workdir / OLD_ARRAYS_FILE).unlink(missing_ok=True)  # an unreleased format's, replaced by arrays/
     write_yaml(workdir / "experiment.yaml", resolved)
     write_model_file(workdir / MODEL_CONFIG, model_config, experiment.decoding.options)
+    _carry_provenance(experiment, workdir)
     return counts

@@ -14,11 +14,13 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "keras_transformer"
 # The layers, lowest first (README, "Layout"). A module imports only from its own layer or the ones below.
 LAYERS = [
     ("stdlib", ["errors", "files", "files.*", "exports", "exports.folder", "workdir", "workdir.layout",
-                "workdir.rotation", "runtime", "runtime.import_hooks", "runtime.registry", "runtime.registration",
+                "workdir.rotation", "workdir.provenance",
+                "runtime", "runtime.import_hooks", "runtime.registry", "runtime.registration",
                 "runtime.tensorflow_logs",
                 "data", "data.textfile", "decoding.registry", "decoding.strategies", "decoding", "decoding.options",
                 "decoding.glossary",
-                "engines", "engines.interface", "engines.lines", "engines.details", "engines.terms",
+                "engines", "engines.interface", "engines.languages", "engines.lines", "engines.details",
+                "engines.terms",
                 "engines.ctranslate2_cpu", "attention", "packed",
                 "documents", "documents.*"]),  # numpy, lxml and sentencex too: what engines.interface builds on
     ("core", ["config", "layers", "layers.*", "model", "trainer.losses", "trainer.metrics", "trainer.schedules",

@@ -364,8 +364,9 @@ def test_metadata_readme_and_recognition(trained_copy_model, copy_export, tmp_pa
     assert ct2_config["add_source_eos"] and not ct2_config["add_source_bos"]
     assert ct2_config["decoder_start_token"] == "<s>" and ct2_config["layer_norm_epsilon"] == config.layer_norm_epsilon
     readme = (folder / "README.md").read_text()
-    for phrase in ("ctranslate2.Translator", "CTranslate2Translator", "((5 + n) / 6) ** 0.6", "beam 4",
-                   "length_penalty=0", "return_end_token=True"):
+    for phrase in ("ctranslate2.Translator", "CTranslate2Translator", "((5 + n) / 6) ** 0.6",
+                   "beam: beam_size 4, alpha 0.6", "length_penalty=0", "return_end_token=True",
+                   "trained with keras_transformer", "pad 0 `<blank>`, bos 2 `<s>`, eos 3 `</s>`"):
         assert phrase in readme, phrase
     assert is_ctranslate2_model(folder)
     assert not is_ctranslate2_model(tmp_path) and not is_ctranslate2_model(tmp_path / "missing")

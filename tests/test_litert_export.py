@@ -129,7 +129,7 @@ def test_verify_and_the_loader_catch_a_changed_or_truncated_model(exports, tmp_p
     without a manifest by LiteRT itself, each in one line; a slow test: it converts the model."""
     folder = tmp_path / "copy"
     shutil.copytree(exports[1]["float32"], folder)
-    assert verify_export(folder).files == 3  # model.tflite, sentencepiece.model, litert.json
+    assert verify_export(folder).files == 4  # model.tflite, sentencepiece.model, litert.json, README.md
     model = folder / "model.tflite"
     data = bytearray(model.read_bytes())
     data[len(data) // 2] ^= 0xFF
@@ -171,3 +171,32 @@ def test_folders_of_other_formats_and_other_settings_are_refused_in_one_line(exp
     assert (tmp_path / "other" / "notes.txt").read_text() == "mine" and len(os.listdir(tmp_path / "other")) == 1
     assert all("\n" not in message for message in errors), errors
     assert "beam_size 4 as a constant, not 5" in errors[4]
+
+
+@pytest.mark.slow
+def test_a_model_from_an_import_names_its_source_and_licence_and_every_card_its_decoding(exports, tmp_path):
+    """A LiteRT export of a model with an import record (`imported.json`) copies it and names the source, licence
+    and original hashes in `litert.json`, the manifest and the README, beside the decoding baked in and the special
+    ids; one without says it was trained with keras_transformer. A slow test: it needs a converted model (the
+    module's, written again without converting)."""
+    from keras_transformer.workdir.provenance import fine_tuned_record
+    workdir, folders = exports
+    card = (folders["float32"] / "README.md").read_text()
+    assert "Trained with keras_transformer." in card and "beam: beam_size 4, alpha 0.6, max_extra 5" in card
+    assert "pad 0, unk 1, bos 2, eos 3" in card and "provenance" not in json.loads((folders["float32"] / MANIFEST)
+                                                                                    .read_text())
+    record = fine_tuned_record({"source": "org/model", "licence": "mit", "family": "marian",
+                                "files": {"model.safetensors": {"bytes": 3, "sha256": "ab" * 32}}},
+                               "runs/import", weights=False)
+    config = kt.TransformerConfig.from_yaml(workdir / "model.yaml")
+    out = litert.write_litert((folders["float32"] / "model.tflite").read_bytes(), config, DecodeOptions(**DECODING),
+                              "float32", workdir / "data" / "vocab", tmp_path / "derived", provenance=record)
+    out = pathlib.Path(out)
+    card = (out / "README.md").read_text()
+    assert "The architecture of org/model (licence mit), trained from new weights with keras_transformer" in card
+    assert "ab" * 32 in card and json.loads((out / "imported.json").read_text()) == record
+    for summary in (json.loads((out / "litert.json").read_text())["provenance"],
+                    json.loads((out / MANIFEST).read_text())["provenance"]):
+        assert summary["source"] == "org/model" and summary["licence"] == "mit" and summary["origin"] == "fine-tuned"
+        assert summary["files"] == {"model.safetensors": "ab" * 32} and not summary["imported_weights"]
+    assert verify_export(out) is not None  # every file, imported.json included, checks against the manifest

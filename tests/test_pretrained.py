@@ -10,6 +10,7 @@ trained here on Multi30k lines.
 import gzip
 import json
 import os
+import pathlib
 import shutil
 
 import numpy as np
@@ -31,6 +32,7 @@ SHAPES = {
     "separate_gelu": dict(share=False, tie=True, activation="gelu", encoder_layers=1, decoder_layers=2, tags=()),
     "untied_relu": dict(share=False, tie=False, activation="relu", encoder_layers=1, decoder_layers=1, tags=()),
 }
+LICENCE = "cc-by-4.0"  # the model card's front matter of every reference checkpoint
 SENTENCES = ["A man rides a bike.", "Two dogs play in the snow near a house.", "A girl.",
              "Zwei Männer sitzen auf einer Bank!", ">>fra<< A woman sings on a stage."]
 MAX_EXTRA = 6
@@ -113,6 +115,7 @@ def build_reference(folder, *, share, tie, activation, encoder_layers, decoder_l
     model.generation_config.num_beams = 4
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
+    (folder / "README.md").write_text(f"---\nlicense: {LICENCE}\n---\n# A random model\n", encoding="utf-8")
     return folder
 
 
@@ -225,6 +228,55 @@ def test_the_workdir_records_where_it_came_from_and_the_decoding_defaults(refere
     assert not set(TRAINING_FIELDS) & set(written) and set(written) - {"decoding"} == set(config.to_dict())
 
 
+def test_a_run_from_an_import_takes_its_decoding_defaults_and_its_record_unless_the_config_says_otherwise(
+        references):
+    """`model.from` an import: the decoding section starts from the import's defaults (beam 4 and alpha 1.0 from
+    its generation config, not DecodeOptions' beam 4 / alpha 0.6) and the keys given win; the run's import record
+    names the source, its licence and the original files' hashes."""
+    from keras_transformer.experiment import ExperimentConfig
+    from keras_transformer.workdir.checkpoints import read_model_file
+    from keras_transformer.workdir.provenance import provenance_sentence, run_provenance
+    folder, workdir, _, _ = references["shared_swish"]
+    _, imported = read_model_file(workdir / "model.yaml")
+    assert (imported.strategy, imported.beam_size, imported.alpha) == ("beam", 4, 1.0)
+
+    def decoding(section):
+        return ExperimentConfig.from_dict({"model": {"from": str(workdir)}, "decoding": section},
+                                          check_model=False).decoding
+
+    assert decoding({}).options == imported
+    assert decoding({"length_penalty": 0.2, "batch_size": 8}).options == imported.replace(alpha=0.2)
+    assert decoding({"length_penalty": 0.2, "batch_size": 8}).batch_size == 8
+    assert decoding({"strategy": "greedy"}).options.strategy == "greedy"
+    assert decoding({"strategy": "sample", "top_k": 5}).options.top_k == 5
+    assert ExperimentConfig.from_dict({"model": {"preset": "tiny"}}).decoding.options == kt.DecodeOptions()
+    checkpoint = workdir / "checkpoints" / "ckpt-0000.weights.h5"
+    record = run_provenance(checkpoint, workdir)
+    original = json.loads((workdir / "imported.json").read_text())
+    assert record["source"] == original["source"] and record["licence"] == LICENCE
+    assert record["files"]["model.safetensors"]["sha256"] == original["files"]["model.safetensors"]["sha256"]
+    assert record["fine_tuned"]["weights"] and record["fine_tuned"]["from"] == str(checkpoint)
+    assert provenance_sentence(record) == f"Imported from {original['source']} (licence {LICENCE}), fine-tuned with " \
+                                          "keras_transformer."
+    assert not run_provenance(None, workdir)["fine_tuned"]["weights"]  # the architecture only
+    assert run_provenance(None, None) is None
+
+
+def _check_provenance(out, workdir, card, decoding, eos, fine_tuned=False):
+    """An export names the import's source and licence in its manifest and card, and its real decoding and eos."""
+    out, record = pathlib.Path(out), json.loads((workdir / "imported.json").read_text())
+    manifest = json.loads((out / "manifest.json").read_text())["provenance"]
+    assert manifest["source"] == record["source"] and manifest["licence"] == LICENCE
+    assert manifest["origin"] == ("fine-tuned" if fine_tuned else "imported")
+    assert manifest["files"] == {name: entry["sha256"] for name, entry in record["files"].items()}
+    assert json.loads((out / "imported.json").read_text())["source"] == record["source"]
+    text = (out / card).read_text()
+    assert f"from {record['source']} (licence {LICENCE})" in text and "trained with" not in text.lower()
+    assert ("fine-tuned with keras_transformer" in text) == fine_tuned
+    assert record["files"]["model.safetensors"]["sha256"] in text
+    assert decoding in text and f"eos 0 `{eos}`" in text
+
+
 def _copy(references, tmp_path, name="shared_swish"):
     folder = tmp_path / "checkpoint"
     shutil.copytree(references[name][0], folder)
@@ -310,6 +362,8 @@ def test_the_savedmodel_and_ctranslate2_exports_translate_as_the_workdir(referen
         options = {"jit_compile": False} if name == "savedmodel" else {}
         out = make_exporter(name, **options).export(workdir, tmp_path / name, strategy="greedy")
         assert load_translator(out).translate_lines(lines) == expected, name
+        # the card and the manifest: imported from where, under which licence, decoding greedily, eos id 0
+        _check_provenance(out, workdir, "README.md", "greedy: max_extra 50", "</s>")
     import tensorflow as tf
     loaded = tf.saved_model.load(str(tmp_path / "savedmodel"))
     served = loaded.signatures["serving_default"](tf.constant(lines))
@@ -383,6 +437,21 @@ def test_three_fine_tuning_updates_raise_the_likelihood_of_the_data_and_the_resu
     out = make_exporter("ctranslate2").export(tuned, tmp_path / "export", strategy="greedy")
     expected = load_translator(tuned, strategy="greedy").translate_lines(SENTENCES[:2])
     assert load_translator(out).translate_lines(SENTENCES[:2]) == expected and len(expected) == 2
+    # The tuned run keeps the import's record and its decoding defaults (beam 4, alpha 1.0: the config sets none),
+    # its export names both and what it decodes with; an average written elsewhere takes the record beside it.
+    from keras_transformer.workdir.checkpoints import average_workdir, read_model_file
+    from keras_transformer.workdir.provenance import checkpoint_provenance
+    assert read_model_file(tuned / "model.yaml")[1] == read_model_file(workdir / "model.yaml")[1]
+    record = json.loads((tuned / "imported.json").read_text())
+    assert record["source"] == json.loads((workdir / "imported.json").read_text())["source"]
+    assert record["fine_tuned"]["weights"]
+    _check_provenance(out, tuned, "README.md", "greedy: max_extra 50", "</s>", fine_tuned=True)
+    metadata = json.loads((pathlib.Path(out) / "keras_transformer.json").read_text())
+    assert metadata["provenance"]["licence"] == LICENCE and metadata["special_ids"]["eos_id"] == 0
+    (tmp_path / "elsewhere").mkdir()
+    averaged, _ = average_workdir(tuned, checkpoints=sorted((tuned / "checkpoints").glob("ckpt-*.weights.h5")),
+                                  output=tmp_path / "elsewhere" / "tuned.weights.h5")
+    assert checkpoint_provenance(averaged) == record
 
 
 @pytest.mark.slow

@@ -221,6 +221,43 @@ def test_the_workdir_records_the_family_and_the_options(references):
     assert kt.TransformerConfig.from_yaml(workdir / "model.yaml") == config
 
 
+def test_languages_are_taken_by_the_codes_users_know_and_an_ambiguous_code_is_refused_naming_its_candidates(
+        references):
+    """`--target-lang de` / `source_lang="de"`: M2M-100's `__de__` (as transformers' `get_lang_id("de")`), NLLB's
+    `deu_Latn` (`deu` too), as the model's own token (the export test below translates with `fr` on both exports).
+    A code that names several tokens is refused naming them; one that names none, naming the model's languages."""
+    from keras_transformer.data.tokenizers import load_tokenizers
+    from keras_transformer.engines.interface import TranslatorInterface
+    from keras_transformer.engines.languages import language_token
+
+    class Languages(TranslatorInterface):  # what every engine's translator inherits, with the import's languages
+        translate_batch = n_best_batch = score_batch = None
+
+        def __init__(self, workdir):
+            source, target = load_tokenizers(workdir / "data" / "vocab")
+            self.source_languages, self.target_languages = tuple(source.languages), tuple(target.languages)
+
+    translators = {name: Languages(references[name][1]) for name in SHAPES}
+    for name, code, token in (("m2m100", "de", "__de__"), ("m2m100", "deu", "__de__"), ("nllb", "de", "deu_Latn"),
+                              ("nllb", "deu", "deu_Latn"), ("nllb", "fr", "fra_Latn")):
+        translator = translators[name]
+        assert translator.target_prefixes(2, "Ein", target_lang=code) == [f"{token} Ein"] * 2, (name, code)
+        assert translator.with_source_lang(["Hallo.", ""], code) == [f"{token} Hallo.", ""], (name, code)
+    tokenizer = references["m2m100"][3]
+    assert tokenizer.get_lang_id("de") == tokenizer.convert_tokens_to_ids("__de__")  # transformers' reading of de
+    m2m, nllb = translators["m2m100"], translators["nllb"]
+    with pytest.raises(ConfigError, match=r"target language 'a' names several of this model's: __af__, __am__, "
+                                          r"__ar__, __ast__, __az__; give one of them"):
+        m2m.target_prefixes(1, target_lang="a")
+    with pytest.raises(ConfigError, match=r"unknown source language 'es'; this model's source languages \(3\): "
+                                          r"deu_Latn, eng_Latn, fra_Latn"):  # es is Spanish (spa), not est_Latn
+        nllb.with_source_lang(["Hola."], "es")
+    # NLLB's codes with several scripts: the language's code names both
+    with pytest.raises(ConfigError, match="names several of this model's: zho_Hans, zho_Hant; give one of them"):
+        language_token("zh", ["eng_Latn", "zho_Hans", "zho_Hant"])
+    assert language_token("es", ["est_Latn", "spa_Latn"]) == "spa_Latn"
+
+
 @pytest.mark.parametrize("fault, error, named", [
     ("model_type", ConfigError, "model_type 'bert' is not a family"),
     ("tokenizer", CheckpointNotFoundError, "sentencepiece.bpe.model is missing"),
@@ -279,8 +316,15 @@ def test_the_savedmodel_and_ctranslate2_exports_translate_as_the_workdir(referen
         assert exported.target_languages == translator.target_languages, name
         assert exported.translate_lines(lines) == expected["plain"], name
         assert exported.translate_lines(lines, target_lang="fra_Latn") == expected["target"], name
+        assert exported.translate_lines(lines, target_lang="fr") == expected["target"], name  # the code users know
         assert exported.translate_lines(exported.with_source_lang(lines, "deu_Latn")) == expected["source"], name
         assert exported.source_language == translator.source_language == "eng_Latn", name  # the export's metadata
+        # its card and manifest: imported (from where), greedy, NLLB's special ids (pad 1, eos 2; no <blank>)
+        card = (tmp_path / name / "README.md").read_text()
+        source = json.loads((workdir / "imported.json").read_text())["source"]
+        assert f"Imported from {source}" in card and "greedy: max_extra 50" in card, name
+        assert "pad 1 `<pad>`" in card and "eos 2 `</s>`" in card and "<blank>" not in card, name
+        assert json.loads((tmp_path / name / "manifest.json").read_text())["provenance"]["source"] == source
         # the signals count the forced language token on every engine alike
         ours, theirs = (t.translate_detailed(lines, target_lang="fra_Latn") for t in (translator, exported))
         assert [d.tokens for d in theirs] == [d.tokens for d in ours], name
@@ -322,6 +366,10 @@ def test_three_fine_tuning_updates_raise_the_likelihood_of_the_data_and_the_resu
     }
     tuned = tmp_path / "tuned"
     training.train(experiment, tuned)
+    # the initial weights' import record goes with them (training.init_checkpoint alone: no model.from here)
+    record = json.loads((tuned / "imported.json").read_text())
+    assert record["source"] == json.loads((workdir / "imported.json").read_text())["source"]
+    assert record["fine_tuned"]["weights"]
     source_tokenizer, target_tokenizer = load_tokenizers(tuned / "data" / "vocab")
     config = load_models(workdir).configs[0]
     assert target_tokenizer.tokenize(["Ein Hund."]).to_list()[0][0] == \

@@ -134,7 +134,8 @@ def test_model_section_preset_overrides_vocabulary_and_decoding():
 
 def test_model_from_starts_the_section_from_a_model_yaml_of_a_workdir_an_export_or_a_file(tmp_path):
     """`model.from` (an imported model to fine-tune, a run to continue with other settings): the fields of that
-    model.yaml, its decoding mapping left out, then the section's own keys over them."""
+    model.yaml, its decoding mapping left out (the decoding section's defaults: test_pretrained.py checks an
+    import's), then the section's own keys over them."""
     from keras_transformer.errors import CheckpointNotFoundError
     from keras_transformer.workdir.checkpoints import read_model_file
     shipped = REPO / "saved_models" / "multi30k_en_de"
@@ -144,6 +145,7 @@ def test_model_from_starts_the_section_from_a_model_yaml_of_a_workdir_an_export_
     for source in (shipped, shipped / "assets.extra" / "model.yaml"):
         experiment = ExperimentConfig.from_dict({"model": {"from": str(source), "dropout": 0.3}}, check_model=False)
         assert experiment.model == expected and "decoding" not in experiment.model
+        assert experiment.decoding.options == read_model_file(shipped / "assets.extra" / "model.yaml")[1]
         assert TransformerConfig.from_dict(experiment.model) == dataclasses.replace(config, dropout=0.3)
     run = tmp_path / "run"
     run.mkdir()

@@ -147,13 +147,15 @@ def _prefix_arguments(parser: argparse.ArgumentParser, prefix: bool = True, sour
                            help="every translation starts with this target-language text, forced, then continued "
                                 "(it is part of the translation and of its score)")
     group.add_argument("--target-lang", metavar="LANG",
-                       help="a multilingual model's target language (e.g. deu_Latn): its language token is forced "
-                            "first; refused, with the languages listed, for a model without it")
+                       help="a multilingual model's target language (deu_Latn, or a code naming one: de): its "
+                            "language token is forced first; refused, with the languages listed, for a model "
+                            "without it or a code naming several")
     if not source_lang:
         return
     parser.add_argument_group("source language").add_argument(
         "--source-lang", metavar="LANG",
-        help="a multilingual model's source language (e.g. fra_Latn): its language token opens every source, in "
+        help="a multilingual model's source language (fra_Latn, or a code naming one: fr): its language token "
+             "opens every source, in "
              "place of the one its import set; refused, with the languages listed, for a model without it. For a "
              "document (--format text, html, xml), also the language whose sentence rules segment it, for any "
              "model (default: the model's source language, else English)")

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from keras_transformer.documents import alignment, document
 from keras_transformer.engines.details import BLANK, SentenceDetails, Translation
+from keras_transformer.engines.languages import language_token
 from keras_transformer.engines.lines import ASCII_WHITESPACE, Lines, Prefixes, clean_line, is_blank
 from keras_transformer.engines.terms import read_glossary, refuse
 from keras_transformer.errors import ConfigError
@@ -169,8 +170,8 @@ class TranslatorInterface(abc.ABC):
     def target_prefixes(self, count: int, target_prefix: Prefixes = None, target_lang: str | None = None,
                         caller: str = "translator") -> list[str] | None:
         """Each of `count` lines' prefix text, from `target_prefix` (one text for every line, or a list of one per
-        line) and `target_lang` (a code of `target_languages`, whose token goes first); None when neither is
-        given.
+        line) and `target_lang` (one of `target_languages`, or a code naming one: `de` for `__de__` or `deu_Latn`,
+        `languages.language_token`), whose token goes first; None when neither is given.
 
         Raises:
             ConfigError: a `target_lang` this model has no token for (its languages named).
@@ -196,16 +197,8 @@ class TranslatorInterface(abc.ABC):
             if len(prefixes) != count:
                 raise ValueError(f"{caller}: {count} line(s) but {len(prefixes)} target prefix(es); give one prefix "
                                  "per line, or one text for all.")
-        if target_lang is not None:
-            languages = tuple(self.target_languages)
-            if not languages:
-                raise ConfigError(f"{caller}: target language {target_lang!r}: this model has no language tokens (it "
-                                  "is not a multilingual model); give its translations a start with a target prefix "
-                                  "instead.")
-            if target_lang not in languages:
-                shown = ", ".join(sorted(languages)[:12]) + (", ..." if len(languages) > 12 else "")
-                raise ConfigError(f"{caller}: unknown target language {target_lang!r}; this model's target languages "
-                                  f"({len(languages)}): {shown}.")
+        if target_lang is not None:  # the model's token, or the one a code users know names (`languages`)
+            target_lang = language_token(target_lang, self.target_languages, "target", caller)
             prefixes = [f"{target_lang} {text}".rstrip(ASCII_WHITESPACE) for text in prefixes]
         return prefixes
 
@@ -227,12 +220,7 @@ class TranslatorInterface(abc.ABC):
         """
         if source_lang is None:
             return list(lines)
-        languages = tuple(self.source_languages)
-        if source_lang not in languages:
-            shown = ", ".join(sorted(languages)[:12]) + (", ..." if len(languages) > 12 else "")
-            raise ConfigError(f"{caller}: unknown source language {source_lang!r}; " + (
-                f"this model's source languages ({len(languages)}): {shown}." if languages else
-                "this model has no language tokens (it is not a multilingual model)."))
+        source_lang = language_token(source_lang, self.source_languages, "source", caller)
         return [line if is_blank(clean_line(line, caller)) else f"{source_lang} {clean_line(line, caller)}"
                 for line in lines]
 

@@ -16,6 +16,7 @@ from keras_transformer.config import (
     refuse_training_fields,
 )
 from keras_transformer.decoding.options import OLD_NAMES as OLD_DECODING_NAMES
+from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.errors import CheckpointError, CheckpointNotFoundError, ConfigError, format_size
 from keras_transformer.experiment.data_section import DataSection
 from keras_transformer.experiment.decoding_section import DecodingSection
@@ -33,21 +34,36 @@ _DEFAULT_MAX_LENGTH = next(field.default for field in dataclasses.fields(Transfo
                            if field.name == "max_length")
 
 
-def _model_section(model: dict[str, typing.Any]) -> dict[str, typing.Any]:
-    """The model section with its `from:` resolved: the fields of that model's `model.yaml` (its decoding
-    defaults left out: the experiment's decoding section is its own), then the section's other keys over them."""
+def _model_section(model: dict[str, typing.Any]) -> tuple[dict[str, typing.Any], typing.Any, typing.Any]:
+    """The model section with its `from:` resolved: the fields of that model's `model.yaml`, then the section's
+    other keys over them; with the decoding defaults that `model.yaml` holds (None without) and the folder or
+    file `from:` names (None without), whose import record a run carries along (`workdir.provenance`)."""
     model = dict(model)
     if model.get("from") is None:
         model.pop("from", None)
-        return model
+        return model, None, None
     source = model.pop("from")
     if model.get("preset") is not None:
         raise ConfigError("model.from and model.preset both give the model's sizes: keep one.")
     path = model_file(source)
     fields = read_yaml_file(path, "TransformerConfig fields")
-    fields.pop("decoding", None)
+    decoding = fields.pop("decoding", None)
     refuse_training_fields(fields, f"model.from: {path}")
-    return {**fields, **model}
+    return {**fields, **model}, decoding, pathlib.Path(source)
+
+
+def _decoding_section(given: dict[str, typing.Any], inherited: typing.Any) -> DecodingSection:
+    """The decoding section: the keys given, over the decoding defaults of `model.from`'s model.yaml where it
+    has some (an import's, from its generation config), as `DecodeOptions.replace` applies settings: a setting
+    of one strategy only chooses that strategy (`beam_size: 5` over a greedy import is a beam search)."""
+    section = DecodingSection.from_dict(given)
+    if not isinstance(inherited, dict) or not inherited:
+        return section
+    base = DecodeOptions.from_dict(inherited, where="model.from's decoding")
+    names = {field.name for field in dataclasses.fields(DecodeOptions)}
+    explicit = {OLD_DECODING_NAMES.get(key, key): value for key, value in given.items()
+                if OLD_DECODING_NAMES.get(key, key) in names}
+    return dataclasses.replace(section, options=base.replace(**explicit))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +82,8 @@ class ExperimentConfig:
     data: DataSection = dataclasses.field(default_factory=DataSection)
     training: TrainingSection = dataclasses.field(default_factory=TrainingSection)
     decoding: DecodingSection = dataclasses.field(default_factory=DecodingSection)
+    # the folder (or model.yaml) `model.from` named, whose import record the run carries (not a config key)
+    model_from: typing.Optional[pathlib.Path] = dataclasses.field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         # The settings that default to the model's, resolved here so that the experiment, its experiment.yaml and
@@ -93,7 +111,7 @@ class ExperimentConfig:
             if values.get(name) is not None and not isinstance(values[name], dict):
                 raise ConfigError(f"Section {name!r} must be a mapping, got {values[name]!r}.")
         refuse_training_fields(values.get("model") or {})
-        model = _model_section(values.get("model") or {})
+        model, inherited, model_from = _model_section(values.get("model") or {})
         moved = [name for name in DECODING_FIELDS if name in model]
         if moved:
             raise ConfigError(f"model.{moved[0]} is a decoding setting: give it in the decoding section "
@@ -106,13 +124,16 @@ class ExperimentConfig:
         for name, section_class in (("data", DataSection), ("training", TrainingSection),
                                     ("decoding", DecodingSection)):
             section_values = values.get(name) or {}
-            if section_class in (DataSection, DecodingSection):
+            if section_class is DecodingSection:
+                sections[name] = _decoding_section(section_values, inherited)
+                continue
+            if section_class is DataSection:
                 sections[name] = section_class.from_dict(section_values)
                 continue
             reject_unknown(section_values, [f.name for f in dataclasses.fields(section_class)], f"{name}.")
             sections[name] = section_class(**section_values)
             sections[name].validate()
-        experiment = cls(model=model, **sections)
+        experiment = cls(model=model, model_from=model_from, **sections)
         if check_model:
             experiment.check_model()
         return experiment

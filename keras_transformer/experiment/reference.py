@@ -220,7 +220,8 @@ def schema_keys() -> dict[str, list[Key]]:
                  "start from these sizes (table below); the model keys given override them")
     start = Key("model.from", "str or null", "`null`", (),
                 "start from the fields of this workdir's, export's or file's model.yaml (an imported model to "
-                "fine-tune; not with preset); the model keys given override them")
+                "fine-tune; not with preset) and its decoding defaults; the model and decoding keys given override "
+                "them, and a run from an import keeps its imported.json (source, licence)")
     data = section_keys("data", DataSection, skip=("pipeline",))
     own = {key.name for key in data}
     pipeline = [dataclasses.replace(key, group=f"{key.group} (kind: text or tfds)")

@@ -47,6 +47,7 @@ from keras_transformer.exports.folder import export_lock, writing_export
 from keras_transformer.files import atomic_write_text
 from keras_transformer.workdir.checkpoints import load_models
 from keras_transformer.workdir.layout import CTRANSLATE2_METADATA, check_export_destination
+from keras_transformer.workdir.provenance import provenance_card, provenance_summary, read_provenance, write_provenance
 
 README_FILE = "README.md"
 PAD_TOKEN = "<blank>"  # CTranslate2's (and OpenNMT's) padding token
@@ -164,21 +165,60 @@ def vocabulary_tokens(sentencepiece_file: str | os.PathLike[str]) -> list[str]:
 # ---------------------------------------------------------------------- export
 
 
-def _readme(metadata: dict[str, Any]) -> str:
+def _search_text(decoding: dict[str, Any], tokens: dict[str, str], limit: str) -> str:
+    """The README's ctranslate2 call and what to do with its result, for the recorded strategy."""
+    options = DecodeOptions.from_dict(decoding)
+    eos = tokens["eos"]
+    if options.strategy == "beam":
+        return f"""```python
+result = translator.translate_batch([tokens], beam_size={options.beam_size}, num_hypotheses={options.beam_size},
+                                    length_penalty=0, return_scores=True, return_end_token=True,
+                                    min_decoding_length=0, max_decoding_length={limit})
+```
+
+Rank the hypotheses as keras_transformer does: CTranslate2 has no GNMT length penalty, so ask for the
+`{options.beam_size}` best with plain log-probabilities (`length_penalty=0`) and rescore each as
+`score / ((5 + n) / 6) ** {options.alpha}`, where `n` counts the hypothesis tokens including the end token `{eos}`
+(`return_end_token=True`). Decode the best with `sp.decode(...)` after dropping `{eos}`."""
+    if options.strategy == "greedy":
+        return f"""```python
+result = translator.translate_batch([tokens], beam_size=1, return_end_token=True,
+                                    min_decoding_length=0, max_decoding_length={limit})
+```
+
+Decode the hypothesis with `sp.decode(...)` after dropping `{eos}`."""
+    return f"""```python
+result = translator.translate_batch([tokens], beam_size=1, sampling_topk={options.top_k or 0},
+                                    sampling_topp={options.top_p}, sampling_temperature={options.temperature},
+                                    return_end_token=True, min_decoding_length=0, max_decoding_length={limit})
+```
+
+(`CTranslate2Translator` seeds the draws with the recorded seed.) Decode with `sp.decode(...)` after dropping
+`{eos}`."""
+
+
+def _readme(metadata: dict[str, Any], provenance: dict[str, Any] | None = None) -> str:
     precision = metadata.get("precision") or metadata["quantization"] or "float32"
     decoding = metadata["decoding"]
-    max_extra = decoding["max_extra"]
     files = metadata["sentencepiece"]
+    tokens = metadata["special_tokens"]
     tokenizer = (f"`{files['source']}`" if files["source"] == files["target"]
                  else f"`{files['source']}` (source) and `{files['target']}` (target)")
+    specials = ", ".join(f"{name} {metadata['special_ids'][f'{name}_id']} `{tokens[name]}`"
+                         for name in ("pad", "bos", "eos", "unk"))
+    limit = f"len(tokens) + 1 + {decoding['max_extra']}"
+    origin = "" if provenance is None else f"\n{provenance_card(provenance)}\n"  # source, licence, hashes
+    what = ("A Transformer trained with keras_transformer" if provenance is None else
+            "A Transformer imported with keras_transformer" if not provenance.get("fine_tuned") else
+            "A Transformer imported and fine-tuned with keras_transformer")
     return f"""# CTranslate2 model exported by keras_transformer
 
-A Transformer trained with keras_transformer, converted to the CTranslate2 format
+{what}, converted to the CTranslate2 format
 (`model.bin`, `config.json`, vocabularies) by `keras_transformer.exports.ctranslate2.export_ctranslate2`
 on {metadata['exported']} with ctranslate2 {metadata['ctranslate2_version']}. Precision: {precision} (weights stored
 as CTranslate2's `{precision}` compute type, which `CTranslate2Translator` loads with; `manifest.json` records it too).
 SentencePiece model: {tokenizer}. `{CTRANSLATE2_METADATA}` records the settings below.
-
+{origin}
 ## Translate with keras_transformer
 
 ```python
@@ -188,9 +228,8 @@ translator(["A man rides a bike."])
 ```
 
 That module imports neither TensorFlow nor Keras: `ctranslate2`, `sentencepiece` and `numpy` are all it needs.
-It tokenizes with SentencePiece, decodes with beam {decoding['beam_size']}, alpha {decoding['alpha']}, at most
-source length (with eos) + {decoding['max_extra']} tokens, and returns one line per input (empty or
-whitespace-only input gives "").
+It tokenizes with SentencePiece, decodes with {DecodeOptions.from_dict(decoding).describe()} (at most source length
+with eos + {decoding['max_extra']} tokens), and returns one line per input (empty or whitespace-only input gives "").
 
 ## Translate with ctranslate2 alone
 
@@ -199,23 +238,21 @@ import ctranslate2, sentencepiece
 sp = sentencepiece.SentencePieceProcessor(model_file="this/folder/{files['source']}")
 translator = ctranslate2.Translator("this/folder", device="cpu", compute_type="{precision}")
 tokens = [sp.id_to_piece(i) for i in sp.encode("A man rides a bike.")]
-result = translator.translate_batch([tokens], beam_size={decoding['beam_size']}, num_hypotheses={decoding['beam_size']},
-                                    length_penalty=0, return_scores=True, return_end_token=True,
-                                    min_decoding_length=0, max_decoding_length=len(tokens) + 1 + {max_extra})
 ```
 
-The source end token `</s>` is added by CTranslate2 (`add_source_eos`); id 0 is `<blank>`. Rank the hypotheses as
-keras_transformer does: CTranslate2 has no GNMT length penalty, so ask for the `{decoding['beam_size']}` best with plain
-log-probabilities (`length_penalty=0`) and rescore each as `score / ((5 + n) / 6) ** {decoding['alpha']}`, where `n`
-counts the hypothesis tokens including the end token `</s>` (`return_end_token=True`). Decode the best with
-`sp.decode(...)` after dropping `</s>`. A source keeps at most its first {metadata['max_source_length'] - 1} pieces.
+{_search_text(decoding, tokens, limit)}
+
+Special ids (the target vocabulary's, `special_ids` in `{CTRANSLATE2_METADATA}`): {specials}. The source end token
+`{tokens['eos']}` is added by CTranslate2 (`add_source_eos`). A source keeps at most its first
+{metadata['max_source_length'] - 1} pieces.
 """
 
 
 def export_ctranslate2(model: Any, config: TransformerConfig, vocab_dir: str | os.PathLike[str],
                        directory: str | os.PathLike[str], *,
                        options: DecodeOptions | None = None, quantization: str | None = None,
-                       precision: str | None = None, overwrite: bool = False, **settings: Any) -> str:
+                       precision: str | None = None, overwrite: bool = False,
+                       provenance: dict[str, Any] | None = None, **settings: Any) -> str:
     """Writes `model` as a CTranslate2 model folder that `CTranslate2Translator` (or ctranslate2 alone) loads.
 
     The folder holds CTranslate2's ``model.bin``, ``config.json`` and
@@ -245,6 +282,8 @@ def export_ctranslate2(model: Any, config: TransformerConfig, vocab_dir: str | o
             before it is swapped in). A float32 export can still run in int8 with ``compute_type="int8"``.
         quantization: the older name of `precision` (either one, or both the same).
         overwrite: replace an existing CTranslate2 export at `directory`.
+        provenance: the model's import record (`workdir.provenance`; None: trained with this package), written as
+            ``imported.json`` and named in ``keras_transformer.json``, the manifest and the README.
 
     Returns:
         `directory`.
@@ -282,7 +321,7 @@ def export_ctranslate2(model: Any, config: TransformerConfig, vocab_dir: str | o
         spec.validate()
         spec.optimize(quantization=None if precision == "float32" else precision)
         models, names = vocabulary.models, vocabulary.names
-        metadata = _metadata(config, vocabulary, _decoding_record(options, settings), precision)
+        metadata = _metadata(config, vocabulary, _decoding_record(options, settings), precision, provenance)
         # Written and checked beside `directory`, then swapped in: the old export serves until the new one works.
         with writing_export(os.path.abspath(directory), precision=precision) as staging_folder:
             staging = os.fspath(staging_folder)
@@ -290,7 +329,9 @@ def export_ctranslate2(model: Any, config: TransformerConfig, vocab_dir: str | o
             for side, path in models.items():
                 shutil.copyfile(path, os.path.join(staging, names[side]))
             atomic_write_text(os.path.join(staging, CTRANSLATE2_METADATA), json.dumps(metadata, indent=2) + "\n")
-            atomic_write_text(os.path.join(staging, README_FILE), _readme(metadata))
+            atomic_write_text(os.path.join(staging, README_FILE), _readme(metadata, provenance))
+            if provenance is not None:
+                write_provenance(staging, provenance)
             CTranslate2Translator(staging).translate(["A check."])  # it loads and translates, or this raises
     return directory
 
@@ -330,7 +371,7 @@ def _decoding_record(options: DecodeOptions | None, settings: dict[str, Any]) ->
 
 
 def _metadata(config: TransformerConfig, vocabulary: _Vocabulary, decoding: dict[str, Any],
-              precision: str) -> dict[str, Any]:
+              precision: str, provenance: dict[str, Any] | None = None) -> dict[str, Any]:
     """``keras_transformer.json``: what `CTranslate2Translator` needs beside CTranslate2's own files."""
     import ctranslate2
 
@@ -358,6 +399,7 @@ def _metadata(config: TransformerConfig, vocabulary: _Vocabulary, decoding: dict
         "max_source_length": int(config.max_length),
         "max_target_length": int(config.max_length),
         "model_config": config.to_dict(),
+        "provenance": provenance_summary(provenance),  # trained with this package, or imported from (licence)
     }
 
 
@@ -417,7 +459,7 @@ class CTranslate2Exporter(Exporter):
             assert loaded.vocab_dir is not None  # require_vocabulary
             return export_ctranslate2(loaded.models[0], loaded.configs[0], loaded.vocab_dir, directory,
                                       options=options or loaded.decoding, precision=self.precision,
-                                      overwrite=overwrite, **settings)
+                                      overwrite=overwrite, provenance=read_provenance(paths[0]), **settings)
 
     def recorded_decoding(self, directory: str | os.PathLike[str]) -> DecodeOptions:
         """The decoding `keras_transformer.json` records."""

@@ -41,6 +41,7 @@ from keras_transformer.files import (
     replace_folder,
     staging_folder,
 )
+from keras_transformer.workdir.provenance import provenance_summary, read_provenance
 
 # In an export folder: {"format", "version", "algorithm", "precision", "files": {path: {size, sha256}}}.
 MANIFEST = "manifest.json"
@@ -64,7 +65,9 @@ def _listed_files(folder: str | os.PathLike[str]) -> list[str]:
 def write_manifest(folder: str | os.PathLike[str], precision: str | None = None) -> pathlib.Path:
     """Writes `folder/manifest.json`, atomically: the size and SHA-256 of every file under `folder`, and the
     `precision` of the export's weights and matrix products where one is given ("float32", "bfloat16", "int8", ...:
-    `keras-transformer export --precision`; `export_precision` reads it back).
+    `keras-transformer export --precision`; `export_precision` reads it back), and for an export that holds an
+    import record (`imported.json`) its `provenance`: the source, the licence, the original files' SHA-256
+    (`workdir.provenance.provenance_summary`).
 
     Returns:
         The manifest's path.
@@ -80,8 +83,10 @@ def write_manifest(folder: str | os.PathLike[str], precision: str | None = None)
     folder = pathlib.Path(folder)
     files = {name: {"size": (folder / name).stat().st_size, "sha256": file_digest(folder / name, "sha256")}
              for name in _listed_files(folder)}
+    record = read_provenance(folder)  # an import's, or a model derived from one: its source and licence
     manifest = {"format": MANIFEST_FORMAT, "version": MANIFEST_VERSION, "algorithm": "sha256",
-                **({"precision": precision} if precision else {}), "files": files}
+                **({"precision": precision} if precision else {}),
+                **({"provenance": provenance_summary(record)} if record is not None else {}), "files": files}
     return atomic_write_text(folder / MANIFEST, json.dumps(manifest, indent=1) + "\n")
 
 

@@ -7,7 +7,10 @@ exports/en_de_litert/
                          separate vocabularies): the app tokenizes, the model takes and returns ids
   litert.json            format, precision, the decoding baked in, special ids, length limits, file names, the
                          model's config (`engines.litert.read_metadata`)
-  manifest.json          the size and SHA-256 of every other file (`keras-transformer verify`)
+  README.md              the model card: where the model came from, its decoding and special ids
+  imported.json          an imported model's record (`workdir.provenance`): source, licence, original hashes
+  manifest.json          the size and SHA-256 of every other file (`keras-transformer verify`), and the
+                         source and licence of an import
 ```
 
 Signatures of `model.tflite` (N sentences, S source positions: pieces then eos, padded with pad 0):
@@ -71,6 +74,9 @@ from keras_transformer.workdir.layout import (
     check_export_destination,
     tokenizer_folders,
 )
+from keras_transformer.workdir.provenance import provenance_card, provenance_summary, read_provenance, write_provenance
+
+README_FILE = "README.md"  # the model card
 
 _SUBWORD_FORMAT = "keras_transformer.SubwordTokenizer"  # tokenizer.json of keras_transformer.data.tokenizers
 _IDS = tf.TensorSpec([None, None], tf.int32, name="source_ids")
@@ -232,7 +238,7 @@ def _unconverted(message: str) -> str:
 
 
 def _metadata(config: TransformerConfig, options: DecodeOptions, precision: str, names: dict[str, str],
-              signatures: list[str]) -> dict[str, Any]:
+              signatures: list[str], provenance: dict[str, Any] | None = None) -> dict[str, Any]:
     """``litert.json``: what `LiteRTTranslator` (or an app) needs beside `model.tflite`."""
     return {
         "format": FORMAT, "version": FORMAT_VERSION,
@@ -247,12 +253,28 @@ def _metadata(config: TransformerConfig, options: DecodeOptions, precision: str,
         "max_source_length": int(config.max_length),
         "max_target_length": int(config.max_length),
         "model_config": config.to_dict(),
+        "provenance": provenance_summary(provenance),
     }
+
+
+def _readme(metadata: dict[str, Any], provenance: dict[str, Any] | None) -> str:
+    """The model card: where the model came from, what each signature decodes with, the special ids."""
+    options = DecodeOptions.from_dict(metadata["decoding"])
+    ids = ", ".join(f"{name[:-3]} {index}" for name, index in metadata["special_ids"].items())
+    return f"""# LiteRT model exported by keras_transformer
+
+{provenance_card(provenance)}
+
+Precision: {metadata['precision']}. Signatures: {', '.join(f'`{name}`' for name in metadata['signatures'])}. The
+recorded decoding (`{LITERT_METADATA}`, what `LiteRTTranslator` runs): {options.describe()}. Special ids: {ids};
+a source is its SentencePiece ids then eos, padded with pad.
+"""
 
 
 def export_litert(model: Any, config: TransformerConfig, vocab_dir: str | os.PathLike[str],
                   directory: str | os.PathLike[str], *, options: DecodeOptions | None = None,
-                  precision: str | None = None, overwrite: bool = False, **settings: Any) -> str:
+                  precision: str | None = None, overwrite: bool = False, provenance: dict[str, Any] | None = None,
+                  **settings: Any) -> str:
     """Writes `model` as a LiteRT export folder (the module docstring lists its files and signatures):
     `convert`, then `write_litert`.
 
@@ -264,6 +286,8 @@ def export_litert(model: Any, config: TransformerConfig, vocab_dir: str | os.Pat
         options: the `DecodeOptions` baked into the search (default `DecodeOptions()`); `settings` replace fields.
         precision: "float32" (default), "float16" or "int8" (`PRECISIONS`).
         overwrite: replace an existing LiteRT export at `directory`.
+        provenance: the model's import record (`workdir.provenance`; None: trained with this package), written as
+            `imported.json` and named in `litert.json`, the manifest and the card.
 
     Returns:
         `directory`.
@@ -283,7 +307,8 @@ def export_litert(model: Any, config: TransformerConfig, vocab_dir: str | os.Pat
         _check_destination(directory, overwrite)
         sentencepiece_files(vocab_dir)
         data = convert(model, config, options, (precision,))[precision]
-        return write_litert(data, config, options, precision, vocab_dir, directory, overwrite=overwrite)
+        return write_litert(data, config, options, precision, vocab_dir, directory, overwrite=overwrite,
+                            provenance=provenance)
 
 
 def _check_destination(directory: str | os.PathLike[str], overwrite: bool) -> None:
@@ -298,7 +323,7 @@ def _check_destination(directory: str | os.PathLike[str], overwrite: bool) -> No
 
 def write_litert(data: bytes, config: TransformerConfig, options: DecodeOptions, precision: str,
                  vocab_dir: str | os.PathLike[str], directory: str | os.PathLike[str], *,
-                 overwrite: bool = False) -> str:
+                 overwrite: bool = False, provenance: dict[str, Any] | None = None) -> str:
     """Writes the folder of a converted `model.tflite` (`convert`'s bytes): written beside `directory`, loaded by
     `LiteRTTranslator` and asked to translate one sentence, and only then swapped in with its manifest
     (`exports.folder.writing_export`): an export that fails leaves the old one whole.
@@ -322,8 +347,11 @@ def write_litert(data: bytes, config: TransformerConfig, options: DecodeOptions,
             (staging / LITERT_MODEL).write_bytes(data)
             for side, path in files.items():
                 shutil.copyfile(path, staging / names[side])
-            metadata = _metadata(config, options, precision, names, sorted(signatures))
+            metadata = _metadata(config, options, precision, names, sorted(signatures), provenance)
             atomic_write_text(staging / LITERT_METADATA, json.dumps(metadata, indent=2) + "\n")
+            atomic_write_text(staging / README_FILE, _readme(metadata, provenance))
+            if provenance is not None:
+                write_provenance(staging, provenance)
             LiteRTTranslator(staging, intra_threads=1).translate(["A check."])  # it loads and translates
     return directory
 
@@ -369,7 +397,7 @@ class LiteRTExporter(Exporter):
             settings = {key: value for key, value in settings.items() if value is not None}
             return export_litert(loaded.models[0], loaded.configs[0], loaded.vocab_dir, directory,
                                  options=options or loaded.decoding, precision=self.precision, overwrite=overwrite,
-                                 **settings)
+                                 provenance=read_provenance(paths[0]), **settings)
 
     def recorded_decoding(self, directory: str | os.PathLike[str]) -> DecodeOptions:
         """The decoding `litert.json` records."""

@@ -12,7 +12,9 @@ saved_models/multi30k_en_de/
                                    members/0/, members/1/, ... each with model.yaml and model.weights.h5;
                                    tf_serving_warmup_requests: requests TensorFlow Serving replays at
                                    load, compiling every XLA program a request can need (`warmup`)
-  README.md                        the model card (shipped models; a bfloat16 export writes its own)
+  README.md                        the model card (shipped models; a bfloat16 export and an import write their
+                                   own: its source and licence, its decoding and special ids)
+  imported.json                    an imported model's record (`workdir.provenance`): source, licence, hashes
   manifest.json                    the size and SHA-256 of every other file and the precision (`exports.folder`;
                                    `keras-transformer verify` checks them all, every loader their sizes)
 ```
@@ -82,6 +84,12 @@ from keras_transformer.workdir.layout import (
     VOCAB_DIR,
     check_export_destination,
     is_export,
+)
+from keras_transformer.workdir.provenance import (
+    IMPORT_RECORD,
+    models_provenance,
+    provenance_card,
+    write_provenance,
 )
 
 # The precisions a SavedModel export takes (`export --precision`), and why the others are not offered.
@@ -200,7 +208,7 @@ class TranslatorModule(tf.Module):
 
 
 def export_translator(translator: Translator, directory: str | os.PathLike[str], config: Any = None,
-                      overwrite: bool = False) -> str:
+                      overwrite: bool = False, provenance: dict[str, Any] | None = None) -> str:
     """Writes `translator` as a SavedModel (see the module docstring for the layout).
 
     Args:
@@ -211,6 +219,8 @@ def export_translator(translator: Translator, directory: str | os.PathLike[str],
             and vocabulary, so `inference.load_translator` can rebuild the model. The
             config written there carries the translator's decoding settings.
         overwrite: replace an existing export.
+        provenance: the model's import record (`workdir.provenance`), None for a model trained with this package:
+            written as `imported.json`, named in the manifest and in the model card (`README.md`).
 
     The export is written into a temporary folder beside `directory`, loaded and
     asked to translate one sentence, given its manifest (the size and SHA-256
@@ -250,8 +260,12 @@ def export_translator(translator: Translator, directory: str | os.PathLike[str],
         with writing_export(directory, precision=precision) as staging:
             _write_savedmodel(translator, staging, configs)
             check_saved_model(staging)
-            if precision != "float32":  # the card says so (a float32 export keeps the folder's own card, if any)
-                (staging / MODEL_CARD).write_text(_model_card(translator, precision), encoding="utf-8")
+            if provenance is not None:  # the manifest (written last) and the card name the source and licence
+                write_provenance(staging, provenance)
+            # the card of a bfloat16 export or an import (a float32 export of a trained model keeps the folder's
+            # own card, if any)
+            if precision != "float32" or provenance is not None:
+                (staging / MODEL_CARD).write_text(_model_card(translator, precision, provenance), encoding="utf-8")
             if directory.is_dir():  # what else the old folder held (a model card, say) stays
                 for entry in directory.iterdir():
                     if entry.name not in SAVED_MODEL_PARTS and not (staging / entry.name).exists():
@@ -260,7 +274,9 @@ def export_translator(translator: Translator, directory: str | os.PathLike[str],
     return os.fspath(directory)
 
 
-SAVED_MODEL_PARTS = ("saved_model.pb", "fingerprint.pb", "variables", "assets", EXTRA_DIR, MANIFEST)  # an export's own
+# an export's own files
+# an export's own files
+SAVED_MODEL_PARTS = ("saved_model.pb", "fingerprint.pb", "variables", "assets", EXTRA_DIR, MANIFEST, IMPORT_RECORD)
 MODEL_CARD = "README.md"
 
 
@@ -277,18 +293,39 @@ def translator_precision(translator: Translator) -> str:
     return "bfloat16" if names == {"bfloat16"} else "float32"
 
 
-def _model_card(translator: Translator, precision: str) -> str:
+def special_tokens(tokenizer: Any) -> str:
+    """The special ids of a target tokenizer and their tokens, for a model card: "pad 1 `<pad>`, ...".
+
+    Example:
+
+    >>> special_tokens(Translator(model, tokenizer).target_tokenizer)  # doctest: +SKIP
+    'pad 58100 `<pad>`, bos 58100 `<pad>`, eos 0 `</s>`, unk 1 `<unk>`'
+    """
+    names = [name for name in ("pad", "bos", "eos", "unk") if getattr(tokenizer, f"{name}_id", None) is not None]
+    ids = [int(getattr(tokenizer, f"{name}_id")) for name in names]
+    pieces = tokenizer.id_to_piece(tf.constant(ids, tf.int32)).numpy()
+    return ", ".join(f"{name} {index} `{piece.decode('utf-8')}`" for name, index, piece in zip(names, ids, pieces))
+
+
+def _model_card(translator: Translator, precision: str, provenance: dict[str, Any] | None = None) -> str:
     options = translator.options
     xla = ", compiled with XLA" if translator.jit_compile else " (TensorFlow's own kernels, not XLA)"
+    if precision == "float32":
+        weights = "Precision: **float32**. `manifest.json` records it (`keras-transformer verify` prints it)."
+    else:
+        weights = f"""Precision: **{precision}**. Every weight is stored in {precision} and every matrix product runs in
+it; the attention softmax, the layer-norm statistics, the logits and the beam search's scores are float32. It is faster
+than float32 on CPUs with AMX (Intel Xeon from Sapphire Rapids); with AVX512_BF16 alone (AMD Zen 4) it measured no
+faster, and without either TensorFlow converts around every matrix product and the float32 export is faster.
+`manifest.json` records the precision (`keras-transformer verify` prints it)."""
     return f"""# A keras_transformer SavedModel in {precision}
 
-Precision: **{precision}**. Every weight is stored in {precision} and every matrix product runs in it; the attention
-softmax, the layer-norm statistics, the logits and the beam search's scores are float32. It is faster than float32 on
-CPUs with AMX (Intel Xeon from Sapphire Rapids); with AVX512_BF16 alone (AMD Zen 4) it measured no faster, and
-without either TensorFlow converts around every matrix product and the float32 export is faster. `manifest.json` records
-the precision (`keras-transformer verify` prints it).
+{provenance_card(provenance)}
 
-Decoding: {options.describe()}, in the graph with the SentencePiece tokenization{xla}.
+{weights}
+
+Decoding: {options.describe()}, in the graph with the SentencePiece tokenization{xla}. Special ids (target
+vocabulary): {special_tokens(translator.target_tokenizer)}.
 
 ```python
 import tensorflow as tf
@@ -419,7 +456,8 @@ def export(workdir: str | os.PathLike[str] | list[str | os.PathLike[str]], direc
         jit_compile = precision != "bfloat16" if jit_compile is None else jit_compile
         translator = Translator.from_models(models, loaded.vocab_dir, options or loaded.decoding,
                                             jit_compile=jit_compile, **settings)
-        return export_translator(translator, directory, config=loaded.configs, overwrite=overwrite)
+        return export_translator(translator, directory, config=loaded.configs, overwrite=overwrite,
+                                 provenance=models_provenance(workdirs))
 
 
 def load_exported(directory: str | os.PathLike[str]) -> Any:

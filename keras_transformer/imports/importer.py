@@ -28,10 +28,10 @@ from keras_transformer.imports.family import WeightSource
 from keras_transformer.model import build_model
 from keras_transformer.workdir.checkpoints import save_weights, write_model_file
 from keras_transformer.workdir.layout import CHECKPOINTS_DIR, MODEL_CONFIG, WORKDIR_VOCAB, check_new_workdir
+from keras_transformer.workdir.provenance import IMPORT_RECORD
 
 log = logging.getLogger("keras_transformer")
 
-IMPORT_RECORD = "imported.json"
 FIRST_CHECKPOINT = "ckpt-0000.weights.h5"  # epoch 0: the published weights, before any update of ours
 
 

@@ -59,6 +59,7 @@ from keras_transformer.workdir.layout import (
     not_a_model,
     same_vocabulary,
 )
+from keras_transformer.workdir.provenance import IMPORT_RECORD, read_provenance, write_provenance
 from keras_transformer.workdir.rotation import pinned_checkpoints
 
 log = logging.getLogger("keras_transformer")
@@ -319,7 +320,23 @@ def average_workdir(workdir: str | os.PathLike[str], last: int | None = None,
         check_not_an_input(output, paths)
         average_checkpoints(paths, model)
         save_weights(model, output)
+        _carry_provenance(workdir, output)
     return output, paths
+
+
+def _carry_provenance(workdir: pathlib.Path, output: pathlib.Path) -> None:
+    """An average written outside its workdir takes the workdir's import record beside it (`imported.json`, where
+    `provenance.checkpoint_provenance` finds it), unless that folder holds another one (then a warning)."""
+    record = read_provenance(workdir)
+    folder = output.resolve().parent
+    if record is None or folder == workdir.resolve():
+        return
+    there = read_provenance(folder)
+    if there is None:
+        write_provenance(folder, record)
+    elif there != record:
+        log.warning("%s holds the import record of another model (%s): %s's (%s) is not written beside %s.",
+                    folder / IMPORT_RECORD, there.get("source"), workdir, record.get("source"), output.name)
 
 
 def load_weights_files(model: Any, paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> Any:
