@@ -177,8 +177,9 @@ def _multi30k_arguments(parser: argparse._ActionsContainer) -> None:
     parser.add_argument("--lang", help="target language code, for the Multi30k protocol")
 
 
-MODEL_HELP = ("a training workdir or an exported model; repeat it to decode several models sharing a vocabulary "
-              "as one ensemble (the mean of their next-token distributions)")
+MODEL_HELP = ("a training workdir or an exported model, or hf://owner/name (a Hugging Face Hub model, imported "
+              "once into KERAS_TRANSFORMER_HOME); repeat it to decode several models sharing a vocabulary as one "
+              "ensemble (the mean of their next-token distributions)")
 
 
 def _experiment_arguments(parser: argparse.ArgumentParser, workdir_help: str) -> None:

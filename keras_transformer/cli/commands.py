@@ -455,6 +455,9 @@ def precheck(args: argparse.Namespace) -> None:
     from keras_transformer.data import textfile
     from keras_transformer.workdir import layout
 
+    if args.command in ("translate", "evaluate", "serve"):  # hf:// names as their cached workdirs
+        args.model = [_hf_model(args, value) for value in args.model]
+
     if args.command in ("train", "pack"):
         from keras_transformer.experiment import load_experiment
         experiment = load_experiment(args.config, args.overrides)
@@ -524,6 +527,15 @@ def precheck(args: argparse.Namespace) -> None:
         if checked_source(args.source) is not None:  # a local folder: its config, family and weights file
             checkpoint = read_checkpoint(args.source)
             check_family(checkpoint.config.get("model_type"), checkpoint.folder / "config.json")
+
+
+def _hf_model(args: argparse.Namespace, value: str) -> str:
+    """A `--model` value (serve's NAME=VALUE too) with an ``hf://`` name as its workdir in the package's cache,
+    imported there first where it is not yet (TensorFlow imported quietly for that)."""
+    from keras_transformer.engines.loader import hf_models
+    name, equals, path = value.rpartition("=") if "=hf://" in value else ("", "", value)
+    quiet = None if args.verbose or tensorflow_logs_wanted() else import_tensorflow_quietly
+    return f"{name}{equals}{hf_models(path, before_import=quiet)}"
 
 
 def main(argv: list[str] | None = None) -> int:
