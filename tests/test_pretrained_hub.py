@@ -112,8 +112,50 @@ def test_a_pytorch_only_sharded_checkpoint_imports(checkpoints, tmp_path):
     assert all(np.array_equal(ours[name], value) for name, value in expected.items())
 
 
+def _bfloat16_bits(values):
+    """float32 values rounded to nearest (ties to even) bfloat16, as the upper 16 bits of each float32."""
+    bits = np.asarray(values, np.float32).view(np.uint32).astype(np.uint64)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def test_a_bfloat16_import_keeps_rounded_weights_on_disk_and_loads_in_bfloat16(checkpoints, tmp_path):
+    from keras_transformer.workdir.checkpoints import load_models
+    workdir = kt.import_checkpoint(checkpoints["sharded"], tmp_path / "half", dtype="bfloat16")
+    path = workdir / "checkpoints" / "ckpt-0000.weights.h5"
+    ours = _h5_arrays(path)
+    expected = _h5_arrays(checkpoints["workdir"] / "checkpoints" / "ckpt-0000.weights.h5")
+    assert sorted(ours) == sorted(expected)
+    for name, value in expected.items():
+        assert ours[name].dtype.itemsize == 2 and np.array_equal(ours[name].view(np.uint16), _bfloat16_bits(value))
+    model = load_models(workdir).models[0]
+    assert {weight.dtype for weight in model.weights} == {"bfloat16"}
+    first = next(weight for weight in model.weights if len(weight.shape) == 2)
+    assert np.array_equal(np.asarray(first.numpy()).view(np.uint16), ours[next(
+        name for name, value in ours.items() if value.shape == tuple(first.shape))].view(np.uint16))
+
+
+def test_a_large_bfloat16_matrix_becomes_the_variable_s_memory_bit_for_bit():
+    """The no-copy path of `assign_array` (DLPack has no bfloat16: its bits go as uint16) keeps every bit, and the
+    variable takes over the array's memory."""
+    import keras
+    import ml_dtypes
+
+    from keras_transformer.imports.checkpoint import aligned_empty
+    from keras_transformer.imports.tensorflow_weights import LARGE_BYTES, assign_array
+    rows, columns = 1024, 1536
+    assert rows * columns * 2 > LARGE_BYTES
+    bits = np.random.default_rng(0).integers(0, 0x7F7F, (rows, columns), dtype=np.uint16)  # finite values
+    value = aligned_empty((rows, columns), ml_dtypes.bfloat16)
+    value.view(np.uint16)[...] = bits
+    variable = keras.Variable(np.zeros((rows, columns), np.float32), dtype="bfloat16")
+    assign_array(variable, value)
+    assert np.array_equal(np.asarray(variable.numpy()).view(np.uint16), bits)
+    value.view(np.uint16)[0, 0] = 0x3F80  # 1.0: the variable's memory is the array's
+    assert float(variable.numpy()[0, 0]) == 1.0
+
+
 @pytest.mark.parametrize("fault", ["missing_shard", "tensor_in_no_shard", "shard_outside"])
-def test_a_faulty_index_ends_in_one_line_naming_it_and_writes_nothing(checkpoints, tmp_path, fault):
+def test_a_faulty_index_ends_in_one_line_naming_it_and_writes_nothing(checkpoints, tmp_path, capsys, fault):
     folder = tmp_path / "faulty"
     shutil.copytree(checkpoints["sharded"], folder)
     index = json.loads((folder / "model.safetensors.index.json").read_text())
@@ -133,6 +175,11 @@ def test_a_faulty_index_ends_in_one_line_naming_it_and_writes_nothing(checkpoint
         kt.import_checkpoint(folder, tmp_path / "workdir")
     assert words in str(raised.value)
     assert not (tmp_path / "workdir").exists() and sorted(path.name for path in tmp_path.iterdir()) == ["faulty"]
+    from keras_transformer.cli import main
+    assert main(["import", str(folder), "--workdir", str(tmp_path / "workdir")]) != 0
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0] and lines[0].startswith("keras-transformer import: error:")
+    assert not (tmp_path / "workdir").exists()
 
 
 # ------------------------------------------------------------------ hf:// names, offline
@@ -186,9 +233,14 @@ def test_two_imports_at_once_leave_the_first_rename_s_copy(hub, monkeypatch):
     assert sorted(path.name for path in cached.parent.iterdir()) == [cached.name]  # ours dropped
 
 
-def test_hf_name_faults_end_in_one_line(hub, monkeypatch):
+def test_hf_name_faults_end_in_one_line(hub, monkeypatch, capsys):
     with pytest.raises(ConfigError, match="^hf://opus-mt is not a Hugging Face model name: [^\n]+$"):
         kt.load_translator("hf://opus-mt")
+    from keras_transformer.cli import main
+    assert main(["translate", "--model", "hf://test-org/absent", "A dog."]) != 0
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("keras-transformer translate: error: test-org/absent is not in "
+                                                   "the Hugging Face cache"), lines
     with pytest.raises(CheckpointNotFoundError, match="^test-org/absent is not in the Hugging Face cache .* "
                                                       "HF_HUB_OFFLINE forbids downloading it[^\n]+$"):
         kt.load_translator("hf://test-org/absent")

@@ -440,12 +440,16 @@ def _import_arguments(commands: argparse._SubParsersAction[argparse.ArgumentPars
     imported = commands.add_parser(
         "import", help="turn a published checkpoint (OPUS-MT / Marian, NLLB / M2M-100) into a workdir",
         description="Reads a checkpoint in the Hugging Face layout (config.json, model.safetensors or "
-                    "pytorch_model.bin, the tokenizer's files) from a folder, or a Hub id where the network allows, "
+                    "pytorch_model.bin, whole or sharded, the tokenizer's files) from a folder, or a Hub id "
+                    "(owner/name[@revision]) where the network allows, "
                     "and writes an ordinary workdir (model.yaml, data/vocab, one checkpoint, imported.json) that "
                     "translate, evaluate, export, serve and train (training.init_checkpoint) take "
                     "(docs/pretrained.md).")
     imported.add_argument("source", metavar="SOURCE", help="the checkpoint folder, or a Hub id (owner/name)")
     imported.add_argument("--workdir", required=True, help="the workdir to create (new or empty)")
+    imported.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                          help="the weights' type, in memory and in the workdir (bfloat16: half the size, "
+                               "rounded to nearest; the model then computes in bfloat16)")
 
 
 def _train_packed_arguments(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -434,7 +434,7 @@ def import_tensorflow_quietly() -> None:
 
 def _import(args: argparse.Namespace) -> int:
     from keras_transformer.imports.importer import import_checkpoint
-    workdir = import_checkpoint(args.source, args.workdir)  # logs what it imported, and where
+    workdir = import_checkpoint(args.source, args.workdir, dtype=args.dtype)  # logs what it imported, and where
     print(f"Translate with: keras-transformer translate --model {workdir}")
     return 0
 
