@@ -2,8 +2,9 @@
 
 `build_parser` is the command line's one parser (`cli.main` runs it). The decoding flags
 (`--strategy`, `--beam-size`, ...), the weights flags (`--checkpoint`, `--average`) and the argument types
-(`integer_at_least`, `number_at_least`) are defined once here and added to every subcommand that takes them.
-Standard library only (and the decoding and export registries' names), so that `--help` answers at once.
+(`integer_at_least`, `number_at_least`) are defined once here and added to every subcommand that takes them;
+`check_translate_arguments` refuses `translate`'s flags that do not go together. Standard library only (and the
+decoding and export registries' names), so that `--help` answers at once.
 
 Example:
 
@@ -19,7 +20,7 @@ from collections.abc import Callable
 
 import keras_transformer
 from keras_transformer.decoding.registry import STRATEGIES
-from keras_transformer.errors import exit_codes_help
+from keras_transformer.errors import ConfigError, exit_codes_help
 from keras_transformer.exports import EXPORTERS
 from keras_transformer.exports.folder import VERIFY_DAMAGED, VERIFY_NO_MANIFEST
 
@@ -179,8 +180,9 @@ def _multi30k_arguments(parser: argparse._ActionsContainer) -> None:
     parser.add_argument("--lang", help="target language code, for the Multi30k protocol")
 
 
-MODEL_HELP = ("a training workdir or an exported model; repeat it to decode several models sharing a vocabulary "
-              "as one ensemble (the mean of their next-token distributions)")
+MODEL_HELP = ("a training workdir or an exported model, or hf://owner/name (a Hugging Face Hub model, imported "
+              "once into KERAS_TRANSFORMER_HOME); repeat it to decode several models sharing a vocabulary as one "
+              "ensemble (the mean of their next-token distributions)")
 
 
 def _experiment_arguments(parser: argparse.ArgumentParser, workdir_help: str) -> None:
@@ -442,12 +444,16 @@ def _import_arguments(commands: argparse._SubParsersAction[argparse.ArgumentPars
     imported = commands.add_parser(
         "import", help="turn a published checkpoint (OPUS-MT / Marian, NLLB / M2M-100) into a workdir",
         description="Reads a checkpoint in the Hugging Face layout (config.json, model.safetensors or "
-                    "pytorch_model.bin, the tokenizer's files) from a folder, or a Hub id where the network allows, "
+                    "pytorch_model.bin, whole or sharded, the tokenizer's files) from a folder, or a Hub id "
+                    "(owner/name[@revision]) where the network allows, "
                     "and writes an ordinary workdir (model.yaml, data/vocab, one checkpoint, imported.json) that "
                     "translate, evaluate, export, serve and train (training.init_checkpoint) take "
                     "(docs/pretrained.md).")
     imported.add_argument("source", metavar="SOURCE", help="the checkpoint folder, or a Hub id (owner/name)")
     imported.add_argument("--workdir", required=True, help="the workdir to create (new or empty)")
+    imported.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                          help="the weights' type, in memory and in the workdir (bfloat16: half the size, "
+                               "rounded to nearest; the model then computes in bfloat16)")
 
 
 def _train_packed_arguments(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -503,3 +509,50 @@ def _distill_targets_arguments(commands: argparse._SubParsersAction[argparse.Arg
     distill.add_argument("--top-k", type=_POSITIVE, default=8, help="ids kept per position (default 8)")
     distill.add_argument("--tokens-per-batch", type=_POSITIVE, default=8192, help="positions per forward batch")
     distill.add_argument("--output", help="default: WORKDIR/teacher.npz")
+
+
+def translate_format(args: argparse.Namespace) -> str:
+    """`translate`'s format: `--format`, else "text" for `--input FILE` (a document) and "lines" for stdin.
+
+    Example:
+
+    >>> translate_format(build_parser().parse_args(["translate", "--model", "m", "--input", "doc.txt"]))
+    'text'
+    """
+    return args.format or ("text" if args.input is not None else "lines")
+
+
+def check_translate_arguments(args: argparse.Namespace) -> None:
+    """Refuses `translate` flags that do not go together, each in one line naming them.
+
+    Example:
+
+    >>> check_translate_arguments(build_parser().parse_args(["translate", "--model", "m", "--output", "x.txt"]))
+    Traceback (most recent call last):
+    ...
+    keras_transformer.errors.ConfigError: --output needs --input FILE: the file to translate (stdin's lines ...
+    """
+    document = translate_format(args) != "lines"
+    if args.output is not None and args.input is None:
+        raise ConfigError("--output needs --input FILE: the file to translate (stdin's lines are printed on stdout).")
+    if args.input is not None and args.sentences:
+        raise ConfigError(f"--input {args.input} and sentences as arguments ({len(args.sentences)}): give one or "
+                          "the other.")
+    if args.sentences and document:
+        raise ConfigError(f"--format {args.format} translates a document from --input FILE or stdin; sentences "
+                          "given as arguments are translated as lines.")
+    for flag, given in (("--n-best", args.n_best is not None), ("--target-prefix", args.target_prefix is not None)):
+        if given and document:
+            raise ConfigError(f"{flag} is for sentences (--format lines), not for a document (--format "
+                              f"{translate_format(args)}).")
+        if given and args.input is not None:
+            raise ConfigError(f"{flag} is for sentences given as arguments or on stdin, not for --input FILE.")
+    if args.constraint and document:
+        raise ConfigError(f"--constraint is for sentences (--format lines), not for a document (--format "
+                          f"{translate_format(args)}): each sentence needs its own terms; give a --glossary (its "
+                          "entries found in a sentence become that sentence's constraints).")
+    terms = bool(args.constraint or args.glossary is not None or args.ban)
+    if args.json and not document and (args.input is not None or not terms):
+        raise ConfigError("--json is for documents (--format text, html or xml) and for sentences with terms "
+                          "(--constraint, --glossary, --ban) given as arguments or on stdin; --n-best N prints "
+                          "lines' scores.")

@@ -42,7 +42,13 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from keras_transformer.cli.arguments import DECODING_FLAGS, build_parser, flag_dest
+from keras_transformer.cli.arguments import (
+    DECODING_FLAGS,
+    build_parser,
+    check_translate_arguments,
+    flag_dest,
+    translate_format,
+)
 from keras_transformer.cli.terminal import (
     STDIN_CHUNK_BATCHES,
     ProgressBar,
@@ -164,53 +170,6 @@ def _load_translator(args: argparse.Namespace) -> TranslatorInterface:
     from keras_transformer.engines.loader import load_translator
     model, checkpoint = _weights(args.model, args.checkpoint)
     return load_translator(model, checkpoint, args.average, checked=True, **_decode_settings(args))
-
-
-def translate_format(args: argparse.Namespace) -> str:
-    """`translate`'s format: `--format`, else "text" for `--input FILE` (a document) and "lines" for stdin.
-
-    Example:
-
-    >>> translate_format(build_parser().parse_args(["translate", "--model", "m", "--input", "doc.txt"]))
-    'text'
-    """
-    return args.format or ("text" if args.input is not None else "lines")
-
-
-def check_translate_arguments(args: argparse.Namespace) -> None:
-    """Refuses `translate` flags that do not go together, each in one line naming them.
-
-    Example:
-
-    >>> check_translate_arguments(build_parser().parse_args(["translate", "--model", "m", "--output", "x.txt"]))
-    Traceback (most recent call last):
-    ...
-    keras_transformer.errors.ConfigError: --output needs --input FILE: the file to translate (stdin's lines ...
-    """
-    document = translate_format(args) != "lines"
-    if args.output is not None and args.input is None:
-        raise ConfigError("--output needs --input FILE: the file to translate (stdin's lines are printed on stdout).")
-    if args.input is not None and args.sentences:
-        raise ConfigError(f"--input {args.input} and sentences as arguments ({len(args.sentences)}): give one or "
-                          "the other.")
-    if args.sentences and document:
-        raise ConfigError(f"--format {args.format} translates a document from --input FILE or stdin; sentences "
-                          "given as arguments are translated as lines.")
-    for flag, given in (("--n-best", args.n_best is not None), ("--target-prefix", args.target_prefix is not None)):
-        if given and document:
-            raise ConfigError(f"{flag} is for sentences (--format lines), not for a document (--format "
-                              f"{translate_format(args)}).")
-        if given and args.input is not None:
-            raise ConfigError(f"{flag} is for sentences given as arguments or on stdin, not for --input FILE.")
-    if args.constraint and document:
-        raise ConfigError(f"--constraint is for sentences (--format lines), not for a document (--format "
-                          f"{translate_format(args)}): each sentence needs its own terms; give a --glossary (its "
-                          "entries found in a sentence become that sentence's constraints).")
-    terms = bool(args.constraint or args.glossary is not None or args.ban)
-    if args.json and not document and (args.input is not None or not terms):
-        raise ConfigError("--json is for documents (--format text, html or xml) and for sentences with terms "
-                          "(--constraint, --glossary, --ban) given as arguments or on stdin; --n-best N prints "
-                          "lines' scores.")
 
 
 def _translate_file(args: argparse.Namespace, translator: TranslatorInterface, format: str,
@@ -446,7 +405,7 @@ def import_tensorflow_quietly() -> None:
 
 def _import(args: argparse.Namespace) -> int:
     from keras_transformer.imports.importer import import_checkpoint
-    workdir = import_checkpoint(args.source, args.workdir)  # logs what it imported, and where
+    workdir = import_checkpoint(args.source, args.workdir, dtype=args.dtype)  # logs what it imported, and where
     print(f"Translate with: keras-transformer translate --model {workdir}")
     return 0
 
@@ -466,6 +425,9 @@ def precheck(args: argparse.Namespace) -> None:
     from keras_transformer import files
     from keras_transformer.data import textfile
     from keras_transformer.workdir import layout
+
+    if args.command in ("translate", "evaluate", "serve"):  # hf:// names as their cached workdirs
+        args.model = [_hf_model(args, value) for value in args.model]
 
     if args.command in ("train", "pack"):
         from keras_transformer.experiment import load_experiment
@@ -536,6 +498,15 @@ def precheck(args: argparse.Namespace) -> None:
         if checked_source(args.source) is not None:  # a local folder: its config, family and weights file
             checkpoint = read_checkpoint(args.source)
             check_family(checkpoint.config.get("model_type"), checkpoint.folder / "config.json")
+
+
+def _hf_model(args: argparse.Namespace, value: str) -> str:
+    """A `--model` value (serve's NAME=VALUE too) with an ``hf://`` name as its workdir in the package's cache,
+    imported there first where it is not yet (TensorFlow imported quietly for that)."""
+    from keras_transformer.engines.loader import hf_models
+    name, equals, path = value.rpartition("=") if "=hf://" in value else ("", "", value)
+    quiet = None if args.verbose or tensorflow_logs_wanted() else import_tensorflow_quietly
+    return f"{name}{equals}{hf_models(path, before_import=quiet)}"
 
 
 def main(argv: list[str] | None = None) -> int:

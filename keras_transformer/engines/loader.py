@@ -11,6 +11,9 @@ process that never imports TensorFlow (the command line's `translate` included);
 | a LiteRT export (`export --format litert`) | "litert" | `LiteRTTranslator` |
 | a packed workdir (`keras-transformer pack`: `arrays/`), SentencePiece vocabulary | "packed" | `PackedTranslator` |
 
+An ``hf://owner/name`` model name stands for its workdir in the package's cache, imported there on its first use
+(`imports.cache.hf_model`); later uses read the cached workdir, offline too.
+
 `engine=` picks another engine for a folder that it can read: "packed" for a workdir or a SavedModel export (no
 TensorFlow: JAX on a GPU machine), "tensorflow" for a packed workdir. Each engine is registered in `ENGINES` by
 its translator class, whose `load` reads the folders (`TranslatorInterface.load`); an engine is imported only when
@@ -21,9 +24,11 @@ from __future__ import annotations
 
 import os
 import pathlib
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from keras_transformer.errors import ConfigError
+from keras_transformer.imports.hub import cached_model, is_hf_name
 from keras_transformer.packed.data import arrays_path
 from keras_transformer.runtime.registry import Registry
 from keras_transformer.workdir.layout import (
@@ -80,6 +85,8 @@ def load_translator(model: str | os.PathLike[str] | list[str | os.PathLike[str]]
         model: a training workdir (`model.yaml`, `data/vocab`, `checkpoints/`), a SavedModel export, a
             CTranslate2 export, a packed workdir, or a list of workdirs and SavedModel exports (an ensemble, on
             the TensorFlow engine: they must share the vocabulary files; decoding defaults come from the first).
+            An ``hf://owner/name[@revision]`` name is a Hugging Face Hub model, imported into the cache
+            (``KERAS_TRANSFORMER_HOME``) on its first use and read from there after (`hf_models`).
         checkpoint: a `.weights.h5` file (workdirs only); default: the last epoch checkpoint. For an ensemble, a
             list with one entry (or None) per model.
         average: average the last `average` checkpoints instead (workdirs only; each member); not together with
@@ -110,6 +117,7 @@ def load_translator(model: str | os.PathLike[str] | list[str | os.PathLike[str]]
     >>> ensemble = load_translator(["runs/en_de", "runs/en_de_seed2"], average=5)  # doctest: +SKIP
     >>> fast = load_translator("exports/en_de_ct2")  # CTranslate2, no TensorFlow  # doctest: +SKIP
     """
+    model = hf_models(model)
     paths = (list(model) if isinstance(model, (list, tuple)) else [model]) if checked else \
         check_models(model, checkpoint, average)
     engines = [model_engine(path) for path in paths]
@@ -123,6 +131,28 @@ def load_translator(model: str | os.PathLike[str] | list[str | os.PathLike[str]]
             _check_converted(kind, paths, engines, engine, checkpoint, average)
     translator: TranslatorInterface = ENGINES.get(engine).load(paths, checkpoint, average, options, **settings)
     return translator
+
+
+def hf_models(model: Any, before_import: Callable[[], None] | None = None) -> Any:
+    """`model` (a folder or a list of them) with each ``hf://`` name replaced by its cached workdir, imported on
+    its first use (`imports.cache.hf_model`, which imports TensorFlow only then, after calling `before_import`).
+
+    Example:
+
+    >>> hf_models(["runs/a", "runs/b"])
+    ['runs/a', 'runs/b']
+    """
+    if isinstance(model, (list, tuple)):
+        return [hf_models(one, before_import) for one in model]
+    if not is_hf_name(model):
+        return model
+    cached = cached_model(model)
+    if cached.is_dir():  # imported before: no TensorFlow, no Hub
+        return cached
+    if before_import is not None:
+        before_import()
+    from keras_transformer.imports.cache import hf_model
+    return hf_model(model)
 
 
 def _check_converted(kind: str, paths: list[Any], engines: list[str], engine: str, checkpoint: Any,

@@ -2,7 +2,9 @@
 
 ```
 imports/
-  checkpoint.py  a Hugging Face checkpoint folder (or Hub id) read: configs, weights, model card
+  checkpoint.py  a Hugging Face checkpoint folder (or Hub id) read: configs, weights (whole or sharded), model card
+  hub.py         the Hugging Face Hub: a repository downloaded (or found in its cache offline); hf:// names
+  cache.py       `hf_model`: an hf:// name imported once into KERAS_TRANSFORMER_HOME
   family.py      what a family module gives (`Family`), and the weight-copying helpers they share
   importer.py    `import_checkpoint`: the checkpoint as an ordinary workdir, written whole or not at all
   marian.py      OPUS-MT / Marian (MarianMTModel)

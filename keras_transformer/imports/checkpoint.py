@@ -1,9 +1,11 @@
 """A checkpoint in the Hugging Face layout, read: its config, generation config, weights and the folder it lies in.
 
 Weights come from ``model.safetensors`` (read here, one tensor at a time) or,
-without it, ``pytorch_model.bin`` (read with `torch`, which only that needs). A Hub id
-is fetched with `huggingface_hub` where the network allows; a local folder is
-never sent anywhere.
+without it, ``pytorch_model.bin`` (read with `torch`, which only that needs), or
+from the shards a ``model.safetensors.index.json`` or ``pytorch_model.bin.index.json``
+names (read shard by shard, one tensor at a time). A Hub id (``owner/name``,
+``owner/name@revision``) is fetched with `huggingface_hub` where the network allows
+(`imports.hub`); a local folder is never sent anywhere.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from keras_transformer.errors import CheckpointNotFoundError, ConfigError, CorruptFileError
+from keras_transformer.imports.hub import download, parse_hub_id
 
 if TYPE_CHECKING:
     from numpy.typing import DTypeLike
@@ -26,6 +29,9 @@ CONFIG = "config.json"
 GENERATION_CONFIG = "generation_config.json"
 SAFETENSORS = "model.safetensors"
 PYTORCH = "pytorch_model.bin"
+SAFETENSORS_INDEX = "model.safetensors.index.json"  # a sharded checkpoint: {"weight_map": {tensor: shard file}}
+PYTORCH_INDEX = "pytorch_model.bin.index.json"
+WEIGHTS = (SAFETENSORS, SAFETENSORS_INDEX, PYTORCH, PYTORCH_INDEX)  # the first one a folder holds is read
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,7 +43,7 @@ class Checkpoint:
         source: what was asked for (the folder or the Hub id).
         config: ``config.json`` as a dict.
         generation: ``generation_config.json`` as a dict ({} without one).
-        weights_file: the weights file read.
+        weights_file: the weights file read (a sharded checkpoint's index).
     """
 
     folder: pathlib.Path
@@ -69,6 +75,8 @@ class Checkpoint:
         """
         if self.weights_file.name == SAFETENSORS:
             return SafetensorsFile(self.weights_file)
+        if self.weights_file.name in (SAFETENSORS_INDEX, PYTORCH_INDEX):
+            return ShardedTensors(self.weights_file)
         return _torch_tensors(self.weights_file)
 
 
@@ -191,8 +199,84 @@ def _torch_tensors(path: pathlib.Path) -> _TorchTensors:
     return _TorchTensors(state)
 
 
+def _shard(path: pathlib.Path) -> Mapping[str, Any]:
+    """One shard's tensors: a `SafetensorsFile`, or a memory-mapped PyTorch state dict."""
+    return SafetensorsFile(path) if path.name.endswith(".safetensors") else _torch_tensors(path)
+
+
+class ShardedTensors(Mapping):
+    """A sharded checkpoint (``model.safetensors.index.json`` or ``pytorch_model.bin.index.json``) as one mapping
+    `{name: float32 numpy array}`: each tensor is read from its shard when asked for, and at most one shard is
+    open at a time (safetensors shards keep only their headers; a PyTorch shard is memory-mapped), so an import
+    never holds the checkpoint in memory.
+
+    The index's ``weight_map`` names each tensor's shard (a file beside the index). Every shard is checked when the
+    index is opened: a missing shard, or a tensor that its shard does not hold, is refused (named) before anything
+    is built.
+
+    Raises:
+        CheckpointNotFoundError: a shard the index names is missing (named).
+        CorruptFileError: the index cannot be read, a shard cannot be read, or a tensor is not in its shard (named).
+
+    Example:
+
+    >>> import tempfile, struct
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> for shard, name in (("a.safetensors", "w"), ("b.safetensors", "v")):
+    ...     header = json.dumps({name: {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}).encode()
+    ...     _ = (folder / shard).write_bytes(struct.pack("<Q", len(header)) + header + np.ones(1, np.float32).tobytes())
+    >>> index = folder / SAFETENSORS_INDEX
+    >>> _ = index.write_text(json.dumps({"weight_map": {"w": "a.safetensors", "v": "b.safetensors"}}))
+    >>> weights = ShardedTensors(index)
+    >>> sorted(weights), weights.shape("v"), weights["w"].tolist()
+    (['v', 'w'], (1,), [1.0])
+    """
+
+    def __init__(self, index: str | os.PathLike[str]) -> None:
+        self.path = pathlib.Path(index)
+        weight_map = _read_json(self.path, required=True).get("weight_map")
+        if not isinstance(weight_map, dict) or not all(isinstance(shard, str) for shard in weight_map.values()):
+            raise CorruptFileError(f"{self.path} has no weight_map ({{tensor: shard file}}): not a sharded "
+                                   "checkpoint's index.")
+        for shard in weight_map.values():
+            if pathlib.Path(shard).name != shard or shard in (".", ".."):
+                raise CorruptFileError(f"{self.path} names the shard {shard!r}: a file beside it is expected.")
+        self._shard_of = {name: self.path.parent / shard for name, shard in weight_map.items()}
+        self._shapes: dict[str, tuple[int, ...]] = {}
+        for shard in dict.fromkeys(self._shard_of.values()):  # each shard once, in the index's order
+            if not shard.is_file():
+                raise CheckpointNotFoundError(f"{shard} is missing: a shard that {self.path.name} names.")
+            tensors = _shard(shard)
+            for name in (name for name, where in self._shard_of.items() if where == shard):
+                if name not in tensors:
+                    raise CorruptFileError(f"{self.path}: {name} is in no shard ({self.path.name} names "
+                                           f"{shard.name}, which does not hold it).")
+                self._shapes[name] = tuple(tensors.shape(name))  # type: ignore[attr-defined]
+            del tensors
+        self._open: tuple[pathlib.Path, Mapping[str, Any]] | None = None
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        shard = self._shard_of[name]
+        if self._open is None or self._open[0] != shard:
+            self._open = None  # the previous shard closed before the next one opens
+            self._open = (shard, _shard(shard))
+        return self._open[1][name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._shard_of)
+
+    def __len__(self) -> int:
+        return len(self._shard_of)
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        """The shape of tensor `name`, from its shard's header."""
+        return self._shapes[name]
+
+
 class _TorchTensors(Mapping):
     """A ``pytorch_model.bin`` state dict (memory-mapped), each tensor widened to float32 when asked for."""
+
+    path: pathlib.Path | None = None
 
     def __init__(self, state: Mapping[str, Any]) -> None:
         self._state = state
@@ -241,14 +325,19 @@ def checked_source(source: str | os.PathLike[str]) -> pathlib.Path | None:
     if path.is_dir():
         return path
     text = os.fspath(source)
-    if path.exists() or text.count("/") != 1 or text.startswith((".", "/")):
+    try:
+        if path.exists() or text.startswith((".", "/")):
+            raise ConfigError(text)
+        parse_hub_id(text)
+    except ConfigError:
         raise CheckpointNotFoundError(f"{source} is not a folder (config.json, weights, tokenizer files) nor a "
-                                      "Hub id (owner/name).")
+                                      "Hub id (owner/name or owner/name@revision).") from None
     return None
 
 
 def local_folder(source: str | os.PathLike[str]) -> pathlib.Path:
-    """`source` as a local folder: itself, or a Hub id (``owner/name``) downloaded with huggingface_hub.
+    """`source` as a local folder: itself, or a Hub id (``owner/name``, ``owner/name@revision``, ``hf://`` in front
+    or not) downloaded with huggingface_hub (`imports.hub.download`).
 
     Raises:
         CheckpointNotFoundError: neither a folder nor a Hub id that could be fetched (the reason named).
@@ -263,15 +352,7 @@ def local_folder(source: str | os.PathLike[str]) -> pathlib.Path:
     path = checked_source(source)
     if path is not None:
         return path
-    text = os.fspath(source)
-    try:
-        from huggingface_hub import snapshot_download
-        return pathlib.Path(snapshot_download(text, allow_patterns=["*.json", "*.spm", "*.model", "*.safetensors",
-                                                                    "README.md"]))
-    except Exception as error:  # noqa: BLE001 - offline, unknown repository, refused: one line either way
-        problem = " ".join(str(error).split())[:200]
-        raise CheckpointNotFoundError(f"{source} is not a local folder, and fetching it from the Hugging Face Hub "
-                                      f"failed ({problem}).") from None
+    return download(*parse_hub_id(os.fspath(source)))
 
 
 def read_checkpoint(source: str | os.PathLike[str]) -> Checkpoint:
@@ -288,10 +369,10 @@ def read_checkpoint(source: str | os.PathLike[str]) -> Checkpoint:
     folder = local_folder(source)
     config = _read_json(folder / CONFIG, required=True)
     generation = _read_json(folder / GENERATION_CONFIG, required=False)
-    weights = next((folder / name for name in (SAFETENSORS, PYTORCH) if (folder / name).is_file()), None)
+    weights = next((folder / name for name in WEIGHTS if (folder / name).is_file()), None)
     if weights is None:
-        raise CheckpointNotFoundError(f"{folder} holds no weights: expected {SAFETENSORS} or {PYTORCH} "
-                                      "(sharded checkpoints are not read).")
+        raise CheckpointNotFoundError(f"{folder} holds no weights: expected {SAFETENSORS}, {PYTORCH} or a sharded "
+                                      f"checkpoint's index ({SAFETENSORS_INDEX}, {PYTORCH_INDEX}).")
     return Checkpoint(folder, os.fspath(source), config, generation, weights)
 
 

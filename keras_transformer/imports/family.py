@@ -18,6 +18,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import ml_dtypes
 import numpy as np
 
 from keras_transformer.decoding.options import DecodeOptions
@@ -162,7 +163,8 @@ class WeightSource:
 def assign(variable: Any, value: np.ndarray, name: str) -> None:
     """Sets a Keras variable to `value`, whose shape must be the variable's (the checkpoint key named otherwise).
     On TensorFlow a large matrix takes no full-size copy on the way (`imports.tensorflow_weights`): the variable
-    takes over `value`'s memory, so the caller drops it, never writes to it.
+    takes over `value`'s memory, so the caller drops it, never writes to it. A bfloat16 variable (a model built
+    under Keras' bfloat16 policy) takes `value` rounded to nearest (even).
 
     Example:
 
@@ -174,7 +176,8 @@ def assign(variable: Any, value: np.ndarray, name: str) -> None:
     if tuple(variable.shape) != tuple(value.shape):
         raise ConfigError(f"{name} has shape {tuple(value.shape)} where the model's {variable.path} has "
                           f"{tuple(variable.shape)}.")
-    assign_array(variable, np.asarray(value, dtype=np.float32))  # float32 as read: no copy
+    dtype = ml_dtypes.bfloat16 if variable.dtype == "bfloat16" else np.float32
+    assign_array(variable, np.asarray(value, dtype=dtype))  # float32 as read: no copy
 
 
 def per_head(parts: Sequence[np.ndarray], num_heads: int) -> np.ndarray:

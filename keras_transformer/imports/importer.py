@@ -43,7 +43,8 @@ def _sha256(path: str | os.PathLike[str]) -> str:
     return digest.hexdigest()
 
 
-def import_checkpoint(source: str | os.PathLike[str], workdir: str | os.PathLike[str]) -> pathlib.Path:
+def import_checkpoint(source: str | os.PathLike[str], workdir: str | os.PathLike[str],
+                      dtype: str = "float32") -> pathlib.Path:
     """Imports a published checkpoint as a workdir that translates, scores, exports, serves and fine-tunes.
 
     Args:
@@ -51,6 +52,9 @@ def import_checkpoint(source: str | os.PathLike[str], workdir: str | os.PathLike
             ``pytorch_model.bin``, the tokenizer's files), or a Hub id (``Helsinki-NLP/opus-mt-en-de``)
             fetched with huggingface_hub where the network allows.
         workdir: the folder to create (it must not exist, or be empty).
+        dtype: "float32", or "bfloat16": the model built under Keras' bfloat16 policy, each tensor rounded to
+            bfloat16 as it is copied in (one float32 tensor at a time beside the model), and the checkpoint
+            written in bfloat16 (half the size); loading the workdir builds it in bfloat16 again.
 
     Returns:
         The workdir, as a `pathlib.Path`.
@@ -74,7 +78,9 @@ def import_checkpoint(source: str | os.PathLike[str], workdir: str | os.PathLike
     config = family.config(checkpoint, tensors)
     options = family.decoding(checkpoint)
     source_tokenizer, target_tokenizer = family.tokenizers(checkpoint, config)
-    model = build_model(config)
+    if dtype not in ("float32", "bfloat16"):
+        raise ConfigError(f"import: dtype must be float32 or bfloat16, got {dtype!r}.")
+    model = build_model(config, dtype=None if dtype == "float32" else dtype)
     family.assign_weights(model, tensors, config)
     unused = tensors.unused()
     if unused:

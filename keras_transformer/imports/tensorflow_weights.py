@@ -34,8 +34,8 @@ def assign_array(variable: Any, value: np.ndarray) -> None:
 
     Args:
         variable: a `keras.Variable`.
-        value: a numpy array of the variable's shape and dtype (other dtypes, and other backends, go through
-            `variable.assign`).
+        value: a numpy array of the variable's shape and dtype (float32, or ml_dtypes' bfloat16; other dtypes,
+            and other backends, go through `variable.assign`).
 
     Example:
 
@@ -53,6 +53,9 @@ def assign_array(variable: Any, value: np.ndarray) -> None:
         aligned = aligned_empty(value.shape, value.dtype)
         np.copyto(aligned, value)
         value = aligned
+    if target.dtype == tf.bfloat16:  # DLPack has no bfloat16: its bits as uint16, reinterpreted (no copy)
+        target.assign(tf.bitcast(tf.experimental.dlpack.from_dlpack(value.view(np.uint16).__dlpack__()), tf.bfloat16))
+        return
     target.assign(tf.experimental.dlpack.from_dlpack(value.__dlpack__()))
 
 

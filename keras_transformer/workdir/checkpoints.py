@@ -31,6 +31,7 @@ import typing
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import h5py  # type: ignore[import-untyped]
 import keras
 import numpy as np
 import yaml
@@ -485,7 +486,37 @@ def model_folder(path: str | os.PathLike[str], checkpoint: str | os.PathLike[str
         weights = tuple(latest_checkpoints(path / CHECKPOINTS_DIR, int(average or 1)))
     vocab = path / WORKDIR_VOCAB
     config, options = read_model_file(path / MODEL_CONFIG)
-    return ModelFolder(path, "workdir", (Member(config, weights),), vocab if vocab.exists() else None, options)
+    member = Member(config, weights, weights_dtype(weights[0]))  # bfloat16 weights (an import's) stay so
+    return ModelFolder(path, "workdir", (member,), vocab if vocab.exists() else None, options)
+
+
+def weights_dtype(path: str | os.PathLike[str]) -> str | None:
+    """"bfloat16" for a weights file whose weights are bfloat16 (`import --dtype bfloat16`), else None (float32,
+    as every training run's, mixed precision included, writes them); read from its first weight's type.
+
+    Example:
+
+    >>> import tempfile
+    >>> from keras_transformer.model import build_model
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "a.weights.h5"
+    >>> save_weights(build_model(TransformerConfig.preset("tiny", vocab_size=20), dtype="bfloat16"), path) and None
+    >>> weights_dtype(path)
+    'bfloat16'
+    """
+    first: list[np.dtype] = []
+
+    def visit(_: str, item: Any) -> bool | None:
+        if isinstance(item, h5py.Dataset) and item.ndim and item.dtype.kind in "fV":
+            first.append(item.dtype)
+            return True  # stops the walk
+        return None
+
+    try:
+        with h5py.File(path, "r") as handle:
+            handle.visititems(visit)
+    except OSError:  # unreadable: loading it names the problem
+        return None
+    return "bfloat16" if first and first[0].kind == "V" and first[0].itemsize == 2 else None
 
 
 def build_member(member: Member) -> Any:
