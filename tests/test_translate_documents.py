@@ -165,8 +165,9 @@ def test_bad_input_is_refused_in_one_line_and_nothing_is_written(run, tmp_path):
 def test_an_empty_document_gives_an_empty_output_file(run, tmp_path):
     for name, text in (("empty.txt", ""), ("blank.txt", "\n\n  \n")):
         (tmp_path / name).write_text(text, encoding="utf-8")
-        status, _, _ = run(["--input", name, "--output", f"{name}.de"])
+        status, _, err = run(["--input", name, "--output", f"{name}.de"])
         assert status == 0 and (tmp_path / f"{name}.de").read_text(encoding="utf-8") == text
+        assert f"{name}: no text to translate; the output is the document as it was." in err
 
 
 @pytest.mark.slow

@@ -184,6 +184,8 @@ def _translate_file(args: argparse.Namespace, translator: TranslatorInterface, f
                                           target_lang=args.target_lang, batch_size=args.batch_size, progress=bar,
                                           details=details, glossary=glossary, banned=args.ban,
                                           constraints=args.constraint)
+    if not translated.strip():  # said, so that an empty output is not taken for a failure
+        print(f"{args.input or 'stdin'}: no text to translate; the output is the document as it was.", file=sys.stderr)
     if args.json:
         print(json.dumps({"format": format, "translation": translated, "sentences": details,
                           "decoding": translator.options.to_dict(), "seconds": round(time.monotonic() - start, 3)},
