@@ -426,11 +426,11 @@ def test_an_imported_nllb_model_translates_a_document_with_its_language_codes(re
     monkeypatch.setattr(document, "segment", lambda text, language: languages.append(language) or segment(
         text, language))
     expected = translator.translate_lines(DOCUMENT_SENTENCES, target_lang="deu_Latn")
-    assert translator.translate_document(DOCUMENT, target_lang="fra_Latn") == document_layout(expected)
+    assert translator.translate_document(DOCUMENT, target_lang="deu_Latn") == document_layout(expected)
     from_german = translator.translate_lines(translator.with_source_lang(DOCUMENT_SENTENCES, "deu_Latn"),
                                              target_lang="deu_Latn")
     assert from_german != expected
-    details = translator.translate_document(DOCUMENT, source_lang="deu_Latn", target_lang="fra_Latn", details=True)
+    details = translator.translate_document(DOCUMENT, source_lang="deu_Latn", target_lang="deu_Latn", details=True)
     assert details["text"] == document_layout(from_german)
     assert languages == ["eng_Latn", "deu_Latn"]
     assert [(r["source"], r["translation"]) for r in details["sentences"]] == list(zip(DOCUMENT_SENTENCES,
