@@ -229,19 +229,28 @@ def test_a_sharded_save_pretrained_imports_to_the_same_weights(references, tmp_p
 
 @pytest.mark.parametrize("fault, named", [
     ("cc25", "tokenizer_class 'MBartTokenizer' (mBART-large-cc25's layout"),
+    ("cc25_unnamed", "tokenizer_class 'MBartTokenizer' (mBART-large-cc25's layout"),
     ("positions", "model.encoder.embed_positions.weight has shape (66, 16) but config.json's sizes give (34, 16)"),
 ])
-def test_a_checkpoint_the_model_cannot_hold_ends_in_one_line_naming_it_and_writes_nothing(references, tmp_path,
-                                                                                         fault, named):
+def test_a_checkpoint_the_model_cannot_hold_is_refused_by_name_and_writes_nothing(references, tmp_path, fault,
+                                                                                  named):
+    """mBART-large-cc25's tokenizer, named or not (its vocabulary has 25 languages), and positions that are not
+    config.json's."""
     folder = tmp_path / "checkpoint"
     shutil.copytree(references["scaled"][0], folder)
-    path = folder / ("tokenizer_config.json" if fault == "cc25" else "config.json")
-    settings = json.loads(path.read_text())
-    if fault == "cc25":
-        settings["tokenizer_class"] = "MBartTokenizer"
-    else:
-        settings["max_position_embeddings"] = 32
-    path.write_text(json.dumps(settings))
+    if fault == "cc25_unnamed":  # MBartTokenizer's files, and no tokenizer_class anywhere
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            (folder / name).unlink()
+        transformers.MBartTokenizer.from_pretrained(str(folder), src_lang=SOURCE).save_pretrained(folder)
+    for name in ("tokenizer_config.json", "config.json"):
+        settings = json.loads((folder / name).read_text())
+        if fault == "cc25_unnamed":
+            settings.pop("tokenizer_class", None)
+        elif fault == "cc25" and name == "tokenizer_config.json":
+            settings["tokenizer_class"] = "MBartTokenizer"
+        elif fault == "positions" and name == "config.json":
+            settings["max_position_embeddings"] = 32
+        (folder / name).write_text(json.dumps(settings))
     with pytest.raises(ConfigError, match=named.replace("(", r"\(").replace(")", r"\)")):
         kt.import_checkpoint(folder, tmp_path / "workdir")
     assert sorted(os.listdir(tmp_path)) == ["checkpoint"]

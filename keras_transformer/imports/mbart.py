@@ -81,9 +81,10 @@ class MBartFamily(BartFamily):
         return read_settings(checkpoint.folder / TOKENIZER_CONFIG)
 
     def _check_tokenizer(self, checkpoint: Checkpoint) -> None:
-        kind = str(self._settings(checkpoint).get("tokenizer_class") or checkpoint.config.get("tokenizer_class")
-                   or "MBart50Tokenizer")
-        if not kind.startswith("MBart50"):
+        kind = self._settings(checkpoint).get("tokenizer_class") or checkpoint.config.get("tokenizer_class")
+        if not kind:  # mBART-50's vocabulary has its 52 languages, cc25's its 25
+            kind = "MBart50Tokenizer" if len(self._vocabulary(checkpoint)[1]) > 25 else "MBartTokenizer"
+        if not str(kind).startswith("MBart50"):
             raise ConfigError(f"{checkpoint.folder / TOKENIZER_CONFIG}: tokenizer_class {kind!r} (mBART-large-cc25's "
                               "layout: tokens </s> [src_lang], the decoder started from the target language) is not "
                               "read; the package imports MBart50Tokenizer's [src_lang] tokens </s>.")
