@@ -79,6 +79,8 @@ class TransformerConfig:
     activation: str = "relu"  # FFN activation: "relu" (paper), "gelu" (erf), "gelu_tanh" or "swish" (SiLU)
     output_bias: bool = False  # a learned bias added to the logits (Marian's final_logits_bias)
     norm_first: bool = False  # False: post-norm LayerNorm(x + Sublayer(x)) as the paper; True: pre-norm
+    embedding_norm: bool = False  # a LayerNorm on embeddings + positions, before their dropout (mBART's
+                                  # layernorm_embedding)
     layer_norm_epsilon: float = 1e-6  # LayerNorm epsilon
     tie_embeddings: str = "all"  # "all" (src+tgt+softmax, shared vocab), "decoder" (tgt+softmax), "none"
     use_rezero: bool = False  # ReZero: scale each sub-layer output by a learned scalar that starts at 0
@@ -167,7 +169,7 @@ class TransformerConfig:
         for name, kinds in (("sinusoid_layout", SINUSOID_LAYOUTS), ("activation", ACTIVATIONS)):
             if getattr(self, name) not in kinds:
                 raise ValueError(f"TransformerConfig.{name} must be one of {kinds}, got {getattr(self, name)!r}.")
-        for name in ("scale_embeddings", "output_bias"):
+        for name in ("scale_embeddings", "output_bias", "embedding_norm"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"TransformerConfig.{name} must be true or false, got {getattr(self, name)!r}.")
         if self.tie_embeddings not in TIE_MODES:

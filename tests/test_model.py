@@ -116,7 +116,8 @@ def test_separate_vocabularies_give_target_sized_logits():
     assert out.shape == (1, 2, 45)
 
 
-@pytest.mark.parametrize("options", [dict(), dict(tie_embeddings="none", norm_first=True, position="learned"),
+@pytest.mark.parametrize("options", [dict(), dict(tie_embeddings="none", norm_first=True, position="learned",
+                                          embedding_norm=True),
                                      dict(position="relative", max_relative_position=3),
                                      dict(activation="gelu_tanh", output_bias=True, sinusoid_layout="concatenated",
                                           scale_embeddings=False, tie_embeddings="none")])
@@ -212,9 +213,11 @@ def test_a_keras_file_reloads_in_a_fresh_process_and_fit_continues_from_its_upda
     assert np.linalg.norm(there - here) < 0.01 * np.linalg.norm(here)
 
 
-@pytest.mark.parametrize("options", [dict(), dict(position="relative", max_relative_position=2)])
+@pytest.mark.parametrize("options", [dict(), dict(position="relative", max_relative_position=2),
+                                     dict(embedding_norm=True, norm_first=True, position="learned")])
 def test_cached_decoding_equals_full_pass(options):
-    """With relative positions the 7 steps reach distances beyond k = 2 (the clipped rows)."""
+    """With relative positions the 7 steps reach distances beyond k = 2 (the clipped rows); with an embedding
+    norm (mBART's) each step normalizes its embedding as the full pass does."""
     model = kt.build_model(tiny(num_layers=3, **options))
     source, target = random_batch(batch=2, target_length=7)
     source[0, 5:] = 0
