@@ -83,9 +83,10 @@ class Checkpoint:
 ALIGNMENT = 64  # bytes: where a tensor read here starts (TensorFlow's CPU kernels assume it of a tensor's data)
 
 
-def aligned_empty(shape: int | tuple[int, ...], dtype: DTypeLike) -> np.ndarray:
+def aligned_empty(shape: int | tuple[int, ...], dtype: DTypeLike, zeros: bool = False) -> np.ndarray:
     """An uninitialised C-contiguous array whose data starts at a multiple of `ALIGNMENT` bytes: TensorFlow can
-    take it as a tensor's memory without a copy (`imports.tensorflow_weights`).
+    take it as a tensor's memory without a copy (`imports.tensorflow_weights`). With `zeros`, filled with zeros
+    (`calloc`: a large one is memory the operating system maps in only where it is written to).
 
     Example:
 
@@ -95,7 +96,7 @@ def aligned_empty(shape: int | tuple[int, ...], dtype: DTypeLike) -> np.ndarray:
     """
     dtype = np.dtype(dtype)
     size = dtype.itemsize * int(np.prod(shape))
-    raw = np.empty(size + ALIGNMENT, np.uint8)
+    raw = (np.zeros if zeros else np.empty)(size + ALIGNMENT, np.uint8)
     start = -raw.ctypes.data % ALIGNMENT
     return raw[start:start + size].view(dtype).reshape(shape)
 
