@@ -167,6 +167,9 @@ class SafetensorsFile(Mapping):
             return (value.astype(np.uint32) << 16).view(np.float32)
         return value.astype(np.float32, copy=False)
 
+    def __contains__(self, name: object) -> bool:  # from the header: `Mapping`'s would read the tensor
+        return name in self._entries
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._entries)
 
@@ -263,6 +266,9 @@ class ShardedTensors(Mapping):
             self._open = (shard, _shard(shard))
         return self._open[1][name]
 
+    def __contains__(self, name: object) -> bool:  # from the index: `Mapping`'s would read the tensor
+        return name in self._shard_of
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._shard_of)
 
@@ -284,6 +290,9 @@ class _TorchTensors(Mapping):
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self._state[name].float().numpy()
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._state
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._state)
