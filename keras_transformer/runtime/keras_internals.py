@@ -489,7 +489,7 @@ def initial_values(replace: Callable[[tuple[int, ...], str], Any]) -> Iterator[N
 
     >>> with initial_values(lambda shape, dtype: keras.ops.full(shape, 7.0, dtype) if shape == (2,) else None):
     ...     layer = keras.layers.Dense(2); layer.build((None, 3))
-    >>> layer.bias.numpy().tolist(), layer.kernel.numpy().std() > 0
+    >>> layer.bias.numpy().tolist(), bool(layer.kernel.numpy().std() > 0)
     ([7.0, 7.0], True)
     """
     variable_class = keras.Variable
