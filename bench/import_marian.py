@@ -5,7 +5,8 @@ A random `MarianMTModel` of the OPUS-MT base shape (6 + 6 layers, d_model 512, 8
 vocabulary of 58,101 tokens, swish: about 74M parameters) is saved as `save_pretrained` saves it, with SentencePiece
 models learned here on Multi30k (its vocabulary padded to 58,101 tokens). Then:
 
-* `keras-transformer import` in a child process: wall time and the child's peak RSS, against the weights file's size
+* `keras-transformer import` in a child process: wall time and the child's own peak RSS (VmHWM, `peak_rss.py`),
+  above that of a child that loads the same modules, against the weights file's size
   (the goal: under 30 s, under 2x the weights);
 * the imported workdir exported as a SavedModel and for CTranslate2;
 * sentences/s of transformers' `generate`, the SavedModel and the CTranslate2 export on the same Multi30k
@@ -22,83 +23,42 @@ Usage:
 """
 
 import argparse
-import gzip
-import json
 import os
 import pathlib
-import resource
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
+from peak_rss import run_child
+from random_marian import lines, marian_folder
+
 SIZES = {"base": dict(layers=6, d_model=512, heads=8, d_ff=2048, vocab=58101),
          "small": dict(layers=2, d_model=128, heads=4, d_ff=512, vocab=8000)}
-
-
-def lines(name, count):
-    with gzip.open(MULTI30K / name, "rt", encoding="utf-8") as handle:
-        return [next(handle).strip() for _ in range(count)]
+# the baseline: a child that loads what the import's process loads (TensorFlow, Keras, the importer), imports nothing
+BASELINE = ("import keras_transformer.cli, keras_transformer.imports.importer, keras_transformer.model, keras\n"
+            "keras.ops.zeros(1)\n")
+IMPORT = "import sys\nfrom keras_transformer.cli import main\nsys.exit(main(sys.argv[1:]))\n"
 
 
 def build_checkpoint(folder, size):
-    import sentencepiece
+    """A random `MarianMTModel` of `SIZES[size]` saved in `folder` as `save_pretrained` saves it; returns its number
+    of parameters."""
     import torch
     import transformers
 
-    shape = SIZES[size]
-    folder.mkdir(parents=True)
-    for side, name in (("source", "train.en.gz"), ("target", "train.de.gz")):
-        with open(folder / f"{side}.spm", "wb") as handle:
-            sentencepiece.SentencePieceTrainer.train(
-                sentence_iterator=iter(lines(name, 20000)), model_writer=handle, vocab_size=4000,
-                model_type="unigram", minloglevel=2, unk_id=0, eos_id=1, bos_id=-1, pad_id=-1)
-    vocabulary = {"</s>": 0, "<unk>": 1}
-    for side in ("source", "target"):
-        processor = sentencepiece.SentencePieceProcessor(model_file=str(folder / f"{side}.spm"))
-        for index in range(processor.get_piece_size()):
-            if not (processor.is_control(index) or processor.is_unknown(index)):
-                vocabulary.setdefault(processor.id_to_piece(index), len(vocabulary))
-    while len(vocabulary) < shape["vocab"] - 1:
-        vocabulary[f"<filler_{len(vocabulary)}>"] = len(vocabulary)
-    vocabulary["<pad>"] = len(vocabulary)
-    (folder / "vocab.json").write_text(json.dumps(vocabulary, ensure_ascii=False), encoding="utf-8")
-    pad = len(vocabulary) - 1
-    config = transformers.MarianConfig(
-        vocab_size=len(vocabulary), decoder_vocab_size=len(vocabulary), d_model=shape["d_model"],
-        encoder_layers=shape["layers"], decoder_layers=shape["layers"], encoder_attention_heads=shape["heads"],
-        decoder_attention_heads=shape["heads"], encoder_ffn_dim=shape["d_ff"], decoder_ffn_dim=shape["d_ff"],
-        activation_function="swish", max_position_embeddings=512, pad_token_id=pad, eos_token_id=0,
-        decoder_start_token_id=pad, scale_embedding=True)
+    config = marian_folder(folder, SIZES[size], sentences=20000, pieces=4000, activation="swish")
     torch.manual_seed(0)
     model = transformers.MarianMTModel(config).eval()
-    model.generation_config.bad_words_ids = [[pad]]
+    model.generation_config.bad_words_ids = [[config.pad_token_id]]
     model.generation_config.num_beams = 4
     model.save_pretrained(folder)
-    transformers.MarianTokenizer(str(folder / "source.spm"), str(folder / "target.spm"),
-                                 str(folder / "vocab.json")).save_pretrained(folder)
     return sum(parameter.numel() for parameter in model.parameters())
 
 
-def baseline_rss_mb():
-    """The peak RSS of a child that loads what the import's process loads (TensorFlow, Keras, the importer) and
-    imports nothing: what the import's own peak is compared with. Measured before the import (the children's peak
-    is a maximum over all of them)."""
-    subprocess.run([sys.executable, "-c", "import keras_transformer.cli, keras_transformer.imports.importer, "
-                    "keras_transformer.model, keras; keras.ops.zeros(1)"], check=True)
-    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-
-
 def timed_import(folder, workdir):
-    start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "keras_transformer.cli", "import", str(folder), "--workdir", str(workdir)],
-                   check=True, stdout=subprocess.DEVNULL)
-    seconds = time.perf_counter() - start
-    peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return seconds, peak_kib / 1024
+    """Wall seconds and the child's own peak RSS (MiB) of `keras-transformer import` (`peak_rss.py`)."""
+    seconds, peak_mb, _ = run_child(IMPORT, ["import", str(folder), "--workdir", str(workdir)])
+    return seconds, peak_mb
 
 
 def main():
@@ -116,7 +76,7 @@ def main():
     folder, workdir = root / "checkpoint", root / "workdir"
     parameters = build_checkpoint(folder, args.size)
     weights_mb = (folder / "model.safetensors").stat().st_size / 2**20
-    baseline_mb = baseline_rss_mb()
+    _, baseline_mb, _ = run_child(BASELINE)
     seconds, peak_mb = timed_import(folder, workdir)
     if args.import_only:
         print(f"| parameters | weights file | import | peak RSS | baseline RSS | peak - baseline |\n"

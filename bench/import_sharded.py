@@ -9,8 +9,8 @@ here on Multi30k and the vocabulary padded to 256,206 entries. The weights are r
 directly: no model is built in PyTorch.
 
 Each import runs in a child process (`keras-transformer import`), which reports its own peak RSS (VmHWM,
-Linux); a child that loads the same modules and imports nothing gives the baseline. The goal (issue 84): peak RSS
-above the baseline under 1.3x the weights' size in the chosen dtype.
+Linux; `peak_rss.py`, which kills a child above `--cap-gib`); a child that loads the same modules and imports
+nothing gives the baseline. The goal: peak RSS above the baseline under 1.3x the weights' size in the chosen dtype.
 
 Usage:
 
@@ -19,35 +19,24 @@ Usage:
 """
 
 import argparse
-import gzip
 import json
 import os
 import pathlib
 import shutil
 import struct
-import subprocess
-import sys
 import tempfile
 import time
 
 import numpy as np
+from peak_rss import run_child
+from random_marian import marian_folder
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
 SHAPES = {"1.3b": dict(layers=24, d_model=1024, heads=16, d_ff=8192, vocab=256206),
           "600m": dict(layers=12, d_model=1024, heads=16, d_ff=4096, vocab=256206),
           "tiny": dict(layers=2, d_model=64, heads=4, d_ff=128, vocab=8000)}
 SHARD_BYTES = 1 << 30
-# The child's own peak: VmHWM, which starts afresh at exec (ru_maxrss keeps the parent's peak across exec).
 CHILD = ("import sys\nfrom keras_transformer.cli import main\nstatus = main(sys.argv[1:]) if sys.argv[1:] else 0\n"
-         "import keras; keras.ops.zeros(1)\n"
-         "print('PEAK_KIB', next(line.split()[1] for line in open('/proc/self/status') if line.startswith('VmHWM')))\n"
-         "sys.exit(status)\n")
-
-
-def lines(name, count):
-    with gzip.open(MULTI30K / name, "rt", encoding="utf-8") as handle:
-        return [next(handle).strip() for _ in range(count)]
+         "import keras; keras.ops.zeros(1)\nsys.exit(status)\n")
 
 
 def tensor_shapes(shape):
@@ -113,53 +102,17 @@ def write_shards(folder, shapes):
 
 
 def build_checkpoint(folder, shape):
-    import sentencepiece
-    import transformers
-
-    folder.mkdir(parents=True)
-    for side, name in (("source", "train.en.gz"), ("target", "train.de.gz")):
-        with open(folder / f"{side}.spm", "wb") as handle:
-            sentencepiece.SentencePieceTrainer.train(
-                sentence_iterator=iter(lines(name, 5000)), model_writer=handle, vocab_size=2000,
-                model_type="unigram", minloglevel=2, unk_id=0, eos_id=1, bos_id=-1, pad_id=-1)
-    vocabulary = {"</s>": 0, "<unk>": 1}
-    for side in ("source", "target"):
-        processor = sentencepiece.SentencePieceProcessor(model_file=str(folder / f"{side}.spm"))
-        for index in range(processor.get_piece_size()):
-            if not (processor.is_control(index) or processor.is_unknown(index)):
-                vocabulary.setdefault(processor.id_to_piece(index), len(vocabulary))
-    while len(vocabulary) < shape["vocab"] - 1:
-        vocabulary[f"<filler_{len(vocabulary)}>"] = len(vocabulary)
-    vocabulary["<pad>"] = len(vocabulary)
-    (folder / "vocab.json").write_text(json.dumps(vocabulary, ensure_ascii=False), encoding="utf-8")
-    pad = len(vocabulary) - 1
-    transformers.MarianConfig(
-        vocab_size=len(vocabulary), decoder_vocab_size=len(vocabulary), d_model=shape["d_model"],
-        encoder_layers=shape["layers"], decoder_layers=shape["layers"], encoder_attention_heads=shape["heads"],
-        decoder_attention_heads=shape["heads"], encoder_ffn_dim=shape["d_ff"], decoder_ffn_dim=shape["d_ff"],
-        activation_function="relu", max_position_embeddings=512, pad_token_id=pad, eos_token_id=0,
-        decoder_start_token_id=pad, scale_embedding=True).save_pretrained(folder)
-    transformers.MarianTokenizer(str(folder / "source.spm"), str(folder / "target.spm"),
-                                 str(folder / "vocab.json")).save_pretrained(folder)
+    marian_folder(folder, shape, sentences=5000, pieces=2000, activation="relu").save_pretrained(folder)
     shapes = tensor_shapes(shape)
     total, shards = write_shards(folder, shapes)
     return sum(int(np.prod(shape)) for shape in shapes.values()), total, shards
-
-
-def child(arguments):
-    """Wall seconds and peak RSS (MiB) of a child process running `keras-transformer ARGUMENTS` (none: the
-    modules loaded, nothing imported)."""
-    start = time.perf_counter()
-    result = subprocess.run([sys.executable, "-c", CHILD, *arguments], check=True, capture_output=True, text=True)
-    seconds = time.perf_counter() - start
-    peak = next(int(line.split()[1]) for line in result.stdout.splitlines() if line.startswith("PEAK_KIB"))
-    return seconds, peak / 1024
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--shape", choices=sorted(SHAPES), default="1.3b")
     parser.add_argument("--dtypes", default="bfloat16,float32")
+    parser.add_argument("--cap-gib", type=float, default=12.0, help="an import above this RSS is killed")
     args = parser.parse_args()
 
     root = pathlib.Path(tempfile.mkdtemp(prefix="import_sharded_"))
@@ -169,13 +122,17 @@ def main():
         print(f"# import_sharded: {args.shape}, {parameters / 1e9:.2f}B parameters, {total / 2**30:.2f} GiB in "
               f"{shards} shards (written in {time.perf_counter() - start:.0f} s); load average "
               f"{os.getloadavg()[0]:.1f}")
-        _, baseline = child([])
+        _, baseline, _ = run_child(CHILD)
         print("| dtype | weights in that dtype | import | peak RSS | baseline RSS | (peak - baseline) / weights |")
         print("| --- | ---: | ---: | ---: | ---: | ---: |")
         for dtype in args.dtypes.split(","):
             weights_mib = parameters * (2 if dtype == "bfloat16" else 4) / 2**20
             workdir = root / f"workdir_{dtype}"
-            seconds, peak = child(["import", str(root / "checkpoint"), "--workdir", str(workdir), "--dtype", dtype])
+            seconds, peak, _ = run_child(CHILD, ["import", str(root / "checkpoint"), "--workdir", str(workdir),
+                                                 "--dtype", dtype], cap_mib=args.cap_gib * 1024)
+            if peak is None:
+                print(f"| {dtype} | {weights_mib:.0f} MiB | killed at {args.cap_gib:g} GiB | | | |", flush=True)
+                continue
             print(f"| {dtype} | {weights_mib:.0f} MiB | {seconds:.0f} s | {peak:.0f} MiB | {baseline:.0f} MiB | "
                   f"{(peak - baseline) / weights_mib:.2f}x |", flush=True)
             shutil.rmtree(workdir)

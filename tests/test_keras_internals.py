@@ -294,14 +294,16 @@ def test_a_weights_file_written_through_a_file_object_is_the_one_save_weights_wr
     assert int(model.optimizer.iterations) == 2
 
 
-def test_a_large_variable_written_a_block_of_rows_at_a_time_gives_keras_own_file_byte_for_byte():
-    """The assumption of `write_weights_to`'s blocks: they make the dataset `H5IOStore.__setitem__` makes, so the
-    file is the one Keras' own store writes (here into memory, as `save_weights` would), byte for byte."""
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_large_variable_written_a_block_of_rows_at_a_time_gives_keras_own_file_byte_for_byte(dtype):
+    """The assumption of `write_weights_to`'s blocks: they make the dataset `H5IOStore.__setitem__` makes (for
+    bfloat16, a named dataset with Keras' ``dtype`` attribute), so the file is the one Keras' own store writes
+    (here into memory, as `save_weights` would), byte for byte."""
     from keras.src.saving import saving_lib
 
-    model = keras.Sequential([keras.Input((3,), dtype="int32"), keras.layers.Embedding(1100, 512),
-                              keras.layers.Dense(2)])
-    assert 1100 * 512 * 4 > keras_internals.WRITE_BLOCK_BYTES  # the embedding is written in blocks
+    model = keras.Sequential([keras.Input((3,), dtype="int32"), keras.layers.Embedding(2200, 512, dtype=dtype),
+                              keras.layers.Dense(2, dtype=dtype)])
+    assert 2200 * 512 * 2 > keras_internals.WRITE_BLOCK_BYTES  # the embedding is written in blocks
     keras_own = io.BytesIO()
     store = saving_lib.H5IOStore(keras_own, mode="w")
     saving_lib._save_state(model, weights_store=store, assets_store=None, inner_path="", visited_saveables=set())
@@ -420,3 +422,27 @@ def test_tensorflow_runs_eagerly_outside_a_graph_only():
     tf.function(record)()
     tf.function(record, jit_compile=True)()
     assert seen == [True, False, False]
+
+
+def test_initial_values_replace_the_draws_of_the_variables_they_give_a_value_and_only_within_the_block():
+    """The assumption of `initial_values` (a Keras variable's private `_initialize_with_initializer`): inside the
+    block a layer's large weights start from the given values, for float32 and bfloat16, and a weight it gives no
+    value keeps its initializer; after the block, and after an error inside it, layers draw as before."""
+    from keras_transformer.imports.tensorflow_weights import unmapped_zeros
+
+    def built(dtype="float32"):
+        layer = keras.layers.Dense(2048, dtype=dtype)
+        layer.build((None, 1024))
+        return layer
+
+    for dtype in ("float32", "bfloat16"):
+        with keras_internals.initial_values(unmapped_zeros):
+            layer = built(dtype)
+        kernel = np.asarray(keras.ops.convert_to_numpy(keras.ops.cast(layer.kernel, "float32")))
+        assert layer.kernel.dtype == dtype and not kernel.any()  # 4 or 8 MiB: zeros, not a draw
+        assert layer.bias.dtype == dtype  # 4 or 8 KiB: its initializer ("zeros" too) ran
+    with keras_internals.initial_values(lambda shape, dtype: None):
+        assert built().kernel.numpy().std() > 0  # no value given: glorot_uniform's draw
+    with pytest.raises(RuntimeError), keras_internals.initial_values(unmapped_zeros):
+        raise RuntimeError("inside")
+    assert built().kernel.numpy().std() > 0

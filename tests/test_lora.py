@@ -72,6 +72,32 @@ def test_bad_lora_settings_are_refused_in_one_line_naming_the_key():
         TrainingSection(lora={"rank": 4}).validate()
 
 
+def test_an_adapted_layer_computes_its_merged_kernel_s_product_and_its_gradients_reach_only_the_adapters():
+    """An adapted layer computes x W + (alpha / r) (x A) B + b without merging W + (alpha / r) A B (the merged
+    matrix, held for the backward pass, cost a training step a copy of every adapted kernel): its output is x times
+    `merged_kernel` (float64, here), and the loss's gradients are those of A and B only (the kernel is frozen)."""
+    import tensorflow as tf
+
+    from keras_transformer.layers.lora import AdaptedDense, merged_kernel
+    rng = np.random.default_rng(0)
+    layer = AdaptedDense(6, name="proj")
+    layer.build((None, 5))
+    layer.enable_lora(2, lora_alpha=4.0)
+    layer.lora_kernel_b.assign(rng.standard_normal((2, 6)))
+    layer.bias.assign(rng.standard_normal(6))
+    layer.bias.trainable = False  # as `enable_lora` leaves every weight but the adapters
+    x = rng.standard_normal((3, 5)).astype("float32")
+    merged = merged_kernel(layer._kernel.numpy(), layer.lora_kernel_a.numpy(), layer.lora_kernel_b.numpy(), 2, 4.0)
+    expected = x.astype("float64") @ merged.astype("float64") + layer.bias.numpy()
+    with tf.GradientTape() as tape:
+        out = layer(x)
+        loss = keras.ops.sum(out ** 2)
+    np.testing.assert_allclose(np.asarray(out), expected, atol=1e-5)
+    assert [w.path for w in layer.trainable_weights] == ["proj/lora_kernel_a", "proj/lora_kernel_b"]
+    gradients = tape.gradient(loss, layer.trainable_weights)
+    assert all(g is not None and np.abs(np.asarray(g)).sum() > 0 for g in gradients)
+
+
 @pytest.mark.slow
 def test_adapters_train_alone_and_the_merged_kernels_compute_the_adapted_model(tmp_path):
     """The adapted model starts as the base (B = 0), trains only A and B, and a checkpoint of random adapters loads

@@ -154,6 +154,35 @@ def test_a_large_bfloat16_matrix_becomes_the_variable_s_memory_bit_for_bit():
     assert float(variable.numpy()[0, 0]) == 1.0
 
 
+def test_a_large_float32_matrix_is_rounded_to_a_bfloat16_variable_as_astype_rounds():
+    """`assign_array` rounds a float32 array for a bfloat16 variable straight into the memory the variable takes
+    (one copy): to nearest, ties to even, as computed on the bits here."""
+    import keras
+
+    from keras_transformer.imports.tensorflow_weights import LARGE_BYTES, assign_array
+    value = np.random.default_rng(1).standard_normal((1024, 1536)).astype(np.float32)
+    assert value.size * 2 > LARGE_BYTES
+    variable = keras.Variable(np.zeros(value.shape, np.float32), dtype="bfloat16")
+    assign_array(variable, value.T.T[:, ::-1])  # not contiguous: a copy, rounded on the way
+    assert np.array_equal(np.asarray(variable.numpy()).view(np.uint16), _bfloat16_bits(value[:, ::-1]))
+
+
+@pytest.mark.parametrize("kind", ["whole", "sharded"])
+def test_opening_a_checkpoint_and_asking_for_names_reads_no_tensor(checkpoints, kind, monkeypatch):
+    """The names and shapes come from the headers and the index: no tensor is read until it is asked for (a
+    `Mapping`'s own `in` reads the value, which made an import read every tensor twice and the largest once more
+    on opening)."""
+    from keras_transformer.imports import checkpoint as checkpoint_module
+
+    def refuse(self, name):
+        raise AssertionError(f"{name} was read")
+
+    monkeypatch.setattr(checkpoint_module.SafetensorsFile, "__getitem__", refuse)
+    tensors = read_checkpoint(checkpoints[kind]).tensors()
+    assert "model.shared.weight" in tensors and "no.such.weight" not in tensors
+    assert len(tensors.shape("model.shared.weight")) == 2
+
+
 @pytest.mark.parametrize("fault", ["missing_shard", "tensor_in_no_shard", "shard_outside"])
 def test_a_faulty_index_ends_in_one_line_naming_it_and_writes_nothing(checkpoints, tmp_path, capsys, fault):
     folder = tmp_path / "faulty"

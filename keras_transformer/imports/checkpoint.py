@@ -83,9 +83,10 @@ class Checkpoint:
 ALIGNMENT = 64  # bytes: where a tensor read here starts (TensorFlow's CPU kernels assume it of a tensor's data)
 
 
-def aligned_empty(shape: int | tuple[int, ...], dtype: DTypeLike) -> np.ndarray:
+def aligned_empty(shape: int | tuple[int, ...], dtype: DTypeLike, zeros: bool = False) -> np.ndarray:
     """An uninitialised C-contiguous array whose data starts at a multiple of `ALIGNMENT` bytes: TensorFlow can
-    take it as a tensor's memory without a copy (`imports.tensorflow_weights`).
+    take it as a tensor's memory without a copy (`imports.tensorflow_weights`). With `zeros`, filled with zeros
+    (`calloc`: a large one is memory the operating system maps in only where it is written to).
 
     Example:
 
@@ -95,7 +96,7 @@ def aligned_empty(shape: int | tuple[int, ...], dtype: DTypeLike) -> np.ndarray:
     """
     dtype = np.dtype(dtype)
     size = dtype.itemsize * int(np.prod(shape))
-    raw = np.empty(size + ALIGNMENT, np.uint8)
+    raw = (np.zeros if zeros else np.empty)(size + ALIGNMENT, np.uint8)
     start = -raw.ctypes.data % ALIGNMENT
     return raw[start:start + size].view(dtype).reshape(shape)
 
@@ -165,6 +166,9 @@ class SafetensorsFile(Mapping):
         if kind == "BF16":  # the upper half of a float32
             return (value.astype(np.uint32) << 16).view(np.float32)
         return value.astype(np.float32, copy=False)
+
+    def __contains__(self, name: object) -> bool:  # from the header: `Mapping`'s would read the tensor
+        return name in self._entries
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._entries)
@@ -262,6 +266,9 @@ class ShardedTensors(Mapping):
             self._open = (shard, _shard(shard))
         return self._open[1][name]
 
+    def __contains__(self, name: object) -> bool:  # from the index: `Mapping`'s would read the tensor
+        return name in self._shard_of
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._shard_of)
 
@@ -283,6 +290,9 @@ class _TorchTensors(Mapping):
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self._state[name].float().numpy()
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._state
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._state)

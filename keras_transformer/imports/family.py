@@ -18,7 +18,6 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import ml_dtypes
 import numpy as np
 
 from keras_transformer.decoding.options import DecodeOptions
@@ -176,8 +175,7 @@ def assign(variable: Any, value: np.ndarray, name: str) -> None:
     if tuple(variable.shape) != tuple(value.shape):
         raise ConfigError(f"{name} has shape {tuple(value.shape)} where the model's {variable.path} has "
                           f"{tuple(variable.shape)}.")
-    dtype = ml_dtypes.bfloat16 if variable.dtype == "bfloat16" else np.float32
-    assign_array(variable, np.asarray(value, dtype=dtype))  # float32 as read: no copy
+    assign_array(variable, value)  # float32 as read: no copy; rounded to bfloat16 in one copy
 
 
 def per_head(parts: Sequence[np.ndarray], num_heads: int) -> np.ndarray:

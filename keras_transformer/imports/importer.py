@@ -25,7 +25,9 @@ from keras_transformer.files import atomic_write_text, fsync_folder, staging_fol
 from keras_transformer.imports import family_for
 from keras_transformer.imports.checkpoint import licence, read_checkpoint
 from keras_transformer.imports.family import WeightSource
+from keras_transformer.imports.tensorflow_weights import unmapped_zeros
 from keras_transformer.model import build_model
+from keras_transformer.runtime.keras_internals import initial_values
 from keras_transformer.workdir.checkpoints import save_weights, write_model_file
 from keras_transformer.workdir.layout import CHECKPOINTS_DIR, MODEL_CONFIG, WORKDIR_VOCAB, check_new_workdir
 from keras_transformer.workdir.provenance import IMPORT_RECORD
@@ -80,7 +82,8 @@ def import_checkpoint(source: str | os.PathLike[str], workdir: str | os.PathLike
     source_tokenizer, target_tokenizer = family.tokenizers(checkpoint, config)
     if dtype not in ("float32", "bfloat16"):
         raise ConfigError(f"import: dtype must be float32 or bfloat16, got {dtype!r}.")
-    model = build_model(config, dtype=None if dtype == "float32" else dtype)
+    with initial_values(unmapped_zeros):  # no random draws held beside the checkpoint's values (large weights)
+        model = build_model(config, dtype=None if dtype == "float32" else dtype)
     family.assign_weights(model, tensors, config)
     unused = tensors.unused()
     if unused:

@@ -1,8 +1,9 @@
 """LoRA adapters (Hu et al., 2021) on a model's attention projections and feed-forward layers, through Keras' own
 `Dense.enable_lora`.
 
-An adapted `Dense` computes x W + (alpha / r) (x A) B + b: the base kernel W is frozen, A `(d_in, r)` starts
-He-uniform and B `(r, d_out)` at zero, so the adapted model starts as the base model. Only A and B train
+An adapted `Dense` computes x W + (alpha / r) (x A) B + b, never merging W + (alpha / r) A B in training: the base
+kernel W is frozen, A `(d_in, r)` starts He-uniform and B `(r, d_out)` at zero, so the adapted model starts as the
+base model. Only A and B train
 (`enable_lora` freezes every other weight of the model). `merged_kernel` is W + (alpha / r) A B, the plain kernel
 that computes what the adapted layer computes.
 
@@ -36,6 +37,24 @@ class AdaptedDense(keras.layers.Dense):
     >>> [w.path for w in layer.trainable_weights]
     ['proj/bias', 'proj/lora_kernel_a', 'proj/lora_kernel_b']
     """
+
+    def call(self, inputs: Any, training: Any = None) -> Any:
+        """x W + (alpha / r) (x A) B + b, the adapters applied to the input.
+
+        Keras' `Dense` merges W + (alpha / r) A B into a `(d_in, d_out)` kernel at every call: a training step then
+        keeps one such matrix per adapted layer for its backward pass and differentiates it at full size, the
+        memory and work of a full fine-tuning's kernel gradients. Here no `(d_in, d_out)` tensor is made but W.
+        """
+        if not self.lora_enabled:
+            return super().call(inputs, training=training)
+        x = keras.ops.matmul(inputs, self._kernel)
+        adapters = keras.ops.matmul(keras.ops.matmul(inputs, self.lora_kernel_a), self.lora_kernel_b)
+        x = keras.ops.add(x, keras.ops.multiply(adapters, self.lora_alpha / self.lora_rank))
+        if self.bias is not None:
+            x = keras.ops.add(x, self.bias)
+        if self.activation is not None:
+            x = self.activation(x)
+        return x
 
     def _own_variables(self) -> list[Any]:
         bias = [self.bias] if self.bias is not None else []

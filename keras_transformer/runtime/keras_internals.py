@@ -47,6 +47,12 @@ package, and translation and evaluation, which compute no loss, still work.
    a time (not traced into a graph), where a search should prefer one operation
    with a kernel of its own to a loop of small ones (`decoding.sampling`'s
    draw). Keras' own test for it, `in_tf_graph`, has no public name.
+10. `initial_values`: a Keras variable runs its initializer when it is
+   created, and keeps the result; an import, which overwrites every weight at
+   once, builds its model with initial values of its own (memory the operating
+   system has not handed over yet) through the variable's private
+   `_initialize_with_initializer`: Keras has no public way to create a layer's
+   weights without drawing them.
 """
 
 import contextlib
@@ -61,7 +67,7 @@ import keras
 import numpy as np
 
 __all__ = ["END_OF_PASS_WARNING", "WRITE_BLOCK_BYTES", "apply_multi_worker_workarounds", "keep_raw_weights_after_fit",
-           "fill_saving_skipsets", "load_weights_from", "moving_average_pairs", "quiet_end_of_pass",
+           "fill_saving_skipsets", "initial_values", "load_weights_from", "moving_average_pairs", "quiet_end_of_pass",
            "scale_loss_for_distribution", "schedule_on_updates", "set_update_count", "tensorflow_runs_eagerly",
            "write_weights_to"]
 
@@ -364,13 +370,13 @@ WRITE_BLOCK_BYTES = 1 << 21  # `write_weights_to` writes a larger variable in bl
 
 def _rows_per_block(value: Any) -> int | None:
     """The rows of `value` to write at a time, or None for a value Keras' store writes as it is (not a float
-    variable of more than `WRITE_BLOCK_BYTES`; bfloat16 carries an attribute of Keras' own)."""
+    variable of more than `WRITE_BLOCK_BYTES`)."""
     if not isinstance(value, keras.Variable) or len(value.shape) == 0:
         return None
     dtype = keras.backend.standardize_dtype(value.dtype)
-    if dtype not in ("float16", "float32", "float64"):
+    if dtype not in ("bfloat16", "float16", "float32", "float64"):
         return None
-    row_bytes = int(np.prod(value.shape[1:], dtype=np.int64)) * np.dtype(dtype).itemsize
+    row_bytes = int(np.prod(value.shape[1:], dtype=np.int64)) * (2 if dtype == "bfloat16" else np.dtype(dtype).itemsize)
     rows = max(1, WRITE_BLOCK_BYTES // max(1, row_bytes))
     return rows if rows < value.shape[0] else None
 
@@ -382,7 +388,8 @@ def _block_store() -> type:
     class BlockStore(saving_lib.H5IOStore):
         """Keras' store, with a large variable written a block of rows at a time, the way `H5IOStore.__setitem__`
         writes one whole (the entry's group made at its first value; `group[key] = array`, which makes an
-        anonymous dataset and links it by name), so that the file is the same, byte for byte."""
+        anonymous dataset and links it by name; for bfloat16, `create_dataset(key, data=array)` and a ``dtype``
+        attribute), so that the file is the same, byte for byte."""
 
         def __setitem__(self, key: str, value: Any) -> None:
             rows = _rows_per_block(value) if self.mode == "w" else None
@@ -391,10 +398,17 @@ def _block_store() -> type:
                 return
             if not self._h5_entry_initialized:  # (6) H5IOStore's own steps, private
                 self._create_h5_group(self._h5_entry_path)
-            dataset = self._h5_entry_group.create_dataset(None, shape=tuple(value.shape), dtype=value.dtype)
-            for start in range(0, value.shape[0], rows):
+            bfloat16 = keras.backend.standardize_dtype(value.dtype) == "bfloat16"
+            first = keras.ops.convert_to_numpy(value[:rows])
+            dataset = self._h5_entry_group.create_dataset(key if bfloat16 else None, shape=tuple(value.shape),
+                                                          dtype=first.dtype)
+            dataset[:rows] = first
+            for start in range(rows, value.shape[0], rows):
                 dataset[start:start + rows] = keras.ops.convert_to_numpy(value[start:start + rows])
-            self._h5_entry_group[key] = dataset
+            if bfloat16:
+                dataset.attrs["dtype"] = "bfloat16"
+            else:
+                self._h5_entry_group[key] = dataset
 
     return BlockStore
 
@@ -460,3 +474,36 @@ def tensorflow_runs_eagerly() -> bool:
     from keras.src.utils.backend_utils import in_tf_graph
 
     return not in_tf_graph()
+
+
+@contextlib.contextmanager
+def initial_values(replace: Callable[[tuple[int, ...], str], Any]) -> Iterator[None]:
+    """Within the block, a Keras variable created with an initializer starts from `replace(shape, dtype)` where that
+    returns a value (a tensor of that shape and dtype), and from its initializer, as usual, where it returns None.
+
+    Layers create their weights from initializers (random draws, for most); an import that overwrites every
+    weight has no use for the draws, and its peak memory would hold them beside the checkpoint's values.
+    Not thread-safe: variables created by other threads meanwhile take `replace`'s values too.
+
+    Example:
+
+    >>> with initial_values(lambda shape, dtype: keras.ops.full(shape, 7.0, dtype) if shape == (2,) else None):
+    ...     layer = keras.layers.Dense(2); layer.build((None, 3))
+    >>> layer.bias.numpy().tolist(), bool(layer.kernel.numpy().std() > 0)
+    ([7.0, 7.0], True)
+    """
+    variable_class = keras.Variable
+    original = variable_class._initialize_with_initializer  # (10) no public hook between initializer and value
+
+    def initialize(variable: Any, initializer: Any) -> None:
+        def initial(shape: Any, dtype: Any = None) -> Any:
+            value = replace(tuple(shape), keras.backend.standardize_dtype(dtype))
+            return initializer(shape, dtype=dtype) if value is None else value
+
+        original(variable, initial)
+
+    variable_class._initialize_with_initializer = initialize
+    try:
+        yield
+    finally:
+        variable_class._initialize_with_initializer = original
