@@ -104,6 +104,13 @@ def test_float16_and_int8_agree_with_float32_in_smaller_files(exports):
         assert same >= threshold, (precision, same)
     sizes = {precision: (folder / "model.tflite").stat().st_size for precision, folder in folders.items()}
     assert sizes["int8"] < sizes["float16"] < sizes["float32"]
+    # the tied embedding is stored once in int8: the lookup reads the softmax's per-row matrix
+    from tensorflow.lite.tools import flatbuffer_utils
+    model = flatbuffer_utils.read_model(str(folders["int8"] / "model.tflite"))
+    config = kt.TransformerConfig.from_yaml(exports[0] / "model.yaml")
+    embedding = {tensor.buffer for graph in model.subgraphs for tensor in graph.tensors
+                 if list(tensor.shape) == [config.vocab_size, config.d_model] and tensor.type == 9}  # int8
+    assert len(embedding) == 1, embedding
     assert kt.exports.folder.export_precision(folders["int8"]) == "int8"
 
 
@@ -183,7 +190,7 @@ def test_a_model_from_an_import_names_its_source_and_licence_and_every_card_its_
     workdir, folders = exports
     card = (folders["float32"] / "README.md").read_text()
     assert "Trained with keras_transformer." in card and "beam: beam_size 4, alpha 0.6, max_extra 5" in card
-    assert "pad 0, unk 1, bos 2, eos 3" in card and "provenance" not in json.loads((folders["float32"] / MANIFEST)
+    assert "pad 0 `<pad>`, unk 1 `<unk>`, bos 2 `<s>`, eos 3 `</s>`" in card and "provenance" not in json.loads((folders["float32"] / MANIFEST)
                                                                                     .read_text())
     record = fine_tuned_record({"source": "org/model", "licence": "mit", "family": "marian",
                                 "files": {"model.safetensors": {"bytes": 3, "sha256": "ab" * 32}}},
