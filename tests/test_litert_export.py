@@ -190,8 +190,8 @@ def test_a_model_from_an_import_names_its_source_and_licence_and_every_card_its_
     workdir, folders = exports
     card = (folders["float32"] / "README.md").read_text()
     assert "Trained with keras_transformer." in card and "beam: beam_size 4, alpha 0.6, max_extra 5" in card
-    assert "pad 0 `<pad>`, unk 1 `<unk>`, bos 2 `<s>`, eos 3 `</s>`" in card and "provenance" not in json.loads((folders["float32"] / MANIFEST)
-                                                                                    .read_text())
+    assert "pad 0 `<pad>`, unk 1 `<unk>`, bos 2 `<s>`, eos 3 `</s>`" in card
+    assert "provenance" not in json.loads((folders["float32"] / MANIFEST).read_text())
     record = fine_tuned_record({"source": "org/model", "licence": "mit", "family": "marian",
                                 "files": {"model.safetensors": {"bytes": 3, "sha256": "ab" * 32}}},
                                "runs/import", weights=False)
@@ -207,3 +207,18 @@ def test_a_model_from_an_import_names_its_source_and_licence_and_every_card_its_
         assert summary["source"] == "org/model" and summary["licence"] == "mit" and summary["origin"] == "fine-tuned"
         assert summary["files"] == {"model.safetensors": "ab" * 32} and not summary["imported_weights"]
     assert verify_export(out) is not None  # every file, imported.json included, checks against the manifest
+
+
+@pytest.mark.slow
+def test_an_operation_without_a_builtin_is_named_and_nothing_is_written(exports, tmp_path, monkeypatch):
+    """Traced without its `tf.argmax` stand-in, Keras' argmax brings `tf.BitwiseAnd`, which LiteRT has no built-in
+    for: the export fails in one line naming that operation, and leaves no folder (nor a half-written one) behind.
+    A slow test: it runs the converter."""
+    import contextlib
+    workdir, _ = exports
+    monkeypatch.setattr(litert, "builtin_argmax", contextlib.nullcontext)
+    with pytest.raises(ConfigError) as error:
+        make_exporter("litert").export(workdir, tmp_path / "out", strategy="greedy")
+    message = str(error.value)
+    assert "tf.BitwiseAnd" in message and "built-in" in message and "\n" not in message, message
+    assert os.listdir(tmp_path) == []

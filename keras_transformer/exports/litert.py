@@ -48,6 +48,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from keras_transformer import decoding
@@ -248,7 +249,6 @@ def share_int8_weights(data: bytes) -> bytes:
     scales), and is finer. The copies are matched by value: the same shape, and every entry within half a step
     of each quantization of the other (the same float matrix).
     """
-    import numpy as np
     from tensorflow.lite.python import schema_py_generated as schema
     from tensorflow.lite.tools import flatbuffer_utils
 
