@@ -222,3 +222,16 @@ def test_an_operation_without_a_builtin_is_named_and_nothing_is_written(exports,
     message = str(error.value)
     assert "tf.BitwiseAnd" in message and "built-in" in message and "\n" not in message, message
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.slow
+def test_a_model_the_converter_fails_on_is_refused_naming_the_operation_and_its_layer():
+    """Relative position representations stop TensorFlow's converter inside the search's loop (the shipped EN-FR
+    model has them): the conversion fails in one line naming the operation and the layer, not with the
+    converter's MLIR dump. A slow test: it runs the converter on a tiny model. (Should a converter take such a
+    model, this test fails: docs/litert.md's limits then change.)"""
+    config = kt.TransformerConfig.preset("tiny", vocab_size=40, position="relative", max_relative_position=4)
+    with pytest.raises(ConfigError) as error:
+        litert.convert(kt.build_model(config), config, DecodeOptions(strategy="greedy", max_extra=2))
+    message = str(error.value)
+    assert "self_attention" in message and "the converter failed" in message and "\n" not in message, message

@@ -311,9 +311,26 @@ def _quiet(name: str) -> Iterator[None]:
 
 
 def _unconverted(message: str) -> str:
-    """The operations a converter error names (its "TF Select ops" line), else its last line."""
+    """The operations a converter error names: its "TF Select ops" line, or the TensorFlow operations it could
+    not legalize, or an operation it failed on inside (its type and the layer that made it, with its error), else
+    its last line.
+
+    Example:
+
+    >>> _unconverted('loc(callsite(fused["Transpose:", "encoder_1/layer_0_1/self_attention_1/transpose@__inference_'
+    ...              'pruned_5"] at fused["StatefulPartitionedCall:", "x"])): error: operand #1 does not dominate')
+    'Transpose in encoder_1/layer_0_1/self_attention_1 (the converter failed: operand #1 does not dominate)'
+    """
     found = re.findall(r"TF Select ops: ([^\n]+)", message) or re.findall(r"'(tf\.[A-Za-z0-9_]+)' op", message)
-    return ", ".join(sorted(set(found))) or message.strip().splitlines()[-1][:200]
+    if found:
+        return ", ".join(sorted(set(found)))
+    for line in message.splitlines():  # MLIR's form: "<unknown>:0: error: loc(... fused["Op:", "name@f"] ...): what"
+        failed = re.search(r'fused\["(\w+):", "([^"@]+)@', line)
+        if failed and "error:" in line:
+            what = re.split(r"\)+: ", line.split("error:", 1)[1])[-1].replace("error: ", "")
+            layer = failed.group(2).rsplit("/", 1)[0]
+            return f"{failed.group(1)} in {layer} (the converter failed: {what.strip()[:120]})"
+    return message.strip().splitlines()[-1][:200]
 
 
 def _metadata(config: TransformerConfig, options: DecodeOptions, precision: str, files: dict[str, dict[str, str]],
