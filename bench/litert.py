@@ -116,70 +116,80 @@ def folder_mib(path):
 # --------------------------------------------------------------------------- exports (in a child process)
 
 
-def prepare(model, root, max_extra, size):
-    """Writes every engine's export of `model` ("shipped" or "opus") under `root`; returns `{engine: path}`."""
+def prepare(model, root, max_extra, size, part):
+    """Writes one part of `model`'s exports ("shipped" or "opus") under `root`: "base" (the random checkpoint and
+    its import, the SavedModel, CTranslate2 float32 and int8) or "litert-<precision>"; returns `{engine: path}` and
+    the decoding. Each part runs in a child of its own (a base-size conversion holds several copies of the weights)."""
     from keras_transformer import import_checkpoint
-    from keras_transformer.exports import litert, make_exporter
+    from keras_transformer.exports import make_exporter
     from keras_transformer.workdir.checkpoints import load_models
 
     root = pathlib.Path(root)
-    if model == "shipped":
-        source = REPO / "saved_models" / "multi30k_en_de"
-        recorded = load_models(source).decoding
-        settings = dict(strategy="beam", beam_size=4, alpha=recorded.alpha, max_extra=recorded.max_extra)
-    else:
+    source = REPO / "saved_models" / "multi30k_en_de" if model == "shipped" else root / "workdir"
+    if model == "opus" and part == "base":
         sys.path.insert(0, str(REPO / "bench"))
         from import_marian import build_checkpoint  # the random OPUS-MT-shaped Marian (moving to a shared helper)
 
         build_checkpoint(root / "checkpoint", size)
-        source = import_checkpoint(root / "checkpoint", root / "workdir")
-        settings = dict(strategy="beam", beam_size=4, alpha=0.0, max_extra=max_extra)
-    settings["early_exit"] = True
-    paths = {"savedmodel": make_exporter("savedmodel").export(source, root / "savedmodel", **settings)}
-    for precision in ("float32", "int8"):
-        paths[f"ct2-{precision}"] = make_exporter("ctranslate2", precision=precision).export(
-            source, root / f"ct2-{precision}", **settings)
-    loaded = load_models(source, require_vocabulary=True)
-    options = loaded.decoding.replace(**settings)
-    converted = litert.convert(loaded.models[0], loaded.configs[0], options, ("float32", "float16", "int8"))
-    for precision, data in converted.items():
-        paths[f"litert-{precision}"] = litert.write_litert(data, loaded.configs[0], options, precision,
-                                                           loaded.vocab_dir, root / f"litert-{precision}")
+        import_checkpoint(root / "checkpoint", source)
+    recorded = load_models(source).decoding if model == "shipped" else None
+    settings = dict(strategy="beam", beam_size=4, alpha=recorded.alpha if recorded else 0.0,
+                    max_extra=recorded.max_extra if recorded else max_extra, early_exit=True)
+    paths = {}
+    if part == "base":
+        paths["savedmodel"] = make_exporter("savedmodel").export(source, root / "savedmodel", **settings)
+        for precision in ("float32", "int8"):
+            paths[f"ct2-{precision}"] = make_exporter("ctranslate2", precision=precision).export(
+                source, root / f"ct2-{precision}", **settings)
+    else:
+        precision = part.split("-", 1)[1]
+        paths[part] = make_exporter("litert", precision=precision).export(source, root / part, **settings)
+    options = load_models(source).decoding.replace(**settings)
     return {engine: str(path) for engine, path in paths.items()}, options.describe()
 
 
 def prepare_guarded(model, root, max_extra, size, limit_gib):
-    """`prepare` in a child process, killed if its RSS passes `limit_gib`."""
-    command = [sys.executable, __file__, "--prepare", model, "--root", str(root), "--opus-max-extra",
-               str(max_extra), "--size", size]
-    child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, cwd=REPO,
-                             env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
-    peak = [0.0]
+    """`prepare`'s parts, each in a child process killed if its RSS passes `limit_gib`."""
+    paths, decoding = {}, ""
+    for part in ("base", "litert-float32", "litert-float16", "litert-int8"):
+        done = ["savedmodel", "ct2-float32", "ct2-int8"] if part == "base" else [part]
+        if all((pathlib.Path(root) / name / "manifest.json").is_file() for name in done):  # --root of a run before
+            paths.update({name: str(pathlib.Path(root) / name) for name in done})
+            continue
+        command = [sys.executable, __file__, "--prepare", model, "--part", part, "--root", str(root),
+                   "--opus-max-extra", str(max_extra), "--size", size]
+        child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, cwd=REPO,
+                                 env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+        peak = [0.0]
 
-    def watch():
-        while child.poll() is None:
-            try:
-                with open(f"/proc/{child.pid}/status") as status:
-                    rss = next(int(line.split()[1]) for line in status if line.startswith("VmRSS")) / 2**20
-            except (OSError, StopIteration):
-                rss = 0.0
-            peak[0] = max(peak[0], rss)
-            if rss > limit_gib:
-                child.kill()
-            time.sleep(0.5)
+        def watch(child=child, peak=peak):
+            while child.poll() is None:
+                try:
+                    with open(f"/proc/{child.pid}/status") as status:
+                        rss = next(int(line.split()[1]) for line in status if line.startswith("VmRSS")) / 2**20
+                except (OSError, StopIteration):
+                    rss = 0.0
+                peak[0] = max(peak[0], rss)
+                if rss > limit_gib:
+                    child.kill()
+                time.sleep(0.5)
 
-    threading.Thread(target=watch, daemon=True).start()
-    output, _ = child.communicate()
-    if child.returncode:
-        raise SystemExit(f"exporting {model} failed (status {child.returncode}; peak RSS {peak[0]:.1f} GiB)")
-    return json.loads(output.strip().splitlines()[-1])
+        threading.Thread(target=watch, daemon=True).start()
+        output, _ = child.communicate()
+        if child.returncode:
+            raise SystemExit(f"exporting {model} ({part}) failed (status {child.returncode}; peak RSS "
+                             f"{peak[0]:.1f} GiB)")
+        written, decoding = json.loads(output.strip().splitlines()[-1])
+        paths.update(written)
+        print(f"{model} {part}: peak RSS {peak[0]:.1f} GiB", file=sys.stderr, flush=True)
+    return paths, decoding
 
 
 # --------------------------------------------------------------------------- runs
 
 
 def run_model(args, model):
-    root = pathlib.Path(tempfile.mkdtemp(prefix=f"bench_litert_{model}_"))
+    root = pathlib.Path(args.root or tempfile.mkdtemp(prefix=f"bench_litert_{model}_"))
     start = time.perf_counter()
     paths, decoding = prepare_guarded(model, root, args.opus_max_extra, args.size, args.memory_gib)
     export_seconds = time.perf_counter() - start
@@ -262,10 +272,11 @@ def main():
     parser.add_argument("--chunk", type=int, default=5, help="one at a time: engines take turns every N sentences")
     parser.add_argument("--memory-gib", type=float, default=11.0, help="an export child above this RSS is killed")
     parser.add_argument("--prepare", default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--root", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--root", default=None, help="write (or reuse) the exports here (one model)")
+    parser.add_argument("--part", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.prepare:
-        paths, decoding = prepare(args.prepare, args.root, args.opus_max_extra, args.size)
+        paths, decoding = prepare(args.prepare, args.root, args.opus_max_extra, args.size, args.part)
         print(json.dumps([paths, decoding]))
         return
     print(f"# bench/litert.py, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average "
