@@ -21,7 +21,7 @@ LAYERS = [
                 "decoding.glossary",
                 "engines", "engines.interface", "engines.languages", "engines.lines", "engines.details",
                 "engines.terms",
-                "engines.ctranslate2_cpu", "attention", "packed",
+                "engines.ctranslate2_cpu", "engines.subwords", "attention", "packed",
                 "documents", "documents.*"]),  # numpy, lxml and sentencex too: what engines.interface builds on
     ("core", ["config", "layers", "layers.*", "model", "trainer.losses", "trainer.metrics", "trainer.schedules",
               "trainer.optimizers", "decoding.*", "attention.maps", "runtime.keras_internals", "data.batching",

@@ -588,3 +588,30 @@ def test_every_term_holds_on_an_imported_marian_model(references):
     _, workdir, _, _ = references["separate_gelu"]
     translator = load_translator(workdir, beam_size=3, max_extra=MAX_EXTRA)
     check_terms(translator, "Fahrrad", Glossary.parse("man\tMann\n"))
+
+
+@pytest.mark.slow
+def test_the_litert_export_translates_as_the_workdir_with_its_two_vocabularies(references, tmp_path):
+    """A LiteRT export of an imported workdir with separate vocabularies (two SentencePiece models, two vocabulary
+    files) gives the workdir's beam hypotheses and scores and its greedy translations, and names the import, its
+    licence, its decoding and its special ids; a slow test: it converts a model (and needs transformers)."""
+    pytest.importorskip("ai_edge_litert")
+    from keras_transformer.engines.loader import load_translator
+    from keras_transformer.exports import make_exporter
+    _, workdir, _, _ = references["separate_gelu"]
+    lines = SENTENCES[:4]
+    translator = load_translator(workdir, strategy="beam", jit_compile=False)
+    out = make_exporter("litert").export(workdir, tmp_path / "litert", strategy="beam")
+    exported = load_translator(out)
+    assert exported.engine == "litert" and exported.mapped and exported.options == translator.options
+    expected, found = translator.n_best_lines(lines), exported.n_best_lines(lines)
+    assert [[text for text, _ in row] for row in found] == [[text for text, _ in row] for row in expected]
+    np.testing.assert_allclose([[s for _, s in row] for row in found], [[s for _, s in row] for row in expected],
+                               atol=1e-4)
+    greedy = {"strategy": "greedy"}
+    assert exported.with_options(exported.options.replace(**greedy)).translate_lines(lines) == \
+        translator.with_options(translator.options.replace(**greedy)).translate_lines(lines)
+    assert len({row[0][0] for row in expected}) > 1
+    files = json.loads((tmp_path / "litert" / "litert.json").read_text())
+    assert files["sentencepiece"] == {"source": "source.sentencepiece.model", "target": "target.sentencepiece.model"}
+    _check_provenance(out, workdir, "README.md", translator.options.describe(), "</s>")

@@ -455,3 +455,41 @@ def test_every_term_holds_on_an_imported_nllb_model_with_its_language_forced(ref
     _, workdir, _, _ = references["nllb"]
     translator = load_translator(workdir, beam_size=3, max_extra=MAX_EXTRA)
     check_terms(translator, "Fahrrad", Glossary.parse("man\tMann\n"), target_lang="deu_Latn")
+
+
+@pytest.mark.slow
+def test_the_litert_export_translates_as_the_workdir_with_its_languages(references, tmp_path):
+    """A LiteRT export of an imported NLLB workdir gives the workdir's translations, beam search (hypotheses and
+    scores) and greedy, with a target language forced first (`target_lang`, through the signature's target
+    prefix), a source language given, and neither; its card names the import and NLLB's special ids. A slow test:
+    it converts a model (and needs transformers)."""
+    pytest.importorskip("ai_edge_litert")
+    from keras_transformer.engines.loader import load_translator
+    from keras_transformer.exports import make_exporter
+    _, workdir, _, _ = references["nllb"]
+    lines = SENTENCES
+    translator = load_translator(workdir, strategy="beam", jit_compile=False)
+    out = make_exporter("litert").export(workdir, tmp_path / "litert", strategy="beam")
+    exported = load_translator(out)
+    assert exported.target_languages == translator.target_languages and "fra_Latn" in exported.target_languages
+    assert exported.source_language == translator.source_language == "eng_Latn"
+    for options in ({}, {"strategy": "greedy"}):
+        ours, theirs = (t.with_options(t.options.replace(**options)) for t in (translator, exported))
+        for forced in ({}, {"target_lang": "fra_Latn"}):
+            expected, found = ours.n_best_lines(lines, **forced), theirs.n_best_lines(lines, **forced)
+            assert [[text for text, _ in row] for row in found] == [[text for text, _ in row] for row in expected]
+            np.testing.assert_allclose([[s for _, s in row] for row in found],
+                                       [[s for _, s in row] for row in expected], atol=1e-4)
+        assert theirs.translate_lines(lines, target_lang="fr") == ours.translate_lines(lines, target_lang="fra_Latn")
+        assert theirs.translate_lines(theirs.with_source_lang(lines, "deu_Latn")) == \
+            ours.translate_lines(ours.with_source_lang(lines, "deu_Latn"))
+    plain, french = translator.translate_lines(lines), translator.translate_lines(lines, target_lang="fra_Latn")
+    assert plain != french and len(set(french)) > 1
+    # the signals count the forced language token on both engines alike
+    ours, theirs = (t.translate_detailed(lines, target_lang="fra_Latn") for t in (translator, exported))
+    assert [d.tokens for d in theirs] == [d.tokens for d in ours]
+    card = (tmp_path / "litert" / "README.md").read_text()
+    source = json.loads((workdir / "imported.json").read_text())["source"]
+    assert f"Imported from {source}" in card and translator.options.describe() in card
+    assert "pad 1 `<pad>`" in card and "eos 2 `</s>`" in card and "fra_Latn" in card
+    assert json.loads((tmp_path / "litert" / "manifest.json").read_text())["provenance"]["source"] == source

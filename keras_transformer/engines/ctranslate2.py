@@ -25,6 +25,7 @@ from keras_transformer.engines.ctranslate2_cpu import cpu_model, default_intra_t
 from keras_transformer.engines.details import Translation
 from keras_transformer.engines.interface import TranslatorInterface
 from keras_transformer.engines.lines import Lines, check_prefix_ids
+from keras_transformer.engines.subwords import load_processors, mapped_pieces, mapped_text
 from keras_transformer.errors import ConfigError
 from keras_transformer.workdir.layout import CTRANSLATE2_METADATA
 
@@ -210,7 +211,6 @@ class CTranslate2Translator(TranslatorInterface):
         self.cpu_backend = select_cpu_backend(cpu_backend)  # before ctranslate2 is imported
         self.intra_threads = int(intra_threads or default_intra_threads(inter_threads))
         import ctranslate2
-        import sentencepiece
 
         self.directory = os.fspath(directory)
         self.metadata = read_metadata(self.directory)
@@ -225,12 +225,7 @@ class CTranslate2Translator(TranslatorInterface):
         self.max_target_length = int(self.metadata["max_target_length"])
         special = self.metadata["special_ids"]
         self.pad_id, self.bos_id, self.eos_id = special["pad_id"], special["bos_id"], special["eos_id"]
-        files = self.metadata["sentencepiece"]
-        self.source_processor = sentencepiece.SentencePieceProcessor(
-            model_file=os.path.join(self.directory, files["source"]))
-        self.target_processor = (self.source_processor if files["source"] == files["target"] else
-                                 sentencepiece.SentencePieceProcessor(
-                                     model_file=os.path.join(self.directory, files["target"])))
+        self.source_processor, self.target_processor = load_processors(self.directory, self.metadata["sentencepiece"])
         self.source_tokens = self._saved_vocabulary("source")
         self.target_tokens = self._saved_vocabulary("target")
         self._target_ids = {token: index for index, token in enumerate(self.target_tokens)}
@@ -338,18 +333,8 @@ class CTranslate2Translator(TranslatorInterface):
         """An imported vocabulary's tokens of `text`: a leading ``>>xx<<`` tag whole (or, with language tokens, a
         leading one of them, else the side's language), then SentencePiece's pieces, each one the vocabulary lacks
         read as unk (`keras_transformer.data.tokenizers.MappedTokenizer`)."""
-        tag = []
-        if self._languages[side]:
-            first = text.split(maxsplit=1)[0] if text.strip() else ""
-            if first in self._languages[side] and text.startswith(first):
-                tag, text = [first], text[len(first):]
-            elif self._language[side] is not None:
-                tag = [self._language[side]]
-        elif text.startswith(">>") and text.find("<<") != -1:
-            end = text.find("<<") + 2
-            tag, text = [text[:end]], text[end:]
-        return [token if token in self._known[side] else self._unk_token
-                for token in tag + processor.encode(text, out_type=str)]
+        return mapped_pieces(processor, text, self._known[side], self._unk_token, self._languages[side],
+                             self._language[side])
 
     def _limit(self, source_tokens: Sequence[str], prefix: Sequence[str] = ()) -> int:
         """Tokens a translation may have: source length with eos + max_extra, at least its target prefix and one
@@ -458,8 +443,7 @@ class CTranslate2Translator(TranslatorInterface):
             if token not in (self.pad_id, self.bos_id) and token not in self._dropped:
                 kept.append(token)
         if self.mapped:  # as MappedTokenizer.detokenize: the pieces joined, unk dropped, each ▁ a space
-            pieces = [self.target_tokens[i] for i in kept if self.target_tokens[i] != self._unk_token]
-            return "".join(pieces).replace("\u2581", " ").strip()
+            return mapped_text(self.target_tokens[i] for i in kept if self.target_tokens[i] != self._unk_token)
         return self.target_processor.decode(kept)
 
     # ------------------------------------------------------------------ strings

@@ -28,7 +28,8 @@ from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.engines.ctranslate2_cpu import default_intra_threads
 from keras_transformer.engines.details import Translation
 from keras_transformer.engines.interface import TranslatorInterface
-from keras_transformer.engines.lines import Lines
+from keras_transformer.engines.lines import Lines, check_prefix_ids
+from keras_transformer.engines.subwords import load_processors, mapped_pieces, mapped_text
 from keras_transformer.errors import CheckpointError, CheckpointNotFoundError, ConfigError
 from keras_transformer.runtime.tensorflow_logs import tensorflow_logs_wanted, without_cpp_log_lines
 from keras_transformer.workdir.layout import LITERT_METADATA, LITERT_MODEL
@@ -142,15 +143,24 @@ class LiteRTTranslator(TranslatorInterface):
         self.pad_id, self.bos_id, self.eos_id = special["pad_id"], special["bos_id"], special["eos_id"]
         self.max_source_length: int = int(self.metadata["max_source_length"])
         self.max_target_length = int(self.metadata["max_target_length"])
-        import sentencepiece
         from ai_edge_litert.interpreter import Interpreter
 
-        files = self.metadata["sentencepiece"]
-        self.source_processor = sentencepiece.SentencePieceProcessor(
-            model_file=os.path.join(self.directory, files["source"]))
-        self.target_processor = (self.source_processor if files["source"] == files["target"] else
-                                 sentencepiece.SentencePieceProcessor(
-                                     model_file=os.path.join(self.directory, files["target"])))
+        self.source_processor, self.target_processor = load_processors(self.directory, self.metadata["sentencepiece"])
+        # An imported vocabulary ("mapped"): SentencePiece's pieces numbered by the export's vocabulary files
+        self.mapped = self.metadata.get("tokenization") == "mapped"
+        languages = self.metadata.get("languages") or {}
+        self._languages = {side: tuple(languages.get(side, {}).get("languages", ())) for side in ("source", "target")}
+        self._language = {side: languages.get(side, {}).get("language") for side in ("source", "target")}
+        self._ids: dict[str, dict[str, int]] = {}
+        self._dropped = {self.pad_id, self.bos_id}
+        if self.mapped:
+            self.target_tokens = self._vocabulary("target")
+            self._ids = {"source": {token: i for i, token in enumerate(self._vocabulary("source"))},
+                         "target": {token: i for i, token in enumerate(self.target_tokens)}}
+            target = languages.get("target", {})
+            self._dropped |= {self.metadata["special_ids"]["unk_id"]} | {
+                self._ids["target"][token] for token in list(target.get("languages", [])) +
+                list(target.get("special_tokens", [])) if token in self._ids["target"]}
         path = os.path.join(self.directory, LITERT_MODEL)
         try:
             with nullcontext() if tensorflow_logs_wanted() else without_cpp_log_lines():  # its INFO line at load
@@ -193,26 +203,72 @@ class LiteRTTranslator(TranslatorInterface):
         return self.options.beam_size if self.options.strategy == "beam" else 1
 
     # ------------------------------------------------------------------ ids
+    def _vocabulary(self, side: str) -> list[str]:
+        """An imported vocabulary's tokens by id (the export's JSON list)."""
+        path = os.path.join(self.directory, self.metadata["vocabulary"][side])
+        with open(path, encoding="utf-8") as handle:
+            return [str(token) for token in json.load(handle)]
+
+    def encode(self, text: str, side: str = "source") -> list[int]:
+        """The model's ids of `text` on `side` ("source" or "target"), without eos: SentencePiece's ids, or for an
+        imported vocabulary its pieces' ids in that vocabulary (`subwords.mapped_pieces`: a leading language token
+        or ``>>xx<<`` tag whole, the side's language first where the text opens with none; unk for a piece the
+        vocabulary lacks).
+
+        Example:
+
+        >>> translator.encode("A man.")  # doctest: +SKIP
+        [27, 241, 5]
+        """
+        processor = self.source_processor if side == "source" else self.target_processor
+        if not self.mapped:
+            return [int(i) for i in processor.encode(text)]
+        ids, unk = self._ids[side], self.metadata["special_ids"]["unk_id"]
+        tokens = mapped_pieces(processor, text, ids, self.metadata["special_tokens"]["unk"], self._languages[side],
+                               self._language[side])
+        return [ids.get(token, unk) for token in tokens]
+
     def source_ids(self, text: str) -> list[int]:
-        """One cleaned sentence's source ids: at most `max_source_length - 1` pieces, then eos.
+        """One cleaned sentence's source ids: at most `max_source_length - 1` of `encode`'s, then eos.
 
         Example:
 
         >>> translator.source_ids("A man.")  # doctest: +SKIP
         [27, 241, 5, 3]
         """
-        return self.source_processor.encode(text)[: self.max_source_length - 1] + [self.eos_id]
+        return self.encode(text)[: self.max_source_length - 1] + [self.eos_id]
 
-    def search_ids(self, source: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The search signature of `options.strategy` on int32 `(N, S)` source ids (padded with pad): tokens int32
-        `(N, K, T)` (eos then pad after a hypothesis) and length-normalised scores float32 `(N, K)`, best first."""
+    def target_prefix_ids(self, prefixes: list[str]) -> list[list[int]]:
+        """Per prefix text, its forced target ids (`encode` of the target side, no eos), checked
+        (`lines.check_prefix_ids`): `target_lang`'s language token is a prefix's first word."""
+        unk = self.metadata["special_ids"]["unk_id"]
+        return [check_prefix_ids("LiteRTTranslator", text, self.encode(text, "target"), unk, self.max_target_length)
+                for text in prefixes]
+
+    def search_ids(self, source: np.ndarray, prefix: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The search signature of `options.strategy` on int32 `(N, S)` source ids (padded with pad) and int32
+        `(N, P)` forced target prefixes (padded with pad; None or a column of pad: nothing forced): tokens int32
+        `(N, K, T)` (the prefix, then eos and pad after a hypothesis) and length-normalised scores float32
+        `(N, K)`, best first."""
         runner = self.interpreter.get_signature_runner(SEARCH_SIGNATURES[self.options.strategy])
-        outputs = runner(source_ids=np.ascontiguousarray(source, dtype=np.int32))
+        inputs = {"source_ids": np.ascontiguousarray(source, dtype=np.int32)}
+        if "target_prefix" in runner.get_input_details():
+            if prefix is None or prefix.shape[1] == 0:
+                prefix = np.full((len(source), 1), self.pad_id, np.int32)  # a column of pad: nothing forced
+            inputs["target_prefix"] = np.ascontiguousarray(prefix, dtype=np.int32)
+        elif prefix is not None:
+            raise NotImplementedError(f"{self.directory} was exported without target prefixes; export it again "
+                                      "to force the start of a translation.")
+        outputs = runner(**inputs)
         return np.asarray(outputs["tokens"]), np.asarray(outputs["score"])
 
-    def _hypotheses(self, texts: list[str]) -> list[list[tuple[list[int], float, int]]]:
-        """Per text, `(ids without specials, score, tokens generated with eos)` best first."""
-        tokens, scores = self.search_ids(padded_ids([self.source_ids(text) for text in texts], self.pad_id))
+    def _hypotheses(self, texts: list[str], prefixes: list[str] | None) -> list[list[tuple[list[int], float, int]]]:
+        """Per text, `(ids without specials, score, tokens generated with eos)` best first; with `prefixes`, each
+        starting with its text's prefix."""
+        forced = None
+        if prefixes is not None:
+            forced = padded_ids([ids or [self.pad_id] for ids in self.target_prefix_ids(prefixes)], self.pad_id)
+        tokens, scores = self.search_ids(padded_ids([self.source_ids(text) for text in texts], self.pad_id), forced)
         results = []
         for row in range(len(texts)):
             hypotheses = []
@@ -220,40 +276,58 @@ class LiteRTTranslator(TranslatorInterface):
                 ids = tokens[row, k].tolist()
                 generated = sum(token != self.pad_id for token in ids)
                 end = ids.index(self.eos_id) if self.eos_id in ids else len(ids)
-                kept = [token for token in ids[:end] if token not in (self.pad_id, self.bos_id)]
+                kept = [token for token in ids[:end] if token not in self._dropped]
                 hypotheses.append((kept, float(scores[row, k]), generated))
             results.append(hypotheses)
         return results
 
+    def decode(self, ids: list[int]) -> str:
+        """Target ids (specials already dropped) as text: SentencePiece's, or an imported vocabulary's pieces
+        joined (`subwords.mapped_text`)."""
+        if self.mapped:
+            return mapped_text(self.target_tokens[i] for i in ids)
+        return str(self.target_processor.decode(ids))
+
+    @property
+    def target_languages(self) -> tuple[str, ...]:  # type: ignore[override]  # a property where the interface has a class default
+        """The language tokens of the export's target vocabulary (`TranslatorInterface.target_languages`)."""
+        return self._languages["target"]
+
+    @property
+    def source_languages(self) -> tuple[str, ...]:  # type: ignore[override]  # a property where the interface has a class default
+        """The language tokens of the export's source vocabulary (`TranslatorInterface.source_languages`)."""
+        return self._languages["source"]
+
+    @property
+    def source_language(self) -> str | None:
+        """The language a multilingual export translates from by default (its metadata's), else None."""
+        return self._language["source"]
+
     # ------------------------------------------------------------------ strings
     def translate_batch(self, texts: list[str], prefixes: list[str] | None = None) -> list[str]:
-        """The best translation per cleaned, non-blank text (no target prefixes in this format yet)."""
-        self._no_prefixes(prefixes)
-        return [self.target_processor.decode(hypotheses[0][0]) for hypotheses in self._hypotheses(texts)]
+        """The best translation per cleaned, non-blank text; with `prefixes`, each starting with its prefix."""
+        return [self.decode(hypotheses[0][0]) for hypotheses in self._hypotheses(texts, prefixes)]
 
     def n_best_batch(self, texts: list[str], prefixes: list[str] | None = None) -> list[list[tuple[str, float]]]:
         """Per cleaned, non-blank text, `returned()` `(translation, score)` pairs, best first."""
-        self._no_prefixes(prefixes)
-        return [[(self.target_processor.decode(ids), score) for ids, score, _ in hypotheses]
-                for hypotheses in self._hypotheses(texts)]
+        return [[(self.decode(ids), score) for ids, score, _ in hypotheses]
+                for hypotheses in self._hypotheses(texts, prefixes)]
 
     def details_batch(self, texts: list[str], prefixes: list[str] | None = None) -> list[Translation]:
-        """Per cleaned, non-blank text, its best translation as a `details.Translation`."""
-        self._no_prefixes(prefixes)
-        return [Translation.from_score(self.target_processor.decode(ids), score, generated, self.scoring_alpha)
-                for (ids, score, generated), *_ in self._hypotheses(texts)]
+        """Per cleaned, non-blank text, its best translation as a `details.Translation` (its tokens count a
+        prefix and eos, as its score does)."""
+        return [Translation.from_score(self.decode(ids), score, generated, self.scoring_alpha)
+                for (ids, score, generated), *_ in self._hypotheses(texts, prefixes)]
 
     def n_best_details_batch(self, texts: list[str], prefixes: list[str] | None = None) -> list[list[Translation]]:
         """Per cleaned, non-blank text, its hypotheses as `details.Translation`s, best first."""
-        self._no_prefixes(prefixes)
-        return [[Translation.from_score(self.target_processor.decode(ids), score, generated, self.scoring_alpha)
-                 for ids, score, generated in hypotheses] for hypotheses in self._hypotheses(texts)]
+        return [[Translation.from_score(self.decode(ids), score, generated, self.scoring_alpha)
+                 for ids, score, generated in hypotheses] for hypotheses in self._hypotheses(texts, prefixes)]
 
     def score_batch(self, sources: list[str], targets: list[str]) -> list[float]:
         """Forced decoding of cleaned pairs with the ``score`` signature: log P(target and eos | source) divided by
         the GNMT penalty ((5 + n) / 6) ** alpha of `scoring_alpha` (n counting eos), as the other engines score."""
-        target_ids = [self.target_processor.encode(text)[: self.max_target_length - 1] + [self.eos_id]
-                      for text in targets]
+        target_ids = [self.encode(text, "target")[: self.max_target_length - 1] + [self.eos_id] for text in targets]
         runner = self.interpreter.get_signature_runner(SCORE_SIGNATURE)
         outputs = runner(source_ids=padded_ids([self.source_ids(text) for text in sources], self.pad_id),
                          target_ids=padded_ids(target_ids, self.pad_id))
@@ -264,10 +338,6 @@ class LiteRTTranslator(TranslatorInterface):
     def count_source_tokens(self, text: str) -> int:
         """The source SentencePiece model's pieces of `text` (without eos), for `translate_document`'s budget."""
         return len(self.source_processor.encode(text))
-
-    def _no_prefixes(self, prefixes: list[str] | None) -> None:
-        if prefixes is not None:
-            raise NotImplementedError("The litert engine takes no target prefixes yet.")
 
     def translate(self, sentences: Lines) -> list[str]:
         """Translates a batch of sentences (`translate_lines` in one batch).

@@ -35,10 +35,12 @@ with `ai-edge-litert` and `sentencepiece` alone.
 """
 
 import contextlib
+import copy
 import datetime
 import json
 import logging
 import os
+import pathlib
 import re
 import shutil
 import tempfile
@@ -46,10 +48,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from keras_transformer import decoding
 from keras_transformer.config import TransformerConfig
+from keras_transformer.data.tokenizers import read_vocabulary
 from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.engines.litert import (
     FORMAT,
@@ -79,8 +83,10 @@ from keras_transformer.workdir.provenance import provenance_card, provenance_sum
 README_FILE = "README.md"  # the model card
 
 _SUBWORD_FORMAT = "keras_transformer.SubwordTokenizer"  # tokenizer.json of keras_transformer.data.tokenizers
+_MAPPED_FORMAT = "keras_transformer.MappedTokenizer"  # an imported vocabulary's (data.tokenizers.mapped)
 _IDS = tf.TensorSpec([None, None], tf.int32, name="source_ids")
 _TARGET_IDS = tf.TensorSpec([None, None], tf.int32, name="target_ids")
+_PREFIX = tf.TensorSpec([None, None], tf.int32, name="target_prefix")
 
 
 def check_litert_precision(precision: str | None, flag: str = "--precision") -> str:
@@ -101,30 +107,41 @@ def check_litert_precision(precision: str | None, flag: str = "--precision") -> 
     return precision
 
 
-def sentencepiece_files(vocab_dir: str | os.PathLike[str]) -> dict[str, str]:
-    """`{"source": path, "target": path}`: the SentencePiece model files of a vocabulary folder the package learned
-    (shared: the same path twice).
+def vocabulary_files(vocab_dir: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
+    """Per side (`"source"`, `"target"`), what a LiteRT export copies of a vocabulary folder: `model` (the
+    SentencePiece model file), `tokens` (an imported vocabulary's tokens by id, else None), `settings` (its
+    ``tokenizer.json``) and `folder`; one folder for both sides where the vocabulary is shared.
+
+    Takes the SentencePiece vocabularies the package learns (bpe, unigram) and imported ones
+    (`data.tokenizers.MappedTokenizer`: OPUS-MT's separate source and target models, M2M-100's and NLLB's
+    language tokens).
 
     Raises:
-        ConfigError: a vocabulary of another kind (WordPiece, an imported checkpoint's), named.
+        ConfigError: a vocabulary of another kind (WordPiece), named.
         FileNotFoundError: a tokenizer file is missing.
+        CorruptFileError: an imported vocabulary that is not one (named).
     """
+    sides = {}
     folders = tokenizer_folders(vocab_dir)
-    files = []
-    for folder in folders:
+    for side, folder in zip(("source", "target"), (folders[0], folders[-1])):
         settings_file = folder / TOKENIZER_SETTINGS
         if not settings_file.is_file():
             raise FileNotFoundError(f"No tokenizer at {folder}: expected {TOKENIZER_SETTINGS}.")
         settings = json.loads(settings_file.read_text(encoding="utf-8"))
-        if settings.get("format") != _SUBWORD_FORMAT or settings.get("model_type") not in SENTENCEPIECE_MODELS:
+        mapped = settings.get("format") == _MAPPED_FORMAT
+        if not mapped and (settings.get("format") != _SUBWORD_FORMAT
+                           or settings.get("model_type") not in SENTENCEPIECE_MODELS):
             raise ConfigError(f"LiteRT export: {settings_file} is a {settings.get('format')} "
-                              f"{settings.get('model_type') or ''} vocabulary; this format takes the SentencePiece "
-                              "vocabularies (bpe, unigram) the package learns, not yet imported ones.")
+                              f"{settings.get('model_type') or ''} vocabulary; this format takes SentencePiece "
+                              "vocabularies (bpe, unigram: learned by the package, or imported).")
         model_file = folder / settings["model_file"]
-        if not model_file.is_file():
-            raise FileNotFoundError(f"Tokenizer file {model_file} named in {settings_file} is missing.")
-        files.append(os.fspath(model_file))
-    return {"source": files[0], "target": files[-1]}
+        files = [model_file] + ([folder / settings["vocabulary_file"]] if mapped else [])
+        for path in files:
+            if not path.is_file():
+                raise FileNotFoundError(f"Tokenizer file {path} named in {settings_file} is missing.")
+        sides[side] = {"folder": os.fspath(folder), "model": os.fspath(model_file), "settings": settings,
+                       "tokens": read_vocabulary(files[1]) if mapped else None}
+    return sides
 
 
 @contextlib.contextmanager
@@ -169,10 +186,12 @@ def signature_functions(model: Any, config: TransformerConfig, options: DecodeOp
     functions = {}
     with builtin_argmax():
         for strategy, settings in strategies.items():
-            def search(source_ids: Any, strategy: str = strategy, settings: DecodeOptions = settings) -> Any:
-                tokens, score = decoding.strategy(strategy)([model], source_ids, settings, **special)
+            def search(source_ids: Any, target_prefix: Any, strategy: str = strategy,
+                       settings: DecodeOptions = settings) -> Any:
+                tokens, score = decoding.strategy(strategy)([model], source_ids, settings, target_prefix=target_prefix,
+                                                            **special)
                 return {"tokens": tokens, "score": score}
-            functions[SEARCH_SIGNATURES[strategy]] = _frozen(search, _IDS)
+            functions[SEARCH_SIGNATURES[strategy]] = _frozen(search, _IDS, _PREFIX)
 
         def score(source_ids: Any, target_ids: Any) -> Any:
             return {"score": decoding.score([model], source_ids, target_ids, alpha=0.0, pad_id=config.pad_id,
@@ -215,7 +234,67 @@ def convert(model: Any, config: TransformerConfig, options: DecodeOptions,
             except Exception as error:  # the converter's errors carry the operations it could not express
                 raise ConfigError(f"LiteRT export: the converter cannot express this model in LiteRT's built-in "
                                   f"operators: {_unconverted(str(error))}.") from None
+            if precision == "int8":
+                converted[precision] = share_int8_weights(converted[precision])
     return converted
+
+
+def share_int8_weights(data: bytes) -> bytes:
+    """An int8 `model.tflite` whose constant matrices read through DEQUANTIZE (a tied embedding's lookup) use the
+    per-channel int8 copy of the same matrix that a FULLY_CONNECTED (the tied softmax) reads, where there is one:
+    the matrix stored once, not twice.
+
+    The converter quantizes a matrix per tensor for its lookup and per row for the softmax, two copies that the
+    buffer deduplication cannot merge; a row's scale serves the lookup as well (DEQUANTIZE takes per-channel
+    scales), and is finer. The copies are matched by value: the same shape, and every entry within half a step
+    of each quantization of the other (the same float matrix).
+    """
+    from tensorflow.lite.python import schema_py_generated as schema
+    from tensorflow.lite.tools import flatbuffer_utils
+
+    model = flatbuffer_utils.convert_bytearray_to_object(bytearray(data))
+    codes = [code.builtinCode or code.deprecatedBuiltinCode for code in model.operatorCodes]
+    operator, int8 = schema.BuiltinOperator, schema.TensorType.INT8
+
+    def values(tensor: Any) -> Any:
+        stored = model.buffers[tensor.buffer].data
+        return None if stored is None or len(stored) == 0 else np.asarray(stored, np.uint8).view(np.int8).reshape(
+            tensor.shape)
+
+    def scales(tensor: Any) -> Any:
+        quantization = tensor.quantization
+        return None if quantization is None or quantization.scale is None else np.asarray(quantization.scale)
+
+    rows: dict[int, Any] = {}  # buffer -> a per-row int8 weight of FULLY_CONNECTED
+    for graph in model.subgraphs:
+        for op in graph.operators:
+            if codes[op.opcodeIndex] == operator.FULLY_CONNECTED and len(op.inputs) > 1 and op.inputs[1] >= 0:
+                tensor = graph.tensors[op.inputs[1]]
+                scale = scales(tensor)
+                if (tensor.type == int8 and scale is not None and len(scale) > 1
+                        and tensor.quantization.quantizedDimension == 0 and values(tensor) is not None):
+                    rows.setdefault(tensor.buffer, tensor)
+    for graph in model.subgraphs:
+        for op in graph.operators:
+            if codes[op.opcodeIndex] != operator.DEQUANTIZE:
+                continue
+            tensor = graph.tensors[op.inputs[0]]
+            scale, quantized = scales(tensor), values(tensor)
+            if tensor.type != int8 or scale is None or len(scale) != 1 or quantized is None:
+                continue
+            for buffer, other in rows.items():
+                if list(other.shape) != list(tensor.shape):
+                    continue
+                step = scales(other).reshape((-1,) + (1,) * (len(tensor.shape) - 1))
+                if np.all(np.abs(quantized * scale[0] - values(other) * step) <= (scale[0] + step) / 2 * 1.001):
+                    tensor.buffer, tensor.quantization = buffer, copy.deepcopy(other.quantization)
+                    break
+    used = {tensor.buffer for graph in model.subgraphs for tensor in graph.tensors}
+    used |= {entry.buffer for entry in model.metadata or []}  # the runtime version, the converter's record
+    for index, buffer in enumerate(model.buffers):
+        if index not in used:
+            buffer.data = None
+    return bytes(flatbuffer_utils.convert_object_to_bytearray(model))
 
 
 @contextlib.contextmanager
@@ -232,15 +311,35 @@ def _quiet(name: str) -> Iterator[None]:
 
 
 def _unconverted(message: str) -> str:
-    """The operations a converter error names (its "TF Select ops" line), else its last line."""
+    """The operations a converter error names: its "TF Select ops" line, or the TensorFlow operations it could
+    not legalize, or an operation it failed on inside (its type and the layer that made it, with its error), else
+    its last line.
+
+    Example:
+
+    >>> _unconverted('loc(callsite(fused["Transpose:", "encoder_1/layer_0_1/self_attention_1/transpose@__inference_'
+    ...              'pruned_5"] at fused["StatefulPartitionedCall:", "x"])): error: operand #1 does not dominate')
+    'Transpose in encoder_1/layer_0_1/self_attention_1 (the converter failed: operand #1 does not dominate)'
+    """
     found = re.findall(r"TF Select ops: ([^\n]+)", message) or re.findall(r"'(tf\.[A-Za-z0-9_]+)' op", message)
-    return ", ".join(sorted(set(found))) or message.strip().splitlines()[-1][:200]
+    if found:
+        return ", ".join(sorted(set(found)))
+    for line in message.splitlines():  # MLIR's form: "<unknown>:0: error: loc(... fused["Op:", "name@f"] ...): what"
+        failed = re.search(r'fused\["(\w+):", "([^"@]+)@', line)
+        if failed and "error:" in line:
+            what = re.split(r"\)+: ", line.split("error:", 1)[1])[-1].replace("error: ", "")
+            layer = failed.group(2).rsplit("/", 1)[0]
+            return f"{failed.group(1)} in {layer} (the converter failed: {what.strip()[:120]})"
+    return message.strip().splitlines()[-1][:200]
 
 
-def _metadata(config: TransformerConfig, options: DecodeOptions, precision: str, names: dict[str, str],
-              signatures: list[str], provenance: dict[str, Any] | None = None) -> dict[str, Any]:
+def _metadata(config: TransformerConfig, options: DecodeOptions, precision: str, files: dict[str, dict[str, str]],
+              sides: dict[str, dict[str, Any]], signatures: list[str],
+              provenance: dict[str, Any] | None = None) -> dict[str, Any]:
     """``litert.json``: what `LiteRTTranslator` (or an app) needs beside `model.tflite`."""
-    return {
+    mapped = sides["source"]["tokens"] is not None
+    special = {name: int(getattr(config, name)) for name in ("pad_id", "unk_id", "bos_id", "eos_id")}
+    metadata = {
         "format": FORMAT, "version": FORMAT_VERSION,
         "exported": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
         "tensorflow_version": tf.__version__,
@@ -248,26 +347,59 @@ def _metadata(config: TransformerConfig, options: DecodeOptions, precision: str,
         "decoding": options.to_dict(),
         "length_penalty": "gnmt: score = log P / ((5 + n) / 6) ** alpha, n counting the eos token",
         "signatures": signatures,
-        "special_ids": {name: int(getattr(config, name)) for name in ("pad_id", "unk_id", "bos_id", "eos_id")},
-        "sentencepiece": names,
+        "special_ids": special,
+        "special_tokens": {name[:-3]: _token(sides["target"], index) for name, index in special.items()},
+        # "ids": SentencePiece's ids are the model's; "mapped": an imported vocabulary numbers the pieces
+        "tokenization": "mapped" if mapped else "ids",
+        "sentencepiece": {side: names["sentencepiece"] for side, names in files.items()},
         "max_source_length": int(config.max_length),
         "max_target_length": int(config.max_length),
         "model_config": config.to_dict(),
         "provenance": provenance_summary(provenance),
     }
+    if mapped:
+        metadata["vocabulary"] = {side: names["vocabulary"] for side, names in files.items()}
+        # a multilingual vocabulary's language tokens: a sentence may open with one, one without gets the side's
+        # language first; detokenizing drops them and the special tokens
+        metadata["languages"] = {side: {key: sides[side]["settings"].get(key, default) for key, default in
+                                        (("languages", []), ("language", None), ("special_tokens", []))}
+                                 for side in ("source", "target")}
+        metadata["target_languages"] = metadata["languages"]["target"]["languages"]
+    return metadata
+
+
+def _token(side: dict[str, Any], index: int) -> str:
+    """The token of id `index` on one side: an imported vocabulary's, else the SentencePiece model's piece."""
+    if side["tokens"] is not None:
+        return str(side["tokens"][index])
+    import sentencepiece
+    return str(sentencepiece.SentencePieceProcessor(model_file=side["model"]).id_to_piece(index))
 
 
 def _readme(metadata: dict[str, Any], provenance: dict[str, Any] | None) -> str:
     """The model card: where the model came from, what each signature decodes with, the special ids."""
     options = DecodeOptions.from_dict(metadata["decoding"])
-    ids = ", ".join(f"{name[:-3]} {index}" for name, index in metadata["special_ids"].items())
+    ids = ", ".join(f"{name[:-3]} {index} `{metadata['special_tokens'][name[:-3]]}`"
+                    for name, index in metadata["special_ids"].items())
+    files = metadata["sentencepiece"]
+    tokenizer = (f"`{files['source']}`" if files["source"] == files["target"]
+                 else f"`{files['source']}` (source) and `{files['target']}` (target)")
+    if metadata["tokenization"] == "mapped":
+        vocabulary = metadata["vocabulary"]
+        tokenizer += (f"; the model's ids are the positions of SentencePiece's pieces in `{vocabulary['source']}`"
+                      + ("" if vocabulary["source"] == vocabulary["target"] else f" and `{vocabulary['target']}`")
+                      + " (a piece not listed is unk)")
+    languages = metadata.get("target_languages") or []
+    shown = ", ".join(f"`{token}`" for token in languages[:12]) + (", ..." if len(languages) > 12 else "")
+    prefix = (f" Target languages ({len(languages)}): {shown}; the one whose token opens the `target_prefix` input "
+              "is forced first." if languages else "")
     return f"""# LiteRT model exported by keras_transformer
 
 {provenance_card(provenance)}
 
 Precision: {metadata['precision']}. Signatures: {', '.join(f'`{name}`' for name in metadata['signatures'])}. The
 recorded decoding (`{LITERT_METADATA}`, what `LiteRTTranslator` runs): {options.describe()}. Special ids: {ids};
-a source is its SentencePiece ids then eos, padded with pad.
+a source is its token ids then eos, padded with pad. SentencePiece: {tokenizer}.{prefix}
 """
 
 
@@ -305,7 +437,7 @@ def export_litert(model: Any, config: TransformerConfig, vocab_dir: str | os.Pat
     options = (options or DecodeOptions()).replace(**settings)
     with export_lock(os.path.abspath(directory)):  # one writer, refused before the (long) conversion
         _check_destination(directory, overwrite)
-        sentencepiece_files(vocab_dir)
+        vocabulary_files(vocab_dir)  # refused before the conversion
         data = convert(model, config, options, (precision,))[precision]
         return write_litert(data, config, options, precision, vocab_dir, directory, overwrite=overwrite,
                             provenance=provenance)
@@ -335,20 +467,26 @@ def write_litert(data: bytes, config: TransformerConfig, options: DecodeOptions,
         FileExistsError: `directory` exists and `overwrite` is False, or it is not a LiteRT export.
     """
     directory = os.fspath(directory)
-    files = sentencepiece_files(vocab_dir)
-    names = ({"source": "sentencepiece.model", "target": "sentencepiece.model"}
-             if files["source"] == files["target"] else
-             {"source": "source.sentencepiece.model", "target": "target.sentencepiece.model"})
+    sides = vocabulary_files(vocab_dir)
+    source, target = sides["source"], sides["target"]
+    shared = source["folder"] == target["folder"] or (  # NLLB's two tokenizers: one model, two default languages
+        pathlib.Path(source["model"]).read_bytes() == pathlib.Path(target["model"]).read_bytes()
+        and source["tokens"] == target["tokens"])
+    files = {side: {"sentencepiece": "sentencepiece.model" if shared else f"{side}.sentencepiece.model",
+                    "vocabulary": "vocabulary.json" if shared else f"{side}.vocabulary.json"} for side in sides}
     signatures = [SEARCH_SIGNATURES["greedy"], SCORE_SIGNATURE] + (
         [SEARCH_SIGNATURES["beam"]] if options.strategy == "beam" else [])
     with export_lock(os.path.abspath(directory)):
         _check_destination(directory, overwrite)
         with writing_export(os.path.abspath(directory), precision=precision) as staging:
             (staging / LITERT_MODEL).write_bytes(data)
-            for side, path in files.items():
-                shutil.copyfile(path, staging / names[side])
-            metadata = _metadata(config, options, precision, names, sorted(signatures), provenance)
-            atomic_write_text(staging / LITERT_METADATA, json.dumps(metadata, indent=2) + "\n")
+            for side, names in files.items():
+                shutil.copyfile(sides[side]["model"], staging / names["sentencepiece"])
+                if sides[side]["tokens"] is not None:  # an imported vocabulary: its tokens by id, a JSON list
+                    atomic_write_text(staging / names["vocabulary"],
+                                      json.dumps(sides[side]["tokens"], ensure_ascii=False) + "\n")
+            metadata = _metadata(config, options, precision, files, sides, sorted(signatures), provenance)
+            atomic_write_text(staging / LITERT_METADATA, json.dumps(metadata, indent=2, ensure_ascii=False) + "\n")
             atomic_write_text(staging / README_FILE, _readme(metadata, provenance))
             if provenance is not None:
                 write_provenance(staging, provenance)
@@ -405,4 +543,5 @@ class LiteRTExporter(Exporter):
 
 
 __all__ = ["LiteRTExporter", "builtin_argmax", "check_litert_precision", "convert", "export_litert",
-           "sentencepiece_files", "signature_functions", "write_litert"]
+           "share_int8_weights",
+           "signature_functions", "vocabulary_files", "write_litert"]

@@ -1,0 +1,81 @@
+"""SentencePiece outside TensorFlow, for the engines that serve an export folder (CTranslate2, LiteRT).
+
+`load_processors` opens an export's source and target SentencePiece models (one processor where they are one
+file). An imported vocabulary (`data.tokenizers.MappedTokenizer`: OPUS-MT's, M2M-100's, NLLB's) numbers
+SentencePiece's pieces through a vocabulary of its own: `mapped_pieces` segments a sentence as that tokenizer
+does (a leading ``>>xx<<`` tag or language token whole, else the side's language first, and a piece the
+vocabulary lacks read as unk), and `mapped_text` joins pieces back into text as its `detokenize` does. Needs
+`sentencepiece` and nothing else: neither Keras nor TensorFlow.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Collection, Iterable
+from typing import Any
+
+
+def load_processors(directory: str | os.PathLike[str], files: dict[str, str]) -> tuple[Any, Any]:
+    """The source and target `sentencepiece.SentencePieceProcessor` of an export folder: `files` names them
+    (``{"source": name, "target": name}``, relative to `directory`); one file is one processor, used twice.
+
+    Example:
+
+    >>> source, target = load_processors("exports/en_de_litert", {"source": "sentencepiece.model",
+    ...                                                           "target": "sentencepiece.model"})  # doctest: +SKIP
+    >>> source is target  # doctest: +SKIP
+    True
+    """
+    import sentencepiece
+
+    source = sentencepiece.SentencePieceProcessor(model_file=os.path.join(directory, files["source"]))
+    if files["source"] == files["target"]:
+        return source, source
+    return source, sentencepiece.SentencePieceProcessor(model_file=os.path.join(directory, files["target"]))
+
+
+def mapped_pieces(processor: Any, text: str, known: Collection[str], unk_token: str,
+                  languages: Collection[str] = (), language: str | None = None) -> list[str]:
+    """An imported vocabulary's tokens of `text`, as `MappedTokenizer.tokenize` makes them (without eos).
+
+    With language tokens (`languages`: M2M-100's ``__fr__``, NLLB's ``fra_Latn``), a sentence that opens with one
+    has it first, and one that opens with none has `language` first (where there is one); without, a leading
+    ``>>xx<<`` tag (multi-target OPUS-MT) is one token. Then SentencePiece's pieces, each one `known` lacks read as
+    `unk_token`.
+
+    Example:
+
+    >>> class Pieces:  # a stand-in for a SentencePieceProcessor
+    ...     def encode(self, text, out_type=str):
+    ...         return ["▁" + word for word in text.split()]
+    >>> mapped_pieces(Pieces(), ">>fr<< a cat", {">>fr<<", "▁a"}, "<unk>")
+    ['>>fr<<', '▁a', '<unk>']
+    >>> mapped_pieces(Pieces(), "a", {"fra_Latn", "eng_Latn", "▁a"}, "<unk>", ["fra_Latn", "eng_Latn"], "eng_Latn")
+    ['eng_Latn', '▁a']
+    """
+    tag = []
+    if languages:
+        first = text.split(maxsplit=1)[0] if text.strip() else ""
+        if first in languages and text.startswith(first):
+            tag, text = [first], text[len(first):]
+        elif language is not None:
+            tag = [language]
+    elif text.startswith(">>") and text.find("<<") != -1:
+        end = text.find("<<") + 2
+        tag, text = [text[:end]], text[end:]
+    return [token if token in known else unk_token for token in tag + processor.encode(text, out_type=str)]
+
+
+def mapped_text(tokens: Iterable[str]) -> str:
+    """Tokens of an imported vocabulary (specials already dropped) as text: joined, each ``▁`` a space, as
+    `MappedTokenizer.detokenize` does.
+
+    Example:
+
+    >>> mapped_text(["▁a", "▁c", "at", "."])
+    'a cat.'
+    """
+    return "".join(tokens).replace("\u2581", " ").strip()
+
+
+__all__ = ["load_processors", "mapped_pieces", "mapped_text"]
