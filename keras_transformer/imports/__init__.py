@@ -9,6 +9,7 @@ imports/
   importer.py    `import_checkpoint`: the checkpoint as an ordinary workdir, written whole or not at all
   marian.py      OPUS-MT / Marian (MarianMTModel)
   m2m_100.py     M2M-100 and NLLB-200 (M2M100ForConditionalGeneration)
+  t5.py          T5 v1.1, mT5, MADLAD-400 and the original T5 (T5ForConditionalGeneration)
   tensorflow_weights.py  a large matrix into its variable without a full-size copy (TensorFlow)
 ```
 
@@ -19,7 +20,7 @@ A family maps names and shapes onto `TransformerConfig` and `build_model`'s weig
 Example:
 
 >>> sorted(FAMILIES)
-['m2m_100', 'marian']
+['m2m_100', 'marian', 't5']
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
 FAMILIES = {
     "marian": ("marian", "MarianFamily"),
     "m2m_100": ("m2m_100", "M2M100Family"),
+    "t5": ("t5", "T5Family"),
 }
 
 
@@ -71,7 +73,7 @@ def family_for(model_type: str | None, where: str | os.PathLike[str] = "config.j
     >>> family_for("bert", "bert/config.json")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    keras_transformer.errors.ConfigError: bert/config.json: model_type 'bert' is not a family ...: m2m_100, marian.
+    keras_transformer.errors.ConfigError: bert/config.json: model_type 'bert' is not a family ...: m2m_100, marian, t5.
     """
     check_family(model_type, where)
     module, cls = FAMILIES[str(model_type)]  # check_family refused None
