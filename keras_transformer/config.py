@@ -183,14 +183,15 @@ class TransformerConfig:
         if self.tie_embeddings not in TIE_MODES:
             raise ValueError(f"TransformerConfig.tie_embeddings must be one of {TIE_MODES} "
                              f"(or a bool), got {self.tie_embeddings!r}.")
-        if self.position == "relative_bias" and (self.relative_attention_num_buckets < 4 or
-                                                 self.relative_attention_max_distance <= self.relative_attention_num_buckets // 4):
-            raise ValueError(f"TransformerConfig: relative_attention_num_buckets={self.relative_attention_num_buckets} "
-                             f"and relative_attention_max_distance={self.relative_attention_max_distance} leave no "
-                             "logarithmic buckets; give at least 4 buckets and a max distance beyond a quarter of them.")
+        buckets, distance = self.relative_attention_num_buckets, self.relative_attention_max_distance
+        if self.position == "relative_bias" and (buckets < 4 or distance <= buckets // 4):
+            raise ValueError(f"TransformerConfig: relative_attention_num_buckets={buckets} and "
+                             f"relative_attention_max_distance={distance} leave no logarithmic buckets; give at "
+                             "least 4 buckets and a max distance beyond a quarter of them.")
         if self.tie_embeddings in ("all", "embeddings") and self.src_vocab_size != self.tgt_vocab_size:
             raise ValueError(
-                f"TransformerConfig.tie_embeddings={self.tie_embeddings!r} shares one matrix between source and target, "
+                f"TransformerConfig.tie_embeddings={self.tie_embeddings!r} shares one matrix between source and "
+                "target, "
                 f"but source_vocab_size={self.src_vocab_size} != target_vocab_size={self.tgt_vocab_size}.")
         special = {"pad_id": self.pad_id, "unk_id": self.unk_id, "bos_id": self.bos_id,
                    "eos_id": self.eos_id}

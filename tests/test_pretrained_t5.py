@@ -271,3 +271,11 @@ def test_the_savedmodel_export_translates_as_the_workdir(references, tmp_path):
     assert expected[0] == tokenizer.decode(ids, skip_special_tokens=True)
     out = make_exporter("savedmodel", jit_compile=False).export(workdir, tmp_path / "savedmodel", strategy="greedy")
     assert load_translator(out).translate_lines(SENTENCES) == expected
+
+
+def test_the_ctranslate2_export_refuses_t5_in_one_line_and_writes_nothing(references, tmp_path):
+    from keras_transformer.exports import make_exporter
+    with pytest.raises((ValueError, ConfigError), match=r"CTranslate2 export: T5's options \(position='relative_bias', "
+                                                        r"normalization='rms', .*export this model as a SavedModel"):
+        make_exporter("ctranslate2").export(references["t5"][1], tmp_path / "ct2")
+    assert not (tmp_path / "ct2").exists()

@@ -32,7 +32,9 @@ How the package's model maps onto CTranslate2's ``TransformerSpec``:
 
 What CTranslate2 cannot hold is refused by name (`check_ctranslate2_support`):
 restricted (windowed) self-attention, a value size d_v different from the key
-size d_k (and, in `exports.ctranslate2`, WordPiece vocabularies).
+size d_k, T5's options (RMS norm, gated feed-forward, bias-free projections, bucketed
+relative position biases, an untied softmax beside shared embeddings, the rescaled decoder
+output: not exported yet), and, in `exports.ctranslate2`, WordPiece vocabularies.
 """
 
 from collections.abc import Sequence
@@ -81,6 +83,13 @@ def check_ctranslate2_support(config: TransformerConfig) -> None:
         raise ValueError(f"CTranslate2 export: TransformerConfig.value_dim={config.head_value_dim} differs from the "
                          f"key size d_k={config.head_dim}; CTranslate2 has one head size for queries, keys and "
                          "values. Export this model as a SavedModel instead.")
+    t5 = {"position": config.position == "relative_bias", "normalization": config.normalization == "rms",
+          "gated_feed_forward": config.gated_feed_forward, "use_bias": not config.use_bias,
+          "tie_embeddings": config.tie_embeddings == "embeddings", "scale_decoder_output": config.scale_decoder_output}
+    if any(t5.values()):
+        named = ", ".join(f"{name}={getattr(config, name)!r}" for name, used in t5.items() if used)
+        raise ValueError(f"CTranslate2 export: T5's options ({named}) are not exported to CTranslate2 yet; export "
+                         "this model as a SavedModel instead.")
 
 
 # ---------------------------------------------------------------------- weights

@@ -95,7 +95,7 @@ def relative_position_bucket(relative_position: Any, bidirectional: bool, num_bu
     >>> keras.ops.convert_to_numpy(relative_position_bucket(np.array([-3, -1, 0, 1, 3, 200]), True, 8, 16)).tolist()
     [2, 1, 0, 5, 6, 7]
     >>> keras.ops.convert_to_numpy(relative_position_bucket(np.array([-200, -5, -1, 0, 2]), False, 8, 16)).tolist()
-    [7, 5, 1, 0, 0]
+    [7, 4, 1, 0, 0]
     """
     relative_position = ops.cast(relative_position, "int32")
     buckets = ops.zeros_like(relative_position)
