@@ -258,9 +258,9 @@ def test_a_t5_variant_the_model_cannot_hold_is_refused_by_name_and_nothing_is_wr
 @pytest.mark.slow
 def test_the_savedmodel_export_translates_as_the_workdir(references, tmp_path):
     """The SavedModel export of an imported MADLAD-shape workdir gives the workdir's translations, greedy, strings
-    in and strings out, with a `<2xx>` token opening the source (the search's cached steps inside the graph add
-    the relative position biases of each step); the workdir's is transformers' generate, detokenized as
-    T5Tokenizer does."""
+    in and strings out, with a `<2xx>` token opening the source, given in the text or as `target_lang` (the
+    search's cached steps inside the graph add the relative position biases of each step); the workdir's is
+    transformers' generate, detokenized as T5Tokenizer does."""
     from keras_transformer.engines.loader import load_translator
     from keras_transformer.exports import make_exporter
     _, workdir, reference, tokenizer = references["madlad"]
@@ -269,8 +269,21 @@ def test_the_savedmodel_export_translates_as_the_workdir(references, tmp_path):
     assert len(set(expected)) > 1
     ids = _generate(reference, tokenizer(SENTENCES[0])["input_ids"])
     assert expected[0] == tokenizer.decode(ids, skip_special_tokens=True)
+    # --target-lang de: `<2de>` opens the source (MADLAD's target language is the source's first token)
+    tagged = [(line.split()[0][2:-1], line.split(" ", 1)[1], translation)
+              for line, translation in zip(SENTENCES, expected) if line.startswith("<2")]  # (de, "A man...", ...)
+    by_code = [translator.translate_lines([text, ""], target_lang=code) for code, text, _ in tagged]
+    assert by_code == [[translation, ""] for _, _, translation in tagged]
+    untagged = translator.translate_lines([text for _, text, _ in tagged])
+    assert untagged != [translation for _, _, translation in tagged]
+    assert translator.target_prefixes(2, target_lang="de") is None and translator.target_languages == ()
+    with pytest.raises(ConfigError, match=r"unknown target language 'es'; this model's target languages \(3\): "
+                                          r"<2de>, <2en>, <2fr>"):
+        translator.translate_lines(["A dog."], target_lang="es")
     out = make_exporter("savedmodel", jit_compile=False).export(workdir, tmp_path / "savedmodel", strategy="greedy")
-    assert load_translator(out).translate_lines(SENTENCES) == expected
+    exported = load_translator(out)
+    assert exported.translate_lines(SENTENCES) == expected
+    assert [exported.translate_lines([text, ""], target_lang=code) for code, text, _ in tagged] == by_code
 
 
 def test_the_ctranslate2_export_refuses_t5_in_one_line_and_writes_nothing(references, tmp_path):
