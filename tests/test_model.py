@@ -40,7 +40,15 @@ def test_inputs_outputs_and_dtypes():
     assert keras.backend.standardize_dtype(out.dtype) == "float32"
 
 
-@pytest.mark.parametrize("options", [dict(), dict(norm_first=True), dict(position="learned", use_rezero=True)])
+# T5's options (imports/t5.py): RMS norm, gated GELU, no biases, bucketed relative position biases (8 buckets: the
+# exact ones end at distance 2 each way, so the tests' lengths reach the logarithmic ones), d_kv * h != d_model.
+T5 = dict(position="relative_bias", relative_attention_num_buckets=8, relative_attention_max_distance=12,
+          normalization="rms", gated_feed_forward=True, use_bias=False, norm_first=True, scale_attention_logits=False,
+          scale_embeddings=False, key_dim=6, activation="gelu_tanh", tie_embeddings="embeddings",
+          scale_decoder_output=True)
+
+
+@pytest.mark.parametrize("options", [dict(), dict(norm_first=True), dict(position="learned", use_rezero=True), T5])
 def test_causality_future_targets_never_change_earlier_logits(options):
     model = kt.build_model(tiny(**options))
     source, target = random_batch(batch=1, target_length=8)
@@ -63,7 +71,7 @@ def test_appending_padding_changes_no_real_position():
     np.testing.assert_allclose(logits(model, padded_source, padded_target)[:, :4], base, atol=1e-5)
 
 
-@pytest.mark.parametrize("options", [dict(), dict(position="relative", max_relative_position=2)])
+@pytest.mark.parametrize("options", [dict(), dict(position="relative", max_relative_position=2), T5])
 def test_padding_inside_a_batch_matches_the_sentence_alone(options):
     model = kt.build_model(tiny(**options))
     source, target = random_batch(batch=2, source_length=6, target_length=5)
@@ -119,7 +127,7 @@ def test_separate_vocabularies_give_target_sized_logits():
 @pytest.mark.parametrize("options", [dict(), dict(tie_embeddings="none", norm_first=True, position="learned"),
                                      dict(position="relative", max_relative_position=3),
                                      dict(activation="gelu_tanh", output_bias=True, sinusoid_layout="concatenated",
-                                          scale_embeddings=False, tie_embeddings="none")])
+                                          scale_embeddings=False, tie_embeddings="none"), T5])
 def test_model_config_and_keras_file_round_trips(options, tmp_path):
     model = kt.build_model(tiny(**options))
     source, target = random_batch()
@@ -212,9 +220,10 @@ def test_a_keras_file_reloads_in_a_fresh_process_and_fit_continues_from_its_upda
     assert np.linalg.norm(there - here) < 0.01 * np.linalg.norm(here)
 
 
-@pytest.mark.parametrize("options", [dict(), dict(position="relative", max_relative_position=2)])
+@pytest.mark.parametrize("options", [dict(), dict(position="relative", max_relative_position=2), T5])
 def test_cached_decoding_equals_full_pass(options):
-    """With relative positions the 7 steps reach distances beyond k = 2 (the clipped rows)."""
+    """With relative positions the 7 steps reach distances beyond k = 2 (the clipped rows); with T5's buckets, each
+    step's bias (its query at the cache index against the whole cache) is the full pass's row."""
     model = kt.build_model(tiny(num_layers=3, **options))
     source, target = random_batch(batch=2, target_length=7)
     source[0, 5:] = 0
