@@ -286,9 +286,21 @@ def test_the_savedmodel_export_translates_as_the_workdir(references, tmp_path):
     assert [exported.translate_lines([text, ""], target_lang=code) for code, text, _ in tagged] == by_code
 
 
-def test_the_ctranslate2_export_refuses_t5_in_one_line_and_writes_nothing(references, tmp_path):
+@pytest.mark.slow
+@pytest.mark.parametrize("name", SHAPES)
+def test_the_ctranslate2_export_translates_as_the_workdir(references, name, tmp_path):
+    """The CTranslate2 export (its own T5 layers: RMS norm, gated FFN, relative attention bias, the decoder's
+    rescaling) gives the workdir's greedy and beam-4 translations and, for MADLAD, takes `target_lang` as the
+    source's `<2xx>` token."""
+    from keras_transformer.engines.loader import load_translator
     from keras_transformer.exports import make_exporter
-    with pytest.raises((ValueError, ConfigError), match=r"CTranslate2 export: T5's options \(position='relative_bias', "
-                                                        r"normalization='rms', .*export this model as a SavedModel"):
-        make_exporter("ctranslate2").export(references["t5"][1], tmp_path / "ct2")
-    assert not (tmp_path / "ct2").exists()
+    _, workdir, _, _ = references[name]
+    out = make_exporter("ctranslate2").export(workdir, tmp_path / "ct2")
+    for options in ({"strategy": "greedy"}, {"strategy": "beam", "beam_size": 4, "alpha": 0.0}):
+        ours, theirs = load_translator(workdir, **options), load_translator(out, **options)
+        expected = ours.translate_lines(SENTENCES)
+        assert theirs.translate_lines(SENTENCES) == expected, options
+        details = [(d.tokens, round(d.mean_log_prob, 3)) for d in ours.translate_detailed(SENTENCES)]
+        assert [(d.tokens, round(d.mean_log_prob, 3)) for d in theirs.translate_detailed(SENTENCES)] == details
+    if name == "madlad":
+        assert theirs.translate_lines(["A man rides a bike."], target_lang="de") == [expected[0]]
