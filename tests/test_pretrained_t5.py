@@ -304,3 +304,27 @@ def test_the_ctranslate2_export_translates_as_the_workdir(references, name, tmp_
         assert [(d.tokens, round(d.mean_log_prob, 3)) for d in theirs.translate_detailed(SENTENCES)] == details
     if name == "madlad":
         assert theirs.translate_lines(["A man rides a bike."], target_lang="de") == [expected[0]]
+
+
+@pytest.mark.parametrize("written, tie, scale", [
+    ({"tie_word_embeddings": False}, "embeddings", False),  # T5 v1.1, mT5, MADLAD-400 as published
+    ({"tie_word_embeddings": True, "scale_decoder_outputs": False}, "embeddings", False),  # transformers 5's
+    ({"tie_word_embeddings": True}, "embeddings", True),  # a file of its own lm_head under the original T5's config
+])
+def test_the_softmax_and_its_rescaling_follow_the_file_and_either_transformers_configs(references, tmp_path, written,
+                                                                                       tie, scale):
+    """transformers 5 writes tie_word_embeddings true for every T5 (scale_decoder_outputs says whether the decoder's
+    output is rescaled); before it, tie_word_embeddings false meant an own softmax and no rescaling. A file with an
+    lm_head.weight other than the shared matrix has a softmax of its own either way."""
+    from keras_transformer.imports.checkpoint import read_checkpoint
+    from keras_transformer.imports.family import WeightSource
+    from keras_transformer.imports.t5 import T5Family
+    folder = tmp_path / "checkpoint"
+    shutil.copytree(references["madlad"][0], folder)
+    settings = json.loads((folder / "config.json").read_text())
+    settings = {key: value for key, value in settings.items() if key not in ("tie_word_embeddings",
+                                                                             "scale_decoder_outputs")}
+    (folder / "config.json").write_text(json.dumps({**settings, **written}))
+    checkpoint = read_checkpoint(folder)
+    config = T5Family().config(checkpoint, WeightSource(checkpoint.tensors(), checkpoint.weights_file))
+    assert (config.tie_embeddings, config.scale_decoder_output) == (tie, scale)

@@ -87,11 +87,16 @@ class T5Family(Family):
                 if tensors.has(name):
                     raise ConfigError(f"{checkpoint.weights_file}: {name}: a relative attention bias per layer "
                                       "(UMT5's) is not a model the package holds: its stacks share one table.")
-        # A softmax of its own where the file holds one (T5 v1.1, mT5, MADLAD-400); the decoder's output rescaled
-        # where config.json says so (transformers 5's scale_decoder_outputs; before it, tie_word_embeddings).
-        head = tensors.peek("lm_head.weight")
-        tied = head is None or np.array_equal(np.asarray(head), np.asarray(tensors.peek("shared.weight")))
-        del head
+        # A softmax of its own where config.json unties it (T5 v1.1, mT5, MADLAD-400 as published) or, as
+        # transformers 5 writes tie_word_embeddings true for every T5, where the file holds an lm_head.weight that
+        # is not the shared matrix. The decoder's output is rescaled where config.json says so (transformers 5's
+        # scale_decoder_outputs; before it, tie_word_embeddings).
+        if hf.get("tie_word_embeddings", True) is False:
+            tied = False
+        else:
+            head = tensors.peek("lm_head.weight")
+            tied = head is None or np.array_equal(np.asarray(head), np.asarray(tensors.peek("shared.weight")))
+            del head
         scale = bool(hf.get("scale_decoder_outputs", hf.get("tie_word_embeddings", True)))
         pad, eos = int(hf.get("pad_token_id", 0)), int(hf.get("eos_token_id", 1))
         start = hf.get("decoder_start_token_id")
