@@ -280,6 +280,9 @@ def test_the_savedmodel_export_translates_as_the_workdir(references, tmp_path):
     with pytest.raises(ConfigError, match=r"unknown target language 'es'; this model's target languages \(3\): "
                                           r"<2de>, <2en>, <2fr>"):
         translator.translate_lines(["A dog."], target_lang="es")
+    with pytest.raises(ConfigError, match="source language 'en': this model's language tokens name the target "
+                                          "language"):  # <2en> means "into English"
+        translator.with_source_lang(["A dog."], "en")
     out = make_exporter("savedmodel", jit_compile=False).export(workdir, tmp_path / "savedmodel", strategy="greedy")
     exported = load_translator(out)
     assert exported.translate_lines(SENTENCES) == expected

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from keras_transformer.documents import alignment, document
 from keras_transformer.engines.details import BLANK, SentenceDetails, Translation
-from keras_transformer.engines.languages import language_token, source_side_token
+from keras_transformer.engines.languages import language_token, source_side_token, target_language_in_source
 from keras_transformer.engines.lines import ASCII_WHITESPACE, Lines, Prefixes, clean_line, is_blank, with_first_token
 from keras_transformer.engines.terms import read_glossary, refuse
 from keras_transformer.errors import ConfigError
@@ -229,6 +229,9 @@ class TranslatorInterface(abc.ABC):
         """
         if source_lang is None:
             return list(lines)
+        if target_language_in_source(self.source_languages, self.target_languages):  # MADLAD's <2xx>: targets
+            raise ConfigError(f"{caller}: source language {source_lang!r}: this model's language tokens name the "
+                              "target language (give target_lang); it reads any source language.")
         return with_first_token(lines, language_token(source_lang, self.source_languages, "source", caller), caller)
 
     def _in_length_order(self, method: str, lines: Lines, batch_size: int, run_batch: Callable[..., Iterable[Any]],
@@ -531,7 +534,8 @@ class TranslatorInterface(abc.ABC):
         >>> Upper().document_sources(["A dog."], "en")
         ['A dog.']
         """
-        if source_lang is not None and tuple(self.source_languages):
+        if source_lang is not None and tuple(self.source_languages) and not target_language_in_source(
+                self.source_languages, self.target_languages):
             return self.with_source_lang(sentences, source_lang, caller)
         return list(sentences)
 

@@ -94,6 +94,19 @@ def language_token(code: str, languages: Sequence[str], side: str = "target", ca
                       f"({len(languages)}): {_shown(languages)}.")
 
 
+def target_language_in_source(source_languages: Sequence[str], target_languages: Sequence[str]) -> bool:
+    """Whether a model's source language tokens name the target language (MADLAD-400's `<2de>`: "to German"), its
+    target having none: `target_lang` then opens the source, and the model names no source language.
+
+    Example:
+
+    >>> target_language_in_source(["<2de>", "<2fr>"], []), target_language_in_source(["eng_Latn"], ["deu_Latn"])
+    (True, False)
+    """
+    return (not target_languages and bool(source_languages)
+            and all(names_target_language(token) for token in source_languages))
+
+
 def source_side_token(target_lang: str | None, source_languages: Sequence[str], target_languages: Sequence[str],
                       caller: str = "translator") -> str | None:
     """The token of `target_lang` that opens the source, for a model whose source languages are target-language
@@ -108,10 +121,10 @@ def source_side_token(target_lang: str | None, source_languages: Sequence[str], 
     >>> source_side_token("de", ["<2de>", "<2fr>"], []), source_side_token("de", ["eng_Latn"], ["deu_Latn"])
     ('<2de>', None)
     """
-    if target_lang is None or target_languages or not source_languages or not all(
-            names_target_language(token) for token in source_languages):
+    if target_lang is None or not target_language_in_source(source_languages, target_languages):
         return None
     return language_token(target_lang, source_languages, "target", caller)
 
 
-__all__ = ["ISO_639_3", "TARGET_LANGUAGE_TOKEN", "language_token", "names_target_language", "source_side_token"]
+__all__ = ["ISO_639_3", "TARGET_LANGUAGE_TOKEN", "language_token", "names_target_language", "source_side_token",
+           "target_language_in_source"]
