@@ -86,6 +86,8 @@ class TransformerConfig:
     use_bias: bool = True  # biases in the attention and feed-forward projections (T5 has none)
     norm_first: bool = False  # False: post-norm LayerNorm(x + Sublayer(x)) as the paper; True: pre-norm
     normalization: str = "layer"  # "layer" (LayerNorm) or "rms" (RMS norm: no mean, no bias; T5)
+    embedding_norm: bool = False  # a LayerNorm on embeddings + positions, before their dropout (mBART's
+                                  # layernorm_embedding)
     layer_norm_epsilon: float = 1e-6  # LayerNorm epsilon
     tie_embeddings: str = "all"  # "all" (src+tgt+softmax, shared vocab), "embeddings" (src+tgt), "decoder"
                                  # (tgt+softmax), "none"
@@ -177,7 +179,8 @@ class TransformerConfig:
                             ("normalization", NORMALIZATIONS)):
             if getattr(self, name) not in kinds:
                 raise ValueError(f"TransformerConfig.{name} must be one of {kinds}, got {getattr(self, name)!r}.")
-        for name in ("scale_embeddings", "output_bias", "gated_feed_forward", "use_bias", "scale_decoder_output"):
+        for name in ("scale_embeddings", "output_bias", "embedding_norm", "gated_feed_forward", "use_bias",
+                     "scale_decoder_output"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"TransformerConfig.{name} must be true or false, got {getattr(self, name)!r}.")
         if self.tie_embeddings not in TIE_MODES:

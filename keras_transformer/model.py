@@ -13,6 +13,7 @@ import keras
 
 from keras_transformer.config import TransformerConfig
 from keras_transformer.layers import (
+    LayerNormalization,
     OutputBias,
     PositionalEncoding,
     TokenEmbedding,
@@ -46,7 +47,8 @@ def build_model(config: TransformerConfig, name: str = "transformer", dtype: Any
 
     Layer names (used by `encode`/`decode` and by checkpoints):
     `shared_embedding` (tie "all" or "embeddings") or `source_embedding`/`target_embedding`,
-    `source_position`, `target_position`, `encoder`, `decoder`,
+    `source_position`, `target_position`, `source_embedding_norm` and
+    `target_embedding_norm` with `config.embedding_norm`, `encoder`, `decoder`,
     `output_projection` when the softmax weights are not tied, and
     `output_bias` with `config.output_bias`.
 
@@ -96,16 +98,22 @@ def build_model(config: TransformerConfig, name: str = "transformer", dtype: Any
     if config.position_offset:
         layout["offset"] = config.position_offset
 
-    # Encoder: embed, add positions, dropout, N layers.
+    def embedding_norm(side: str) -> Any:  # mBART's layernorm_embedding, or nothing
+        return LayerNormalization(epsilon=config.layer_norm_epsilon, name=f"{side}_embedding_norm") \
+            if config.embedding_norm else (lambda x: x)
+
+    # Encoder: embed, add positions, (normalize,) dropout, N layers.
     x = source_embedding(source)  # (B, S, D)
     x = PositionalEncoding(config.max_length, config.position, name="source_position", **layout)(x)
+    x = embedding_norm("source")(x)
     x = keras.layers.Dropout(config.dropout, name="source_dropout")(x)
     memory = TransformerEncoder(config.encoder_layers, name="encoder", **_stack_options(config))(
         x, padding_mask=source_padding)  # (B, S, D)
 
-    # Decoder: embed the shifted target, add positions, dropout, N layers.
+    # Decoder: embed the shifted target, add positions, (normalize,) dropout, N layers.
     y = target_embedding(target)  # (B, T, D)
     y = PositionalEncoding(config.max_length, config.position, name="target_position", **layout)(y)
+    y = embedding_norm("target")(y)
     y = keras.layers.Dropout(config.dropout, name="target_dropout")(y)
     y = TransformerDecoder(config.decoder_layers, name="decoder", scale_output=config.scale_decoder_output,
                            **_stack_options(config))(
@@ -163,6 +171,8 @@ class TransformerParts:
         source_position, target_position: `PositionalEncoding` layers (their
             `max_length` is the longest source / target the model accepts).
         source_dropout, target_dropout: the dropout on embedding + position.
+        source_embedding_norm, target_embedding_norm: the LayerNorm on embedding + position before that
+            dropout (`TransformerConfig.embedding_norm`), or None.
         encoder, decoder: `TransformerEncoder`, `TransformerDecoder`.
         output_projection: the pre-softmax `Dense`, or None when the target
             embedding is reused (tied) as the projection.
@@ -190,6 +200,8 @@ class TransformerParts:
     output_projection: keras.layers.Layer | None
     tie: str
     output_bias: keras.layers.Layer | None = None
+    source_embedding_norm: keras.layers.Layer | None = None
+    target_embedding_norm: keras.layers.Layer | None = None
 
     @property
     def shared_embedding(self) -> bool:
@@ -240,7 +252,9 @@ def parts(model: keras.Model) -> "TransformerParts":
                             source_position=layers["source_position"], target_position=layers["target_position"],
                             source_dropout=layers["source_dropout"], target_dropout=layers["target_dropout"],
                             encoder=layers["encoder"], decoder=layers["decoder"], output_projection=projection,
-                            tie=tie, output_bias=layers.get("output_bias"))
+                            tie=tie, output_bias=layers.get("output_bias"),
+                            source_embedding_norm=layers.get("source_embedding_norm"),
+                            target_embedding_norm=layers.get("target_embedding_norm"))
 
 
 def output_kernel(model: Any) -> Any:
@@ -286,6 +300,8 @@ def encode(model: Any, source: Any, pad_id: int = 0, training: bool | None = Fal
     source_padding = padding_mask(source, pad_id)
     x = p.source_embedding(source)
     x = p.source_position(x)
+    if p.source_embedding_norm is not None:
+        x = p.source_embedding_norm(x)
     x = p.source_dropout(x, training=training)
     outputs = p.encoder(x, padding_mask=source_padding, training=training,
                         return_attention_scores=return_attention_scores)
@@ -324,6 +340,8 @@ def decode(model: Any, target: Any, memory: Any = None, source_padding: Any = No
     start = 0 if cache_index is None else cache_index
     y = p.target_embedding(target)
     y = p.target_position(y, start_index=start)
+    if p.target_embedding_norm is not None:
+        y = p.target_embedding_norm(y)
     y = p.target_dropout(y, training=training)
     # A decoding step (one new position per row, its keys and values cached) runs the decoder on `(B, D)` rows:
     # every dense layer is then one 2-D matmul, with no shape arithmetic around it (Keras multiplies a 3-D input

@@ -6,6 +6,7 @@ import pathlib
 import struct
 import subprocess
 import sys
+import zlib
 
 import numpy as np
 import pytest
@@ -256,8 +257,8 @@ VARIANTS = {
     "pre_norm": dict(norm_first=True),
     "separate_vocabularies": dict(tie_embeddings="none", source_vocab_size=32, target_vocab_size=40),
     "decoder_tying": dict(tie_embeddings="decoder", source_vocab_size=32, target_vocab_size=40),
-    "learned_positions_rezero_unscaled": dict(position="learned", use_rezero=True, scale_attention_logits=False,
-                                              layer_norm_epsilon=1e-3),
+    "learned_positions_embedding_norm_rezero_unscaled": dict(position="learned", embedding_norm=True, use_rezero=True,
+                                                             scale_attention_logits=False, layer_norm_epsilon=1e-3),
     "custom_key_dim": dict(key_dim=8, num_heads=2),
     # Shaw et al. (2018): k = 2, so sources of up to 8 positions and outputs of up to 12 reach the clipped rows.
     "relative_positions": dict(position="relative", max_relative_position=2),
@@ -276,7 +277,8 @@ def test_architecture_variants_score_as_keras(variant, tmp_path):
     model = kt.build_model(config)
     for weight in model.weights:  # random ReZero scalars and LayerNorm parameters, so folding them is checked
         if "rezero" in weight.path or "gamma" in weight.path or "beta" in weight.path:
-            weight.assign(np.random.default_rng(len(weight.path)).uniform(0.5, 1.5, weight.shape).astype("float32"))
+            rng = np.random.default_rng(zlib.crc32(weight.path.encode()))  # each weight its own values
+            weight.assign(rng.uniform(0.5, 1.5, weight.shape).astype("float32"))
     if config.src_vocab_size == config.tgt_vocab_size:
         word_vocabulary(tmp_path / "vocab", 32)
     else:

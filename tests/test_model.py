@@ -124,7 +124,8 @@ def test_separate_vocabularies_give_target_sized_logits():
     assert out.shape == (1, 2, 45)
 
 
-@pytest.mark.parametrize("options", [dict(), dict(tie_embeddings="none", norm_first=True, position="learned"),
+@pytest.mark.parametrize("options", [dict(), dict(tie_embeddings="none", norm_first=True, position="learned",
+                                          embedding_norm=True),
                                      dict(position="relative", max_relative_position=3),
                                      dict(activation="gelu_tanh", output_bias=True, sinusoid_layout="concatenated",
                                           scale_embeddings=False, tie_embeddings="none"), T5])
@@ -220,10 +221,12 @@ def test_a_keras_file_reloads_in_a_fresh_process_and_fit_continues_from_its_upda
     assert np.linalg.norm(there - here) < 0.01 * np.linalg.norm(here)
 
 
-@pytest.mark.parametrize("options", [dict(), dict(position="relative", max_relative_position=2), T5])
+@pytest.mark.parametrize("options", [dict(), dict(position="relative", max_relative_position=2),
+                                     dict(embedding_norm=True, norm_first=True, position="learned"), T5])
 def test_cached_decoding_equals_full_pass(options):
-    """With relative positions the 7 steps reach distances beyond k = 2 (the clipped rows); with T5's buckets, each
-    step's bias (its query at the cache index against the whole cache) is the full pass's row."""
+    """With relative positions the 7 steps reach distances beyond k = 2 (the clipped rows); with an embedding
+    norm (mBART's) each step normalizes its embedding as the full pass does; with T5's buckets, each step's bias
+    (its query at the cache index against the whole cache) is the full pass's row."""
     model = kt.build_model(tiny(num_layers=3, **options))
     source, target = random_batch(batch=2, target_length=7)
     source[0, 5:] = 0

@@ -155,6 +155,18 @@ def test_bad_terms_are_named(translator, constraints, message):
         translator.translate_lines(LINES[:1], constraints=constraints)
 
 
+def test_a_constraint_holding_a_banned_phrase_is_refused_and_a_form_holding_one_dropped(translator):
+    """No search can write a term that holds a banned phrase: the constraint is refused by name (it used to run the
+    search to its length limit), and of alternative forms only those without the phrase are searched for."""
+    with pytest.raises(ConfigError, match="The constraint 'w20 w21' contains the banned phrase 'w21'"):
+        translator.translate_lines(LINES[:1], constraints=[["w20 w21"]], banned=["w21"])
+    request = TermRequest.build(2, constraints=[[["w20 w21", "w22"]], ["w21 w20"]], banned=["w21 w20", "w9"])
+    with pytest.raises(ConfigError, match="'w21 w20' contains the banned phrase 'w21 w20'"):
+        request.ids(ids)
+    kept = TermRequest.build(1, constraints=[[["w20 w21", "w22"]]], banned=["w21"]).ids(ids)
+    assert kept == ([[[[22]]]], [[21]])
+
+
 @pytest.mark.parametrize("engine", ["ctranslate2", "packed"])
 def test_engines_without_a_constrained_search_refuse_in_one_line(engine):
     from keras_transformer.engines.loader import ENGINES

@@ -1,12 +1,13 @@
-"""A multilingual model's language token from the code a user knows: `de` is M2M-100's `__de__` and NLLB's
-`deu_Latn`, as transformers' `M2M100Tokenizer.get_lang_id("de")` takes it.
+"""A multilingual model's language token from the code a user knows: `de` is M2M-100's `__de__`, NLLB's
+`deu_Latn` and mBART's `de_DE`, as transformers' `M2M100Tokenizer.get_lang_id("de")` takes it.
 
 `language_token` returns the token itself where the model has it, M2M-100's `__xx__` for `xx` (or its ISO
 639-3 code), MADLAD-400's `<2xx>` for `xx` (a target-language token that opens the source: `names_target_language`),
 and for NLLB's
 `xxx_Script` codes the one code of the language: by ISO 639-3 for a two-letter ISO 639-1 code (`es` is Spanish,
-`spa_Latn`, though Estonian's `est_Latn` starts with it), else the one code that starts with what was given. A
-code that names several (`zho`: `zho_Hans` and `zho_Hant`) or none is refused, the candidates named. Standard
+`spa_Latn`, though Estonian's `est_Latn` starts with it), else the one code that starts with what was given; and
+for mBART's `xx_YY` codes the one that opens with the two-letter code (`de` or `deu`: `de_DE`). A code that names
+several (`zho`: `zho_Hans` and `zho_Hant`) or none is refused, the candidates named. Standard
 library only.
 """
 
@@ -60,6 +61,8 @@ def language_token(code: str, languages: Sequence[str], side: str = "target", ca
     ('__de__', '__de__')
     >>> language_token("de", ["eng_Latn", "deu_Latn"]), language_token("es", ["est_Latn", "spa_Latn"])
     ('deu_Latn', 'spa_Latn')
+    >>> language_token("de", ["en_XX", "de_DE"]), language_token("deu", ["en_XX", "de_DE"])
+    ('de_DE', 'de_DE')
     >>> language_token("de", ["<2en>", "<2de>"])
     '<2de>'
     >>> language_token("zh", ["zho_Hans", "zho_Hant"])
@@ -81,10 +84,12 @@ def language_token(code: str, languages: Sequence[str], side: str = "target", ca
             if token in languages:
                 return token
     stem = ISO_639_3.get(lower) if len(code) == 2 else None
-    if stem is not None:
-        candidates = [token for token in languages if token.split("_")[0] == stem]
+    if stem is not None:  # NLLB's deu_Latn, mBART's de_DE
+        candidates = [token for token in languages if token.split("_")[0] in (stem, lower)]
     else:  # the codes that start with it, M2M-100's without their underscores
         candidates = [token for token in languages if code and token.strip("_").lower().startswith(lower)]
+        if not candidates and two != lower:  # an ISO 639-3 code of mBART's de_DE
+            candidates = [token for token in languages if token.split("_")[0] == two]
     if len(candidates) == 1:
         return candidates[0]
     if candidates:

@@ -115,8 +115,8 @@ class TermRequest:
 
         Example:
 
-        >>> TermRequest([[("a b",)]], [("c",)]).ids(lambda text: [len(word) for word in text.split()])
-        ([[[[1, 1]]]], [[1]])
+        >>> TermRequest([[("a b",)]], [("cc",)]).ids(lambda text: [len(word) for word in text.split()])
+        ([[[[1, 1]]]], [[2]])
         """
         cache: dict[str, list[int]] = {}
 
@@ -127,8 +127,39 @@ class TermRequest:
                 raise ConfigError(f"{what} {text!r} is {len(cache[text])} target tokens; at most {MAX_TERM_TOKENS}.")
             return cache[text]
 
-        per_line = [[[term(form, "The constraint") for form in forms] for forms in terms] for terms in self.per_line]
-        return per_line, [term(phrase[0], "The banned phrase") for phrase in self.banned]
+        banned = [term(phrase[0], "The banned phrase") for phrase in self.banned]
+        per_line = [[self._allowed(forms, [term(form, "The constraint") for form in forms], banned)
+                     for forms in terms] for terms in self.per_line]
+        return per_line, banned
+
+    def _allowed(self, forms: Term, ids: list[list[int]], banned: list[list[int]]) -> list[list[int]]:
+        """`ids`, the forms of one constraint, less those a banned phrase's ids lie inside (no search can write
+        them without the banned phrase).
+
+        Raises:
+            ConfigError: every form holds a banned phrase (the constraint and the phrase named).
+        """
+        def blocked(form: list[int]) -> list[int] | None:
+            return next((ban for ban in banned if contains(form, ban)), None)
+
+        kept = [form for form in ids if blocked(form) is None]
+        if not kept:
+            phrase = next(self.banned[banned.index(ban)][0] for ban in map(blocked, ids) if ban is not None)
+            raise ConfigError(f"The constraint {shown(forms)!r} contains the banned phrase {phrase!r}: no "
+                              "translation can hold both; drop one of them.")
+        return kept
+
+
+def contains(sequence: Sequence[int], part: Sequence[int]) -> bool:
+    """Whether `part` occurs in `sequence` as consecutive items.
+
+    Example:
+
+    >>> contains([5, 6, 7], [6, 7]), contains([5, 6, 7], [5, 7])
+    (True, False)
+    """
+    n = len(part)
+    return n > 0 and any(list(sequence[i:i + n]) == list(part) for i in range(len(sequence) - n + 1))
 
 
 def read_glossary(glossary: Glossary | str | os.PathLike[str] | None) -> Glossary | None:

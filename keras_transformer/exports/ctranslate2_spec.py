@@ -24,7 +24,8 @@ How the package's model maps onto CTranslate2's ``TransformerSpec``:
   Unscaled logits (``scale_attention_logits=False``) become ``queries_scale=1``.
 * ReZero's learned scalar multiplies a sub-layer's output before the residual
   add; it is folded into that sub-layer's output projection (weight and bias).
-* Post-norm (the paper) or pre-norm with its final LayerNorm; the LayerNorm
+* Post-norm (the paper) or pre-norm with its final LayerNorm; a LayerNorm on the
+  embeddings (``embedding_norm``) is ``layernorm_embedding``; the LayerNorm
   epsilon travels in the model config.
 * Special tokens: id 0 (pad) is CTranslate2's ``<blank>``; ids 1-3 keep their
   SentencePiece pieces ``<unk>``, ``<s>`` (the decoder's start token) and
@@ -252,7 +253,8 @@ def build_spec(model: Any, config: TransformerConfig, source_tokens: Sequence[st
     activation = getattr(common_spec.Activation, _ACTIVATIONS[config.activation])
     options = dict(pre_norm=config.norm_first, head_dim=head_dim if custom_head else None,
                    relative_position=relative, relative_attention_bias=buckets, ffn_glu=config.gated_feed_forward,
-                   rms_norm=config.normalization == "rms", activation=activation)
+                   rms_norm=config.normalization == "rms", activation=activation,
+                   layernorm_embedding=config.embedding_norm)
     encoder_spec = transformer_spec.TransformerEncoderSpec(config.encoder_layers, config.num_heads, **options)
     decoder_spec = transformer_spec.TransformerDecoderSpec(config.decoder_layers, config.num_heads, **options)
     spec = transformer_spec.TransformerSpec(encoder_spec, decoder_spec)
@@ -263,6 +265,8 @@ def build_spec(model: Any, config: TransformerConfig, source_tokens: Sequence[st
     spec.encoder.scale_embeddings = config.scale_embeddings  # x sqrt(d_model), as TokenEmbedding does
     if not relative and not buckets:  # relative positions live in the self-attention specs instead (_self_attention)
         spec.encoder.position_encodings.encodings = position_table(model, "source")
+    if model_parts.source_embedding_norm is not None:
+        _layer_norm(spec.encoder.layernorm_embedding, model_parts.source_embedding_norm)
     for layer_spec, layer in zip(spec.encoder.layer, encoder.encoder_layers):
         _self_attention(layer_spec.self_attention, layer.self_attention, layer.self_attention_block, scale,
                         encoder.relative_position_bias)
@@ -274,6 +278,8 @@ def build_spec(model: Any, config: TransformerConfig, source_tokens: Sequence[st
     spec.decoder.scale_embeddings = config.scale_embeddings
     if not relative and not buckets:
         spec.decoder.position_encodings.encodings = position_table(model, "target")
+    if model_parts.target_embedding_norm is not None:
+        _layer_norm(spec.decoder.layernorm_embedding, model_parts.target_embedding_norm)
     for layer_spec, layer in zip(spec.decoder.layer, decoder.decoder_layers):
         _self_attention(layer_spec.self_attention, layer.self_attention, layer.self_attention_block, scale,
                         decoder.relative_position_bias)

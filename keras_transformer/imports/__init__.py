@@ -6,41 +6,44 @@ imports/
   hub.py         the Hugging Face Hub: a repository downloaded (or found in its cache offline); hf:// names
   cache.py       `hf_model`: an hf:// name imported once into KERAS_TRANSFORMER_HOME
   family.py      what a family module gives (`Family`), and the weight-copying helpers they share
+  bart.py        `BartFamily`: what BART-like families share (sizes, layers' weights, special-token checks)
   importer.py    `import_checkpoint`: the checkpoint as an ordinary workdir, written whole or not at all
   marian.py      OPUS-MT / Marian (MarianMTModel)
   m2m_100.py     M2M-100 and NLLB-200 (M2M100ForConditionalGeneration)
+  mbart.py       mBART-50 (MBartForConditionalGeneration)
   t5.py          T5 v1.1, mT5, MADLAD-400 and the original T5 (T5ForConditionalGeneration)
   tensorflow_weights.py  a large matrix into its variable without a full-size copy (TensorFlow)
 ```
 
 A family maps names and shapes onto `TransformerConfig` and `build_model`'s weights (its tokenizer is a
-`keras_transformer.data.tokenizers` one). Adding a family is its module (a `Family` subclass) plus one line in
-`FAMILIES`; `family_for` imports the module when a checkpoint of that family is imported.
+`keras_transformer.data.tokenizers` one). Adding a family is its module (a `BartFamily` or `Family` subclass) plus
+one line below, registering it in `FAMILIES` (a `Registry`) by path; `family_for` imports the module when a
+checkpoint of that family is imported.
 
 Example:
 
 >>> sorted(FAMILIES)
-['m2m_100', 'marian', 't5']
+['m2m_100', 'marian', 'mbart', 't5']
 """
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
 from keras_transformer.errors import ConfigError
+from keras_transformer.runtime.registry import Registry
 
 if TYPE_CHECKING:
     import os
 
     from keras_transformer.imports.family import Family
 
-# config.json's model_type -> (its module in keras_transformer.imports, its Family class)
-FAMILIES = {
-    "marian": ("marian", "MarianFamily"),
-    "m2m_100": ("m2m_100", "M2M100Family"),
-    "t5": ("t5", "T5Family"),
-}
+# config.json's model_type -> its Family class, by path: the command line reads the names without importing them
+FAMILIES = Registry("model family")
+FAMILIES.register("marian", "keras_transformer.imports.marian:MarianFamily")
+FAMILIES.register("m2m_100", "keras_transformer.imports.m2m_100:M2M100Family")
+FAMILIES.register("mbart", "keras_transformer.imports.mbart:MBartFamily")
+FAMILIES.register("t5", "keras_transformer.imports.t5:T5Family")
 
 
 def check_family(model_type: str | None, where: str | os.PathLike[str] = "config.json") -> None:
@@ -73,8 +76,8 @@ def family_for(model_type: str | None, where: str | os.PathLike[str] = "config.j
     >>> family_for("bert", "bert/config.json")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    keras_transformer.errors.ConfigError: bert/config.json: model_type 'bert' is not a family ...: m2m_100, marian, t5.
+    keras_transformer.errors.ConfigError: bert/config.json: model_type 'bert' is not a family ... mbart, t5.
     """
     check_family(model_type, where)
-    module, cls = FAMILIES[str(model_type)]  # check_family refused None
-    return getattr(importlib.import_module(f"keras_transformer.imports.{module}"), cls)()
+    family: Family = FAMILIES.get(str(model_type))()  # check_family refused None
+    return family

@@ -36,30 +36,16 @@ checkpoint names a ``tgt_lang`` (`MappedTokenizer`'s ``languages`` and ``languag
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from keras_transformer.config import TransformerConfig
 from keras_transformer.data.tokenizers import MappedTokenizer, read_vocabulary
-from keras_transformer.errors import CheckpointNotFoundError, ConfigError, CorruptFileError
-from keras_transformer.imports.family import (
-    LAYER_NORM_EPSILON,
-    Family,
-    activation_of,
-    assign,
-    cross_attention,
-    feed_forward,
-    norm,
-    one_size,
-    self_attention,
-)
-from keras_transformer.model import parts
+from keras_transformer.errors import CheckpointNotFoundError, ConfigError
+from keras_transformer.imports.bart import BartFamily, fairseq_vocabulary, read_settings
 
 if TYPE_CHECKING:
     import pathlib
 
+    from keras_transformer.config import TransformerConfig
     from keras_transformer.imports.checkpoint import Checkpoint
     from keras_transformer.imports.family import WeightSource
 
@@ -73,10 +59,9 @@ LANGUAGE_CODES = {
 }
 TOKENIZER_CONFIG = "tokenizer_config.json"
 SENTENCEPIECE = "sentencepiece.bpe.model"
-NLLB_SPECIALS = ("<s>", "<pad>", "</s>", "<unk>")  # fairseq's first ids, before SentencePiece's pieces
 
 
-class M2M100Family(Family):
+class M2M100Family(BartFamily):
     """M2M-100, NLLB-200 and every other ``M2M100ForConditionalGeneration`` checkpoint.
 
     Example:
@@ -87,46 +72,26 @@ class M2M100Family(Family):
 
     name = "m2m_100"
     description = "M2M-100 / NLLB-200 (M2M100ForConditionalGeneration)"
+    default_activation = "relu"
 
     # ------------------------------------------------------------------ config
-    def config(self, checkpoint: Checkpoint, tensors: WeightSource) -> TransformerConfig:
+    def architecture(self, checkpoint: Checkpoint, tensors: WeightSource, where: str) -> dict[str, Any]:
         hf = checkpoint.config
-        where = f"{checkpoint.folder / 'config.json'}"
-
-        heads = one_size(hf, where, "encoder_attention_heads", "decoder_attention_heads")
-        d_ff = one_size(hf, where, "encoder_ffn_dim", "decoder_ffn_dim")
-        activation = activation_of(hf, where, "relu")
         if not hf.get("tie_word_embeddings", True):
             raise ConfigError(f"{where}: tie_word_embeddings false (one embedding for both sides, a softmax of its "
                               "own) is not a tying mode of the package (all, decoder, none).")
         pad, eos = int(hf["pad_token_id"]), int(hf["eos_token_id"])
         start = hf.get("decoder_start_token_id")
-        values = dict(
+        return dict(
             vocab_size=int(hf["vocab_size"]), pad_id=pad, unk_id=self._unk_id(checkpoint),
             bos_id=eos if start is None else int(start), eos_id=eos,
-            num_layers=int(hf["encoder_layers"]), num_encoder_layers=int(hf["encoder_layers"]),
-            num_decoder_layers=int(hf["decoder_layers"]), d_model=int(hf["d_model"]), num_heads=int(heads),
-            d_ff=int(d_ff), max_length=int(hf.get("max_position_embeddings", 1024)), position="sinusoidal",
+            max_length=int(hf.get("max_position_embeddings", 1024)), position="sinusoidal",
             sinusoid_layout="fairseq", position_offset=pad + 1, scale_embeddings=bool(hf.get("scale_embedding", True)),
-            activation=activation, output_bias=False, layer_norm_epsilon=LAYER_NORM_EPSILON,
-            norm_first=True, tie_embeddings="all",
-            dropout=float(hf.get("dropout", 0.1)), attention_dropout=float(hf.get("attention_dropout", 0.0)),
-            ffn_dropout=float(hf.get("activation_dropout", 0.0)))
-        try:
-            return TransformerConfig.from_dict(values)
-        except ValueError as error:
-            raise ConfigError(f"{where}: {error}") from None
+            output_bias=False, norm_first=True, tie_embeddings="all")
 
     # ------------------------------------------------------------------ tokenizers
     def _settings(self, checkpoint: Checkpoint) -> dict[str, Any]:
-        path = checkpoint.folder / TOKENIZER_CONFIG
-        if not path.is_file():
-            return {}
-        try:
-            settings = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as error:
-            raise CorruptFileError(f"{path} is not valid JSON ({' '.join(str(error).split())[:160]}).") from None
-        return settings if isinstance(settings, dict) else {}
+        return read_settings(checkpoint.folder / TOKENIZER_CONFIG)
 
     def _is_nllb(self, checkpoint: Checkpoint) -> bool:
         kind = str(self._settings(checkpoint).get("tokenizer_class") or "")
@@ -150,33 +115,17 @@ class M2M100Family(Family):
         return tokens + [token for token in languages if token not in tokens], languages, ["<s>"]
 
     def _nllb_vocabulary(self, checkpoint: Checkpoint) -> tuple[list[str], list[str], list[str]]:
-        path = checkpoint.folder / "tokenizer.json"
-        if path.is_file():
-            try:
-                saved = json.loads(path.read_text(encoding="utf-8"))
-                mapping = dict(saved["model"]["vocab"])
-                added = {entry["content"]: int(entry["id"]) for entry in saved.get("added_tokens", [])}
-            except (OSError, ValueError, KeyError, TypeError) as error:
-                raise CorruptFileError(f"{path} is not a tokenizers-library tokenizer.json (its model's vocab and "
-                                       f"added_tokens): {' '.join(str(error).split())[:160]}.") from None
-            mapping.update(added)
-            tokens: list[Any] = [None] * (max(mapping.values()) + 1)
-            for token, index in mapping.items():
-                tokens[index] = token
-            tokens = [f"<unused_{i}>" if token is None else token for i, token in enumerate(tokens)]
-            languages = [token for token in added if token not in NLLB_SPECIALS and token != "<mask>"]
-        else:  # fairseq's numbering: <s> <pad> </s> <unk>, SentencePiece's pieces one up, the languages, <mask>
-            import sentencepiece
-            processor = sentencepiece.SentencePieceProcessor(model_file=str(self._sentencepiece(checkpoint)))
-            tokens = list(NLLB_SPECIALS) + [processor.id_to_piece(i) for i in range(3, processor.get_piece_size())]
-            settings = self._settings(checkpoint)
-            languages = [token for token in (settings.get("extra_special_tokens") or settings.get(
-                "additional_special_tokens") or []) if isinstance(token, str)]
-            if not languages:
+        settings = self._settings(checkpoint)
+        listed = [token for token in (settings.get("extra_special_tokens") or settings.get(
+            "additional_special_tokens") or []) if isinstance(token, str)]
+        sentencepiece = checkpoint.folder / SENTENCEPIECE
+        if not (checkpoint.folder / "tokenizer.json").is_file():  # fairseq's numbering computed
+            sentencepiece = self._sentencepiece(checkpoint)
+            if not listed:
                 raise CheckpointNotFoundError(f"{checkpoint.folder / 'tokenizer.json'} is missing and "
-                                              f"{TOKENIZER_CONFIG} lists no language codes: the NLLB tokenizer's ids "
-                                              "of its language tokens are unknown.")
-            tokens += languages + ["<mask>"]
+                                              f"{TOKENIZER_CONFIG} lists no language codes: the NLLB tokenizer's "
+                                              "ids of its language tokens are unknown.")
+        tokens, languages = fairseq_vocabulary(checkpoint, sentencepiece, listed)
         return tokens, languages, [token for token in ("<s>", "<mask>") if token in tokens]
 
     def _sentencepiece(self, checkpoint: Checkpoint) -> pathlib.Path:
@@ -192,16 +141,8 @@ class M2M100Family(Family):
     def tokenizers(self, checkpoint: Checkpoint, config: TransformerConfig) -> tuple[Any, Any]:
         tokens, languages, dropped = self._vocabulary(checkpoint)
         model = self._sentencepiece(checkpoint).read_bytes()
-        if len(tokens) > config.vocab_size:
-            raise ConfigError(f"{checkpoint.folder}: the vocabulary has {len(tokens)} tokens but config.json's "
-                              f"vocab_size is {config.vocab_size}.")
         # ids the vocabulary does not name (M2M-100's made-up words, a model padded to a round size): placeholders
-        tokens = tokens + [f"<unused_{index}>" for index in range(len(tokens), config.vocab_size)]
-        for name, token in (("pad_id", "<pad>"), ("eos_id", "</s>"), ("unk_id", "<unk>")):
-            if tokens[getattr(config, name)] != token:
-                raise ConfigError(f"{checkpoint.folder}: config.json's {name.replace('_id', '_token_id')} "
-                                  f"{getattr(config, name)} is {tokens[getattr(config, name)]!r} in the vocabulary, "
-                                  f"not {token}.")
+        tokens = self.special_vocabulary(tokens, config.vocab_size, config, checkpoint.folder)
         settings = self._settings(checkpoint)
         nllb = self._is_nllb(checkpoint)
         if nllb and settings.get("legacy_behaviour"):
@@ -225,40 +166,6 @@ class M2M100Family(Family):
         target = MappedTokenizer(model, tokens, language=language("tgt_lang", None), name="target_tokenizer",
                                  **common)
         return source, target
-
-    # ------------------------------------------------------------------ weights
-    def assign_weights(self, model: Any, tensors: WeightSource, config: TransformerConfig) -> None:
-        p = parts(model)
-        d, heads, dk, dv = config.d_model, config.num_heads, config.head_dim, config.head_value_dim
-        shared = tensors.take("model.shared.weight", (config.vocab_size, d))
-        for name in ("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight", "lm_head.weight"):
-            if tensors.has(name):  # a copy of the shared matrix, where the file keeps one
-                if not np.array_equal(tensors.take(name, shared.shape), shared):
-                    raise ConfigError(f"{name} differs from model.shared.weight, which config.json says it is "
-                                      "(tie_word_embeddings); this checkpoint is not the model its config.json "
-                                      "describes.")
-        assign(p.source_embedding.embeddings, shared, "model.shared.weight")
-        del shared  # the largest matrix: not held while the layers are copied
-        for side in ("encoder", "decoder"):
-            name = f"model.{side}.embed_positions.weights"
-            if tensors.has(name):  # the computed sinusoids, where a file keeps them
-                tensors.skip(name)
-        for i, layer in enumerate(p.encoder.encoder_layers):
-            prefix = f"model.encoder.layers.{i}"
-            self_attention(tensors, layer.self_attention, f"{prefix}.self_attn", d, heads, dk, dv)
-            norm(tensors, layer.self_attention_block.norm, f"{prefix}.self_attn_layer_norm", d)
-            feed_forward(tensors, layer.feed_forward, prefix, d, config.d_ff)
-            norm(tensors, layer.feed_forward_block.norm, f"{prefix}.final_layer_norm", d)
-        norm(tensors, p.encoder.final_norm, "model.encoder.layer_norm", d)
-        for i, layer in enumerate(p.decoder.decoder_layers):
-            prefix = f"model.decoder.layers.{i}"
-            self_attention(tensors, layer.self_attention, f"{prefix}.self_attn", d, heads, dk, dv)
-            norm(tensors, layer.self_attention_block.norm, f"{prefix}.self_attn_layer_norm", d)
-            cross_attention(tensors, layer.cross_attention, f"{prefix}.encoder_attn", d, heads, dk, dv)
-            norm(tensors, layer.cross_attention_block.norm, f"{prefix}.encoder_attn_layer_norm", d)
-            feed_forward(tensors, layer.feed_forward, prefix, d, config.d_ff)
-            norm(tensors, layer.feed_forward_block.norm, f"{prefix}.final_layer_norm", d)
-        norm(tensors, p.decoder.final_norm, "model.decoder.layer_norm", d)
 
 
 __all__ = ["LANGUAGE_CODES", "M2M100Family"]

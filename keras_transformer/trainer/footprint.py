@@ -56,7 +56,8 @@ def parameter_count(config: TransformerConfig) -> int:
             embeddings += config.tgt_vocab_size * d  # the pre-softmax projection's own matrix, no bias
     positions = 2 * config.max_length * d if config.position == "learned" else 0
     output_bias = config.tgt_vocab_size if config.output_bias else 0  # a bias added to the logits
-    return embeddings + positions + encoder + decoder + output_bias
+    embedding_norms = 2 * 2 * d if config.embedding_norm else 0  # a LayerNorm on each side's embeddings
+    return embeddings + positions + encoder + decoder + output_bias + embedding_norms
 
 
 def training_memory(config: TransformerConfig, tokens_per_batch: int, policy: str | None = "float32", *,
