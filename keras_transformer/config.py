@@ -18,8 +18,9 @@ import yaml
 from keras_transformer.errors import ConfigError, CorruptFileError
 from keras_transformer.files import atomic_write_text
 
-POSITION_KINDS = ("sinusoidal", "learned", "relative")
-TIE_MODES = ("all", "decoder", "none")
+POSITION_KINDS = ("sinusoidal", "learned", "relative", "relative_bias")
+TIE_MODES = ("all", "embeddings", "decoder", "none")
+NORMALIZATIONS = ("layer", "rms")
 SINUSOID_LAYOUTS = ("interleaved", "concatenated", "fairseq")
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swish")
 # Decoding settings that a model.yaml held among the architecture's fields until they moved to its own `decoding:`
@@ -69,8 +70,11 @@ class TransformerConfig:
     key_dim: typing.Optional[int] = None  # d_k per head (Table 3 row B); None -> d_model / h
     value_dim: typing.Optional[int] = None  # d_v per head; None -> key_dim
     max_length: int = 256  # longest sequence (positions) the model accepts
-    position: str = "sinusoidal"  # "sinusoidal" (paper), "learned" (Table 3 row E) or "relative" (Shaw et al. 2018)
+    position: str = "sinusoidal"  # "sinusoidal" (paper), "learned" (Table 3 row E), "relative" (Shaw et al. 2018)
+                                  # or "relative_bias" (T5's bucketed per-head biases on the self-attention logits)
     max_relative_position: int = 20  # k of position "relative": distances clipped to [-k, k] (OpenNMT-tf's 20)
+    relative_attention_num_buckets: int = 32  # buckets of position "relative_bias" (T5's 32)
+    relative_attention_max_distance: int = 128  # distances beyond it share the last bucket (T5's 128)
     sinusoid_layout: str = "interleaved"  # sinusoids: "interleaved" sin/cos (paper), "concatenated" (all sines,
                                           # then all cosines: Marian) or "fairseq" (sines then cosines, frequencies
                                           # 10000^(-i/(d/2-1)): tensor2tensor, fairseq, M2M-100 / NLLB)
@@ -78,11 +82,16 @@ class TransformerConfig:
     scale_embeddings: bool = True  # multiply token embeddings by sqrt(d_model) (section 3.4)
     activation: str = "relu"  # FFN activation: "relu" (paper), "gelu" (erf), "gelu_tanh" or "swish" (SiLU)
     output_bias: bool = False  # a learned bias added to the logits (Marian's final_logits_bias)
+    gated_feed_forward: bool = False  # FFN (act(x W1) * x V) W2: gated GELU (T5 v1.1) or ReLU
+    use_bias: bool = True  # biases in the attention and feed-forward projections (T5 has none)
     norm_first: bool = False  # False: post-norm LayerNorm(x + Sublayer(x)) as the paper; True: pre-norm
+    normalization: str = "layer"  # "layer" (LayerNorm) or "rms" (RMS norm: no mean, no bias; T5)
     embedding_norm: bool = False  # a LayerNorm on embeddings + positions, before their dropout (mBART's
                                   # layernorm_embedding)
     layer_norm_epsilon: float = 1e-6  # LayerNorm epsilon
-    tie_embeddings: str = "all"  # "all" (src+tgt+softmax, shared vocab), "decoder" (tgt+softmax), "none"
+    tie_embeddings: str = "all"  # "all" (src+tgt+softmax, shared vocab), "embeddings" (src+tgt), "decoder"
+                                 # (tgt+softmax), "none"
+    scale_decoder_output: bool = False  # multiply the decoder output by d_model ** -0.5 (T5's tied softmax)
     use_rezero: bool = False  # ReZero: scale each sub-layer output by a learned scalar that starts at 0
     scale_attention_logits: bool = True  # divide QK^T by sqrt(d_k) (the "scaled" in scaled dot-product)
     attention_window: typing.Optional[int] = None  # restricted self-attention: attend within +-r positions
@@ -136,7 +145,7 @@ class TransformerConfig:
     def validate(self) -> None:
         """Raises `ValueError` naming the first invalid field."""
         positive = ["vocab_size", "num_layers", "d_model", "num_heads", "d_ff", "max_length",
-                    "max_relative_position"]
+                    "max_relative_position", "relative_attention_num_buckets", "relative_attention_max_distance"]
         optional_positive = ["source_vocab_size", "target_vocab_size", "num_encoder_layers",
                              "num_decoder_layers", "key_dim", "value_dim", "attention_window"]
         for name in positive:
@@ -166,18 +175,26 @@ class TransformerConfig:
         if self.position not in POSITION_KINDS:
             raise ValueError(f"TransformerConfig.position must be one of {POSITION_KINDS}, "
                              f"got {self.position!r}.")
-        for name, kinds in (("sinusoid_layout", SINUSOID_LAYOUTS), ("activation", ACTIVATIONS)):
+        for name, kinds in (("sinusoid_layout", SINUSOID_LAYOUTS), ("activation", ACTIVATIONS),
+                            ("normalization", NORMALIZATIONS)):
             if getattr(self, name) not in kinds:
                 raise ValueError(f"TransformerConfig.{name} must be one of {kinds}, got {getattr(self, name)!r}.")
-        for name in ("scale_embeddings", "output_bias", "embedding_norm"):
+        for name in ("scale_embeddings", "output_bias", "embedding_norm", "gated_feed_forward", "use_bias",
+                     "scale_decoder_output"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"TransformerConfig.{name} must be true or false, got {getattr(self, name)!r}.")
         if self.tie_embeddings not in TIE_MODES:
             raise ValueError(f"TransformerConfig.tie_embeddings must be one of {TIE_MODES} "
                              f"(or a bool), got {self.tie_embeddings!r}.")
-        if self.tie_embeddings == "all" and self.src_vocab_size != self.tgt_vocab_size:
+        buckets, distance = self.relative_attention_num_buckets, self.relative_attention_max_distance
+        if self.position == "relative_bias" and (buckets < 4 or distance <= buckets // 4):
+            raise ValueError(f"TransformerConfig: relative_attention_num_buckets={buckets} and "
+                             f"relative_attention_max_distance={distance} leave no logarithmic buckets; give at "
+                             "least 4 buckets and a max distance beyond a quarter of them.")
+        if self.tie_embeddings in ("all", "embeddings") and self.src_vocab_size != self.tgt_vocab_size:
             raise ValueError(
-                "TransformerConfig.tie_embeddings='all' shares one matrix between source and target, "
+                f"TransformerConfig.tie_embeddings={self.tie_embeddings!r} shares one matrix between source and "
+                "target, "
                 f"but source_vocab_size={self.src_vocab_size} != target_vocab_size={self.tgt_vocab_size}.")
         special = {"pad_id": self.pad_id, "unk_id": self.unk_id, "bos_id": self.bos_id,
                    "eos_id": self.eos_id}

@@ -31,7 +31,11 @@ def _stack_options(config: TransformerConfig) -> dict[str, Any]:
                 scale_attention_logits=config.scale_attention_logits,
                 layer_norm_epsilon=config.layer_norm_epsilon, attention_window=config.attention_window,
                 max_relative_position=config.max_relative_position if config.position == "relative" else None,
-                activation=config.activation)
+                activation=config.activation, normalization=config.normalization,
+                gated_feed_forward=config.gated_feed_forward, use_bias=config.use_bias,
+                relative_attention_num_buckets=(config.relative_attention_num_buckets
+                                                if config.position == "relative_bias" else None),
+                relative_attention_max_distance=config.relative_attention_max_distance)
 
 
 def build_model(config: TransformerConfig, name: str = "transformer", dtype: Any = None) -> keras.Model:
@@ -42,7 +46,7 @@ def build_model(config: TransformerConfig, name: str = "transformer", dtype: Any
     `bos_id`), padded with `pad_id`. The output is float32 logits `(B, T, V)`.
 
     Layer names (used by `encode`/`decode` and by checkpoints):
-    `shared_embedding` (tie "all") or `source_embedding`/`target_embedding`,
+    `shared_embedding` (tie "all" or "embeddings") or `source_embedding`/`target_embedding`,
     `source_position`, `target_position`, `source_embedding_norm` and
     `target_embedding_norm` with `config.embedding_norm`, `encoder`, `decoder`,
     `output_projection` when the softmax weights are not tied, and
@@ -84,7 +88,7 @@ def build_model(config: TransformerConfig, name: str = "transformer", dtype: Any
     target_padding = PaddingMask(config.pad_id, name="target_padding", **start_is_pad)(target)  # (B, T)
 
     scale = config.scale_embeddings
-    if config.tie_embeddings == "all":
+    if config.tie_embeddings in ("all", "embeddings"):
         source_embedding = target_embedding = TokenEmbedding(config.vocab_size, config.d_model, scale=scale,
                                                              name="shared_embedding")
     else:
@@ -111,7 +115,8 @@ def build_model(config: TransformerConfig, name: str = "transformer", dtype: Any
     y = PositionalEncoding(config.max_length, config.position, name="target_position", **layout)(y)
     y = embedding_norm("target")(y)
     y = keras.layers.Dropout(config.dropout, name="target_dropout")(y)
-    y = TransformerDecoder(config.decoder_layers, name="decoder", **_stack_options(config))(
+    y = TransformerDecoder(config.decoder_layers, name="decoder", scale_output=config.scale_decoder_output,
+                           **_stack_options(config))(
         y, memory, target_padding_mask=target_padding, memory_padding_mask=source_padding)  # (B, T, D)
 
     # Pre-softmax projection, tied to the target embedding or its own matrix.
@@ -162,7 +167,7 @@ class TransformerParts:
 
     Attributes:
         source_embedding, target_embedding: `TokenEmbedding` layers (the same
-            layer when `tie == "all"`).
+            layer when `tie` is "all" or "embeddings").
         source_position, target_position: `PositionalEncoding` layers (their
             `max_length` is the longest source / target the model accepts).
         source_dropout, target_dropout: the dropout on embedding + position.
@@ -173,8 +178,9 @@ class TransformerParts:
             embedding is reused (tied) as the projection.
         output_bias: the `OutputBias` added to the logits, or None.
         tie: `TransformerConfig.tie_embeddings` as the layers show it: "all"
-            (one shared embedding), "decoder" (target embedding = projection)
-            or "none".
+            (one shared embedding, also the projection), "embeddings" (one shared
+            embedding, a projection of its own), "decoder" (target embedding =
+            projection) or "none".
 
     Example:
 
@@ -199,8 +205,8 @@ class TransformerParts:
 
     @property
     def shared_embedding(self) -> bool:
-        """True when source and target share one embedding matrix (`tie == "all"`)."""
-        return self.tie == "all"
+        """True when source and target share one embedding matrix (`tie` "all" or "embeddings")."""
+        return self.tie in ("all", "embeddings")
 
     @property
     def tied_output(self) -> bool:
@@ -238,7 +244,10 @@ def parts(model: keras.Model) -> "TransformerParts":
     else:
         source_embedding, target_embedding = layers["source_embedding"], layers["target_embedding"]
     projection = layers.get("output_projection")
-    tie = "all" if "shared_embedding" in layers else ("none" if projection is not None else "decoder")
+    if "shared_embedding" in layers:
+        tie = "all" if projection is None else "embeddings"
+    else:
+        tie = "none" if projection is not None else "decoder"
     return TransformerParts(source_embedding=source_embedding, target_embedding=target_embedding,
                             source_position=layers["source_position"], target_position=layers["target_position"],
                             source_dropout=layers["source_dropout"], target_dropout=layers["target_dropout"],

@@ -127,7 +127,10 @@ def test_a_truncated_sentencepiece_model_is_named(multi30k_tokenizer_dir, tmp_pa
                 position="learned", embedding_norm=True),
     tiny_config(vocab_size=50, position="relative", use_rezero=True, norm_first=True, key_dim=8, value_dim=12,
                 num_encoder_layers=3),
-], ids=["base", "small", "untied", "tied-decoder-learned-positions-embedding-norm", "relative-rezero-prenorm-dk-dv"])
+    tiny_config(vocab_size=50, position="relative_bias", normalization="rms", gated_feed_forward=True, use_bias=False,
+                norm_first=True, key_dim=6, tie_embeddings="embeddings", num_decoder_layers=3),
+], ids=["base", "small", "untied", "tied-decoder-learned-positions-embedding-norm", "relative-rezero-prenorm-dk-dv",
+        "t5"])
 def test_the_parameter_count_from_the_config_is_keras_count(config):
     assert footprint.parameter_count(config) == build_model(config).count_params()
 

@@ -282,6 +282,32 @@ def test_feed_forward_matches_numpy(tmp_path):
     assert layer.count_params() == 8 * 32 + 32 + 32 * 8 + 8
 
 
+def test_gated_feed_forward_without_biases_matches_numpy(tmp_path):
+    """(gelu_tanh(x W1) * x V) W2, no biases (T5 v1.1's gated GELU)."""
+    from keras_transformer.layers.feed_forward import gelu_tanh
+    layer = kt.PositionWiseFeedForward(d_model=8, d_ff=12, activation="gelu_tanh", gated=True, use_bias=False,
+                                       name="ffn")
+    x = RNG.normal(size=(2, 3, 8)).astype("float32")
+    out = check_round_trips(layer, [x], tmp_path)
+    inner = keras.ops.convert_to_numpy(gelu_tanh(x @ layer.inner.kernel.numpy()))
+    np.testing.assert_allclose(out, (inner * (x @ layer.inner_linear.kernel.numpy())) @ layer.outer.kernel.numpy(),
+                               atol=1e-5)
+    assert layer.count_params() == 2 * 8 * 12 + 12 * 8
+
+
+def test_rms_normalization_matches_numpy_and_round_trips(tmp_path):
+    """x / sqrt(mean(x^2) + eps) * gamma: no mean subtracted, no bias (T5LayerNorm)."""
+    from keras_transformer.layers.normalization import RMSNormalization
+    layer = RMSNormalization(epsilon=1e-6, name="rms")
+    x = RNG.normal(1.0, 2.0, size=(2, 3, 8)).astype("float32")
+    layer.build(x.shape)
+    layer.gamma.assign(RNG.normal(size=8).astype("float32"))
+    out = check_round_trips(layer, [x], tmp_path)
+    np.testing.assert_allclose(out, x / np.sqrt(np.mean(x ** 2, -1, keepdims=True) + 1e-6) * layer.gamma.numpy(),
+                               atol=1e-5)
+    assert [w.name for w in layer.weights] == ["gamma"]
+
+
 def test_sublayer_connection_post_norm_pre_norm_and_rezero():
     x = RNG.normal(size=(2, 3, 8)).astype("float32")
     y = RNG.normal(size=(2, 3, 8)).astype("float32")
@@ -355,7 +381,9 @@ def test_padding_mask_layer_round_trips(tmp_path):
     assert kt.PaddingMask.from_config(layer.get_config()).pad_id == 0
 
 
-@pytest.mark.parametrize("options", [dict(), dict(max_relative_position=2)])
+@pytest.mark.parametrize("options", [dict(), dict(max_relative_position=2),
+                                     dict(normalization="rms", gated_feed_forward=True, use_bias=False,
+                                          relative_attention_num_buckets=8)])
 def test_mixed_precision_layers_compute_in_bfloat16(options):
     layer = kt.EncoderLayer(d_model=8, num_heads=2, d_ff=16, dtype="mixed_bfloat16", **options)
     out = layer(RNG.normal(size=(1, 3, 8)).astype("float32"))

@@ -40,6 +40,14 @@ def test_inputs_outputs_and_dtypes():
     assert keras.backend.standardize_dtype(out.dtype) == "float32"
 
 
+# T5's options (imports/t5.py): RMS norm, gated GELU, no biases, bucketed relative position biases (8 buckets: the
+# exact ones end at distance 2 each way, so the tests' lengths reach the logarithmic ones), d_kv * h != d_model.
+T5 = dict(position="relative_bias", relative_attention_num_buckets=8, relative_attention_max_distance=12,
+          normalization="rms", gated_feed_forward=True, use_bias=False, norm_first=True, scale_attention_logits=False,
+          scale_embeddings=False, key_dim=6, activation="gelu_tanh", tie_embeddings="embeddings",
+          scale_decoder_output=True)
+
+
 @pytest.mark.parametrize("options", [dict(), dict(norm_first=True), dict(position="learned", use_rezero=True)])
 def test_causality_future_targets_never_change_earlier_logits(options):
     model = kt.build_model(tiny(**options))
@@ -120,7 +128,7 @@ def test_separate_vocabularies_give_target_sized_logits():
                                           embedding_norm=True),
                                      dict(position="relative", max_relative_position=3),
                                      dict(activation="gelu_tanh", output_bias=True, sinusoid_layout="concatenated",
-                                          scale_embeddings=False, tie_embeddings="none")])
+                                          scale_embeddings=False, tie_embeddings="none"), T5])
 def test_model_config_and_keras_file_round_trips(options, tmp_path):
     model = kt.build_model(tiny(**options))
     source, target = random_batch()
@@ -214,10 +222,11 @@ def test_a_keras_file_reloads_in_a_fresh_process_and_fit_continues_from_its_upda
 
 
 @pytest.mark.parametrize("options", [dict(), dict(position="relative", max_relative_position=2),
-                                     dict(embedding_norm=True, norm_first=True, position="learned")])
+                                     dict(embedding_norm=True, norm_first=True, position="learned"), T5])
 def test_cached_decoding_equals_full_pass(options):
     """With relative positions the 7 steps reach distances beyond k = 2 (the clipped rows); with an embedding
-    norm (mBART's) each step normalizes its embedding as the full pass does."""
+    norm (mBART's) each step normalizes its embedding as the full pass does; with T5's buckets, each step's bias
+    (its query at the cache index against the whole cache) is the full pass's row."""
     model = kt.build_model(tiny(num_layers=3, **options))
     source, target = random_batch(batch=2, target_length=7)
     source[0, 5:] = 0

@@ -42,8 +42,8 @@ from typing import TYPE_CHECKING, Any
 
 from keras_transformer.documents import alignment, document
 from keras_transformer.engines.details import BLANK, SentenceDetails, Translation
-from keras_transformer.engines.languages import language_token
-from keras_transformer.engines.lines import ASCII_WHITESPACE, Lines, Prefixes, clean_line, is_blank
+from keras_transformer.engines.languages import language_token, source_side_token, target_language_in_source
+from keras_transformer.engines.lines import ASCII_WHITESPACE, Lines, Prefixes, clean_line, is_blank, with_first_token
 from keras_transformer.engines.terms import read_glossary, refuse
 from keras_transformer.errors import ConfigError
 
@@ -188,6 +188,8 @@ class TranslatorInterface(abc.ABC):
         ...
         keras_transformer.errors.ConfigError: translator: target language 'deu_Latn': this model has no language ...
         """
+        if source_side_token(target_lang, self.source_languages, self.target_languages, caller) is not None:
+            target_lang = None  # it opens the source instead (`with_target_lang`)
         if target_prefix is None and target_lang is None:
             return None
         if target_prefix is None or isinstance(target_prefix, (str, bytes)):
@@ -201,6 +203,13 @@ class TranslatorInterface(abc.ABC):
             target_lang = language_token(target_lang, self.target_languages, "target", caller)
             prefixes = [f"{target_lang} {text}".rstrip(ASCII_WHITESPACE) for text in prefixes]
         return prefixes
+
+    def with_target_lang(self, lines: Sequence[str], target_lang: str | None = None,
+                         caller: str = "translator") -> list[str]:
+        """`lines` with `target_lang`'s token first where the model takes it in the source (MADLAD-400's `<2de>`:
+        `languages.source_side_token`, a `ConfigError` for a code it has no token for); `lines` themselves otherwise."""
+        token = source_side_token(target_lang, self.source_languages, self.target_languages, caller)
+        return list(lines) if token is None else with_first_token(lines, token, caller)
 
     def with_source_lang(self, lines: Sequence[str], source_lang: str | None = None,
                          caller: str = "translator") -> list[str]:
@@ -220,9 +229,10 @@ class TranslatorInterface(abc.ABC):
         """
         if source_lang is None:
             return list(lines)
-        source_lang = language_token(source_lang, self.source_languages, "source", caller)
-        return [line if is_blank(clean_line(line, caller)) else f"{source_lang} {clean_line(line, caller)}"
-                for line in lines]
+        if target_language_in_source(self.source_languages, self.target_languages):  # MADLAD's <2xx>: targets
+            raise ConfigError(f"{caller}: source language {source_lang!r}: this model's language tokens name the "
+                              "target language (give target_lang); it reads any source language.")
+        return with_first_token(lines, language_token(source_lang, self.source_languages, "source", caller), caller)
 
     def _in_length_order(self, method: str, lines: Lines, batch_size: int, run_batch: Callable[..., Iterable[Any]],
                          blank: Callable[[], Any], target_prefix: Prefixes = None,
@@ -235,7 +245,7 @@ class TranslatorInterface(abc.ABC):
             raise TypeError(f"{caller} takes an iterable of lines (a list of str), got one {type(lines).__name__}: "
                             f"{lines[:40]!r}; translate one sentence with translator(sentence) or "
                             "translator([sentence]).")
-        texts = [clean_line(line, caller) for line in lines]
+        texts = self.with_target_lang([clean_line(line, caller) for line in lines], target_lang, caller)
         prefixes = self.target_prefixes(len(texts), target_prefix, target_lang, caller)
         outputs = [None if not is_blank(text) else blank() for text in texts]
         order = sorted((i for i, text in enumerate(texts) if outputs[i] is None),
@@ -524,7 +534,8 @@ class TranslatorInterface(abc.ABC):
         >>> Upper().document_sources(["A dog."], "en")
         ['A dog.']
         """
-        if source_lang is not None and tuple(self.source_languages):
+        if source_lang is not None and tuple(self.source_languages) and not target_language_in_source(
+                self.source_languages, self.target_languages):
             return self.with_source_lang(sentences, source_lang, caller)
         return list(sentences)
 

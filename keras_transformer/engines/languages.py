@@ -2,7 +2,8 @@
 `deu_Latn` and mBART's `de_DE`, as transformers' `M2M100Tokenizer.get_lang_id("de")` takes it.
 
 `language_token` returns the token itself where the model has it, M2M-100's `__xx__` for `xx` (or its ISO
-639-3 code), and for NLLB's
+639-3 code), MADLAD-400's `<2xx>` for `xx` (a target-language token that opens the source: `names_target_language`),
+and for NLLB's
 `xxx_Script` codes the one code of the language: by ISO 639-3 for a two-letter ISO 639-1 code (`es` is Spanish,
 `spa_Latn`, though Estonian's `est_Latn` starts with it), else the one code that starts with what was given; and
 for mBART's `xx_YY` codes the one that opens with the two-letter code (`de` or `deu`: `de_DE`). A code that names
@@ -10,6 +11,7 @@ several (`zho`: `zho_Hans` and `zho_Hant`) or none is refused, the candidates na
 library only.
 """
 
+import re
 from collections.abc import Sequence
 
 from keras_transformer.errors import ConfigError
@@ -27,6 +29,20 @@ sg:sag si:sin sk:slk sl:slv sm:smo sn:sna so:som sq:als sr:srp ss:ssw st:sot su:
 tg:tgk th:tha ti:tir tk:tuk tl:tgl tn:tsn tr:tur ts:tso tt:tat ug:uig uk:ukr ur:urd uz:uzn vi:vie wo:wol xh:xho
 yi:ydd yo:yor zh:zho zu:zul
 """.split())
+
+
+TARGET_LANGUAGE_TOKEN = re.compile(r"<2[^<>\s]+>")  # MADLAD-400's <2de>, <2zh_Latn>: "translate to"
+
+
+def names_target_language(token: str) -> bool:
+    """Whether `token` is a target-language token of the kind that opens a source (MADLAD-400's `<2de>`).
+
+    Example:
+
+    >>> names_target_language("<2de>"), names_target_language("__de__")
+    (True, False)
+    """
+    return TARGET_LANGUAGE_TOKEN.fullmatch(token) is not None
 
 
 def _shown(codes: Sequence[str]) -> str:
@@ -47,6 +63,8 @@ def language_token(code: str, languages: Sequence[str], side: str = "target", ca
     ('deu_Latn', 'spa_Latn')
     >>> language_token("de", ["en_XX", "de_DE"]), language_token("deu", ["en_XX", "de_DE"])
     ('de_DE', 'de_DE')
+    >>> language_token("de", ["<2en>", "<2de>"])
+    '<2de>'
     >>> language_token("zh", ["zho_Hans", "zho_Hant"])
     Traceback (most recent call last):
     ...
@@ -62,8 +80,9 @@ def language_token(code: str, languages: Sequence[str], side: str = "target", ca
     lower = code.lower()
     two = next((short for short, long in ISO_639_3.items() if long == lower), lower)  # deu -> de
     for name in (lower, two):
-        if f"__{name}__" in languages:  # M2M-100's token of a two-letter code
-            return f"__{name}__"
+        for token in (f"__{name}__", f"<2{name}>"):  # M2M-100's and MADLAD-400's token of a code
+            if token in languages:
+                return token
     stem = ISO_639_3.get(lower) if len(code) == 2 else None
     if stem is not None:  # NLLB's deu_Latn, mBART's de_DE
         candidates = [token for token in languages if token.split("_")[0] in (stem, lower)]
@@ -80,4 +99,37 @@ def language_token(code: str, languages: Sequence[str], side: str = "target", ca
                       f"({len(languages)}): {_shown(languages)}.")
 
 
-__all__ = ["ISO_639_3", "language_token"]
+def target_language_in_source(source_languages: Sequence[str], target_languages: Sequence[str]) -> bool:
+    """Whether a model's source language tokens name the target language (MADLAD-400's `<2de>`: "to German"), its
+    target having none: `target_lang` then opens the source, and the model names no source language.
+
+    Example:
+
+    >>> target_language_in_source(["<2de>", "<2fr>"], []), target_language_in_source(["eng_Latn"], ["deu_Latn"])
+    (True, False)
+    """
+    return (not target_languages and bool(source_languages)
+            and all(names_target_language(token) for token in source_languages))
+
+
+def source_side_token(target_lang: str | None, source_languages: Sequence[str], target_languages: Sequence[str],
+                      caller: str = "translator") -> str | None:
+    """The token of `target_lang` that opens the source, for a model whose source languages are target-language
+    tokens (MADLAD-400's `<2de>`: `names_target_language`) and whose target has none; None for any other model
+    (its target language is a target prefix) or without `target_lang`.
+
+    Raises:
+        ConfigError: a `target_lang` this model has no token for (its languages named).
+
+    Example:
+
+    >>> source_side_token("de", ["<2de>", "<2fr>"], []), source_side_token("de", ["eng_Latn"], ["deu_Latn"])
+    ('<2de>', None)
+    """
+    if target_lang is None or not target_language_in_source(source_languages, target_languages):
+        return None
+    return language_token(target_lang, source_languages, "target", caller)
+
+
+__all__ = ["ISO_639_3", "TARGET_LANGUAGE_TOKEN", "language_token", "names_target_language", "source_side_token",
+           "target_language_in_source"]

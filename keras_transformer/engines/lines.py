@@ -55,6 +55,17 @@ def is_blank(text: str) -> bool:
     return not text.strip(ASCII_WHITESPACE)
 
 
+def with_first_token(lines: Iterable[str], token: str, caller: str = "translator") -> list[str]:
+    """Each cleaned line with `token` (a language token) first; blank lines stay as they are.
+
+    Example:
+
+    >>> with_first_token(["A dog.", ""], "<2de>")
+    ['<2de> A dog.', '']
+    """
+    return [line if is_blank(clean_line(line, caller)) else f"{token} {clean_line(line, caller)}" for line in lines]
+
+
 def check_prefix_ids(caller: str, text: str, ids: list[int], unk_id: int | None, max_target_length: int) -> list[int]:
     """`ids`, a prefix's target ids, or a `ValueError` naming the prefix: one holding the unk id (text the target
     vocabulary lacks: forcing it would force unk), or one of `max_target_length` tokens or more (no room left for

@@ -56,6 +56,7 @@ class TermSearch:
         if self.options.sampling and terms.positive:  # type: ignore[attr-defined]
             raise ConfigError("Sampling cannot force terms: constraints need strategy 'beam' or 'greedy'; sampling "
                               "honours banned phrases only.")
+        texts = self.with_target_lang(texts, target_lang, caller)  # type: ignore[attr-defined]
         prefixes = self.target_prefixes(len(texts), target_prefix, target_lang, caller)  # type: ignore[attr-defined]
         outputs: list[Any] = [
             None if not is_blank(text) else

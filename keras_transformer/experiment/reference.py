@@ -30,6 +30,7 @@ import typing
 
 from keras_transformer.config import (
     ACTIVATIONS,
+    NORMALIZATIONS,
     POSITION_KINDS,
     PRESET_WARMUP_STEPS,
     PRESETS,
@@ -67,6 +68,7 @@ CHOICES = {
     "model.position": POSITION_KINDS,
     "model.sinusoid_layout": SINUSOID_LAYOUTS,
     "model.activation": ACTIVATIONS,
+    "model.normalization": NORMALIZATIONS,
     "model.tie_embeddings": TIE_MODES + (True, False),
     "data.kind": DATA_KINDS,
     "data.task": TASKS,

@@ -34,6 +34,13 @@ How the package's model maps onto CTranslate2's ``TransformerSpec``:
 What CTranslate2 cannot hold is refused by name (`check_ctranslate2_support`):
 restricted (windowed) self-attention, a value size d_v different from the key
 size d_k (and, in `exports.ctranslate2`, WordPiece vocabularies).
+
+T5's options map as CTranslate2's own T5 converter maps a ``T5ForConditionalGeneration``:
+RMS normalization (``rms_norm``: gammas only), the gated feed-forward network (``ffn_glu``:
+``linear_0`` under the activation, ``linear_0_noact`` linear), projections without biases,
+bucketed relative position biases (``relative_attention_bias``: the stack's one table,
+``(num_buckets, H)``, given to each of its self-attention layers with the maximum distance),
+and the decoder's d_model ** -0.5 rescaling (``scale_outputs``).
 """
 
 from collections.abc import Sequence
@@ -54,9 +61,10 @@ _ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "gelu_tanh": "GELUTanh", "swish"
 def check_ctranslate2_support(config: TransformerConfig) -> None:
     """Raises `ValueError` naming the first feature of `config` that CTranslate2 cannot run.
 
-    Supported: post- and pre-norm, any tying mode, separate vocabularies,
-    sinusoidal, learned or relative positions, ReZero (folded into the weights), unscaled
-    attention logits, a per-head size d_k other than d_model / h (with d_v = d_k).
+    Supported: post- and pre-norm, LayerNorm or RMS norm, any tying mode, separate vocabularies,
+    sinusoidal, learned or relative positions, T5's relative position biases, ReZero (folded into the
+    weights), unscaled attention logits, a per-head size d_k other than d_model / h (with d_v = d_k),
+    plain or gated feed-forward networks, with or without biases.
 
     Args:
         config: a `TransformerConfig`.
@@ -131,7 +139,8 @@ def _fused(spec: Any, dense: Any, num_heads: int, sizes: Sequence[int]) -> None:
 
 def _layer_norm(spec: Any, norm: Any) -> None:
     spec.gamma = _numpy(norm.gamma)
-    spec.beta = _numpy(norm.beta)
+    if getattr(norm, "beta", None) is not None:  # an RMS normalization has none
+        spec.beta = _numpy(norm.beta)
 
 
 def _rezero(block: Any) -> float:
@@ -139,12 +148,15 @@ def _rezero(block: Any) -> float:
     return float(_numpy(block.rezero_alpha)) if block.use_rezero else 1.0
 
 
-def _self_attention(spec: Any, attention: Any, block: Any, scale_logits: bool) -> None:
+def _self_attention(spec: Any, attention: Any, block: Any, scale_logits: bool, bias: Any = None) -> None:
     dk, dv = attention.key_dim, attention.value_dim
     _fused(spec.linear[0], attention.qkv_dense, attention.num_heads, (dk, dk, dv))  # [Q; K; V]
     if attention.max_relative_position is not None:  # (2k + 1, d) each, the same layout in both
         spec.relative_position_keys = _numpy(attention.relative_position_keys)
         spec.relative_position_values = _numpy(attention.relative_position_values)
+    if bias is not None:  # T5's: the stack's one table, in each of its layers
+        spec.relative_attention_bias = _numpy(bias.embeddings)  # (num_buckets, H), as CTranslate2 wants
+        spec.relative_attention_max_distance = np.dtype("int32").type(bias.max_distance)
     _linear(spec.linear[1], attention.output_dense, scale=_rezero(block))
     _layer_norm(spec.layer_norm, block.norm)
     if not scale_logits:
@@ -163,6 +175,8 @@ def _cross_attention(spec: Any, attention: Any, block: Any, scale_logits: bool) 
 
 def _feed_forward(spec: Any, feed_forward: Any, block: Any) -> None:
     _linear(spec.linear_0, feed_forward.inner)
+    if feed_forward.inner_linear is not None:  # gated: act(x W1) * x V
+        _linear(spec.linear_0_noact, feed_forward.inner_linear)
     _linear(spec.linear_1, feed_forward.outer, scale=_rezero(block))
     _layer_norm(spec.layer_norm, block.norm)
 
@@ -235,9 +249,12 @@ def build_spec(model: Any, config: TransformerConfig, source_tokens: Sequence[st
     head_dim = config.head_dim
     custom_head = head_dim * config.num_heads != config.d_model
     relative = config.position == "relative"
+    buckets = config.position == "relative_bias"
     activation = getattr(common_spec.Activation, _ACTIVATIONS[config.activation])
     options = dict(pre_norm=config.norm_first, head_dim=head_dim if custom_head else None,
-                   relative_position=relative, activation=activation, layernorm_embedding=config.embedding_norm)
+                   relative_position=relative, relative_attention_bias=buckets, ffn_glu=config.gated_feed_forward,
+                   rms_norm=config.normalization == "rms", activation=activation,
+                   layernorm_embedding=config.embedding_norm)
     encoder_spec = transformer_spec.TransformerEncoderSpec(config.encoder_layers, config.num_heads, **options)
     decoder_spec = transformer_spec.TransformerDecoderSpec(config.decoder_layers, config.num_heads, **options)
     spec = transformer_spec.TransformerSpec(encoder_spec, decoder_spec)
@@ -246,24 +263,26 @@ def build_spec(model: Any, config: TransformerConfig, source_tokens: Sequence[st
     encoder, decoder = model_parts.encoder, model_parts.decoder
     spec.encoder.embeddings[0].weight = _numpy(source_embedding.embeddings)
     spec.encoder.scale_embeddings = config.scale_embeddings  # x sqrt(d_model), as TokenEmbedding does
-    if not relative:  # relative positions live in the self-attention specs instead (_self_attention)
+    if not relative and not buckets:  # relative positions live in the self-attention specs instead (_self_attention)
         spec.encoder.position_encodings.encodings = position_table(model, "source")
     if model_parts.source_embedding_norm is not None:
         _layer_norm(spec.encoder.layernorm_embedding, model_parts.source_embedding_norm)
     for layer_spec, layer in zip(spec.encoder.layer, encoder.encoder_layers):
-        _self_attention(layer_spec.self_attention, layer.self_attention, layer.self_attention_block, scale)
+        _self_attention(layer_spec.self_attention, layer.self_attention, layer.self_attention_block, scale,
+                        encoder.relative_position_bias)
         _feed_forward(layer_spec.ffn, layer.feed_forward, layer.feed_forward_block)
     if config.norm_first:
         _layer_norm(spec.encoder.layer_norm, encoder.final_norm)
 
     spec.decoder.embeddings.weight = _numpy(target_embedding.embeddings)
     spec.decoder.scale_embeddings = config.scale_embeddings
-    if not relative:
+    if not relative and not buckets:
         spec.decoder.position_encodings.encodings = position_table(model, "target")
     if model_parts.target_embedding_norm is not None:
         _layer_norm(spec.decoder.layernorm_embedding, model_parts.target_embedding_norm)
     for layer_spec, layer in zip(spec.decoder.layer, decoder.decoder_layers):
-        _self_attention(layer_spec.self_attention, layer.self_attention, layer.self_attention_block, scale)
+        _self_attention(layer_spec.self_attention, layer.self_attention, layer.self_attention_block, scale,
+                        decoder.relative_position_bias)
         _cross_attention(layer_spec.attention, layer.cross_attention, layer.cross_attention_block, scale)
         _feed_forward(layer_spec.ffn, layer.feed_forward, layer.feed_forward_block)
     if config.norm_first:
@@ -276,6 +295,8 @@ def build_spec(model: Any, config: TransformerConfig, source_tokens: Sequence[st
             _numpy(model_parts.output_projection.kernel).T)
     if model_parts.output_bias is not None:
         spec.decoder.projection.bias = _numpy(model_parts.output_bias.bias)
+    if config.scale_decoder_output:
+        spec.decoder.scale_outputs = np.float32(config.d_model ** -0.5)
 
     spec.config.layer_norm_epsilon = float(config.layer_norm_epsilon)
     spec.config.unk_token = target_tokens[config.unk_id]

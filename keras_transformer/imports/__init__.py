@@ -11,6 +11,7 @@ imports/
   marian.py      OPUS-MT / Marian (MarianMTModel)
   m2m_100.py     M2M-100 and NLLB-200 (M2M100ForConditionalGeneration)
   mbart.py       mBART-50 (MBartForConditionalGeneration)
+  t5.py          T5 v1.1, mT5, MADLAD-400 and the original T5 (T5ForConditionalGeneration)
   tensorflow_weights.py  a large matrix into its variable without a full-size copy (TensorFlow)
 ```
 
@@ -22,7 +23,7 @@ checkpoint of that family is imported.
 Example:
 
 >>> sorted(FAMILIES)
-['m2m_100', 'marian', 'mbart']
+['m2m_100', 'marian', 'mbart', 't5']
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ FAMILIES = Registry("model family")
 FAMILIES.register("marian", "keras_transformer.imports.marian:MarianFamily")
 FAMILIES.register("m2m_100", "keras_transformer.imports.m2m_100:M2M100Family")
 FAMILIES.register("mbart", "keras_transformer.imports.mbart:MBartFamily")
+FAMILIES.register("t5", "keras_transformer.imports.t5:T5Family")
 
 
 def check_family(model_type: str | None, where: str | os.PathLike[str] = "config.json") -> None:
@@ -74,7 +76,7 @@ def family_for(model_type: str | None, where: str | os.PathLike[str] = "config.j
     >>> family_for("bert", "bert/config.json")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    keras_transformer.errors.ConfigError: bert/config.json: model_type 'bert' is not a family ... marian, mbart.
+    keras_transformer.errors.ConfigError: bert/config.json: model_type 'bert' is not a family ... mbart, t5.
     """
     check_family(model_type, where)
     family: Family = FAMILIES.get(str(model_type))()  # check_family refused None

@@ -45,7 +45,7 @@ def masked_softmax(scores: Any, attention_mask: Any, dtype: Any) -> Any:
 
 def scaled_dot_product_attention(query: Any, key: Any, value: Any, attention_mask: Any = None, scale: bool = True,
                                  dropout_layer: Any = None, training: bool | None = None, relative_keys: Any = None,
-                                 relative_values: Any = None) -> Any:
+                                 relative_values: Any = None, bias: Any = None) -> Any:
     """softmax(Q K^T / sqrt(d_k)) V, per head; with relative position representations if given.
 
     With `relative_keys` a^K and `relative_values` a^V (Shaw et al., 2018, eqs. 3-4)
@@ -63,6 +63,7 @@ def scaled_dot_product_attention(query: Any, key: Any, value: Any, attention_mas
         training: passed to the dropout layer.
         relative_keys: optional `(T, S, d_k)` a^K_ij, shared by all heads and sentences.
         relative_values: optional `(T, S, d_v)` a^V_ij.
+        bias: optional, broadcastable to `(B, H, T, S)`: added to the logits (T5's relative position biases).
 
     Returns:
         `(outputs, weights)`: `(B, T, H, d_v)` and `(B, H, T, S)`.
@@ -80,6 +81,8 @@ def scaled_dot_product_attention(query: Any, key: Any, value: Any, attention_mas
     scores = ops.einsum("bthd,bshd->bhts", query, key)  # (B, H, T, S)
     if relative_keys is not None:  # + q_i a^K_ij
         scores = scores + ops.einsum("bthd,tsd->bhts", query, relative_keys)
+    if bias is not None:
+        scores = scores + ops.cast(bias, scores.dtype)
     weights = masked_softmax(scores, attention_mask, value.dtype)
     dropped = dropout_layer(weights, training=training) if dropout_layer is not None else weights
     outputs = ops.einsum("bhts,bshd->bthd", dropped, value)  # (B, T, H, d_v)
@@ -89,7 +92,7 @@ def scaled_dot_product_attention(query: Any, key: Any, value: Any, attention_mas
 
 
 def heads_first_attention(query: Any, key: Any, value: Any, attention_mask: Any = None, scale: bool = True,
-                          relative_keys: Any = None, relative_values: Any = None) -> Any:
+                          relative_keys: Any = None, relative_values: Any = None, bias: Any = None) -> Any:
     """softmax(Q K^T / sqrt(d_k)) V on heads-first tensors, the layout of the decoding caches.
 
     The same computation as `scaled_dot_product_attention` (no dropout: it
@@ -103,6 +106,7 @@ def heads_first_attention(query: Any, key: Any, value: Any, attention_mask: Any 
         scale: divide the logits by sqrt(d_k).
         relative_keys, relative_values: optional `(T, S, d_k)` and `(T, S, d_v)`
             relative position representations, as in `scaled_dot_product_attention`.
+        bias: optional logits bias broadcastable to `(B, H, T, S)`, as in `scaled_dot_product_attention`.
 
     Returns:
         `(outputs, weights)`: `(B, H, T, d_v)` and `(B, H, T, S)`.
@@ -120,6 +124,8 @@ def heads_first_attention(query: Any, key: Any, value: Any, attention_mask: Any 
     scores = ops.einsum("bhtd,bhsd->bhts", query, key)  # (B, H, T, S)
     if relative_keys is not None:
         scores = scores + ops.einsum("bhtd,tsd->bhts", query, relative_keys)
+    if bias is not None:
+        scores = scores + ops.cast(bias, scores.dtype)
     weights = masked_softmax(scores, attention_mask, value.dtype)
     outputs = ops.matmul(weights, value)  # (B, H, T, d_v)
     if relative_values is not None:
@@ -198,10 +204,11 @@ class _AttentionBase(keras.layers.Layer):
         return ops.reshape(x, (batch, length, self.num_heads * self.value_dim))
 
     def _attend(self, query: Any, key_value: Any, attention_mask: Any, training: bool | None, flat: bool = False,
-                relative: Any = (None, None)) -> Any:
+                relative: Any = (None, None), bias: Any = None) -> Any:
         """The one hook that runs attention: `query (B,T,H,dk)`, `key_value (B,S,H,dk+dv)`.
 
-        `relative`: the `(T, S, d_k)` and `(T, S, d_v)` relative position representations, or Nones.
+        `relative`: the `(T, S, d_k)` and `(T, S, d_v)` relative position representations, or Nones;
+        `bias`: a logits bias broadcastable to `(B, H, T, S)`, or None.
         """
         # ops.split, not slicing: the gradient of a split is one concat, while each slice's
         # gradient writes a zero-filled copy of the whole tensor (measured: 1.17x a training step).
@@ -209,11 +216,11 @@ class _AttentionBase(keras.layers.Layer):
         outputs, weights = scaled_dot_product_attention(
             query, key, value, attention_mask, scale=self.scale_logits,
             dropout_layer=self.attention_dropout, training=training, relative_keys=relative[0],
-            relative_values=relative[1])
+            relative_values=relative[1], bias=bias)
         return self.output_dense(self._merge_heads(outputs, flat)), weights
 
     def _attend_cached(self, query: Any, key: Any, value: Any, attention_mask: Any, beam_size: int = 1,
-                       flat: bool = False, relative: Any = (None, None)) -> Any:
+                       flat: bool = False, relative: Any = (None, None), bias: Any = None) -> Any:
         """Attention over a heads-first cache: `query (B*G, T, H, dk)`, `key/value (B, H, S, d)`.
 
         With `beam_size` G > 1 each cache row serves G consecutive query rows
@@ -222,14 +229,14 @@ class _AttentionBase(keras.layers.Layer):
         `attention_mask` broadcasts to `(B, G*T, S)` (key padding, `(B, 1, S)`)
         when G > 1, to `(B, T, S)` otherwise. With `flat` (the layer's input
         was `(B*G, D)`, one position per row) the output is `(B*G, D_out)`.
-        `relative` as in `_attend` (self-attention only, G = 1).
+        `relative` and `bias` as in `_attend` (self-attention only, G = 1).
         """
         batch, length = ops.shape(query)[0], ops.shape(query)[1]
         if beam_size > 1:
             query = ops.reshape(query, (-1, beam_size * length, self.num_heads, self.key_dim))
         query = ops.transpose(query, (0, 2, 1, 3))  # (B, H, G*T, dk)
         outputs, weights = heads_first_attention(query, key, value, attention_mask, scale=self.scale_logits,
-                                                 relative_keys=relative[0], relative_values=relative[1])
+                                                 relative_keys=relative[0], relative_values=relative[1], bias=bias)
         merged = (-1, self.num_heads * self.value_dim) if flat else (batch, length, self.num_heads * self.value_dim)
         outputs = ops.reshape(ops.transpose(outputs, (0, 2, 1, 3)), merged)  # (B*G, H*dv) or (B*G, T, H*dv)
         if beam_size > 1:  # (B, H, G*T, S) -> (B*G, H, T, S)
@@ -355,6 +362,8 @@ class MultiHeadSelfAttention(_AttentionBase):
             (heads-first, zeros where nothing was written yet); the keys/values
             of `x` are written at `cache_index` and the updated pair is returned.
         cache_index: position of `x[:, 0]` in the sequence (a scalar tensor).
+        attention_bias: optional, broadcastable to `(B, H, T, S)`, added to the logits (the stack's
+            `RelativePositionBias`; with a cache, of the queries at `cache_index` against the whole cache).
         return_attention_scores: also return the `(B, H, T, S)` weights.
 
     Returns:
@@ -405,16 +414,17 @@ class MultiHeadSelfAttention(_AttentionBase):
                 ops.take(ops.cast(self.relative_position_values, dtype), index, axis=0))
 
     def call(self, x: Any, attention_mask: Any = None, cache: Any = None, cache_index: Any = None,
-             return_attention_scores: bool = False, training: bool | None = None) -> Any:
+             return_attention_scores: bool = False, training: bool | None = None, attention_bias: Any = None) -> Any:
         flat = len(x.shape) == 2  # (B, D): one position per row, a decoding step
         qkv = self._split_heads(self.qkv_dense(x), 2 * self.key_dim + self.value_dim)  # (B, T, H, 2dk+dv)
         if cache is not None:
-            return self._call_cached(qkv, attention_mask, cache, cache_index, return_attention_scores, flat)
+            return self._call_cached(qkv, attention_mask, cache, cache_index, return_attention_scores, flat,
+                                     attention_bias)
         query, key_value = ops.split(qkv, [self.key_dim], axis=-1)  # (B, T, H, dk), (B, T, H, dk+dv)
         query_length, key_length = ops.shape(query)[1], ops.shape(key_value)[1]
         mask = self._mask(attention_mask, query_length, key_length, 0)
         relative = self._relative(query_length, key_length, 0, query.dtype)
-        outputs, weights = self._attend(query, key_value, mask, training, flat, relative)
+        outputs, weights = self._attend(query, key_value, mask, training, flat, relative, attention_bias)
         return (outputs, weights) if return_attention_scores else outputs
 
     def _mask(self, attention_mask: Any, query_length: Any, key_length: Any, offset: Any) -> Any:
@@ -430,7 +440,7 @@ class MultiHeadSelfAttention(_AttentionBase):
         return masking.merge_masks(attention_mask, structural)
 
     def _call_cached(self, qkv: Any, attention_mask: Any, cache: Any, cache_index: Any, return_attention_scores: bool,
-                     flat: bool = False) -> Any:
+                     flat: bool = False, attention_bias: Any = None) -> Any:
         """One decoding step: writes the new keys/values at `cache_index`, attends over the cache."""
         key_cache, value_cache = cache  # (B, H, S_max, dk), (B, H, S_max, dv)
         offset = 0 if cache_index is None else cache_index
@@ -440,7 +450,8 @@ class MultiHeadSelfAttention(_AttentionBase):
         mask = self._mask(attention_mask, ops.shape(query)[1], ops.shape(key_cache)[2], offset)
         # The query at step t attends keys 0..t: its distance to key j is j - t, t = offset for one step.
         relative = self._relative(ops.shape(query)[1], ops.shape(key_cache)[2], offset, query.dtype)
-        outputs, weights = self._attend_cached(query, key_cache, value_cache, mask, flat=flat, relative=relative)
+        outputs, weights = self._attend_cached(query, key_cache, value_cache, mask, flat=flat, relative=relative,
+                                               bias=attention_bias)
         if return_attention_scores:
             return outputs, (key_cache, value_cache), weights
         return outputs, (key_cache, value_cache)

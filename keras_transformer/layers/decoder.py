@@ -7,7 +7,6 @@ from keras import ops
 
 from keras_transformer.layers import masking
 from keras_transformer.layers.attention import MultiHeadAttention, MultiHeadSelfAttention
-from keras_transformer.layers.normalization import LayerNormalization
 from keras_transformer.layers.options import LayerOptions, layer_options
 
 
@@ -56,6 +55,8 @@ class DecoderLayer(LayerOptions):
             rows serves `beam_size` consecutive rows of `x` (the beams of one
             sentence), and `memory_padding_mask` has B' rows too.
         return_attention_scores: also return `{"self": (B,H,T,T'), "cross": (B,H,T,S)}`.
+        self_attention_bias: optional `(1, H, T, T')` logits bias of the self-attention (the stack's relative
+            position biases; T' the cache length with a cache).
 
     Returns:
         `(B, T, d_model)`; with a self-attention cache `(x, cache)`; scores last.
@@ -89,7 +90,8 @@ class DecoderLayer(LayerOptions):
 
     def call(self, x: Any, memory: Any = None, target_padding_mask: Any = None, memory_padding_mask: Any = None,
              self_attention_cache: Any = None, cache_index: Any = None, cross_attention_cache: Any = None,
-             beam_size: int = 1, return_attention_scores: bool = False, training: bool | None = None) -> Any:
+             beam_size: int = 1, return_attention_scores: bool = False, training: bool | None = None,
+             self_attention_bias: Any = None) -> Any:
         beam_size = int(beam_size) if cross_attention_cache is not None else 1
         _check_batch_sizes(x, memory, memory_padding_mask, cross_attention_cache, beam_size)
         self_mask = (masking.key_padding_attention_mask(target_padding_mask)
@@ -103,10 +105,10 @@ class DecoderLayer(LayerOptions):
         if self_attention_cache is not None:
             h, self_attention_cache, self_weights = self.self_attention(
                 h, attention_mask=self_mask, cache=self_attention_cache, cache_index=cache_index,
-                return_attention_scores=True, training=training)
+                return_attention_scores=True, training=training, attention_bias=self_attention_bias)
         else:
             h, self_weights = self.self_attention(h, attention_mask=self_mask, return_attention_scores=True,
-                                                  training=training)
+                                                  training=training, attention_bias=self_attention_bias)
         x = self.self_attention_block(residual, h, training=training)
 
         # Cross-attention: queries from the decoder, keys and values from the encoder output.
@@ -135,7 +137,10 @@ class DecoderLayer(LayerOptions):
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class TransformerDecoder(LayerOptions):
-    """N decoder layers; with pre-norm, a final LayerNorm on top.
+    """N decoder layers; with pre-norm, a final LayerNorm on top; with relative position buckets, one
+    `RelativePositionBias` (causal) computed once per call and added in every layer's self-attention (a decoding
+    step's: of the queries at `cache_index` against the whole cache, whose unwritten positions the causal mask
+    hides).
 
     For decoding, each layer keeps its own caches, keys and values apart and
     heads-first (the layout attention reads, so a step transposes and splits
@@ -148,6 +153,7 @@ class TransformerDecoder(LayerOptions):
 
     Args:
         num_layers: N.
+        scale_output: multiply the output by d_model ** -0.5 (T5's, before its tied softmax).
         Other args: as `DecoderLayer`.
 
     Call args: as `DecoderLayer`, with the tuples of per-layer caches (the
@@ -162,9 +168,11 @@ class TransformerDecoder(LayerOptions):
     (1, 3, 8)
     """
 
-    def __init__(self, num_layers: int, d_model: int, num_heads: int, d_ff: int, **kwargs: Any) -> None:
+    def __init__(self, num_layers: int, d_model: int, num_heads: int, d_ff: int, scale_output: bool = False,
+                 **kwargs: Any) -> None:
         super().__init__(d_model, num_heads, d_ff, **kwargs)
         self.num_layers = int(num_layers)
+        self.scale_output = bool(scale_output)
         if self.num_layers <= 0:
             raise ValueError(f"TransformerDecoder: num_layers must be positive, got {num_layers}.")
         options = {k: v for k, v in layer_options(self).items() if k not in ("d_model", "num_heads", "d_ff")}
@@ -173,12 +181,13 @@ class TransformerDecoder(LayerOptions):
                          name=f"layer_{i}", **options)
             for i in range(self.num_layers)
         ]
-        self.final_norm = (LayerNormalization(epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy,
-                                              name="final_norm")
-                           if self.norm_first else None)
+        self.final_norm = self._final_norm()
+        self.relative_position_bias = self._relative_bias(bidirectional=False)
 
     def build(self, x_shape: Any, memory_shape: Any = None) -> None:
         self._check_width(x_shape)
+        if self.relative_position_bias is not None:
+            self.relative_position_bias.build()
         for layer in self.decoder_layers:
             layer.build(x_shape, memory_shape)
         if self.final_norm is not None:
@@ -220,11 +229,19 @@ class TransformerDecoder(LayerOptions):
         self_caches = self._per_layer(self_attention_cache, "self_attention_cache")
         cross_caches = self._per_layer(cross_attention_cache, "cross_attention_cache")
         new_caches, all_weights = [], []
+        bias = None
+        if self.relative_position_bias is not None:
+            queries = 1 if len(x.shape) == 2 else ops.shape(x)[1]  # (B, D): a decoding step's one position
+            if self_attention_cache is not None:  # queries at cache_index .. against the whole cache
+                bias = self.relative_position_bias.bias(queries, ops.shape(self_caches[0][0])[2],
+                                                        0 if cache_index is None else cache_index)
+            else:
+                bias = self.relative_position_bias.bias(queries, queries)  # (1, H, T, T)
         for layer, self_cache, cross_cache in zip(self.decoder_layers, self_caches, cross_caches):
             outputs = layer(
                 x, memory, target_padding_mask=target_padding_mask, memory_padding_mask=memory_padding_mask,
                 self_attention_cache=self_cache, cache_index=cache_index, cross_attention_cache=cross_cache,
-                beam_size=beam_size, return_attention_scores=True, training=training)
+                beam_size=beam_size, return_attention_scores=True, training=training, self_attention_bias=bias)
             if self_attention_cache is not None:
                 x, cache, weights = outputs
                 new_caches.append(cache)
@@ -233,6 +250,8 @@ class TransformerDecoder(LayerOptions):
             all_weights.append(weights)
         if self.final_norm is not None:
             x = self.final_norm(x)
+        if self.scale_output:
+            x = x * ops.cast(self.d_model ** -0.5, x.dtype)
         result: tuple[Any, ...] = (x,)
         if self_attention_cache is not None:
             result += (tuple(new_caches),)
@@ -244,4 +263,4 @@ class TransformerDecoder(LayerOptions):
         return tuple(x_shape)
 
     def get_config(self) -> dict[str, Any]:
-        return {**super().get_config(), "num_layers": self.num_layers}
+        return {**super().get_config(), "num_layers": self.num_layers, "scale_output": self.scale_output}

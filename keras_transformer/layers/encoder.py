@@ -3,10 +3,10 @@
 from typing import Any
 
 import keras
+from keras import ops
 
 from keras_transformer.layers import masking
 from keras_transformer.layers.attention import MultiHeadSelfAttention
-from keras_transformer.layers.normalization import LayerNormalization
 from keras_transformer.layers.options import LayerOptions, layer_options
 
 
@@ -29,10 +29,16 @@ class EncoderLayer(LayerOptions):
             distance clip(j - i, -k, k) to its keys and values (Shaw et al., 2018);
             the layer's inputs then carry no position signal of their own.
         activation: the feed-forward activation ("relu", "gelu", "gelu_tanh", "swish").
+        normalization: "layer" (LayerNorm) or "rms" (RMS normalization, T5's).
+        gated_feed_forward: the gated feed-forward network (T5 v1.1's gated GELU).
+        use_bias: biases in the attention and feed-forward projections (T5 has none).
+        relative_attention_num_buckets, relative_attention_max_distance: T5's bucketed relative position
+            biases (`RelativePositionBias`), which the stack computes and gives its layers.
 
     Call args:
         x: `(B, S, d_model)`.
         padding_mask: bool `(B, S)`, True for real tokens.
+        attention_bias: optional `(1, H, S, S)` logits bias (the stack's relative position biases).
         return_attention_scores: also return the `(B, H, S, S)` weights.
 
     Example:
@@ -56,12 +62,12 @@ class EncoderLayer(LayerOptions):
             layer.build(x_shape)
 
     def call(self, x: Any, padding_mask: Any = None, return_attention_scores: bool = False,
-             training: bool | None = None) -> Any:
+             training: bool | None = None, attention_bias: Any = None) -> Any:
         mask = masking.key_padding_attention_mask(padding_mask) if padding_mask is not None else None
         residual = x  # (B, S, D)
         h = self.self_attention_block.normalize(x)
         h, weights = self.self_attention(h, attention_mask=mask, return_attention_scores=True,
-                                         training=training)
+                                         training=training, attention_bias=attention_bias)
         x = self.self_attention_block(residual, h, training=training)
         residual = x
         h = self.feed_forward(self.feed_forward_block.normalize(x), training=training)
@@ -74,7 +80,8 @@ class EncoderLayer(LayerOptions):
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class TransformerEncoder(LayerOptions):
-    """N encoder layers; with pre-norm, a final LayerNorm on top.
+    """N encoder layers; with pre-norm, a final LayerNorm on top; with relative position buckets, one
+    `RelativePositionBias` (bidirectional) computed once and added in every layer's self-attention.
 
     Args:
         num_layers: N.
@@ -104,12 +111,13 @@ class TransformerEncoder(LayerOptions):
                          name=f"layer_{i}", **options)
             for i in range(self.num_layers)
         ]
-        self.final_norm = (LayerNormalization(epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy,
-                                              name="final_norm")
-                           if self.norm_first else None)
+        self.final_norm = self._final_norm()
+        self.relative_position_bias = self._relative_bias(bidirectional=True)
 
     def build(self, x_shape: Any) -> None:
         self._check_width(x_shape)
+        if self.relative_position_bias is not None:
+            self.relative_position_bias.build()
         for layer in self.encoder_layers:
             layer.build(x_shape)
         if self.final_norm is not None:
@@ -118,8 +126,13 @@ class TransformerEncoder(LayerOptions):
     def call(self, x: Any, padding_mask: Any = None, return_attention_scores: bool = False,
              training: bool | None = None) -> Any:
         all_weights = []
+        bias = None
+        if self.relative_position_bias is not None:
+            length = ops.shape(x)[1]
+            bias = self.relative_position_bias.bias(length, length)  # (1, H, S, S)
         for layer in self.encoder_layers:
-            x, weights = layer(x, padding_mask=padding_mask, return_attention_scores=True, training=training)
+            x, weights = layer(x, padding_mask=padding_mask, return_attention_scores=True, training=training,
+                               attention_bias=bias)
             all_weights.append(weights)
         if self.final_norm is not None:
             x = self.final_norm(x)

@@ -1,4 +1,5 @@
-"""The position-wise feed-forward network FFN(x) = max(0, x W1 + b1) W2 + b2."""
+"""The position-wise feed-forward network FFN(x) = max(0, x W1 + b1) W2 + b2, or its gated form
+FFN(x) = (act(x W1) * (x V)) W2 (Shazeer, 2020: GEGLU with GELU, T5 v1.1's "gated-gelu")."""
 
 from typing import Any
 
@@ -41,6 +42,8 @@ class PositionWiseFeedForward(keras.layers.Layer):
         dropout: dropout on the inner activations (0 in the paper).
         activation: inner activation (ReLU in the paper): a `TransformerConfig.activation`
             name ("relu", "gelu", "gelu_tanh", "swish") or any Keras activation.
+        gated: multiply the activated inner layer by a second, linear one (`inner_linear`) of the same width.
+        use_bias: whether the dense layers have biases (T5's have none).
 
     Example:
 
@@ -49,11 +52,14 @@ class PositionWiseFeedForward(keras.layers.Layer):
     (2, 5, 8)
     """
 
-    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu", **kwargs: Any) -> None:
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu", gated: bool = False,
+                 use_bias: bool = True, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.d_model = int(d_model)
         self.d_ff = int(d_ff)
         self.dropout = float(dropout)
+        self.gated = bool(gated)
+        self.use_bias = bool(use_bias)
         # A `TransformerConfig.activation` name is kept as such; another activation as Keras serializes it.
         self.activation = (activation if isinstance(activation, str) and activation in ACTIVATIONS
                            else keras.activations.serialize(feed_forward_activation(activation)))
@@ -61,17 +67,24 @@ class PositionWiseFeedForward(keras.layers.Layer):
         if self.d_model <= 0 or self.d_ff <= 0:
             raise ValueError(f"PositionWiseFeedForward: d_model and d_ff must be positive, "
                              f"got {self.d_model} and {self.d_ff}.")
-        self.inner = keras.layers.Dense(self.d_ff, activation=activation, dtype=self.dtype_policy,
-                                        name="inner")
+        self.inner = keras.layers.Dense(self.d_ff, activation=activation, use_bias=self.use_bias,
+                                        dtype=self.dtype_policy, name="inner")
+        self.inner_linear = (keras.layers.Dense(self.d_ff, use_bias=self.use_bias, dtype=self.dtype_policy,
+                                                name="inner_linear") if self.gated else None)
         self.inner_dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy, name="inner_dropout")
-        self.outer = keras.layers.Dense(self.d_model, dtype=self.dtype_policy, name="outer")
+        self.outer = keras.layers.Dense(self.d_model, use_bias=self.use_bias, dtype=self.dtype_policy, name="outer")
 
     def build(self, x_shape: Any) -> None:
         self.inner.build(x_shape)
+        if self.inner_linear is not None:
+            self.inner_linear.build(x_shape)
         self.outer.build((*x_shape[:-1], self.d_ff))
 
     def call(self, x: Any, training: bool | None = None) -> Any:
-        hidden = self.inner_dropout(self.inner(x), training=training)  # (B, T, d_ff)
+        hidden = self.inner(x)  # (B, T, d_ff)
+        if self.inner_linear is not None:
+            hidden = hidden * self.inner_linear(x)  # the gate: act(x W1) * (x V)
+        hidden = self.inner_dropout(hidden, training=training)
         return self.outer(hidden)  # (B, T, d_model)
 
     def compute_output_shape(self, x_shape: Any) -> Any:
@@ -79,4 +92,4 @@ class PositionWiseFeedForward(keras.layers.Layer):
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "d_model": self.d_model, "d_ff": self.d_ff,
-                "dropout": self.dropout, "activation": self.activation}
+                "dropout": self.dropout, "activation": self.activation, "gated": self.gated, "use_bias": self.use_bias}

@@ -93,7 +93,8 @@ def target_layers(model: Any, targets: list[str] | tuple[str, ...]) -> dict[str,
     kinds: tuple[str, ...]
     for layer in model._flatten_layers(include_self=False, recursive=True):
         if isinstance(layer, PositionWiseFeedForward):
-            kinds, denses = ("feed_forward",), [layer.inner, layer.outer]
+            kinds, denses = ("feed_forward",), [dense for dense in (layer.inner, layer.inner_linear, layer.outer)
+                                                if dense is not None]  # inner_linear: a gated network's
         elif isinstance(layer, MultiHeadSelfAttention):
             kinds, denses = ("attention", "self_attention"), [layer.qkv_dense, layer.output_dense]
         elif isinstance(layer, MultiHeadAttention):

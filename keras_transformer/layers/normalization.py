@@ -1,4 +1,5 @@
-"""Layer normalization with its gradient written out (the same layer as Keras', cheaper to train)."""
+"""Layer normalization with its gradient written out (the same layer as Keras', cheaper to train), and RMS
+normalization (T5's, without mean or bias); `normalization_layer` builds either by its `TransformerConfig` name."""
 
 from typing import Any
 
@@ -57,3 +58,61 @@ class LayerNormalization(keras.layers.LayerNormalization):
             return outputs, grad
 
         return layer_norm(inputs, ops.cast(self.gamma, "float32"), ops.cast(self.beta, "float32"))
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class RMSNormalization(keras.layers.Layer):
+    """Root-mean-square normalization over the last axis: y = x / sqrt(mean(x^2) + eps) * gamma.
+
+    No mean is subtracted and no bias added (Zhang and Sennrich, 2019; T5's `T5LayerNorm`); the statistics
+    are float32 under mixed precision.
+
+    Args:
+        epsilon: added to the mean square.
+
+    Example:
+
+    >>> import numpy as np
+    >>> layer = RMSNormalization(epsilon=0.0)
+    >>> keras.ops.convert_to_numpy(layer(np.array([[3.0, 4.0]], "float32"))).round(4)  # rms 3.5355
+    array([[0.8485, 1.1314]], dtype=float32)
+    """
+
+    def __init__(self, epsilon: float = 1e-6, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.epsilon = float(epsilon)
+        self.gamma = None
+
+    def build(self, x_shape: Any) -> None:
+        if x_shape[-1] is None:
+            raise ValueError(f"{self.name}: the last axis must be known, got shape {x_shape}.")
+        self.gamma = self.add_weight(name="gamma", shape=(x_shape[-1],), initializer="ones", trainable=True)
+
+    def call(self, x: Any) -> Any:
+        x32 = ops.cast(x, "float32")
+        inverse_rms = ops.rsqrt(ops.mean(ops.square(x32), axis=-1, keepdims=True) + self.epsilon)
+        return ops.cast(x32 * inverse_rms * ops.cast(self.gamma, "float32"), self.compute_dtype)
+
+    def compute_output_shape(self, x_shape: Any) -> Any:
+        return tuple(x_shape)
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "epsilon": self.epsilon}
+
+
+NORMALIZATIONS = ("layer", "rms")
+
+
+def normalization_layer(kind: str, epsilon: float, **kwargs: Any) -> keras.layers.Layer:
+    """A `LayerNormalization` ("layer") or an `RMSNormalization` ("rms") with `epsilon`; `kwargs` go to the layer.
+
+    Example:
+
+    >>> type(normalization_layer("rms", 1e-6)).__name__
+    'RMSNormalization'
+    """
+    if kind not in NORMALIZATIONS:
+        raise ValueError(f"normalization must be one of {NORMALIZATIONS}, got {kind!r}.")
+    if kind == "rms":
+        return RMSNormalization(epsilon=epsilon, **kwargs)
+    return LayerNormalization(epsilon=epsilon, **kwargs)

@@ -4,6 +4,11 @@ Relative positions (Shaw, Uszkoreit and Vaswani, 2018) are not added to the
 embeddings: self-attention adds learned embeddings of the clipped distance
 j - i to its keys and values (`MultiHeadSelfAttention(max_relative_position=k)`),
 and `relative_position_index` says which of the 2k + 1 embeddings each pair uses.
+
+Bucketed relative position biases (T5: Raffel et al., 2020) are not added to the embeddings either: a stack's
+`RelativePositionBias` gives each head a learned scalar per bucket of the distance j - i (exact for short
+distances, logarithmic up to a maximum distance), added to the attention logits of every self-attention layer
+of the stack (`relative_position_bucket`).
 """
 
 from typing import Any
@@ -78,7 +83,92 @@ def relative_position_index(query_length: Any, key_length: Any, max_relative_pos
     return distance + max_relative_position
 
 
-KINDS = ("sinusoidal", "learned", "relative")
+def relative_position_bucket(relative_position: Any, bidirectional: bool, num_buckets: int, max_distance: int) -> Any:
+    """The bucket of each distance j - i (int32, any shape): T5's `_relative_position_bucket`.
+
+    Bidirectional (the encoder), half the buckets are for keys after the query; causal (the decoder), keys after
+    the query share bucket 0. Of the buckets of one direction, the first half hold the distances 0 .. n - 1
+    exactly, the rest the distances up to `max_distance` on a log scale, and farther ones the last bucket.
+
+    Example:
+
+    >>> keras.ops.convert_to_numpy(relative_position_bucket(np.array([-3, -1, 0, 1, 3, 200]), True, 8, 16)).tolist()
+    [2, 1, 0, 5, 6, 7]
+    >>> keras.ops.convert_to_numpy(relative_position_bucket(np.array([-200, -5, -1, 0, 2]), False, 8, 16)).tolist()
+    [7, 4, 1, 0, 0]
+    """
+    relative_position = ops.cast(relative_position, "int32")
+    buckets = ops.zeros_like(relative_position)
+    if bidirectional:
+        num_buckets //= 2
+        buckets = buckets + ops.cast(relative_position > 0, "int32") * num_buckets
+        relative_position = ops.abs(relative_position)
+    else:
+        relative_position = -ops.minimum(relative_position, 0)
+    max_exact = num_buckets // 2
+    is_small = relative_position < max_exact
+    # in float32 and in this order, as T5's reference computes it, so that the bucket boundaries agree
+    scaled = ops.log(ops.cast(ops.maximum(relative_position, 1), "float32") / max_exact)
+    scaled = scaled / ops.cast(np.log(max_distance / max_exact), "float32") * (num_buckets - max_exact)
+    large = ops.minimum(max_exact + ops.cast(scaled, "int32"), num_buckets - 1)
+    return buckets + ops.where(is_small, relative_position, large)
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class RelativePositionBias(keras.layers.Layer):
+    """T5's bucketed relative position biases: a learned `(num_buckets, num_heads)` table whose row for the
+    bucket of j - i (`relative_position_bucket`) is added, one scalar per head, to the logits of query i and key j.
+
+    A stack computes the bias once and gives it to each of its self-attention layers.
+
+    Args:
+        num_heads: h.
+        num_buckets: rows of the table (T5's 32).
+        max_distance: distances beyond it share the last bucket (T5's 128).
+        bidirectional: keys on both sides (the encoder) or only before the query (the decoder's causal buckets).
+
+    The bias is asked for with `bias(query_length, key_length, offset)` (sizes, not tensors: not a Keras call).
+
+    Example:
+
+    >>> layer = RelativePositionBias(num_heads=2, num_buckets=8, max_distance=16)
+    >>> layer.build()
+    >>> tuple(layer.bias(3, 5).shape)
+    (1, 2, 3, 5)
+    """
+
+    def __init__(self, num_heads: int, num_buckets: int = 32, max_distance: int = 128, bidirectional: bool = True,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.num_heads, self.num_buckets, self.max_distance = int(num_heads), int(num_buckets), int(max_distance)
+        self.bidirectional = bool(bidirectional)
+        halves = 4 if self.bidirectional else 2  # each direction's buckets: half exact, half logarithmic
+        if self.num_buckets < halves or self.max_distance <= self.num_buckets // halves:
+            raise ValueError(f"RelativePositionBias: num_buckets={self.num_buckets} and max_distance="
+                             f"{self.max_distance} leave no logarithmic buckets; give num_buckets >= {halves} and "
+                             "a max_distance beyond the exact distances.")
+        self.embeddings = None
+
+    def build(self, *args: Any) -> None:
+        self.embeddings = self.add_weight(name="embeddings", shape=(self.num_buckets, self.num_heads),
+                                          initializer="zeros", trainable=True)
+
+    def bias(self, query_length: Any, key_length: Any, offset: Any = 0) -> Any:
+        """The `(1, H, T, S)` bias of queries at `offset .. offset + T - 1` (a decoding step's cache index, a
+        tensor or an int) against keys at `0 .. S - 1`."""
+        offset = offset if isinstance(offset, int) else ops.cast(offset, "int32")
+        queries = ops.expand_dims(ops.arange(query_length, dtype="int32") + offset, 1)  # (T, 1)
+        keys = ops.expand_dims(ops.arange(key_length, dtype="int32"), 0)  # (1, S)
+        buckets = relative_position_bucket(keys - queries, self.bidirectional, self.num_buckets, self.max_distance)
+        bias = ops.take(ops.cast(self.embeddings, self.compute_dtype), buckets, axis=0)  # (T, S, H)
+        return ops.expand_dims(ops.transpose(bias, (2, 0, 1)), 0)  # (1, H, T, S)
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "num_heads": self.num_heads, "num_buckets": self.num_buckets,
+                "max_distance": self.max_distance, "bidirectional": self.bidirectional}
+
+
+KINDS = ("sinusoidal", "learned", "relative", "relative_bias")
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -87,8 +177,8 @@ class PositionalEncoding(keras.layers.Layer):
 
     Args:
         max_length: the longest sequence accepted.
-        kind: "sinusoidal" (fixed, the paper), "learned" (a trainable table) or
-            "relative" (nothing is added: the self-attention layers carry the
+        kind: "sinusoidal" (fixed, the paper), "learned" (a trainable table),
+            "relative" or "relative_bias" (nothing is added: the self-attention layers carry the
             positions; the layer still bounds lengths by `max_length`).
         layout: the sinusoids' column order and frequencies, "interleaved" (the paper), "concatenated" or
             "fairseq" (`sinusoidal_position_encoding`).

@@ -4,7 +4,7 @@ from typing import Any
 
 import keras
 
-from keras_transformer.layers.normalization import LayerNormalization
+from keras_transformer.layers.normalization import normalization_layer
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -23,6 +23,7 @@ class SublayerConnection(keras.layers.Layer):
         dropout: rate on the sub-layer output before the residual add.
         use_rezero: scale the sub-layer output by a learned scalar (init 0).
         epsilon: LayerNorm epsilon.
+        normalization: "layer" (LayerNorm) or "rms" (RMS normalization, T5's).
 
     Example:
 
@@ -35,13 +36,14 @@ class SublayerConnection(keras.layers.Layer):
     """
 
     def __init__(self, norm_first: bool = False, dropout: float = 0.0, use_rezero: bool = False, epsilon: float = 1e-6,
-                 **kwargs: Any) -> None:
+                 normalization: str = "layer", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.norm_first = bool(norm_first)
         self.dropout = float(dropout)
         self.use_rezero = bool(use_rezero)
         self.epsilon = float(epsilon)
-        self.norm = LayerNormalization(epsilon=self.epsilon, dtype=self.dtype_policy, name="layer_norm")
+        self.normalization = normalization
+        self.norm = normalization_layer(normalization, self.epsilon, dtype=self.dtype_policy, name="layer_norm")
         self.output_dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy, name="dropout")
         self.rezero_alpha = None
 
@@ -67,4 +69,4 @@ class SublayerConnection(keras.layers.Layer):
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "norm_first": self.norm_first, "dropout": self.dropout,
-                "use_rezero": self.use_rezero, "epsilon": self.epsilon}
+                "use_rezero": self.use_rezero, "epsilon": self.epsilon, "normalization": self.normalization}

@@ -20,6 +20,7 @@ from keras_transformer.decoding.strategies import MAX_SEED, SAMPLING_FIELDS
 from keras_transformer.documents import document
 from keras_transformer.documents.alignment import Aligner
 from keras_transformer.engines.details import SentenceDetails, Translation
+from keras_transformer.engines.languages import source_side_token
 from keras_transformer.errors import ConfigError, DocumentError
 from keras_transformer.serving.signatures import SIGNATURES, batched_inputs, row_inputs
 from keras_transformer.serving.terms import TERM_FIELDS, parse_terms, predict_terms, slot_flags
@@ -421,7 +422,16 @@ def parse_translate(body: dict[str, Any], defaults: DecodeOptions, settings: Ser
     check_sentences(sentences, settings, "sentences" if documents is None else "sentences after segmentation")
     given = {key: value for key, value in body.items() if key in TRANSLATE_FIELDS and value is not None}
     options = _options(defaults, given, seeded, settings)
-    prefixes = checked_prefixes(translator, sentences, body.get("target_prefix"), body.get("target_lang"))
+    target_lang = body.get("target_lang")
+    if translator is not None and isinstance(target_lang, str):
+        try:  # a model whose target language opens the source (MADLAD-400's <2de>): not a target prefix
+            token = source_side_token(target_lang, translator.source_languages, translator.target_languages,
+                                      "target_lang")
+        except ConfigError as error:
+            raise RequestError(400, str(error)) from None
+        if token is not None:
+            sentences, target_lang = translator.with_target_lang(sentences, target_lang, "target_lang"), None
+    prefixes = checked_prefixes(translator, sentences, body.get("target_prefix"), target_lang)
     items = tuple(sentences) if prefixes is None else tuple(zip(sentences, prefixes))
     if prefixes is not None:
         check_sentences(prefixes, settings, "target prefixes")

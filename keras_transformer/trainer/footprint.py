@@ -34,16 +34,22 @@ def parameter_count(config: TransformerConfig) -> int:
     """
     d, ff, heads = config.d_model, config.d_ff, config.num_heads
     keys, values = heads * config.head_dim, heads * config.head_value_dim
-    attention = d * (2 * keys + values) + 2 * keys + values + values * d + d  # Q, K, V and output projections
+    bias = 1 if config.use_bias else 0
+    attention = d * (2 * keys + values) + values * d + bias * (2 * keys + values + d)  # Q, K, V and output
     relative = (2 * config.max_relative_position + 1) * (config.head_dim + config.head_value_dim) \
         if config.position == "relative" else 0
-    feed_forward = d * ff + ff + ff * d + d
-    sublayer = 2 * d + (1 if config.use_rezero else 0)  # its LayerNorm (and ReZero's scalar)
-    final_norm = 2 * d if config.norm_first else 0
-    encoder = config.encoder_layers * (attention + relative + feed_forward + 2 * sublayer) + final_norm
-    decoder = config.decoder_layers * (2 * attention + relative + feed_forward + 3 * sublayer) + final_norm
+    buckets = config.relative_attention_num_buckets * heads if config.position == "relative_bias" else 0
+    inner = 2 if config.gated_feed_forward else 1  # a gated network's second inner projection
+    feed_forward = inner * (d * ff + bias * ff) + ff * d + bias * d
+    norm = d if config.normalization == "rms" else 2 * d  # RMS normalization has no bias
+    sublayer = norm + (1 if config.use_rezero else 0)  # its LayerNorm (and ReZero's scalar)
+    final_norm = norm if config.norm_first else 0
+    encoder = config.encoder_layers * (attention + relative + feed_forward + 2 * sublayer) + final_norm + buckets
+    decoder = config.decoder_layers * (2 * attention + relative + feed_forward + 3 * sublayer) + final_norm + buckets
     if config.tie_embeddings == "all":
         embeddings = config.vocab_size * d
+    elif config.tie_embeddings == "embeddings":
+        embeddings = config.vocab_size * d + config.tgt_vocab_size * d  # one shared matrix, a softmax of its own
     else:
         embeddings = (config.src_vocab_size + config.tgt_vocab_size) * d
         if config.tie_embeddings == "none":
