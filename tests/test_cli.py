@@ -92,7 +92,7 @@ def test_refusals_that_need_no_model_answer_before_tensorflow_loads(tmp_path):
         f"keras-transformer import: error: {tmp_path / 'config.json'} is missing: a Hugging Face checkpoint folder "
         "holds config.json, the weights and the tokenizer's files (save_pretrained writes them).",
         f"keras-transformer import: error: {other / 'config.json'}: model_type 'bert' is not a family "
-        "keras-transformer imports; the supported families are: m2m_100, marian.",
+        "keras-transformer imports; the supported families are: m2m_100, marian, mbart, t5.",
         "keras-transformer evaluate: error: --tokenized-reference (the Multi30k protocol) needs --lang, the target "
         "language.",
         f"keras-transformer translate: error: {synthetic} has no vocabulary (data/vocab): it was trained on "
