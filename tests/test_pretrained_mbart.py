@@ -257,8 +257,8 @@ def test_a_checkpoint_the_model_cannot_hold_is_refused_by_name_and_writes_nothin
 
 
 @pytest.mark.slow
-def test_the_savedmodel_and_ctranslate2_exports_translate_as_the_workdir(references, tmp_path):
-    """Slow: two exports. Both exports of an imported mBART-50 workdir (learned positions, the embedding norm)
+def test_the_savedmodel_ctranslate2_and_litert_exports_translate_as_the_workdir(references, tmp_path):
+    """Slow: three exports. The SavedModel, CTranslate2 and LiteRT exports of an imported mBART-50 workdir (learned positions, the embedding norm)
     give the workdir's translations, greedy, strings in and strings out, with a target language forced (by its
     code and by the code users know) and without."""
     from keras_transformer.engines.loader import load_translator
@@ -273,7 +273,7 @@ def test_the_savedmodel_and_ctranslate2_exports_translate_as_the_workdir(referen
     ids = _generate(reference, tokenizer(lines[0])["input_ids"], tokenizer.convert_tokens_to_ids(OTHER), num_beams=1)
     short = load_translator(workdir, strategy="greedy", max_extra=MAX_EXTRA)
     assert short.translate_lines(lines[:1], target_lang=OTHER) == [tokenizer.decode(ids, skip_special_tokens=True)]
-    for name in ("savedmodel", "ctranslate2"):
+    for name in ("savedmodel", "ctranslate2", "litert"):
         options = {"jit_compile": False} if name == "savedmodel" else {}
         out = make_exporter(name, **options).export(workdir, tmp_path / name, strategy="greedy")
         exported = load_translator(out)

@@ -310,6 +310,27 @@ def test_the_ctranslate2_export_translates_as_the_workdir(references, name, opti
         assert (german.text, german.tokens, round(german.mean_log_prob, 3)) == \
             (expected[0].text, expected[0].tokens, round(expected[0].mean_log_prob, 3))
 
+@pytest.mark.slow
+def test_the_litert_export_translates_as_the_workdir(references, tmp_path):
+    """A LiteRT export of the MADLAD-shaped import (RMS norm, gated FFN, the relative attention bias inside the
+    converted search loop, its own softmax) gives the workdir's beam hypotheses and scores, with `target_lang` as
+    the source's `<2xx>` token and without. Slow: it converts a model."""
+    pytest.importorskip("ai_edge_litert")
+    from keras_transformer.engines.loader import load_translator
+    from keras_transformer.exports import make_exporter
+    _, workdir, _, _ = references["madlad"]
+    lines = [sentence.split("> ", 1)[-1] for sentence in SENTENCES]
+    ours = load_translator(workdir, strategy="beam", jit_compile=False)
+    theirs = load_translator(make_exporter("litert").export(workdir, tmp_path / "litert", strategy="beam"))
+    for forced in ({}, {"target_lang": "de"}):
+        expected, found = ours.n_best_detailed(lines, **forced), theirs.n_best_detailed(lines, **forced)
+        assert len({round(row[0].score, 3) for row in expected}) > 1  # (a random model: texts may be "")
+        assert [[(h.text, h.tokens) for h in row] for row in found] == \
+            [[(h.text, h.tokens) for h in row] for row in expected]
+        np.testing.assert_allclose([[h.score for h in row] for row in found],
+                                   [[h.score for h in row] for row in expected], atol=1e-4)
+
+
 @pytest.mark.parametrize("written, tie, scale", [
     ({"tie_word_embeddings": False}, "embeddings", False),  # T5 v1.1, mT5, MADLAD-400 as published
     ({"tie_word_embeddings": True, "scale_decoder_outputs": False}, "embeddings", False),  # transformers 5's
