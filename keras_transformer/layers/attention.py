@@ -92,7 +92,8 @@ def scaled_dot_product_attention(query: Any, key: Any, value: Any, attention_mas
 
 
 def heads_first_attention(query: Any, key: Any, value: Any, attention_mask: Any = None, scale: bool = True,
-                          relative_keys: Any = None, relative_values: Any = None, bias: Any = None) -> Any:
+                          relative_keys: Any = None, relative_values: Any = None, bias: Any = None,
+                          heads_last: bool = False) -> Any:
     """softmax(Q K^T / sqrt(d_k)) V on heads-first tensors, the layout of the decoding caches.
 
     The same computation as `scaled_dot_product_attention` (no dropout: it
@@ -107,9 +108,10 @@ def heads_first_attention(query: Any, key: Any, value: Any, attention_mask: Any 
         relative_keys, relative_values: optional `(T, S, d_k)` and `(T, S, d_v)`
             relative position representations, as in `scaled_dot_product_attention`.
         bias: optional logits bias broadcastable to `(B, H, T, S)`, as in `scaled_dot_product_attention`.
+        heads_last: return the outputs `(B, T, H, d_v)` (the layout heads are merged from), not `(B, H, T, d_v)`.
 
     Returns:
-        `(outputs, weights)`: `(B, H, T, d_v)` and `(B, H, T, S)`.
+        `(outputs, weights)`: `(B, H, T, d_v)` (`(B, T, H, d_v)` with `heads_last`) and `(B, H, T, S)`.
 
     Example:
 
@@ -128,8 +130,14 @@ def heads_first_attention(query: Any, key: Any, value: Any, attention_mask: Any 
         scores = scores + ops.cast(bias, scores.dtype)
     weights = masked_softmax(scores, attention_mask, value.dtype)
     outputs = ops.matmul(weights, value)  # (B, H, T, d_v)
+    if heads_last:
+        outputs = ops.transpose(outputs, (0, 2, 1, 3))  # (B, T, H, d_v)
     if relative_values is not None:
-        outputs = outputs + ops.einsum("bhts,tsd->bhtd", weights, relative_values)
+        # Added in the layout returned (the einsum writes it directly): a sum followed by a transpose is what
+        # TensorFlow's layout optimization moves across, and inside a while loop (LiteRT's converted search) that
+        # move breaks the graph (a permutation constant taken into the loop's body).
+        outputs = outputs + ops.einsum("bhts,tsd->bthd" if heads_last else "bhts,tsd->bhtd", weights,
+                                       relative_values)
     return outputs, weights
 
 
@@ -236,9 +244,10 @@ class _AttentionBase(keras.layers.Layer):
             query = ops.reshape(query, (-1, beam_size * length, self.num_heads, self.key_dim))
         query = ops.transpose(query, (0, 2, 1, 3))  # (B, H, G*T, dk)
         outputs, weights = heads_first_attention(query, key, value, attention_mask, scale=self.scale_logits,
-                                                 relative_keys=relative[0], relative_values=relative[1], bias=bias)
+                                                 relative_keys=relative[0], relative_values=relative[1], bias=bias,
+                                                 heads_last=True)  # (B, G*T, H, dv)
         merged = (-1, self.num_heads * self.value_dim) if flat else (batch, length, self.num_heads * self.value_dim)
-        outputs = ops.reshape(ops.transpose(outputs, (0, 2, 1, 3)), merged)  # (B*G, H*dv) or (B*G, T, H*dv)
+        outputs = ops.reshape(outputs, merged)  # (B*G, H*dv) or (B*G, T, H*dv)
         if beam_size > 1:  # (B, H, G*T, S) -> (B*G, H, T, S)
             sources = ops.shape(weights)[-1]
             weights = ops.reshape(weights, (batch // beam_size, self.num_heads, beam_size, length, sources))
