@@ -258,9 +258,9 @@ def test_a_checkpoint_the_model_cannot_hold_is_refused_by_name_and_writes_nothin
 
 @pytest.mark.slow
 def test_the_savedmodel_ctranslate2_and_litert_exports_translate_as_the_workdir(references, tmp_path):
-    """Slow: three exports. The SavedModel, CTranslate2 and LiteRT exports of an imported mBART-50 workdir (learned positions, the embedding norm)
-    give the workdir's translations, greedy, strings in and strings out, with a target language forced (by its
-    code and by the code users know) and without."""
+    """Slow: three exports. The SavedModel, CTranslate2 and LiteRT exports of an imported mBART-50 workdir
+    (learned positions, the embedding norm) give the workdir's translations, greedy, strings in and strings out,
+    with a target language forced (by its code and by the code users know) and without."""
     from keras_transformer.engines.loader import load_translator
     from keras_transformer.exports import make_exporter
     _, workdir, reference, tokenizer = references["unscaled"]
