@@ -37,6 +37,7 @@ with `ai-edge-litert` and `sentencepiece` alone.
 import contextlib
 import copy
 import datetime
+import gc
 import json
 import logging
 import os
@@ -217,13 +218,12 @@ def convert(model: Any, config: TransformerConfig, options: DecodeOptions,
         raise ConfigError(f"LiteRT export: strategy {options.strategy!r} is not exported; a LiteRT export decodes "
                           f"with {' or '.join(SEARCH_SIGNATURES)} search.")
     precisions = tuple(check_litert_precision(precision) for precision in precisions)
-    functions = signature_functions(model, config, options)
     converted = {}
     with tempfile.TemporaryDirectory(prefix="litert-") as folder, _quiet("absl"):
-        tf.saved_model.save(tf.Module(), folder, signatures=functions,
-                            options=tf.saved_model.SaveOptions(experimental_custom_gradients=False))
+        signatures = _save_signatures(model, config, options, folder)
+        gc.collect()  # traced graphs hold reference cycles: freed now, before the converter's own copies
         for precision in precisions:
-            converter = tf.lite.TFLiteConverter.from_saved_model(folder, signature_keys=list(functions))
+            converter = tf.lite.TFLiteConverter.from_saved_model(folder, signature_keys=signatures)
             converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
             if precision != "float32":
                 converter.optimizations = [tf.lite.Optimize.DEFAULT]  # int8: dynamic-range weights
@@ -237,6 +237,16 @@ def convert(model: Any, config: TransformerConfig, options: DecodeOptions,
             if precision == "int8":
                 converted[precision] = share_int8_weights(converted[precision])
     return converted
+
+
+def _save_signatures(model: Any, config: TransformerConfig, options: DecodeOptions, folder: str) -> list[str]:
+    """Writes `signature_functions` as a SavedModel in `folder` and returns the signatures' names. The traced
+    functions (each with its own frozen copy of the weights) are dropped on return: the converter reads the folder,
+    and with them gone it adds a third of the memory it adds beside them (bench/litert_memory.py)."""
+    functions = signature_functions(model, config, options)
+    tf.saved_model.save(tf.Module(), folder, signatures=functions,
+                        options=tf.saved_model.SaveOptions(experimental_custom_gradients=False))
+    return list(functions)
 
 
 def share_int8_weights(data: bytes) -> bytes:
