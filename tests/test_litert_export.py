@@ -2,6 +2,7 @@
 damaged or foreign folders are refused in one line."""
 
 import json
+import logging
 import os
 import pathlib
 import shutil
@@ -279,3 +280,19 @@ def test_a_model_the_converter_fails_on_is_refused_naming_the_operation_and_its_
         litert.convert(kt.build_model(config), config, DecodeOptions(strategy="greedy", max_extra=2))
     message = str(error.value)
     assert "Transpose in" in message and "the converter failed" in message and "\n" not in message, message
+
+
+def test_the_converter_s_warnings_are_kept_from_the_user_even_where_it_resets_the_log_level(caplog):
+    """Reloading the frozen functions, TensorFlow warns once a function that its gradients were not saved (none is
+    asked for): exporting a SavedModel folder printed ten such lines. The converter's loading sets absl's logger
+    level again, so the export filters the records instead."""
+    absl = logging.getLogger("absl")
+    level = absl.level
+    try:
+        with caplog.at_level(logging.INFO), litert._quiet("absl"):
+            absl.setLevel(logging.INFO)
+            absl.warning("Importing a function (f) with ops with unsaved custom gradients.")
+            absl.error("a real error")
+        assert [record.getMessage() for record in caplog.records] == ["a real error"]
+    finally:
+        absl.setLevel(level)

@@ -312,12 +312,15 @@ def _quiet(name: str) -> Iterator[None]:
     """Logger `name` at ERROR for the block: the converter reloads the frozen functions, and TensorFlow warns on
     each that its gradients were not saved (none is ever asked for)."""
     logger = logging.getLogger(name)
-    level = logger.level
-    logger.setLevel(logging.ERROR)
+
+    def errors_only(record: logging.LogRecord) -> bool:  # a filter: the converter resets the logger's level
+        return record.levelno >= logging.ERROR
+
+    logger.addFilter(errors_only)
     try:
         yield
     finally:
-        logger.setLevel(level)
+        logger.removeFilter(errors_only)
 
 
 def _unconverted(message: str) -> str:
