@@ -67,17 +67,6 @@ def same(value: np.ndarray, expected: np.ndarray, message: str, atol: float = 0.
         raise ConfigError(message)
 
 
-def read_settings(path: pathlib.Path) -> dict[str, Any]:
-    """A JSON file of settings (``tokenizer_config.json``), {} where there is none."""
-    if not path.is_file():
-        return {}
-    try:
-        settings = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
-        raise CorruptFileError(f"{path} is not valid JSON ({' '.join(str(error).split())[:160]}).") from None
-    return settings if isinstance(settings, dict) else {}
-
-
 def fairseq_vocabulary(checkpoint: Checkpoint, sentencepiece_file: pathlib.Path, listed: list[str],
                        special: tuple[str, ...] = ("<mask>",)) -> tuple[list[str], list[str]]:
     """`(tokens by id, language tokens)` of a fairseq vocabulary over a SentencePiece model (NLLB, mBART): from the
@@ -137,6 +126,13 @@ class BartFamily(Family):
             layer_norm_epsilon=LAYER_NORM_EPSILON, dropout=float(hf.get("dropout", 0.1)),
             attention_dropout=float(hf.get("attention_dropout", 0.0)),
             ffn_dropout=float(hf.get("activation_dropout", 0.0)))
+
+    @staticmethod
+    def check_tied(hf: dict[str, Any], where: str) -> None:
+        """Refuses a config.json that unties the output from the shared embedding (the package ties all three)."""
+        if not hf.get("tie_word_embeddings", True):
+            raise ConfigError(f"{where}: tie_word_embeddings false (one embedding for both sides, a softmax of its "
+                              "own) is not a tying mode of the package (all, decoder, none).")
 
     def architecture(self, checkpoint: Checkpoint, tensors: WeightSource, where: str) -> dict[str, Any]:
         """The family's own `TransformerConfig` fields (vocabulary, special ids, positions, norms, tying)."""
@@ -225,5 +221,4 @@ def output_bias_of(tensors: WeightSource) -> bool:
     return bias is not None and bool(np.any(bias != 0))
 
 
-__all__ = ["BartFamily", "FAIRSEQ_SPECIALS", "config_from", "fairseq_vocabulary", "output_bias_of", "read_settings",
-           "same"]
+__all__ = ["BartFamily", "FAIRSEQ_SPECIALS", "config_from", "fairseq_vocabulary", "output_bias_of", "same"]

@@ -14,6 +14,7 @@ weights of `build_model`; it is a mapping, not a model of its own. Its methods:
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -21,10 +22,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from keras_transformer.decoding.options import DecodeOptions
-from keras_transformer.errors import ConfigError
+from keras_transformer.errors import ConfigError, CorruptFileError
 from keras_transformer.imports.tensorflow_weights import assign_array
 
 if TYPE_CHECKING:
+    import pathlib
+
     from keras_transformer.config import TransformerConfig
     from keras_transformer.imports.checkpoint import Checkpoint
 
@@ -33,6 +36,7 @@ if TYPE_CHECKING:
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "swish", "silu": "swish", "gelu_new": "gelu_tanh",
                "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": "gelu_tanh"}
 LAYER_NORM_EPSILON = 1e-5  # torch.nn.LayerNorm's default, which both families' checkpoints use
+TOKENIZER_CONFIG = "tokenizer_config.json"  # transformers' tokenizer settings, beside config.json
 
 
 def one_size(config: Mapping[str, Any], where: str, first: str, second: str) -> Any:
@@ -64,6 +68,17 @@ def activation_of(config: Mapping[str, Any], where: str, default: str) -> str:
     return ACTIVATIONS[activation]
 
 
+def read_settings(path: pathlib.Path) -> dict[str, Any]:
+    """A JSON file of settings (``tokenizer_config.json``), {} where there is none."""
+    if not path.is_file():
+        return {}
+    try:
+        settings = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise CorruptFileError(f"{path} is not valid JSON ({' '.join(str(error).split())[:160]}).") from None
+    return settings if isinstance(settings, dict) else {}
+
+
 class Family:
     """One published family of checkpoints (`imports.FAMILIES` names each by its ``model_type``).
 
@@ -90,6 +105,10 @@ class Family:
         if beams == 1:
             return DecodeOptions(strategy="greedy")
         return DecodeOptions(strategy="beam", beam_size=beams, alpha=max(alpha, 0.0))
+
+    def settings(self, checkpoint: Checkpoint) -> dict[str, Any]:
+        """`checkpoint`'s tokenizer settings (its ``tokenizer_config.json``), {} where it has none."""
+        return read_settings(checkpoint.folder / TOKENIZER_CONFIG)
 
     def tokenizers(self, checkpoint: Checkpoint, config: TransformerConfig) -> tuple[Any, Any]:
         """`(source, target)` tokenizers of `checkpoint`; the same object twice for one shared tokenizer."""

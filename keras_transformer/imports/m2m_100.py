@@ -40,7 +40,8 @@ from typing import TYPE_CHECKING, Any
 
 from keras_transformer.data.tokenizers import MappedTokenizer, read_vocabulary
 from keras_transformer.errors import CheckpointNotFoundError, ConfigError
-from keras_transformer.imports.bart import BartFamily, fairseq_vocabulary, read_settings
+from keras_transformer.imports.bart import BartFamily, fairseq_vocabulary
+from keras_transformer.imports.family import TOKENIZER_CONFIG
 
 if TYPE_CHECKING:
     import pathlib
@@ -57,7 +58,6 @@ LANGUAGE_CODES = {
                "zh zu").split(),
     "wmt21": "en ha is ja cs ru zh de".split(),
 }
-TOKENIZER_CONFIG = "tokenizer_config.json"
 SENTENCEPIECE = "sentencepiece.bpe.model"
 
 
@@ -77,9 +77,7 @@ class M2M100Family(BartFamily):
     # ------------------------------------------------------------------ config
     def architecture(self, checkpoint: Checkpoint, tensors: WeightSource, where: str) -> dict[str, Any]:
         hf = checkpoint.config
-        if not hf.get("tie_word_embeddings", True):
-            raise ConfigError(f"{where}: tie_word_embeddings false (one embedding for both sides, a softmax of its "
-                              "own) is not a tying mode of the package (all, decoder, none).")
+        self.check_tied(hf, where)
         pad, eos = int(hf["pad_token_id"]), int(hf["eos_token_id"])
         start = hf.get("decoder_start_token_id")
         return dict(
@@ -90,11 +88,8 @@ class M2M100Family(BartFamily):
             output_bias=False, norm_first=True, tie_embeddings="all")
 
     # ------------------------------------------------------------------ tokenizers
-    def _settings(self, checkpoint: Checkpoint) -> dict[str, Any]:
-        return read_settings(checkpoint.folder / TOKENIZER_CONFIG)
-
     def _is_nllb(self, checkpoint: Checkpoint) -> bool:
-        kind = str(self._settings(checkpoint).get("tokenizer_class") or "")
+        kind = str(self.settings(checkpoint).get("tokenizer_class") or "")
         if kind:
             return kind.startswith("Nllb")
         return not (checkpoint.folder / "vocab.json").is_file()
@@ -104,7 +99,7 @@ class M2M100Family(BartFamily):
         if self._is_nllb(checkpoint):
             return self._nllb_vocabulary(checkpoint)
         tokens = read_vocabulary(checkpoint.file("vocab.json", "vocabulary (token -> id)"))
-        settings = self._settings(checkpoint)
+        settings = self.settings(checkpoint)
         listed = [token for token in (settings.get("additional_special_tokens") or settings.get(
             "extra_special_tokens") or []) if isinstance(token, str) and token.startswith("__")]
         codes = settings.get("language_codes", "m2m100")
@@ -115,7 +110,7 @@ class M2M100Family(BartFamily):
         return tokens + [token for token in languages if token not in tokens], languages, ["<s>"]
 
     def _nllb_vocabulary(self, checkpoint: Checkpoint) -> tuple[list[str], list[str], list[str]]:
-        settings = self._settings(checkpoint)
+        settings = self.settings(checkpoint)
         listed = [token for token in (settings.get("extra_special_tokens") or settings.get(
             "additional_special_tokens") or []) if isinstance(token, str)]
         sentencepiece = checkpoint.folder / SENTENCEPIECE
@@ -143,7 +138,7 @@ class M2M100Family(BartFamily):
         model = self._sentencepiece(checkpoint).read_bytes()
         # ids the vocabulary does not name (M2M-100's made-up words, a model padded to a round size): placeholders
         tokens = self.special_vocabulary(tokens, config.vocab_size, config, checkpoint.folder)
-        settings = self._settings(checkpoint)
+        settings = self.settings(checkpoint)
         nllb = self._is_nllb(checkpoint)
         if nllb and settings.get("legacy_behaviour"):
             raise ConfigError(f"{checkpoint.folder / TOKENIZER_CONFIG}: legacy_behaviour true (tokens </s> [src_lang]) "

@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 from keras_transformer.data.tokenizers import MappedTokenizer
 from keras_transformer.errors import ConfigError
-from keras_transformer.imports.bart import BartFamily, fairseq_vocabulary, output_bias_of, read_settings
-from keras_transformer.imports.family import assign
+from keras_transformer.imports.bart import BartFamily, fairseq_vocabulary, output_bias_of
+from keras_transformer.imports.family import TOKENIZER_CONFIG, assign
 
 if TYPE_CHECKING:
     from keras_transformer.config import TransformerConfig
@@ -42,7 +42,6 @@ LANGUAGE_CODES = ("ar_AR cs_CZ de_DE en_XX es_XX et_EE fi_FI fr_XX gu_IN hi_IN i
                   "my_MM ne_NP nl_XX ro_RO ru_RU si_LK tr_TR vi_VN zh_CN af_ZA az_AZ bn_IN fa_IR he_IL hr_HR id_ID "
                   "ka_GE km_KH mk_MK ml_IN mn_MN mr_IN pl_PL ps_AF pt_XX sv_SE sw_KE ta_IN te_IN th_TH tl_XX uk_UA "
                   "ur_PK xh_ZA gl_ES sl_SI").split()
-TOKENIZER_CONFIG = "tokenizer_config.json"
 SENTENCEPIECE = "sentencepiece.bpe.model"
 POSITION_OFFSET = 2  # fairseq's learned positions count from pad_id + 1
 
@@ -63,9 +62,7 @@ class MBartFamily(BartFamily):
     # ------------------------------------------------------------------ config
     def architecture(self, checkpoint: Checkpoint, tensors: WeightSource, where: str) -> dict[str, Any]:
         hf = checkpoint.config
-        if not hf.get("tie_word_embeddings", True):
-            raise ConfigError(f"{where}: tie_word_embeddings false (one embedding for both sides, a softmax of its "
-                              "own) is not a tying mode of the package (all, decoder, none).")
+        self.check_tied(hf, where)
         self._check_tokenizer(checkpoint)
         pad, eos = int(hf["pad_token_id"]), int(hf["eos_token_id"])
         start = hf.get("decoder_start_token_id")
@@ -77,11 +74,8 @@ class MBartFamily(BartFamily):
             norm_first=True, embedding_norm=True, tie_embeddings="all")
 
     # ------------------------------------------------------------------ tokenizers
-    def _settings(self, checkpoint: Checkpoint) -> dict[str, Any]:
-        return read_settings(checkpoint.folder / TOKENIZER_CONFIG)
-
     def _check_tokenizer(self, checkpoint: Checkpoint) -> None:
-        kind = self._settings(checkpoint).get("tokenizer_class") or checkpoint.config.get("tokenizer_class")
+        kind = self.settings(checkpoint).get("tokenizer_class") or checkpoint.config.get("tokenizer_class")
         if not kind:  # mBART-50's vocabulary has its 52 languages, cc25's its 25
             kind = "MBart50Tokenizer" if len(self._vocabulary(checkpoint)[1]) > 25 else "MBartTokenizer"
         if not str(kind).startswith("MBart50"):
@@ -90,7 +84,7 @@ class MBartFamily(BartFamily):
                               "read; the package imports MBart50Tokenizer's [src_lang] tokens </s>.")
 
     def _vocabulary(self, checkpoint: Checkpoint) -> tuple[list[str], list[str]]:
-        settings = self._settings(checkpoint)
+        settings = self.settings(checkpoint)
         listed = [token for token in (settings.get("extra_special_tokens") or settings.get(
             "additional_special_tokens") or LANGUAGE_CODES) if isinstance(token, str)]
         sentencepiece = checkpoint.folder / SENTENCEPIECE
@@ -111,7 +105,7 @@ class MBartFamily(BartFamily):
         tokens, languages = self._vocabulary(checkpoint)
         model = self._sentencepiece(checkpoint).read_bytes()
         tokens = self.special_vocabulary(tokens, config.vocab_size, config, checkpoint.folder)
-        settings = self._settings(checkpoint)
+        settings = self.settings(checkpoint)
 
         def language(key: str, default: str | None) -> str | None:
             code = settings.get(key) or default

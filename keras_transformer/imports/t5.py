@@ -138,18 +138,8 @@ class T5Family(Family):
         import sentencepiece
         processor = sentencepiece.SentencePieceProcessor(model_file=str(self._sentencepiece(checkpoint)))
         tokens = [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
-        extra = int(self._settings(checkpoint).get("extra_ids", 100))
+        extra = int(self.settings(checkpoint).get("extra_ids", 100))
         return tokens + [f"<extra_id_{i}>" for i in reversed(range(extra))]
-
-    def _settings(self, checkpoint: Checkpoint) -> dict[str, Any]:
-        path = checkpoint.folder / "tokenizer_config.json"
-        if not path.is_file():
-            return {}
-        try:
-            settings = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as error:
-            raise CorruptFileError(f"{path} is not valid JSON ({' '.join(str(error).split())[:160]}).") from None
-        return settings if isinstance(settings, dict) else {}
 
     def _sentencepiece(self, checkpoint: Checkpoint) -> Any:
         return checkpoint.file(SENTENCEPIECE, "SentencePiece model (the Hub folders hold it; transformers 5 saves "
