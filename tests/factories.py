@@ -21,14 +21,20 @@ Reach for these (and the session fixtures in `conftest.py`) before writing a new
   an indented list, its five sentences, and the document those sentences' translations make in its layout.
 - `check_terms(translator, ...)`: constraints, a glossary and a banned word on an engine's text output (imported
   Marian and NLLB models).
+- `import_references(root, shapes, build, model_class)`: published-family reference checkpoints built by a test
+  module's `build(folder, **shape)`, each imported, with transformers' model and tokenizer loaded from it;
+  `load_imported(workdir)`: the imported model, config and tokenizers; `lines_of(name, count)`: the first
+  lines of a Multi30k file; `until_eos(tokens, config)`: a search's row cut after its end token.
 """
 
+import gzip
 import pathlib
 import re
 
 import numpy as np
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
+MULTI30K = REPO.parent / "shared" / "data" / "multi30k"
 TINY_EXPERIMENT = REPO / "configs" / "tiny_copy.yaml"
 
 # The model and examples of a cheap `train` call on TINY_EXPERIMENT. One layer per side halves the time Keras
@@ -394,3 +400,42 @@ class ServeProcess:
         if self.process.poll() is None:
             self.process.kill()
             self.process.wait()
+
+
+def lines_of(name, count):
+    """The first `count` lines of the Multi30k file `name` (``val.en.gz``), stripped."""
+    with gzip.open(MULTI30K / name, "rt", encoding="utf-8") as handle:
+        return [next(handle).strip() for _ in range(count)]
+
+
+def until_eos(tokens, config):
+    """A row of a search's token ids up to and with its end token; without padding where it has none."""
+    tokens = [int(token) for token in tokens]
+    return tokens[:tokens.index(config.eos_id) + 1] if config.eos_id in tokens else \
+        [token for token in tokens if token != config.pad_id]
+
+
+def import_references(root, shapes, build, model_class, tokenizer_class=None):
+    """name -> (checkpoint folder, imported workdir, the transformers model, its tokenizer) for each of `shapes`:
+    `build(root / name, **shape)` writes the checkpoint, `kt.import_checkpoint` imports it, transformers loads the
+    reference model (`model_class`, in eval mode) and tokenizer (`tokenizer_class`, AutoTokenizer by default)."""
+    import transformers
+
+    import keras_transformer as kt
+    built = {}
+    for name, shape in shapes.items():
+        folder = build(root / name, **shape)
+        workdir = kt.import_checkpoint(folder, root / f"{name}_workdir")
+        model = model_class.from_pretrained(folder).eval()
+        tokenizer = (tokenizer_class or transformers.AutoTokenizer).from_pretrained(folder)
+        built[name] = (folder, workdir, model, tokenizer)
+    return built
+
+
+def load_imported(workdir):
+    """`(model, config, source tokenizer, target tokenizer)` of an imported workdir."""
+    from keras_transformer.data.tokenizers import load_tokenizers
+    from keras_transformer.workdir.checkpoints import load_models
+    loaded = load_models(workdir)
+    source, target = load_tokenizers(workdir / "data" / "vocab")
+    return loaded.models[0], loaded.configs[0], source, target

@@ -67,12 +67,9 @@ def reference(exports):
     return kt.load_translator(exports[0], jit_compile=False, **DECODING)
 
 
-@pytest.mark.slow
-def test_float32_gives_the_token_ids_and_scores_of_the_tensorflow_search(exports, reference):
-    """Beam search (every hypothesis), greedy decoding and forced scores of the float32 .tflite against the workdir's
-    TensorFlow translator; a slow test: it converts the model."""
-    converted = kt.load_translator(exports[1]["float32"])
-    assert isinstance(converted, LiteRTTranslator) and converted.options == reference.options
+def _same_search(converted, reference):
+    """Checks that `converted` (a LiteRT translator) gives `reference`'s beam hypotheses (texts, and scores within
+    1e-4), greedy outputs and forced scores on SENTENCES; returns `(its n-best rows, its best texts)`."""
     ours, theirs = converted.n_best_lines(SENTENCES), reference.n_best_lines(SENTENCES)
     # one word piece per word: equal strings are equal token ids
     assert [[text for text, _ in row] for row in ours] == [[text for text, _ in row] for row in theirs]
@@ -84,6 +81,16 @@ def test_float32_gives_the_token_ids_and_scores_of_the_tensorflow_search(exports
     best = [row[0][0] for row in ours]
     np.testing.assert_allclose(converted.score_lines(SENTENCES, best), reference.score_lines(SENTENCES, best),
                                atol=1e-4)
+    return ours, best
+
+
+@pytest.mark.slow
+def test_float32_gives_the_token_ids_and_scores_of_the_tensorflow_search(exports, reference):
+    """Beam search (every hypothesis), greedy decoding and forced scores of the float32 .tflite against the workdir's
+    TensorFlow translator; a slow test: it converts the model."""
+    converted = kt.load_translator(exports[1]["float32"])
+    assert isinstance(converted, LiteRTTranslator) and converted.options == reference.options
+    ours, best = _same_search(converted, reference)
     # the detailed forms (documents, --json, n-best with signals) carry the same hypotheses and their signals
     detailed = converted.n_best_detailed(SENTENCES)
     assert [[h.text for h in row] for row in detailed] == [[text for text, _ in row] for row in ours]
@@ -244,16 +251,7 @@ def test_relative_positions_give_the_token_ids_and_scores_of_the_tensorflow_sear
     test: it converts the model."""
     workdir, folder = relative_export
     converted, reference = kt.load_translator(folder), kt.load_translator(workdir, jit_compile=False, **DECODING)
-    ours, theirs = converted.n_best_lines(SENTENCES), reference.n_best_lines(SENTENCES)
-    assert [[text for text, _ in row] for row in ours] == [[text for text, _ in row] for row in theirs]
-    np.testing.assert_allclose([[s for _, s in row] for row in ours], [[s for _, s in row] for row in theirs],
-                               atol=1e-4)
-    greedy = {"strategy": "greedy"}
-    assert converted.with_options(converted.options.replace(**greedy))(SENTENCES) == \
-        reference.with_options(reference.options.replace(**greedy))(SENTENCES)
-    best = [row[0][0] for row in ours]
-    np.testing.assert_allclose(converted.score_lines(SENTENCES, best), reference.score_lines(SENTENCES, best),
-                               atol=1e-4)
+    ours, best = _same_search(converted, reference)
     # not a comparison of degenerate outputs: the hypotheses vary, and the best ones keep some source words
     assert len({text for row in ours for text, _ in row}) > len(SENTENCES)
     assert np.mean([len(set(a.split()) & set(b.split())) / len(b.split()) for a, b in zip(best, SENTENCES)]) > 0.3

@@ -7,7 +7,6 @@ vocabularies with an untied softmax and relu. Each has a non-zero final_logits_b
 trained here on Multi30k lines.
 """
 
-import gzip
 import json
 import os
 import pathlib
@@ -15,8 +14,15 @@ import shutil
 
 import numpy as np
 import pytest
-from conftest import MULTI30K
-from factories import DOCUMENT, DOCUMENT_SENTENCES, document_layout
+from factories import (
+    DOCUMENT,
+    DOCUMENT_SENTENCES,
+    document_layout,
+    import_references,
+    lines_of,
+    load_imported,
+    until_eos,
+)
 
 import keras_transformer as kt
 from keras_transformer.errors import CheckpointNotFoundError, ConfigError, CorruptFileError
@@ -38,11 +44,6 @@ SENTENCES = ["A man rides a bike.", "Two dogs play in the snow near a house.", "
 MAX_EXTRA = 6
 WEIGHT_STD = 0.3  # of the random weights, larger than MarianMTModel's initialization: outputs that differ
 BIAS_STD = 0.1  # of final_logits_bias
-
-
-def _lines(name, count):
-    with gzip.open(MULTI30K / name, "rt", encoding="utf-8") as handle:
-        return [next(handle).strip() for _ in range(count)]
 
 
 def _sentencepiece(sentences, size, path):
@@ -70,8 +71,8 @@ def _vocabulary(tags, *spm_files):
 def build_reference(folder, *, share, tie, activation, encoder_layers, decoder_layers, tags, seed=0):
     """A random MarianMTModel with its tokenizer files, saved as save_pretrained saves them."""
     folder.mkdir(parents=True)
-    _sentencepiece(_lines("train.en.gz", 300), 170, folder / "source.spm")
-    _sentencepiece(_lines("train.de.gz", 300), 150, folder / "target.spm")
+    _sentencepiece(lines_of("train.en.gz", 300), 170, folder / "source.spm")
+    _sentencepiece(lines_of("train.de.gz", 300), 150, folder / "target.spm")
     if share:
         source = target = _vocabulary(tags, folder / "source.spm", folder / "target.spm")
     else:
@@ -123,32 +124,17 @@ def build_reference(folder, *, share, tie, activation, encoder_layers, decoder_l
 def references(tmp_path_factory):
     """name -> (checkpoint folder, imported workdir, the transformers model, its tokenizer)."""
     root = tmp_path_factory.mktemp("pretrained")
-    built = {}
-    for name, shape in SHAPES.items():
-        folder = build_reference(root / name, **shape)
-        workdir = kt.import_checkpoint(folder, root / f"{name}_workdir")
-        model = transformers.MarianMTModel.from_pretrained(folder).eval()
-        tokenizer = transformers.MarianTokenizer.from_pretrained(folder)
-        built[name] = (folder, workdir, model, tokenizer)
-    return built
-
-
-def _ours(workdir):
-    from keras_transformer.data.tokenizers import load_tokenizers
-    from keras_transformer.workdir.checkpoints import load_models
-    loaded = load_models(workdir)
-    source, target = load_tokenizers(workdir / "data" / "vocab")
-    return loaded.models[0], loaded.configs[0], source, target
+    return import_references(root, SHAPES, build_reference, transformers.MarianMTModel, transformers.MarianTokenizer)
 
 
 @pytest.mark.parametrize("name", SHAPES)
 def test_token_ids_equal_the_reference_tokenizer(references, name):
     folder, workdir, _, reference = references[name]
-    _, config, source, target = _ours(workdir)
-    lines = _lines("val.en.gz", 60) + SENTENCES + [">>deu<<no space", ">>xx<< an unknown tag", "", "  spaces  "]
+    _, config, source, target = load_imported(workdir)
+    lines = lines_of("val.en.gz", 60) + SENTENCES + [">>deu<<no space", ">>xx<< an unknown tag", "", "  spaces  "]
     ours = [ids + [config.eos_id] for ids in source.tokenize(lines).to_list()]
     assert ours == reference(lines)["input_ids"]
-    german = _lines("val.de.gz", 40)
+    german = lines_of("val.de.gz", 40)
     ours = [ids + [config.eos_id] for ids in target.tokenize(german).to_list()]
     assert ours == reference(text_target=german)["input_ids"]
     # decoding: what generate's ids read as, up to the first eos
@@ -163,7 +149,7 @@ def test_token_ids_equal_the_reference_tokenizer(references, name):
 @pytest.mark.parametrize("name", SHAPES)
 def test_logits_equal_the_reference_on_a_padded_batch(references, name):
     _, workdir, reference, tokenizer = references[name]
-    model, config, _, _ = _ours(workdir)
+    model, config, _, _ = load_imported(workdir)
     batch = tokenizer(SENTENCES, return_tensors="pt", padding=True)
     assert (batch["attention_mask"] == 0).any()  # padded rows
     rng = np.random.default_rng(0)
@@ -186,27 +172,21 @@ def _generate(reference, ids, **options):
     return output[1:]  # without the decoder's start token
 
 
-def _strip(tokens, config):
-    tokens = list(tokens)
-    return tokens[:tokens.index(config.eos_id) + 1] if config.eos_id in tokens else \
-        [token for token in tokens if token != config.pad_id]
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("name", SHAPES)
 def test_greedy_and_beam_search_equal_generate(references, name):
     """Slow: runs transformers' `generate` (torch) beside our searches; parity with the reference needs both."""
     _, workdir, reference, tokenizer = references[name]
-    model, config, _, _ = _ours(workdir)
+    model, config, _, _ = load_imported(workdir)
     special = dict(pad_id=config.pad_id, bos_id=config.bos_id, eos_id=config.eos_id)
     batch = tokenizer(SENTENCES, return_tensors="np", padding=True)["input_ids"].astype("int32")  # (B, S), padded
     greedy, _ = kt.greedy_decode(model, batch, max_extra=MAX_EXTRA, **special)  # (B, T)
     beam, _ = kt.beam_search(model, batch, beam_size=4, alpha=0.0, max_extra=MAX_EXTRA, **special)  # (B, 1, T)
     for row, ids in enumerate(tokenizer(SENTENCES)["input_ids"]):
         expected = _generate(reference, ids, num_beams=1)
-        assert _strip(np.asarray(greedy)[row], config) == _strip(expected, config)
+        assert until_eos(np.asarray(greedy)[row], config) == until_eos(expected, config)
         expected = _generate(reference, ids, num_beams=4, length_penalty=0.0, early_stopping=False)
-        assert _strip(np.asarray(beam)[row, 0], config) == _strip(expected, config)
+        assert until_eos(np.asarray(beam)[row, 0], config) == until_eos(expected, config)
 
 
 def test_the_workdir_records_where_it_came_from_and_the_decoding_defaults(references):
@@ -402,7 +382,7 @@ def test_three_fine_tuning_updates_raise_the_likelihood_of_the_data_and_the_resu
     from keras_transformer.exports import make_exporter
     from keras_transformer.workdir.checkpoints import load_models
     _, workdir, _, _ = references["shared_swish"]
-    sources, targets = _lines("val.en.gz", 48), _lines("val.de.gz", 48)
+    sources, targets = lines_of("val.en.gz", 48), lines_of("val.de.gz", 48)
     for name, lines in (("train.en", sources), ("train.de", targets)):
         (tmp_path / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
     experiment = {  # the model section starts from the import's model.yaml (`from:`)

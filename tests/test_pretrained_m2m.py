@@ -8,15 +8,21 @@ fairseq's way, language codes such as fra_Latn; relu; two encoder layers, one de
 four heads). The SentencePiece models are trained here on Multi30k lines.
 """
 
-import gzip
 import json
 import os
 import shutil
 
 import numpy as np
 import pytest
-from conftest import MULTI30K
-from factories import DOCUMENT, DOCUMENT_SENTENCES, document_layout
+from factories import (
+    DOCUMENT,
+    DOCUMENT_SENTENCES,
+    document_layout,
+    import_references,
+    lines_of,
+    load_imported,
+    until_eos,
+)
 
 import keras_transformer as kt
 from keras_transformer.errors import CheckpointNotFoundError, ConfigError, CorruptFileError
@@ -38,11 +44,6 @@ MAX_EXTRA = 6
 WEIGHT_STD = 0.3
 
 
-def _lines(name, count):
-    with gzip.open(MULTI30K / name, "rt", encoding="utf-8") as handle:
-        return [next(handle).strip() for _ in range(count)]
-
-
 def _generate(reference, ids, language, **options):
     """transformers' generate with the target language forced first (its `forced_bos_token_id`), without the
     decoder's start token."""
@@ -61,7 +62,7 @@ def build_reference(folder, *, tokenizer, activation, encoder_layers, decoder_la
     model_file = folder / "sentencepiece.bpe.model"
     with open(model_file, "wb") as handle:
         sentencepiece.SentencePieceTrainer.train(
-            sentence_iterator=iter(_lines("train.en.gz", 300) + _lines("train.de.gz", 300)), model_writer=handle,
+            sentence_iterator=iter(lines_of("train.en.gz", 300) + lines_of("train.de.gz", 300)), model_writer=handle,
             vocab_size=200, model_type="bpe", character_coverage=1.0, minloglevel=2, num_threads=1)
     if tokenizer == "nllb":
         reference = transformers.NllbTokenizer.from_pretrained(str(folder), src_lang=source, tgt_lang=target,
@@ -112,22 +113,7 @@ def build_reference(folder, *, tokenizer, activation, encoder_layers, decoder_la
 def references(tmp_path_factory):
     """name -> (checkpoint folder, imported workdir, the transformers model, its tokenizer)."""
     root = tmp_path_factory.mktemp("pretrained_m2m")
-    built = {}
-    for name, shape in SHAPES.items():
-        folder = build_reference(root / name, **shape)
-        workdir = kt.import_checkpoint(folder, root / f"{name}_workdir")
-        model = transformers.M2M100ForConditionalGeneration.from_pretrained(folder).eval()
-        tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
-        built[name] = (folder, workdir, model, tokenizer)
-    return built
-
-
-def _ours(workdir):
-    from keras_transformer.data.tokenizers import load_tokenizers
-    from keras_transformer.workdir.checkpoints import load_models
-    loaded = load_models(workdir)
-    source, target = load_tokenizers(workdir / "data" / "vocab")
-    return loaded.models[0], loaded.configs[0], source, target
+    return import_references(root, SHAPES, build_reference, transformers.M2M100ForConditionalGeneration)
 
 
 @pytest.mark.parametrize("name", SHAPES)
@@ -137,13 +123,13 @@ def test_token_ids_equal_the_reference_tokenizer(references, name):
     as `batch_decode(skip_special_tokens=True)` does."""
     import tensorflow as tf
     _, workdir, _, reference = references[name]
-    _, config, source, target = _ours(workdir)
+    _, config, source, target = load_imported(workdir)
     shape = SHAPES[name]
-    lines = _lines("val.en.gz", 60) + SENTENCES + ["", "  spaces", "Ünïcödé ☃ text"]
+    lines = lines_of("val.en.gz", 60) + SENTENCES + ["", "  spaces", "Ünïcödé ☃ text"]
     if name == "m2m100":  # NllbTokenizer (the tokenizers library) keeps trailing spaces as a "▁"; SentencePiece not
         lines.append("trailing spaces  ")
     assert [ids + [config.eos_id] for ids in source.tokenize(lines).to_list()] == reference(lines)["input_ids"]
-    german = _lines("val.de.gz", 40)
+    german = lines_of("val.de.gz", 40)
     assert [ids + [config.eos_id] for ids in target.tokenize(german).to_list()] == \
         reference(text_target=german)["input_ids"]
     other = reference.convert_tokens_to_ids(shape["other"])
@@ -162,7 +148,7 @@ def test_token_ids_equal_the_reference_tokenizer(references, name):
 @pytest.mark.parametrize("name", SHAPES)
 def test_logits_equal_the_reference_on_a_padded_batch(references, name):
     _, workdir, reference, tokenizer = references[name]
-    model, config, _, _ = _ours(workdir)
+    model, config, _, _ = load_imported(workdir)
     assert (config.bos_id, config.eos_id, config.position_offset) == (2, 2, 2)
     batch = tokenizer(SENTENCES, return_tensors="pt", padding=True)
     assert (batch["attention_mask"] == 0).any()  # padded rows
@@ -178,12 +164,6 @@ def test_logits_equal_the_reference_on_a_padded_batch(references, name):
     np.testing.assert_allclose(ours, expected, atol=1e-4, rtol=0)
 
 
-def _strip(tokens, config):
-    tokens = [int(token) for token in tokens]
-    return tokens[:tokens.index(config.eos_id) + 1] if config.eos_id in tokens else \
-        [token for token in tokens if token != config.pad_id]
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("name", SHAPES)
 def test_greedy_and_beam_search_equal_generate_with_the_language_forced(references, name):
@@ -191,7 +171,7 @@ def test_greedy_and_beam_search_equal_generate_with_the_language_forced(referenc
     the same ids, sentence by sentence, the decoder starting from eos (which ends a hypothesis only when
     produced)."""
     _, workdir, reference, tokenizer = references[name]
-    model, config, _, _ = _ours(workdir)
+    model, config, _, _ = load_imported(workdir)
     special = dict(pad_id=config.pad_id, bos_id=config.bos_id, eos_id=config.eos_id)
     language = tokenizer.convert_tokens_to_ids(SHAPES[name]["other"])
     batch = tokenizer(SENTENCES, return_tensors="np", padding=True)["input_ids"].astype("int32")  # (B, S), padded
@@ -202,10 +182,10 @@ def test_greedy_and_beam_search_equal_generate_with_the_language_forced(referenc
     ended = 0
     for row, ids in enumerate(tokenizer(SENTENCES)["input_ids"]):
         expected = _generate(reference, ids, language, num_beams=1)
-        assert _strip(np.asarray(greedy)[row], config) == _strip(expected, config)
+        assert until_eos(np.asarray(greedy)[row], config) == until_eos(expected, config)
         ended += config.eos_id in expected
         expected = _generate(reference, ids, language, num_beams=4, length_penalty=0.0, early_stopping=False)
-        assert _strip(np.asarray(beam)[row, 0], config) == _strip(expected, config)
+        assert until_eos(np.asarray(beam)[row, 0], config) == until_eos(expected, config)
     assert ended  # some translation ended with eos before its limit
 
 
@@ -351,7 +331,7 @@ def test_three_fine_tuning_updates_raise_the_likelihood_of_the_data_and_the_resu
     from keras_transformer.exports import make_exporter
     from keras_transformer.workdir.checkpoints import load_models
     _, workdir, _, _ = references["m2m100"]
-    sources, targets = _lines("val.en.gz", 48), _lines("val.de.gz", 48)
+    sources, targets = lines_of("val.en.gz", 48), lines_of("val.de.gz", 48)
     for name, lines in (("train.en", sources), ("train.de", targets)):
         (tmp_path / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
     fields = yaml.safe_load((workdir / "model.yaml").read_text(encoding="utf-8"))

@@ -8,14 +8,13 @@ is, trained here on Multi30k lines; fairseq's numbering; the 52 language codes s
 false, relu, one encoder layer and two decoder layers, four heads, a final_logits_bias that is not zero).
 """
 
-import gzip
 import json
 import os
 import shutil
 
 import numpy as np
 import pytest
-from conftest import MULTI30K
+from factories import import_references, lines_of, load_imported, until_eos
 
 import keras_transformer as kt
 from keras_transformer.errors import ConfigError
@@ -36,11 +35,6 @@ MAX_EXTRA = 6
 WEIGHT_STD = 0.3
 
 
-def _lines(name, count):
-    with gzip.open(MULTI30K / name, "rt", encoding="utf-8") as handle:
-        return [next(handle).strip() for _ in range(count)]
-
-
 def _generate(reference, ids, language, **options):
     """transformers' generate with the target language forced first (its `forced_bos_token_id`), without the
     decoder's start token."""
@@ -56,7 +50,7 @@ def build_reference(folder, *, scale, activation, encoder_layers, decoder_layers
     folder.mkdir(parents=True)
     with open(folder / "sentencepiece.bpe.model", "wb") as handle:
         sentencepiece.SentencePieceTrainer.train(
-            sentence_iterator=iter(_lines("train.en.gz", 300) + _lines("train.de.gz", 300)), model_writer=handle,
+            sentence_iterator=iter(lines_of("train.en.gz", 300) + lines_of("train.de.gz", 300)), model_writer=handle,
             vocab_size=200, model_type="unigram", character_coverage=1.0, minloglevel=2, num_threads=1)
     reference = transformers.MBart50Tokenizer.from_pretrained(str(folder), src_lang=SOURCE, tgt_lang=TARGET)
     config = transformers.MBartConfig(
@@ -97,22 +91,7 @@ def build_reference(folder, *, scale, activation, encoder_layers, decoder_layers
 def references(tmp_path_factory):
     """name -> (checkpoint folder, imported workdir, the transformers model, its tokenizer)."""
     root = tmp_path_factory.mktemp("pretrained_mbart")
-    built = {}
-    for name, shape in SHAPES.items():
-        folder = build_reference(root / name, **shape)
-        workdir = kt.import_checkpoint(folder, root / f"{name}_workdir")
-        model = transformers.MBartForConditionalGeneration.from_pretrained(folder).eval()
-        tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
-        built[name] = (folder, workdir, model, tokenizer)
-    return built
-
-
-def _ours(workdir):
-    from keras_transformer.data.tokenizers import load_tokenizers
-    from keras_transformer.workdir.checkpoints import load_models
-    loaded = load_models(workdir)
-    source, target = load_tokenizers(workdir / "data" / "vocab")
-    return loaded.models[0], loaded.configs[0], source, target
+    return import_references(root, SHAPES, build_reference, transformers.MBartForConditionalGeneration)
 
 
 def test_token_ids_equal_the_reference_tokenizer(references):
@@ -121,10 +100,10 @@ def test_token_ids_equal_the_reference_tokenizer(references):
     that language; decoding drops the language and special tokens as `batch_decode(skip_special_tokens=True)`."""
     import tensorflow as tf
     _, workdir, _, reference = references["scaled"]
-    _, config, source, target = _ours(workdir)
-    lines = _lines("val.en.gz", 60) + SENTENCES + ["", "  spaces", "Ünïcödé ☃ text"]
+    _, config, source, target = load_imported(workdir)
+    lines = lines_of("val.en.gz", 60) + SENTENCES + ["", "  spaces", "Ünïcödé ☃ text"]
     assert [ids + [config.eos_id] for ids in source.tokenize(lines).to_list()] == reference(lines)["input_ids"]
-    german = _lines("val.de.gz", 40)
+    german = lines_of("val.de.gz", 40)
     assert [ids + [config.eos_id] for ids in target.tokenize(german).to_list()] == \
         reference(text_target=german)["input_ids"]
     other = reference.convert_tokens_to_ids(OTHER)
@@ -139,7 +118,7 @@ def test_token_ids_equal_the_reference_tokenizer(references):
 @pytest.mark.parametrize("name", SHAPES)
 def test_logits_equal_the_reference_on_a_padded_batch(references, name):
     _, workdir, reference, tokenizer = references[name]
-    model, config, _, _ = _ours(workdir)
+    model, config, _, _ = load_imported(workdir)
     assert (config.bos_id, config.eos_id, config.position, config.embedding_norm) == (2, 2, "learned", True)
     assert config.scale_embeddings == SHAPES[name]["scale"] and config.output_bias == SHAPES[name]["logits_bias"]
     batch = tokenizer(SENTENCES, return_tensors="pt", padding=True)
@@ -156,12 +135,6 @@ def test_logits_equal_the_reference_on_a_padded_batch(references, name):
     np.testing.assert_allclose(ours, expected, atol=1e-4, rtol=0)
 
 
-def _strip(tokens, config):
-    tokens = [int(token) for token in tokens]
-    return tokens[:tokens.index(config.eos_id) + 1] if config.eos_id in tokens else \
-        [token for token in tokens if token != config.pad_id]
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("name", SHAPES)
 def test_greedy_and_beam_search_equal_generate_with_the_language_forced(references, name):
@@ -169,7 +142,7 @@ def test_greedy_and_beam_search_equal_generate_with_the_language_forced(referenc
     language as the target prefix, transformers' with it as forced_bos_token_id: the same ids, sentence by
     sentence, the decoder starting from eos (which ends a hypothesis only when produced)."""
     _, workdir, reference, tokenizer = references[name]
-    model, config, _, _ = _ours(workdir)
+    model, config, _, _ = load_imported(workdir)
     special = dict(pad_id=config.pad_id, bos_id=config.bos_id, eos_id=config.eos_id)
     language = tokenizer.convert_tokens_to_ids(OTHER)
     batch = tokenizer(SENTENCES, return_tensors="np", padding=True)["input_ids"].astype("int32")  # (B, S), padded
@@ -180,10 +153,10 @@ def test_greedy_and_beam_search_equal_generate_with_the_language_forced(referenc
     ended = 0
     for row, ids in enumerate(tokenizer(SENTENCES)["input_ids"]):
         expected = _generate(reference, ids, language, num_beams=1)
-        assert _strip(np.asarray(greedy)[row], config) == _strip(expected, config)
+        assert until_eos(np.asarray(greedy)[row], config) == until_eos(expected, config)
         ended += config.eos_id in expected
         expected = _generate(reference, ids, language, num_beams=4, length_penalty=0.0, early_stopping=False)
-        assert _strip(np.asarray(beam)[row, 0], config) == _strip(expected, config)
+        assert until_eos(np.asarray(beam)[row, 0], config) == until_eos(expected, config)
     assert ended  # some translation ended with eos before its limit
 
 
@@ -197,7 +170,7 @@ def test_the_workdir_records_the_family_and_the_languages_by_the_codes_users_kno
     config, options = read_model_file(workdir / "model.yaml")
     assert (options.strategy, options.beam_size) == ("beam", 4)
     assert config.norm_first and config.tie_embeddings == "all" and config.max_length == 64
-    _, _, _, target = _ours(workdir)
+    _, _, _, target = load_imported(workdir)
     for code in ("de", "deu", "de_DE"):
         assert language_token(code, target.languages) == "de_DE"
     assert language_token("zh", target.languages) == "zh_CN" and language_token("es", target.languages) == "es_XX"

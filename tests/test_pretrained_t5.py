@@ -9,14 +9,13 @@ output rescaled, one encoder layer and two decoder layers, four heads). The Sent
 on Multi30k lines.
 """
 
-import gzip
 import json
 import os
 import shutil
 
 import numpy as np
 import pytest
-from conftest import MULTI30K
+from factories import import_references, lines_of, load_imported, until_eos
 
 import keras_transformer as kt
 from keras_transformer.errors import ConfigError
@@ -39,11 +38,6 @@ MAX_EXTRA = 6
 EXTRA_IDS = 5
 
 
-def _lines(name, count):
-    with gzip.open(MULTI30K / name, "rt", encoding="utf-8") as handle:
-        return [next(handle).strip() for _ in range(count)]
-
-
 def _generate(reference, ids, **options):
     """transformers' generate, without the decoder's start token (its caches grown layer by layer: the one it
     sizes from the config has num_layers layers, fewer than a deeper decoder's)."""
@@ -61,7 +55,7 @@ def build_reference(folder, seed=0, **shape):
     folder.mkdir(parents=True)
     with open(folder / "spiece.model", "wb") as handle:
         sentencepiece.SentencePieceTrainer.train(
-            sentence_iterator=iter(_lines("train.en.gz", 300) + _lines("train.de.gz", 300)), model_writer=handle,
+            sentence_iterator=iter(lines_of("train.en.gz", 300) + lines_of("train.de.gz", 300)), model_writer=handle,
             vocab_size=200, model_type="unigram", character_coverage=1.0, minloglevel=2, num_threads=1,
             pad_id=0, eos_id=1, unk_id=2, bos_id=-1, user_defined_symbols=LANGUAGES)
     tokenizer = transformers.T5Tokenizer.from_pretrained(str(folder), extra_ids=EXTRA_IDS)
@@ -111,22 +105,7 @@ def build_reference(folder, seed=0, **shape):
 def references(tmp_path_factory):
     """name -> (checkpoint folder, imported workdir, the transformers model, its tokenizer)."""
     root = tmp_path_factory.mktemp("pretrained_t5")
-    built = {}
-    for name, shape in SHAPES.items():
-        folder = build_reference(root / name, **shape)
-        workdir = kt.import_checkpoint(folder, root / f"{name}_workdir")
-        model = transformers.T5ForConditionalGeneration.from_pretrained(folder).eval()
-        tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
-        built[name] = (folder, workdir, model, tokenizer)
-    return built
-
-
-def _ours(workdir):
-    from keras_transformer.data.tokenizers import load_tokenizers
-    from keras_transformer.workdir.checkpoints import load_models
-    loaded = load_models(workdir)
-    source, target = load_tokenizers(workdir / "data" / "vocab")
-    return loaded.models[0], loaded.configs[0], source, target
+    return import_references(root, SHAPES, build_reference, transformers.T5ForConditionalGeneration)
 
 
 @pytest.mark.parametrize("name", SHAPES)
@@ -135,17 +114,17 @@ def test_token_ids_equal_t5_tokenizers(references, name):
     decoding drops pad, </s> and the sentinels as `batch_decode(skip_special_tokens=True)` does."""
     import tensorflow as tf
     _, workdir, _, reference = references[name]
-    _, config, source, target = _ours(workdir)
+    _, config, source, target = load_imported(workdir)
     assert source.languages == tuple(LANGUAGES) and not target.languages
-    lines = _lines("val.en.gz", 40) + _lines("val.de.gz", 20) + SENTENCES + ["", "  spaces", "<2de>   A dog."]
+    lines = lines_of("val.en.gz", 40) + lines_of("val.de.gz", 20) + SENTENCES + ["", "  spaces", "<2de>   A dog."]
     assert [ids + [config.eos_id] for ids in source.tokenize(lines).to_list()] == reference(lines)["input_ids"]
-    targets = _lines("val.de.gz", 20) + ["A girl."]  # targets open with no language token
+    targets = lines_of("val.de.gz", 20) + ["A girl."]  # targets open with no language token
     assert [ids + [config.eos_id] for ids in target.tokenize(targets).to_list()] == \
         reference(text_target=targets)["input_ids"]
     sentinel = reference.convert_tokens_to_ids("<extra_id_0>")
     assert sentinel == len(reference) - 1
     rows = [[config.bos_id] + ids + [sentinel, config.eos_id, config.pad_id]
-            for ids in reference(_lines("val.de.gz", 20), add_special_tokens=False)["input_ids"]]
+            for ids in reference(lines_of("val.de.gz", 20), add_special_tokens=False)["input_ids"]]
     assert [text.decode() for text in target.detokenize(tf.ragged.constant(rows)).numpy()] == \
         reference.batch_decode(rows, skip_special_tokens=True)
 
@@ -153,7 +132,7 @@ def test_token_ids_equal_t5_tokenizers(references, name):
 @pytest.mark.parametrize("name", SHAPES)
 def test_logits_equal_the_reference_on_a_padded_batch(references, name):
     _, workdir, reference, tokenizer = references[name]
-    model, config, _, _ = _ours(workdir)
+    model, config, _, _ = load_imported(workdir)
     assert (config.bos_id, config.pad_id, config.eos_id) == (0, 0, 1)
     assert config.tie_embeddings == ("all" if name == "t5" else "embeddings")
     batch = tokenizer(SENTENCES, return_tensors="pt", padding=True)
@@ -185,19 +164,13 @@ def test_the_buckets_are_t5s():
             np.testing.assert_array_equal(ours, expected)
 
 
-def _strip(tokens, config):
-    tokens = [int(token) for token in tokens]
-    return tokens[:tokens.index(config.eos_id) + 1] if config.eos_id in tokens else \
-        [token for token in tokens if token != config.pad_id]
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("name", SHAPES)
 def test_greedy_and_beam_search_equal_generate(references, name):
     """Our searches (cached, a step at a time: the relative position bias of each step against the cached keys)
     and transformers' generate: the same ids, sentence by sentence, from a padded batch."""
     _, workdir, reference, tokenizer = references[name]
-    model, config, _, _ = _ours(workdir)
+    model, config, _, _ = load_imported(workdir)
     special = dict(pad_id=config.pad_id, bos_id=config.bos_id, eos_id=config.eos_id)
     batch = tokenizer(SENTENCES, return_tensors="np", padding=True)["input_ids"].astype("int32")  # (B, S), padded
     greedy, _ = kt.greedy_decode(model, batch, max_extra=MAX_EXTRA, **special)  # (B, T)
@@ -205,10 +178,10 @@ def test_greedy_and_beam_search_equal_generate(references, name):
     ended = 0
     for row, ids in enumerate(tokenizer(SENTENCES)["input_ids"]):
         expected = _generate(reference, ids, num_beams=1)
-        assert _strip(np.asarray(greedy)[row], config) == _strip(expected, config)
+        assert until_eos(np.asarray(greedy)[row], config) == until_eos(expected, config)
         ended += config.eos_id in expected
         expected = _generate(reference, ids, num_beams=4, length_penalty=0.0, early_stopping=False)
-        assert _strip(np.asarray(beam)[row, 0], config) == _strip(expected, config)
+        assert until_eos(np.asarray(beam)[row, 0], config) == until_eos(expected, config)
     assert ended  # some translation ended with eos before its limit
 
 
