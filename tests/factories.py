@@ -24,7 +24,8 @@ Reach for these (and the session fixtures in `conftest.py`) before writing a new
 - `import_references(root, shapes, build, model_class)`: published-family reference checkpoints built by a test
   module's `build(folder, **shape)`, each imported, with transformers' model and tokenizer loaded from it;
   `load_imported(workdir)`: the imported model, config and tokenizers; `lines_of(name, count)`: the first
-  lines of a Multi30k file; `until_eos(tokens, config)`: a search's row cut after its end token.
+  lines of a Multi30k file; `until_eos(tokens, config)`: a search's row cut after its end token;
+  `end_some_translations(model, sources, generate)`: a random BART-like reference made to end some translations.
 """
 
 import gzip
@@ -439,3 +440,17 @@ def load_imported(workdir):
     loaded = load_models(workdir)
     source, target = load_tokenizers(workdir / "data" / "vocab")
     return loaded.models[0], loaded.configs[0], source, target
+
+
+def end_some_translations(model, sources, generate, eos_id=2):
+    """Moves a random BART-like reference's last decoder layer norm's bias towards the end token's embedding, half
+    a step at a time, until some greedy translation of `sources` (`generate(model, ids)`) ends before its limit: a
+    random model's translations otherwise all run to it, and the tests compare finished hypotheses too."""
+    import torch
+    eos = model.model.shared.weight[eos_id].detach().clone()
+    bias = model.model.decoder.layer_norm.bias.detach().clone()
+    for step in np.arange(0.0, 8.0, 0.5):
+        with torch.no_grad():
+            model.model.decoder.layer_norm.bias.copy_(bias + float(step) * eos / eos.norm() ** 2)
+        if any(eos_id in generate(model, ids) for ids in sources):
+            break

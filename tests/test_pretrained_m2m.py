@@ -18,6 +18,7 @@ from factories import (
     DOCUMENT,
     DOCUMENT_SENTENCES,
     document_layout,
+    end_some_translations,
     import_references,
     lines_of,
     load_imported,
@@ -91,18 +92,9 @@ def build_reference(folder, *, tokenizer, activation, encoder_layers, decoder_la
             if "layer_norm.weight" in name:
                 parameter.add_(1.0)
     model.generation_config.bad_words_ids = [[config.pad_token_id]]  # the package never produces pad
-    # The decoder's last layer norm's bias moved towards eos's embedding until some greedy translation ends before
-    # its limit (a random model's translations otherwise all run to it): the finished hypotheses are compared too.
-    eos = model.model.shared.weight[2].detach().clone()
-    bias = model.model.decoder.layer_norm.bias.detach().clone()
     language = reference.convert_tokens_to_ids(other)
-    sources = reference(SENTENCES)["input_ids"]
-    for step in np.arange(0.0, 8.0, 0.5):
-        with torch.no_grad():
-            model.model.decoder.layer_norm.bias.copy_(bias + float(step) * eos / eos.norm() ** 2)
-        outputs = [_generate(model, ids, language, num_beams=1) for ids in sources]
-        if any(2 in output for output in outputs):
-            break
+    end_some_translations(model, reference(SENTENCES)["input_ids"],
+                          lambda model, ids: _generate(model, ids, language, num_beams=1))
     model.generation_config.num_beams = 4
     model.save_pretrained(folder)
     reference.save_pretrained(folder)

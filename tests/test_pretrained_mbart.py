@@ -14,7 +14,7 @@ import shutil
 
 import numpy as np
 import pytest
-from factories import import_references, lines_of, load_imported, until_eos
+from factories import end_some_translations, import_references, lines_of, load_imported, until_eos
 
 import keras_transformer as kt
 from keras_transformer.errors import ConfigError
@@ -69,18 +69,9 @@ def build_reference(folder, *, scale, activation, encoder_layers, decoder_layers
         if logits_bias:
             model.final_logits_bias.normal_(0, 0.1)
     model.generation_config.bad_words_ids = [[config.pad_token_id]]  # the package never produces pad
-    # The decoder's last layer norm's bias moved towards eos's embedding until some greedy translation ends before
-    # its limit (a random model's translations otherwise all run to it): the finished hypotheses are compared too.
-    eos = model.model.shared.weight[2].detach().clone()
-    bias = model.model.decoder.layer_norm.bias.detach().clone()
     language = reference.convert_tokens_to_ids(OTHER)
-    sources = reference(SENTENCES)["input_ids"]
-    for step in np.arange(0.0, 8.0, 0.5):
-        with torch.no_grad():
-            model.model.decoder.layer_norm.bias.copy_(bias + float(step) * eos / eos.norm() ** 2)
-        outputs = [_generate(model, ids, language, num_beams=1) for ids in sources]
-        if any(2 in output for output in outputs):
-            break
+    end_some_translations(model, reference(SENTENCES)["input_ids"],
+                          lambda model, ids: _generate(model, ids, language, num_beams=1))
     model.generation_config.num_beams = 4
     model.save_pretrained(folder)
     reference.save_pretrained(folder)
