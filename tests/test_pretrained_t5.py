@@ -111,14 +111,28 @@ def references(tmp_path_factory):
 @pytest.mark.parametrize("name", SHAPES)
 def test_token_ids_equal_t5_tokenizers(references, name):
     """SentencePiece's ids as they are and </s> last, as T5Tokenizer gives them, a leading `<2xx>` as one token;
-    decoding drops pad, </s> and the sentinels as `batch_decode(skip_special_tokens=True)` does."""
+    the added tokens (`<2xx>`, </s>, the sentinels) cut out of the text wherever they stand, glued to a word too,
+    and the text around them segmented as sentences of their own, in the tokenizer's graph and in the
+    CTranslate2 / LiteRT engines' Python (`mapped_pieces`); decoding drops pad, </s> and the sentinels as
+    `batch_decode(skip_special_tokens=True)` does."""
+    import sentencepiece
     import tensorflow as tf
+
+    from keras_transformer.engines.subwords import mapped_pieces
     _, workdir, _, reference = references[name]
     _, config, source, target = load_imported(workdir)
     assert source.languages == tuple(LANGUAGES) and not target.languages
+    glued = ["<2de>A man", "<2de>Hello", "A man</s>rides </s> on", "A<extra_id_0>man <extra_id_4>", "</s>",
+             "<2de><2fr>A", "A <2de>dog<2fr>", "  <2de>  A", ">>de<< A", "<2xx> A", "<pad>A<unk>"]
     lines = lines_of("val.en.gz", 40) + lines_of("val.de.gz", 20) + SENTENCES + ["", "  spaces", "<2de>   A dog."]
-    assert [ids + [config.eos_id] for ids in source.tokenize(lines).to_list()] == reference(lines)["input_ids"]
-    targets = lines_of("val.de.gz", 20) + ["A girl."]  # targets open with no language token
+    expected = reference(lines + glued)["input_ids"]
+    assert [ids + [config.eos_id] for ids in source.tokenize(lines + glued).to_list()] == expected
+    processor = sentencepiece.SentencePieceProcessor(
+        model_file=str(workdir / "data" / "vocab" / "source" / "sentencepiece.model"))
+    assert [[source.tokens.index(piece) for piece in mapped_pieces(processor, line, source.tokens, "<unk>",
+                                                                   source.languages, None, source.split_tokens)]
+            + [config.eos_id] for line in glued] == expected[len(lines):]
+    targets = lines_of("val.de.gz", 20) + ["A girl.", "Ein Mann</s>x", "<extra_id_1>Hund", ">>de<< A"]
     assert [ids + [config.eos_id] for ids in target.tokenize(targets).to_list()] == \
         reference(text_target=targets)["input_ids"]
     sentinel = reference.convert_tokens_to_ids("<extra_id_0>")
@@ -127,6 +141,20 @@ def test_token_ids_equal_t5_tokenizers(references, name):
             for ids in reference(lines_of("val.de.gz", 20), add_special_tokens=False)["input_ids"]]
     assert [text.decode() for text in target.detokenize(tf.ragged.constant(rows)).numpy()] == \
         reference.batch_decode(rows, skip_special_tokens=True)
+
+
+def test_a_folder_with_spiece_model_alone_splits_the_same_tokens(references, tmp_path):
+    """Without tokenizer.json the added tokens are spiece.model's special and user-defined pieces and the
+    sentinels, as T5Tokenizer builds them from spiece.model alone."""
+    from keras_transformer.imports.checkpoint import read_checkpoint
+    from keras_transformer.imports.t5 import T5Family
+    folder, workdir, _, _ = references["madlad"]
+    shutil.copytree(folder, tmp_path / "checkpoint", ignore=shutil.ignore_patterns("tokenizer.json"))
+    reference = transformers.T5Tokenizer.from_pretrained(str(tmp_path / "checkpoint"))
+    _, config, _, _ = load_imported(workdir)
+    source, _ = T5Family().tokenizers(read_checkpoint(tmp_path / "checkpoint"), config)
+    lines = ["<2de>A man", "A man</s>rides", "A<extra_id_0>man <extra_id_4>", "<pad>A<unk>", "<2fr> Two dogs."]
+    assert [ids + [config.eos_id] for ids in source.tokenize(lines).to_list()] == reference(lines)["input_ids"]
 
 
 @pytest.mark.parametrize("name", SHAPES)
@@ -259,6 +287,9 @@ def test_the_savedmodel_export_translates_as_the_workdir(references, tmp_path):
     out = make_exporter("savedmodel", jit_compile=False).export(workdir, tmp_path / "savedmodel", strategy="greedy")
     exported = load_translator(out)
     assert exported.translate_lines(SENTENCES) == expected
+    glued = ["<2de>A man rides a bike.", "Two dogs</s>play."]  # the graph cuts out the added tokens as T5Tokenizer
+    assert translator.translate_lines(glued) == exported.translate_lines(glued)
+    assert translator.translate_lines(glued[:1]) == expected[:1]
     assert [exported.translate_lines([text, ""], target_lang=code) for code, text, _ in tagged] == by_code
 
 
@@ -282,6 +313,8 @@ def test_the_ctranslate2_export_translates_as_the_workdir(references, name, opti
         german = theirs.translate_detailed(["A man rides a bike."], target_lang="de")[0]
         assert (german.text, german.tokens, round(german.mean_log_prob, 3)) == \
             (expected[0].text, expected[0].tokens, round(expected[0].mean_log_prob, 3))
+        glued = theirs.translate_detailed(["<2de>A man rides a bike."])[0]  # the added token glued to the text
+        assert (glued.text, glued.tokens) == (expected[0].text, expected[0].tokens)
 
 @pytest.mark.slow
 def test_the_litert_export_translates_as_the_workdir(references, tmp_path):
