@@ -294,6 +294,34 @@ def test_the_savedmodel_export_translates_as_the_workdir(references, tmp_path):
 
 
 @pytest.mark.slow
+def test_the_server_translates_with_a_per_request_target_lang_as_the_translator(references):
+    """`/translate` on a served MADLAD-shape import: each request's `target_lang` (a code or the token itself)
+    opens the source with its `<2xx>` token, giving the Python translator's translations; an unknown language and
+    a source language (MADLAD's tokens name the target) are that request's 400, naming them. Slow: a server
+    (uvicorn, on a thread of this process) loads and warms up the model."""
+    from test_serve_parts import serving
+
+    from keras_transformer.engines.loader import load_translator
+    from keras_transformer.serving import ServeSettings, build_app
+    _, workdir, _, _ = references["madlad"]
+    lines = ["Zwei Männer sitzen auf einer Bank!", "A man rides a bike."]  # (a random model: the second is "")
+    translator = load_translator(workdir, strategy="greedy")
+    expected = {code: translator.translate_lines(lines, target_lang=code) for code in ("de", "fr")}
+    expected[None] = translator.translate_lines(lines)
+    assert len({tuple(value) for value in expected.values()}) == 3
+    app = build_app(lambda: load_translator(workdir, strategy="greedy"), "madlad", ServeSettings(max_batch=4))
+    with serving(app) as call:
+        for given, code in (("de", "de"), ("fr", "fr"), ("<2fr>", "fr"), (None, None)):
+            body = {"sentences": lines, **({} if given is None else {"target_lang": given})}
+            status, answer = call("/translate", body)
+            assert status == 200 and json.loads(answer)["translations"] == expected[code], given
+        status, answer = call("/translate", {"sentences": lines, "target_lang": "es"})
+        assert status == 400 and "unknown target language 'es'" in json.loads(answer)["error"]
+        status, answer = call("/translate", {"sentences": lines, "source_lang": "en"})
+        assert status == 400 and "source language 'en'" in json.loads(answer)["error"]
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("name, options", [("madlad", {"strategy": "beam", "beam_size": 4, "alpha": 0.0}),
                                            ("t5", {"strategy": "greedy"})])
 def test_the_ctranslate2_export_translates_as_the_workdir(references, name, options, tmp_path):
