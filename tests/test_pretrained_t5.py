@@ -322,6 +322,62 @@ def test_the_server_translates_with_a_per_request_target_lang_as_the_translator(
 
 
 @pytest.mark.slow
+def test_three_fine_tuning_updates_from_an_import_raise_the_likelihood_and_keep_its_defaults_and_record(references,
+                                                                                                     tmp_path):
+    """train with `model.from` a MADLAD-shape import and training.init_checkpoint (sources opening with `<2de>`,
+    the decoder starting from pad): the import's vocabulary is taken as it is, three updates raise
+    log P(targets | sources) of the training pairs, the tuned run keeps the import's architecture, decoding
+    defaults (beam 4 from its generation config) and import record, and its CTranslate2 export names the source.
+    Slow: it trains."""
+    from keras_transformer import training
+    from keras_transformer.data.tokenizers import load_tokenizers
+    from keras_transformer.engines.loader import load_translator
+    from keras_transformer.exports import make_exporter
+    from keras_transformer.workdir.checkpoints import load_models, read_model_file
+    _, workdir, _, _ = references["madlad"]
+    sources, targets = ["<2de> " + line for line in _lines("val.en.gz", 48)], _lines("val.de.gz", 48)
+    for name, lines in (("train.en", sources), ("train.de", targets)):
+        (tmp_path / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    experiment = {
+        "model": {"from": str(workdir), "dropout": 0.0},
+        "data": {"kind": "text", "train_source": str(tmp_path / "train.en"), "train_target": str(tmp_path / "train.de"),
+                 "tokens_per_batch": 4096, "max_length": 40},
+        "training": {"label_smoothing": 0.0, "warmup_steps": 1, "learning_rate_scale": 0.5, "epochs": 1,
+                     "steps_per_epoch": 3, "seed": 0, "jit_compile": False,
+                     "init_checkpoint": str(workdir / "checkpoints" / "ckpt-0000.weights.h5")},
+    }
+    tuned = tmp_path / "tuned"
+    training.train(experiment, tuned)
+    assert [p.read_bytes() for p in sorted((tuned / "data" / "vocab").rglob("*")) if p.is_file()] == \
+        [p.read_bytes() for p in sorted((workdir / "data" / "vocab").rglob("*")) if p.is_file()]
+    (config, options), (imported, imported_options) = (read_model_file(w / "model.yaml") for w in (tuned, workdir))
+    assert config == imported.replace(dropout=0.0) and options == imported_options
+    assert (options.strategy, options.beam_size) == ("beam", 4)
+    source_tokenizer, target_tokenizer = load_tokenizers(tuned / "data" / "vocab")
+
+    def padded(rows):  # tokens then eos, padded
+        rows = [row[:30] + [config.eos_id] for row in rows]
+        width = max(len(row) for row in rows)
+        return np.array([row + [config.pad_id] * (width - len(row)) for row in rows], "int32")
+
+    source_ids = padded(source_tokenizer.tokenize(sources).to_list())
+    assert set(source_ids[:, 0]) == {source_tokenizer.tokens.index("<2de>")}
+    target_ids = padded(target_tokenizer.tokenize(targets).to_list())
+    before, after = (np.mean(np.asarray(kt.score(load_models(w).models[0], source_ids, target_ids,
+                                                 pad_id=config.pad_id, bos_id=config.bos_id)))
+                     for w in (workdir, tuned))
+    assert after > before
+    record = json.loads((tuned / "imported.json").read_text())
+    assert record["source"] == json.loads((workdir / "imported.json").read_text())["source"]
+    assert record["family"] == "t5" and record["fine_tuned"]["weights"]
+    out = make_exporter("ctranslate2").export(tuned, tmp_path / "export", strategy="greedy", max_extra=MAX_EXTRA)
+    assert json.loads(open(os.path.join(out, "manifest.json")).read())["provenance"]["source"] == record["source"]
+    lines = [sentence.split("> ", 1)[-1] for sentence in SENTENCES]
+    expected = load_translator(tuned, strategy="greedy", max_extra=MAX_EXTRA).translate_lines(lines, target_lang="de")
+    assert load_translator(out).translate_lines(lines, target_lang="de") == expected and any(expected)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("name, options", [("madlad", {"strategy": "beam", "beam_size": 4, "alpha": 0.0}),
                                            ("t5", {"strategy": "greedy"})])
 def test_the_ctranslate2_export_translates_as_the_workdir(references, name, options, tmp_path):
