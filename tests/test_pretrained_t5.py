@@ -335,7 +335,7 @@ def test_three_fine_tuning_updates_from_an_import_raise_the_likelihood_and_keep_
     from keras_transformer.exports import make_exporter
     from keras_transformer.workdir.checkpoints import load_models, read_model_file
     _, workdir, _, _ = references["madlad"]
-    sources, targets = ["<2de> " + line for line in _lines("val.en.gz", 48)], _lines("val.de.gz", 48)
+    sources, targets = ["<2de> " + line for line in lines_of("val.en.gz", 48)], lines_of("val.de.gz", 48)
     for name, lines in (("train.en", sources), ("train.de", targets)):
         (tmp_path / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
     experiment = {
