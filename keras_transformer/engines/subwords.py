@@ -44,8 +44,13 @@ def split_pattern(tokens: Iterable[str]) -> str:
 
     >>> re.split(split_pattern(["<2de>", "</s>", "<2de_Latn>"]), "<2de_Latn>Hallo</s>x")
     ['', '<2de_Latn>', 'Hallo', '</s>', 'x']
+    >>> re.split(split_pattern(["a.b c", "[x]"]), "za.b c[x]aXb")
+    ['z', 'a.b c', '', '[x]', 'aXb']
     """
-    return "(" + "|".join(re.escape(token) for token in sorted(tokens, key=len, reverse=True)) + ")"
+    def literal(token: str) -> str:  # ASCII punctuation and spaces as \xHH escapes: RE2 and Python read them
+        return "".join(f"\\x{ord(c):02x}" if ord(c) < 128 and not c.isalnum() else c for c in token)
+
+    return "(" + "|".join(literal(token) for token in sorted(tokens, key=len, reverse=True)) + ")"
 
 
 def mapped_pieces(processor: Any, text: str, known: Collection[str], unk_token: str,
