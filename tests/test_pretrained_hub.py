@@ -118,8 +118,12 @@ def _bfloat16_bits(values):
     return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
 
 
-def test_a_bfloat16_import_keeps_rounded_weights_on_disk_and_loads_in_bfloat16(checkpoints, tmp_path):
+def test_a_bfloat16_import_keeps_rounded_weights_on_disk_and_loads_in_bfloat16(checkpoints, tmp_path, monkeypatch):
+    """Each weight is the float32 import's rounded to nearest (even), bit for bit, though read and rounded a few
+    rows at a time (blocks of 256 bytes here)."""
+    from keras_transformer.imports import family
     from keras_transformer.workdir.checkpoints import load_models
+    monkeypatch.setattr(family, "BLOCK_BYTES", 256)
     workdir = kt.import_checkpoint(checkpoints["sharded"], tmp_path / "half", dtype="bfloat16")
     path = workdir / "checkpoints" / "ckpt-0000.weights.h5"
     ours = _h5_arrays(path)
@@ -132,6 +136,24 @@ def test_a_bfloat16_import_keeps_rounded_weights_on_disk_and_loads_in_bfloat16(c
     first = next(weight for weight in model.weights if len(weight.shape) == 2)
     assert np.array_equal(np.asarray(first.numpy()).view(np.uint16), ours[next(
         name for name, value in ours.items() if value.shape == tuple(first.shape))].view(np.uint16))
+
+
+@pytest.mark.parametrize("kind", ["whole", "sharded", "torch_sharded"])
+def test_a_bfloat16_weight_source_rounds_each_tensor_a_block_of_rows_at_a_time_as_a_whole_read_would(
+        checkpoints, kind, monkeypatch):
+    """`WeightSource(..., "bfloat16").take` reads rows a block at a time (safetensors, shards, PyTorch shards) into
+    one aligned bfloat16 array: the bits of the whole float32 tensor rounded; `exact` hands out float32."""
+    from keras_transformer.imports import family
+    from keras_transformer.imports.checkpoint import ALIGNMENT
+    monkeypatch.setattr(family, "BLOCK_BYTES", 100)  # fewer bytes than a row: one row a block
+    checkpoint = read_checkpoint(checkpoints[kind])
+    whole, source = checkpoint.tensors(), family.WeightSource(checkpoint.tensors(), checkpoint.weights_file, "bfloat16")
+    for name in whole:
+        value = source.take(name, whole[name].shape)
+        assert value.dtype.itemsize == 2 and value.ctypes.data % ALIGNMENT == 0 and value.flags.c_contiguous
+        assert np.array_equal(value.view(np.uint16), _bfloat16_bits(whole[name])), name
+    assert source.unused() == []
+    assert source.take(name, whole[name].shape, exact=True).dtype == np.float32
 
 
 def test_a_large_bfloat16_matrix_becomes_the_variable_s_memory_bit_for_bit():

@@ -111,14 +111,28 @@ def references(tmp_path_factory):
 @pytest.mark.parametrize("name", SHAPES)
 def test_token_ids_equal_t5_tokenizers(references, name):
     """SentencePiece's ids as they are and </s> last, as T5Tokenizer gives them, a leading `<2xx>` as one token;
-    decoding drops pad, </s> and the sentinels as `batch_decode(skip_special_tokens=True)` does."""
+    the added tokens (`<2xx>`, </s>, the sentinels) cut out of the text wherever they stand, glued to a word too,
+    and the text around them segmented as sentences of their own, in the tokenizer's graph and in the
+    CTranslate2 / LiteRT engines' Python (`mapped_pieces`); decoding drops pad, </s> and the sentinels as
+    `batch_decode(skip_special_tokens=True)` does."""
+    import sentencepiece
     import tensorflow as tf
+
+    from keras_transformer.engines.subwords import mapped_pieces
     _, workdir, _, reference = references[name]
     _, config, source, target = load_imported(workdir)
     assert source.languages == tuple(LANGUAGES) and not target.languages
+    glued = ["<2de>A man", "<2de>Hello", "A man</s>rides </s> on", "A<extra_id_0>man <extra_id_4>", "</s>",
+             "<2de><2fr>A", "A <2de>dog<2fr>", "  <2de>  A", ">>de<< A", "<2xx> A", "<pad>A<unk>"]
     lines = lines_of("val.en.gz", 40) + lines_of("val.de.gz", 20) + SENTENCES + ["", "  spaces", "<2de>   A dog."]
-    assert [ids + [config.eos_id] for ids in source.tokenize(lines).to_list()] == reference(lines)["input_ids"]
-    targets = lines_of("val.de.gz", 20) + ["A girl."]  # targets open with no language token
+    expected = reference(lines + glued)["input_ids"]
+    assert [ids + [config.eos_id] for ids in source.tokenize(lines + glued).to_list()] == expected
+    processor = sentencepiece.SentencePieceProcessor(
+        model_file=str(workdir / "data" / "vocab" / "source" / "sentencepiece.model"))
+    assert [[source.tokens.index(piece) for piece in mapped_pieces(processor, line, source.tokens, "<unk>",
+                                                                   source.languages, None, source.split_tokens)]
+            + [config.eos_id] for line in glued] == expected[len(lines):]
+    targets = lines_of("val.de.gz", 20) + ["A girl.", "Ein Mann</s>x", "<extra_id_1>Hund", ">>de<< A"]
     assert [ids + [config.eos_id] for ids in target.tokenize(targets).to_list()] == \
         reference(text_target=targets)["input_ids"]
     sentinel = reference.convert_tokens_to_ids("<extra_id_0>")
@@ -127,6 +141,20 @@ def test_token_ids_equal_t5_tokenizers(references, name):
             for ids in reference(lines_of("val.de.gz", 20), add_special_tokens=False)["input_ids"]]
     assert [text.decode() for text in target.detokenize(tf.ragged.constant(rows)).numpy()] == \
         reference.batch_decode(rows, skip_special_tokens=True)
+
+
+def test_a_folder_with_spiece_model_alone_splits_the_same_tokens(references, tmp_path):
+    """Without tokenizer.json the added tokens are spiece.model's special and user-defined pieces and the
+    sentinels, as T5Tokenizer builds them from spiece.model alone."""
+    from keras_transformer.imports.checkpoint import read_checkpoint
+    from keras_transformer.imports.t5 import T5Family
+    folder, workdir, _, _ = references["madlad"]
+    shutil.copytree(folder, tmp_path / "checkpoint", ignore=shutil.ignore_patterns("tokenizer.json"))
+    reference = transformers.T5Tokenizer.from_pretrained(str(tmp_path / "checkpoint"))
+    _, config, _, _ = load_imported(workdir)
+    source, _ = T5Family().tokenizers(read_checkpoint(tmp_path / "checkpoint"), config)
+    lines = ["<2de>A man", "A man</s>rides", "A<extra_id_0>man <extra_id_4>", "<pad>A<unk>", "<2fr> Two dogs."]
+    assert [ids + [config.eos_id] for ids in source.tokenize(lines).to_list()] == reference(lines)["input_ids"]
 
 
 @pytest.mark.parametrize("name", SHAPES)
@@ -259,7 +287,94 @@ def test_the_savedmodel_export_translates_as_the_workdir(references, tmp_path):
     out = make_exporter("savedmodel", jit_compile=False).export(workdir, tmp_path / "savedmodel", strategy="greedy")
     exported = load_translator(out)
     assert exported.translate_lines(SENTENCES) == expected
+    glued = ["<2de>A man rides a bike.", "Two dogs</s>play."]  # the graph cuts out the added tokens as T5Tokenizer
+    assert translator.translate_lines(glued) == exported.translate_lines(glued)
+    assert translator.translate_lines(glued[:1]) == expected[:1]
     assert [exported.translate_lines([text, ""], target_lang=code) for code, text, _ in tagged] == by_code
+
+
+@pytest.mark.slow
+def test_the_server_translates_with_a_per_request_target_lang_as_the_translator(references):
+    """`/translate` on a served MADLAD-shape import: each request's `target_lang` (a code or the token itself)
+    opens the source with its `<2xx>` token, giving the Python translator's translations; an unknown language and
+    a source language (MADLAD's tokens name the target) are that request's 400, naming them. Slow: a server
+    (uvicorn, on a thread of this process) loads and warms up the model."""
+    from test_serve_parts import serving
+
+    from keras_transformer.engines.loader import load_translator
+    from keras_transformer.serving import ServeSettings, build_app
+    _, workdir, _, _ = references["madlad"]
+    lines = ["Zwei Männer sitzen auf einer Bank!", "A man rides a bike."]  # (a random model: the second is "")
+    translator = load_translator(workdir, strategy="greedy")
+    expected = {code: translator.translate_lines(lines, target_lang=code) for code in ("de", "fr")}
+    expected[None] = translator.translate_lines(lines)
+    assert len({tuple(value) for value in expected.values()}) == 3
+    app = build_app(lambda: load_translator(workdir, strategy="greedy"), "madlad", ServeSettings(max_batch=4))
+    with serving(app) as call:
+        for given, code in (("de", "de"), ("fr", "fr"), ("<2fr>", "fr"), (None, None)):
+            body = {"sentences": lines, **({} if given is None else {"target_lang": given})}
+            status, answer = call("/translate", body)
+            assert status == 200 and json.loads(answer)["translations"] == expected[code], given
+        status, answer = call("/translate", {"sentences": lines, "target_lang": "es"})
+        assert status == 400 and "unknown target language 'es'" in json.loads(answer)["error"]
+        status, answer = call("/translate", {"sentences": lines, "source_lang": "en"})
+        assert status == 400 and "source language 'en'" in json.loads(answer)["error"]
+
+
+@pytest.mark.slow
+def test_three_fine_tuning_updates_from_an_import_raise_the_likelihood_and_keep_its_defaults_and_record(references,
+                                                                                                     tmp_path):
+    """train with `model.from` a MADLAD-shape import and training.init_checkpoint (sources opening with `<2de>`,
+    the decoder starting from pad): the import's vocabulary is taken as it is, three updates raise
+    log P(targets | sources) of the training pairs, the tuned run keeps the import's architecture, decoding
+    defaults (beam 4 from its generation config) and import record, and its CTranslate2 export names the source.
+    Slow: it trains."""
+    from keras_transformer import training
+    from keras_transformer.data.tokenizers import load_tokenizers
+    from keras_transformer.engines.loader import load_translator
+    from keras_transformer.exports import make_exporter
+    from keras_transformer.workdir.checkpoints import load_models, read_model_file
+    _, workdir, _, _ = references["madlad"]
+    sources, targets = ["<2de> " + line for line in lines_of("val.en.gz", 48)], lines_of("val.de.gz", 48)
+    for name, lines in (("train.en", sources), ("train.de", targets)):
+        (tmp_path / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    experiment = {
+        "model": {"from": str(workdir), "dropout": 0.0},
+        "data": {"kind": "text", "train_source": str(tmp_path / "train.en"), "train_target": str(tmp_path / "train.de"),
+                 "tokens_per_batch": 4096, "max_length": 40},
+        "training": {"label_smoothing": 0.0, "warmup_steps": 1, "learning_rate_scale": 0.5, "epochs": 1,
+                     "steps_per_epoch": 3, "seed": 0, "jit_compile": False,
+                     "init_checkpoint": str(workdir / "checkpoints" / "ckpt-0000.weights.h5")},
+    }
+    tuned = tmp_path / "tuned"
+    training.train(experiment, tuned)
+    assert [p.read_bytes() for p in sorted((tuned / "data" / "vocab").rglob("*")) if p.is_file()] == \
+        [p.read_bytes() for p in sorted((workdir / "data" / "vocab").rglob("*")) if p.is_file()]
+    (config, options), (imported, imported_options) = (read_model_file(w / "model.yaml") for w in (tuned, workdir))
+    assert config == imported.replace(dropout=0.0) and options == imported_options
+    assert (options.strategy, options.beam_size) == ("beam", 4)
+    source_tokenizer, target_tokenizer = load_tokenizers(tuned / "data" / "vocab")
+
+    def padded(rows):  # tokens then eos, padded
+        rows = [row[:30] + [config.eos_id] for row in rows]
+        width = max(len(row) for row in rows)
+        return np.array([row + [config.pad_id] * (width - len(row)) for row in rows], "int32")
+
+    source_ids = padded(source_tokenizer.tokenize(sources).to_list())
+    assert set(source_ids[:, 0]) == {source_tokenizer.tokens.index("<2de>")}
+    target_ids = padded(target_tokenizer.tokenize(targets).to_list())
+    before, after = (np.mean(np.asarray(kt.score(load_models(w).models[0], source_ids, target_ids,
+                                                 pad_id=config.pad_id, bos_id=config.bos_id)))
+                     for w in (workdir, tuned))
+    assert after > before
+    record = json.loads((tuned / "imported.json").read_text())
+    assert record["source"] == json.loads((workdir / "imported.json").read_text())["source"]
+    assert record["family"] == "t5" and record["fine_tuned"]["weights"]
+    out = make_exporter("ctranslate2").export(tuned, tmp_path / "export", strategy="greedy", max_extra=MAX_EXTRA)
+    assert json.loads(open(os.path.join(out, "manifest.json")).read())["provenance"]["source"] == record["source"]
+    lines = [sentence.split("> ", 1)[-1] for sentence in SENTENCES]
+    expected = load_translator(tuned, strategy="greedy", max_extra=MAX_EXTRA).translate_lines(lines, target_lang="de")
+    assert load_translator(out).translate_lines(lines, target_lang="de") == expected and any(expected)
 
 
 @pytest.mark.slow
@@ -282,6 +397,8 @@ def test_the_ctranslate2_export_translates_as_the_workdir(references, name, opti
         german = theirs.translate_detailed(["A man rides a bike."], target_lang="de")[0]
         assert (german.text, german.tokens, round(german.mean_log_prob, 3)) == \
             (expected[0].text, expected[0].tokens, round(expected[0].mean_log_prob, 3))
+        glued = theirs.translate_detailed(["<2de>A man rides a bike."])[0]  # the added token glued to the text
+        assert (glued.text, glued.tokens) == (expected[0].text, expected[0].tokens)
 
 @pytest.mark.slow
 def test_the_litert_export_translates_as_the_workdir(references, tmp_path):

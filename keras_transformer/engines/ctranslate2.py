@@ -242,6 +242,7 @@ class CTranslate2Translator(TranslatorInterface):
         languages = self.metadata.get("languages") or {}
         self._languages = {side: set(languages.get(side, {}).get("languages", [])) for side in ("source", "target")}
         self._language = {side: languages.get(side, {}).get("language") for side in ("source", "target")}
+        self._split = {side: tuple(languages.get(side, {}).get("split_tokens", ())) for side in ("source", "target")}
         target = languages.get("target", {})
         self._dropped = {self._target_ids[token] for token in
                          list(target.get("languages", [])) + list(target.get("special_tokens", []))}
@@ -334,7 +335,7 @@ class CTranslate2Translator(TranslatorInterface):
         leading one of them, else the side's language), then SentencePiece's pieces, each one the vocabulary lacks
         read as unk (`keras_transformer.data.tokenizers.MappedTokenizer`)."""
         return mapped_pieces(processor, text, self._known[side], self._unk_token, self._languages[side],
-                             self._language[side])
+                             self._language[side], self._split[side])
 
     def _limit(self, source_tokens: Sequence[str], prefix: Sequence[str] = ()) -> int:
         """Tokens a translation may have: source length with eos + max_extra, at least its target prefix and one

@@ -151,6 +151,7 @@ class LiteRTTranslator(TranslatorInterface):
         languages = self.metadata.get("languages") or {}
         self._languages = {side: tuple(languages.get(side, {}).get("languages", ())) for side in ("source", "target")}
         self._language = {side: languages.get(side, {}).get("language") for side in ("source", "target")}
+        self._split = {side: tuple(languages.get(side, {}).get("split_tokens", ())) for side in ("source", "target")}
         self._ids: dict[str, dict[str, int]] = {}
         self._dropped = {self.pad_id, self.bos_id}
         if self.mapped:
@@ -225,7 +226,7 @@ class LiteRTTranslator(TranslatorInterface):
             return [int(i) for i in processor.encode(text)]
         ids, unk = self._ids[side], self.metadata["special_ids"]["unk_id"]
         tokens = mapped_pieces(processor, text, ids, self.metadata["special_tokens"]["unk"], self._languages[side],
-                               self._language[side])
+                               self._language[side], self._split[side])
         return [ids.get(token, unk) for token in tokens]
 
     def source_ids(self, text: str) -> list[int]:

@@ -111,10 +111,12 @@ def mapped_vocabulary(folder: str | os.PathLike[str]) -> tuple[str, list[str]]:
 
 
 def _language_settings(folder: str | os.PathLike[str]) -> dict[str, Any]:
-    """A `MappedTokenizer` folder's language tokens, its default language and the special tokens it drops."""
+    """A `MappedTokenizer` folder's language tokens, its default language, the special tokens it drops and the
+    tokens it cuts out of the text wherever they stand."""
     settings = _read_settings(folder)
     return {"languages": list(settings.get("languages", [])), "language": settings.get("language"),
-            "special_tokens": list(settings.get("special_tokens", []))}
+            "special_tokens": list(settings.get("special_tokens", [])),
+            "split_tokens": list(settings.get("split_tokens", []))}
 
 
 def _sentencepiece_file(folder: str | os.PathLike[str]) -> str:

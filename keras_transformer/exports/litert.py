@@ -375,7 +375,8 @@ def _metadata(config: TransformerConfig, options: DecodeOptions, precision: str,
         # a multilingual vocabulary's language tokens: a sentence may open with one, one without gets the side's
         # language first; detokenizing drops them and the special tokens
         metadata["languages"] = {side: {key: sides[side]["settings"].get(key, default) for key, default in
-                                        (("languages", []), ("language", None), ("special_tokens", []))}
+                                        (("languages", []), ("language", None), ("special_tokens", []),
+                                         ("split_tokens", []))}
                                  for side in ("source", "target")}
         metadata["target_languages"] = metadata["languages"]["target"]["languages"]
     return metadata

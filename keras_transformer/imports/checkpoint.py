@@ -153,11 +153,23 @@ class SafetensorsFile(Mapping):
             raise _unreadable(self.path, error) from None
 
     def __getitem__(self, name: str) -> np.ndarray:
-        kind, dtype, shape, begin = self._entries[name]
-        buffer = aligned_empty(dtype.itemsize * int(np.prod(shape)), np.uint8)
+        shape = self._entries[name][2]
+        return self._read(name, 0, shape[0] if shape else 1, shape)
+
+    def rows(self, name: str, start: int, stop: int) -> np.ndarray:
+        """Rows `start:stop` of tensor `name` (of two or more dimensions), read alone, as float32."""
+        shape = self._entries[name][2]
+        stop = min(stop, shape[0])
+        return self._read(name, start, stop - start, (stop - start, *shape[1:]))
+
+    def _read(self, name: str, start: int, count: int, shape: tuple[int, ...]) -> np.ndarray:
+        """`count` rows of tensor `name` from row `start`, read with one `readinto`, as float32 of `shape`."""
+        kind, dtype, full, begin = self._entries[name]
+        row = dtype.itemsize * int(np.prod(full[1:]))  # bytes a row (the whole tensor for a scalar)
+        buffer = aligned_empty(row * count, np.uint8)
         try:
             with open(self.path, "rb") as handle:
-                handle.seek(self._start + begin)
+                handle.seek(self._start + begin + row * start)
                 if handle.readinto(buffer) != buffer.size:  # type: ignore[arg-type]  # numpy: a buffer from 3.12
                     raise ValueError(f"{name} is cut short")
         except (OSError, ValueError) as error:
@@ -260,11 +272,19 @@ class ShardedTensors(Mapping):
         self._open: tuple[pathlib.Path, Mapping[str, Any]] | None = None
 
     def __getitem__(self, name: str) -> np.ndarray:
+        return self._tensors(name)[name]
+
+    def rows(self, name: str, start: int, stop: int) -> np.ndarray:
+        """Rows `start:stop` of tensor `name`, as float32, read alone where its shard allows."""
+        return self._tensors(name).rows(name, start, stop)  # type: ignore[attr-defined]  # both kinds of shard
+
+    def _tensors(self, name: str) -> Mapping[str, Any]:
+        """The shard that holds `name`, opened (the previous one closed first)."""
         shard = self._shard_of[name]
         if self._open is None or self._open[0] != shard:
             self._open = None  # the previous shard closed before the next one opens
             self._open = (shard, _shard(shard))
-        return self._open[1][name]
+        return self._open[1]
 
     def __contains__(self, name: object) -> bool:  # from the index: `Mapping`'s would read the tensor
         return name in self._shard_of
@@ -290,6 +310,9 @@ class _TorchTensors(Mapping):
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self._state[name].float().numpy()
+
+    def rows(self, name: str, start: int, stop: int) -> np.ndarray:
+        return self._state[name][start:stop].float().numpy()
 
     def __contains__(self, name: object) -> bool:
         return name in self._state

@@ -19,10 +19,12 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import ml_dtypes
 import numpy as np
 
 from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.errors import ConfigError, CorruptFileError
+from keras_transformer.imports.checkpoint import aligned_empty
 from keras_transformer.imports.tensorflow_weights import assign_array
 
 if TYPE_CHECKING:
@@ -37,6 +39,7 @@ ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "swish", "silu": "swish"
                "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": "gelu_tanh"}
 LAYER_NORM_EPSILON = 1e-5  # torch.nn.LayerNorm's default, which both families' checkpoints use
 TOKENIZER_CONFIG = "tokenizer_config.json"  # transformers' tokenizer settings, beside config.json
+BLOCK_BYTES = 1 << 24  # float32 bytes read at a time when a tensor is rounded to bfloat16 as it is read
 
 
 def one_size(config: Mapping[str, Any], where: str, first: str, second: str) -> Any:
@@ -120,27 +123,34 @@ class Family:
 
 
 class WeightSource:
-    """The checkpoint's tensors, handed out by name once each, with shape checks that name the key.
+    """The checkpoint's tensors, handed out by name once each, with shape checks that name the key, in the dtype
+    of the model they are copied into.
 
     Args:
         tensors: `{name: numpy array}`, or a mapping that reads each tensor when asked for it and gives its shape
-            with ``shape(name)`` (`imports.checkpoint.SafetensorsFile`): its shape is then checked before it is read.
+            with ``shape(name)`` (`imports.checkpoint.SafetensorsFile`): its shape is then checked before it is read;
+            one that reads a block of rows with ``rows(name, start, stop)`` is read that way when rounded.
         file: the weights file, for messages.
+        dtype: "float32", or "bfloat16": each tensor rounded to nearest (even) as it is read, a block of rows at
+            a time, into the one array handed out (no float32 copy of a whole matrix beside it).
 
     Example:
 
     >>> source = WeightSource({"w": np.ones((2, 3))}, "model.safetensors")
     >>> source.take("w", (2, 3)).shape, source.unused()
     ((2, 3), [])
+    >>> WeightSource({"w": np.full(2, 1 + 2 ** -9)}, "model.safetensors", "bfloat16").take("w", (2,))
+    array([1, 1], dtype=bfloat16)
     >>> WeightSource({"w": np.ones((2, 3))}, "model.safetensors").take("w", (3, 3))
     Traceback (most recent call last):
     ...
     keras_transformer.errors.ConfigError: model.safetensors: w has shape (2, 3) but config.json's sizes give (3, 3).
     """
 
-    def __init__(self, tensors: Mapping[str, Any], file: str | os.PathLike[str]) -> None:
+    def __init__(self, tensors: Mapping[str, Any], file: str | os.PathLike[str], dtype: str = "float32") -> None:
         self._tensors = tensors
         self._file = file
+        self._dtype = np.dtype(ml_dtypes.bfloat16 if dtype == "bfloat16" else np.float32)
         self._used: set[str] = set()
 
     def has(self, name: str) -> bool:
@@ -151,8 +161,9 @@ class WeightSource:
         """The tensor `name`, or None, without counting it as used."""
         return self._tensors.get(name)
 
-    def take(self, name: str, shape: Sequence[int]) -> np.ndarray:
-        """The tensor `name`, checked to have `shape`.
+    def take(self, name: str, shape: Sequence[int], exact: bool = False) -> np.ndarray:
+        """The tensor `name`, checked to have `shape`, in the source's dtype (float32 with `exact`: a tensor
+        compared with values computed here rather than copied).
 
         Raises:
             ConfigError: the tensor is missing, or its shape is not `shape` (the key named).
@@ -163,7 +174,17 @@ class WeightSource:
         if found != tuple(shape):
             raise ConfigError(f"{self._file}: {name} has shape {found} but config.json's sizes give {tuple(shape)}.")
         self._used.add(name)
-        return np.asarray(self._tensors[name], dtype=np.float32)
+        if exact or self._dtype == np.float32:
+            return np.asarray(self._tensors[name], dtype=np.float32)
+        value = aligned_empty(found, self._dtype)  # what the variable takes over (`assign`), without a copy
+        reader = getattr(self._tensors, "rows", None)
+        if len(found) < 2 or not callable(reader):
+            np.copyto(value, np.asarray(self._tensors[name], dtype=np.float32), casting="unsafe")
+            return value
+        step = max(1, BLOCK_BYTES // (4 * max(1, int(np.prod(found[1:])))))  # rows a block
+        for start in range(0, found[0], step):  # rounded as `astype` rounds: to nearest, even
+            np.copyto(value[start:start + step], reader(name, start, start + step), casting="unsafe")
+        return value
 
     def _shape(self, name: str) -> tuple[int, ...]:
         reader = getattr(self._tensors, "shape", None)
@@ -194,7 +215,7 @@ def assign(variable: Any, value: np.ndarray, name: str) -> None:
     if tuple(variable.shape) != tuple(value.shape):
         raise ConfigError(f"{name} has shape {tuple(value.shape)} where the model's {variable.path} has "
                           f"{tuple(variable.shape)}.")
-    assign_array(variable, value)  # float32 as read: no copy; rounded to bfloat16 in one copy
+    assign_array(variable, value)  # as read (float32, or bfloat16 rounded as read): no copy
 
 
 def per_head(parts: Sequence[np.ndarray], num_heads: int) -> np.ndarray:

@@ -55,7 +55,7 @@ def import_checkpoint(source: str | os.PathLike[str], workdir: str | os.PathLike
             fetched with huggingface_hub where the network allows.
         workdir: the folder to create (it must not exist, or be empty).
         dtype: "float32", or "bfloat16": the model built under Keras' bfloat16 policy, each tensor rounded to
-            bfloat16 as it is copied in (one float32 tensor at a time beside the model), and the checkpoint
+            bfloat16 as it is read (a block of rows at a time: no float32 matrix beside it), and the checkpoint
             written in bfloat16 (half the size); loading the workdir builds it in bfloat16 again.
 
     Returns:
@@ -76,12 +76,12 @@ def import_checkpoint(source: str | os.PathLike[str], workdir: str | os.PathLike
     check_new_workdir(workdir, "import")
     checkpoint = read_checkpoint(source)
     family = family_for(checkpoint.config.get("model_type"), checkpoint.folder / "config.json")
-    tensors = WeightSource(checkpoint.tensors(), checkpoint.weights_file)
+    if dtype not in ("float32", "bfloat16"):
+        raise ConfigError(f"import: dtype must be float32 or bfloat16, got {dtype!r}.")
+    tensors = WeightSource(checkpoint.tensors(), checkpoint.weights_file, dtype)
     config = family.config(checkpoint, tensors)
     options = family.decoding(checkpoint)
     source_tokenizer, target_tokenizer = family.tokenizers(checkpoint, config)
-    if dtype not in ("float32", "bfloat16"):
-        raise ConfigError(f"import: dtype must be float32 or bfloat16, got {dtype!r}.")
     with initial_values(unmapped_zeros):  # no random draws held beside the checkpoint's values (large weights)
         model = build_model(config, dtype=None if dtype == "float32" else dtype)
     family.assign_weights(model, tensors, config)

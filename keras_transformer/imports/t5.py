@@ -23,7 +23,10 @@ The tokenizer: ``spiece.model``'s ids as they are (pad 0, ``</s>`` 1, ``<unk>`` 
 ``<extra_id_N>`` (the last id is ``<extra_id_0>``), as transformers' ``T5Tokenizer`` numbers them (its
 ``tokenizer.json``, where the folder has one, gives the vocabulary); ``</s>`` closes a sentence. MADLAD-400's
 target-language tokens ``<2xx>`` (pieces of its SentencePiece model) open a source: they are the source
-tokenizer's `languages`.
+tokenizer's `languages`. As ``T5Tokenizer`` (transformers 5), both sides cut the added tokens out of the text
+wherever they stand (``<2de>Hello``, a literal ``</s>`` or ``<extra_id_0>``) and segment the text between them
+as sentences of their own: tokenizer.json's ``added_tokens`` where the folder has one, else the special,
+user-defined and control pieces of spiece.model and the sentinels.
 """
 
 from __future__ import annotations
@@ -122,6 +125,10 @@ class T5Family(Family):
     # ------------------------------------------------------------------ tokenizers
     def _vocabulary(self, checkpoint: Checkpoint) -> list[str]:
         """The tokens by id: tokenizer.json's where the folder has one, else spiece.model's and the sentinels."""
+        return self._tokens(checkpoint)[0]
+
+    def _tokens(self, checkpoint: Checkpoint) -> tuple[list[str], list[str]]:
+        """The tokens by id and the added ones (cut out of the text wherever they stand, as ``T5Tokenizer`` does)."""
         path = checkpoint.folder / "tokenizer.json"
         if path.is_file():
             try:
@@ -134,12 +141,20 @@ class T5Family(Family):
             for token, index in added.items():
                 tokens += [f"<unused_{i}>" for i in range(len(tokens), index + 1)]
                 tokens[index] = token
-            return tokens
-        import sentencepiece
-        processor = sentencepiece.SentencePieceProcessor(model_file=str(self._sentencepiece(checkpoint)))
-        tokens = [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
+            return tokens, list(added)
+        from sentencepiece import sentencepiece_model_pb2
+        proto = sentencepiece_model_pb2.ModelProto()  # type: ignore[attr-defined]  # generated protobuf code
+        path = self._sentencepiece(checkpoint)
+        try:
+            proto.ParseFromString(path.read_bytes())
+        except Exception as error:  # protobuf's DecodeError
+            raise CorruptFileError(f"{path} is not a SentencePiece model: {' '.join(str(error).split())[:160]}.") \
+                from None
+        tokens = [piece.piece for piece in proto.pieces]
+        kept = (proto.SentencePiece.CONTROL, proto.SentencePiece.UNKNOWN, proto.SentencePiece.USER_DEFINED)
         extra = int(self.settings(checkpoint).get("extra_ids", 100))
-        return tokens + [f"<extra_id_{i}>" for i in reversed(range(extra))]
+        sentinels = [f"<extra_id_{i}>" for i in reversed(range(extra))]
+        return tokens + sentinels, [piece.piece for piece in proto.pieces if piece.type in kept] + sentinels
 
     def _sentencepiece(self, checkpoint: Checkpoint) -> Any:
         return checkpoint.file(SENTENCEPIECE, "SentencePiece model (the Hub folders hold it; transformers 5 saves "
@@ -152,7 +167,7 @@ class T5Family(Family):
         return tokens.index("<unk>")
 
     def tokenizers(self, checkpoint: Checkpoint, config: TransformerConfig) -> tuple[Any, Any]:
-        tokens = self._vocabulary(checkpoint)
+        tokens, added = self._tokens(checkpoint)
         model = self._sentencepiece(checkpoint).read_bytes()
         if len(tokens) > config.vocab_size:
             raise ConfigError(f"{checkpoint.folder}: the vocabulary has {len(tokens)} tokens but config.json's "
@@ -166,7 +181,7 @@ class T5Family(Family):
         languages = [token for token in tokens if LANGUAGE.fullmatch(token)]
         sentinels = [token for token in tokens if token.startswith("<extra_id_")]
         common: dict[str, Any] = dict(pad_id=config.pad_id, unk_id=config.unk_id, bos_id=config.bos_id,
-                                      eos_id=config.eos_id, special_tokens=sentinels)
+                                      eos_id=config.eos_id, special_tokens=sentinels, split_tokens=added)
         source = MappedTokenizer(model, tokens, languages=languages, name="source_tokenizer", **common)
         target = MappedTokenizer(model, tokens, name="target_tokenizer", **common)
         return source, target

@@ -24,6 +24,11 @@ source language of an import: ``[src_lang] tokens </s>``, as Hugging Face's
 ``M2M100Tokenizer`` and ``NllbTokenizer`` encode). Detokenizing drops the
 language tokens and the `special_tokens` (``<s>``, ``<mask>``), as their
 ``decode(..., skip_special_tokens=True)`` does.
+
+A vocabulary's `split_tokens` (the added tokens of Hugging Face's tokenizers: T5's ``</s>``, ``<extra_id_0>``
+and MADLAD-400's ``<2de>``) are cut out of the text wherever they stand, the longest first, and kept whole; the
+text between them is segmented piece by piece, each as a sentence of its own (``"<2de>Hello"`` is ``<2de>``
+then ``▁Hello``'s pieces), as ``T5Tokenizer`` (transformers 5) does.
 """
 
 import json
@@ -33,8 +38,10 @@ from collections.abc import Iterable
 from typing import Any
 
 import tensorflow as tf
+import tensorflow_text as tf_text
 
 from keras_transformer.data.tokenizers.subword import NamedSentencepieceTokenizer
+from keras_transformer.engines.subwords import split_pattern
 from keras_transformer.errors import CorruptFileError
 
 FORMAT = "keras_transformer.MappedTokenizer"
@@ -89,6 +96,8 @@ class MappedTokenizer(tf.Module):
             first token), and detokenizing drops them.
         language: one of `languages`, put first in a sentence that opens with none (None: nothing is).
         special_tokens: more tokens of the vocabulary that detokenizing drops (pad, unk and bos always are).
+        split_tokens: tokens of the vocabulary cut out of the text wherever they stand and kept whole (the
+            longest first); the text around them is segmented as separate sentences.
         name: the `tf.Module` name.
 
     Example:
@@ -114,7 +123,7 @@ class MappedTokenizer(tf.Module):
 
     def __init__(self, model: bytes, vocabulary: Iterable[str], *, pad_id: int, unk_id: int, bos_id: int, eos_id: int,
                  languages: Iterable[str] = (), language: str | None = None, special_tokens: Iterable[str] = (),
-                 name: str = "mapped_tokenizer") -> None:
+                 split_tokens: Iterable[str] = (), name: str = "mapped_tokenizer") -> None:
         super().__init__(name=name)
         if not isinstance(model, (bytes, bytearray)):
             raise TypeError(f"MappedTokenizer needs the serialized SentencePiece model as bytes, got {type(model)}.")
@@ -129,8 +138,9 @@ class MappedTokenizer(tf.Module):
         self._languages = tuple(str(token) for token in languages)
         self._language = None if language is None else str(language)
         self._special_tokens = tuple(str(token) for token in special_tokens)
+        self._split_tokens = tuple(str(token) for token in split_tokens)
         index = {token: i for i, token in enumerate(self._tokens)}
-        for token in self._languages + self._special_tokens:
+        for token in self._languages + self._special_tokens + self._split_tokens:
             if token not in index:
                 raise ValueError(f"MappedTokenizer: the language or special token {token!r} is not in the vocabulary.")
         if self._language is not None and self._language not in self._languages:
@@ -141,6 +151,7 @@ class MappedTokenizer(tf.Module):
         # a leading language token: one of `languages`, then whitespace or the end
         self._language_pattern = "(" + "|".join(re.escape(token) for token in sorted(
             self._languages, key=len, reverse=True)) + r")(\s|$)" if self._languages else None
+        self._split_pattern = split_pattern(self._split_tokens) if self._split_tokens else None
         self._segmenter = NamedSentencepieceTokenizer(self._model, out_type=tf.string)
         self._vocabulary = tf.constant(self._tokens)
         self._table = tf.lookup.StaticHashTable(
@@ -169,6 +180,11 @@ class MappedTokenizer(tf.Module):
         return self._special_tokens
 
     @property
+    def split_tokens(self) -> tuple[str, ...]:
+        """The tokens cut out of the text wherever they stand and kept whole (() for most vocabularies)."""
+        return self._split_tokens
+
+    @property
     def vocab_size(self) -> int:
         """Number of ids (use it as `TransformerConfig.vocab_size`)."""
         return len(self._tokens)
@@ -190,7 +206,8 @@ class MappedTokenizer(tf.Module):
 
     # ------------------------------------------------------------------ tokenization
     def tokenize(self, strings: Any) -> Any:
-        """Sentences -> ids (a leading ``>>xx<<`` tag as one token), without eos: `tf.RaggedTensor` int32 ``[N, None]``.
+        """Sentences -> ids (a leading ``>>xx<<`` tag or language token, and each of `split_tokens`, as one token),
+        without eos: `tf.RaggedTensor` int32 ``[N, None]``.
 
         A scalar string gives a 1-D result, as `SubwordTokenizer.tokenize` does.
         """
@@ -207,16 +224,29 @@ class MappedTokenizer(tf.Module):
                 tagged = tf.ones_like(tagged)
             rest = tf.where(tf.strings.regex_full_match(strings, "(?s)" + self._language_pattern + ".*"), rest,
                             strings)
+        elif self._split_pattern is not None:  # no leading tag but the split tokens
+            tagged, rest, tags = tf.zeros_like(strings, tf.bool), strings, strings
         else:
             tagged = tf.strings.regex_full_match(strings, "(?s)" + _TAG + ".*")  # (N,)
             rest = tf.strings.regex_replace(strings, "^" + _TAG, "", replace_global=False)
             tag_lengths = tf.strings.length(strings) - tf.strings.length(rest)  # bytes
             tags = tf.strings.substr(strings, tf.zeros_like(tag_lengths), tag_lengths)
-        pieces = self._segmenter.tokenize(rest)  # ragged (N, None) strings
+        pieces = self._segment(rest)  # ragged (N, None) strings
         ids = tf.ragged.map_flat_values(self._table.lookup, pieces)
         tag_ids = tf.ragged.boolean_mask(self._table.lookup(tags)[:, tf.newaxis], tagged[:, tf.newaxis])
         ids = tf.concat([tf.cast(tag_ids, tf.int32), tf.cast(ids, tf.int32)], axis=1)
         return ids[0] if single else ids
+
+    def _segment(self, strings: Any) -> Any:
+        """SentencePiece's pieces of each string `(N,)`, each of `split_tokens` whole: ragged `(N, None)`."""
+        if self._split_pattern is None:
+            return self._segmenter.tokenize(strings)
+        segments = tf_text.regex_split(strings, self._split_pattern, self._split_pattern)  # ragged (N, S)
+        flat = segments.flat_values  # (M,): split tokens and the text between them
+        whole = tf.strings.regex_full_match(flat, self._split_pattern)  # (M,)
+        pieces = self._segmenter.tokenize(tf.where(whole, "", flat))  # ragged (M, None): none for a split token
+        pieces = tf.concat([tf.ragged.boolean_mask(flat[:, tf.newaxis], whole[:, tf.newaxis]), pieces], axis=1)
+        return segments.with_flat_values(pieces).merge_dims(1, 2)  # (N, None)
 
     def detokenize(self, ids: Any) -> Any:
         """Ids -> text, each row read up to its first eos; pad, bos, unk, the languages and `special_tokens` dropped.
@@ -273,6 +303,8 @@ class MappedTokenizer(tf.Module):
         if self._languages or self._special_tokens:
             settings.update(languages=list(self._languages), language=self._language,
                             special_tokens=list(self._special_tokens))
+        if self._split_tokens:
+            settings.update(split_tokens=list(self._split_tokens))
         with open(paths[2], "w", encoding="utf-8") as handle:
             json.dump(settings, handle, indent=2)
             handle.write("\n")
@@ -309,7 +341,8 @@ class MappedTokenizer(tf.Module):
             raise CorruptFileError(f"{vocabulary_path} holds {len(tokens)} tokens but {settings_path} says "
                                    f"vocab_size={settings.get('vocab_size')}.")
         return cls(model, tokens, **{key: settings[key] for key in SPECIAL}, languages=settings.get("languages", ()),
-                   language=settings.get("language"), special_tokens=settings.get("special_tokens", ()))
+                   language=settings.get("language"), special_tokens=settings.get("special_tokens", ()),
+                   split_tokens=settings.get("split_tokens", ()))
 
 
 def is_mapped_tokenizer(directory: str | os.PathLike[str]) -> bool:
