@@ -4,7 +4,8 @@
 file). An imported vocabulary (`data.tokenizers.MappedTokenizer`: OPUS-MT's, M2M-100's, NLLB's) numbers
 SentencePiece's pieces through a vocabulary of its own: `mapped_pieces` segments a sentence as that tokenizer
 does (a leading ``>>xx<<`` tag or language token whole, else the side's language first, and a piece the
-vocabulary lacks read as unk), and `mapped_text` joins pieces back into text as its `detokenize` does. Needs
+vocabulary lacks read as unk), `source_end` puts eos (and mBART-large-cc25's language token) after a source's
+tokens, and `mapped_text` joins pieces back into text as its `detokenize` does. Needs
 `sentencepiece` and nothing else: neither Keras nor TensorFlow.
 """
 
@@ -32,6 +33,20 @@ def load_processors(directory: str | os.PathLike[str], files: dict[str, str]) ->
     if files["source"] == files["target"]:
         return source, source
     return source, sentencepiece.SentencePieceProcessor(model_file=os.path.join(directory, files["target"]))
+
+
+def source_end(tokens: list[Any], eos: Any, max_length: int, language_last: bool = False) -> list[Any]:
+    """A source's tokens (or ids) then eos, `max_length` at most: as the TensorFlow engine's `encode_ids`, a
+    `language_last` tokenizer's language token (the first `mapped_pieces` gives) goes after eos.
+
+    Example:
+
+    >>> source_end(["en_XX", "▁a", "▁cat"], "</s>", 8, language_last=True), source_end(["▁a", "▁cat"], "</s>", 2)
+    (['▁a', '▁cat', '</s>', 'en_XX'], ['▁a', '</s>'])
+    """
+    if language_last:
+        return list(tokens[1:][: max_length - 2]) + [eos, *tokens[:1]]
+    return list(tokens[: max_length - 1]) + [eos]
 
 
 def mapped_pieces(processor: Any, text: str, known: Collection[str], unk_token: str,
