@@ -106,6 +106,26 @@ def test_sources_are_tokens_eos_then_the_language_as_mbart_tokenizer_gives_them(
     assert record["family"] == "mbart" and config.bos_id == config.eos_id == 2
 
 
+def test_the_layout_is_read_from_the_vocabulary_where_no_tokenizer_class_names_it(cc25, tmp_path):
+    """MBartTokenizer's files without tokenizer_class anywhere: its 25 languages say cc25; MBart50Tokenizer's 52
+    (written by transformers from the same SentencePiece model) say mBART-50."""
+    import shutil
+
+    from keras_transformer.imports.checkpoint import read_checkpoint
+    from keras_transformer.imports.mbart import MBartFamily
+    for kind, expected in ((transformers.MBartTokenizer, True), (transformers.MBart50Tokenizer, False)):
+        folder = tmp_path / kind.__name__
+        shutil.copytree(cc25[0], folder)
+        for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+            (folder / name).unlink(missing_ok=True)
+        kind.from_pretrained(str(folder), src_lang=SOURCE).save_pretrained(folder)
+        for name in ("tokenizer_config.json", "config.json"):
+            settings = json.loads((folder / name).read_text())
+            settings.pop("tokenizer_class", None)
+            (folder / name).write_text(json.dumps(settings))
+        assert MBartFamily().language_last(read_checkpoint(folder)) is expected, kind.__name__
+
+
 def test_logits_equal_the_reference_from_the_target_language_on_a_padded_batch(cc25):
     _, _, reference, tokenizer, model, config, _, _ = cc25
     batch = tokenizer(SENTENCES, return_tensors="pt", padding=True)
@@ -124,9 +144,10 @@ def test_logits_equal_the_reference_from_the_target_language_on_a_padded_batch(c
 
 @pytest.mark.slow
 def test_greedy_and_beam_search_start_each_sentence_from_its_target_language_as_generate(cc25):
-    """Slow: two eager searches and eight of transformers' generate calls (3 CPU s). Two target languages in one batch, each sentence's the first token of its target prefix, the decoder's
-    start (`start_from_prefix`): greedy and beam 4 (no length normalization) give generate's ids with
-    decoder_start_token_id that language, sentence by sentence, the language not among the outputs."""
+    """Slow: two eager searches and eight of transformers' generate calls (3 CPU s). Two target languages in one
+    batch, each sentence's the first token of its target prefix, the decoder's start (`start_from_prefix`): greedy
+    and beam 4 (no length normalization) give generate's ids with decoder_start_token_id that language, sentence
+    by sentence, the language not among the outputs."""
     _, _, reference, tokenizer, model, config, _, _ = cc25
     special = dict(pad_id=config.pad_id, bos_id=config.bos_id, eos_id=config.eos_id, start_from_prefix=True)
     starts = [tokenizer.convert_tokens_to_ids(code) for code in LANGUAGES]
@@ -155,11 +176,23 @@ def test_an_unknown_target_language_is_refused_in_one_line_naming_the_languages(
     assert "unknown target language 'xx_YY'" in errors[0] and "languages (25): ar_AR, cs_CZ" in errors[0]
 
 
+def test_the_data_pipeline_refuses_the_cc25_layout_by_name(cc25, tmp_path):
+    """Training lays pairs out as tokens </s> -> [bos] tokens, which is not cc25's: refused in one line, not
+    trained wrong."""
+    from keras_transformer.data.pipeline import make_dataset
+    _, _, _, _, _, _, source, target = cc25
+    for side in ("en", "de"):
+        (tmp_path / f"train.{side}").write_text("A dog.\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"mBART-large-cc25's layout \(language_last"):
+        make_dataset(tmp_path / "train.en", tmp_path / "train.de", source, target)
+
+
 @pytest.mark.slow
 def test_the_workdir_and_its_savedmodel_ctranslate2_and_litert_exports_translate_as_generate(cc25, tmp_path):
     """Slow: three exports. The workdir's greedy translations started from the target language (by its code and by
     the code users know) are transformers' generate detokenized; the SavedModel, CTranslate2 and LiteRT exports
-    give them too, strings in and strings out, with two target languages in one request stream, and without."""
+    give them too, strings in and strings out, with one target language, two in one batch (each sentence's target
+    prefix opening with its language) and none."""
     from keras_transformer.engines.loader import load_translator
     from keras_transformer.exports import make_exporter
     _, workdir, reference, tokenizer, _, _, _, _ = cc25
@@ -173,6 +206,8 @@ def test_the_workdir_and_its_savedmodel_ctranslate2_and_litert_exports_translate
                                   for ids in tokenizer(SENTENCES)["input_ids"]], code
     assert expected[TARGET] != expected[OTHER] and translator.translate_lines(SENTENCES, target_lang="fr") == \
         expected[OTHER]
+    expected["mixed"] = [expected[code][row] for row, code in enumerate(LANGUAGES)]
+    assert translator.translate_lines(SENTENCES, target_prefix=LANGUAGES) == expected["mixed"]
     for name in ("savedmodel", "ctranslate2", "litert"):
         options = {"jit_compile": False} if name == "savedmodel" else {}
         out = make_exporter(name, **options).export(workdir, tmp_path / name, strategy="greedy", max_extra=MAX_EXTRA)
@@ -181,3 +216,4 @@ def test_the_workdir_and_its_savedmodel_ctranslate2_and_litert_exports_translate
         for code in (TARGET, OTHER):
             assert exported.translate_lines(SENTENCES, target_lang=code) == expected[code], (name, code)
         assert exported.translate_lines(SENTENCES, target_lang="de") == expected[TARGET], name
+        assert exported.translate_lines(SENTENCES, target_prefix=LANGUAGES) == expected["mixed"], name

@@ -151,7 +151,8 @@ class LiteRTTranslator(TranslatorInterface):
         languages = self.metadata.get("languages") or {}
         self._languages = {side: tuple(languages.get(side, {}).get("languages", ())) for side in ("source", "target")}
         self._language = {side: languages.get(side, {}).get("language") for side in ("source", "target")}
-        self._language_last = {side: bool(languages.get(side, {}).get("language_last")) for side in ("source", "target")}
+        self._language_last = {side: bool(languages.get(side, {}).get("language_last"))
+                               for side in ("source", "target")}
         self._ids: dict[str, dict[str, int]] = {}
         self._dropped = {self.pad_id, self.bos_id}
         if self.mapped:

@@ -32,7 +32,7 @@ from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.decoding.registry import STRATEGIES
 from keras_transformer.decoding.strategies import SAMPLING_FIELDS
 from keras_transformer.engines.interface import TranslatorInterface
-from keras_transformer.engines.lines import check_prefix_ids, clean_line
+from keras_transformer.engines.lines import check_prefix_ids
 from keras_transformer.engines.tensorflow_attention import translation_attention
 from keras_transformer.engines.tensorflow_chunks import score_in_length_order, search_in_length_order
 from keras_transformer.engines.tensorflow_details import count_source_tokens, details_batch, n_best_details_batch

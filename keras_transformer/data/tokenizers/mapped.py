@@ -23,9 +23,10 @@ opens with none has the tokenizer's `language` first, where it has one (the
 source language of an import: ``[src_lang] tokens </s>``, as Hugging Face's
 ``M2M100Tokenizer`` and ``NllbTokenizer`` encode). Detokenizing drops the
 language tokens and the `special_tokens` (``<s>``, ``<mask>``), as their
-``decode(..., skip_special_tokens=True)`` does. With `language_last` (mBART-large-cc25's ``MBartTokenizer``),
-`tokenize` still gives the language token first, and a source is ``tokens </s> [src_lang]`` (where the engines put eos); a
-target prefix's language token starts the decoder (the search's ``start_from_prefix``), as ``MBartTokenizer``'s
+``decode(..., skip_special_tokens=True)`` does. With `language_last` (mBART-large-cc25's
+``MBartTokenizer``), `tokenize` still gives the language token first, and a source is
+``tokens </s> [src_lang]`` (the engines put eos before the language); a target prefix's language
+token starts the decoder (the searches' ``start_from_prefix``), as ``MBartTokenizer``'s
 ``tokens </s> [tgt_lang]`` targets do once shifted right.
 """
 
