@@ -92,10 +92,11 @@ def test_sources_are_tokens_eos_then_the_language_as_mbart_tokenizer_gives_them(
     from keras_transformer.engines.tensorflow_graph import encode_ids
     _, workdir, _, reference, _, config, source, target = cc25
     lines = _lines("val.en.gz", 40) + SENTENCES + ["", "Ünïcödé ☃ text"]
-    ours = [[i for i in row if i != config.pad_id] for row in encode_ids(source, lines, 256).numpy().tolist()]
+    ids = encode_ids(source, lines, 256, source.language_last).numpy().tolist()  # (N, S), padded
+    ours = [[i for i in row if i != config.pad_id] for row in ids]
     assert ours == reference(lines)["input_ids"]
     assert [source_end(row, config.eos_id, 256, True) for row in source.tokenize(lines).to_list()] == ours
-    short = encode_ids(source, SENTENCES[1:2], 5).numpy().tolist()[0]
+    short = encode_ids(source, SENTENCES[1:2], 5, True).numpy().tolist()[0]
     expected = reference(SENTENCES[1])["input_ids"]
     assert short == expected[:3] + expected[-2:]  # three tokens, then </s> [en_XX]
     assert source.language_last and target.language_last and (source.language, target.language) == (SOURCE, TARGET)
@@ -192,7 +193,7 @@ def test_the_workdir_and_its_savedmodel_ctranslate2_and_litert_exports_translate
     """Slow: three exports. The workdir's greedy translations started from the target language (by its code and by
     the code users know) are transformers' generate detokenized; the SavedModel, CTranslate2 and LiteRT exports
     give them too, strings in and strings out, with one target language, two in one batch (each sentence's target
-    prefix opening with its language) and none."""
+    prefix opening with its language) and none; and all score translations as transformers does."""
     from keras_transformer.engines.loader import load_translator
     from keras_transformer.exports import make_exporter
     _, workdir, reference, tokenizer, _, _, _, _ = cc25
@@ -208,6 +209,16 @@ def test_the_workdir_and_its_savedmodel_ctranslate2_and_litert_exports_translate
         expected[OTHER]
     expected["mixed"] = [expected[code][row] for row, code in enumerate(LANGUAGES)]
     assert translator.translate_lines(SENTENCES, target_prefix=LANGUAGES) == expected["mixed"]
+    # scores: log P(tokens </s> | source) with the decoder started from the target language, as transformers'
+    labels = tokenizer(text_target=expected[TARGET])["input_ids"]  # tokens </s> [de_DE]
+    with torch.no_grad():
+        reference_scores = []
+        for ids, row in zip(tokenizer(SENTENCES)["input_ids"], labels):
+            logits = reference(input_ids=torch.tensor([ids]), decoder_input_ids=torch.tensor([row[-1:] + row[:-2]]))
+            log_probs = torch.log_softmax(logits.logits[0].double(), -1)
+            reference_scores.append(float(log_probs[torch.arange(len(row) - 1), torch.tensor(row[:-1])].sum()))
+    scores = translator.score_lines(SENTENCES, expected[TARGET])
+    np.testing.assert_allclose(scores, reference_scores, atol=1e-3, rtol=0)
     for name in ("savedmodel", "ctranslate2", "litert"):
         options = {"jit_compile": False} if name == "savedmodel" else {}
         out = make_exporter(name, **options).export(workdir, tmp_path / name, strategy="greedy", max_extra=MAX_EXTRA)
@@ -217,3 +228,4 @@ def test_the_workdir_and_its_savedmodel_ctranslate2_and_litert_exports_translate
             assert exported.translate_lines(SENTENCES, target_lang=code) == expected[code], (name, code)
         assert exported.translate_lines(SENTENCES, target_lang="de") == expected[TARGET], name
         assert exported.translate_lines(SENTENCES, target_prefix=LANGUAGES) == expected["mixed"], name
+        np.testing.assert_allclose(exported.score_lines(SENTENCES, expected[TARGET]), scores, atol=1e-3, rtol=0)

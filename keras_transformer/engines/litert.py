@@ -334,7 +334,8 @@ class LiteRTTranslator(TranslatorInterface):
         runner = self.interpreter.get_signature_runner(SCORE_SIGNATURE)
         outputs = runner(source_ids=padded_ids([self.source_ids(text) for text in sources], self.pad_id),
                          target_ids=padded_ids(target_ids, self.pad_id))
-        lengths = np.array([len(ids) for ids in target_ids], np.float64)
+        start = int(self._language_last["target"])  # cc25: the target language starts the decoder, unscored
+        lengths = np.array([len(ids) - start for ids in target_ids], np.float64)
         penalties = np.power((5.0 + lengths) / 6.0, self.scoring_alpha)
         return [float(score) for score in np.asarray(outputs["score"], np.float64) / penalties]
 

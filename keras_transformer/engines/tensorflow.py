@@ -302,7 +302,8 @@ class Translator(TermSearch, tf.Module, TranslatorInterface):
         Returns:
             int32 `[N, S]` with `S <= max_length`.
         """
-        return encode_ids(self.source_tokenizer, sentences, self.max_source_length)
+        return encode_ids(self.source_tokenizer, sentences, self.max_source_length,
+                          getattr(self.source_tokenizer, "language_last", False))
 
     def encode_targets(self, sentences: Any) -> tf.Tensor:
         """Tokenizes reference translations into target ids (tokens then eos), for `score`."""
@@ -523,7 +524,8 @@ class Translator(TermSearch, tf.Module, TranslatorInterface):
         """`decoding.score` of id batches, with this translator's models, alpha and special ids."""
         target_tokenizer = self.target_tokenizer
         return decoding.score(self.models, source, target, alpha=self.scoring_alpha, pad_id=target_tokenizer.pad_id,
-                              bos_id=target_tokenizer.bos_id)
+                              bos_id=target_tokenizer.bos_id,
+                              start_from_prefix=getattr(target_tokenizer, "language_last", False))
 
     def _run(self, name: str, batch: list[bytes], prefixes: list[str] | None = None) -> dict[str, tf.Tensor]:
         """The method `name` (`translate` or `n_best`; with `prefixes`, its `_prefixed` form) on a list of

@@ -199,7 +199,7 @@ def signature_functions(model: Any, config: TransformerConfig, options: DecodeOp
 
         def score(source_ids: Any, target_ids: Any) -> Any:
             return {"score": decoding.score([model], source_ids, target_ids, alpha=0.0, pad_id=config.pad_id,
-                                            bos_id=config.bos_id)}
+                                            bos_id=config.bos_id, start_from_prefix=start_from_prefix)}
         functions[SCORE_SIGNATURE] = _frozen(score, _IDS, _TARGET_IDS)
     return functions
 
