@@ -34,6 +34,7 @@ LAYERS = [
     ("tensorflow", ["data.corpus", "data.tokenizers", "data.tokenizers.*", "data.pipeline", "data.pipeline.*",
                     "data.build", "trainer.distribute", "engines.tensorflow", "engines.tensorflow_graph",
                     "engines.tensorflow_chunks", "engines.tensorflow_details", "engines.tensorflow_terms",
+                    "engines.tensorflow_attention",
                     "engines.tensorflow_threads", "exports.savedmodel", "exports.ctranslate2", "exports.litert",
                     "exports.warmup",
                     "trainer.tensorflow_callbacks"]),

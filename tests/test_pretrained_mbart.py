@@ -192,26 +192,19 @@ def test_a_sharded_save_pretrained_imports_to_the_same_weights(references, tmp_p
 
 
 @pytest.mark.parametrize("fault, named", [
-    ("cc25", "tokenizer_class 'MBartTokenizer' (mBART-large-cc25's layout"),
-    ("cc25_unnamed", "tokenizer_class 'MBartTokenizer' (mBART-large-cc25's layout"),
+    ("tokenizer", "tokenizer_class 'BertTokenizer' is not read; the package imports MBart50Tokenizer's layout"),
     ("positions", "model.encoder.embed_positions.weight has shape (66, 16) but config.json's sizes give (34, 16)"),
 ])
 def test_a_checkpoint_the_model_cannot_hold_is_refused_by_name_and_writes_nothing(references, tmp_path, fault,
                                                                                   named):
-    """mBART-large-cc25's tokenizer, named or not (its vocabulary has 25 languages), and positions that are not
-    config.json's."""
+    """A tokenizer of neither mBART layout (MBart50Tokenizer's, MBartTokenizer's: tests/test_pretrained_mbart_cc25.py),
+    and positions that are not config.json's."""
     folder = tmp_path / "checkpoint"
     shutil.copytree(references["scaled"][0], folder)
-    if fault == "cc25_unnamed":  # MBartTokenizer's files, and no tokenizer_class anywhere
-        for name in ("tokenizer.json", "tokenizer_config.json"):
-            (folder / name).unlink()
-        transformers.MBartTokenizer.from_pretrained(str(folder), src_lang=SOURCE).save_pretrained(folder)
     for name in ("tokenizer_config.json", "config.json"):
         settings = json.loads((folder / name).read_text())
-        if fault == "cc25_unnamed":
-            settings.pop("tokenizer_class", None)
-        elif fault == "cc25" and name == "tokenizer_config.json":
-            settings["tokenizer_class"] = "MBartTokenizer"
+        if fault == "tokenizer" and name == "tokenizer_config.json":
+            settings["tokenizer_class"] = "BertTokenizer"
         elif fault == "positions" and name == "config.json":
             settings["max_position_embeddings"] = 32
         (folder / name).write_text(json.dumps(settings))

@@ -109,6 +109,23 @@ def test_samples_start_with_the_prefix_and_score_it(trained_copy_model):
     np.testing.assert_array_equal(first[:, 0], greedy)
 
 
+def test_a_prefix_that_starts_the_decoder_is_its_first_input_and_not_an_output(trained_copy_model):
+    """`start_from_prefix` (mBART-large-cc25's target language): each sentence's decoder starts from its prefix's
+    first token (bos where nothing is forced), which is no output; the rest is forced, then each token is the
+    argmax (pad and bos left out) of one teacher-forced pass from that start."""
+    model = trained_copy_model[0]
+    source, prefix = padded(SOURCES), padded(PREFIXES)
+    tokens, _ = run(decoding.greedy_decode, model, source, prefix, max_extra=MAX_EXTRA, start_from_prefix=True)
+    memory, padding = encode(model, source)
+    for row, forced in enumerate(PREFIXES):
+        output, rest = stripped(tokens[row]), forced[1:]
+        assert output[:len(rest)] == rest and len(output) > len(rest)
+        inputs = np.array([[forced[0] if forced else 2] + output[:-1]], "int32")
+        logits = np.array(decode(model, inputs, memory[row:row + 1], padding[row:row + 1]))[0]
+        logits[:, [0, 2]] = -np.inf
+        assert output[len(rest):] == logits.argmax(-1).tolist()[len(rest):], row
+
+
 @pytest.mark.parametrize("prefix, message", [
     ([[7, 3]], "holds eos (3)"),
     ([[2, 7]], "holds bos (2)"),

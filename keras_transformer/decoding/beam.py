@@ -33,6 +33,7 @@ from keras_transformer.decoding.search import (
     prefix_lengths,
     prefix_rows,
     search_loop,
+    split_start,
     step_function,
     target_prefix_ids,
     token_ids,
@@ -103,7 +104,7 @@ def beam_search(model: Any, source: Any, beam_size: int = 4, alpha: float = 0.6,
                 max_length: int | None = None, num_return: int = 1, pad_id: int = 0, bos_id: int = 2, eos_id: int = 3,
                 use_cache: bool = True, first_cache_stage: int | None = None, early_exit: bool = False,
                 return_steps: bool = False, target_prefix: Any = None,
-                constraints: Any = None, banned: Any = None) -> Any:
+                constraints: Any = None, banned: Any = None, start_from_prefix: bool = False) -> Any:
     """Beam search with the GNMT length penalty, batched, with a key/value cache.
 
     At every step each alive hypothesis is extended by every token and the
@@ -153,6 +154,7 @@ def beam_search(model: Any, source: Any, beam_size: int = 4, alpha: float = 0.6,
             then dynamic beam allocation (`decoding.constraints`); which constraints each returned hypothesis
             meets: `constraints_met(tokens, constraints)`. None: the search above, unchanged.
         banned: optional phrases no output may contain: int `(B, Q, L)` per sentence, `(Q, L)` for all, or lists.
+        start_from_prefix: as in `greedy_decode`.
 
     Returns:
         `(tokens, scores)`: int32 `(B, num_return, T)` hypotheses, best first
@@ -185,6 +187,9 @@ def beam_search(model: Any, source: Any, beam_size: int = 4, alpha: float = 0.6,
     limits, steps = output_limits(models[0], source, pad_id, max_extra, max_length)  # (B,), T_max
     if target_prefix is not None:
         target_prefix = target_prefix_ids("beam_search", target_prefix, source, models[0], pad_id, bos_id, eos_id)
+        starts = None
+        if start_from_prefix:
+            starts, target_prefix = split_start(target_prefix, bos_id, pad_id)  # (B,), (B, P)
         limits, steps = with_prefix_room(limits, steps, target_prefix, models[0], pad_id)
         forced_rows = prefix_rows(target_prefix, beams, pad_id)  # (B*K, P + 1)
     bans = None if banned is None else Bans(banned_ids("beam_search", banned, source, models[0], pad_id, bos_id,
@@ -193,7 +198,8 @@ def beam_search(model: Any, source: Any, beam_size: int = 4, alpha: float = 0.6,
         constraints = constraint_ids("beam_search", constraints, source, models[0], pad_id, bos_id, eos_id)
     best_possible_penalty = length_penalty(limits, alpha)  # (B,)
     stages = cache_stages(steps, first_cache_stage) if use_cache else [steps]
-    step, cache = step_function(models, source, pad_id, beams, steps, use_cache, stages[0])
+    step, cache = step_function(models, source, pad_id, beams, steps, use_cache, stages[0],
+                                None if target_prefix is None else starts)
     if constraints is not None:
         room = limits if target_prefix is None else limits - prefix_lengths(target_prefix, pad_id)
         search = _ConstrainedSearch(step, Constraints(constraints, room, pad_id), bans, beams, alpha, limits, steps,
@@ -467,7 +473,7 @@ class _ConstrainedSearch:
 
 def decode(models: Any, source: Any, options: DecodeOptions, pad_id: int, bos_id: int, eos_id: int,
            first_cache_stage: int | None = None, row_keys: Any = None, target_prefix: Any = None,
-           constraints: Any = None, banned: Any = None) -> tuple[Any, Any]:
+           constraints: Any = None, banned: Any = None, start_from_prefix: bool = False) -> tuple[Any, Any]:
     """The strategy's entry (`keras_transformer.decoding.STRATEGIES`): `beam_search` with `options` (and
     `target_prefix`, `constraints` and `banned`, as there).
 
@@ -488,4 +494,5 @@ def decode(models: Any, source: Any, options: DecodeOptions, pad_id: int, bos_id
     return beam_search(models, source, beam_size=options.beam_size, alpha=options.alpha,
                        max_extra=options.max_extra, num_return=options.returned(), pad_id=pad_id, bos_id=bos_id,
                        eos_id=eos_id, first_cache_stage=first_cache_stage, early_exit=options.early_exit,
-                       target_prefix=target_prefix, constraints=constraints, banned=banned)
+                       target_prefix=target_prefix, constraints=constraints, banned=banned,
+                       start_from_prefix=start_from_prefix)

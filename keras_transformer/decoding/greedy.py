@@ -12,8 +12,8 @@ from keras_transformer.decoding.search import ensemble_members, one_token_search
 
 def greedy_decode(model: Any, source: Any, max_extra: int = 50, max_length: int | None = None, pad_id: int = 0,
                   bos_id: int = 2, eos_id: int = 3, use_cache: bool = True, first_cache_stage: int | None = None,
-                  target_prefix: Any = None,
-                  constraints: Any = None, banned: Any = None) -> tuple[Any, Any]:
+                  target_prefix: Any = None, constraints: Any = None, banned: Any = None,
+                  start_from_prefix: bool = False) -> tuple[Any, Any]:
     """Decodes a batch by taking the most likely token at every step.
 
     Args:
@@ -41,6 +41,10 @@ def greedy_decode(model: Any, source: Any, max_extra: int = 50, max_length: int 
             `alpha=0` and these constraints (dynamic beam allocation with one
             beam puts each constraint's tokens in as soon as it can).
         banned: optional phrases no output may contain, as in `beam_search`.
+        start_from_prefix: each sentence's decoder starts from the first token of its
+            `target_prefix` (`bos_id` where nothing is forced), which is then not
+            an output: mBART-large-cc25 starts from its target language
+            (`TransformerConfig.start_from_prefix`).
 
     Returns:
         `(tokens, scores)`: int32 `(B, T)` outputs (the prefix, then the
@@ -64,7 +68,8 @@ def greedy_decode(model: Any, source: Any, max_extra: int = 50, max_length: int 
         tokens, scores = beam_search(model, source, beam_size=1, alpha=0.0, max_extra=max_extra,
                                      max_length=max_length, pad_id=pad_id, bos_id=bos_id, eos_id=eos_id,
                                      use_cache=use_cache, first_cache_stage=first_cache_stage,
-                                     target_prefix=target_prefix, constraints=constraints, banned=banned)
+                                     target_prefix=target_prefix, constraints=constraints, banned=banned,
+                                     start_from_prefix=start_from_prefix)
         return tokens[:, 0], scores[:, 0]
     bans = None
     if banned is not None:
@@ -73,13 +78,14 @@ def greedy_decode(model: Any, source: Any, max_extra: int = 50, max_length: int 
                     pad_id)
     tokens, scores = one_token_search(model, source, most_probable, 1, max_extra, max_length, pad_id, bos_id,
                                       eos_id, use_cache, first_cache_stage, caller="greedy_decode",
-                                      target_prefix=target_prefix, bans=bans)
+                                      target_prefix=target_prefix, bans=bans,
+                                      start_from_prefix=start_from_prefix)
     return tokens[:, 0], scores[:, 0]
 
 
 def decode(models: Any, source: Any, options: DecodeOptions, pad_id: int, bos_id: int, eos_id: int,
            first_cache_stage: int | None = None, row_keys: Any = None, target_prefix: Any = None,
-           constraints: Any = None, banned: Any = None) -> tuple[Any, Any]:
+           constraints: Any = None, banned: Any = None, start_from_prefix: bool = False) -> tuple[Any, Any]:
     """The strategy's search (`strategies.GreedySearch`): `greedy_decode` with `options` (and
     `target_prefix`, `constraints` and `banned`, as there).
 
@@ -98,5 +104,5 @@ def decode(models: Any, source: Any, options: DecodeOptions, pad_id: int, bos_id
     """
     tokens, scores = greedy_decode(models, source, max_extra=options.max_extra, pad_id=pad_id, bos_id=bos_id,
                                    eos_id=eos_id, first_cache_stage=first_cache_stage, target_prefix=target_prefix,
-                                   constraints=constraints, banned=banned)
+                                   constraints=constraints, banned=banned, start_from_prefix=start_from_prefix)
     return ops.expand_dims(tokens, 1), ops.expand_dims(scores, 1)

@@ -296,7 +296,7 @@ def sample(model: Any, source: Any, top_k: Any = 0, top_p: Any = 1.0, temperatur
            row_keys: Any = None, num_return: int = 1, max_extra: int = 50, max_length: int | None = None,
            pad_id: int = 0, bos_id: int = 2, eos_id: int = 3, use_cache: bool = True,
            first_cache_stage: int | None = None, target_prefix: Any = None, constraints: Any = None,
-           banned: Any = None) -> tuple[Any, Any]:
+           banned: Any = None, start_from_prefix: bool = False) -> tuple[Any, Any]:
     """Decodes a batch by drawing every next token from the model's (reshaped) distribution.
 
     Each step divides the log-probabilities by `temperature`, keeps the `top_k` most probable tokens and the
@@ -320,7 +320,8 @@ def sample(model: Any, source: Any, top_k: Any = 0, top_p: Any = 1.0, temperatur
         row_keys: int `(B,)` a key per sentence (its draws' stream); default `source_keys(source)`, a hash of
             the sentence's ids, so that a sentence's samples do not depend on its batch or its place in it.
         num_return: samples per sentence (independent draws), a Python int >= 1.
-        max_extra, max_length, pad_id, bos_id, eos_id, use_cache, first_cache_stage, target_prefix: as in
+        max_extra, max_length, pad_id, bos_id, eos_id, use_cache, first_cache_stage, target_prefix,
+            start_from_prefix: as in
             `greedy_decode` (every sample of a sentence starts with its prefix; the draws of the forced steps
             are made and not used, so the steps after a prefix draw as they would at those positions).
         constraints: refused (`ConfigError`): a sample cannot be made to contain given phrases; decode with beam
@@ -369,12 +370,13 @@ def sample(model: Any, source: Any, top_k: Any = 0, top_p: Any = 1.0, temperatur
         return choose_tokens(log_probs, _uniform(streams, t), top_k, top_p, temperature, sort=sort)
 
     return one_token_search(model, source, draw, rows, max_extra, max_length, pad_id, bos_id, eos_id,
-                            use_cache, first_cache_stage, caller="sample", target_prefix=target_prefix, bans=bans)
+                            use_cache, first_cache_stage, caller="sample", target_prefix=target_prefix, bans=bans,
+                            start_from_prefix=start_from_prefix)
 
 
 def decode(models: Any, source: Any, options: DecodeOptions, pad_id: int, bos_id: int, eos_id: int,
            first_cache_stage: int | None = None, row_keys: Any = None, target_prefix: Any = None,
-           constraints: Any = None, banned: Any = None) -> tuple[Any, Any]:
+           constraints: Any = None, banned: Any = None, start_from_prefix: bool = False) -> tuple[Any, Any]:
     """The strategy's search (`strategies.Sampling`): `sample` with `options` (and
     `target_prefix`, `constraints`, refused, and `banned`, as there).
 
@@ -395,4 +397,5 @@ def decode(models: Any, source: Any, options: DecodeOptions, pad_id: int, bos_id
     return sample(models, source, top_k=options.top_k, top_p=options.top_p, temperature=options.temperature,
                   seed=options.seed, row_keys=row_keys, num_return=options.returned(), max_extra=options.max_extra,
                   pad_id=pad_id, bos_id=bos_id, eos_id=eos_id, first_cache_stage=first_cache_stage,
-                  target_prefix=target_prefix, constraints=constraints, banned=banned)
+                  target_prefix=target_prefix, constraints=constraints, banned=banned,
+                  start_from_prefix=start_from_prefix)

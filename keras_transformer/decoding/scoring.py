@@ -15,7 +15,8 @@ from keras_transformer.decoding.search import (
 from keras_transformer.model import decode, encode
 
 
-def score(model: Any, source: Any, target: Any, alpha: float = 0.0, pad_id: int = 0, bos_id: int = 2) -> Any:
+def score(model: Any, source: Any, target: Any, alpha: float = 0.0, pad_id: int = 0, bos_id: int = 2,
+          start_from_prefix: bool = False) -> Any:
     """Forced decoding: the model's log P(target | source), optionally length-normalised.
 
     Runs the teacher-forced pass once (decoder input = bos + target[:-1]) and
@@ -30,6 +31,8 @@ def score(model: Any, source: Any, target: Any, alpha: float = 0.0, pad_id: int 
             row per source row (a batch of another size is refused, naming both).
         alpha: length-penalty exponent, finite and >= 0; 0 gives the plain log-probability.
         pad_id, bos_id: the special ids.
+        start_from_prefix: each target row's first token is the decoder's start, not scored (mBART-large-cc25's
+            target language, as the searches' `start_from_prefix`): decoder input = target[:-1].
 
     Returns:
         float32 `(B,)`: sum of log-probabilities / lp(target length).
@@ -47,8 +50,11 @@ def score(model: Any, source: Any, target: Any, alpha: float = 0.0, pad_id: int 
     target = token_ids("score", "target", target, first, embedding="target")
     check_same_batch("score", source, target)
     check_options("score", alpha=alpha)
-    bos = ops.full((ops.shape(target)[0], 1), bos_id, dtype="int32")
-    decoder_input = ops.concatenate([bos, target[:, :-1]], axis=1)  # (B, T), shifted right
+    if start_from_prefix:
+        decoder_input, target = target[:, :-1], target[:, 1:]  # (B, T - 1): the start, then the tokens
+    else:
+        bos = ops.full((ops.shape(target)[0], 1), bos_id, dtype="int32")
+        decoder_input = ops.concatenate([bos, target[:, :-1]], axis=1)  # (B, T), shifted right
     members = []
     for member in ensemble_members(model):
         memory, source_padding = encode(member, source, pad_id)

@@ -205,6 +205,15 @@ def target_prefix_ids(caller: str, prefix: Any, source: Any, model: Any, pad_id:
     return ids
 
 
+def split_start(prefix: Any, bos_id: int = 2, pad_id: int = 0) -> Any:
+    """`start_from_prefix`: `target_prefix_ids` `(B, P)` -> `(starts (B,), prefix (B, P))`, each sentence's decoder
+    start (its prefix's first token, `bos_id` where nothing is forced: mBART-large-cc25's target language) and the
+    rest of its prefix, padded by one column."""
+    padded = ops.pad(prefix, [[0, 0], [0, 1]], constant_values=pad_id)  # (B, P + 1)
+    first = padded[:, 0]
+    return ops.where(ops.equal(first, pad_id), bos_id, first), padded[:, 1:]
+
+
 def prefix_lengths(prefix: Any, pad_id: int = 0) -> Any:
     """int32 `(B,)`: the forced tokens of each `target_prefix_ids` row (those that are not `pad_id`)."""
     return ops.sum(ops.cast(ops.not_equal(prefix, pad_id), "int32"), axis=1)
@@ -344,7 +353,7 @@ def combine(log_probs: Any) -> Any:
 
 
 def step_function(models: Any, source: Any, pad_id: int, beams: Any, steps: Any, use_cache: bool,
-                  cache_length: Any) -> Any:
+                  cache_length: Any, starts: Any = None) -> Any:
     """Encodes `source` once per model and returns `(step, cache)` for a `(B*beams)`-row decoder.
 
     `step(sequences, t, cache)` takes the token buffer `(B*beams, steps + 1)`
@@ -360,12 +369,18 @@ def step_function(models: Any, source: Any, pad_id: int, beams: Any, steps: Any,
     pairs (the beam reorder gathers each tensor). With `use_cache=False` each
     step reruns the decoder over the whole fixed-width prefix buffer (the
     baseline the benchmark compares with) and the cache is a dummy tensor.
+    With `starts` (int32 `(B,)`, `split_start`), each sentence's decoder reads its own start token in
+    column 0 in place of bos.
     """
+    if starts is not None:
+        starts = ops.repeat(starts, beams, axis=0)  # (B*beams,)
     members = [_member_step(m, source, pad_id, beams, steps, use_cache, cache_length) for m in models]
     sizes = [len(cache) for _, cache in members]
     cache = tuple(pair for _, member_cache in members for pair in member_cache) if use_cache else ops.zeros((1,))
 
     def step(sequences: Any, t: Any, cache: Any) -> Any:
+        if starts is not None:
+            sequences = write_column(sequences, 0, starts)  # (B*beams, steps + 1)
         outputs, updated, start = [], [], 0
         for (member, _), size in zip(members, sizes):
             logits, member_cache = member(sequences, t, cache[start:start + size] if use_cache else ())
@@ -457,7 +472,7 @@ def one_token_search(models: Any, source: Any, choose: Any, rows_per_sentence: i
                      max_length: int | None = None, pad_id: int = 0, bos_id: int = 2, eos_id: int = 3,
                      use_cache: bool = True, first_cache_stage: int | None = None, caller: str = "one_token_search",
                      target_prefix: Any = None,
-                     bans: Any = None) -> Any:
+                     bans: Any = None, start_from_prefix: bool = False) -> Any:
     """The loop of the strategies that keep one hypothesis per row and only choose its next token (greedy, sampling).
 
     Each sentence gets `rows_per_sentence` rows (R; its cross-attention keys and values are shared by them, as
@@ -477,6 +492,7 @@ def one_token_search(models: Any, source: Any, choose: Any, rows_per_sentence: i
         caller: the name errors give.
         bans: optional banned phrases, a `constraints.Bans`: `choose` sees their completions at -inf (the scores
             stay the model's log-probabilities).
+        start_from_prefix: as in `greedy_decode`.
 
     Returns:
         `(tokens, scores)`: int32 `(B, R, T)` outputs (prefix included) padded with `pad_id`, float32 `(B, R)`
@@ -501,12 +517,15 @@ def one_token_search(models: Any, source: Any, choose: Any, rows_per_sentence: i
     limits, steps = output_limits(models[0], source, pad_id, max_extra, max_length)  # (B,), T_max
     if target_prefix is not None:
         target_prefix = target_prefix_ids(caller, target_prefix, source, models[0], pad_id, bos_id, eos_id)
+        if start_from_prefix:
+            starts, target_prefix = split_start(target_prefix, bos_id, pad_id)  # (B,), (B, P)
         limits, steps = with_prefix_room(limits, steps, target_prefix, models[0], pad_id)
         forced_rows = prefix_rows(target_prefix, rows, pad_id)  # (B*R, P + 1)
     if rows > 1:
         limits = ops.repeat(limits, rows, axis=0)  # (B*R,)
     stages = cache_stages(steps, first_cache_stage) if use_cache else [steps]
-    step, cache = step_function(models, source, pad_id, rows, steps, use_cache, stages[0])
+    step, cache = step_function(models, source, pad_id, rows, steps, use_cache, stages[0],
+                                starts if start_from_prefix and target_prefix is not None else None)
     batch = ops.shape(source)[0] * rows
 
     sequences = write_column(ops.full((batch, steps + 1), pad_id, dtype="int32"), 0,

@@ -121,7 +121,8 @@ class Strategy:
     def decode_function(cls) -> Callable[..., Any]:
         """The search: `decode(models, source, options, pad_id, bos_id, eos_id, first_cache_stage=None,
         row_keys=None, target_prefix=None, constraints=None, banned=None) -> (tokens (B, R, T), scores (B, R))`,
-        its module imported now."""
+        its module imported now; the engines add `start_from_prefix=True` for a model whose decoder starts from
+        each target prefix's first token (mBART-large-cc25), and only then."""
         if callable(cls.search):
             return cls.search
         module, _, function = cls.search.partition(":")

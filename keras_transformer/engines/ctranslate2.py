@@ -25,7 +25,7 @@ from keras_transformer.engines.ctranslate2_cpu import cpu_model, default_intra_t
 from keras_transformer.engines.details import Translation
 from keras_transformer.engines.interface import TranslatorInterface
 from keras_transformer.engines.lines import Lines, check_prefix_ids
-from keras_transformer.engines.subwords import load_processors, mapped_pieces, mapped_text
+from keras_transformer.engines.subwords import load_processors, mapped_pieces, mapped_text, source_end
 from keras_transformer.errors import ConfigError
 from keras_transformer.workdir.layout import CTRANSLATE2_METADATA
 
@@ -243,6 +243,9 @@ class CTranslate2Translator(TranslatorInterface):
         self._languages = {side: set(languages.get(side, {}).get("languages", [])) for side in ("source", "target")}
         self._language = {side: languages.get(side, {}).get("language") for side in ("source", "target")}
         self._split = {side: tuple(languages.get(side, {}).get("split_tokens", ())) for side in ("source", "target")}
+        # mBART-large-cc25: sources end with </s> [src_lang]; the decoder starts from the prefix's first token
+        self._language_last = {side: bool(languages.get(side, {}).get("language_last"))
+                               for side in ("source", "target")}
         target = languages.get("target", {})
         self._dropped = {self._target_ids[token] for token in
                          list(target.get("languages", [])) + list(target.get("special_tokens", []))}
@@ -325,6 +328,9 @@ class CTranslate2Translator(TranslatorInterface):
         >>> translator.encode_source("A man.")  # doctest: +SKIP
         ['▁A', '▁man', '.']
         """
+        if self.mapped and self._language_last["source"]:  # tokens </s> [src_lang]: CTranslate2 adds nothing
+            return source_end(self._pieces(self.source_processor, text, "source"), self._eos_token,
+                              self.max_source_length, language_last=True)
         if self.mapped:
             return self._pieces(self.source_processor, text, "source")[: self.max_source_length - 1]
         ids = self.source_processor.encode(text)[: self.max_source_length - 1]
@@ -340,7 +346,9 @@ class CTranslate2Translator(TranslatorInterface):
     def _limit(self, source_tokens: Sequence[str], prefix: Sequence[str] = ()) -> int:
         """Tokens a translation may have: source length with eos + max_extra, at least its target prefix and one
         more, capped by the position table."""
-        wanted = max(len(source_tokens) + 1 + self.max_extra, len(prefix) + 1)
+        ends = 0 if self._language_last["source"] else 1  # the eos CTranslate2 adds
+        start = 1 if self._language_last["target"] else 0  # a prefix's first token starts the decoder, no output
+        wanted = max(len(source_tokens) + ends + self.max_extra, len(prefix) - start + 1)
         return max(1, min(wanted, self.max_target_length))
 
     @property
@@ -453,6 +461,8 @@ class CTranslate2Translator(TranslatorInterface):
         forced = None
         if prefixes is not None:
             forced = [[self.target_tokens[i] for i in ids] for ids in self.target_prefix_ids(prefixes)]
+        if self._language_last["target"]:  # the decoder starts from each prefix's first token, else from bos
+            forced = [prefix or [self.target_tokens[self.bos_id]] for prefix in forced or [[]] * len(texts)]
         return self._search([self.encode_source(text) for text in texts], forced)
 
     def n_best_batch(self, texts: list[str], prefixes: list[str] | None = None) -> list[list[tuple[str, float]]]:

@@ -29,7 +29,7 @@ from keras_transformer.engines.ctranslate2_cpu import default_intra_threads
 from keras_transformer.engines.details import Translation
 from keras_transformer.engines.interface import TranslatorInterface
 from keras_transformer.engines.lines import Lines, check_prefix_ids
-from keras_transformer.engines.subwords import load_processors, mapped_pieces, mapped_text
+from keras_transformer.engines.subwords import load_processors, mapped_pieces, mapped_text, source_end
 from keras_transformer.errors import CheckpointError, CheckpointNotFoundError, ConfigError
 from keras_transformer.runtime.tensorflow_logs import tensorflow_logs_wanted, without_cpp_log_lines
 from keras_transformer.workdir.layout import LITERT_METADATA, LITERT_MODEL
@@ -152,6 +152,8 @@ class LiteRTTranslator(TranslatorInterface):
         self._languages = {side: tuple(languages.get(side, {}).get("languages", ())) for side in ("source", "target")}
         self._language = {side: languages.get(side, {}).get("language") for side in ("source", "target")}
         self._split = {side: tuple(languages.get(side, {}).get("split_tokens", ())) for side in ("source", "target")}
+        self._language_last = {side: bool(languages.get(side, {}).get("language_last"))
+                               for side in ("source", "target")}
         self._ids: dict[str, dict[str, int]] = {}
         self._dropped = {self.pad_id, self.bos_id}
         if self.mapped:
@@ -230,14 +232,15 @@ class LiteRTTranslator(TranslatorInterface):
         return [ids.get(token, unk) for token in tokens]
 
     def source_ids(self, text: str) -> list[int]:
-        """One cleaned sentence's source ids: at most `max_source_length - 1` of `encode`'s, then eos.
+        """One cleaned sentence's source ids: at most `max_source_length - 1` of `encode`'s, then eos
+        (`subwords.source_end`: mBART-large-cc25's language token after it).
 
         Example:
 
         >>> translator.source_ids("A man.")  # doctest: +SKIP
         [27, 241, 5, 3]
         """
-        return self.encode(text)[: self.max_source_length - 1] + [self.eos_id]
+        return source_end(self.encode(text), self.eos_id, self.max_source_length, self._language_last["source"])
 
     def target_prefix_ids(self, prefixes: list[str]) -> list[list[int]]:
         """Per prefix text, its forced target ids (`encode` of the target side, no eos), checked
@@ -332,7 +335,8 @@ class LiteRTTranslator(TranslatorInterface):
         runner = self.interpreter.get_signature_runner(SCORE_SIGNATURE)
         outputs = runner(source_ids=padded_ids([self.source_ids(text) for text in sources], self.pad_id),
                          target_ids=padded_ids(target_ids, self.pad_id))
-        lengths = np.array([len(ids) for ids in target_ids], np.float64)
+        start = int(self._language_last["target"])  # cc25: the target language starts the decoder, unscored
+        lengths = np.array([len(ids) - start for ids in target_ids], np.float64)
         penalties = np.power((5.0 + lengths) / 6.0, self.scoring_alpha)
         return [float(score) for score in np.asarray(outputs["score"], np.float64) / penalties]
 

@@ -4,9 +4,9 @@
 file). An imported vocabulary (`data.tokenizers.MappedTokenizer`: OPUS-MT's, M2M-100's, NLLB's) numbers
 SentencePiece's pieces through a vocabulary of its own: `mapped_pieces` segments a sentence as that tokenizer
 does (a leading ``>>xx<<`` tag or language token whole, else the side's language first, the vocabulary's
-split tokens whole wherever they stand, and a piece the vocabulary lacks read as unk), and `mapped_text` joins
-pieces back into text as its `detokenize` does. Needs `sentencepiece` and nothing else: neither Keras nor
-TensorFlow.
+split tokens whole wherever they stand, and a piece the vocabulary lacks read as unk), `source_end` puts eos
+(and mBART-large-cc25's language token) after a source's tokens, and `mapped_text` joins pieces back into
+text as its `detokenize` does. Needs `sentencepiece` and nothing else: neither Keras nor TensorFlow.
 """
 
 from __future__ import annotations
@@ -51,6 +51,20 @@ def split_pattern(tokens: Iterable[str]) -> str:
         return "".join(f"\\x{ord(c):02x}" if ord(c) < 128 and not c.isalnum() else c for c in token)
 
     return "(" + "|".join(literal(token) for token in sorted(tokens, key=len, reverse=True)) + ")"
+
+
+def source_end(tokens: list[Any], eos: Any, max_length: int, language_last: bool = False) -> list[Any]:
+    """A source's tokens (or ids) then eos, `max_length` at most: as the TensorFlow engine's `encode_ids`, a
+    `language_last` tokenizer's language token (the first `mapped_pieces` gives) goes after eos.
+
+    Example:
+
+    >>> source_end(["en_XX", "▁a", "▁cat"], "</s>", 8, language_last=True), source_end(["▁a", "▁cat"], "</s>", 2)
+    (['▁a', '▁cat', '</s>', 'en_XX'], ['▁a', '</s>'])
+    """
+    if language_last:
+        return list(tokens[1:][: max_length - 2]) + [eos, *tokens[:1]]
+    return list(tokens[: max_length - 1]) + [eos]
 
 
 def mapped_pieces(processor: Any, text: str, known: Collection[str], unk_token: str,
@@ -104,4 +118,4 @@ def mapped_text(tokens: Iterable[str]) -> str:
     return "".join(tokens).replace("\u2581", " ").strip()
 
 
-__all__ = ["load_processors", "mapped_pieces", "mapped_text", "split_pattern"]
+__all__ = ["load_processors", "mapped_pieces", "mapped_text", "source_end", "split_pattern"]

@@ -5,7 +5,8 @@ graphs, and the whole path runs in one `tf.function` that the export module
 saves in a SavedModel. The search itself is `keras_transformer.decoding`
 (the strategy its `DecodeOptions` name), the graph's pieces are
 `engines.tensorflow_graph`'s, a batch's length-ordered chunks
-`engines.tensorflow_chunks`'s, a search with terms `engines.tensorflow_terms`'s, and the Python-level methods
+`engines.tensorflow_chunks`'s, a search with terms `engines.tensorflow_terms`'s, attention maps
+`engines.tensorflow_attention`'s, and the Python-level methods
 (line clean-up, blanks, length order) are `keras_transformer.engines.interface.TranslatorInterface`'s.
 `keras_transformer.load_translator` builds one for a workdir or SavedModel export.
 
@@ -19,19 +20,20 @@ the encoder sees at most `max_length` positions (`max_length` is the model's pos
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 import tensorflow as tf
 
 from keras_transformer import decoding
-from keras_transformer.attention.maps import AttentionMaps, attention_maps, strip_special
+from keras_transformer.attention.maps import AttentionMaps
 from keras_transformer.data.tokenizers import load_tokenizers
 from keras_transformer.decoding.options import DecodeOptions
 from keras_transformer.decoding.registry import STRATEGIES
 from keras_transformer.decoding.strategies import SAMPLING_FIELDS
 from keras_transformer.engines.interface import TranslatorInterface
-from keras_transformer.engines.lines import check_prefix_ids, clean_line
+from keras_transformer.engines.lines import check_prefix_ids
+from keras_transformer.engines.tensorflow_attention import translation_attention
 from keras_transformer.engines.tensorflow_chunks import score_in_length_order, search_in_length_order
 from keras_transformer.engines.tensorflow_details import count_source_tokens, details_batch, n_best_details_batch
 from keras_transformer.engines.tensorflow_graph import (
@@ -300,7 +302,8 @@ class Translator(TermSearch, tf.Module, TranslatorInterface):
         Returns:
             int32 `[N, S]` with `S <= max_length`.
         """
-        return encode_ids(self.source_tokenizer, sentences, self.max_source_length)
+        return encode_ids(self.source_tokenizer, sentences, self.max_source_length,
+                          getattr(self.source_tokenizer, "language_last", False))
 
     def encode_targets(self, sentences: Any) -> tf.Tensor:
         """Tokenizes reference translations into target ids (tokens then eos), for `score`."""
@@ -340,6 +343,8 @@ class Translator(TermSearch, tf.Module, TranslatorInterface):
         """
         target = self.target_tokenizer
         forced = {} if target_prefix is None else {"target_prefix": target_prefix}
+        if target_prefix is not None and getattr(target, "language_last", False):  # mBART-large-cc25
+            forced["start_from_prefix"] = True  # the prefix's language token starts the decoder
         return decoding.strategy(options.strategy)(
             self.models, source, options.replace(n_best=num_return, **sampling), pad_id=target.pad_id,
             bos_id=target.bos_id, eos_id=target.eos_id, first_cache_stage=decoding.FIRST_CACHE_STAGE, **forced)
@@ -519,7 +524,8 @@ class Translator(TermSearch, tf.Module, TranslatorInterface):
         """`decoding.score` of id batches, with this translator's models, alpha and special ids."""
         target_tokenizer = self.target_tokenizer
         return decoding.score(self.models, source, target, alpha=self.scoring_alpha, pad_id=target_tokenizer.pad_id,
-                              bos_id=target_tokenizer.bos_id)
+                              bos_id=target_tokenizer.bos_id,
+                              start_from_prefix=getattr(target_tokenizer, "language_last", False))
 
     def _run(self, name: str, batch: list[bytes], prefixes: list[str] | None = None) -> dict[str, tf.Tensor]:
         """The method `name` (`translate` or `n_best`; with `prefixes`, its `_prefixed` form) on a list of
@@ -570,31 +576,4 @@ class Translator(TermSearch, tf.Module, TranslatorInterface):
         >>> maps.translation, maps.cross[-1].shape  # doctest: +SKIP
         ('Ein Hund läuft.', (4, 5, 6))
         """
-        if len(self.models) != 1:
-            raise ValueError(f"Attention maps are drawn for one model; this Translator decodes an ensemble of "
-                             f"{len(self.models)}.")
-        text = clean_line(sentence, "Translator.attention") if isinstance(sentence, (str, bytes)) else sentence
-        if not isinstance(text, str) or not text.strip():
-            raise ValueError(f"Translator.attention needs a non-empty sentence, got {sentence!r}.")
-        source = self.encode_sources(tf.constant([text.encode("utf-8")]))  # (1, S): tokens then eos
-        target = self.target_tokenizer
-        if translation is None:
-            tokens, _ = self.translate_ids(source, num_return=1)
-            target_ids = strip_special(tokens.numpy()[0, 0], target.eos_id, target.pad_id, target.bos_id)
-        else:
-            forced = clean_line(translation, "Translator.attention")
-            target_ids = self.encode_targets(tf.constant([forced.encode("utf-8")])).numpy()[0].tolist()
-            target_ids = strip_special(target_ids, target.eos_id, target.pad_id, target.bos_id)
-        target_ids = target_ids[: self.max_target_length - 1]
-        detokenized = valid_utf8(target.detokenize(tf.constant([target_ids + [target.eos_id]], tf.int32)))
-
-        def pieces(tokenizer: Any) -> Callable[[list[int]], list[str]]:
-            def read(ids: list[int]) -> list[str]:
-                values = tokenizer.id_to_piece(tf.constant(ids, tf.int32)).numpy().reshape(-1)
-                return [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in values]
-            return read
-
-        source_ids = [int(i) for i in source.numpy()[0] if i != self.source_tokenizer.pad_id]
-        return attention_maps(self.model, source_ids, target_ids, (pieces(self.source_tokenizer), pieces(target)),
-                              detokenized.numpy()[0].decode("utf-8"), bos_id=target.bos_id, eos_id=target.eos_id,
-                              pad_id=target.pad_id)
+        return translation_attention(self, sentence, translation)

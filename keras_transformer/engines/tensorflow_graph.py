@@ -22,14 +22,22 @@ def blank_strings(strings: Any) -> tf.Tensor:
     return tf.equal(tf.strings.length(tf.strings.strip(tf.convert_to_tensor(strings, tf.string))), 0)
 
 
-def encode_ids(tokenizer: Any, sentences: Any, max_length: int) -> tf.Tensor:
-    """Tokenizes strings into ids followed by eos, keeping at most `max_length` positions, padded."""
+def encode_ids(tokenizer: Any, sentences: Any, max_length: int, language_last: bool = False) -> tf.Tensor:
+    """Tokenizes strings into ids followed by eos, keeping at most `max_length` positions, padded; with
+    `language_last` (the sources of a `language_last` tokenizer: mBART-large-cc25's), the language token (the
+    first `tokenize` gives) goes after eos."""
     tokens = tokenizer.tokenize(valid_utf8(sentences))
     if not isinstance(tokens, tf.RaggedTensor):
         tokens = tf.RaggedTensor.from_tensor(tokens, padding=tokenizer.pad_id)
-    tokens = tf.cast(tokens, tf.int32)[:, : max_length - 1]
-    eos = tf.fill([tokens.nrows(), 1], tf.constant(tokenizer.eos_id, tf.int32))
-    return tf.concat([tokens, tf.RaggedTensor.from_tensor(eos)], axis=1).to_tensor(default_value=tokenizer.pad_id)
+    tokens = tf.cast(tokens, tf.int32)
+    eos = tf.RaggedTensor.from_tensor(tf.fill([tokens.nrows(), 1], tf.constant(tokenizer.eos_id, tf.int32)))
+    if language_last:  # [lang] tokens -> tokens </s> [lang] (mBART-large-cc25's sources)
+        ends = [eos, tokens[:, :1]]
+        tokens = tokens[:, 1: max_length - 1]
+    else:
+        ends = [eos]
+        tokens = tokens[:, : max_length - 1]
+    return tf.concat([tokens, *ends], axis=1).to_tensor(default_value=tokenizer.pad_id)
 
 
 def encode_prefix_ids(tokenizer: Any, prefixes: Any, max_length: int) -> tf.Tensor:

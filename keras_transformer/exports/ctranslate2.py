@@ -116,7 +116,9 @@ def _language_settings(folder: str | os.PathLike[str]) -> dict[str, Any]:
     settings = _read_settings(folder)
     return {"languages": list(settings.get("languages", [])), "language": settings.get("language"),
             "special_tokens": list(settings.get("special_tokens", [])),
-            "split_tokens": list(settings.get("split_tokens", []))}
+            "split_tokens": list(settings.get("split_tokens", [])),
+            # mBART-large-cc25: tokens </s> [src_lang], the decoder started from the target prefix's language
+            **({"language_last": True} if settings.get("language_last") else {})}
 
 
 def _sentencepiece_file(folder: str | os.PathLike[str]) -> str:
@@ -319,7 +321,8 @@ def export_ctranslate2(model: Any, config: TransformerConfig, vocab_dir: str | o
                 raise FileExistsError(f"{directory} already exists; replace it with overwrite=True (--overwrite).")
         check_ctranslate2_support(config)
         vocabulary = _Vocabulary(vocab_dir)
-        spec = build_spec(model, config, vocabulary.tokens["source"], vocabulary.tokens["target"])
+        spec = build_spec(model, config, vocabulary.tokens["source"], vocabulary.tokens["target"],
+                          vocabulary.mapped and "language_last" in _language_settings(vocabulary.folders["target"]))
         spec.validate()
         spec.optimize(quantization=None if precision == "float32" else precision)
         models, names = vocabulary.models, vocabulary.names

@@ -214,13 +214,16 @@ def position_table(model: Any, side: str = "source") -> np.ndarray:
 
 
 def build_spec(model: Any, config: TransformerConfig, source_tokens: Sequence[str],
-               target_tokens: Sequence[str]) -> Any:
+               target_tokens: Sequence[str], language_last: bool = False) -> Any:
     """The CTranslate2 `TransformerSpec` holding `model`'s weights (not yet validated or saved).
 
     Args:
         model: a `build_model(config)` model with its trained weights.
         config: its `TransformerConfig`.
         source_tokens, target_tokens: the vocabularies (`vocabulary_tokens`), one token per id.
+        language_last: mBART-large-cc25's tokenizers (`MappedTokenizer.language_last`): sources come with their
+            ``</s> [src_lang]`` (not added), and the decoder starts from each target prefix's first token
+            (``decoder_start_token`` None, as CTranslate2's own MBart converter has it).
 
     Returns:
         A ``ctranslate2.specs.TransformerSpec``.
@@ -302,9 +305,9 @@ def build_spec(model: Any, config: TransformerConfig, source_tokens: Sequence[st
     spec.config.unk_token = target_tokens[config.unk_id]
     spec.config.bos_token = target_tokens[config.bos_id]
     spec.config.eos_token = target_tokens[config.eos_id]
-    spec.config.decoder_start_token = target_tokens[config.bos_id]
+    spec.config.decoder_start_token = None if language_last else target_tokens[config.bos_id]
     spec.config.add_source_bos = False
-    spec.config.add_source_eos = True  # the package's sources are tokens then eos
+    spec.config.add_source_eos = not language_last  # the package's sources are tokens then eos
     spec.register_source_vocabulary(source_tokens)
     spec.register_target_vocabulary(target_tokens)
     return spec

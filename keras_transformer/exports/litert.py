@@ -178,9 +178,12 @@ def _frozen(function: Any, *specs: tf.TensorSpec) -> Any:
     return tf.function(call, input_signature=list(specs), autograph=False).get_concrete_function()
 
 
-def signature_functions(model: Any, config: TransformerConfig, options: DecodeOptions) -> dict[str, Any]:
-    """The concrete functions of `model.tflite`'s signatures, variables frozen (the module docstring lists them)."""
-    special = dict(pad_id=config.pad_id, bos_id=config.bos_id, eos_id=config.eos_id)
+def signature_functions(model: Any, config: TransformerConfig, options: DecodeOptions,
+                        start_from_prefix: bool = False) -> dict[str, Any]:
+    """The concrete functions of `model.tflite`'s signatures, variables frozen (the module docstring lists them);
+    `start_from_prefix`: the decoder starts from each prefix's first token (a `language_last` target tokenizer's)."""
+    special = dict(pad_id=config.pad_id, bos_id=config.bos_id, eos_id=config.eos_id,
+                   **({"start_from_prefix": True} if start_from_prefix else {}))
     strategies = {"greedy": options.replace(strategy="greedy", n_best=None)}
     if options.strategy == "beam":
         strategies["beam"] = options.replace(n_best=options.beam_size)
@@ -196,15 +199,15 @@ def signature_functions(model: Any, config: TransformerConfig, options: DecodeOp
 
         def score(source_ids: Any, target_ids: Any) -> Any:
             return {"score": decoding.score([model], source_ids, target_ids, alpha=0.0, pad_id=config.pad_id,
-                                            bos_id=config.bos_id)}
+                                            bos_id=config.bos_id, start_from_prefix=start_from_prefix)}
         functions[SCORE_SIGNATURE] = _frozen(score, _IDS, _TARGET_IDS)
     return functions
 
 
 def convert(model: Any, config: TransformerConfig, options: DecodeOptions,
-            precisions: tuple[str, ...] = ("float32",)) -> dict[str, bytes]:
+            precisions: tuple[str, ...] = ("float32",), start_from_prefix: bool = False) -> dict[str, bytes]:
     """`model`'s search and scoring as the bytes of a `model.tflite` per precision, LiteRT built-in operators only:
-    traced once, converted once per precision.
+    traced once, converted once per precision (`start_from_prefix` as in `signature_functions`).
 
     Raises:
         ConfigError: an operation the converter cannot express in built-in operators (named, as the converter
@@ -220,7 +223,7 @@ def convert(model: Any, config: TransformerConfig, options: DecodeOptions,
     precisions = tuple(check_litert_precision(precision) for precision in precisions)
     converted = {}
     with tempfile.TemporaryDirectory(prefix="litert-") as folder, _quiet("absl"):
-        signatures = _save_signatures(model, config, options, folder)
+        signatures = _save_signatures(model, config, options, folder, start_from_prefix)
         gc.collect()  # traced graphs hold reference cycles: freed now, before the converter's own copies
         for precision in precisions:
             converter = tf.lite.TFLiteConverter.from_saved_model(folder, signature_keys=signatures)
@@ -239,11 +242,12 @@ def convert(model: Any, config: TransformerConfig, options: DecodeOptions,
     return converted
 
 
-def _save_signatures(model: Any, config: TransformerConfig, options: DecodeOptions, folder: str) -> list[str]:
+def _save_signatures(model: Any, config: TransformerConfig, options: DecodeOptions, folder: str,
+                     start_from_prefix: bool = False) -> list[str]:
     """Writes `signature_functions` as a SavedModel in `folder` and returns the signatures' names. The traced
     functions (each with its own frozen copy of the weights) are dropped on return: the converter reads the folder,
     and with them gone it adds a third of the memory it adds beside them (bench/litert_memory.py)."""
-    functions = signature_functions(model, config, options)
+    functions = signature_functions(model, config, options, start_from_prefix)
     tf.saved_model.save(tf.Module(), folder, signatures=functions,
                         options=tf.saved_model.SaveOptions(experimental_custom_gradients=False))
     return list(functions)
@@ -378,6 +382,9 @@ def _metadata(config: TransformerConfig, options: DecodeOptions, precision: str,
                                         (("languages", []), ("language", None), ("special_tokens", []),
                                          ("split_tokens", []))}
                                  for side in ("source", "target")}
+        for side in ("source", "target"):  # mBART-large-cc25: tokens </s> [src_lang], the decoder started from
+            if sides[side]["settings"].get("language_last"):  # the target prefix's language token
+                metadata["languages"][side]["language_last"] = True
         metadata["target_languages"] = metadata["languages"]["target"]["languages"]
     return metadata
 
@@ -451,8 +458,8 @@ def export_litert(model: Any, config: TransformerConfig, vocab_dir: str | os.Pat
     options = (options or DecodeOptions()).replace(**settings)
     with export_lock(os.path.abspath(directory)):  # one writer, refused before the (long) conversion
         _check_destination(directory, overwrite)
-        vocabulary_files(vocab_dir)  # refused before the conversion
-        data = convert(model, config, options, (precision,))[precision]
+        target = vocabulary_files(vocab_dir)["target"]  # refused before the conversion
+        data = convert(model, config, options, (precision,), bool(target["settings"].get("language_last")))[precision]
         return write_litert(data, config, options, precision, vocab_dir, directory, overwrite=overwrite,
                             provenance=provenance)
 

@@ -1,5 +1,5 @@
-"""mBART-50 (``model_type: mbart``, Hugging Face's ``MBartForConditionalGeneration``) onto `TransformerConfig` and
-`build_model`'s weights.
+"""mBART-50 and mBART-large-cc25 (``model_type: mbart``, Hugging Face's ``MBartForConditionalGeneration``) onto
+`TransformerConfig` and `build_model`'s weights.
 
 How a checkpoint maps onto the package's model (what differs from `BartFamily`):
 
@@ -18,8 +18,12 @@ How a checkpoint maps onto the package's model (what differs from `BartFamily`):
 The tokenizer (``MBart50Tokenizer``): ``sentencepiece.bpe.model`` segments, fairseq's numbering
 (``<s> <pad> </s> <unk>``, SentencePiece's ids one up, the 52 language codes, ``<mask>``), read
 from ``tokenizer.json`` where the checkpoint has one; a source is ``[src_lang] tokens </s>``, a
-target ``[tgt_lang] tokens </s>``. mBART-large-cc25's ``MBartTokenizer`` puts the language after
-``</s>`` and starts the decoder from it: refused by name.
+target ``[tgt_lang] tokens </s>``. mBART-large-cc25's ``MBartTokenizer`` (the first 25 codes): a
+source is ``tokens </s> [src_lang]``, and the decoder starts from the target language itself
+(transformers' ``decoder_start_token_id = lang_code_to_id[tgt_lang]``), not from ``</s>``: both
+tokenizers are ``language_last``, the target language's token opens the target prefix, and the
+searches start the decoder from it (``start_from_prefix``); without a target language the decoder
+starts from ``</s>``.
 """
 
 from __future__ import annotations
@@ -42,13 +46,14 @@ LANGUAGE_CODES = ("ar_AR cs_CZ de_DE en_XX es_XX et_EE fi_FI fr_XX gu_IN hi_IN i
                   "my_MM ne_NP nl_XX ro_RO ru_RU si_LK tr_TR vi_VN zh_CN af_ZA az_AZ bn_IN fa_IR he_IL hr_HR id_ID "
                   "ka_GE km_KH mk_MK ml_IN mn_MN mr_IN pl_PL ps_AF pt_XX sv_SE sw_KE ta_IN te_IN th_TH tl_XX uk_UA "
                   "ur_PK xh_ZA gl_ES sl_SI").split()
+CC25_LANGUAGE_CODES = LANGUAGE_CODES[:25]  # mBART-large-cc25's (MBartTokenizer's), the first 25 of them
 SENTENCEPIECE = "sentencepiece.bpe.model"
 POSITION_OFFSET = 2  # fairseq's learned positions count from pad_id + 1
 
 
 class MBartFamily(BartFamily):
-    """mBART-50 (many-to-many and one-to-many) and every other ``MBartForConditionalGeneration`` checkpoint with
-    ``MBart50Tokenizer``'s layout.
+    """mBART-50 (many-to-many and one-to-many), mBART-large-cc25 and every other ``MBartForConditionalGeneration``
+    checkpoint with ``MBart50Tokenizer``'s or ``MBartTokenizer``'s layout.
 
     Example:
 
@@ -57,15 +62,15 @@ class MBartFamily(BartFamily):
     """
 
     name = "mbart"
-    description = "mBART-50 (MBartForConditionalGeneration)"
+    description = "mBART-50 and mBART-large-cc25 (MBartForConditionalGeneration)"
 
     # ------------------------------------------------------------------ config
     def architecture(self, checkpoint: Checkpoint, tensors: WeightSource, where: str) -> dict[str, Any]:
         hf = checkpoint.config
         self.check_tied(hf, where)
-        self._check_tokenizer(checkpoint)
         pad, eos = int(hf["pad_token_id"]), int(hf["eos_token_id"])
-        start = hf.get("decoder_start_token_id")
+        # cc25: the decoder starts from the target language (a target prefix's first token), else from eos
+        start = None if self.language_last(checkpoint) else hf.get("decoder_start_token_id")
         return dict(
             vocab_size=int(hf["vocab_size"]), pad_id=pad, unk_id=self._unk_id(checkpoint),
             bos_id=eos if start is None else int(start), eos_id=eos,
@@ -74,19 +79,30 @@ class MBartFamily(BartFamily):
             norm_first=True, embedding_norm=True, tie_embeddings="all")
 
     # ------------------------------------------------------------------ tokenizers
-    def _check_tokenizer(self, checkpoint: Checkpoint) -> None:
+    def _tokenizer_class(self, checkpoint: Checkpoint) -> str | None:
         kind = self.settings(checkpoint).get("tokenizer_class") or checkpoint.config.get("tokenizer_class")
-        if not kind:  # mBART-50's vocabulary has its 52 languages, cc25's its 25
-            kind = "MBart50Tokenizer" if len(self._vocabulary(checkpoint)[1]) > 25 else "MBartTokenizer"
-        if not str(kind).startswith("MBart50"):
-            raise ConfigError(f"{checkpoint.folder / TOKENIZER_CONFIG}: tokenizer_class {kind!r} (mBART-large-cc25's "
-                              "layout: tokens </s> [src_lang], the decoder started from the target language) is not "
-                              "read; the package imports MBart50Tokenizer's [src_lang] tokens </s>.")
+        return None if not kind else str(kind)
+
+    def language_last(self, checkpoint: Checkpoint) -> bool:
+        """Whether the checkpoint's tokenizer has ``MBartTokenizer``'s layout (mBART-large-cc25: ``tokens </s>
+        [src_lang]``, the decoder started from the target language) rather than ``MBart50Tokenizer``'s."""
+        kind = self._tokenizer_class(checkpoint)
+        if kind is None:  # mBART-50's vocabulary has its 52 languages, cc25's its 25
+            return len(self._vocabulary(checkpoint)[1]) <= len(CC25_LANGUAGE_CODES)
+        if kind.startswith("MBart50"):
+            return False
+        if kind in ("MBartTokenizer", "MBartTokenizerFast"):
+            return True
+        raise ConfigError(f"{checkpoint.folder / TOKENIZER_CONFIG}: tokenizer_class {kind!r} is not read; the "
+                          "package imports MBart50Tokenizer's layout ([src_lang] tokens </s>) and MBartTokenizer's "
+                          "(mBART-large-cc25's tokens </s> [src_lang]).")
 
     def _vocabulary(self, checkpoint: Checkpoint) -> tuple[list[str], list[str]]:
         settings = self.settings(checkpoint)
+        kind = self._tokenizer_class(checkpoint) or ""
+        default = CC25_LANGUAGE_CODES if kind.startswith("MBartTokenizer") else LANGUAGE_CODES
         listed = [token for token in (settings.get("extra_special_tokens") or settings.get(
-            "additional_special_tokens") or LANGUAGE_CODES) if isinstance(token, str)]
+            "additional_special_tokens") or default) if isinstance(token, str)]
         sentencepiece = checkpoint.folder / SENTENCEPIECE
         if not (checkpoint.folder / "tokenizer.json").is_file():  # fairseq's numbering computed
             sentencepiece = self._sentencepiece(checkpoint)
@@ -116,7 +132,8 @@ class MBartFamily(BartFamily):
 
         common: dict[str, Any] = dict(pad_id=config.pad_id, unk_id=config.unk_id, bos_id=config.bos_id,
                                       eos_id=config.eos_id, languages=languages,
-                                      special_tokens=[token for token in ("<s>", "<mask>") if token in tokens])
+                                      special_tokens=[token for token in ("<s>", "<mask>") if token in tokens],
+                                      **({"language_last": True} if self.language_last(checkpoint) else {}))
         source = MappedTokenizer(model, tokens, language=language("src_lang", "en_XX"), name="source_tokenizer",
                                  **common)
         target = MappedTokenizer(model, tokens, language=language("tgt_lang", None), name="target_tokenizer",
@@ -132,4 +149,4 @@ class MBartFamily(BartFamily):
             assign(layer.table, table[POSITION_OFFSET:], name)
 
 
-__all__ = ["LANGUAGE_CODES", "MBartFamily"]
+__all__ = ["CC25_LANGUAGE_CODES", "LANGUAGE_CODES", "MBartFamily"]

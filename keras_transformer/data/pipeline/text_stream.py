@@ -17,6 +17,7 @@ from keras_transformer.data import stream as streams
 from keras_transformer.data.batching import batch_plan
 from keras_transformer.data.corpus import CorpusSummary
 from keras_transformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
+from keras_transformer.errors import ConfigError
 from keras_transformer.experiment import SUBWORD_DROPOUT_SIDES
 
 if TYPE_CHECKING:
@@ -105,6 +106,10 @@ class TextStream:
                  subword_dropout_sides: str = "both", shard: Sequence[int] = (1, 0), endless: bool = False,
                  start: streams.Position = streams.Position(), start_batch: int = 0) -> None:
         streams.check_corpora(corpora)
+        if any(getattr(tokenizer, "language_last", False) for tokenizer in (source_tokenizer, target_tokenizer)):
+            raise ConfigError("The data pipeline lays pairs out as tokens </s> -> [bos] tokens; a tokenizer with "
+                              "mBART-large-cc25's layout (language_last: tokens </s> [lang], the decoder started "
+                              "from the target language) is for translation only, not for training.")
         if num_replicas is None:
             num_replicas = tf.distribute.get_strategy().num_replicas_in_sync
         if subword_dropout_sides not in SUBWORD_DROPOUT_SIDES:

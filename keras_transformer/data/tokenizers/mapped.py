@@ -23,7 +23,11 @@ opens with none has the tokenizer's `language` first, where it has one (the
 source language of an import: ``[src_lang] tokens </s>``, as Hugging Face's
 ``M2M100Tokenizer`` and ``NllbTokenizer`` encode). Detokenizing drops the
 language tokens and the `special_tokens` (``<s>``, ``<mask>``), as their
-``decode(..., skip_special_tokens=True)`` does.
+``decode(..., skip_special_tokens=True)`` does. With `language_last` (mBART-large-cc25's
+``MBartTokenizer``), `tokenize` still gives the language token first, and a source is
+``tokens </s> [src_lang]`` (the engines put eos before the language); a target prefix's language
+token starts the decoder (the searches' ``start_from_prefix``), as ``MBartTokenizer``'s
+``tokens </s> [tgt_lang]`` targets do once shifted right.
 
 A vocabulary's `split_tokens` (the added tokens of Hugging Face's tokenizers: T5's ``</s>``, ``<extra_id_0>``
 and MADLAD-400's ``<2de>``) are cut out of the text wherever they stand, the longest first, and kept whole; the
@@ -98,6 +102,8 @@ class MappedTokenizer(tf.Module):
         special_tokens: more tokens of the vocabulary that detokenizing drops (pad, unk and bos always are).
         split_tokens: tokens of the vocabulary cut out of the text wherever they stand and kept whole (the
             longest first); the text around them is segmented as separate sentences.
+        language_last: a source ends with its language token, after eos, and a target prefix's language token is
+            the decoder's start (mBART-large-cc25); False: the language opens a sentence.
         name: the `tf.Module` name.
 
     Example:
@@ -123,7 +129,8 @@ class MappedTokenizer(tf.Module):
 
     def __init__(self, model: bytes, vocabulary: Iterable[str], *, pad_id: int, unk_id: int, bos_id: int, eos_id: int,
                  languages: Iterable[str] = (), language: str | None = None, special_tokens: Iterable[str] = (),
-                 split_tokens: Iterable[str] = (), name: str = "mapped_tokenizer") -> None:
+                 split_tokens: Iterable[str] = (), language_last: bool = False,
+                 name: str = "mapped_tokenizer") -> None:
         super().__init__(name=name)
         if not isinstance(model, (bytes, bytearray)):
             raise TypeError(f"MappedTokenizer needs the serialized SentencePiece model as bytes, got {type(model)}.")
@@ -145,6 +152,9 @@ class MappedTokenizer(tf.Module):
                 raise ValueError(f"MappedTokenizer: the language or special token {token!r} is not in the vocabulary.")
         if self._language is not None and self._language not in self._languages:
             raise ValueError(f"MappedTokenizer: language {self._language!r} is not one of its languages.")
+        if language_last and not self._languages:
+            raise ValueError("MappedTokenizer: language_last needs language tokens (languages).")
+        self._language_last = bool(language_last)
         dropped = {self._special["pad_id"], self._special["bos_id"], self._special["unk_id"]}
         dropped |= {index[token] for token in self._languages + self._special_tokens}
         self._dropped = tf.constant(sorted(dropped), tf.int32)
@@ -163,6 +173,11 @@ class MappedTokenizer(tf.Module):
     unk_id = property(lambda self: self._special["unk_id"], doc="The unknown-token id.")
     bos_id = property(lambda self: self._special["bos_id"], doc="The decoder's start id (may be the pad id).")
     eos_id = property(lambda self: self._special["eos_id"], doc="The end-of-sequence id.")
+
+    @property
+    def language_last(self) -> bool:
+        """Whether a source ends with its language token (after eos) and a target prefix's starts the decoder."""
+        return self._language_last
 
     @property
     def languages(self) -> tuple[str, ...]:
@@ -305,6 +320,8 @@ class MappedTokenizer(tf.Module):
                             special_tokens=list(self._special_tokens))
         if self._split_tokens:
             settings.update(split_tokens=list(self._split_tokens))
+        if self._language_last:
+            settings["language_last"] = True
         with open(paths[2], "w", encoding="utf-8") as handle:
             json.dump(settings, handle, indent=2)
             handle.write("\n")
@@ -342,7 +359,8 @@ class MappedTokenizer(tf.Module):
                                    f"vocab_size={settings.get('vocab_size')}.")
         return cls(model, tokens, **{key: settings[key] for key in SPECIAL}, languages=settings.get("languages", ()),
                    language=settings.get("language"), special_tokens=settings.get("special_tokens", ()),
-                   split_tokens=settings.get("split_tokens", ()))
+                   split_tokens=settings.get("split_tokens", ()),
+                   language_last=bool(settings.get("language_last", False)))
 
 
 def is_mapped_tokenizer(directory: str | os.PathLike[str]) -> bool:
