@@ -27,7 +27,7 @@ def _close(got, want):
 @pytest.mark.parametrize("vocab_axis,bias", [(0, False), (1, True)])
 def test_blocks_give_the_whole_logits_losses_argmax_and_gradients(vocab_axis, bias):
     rng = np.random.default_rng(vocab_axis)
-    vocab, width = 37, 8  # five blocks, the last one overlapping the fourth
+    vocab, width = 37, 8  # four blocks and five entries
     hidden = tf.constant(rng.normal(size=(3, 5, 6)), "float32")
     kernel = tf.constant(rng.normal(size=(vocab, 6) if vocab_axis == 0 else (6, vocab)), "float32")
     offset = tf.constant(rng.normal(size=(vocab,)), "float32") if bias else None
@@ -92,8 +92,9 @@ def test_a_training_step_has_the_whole_logits_loss_and_gradients(tie, lora):
 def test_the_setting_is_checked_and_refused_where_it_cannot_apply():
     with pytest.raises(ConfigError, match="training.chunked_loss must be true, false or 'auto'"):
         TrainingSection(chunked_loss="yes").validate()
-    assert chunked_loss.applies("auto", 256206) and not chunked_loss.applies("auto", 8000)
-    assert not chunked_loss.applies("auto", 256206, rdrop_alpha=5.0)
+    assert chunked_loss.applies("auto", 256206, lora=True) and chunked_loss.applies(True, 256206)
+    assert not chunked_loss.applies("auto", 8000, lora=True) and not chunked_loss.applies("auto", 256206)
+    assert not chunked_loss.applies("auto", 256206, rdrop_alpha=5.0, lora=True)
     with pytest.raises(ConfigError, match=r"^training.chunked_loss: true does not work with R-Drop"):
         chunked_loss.applies(True, 8000, rdrop_alpha=5.0)
     with pytest.raises(ConfigError, match="own loss"):

@@ -53,8 +53,8 @@ class TrainingSection:
                                                 # the loss (losses.RDropLoss); a batch computes twice the positions
     chunked_loss: typing.Any = "auto"  # compute the training loss from the decoder's output 8,192 vocabulary
                                        # entries at a time, never holding the (tokens, V) logits (less memory, one
-                                       # more product of the output projection); "auto": with 32,768 or more
-                                       # target ids (TensorFlow; not with R-Drop or distillation)
+                                       # more product of the output projection); "auto": LoRA runs with 32,768
+                                       # or more target ids (TensorFlow; not with R-Drop or distillation)
     ema_decay: typing.Optional[float] = None  # a moving average of the weights with this decay, e.g. 0.999 (null:
                                               # off), which checkpoints, validation and exports take
     seed: int = 1234  # keras.utils.set_random_seed: initial weights, dropout, shuffling

@@ -20,23 +20,27 @@ from keras_transformer.errors import ConfigError
 from keras_transformer.model import parts
 
 BLOCK = 8192  # vocabulary entries a block: (tokens, 8192) float32 logits are 32 MiB for 1,024 tokens
-AUTO_VOCABULARY = 32768  # `training.chunked_loss: auto` chunks from this many target ids
+AUTO_VOCABULARY = 32768  # `training.chunked_loss: auto` chunks LoRA runs from this many target ids
 
 
-def applies(setting: Any, vocab_size: int, loss: Any = None, rdrop_alpha: Any = None) -> bool:
-    """Whether a run trains with the chunked loss: `training.chunked_loss` (True, False or "auto": from
-    `AUTO_VOCABULARY` target ids), for the label-smoothed loss of `compile_model` (`loss` None, no R-Drop) on
-    TensorFlow.
+def applies(setting: Any, vocab_size: int, loss: Any = None, rdrop_alpha: Any = None, lora: bool = False) -> bool:
+    """Whether a run trains with the chunked loss: `training.chunked_loss` (True, False or "auto": LoRA runs with
+    `AUTO_VOCABULARY` target ids or more), for the label-smoothed loss of `compile_model` (`loss` None, no R-Drop)
+    on TensorFlow.
+
+    "auto" leaves full fine-tuning out: there the gradient of the output matrix is a `(V, D)` tensor anyway, made
+    from the blocks' rows (two copies of it at once), and the update of every weight, not the logits, sets the
+    peak (docs/BENCHMARKS.md, "LoRA against full fine-tuning").
 
     Raises:
         ConfigError: `training.chunked_loss: true` with another loss or backend.
 
     Example:
 
-    >>> applies("auto", 256206), applies("auto", 8000), applies(False, 256206)
+    >>> applies("auto", 256206, lora=True), applies("auto", 256206), applies("auto", 8000, lora=True)
     (True, False, False)
     """
-    if setting is False or (setting == "auto" and vocab_size < AUTO_VOCABULARY):
+    if setting is False or (setting == "auto" and (vocab_size < AUTO_VOCABULARY or not lora)):
         return False
     refusal = None
     if keras.backend.backend() != "tensorflow":
@@ -57,7 +61,9 @@ def chunked_cross_entropy(labels: Any, hidden: Any, kernel: Any, bias: Any = Non
     `block` vocabulary entries at a time.
 
     The losses equal `losses.smoothed_cross_entropy(labels, logits, label_smoothing)` of the whole logits (within
-    float32 rounding), and so do their gradients with respect to `hidden`, `kernel` and `bias`.
+    float32 rounding), and so do their gradients with respect to `hidden`, `kernel` and `bias`. The blocks run one
+    after the other (`ops.scan`: on TensorFlow a while loop of one iteration at a time, not ten, each holding
+    its block's logits), the last `V % block` entries after them.
 
     Args:
         labels: int `(B, T)` target ids.
@@ -88,55 +94,46 @@ def chunked_cross_entropy(labels: Any, hidden: Any, kernel: Any, bias: Any = Non
     batch_shape = ops.shape(labels)
     vocab_size = int(kernel.shape[vocab_axis])
     width = min(int(block), vocab_size)
-    blocks = -(-vocab_size // width)
+    blocks, rest = divmod(vocab_size, width)  # `blocks` in the loop, then `rest` entries
     compute = hidden.dtype
     h = ops.reshape(hidden, (-1, hidden.shape[-1]))  # (N, D)
     y = ops.reshape(ops.cast(labels, "int32"), (-1,))  # (N,)
     w = ops.cast(kernel, kernel.dtype)  # a variable's value: the gradient reaches the variable through the read
     b = ops.zeros((vocab_size,), "float32") if bias is None else ops.cast(bias, bias.dtype)
-    columns = ops.arange(width, dtype="int32")
+    starts = ops.arange(blocks, dtype="int32") * width
 
-    def block_of(i: Any) -> tuple[Any, Any, Any]:
-        """The start of block i, its columns' ids `(width,)`, and which of them block i owns: the last block
-        ends at V, so it starts earlier and overlaps the one before it, whose columns it leaves to that one."""
-        start = ops.minimum(i * width, vocab_size - width)
-        ids = start + columns
-        return start, ids, ops.greater_equal(ids, i * width)
-
-    def slice_kernel(m: Any, start: Any) -> Any:  # (D, width)
+    def logits_of(h: Any, w: Any, b: Any, start: Any, size: int) -> tuple[Any, Any]:
+        """The logits `(N, size)` float32 of the entries from `start`, and their kernel `(D, size)`."""
         if vocab_axis == 1:
-            return ops.slice(m, (0, start), (m.shape[0], width))
-        return ops.transpose(ops.slice(m, (start, 0), (width, m.shape[1])))
-
-    def logits_of(h: Any, w: Any, b: Any, start: Any) -> tuple[Any, Any]:
-        w_c = ops.cast(slice_kernel(w, start), compute)
-        z = ops.cast(ops.matmul(h, w_c), "float32") + ops.cast(ops.slice(b, (start,), (width,)), "float32")
-        return z, w_c  # (N, width) float32, (D, width)
+            w_c = ops.slice(w, (0, start), (w.shape[0], size))
+        else:
+            w_c = ops.transpose(ops.slice(w, (start, 0), (size, w.shape[1])))
+        w_c = ops.cast(w_c, compute)
+        z = ops.cast(ops.matmul(h, w_c), "float32") + ops.cast(ops.slice(b, (start,), (size,)), "float32")
+        return z, w_c
 
     @ops.custom_gradient
     def loss_fn(h: Any, w: Any, b: Any) -> Any:
         rows = ops.shape(h)[0]
 
-        def forward(i: Any, carry: tuple[Any, ...]) -> tuple[Any, ...]:
-            peak, total, logit_sum, label_logit, best, best_id = carry  # each (N,)
-            start, ids, owned = block_of(i)
-            z, _ = logits_of(h, w, b, start)
-            masked = ops.where(owned, z, -float("inf"))
-            new_peak = ops.maximum(peak, ops.max(masked, axis=-1))
-            total = total * ops.exp(peak - new_peak) + ops.sum(ops.exp(masked - new_peak[:, None]), axis=-1)
-            logit_sum = logit_sum + ops.sum(ops.where(owned, z, 0.0), axis=-1)
-            is_label = ops.logical_and(ops.equal(y[:, None], ids), owned)  # (N, width)
+        def forward(carry: tuple[Any, ...], start: Any, size: int = width) -> tuple[Any, ...]:
+            peak, total, logit_sum, label_logit, best_id = carry  # each (N,)
+            z, _ = logits_of(h, w, b, start, size)
+            block_peak = ops.max(z, axis=-1)
+            new_peak = ops.maximum(peak, block_peak)
+            total = total * ops.exp(peak - new_peak) + ops.sum(ops.exp(z - new_peak[:, None]), axis=-1)
+            is_label = ops.equal(y[:, None], start + ops.arange(size, dtype="int32"))  # (N, size)
             label_logit = label_logit + ops.sum(ops.where(is_label, z, 0.0), axis=-1)
-            block_best = ops.max(masked, axis=-1)
-            better = ops.greater(block_best, best)  # an earlier block keeps a tie: the first index wins
-            block_id = ops.cast(ops.argmax(masked, axis=-1), "int32") + start
-            return (new_peak, total, logit_sum, label_logit, ops.where(better, block_best, best),
-                    ops.where(better, block_id, best_id))
+            block_id = ops.cast(ops.argmax(z, axis=-1), "int32") + start
+            best_id = ops.where(ops.greater(block_peak, peak), block_id, best_id)  # a tie keeps the first id
+            return new_peak, total, logit_sum + ops.sum(z, axis=-1), label_logit, best_id
 
-        lowest = ops.full((rows,), -float("inf"), "float32")
         zero = ops.zeros((rows,), "float32")
-        peak, total, logit_sum, label_logit, _, best_id = ops.fori_loop(
-            0, blocks, forward, (lowest, zero, zero, zero, lowest, ops.zeros((rows,), "int32")))
+        carry = (ops.full((rows,), -float("inf"), "float32"), zero, zero, zero, ops.zeros((rows,), "int32"))
+        carry, _ = ops.scan(lambda carry, start: (forward(carry, start),) * 2, carry, starts)
+        if rest:
+            carry = forward(carry, blocks * width, rest)
+        peak, total, logit_sum, label_logit, best_id = carry
         log_normalizer = peak + ops.log(total)  # (N,) logsumexp
         loss = log_normalizer - (1.0 - eps) * label_logit - eps * logit_sum / vocab_size
         result = ops.stack([loss, ops.cast(best_id, "float32")], axis=-1)  # (N, 2): ids < 2 ** 24 are exact
@@ -144,28 +141,38 @@ def chunked_cross_entropy(labels: Any, hidden: Any, kernel: Any, bias: Any = Non
         def gradient(upstream: Any) -> tuple[Any, Any, Any]:
             g = upstream[:, 0][:, None]  # (N, 1)
 
-            def backward(i: Any, carry: tuple[Any, ...]) -> tuple[Any, ...]:
-                grad_h, grad_w, grad_b = carry
-                start, ids, owned = block_of(i)
-                z, w_c = logits_of(h, w, b, start)
-                target = ops.where(ops.equal(y[:, None], ids), 1.0 - eps + eps / vocab_size, eps / vocab_size)
-                grad_z = g * (ops.exp(z - log_normalizer[:, None]) - target)  # (N, width)
-                # the overlapped columns of the last block count once in dL/dh; their dL/dW rows are written again
-                # with the same values
-                grad_h = grad_h + ops.cast(ops.matmul(ops.cast(ops.where(owned, grad_z, 0.0), compute),
-                                                      ops.transpose(w_c)), "float32")
-                if kernel_gradient:
-                    grad_w_c = ops.cast(ops.matmul(ops.transpose(h), ops.cast(grad_z, compute)), w.dtype)  # (D, w)
-                    grad_w = ops.slice_update(grad_w, (0, start) if vocab_axis == 1 else (start, 0),
-                                              grad_w_c if vocab_axis == 1 else ops.transpose(grad_w_c))
-                if bias_gradient:
-                    grad_b = ops.slice_update(grad_b, (start,), ops.cast(ops.sum(grad_z, axis=0), b.dtype))
+            def backward(grad_h: Any, start: Any, size: int = width) -> tuple[Any, Any, Any]:
+                """dL/dh so far plus this block's, and the block's dL/dW rows `(size, D)` and dL/db `(size,)`."""
+                z, w_c = logits_of(h, w, b, start, size)
+                is_label = ops.equal(y[:, None], start + ops.arange(size, dtype="int32"))
+                target = ops.where(is_label, 1.0 - eps + eps / vocab_size, eps / vocab_size)
+                grad_z = ops.cast(g * (ops.exp(z - log_normalizer[:, None]) - target), compute)  # (N, size)
+                grad_h = grad_h + ops.cast(ops.matmul(grad_z, ops.transpose(w_c)), "float32")
+                grad_w = ops.cast(ops.matmul(ops.transpose(grad_z), h), w.dtype) if kernel_gradient \
+                    else ops.zeros(())  # (size, D)
+                grad_b = ops.cast(ops.sum(grad_z, axis=0), b.dtype) if bias_gradient else ops.zeros(())
                 return grad_h, grad_w, grad_b
 
-            grad_h, grad_w, grad_b = ops.fori_loop(0, blocks, backward, (
-                ops.zeros(ops.shape(h), "float32"),
-                ops.zeros(w.shape, w.dtype) if kernel_gradient else ops.zeros((), w.dtype),
-                ops.zeros(b.shape, b.dtype) if bias_gradient else ops.zeros((), b.dtype)))
+            # The blocks' dL/dW and dL/db are the scan's outputs; `ops.scan` on TensorFlow outputs what it
+            # carries, so the carry has a slot for them (each step's own), and its dL/dh are stacked too.
+            def step(carry: tuple[Any, Any, Any], start: Any) -> tuple[Any, Any]:
+                carry = backward(carry[0], start)
+                return carry, carry
+
+            initial = (ops.zeros(ops.shape(h), "float32"),
+                       ops.zeros((width, w.shape[1 - vocab_axis]), w.dtype) if kernel_gradient else ops.zeros(()),
+                       ops.zeros((width,), b.dtype) if bias_gradient else ops.zeros(()))
+            (grad_h, _, _), (_, grad_w, grad_b) = ops.scan(step, initial, starts)
+            if kernel_gradient:
+                grad_w = ops.reshape(grad_w, (blocks * width, -1))  # (V - rest, D)
+            if bias_gradient:
+                grad_b = ops.reshape(grad_b, (-1,))
+            if rest:
+                grad_h, rest_w, rest_b = backward(grad_h, blocks * width, rest)
+                grad_w = ops.concatenate([grad_w, rest_w], axis=0) if kernel_gradient else grad_w
+                grad_b = ops.concatenate([grad_b, rest_b], axis=0) if bias_gradient else grad_b
+            if kernel_gradient and vocab_axis == 1:
+                grad_w = ops.transpose(grad_w)  # (D, V)
             return (ops.cast(grad_h, h.dtype), grad_w if kernel_gradient else None,
                     grad_b if bias_gradient else None)
 

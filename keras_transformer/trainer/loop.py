@@ -160,8 +160,8 @@ def compile_model(experiment: ExperimentConfig, model_config: TransformerConfig,
                   prepare: Callable[[typing.Any], typing.Any] | None = None) -> typing.Any:
     """Builds and compiles the model of a run: the paper's Adam on the Noam schedule (with the run's cooldown,
     clipping, gradient accumulation and moving average of the weights), the label-smoothed loss (R-Drop's with
-    `training.rdrop_alpha`; a vocabulary block at a time with `training.chunked_loss`) and the token accuracy; then the initial weights and update count of `training`. Call
-    it under a strategy's scope.
+    `training.rdrop_alpha`; a vocabulary block at a time with `training.chunked_loss`) and the token accuracy;
+    then the initial weights and update count of `training`. Call it under a strategy's scope.
 
     Args:
         experiment: the `ExperimentConfig`.
@@ -174,7 +174,8 @@ def compile_model(experiment: ExperimentConfig, model_config: TransformerConfig,
         The compiled model.
     """
     training = experiment.training
-    chunked = chunked_loss.applies(training.chunked_loss, model_config.tgt_vocab_size, loss, training.rdrop_alpha)
+    chunked = chunked_loss.applies(training.chunked_loss, model_config.tgt_vocab_size, loss, training.rdrop_alpha,
+                                   lora=training.lora_settings is not None)
     if loss is None:
         loss = LabelSmoothedCrossEntropy(training.label_smoothing, pad_id=model_config.pad_id)
         if training.rdrop_alpha:  # the batches hold each example twice (`data.build.repeat_rows`)
