@@ -11,6 +11,7 @@ logits again (one more product of the output projection) and from them the block
 model (its layers, weights, checkpoints, inference and validation) is unchanged.
 """
 
+import threading
 from typing import Any
 
 import keras
@@ -233,14 +234,15 @@ class ChunkedLossTransformer(keras.Model):
         losses, predictions = chunked_cross_entropy(
             y, y_pred, kernel, bias, loss.label_smoothing, vocab_axis=vocab_axis,
             kernel_gradient=id(kernel) in trainable, bias_gradient=bias is not None and id(bias) in trainable)
-        self.__dict__["_predicted_ids"] = predictions  # for compute_metrics, in the same step
+        # for compute_metrics, in the same step (a tf.distribute strategy traces each replica's on its own thread)
+        self.__dict__.setdefault("_predicted_ids", {})[threading.get_ident()] = predictions
         total = loss.masked_mean(losses, y, sample_weight)
         if self.losses:
             total = total + ops.sum(self.losses)
         return total
 
     def compute_metrics(self, x: Any, y: Any, y_pred: Any, sample_weight: Any = None) -> Any:
-        predictions = self.__dict__.pop("_predicted_ids", None)  # set by this training step's compute_loss
+        predictions = self.__dict__.get("_predicted_ids", {}).pop(threading.get_ident(), None)  # this step's
         if predictions is not None:
             y_pred = predictions  # the logits were never made
         return super().compute_metrics(x, y, y_pred, sample_weight=sample_weight)
