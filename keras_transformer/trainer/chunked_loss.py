@@ -3,7 +3,8 @@ never holds the `(tokens, V)` logits, their softmax or their gradient.
 
 With NLLB's 256,206-token vocabulary and 1,024 target tokens each float32 `(tokens, V)` tensor takes 1 GiB, and the
 plain loss holds several at once (the logits, which the accuracy keeps until after the update, their exponentials,
-their gradient): more than the activations of all 24 layers of NLLB-600M. `chunked_cross_entropy` computes the
+their gradient): 1.8 GiB of the 7.6 GiB a LoRA update of NLLB-600M's shape peaks at (docs/BENCHMARKS.md).
+`chunked_cross_entropy` computes the
 logits of `block` vocabulary entries at a time (`z_c = h @ W_c + b_c`) in a loop, keeping per token only the running
 maximum, the sum of exponentials, the sum of logits and the label's logit; its gradient computes each block's
 logits again (one more product of the output projection) and from them the block's share of `dL/dh`, `dL/dW` and
