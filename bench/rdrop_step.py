@@ -42,14 +42,14 @@ class AutodiffRDropLoss(kt.RDropLoss):
     """The divergence as `sum((p - q) * (log p - log q))` from log_softmax, left to autodiff."""
 
     def __call__(self, y_true, y_pred, sample_weight=None):
-        cross_entropy = self._masked_mean(self.call(y_true, y_pred), y_true)
+        cross_entropy = self.masked_mean(self.call(y_true, y_pred), y_true)
         log_probs = ops.log_softmax(ops.cast(y_pred, "float32"), axis=-1)
         shape = ops.shape(log_probs)
         pairs = ops.reshape(log_probs, (-1, 2, shape[1], shape[2]))
         difference = pairs[:, 0] - pairs[:, 1]
         divergence = ops.sum((ops.exp(pairs[:, 0]) - ops.exp(pairs[:, 1])) * difference, axis=-1)
         labels = ops.reshape(y_true, (-1, 2, shape[1]))[:, 0]
-        return cross_entropy + self.alpha / 4.0 * self._masked_mean(divergence, labels)
+        return cross_entropy + self.alpha / 4.0 * self.masked_mean(divergence, labels)
 
 
 def repeated(batch):

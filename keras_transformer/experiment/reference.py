@@ -80,6 +80,7 @@ CHOICES = {
     "training.batch_scaling": BATCH_SCALINGS,
     "training.mixed_precision": PRECISIONS + (True, False),
     "training.jit_compile": JIT_COMPILE,
+    "training.chunked_loss": JIT_COMPILE,
     "training.on_nonfinite": NONFINITE,
     "training.verbose": VERBOSITIES,
     "training.validation_metric": VALIDATION_METRICS,

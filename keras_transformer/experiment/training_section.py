@@ -51,6 +51,10 @@ class TrainingSection:
     rdrop_alpha: typing.Optional[float] = None  # R-Drop (null or 0: off): every pair runs twice a batch, with
                                                 # two dropout masks, and alpha / 4 times their symmetric KL joins
                                                 # the loss (losses.RDropLoss); a batch computes twice the positions
+    chunked_loss: typing.Any = "auto"  # compute the training loss from the decoder's output 8,192 vocabulary
+                                       # entries at a time, never holding the (tokens, V) logits (less memory, one
+                                       # more product of the output projection); "auto": LoRA runs with 32,768
+                                       # or more target ids (TensorFlow; not with R-Drop or distillation)
     ema_decay: typing.Optional[float] = None  # a moving average of the weights with this decay, e.g. 0.999 (null:
                                               # off), which checkpoints, validation and exports take
     seed: int = 1234  # keras.utils.set_random_seed: initial weights, dropout, shuffling
@@ -104,6 +108,8 @@ class TrainingSection:
                 or self.mixed_precision in PRECISIONS):
             raise ConfigError(f"training.mixed_precision must be one of {PRECISIONS} or a bool, "
                               f"got {self.mixed_precision!r}.")
+        if not (isinstance(self.chunked_loss, bool) or self.chunked_loss == "auto"):
+            raise ConfigError(f"training.chunked_loss must be true, false or 'auto', got {self.chunked_loss!r}.")
         if not (isinstance(self.jit_compile, bool) or self.jit_compile == "auto"):  # not `in JIT_COMPILE`: 1 == True
             raise ConfigError(f"training.jit_compile must be true, false or 'auto', got {self.jit_compile!r}.")
         if self.on_nonfinite == "skip":

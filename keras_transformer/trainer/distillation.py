@@ -235,7 +235,7 @@ class DistillationLoss(LabelSmoothedCrossEntropy):
 
     def __call__(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> Any:
         per_token = self.call(y_true, y_pred)
-        return self._masked_mean(per_token, self.labels(y_true), sample_weight)
+        return self.masked_mean(per_token, self.labels(y_true), sample_weight)
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "distill_weight": self.distill_weight}

@@ -33,7 +33,7 @@ from keras_transformer.layers.lora import enable_lora
 from keras_transformer.model import build_model
 from keras_transformer.runtime import keras_internals
 from keras_transformer.runtime.keras_internals import keep_raw_weights_after_fit, set_update_count
-from keras_transformer.trainer import ema
+from keras_transformer.trainer import chunked_loss, ema
 from keras_transformer.trainer.backup import RestoreMetricState, ResumableBackup, backup_position, stop_on_sigterm
 from keras_transformer.trainer.callbacks import (
     BleuCallback,
@@ -160,8 +160,8 @@ def compile_model(experiment: ExperimentConfig, model_config: TransformerConfig,
                   prepare: Callable[[typing.Any], typing.Any] | None = None) -> typing.Any:
     """Builds and compiles the model of a run: the paper's Adam on the Noam schedule (with the run's cooldown,
     clipping, gradient accumulation and moving average of the weights), the label-smoothed loss (R-Drop's with
-    `training.rdrop_alpha`) and the token accuracy; then the initial weights and update count of `training`. Call
-    it under a strategy's scope.
+    `training.rdrop_alpha`; a vocabulary block at a time with `training.chunked_loss`) and the token accuracy;
+    then the initial weights and update count of `training`. Call it under a strategy's scope.
 
     Args:
         experiment: the `ExperimentConfig`.
@@ -174,6 +174,8 @@ def compile_model(experiment: ExperimentConfig, model_config: TransformerConfig,
         The compiled model.
     """
     training = experiment.training
+    chunked = chunked_loss.applies(training.chunked_loss, model_config.tgt_vocab_size, loss, training.rdrop_alpha,
+                                   lora=training.lora_settings is not None)
     if loss is None:
         loss = LabelSmoothedCrossEntropy(training.label_smoothing, pad_id=model_config.pad_id)
         if training.rdrop_alpha:  # the batches hold each example twice (`data.build.repeat_rows`)
@@ -182,6 +184,8 @@ def compile_model(experiment: ExperimentConfig, model_config: TransformerConfig,
     if cooldown:
         log.info("Cooldown: the learning rate falls linearly to 0 from update %d over %d updates", *cooldown)
     model = build_model(model_config)
+    if chunked:  # the same layers and weights; its training step never holds the (tokens, V) logits
+        model = chunked_loss.ChunkedLossTransformer(model.input, model.output, name=model.name)
     if training.lora_settings is not None:  # the base weights first, then the adapters: only they train
         adapt(model, training.init_checkpoint, *training.lora_settings)
     optimizer = make_optimizer(model_config, training, cooldown=cooldown)

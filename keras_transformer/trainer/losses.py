@@ -168,9 +168,9 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
         return smoothed_cross_entropy(y_true, y_pred, self.label_smoothing)
 
     def __call__(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> Any:
-        return self._masked_mean(self.call(y_true, y_pred), y_true, sample_weight)
+        return self.masked_mean(self.call(y_true, y_pred), y_true, sample_weight)
 
-    def _masked_mean(self, per_token: Any, labels: Any, sample_weight: Any = None) -> Any:
+    def masked_mean(self, per_token: Any, labels: Any, sample_weight: Any = None) -> Any:
         """The mean of `per_token` `(B, T)` over the positions whose label is not `pad_id` (times any weight)."""
         weights = ops.cast(ops.not_equal(ops.cast(labels, "int32"), self.pad_id), "float32")
         if sample_weight is not None:
@@ -287,7 +287,7 @@ class RDropLoss(LabelSmoothedCrossEntropy):
             sample_weight = ops.cast(sample_weight, "float32")
             sample_weight = ops.reshape(sample_weight, (-1, 2) + tuple(sample_weight.shape[1:]))[:, 0]
         per_position = rdrop_cross_entropy(labels, pairs, self.label_smoothing, self.alpha)
-        return self._masked_mean(per_position, labels, sample_weight)
+        return self.masked_mean(per_position, labels, sample_weight)
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "alpha": self.alpha}

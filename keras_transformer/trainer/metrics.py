@@ -10,6 +10,8 @@ from keras import ops
 class MaskedAccuracy(keras.metrics.Metric):
     """Fraction of non-pad target tokens whose argmax prediction is right.
 
+    `y_pred` is logits `(B, T, V)`, or the predicted ids `(B, T)`.
+
     Args:
         pad_id: label id excluded from the count.
 
@@ -35,7 +37,10 @@ class MaskedAccuracy(keras.metrics.Metric):
         # equal values; only a largest logit of 0.0 after a -0.0 differs). `ops.argmax` of floats makes a float32
         # copy of the (B, T, V) logits and three boolean masks of that size on TensorFlow (its -0.0 fix): 0.9 GB
         # of the training step with a 32k vocabulary (docs/BENCHMARKS.md, "Training memory").
-        predictions = ops.cast(ops.top_k(y_pred, 1)[1][..., 0], "int32")  # (B, T)
+        if len(y_pred.shape) == 2:  # the predicted ids already (`chunked_loss.ChunkedLossTransformer`'s training)
+            predictions = ops.cast(y_pred, "int32")
+        else:
+            predictions = ops.cast(ops.top_k(y_pred, 1)[1][..., 0], "int32")  # (B, T)
         weights = ops.cast(ops.not_equal(labels, self.pad_id), "float32")
         if sample_weight is not None:
             sample_weight = ops.cast(sample_weight, "float32")
