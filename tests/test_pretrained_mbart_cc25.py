@@ -3,7 +3,7 @@ small random model (transformers' own classes, the reference), imported and chec
 ``tokens </s> [src_lang]``, and the decoder starts from the target language itself (generate's
 ``decoder_start_token_id = lang_code_to_id[tgt_lang]``), per sentence; exports; a bad target language.
 
-One shape, built once for the file (the helpers of test_pretrained_mbart.py): MBartTokenizer over a unigram
+One shape, built once for the file (the helpers of tests/factories.py): MBartTokenizer over a unigram
 SentencePiece model trained here on Multi30k lines (fairseq's numbering, the 25 language codes), scale_embedding
 true, gelu, two encoder layers and one decoder layer, two heads.
 """
@@ -12,7 +12,8 @@ import json
 
 import numpy as np
 import pytest
-from test_pretrained_mbart import MAX_EXTRA, SENTENCES, WEIGHT_STD, _lines, _ours, _strip
+from factories import lines_of, load_imported, until_eos
+from test_pretrained_mbart import MAX_EXTRA, SENTENCES, WEIGHT_STD
 
 import keras_transformer as kt
 from keras_transformer.errors import ConfigError
@@ -41,7 +42,7 @@ def build_cc25(folder, seed=0):
     folder.mkdir(parents=True)
     with open(folder / "sentencepiece.bpe.model", "wb") as handle:
         sentencepiece.SentencePieceTrainer.train(
-            sentence_iterator=iter(_lines("train.en.gz", 300) + _lines("train.de.gz", 300)), model_writer=handle,
+            sentence_iterator=iter(lines_of("train.en.gz", 300) + lines_of("train.de.gz", 300)), model_writer=handle,
             vocab_size=200, model_type="unigram", character_coverage=1.0, minloglevel=2, num_threads=1)
     reference = transformers.MBartTokenizer.from_pretrained(str(folder), src_lang=SOURCE, tgt_lang=TARGET)
     config = transformers.MBartConfig(
@@ -82,7 +83,7 @@ def cc25(tmp_path_factory):
     workdir = kt.import_checkpoint(folder, root / "workdir")
     model = transformers.MBartForConditionalGeneration.from_pretrained(folder).eval()
     tokenizer = transformers.MBartTokenizer.from_pretrained(str(folder), src_lang=SOURCE, tgt_lang=TARGET)
-    return (folder, workdir, model, tokenizer, *_ours(workdir))
+    return (folder, workdir, model, tokenizer, *load_imported(workdir))
 
 
 def test_sources_are_tokens_eos_then_the_language_as_mbart_tokenizer_gives_them(cc25):
@@ -91,7 +92,7 @@ def test_sources_are_tokens_eos_then_the_language_as_mbart_tokenizer_gives_them(
     from keras_transformer.engines.subwords import source_end
     from keras_transformer.engines.tensorflow_graph import encode_ids
     _, workdir, _, reference, _, config, source, target = cc25
-    lines = _lines("val.en.gz", 40) + SENTENCES + ["", "Ünïcödé ☃ text"]
+    lines = lines_of("val.en.gz", 40) + SENTENCES + ["", "Ünïcödé ☃ text"]
     ids = encode_ids(source, lines, 256, source.language_last).numpy().tolist()  # (N, S), padded
     ours = [[i for i in row if i != config.pad_id] for row in ids]
     assert ours == reference(lines)["input_ids"]
@@ -160,12 +161,12 @@ def test_greedy_and_beam_search_start_each_sentence_from_its_target_language_as_
     ended = 0
     for row, (ids, start) in enumerate(zip(tokenizer(SENTENCES)["input_ids"], starts)):
         expected = _generate(reference, ids, start, num_beams=1)
-        assert _strip(np.asarray(greedy)[row], config) == _strip(expected, config), row
+        assert until_eos(np.asarray(greedy)[row], config) == until_eos(expected, config), row
         ended += config.eos_id in expected
         expected = _generate(reference, ids, start, num_beams=4, length_penalty=0.0, early_stopping=False)
-        assert _strip(np.asarray(beam)[row, 0], config) == _strip(expected, config), row
+        assert until_eos(np.asarray(beam)[row, 0], config) == until_eos(expected, config), row
     assert ended  # some translation ended with eos before its limit
-    assert len({tuple(_strip(row, config)) for row in np.asarray(greedy)[:3]}) == 3
+    assert len({tuple(until_eos(row, config)) for row in np.asarray(greedy)[:3]}) == 3
 
 
 def test_an_unknown_target_language_is_refused_in_one_line_naming_the_languages(cc25, capsys):
