@@ -169,6 +169,27 @@ def test_greedy_and_beam_search_start_each_sentence_from_its_target_language_as_
     assert len({tuple(until_eos(row, config)) for row in np.asarray(greedy)[:3]}) == 3
 
 
+def test_a_decoder_start_token_naming_a_language_is_the_default_target_language(cc25, tmp_path):
+    """A tuned cc25 checkpoint's config.json names its target language as decoder_start_token_id (mbart-large-en-ro:
+    ro_RO): translating without a target language starts the decoder from it, as with target_lang that code; it
+    outranks tokenizer_config.json's tgt_lang, which is the default where it names no language."""
+    import shutil
+
+    from keras_transformer.engines.loader import load_translator
+    folder, workdir, _, tokenizer, _, _, _, target = cc25
+    assert target.language == TARGET  # the fixture's tokenizer_config.json: tgt_lang de_DE
+    shutil.copytree(folder, tmp_path / "tuned")
+    settings = json.loads((tmp_path / "tuned" / "config.json").read_text())
+    settings["decoder_start_token_id"] = tokenizer.convert_tokens_to_ids(OTHER)
+    (tmp_path / "tuned" / "config.json").write_text(json.dumps(settings))
+    tuned = kt.import_checkpoint(tmp_path / "tuned", tmp_path / "workdir")
+    for path, language in ((tuned, OTHER), (workdir, TARGET)):
+        translator = load_translator(path, strategy="greedy", max_extra=MAX_EXTRA)
+        assert translator.default_target_language == language
+        assert translator.translate_lines(SENTENCES[:2]) == translator.translate_lines(SENTENCES[:2],
+                                                                                       target_lang=language)
+
+
 def test_an_unknown_target_language_is_refused_in_one_line_naming_the_languages(cc25, capsys):
     from keras_transformer.cli import main
     _, workdir, _, _, _, _, _, _ = cc25
@@ -263,14 +284,14 @@ def test_the_workdir_and_its_savedmodel_ctranslate2_and_litert_exports_translate
     _, workdir, reference, tokenizer, _, _, _, _ = cc25
     translator = load_translator(workdir, strategy="greedy", max_extra=MAX_EXTRA)
     expected = {code: translator.translate_lines(SENTENCES, target_lang=code) for code in (TARGET, OTHER)}
-    expected["plain"] = translator.translate_lines(SENTENCES)
+    expected["plain"] = translator.translate_lines(SENTENCES)  # from tgt_lang, the default target language
     for code in (TARGET, OTHER):
         start = tokenizer.convert_tokens_to_ids(code)
         assert expected[code] == [tokenizer.decode(_generate(reference, ids, start, num_beams=1),
                                                    skip_special_tokens=True)
                                   for ids in tokenizer(SENTENCES)["input_ids"]], code
-    assert expected[TARGET] != expected[OTHER] and translator.translate_lines(SENTENCES, target_lang="fr") == \
-        expected[OTHER]
+    assert expected["plain"] == expected[TARGET] != expected[OTHER]
+    assert translator.translate_lines(SENTENCES, target_lang="fr") == expected[OTHER]
     expected["mixed"] = [expected[code][row] for row, code in enumerate(LANGUAGES)]
     assert translator.translate_lines(SENTENCES, target_prefix=LANGUAGES) == expected["mixed"]
     # scores: log P(tokens </s> | source) with the decoder started from the target language, as transformers'
