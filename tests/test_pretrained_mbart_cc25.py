@@ -3,7 +3,7 @@ small random model (transformers' own classes, the reference), imported and chec
 ``tokens </s> [src_lang]``, and the decoder starts from the target language itself (generate's
 ``decoder_start_token_id = lang_code_to_id[tgt_lang]``), per sentence; exports; a bad target language.
 
-One shape, built once for the file (the helpers of test_pretrained_mbart.py): MBartTokenizer over a unigram
+One shape, built once for the file (the helpers of tests/factories.py): MBartTokenizer over a unigram
 SentencePiece model trained here on Multi30k lines (fairseq's numbering, the 25 language codes), scale_embedding
 true, gelu, two encoder layers and one decoder layer, two heads.
 """
@@ -161,6 +161,31 @@ def test_greedy_and_beam_search_start_each_sentence_from_its_target_language_as_
     assert len({tuple(until_eos(row, config)) for row in np.asarray(greedy)[:3]}) == 3
 
 
+def test_a_decoder_start_token_naming_a_language_is_the_default_target_language(cc25, tmp_path):
+    """A tuned cc25 checkpoint's config.json names its target language as decoder_start_token_id (mbart-large-en-ro:
+    ro_RO): the import's target tokenizer has it as its language (outranking tokenizer_config.json's tgt_lang), and
+    translating without a target language starts the decoder from it, as with target_lang that code (the slow
+    exports test checks the workdir's default, tgt_lang's, in every engine)."""
+    import shutil
+
+    from keras_transformer.engines.tensorflow import Translator
+    from keras_transformer.imports.checkpoint import read_checkpoint
+    from keras_transformer.imports.mbart import MBartFamily
+    folder, _, _, tokenizer, model, config, source, target = cc25
+    assert target.language == TARGET  # the fixture's tokenizer_config.json: tgt_lang de_DE
+    shutil.copytree(folder, tmp_path / "tuned")
+    settings = json.loads((tmp_path / "tuned" / "config.json").read_text())
+    settings["decoder_start_token_id"] = tokenizer.convert_tokens_to_ids(OTHER)
+    (tmp_path / "tuned" / "config.json").write_text(json.dumps(settings))
+    _, tuned = MBartFamily().tokenizers(read_checkpoint(tmp_path / "tuned"), config)
+    assert tuned.language == OTHER
+    translator = Translator(model, source, tuned, strategy="greedy", max_extra=MAX_EXTRA)
+    assert translator.default_target_language == OTHER
+    lines = SENTENCES[1:2]
+    assert translator.translate_lines(lines) == translator.translate_lines(lines, target_lang=OTHER) != \
+        translator.translate_lines(lines, target_lang=TARGET)
+
+
 def test_an_unknown_target_language_is_refused_in_one_line_naming_the_languages(cc25, capsys):
     from keras_transformer.cli import main
     _, workdir, _, _, _, _, _, _ = cc25
@@ -170,15 +195,78 @@ def test_an_unknown_target_language_is_refused_in_one_line_naming_the_languages(
     assert "unknown target language 'xx_YY'" in errors[0] and "languages (25): ar_AR, cs_CZ" in errors[0]
 
 
-def test_the_data_pipeline_refuses_the_cc25_layout_by_name(cc25, tmp_path):
-    """Training lays pairs out as tokens </s> -> [bos] tokens, which is not cc25's: refused in one line, not
-    trained wrong."""
-    from keras_transformer.data.pipeline import make_dataset
-    _, _, _, _, _, _, source, target = cc25
-    for side in ("en", "de"):
-        (tmp_path / f"train.{side}").write_text("A dog.\n", encoding="utf-8")
-    with pytest.raises(ConfigError, match=r"mBART-large-cc25's layout \(language_last"):
-        make_dataset(tmp_path / "train.en", tmp_path / "train.de", source, target)
+def test_training_pairs_are_laid_out_as_mbart_and_the_loss_is_its_cross_entropy(cc25):
+    """The data pipeline's batches of real pairs: sources `tokens </s> [src_lang]` (MBartTokenizer's ids),
+    decoder inputs `[tgt_lang] tokens` (the decoder started from the target language, as the searches do) and
+    labels `tokens </s>`, padded with pad; the training loss without label smoothing on them is transformers'
+    cross-entropy of MBartForConditionalGeneration given the same ids."""
+    from keras_transformer.data.pipeline import make_dataset_from_texts
+    from keras_transformer.trainer.losses import LabelSmoothedCrossEntropy
+    _, _, reference, tokenizer, model, config, source, target = cc25
+    sources, targets = lines_of("val.en.gz", 12), lines_of("val.de.gz", 12)
+    dataset, tally = make_dataset_from_texts(sources, targets, source, target, tokens_per_batch=4096,
+                                             max_length=64, num_replicas=1, seed=0)  # the model's 64 positions
+    (inputs, labels), = list(dataset)  # one batch, its rows shuffled, the pairs over 64 positions left out
+    inputs, labels = {k: v.numpy() for k, v in inputs.items()}, labels.numpy()
+    assert inputs["source"].shape[0] == tally.kept >= 8 and (inputs["source"] == config.pad_id).any()
+    row_of = {tuple(ids): row for row, ids in enumerate(tokenizer(sources)["input_ids"])}  # tokens </s> [en_XX]
+    order = [row_of[tuple(int(i) for i in ids if i != config.pad_id)] for ids in inputs["source"]]
+    language = tokenizer.convert_tokens_to_ids(TARGET)
+    tokens = [tokenizer(text_target=targets[row])["input_ids"][:-2] for row in order]  # less </s> [de_DE]
+    assert [[int(i) for i in ids if i != config.pad_id] for ids in inputs["target"]] == [[language] + t for t in tokens]
+    assert [[int(i) for i in ids if i != config.pad_id] for ids in labels] == [t + [config.eos_id] for t in tokens]
+    assert (inputs["target"] == config.pad_id).sum() == (labels == config.pad_id).sum() > 0  # aligned, padded alike
+    ours = LabelSmoothedCrossEntropy(0.0, pad_id=config.pad_id)(labels, model(inputs))
+    with torch.no_grad():
+        expected = reference(input_ids=torch.tensor(inputs["source"].astype("int64")),
+                             attention_mask=torch.tensor(inputs["source"] != config.pad_id).long(),
+                             decoder_input_ids=torch.tensor(inputs["target"].astype("int64")),
+                             labels=torch.tensor(np.where(labels == config.pad_id, -100, labels).astype("int64"))).loss
+    np.testing.assert_allclose(float(ours), float(expected), atol=1e-4, rtol=0)
+    # no target language to start the decoder from: refused by name, not trained wrong
+    special = {key: getattr(target, key) for key in ("pad_id", "unk_id", "bos_id", "eos_id")}
+    bare = type(target)(target._model, target.tokens, languages=target.languages, language_last=True, **special)
+    with pytest.raises(ConfigError, match="target tokenizer is language_last .* without a default language"):
+        make_dataset_from_texts(sources, targets, source, bare)
+
+
+@pytest.mark.slow
+def test_three_fine_tuning_updates_from_the_import_raise_the_likelihood_of_the_data(cc25, tmp_path):
+    """Slow: trains (three updates). `train` with `model.from` the cc25 import and its checkpoint: the pairs laid
+    out as cc25's, three updates raise log P(targets | sources) of the training pairs, scored as transformers'
+    MBartForConditionalGeneration scores them with the decoder started from the target language."""
+    from keras_transformer import training
+    from keras_transformer.workdir.checkpoints import load_models
+    _, workdir, _, tokenizer, _, config, _, _ = cc25
+    pairs = [(s, t) for s, t in zip(lines_of("val.en.gz", 40), lines_of("val.de.gz", 40))
+             if max(len(tokenizer(s)["input_ids"]), len(tokenizer(text_target=t)["input_ids"])) <= 48]
+    sources, targets = [s for s, _ in pairs[:16]], [t for _, t in pairs[:16]]
+    for name, lines in (("train.en", sources), ("train.de", targets)):
+        (tmp_path / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    experiment = {
+        "model": {"from": str(workdir), "dropout": 0.0},
+        "data": {"kind": "text", "train_source": str(tmp_path / "train.en"), "train_target": str(tmp_path / "train.de"),
+                 "tokens_per_batch": 4096, "max_length": 64},
+        "training": {"label_smoothing": 0.0, "warmup_steps": 1, "learning_rate_scale": 0.5, "epochs": 1,
+                     "steps_per_epoch": 3, "seed": 0, "jit_compile": False,
+                     "init_checkpoint": str(workdir / "checkpoints" / "ckpt-0000.weights.h5")},
+    }
+    training.train(experiment, tmp_path / "tuned")
+    assert len(sources) == 16
+    batch = tokenizer(sources, text_target=targets, return_tensors="np", padding=True)
+    language = tokenizer.convert_tokens_to_ids(TARGET)
+    labels = batch["labels"]  # tokens </s> [de_DE], padded
+    decoder = np.concatenate([np.full_like(labels[:, :1], language), labels[:, :-1]], 1)  # [de_DE] tokens ...
+    labels = np.where(labels == language, config.pad_id, labels)  # tokens </s>
+    inputs = {"source": batch["input_ids"].astype("int32"), "target": decoder.astype("int32")}
+
+    def log_likelihood(folder):
+        logits = np.asarray(load_models(folder).models[0](inputs), "float64")
+        top = logits.max(-1, keepdims=True)
+        log_probs = logits - top - np.log(np.exp(logits - top).sum(-1, keepdims=True))
+        picked = np.take_along_axis(log_probs, labels[..., None].astype("int64"), -1)[..., 0]
+        return float((picked * (labels != config.pad_id)).sum())
+    assert log_likelihood(tmp_path / "tuned") > log_likelihood(workdir)
 
 
 @pytest.mark.slow
@@ -192,14 +280,14 @@ def test_the_workdir_and_its_savedmodel_ctranslate2_and_litert_exports_translate
     _, workdir, reference, tokenizer, _, _, _, _ = cc25
     translator = load_translator(workdir, strategy="greedy", max_extra=MAX_EXTRA)
     expected = {code: translator.translate_lines(SENTENCES, target_lang=code) for code in (TARGET, OTHER)}
-    expected["plain"] = translator.translate_lines(SENTENCES)
+    expected["plain"] = translator.translate_lines(SENTENCES)  # from tgt_lang, the default target language
     for code in (TARGET, OTHER):
         start = tokenizer.convert_tokens_to_ids(code)
         assert expected[code] == [tokenizer.decode(_generate(reference, ids, start, num_beams=1),
                                                    skip_special_tokens=True)
                                   for ids in tokenizer(SENTENCES)["input_ids"]], code
-    assert expected[TARGET] != expected[OTHER] and translator.translate_lines(SENTENCES, target_lang="fr") == \
-        expected[OTHER]
+    assert expected["plain"] == expected[TARGET] != expected[OTHER]
+    assert translator.translate_lines(SENTENCES, target_lang="fr") == expected[OTHER]
     expected["mixed"] = [expected[code][row] for row, code in enumerate(LANGUAGES)]
     assert translator.translate_lines(SENTENCES, target_prefix=LANGUAGES) == expected["mixed"]
     # scores: log P(tokens </s> | source) with the decoder started from the target language, as transformers'

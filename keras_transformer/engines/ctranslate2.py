@@ -456,8 +456,16 @@ class CTranslate2Translator(TranslatorInterface):
         return self.target_processor.decode(kept)
 
     # ------------------------------------------------------------------ strings
+    @property
+    def default_target_language(self) -> str | None:  # type: ignore[override]  # a property where the interface has a class default
+        """A `language_last` target side's language (mBART-large-cc25's: the decoder starts from it when no target
+        language is given, `TranslatorInterface.default_target_language`), else None."""
+        return self._language["target"] if self._language_last["target"] else None
+
     def _hypotheses(self, texts: list[str], prefixes: list[str] | None) -> list[list[tuple[list[int], float]]]:
         """`_search` of cleaned texts, each starting with its prefix text (checked) where `prefixes` are given."""
+        if prefixes is None and self.default_target_language is not None:  # cc25: its decoder's start
+            prefixes = [self.default_target_language] * len(texts)
         forced = None
         if prefixes is not None:
             forced = [[self.target_tokens[i] for i in ids] for ids in self.target_prefix_ids(prefixes)]

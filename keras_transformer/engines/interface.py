@@ -94,6 +94,7 @@ class TranslatorInterface(abc.ABC):
     source_languages: tuple[str, ...] = ()
     # the most source positions the model encodes (its `max_length`), where the engine knows it
     max_source_length: int | None = None
+    default_target_language: str | None = None  # used when none is given (mBART-large-cc25's decoder starts there)
 
     # ------------------------------------------------------------------ what an engine implements
     @abc.abstractmethod
@@ -171,7 +172,7 @@ class TranslatorInterface(abc.ABC):
                         caller: str = "translator") -> list[str] | None:
         """Each of `count` lines' prefix text, from `target_prefix` (one text for every line, or a list of one per
         line) and `target_lang` (one of `target_languages`, or a code naming one: `de` for `__de__` or `deu_Latn`,
-        `languages.language_token`), whose token goes first; None when neither is given.
+        `languages.language_token`), whose token goes first (else `default_target_language`'s); or None.
 
         Raises:
             ConfigError: a `target_lang` this model has no token for (its languages named).
@@ -190,7 +191,7 @@ class TranslatorInterface(abc.ABC):
         """
         if source_side_token(target_lang, self.source_languages, self.target_languages, caller) is not None:
             target_lang = None  # it opens the source instead (`with_target_lang`)
-        if target_prefix is None and target_lang is None:
+        if target_prefix is None and target_lang is None and (target_lang := self.default_target_language) is None:
             return None
         if target_prefix is None or isinstance(target_prefix, (str, bytes)):
             prefixes = [clean_line(target_prefix or "", caller)] * count

@@ -266,9 +266,17 @@ class LiteRTTranslator(TranslatorInterface):
         outputs = runner(**inputs)
         return np.asarray(outputs["tokens"]), np.asarray(outputs["score"])
 
+    @property
+    def default_target_language(self) -> str | None:  # type: ignore[override]  # a property where the interface has a class default
+        """A `language_last` target side's language (mBART-large-cc25's: the decoder starts from it when no target
+        language is given, `TranslatorInterface.default_target_language`), else None."""
+        return self._language["target"] if self._language_last["target"] else None
+
     def _hypotheses(self, texts: list[str], prefixes: list[str] | None) -> list[list[tuple[list[int], float, int]]]:
         """Per text, `(ids without specials, score, tokens generated with eos)` best first; with `prefixes`, each
         starting with its text's prefix."""
+        if prefixes is None and self.default_target_language is not None:  # cc25: its decoder's start
+            prefixes = [self.default_target_language] * len(texts)
         forced = None
         if prefixes is not None:
             forced = padded_ids([ids or [self.pad_id] for ids in self.target_prefix_ids(prefixes)], self.pad_id)

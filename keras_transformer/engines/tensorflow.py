@@ -324,6 +324,13 @@ class Translator(TermSearch, tf.Module, TranslatorInterface):
         """The language codes of the source tokenizer's language tokens (`TranslatorInterface.source_languages`)."""
         return tuple(getattr(self.source_tokenizer, "languages", ()))
 
+    @property
+    def default_target_language(self) -> str | None:  # type: ignore[override]  # a property where the interface has a class default
+        """A `language_last` target tokenizer's language (mBART-large-cc25's: the decoder starts from it when no
+        target language is given, `TranslatorInterface.default_target_language`), else None."""
+        target = self.target_tokenizer
+        return getattr(target, "language", None) if getattr(target, "language_last", False) else None
+
     def target_prefix_ids(self, prefixes: list[str]) -> list[list[int]]:
         """Per prefix text, its forced target ids, checked (`lines.check_prefix_ids`) before any graph runs."""
         target = self.target_tokenizer
@@ -387,6 +394,9 @@ class Translator(TermSearch, tf.Module, TranslatorInterface):
             sampling = {}
         if target_prefix is not None:
             target_prefix = tf.convert_to_tensor(target_prefix, tf.int32)
+        elif self.default_target_language is not None:  # cc25: the decoder starts from the default language
+            start = self.target_tokenizer.tokens.index(self.default_target_language)
+            target_prefix = tf.fill([tf.shape(source)[0], 1], tf.constant(start, tf.int32))
         if self.chunk_size:  # length-ordered chunks; with XLA, bucketed and dealt to PARALLEL_CHUNKS lanes
             return search_in_length_order(
                 lambda piece, forced: self._search(piece, num_return, options, sampling, forced), source, num_return,

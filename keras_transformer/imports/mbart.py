@@ -22,8 +22,9 @@ target ``[tgt_lang] tokens </s>``. mBART-large-cc25's ``MBartTokenizer`` (the fi
 source is ``tokens </s> [src_lang]``, and the decoder starts from the target language itself
 (transformers' ``decoder_start_token_id = lang_code_to_id[tgt_lang]``), not from ``</s>``: both
 tokenizers are ``language_last``, the target language's token opens the target prefix, and the
-searches start the decoder from it (``start_from_prefix``); without a target language the decoder
-starts from ``</s>``.
+searches start the decoder from it (``start_from_prefix``). Without a target language given, the
+decoder starts from the target tokenizer's language: the one ``decoder_start_token_id`` names (a
+fine-tuned cc25 model's, mbart-large-en-ro's ``ro_RO``), else ``tgt_lang``; from ``</s>`` without either.
 """
 
 from __future__ import annotations
@@ -136,8 +137,11 @@ class MBartFamily(BartFamily):
                                       **({"language_last": True} if self.language_last(checkpoint) else {}))
         source = MappedTokenizer(model, tokens, language=language("src_lang", "en_XX"), name="source_tokenizer",
                                  **common)
-        target = MappedTokenizer(model, tokens, language=language("tgt_lang", None), name="target_tokenizer",
-                                 **common)
+        start = checkpoint.config.get("decoder_start_token_id")  # a tuned cc25 model's target language
+        started = tokens[start] if self.language_last(checkpoint) and isinstance(start, int) and \
+            0 <= start < len(tokens) and tokens[start] in languages else None
+        target = MappedTokenizer(model, tokens, language=started or language("tgt_lang", None),
+                                 name="target_tokenizer", **common)
         return source, target
 
     # ------------------------------------------------------------------ weights

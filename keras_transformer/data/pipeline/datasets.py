@@ -104,7 +104,9 @@ def make_dataset(source_file: str | os.PathLike[str] | None, target_file: str | 
         ``(dataset, tally)``: a `tf.data.Dataset` of
         ``({"source": int32 [B, S], "target": int32 [B, T]}, labels int32 [B, T])``
         with source = tokens + eos, target = bos + tokens, labels = tokens + eos,
-        padded with 0; and the `CorpusTally` of what was read and dropped, whose
+        padded with 0 (`language_last` tokenizers, mBART-large-cc25's: source =
+        tokens + eos + source language, target = target language + tokens,
+        labels = tokens + eos, their own eos and pad ids); and the `CorpusTally` of what was read and dropped, whose
         counts are the pass's once the pass has ended (also logged at INFO then).
 
     Example:

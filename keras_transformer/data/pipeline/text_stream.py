@@ -106,10 +106,15 @@ class TextStream:
                  subword_dropout_sides: str = "both", shard: Sequence[int] = (1, 0), endless: bool = False,
                  start: streams.Position = streams.Position(), start_batch: int = 0) -> None:
         streams.check_corpora(corpora)
-        if any(getattr(tokenizer, "language_last", False) for tokenizer in (source_tokenizer, target_tokenizer)):
-            raise ConfigError("The data pipeline lays pairs out as tokens </s> -> [bos] tokens; a tokenizer with "
-                              "mBART-large-cc25's layout (language_last: tokens </s> [lang], the decoder started "
-                              "from the target language) is for translation only, not for training.")
+        language_last = bool(getattr(target_tokenizer, "language_last", False))
+        if language_last != bool(getattr(source_tokenizer, "language_last", False)):
+            raise ConfigError("The source and target tokenizers must both lay pairs out as mBART-large-cc25's "
+                              "(language_last) or neither does.")
+        for side, tokenizer in (("source", source_tokenizer), ("target", target_tokenizer)):
+            if language_last and getattr(tokenizer, "language", None) is None:
+                raise ConfigError(f"The {side} tokenizer is language_last (mBART-large-cc25's layout) without a "
+                                  f"default language: set \"language\" in its tokenizer.json to one of its "
+                                  f"languages.")
         if num_replicas is None:
             num_replicas = tf.distribute.get_strategy().num_replicas_in_sync
         if subword_dropout_sides not in SUBWORD_DROPOUT_SIDES:
@@ -128,6 +133,7 @@ class TextStream:
         self.sides = subword_dropout_sides
         self.endless = endless or len(self.corpora) > 1
         self.start, self.start_batch = start, int(start_batch)
+        self.language_last = language_last
         self._anchor = (start, int(start_batch))  # where the current (or last) iteration started: what `locate`
                                                   # counts from, whatever `start` became since
         # (pass, window) -> (batches, last window of its pass), as windows are planned
@@ -300,7 +306,9 @@ class TextStream:
                                                                             tf.reshape(sizes, [-1]))
 
         def batches(source_ids: Any, target_ids: Any, rows: Any) -> Any:
-            return tf.data.Dataset.from_tensor_slices(rows).map(_batch_of_pairs(source_ids, target_ids))
+            layout = (_language_last_pairs(source_ids, target_ids, *self.tokenizers) if self.language_last
+                      else _batch_of_pairs(source_ids, target_ids))
+            return tf.data.Dataset.from_tensor_slices(rows).map(layout)
 
         dataset = windows.map(prepare).flat_map(batches)
         options = tf.data.Options()
@@ -367,4 +375,24 @@ def _batch_of_pairs(source_ids: Any, target_ids: Any) -> Callable[[Any], tuple[d
         inputs = {"source": tf.concat([source, eos], axis=1).to_tensor(PAD_ID),
                   "target": tf.concat([bos, target], axis=1).to_tensor(PAD_ID)}
         return inputs, tf.concat([target, eos], axis=1).to_tensor(PAD_ID)
+    return build
+
+
+def _language_last_pairs(source_ids: Any, target_ids: Any, source_tokenizer: Any,
+                         target_tokenizer: Any) -> Callable[[Any], tuple[dict[str, Any], Any]]:
+    """`_batch_of_pairs` for mBART-large-cc25's layout (`language_last` tokenizers, whose `tokenize` gives the
+    language first): source ``tokens </s> [src_lang]``, decoder input ``[tgt_lang] tokens`` (the decoder started
+    from the target language, as the searches' ``start_from_prefix``), labels ``tokens </s>``; padded with the
+    tokenizers' own pad ids."""
+    def column(tokenizer: Any, rows: Any) -> Any:  # each row's eos, a ragged (B, 1)
+        return tf.RaggedTensor.from_tensor(tf.fill([rows, 1], tf.constant(int(tokenizer.eos_id), tf.int32)))
+
+    def build(indices: Any) -> tuple[dict[str, Any], Any]:
+        source, target = tf.gather(source_ids, indices), tf.gather(target_ids, indices)
+        rows = tf.shape(indices)[0]
+        source = tf.concat([source[:, 1:], column(source_tokenizer, rows), source[:, :1]], axis=1)
+        labels = tf.concat([target[:, 1:], column(target_tokenizer, rows)], axis=1)
+        inputs = {"source": source.to_tensor(int(source_tokenizer.pad_id)),
+                  "target": target.to_tensor(int(target_tokenizer.pad_id))}
+        return inputs, labels.to_tensor(int(target_tokenizer.pad_id))
     return build
