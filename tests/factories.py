@@ -454,3 +454,34 @@ def end_some_translations(model, sources, generate, eos_id=2):
             model.model.decoder.layer_norm.bias.copy_(bias + float(step) * eos / eos.norm() ** 2)
         if any(eos_id in generate(model, ids) for ids in sources):
             break
+
+
+def check_training_batch(reference, tokenizer, model, config, source, target, sources, targets):
+    """The data pipeline's batch of `sources` / `targets` for an imported model (ours: `model`, `config`, `source`
+    and `target` tokenizers) holds the reference tokenizer's ids, each side padded with the model's pad id: sources
+    as `tokenizer(sources)`, labels as `tokenizer(text_target=targets)`, decoder inputs the labels shifted right
+    behind the decoder's start id; and the training loss without label smoothing on it is transformers'
+    cross-entropy of `reference` given those labels (which it shifts itself)."""
+    import torch
+
+    from keras_transformer.data.pipeline import make_dataset_from_texts
+    from keras_transformer.trainer.losses import LabelSmoothedCrossEntropy
+    dataset, tally = make_dataset_from_texts(sources, targets, source, target, tokens_per_batch=4096,
+                                             max_length=64, num_replicas=1, seed=0)
+    (inputs, labels), = list(dataset)  # one batch, its rows shuffled
+    inputs, labels = {k: v.numpy() for k, v in inputs.items()}, labels.numpy()
+    pad = config.pad_id
+    # the pairs over 64 positions left out (a small vocabulary cuts words into many pieces)
+    assert inputs["source"].shape[0] == tally.kept >= len(sources) // 2 and (labels == pad).any()
+    row_of = {tuple(ids): row for row, ids in enumerate(tokenizer(sources)["input_ids"])}
+    order = [row_of[tuple(int(i) for i in ids if i != pad)] for ids in inputs["source"]]
+    expected = [tokenizer(text_target=targets[row])["input_ids"] for row in order]
+    assert [[int(i) for i in ids if i != pad] for ids in labels] == expected
+    width = labels.shape[1]
+    assert inputs["target"].tolist() == [([config.bos_id] + ids[:-1] + [pad] * width)[:width] for ids in expected]
+    ours = LabelSmoothedCrossEntropy(0.0, pad_id=pad)(labels, model(inputs))
+    with torch.no_grad():
+        theirs = reference(input_ids=torch.tensor(inputs["source"].astype("int64")),
+                           attention_mask=torch.tensor(inputs["source"] != pad).long(),
+                           labels=torch.tensor(np.where(labels == pad, -100, labels).astype("int64"))).loss
+    np.testing.assert_allclose(float(ours), float(theirs), atol=1e-4, rtol=0)

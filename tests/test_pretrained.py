@@ -17,6 +17,7 @@ import pytest
 from factories import (
     DOCUMENT,
     DOCUMENT_SENTENCES,
+    check_training_batch,
     document_layout,
     import_references,
     lines_of,
@@ -595,3 +596,13 @@ def test_the_litert_export_translates_as_the_workdir_with_its_two_vocabularies(r
     files = json.loads((tmp_path / "litert" / "litert.json").read_text())
     assert files["sentencepiece"] == {"source": "source.sentencepiece.model", "target": "target.sentencepiece.model"}
     _check_provenance(out, workdir, "README.md", translator.options.describe(), "</s>")
+
+
+def test_training_batches_hold_the_reference_tokenizer_s_ids_and_the_loss_is_its_cross_entropy(references):
+    """Fine-tuning an import trains on the checkpoint's own ids: the pipeline's sources, decoder inputs and labels
+    are the reference tokenizer's (its end token, padded with its pad id, the decoder started from its start id),
+    and the training loss equals transformers' cross-entropy on them (`factories.check_training_batch`)."""
+    _, workdir, reference, tokenizer = references["separate_gelu"]
+    model, config, source, target = load_imported(workdir)
+    check_training_batch(reference, tokenizer, model, config, source, target, lines_of("val.en.gz", 10),
+                         lines_of("val.de.gz", 10))

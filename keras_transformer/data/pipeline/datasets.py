@@ -290,11 +290,12 @@ def load_or_train_tokenizers(config: DataConfig,
         model_type=config.model_type, lowercase=config.lowercase)
 
 
-def batch_statistics(dataset: Any) -> BatchStatistics:
+def batch_statistics(dataset: Any, pad_id: int = PAD_ID) -> BatchStatistics:
     """Counts sentences, tokens and padding over one pass of a batched dataset.
 
     Args:
         dataset: yields ``({"source": [B, S], "target": [B, T]}, labels)``.
+        pad_id: the padding id (an imported model's own, e.g. 1 for fairseq's numbering).
 
     Returns:
         a `BatchStatistics`.
@@ -314,8 +315,8 @@ def batch_statistics(dataset: Any) -> BatchStatistics:
         source, target = inputs["source"], inputs["target"]
         counts["batches"] += 1
         counts["sentences"] += source.shape[0]
-        counts["source_tokens"] += int(np.count_nonzero(source != PAD_ID))
-        counts["target_tokens"] += int(np.count_nonzero(target != PAD_ID))
+        counts["source_tokens"] += int(np.count_nonzero(source != pad_id))
+        counts["target_tokens"] += int(np.count_nonzero(target != pad_id))
         counts["source_positions"] += source.size
         counts["target_positions"] += target.size
         counts["max_source_positions"] = max(counts["max_source_positions"], source.size)

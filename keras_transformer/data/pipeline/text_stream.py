@@ -16,7 +16,6 @@ import tensorflow as tf
 from keras_transformer.data import stream as streams
 from keras_transformer.data.batching import batch_plan
 from keras_transformer.data.corpus import CorpusSummary
-from keras_transformer.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
 from keras_transformer.errors import ConfigError
 from keras_transformer.experiment import SUBWORD_DROPOUT_SIDES
 
@@ -307,7 +306,7 @@ class TextStream:
 
         def batches(source_ids: Any, target_ids: Any, rows: Any) -> Any:
             layout = (_language_last_pairs(source_ids, target_ids, *self.tokenizers) if self.language_last
-                      else _batch_of_pairs(source_ids, target_ids))
+                      else _batch_of_pairs(source_ids, target_ids, *self.tokenizers))
             return tf.data.Dataset.from_tensor_slices(rows).map(layout)
 
         dataset = windows.map(prepare).flat_map(batches)
@@ -365,16 +364,22 @@ class StreamCursor(keras.callbacks.Callback):
         return dict(self.text.locate(batch).to_dict(), batch=batch)
 
 
-def _batch_of_pairs(source_ids: Any, target_ids: Any) -> Callable[[Any], tuple[dict[str, Any], Any]]:
-    """Gathers pairs by index and lays them out for teacher forcing, padded with 0 to the batch's longest."""
+def _batch_of_pairs(source_ids: Any, target_ids: Any, source_tokenizer: Any,
+                    target_tokenizer: Any) -> Callable[[Any], tuple[dict[str, Any], Any]]:
+    """Gathers pairs by index and lays them out for teacher forcing (source ``tokens </s>``, decoder input
+    ``<bos> tokens``, labels ``tokens </s>``), padded to the batch's longest, each side with its tokenizer's ids:
+    an import's own (fairseq's pad 1 and eos 2, Marian's eos 0 and decoder start at pad), the package's 0/2/3."""
+    source_eos, source_pad = int(source_tokenizer.eos_id), int(source_tokenizer.pad_id)
+    bos, eos, pad = int(target_tokenizer.bos_id), int(target_tokenizer.eos_id), int(target_tokenizer.pad_id)
+
     def build(indices: Any) -> tuple[dict[str, Any], Any]:
         source, target = tf.gather(source_ids, indices), tf.gather(target_ids, indices)
         column = tf.ones([tf.shape(indices)[0], 1], tf.int32)
-        eos = tf.RaggedTensor.from_tensor(column * EOS_ID)
-        bos = tf.RaggedTensor.from_tensor(column * BOS_ID)
-        inputs = {"source": tf.concat([source, eos], axis=1).to_tensor(PAD_ID),
-                  "target": tf.concat([bos, target], axis=1).to_tensor(PAD_ID)}
-        return inputs, tf.concat([target, eos], axis=1).to_tensor(PAD_ID)
+        ends = tf.RaggedTensor.from_tensor(column * eos)
+        inputs = {"source": tf.concat([source, tf.RaggedTensor.from_tensor(column * source_eos)],
+                                      axis=1).to_tensor(source_pad),
+                  "target": tf.concat([tf.RaggedTensor.from_tensor(column * bos), target], axis=1).to_tensor(pad)}
+        return inputs, tf.concat([target, ends], axis=1).to_tensor(pad)
     return build
 
 
