@@ -59,6 +59,7 @@ SERIALIZABLE.register("LinearCooldown", "keras_transformer.trainer.schedules:Lin
 SERIALIZABLE.register("NoamSchedule", "keras_transformer.trainer.schedules:NoamSchedule")
 SERIALIZABLE.register("DistillationLoss", "keras_transformer.trainer.distillation:DistillationLoss")
 SERIALIZABLE.register("DistillationAccuracy", "keras_transformer.trainer.distillation:DistillationAccuracy")
+SERIALIZABLE.register("ChunkedLossTransformer", "keras_transformer.trainer.chunked_loss:ChunkedLossTransformer")
 
 
 class LazyClass:
