@@ -47,8 +47,8 @@ def exports(trained_copy_model, tmp_path_factory):
     make_workdir(root / "run", config, models=[model])
     convert, converted = litert.convert, {}
 
-    def convert_all(model, config, options, precisions):
-        converted.update(convert(model, config, options, ("float32", "float16", "int8")))
+    def convert_all(model, config, options, precisions, *settings):
+        converted.update(convert(model, config, options, ("float32", "float16", "int8"), *settings))
         return {precision: converted[precision] for precision in precisions}
 
     with pytest.MonkeyPatch.context() as patch:
